@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test. GPU-labelled tests report "skipped" on machines without a GPU.
+#   scripts/test.sh            all tests
+#   scripts/test.sh -L gpu     only the GPU tests (run these on the GPU machine)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh
+ctest --test-dir build --output-on-failure -j"$(nproc 2>/dev/null || echo 2)" "$@"
