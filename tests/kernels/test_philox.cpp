@@ -1,0 +1,87 @@
+// Philox4x32-10 against the published Random123 known-answer vectors (kat_vectors), and the index layout of
+// uniform(seed, site_id, index).
+#include "kernels/philox.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace zt::kernels {
+namespace {
+
+struct KnownAnswer {
+  PhiloxCounter counter;
+  PhiloxKey key;
+  uint32_t expected[4];
+};
+
+// Random123 tests/kat_vectors, lines "philox4x32 10 <ctr x4> <key x2> <expected x4>".
+constexpr KnownAnswer kKnownAnswers[] = {
+    {{{0x00000000, 0x00000000, 0x00000000, 0x00000000}},
+     {{0x00000000, 0x00000000}},
+     {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+    {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}},
+     {{0xffffffff, 0xffffffff}},
+     {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+    {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
+     {{0xa4093822, 0x299f31d0}},
+     {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+};
+
+TEST(Philox, MatchesRandom123KnownAnswers) {
+  for (const KnownAnswer& kat : kKnownAnswers) {
+    const PhiloxCounter out = philox4x32_10(kat.counter, kat.key);
+    for (int w = 0; w < 4; ++w) {
+      EXPECT_EQ(out.word[w], kat.expected[w])
+          << "word " << w << " of counter 0x" << std::hex << kat.counter.word[0];
+    }
+  }
+}
+
+TEST(Philox, UniformUsesTopBitsOfTheDocumentedBlockWord) {
+  const uint64_t seed = 0x0123456789abcdefull;
+  const uint64_t site = 0xfedcba9876543210ull;
+  for (uint64_t index : {0ull, 1ull, 2ull, 3ull, 4ull, 7ull, 1000003ull, (1ull << 34) + 5}) {
+    const uint64_t block = index / 4;
+    const PhiloxCounter counter{{static_cast<uint32_t>(block & 0xffffffffu),
+                                 static_cast<uint32_t>(block >> 32), 0x76543210u, 0xfedcba98u}};
+    const PhiloxKey key{{0x89abcdefu, 0x01234567u}};
+    const uint32_t word = philox4x32_10(counter, key).word[index % 4];
+    const double expected = std::ldexp(static_cast<double>(word >> 8), -24);
+    EXPECT_EQ(static_cast<double>(uniform(seed, site, index)), expected) << "index " << index;
+  }
+}
+
+TEST(Philox, UniformStaysInUnitIntervalWithMeanOneHalf) {
+  const int n = 100000;
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    const float u = uniform(7, 11, static_cast<uint64_t>(i));
+    ASSERT_GE(u, 0.0f);
+    ASSERT_LT(u, 1.0f);
+    sum += u;
+  }
+  // Standard deviation of the mean is sqrt(1/12 / n) ~ 9e-4; allow 5 sigma.
+  EXPECT_NEAR(sum / n, 0.5, 5 * std::sqrt(1.0 / 12.0 / n));
+}
+
+TEST(Philox, SeedAndSiteBothChangeTheStream) {
+  int same_seed_diff = 0, same_site_diff = 0;
+  for (uint64_t i = 0; i < 64; ++i) {
+    same_seed_diff += uniform(1, 2, i) != uniform(1, 3, i);
+    same_site_diff += uniform(1, 2, i) != uniform(4, 2, i);
+  }
+  EXPECT_GT(same_seed_diff, 60);
+  EXPECT_GT(same_site_diff, 60);
+}
+
+TEST(Philox, DropoutKeepIsUniformAtLeastP) {
+  EXPECT_TRUE(dropout_keep(3, 5, 17, 0.0f));
+  for (uint64_t i = 0; i < 256; ++i) {
+    EXPECT_EQ(dropout_keep(3, 5, i, 0.3f), uniform(3, 5, i) >= 0.3f);
+  }
+}
+
+}  // namespace
+}  // namespace zt::kernels
