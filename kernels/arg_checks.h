@@ -1,0 +1,34 @@
+// Argument checks shared by the kernel entry points: every failure names the op and the argument, so a
+// caller sees "layernorm_forward: gamma must be f32, got bf16[7] cpu" rather than a crash inside a loop.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/check.h"
+#include "runtime/tensor.h"
+
+namespace zt::kernels {
+
+// Throws unless t is defined, of `dtype`, contiguous and in host memory (what the CPU references read).
+inline void check_cpu_arg(const Tensor& t, DType dtype, const char* op, const char* name) {
+  ZT_CHECK(t.defined(), op, ": ", name, " is undefined");
+  ZT_CHECK(t.dtype() == dtype, op, ": ", name, " must be ", dtype_name(dtype), ", got ", t.describe());
+  ZT_CHECK(t.device() == DeviceKind::cpu, op, ": ", name, " must be a CPU tensor, got ", t.describe());
+  ZT_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous, got ", t.describe());
+}
+
+// Throws unless `got` has exactly the shape of `like`.
+inline void check_same_shape(const Tensor& got, const Tensor& like, const char* op, const char* got_name,
+                             const char* like_name) {
+  ZT_CHECK(got.shape() == like.shape(), op, ": ", got_name, " must have the shape of ", like_name, " ",
+           like.shape().to_string(), ", got ", got.shape().to_string());
+}
+
+// Rows of a tensor seen as [numel / last_dim, last_dim]: leading dimensions are flattened.
+inline int64_t rows_of(const Tensor& t) {
+  ZT_CHECK(t.rank() >= 1, "rows_of: a scalar has no rows");
+  const int64_t last = t.dim(-1);
+  return last == 0 ? 0 : t.numel() / last;
+}
+
+}  // namespace zt::kernels

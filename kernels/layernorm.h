@@ -1,0 +1,30 @@
+// LayerNorm over the last dimension (every DeBERTa LayerNorm: eps = 1e-7, biased variance, affine).
+//
+//   mu[r]   = mean_j x[r,j]
+//   rstd[r] = 1 / sqrt( mean_j (x[r,j] - mu[r])^2 + eps )
+//   xhat    = (x - mu) * rstd,        y = gamma * xhat + beta
+//
+// Backward (g = dy * gamma):
+//   dx      = rstd * ( g - mean_j g - xhat * mean_j (g * xhat) )      (overwritten)
+//   dgamma += sum_r dy * xhat,        dbeta += sum_r dy                  (accumulated)
+//
+// Shapes: x, y, dy, dx [..., D] (leading dimensions flattened into R rows); gamma, beta, dgamma, dbeta [D];
+// mean, rstd: R elements (e.g. [R] or [B, L]) — filled by the forward, read by the backward.
+// All f32, contiguous. Statistics are accumulated in double, with a two-pass variance, so rows with a
+// large mean relative to their spread (eps = 1e-7 gives no cover there) keep full f32 accuracy.
+#pragma once
+
+#include "runtime/tensor.h"
+
+namespace zt::kernels {
+
+// in: x, gamma, beta, eps; out: y, mean, rstd.  y may alias x.
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd);
+
+// in: dy, x, gamma, mean, rstd (from the forward); out: dx (overwritten; may alias dy);
+// accumulated: dgamma, dbeta.
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+
+}  // namespace zt::kernels

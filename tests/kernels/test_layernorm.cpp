@@ -1,0 +1,158 @@
+// LayerNorm: forward against a plain-loop formula (large-mean rows, eps 1e-7), backward against finite
+// differences, accumulation into dgamma/dbeta, in-place dx, and argument errors.
+#include "kernels/layernorm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "runtime/check.h"
+#include "tests/kernels/tensor_views.h"
+#include "tests/support/finite_difference.h"
+#include "tests/support/tolerance.h"
+
+namespace zt::kernels {
+namespace {
+
+using test::f32_view;
+
+constexpr float kEps = 1e-7f;
+
+// Per-row normalization straight from the definition: y = gamma * (x - mu) / sqrt(var + eps) + beta.
+void naive_layernorm(const std::vector<float>& x, const std::vector<float>& gamma,
+                     const std::vector<float>& beta, int rows, int dim, std::vector<float>& y,
+                     std::vector<float>& mean, std::vector<float>& rstd) {
+  for (int r = 0; r < rows; ++r) {
+    long double mu = 0;
+    for (int j = 0; j < dim; ++j) mu += x[r * dim + j];
+    mu /= dim;
+    long double var = 0;
+    for (int j = 0; j < dim; ++j) var += (x[r * dim + j] - mu) * (x[r * dim + j] - mu);
+    var /= dim;
+    const long double inv = 1.0L / std::sqrt(var + kEps);
+    for (int j = 0; j < dim; ++j) {
+      y[r * dim + j] = static_cast<float>(gamma[j] * (x[r * dim + j] - mu) * inv + beta[j]);
+    }
+    mean[r] = static_cast<float>(mu);
+    rstd[r] = static_cast<float>(inv);
+  }
+}
+
+TEST(LayerNorm, ForwardMatchesDefinitionOnLargeMeanRows) {
+  const int rows = 6, dim = 7;  // viewed as [2, 3, 7]: leading dimensions flatten into rows
+  std::vector<float> x = test::random_uniform(rows * dim, 1, -1.0f, 1.0f);
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < dim; ++j) x[r * dim + j] += 1000.0f * static_cast<float>(r - 2);
+  }
+  std::vector<float> gamma = test::random_uniform(dim, 2, 0.5f, 1.5f);
+  std::vector<float> beta = test::random_uniform(dim, 3);
+  std::vector<float> y(rows * dim), mean(rows), rstd(rows);
+  layernorm_forward(f32_view(x, {2, 3, dim}), f32_view(gamma, {dim}), f32_view(beta, {dim}), kEps,
+                    f32_view(y, {2, 3, dim}), f32_view(mean, {2, 3}), f32_view(rstd, {2, 3}));
+
+  std::vector<float> y_ref(rows * dim), mean_ref(rows), rstd_ref(rows);
+  naive_layernorm(x, gamma, beta, rows, dim, y_ref, mean_ref, rstd_ref);
+  // |x| ~ 3000 holds ~2e-4 of absolute rounding, i.e. ~4e-4 relative to the unit spread after centering.
+  EXPECT_TRUE(test::all_close("y", y, y_ref, {1e-5, 1e-5}));
+  EXPECT_TRUE(test::all_close("mean", mean, mean_ref, {1e-6, 1e-6}));
+  EXPECT_TRUE(test::all_close("rstd", rstd, rstd_ref, {1e-6, 1e-5}));
+}
+
+TEST(LayerNorm, ConstantRowIsFiniteWithTinyEps) {
+  const int dim = 5;
+  std::vector<float> x(dim, 3.25f), gamma(dim, 1.0f), beta(dim, 0.5f), y(dim), mean(1), rstd(1);
+  layernorm_forward(f32_view(x, {1, dim}), f32_view(gamma, {dim}), f32_view(beta, {dim}), kEps,
+                    f32_view(y, {1, dim}), f32_view(mean, {1}), f32_view(rstd, {1}));
+  for (float v : y) EXPECT_EQ(v, 0.5f);
+  EXPECT_NEAR(rstd[0], 1.0 / std::sqrt(1e-7), 1.0);
+}
+
+struct LayerNormCase {
+  int rows = 5, dim = 7;
+  std::vector<float> x, gamma, beta, r;
+  std::vector<float> y, mean, rstd;
+
+  LayerNormCase(float offset)
+      : x(test::random_uniform(rows * dim, 11, -2.0f, 2.0f)),
+        gamma(test::random_uniform(dim, 12, 0.5f, 1.5f)),
+        beta(test::random_uniform(dim, 13)),
+        r(test::random_uniform(rows * dim, 14)),
+        y(rows * dim),
+        mean(rows),
+        rstd(rows) {
+    for (float& v : x) v += offset;
+  }
+  void forward() {
+    layernorm_forward(f32_view(x, {rows, dim}), f32_view(gamma, {dim}), f32_view(beta, {dim}), kEps,
+                      f32_view(y, {rows, dim}), f32_view(mean, {rows}), f32_view(rstd, {rows}));
+  }
+  double loss() {
+    forward();
+    return test::dot(y, r);
+  }
+  void backward(std::vector<float>& dy, std::vector<float>& dx, std::vector<float>& dgamma,
+                std::vector<float>& dbeta) {
+    forward();
+    layernorm_backward(f32_view(dy, {rows, dim}), f32_view(x, {rows, dim}), f32_view(gamma, {dim}),
+                       f32_view(mean, {rows}), f32_view(rstd, {rows}), f32_view(dx, {rows, dim}),
+                       f32_view(dgamma, {dim}), f32_view(dbeta, {dim}));
+  }
+};
+
+TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
+  for (float offset : {0.0f, 50.0f}) {
+    SCOPED_TRACE(offset);
+    LayerNormCase c(offset);
+    std::vector<float> dy = c.r, dx(c.x.size(), 123.0f), dgamma(c.dim, 0.0f), dbeta(c.dim, 0.0f);
+    c.backward(dy, dx, dgamma, dbeta);
+    auto loss = [&] { return c.loss(); };
+    EXPECT_TRUE(test::check_gradient("dx", c.x, dx, loss));
+    EXPECT_TRUE(test::check_gradient("dgamma", c.gamma, dgamma, loss));
+    EXPECT_TRUE(test::check_gradient("dbeta", c.beta, dbeta, loss));
+  }
+}
+
+TEST(LayerNorm, BackwardAccumulatesParametersAndOverwritesDx) {
+  LayerNormCase c(0.0f);
+  std::vector<float> dy = c.r, dx(c.x.size()), dgamma(c.dim, 0.0f), dbeta(c.dim, 0.0f);
+  c.backward(dy, dx, dgamma, dbeta);
+  const std::vector<float> dx_once = dx, dgamma_once = dgamma, dbeta_once = dbeta;
+  c.backward(dy, dx, dgamma, dbeta);
+  std::vector<float> dgamma_twice(c.dim), dbeta_twice(c.dim);
+  for (int j = 0; j < c.dim; ++j) {
+    dgamma_twice[j] = 2 * dgamma_once[j];
+    dbeta_twice[j] = 2 * dbeta_once[j];
+  }
+  EXPECT_TRUE(test::all_close("dx (second call)", dx, dx_once, {0, 0}));
+  EXPECT_TRUE(test::all_close("dgamma (two calls)", dgamma, dgamma_twice, {1e-6, 1e-6}));
+  EXPECT_TRUE(test::all_close("dbeta (two calls)", dbeta, dbeta_twice, {1e-6, 1e-6}));
+}
+
+TEST(LayerNorm, BackwardInPlaceOverDy) {
+  LayerNormCase c(0.0f);
+  std::vector<float> dy = c.r, dx(c.x.size()), dgamma(c.dim, 0.0f), dbeta(c.dim, 0.0f);
+  c.backward(dy, dx, dgamma, dbeta);
+  std::vector<float> inplace = c.r;
+  c.backward(inplace, inplace, dgamma, dbeta);
+  EXPECT_TRUE(test::all_close("dx written over dy", inplace, dx, {0, 0}));
+}
+
+TEST(LayerNorm, RejectsBadArguments) {
+  std::vector<float> x(14), gamma(7), beta(6), y(14), mean(2), rstd(2);
+  EXPECT_THROW(layernorm_forward(f32_view(x, {2, 7}), f32_view(gamma, {7}), f32_view(beta, {6}), kEps,
+                                 f32_view(y, {2, 7}), f32_view(mean, {2}), f32_view(rstd, {2})),
+               Error);
+  std::vector<float> beta_ok(7);
+  const Tensor x_gpu(x.data(), {2, 7}, DType::f32, DeviceKind::cuda);
+  try {
+    layernorm_forward(x_gpu, f32_view(gamma, {7}), f32_view(beta_ok, {7}), kEps, f32_view(y, {2, 7}),
+                      f32_view(mean, {2}), f32_view(rstd, {2}));
+    FAIL() << "a CUDA tensor must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA kernel not built yet"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace zt::kernels
