@@ -1,0 +1,48 @@
+#include "kernels/gelu.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/arg_checks.h"
+
+namespace zt::kernels {
+namespace {
+
+constexpr float kInvSqrt2 = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+
+void gelu_forward_cpu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+}
+
+void gelu_backward_cpu(const float* dy, const float* x, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float cdf = 0.5f * (1.0f + std::erf(x[i] * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x[i] * x[i]);
+    dx[i] = dy[i] * (cdf + x[i] * pdf);
+  }
+}
+
+}  // namespace
+
+void gelu_forward(const Tensor& x, const Tensor& y) {
+  constexpr const char* op = "gelu_forward";
+  if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
+  check_cpu_arg(x, DType::f32, op, "x");
+  check_cpu_arg(y, DType::f32, op, "y");
+  check_same_shape(y, x, op, "y", "x");
+  gelu_forward_cpu(x.data_as<float>(), y.data_as<float>(), x.numel());
+}
+
+void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx) {
+  constexpr const char* op = "gelu_backward";
+  if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
+  check_cpu_arg(dy, DType::f32, op, "dy");
+  check_cpu_arg(x, DType::f32, op, "x");
+  check_cpu_arg(dx, DType::f32, op, "dx");
+  check_same_shape(dy, x, op, "dy", "x");
+  check_same_shape(dx, x, op, "dx", "x");
+  gelu_backward_cpu(dy.data_as<float>(), x.data_as<float>(), dx.data_as<float>(), x.numel());
+}
+
+}  // namespace zt::kernels
