@@ -1,0 +1,26 @@
+// Linear (nn.Linear): weights stored [out, in], as in the checkpoints.
+//
+//   y = x W^T + b                          x [..., in] (leading dims flattened into R rows), W [out, in],
+//                                          b [out] or undefined (no bias), y [..., out]
+// Backward:
+//   dx  = dy W          overwritten, or accumulated with accumulate_dx (share_att_key: X feeds three
+//                       projections, so dX sums three contributions); skipped when dx is undefined
+//   dW += dy^T x        skipped when dW is undefined (frozen weight)
+//   db += sum_rows dy   skipped when db is undefined
+//
+// All f32, contiguous, CPU for now. y must not alias x, and dx must not alias dy (GEMM operands).
+#pragma once
+
+#include "runtime/tensor.h"
+
+namespace zt::kernels {
+
+// in: x, weight, bias (may be an undefined Tensor{}); out: y.
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y);
+
+// in: dy, x, weight; out: dx (overwritten, or += when accumulate_dx); accumulated: dweight, dbias.
+// Any of dx, dweight, dbias may be an undefined Tensor{} to skip that gradient.
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
+                     const Tensor& dweight, const Tensor& dbias, bool accumulate_dx = false);
+
+}  // namespace zt::kernels
