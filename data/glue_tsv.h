@@ -1,0 +1,47 @@
+// GLUE MRPC TSV reader.
+//
+// Accepted files (one header line, then one row per line):
+//   labeled   (train.tsv, dev.tsv, test.tsv):  Quality \t #1 ID \t #2 ID \t #1 String \t #2 String
+//             Quality is "0" (not equivalent) or "1" (equivalent).
+//   unlabeled (GLUE test_glue_unlabeled.tsv):  index \t #1 ID \t #2 ID \t #1 String \t #2 String
+//             index is a non-negative integer; the row's label is -1.
+// Format rules, each violation a zt::Error naming the file, the 1-based line number and the problem:
+//   * UTF-8 (validated strictly, see data/utf8.h); one leading BOM (EF BB BF) is skipped.
+//   * Exactly 5 tab-separated fields per line. No CSV quoting: '"' is a literal character (MRPC has ~245
+//     train strings with an odd number of quotes, which a CSV reader would merge into other rows).
+//   * Lines end with LF; the final LF is optional. One CR right before the LF (a CRLF file) is removed, so
+//     such files read the same as LF files; a CR anywhere else is kept as text.
+//   * Blank lines are errors (they would be rows with 1 field), and so is a file without data rows.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zt::data {
+
+struct SentencePairExample {
+  int64_t index = 0;  // GLUE "index" column for unlabeled files; the 0-based row number otherwise
+  int label = -1;     // 0 / 1, or -1 for unlabeled files
+  std::string id1, id2;
+  std::string sentence1, sentence2;
+  int64_t line = 0;  // 1-based line in the source file (the header is line 1)
+};
+
+struct GlueDataset {
+  std::string source;  // file path (or the name given to parse_glue_mrpc_tsv)
+  bool labeled = true;
+  std::vector<SentencePairExample> rows;
+};
+
+// Reads a whole MRPC TSV file. Throws zt::Error when the file is missing or malformed.
+GlueDataset read_glue_mrpc_tsv(const std::string& path);
+
+// Parses TSV text already in memory; `source` names it in error messages.
+GlueDataset parse_glue_mrpc_tsv(std::string_view text, const std::string& source);
+
+// <data_dir>/<split>.tsv for split in {train, dev, test, test_glue_unlabeled}; throws on other names.
+std::string mrpc_split_path(const std::string& data_dir, const std::string& split);
+
+}  // namespace zt::data
