@@ -1,0 +1,107 @@
+// AdamW over flat fp32 buffers, with the exact arithmetic of torch.optim.AdamW (single-tensor path,
+// foreach=False, fused=False, amsgrad=False), so a replay of torch agrees to float rounding.
+//
+// One step t = t + 1, then for every element of every tensor range (hyper-parameters are doubles, as
+// Python floats are; each is rounded to float where torch rounds it, shown as f(...)):
+//   p = p * f(1 - lr*wd)                       only for ranges with weight_decay (decoupled, before Adam)
+//   m = m + f(1 - b1) * (g - m)                torch's lerp(m, g, 1-b1); for 1-b1 >= 0.5 lerp's other form
+//   v = v * f(b2);  v = v + (f(1 - b2) * g) * g
+//   d = sqrt(v) / f(sqrt(1 - b2^t)) + f(eps)
+//   p = p + (f(-lr / (1 - b1^t)) * m) / d
+// Defaults are torch's: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01.
+//
+// Buffers: params (fp32 master), grads, exp_avg (m), exp_avg_sq (v) are flat arrays of one length and one
+// layout; `ranges` says which elements to update and whether each tensor decays (biases and LayerNorm
+// weights do not, as in run_glue_no_trainer: the caller decides per tensor). A ZeRO shard passes the parts
+// of tensors it owns as ranges over its own flat buffers. Elements outside every range are not touched.
+//
+// Optionally the updated params are also written as bf16 or f16 (round to nearest even) into a 16-bit
+// buffer of the same layout, in the same pass while they are still in cache (the offload path's copy-back).
+//
+// The work is split into fixed-size blocks run on std::threads; the result does not depend on the number of
+// threads (every element's arithmetic is independent).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <variant>
+
+#include "runtime/dtype.h"
+
+namespace zt::optim {
+
+struct AdamWHyper {
+  double lr = 1e-3;  // used by step() when no learning rate is given; schedules pass theirs per step
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+// One tensor (or the part of one a shard owns) inside the flat buffers: elements [offset, offset + numel).
+struct TensorRange {
+  int64_t offset = 0;
+  int64_t numel = 0;
+  bool weight_decay = true;  // false for biases and LayerNorm weights
+};
+
+// Flat buffers of equal length and layout. grads are read only.
+struct AdamWBuffers {
+  std::span<float> params;       // in/out: fp32 master weights
+  std::span<const float> grads;  // in: unscaled, clipped gradients
+  std::span<float> exp_avg;      // in/out: m, zero before the first step
+  std::span<float> exp_avg_sq;   // in/out: v, zero before the first step
+};
+
+// Where to write a 16-bit copy of the updated params (same layout as params), or nothing.
+using Params16Out = std::variant<std::monostate, std::span<bf16>, std::span<f16>>;
+
+// The per-step scalars of the formula above, rounded to float where torch rounds them. t >= 1.
+struct AdamWStepScalars {
+  float decay_factor;           // f(1 - lr*wd), applied to ranges with weight_decay
+  float m_weight;               // f(1 - b1), lerp weight
+  bool m_weight_is_small;       // 1 - b1 < 0.5: torch's lerp uses m + w*(g-m), otherwise g - (g-m)*(1-w)
+  float beta2;                  // f(b2)
+  float v_weight;               // f(1 - b2)
+  float bias_correction2_sqrt;  // f(sqrt(1 - b2^t)), computed as torch does: (1 - b2^t) ** 0.5
+  float eps;                    // f(eps)
+  float neg_step_size;          // f(-lr / (1 - b1^t))
+};
+AdamWStepScalars adamw_step_scalars(const AdamWHyper& hyper, double lr, int64_t t);
+
+// Applies one update with the given scalars to elements [0, n) of the raw arrays (no threads, no checks).
+// The building block of AdamW::update; exposed for callers that update one bucket at a time.
+void adamw_update_elements(const AdamWStepScalars& s, bool weight_decay, int64_t n, float* params,
+                           const float* grads, float* exp_avg, float* exp_avg_sq);
+
+class AdamW {
+ public:
+  // num_threads 0: all hardware threads. Throws on hyper-parameters torch rejects (negative lr, eps or
+  // weight_decay; betas outside [0, 1)).
+  explicit AdamW(AdamWHyper hyper = {}, int num_threads = 0);
+
+  // One optimizer step: advances t, then updates every range with learning rate lr.
+  void step(const AdamWBuffers& buffers, std::span<const TensorRange> ranges, double lr,
+            Params16Out params16 = {});
+  void step(const AdamWBuffers& buffers, std::span<const TensorRange> ranges) {
+    step(buffers, ranges, hyper_.lr);
+  }
+
+  // The same step in pieces, for an update that arrives bucket by bucket: begin_step() advances t once,
+  // then update() is called for each bucket's ranges with that t.
+  void begin_step() { ++step_count_; }
+  void update(const AdamWBuffers& buffers, std::span<const TensorRange> ranges, double lr,
+              Params16Out params16 = {}) const;
+
+  int64_t step_count() const { return step_count_; }  // t: steps taken (torch's state['step'])
+  void set_step_count(int64_t t);                     // when resuming from a checkpoint
+  const AdamWHyper& hyper() const { return hyper_; }
+  int num_threads() const { return num_threads_; }
+
+ private:
+  AdamWHyper hyper_;
+  int num_threads_;
+  int64_t step_count_ = 0;
+};
+
+}  // namespace zt::optim

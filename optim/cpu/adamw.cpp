@@ -1,0 +1,178 @@
+#include "optim/adamw.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "optim/cpu/parallel_blocks.h"
+#include "runtime/check.h"
+
+namespace zt::optim {
+
+AdamWStepScalars adamw_step_scalars(const AdamWHyper& h, double lr, int64_t t) {
+  ZT_CHECK(t >= 1, "AdamW step count must be >= 1 when updating, got ", t);
+  // Everything below is computed in double, as Python does, then rounded once where torch hands a Python
+  // float to a float32 kernel.
+  const double step = static_cast<double>(t);
+  const double bias_correction1 = 1.0 - std::pow(h.beta1, step);
+  const double bias_correction2 = 1.0 - std::pow(h.beta2, step);
+  AdamWStepScalars s{};
+  s.decay_factor = static_cast<float>(1.0 - lr * h.weight_decay);
+  s.m_weight = static_cast<float>(1.0 - h.beta1);
+  s.m_weight_is_small = std::abs(s.m_weight) < 0.5f;  // torch's is_lerp_weight_small, on the float weight
+  s.beta2 = static_cast<float>(h.beta2);
+  s.v_weight = static_cast<float>(1.0 - h.beta2);
+  s.bias_correction2_sqrt = static_cast<float>(std::pow(bias_correction2, 0.5));  // torch: bc2 ** 0.5
+  s.eps = static_cast<float>(h.eps);
+  s.neg_step_size = static_cast<float>(-(lr / bias_correction1));
+  return s;
+}
+
+void adamw_update_elements(const AdamWStepScalars& s, bool weight_decay, int64_t n, float* __restrict params,
+                           const float* __restrict grads, float* __restrict exp_avg,
+                           float* __restrict exp_avg_sq) {
+  // Every statement mirrors one torch kernel call, in torch's order, so each rounding matches; the loop has
+  // no branches on data and no reductions, so the compiler vectorises it (sqrt needs -fno-math-errno).
+  const float decay = weight_decay ? s.decay_factor : 1.0f;  // x * 1.0f == x: no-decay ranges stay exact
+  const float w = s.m_weight;
+  const float one_minus_w = 1.0f - w;
+  const float b2 = s.beta2, vw = s.v_weight, bc2 = s.bias_correction2_sqrt, eps = s.eps;
+  const float step = s.neg_step_size;
+  if (s.m_weight_is_small) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = grads[i];
+      float p = params[i] * decay;                        // param.mul_(1 - lr*wd)
+      const float m = exp_avg[i] + w * (g - exp_avg[i]);  // exp_avg.lerp_(grad, 1 - beta1)
+      float v = exp_avg_sq[i] * b2;                       // exp_avg_sq.mul_(beta2)
+      v = v + (vw * g) * g;                               //   .addcmul_(grad, grad, value=1 - beta2)
+      const float denom = std::sqrt(v) / bc2 + eps;       // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+      p = p + (step * m) / denom;                         // param.addcdiv_(exp_avg, denom, value=-step_size)
+      params[i] = p;
+      exp_avg[i] = m;
+      exp_avg_sq[i] = v;
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = grads[i];
+      float p = params[i] * decay;
+      const float m = g - (g - exp_avg[i]) * one_minus_w;  // lerp's form for weights >= 0.5
+      float v = exp_avg_sq[i] * b2;
+      v = v + (vw * g) * g;
+      const float denom = std::sqrt(v) / bc2 + eps;
+      p = p + (step * m) / denom;
+      params[i] = p;
+      exp_avg[i] = m;
+      exp_avg_sq[i] = v;
+    }
+  }
+}
+
+namespace {
+
+void check_hyper(const AdamWHyper& h) {
+  ZT_CHECK(h.lr >= 0, "AdamW: invalid learning rate ", h.lr);
+  ZT_CHECK(h.eps >= 0, "AdamW: invalid eps ", h.eps);
+  ZT_CHECK(h.beta1 >= 0 && h.beta1 < 1, "AdamW: invalid beta1 ", h.beta1, " (need 0 <= beta1 < 1)");
+  ZT_CHECK(h.beta2 >= 0 && h.beta2 < 1, "AdamW: invalid beta2 ", h.beta2, " (need 0 <= beta2 < 1)");
+  ZT_CHECK(h.weight_decay >= 0, "AdamW: invalid weight_decay ", h.weight_decay);
+}
+
+// Ranges must lie inside the buffers and must not overlap: an element updated twice would take two steps.
+void check_ranges(std::span<const TensorRange> ranges, int64_t size) {
+  std::vector<TensorRange> sorted(ranges.begin(), ranges.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const TensorRange& a, const TensorRange& b) { return a.offset < b.offset; });
+  int64_t end_of_previous = 0;
+  for (const TensorRange& r : sorted) {
+    ZT_CHECK(r.offset >= 0 && r.numel >= 0 && r.offset + r.numel <= size, "AdamW: range [", r.offset, ", ",
+             r.offset + r.numel, ") lies outside buffers of ", size, " elements");
+    ZT_CHECK(r.offset >= end_of_previous, "AdamW: ranges overlap at element ", r.offset);
+    end_of_previous = r.offset + r.numel;
+  }
+}
+
+// A piece of one range, the unit of parallel work.
+struct WorkBlock {
+  int64_t offset;
+  int64_t numel;
+  bool weight_decay;
+};
+
+std::vector<WorkBlock> split_into_blocks(std::span<const TensorRange> ranges) {
+  std::vector<WorkBlock> blocks;
+  for (const TensorRange& r : ranges) {
+    for (int64_t begin = 0; begin < r.numel; begin += detail::kBlockElements) {
+      blocks.push_back({r.offset + begin, std::min(detail::kBlockElements, r.numel - begin), r.weight_decay});
+    }
+  }
+  return blocks;
+}
+
+// Elements updated before their 16-bit copy is written: small enough to stay in L1 between the two.
+constexpr int64_t kCopyBackChunk = 2048;
+
+template <typename Half>
+void update_and_copy_back(const AdamWStepScalars& s, const AdamWBuffers& b, const WorkBlock& w, Half* out,
+                          Half (*to_half)(float)) {
+  for (int64_t begin = w.offset; begin < w.offset + w.numel; begin += kCopyBackChunk) {
+    const int64_t n = std::min(kCopyBackChunk, w.offset + w.numel - begin);
+    adamw_update_elements(s, w.weight_decay, n, b.params.data() + begin, b.grads.data() + begin,
+                          b.exp_avg.data() + begin, b.exp_avg_sq.data() + begin);
+    for (int64_t i = begin; i < begin + n; ++i) out[i] = to_half(b.params[static_cast<size_t>(i)]);
+  }
+}
+
+}  // namespace
+
+AdamW::AdamW(AdamWHyper hyper, int num_threads)
+    : hyper_(hyper), num_threads_(detail::resolve_thread_count(num_threads)) {
+  check_hyper(hyper_);
+}
+
+void AdamW::set_step_count(int64_t t) {
+  ZT_CHECK(t >= 0, "AdamW: step count must be non-negative, got ", t);
+  step_count_ = t;
+}
+
+void AdamW::step(const AdamWBuffers& buffers, std::span<const TensorRange> ranges, double lr,
+                 Params16Out params16) {
+  begin_step();
+  update(buffers, ranges, lr, params16);
+}
+
+void AdamW::update(const AdamWBuffers& buffers, std::span<const TensorRange> ranges, double lr,
+                   Params16Out params16) const {
+  ZT_CHECK(lr >= 0, "AdamW: invalid learning rate ", lr);
+  ZT_CHECK(step_count_ >= 1, "AdamW::update before begin_step()");
+  const size_t size = buffers.params.size();
+  ZT_CHECK(
+      buffers.grads.size() == size && buffers.exp_avg.size() == size && buffers.exp_avg_sq.size() == size,
+      "AdamW: buffer lengths differ: params ", size, ", grads ", buffers.grads.size(), ", exp_avg ",
+      buffers.exp_avg.size(), ", exp_avg_sq ", buffers.exp_avg_sq.size());
+  std::visit(
+      [&](const auto& out) {
+        if constexpr (!std::is_same_v<std::decay_t<decltype(out)>, std::monostate>) {
+          ZT_CHECK(out.size() == size, "AdamW: 16-bit params copy has ", out.size(), " elements, params ",
+                   size);
+        }
+      },
+      params16);
+  check_ranges(ranges, static_cast<int64_t>(size));
+
+  const AdamWStepScalars s = adamw_step_scalars(hyper_, lr, step_count_);
+  const std::vector<WorkBlock> blocks = split_into_blocks(ranges);
+  detail::run_blocks_in_parallel(static_cast<int64_t>(blocks.size()), num_threads_, [&](int64_t i) {
+    const WorkBlock& w = blocks[static_cast<size_t>(i)];
+    if (auto* out = std::get_if<std::span<bf16>>(&params16)) {
+      update_and_copy_back(s, buffers, w, out->data(), &float_to_bf16);
+    } else if (auto* out16 = std::get_if<std::span<f16>>(&params16)) {
+      update_and_copy_back(s, buffers, w, out16->data(), &float_to_f16);
+    } else {
+      adamw_update_elements(s, w.weight_decay, w.numel, buffers.params.data() + w.offset,
+                            buffers.grads.data() + w.offset, buffers.exp_avg.data() + w.offset,
+                            buffers.exp_avg_sq.data() + w.offset);
+    }
+  });
+}
+
+}  // namespace zt::optim

@@ -1,0 +1,50 @@
+// Internal to optim/cpu: splits elementwise work into fixed-size blocks and runs them on a few std::threads.
+//
+// Blocks have a fixed size that does not depend on the thread count, and every block's result is written to
+// its own place (elements, or a per-block partial sum combined in block order afterwards), so results are
+// bitwise identical for any number of threads.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace zt::optim::detail {
+
+// Elements per block: large enough that claiming a block is negligible, small enough (128 KiB of f32) that a
+// block of several streams stays in L2 while it is converted or summed.
+inline constexpr int64_t kBlockElements = int64_t{1} << 15;
+
+// The number of threads to use when the caller passes 0 ("all hardware threads").
+inline int resolve_thread_count(int requested) {
+  if (requested > 0) return requested;
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+// Calls run_block(b) exactly once for every b in [0, num_blocks), on up to `threads` threads (0: all).
+// Blocks are claimed dynamically, so uneven blocks (ranges of different lengths) still balance.
+// run_block must not throw: a worker thread has nowhere to send the exception.
+template <typename RunBlock>
+void run_blocks_in_parallel(int64_t num_blocks, int threads, const RunBlock& run_block) {
+  int workers = static_cast<int>(std::min<int64_t>(resolve_thread_count(threads), num_blocks));
+  if (workers <= 1) {
+    for (int64_t b = 0; b < num_blocks; ++b) run_block(b);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  auto drain = [&] {
+    for (int64_t b = next.fetch_add(1, std::memory_order_relaxed); b < num_blocks;
+         b = next.fetch_add(1, std::memory_order_relaxed)) {
+      run_block(b);
+    }
+  };
+  std::vector<std::jthread> pool;
+  pool.reserve(static_cast<size_t>(workers - 1));
+  for (int w = 1; w < workers; ++w) pool.emplace_back(drain);
+  drain();  // the calling thread works too
+}
+
+}  // namespace zt::optim::detail

@@ -1,0 +1,87 @@
+#include "optim/lr_schedule.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numbers>
+
+#include "runtime/check.h"
+
+namespace zt::optim {
+
+namespace {
+
+struct NamedKind {
+  std::string_view name;
+  ScheduleKind kind;
+};
+constexpr std::array<NamedKind, 4> kKinds{{{"linear", ScheduleKind::linear},
+                                           {"cosine", ScheduleKind::cosine},
+                                           {"constant", ScheduleKind::constant},
+                                           {"constant_with_warmup", ScheduleKind::constant_with_warmup}}};
+
+// HF's other SchedulerType values, so a valid HF name is told apart from a typo.
+constexpr std::array<std::string_view, 8> kHfNotImplemented{
+    "cosine_with_restarts", "polynomial",
+    "inverse_sqrt",         "reduce_lr_on_plateau",
+    "cosine_with_min_lr",   "cosine_warmup_with_min_lr",
+    "warmup_stable_decay",  "greedy"};
+
+double warmup_factor(int64_t step, int64_t warmup) {
+  return static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warmup));
+}
+
+}  // namespace
+
+ScheduleKind parse_schedule_kind(std::string_view name) {
+  for (const NamedKind& k : kKinds) {
+    if (k.name == name) return k.kind;
+  }
+  for (std::string_view hf : kHfNotImplemented) {
+    if (hf == name) ZT_FAIL("lr scheduler '", name, "' exists in HF but is not implemented here");
+  }
+  ZT_FAIL("unknown lr scheduler '", name, "' (expected linear, cosine, constant or constant_with_warmup)");
+}
+
+std::string_view schedule_kind_name(ScheduleKind kind) {
+  for (const NamedKind& k : kKinds) {
+    if (k.kind == kind) return k.name;
+  }
+  ZT_FAIL("invalid ScheduleKind ", static_cast<int>(kind));
+}
+
+void LrSchedule::validate() const {
+  ZT_CHECK(base_lr >= 0, "learning rate must be non-negative, got ", base_lr);
+  ZT_CHECK(num_warmup_steps >= 0, "num_warmup_steps must be non-negative, got ", num_warmup_steps);
+  if (kind == ScheduleKind::linear || kind == ScheduleKind::cosine) {
+    ZT_CHECK(num_training_steps >= 0, "num_training_steps must be non-negative, got ", num_training_steps);
+  }
+}
+
+double LrSchedule::factor_at(int64_t step) const {
+  ZT_CHECK(step >= 0, "lr schedule step must be non-negative, got ", step);
+  const int64_t w = num_warmup_steps, t = num_training_steps;
+  switch (kind) {
+    case ScheduleKind::constant:
+      return 1.0;
+    case ScheduleKind::constant_with_warmup:
+      return step < w ? warmup_factor(step, w) : 1.0;
+    case ScheduleKind::linear:
+      if (step < w) return warmup_factor(step, w);
+      return std::max(0.0, static_cast<double>(t - step) / static_cast<double>(std::max<int64_t>(1, t - w)));
+    case ScheduleKind::cosine: {
+      if (step < w) return warmup_factor(step, w);
+      const double progress =
+          static_cast<double>(step - w) / static_cast<double>(std::max<int64_t>(1, t - w));
+      constexpr double kCycles = 0.5;
+      return std::max(0.0, 0.5 * (1.0 + std::cos(std::numbers::pi * kCycles * 2.0 * progress)));
+    }
+  }
+  ZT_FAIL("invalid ScheduleKind ", static_cast<int>(kind));
+}
+
+double LrSchedule::lr_at(int64_t step) const {
+  return base_lr * factor_at(step);
+}
+
+}  // namespace zt::optim
