@@ -1,0 +1,463 @@
+#include "runtime/h5file.h"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <utility>
+
+#include "runtime/check.h"
+#include "runtime/log.h"
+
+namespace zt {
+
+static_assert(sizeof(hid_t) == sizeof(int64_t), "hid_t is stored as int64_t");
+
+namespace {
+
+// HDF5 prints its own error stack to stderr by default; our errors carry the file and dataset instead.
+void silence_hdf5_errors() {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+// Closes an HDF5 handle at scope exit with the matching H5?close.
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  ~Handle() {
+    if (id_ >= 0) closer_(id_);
+  }
+  Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, -1)), closer_(other.closer_) {}
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  Handle& operator=(Handle&&) = delete;
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  Closer closer_;
+};
+
+std::string clean_name(std::string_view name) {
+  ZT_CHECK(!name.empty(), "empty HDF5 object name");
+  return std::string(name);
+}
+
+// HDF5 types for a DType: (type stored in the file, type of the in-memory buffer).
+std::pair<hid_t, hid_t> hdf5_types(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return {H5T_IEEE_F32LE, H5T_NATIVE_FLOAT};
+    case DType::bf16:
+    case DType::f16:
+      return {H5T_STD_U16LE, H5T_NATIVE_UINT16};
+    case DType::i32:
+      return {H5T_STD_I32LE, H5T_NATIVE_INT32};
+    case DType::i64:
+      return {H5T_STD_I64LE, H5T_NATIVE_INT64};
+  }
+  ZT_FAIL("unsupported dtype");
+}
+
+Handle make_dataspace(const Shape& shape) {
+  if (shape.rank == 0) return Handle(H5Screate(H5S_SCALAR), H5Sclose);
+  hsize_t dims[kMaxRank];
+  for (int i = 0; i < shape.rank; ++i) dims[i] = static_cast<hsize_t>(shape[i]);
+  return Handle(H5Screate_simple(shape.rank, dims, nullptr), H5Sclose);
+}
+
+}  // namespace
+
+// ---- open / close ----
+
+H5File H5File::open_read(const std::string& path) {
+  silence_hdf5_errors();
+  ZT_CHECK(std::filesystem::exists(path), "HDF5 file ", path, " does not exist");
+  ZT_CHECK(H5Fis_hdf5(path.c_str()) > 0, "file ", path,
+           " is not a readable HDF5 file (corrupt or truncated?)");
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ZT_CHECK(id >= 0, "cannot open HDF5 file ", path, " (corrupt or truncated?)");
+  return H5File(id, path);
+}
+
+H5File H5File::open_read_write(const std::string& path) {
+  silence_hdf5_errors();
+  ZT_CHECK(std::filesystem::exists(path), "HDF5 file ", path, " does not exist");
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ZT_CHECK(id >= 0, "cannot open HDF5 file ", path, " for writing (corrupt, truncated or read-only?)");
+  return H5File(id, path);
+}
+
+H5File H5File::create(const std::string& path) {
+  silence_hdf5_errors();
+  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ZT_CHECK(id >= 0, "cannot create HDF5 file ", path, " (missing directory or no permission?)");
+  return H5File(id, path);
+}
+
+H5File::~H5File() {
+  if (id_ >= 0) H5Fclose(id_);
+}
+
+H5File::H5File(H5File&& other) noexcept : id_(std::exchange(other.id_, -1)), path_(std::move(other.path_)) {}
+
+H5File& H5File::operator=(H5File&& other) noexcept {
+  if (this != &other) {
+    if (id_ >= 0) H5Fclose(id_);
+    id_ = std::exchange(other.id_, -1);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+void H5File::close() {
+  if (id_ < 0) return;
+  hid_t id = std::exchange(id_, -1);
+  herr_t flushed = H5Fflush(id, H5F_SCOPE_GLOBAL);
+  herr_t closed = H5Fclose(id);
+  ZT_CHECK(flushed >= 0 && closed >= 0, "cannot flush and close HDF5 file ", path_, " (disk full?)");
+}
+
+int64_t H5File::handle() const {
+  ZT_CHECK(id_ >= 0, "HDF5 file ", path_, " is closed");
+  return id_;
+}
+
+// ---- datasets ----
+
+void H5File::write_typed(std::string_view name, const void* data, const Shape& shape, int64_t file_type,
+                         int64_t memory_type, std::string_view dtype_label) {
+  std::string path = clean_name(name);
+  ZT_CHECK(!exists(path), "cannot write dataset '", path, "' to ", path_, ": it already exists");
+  for (int i = 0; i < shape.rank; ++i)
+    ZT_CHECK(shape[i] >= 0, "dataset '", path, "' has a negative dimension ", shape.to_string());
+  Handle space = make_dataspace(shape);
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  ZT_CHECK(space.valid() && lcpl.valid() && H5Pset_create_intermediate_group(lcpl.get(), 1) >= 0,
+           "cannot prepare dataset '", path, "' in ", path_);
+  Handle dataset(
+      H5Dcreate2(handle(), path.c_str(), file_type, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
+      H5Dclose);
+  ZT_CHECK(dataset.valid(), "cannot create dataset '", path, "' in ", path_);
+  if (shape.numel() > 0)
+    ZT_CHECK(H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0,
+             "cannot write dataset '", path, "' to ", path_, " (disk full?)");
+  set_attribute("dtype", dtype_label, path);
+}
+
+void H5File::write(std::string_view name, const void* data, const Shape& shape, DType dtype) {
+  ZT_CHECK(data != nullptr || shape.numel() == 0, "writing '", name, "' to ", path_, ": null data");
+  auto [file_type, memory_type] = hdf5_types(dtype);
+  write_typed(name, data, shape, file_type, memory_type, dtype_name(dtype));
+}
+
+void H5File::write(std::string_view name, const Tensor& tensor) {
+  ZT_CHECK(tensor.device() == DeviceKind::cpu, "writing '", name, "' to ", path_,
+           ": copy device tensors to the host first (", tensor.describe(), ")");
+  ZT_CHECK(tensor.is_contiguous(), "writing '", name, "' to ", path_, ": tensor must be contiguous");
+  write(name, tensor.data(), tensor.shape(), tensor.dtype());
+}
+
+void H5File::write_bytes(std::string_view name, std::span<const uint8_t> bytes) {
+  write_typed(name, bytes.data(), Shape{static_cast<int64_t>(bytes.size())}, H5T_STD_U8LE, H5T_NATIVE_UINT8,
+              "u8");
+}
+
+bool H5File::exists(std::string_view name) const {
+  std::string path = clean_name(name);
+  if (path == "/") return true;
+  // H5Lexists fails (rather than returning false) when a parent is missing, so check prefix by prefix.
+  for (size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
+    std::string prefix = path.substr(0, slash);
+    if (H5Lexists(handle(), prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (slash == std::string::npos) return true;
+  }
+}
+
+H5DatasetInfo H5File::info(std::string_view name) const {
+  std::string path = clean_name(name);
+  ZT_CHECK(exists(path), "HDF5 file ", path_, " has no dataset '", path, "'");
+  Handle dataset(H5Dopen2(handle(), path.c_str(), H5P_DEFAULT), H5Dclose);
+  ZT_CHECK(dataset.valid(), "'", path, "' in ", path_, " is not a readable dataset");
+  H5DatasetInfo out;
+  Handle space(H5Dget_space(dataset.get()), H5Sclose);
+  int rank = H5Sget_simple_extent_ndims(space.get());
+  ZT_CHECK(rank >= 0 && rank <= kMaxRank, "dataset '", path, "' in ", path_, " has unsupported rank ", rank);
+  hsize_t dims[kMaxRank] = {};
+  H5Sget_simple_extent_dims(space.get(), dims, nullptr);
+  out.shape.rank = rank;
+  for (int i = 0; i < rank; ++i) out.shape[i] = static_cast<int64_t>(dims[i]);
+
+  std::string label;
+  if (has_attribute("dtype", path)) label = attribute_string("dtype", path);
+  Handle type(H5Dget_type(dataset.get()), H5Tclose);
+  const H5T_class_t type_class = H5Tget_class(type.get());
+  const size_t type_size = H5Tget_size(type.get());
+  const bool is_signed = type_class == H5T_INTEGER && H5Tget_sign(type.get()) == H5T_SGN_2;
+  if (label == "u8" || (label.empty() && type_class == H5T_INTEGER && type_size == 1 && !is_signed)) {
+    ZT_CHECK(type_class == H5T_INTEGER && type_size == 1, "dataset '", path, "' in ", path_,
+             " is labelled u8 but is not 1-byte integer data");
+    out.raw_bytes = true;
+    return out;
+  }
+  if (!label.empty()) {
+    out.dtype = parse_dtype(label);
+    const bool matches = (out.dtype == DType::f32 && type_class == H5T_FLOAT && type_size == 4) ||
+                         ((out.dtype == DType::bf16 || out.dtype == DType::f16) &&
+                          type_class == H5T_INTEGER && type_size == 2) ||
+                         (out.dtype == DType::i32 && is_signed && type_size == 4) ||
+                         (out.dtype == DType::i64 && is_signed && type_size == 8);
+    ZT_CHECK(matches, "dataset '", path, "' in ", path_, " is labelled ", label,
+             " but its HDF5 type does not match (corrupt file?)");
+    return out;
+  }
+  if (type_class == H5T_FLOAT && type_size == 4) {
+    out.dtype = DType::f32;
+  } else if (is_signed && type_size == 4) {
+    out.dtype = DType::i32;
+  } else if (is_signed && type_size == 8) {
+    out.dtype = DType::i64;
+  } else {
+    ZT_FAIL("dataset '", path, "' in ", path_, " has an unsupported type (class ",
+            static_cast<int>(type_class), ", ", type_size,
+            " bytes); supported: float32, int32, int64, uint8, and uint16 labelled bf16/f16");
+  }
+  return out;
+}
+
+void H5File::read(std::string_view name, void* data, const Shape& shape, DType dtype) const {
+  std::string path = clean_name(name);
+  H5DatasetInfo stored = info(path);
+  ZT_CHECK(!stored.raw_bytes, "dataset '", path, "' in ", path_, " holds raw bytes; read it with read_bytes");
+  ZT_CHECK(stored.dtype == dtype, "dataset '", path, "' in ", path_, " holds ", dtype_name(stored.dtype),
+           ", asked to read it as ", dtype_name(dtype));
+  ZT_CHECK(stored.shape == shape, "dataset '", path, "' in ", path_, " has shape ", stored.shape.to_string(),
+           ", expected ", shape.to_string());
+  if (shape.numel() == 0) return;
+  ZT_CHECK(data != nullptr, "reading '", path, "' from ", path_, ": null destination");
+  Handle dataset(H5Dopen2(handle(), path.c_str(), H5P_DEFAULT), H5Dclose);
+  ZT_CHECK(H5Dread(dataset.get(), hdf5_types(dtype).second, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0,
+           "cannot read dataset '", path, "' from ", path_, " (corrupt or truncated file?)");
+}
+
+void H5File::read(std::string_view name, const Tensor& into) const {
+  ZT_CHECK(into.device() == DeviceKind::cpu, "reading '", name, "' from ", path_,
+           ": read into host memory and copy to the device (", into.describe(), ")");
+  ZT_CHECK(into.is_contiguous(), "reading '", name, "' from ", path_, ": tensor must be contiguous");
+  read(name, into.data(), into.shape(), into.dtype());
+}
+
+std::vector<uint8_t> H5File::read_bytes(std::string_view name) const {
+  std::string path = clean_name(name);
+  H5DatasetInfo stored = info(path);
+  ZT_CHECK(stored.raw_bytes, "dataset '", path, "' in ", path_, " holds ", dtype_name(stored.dtype),
+           ", not raw bytes");
+  std::vector<uint8_t> bytes(static_cast<size_t>(stored.shape.numel()));
+  if (bytes.empty()) return bytes;
+  Handle dataset(H5Dopen2(handle(), path.c_str(), H5P_DEFAULT), H5Dclose);
+  ZT_CHECK(H5Dread(dataset.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0,
+           "cannot read dataset '", path, "' from ", path_, " (corrupt or truncated file?)");
+  return bytes;
+}
+
+// ---- groups ----
+
+void H5File::create_group(std::string_view name) {
+  std::string path = clean_name(name);
+  if (exists(path)) {
+    Handle group(H5Gopen2(handle(), path.c_str(), H5P_DEFAULT), H5Gclose);
+    ZT_CHECK(group.valid(), "cannot create group '", path, "' in ", path_, ": a dataset has that name");
+    return;
+  }
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  ZT_CHECK(lcpl.valid() && H5Pset_create_intermediate_group(lcpl.get(), 1) >= 0, "cannot prepare group '",
+           path, "' in ", path_);
+  Handle group(H5Gcreate2(handle(), path.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  ZT_CHECK(group.valid(), "cannot create group '", path, "' in ", path_);
+}
+
+std::vector<std::string> H5File::list(std::string_view group_name) const {
+  std::string path = clean_name(group_name);
+  ZT_CHECK(exists(path), "HDF5 file ", path_, " has no group '", path, "'");
+  Handle group(H5Gopen2(handle(), path.c_str(), H5P_DEFAULT), H5Gclose);
+  ZT_CHECK(group.valid(), "'", path, "' in ", path_, " is not a group");
+  H5G_info_t group_info{};
+  ZT_CHECK(H5Gget_info(group.get(), &group_info) >= 0, "cannot list group '", path, "' in ", path_);
+  std::vector<std::string> names;
+  names.reserve(group_info.nlinks);
+  for (hsize_t i = 0; i < group_info.nlinks; ++i) {
+    ssize_t length =
+        H5Lget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    ZT_CHECK(length >= 0, "cannot list group '", path, "' in ", path_);
+    std::string name(static_cast<size_t>(length), '\0');
+    H5Lget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1,
+                       H5P_DEFAULT);
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
+// ---- attributes ----
+
+namespace {
+
+// Opens the object an attribute lives on (a group or a dataset).
+Handle open_object(hid_t file, const std::string& object, const std::string& file_path) {
+  Handle h(H5Oopen(file, object.c_str(), H5P_DEFAULT), H5Oclose);
+  ZT_CHECK(h.valid(), "HDF5 file ", file_path, " has no object '", object, "'");
+  return h;
+}
+
+void write_attribute(hid_t object, const std::string& key, hid_t file_type, hid_t memory_type,
+                     const void* value, const std::string& where) {
+  if (H5Aexists(object, key.c_str()) > 0)
+    ZT_CHECK(H5Adelete(object, key.c_str()) >= 0, "cannot replace attribute '", key, "' on ", where);
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle attribute(H5Acreate2(object, key.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                   H5Aclose);
+  ZT_CHECK(attribute.valid() && H5Awrite(attribute.get(), memory_type, value) >= 0,
+           "cannot write attribute '", key, "' on ", where);
+}
+
+}  // namespace
+
+void H5File::set_attribute(std::string_view key, std::string_view value, std::string_view object) {
+  std::string object_path = clean_name(object);
+  Handle target = open_object(handle(), object_path, path_);
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  ZT_CHECK(H5Tset_size(type.get(), std::max<size_t>(value.size(), 1)) >= 0 &&
+               H5Tset_strpad(type.get(), H5T_STR_NULLPAD) >= 0,
+           "cannot make a string type for attribute '", key, "'");
+  std::string padded(value);
+  if (padded.empty()) padded.push_back('\0');
+  write_attribute(target.get(), std::string(key), type.get(), type.get(), padded.data(),
+                  str("'", object_path, "' in ", path_));
+}
+
+void H5File::set_attribute(std::string_view key, int64_t value, std::string_view object) {
+  std::string object_path = clean_name(object);
+  Handle target = open_object(handle(), object_path, path_);
+  write_attribute(target.get(), std::string(key), H5T_STD_I64LE, H5T_NATIVE_INT64, &value,
+                  str("'", object_path, "' in ", path_));
+}
+
+void H5File::set_attribute(std::string_view key, double value, std::string_view object) {
+  std::string object_path = clean_name(object);
+  Handle target = open_object(handle(), object_path, path_);
+  write_attribute(target.get(), std::string(key), H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value,
+                  str("'", object_path, "' in ", path_));
+}
+
+bool H5File::has_attribute(std::string_view key, std::string_view object) const {
+  std::string object_path = clean_name(object);
+  if (!exists(object_path)) return false;
+  Handle target = open_object(handle(), object_path, path_);
+  return H5Aexists(target.get(), std::string(key).c_str()) > 0;
+}
+
+std::string H5File::attribute_string(std::string_view key, std::string_view object) const {
+  std::string object_path = clean_name(object), k(key);
+  ZT_CHECK(has_attribute(key, object_path), "HDF5 file ", path_, ": '", object_path, "' has no attribute '",
+           k, "'");
+  Handle target = open_object(handle(), object_path, path_);
+  Handle attribute(H5Aopen(target.get(), k.c_str(), H5P_DEFAULT), H5Aclose);
+  Handle type(H5Aget_type(attribute.get()), H5Tclose);
+  ZT_CHECK(H5Tget_class(type.get()) == H5T_STRING, "attribute '", k, "' on '", object_path, "' in ", path_,
+           " is not a string");
+  if (H5Tis_variable_str(type.get()) > 0) {  // as h5py writes them
+    Handle memory_type(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(memory_type.get(), H5T_VARIABLE);
+    char* text = nullptr;
+    ZT_CHECK(H5Aread(attribute.get(), memory_type.get(), &text) >= 0, "cannot read attribute '", k, "' in ",
+             path_);
+    std::string value = text != nullptr ? std::string(text) : std::string();
+    H5free_memory(text);
+    return value;
+  }
+  std::string value(H5Tget_size(type.get()), '\0');
+  ZT_CHECK(H5Aread(attribute.get(), type.get(), value.data()) >= 0, "cannot read attribute '", k, "' in ",
+           path_);
+  value.resize(value.find('\0') == std::string::npos ? value.size() : value.find('\0'));
+  return value;
+}
+
+int64_t H5File::attribute_int(std::string_view key, std::string_view object) const {
+  std::string object_path = clean_name(object), k(key);
+  ZT_CHECK(has_attribute(key, object_path), "HDF5 file ", path_, ": '", object_path, "' has no attribute '",
+           k, "'");
+  Handle target = open_object(handle(), object_path, path_);
+  Handle attribute(H5Aopen(target.get(), k.c_str(), H5P_DEFAULT), H5Aclose);
+  Handle type(H5Aget_type(attribute.get()), H5Tclose);
+  ZT_CHECK(H5Tget_class(type.get()) == H5T_INTEGER, "attribute '", k, "' on '", object_path, "' in ", path_,
+           " is not an integer");
+  int64_t value = 0;
+  ZT_CHECK(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value) >= 0, "cannot read attribute '", k, "' in ",
+           path_);
+  return value;
+}
+
+double H5File::attribute_double(std::string_view key, std::string_view object) const {
+  std::string object_path = clean_name(object), k(key);
+  ZT_CHECK(has_attribute(key, object_path), "HDF5 file ", path_, ": '", object_path, "' has no attribute '",
+           k, "'");
+  Handle target = open_object(handle(), object_path, path_);
+  Handle attribute(H5Aopen(target.get(), k.c_str(), H5P_DEFAULT), H5Aclose);
+  Handle type(H5Aget_type(attribute.get()), H5Tclose);
+  const H5T_class_t type_class = H5Tget_class(type.get());
+  ZT_CHECK(type_class == H5T_FLOAT || type_class == H5T_INTEGER, "attribute '", k, "' on '", object_path,
+           "' in ", path_, " is not a number");
+  double value = 0;
+  ZT_CHECK(H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, &value) >= 0, "cannot read attribute '", k, "' in ",
+           path_);
+  return value;
+}
+
+// ---- AtomicH5Writer ----
+
+namespace {
+std::string temp_path_for(const std::string& path) {
+  return str(path, ".tmp-", static_cast<long>(getpid()));
+}
+
+// Makes the file's bytes durable before the rename publishes it.
+void sync_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ZT_CHECK(fd >= 0, "cannot reopen ", path, " to sync it");
+  int status = ::fsync(fd);
+  ::close(fd);
+  ZT_CHECK(status == 0, "cannot sync ", path, " to disk");
+}
+}  // namespace
+
+AtomicH5Writer::AtomicH5Writer(std::string path)
+    : path_(std::move(path)), temp_path_(temp_path_for(path_)), file_(H5File::create(temp_path_)) {}
+
+AtomicH5Writer::~AtomicH5Writer() {
+  if (committed_) return;
+  try {
+    file_.close();
+  } catch (const Error&) {  // the temp file is being discarded anyway
+  }
+  std::error_code ignored;
+  std::filesystem::remove(temp_path_, ignored);
+}
+
+H5File& AtomicH5Writer::file() {
+  ZT_CHECK(!committed_, "AtomicH5Writer for ", path_, " already committed");
+  return file_;
+}
+
+void AtomicH5Writer::commit() {
+  ZT_CHECK(!committed_, "AtomicH5Writer for ", path_, " committed twice");
+  file_.close();
+  sync_file(temp_path_);
+  ZT_CHECK(std::rename(temp_path_.c_str(), path_.c_str()) == 0, "cannot rename ", temp_path_, " onto ",
+           path_);
+  committed_ = true;
+}
+
+}  // namespace zt

@@ -1,0 +1,199 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "runtime/check.h"
+#include "runtime/dtype.h"
+#include "runtime/h5file.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory per test, removed afterwards.
+class H5FileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           str("zt_h5_", getpid(), "_", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Expects `fn` to throw a zt::Error whose message contains every one of `parts`.
+  template <typename Fn>
+  static void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
+    try {
+      fn();
+      ADD_FAILURE() << "expected a zt::Error";
+    } catch (const Error& e) {
+      for (const std::string& part : parts)
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+            << "missing '" << part << "' in: " << e.what();
+    }
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(H5FileTest, RoundTripsEveryDtypeWithShapesGroupsAndAttributes) {
+  const std::string file = path("ckpt.h5");
+  std::vector<float> f32 = {1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, 7.0f};
+  std::vector<bf16> b16 = {float_to_bf16(1.0f), float_to_bf16(-0.5f), float_to_bf16(3.0f)};
+  std::vector<f16> h16 = {float_to_f16(0.25f), float_to_f16(-65504.0f)};
+  std::vector<int32_t> i32 = {-7, 0, 2147483647};
+  std::vector<int64_t> i64 = {int64_t{1} << 40, -1};
+  std::vector<uint8_t> bytes = {0, 1, 255, 128};
+  {
+    H5File f = H5File::create(file);
+    f.write<float>("params/deberta.embeddings.word_embeddings.weight", f32, {2, 3});
+    f.write<bf16>("params/deberta.encoder.layer.0.output.dense.bias", b16, {3});
+    f.write<f16>("half/h", h16, {2, 1});
+    f.write<int32_t>("ints/i32", i32, {3});
+    f.write<int64_t>("ints/i64", i64, {2});
+    f.write<float>("scalar", std::vector<float>{42.0f}, Shape{});
+    f.write<float>("empty", std::vector<float>{}, {0, 4});
+    f.write_bytes("rng/state", bytes);
+    f.set_attribute("model", "microsoft/deberta-v2-xlarge");
+    f.set_attribute("step", int64_t{1234});
+    f.set_attribute("loss_scale", 65536.0);
+    f.set_attribute("step", int64_t{1235});  // replaces
+    f.set_attribute("world_size", int64_t{4}, "params");
+    f.create_group("optimizer/m");
+  }
+  H5File f = H5File::open_read(file);
+  Shape shape;
+  EXPECT_EQ(f.read_vector<float>("params/deberta.embeddings.word_embeddings.weight", &shape), f32);
+  EXPECT_EQ(shape, (Shape{2, 3}));
+  std::vector<bf16> b16_back = f.read_vector<bf16>("params/deberta.encoder.layer.0.output.dense.bias");
+  ASSERT_EQ(b16_back.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(b16_back[i].bits, b16[i].bits);
+  H5DatasetInfo half = f.info("half/h");
+  EXPECT_EQ(half.dtype, DType::f16);
+  EXPECT_EQ(half.shape, (Shape{2, 1}));
+  EXPECT_EQ(f.read_vector<f16>("half/h")[1].bits, h16[1].bits);
+  EXPECT_EQ(f.read_vector<int32_t>("ints/i32"), i32);
+  EXPECT_EQ(f.read_vector<int64_t>("ints/i64"), i64);
+  EXPECT_EQ(f.read_vector<float>("scalar", &shape), std::vector<float>{42.0f});
+  EXPECT_EQ(shape.rank, 0);
+  EXPECT_TRUE(f.read_vector<float>("empty").empty());
+  EXPECT_EQ(f.info("empty").shape, (Shape{0, 4}));
+  EXPECT_EQ(f.read_bytes("rng/state"), bytes);
+  EXPECT_TRUE(f.info("rng/state").raw_bytes);
+
+  EXPECT_EQ(f.attribute_string("model"), "microsoft/deberta-v2-xlarge");
+  EXPECT_EQ(f.attribute_int("step"), 1235);
+  EXPECT_EQ(f.attribute_double("loss_scale"), 65536.0);
+  EXPECT_EQ(f.attribute_int("world_size", "params"), 4);
+  EXPECT_FALSE(f.has_attribute("epoch"));
+
+  EXPECT_EQ(f.list(),
+            (std::vector<std::string>{"empty", "half", "ints", "optimizer", "params", "rng", "scalar"}));
+  EXPECT_EQ(f.list("params"), (std::vector<std::string>{"deberta.embeddings.word_embeddings.weight",
+                                                        "deberta.encoder.layer.0.output.dense.bias"}));
+  EXPECT_TRUE(f.exists("optimizer/m"));
+  EXPECT_FALSE(f.exists("optimizer/v"));
+  EXPECT_FALSE(f.exists("nothing/here/at/all"));
+}
+
+TEST_F(H5FileTest, ReadsIntoTensorsWithDtypeAndShapeChecks) {
+  const std::string file = path("t.h5");
+  std::vector<float> values = {1, 2, 3, 4, 5, 6};
+  {
+    H5File f = H5File::create(file);
+    f.write("w", Tensor(values.data(), {3, 2}, DType::f32));
+  }
+  H5File f = H5File::open_read(file);
+  std::vector<float> back(6, 0.0f);
+  f.read("w", Tensor(back.data(), {3, 2}, DType::f32));
+  EXPECT_EQ(back, values);
+  expect_error(
+      [&] {
+        f.read("w", Tensor(back.data(), {2, 3}, DType::f32));
+      },
+      {file, "'w'", "shape [3, 2]", "expected [2, 3]"});
+  std::vector<bf16> wrong(6);
+  expect_error(
+      [&] {
+        f.read("w", Tensor(wrong.data(), {3, 2}, DType::bf16));
+      },
+      {file, "'w'", "holds f32", "bf16"});
+  expect_error([&] { f.read_vector<float>("params/missing"); }, {file, "params/missing"});
+  expect_error([&] { f.read_bytes("w"); }, {file, "not raw bytes"});
+  expect_error([&] { f.attribute_int("step"); }, {file, "step"});
+}
+
+TEST_F(H5FileTest, WritingAnExistingNameIsAnError) {
+  H5File f = H5File::create(path("dup.h5"));
+  f.write<int32_t>("a/b", std::vector<int32_t>{1}, {1});
+  expect_error([&] { f.write<int32_t>("a/b", std::vector<int32_t>{2}, {1}); }, {"'a/b'", "already exists"});
+  expect_error([&] { f.write<int32_t>("c", std::vector<int32_t>{1, 2}, {3}); }, {"'c'", "2 values"});
+  expect_error([&] { f.create_group("a/b"); }, {"a dataset has that name"});
+}
+
+TEST_F(H5FileTest, AtomicWriterReplacesOnlyOnCommit) {
+  const std::string file = path("model.h5");
+  {
+    AtomicH5Writer w(file);
+    w.file().write<int64_t>("version", std::vector<int64_t>{1}, {1});
+    EXPECT_FALSE(fs::exists(file));  // nothing published before commit
+    EXPECT_TRUE(fs::exists(w.temp_path()));
+    w.commit();
+    EXPECT_FALSE(fs::exists(w.temp_path()));
+  }
+  std::string temp;
+  {
+    AtomicH5Writer w(file);
+    temp = w.temp_path();
+    w.file().write<int64_t>("version", std::vector<int64_t>{2}, {1});
+    // destroyed without commit, as when an exception unwinds a half-written checkpoint
+  }
+  EXPECT_FALSE(fs::exists(temp));
+  EXPECT_EQ(H5File::open_read(file).read_vector<int64_t>("version"), std::vector<int64_t>{1});
+  {
+    AtomicH5Writer w(file);
+    w.file().write<int64_t>("version", std::vector<int64_t>{3}, {1});
+    w.commit();
+    EXPECT_THROW(w.commit(), Error);
+  }
+  EXPECT_EQ(H5File::open_read(file).read_vector<int64_t>("version"), std::vector<int64_t>{3});
+}
+
+TEST_F(H5FileTest, TruncatedCorruptAndMissingFilesGiveClearErrors) {
+  const std::string file = path("full.h5");
+  {
+    H5File f = H5File::create(file);
+    std::vector<float> big(100000, 1.0f);
+    f.write<float>("params/w", big, {100000});
+  }
+  const auto size = fs::file_size(file);
+  const std::string truncated = path("truncated.h5");
+  fs::copy_file(file, truncated);
+  fs::resize_file(truncated, size / 2);
+  expect_error(
+      [&] {
+        H5File f = H5File::open_read(truncated);
+        f.read_vector<float>("params/w");
+      },
+      {truncated});
+  const std::string cut_header = path("cut_header.h5");
+  fs::copy_file(file, cut_header);
+  fs::resize_file(cut_header, 100);
+  expect_error([&] { H5File::open_read(cut_header); }, {cut_header, "corrupt or truncated"});
+  const std::string garbage = path("garbage.h5");
+  std::ofstream(garbage) << "this is not an HDF5 file";
+  expect_error([&] { H5File::open_read(garbage); }, {garbage, "not a readable HDF5 file"});
+  expect_error([&] { H5File::open_read(path("missing.h5")); }, {"missing.h5", "does not exist"});
+  expect_error([&] { H5File::create(path("no/such/dir/x.h5")); }, {"x.h5"});
+}
+
+}  // namespace
+}  // namespace zt
