@@ -1,6 +1,7 @@
 #include "data/batcher.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 
 #include "runtime/check.h"
@@ -72,6 +73,13 @@ LengthStats EncodedDataset::length_stats() const {
   s.p95_length = lengths[std::min<int64_t>(s.rows - 1, (s.rows * 95) / 100)];
   s.truncated_rows = std::count(truncated_.begin(), truncated_.end(), uint8_t{1});
   return s;
+}
+
+std::string describe(const LengthStats& s) {
+  char mean[32];
+  std::snprintf(mean, sizeof(mean), "%.1f", s.mean_length);
+  return str(s.rows, " rows, tokens min ", s.min_length, " / median ", s.median_length, " / mean ", mean,
+             " / p95 ", s.p95_length, " / max ", s.max_length, ", ", s.truncated_rows, " truncated");
 }
 
 Batcher::Batcher(const EncodedDataset& dataset, BatcherOptions options)

@@ -49,6 +49,9 @@ struct LengthStats {
   int64_t total_tokens = 0;
 };
 
+// One line for logs: "3668 rows, tokens min 19 / median 51 / mean 52.1 / p95 75 / max 103, 0 truncated".
+std::string describe(const LengthStats& stats);
+
 // Every row of a GLUE dataset tokenized once: [CLS] A [SEP] B [SEP] with no padding.
 class EncodedDataset {
  public:
