@@ -16,7 +16,9 @@ bool sync_debug_enabled() {
   static const bool enabled = [] {
     const char* value = std::getenv("ZT_SYNC_DEBUG");
     bool on = value != nullptr && std::strcmp(value, "0") != 0 && value[0] != '\0';
-    if (on) ZT_LOG(info) << "ZT_SYNC_DEBUG: synchronizing after every kernel launch";
+    if (on) {
+      ZT_LOG(info) << "ZT_SYNC_DEBUG: synchronizing after every kernel launch";
+    }
     return on;
   }();
   return enabled;
