@@ -7,7 +7,8 @@
 //
 // p == 0 is an exact copy (the eval path and every p = 0 site). Requires 0 <= p < 1.
 // site_id must differ between every dropout application that needs an independent mask (each step, layer
-// and site in the layer); dropout_site_id below packs those three into one id.
+// and site in the layer); dropout_site_id below packs those three into one id. Data-parallel ranks see
+// different samples at the same site, so fold the rank into `seed` to keep their masks independent.
 #pragma once
 
 #include <cstdint>

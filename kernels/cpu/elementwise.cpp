@@ -28,8 +28,8 @@ void mask_rows_cpu(const float* x, const MaskT* mask, float* out, int64_t rows, 
   }
 }
 
-void mask_rows(const Tensor& x, const Tensor& mask, const Tensor& out, const char* op, const char* x_name,
-               const char* out_name) {
+void apply_row_mask(const Tensor& x, const Tensor& mask, const Tensor& out, const char* op,
+                    const char* x_name, const char* out_name) {
   fail_if_cuda(x, op);
   check_cpu_arg(x, DType::f32, op, x_name);
   check_cpu_arg(out, DType::f32, op, out_name);
@@ -118,11 +118,11 @@ void fill(const Tensor& dst, float value) {
 }
 
 void mask_rows_forward(const Tensor& x, const Tensor& mask, const Tensor& out) {
-  mask_rows(x, mask, out, "mask_rows_forward", "x", "out");
+  apply_row_mask(x, mask, out, "mask_rows_forward", "x", "out");
 }
 
 void mask_rows_backward(const Tensor& dy, const Tensor& mask, const Tensor& dx) {
-  mask_rows(dy, mask, dx, "mask_rows_backward", "dy", "dx");
+  apply_row_mask(dy, mask, dx, "mask_rows_backward", "dy", "dx");
 }
 
 void select_token_forward(const Tensor& x, int64_t token, const Tensor& out) {
