@@ -196,6 +196,11 @@ def param_sample_names(names):
     return [n for n in wanted if n in names]
 
 
+def set_ascii_attr(f, name, text):
+    """Variable-length ASCII: HDF5 1.10 cannot convert h5py's default UTF-8 strings to the C side's C_S1."""
+    f.attrs.create(name, data=str(text), dtype=h5py.string_dtype("ascii"))
+
+
 def make_fixture(out_dir, case):
     file_name, config_dict, ids, mask, labels, notes = case
     model = build_model(config_dict)
@@ -214,13 +219,13 @@ def make_fixture(out_dir, case):
     path = os.path.join(out_dir, file_name)
     counts = {"full": 0, "sampled": 0}
     with h5py.File(path + ".tmp", "w") as f:
-        f.attrs["config_json"] = config_json
-        f.attrs["config_json_full"] = config_json_full
-        f.attrs["transformers_version"] = str(transformers.__version__)
-        f.attrs["torch_version"] = str(torch.__version__)
-        f.attrs["generator"] = "tools/golden/make_model_fixtures.py"
-        f.attrs["notes"] = notes
-        f.attrs["param_table_json"] = json.dumps([[n, list(p.shape)] for n, p in params.items()])
+        set_ascii_attr(f, "config_json", config_json)
+        set_ascii_attr(f, "config_json_full", config_json_full)
+        set_ascii_attr(f, "transformers_version", str(transformers.__version__))
+        set_ascii_attr(f, "torch_version", str(torch.__version__))
+        set_ascii_attr(f, "generator", "tools/golden/make_model_fixtures.py")
+        set_ascii_attr(f, "notes", notes)
+        set_ascii_attr(f, "param_table_json", json.dumps([[n, list(p.shape)] for n, p in params.items()]))
         f.create_dataset("input_ids", data=ids)
         f.create_dataset("attention_mask", data=mask)
         f.create_dataset("labels", data=labels)
