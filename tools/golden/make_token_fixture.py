@@ -81,6 +81,11 @@ def main():
     parser.add_argument("--spm_model", default=None, help="default: <data_dir>/spm8k.model")
     args = parser.parse_args()
 
+    try:
+        import google.protobuf  # noqa: F401  (transformers needs it to read spm.model)
+    except ImportError:
+        sys.exit("make_token_fixture: the 'protobuf' package is missing; without it transformers 5.x cannot "
+                 "read spm.model (it falls back to a tiktoken reader and fails). pip install protobuf")
     import sentencepiece
     import tokenizers
     import transformers
