@@ -1,0 +1,304 @@
+#include "kernels/disentangled_attention.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/masked_softmax.h"
+#include "kernels/philox.h"
+#include "runtime/check.h"
+
+namespace zt::kernels {
+
+namespace {
+
+using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Strided = Eigen::OuterStride<>;
+// One head's [rows, d] slice of a [rows, D] feature matrix: rows are D apart.
+using HeadView = Eigen::Map<RowMajor, 0, Strided>;
+using ConstHeadView = Eigen::Map<const RowMajor, 0, Strided>;
+using Dense = Eigen::Map<RowMajor>;
+using ConstDense = Eigen::Map<const RowMajor>;
+
+// Shapes and tables shared by forward and backward.
+struct Problem {
+  int64_t batch = 0, length = 0, features = 0, heads = 0, head_size = 0;
+  int64_t table_rows = 0;          // 2S
+  int64_t window_begin = 0;        // [window_begin, window_begin + window) are the table rows c(i,j) reaches;
+  int64_t window = 0;              //   only those are projected, gathered and scattered
+  std::vector<int32_t> index;      // [L, L] c(i,j) - window_begin
+  std::vector<uint8_t> key_keep;   // [B, L] m[b,j] != 0
+  std::vector<uint8_t> none_kept;  // [L] zeros: a padded query row has every key masked
+  float scale = 1.0f;
+};
+
+void check_f32(const Tensor& t, const char* op, const char* name) {
+  ZT_CHECK(t.defined(), op, ": ", name, " is undefined");
+  ZT_CHECK(t.dtype() == DType::f32, op, ": ", name, " must be f32, got ", t.describe());
+  ZT_CHECK(t.device() == DeviceKind::cpu, op, ": ", name, " must be a CPU tensor, got ", t.describe());
+  ZT_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous, got ", t.describe());
+}
+
+bool any_position_term(const DisentangledAttentionConfig& config) {
+  return config.c2p || config.p2c;
+}
+
+Problem plan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+             const Tensor& pos_query, const Tensor& attention_mask, const DisentangledAttentionConfig& config,
+             const char* op) {
+  check_f32(q, op, "q");
+  ZT_CHECK(q.rank() == 3, op, ": q must be [B, L, D], got ", q.describe());
+  check_f32(k, op, "k");
+  check_f32(v, op, "v");
+  check_shape(k, q.shape(), "disentangled_attention: k");
+  check_shape(v, q.shape(), "disentangled_attention: v");
+  Problem pr;
+  pr.batch = q.dim(0);
+  pr.length = q.dim(1);
+  pr.features = q.dim(2);
+  pr.heads = config.num_heads;
+  ZT_CHECK(pr.heads > 0 && pr.features % pr.heads == 0, op, ": hidden size ", pr.features,
+           " is not a multiple of num_heads ", pr.heads);
+  pr.head_size = pr.features / pr.heads;
+  ZT_CHECK(config.dropout_p >= 0.0f && config.dropout_p < 1.0f, op, ": dropout_p must be in [0, 1), got ",
+           config.dropout_p);
+  pr.scale = disentangled_attention_scale(pr.head_size, config);
+
+  ZT_CHECK(attention_mask.device() == DeviceKind::cpu && attention_mask.is_contiguous(), op,
+           ": attention_mask must be a contiguous CPU tensor, got ", attention_mask.describe());
+  check_shape(attention_mask, Shape{pr.batch, pr.length}, "disentangled_attention: attention_mask");
+  pr.key_keep.resize(static_cast<size_t>(pr.batch * pr.length));
+  for (int64_t i = 0; i < pr.batch * pr.length; ++i) {
+    switch (attention_mask.dtype()) {
+      case DType::i64:
+        pr.key_keep[i] = attention_mask.data_as<int64_t>()[i] != 0;
+        break;
+      case DType::i32:
+        pr.key_keep[i] = attention_mask.data_as<int32_t>()[i] != 0;
+        break;
+      case DType::f32:
+        pr.key_keep[i] = attention_mask.data_as<float>()[i] != 0.0f;
+        break;
+      default:
+        ZT_FAIL(op, ": attention_mask must be i64, i32 or f32, got ", attention_mask.describe());
+    }
+  }
+  pr.none_kept.assign(static_cast<size_t>(pr.length), 0);
+
+  if (!any_position_term(config)) return pr;
+  const int64_t span = config.positions.att_span();
+  ZT_CHECK(span > 0, op, ": the relative-position span must be positive");
+  pr.table_rows = 2 * span;
+  if (config.c2p) {
+    check_f32(pos_key, op, "pos_key");
+    check_shape(pos_key, Shape{pr.table_rows, pr.features}, "disentangled_attention: pos_key [2S, D]");
+  }
+  if (config.p2c) {
+    check_f32(pos_query, op, "pos_query");
+    check_shape(pos_query, Shape{pr.table_rows, pr.features}, "disentangled_attention: pos_query [2S, D]");
+  }
+  // bucket(i - j) is monotone in i - j, so the extreme rows come from the corners of the table.
+  const int64_t L = pr.length;
+  if (L == 0) return pr;
+  pr.window_begin = c2p_index(0, L - 1, config.positions);
+  pr.window = c2p_index(L - 1, 0, config.positions) - pr.window_begin + 1;
+  pr.index.resize(static_cast<size_t>(L * L));
+  for (int64_t i = 0; i < L; ++i) {
+    for (int64_t j = 0; j < L; ++j) {
+      pr.index[i * L + j] = static_cast<int32_t>(c2p_index(i, j, config.positions) - pr.window_begin);
+    }
+  }
+  return pr;
+}
+
+// Flat index of P[b, h, i, 0], the dropout element numbering.
+uint64_t probs_offset(const Problem& pr, int64_t b, int64_t h) {
+  return static_cast<uint64_t>((b * pr.heads + h) * pr.length * pr.length);
+}
+
+// out = keep * in / (1 - p) over one head's [L, L] block, keep regenerated from the counter-based RNG.
+void apply_attention_dropout(const float* in, float* out, int64_t count, uint64_t first_element,
+                             const DisentangledAttentionConfig& config) {
+  const float kept_scale = 1.0f / (1.0f - config.dropout_p);
+  for (int64_t e = 0; e < count; ++e) {
+    const bool keep =
+        dropout_keep(config.seed, config.site_id, first_element + static_cast<uint64_t>(e), config.dropout_p);
+    out[e] = keep ? in[e] * kept_scale : 0.0f;
+  }
+}
+
+}  // namespace
+
+float disentangled_attention_scale(int64_t head_size, const DisentangledAttentionConfig& config) {
+  const int64_t factor = 1 + (config.c2p ? 1 : 0) + (config.p2c ? 1 : 0);
+  return std::sqrt(static_cast<float>(head_size) * static_cast<float>(factor));
+}
+
+void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+                                    const Tensor& pos_query, const Tensor& attention_mask,
+                                    const DisentangledAttentionConfig& config, const Tensor& context,
+                                    const Tensor& probs) {
+  constexpr const char* op = "disentangled_attention_forward";
+  if (q.device() == DeviceKind::cuda) ZT_FAIL("disentangled_attention: CUDA kernel not built yet");
+  const Problem pr = plan(q, k, v, pos_key, pos_query, attention_mask, config, op);
+  check_f32(context, op, "context");
+  check_shape(context, q.shape(), "disentangled_attention_forward: context");
+  check_f32(probs, op, "probs");
+  check_shape(probs, Shape{pr.batch, pr.heads, pr.length, pr.length},
+              "disentangled_attention_forward: probs");
+
+  const int64_t L = pr.length, D = pr.features, d = pr.head_size, W = pr.window;
+  const float inverse_scale = 1.0f / pr.scale;
+  const bool dropout = config.dropout_p > 0.0f;
+  std::vector<float> c2p_scores(static_cast<size_t>(config.c2p ? L * W : 0));
+  std::vector<float> p2c_scores(static_cast<size_t>(config.p2c ? L * W : 0));
+  std::vector<float> dropped(static_cast<size_t>(dropout ? L * L : 0));
+
+  for (int64_t b = 0; b < pr.batch; ++b) {
+    const int64_t row0 = b * L * D;
+    const uint8_t* key_keep = pr.key_keep.data() + b * L;
+    for (int64_t h = 0; h < pr.heads; ++h) {
+      ConstHeadView qh(q.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView kh(k.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView vh(v.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      float* p = probs.data_as<float>() + probs_offset(pr, b, h);
+      Dense scores(p, L, L);
+      scores.noalias() = qh * kh.transpose();
+      if (config.c2p) {
+        ConstHeadView pk(pos_key.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
+        Dense(c2p_scores.data(), L, W).noalias() = qh * pk.transpose();
+      }
+      if (config.p2c) {
+        ConstHeadView pq(pos_query.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
+        Dense(p2c_scores.data(), L, W).noalias() = kh * pq.transpose();
+      }
+      for (int64_t i = 0; i < L; ++i) {
+        float* row = p + i * L;
+        const int32_t* index = pr.index.data() + i * L;
+        if (config.c2p) {
+          const float* c2p_row = c2p_scores.data() + i * W;
+          for (int64_t j = 0; j < L; ++j) row[j] += c2p_row[index[j]];
+        }
+        if (config.p2c) {
+          // Key j's positional score for query i sits in row j of K PQ^T, at the same bucket c(i,j).
+          for (int64_t j = 0; j < L; ++j) row[j] += p2c_scores[j * W + index[j]];
+        }
+        for (int64_t j = 0; j < L; ++j) row[j] *= inverse_scale;
+        cpu::masked_softmax_row(row, key_keep[i] ? key_keep : pr.none_kept.data(), row, L);
+      }
+      HeadView ch(context.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      if (dropout) {
+        apply_attention_dropout(p, dropped.data(), L * L, probs_offset(pr, b, h), config);
+        ch.noalias() = ConstDense(dropped.data(), L, L) * vh;
+      } else {
+        ch.noalias() = ConstDense(p, L, L) * vh;
+      }
+    }
+  }
+}
+
+void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+                                     const Tensor& pos_query, const Tensor& attention_mask,
+                                     const Tensor& probs, const Tensor& dcontext,
+                                     const DisentangledAttentionConfig& config, const Tensor& dq,
+                                     const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
+                                     const Tensor& dpos_query) {
+  constexpr const char* op = "disentangled_attention_backward";
+  if (q.device() == DeviceKind::cuda) ZT_FAIL("disentangled_attention: CUDA kernel not built yet");
+  const Problem pr = plan(q, k, v, pos_key, pos_query, attention_mask, config, op);
+  check_f32(probs, op, "probs");
+  check_shape(probs, Shape{pr.batch, pr.heads, pr.length, pr.length},
+              "disentangled_attention_backward: probs");
+  check_f32(dcontext, op, "dcontext");
+  check_shape(dcontext, q.shape(), "disentangled_attention_backward: dcontext");
+  check_f32(dq, op, "dq");
+  check_shape(dq, q.shape(), "disentangled_attention_backward: dq");
+  check_f32(dk, op, "dk");
+  check_shape(dk, q.shape(), "disentangled_attention_backward: dk");
+  check_f32(dv, op, "dv");
+  check_shape(dv, q.shape(), "disentangled_attention_backward: dv");
+  if (config.c2p) {
+    check_f32(dpos_key, op, "dpos_key");
+    check_shape(dpos_key, pos_key.shape(), "disentangled_attention_backward: dpos_key");
+  }
+  if (config.p2c) {
+    check_f32(dpos_query, op, "dpos_query");
+    check_shape(dpos_query, pos_query.shape(), "disentangled_attention_backward: dpos_query");
+  }
+
+  const int64_t L = pr.length, D = pr.features, d = pr.head_size, W = pr.window;
+  const float inverse_scale = 1.0f / pr.scale;
+  const bool dropout = config.dropout_p > 0.0f;
+  std::vector<float> dropped(static_cast<size_t>(dropout ? L * L : 0));
+  std::vector<float> grad_scores(static_cast<size_t>(L * L));                // dP~, then dP, then G = dA / s
+  std::vector<float> grad_c2p(static_cast<size_t>(config.c2p ? L * W : 0));  // Gc [L, W]
+  std::vector<float> grad_p2c(static_cast<size_t>(config.p2c ? L * W : 0));  // Gp [L, W]
+
+  for (int64_t b = 0; b < pr.batch; ++b) {
+    const int64_t row0 = b * L * D;
+    const uint8_t* key_keep = pr.key_keep.data() + b * L;
+    for (int64_t h = 0; h < pr.heads; ++h) {
+      ConstHeadView qh(q.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView kh(k.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView vh(v.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView dch(dcontext.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      HeadView dqh(dq.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      HeadView dkh(dk.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      HeadView dvh(dv.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      const float* p = probs.data_as<float>() + probs_offset(pr, b, h);
+      Dense grad(grad_scores.data(), L, L);
+
+      if (dropout) {
+        apply_attention_dropout(p, dropped.data(), L * L, probs_offset(pr, b, h), config);
+        dvh.noalias() = ConstDense(dropped.data(), L, L).transpose() * dch;
+        grad.noalias() = dch * vh.transpose();
+        // d(P~)/dP is the same keep / (1 - p) factor, so reuse the dropout on the gradient.
+        apply_attention_dropout(grad_scores.data(), grad_scores.data(), L * L, probs_offset(pr, b, h),
+                                config);
+      } else {
+        dvh.noalias() = ConstDense(p, L, L).transpose() * dch;
+        grad.noalias() = dch * vh.transpose();
+      }
+      for (int64_t i = 0; i < L; ++i) {
+        float* row = grad_scores.data() + i * L;
+        cpu::masked_softmax_backward_row(p + i * L, row, key_keep[i] ? key_keep : pr.none_kept.data(), row,
+                                         L);
+        for (int64_t j = 0; j < L; ++j) row[j] *= inverse_scale;
+      }
+
+      dqh.noalias() = grad * kh;
+      dkh.noalias() = grad.transpose() * qh;
+      if (config.c2p) std::fill(grad_c2p.begin(), grad_c2p.end(), 0.0f);
+      if (config.p2c) std::fill(grad_p2c.begin(), grad_p2c.end(), 0.0f);
+      // Transposes of the forward gathers: scatter-add every score gradient into its bucket.
+      for (int64_t i = 0; i < L; ++i) {
+        const float* row = grad_scores.data() + i * L;
+        const int32_t* index = pr.index.data() + i * L;
+        if (config.c2p) {
+          float* c2p_row = grad_c2p.data() + i * W;
+          for (int64_t j = 0; j < L; ++j) c2p_row[index[j]] += row[j];
+        }
+        if (config.p2c) {
+          for (int64_t j = 0; j < L; ++j) grad_p2c[j * W + index[j]] += row[j];
+        }
+      }
+      if (config.c2p) {
+        ConstDense gc(grad_c2p.data(), L, W);
+        ConstHeadView pk(pos_key.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
+        HeadView dpk(dpos_key.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
+        dqh.noalias() += gc * pk;
+        dpk.noalias() += gc.transpose() * qh;
+      }
+      if (config.p2c) {
+        ConstDense gp(grad_p2c.data(), L, W);
+        ConstHeadView pq(pos_query.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
+        HeadView dpq(dpos_query.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
+        dkh.noalias() += gp * pq;
+        dpq.noalias() += gp.transpose() * kh;
+      }
+    }
+  }
+}
+
+}  // namespace zt::kernels
