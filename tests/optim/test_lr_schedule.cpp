@@ -1,0 +1,111 @@
+// HF get_scheduler semantics: hand-worked values, and the values HF itself produced (adamw_torch.h5).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "optim/lr_schedule.h"
+#include "runtime/check.h"
+#include "tests/support/fixtures.h"
+
+namespace zt::optim {
+namespace {
+
+std::vector<double> factors(const LrSchedule& s, int64_t count) {
+  std::vector<double> out;
+  for (int64_t step = 0; step < count; ++step) out.push_back(s.factor_at(step));
+  return out;
+}
+
+void expect_values(const std::vector<double>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << "step " << i;
+}
+
+TEST(LrSchedule, LinearWarmsUpThenDecaysToZero) {
+  // W = 2, T = 6: warmup s/2 for s < 2, then (6 - s)/4, clamped at 0 past T.
+  const LrSchedule s{
+      .kind = ScheduleKind::linear, .base_lr = 1.0, .num_warmup_steps = 2, .num_training_steps = 6};
+  expect_values(factors(s, 8), {0.0, 0.5, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0});
+  const LrSchedule scaled{
+      .kind = ScheduleKind::linear, .base_lr = 2e-5, .num_warmup_steps = 2, .num_training_steps = 6};
+  EXPECT_DOUBLE_EQ(scaled.lr_at(3), 2e-5 * 0.75);
+}
+
+TEST(LrSchedule, LinearWithoutWarmupStartsAtFullRate) {
+  // W = 0: (T - s) / max(1, T - 0).
+  const LrSchedule s{
+      .kind = ScheduleKind::linear, .base_lr = 1.0, .num_warmup_steps = 0, .num_training_steps = 4};
+  expect_values(factors(s, 5), {1.0, 0.75, 0.5, 0.25, 0.0});
+}
+
+TEST(LrSchedule, CosineFollowsHalfAWave) {
+  // W = 2, T = 6: after warmup progress = (s - 2)/4 and factor = 0.5 (1 + cos(pi progress)):
+  // s=2: 1; s=3: 0.5 + sqrt(2)/4; s=4: 0.5; s=5: 0.5 - sqrt(2)/4; s=6: 0.
+  const LrSchedule s{
+      .kind = ScheduleKind::cosine, .base_lr = 1.0, .num_warmup_steps = 2, .num_training_steps = 6};
+  const double r2 = std::sqrt(2.0) / 4;
+  expect_values(factors(s, 7), {0.0, 0.5, 1.0, 0.5 + r2, 0.5, 0.5 - r2, 0.0});
+}
+
+TEST(LrSchedule, ConstantAndConstantWithWarmup) {
+  const LrSchedule c{.kind = ScheduleKind::constant, .base_lr = 3e-4, .num_warmup_steps = 5};
+  for (int64_t step : {0, 1, 7, 1000000}) EXPECT_EQ(c.lr_at(step), 3e-4);
+  const LrSchedule w{.kind = ScheduleKind::constant_with_warmup, .base_lr = 1.0, .num_warmup_steps = 4};
+  expect_values(factors(w, 7), {0.0, 0.25, 0.5, 0.75, 1.0, 1.0, 1.0});
+}
+
+TEST(LrSchedule, MatchesHuggingFaceGetScheduler) {
+  test::Fixture f("adamw_torch.h5");
+  const auto warmup = static_cast<int64_t>(f.attr_f64("sched_warmup_steps"));
+  const auto total = static_cast<int64_t>(f.attr_f64("sched_training_steps"));
+  for (const std::string name : {"linear", "cosine", "constant", "constant_with_warmup"}) {
+    SCOPED_TRACE(name);
+    const std::vector<float> hf = f.read_f32("schedules/" + name);  // HF's values at steps 0, 1, ...
+    const LrSchedule s{.kind = parse_schedule_kind(name),
+                       .base_lr = 1.0,
+                       .num_warmup_steps = warmup,
+                       .num_training_steps = total};
+    for (size_t step = 0; step < hf.size(); ++step) {
+      EXPECT_NEAR(s.lr_at(static_cast<int64_t>(step)), hf[step], 1e-7) << "step " << step;
+    }
+  }
+}
+
+TEST(LrSchedule, ParsesHuggingFaceNames) {
+  for (ScheduleKind k : {ScheduleKind::linear, ScheduleKind::cosine, ScheduleKind::constant,
+                         ScheduleKind::constant_with_warmup}) {
+    EXPECT_EQ(parse_schedule_kind(schedule_kind_name(k)), k);
+  }
+  EXPECT_EQ(parse_schedule_kind("constant_with_warmup"), ScheduleKind::constant_with_warmup);
+  EXPECT_THROW(parse_schedule_kind("Linear"), Error);
+  EXPECT_THROW(parse_schedule_kind("linear "), Error);
+  EXPECT_THROW(parse_schedule_kind(""), Error);
+  try {
+    parse_schedule_kind("polynomial");
+    FAIL() << "polynomial was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not implemented"), std::string::npos) << e.what();
+  }
+  try {
+    parse_schedule_kind("cosine_annealing");
+    FAIL() << "an unknown name was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LrSchedule, RejectsInvalidSettings) {
+  EXPECT_THROW((LrSchedule{.kind = ScheduleKind::linear, .base_lr = 1, .num_warmup_steps = -1}.validate()),
+               Error);
+  EXPECT_THROW((LrSchedule{.kind = ScheduleKind::linear, .base_lr = -1}.validate()), Error);
+  EXPECT_THROW((LrSchedule{.kind = ScheduleKind::cosine, .base_lr = 1, .num_training_steps = -3}.validate()),
+               Error);
+  EXPECT_NO_THROW(
+      (LrSchedule{.kind = ScheduleKind::linear, .base_lr = 1, .num_training_steps = 10}.validate()));
+  EXPECT_THROW(LrSchedule{}.factor_at(-1), Error);
+}
+
+}  // namespace
+}  // namespace zt::optim
