@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -255,6 +256,41 @@ TEST(AdamW, WritesSixteenBitCopyOfUpdatedParams) {
       ASSERT_EQ(out_f16[i].bits, 0x1234) << i;
     }
   }
+}
+
+TEST(AdamW, SixteenBitCopyRoundsLikeTheRuntimeAtTheEdges) {
+  // Params that land on bf16 rounding ties, NaN (from a NaN gradient), infinity and the largest float.
+  // With lr = 0 and no decay the update leaves finite params as they are, so the copy sees exactly these.
+  std::vector<float> special = {1.0f + 1.0f / 256,  // tie between 1 and 1 + 2^-7: rounds to even (1)
+                                1.0f + 3.0f / 256,  // tie: rounds up to even
+                                -1.0f - 1.0f / 256,
+                                std::numeric_limits<float>::max(),
+                                std::numeric_limits<float>::infinity(),
+                                1e-40f,
+                                0.0f,
+                                -0.0f,
+                                1.0f};
+  const size_t n = special.size();
+  Problem pb(n);
+  pb.params = special;
+  pb.grads.assign(n, 0.0f);
+  pb.grads.back() = std::numeric_limits<float>::quiet_NaN();  // makes the last param NaN
+  std::vector<bf16> out(n);
+  std::vector<f16> out_f16(n);
+  AdamW a(AdamWHyper{.weight_decay = 0.0}, 1), b(AdamWHyper{.weight_decay = 0.0}, 1);
+  Problem pb2 = pb;
+  a.step(pb.buffers(), std::vector<TensorRange>{{0, static_cast<int64_t>(n), false}}, 0.0,
+         std::span<bf16>(out));
+  b.step(pb2.buffers(), std::vector<TensorRange>{{0, static_cast<int64_t>(n), false}}, 0.0,
+         std::span<f16>(out_f16));
+  ASSERT_TRUE(std::isnan(pb.params.back()));
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(out[i].bits, float_to_bf16(pb.params[i]).bits) << "element " << i;
+    EXPECT_EQ(out_f16[i].bits, float_to_f16(pb2.params[i]).bits) << "element " << i;
+  }
+  EXPECT_EQ(out[0].bits, 0x3F80);  // 1.0
+  EXPECT_EQ(out[1].bits, 0x3F82);  // 1 + 2^-6
+  EXPECT_TRUE(std::isnan(bf16_to_float(out.back())));
 }
 
 TEST(AdamW, RejectsBadInput) {
