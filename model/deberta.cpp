@@ -1,0 +1,429 @@
+#include "model/deberta.h"
+
+#include <cstring>
+
+#include "kernels/conv1d.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/disentangled_attention.h"
+#include "kernels/dropout.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/linear.h"
+#include "runtime/check.h"
+
+namespace zt {
+
+namespace {
+
+// Dropout sites inside one layer (kernels::dropout_site_id packs step, layer and site). The embedding and
+// head sites use layer index num_hidden_layers, past every encoder layer.
+enum DropoutSiteIndex : uint32_t {
+  kSiteEmbeddings = 0,
+  kSiteRelEmbeddings = 1,
+  kSiteAttentionProbs = 2,
+  kSiteAttentionOutput = 3,
+  kSiteFfnOutput = 4,
+  kSiteConv = 5,
+  kSiteClassifier = 6,
+};
+
+std::string layer_prefix(int layer) {
+  return str("deberta.encoder.layer.", layer, ".");
+}
+std::string layer_slot(int layer, const char* what) {
+  return str("layer", layer, ".", what);
+}
+
+// A view of the first numel(shape) elements of an arena slot planned for a larger (batch, seq).
+Tensor prefix_view(const Arena& arena, std::string_view name, Shape shape) {
+  Tensor full = arena.tensor(name);
+  ZT_CHECK(shape.numel() <= full.numel(), "activation '", name, "' planned for ", full.shape().to_string(),
+           " cannot hold ", shape.to_string());
+  return Tensor(full.data(), shape, full.dtype(), full.device());
+}
+
+}  // namespace
+
+struct DebertaForSequenceClassification::State {
+  int64_t max_batch = 0;
+  int64_t max_seq = 0;
+  Arena activations;
+  // Shape and inputs of the last forward.
+  int64_t batch = 0;
+  int64_t seq = 0;
+  DebertaBatch inputs;
+  DropoutSchedule dropout;
+  bool has_forward = false;
+
+  State(int64_t b, int64_t l, ArenaLayout layout)
+      : max_batch(b), max_seq(l), activations("activations", std::move(layout), {.kind = MemoryKind::host}) {}
+};
+
+ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConfig& c, int64_t B, int64_t L) {
+  ZT_CHECK(B > 0 && L > 0, "activation plan needs a positive batch and sequence length, got ", B, " x ", L);
+  const int64_t D = c.hidden_size, N = c.num_attention_heads, I = c.intermediate_size;
+  const int64_t S2 = c.rel_embedding_rows(), C = c.num_labels, n = c.num_hidden_layers;
+  const int64_t P = c.pooler_hidden_size;
+  ArenaLayout layout;
+  auto add = [&](const std::string& name, Shape shape) { layout.add({name, shape, DType::f32}); };
+  // Embeddings: raw gather (LayerNorm input), LayerNorm statistics; h0 = E.
+  add("emb.raw", {B, L, D});
+  add("emb.mean", {B, L});
+  add("emb.rstd", {B, L});
+  add("rel.ln", {S2, D});
+  add("rel.mean", {S2});
+  add("rel.rstd", {S2});
+  for (int64_t k = 0; k <= n; ++k) add(str("hidden.", k), {B, L, D});
+  for (int l = 0; l < n; ++l) {
+    for (const char* name : {"q", "k", "v", "ctx", "s1", "y", "s2"}) add(layer_slot(l, name), {B, L, D});
+    for (const char* name : {"rel_dropped", "pos_key", "pos_query"}) add(layer_slot(l, name), {S2, D});
+    add(layer_slot(l, "probs"), {B, N, L, L});
+    add(layer_slot(l, "f1"), {B, L, I});
+    add(layer_slot(l, "g1"), {B, L, I});
+    for (const char* name : {"ln_a.mean", "ln_a.rstd", "ln_o.mean", "ln_o.rstd"})
+      add(layer_slot(l, name), {B, L});
+  }
+  if (c.has_conv()) {
+    add("conv.t", {B, L, D});   // dropped, masked conv output: the gelu input
+    add("conv.s3", {B, L, D});  // LN_c input
+    add("conv.mean", {B, L});
+    add("conv.rstd", {B, L});
+  }
+  add("head.cls", {B, D});
+  add("head.pp", {B, P});
+  add("head.pg", {B, P});
+  add("head.pd", {B, P});
+  add("head.logits", {B, C});
+  add("head.loss", {1});
+  // Backward scratch.
+  add("grad.h", {B, L, D});
+  add("grad.h_next", {B, L, D});
+  add("grad.t1", {B, L, D});
+  add("grad.t2", {B, L, D});
+  add("grad.q", {B, L, D});
+  add("grad.k", {B, L, D});
+  add("grad.v", {B, L, D});
+  add("grad.f", {B, L, I});
+  add("grad.pos_key", {S2, D});
+  add("grad.pos_query", {S2, D});
+  add("grad.rel_dropped", {S2, D});
+  add("grad.rel", {S2, D});
+  add("grad.rel_tmp", {S2, D});
+  add("grad.head_a", {B, P});
+  add("grad.head_b", {B, P});
+  add("grad.cls", {B, D});
+  add("grad.logits", {B, C});
+  return layout;
+}
+
+DebertaForSequenceClassification::DebertaForSequenceClassification(DebertaConfig config, int64_t max_batch,
+                                                                   int64_t max_seq)
+    : config_(std::move(config)),
+      state_(std::make_unique<State>(max_batch, max_seq, plan_activations(config_, max_batch, max_seq))) {
+  ZT_CHECK(config_.relative_attention && config_.share_att_key && !config_.position_biased_input,
+           "the model implements DeBERTa-v2 relative attention with shared keys only");
+  ZT_CHECK(config_.rel_embeddings_layer_norm, "the model implements norm_rel_ebd = layer_norm only");
+}
+
+DebertaForSequenceClassification::~DebertaForSequenceClassification() = default;
+
+const ArenaLayout& DebertaForSequenceClassification::activation_layout() const {
+  return state_->activations.layout();
+}
+
+Tensor DebertaForSequenceClassification::logits() const {
+  ZT_CHECK(state_->has_forward, "logits() before any forward");
+  return prefix_view(state_->activations, "head.logits", {state_->batch, config_.num_labels});
+}
+
+Tensor DebertaForSequenceClassification::hidden_state(int index) const {
+  ZT_CHECK(state_->has_forward, "hidden_state() before any forward");
+  ZT_CHECK(index >= 0 && index <= config_.num_hidden_layers, "hidden_state index ", index, " out of range");
+  return prefix_view(state_->activations, str("hidden.", index),
+                     {state_->batch, state_->seq, config_.hidden_size});
+}
+
+float DebertaForSequenceClassification::forward(const Arena& params, const DebertaBatch& batch,
+                                                const DropoutSchedule& dropout) {
+  State& s = *state_;
+  const DebertaConfig& c = config_;
+  ZT_CHECK(batch.input_ids.rank() == 2 && batch.input_ids.dtype() == DType::i64,
+           "input_ids must be i64 [B, L], got ", batch.input_ids.describe());
+  const int64_t B = batch.input_ids.dim(0), L = batch.input_ids.dim(1);
+  ZT_CHECK(B <= s.max_batch && L <= s.max_seq, "batch ", B, " x ", L, " exceeds the planned ", s.max_batch,
+           " x ", s.max_seq);
+  check_shape(batch.attention_mask, {B, L}, "attention_mask");
+  if (batch.labels.defined() && batch.labels.numel() > 0) check_shape(batch.labels, {B}, "labels");
+  s.batch = B;
+  s.seq = L;
+  s.inputs = batch;
+  s.dropout = dropout;
+  s.has_forward = true;
+
+  const int64_t D = c.hidden_size, N = c.num_attention_heads, I = c.intermediate_size;
+  const int64_t S2 = c.rel_embedding_rows(), n = c.num_hidden_layers, P = c.pooler_hidden_size;
+  const float eps = static_cast<float>(c.layer_norm_eps);
+  const Arena& act = s.activations;
+  auto A = [&](std::string_view name, Shape shape) { return prefix_view(act, name, shape); };
+  auto W = [&](const std::string& name) { return params.tensor(name); };
+  auto site = [&](uint32_t layer, uint32_t which, double p) {
+    return kernels::DropoutSite{dropout.training ? static_cast<float>(p) : 0.0f, dropout.seed,
+                                kernels::dropout_site_id(dropout.step, layer, which)};
+  };
+  const double hidden_p = c.hidden_dropout_prob;
+  const Shape bld{B, L, D};
+
+  // Embeddings.
+  const Tensor& mask = batch.attention_mask;
+  Tensor emb_raw = A("emb.raw", bld);
+  kernels::embedding_forward(batch.input_ids, W("deberta.embeddings.word_embeddings.weight"), emb_raw);
+  Tensor h0 = A("hidden.0", bld);
+  kernels::layernorm_forward(emb_raw, W("deberta.embeddings.LayerNorm.weight"),
+                             W("deberta.embeddings.LayerNorm.bias"), eps, h0, A("emb.mean", {B, L}),
+                             A("emb.rstd", {B, L}));
+  kernels::mask_rows_forward(h0, mask, h0);
+  kernels::dropout_forward(h0, h0, site(n, kSiteEmbeddings, hidden_p));
+
+  // Relative embedding table, layer-normed once per forward.
+  Tensor rel = A("rel.ln", {S2, D});
+  kernels::layernorm_forward(W("deberta.encoder.rel_embeddings.weight"),
+                             W("deberta.encoder.LayerNorm.weight"), W("deberta.encoder.LayerNorm.bias"), eps,
+                             rel, A("rel.mean", {S2}), A("rel.rstd", {S2}));
+
+  kernels::DisentangledAttentionConfig attention;
+  attention.num_heads = N;
+  attention.positions = kernels::RelativePositionConfig::from_model_config(
+      c.position_buckets, c.max_relative_positions, c.max_position_embeddings);
+  attention.c2p = c.c2p;
+  attention.p2c = c.p2c;
+
+  for (int l = 0; l < n; ++l) {
+    const std::string p = layer_prefix(l);
+    Tensor x = A(str("hidden.", l), bld);
+    Tensor rel_dropped = A(layer_slot(l, "rel_dropped"), {S2, D});
+    kernels::dropout_forward(rel, rel_dropped, site(l, kSiteRelEmbeddings, hidden_p));
+    Tensor q = A(layer_slot(l, "q"), bld), k = A(layer_slot(l, "k"), bld), v = A(layer_slot(l, "v"), bld);
+    const Tensor wq = W(p + "attention.self.query_proj.weight"), bq = W(p + "attention.self.query_proj.bias");
+    const Tensor wk = W(p + "attention.self.key_proj.weight"), bk = W(p + "attention.self.key_proj.bias");
+    kernels::linear_forward(x, wq, bq, q);
+    kernels::linear_forward(x, wk, bk, k);
+    kernels::linear_forward(x, W(p + "attention.self.value_proj.weight"),
+                            W(p + "attention.self.value_proj.bias"), v);
+    Tensor pos_key = A(layer_slot(l, "pos_key"), {S2, D}), pos_query = A(layer_slot(l, "pos_query"), {S2, D});
+    kernels::linear_forward(rel_dropped, wk, bk, pos_key);
+    kernels::linear_forward(rel_dropped, wq, bq, pos_query);
+
+    attention.dropout_p = dropout.training ? static_cast<float>(c.attention_probs_dropout_prob) : 0.0f;
+    attention.seed = dropout.seed;
+    attention.site_id = kernels::dropout_site_id(dropout.step, l, kSiteAttentionProbs);
+    Tensor ctx = A(layer_slot(l, "ctx"), bld);
+    kernels::disentangled_attention_forward(q, k, v, c.c2p ? pos_key : Tensor(), c.p2c ? pos_query : Tensor(),
+                                            batch.attention_mask, attention, ctx,
+                                            A(layer_slot(l, "probs"), {B, N, L, L}));
+
+    Tensor s1 = A(layer_slot(l, "s1"), bld);
+    kernels::linear_forward(ctx, W(p + "attention.output.dense.weight"), W(p + "attention.output.dense.bias"),
+                            s1);
+    kernels::dropout_forward(s1, s1, site(l, kSiteAttentionOutput, hidden_p));
+    kernels::add_inplace(s1, x);
+    Tensor y = A(layer_slot(l, "y"), bld);
+    kernels::layernorm_forward(s1, W(p + "attention.output.LayerNorm.weight"),
+                               W(p + "attention.output.LayerNorm.bias"), eps, y,
+                               A(layer_slot(l, "ln_a.mean"), {B, L}), A(layer_slot(l, "ln_a.rstd"), {B, L}));
+
+    Tensor f1 = A(layer_slot(l, "f1"), {B, L, I}), g1 = A(layer_slot(l, "g1"), {B, L, I});
+    kernels::linear_forward(y, W(p + "intermediate.dense.weight"), W(p + "intermediate.dense.bias"), f1);
+    kernels::gelu_forward(f1, g1);
+    Tensor s2 = A(layer_slot(l, "s2"), bld);
+    kernels::linear_forward(g1, W(p + "output.dense.weight"), W(p + "output.dense.bias"), s2);
+    kernels::dropout_forward(s2, s2, site(l, kSiteFfnOutput, hidden_p));
+    kernels::add_inplace(s2, y);
+    Tensor out = A(str("hidden.", l + 1), bld);
+    kernels::layernorm_forward(s2, W(p + "output.LayerNorm.weight"), W(p + "output.LayerNorm.bias"), eps, out,
+                               A(layer_slot(l, "ln_o.mean"), {B, L}), A(layer_slot(l, "ln_o.rstd"), {B, L}));
+
+    if (l == 0 && c.has_conv()) {
+      // ConvLayer: its input is the embedding output E, its residual the layer-0 output (§5).
+      Tensor t = A("conv.t", bld), s3 = A("conv.s3", bld);
+      kernels::conv1d_forward(h0, W("deberta.encoder.conv.conv.weight"), W("deberta.encoder.conv.conv.bias"),
+                              t);
+      kernels::mask_rows_forward(t, mask, t);
+      kernels::dropout_forward(t, t, site(l, kSiteConv, hidden_p));
+      kernels::gelu_forward(t, s3);
+      kernels::add_inplace(s3, out);
+      kernels::layernorm_forward(s3, W("deberta.encoder.conv.LayerNorm.weight"),
+                                 W("deberta.encoder.conv.LayerNorm.bias"), eps, out, A("conv.mean", {B, L}),
+                                 A("conv.rstd", {B, L}));
+      kernels::mask_rows_forward(out, mask, out);
+    }
+  }
+
+  // Head: ContextPooler on the [CLS] row, then the classifier.
+  Tensor last = A(str("hidden.", n), bld);
+  Tensor cls = A("head.cls", {B, D});
+  kernels::select_token_forward(last, 0, cls);
+  Tensor pp = A("head.pp", {B, P}), pg = A("head.pg", {B, P}), pd = A("head.pd", {B, P});
+  kernels::linear_forward(cls, W("pooler.dense.weight"), W("pooler.dense.bias"), pp);
+  kernels::gelu_forward(pp, pg);
+  kernels::dropout_forward(pg, pd, site(n, kSiteClassifier, c.classifier_dropout()));
+  Tensor logits = A("head.logits", {B, c.num_labels});
+  kernels::linear_forward(pd, W("classifier.weight"), W("classifier.bias"), logits);
+  if (!batch.labels.defined() || batch.labels.numel() == 0) return 0.0f;
+  Tensor loss = A("head.loss", {1});
+  kernels::cross_entropy_forward(logits, batch.labels, loss);
+  return loss.data_as<float>()[0];
+}
+
+void DebertaForSequenceClassification::backward(const Arena& params, const Arena& grads, float loss_scale) {
+  State& s = *state_;
+  ZT_CHECK(s.has_forward, "backward() before any forward");
+  ZT_CHECK(s.inputs.labels.defined() && s.inputs.labels.numel() > 0,
+           "backward() needs a forward with labels");
+  const DebertaConfig& c = config_;
+  const int64_t B = s.batch, L = s.seq;
+  const int64_t D = c.hidden_size, N = c.num_attention_heads, I = c.intermediate_size;
+  const int64_t S2 = c.rel_embedding_rows(), n = c.num_hidden_layers, P = c.pooler_hidden_size;
+  const Arena& act = s.activations;
+  const DropoutSchedule& dropout = s.dropout;
+  auto A = [&](std::string_view name, Shape shape) { return prefix_view(act, name, shape); };
+  auto W = [&](const std::string& name) { return params.tensor(name); };
+  auto G = [&](const std::string& name) { return grads.tensor(name); };
+  auto site = [&](uint32_t layer, uint32_t which, double p) {
+    return kernels::DropoutSite{dropout.training ? static_cast<float>(p) : 0.0f, dropout.seed,
+                                kernels::dropout_site_id(dropout.step, layer, which)};
+  };
+  const double hidden_p = c.hidden_dropout_prob;
+  const Shape bld{B, L, D};
+  const Tensor& mask = s.inputs.attention_mask;
+
+  // Head.
+  Tensor dlogits = A("grad.logits", {B, c.num_labels});
+  kernels::cross_entropy_backward(A("head.logits", {B, c.num_labels}), s.inputs.labels, loss_scale, dlogits);
+  Tensor dpd = A("grad.head_a", {B, P}), dpp = A("grad.head_b", {B, P});
+  kernels::linear_backward(dlogits, A("head.pd", {B, P}), W("classifier.weight"), dpd, G("classifier.weight"),
+                           G("classifier.bias"));
+  kernels::dropout_backward(dpd, dpd, site(n, kSiteClassifier, c.classifier_dropout()));
+  kernels::gelu_backward(dpd, A("head.pp", {B, P}), dpp);
+  Tensor dcls = A("grad.cls", {B, D});
+  kernels::linear_backward(dpp, A("head.cls", {B, D}), W("pooler.dense.weight"), dcls,
+                           G("pooler.dense.weight"), G("pooler.dense.bias"));
+  Tensor dh = A("grad.h", bld);
+  kernels::select_token_backward(dcls, 0, dh);  // zero everywhere but the [CLS] rows
+
+  Tensor drel = A("grad.rel", {S2, D});
+  kernels::fill(drel, 0.0f);
+  Tensor dconv_input = A("grad.t2", bld);  // dE from the conv, added to the layer-0 input gradient
+  kernels::DisentangledAttentionConfig attention;
+  attention.num_heads = N;
+  attention.positions = kernels::RelativePositionConfig::from_model_config(
+      c.position_buckets, c.max_relative_positions, c.max_position_embeddings);
+  attention.c2p = c.c2p;
+  attention.p2c = c.p2c;
+
+  for (int l = static_cast<int>(n) - 1; l >= 0; --l) {
+    const std::string p = layer_prefix(l);
+    Tensor x = A(str("hidden.", l), bld);
+    Tensor dz = dh;  // gradient w.r.t. the FFN LayerNorm output
+    Tensor t1 = A("grad.t1", bld);
+    if (l == 0 && c.has_conv()) {
+      // h1 = LN_c(z + gelu(t)) * m.
+      Tensor ds3 = t1;
+      kernels::mask_rows_backward(dh, mask, ds3);
+      kernels::layernorm_backward(ds3, A("conv.s3", bld), W("deberta.encoder.conv.LayerNorm.weight"),
+                                  A("conv.mean", {B, L}), A("conv.rstd", {B, L}), ds3,
+                                  G("deberta.encoder.conv.LayerNorm.weight"),
+                                  G("deberta.encoder.conv.LayerNorm.bias"));
+      kernels::copy(ds3, dh);  // dz = ds3 (residual branch)
+      Tensor dt = ds3;
+      kernels::gelu_backward(ds3, A("conv.t", bld), dt);
+      kernels::dropout_backward(dt, dt, site(l, kSiteConv, hidden_p));
+      kernels::mask_rows_backward(dt, mask, dt);
+      kernels::conv1d_backward(dt, A("hidden.0", bld), W("deberta.encoder.conv.conv.weight"), dconv_input,
+                               G("deberta.encoder.conv.conv.weight"), G("deberta.encoder.conv.conv.bias"));
+    }
+    // z = LN_o(s2), s2 = Drop(g1 Wo2' + bo2) + y.
+    Tensor ds2 = t1;
+    kernels::layernorm_backward(dz, A(layer_slot(l, "s2"), bld), W(p + "output.LayerNorm.weight"),
+                                A(layer_slot(l, "ln_o.mean"), {B, L}), A(layer_slot(l, "ln_o.rstd"), {B, L}),
+                                ds2, G(p + "output.LayerNorm.weight"), G(p + "output.LayerNorm.bias"));
+    Tensor dy = A("grad.h_next", bld);
+    kernels::copy(ds2, dy);
+    kernels::dropout_backward(ds2, ds2, site(l, kSiteFfnOutput, hidden_p));
+    Tensor df = A("grad.f", {B, L, I});
+    kernels::linear_backward(ds2, A(layer_slot(l, "g1"), {B, L, I}), W(p + "output.dense.weight"), df,
+                             G(p + "output.dense.weight"), G(p + "output.dense.bias"));
+    kernels::gelu_backward(df, A(layer_slot(l, "f1"), {B, L, I}), df);
+    kernels::linear_backward(df, A(layer_slot(l, "y"), bld), W(p + "intermediate.dense.weight"), dy,
+                             G(p + "intermediate.dense.weight"), G(p + "intermediate.dense.bias"),
+                             /*accumulate_dx=*/true);
+    // y = LN_a(s1), s1 = Drop(ctx Wo' + bo) + x.
+    Tensor ds1 = dh;  // dh is free again: dz was consumed above
+    kernels::layernorm_backward(dy, A(layer_slot(l, "s1"), bld), W(p + "attention.output.LayerNorm.weight"),
+                                A(layer_slot(l, "ln_a.mean"), {B, L}), A(layer_slot(l, "ln_a.rstd"), {B, L}),
+                                ds1, G(p + "attention.output.LayerNorm.weight"),
+                                G(p + "attention.output.LayerNorm.bias"));
+    Tensor dx = dy;  // the layer-input gradient: residual part first
+    kernels::copy(ds1, dx);
+    kernels::dropout_backward(ds1, ds1, site(l, kSiteAttentionOutput, hidden_p));
+    Tensor dctx = t1;
+    kernels::linear_backward(ds1, A(layer_slot(l, "ctx"), bld), W(p + "attention.output.dense.weight"), dctx,
+                             G(p + "attention.output.dense.weight"), G(p + "attention.output.dense.bias"));
+
+    Tensor dq = A("grad.q", bld), dk = A("grad.k", bld), dv = A("grad.v", bld);
+    Tensor dpos_key = A("grad.pos_key", {S2, D}), dpos_query = A("grad.pos_query", {S2, D});
+    kernels::fill(dpos_key, 0.0f);
+    kernels::fill(dpos_query, 0.0f);
+    attention.dropout_p = dropout.training ? static_cast<float>(c.attention_probs_dropout_prob) : 0.0f;
+    attention.seed = dropout.seed;
+    attention.site_id = kernels::dropout_site_id(dropout.step, l, kSiteAttentionProbs);
+    Tensor pos_key = A(layer_slot(l, "pos_key"), {S2, D}), pos_query = A(layer_slot(l, "pos_query"), {S2, D});
+    kernels::disentangled_attention_backward(A(layer_slot(l, "q"), bld), A(layer_slot(l, "k"), bld),
+                                             A(layer_slot(l, "v"), bld), c.c2p ? pos_key : Tensor(),
+                                             c.p2c ? pos_query : Tensor(), s.inputs.attention_mask,
+                                             A(layer_slot(l, "probs"), {B, N, L, L}), dctx, attention, dq, dk,
+                                             dv, c.c2p ? dpos_key : Tensor(), c.p2c ? dpos_query : Tensor());
+
+    const std::string wq = p + "attention.self.query_proj.weight", bq = p + "attention.self.query_proj.bias";
+    const std::string wk = p + "attention.self.key_proj.weight", bk = p + "attention.self.key_proj.bias";
+    const std::string wv = p + "attention.self.value_proj.weight", bv = p + "attention.self.value_proj.bias";
+    kernels::linear_backward(dq, x, W(wq), dx, G(wq), G(bq), true);
+    kernels::linear_backward(dk, x, W(wk), dx, G(wk), G(bk), true);
+    kernels::linear_backward(dv, x, W(wv), dx, G(wv), G(bv), true);
+    // share_att_key: PK = R~ Wk' + bk and PQ = R~ Wq' + bq feed the same weights and R~.
+    Tensor rel_dropped = A(layer_slot(l, "rel_dropped"), {S2, D});
+    Tensor drel_dropped = A("grad.rel_dropped", {S2, D});
+    kernels::fill(drel_dropped, 0.0f);
+    if (c.c2p) kernels::linear_backward(dpos_key, rel_dropped, W(wk), drel_dropped, G(wk), G(bk), true);
+    if (c.p2c) kernels::linear_backward(dpos_query, rel_dropped, W(wq), drel_dropped, G(wq), G(bq), true);
+    kernels::dropout_backward(drel_dropped, drel_dropped, site(l, kSiteRelEmbeddings, hidden_p));
+    kernels::add_inplace(drel, drel_dropped);
+
+    if (l == 0 && c.has_conv()) kernels::add_inplace(dx, dconv_input);
+    kernels::copy(dx, dh);
+  }
+
+  // Embeddings: E = Drop(LN_emb(gather) * m).
+  kernels::dropout_backward(dh, dh, site(n, kSiteEmbeddings, hidden_p));
+  kernels::mask_rows_backward(dh, mask, dh);
+  Tensor demb = A("grad.t1", bld);
+  kernels::layernorm_backward(dh, A("emb.raw", bld), W("deberta.embeddings.LayerNorm.weight"),
+                              A("emb.mean", {B, L}), A("emb.rstd", {B, L}), demb,
+                              G("deberta.embeddings.LayerNorm.weight"),
+                              G("deberta.embeddings.LayerNorm.bias"));
+  const int64_t padding_idx = c.pad_token_id.value_or(-1);
+  kernels::embedding_backward(s.inputs.input_ids, demb, G("deberta.embeddings.word_embeddings.weight"),
+                              padding_idx);
+
+  // Relative table: LN_rel backward writes its input gradient, which then accumulates into the parameter's.
+  Tensor drel_raw = A("grad.rel_tmp", {S2, D});
+  kernels::layernorm_backward(drel, W("deberta.encoder.rel_embeddings.weight"),
+                              W("deberta.encoder.LayerNorm.weight"), A("rel.mean", {S2}), A("rel.rstd", {S2}),
+                              drel_raw, G("deberta.encoder.LayerNorm.weight"),
+                              G("deberta.encoder.LayerNorm.bias"));
+  Tensor grel = G("deberta.encoder.rel_embeddings.weight");
+  kernels::add_inplace(grel, drel_raw);
+}
+
+}  // namespace zt
