@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "runtime/tensor.h"
 
@@ -31,6 +32,10 @@ void masked_softmax_row(const float* scores, const uint8_t* keep, float* probs, 
 // One row of n entries; dscores may alias dprobs.
 void masked_softmax_backward_row(const float* probs, const float* dprobs, const uint8_t* keep, float* dscores,
                                  int64_t n);
+
+// The mask as 0/1 bytes (nonzero = keep), so row loops do not branch on its dtype. Checks that it is a
+// contiguous CPU tensor of i64, i32 or f32; `op` names the caller in errors.
+std::vector<uint8_t> mask_to_keep(const Tensor& mask, const char* op);
 
 }  // namespace cpu
 

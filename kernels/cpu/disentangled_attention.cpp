@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/arg_checks.h"
 #include "kernels/masked_softmax.h"
 #include "kernels/philox.h"
 #include "runtime/check.h"
@@ -33,11 +34,11 @@ struct Problem {
   float scale = 1.0f;
 };
 
-void check_f32(const Tensor& t, const char* op, const char* name) {
-  ZT_CHECK(t.defined(), op, ": ", name, " is undefined");
-  ZT_CHECK(t.dtype() == DType::f32, op, ": ", name, " must be f32, got ", t.describe());
-  ZT_CHECK(t.device() == DeviceKind::cpu, op, ": ", name, " must be a CPU tensor, got ", t.describe());
-  ZT_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous, got ", t.describe());
+// An f32, contiguous, host tensor of exactly `shape`.
+void check_f32_arg(const Tensor& t, const Shape& shape, const char* op, const char* name) {
+  check_cpu_arg(t, DType::f32, op, name);
+  ZT_CHECK(t.shape() == shape, op, ": ", name, " must be ", shape.to_string(), ", got ",
+           t.shape().to_string());
 }
 
 bool any_position_term(const DisentangledAttentionConfig& config) {
@@ -47,12 +48,10 @@ bool any_position_term(const DisentangledAttentionConfig& config) {
 Problem plan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
              const Tensor& pos_query, const Tensor& attention_mask, const DisentangledAttentionConfig& config,
              const char* op) {
-  check_f32(q, op, "q");
+  check_cpu_arg(q, DType::f32, op, "q");
   ZT_CHECK(q.rank() == 3, op, ": q must be [B, L, D], got ", q.describe());
-  check_f32(k, op, "k");
-  check_f32(v, op, "v");
-  check_shape(k, q.shape(), "disentangled_attention: k");
-  check_shape(v, q.shape(), "disentangled_attention: v");
+  check_f32_arg(k, q.shape(), op, "k");
+  check_f32_arg(v, q.shape(), op, "v");
   Problem pr;
   pr.batch = q.dim(0);
   pr.length = q.dim(1);
@@ -65,25 +64,10 @@ Problem plan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& po
            config.dropout_p);
   pr.scale = disentangled_attention_scale(pr.head_size, config);
 
-  ZT_CHECK(attention_mask.device() == DeviceKind::cpu && attention_mask.is_contiguous(), op,
-           ": attention_mask must be a contiguous CPU tensor, got ", attention_mask.describe());
-  check_shape(attention_mask, Shape{pr.batch, pr.length}, "disentangled_attention: attention_mask");
-  pr.key_keep.resize(static_cast<size_t>(pr.batch * pr.length));
-  for (int64_t i = 0; i < pr.batch * pr.length; ++i) {
-    switch (attention_mask.dtype()) {
-      case DType::i64:
-        pr.key_keep[i] = attention_mask.data_as<int64_t>()[i] != 0;
-        break;
-      case DType::i32:
-        pr.key_keep[i] = attention_mask.data_as<int32_t>()[i] != 0;
-        break;
-      case DType::f32:
-        pr.key_keep[i] = attention_mask.data_as<float>()[i] != 0.0f;
-        break;
-      default:
-        ZT_FAIL(op, ": attention_mask must be i64, i32 or f32, got ", attention_mask.describe());
-    }
-  }
+  ZT_CHECK(attention_mask.shape() == (Shape{pr.batch, pr.length}), op,
+           ": attention_mask must be [B, L] = ", Shape{pr.batch, pr.length}.to_string(), ", got ",
+           attention_mask.shape().to_string());
+  pr.key_keep = cpu::mask_to_keep(attention_mask, op);
   pr.none_kept.assign(static_cast<size_t>(pr.length), 0);
 
   if (!any_position_term(config)) return pr;
@@ -91,12 +75,10 @@ Problem plan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& po
   ZT_CHECK(span > 0, op, ": the relative-position span must be positive");
   pr.table_rows = 2 * span;
   if (config.c2p) {
-    check_f32(pos_key, op, "pos_key");
-    check_shape(pos_key, Shape{pr.table_rows, pr.features}, "disentangled_attention: pos_key [2S, D]");
+    check_f32_arg(pos_key, Shape{pr.table_rows, pr.features}, op, "pos_key");
   }
   if (config.p2c) {
-    check_f32(pos_query, op, "pos_query");
-    check_shape(pos_query, Shape{pr.table_rows, pr.features}, "disentangled_attention: pos_query [2S, D]");
+    check_f32_arg(pos_query, Shape{pr.table_rows, pr.features}, op, "pos_query");
   }
   // bucket(i - j) is monotone in i - j, so the extreme rows come from the corners of the table.
   const int64_t L = pr.length;
@@ -117,14 +99,20 @@ uint64_t probs_offset(const Problem& pr, int64_t b, int64_t h) {
   return static_cast<uint64_t>((b * pr.heads + h) * pr.length * pr.length);
 }
 
-// out = keep * in / (1 - p) over one head's [L, L] block, keep regenerated from the counter-based RNG.
-void apply_attention_dropout(const float* in, float* out, int64_t count, uint64_t first_element,
-                             const DisentangledAttentionConfig& config) {
+// factor[e] = keep(first_element + e) / (1 - p) for one head's [L, L] block: the dropout multiplier of P.
+// Same numbers as uniform(seed, site_id, index), but one Philox block serves four consecutive elements.
+void attention_dropout_factors(float* factor, int64_t count, uint64_t first_element,
+                               const DisentangledAttentionConfig& config) {
   const float kept_scale = 1.0f / (1.0f - config.dropout_p);
+  uint64_t block = ~uint64_t{0};
+  PhiloxCounter words{};
   for (int64_t e = 0; e < count; ++e) {
-    const bool keep =
-        dropout_keep(config.seed, config.site_id, first_element + static_cast<uint64_t>(e), config.dropout_p);
-    out[e] = keep ? in[e] * kept_scale : 0.0f;
+    const uint64_t element = first_element + static_cast<uint64_t>(e);
+    if ((element >> 2) != block) {
+      block = element >> 2;
+      words = philox_block(config.seed, config.site_id, block);
+    }
+    factor[e] = uniform_from_bits(words.word[element & 3]) >= config.dropout_p ? kept_scale : 0.0f;
   }
 }
 
@@ -142,11 +130,8 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   constexpr const char* op = "disentangled_attention_forward";
   if (q.device() == DeviceKind::cuda) ZT_FAIL("disentangled_attention: CUDA kernel not built yet");
   const Problem pr = plan(q, k, v, pos_key, pos_query, attention_mask, config, op);
-  check_f32(context, op, "context");
-  check_shape(context, q.shape(), "disentangled_attention_forward: context");
-  check_f32(probs, op, "probs");
-  check_shape(probs, Shape{pr.batch, pr.heads, pr.length, pr.length},
-              "disentangled_attention_forward: probs");
+  check_f32_arg(context, q.shape(), op, "context");
+  check_f32_arg(probs, Shape{pr.batch, pr.heads, pr.length, pr.length}, op, "probs");
 
   const int64_t L = pr.length, D = pr.features, d = pr.head_size, W = pr.window;
   const float inverse_scale = 1.0f / pr.scale;
@@ -189,8 +174,10 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
       }
       HeadView ch(context.data_as<float>() + row0 + h * d, L, d, Strided(D));
       if (dropout) {
-        apply_attention_dropout(p, dropped.data(), L * L, probs_offset(pr, b, h), config);
-        ch.noalias() = ConstDense(dropped.data(), L, L) * vh;
+        attention_dropout_factors(dropped.data(), L * L, probs_offset(pr, b, h), config);
+        Dense p_dropped(dropped.data(), L, L);
+        p_dropped.array() *= ConstDense(p, L, L).array();
+        ch.noalias() = p_dropped * vh;
       } else {
         ch.noalias() = ConstDense(p, L, L) * vh;
       }
@@ -207,30 +194,23 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   constexpr const char* op = "disentangled_attention_backward";
   if (q.device() == DeviceKind::cuda) ZT_FAIL("disentangled_attention: CUDA kernel not built yet");
   const Problem pr = plan(q, k, v, pos_key, pos_query, attention_mask, config, op);
-  check_f32(probs, op, "probs");
-  check_shape(probs, Shape{pr.batch, pr.heads, pr.length, pr.length},
-              "disentangled_attention_backward: probs");
-  check_f32(dcontext, op, "dcontext");
-  check_shape(dcontext, q.shape(), "disentangled_attention_backward: dcontext");
-  check_f32(dq, op, "dq");
-  check_shape(dq, q.shape(), "disentangled_attention_backward: dq");
-  check_f32(dk, op, "dk");
-  check_shape(dk, q.shape(), "disentangled_attention_backward: dk");
-  check_f32(dv, op, "dv");
-  check_shape(dv, q.shape(), "disentangled_attention_backward: dv");
+  check_f32_arg(probs, Shape{pr.batch, pr.heads, pr.length, pr.length}, op, "probs");
+  check_f32_arg(dcontext, q.shape(), op, "dcontext");
+  check_f32_arg(dq, q.shape(), op, "dq");
+  check_f32_arg(dk, q.shape(), op, "dk");
+  check_f32_arg(dv, q.shape(), op, "dv");
   if (config.c2p) {
-    check_f32(dpos_key, op, "dpos_key");
-    check_shape(dpos_key, pos_key.shape(), "disentangled_attention_backward: dpos_key");
+    check_f32_arg(dpos_key, pos_key.shape(), op, "dpos_key");
   }
   if (config.p2c) {
-    check_f32(dpos_query, op, "dpos_query");
-    check_shape(dpos_query, pos_query.shape(), "disentangled_attention_backward: dpos_query");
+    check_f32_arg(dpos_query, pos_query.shape(), op, "dpos_query");
   }
 
   const int64_t L = pr.length, D = pr.features, d = pr.head_size, W = pr.window;
   const float inverse_scale = 1.0f / pr.scale;
   const bool dropout = config.dropout_p > 0.0f;
   std::vector<float> dropped(static_cast<size_t>(dropout ? L * L : 0));
+  std::vector<float> dropout_factor(static_cast<size_t>(dropout ? L * L : 0));
   std::vector<float> grad_scores(static_cast<size_t>(L * L));                // dP~, then dP, then G = dA / s
   std::vector<float> grad_c2p(static_cast<size_t>(config.c2p ? L * W : 0));  // Gc [L, W]
   std::vector<float> grad_p2c(static_cast<size_t>(config.p2c ? L * W : 0));  // Gp [L, W]
@@ -250,12 +230,14 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
       Dense grad(grad_scores.data(), L, L);
 
       if (dropout) {
-        apply_attention_dropout(p, dropped.data(), L * L, probs_offset(pr, b, h), config);
-        dvh.noalias() = ConstDense(dropped.data(), L, L).transpose() * dch;
+        attention_dropout_factors(dropout_factor.data(), L * L, probs_offset(pr, b, h), config);
+        ConstDense factor(dropout_factor.data(), L, L);
+        Dense p_dropped(dropped.data(), L, L);
+        p_dropped = factor.cwiseProduct(ConstDense(p, L, L));
+        dvh.noalias() = p_dropped.transpose() * dch;
+        // dP = factor * dP~: the same keep / (1 - p) multiplier as the forward.
         grad.noalias() = dch * vh.transpose();
-        // d(P~)/dP is the same keep / (1 - p) factor, so reuse the dropout on the gradient.
-        apply_attention_dropout(grad_scores.data(), grad_scores.data(), L * L, probs_offset(pr, b, h),
-                                config);
+        grad.array() *= factor.array();
       } else {
         dvh.noalias() = ConstDense(p, L, L).transpose() * dch;
         grad.noalias() = dch * vh.transpose();

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/arg_checks.h"
 #include "runtime/check.h"
 
 namespace zt::kernels {
@@ -38,24 +39,9 @@ void masked_softmax_backward_row(const float* probs, const float* dprobs, const 
   for (int64_t j = 0; j < n; ++j) dscores[j] = keep[j] ? probs[j] * (dprobs[j] - weighted) : 0.0f;
 }
 
-}  // namespace cpu
-
-namespace {
-
-void check_rows_tensor(const Tensor& t, const Tensor& like, const char* op, const char* what) {
-  ZT_CHECK(t.dtype() == DType::f32, op, ": ", what, " must be f32, got ", t.describe());
-  ZT_CHECK(t.device() == DeviceKind::cpu, op, ": ", what, " must be a CPU tensor, got ", t.describe());
-  ZT_CHECK(t.is_contiguous(), op, ": ", what, " must be contiguous");
-  ZT_CHECK(t.shape() == like.shape(), op, ": ", what, " has shape ", t.shape().to_string(), ", expected ",
-           like.shape().to_string());
-}
-
-// Converts the mask to 0/1 bytes once so the row loops do not branch on its dtype.
-std::vector<uint8_t> mask_to_keep(const Tensor& mask, const Tensor& like, const char* op) {
+std::vector<uint8_t> mask_to_keep(const Tensor& mask, const char* op) {
   ZT_CHECK(mask.device() == DeviceKind::cpu, op, ": mask must be a CPU tensor, got ", mask.describe());
-  ZT_CHECK(mask.is_contiguous(), op, ": mask must be contiguous");
-  ZT_CHECK(mask.shape() == like.shape(), op, ": mask has shape ", mask.shape().to_string(), ", expected ",
-           like.shape().to_string());
+  ZT_CHECK(mask.is_contiguous(), op, ": mask must be contiguous, got ", mask.describe());
   const int64_t n = mask.numel();
   std::vector<uint8_t> keep(static_cast<size_t>(n));
   switch (mask.dtype()) {
@@ -74,17 +60,27 @@ std::vector<uint8_t> mask_to_keep(const Tensor& mask, const Tensor& like, const 
   return keep;
 }
 
+}  // namespace cpu
+
+namespace {
+
+void check_rows_tensor(const Tensor& t, const Tensor& like, const char* op, const char* what,
+                       const char* like_name) {
+  check_cpu_arg(t, DType::f32, op, what);
+  check_same_shape(t, like, op, what, like_name);
+}
+
 }  // namespace
 
 void masked_softmax_forward(const Tensor& scores, const Tensor& mask, const Tensor& probs) {
   constexpr const char* op = "masked_softmax_forward";
   if (scores.device() == DeviceKind::cuda) ZT_FAIL("masked_softmax: CUDA kernel not built yet");
   ZT_CHECK(scores.rank() >= 1, op, ": scores must have rank >= 1");
-  check_rows_tensor(scores, scores, op, "scores");
-  check_rows_tensor(probs, scores, op, "probs");
-  const std::vector<uint8_t> keep = mask_to_keep(mask, scores, op);
-  const int64_t n = scores.dim(-1);
-  const int64_t rows = n == 0 ? 0 : scores.numel() / n;
+  check_cpu_arg(scores, DType::f32, op, "scores");
+  check_rows_tensor(probs, scores, op, "probs", "scores");
+  check_same_shape(mask, scores, op, "mask", "scores");
+  const std::vector<uint8_t> keep = cpu::mask_to_keep(mask, op);
+  const int64_t n = scores.dim(-1), rows = rows_of(scores);
   const float* in = scores.data_as<float>();
   float* out = probs.data_as<float>();
   for (int64_t r = 0; r < rows; ++r) cpu::masked_softmax_row(in + r * n, keep.data() + r * n, out + r * n, n);
@@ -95,12 +91,12 @@ void masked_softmax_backward(const Tensor& probs, const Tensor& dprobs, const Te
   constexpr const char* op = "masked_softmax_backward";
   if (probs.device() == DeviceKind::cuda) ZT_FAIL("masked_softmax: CUDA kernel not built yet");
   ZT_CHECK(probs.rank() >= 1, op, ": probs must have rank >= 1");
-  check_rows_tensor(probs, probs, op, "probs");
-  check_rows_tensor(dprobs, probs, op, "dprobs");
-  check_rows_tensor(dscores, probs, op, "dscores");
-  const std::vector<uint8_t> keep = mask_to_keep(mask, probs, op);
-  const int64_t n = probs.dim(-1);
-  const int64_t rows = n == 0 ? 0 : probs.numel() / n;
+  check_cpu_arg(probs, DType::f32, op, "probs");
+  check_rows_tensor(dprobs, probs, op, "dprobs", "probs");
+  check_rows_tensor(dscores, probs, op, "dscores", "probs");
+  check_same_shape(mask, probs, op, "mask", "probs");
+  const std::vector<uint8_t> keep = cpu::mask_to_keep(mask, op);
+  const int64_t n = probs.dim(-1), rows = rows_of(probs);
   const float* p = probs.data_as<float>();
   const float* dp = dprobs.data_as<float>();
   float* ds = dscores.data_as<float>();
