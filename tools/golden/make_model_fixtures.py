@@ -32,6 +32,8 @@ import golden_init  # noqa: E402
 
 FULL_LIMIT = 65536  # tensors with more elements are stored as a sample + stats
 SAMPLE_COUNT = 512
+PADDING_NOTE = ("; hidden_states at padded positions follow new-HF semantics (a fully masked query row attends "
+                "uniformly): compare real positions only")
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 # Every field the C++ config parser must understand; the dropouts are 0 so the training path is deterministic.
@@ -224,7 +226,7 @@ def make_fixture(out_dir, case):
         set_ascii_attr(f, "transformers_version", str(transformers.__version__))
         set_ascii_attr(f, "torch_version", str(torch.__version__))
         set_ascii_attr(f, "generator", "tools/golden/make_model_fixtures.py")
-        set_ascii_attr(f, "notes", notes)
+        set_ascii_attr(f, "notes", notes + PADDING_NOTE if (mask == 0).any() else notes)
         set_ascii_attr(f, "param_table_json", json.dumps([[n, list(p.shape)] for n, p in params.items()]))
         f.create_dataset("input_ids", data=ids)
         f.create_dataset("attention_mask", data=mask)
