@@ -1,0 +1,199 @@
+// The training configuration of train_mrpc: HuggingFace run_glue_no_trainer.py's flags (same names, same
+// defaults) plus zerotrain's own, reconciled with an optional DeepSpeed JSON config (--deepspeed_config) read
+// with DeepSpeed's schema, "auto" values included.
+//
+//   TrainConfig config = TrainConfig::from_args(argc, argv);    // flags only; throws zt::Error on bad input
+//   if (config.show_help) { std::fputs(TrainConfig::help_text().c_str(), stdout); return 0; }
+//   config.resolve({.world_size = W, .hidden_size = model.hidden_size, .num_train_examples = train.size()});
+//   std::fputs(config.describe().c_str(), stdout);
+//
+// Note [Flags versus the DeepSpeed JSON]
+// Many settings can come from a flag and from the JSON (learning rate, batch sizes, clipping, dtype...).
+//   JSON "auto" or key absent -> the flag's value (explicit or default), as HF's DeepSpeed integration does
+//                                for "auto". An absent key taking the flag too is our choice: DeepSpeed would
+//                                use its own default (e.g. no clipping when gradient_clipping is missing even
+//                                though --max_grad_norm is 1.0), a silent surprise we do not reproduce.
+//   JSON value, flag left at its default -> the JSON value, and the flag field is updated to it.
+//   JSON value, flag given and equal     -> fine.
+//   JSON value, flag given and different -> zt::Error naming both. DeepSpeed under Accelerate silently uses
+//   the
+//                                JSON value (HF Trainer errors); an explicit flag that is then ignored is a
+//                                bug report waiting to happen, so we refuse.
+// After resolve() the flag fields hold the values training uses; origin_of(name) says where each came from.
+//
+// Note [max_grad_norm]
+// run_glue_no_trainer.py never clips gradients; HF Trainer (and Accelerate's DeepSpeed "auto" for
+// gradient_clipping) use 1.0. We default to 1.0 so that a JSON-driven and a flag-driven run agree and the
+// blog's configs behave as under Accelerate; pass --max_grad_norm 0 to disable clipping.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "optim/loss_scaler.h"
+#include "optim/lr_schedule.h"
+
+namespace zt::optim {
+
+enum class ComputeDType { f32, bf16, f16 };
+enum class DeviceChoice { auto_detect, cpu, cuda };
+
+// Where a resolved value came from; printed by describe().
+enum class Origin {
+  default_value,  // the flag's default, nothing else said anything
+  flag,           // given on the command line
+  json,           // a value in the DeepSpeed JSON
+  json_auto,      // "auto" in the JSON, filled from a flag or from the model/world size
+  derived,        // computed from other settings (e.g. train_batch_size, num_training_steps)
+};
+std::string_view origin_name(Origin origin);
+
+// --checkpointing_steps: absent (no checkpoints), "epoch", or every N optimizer steps.
+struct CheckpointingSteps {
+  enum class Kind { none, epoch, steps };
+  Kind kind = Kind::none;
+  int64_t every = 0;  // for Kind::steps, > 0
+};
+
+// A DeepSpeed "scheduler" section. When present it replaces --lr_scheduler_type (as Accelerate's
+// DummyScheduler does). Semantics (DeepSpeed runtime/lr_schedules.py), s = step, W = warmup_num_steps:
+//   WarmupLR        lr = min + (max - min) * g(s) during warmup, then max.   g = log(s+1)/log(W) or s/W
+//   WarmupDecayLR   as WarmupLR, then max * (T - s) / (T - W) linearly to 0 at total_num_steps T
+//   WarmupCosineLR  ratio warmup_min_ratio -> 1 over W, then cosine to cos_min_ratio at T (times optimizer
+//   lr)
+struct DeepSpeedSchedule {
+  enum class Type { warmup_lr, warmup_decay_lr, warmup_cosine_lr };
+  Type type = Type::warmup_lr;
+  double warmup_min_lr = 0;      // WarmupLR/WarmupDecayLR
+  double warmup_max_lr = 0.001;  // WarmupLR/WarmupDecayLR
+  int64_t warmup_num_steps = 1000;
+  int64_t total_num_steps = 0;    // WarmupDecayLR/WarmupCosineLR
+  bool warmup_log = true;         // warmup_type "log" (DeepSpeed's default) or "linear"
+  double warmup_min_ratio = 0;    // WarmupCosineLR
+  double cos_min_ratio = 0.0001;  // WarmupCosineLR
+};
+std::string_view deepspeed_schedule_name(DeepSpeedSchedule::Type type);
+
+struct OffloadSettings {
+  bool enabled = false;  // device "cpu"; "none" leaves it off
+  bool pin_memory = false;
+};
+
+// zero_optimization, with DeepSpeed's defaults (sizes are element counts, as in DeepSpeed).
+struct ZeroSettings {
+  int stage = 0;
+  bool allgather_partitions = true;
+  int64_t allgather_bucket_size = 500'000'000;
+  bool overlap_comm = false;  // DeepSpeed: defaults to true for stage 3, false otherwise
+  bool reduce_scatter = true;
+  int64_t reduce_bucket_size = 500'000'000;
+  bool contiguous_gradients = true;
+  bool round_robin_gradients = false;
+  OffloadSettings offload_optimizer;
+  OffloadSettings offload_param;  // stage 3 only
+  int64_t sub_group_size = 1'000'000'000;
+  int64_t stage3_prefetch_bucket_size = 50'000'000;
+  int64_t stage3_param_persistence_threshold = 100'000;
+  int64_t stage3_max_live_parameters = 1'000'000'000;
+  int64_t stage3_max_reuse_distance = 1'000'000'000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+};
+
+// What resolve() needs besides the flags and the JSON.
+struct ResolveInputs {
+  int world_size = 1;
+  int64_t hidden_size = 0;         // the model's; needed only when a hidden-size "auto" key is present
+  int64_t num_train_examples = 0;  // to compute steps per epoch; needed unless --max_train_steps is given
+};
+
+struct TrainConfig {
+  // ---- HF run_glue_no_trainer.py flags (names and defaults as there) ----
+  std::string task_name = "mrpc";  // only MRPC is supported; accepted so HF command lines work unchanged
+  std::string model_name_or_path;  // a zerotrain model file/dir; empty = the embedded default
+  std::string train_file;          // empty until resolve(): <data_dir>/train.tsv
+  std::string validation_file;     // empty until resolve(): <data_dir>/dev.tsv
+  std::string test_file;           // empty until resolve(): <data_dir>/test.tsv
+  int64_t max_length = 128;
+  bool pad_to_max_length = false;  // false = dynamic padding to the longest row of each batch
+  int64_t per_device_train_batch_size = 8;
+  int64_t per_device_eval_batch_size = 8;
+  double learning_rate = 5e-5;
+  double weight_decay = 0.0;
+  int64_t num_train_epochs = 3;
+  std::optional<int64_t> max_train_steps;  // overrides num_train_epochs when given
+  int64_t gradient_accumulation_steps = 1;
+  std::string lr_scheduler_type = "linear";
+  int64_t num_warmup_steps = 0;
+  uint64_t seed = 42;      // HF's default is None (unseeded); a run here is always reproducible
+  std::string output_dir;  // empty = save nothing
+  CheckpointingSteps checkpointing_steps;
+  std::string resume_from_checkpoint;    // empty = start fresh
+  bool ignore_mismatched_sizes = false;  // replace a checkpoint's classifier whose label count differs
+
+  // ---- zerotrain's own ----
+  std::string deepspeed_config;  // path of a DeepSpeed JSON; empty = flags only
+  size_t gpu_memory_limit = 0;   // bytes; 0 = no cap beyond the device
+  // bf16 as DESIGN.md decides; HF's run is fp32 unless Accelerate is configured for mixed precision.
+  ComputeDType dtype = ComputeDType::bf16;
+  DeviceChoice device = DeviceChoice::auto_detect;
+  double max_grad_norm = 1.0;  // see Note [max_grad_norm]; 0 disables clipping
+  double adam_beta1 = 0.9;     // HF Trainer's names; run_glue_no_trainer uses torch's defaults
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+  std::string data_dir;    // defaults to the shipped MRPC
+  int64_t log_every = 10;  // optimizer steps between loss lines
+  bool show_help = false;  // --help was given; nothing else was parsed after it
+
+  // ---- filled by resolve() ----
+  int world_size = 1;
+  int64_t train_batch_size = 0;            // micro x accumulation x world
+  int64_t num_update_steps_per_epoch = 0;  // optimizer steps per epoch per rank (0 if examples unknown)
+  int64_t num_training_steps = 0;          // --max_train_steps or epochs x steps per epoch
+  std::string optimizer_type = "AdamW";    // "AdamW" or DeepSpeed's "Adam" (decoupled decay either way)
+  bool torch_adam = false;                 // DeepSpeed optimizer.params.torch_adam; same math here
+  std::optional<DeepSpeedSchedule> deepspeed_schedule;  // replaces lr_scheduler_type when set
+  LossScalerConfig fp16;                                // used when dtype is f16
+  bool fp16_auto_cast = false;
+  ZeroSettings zero;
+  int64_t steps_per_print = 10;  // DeepSpeed's own progress print; our loss lines follow log_every
+  bool wall_clock_breakdown = false;
+  bool resolved = false;
+
+  // Parses command-line flags ("--flag value", "--flag=value", bare booleans). Throws zt::Error naming the
+  // flag on an unknown flag, a missing value or a malformed number. argv[0] is skipped.
+  static TrainConfig from_args(int argc, const char* const* argv);
+  static TrainConfig from_args(const std::vector<std::string>& args);  // without a program name
+  // Usage text generated from the flag table (every flag, its default and what it does).
+  static std::string help_text();
+
+  // Fills data paths, reads --deepspeed_config (if any) and reconciles it with the flags (Note [Flags versus
+  // the DeepSpeed JSON]), resolves "auto", computes step counts and validates everything. Throws zt::Error.
+  void resolve(const ResolveInputs& inputs);
+  // As resolve(), with the DeepSpeed config given as text; `source` names it in messages.
+  void resolve_with_json_text(std::string_view json_text, std::string_view source,
+                              const ResolveInputs& inputs);
+
+  // The resolved configuration, one key per line, grouped, each marked with its origin.
+  std::string describe() const;
+  Origin origin_of(std::string_view key) const;  // keys as printed by describe(); default_value if unknown
+
+  // The HF schedule built from the flags (valid when deepspeed_schedule is empty).
+  LrSchedule hf_schedule() const;
+
+  std::map<std::string, Origin, std::less<>> origins;            // key -> where its value came from
+  std::map<std::string, std::string, std::less<>> origin_notes;  // key -> e.g. "optimizer.params.lr"
+
+ private:
+  void resolve_impl(const nlohmann::json* ds, std::string_view source, const ResolveInputs& inputs);
+};
+
+std::string_view compute_dtype_name(ComputeDType dtype);
+std::string_view device_choice_name(DeviceChoice device);
+
+}  // namespace zt::optim

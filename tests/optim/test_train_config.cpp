@@ -1,0 +1,595 @@
+// TrainConfig: run_glue_no_trainer.py flags, DeepSpeed JSON with "auto", and the errors a user meets.
+#include "optim/train_config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "runtime/check.h"
+
+namespace zt::optim {
+namespace {
+
+constexpr int64_t kMrpcTrainRows = 3668;
+constexpr int64_t kXlargeHidden = 1536;  // deberta-v2-xlarge
+
+// The DeepSpeed configs of HF's blog "Accelerate Large Model Training using DeepSpeed" (DeBERTa-v2-xlarge on
+// MRPC): ZeRO-2 with the optimizer offloaded to CPU, and ZeRO-3 with optimizer and parameters offloaded.
+constexpr const char* kBlogZero2Offload = R"({
+  "fp16": {
+    "enabled": true,
+    "loss_scale": 0,
+    "loss_scale_window": 1000,
+    "initial_scale_power": 16,
+    "hysteresis": 2,
+    "min_loss_scale": 1
+  },
+  "optimizer": {
+    "type": "AdamW",
+    "params": {
+      "lr": "auto",
+      "weight_decay": "auto",
+      "torch_adam": true,
+      "adam_w_mode": true
+    }
+  },
+  "scheduler": {
+    "type": "WarmupDecayLR",
+    "params": {
+      "warmup_min_lr": "auto",
+      "warmup_max_lr": "auto",
+      "warmup_num_steps": "auto",
+      "total_num_steps": "auto"
+    }
+  },
+  "zero_optimization": {
+    "stage": 2,
+    "offload_optimizer": {
+      "device": "cpu",
+      "pin_memory": true
+    },
+    "allgather_partitions": true,
+    "allgather_bucket_size": 2e8,
+    "overlap_comm": true,
+    "reduce_scatter": true,
+    "reduce_bucket_size": "auto",
+    "contiguous_gradients": true
+  },
+  "gradient_accumulation_steps": 1,
+  "gradient_clipping": "auto",
+  "steps_per_print": 2000,
+  "train_batch_size": "auto",
+  "train_micro_batch_size_per_gpu": "auto",
+  "wall_clock_breakdown": false
+})";
+
+constexpr const char* kBlogZero3Offload = R"({
+  "fp16": {
+    "enabled": true,
+    "loss_scale": 0,
+    "loss_scale_window": 1000,
+    "initial_scale_power": 16,
+    "hysteresis": 2,
+    "min_loss_scale": 1
+  },
+  "optimizer": {
+    "type": "AdamW",
+    "params": {
+      "lr": "auto",
+      "weight_decay": "auto"
+    }
+  },
+  "scheduler": {
+    "type": "WarmupDecayLR",
+    "params": {
+      "warmup_min_lr": "auto",
+      "warmup_max_lr": "auto",
+      "warmup_num_steps": "auto",
+      "total_num_steps": "auto"
+    }
+  },
+  "zero_optimization": {
+    "stage": 3,
+    "offload_optimizer": {
+      "device": "cpu",
+      "pin_memory": true
+    },
+    "offload_param": {
+      "device": "cpu",
+      "pin_memory": true
+    },
+    "overlap_comm": true,
+    "contiguous_gradients": true,
+    "reduce_bucket_size": "auto",
+    "stage3_prefetch_bucket_size": "auto",
+    "stage3_param_persistence_threshold": "auto",
+    "sub_group_size": 1e9,
+    "stage3_max_live_parameters": 1e9,
+    "stage3_max_reuse_distance": 1e9,
+    "stage3_gather_16bit_weights_on_model_save": "auto"
+  },
+  "gradient_accumulation_steps": 1,
+  "gradient_clipping": "auto",
+  "steps_per_print": 2000,
+  "train_batch_size": "auto",
+  "train_micro_batch_size_per_gpu": "auto",
+  "wall_clock_breakdown": false
+})";
+
+// The blog's command line, minus its wandb tracking flags.
+const std::vector<std::string> kBlogFlags = {"--model_name_or_path",
+                                             "deberta-v2-xlarge-mnli",
+                                             "--task_name",
+                                             "mrpc",
+                                             "--ignore_mismatched_sizes",
+                                             "--max_length",
+                                             "128",
+                                             "--per_device_train_batch_size",
+                                             "40",
+                                             "--learning_rate",
+                                             "2e-5",
+                                             "--num_train_epochs",
+                                             "3",
+                                             "--output_dir",
+                                             "/tmp/mrpc/deepspeed_stage2/"};
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+ResolveInputs inputs(int world_size = 1) {
+  return {.world_size = world_size, .hidden_size = kXlargeHidden, .num_train_examples = kMrpcTrainRows};
+}
+
+TrainConfig resolved(const std::vector<std::string>& flags, const std::string& json, int world_size = 1) {
+  TrainConfig config = TrainConfig::from_args(flags);
+  config.resolve_with_json_text(json, "test.json", inputs(world_size));
+  return config;
+}
+
+// The message of the zt::Error that `action` throws ("" if it throws none).
+template <typename Action>
+std::string error_of(Action action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+#define EXPECT_ERROR_HAS(action, ...)                                                                   \
+  do {                                                                                                  \
+    const std::string message = error_of([&] { action; });                                              \
+    ASSERT_FALSE(message.empty()) << "no error from " #action;                                          \
+    for (const char* part : {__VA_ARGS__}) {                                                            \
+      EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' missing from: " << message; \
+    }                                                                                                   \
+  } while (0)
+
+TEST(TrainConfigFlags, DefaultsMatchRunGlueNoTrainer) {
+  TrainConfig config = TrainConfig::from_args(std::vector<std::string>{});
+  EXPECT_EQ(config.max_length, 128);
+  EXPECT_FALSE(config.pad_to_max_length);
+  EXPECT_EQ(config.per_device_train_batch_size, 8);
+  EXPECT_EQ(config.per_device_eval_batch_size, 8);
+  EXPECT_DOUBLE_EQ(config.learning_rate, 5e-5);
+  EXPECT_DOUBLE_EQ(config.weight_decay, 0.0);
+  EXPECT_EQ(config.num_train_epochs, 3);
+  EXPECT_FALSE(config.max_train_steps.has_value());
+  EXPECT_EQ(config.gradient_accumulation_steps, 1);
+  EXPECT_EQ(config.lr_scheduler_type, "linear");
+  EXPECT_EQ(config.num_warmup_steps, 0);
+  EXPECT_DOUBLE_EQ(config.max_grad_norm, 1.0);
+  EXPECT_EQ(config.checkpointing_steps.kind, CheckpointingSteps::Kind::none);
+  EXPECT_EQ(config.dtype, ComputeDType::bf16);
+  EXPECT_EQ(config.device, DeviceChoice::auto_detect);
+  EXPECT_EQ(config.gpu_memory_limit, 0u);
+
+  config.resolve(inputs());
+  EXPECT_EQ(config.train_file, std::string(ZT_DATA_DIR) + "/train.tsv");
+  EXPECT_EQ(config.validation_file, std::string(ZT_DATA_DIR) + "/dev.tsv");
+  EXPECT_EQ(config.test_file, std::string(ZT_DATA_DIR) + "/test.tsv");
+  EXPECT_EQ(config.train_batch_size, 8);
+  EXPECT_EQ(config.num_update_steps_per_epoch, 459);  // ceil(3668 / 8)
+  EXPECT_EQ(config.num_training_steps, 3 * 459);
+  EXPECT_EQ(config.zero.stage, 0);
+  EXPECT_FALSE(config.deepspeed_schedule.has_value());
+  EXPECT_EQ(config.origin_of("learning_rate"), Origin::default_value);
+  const LrSchedule schedule = config.hf_schedule();
+  EXPECT_EQ(schedule.kind, ScheduleKind::linear);
+  EXPECT_EQ(schedule.num_training_steps, 1377);
+}
+
+TEST(TrainConfigFlags, BothSyntaxesAndBareSwitches) {
+  const TrainConfig config = TrainConfig::from_args(std::vector<std::string>{
+      "--learning_rate", "3e-5", "--per_device_train_batch_size=16", "--pad_to_max_length", "--seed", "7",
+      "--checkpointing_steps=epoch", "--gpu_memory_limit", "24GiB", "--dtype=f16", "--device", "cpu",
+      "--ignore_mismatched_sizes=false", "--max_train_steps=100", "--data_dir", "/data/mrpc"});
+  EXPECT_DOUBLE_EQ(config.learning_rate, 3e-5);
+  EXPECT_EQ(config.per_device_train_batch_size, 16);
+  EXPECT_TRUE(config.pad_to_max_length);
+  EXPECT_EQ(config.seed, 7u);  // the switch did not swallow "--seed"
+  EXPECT_EQ(config.checkpointing_steps.kind, CheckpointingSteps::Kind::epoch);
+  EXPECT_EQ(config.gpu_memory_limit, size_t{24} << 30);
+  EXPECT_EQ(config.dtype, ComputeDType::f16);
+  EXPECT_EQ(config.device, DeviceChoice::cpu);
+  EXPECT_FALSE(config.ignore_mismatched_sizes);
+  EXPECT_EQ(config.max_train_steps, 100);
+  EXPECT_EQ(config.origin_of("learning_rate"), Origin::flag);
+  EXPECT_EQ(config.origin_of("per_device_train_batch_size"), Origin::flag);
+  EXPECT_EQ(config.origin_of("weight_decay"), Origin::default_value);
+
+  TrainConfig steps = TrainConfig::from_args(std::vector<std::string>{"--checkpointing_steps", "50"});
+  EXPECT_EQ(steps.checkpointing_steps.kind, CheckpointingSteps::Kind::steps);
+  EXPECT_EQ(steps.checkpointing_steps.every, 50);
+}
+
+TEST(TrainConfigFlags, DataDirMovesTheDefaultFiles) {
+  TrainConfig config = TrainConfig::from_args(
+      std::vector<std::string>{"--data_dir", "/data/mrpc", "--test_file", "/x/test.tsv"});
+  config.resolve(inputs());
+  EXPECT_EQ(config.train_file, "/data/mrpc/train.tsv");
+  EXPECT_EQ(config.validation_file, "/data/mrpc/dev.tsv");
+  EXPECT_EQ(config.test_file, "/x/test.tsv");
+}
+
+TEST(TrainConfigFlags, MaxTrainStepsOverridesEpochs) {
+  TrainConfig config = TrainConfig::from_args(std::vector<std::string>{"--max_train_steps", "500"});
+  config.resolve(inputs());
+  EXPECT_EQ(config.num_training_steps, 500);
+  EXPECT_EQ(config.num_train_epochs, 2);  // ceil(500 / 459), as run_glue_no_trainer.py recomputes it
+  EXPECT_EQ(config.origin_of("num_train_epochs"), Origin::derived);
+}
+
+TEST(TrainConfigFlags, StepsCountEveryRanksShardAndAccumulation) {
+  TrainConfig config = TrainConfig::from_args(
+      std::vector<std::string>{"--per_device_train_batch_size", "40", "--gradient_accumulation_steps", "2"});
+  config.resolve(inputs(2));
+  // 1834 rows per rank -> 46 batches -> 23 optimizer steps per epoch.
+  EXPECT_EQ(config.num_update_steps_per_epoch, 23);
+  EXPECT_EQ(config.train_batch_size, 160);
+}
+
+TEST(TrainConfigFlags, UnknownFlagIsNamed) {
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--learning_rat", "1e-5"}),
+                   "--learning_rat", "did you mean 'learning_rate'");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--with_tracking"}), "--with_tracking",
+                   "does not support");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"stray"}), "stray");
+}
+
+TEST(TrainConfigFlags, MissingValueIsNamed) {
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--seed"}), "--seed needs a value");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--output_dir", "--seed", "3"}),
+                   "--output_dir needs a value");
+}
+
+TEST(TrainConfigFlags, BadNumbersAreNamed) {
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--learning_rate", "fast"}),
+                   "--learning_rate", "'fast'");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--max_length=12x"}), "--max_length",
+                   "'12x'");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--per_device_train_batch_size", "0"}),
+                   "--per_device_train_batch_size", "at least 1");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--adam_beta2", "1.0"}), "--adam_beta2");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--gpu_memory_limit", "lots"}),
+                   "--gpu_memory_limit");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--dtype", "f8"}), "--dtype", "'f8'");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--checkpointing_steps", "often"}),
+                   "--checkpointing_steps");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--pad_to_max_length=yes"}),
+                   "--pad_to_max_length");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--lr_scheduler_type", "linaer"}),
+                   "linaer");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--task_name", "sst2"}), "--task_name",
+                   "sst2");
+}
+
+TEST(TrainConfigFlags, HelpListsEveryFlag) {
+  const TrainConfig config = TrainConfig::from_args(std::vector<std::string>{"--help", "--bogus"});
+  EXPECT_TRUE(config.show_help);
+  const std::string help = TrainConfig::help_text();
+  for (const char* flag : {"--model_name_or_path",
+                           "--train_file",
+                           "--validation_file",
+                           "--test_file",
+                           "--max_length",
+                           "--pad_to_max_length",
+                           "--per_device_train_batch_size",
+                           "--per_device_eval_batch_size",
+                           "--learning_rate",
+                           "--weight_decay",
+                           "--num_train_epochs",
+                           "--max_train_steps",
+                           "--gradient_accumulation_steps",
+                           "--lr_scheduler_type",
+                           "--num_warmup_steps",
+                           "--seed",
+                           "--output_dir",
+                           "--checkpointing_steps",
+                           "--resume_from_checkpoint",
+                           "--deepspeed_config",
+                           "--gpu_memory_limit",
+                           "--dtype",
+                           "--device",
+                           "--max_grad_norm",
+                           "--data_dir",
+                           "--log_every",
+                           "--task_name",
+                           "--ignore_mismatched_sizes",
+                           "--adam_beta1",
+                           "--adam_beta2",
+                           "--adam_epsilon",
+                           "--help"}) {
+    EXPECT_NE(help.find(str(flag, " ")), std::string::npos) << flag << " missing from --help:\n" << help;
+  }
+  EXPECT_NE(help.find("[default: 5e-05]"), std::string::npos) << help;
+}
+
+TEST(TrainConfigJson, BlogZero2AutoResolvesFromFlags) {
+  for (const int world_size : {1, 2}) {
+    SCOPED_TRACE(world_size);
+    const TrainConfig config = resolved(kBlogFlags, kBlogZero2Offload, world_size);
+    EXPECT_EQ(config.per_device_train_batch_size, 40);
+    EXPECT_EQ(config.gradient_accumulation_steps, 1);
+    EXPECT_EQ(config.train_batch_size, 40 * world_size);
+    EXPECT_EQ(config.origin_of("train_batch_size"), Origin::json_auto);
+    EXPECT_DOUBLE_EQ(config.learning_rate, 2e-5);
+    EXPECT_DOUBLE_EQ(config.weight_decay, 0.0);
+    EXPECT_DOUBLE_EQ(config.max_grad_norm, 1.0);  // gradient_clipping "auto"
+    EXPECT_EQ(config.optimizer_type, "AdamW");
+    EXPECT_TRUE(config.torch_adam);
+    EXPECT_EQ(config.dtype, ComputeDType::f16);  // fp16.enabled true beats the default bf16
+    EXPECT_EQ(config.origin_of("dtype"), Origin::json);
+    EXPECT_EQ(config.fp16.initial_scale_power, 16);
+    EXPECT_EQ(config.fp16.scale_window, 1000);
+    EXPECT_EQ(config.fp16.hysteresis, 2);
+    EXPECT_DOUBLE_EQ(config.fp16.static_scale, 0.0);
+    // 3668 rows: ceil(ceil(3668 / W) / 40) steps per epoch, 3 epochs.
+    const int64_t steps_per_epoch = world_size == 1 ? 92 : 46;
+    EXPECT_EQ(config.num_training_steps, 3 * steps_per_epoch);
+    ASSERT_TRUE(config.deepspeed_schedule.has_value());
+    const DeepSpeedSchedule& schedule = *config.deepspeed_schedule;
+    EXPECT_EQ(schedule.type, DeepSpeedSchedule::Type::warmup_decay_lr);
+    EXPECT_DOUBLE_EQ(schedule.warmup_min_lr, 0.0);
+    EXPECT_DOUBLE_EQ(schedule.warmup_max_lr, 2e-5);
+    EXPECT_EQ(config.origin_of("scheduler.warmup_max_lr"), Origin::json_auto);
+    EXPECT_EQ(schedule.warmup_num_steps, 0);
+    EXPECT_EQ(schedule.total_num_steps, 3 * steps_per_epoch);
+    EXPECT_TRUE(schedule.warmup_log);  // DeepSpeed's default warmup_type
+    EXPECT_EQ(config.zero.stage, 2);
+    EXPECT_TRUE(config.zero.offload_optimizer.enabled);
+    EXPECT_TRUE(config.zero.offload_optimizer.pin_memory);
+    EXPECT_FALSE(config.zero.offload_param.enabled);
+    EXPECT_TRUE(config.zero.overlap_comm);
+    EXPECT_EQ(config.zero.allgather_bucket_size, 200'000'000);  // written 2e8
+    EXPECT_EQ(config.zero.reduce_bucket_size, kXlargeHidden * kXlargeHidden);
+    EXPECT_EQ(config.origin_of("zero_optimization.reduce_bucket_size"), Origin::json_auto);
+    EXPECT_EQ(config.steps_per_print, 2000);
+  }
+}
+
+TEST(TrainConfigJson, BlogZero3AutoResolvesHiddenSizeKeys) {
+  for (const int world_size : {1, 2}) {
+    SCOPED_TRACE(world_size);
+    const TrainConfig config = resolved(kBlogFlags, kBlogZero3Offload, world_size);
+    EXPECT_EQ(config.train_batch_size, 40 * world_size);
+    EXPECT_EQ(config.zero.stage, 3);
+    EXPECT_TRUE(config.zero.offload_optimizer.enabled);
+    EXPECT_TRUE(config.zero.offload_param.enabled);
+    EXPECT_EQ(config.zero.reduce_bucket_size, 2'359'296);               // 1536^2
+    EXPECT_EQ(config.zero.stage3_prefetch_bucket_size, 2'123'366);      // int(0.9 * 1536^2)
+    EXPECT_EQ(config.zero.stage3_param_persistence_threshold, 15'360);  // 10 * 1536
+    EXPECT_EQ(config.zero.sub_group_size, 1'000'000'000);
+    EXPECT_FALSE(config.zero.stage3_gather_16bit_weights_on_model_save);  // "auto", as Accelerate fills it
+    EXPECT_FALSE(config.torch_adam);
+  }
+}
+
+TEST(TrainConfigJson, BlogConfigReadFromFile) {
+  std::vector<std::string> flags = kBlogFlags;
+  flags.push_back("--deepspeed_config");
+  flags.push_back(write_temp("zero_stage2_blog.json", kBlogZero2Offload));
+  TrainConfig config = TrainConfig::from_args(flags);
+  config.resolve(inputs());
+  EXPECT_EQ(config.zero.stage, 2);
+  const std::string text = config.describe();
+  for (const char* group :
+       {"\ndata\n", "\nmodel\n", "\noptimizer\n", "\nschedule\n", "\nprecision\n", "\nZeRO\n"}) {
+    EXPECT_NE(text.find(group), std::string::npos) << group << " missing from\n" << text;
+  }
+}
+
+TEST(TrainConfigJson, AbsentKeysKeepDeepSpeedDefaults) {
+  const TrainConfig config = resolved({}, R"({"zero_optimization": {"stage": 3}})");
+  EXPECT_TRUE(config.zero.overlap_comm);  // DeepSpeed turns it on for stage 3 only
+  EXPECT_EQ(config.zero.reduce_bucket_size, 500'000'000);
+  EXPECT_EQ(config.zero.stage3_prefetch_bucket_size, 50'000'000);
+  EXPECT_EQ(config.zero.stage3_param_persistence_threshold, 100'000);
+  EXPECT_FALSE(config.zero.offload_optimizer.pin_memory);
+  EXPECT_EQ(config.dtype, ComputeDType::bf16);
+  EXPECT_DOUBLE_EQ(config.max_grad_norm, 1.0);  // absent gradient_clipping takes the flag, not DeepSpeed's 0
+  EXPECT_FALSE(resolved({}, R"({"zero_optimization": {"stage": 2}})").zero.overlap_comm);
+}
+
+TEST(TrainConfigJson, SyntaxErrorNamesFileAndPosition) {
+  const std::string path =
+      write_temp("broken.json", "{\n  \"train_batch_size\": 8,\n  \"fp16\": {enabled: true}\n}\n");
+  TrainConfig config = TrainConfig::from_args(std::vector<std::string>{"--deepspeed_config", path});
+  EXPECT_ERROR_HAS(config.resolve(inputs()), path.c_str(), "line 3", "column");
+  TrainConfig missing =
+      TrainConfig::from_args(std::vector<std::string>{"--deepspeed_config", "/no/such.json"});
+  EXPECT_ERROR_HAS(missing.resolve(inputs()), "/no/such.json");
+}
+
+TEST(TrainConfigJson, UnknownKeysNameTheirFullPath) {
+  EXPECT_ERROR_HAS(
+      resolved({}, R"({"zero_optimization": {"stage": 2, "offload_optimzer": {"device": "cpu"}}})"),
+      "'zero_optimization.offload_optimzer'", "did you mean 'offload_optimizer'");
+  EXPECT_ERROR_HAS(
+      resolved(
+          {},
+          R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memroy": 1}}})"),
+      "'zero_optimization.offload_optimizer.pin_memroy'");
+  EXPECT_ERROR_HAS(
+      resolved({}, R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "beta": [0.9, 0.99]}}})"),
+      "'optimizer.params.beta'");
+  EXPECT_ERROR_HAS(resolved({}, R"({"train_batch": 8})"), "'train_batch'");
+  // A real DeepSpeed key that zerotrain lacks is told apart from a typo.
+  EXPECT_ERROR_HAS(resolved({}, R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})"),
+                   "'zero_optimization.cpu_offload'", "does not implement");
+  // Scheduler params are checked per type: WarmupLR has no total_num_steps.
+  EXPECT_ERROR_HAS(resolved({}, R"({"scheduler": {"type": "WarmupLR", "params": {"total_num_steps": 10}}})"),
+                   "'scheduler.params.total_num_steps'");
+}
+
+TEST(TrainConfigJson, WrongTypesAndMisplacedAutoNameTheKey) {
+  EXPECT_ERROR_HAS(resolved({}, R"({"zero_optimization": {"stage": "two"}})"), "zero_optimization.stage",
+                   "integer");
+  EXPECT_ERROR_HAS(resolved({}, R"({"zero_optimization": {"stage": "auto"}})"), "zero_optimization.stage",
+                   "auto");
+  EXPECT_ERROR_HAS(resolved({}, R"({"zero_optimization": {"allgather_bucket_size": 2.5}})"),
+                   "zero_optimization.allgather_bucket_size");
+  EXPECT_ERROR_HAS(resolved({}, R"([1, 2])"), "must be a JSON object");
+}
+
+TEST(TrainConfigJson, ContradictoryBatchSizes) {
+  EXPECT_ERROR_HAS(resolved({}, R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 8,
+                                    "gradient_accumulation_steps": 1})"),
+                   "train_batch_size 32", "train_micro_batch_size_per_gpu 8", "world_size 1", "= 8");
+  EXPECT_ERROR_HAS(resolved({"--per_device_train_batch_size", "8"}, R"({"train_batch_size": 32})", 3),
+                   "train_batch_size 32", "not divisible", "world_size 3");
+  EXPECT_ERROR_HAS(resolved({"--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "2"},
+                            R"({"train_batch_size": 32})", 1),
+                   "!=", "= 16");
+}
+
+TEST(TrainConfigJson, BatchSizesDerivedAsDeepSpeedDoes) {
+  // Only train_batch_size: accumulation stays 1, the micro batch follows.
+  TrainConfig micro = resolved({}, R"({"train_batch_size": 32})", 2);
+  EXPECT_EQ(micro.per_device_train_batch_size, 16);
+  EXPECT_EQ(micro.origin_of("per_device_train_batch_size"), Origin::derived);
+  // train_batch_size and micro: accumulation follows.
+  TrainConfig accumulation =
+      resolved({}, R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8})", 2);
+  EXPECT_EQ(accumulation.gradient_accumulation_steps, 4);
+  EXPECT_EQ(accumulation.per_device_train_batch_size, 8);
+}
+
+TEST(TrainConfigJson, Fp16AndBf16BothEnabled) {
+  EXPECT_ERROR_HAS(resolved({}, R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})"), "fp16.enabled",
+                   "bf16.enabled", "both");
+}
+
+TEST(TrainConfigJson, DtypeFlagAgainstJson) {
+  EXPECT_ERROR_HAS(resolved({"--dtype", "bf16"}, R"({"fp16": {"enabled": true}})"), "--dtype bf16",
+                   "fp16.enabled true");
+  EXPECT_ERROR_HAS(resolved({"--dtype", "f16"}, R"({"fp16": {"enabled": false}})"), "--dtype f16",
+                   "fp16.enabled false");
+  EXPECT_EQ(
+      resolved({"--dtype", "f16"}, R"({"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}})").dtype,
+      ComputeDType::f16);
+  EXPECT_EQ(resolved({}, R"({"bf16": {"enabled": false}})").dtype, ComputeDType::f32);
+  EXPECT_EQ(resolved({}, R"({"bfloat16": {"enabled": true}})").dtype, ComputeDType::bf16);
+}
+
+TEST(TrainConfigJson, FlagAgainstJsonValue) {
+  const std::string json = R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}})";
+  EXPECT_ERROR_HAS(resolved({"--learning_rate", "3e-5"}, json), "--learning_rate 3e-05",
+                   "optimizer.params.lr", "1e-05");
+  // A flag left at its default yields to the JSON; an explicit flag that agrees is fine.
+  const TrainConfig from_json = resolved({}, json);
+  EXPECT_DOUBLE_EQ(from_json.learning_rate, 1e-5);
+  EXPECT_EQ(from_json.origin_of("learning_rate"), Origin::json);
+  EXPECT_DOUBLE_EQ(resolved({"--learning_rate", "1e-5"}, json).learning_rate, 1e-5);
+
+  EXPECT_ERROR_HAS(
+      resolved({"--per_device_train_batch_size", "16"}, R"({"train_micro_batch_size_per_gpu": 8})"),
+      "--per_device_train_batch_size 16", "train_micro_batch_size_per_gpu");
+  EXPECT_ERROR_HAS(resolved({"--max_grad_norm", "0.5"}, R"({"gradient_clipping": 1.0})"), "--max_grad_norm",
+                   "gradient_clipping");
+  EXPECT_ERROR_HAS(resolved({"--num_warmup_steps", "10"},
+                            R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 100}}})"),
+                   "--num_warmup_steps 10", "scheduler.params.warmup_num_steps");
+  // Two JSON keys that set the same rate must agree too.
+  EXPECT_ERROR_HAS(resolved({}, R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-5}},
+                                    "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 2e-5}}})"),
+                   "scheduler.params.warmup_max_lr", "optimizer.params.lr");
+  EXPECT_ERROR_HAS(resolved({"--lr_scheduler_type", "cosine"}, R"({"scheduler": {"type": "WarmupLR"}})"),
+                   "--lr_scheduler_type cosine", "scheduler.type WarmupLR");
+}
+
+TEST(TrainConfigJson, StageAndOffloadRules) {
+  EXPECT_ERROR_HAS(resolved({}, R"({"zero_optimization": {"stage": 4}})"), "zero_optimization.stage",
+                   "got 4");
+  EXPECT_ERROR_HAS(resolved({}, R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})"),
+                   "offload_param", "stage 3", "stage is 2");
+  EXPECT_ERROR_HAS(
+      resolved({}, R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})"),
+      "offload_optimizer", "stage is 0");
+  EXPECT_ERROR_HAS(
+      resolved({}, R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})"),
+      "zero_optimization.offload_param.device", "nvme");
+  // Off is fine at any stage.
+  EXPECT_FALSE(resolved({}, R"({"zero_optimization": {"stage": 1, "offload_param": {"device": "none"}}})")
+                   .zero.offload_param.enabled);
+}
+
+TEST(TrainConfigJson, HiddenSizeAutoNeedsTheHiddenSize) {
+  TrainConfig config = TrainConfig::from_args(std::vector<std::string>{});
+  EXPECT_ERROR_HAS(
+      config.resolve_with_json_text(R"({"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}})",
+                                    "t.json", {.world_size = 1, .num_train_examples = 10}),
+      "zero_optimization.reduce_bucket_size", "hidden size");
+}
+
+TEST(TrainConfigJson, OptimizerAndSchedulerTypes) {
+  EXPECT_ERROR_HAS(resolved({}, R"({"optimizer": {"type": "Lamb"}})"), "optimizer.type", "Lamb");
+  EXPECT_ERROR_HAS(resolved({}, R"({"optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})"),
+                   "AdamW contradicts", "adam_w_mode");
+  EXPECT_EQ(resolved({}, R"({"optimizer": {"type": "adam"}})").optimizer_type, "Adam");
+  EXPECT_ERROR_HAS(resolved({}, R"({"scheduler": {"type": "OneCycle"}})"), "scheduler.type", "OneCycle");
+  // Absent params follow the flags, not DeepSpeed's own defaults (warmup_max_lr 0.001, 1000 warmup steps).
+  const TrainConfig warmup = resolved({}, R"({"scheduler": {"type": "WarmupLR"}})");
+  ASSERT_TRUE(warmup.deepspeed_schedule.has_value());
+  EXPECT_DOUBLE_EQ(warmup.deepspeed_schedule->warmup_max_lr, 5e-5);
+  EXPECT_EQ(warmup.deepspeed_schedule->warmup_num_steps, 0);
+  const TrainConfig cosine = resolved({"--num_warmup_steps", "30"},
+                                      R"({"scheduler": {"type": "WarmupCosineLR", "params": {
+                                          "warmup_type": "linear", "cos_min_ratio": 0.1,
+                                          "total_num_steps": "auto", "warmup_num_steps": "auto"}}})");
+  ASSERT_TRUE(cosine.deepspeed_schedule.has_value());
+  EXPECT_EQ(cosine.deepspeed_schedule->type, DeepSpeedSchedule::Type::warmup_cosine_lr);
+  EXPECT_FALSE(cosine.deepspeed_schedule->warmup_log);
+  EXPECT_DOUBLE_EQ(cosine.deepspeed_schedule->cos_min_ratio, 0.1);
+  EXPECT_EQ(cosine.deepspeed_schedule->warmup_num_steps, 30);
+  EXPECT_EQ(cosine.deepspeed_schedule->total_num_steps, 1377);
+}
+
+TEST(TrainConfigDescribe, MarksWhereValuesCameFrom) {
+  const TrainConfig config =
+      resolved({"--weight_decay", "0.01"}, R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-5}},
+                                              "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}})");
+  const std::string text = config.describe();
+  auto line_of = [&](const std::string& key) {
+    const size_t start = text.find("  " + key + " ");
+    EXPECT_NE(start, std::string::npos) << key << " missing from\n" << text;
+    if (start == std::string::npos) return std::string();
+    return text.substr(start, text.find('\n', start) - start);
+  };
+  EXPECT_NE(line_of("learning_rate").find("[json optimizer.params.lr]"), std::string::npos) << text;
+  EXPECT_NE(line_of("weight_decay").find("[flag]"), std::string::npos) << text;
+  EXPECT_NE(line_of("adam_epsilon").find("[default]"), std::string::npos) << text;
+  EXPECT_NE(line_of("zero_optimization.reduce_bucket_size").find("2359296 "), std::string::npos) << text;
+  EXPECT_NE(line_of("zero_optimization.reduce_bucket_size").find("[json auto]"), std::string::npos) << text;
+  EXPECT_NE(line_of("zero_optimization.stage").find("[json]"), std::string::npos) << text;
+  EXPECT_NE(line_of("train_batch_size").find("[derived"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace zt::optim
