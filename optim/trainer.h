@@ -1,0 +1,84 @@
+// The MRPC fine-tuning loop of train_mrpc, as HF run_glue_no_trainer.py runs it:
+//
+//   for epoch: for each micro-batch:  loss = model(batch) / accumulation;  backward
+//              every `accumulation` micro-batches (and at the end of an epoch):
+//                  clip the global grad norm, AdamW step at lr = schedule(step), zero grads, step += 1
+//              checkpoint every N steps (or each epoch); stop at max_train_steps
+//   after each epoch: dev accuracy / F1, a line in output_dir/metrics.jsonl, a progress line
+//   at the end: GLUE test predictions (MRPC.tsv) and the final model
+//
+// The step is deterministic: dropout masks are pure functions of (seed, micro-step, layer, site), the data
+// order of (seed, epoch), so a run resumed from a checkpoint continues bitwise identically.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/batcher.h"
+#include "model/config.h"
+#include "model/parameters.h"
+#include "optim/train_config.h"
+#include "runtime/arena.h"
+
+namespace zt::optim {
+
+struct StepRecord {
+  int64_t step = 0;      // optimizer step index (0-based) this record belongs to
+  double loss = 0;       // mean loss over the step's micro-batches (unscaled by accumulation)
+  double lr = 0;         // learning rate the update used
+  double grad_norm = 0;  // global L2 norm before clipping
+};
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = 0;
+  double f1 = 0;
+  int64_t examples = 0;
+  std::vector<int64_t> predictions;  // argmax per example, dataset order
+};
+
+struct EpochRecord {
+  int64_t epoch = 0;
+  double train_loss = 0;  // mean over the epoch's optimizer steps
+  EvalResult eval;
+  double train_samples_per_s = 0;
+  double seconds = 0;
+  int64_t optimizer_steps = 0;  // total so far
+};
+
+class MrpcTrainer {
+ public:
+  // `config` must be resolved (TrainConfig::resolve). `model_config` is the architecture to train; the
+  // parameters start from --model_name_or_path when given, else from a seeded HF-style random init.
+  MrpcTrainer(TrainConfig config, DebertaConfig model_config);
+  ~MrpcTrainer();
+
+  // Runs the whole job: training, per-epoch evaluation, checkpoints, metrics, test predictions.
+  std::vector<EpochRecord> train();
+
+  // One optimizer step over `accumulation` micro-batches; returns its record. Exposed for tests that replay
+  // fixed batches (e.g. the PyTorch loss-curve fixture).
+  StepRecord train_step(std::vector<data::Batch>& micro_batches);
+
+  EvalResult evaluate(const data::EncodedDataset& dataset);
+
+  // Saves / restores everything a bitwise-identical resume needs.
+  void save_checkpoint(const std::string& path) const;
+  void load_checkpoint(const std::string& path);
+
+  const Arena& params() const;
+  const ParameterTable& table() const;
+  const DebertaConfig& model_config() const;
+  const std::vector<StepRecord>& steps() const;
+  // Called after every optimizer step (progress, tests stopping a run early).
+  void set_step_callback(std::function<void(const StepRecord&)> callback);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zt::optim
