@@ -8,11 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <numbers>
 
+#include "data/glue_metrics.h"
 #include "data/glue_tsv.h"
 #include "data/tokenizer.h"
 #include "model/deberta.h"
 #include "model/init.h"
 #include "optim/adamw.h"
+#include "optim/checkpoint.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "runtime/check.h"
@@ -203,36 +205,25 @@ EvalResult MrpcTrainer::evaluate(const data::EncodedDataset& dataset) {
   EvalResult result;
   data::Batcher batcher = make_eval_batcher(dataset, s.config.per_device_eval_batch_size);
   data::Batch batch;
+  std::vector<int64_t> labels;
   double loss_sum = 0;
-  int64_t labeled = 0, correct = 0, true_pos = 0, false_pos = 0, false_neg = 0;
+  int64_t labeled = 0;
   while (batcher.next(batch)) {
     DebertaBatch inputs{batch.input_ids_tensor(), batch.attention_mask_tensor(), batch.labels_tensor()};
     const float loss = s.model.forward(s.params, inputs, {.training = false});
-    const Tensor logits = s.model.logits();
-    const float* z = logits.data_as<float>();
-    const int64_t C = logits.dim(1);
-    int64_t batch_labeled = 0;
-    for (int64_t b = 0; b < batch.batch_size; ++b) {
-      const int64_t pred = std::max_element(z + b * C, z + (b + 1) * C) - (z + b * C);
-      result.predictions.push_back(pred);
-      const int64_t label = batch.labels[b];
-      if (label < 0) continue;
-      ++batch_labeled;
-      correct += pred == label;
-      true_pos += pred == 1 && label == 1;
-      false_pos += pred == 1 && label != 1;
-      false_neg += pred != 1 && label == 1;
-    }
-    loss_sum += static_cast<double>(loss) * batch_labeled;
+    for (int64_t p : data::argmax_predictions(s.model.logits())) result.predictions.push_back(p);
+    labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
+    const int64_t batch_labeled =
+        std::count_if(batch.labels.begin(), batch.labels.end(), [](int64_t l) { return l >= 0; });
+    loss_sum += static_cast<double>(loss) * batch_labeled;  // the batch loss is a mean over its labeled rows
     labeled += batch_labeled;
   }
   result.examples = static_cast<int64_t>(result.predictions.size());
   if (labeled > 0) {
-    result.loss = loss_sum / labeled;
-    result.accuracy = static_cast<double>(correct) / labeled;
-    // F1 of the positive class (1 = equivalent), 0 when undefined (no predicted and no true positives).
-    const double denom = 2.0 * true_pos + false_pos + false_neg;
-    result.f1 = denom > 0 ? 2.0 * true_pos / denom : 0.0;
+    const data::GlueMetrics metrics = data::glue_metrics(result.predictions, labels);
+    result.loss = loss_sum / static_cast<double>(labeled);
+    result.accuracy = metrics.accuracy;
+    result.f1 = metrics.f1;
   }
   return result;
 }
@@ -241,10 +232,13 @@ std::vector<EpochRecord> MrpcTrainer::train() {
   Impl& s = *impl_;
   if (!s.train_set) s.load_data();
   const TrainConfig& c = s.config;
+  if (!c.resume_from_checkpoint.empty() && s.optimizer_step == 0) load_checkpoint(c.resume_from_checkpoint);
   std::vector<EpochRecord> epochs;
   std::ofstream metrics;
   if (!c.output_dir.empty()) {
-    std::filesystem::create_directories(c.output_dir);
+    std::error_code error;
+    std::filesystem::create_directories(c.output_dir, error);
+    ZT_CHECK(!error, "--output_dir ", c.output_dir, ": cannot create it (", error.message(), ")");
     const std::string path = (std::filesystem::path(c.output_dir) / "metrics.jsonl").string();
     metrics.open(path, std::ios::app);
     ZT_CHECK(metrics.good(), "cannot write ", path);
@@ -308,17 +302,60 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       metrics.flush();
     }
     if (c.checkpointing_steps.kind == CheckpointingSteps::Kind::epoch && !c.output_dir.empty()) {
-      save_checkpoint((std::filesystem::path(c.output_dir) / str("epoch_", epoch + 1, ".h5")).string());
+      s.train_batcher->set_epoch(epoch + 1);  // resume starts the next epoch, not this one's evaluation again
+      save_checkpoint(checkpoint_path(c.output_dir, s.optimizer_step));
+    }
+  }
+  if (s.test_set) {
+    const EvalResult test = evaluate(*s.test_set);
+    if (test.loss > 0) {  // a labeled test file (the shipped test.tsv is GLUE's labeled test set)
+      std::printf("test: accuracy %.4f  F1 %.4f  (%lld examples)\n", test.accuracy, test.f1,
+                  static_cast<long long>(test.examples));
+    }
+    if (!c.output_dir.empty()) {
+      std::vector<int64_t> indices(test.predictions.size());
+      for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
+      const std::string path = (std::filesystem::path(c.output_dir) / "MRPC.tsv").string();
+      data::write_glue_submission(path, indices, test.predictions);
+      std::printf("GLUE test predictions: %s\n", path.c_str());
     }
   }
   return epochs;
 }
 
 void MrpcTrainer::save_checkpoint(const std::string& path) const {
-  ZT_FAIL("checkpoints: not wired yet (", path, ")");
+  const Impl& s = *impl_;
+  TrainingState state;
+  state.optimizer_step = s.optimizer_step;
+  state.micro_step = s.micro_step;
+  state.adam_step = s.adamw.step_count();
+  state.scheduler_step = s.optimizer_step;
+  if (s.train_batcher) state.next_batch = s.train_batcher->position();
+  state.seed = s.config.seed;
+  state.last_lr = s.steps.empty() ? 0.0 : s.steps.back().lr;
+  // f32 CPU training: the parameters are the fp32 master weights, stored once.
+  save_training_checkpoint(path, s.model_config, s.table, {s.params, s.params, s.exp_avg, s.exp_avg_sq},
+                           state, s.config.describe());
+  ZT_LOG(info) << "checkpoint: " << path << " (step " << s.optimizer_step << ")";
 }
+
 void MrpcTrainer::load_checkpoint(const std::string& path) {
-  ZT_FAIL("checkpoints: not wired yet (", path, ")");
+  Impl& s = *impl_;
+  if (!s.train_set) s.load_data();
+  const std::string file = resolve_checkpoint_path(path);
+  TrainingState state;
+  load_training_checkpoint(file, s.model_config, s.table, {s.params, s.params, s.exp_avg, s.exp_avg_sq},
+                           state);
+  ZT_CHECK(state.seed == s.config.seed, "checkpoint ", file, " was trained with --seed ", state.seed,
+           "; resuming with --seed ", s.config.seed, " would change the data order and dropout masks");
+  s.optimizer_step = state.optimizer_step;
+  s.micro_step = state.micro_step;
+  s.adamw.set_step_count(state.adam_step);
+  s.train_batcher->seek(state.next_batch);
+  std::printf("resumed from %s: step %lld, epoch %lld, batch %lld\n", file.c_str(),
+              static_cast<long long>(state.optimizer_step),
+              static_cast<long long>(state.next_batch.epoch + 1),
+              static_cast<long long>(state.next_batch.batch));
 }
 
 }  // namespace zt::optim
