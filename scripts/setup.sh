@@ -11,6 +11,7 @@ packages=(
   nlohmann-json3-dev     # config.json / DeepSpeed JSON
   libgtest-dev libgmock-dev
   clang-format
+  clang libclang-rt-14-dev   # libFuzzer targets of the checkpoint readers (scripts/run_fuzzers.sh)
 )
 
 missing=()

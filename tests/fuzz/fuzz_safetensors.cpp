@@ -1,0 +1,21 @@
+// libFuzzer target: the safetensors reader must throw zt::Error or succeed on any input, and every tensor it
+// returns must convert without touching bytes outside the input.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/hf_readers.h"
+#include "runtime/check.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  try {
+    std::vector<zt::CheckpointTensor> tensors = zt::read_safetensors({data, size}, "fuzz");
+    for (const zt::CheckpointTensor& t : tensors) {
+      if (!zt::stored_dtype_is_parameter(t.dtype) || t.numel() > (1 << 16)) continue;
+      std::vector<float> out(static_cast<size_t>(t.numel()));
+      zt::convert_to(t, zt::Tensor(out.data(), {t.numel()}, zt::DType::f32));
+    }
+  } catch (const zt::Error&) {
+  }
+  return 0;
+}
