@@ -283,7 +283,7 @@ std::vector<uint8_t> make_zip(const std::vector<std::pair<std::string, std::vect
 // A protocol-2 pickle that would run os.system("echo pwned") under Python's unpickler.
 const std::vector<uint8_t> kOsSystemPickle = literal_bytes(
     "\x80\x02"
-    "cposix\nsystem\nq\x00X\x0b\x00\x00\x00"
+    "cposix\nsystem\nq\x00X\x0a\x00\x00\x00"
     "echo pwnedq\x01\x85R.");
 
 TEST(HfReaders, PickleRejectsCodeExecutionGlobals) {

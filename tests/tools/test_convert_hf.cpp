@@ -1,0 +1,95 @@
+// convert_hf as users run it: usage text, exit codes, readable errors, and a full import → export run.
+// The tool is found beside this test executable (both go to <build>/bin).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "tests/support/fixtures.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+fs::path tool_path() {
+  return fs::read_symlink("/proc/self/exe").parent_path() / "convert_hf";
+}
+
+RunResult run_tool(const std::string& args) {
+  const std::string command = tool_path().string() + " " + args + " 2>&1";
+  RunResult r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer{};
+  while (size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) r.output.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class ConvertHfTool : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(tool_path())) << "build the convert_hf target first: " << tool_path();
+    dir_ = fs::temp_directory_path() / ("zt_convert_hf_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+  const std::string fixtures_ = zt::test::fixture_path("hf_tiny_mnli");
+};
+
+TEST_F(ConvertHfTool, UsageAndBadArguments) {
+  RunResult none = run_tool("");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.output.find("convert_hf import DIR OUT"), std::string::npos) << none.output;
+  EXPECT_EQ(run_tool("--help").exit_code, 0);
+  RunResult unknown = run_tool("frobnicate");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.output.find("unknown command 'frobnicate'"), std::string::npos) << unknown.output;
+  RunResult option =
+      run_tool("import " + fixtures_ + "/torch_f32 " + (dir_ / "m.h5").string() + " --labels 2");
+  EXPECT_EQ(option.exit_code, 1);
+  EXPECT_NE(option.output.find("unknown option --labels"), std::string::npos) << option.output;
+  RunResult bad_int =
+      run_tool("import " + fixtures_ + "/torch_f32 " + (dir_ / "m.h5").string() + " --num_labels two");
+  EXPECT_EQ(bad_int.exit_code, 1);
+  EXPECT_NE(bad_int.output.find("--num_labels needs an integer, got 'two'"), std::string::npos)
+      << bad_int.output;
+}
+
+TEST_F(ConvertHfTool, MissingInputsAreReadableErrors) {
+  RunResult r = run_tool("import " + (dir_ / "absent").string() + " " + (dir_ / "m.h5").string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("convert_hf import: error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("is not a directory"), std::string::npos) << r.output;
+  RunResult e = run_tool("export " + (dir_ / "absent.h5").string() + " " + (dir_ / "out").string());
+  EXPECT_EQ(e.exit_code, 1);
+  EXPECT_NE(e.output.find("convert_hf export: error: "), std::string::npos) << e.output;
+}
+
+TEST_F(ConvertHfTool, ImportMnliAsTwoLabelsThenExport) {
+  const std::string model = (dir_ / "m.h5").string();
+  RunResult r = run_tool("import " + fixtures_ + "/torch_f16 " + model + " --num_labels 2 --seed 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("initialised: classifier.weight [2, 32]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("46 tensors"), std::string::npos) << r.output;
+  RunResult e = run_tool("export " + model + " " + (dir_ / "hf").string());
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_TRUE(fs::exists(dir_ / "hf" / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir_ / "hf" / "config.json"));
+  RunResult f = run_tool("forward " + model + " " + fixtures_ + "/logits.h5 " + (dir_ / "ours.h5").string());
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  EXPECT_TRUE(fs::exists(dir_ / "ours.h5"));
+}
+
+}  // namespace
