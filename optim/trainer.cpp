@@ -13,6 +13,7 @@
 #include "data/tokenizer.h"
 #include "model/deberta.h"
 #include "model/init.h"
+#include "model/model_file.h"
 #include "optim/adamw.h"
 #include "optim/checkpoint.h"
 #include "optim/grad_clip.h"
@@ -66,6 +67,43 @@ double deepspeed_lr_at(const DeepSpeedSchedule& d, double optimizer_lr, int64_t 
   ZT_FAIL("unknown DeepSpeed schedule");
 }
 
+}  // namespace
+
+DebertaConfig model_config_for_run(const TrainConfig& config, int64_t num_labels) {
+  if (config.model_name_or_path.empty()) return deberta_small_cpu_config();
+  DebertaConfig model = ModelFile(resolve_model_path(config.model_name_or_path)).config();
+  if (model.num_labels != num_labels) {
+    ZT_CHECK(
+        config.ignore_mismatched_sizes, "--model_name_or_path ", config.model_name_or_path, " has ",
+        model.num_labels, " labels but MRPC has ", num_labels,
+        ": pass --ignore_mismatched_sizes to re-initialize the classifier (or convert with convert_hf import "
+        "--num_labels 2)");
+    model.num_labels = num_labels;
+    model.id2label.clear();
+    model.label2id.clear();
+    for (int64_t i = 0; i < num_labels; ++i) {
+      model.id2label.push_back(str("LABEL_", i));
+      model.label2id[str("LABEL_", i)] = i;
+    }
+  }
+  return model;
+}
+
+std::string resolve_model_path(const std::string& file_or_dir) {
+  const std::filesystem::path path(file_or_dir);
+  if (std::filesystem::is_directory(path)) {
+    const auto file = path / "model.h5";
+    ZT_CHECK(std::filesystem::exists(file), "--model_name_or_path ", file_or_dir,
+             ": the directory holds no model.h5 (convert a HuggingFace checkpoint with convert_hf import)");
+    return file.string();
+  }
+  ZT_CHECK(std::filesystem::exists(path), "--model_name_or_path ", file_or_dir,
+           ": no such file or directory");
+  return path.string();
+}
+
+namespace {
+
 data::Batcher make_eval_batcher(const data::EncodedDataset& dataset, int64_t batch_size) {
   data::BatcherOptions options;
   options.batch_size = batch_size;
@@ -110,6 +148,25 @@ struct MrpcTrainer::Impl {
       ranges.push_back({static_cast<int64_t>(slot.offset / sizeof(float)), info.numel(), info.weight_decay});
     }
     init_parameters(model_config, table, params, config.seed);
+    if (!config.model_name_or_path.empty()) load_pretrained();
+  }
+
+  // Loads --model_name_or_path over the random init. With --ignore_mismatched_sizes a classifier whose label
+  // count differs from the run's is left at its fresh init (HF's N(0, 0.02^2), bias 0); the pooler is kept.
+  void load_pretrained() {
+    const ModelFile file(resolve_model_path(config.model_name_or_path));
+    const DebertaConfig& stored = file.config();
+    for (const ParameterInfo& info : table.entries()) {
+      const bool head = info.name.rfind("classifier.", 0) == 0;
+      if (head && stored.num_labels != model_config.num_labels) continue;
+      file.read_param(info.name, params.tensor(info.name));
+    }
+    std::printf("loaded %s (%lld tensors)%s\n", file.path().c_str(), static_cast<long long>(table.size()),
+                stored.num_labels != model_config.num_labels
+                    ? str("; classifier re-initialized for ", model_config.num_labels,
+                          " labels (checkpoint had ", stored.num_labels, ")")
+                          .c_str()
+                    : "");
   }
 
   AdamWBuffers buffers() {
@@ -123,7 +180,14 @@ struct MrpcTrainer::Impl {
   }
 
   void load_data() {
-    const std::string spm = (std::filesystem::path(config.data_dir) / "spm8k.model").string();
+    // A converted model brings its own spm.model (beside the model file); the default model uses the shipped
+    // one.
+    std::string spm = (std::filesystem::path(config.data_dir) / "spm8k.model").string();
+    if (!config.model_name_or_path.empty()) {
+      const auto beside =
+          std::filesystem::path(resolve_model_path(config.model_name_or_path)).parent_path() / "spm.model";
+      if (std::filesystem::exists(beside)) spm = beside.string();
+    }
     tokenizer = std::make_unique<data::Tokenizer>(spm);
     ZT_CHECK(tokenizer->vocab_size() <= model_config.vocab_size, "tokenizer ", spm, " has ",
              tokenizer->vocab_size(), " pieces but the model's vocabulary holds ", model_config.vocab_size);
@@ -305,6 +369,11 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       s.train_batcher->set_epoch(epoch + 1);  // resume starts the next epoch, not this one's evaluation again
       save_checkpoint(checkpoint_path(c.output_dir, s.optimizer_step));
     }
+  }
+  if (!c.output_dir.empty()) {
+    const std::string path = (std::filesystem::path(c.output_dir) / "model.h5").string();
+    save_model_file(path, s.model_config, s.table, s.params);
+    std::printf("model: %s (load with --model_name_or_path, export with convert_hf export)\n", path.c_str());
   }
   if (s.test_set) {
     const EvalResult test = evaluate(*s.test_set);

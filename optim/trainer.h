@@ -49,6 +49,13 @@ struct EpochRecord {
   int64_t optimizer_steps = 0;  // total so far
 };
 
+// A model file path, or a directory holding model.h5; throws naming what is missing.
+std::string resolve_model_path(const std::string& file_or_dir);
+
+// The architecture a run trains: the embedded small CPU model, or the config stored in --model_name_or_path
+// with its label count set to `num_labels` when --ignore_mismatched_sizes allows replacing the classifier.
+DebertaConfig model_config_for_run(const TrainConfig& config, int64_t num_labels = 2);
+
 class MrpcTrainer {
  public:
   // `config` must be resolved (TrainConfig::resolve). `model_config` is the architecture to train; the

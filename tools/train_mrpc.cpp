@@ -63,8 +63,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   const bool default_model = config.model_name_or_path.empty();
-  ZT_CHECK(default_model, "--model_name_or_path: loading model files is not wired into train_mrpc yet");
-  zt::DebertaConfig model_config = zt::deberta_small_cpu_config();
+  const zt::DebertaConfig model_config = zt::optim::model_config_for_run(config);
   choose_device(config);
   apply_embedded_defaults(config, default_model);
 

@@ -14,6 +14,8 @@
 #include "data/tokenizer.h"
 #include "model/config.h"
 #include "model/golden_init.h"
+#include "model/init.h"
+#include "model/model_file.h"
 #include "optim/trainer.h"
 #include "tests/support/fixtures.h"
 
@@ -132,6 +134,43 @@ TEST(Trainer, UnwritableOutputDirIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("--output_dir /proc/zt_cannot_write"), std::string::npos)
         << e.what();
   }
+}
+
+// --model_name_or_path starts from a model file; a 3-label (MNLI-like) file needs --ignore_mismatched_sizes,
+// which keeps every tensor but the classifier (re-initialized as HF does: N(0, 0.02^2), bias 0).
+TEST(Trainer, StartsFromAModelFileAndReplacesAMismatchedClassifier) {
+  const std::string dir = temp_dir("model_file");
+  std::filesystem::create_directories(dir);
+  DebertaConfig mnli = small_model();
+  mnli.num_labels = 3;
+  mnli.id2label = {"CONTRADICTION", "NEUTRAL", "ENTAILMENT"};
+  mnli.label2id = {{"CONTRADICTION", 0}, {"NEUTRAL", 1}, {"ENTAILMENT", 2}};
+  ParameterTable mnli_table(mnli);
+  Arena stored("stored", mnli_table.layout(DType::f32));
+  for (const ParameterInfo& p : mnli_table.entries()) {
+    const Tensor t = stored.tensor(p.name);
+    golden_init_fill(p.name, p.kind, std::span<float>(t.data_as<float>(), t.numel()));
+  }
+  save_model_file(dir + "/model.h5", mnli, mnli_table, stored);
+
+  TrainConfig strict = resolved({"--model_name_or_path", dir, "--dtype", "f32"});
+  EXPECT_THROW(model_config_for_run(strict), Error);
+
+  TrainConfig config = resolved({"--model_name_or_path", dir, "--ignore_mismatched_sizes", "--dtype", "f32"});
+  const DebertaConfig model = model_config_for_run(config);
+  ASSERT_EQ(model.num_labels, 2);
+  MrpcTrainer trainer(config, model);
+  for (const ParameterInfo& p : trainer.table().entries()) {
+    const Tensor got = trainer.params().tensor(p.name);
+    if (p.name.rfind("classifier.", 0) == 0) continue;
+    const Tensor want = stored.tensor(p.name);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), want.nbytes()), 0) << p.name;
+  }
+  const Tensor bias = trainer.params().tensor("classifier.bias");
+  EXPECT_EQ(bias.numel(), 2);
+  EXPECT_EQ(bias.data_as<float>()[0], 0.0f);
+  EXPECT_EQ(bias.data_as<float>()[1], 0.0f);
+  std::filesystem::remove_all(dir);
 }
 
 // 50 optimizer steps on the first 400 MRPC train rows in file order (batches of 8, dynamic padding), from the
