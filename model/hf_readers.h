@@ -86,8 +86,8 @@ void convert_to(const CheckpointTensor& src, const Tensor& dst);
 
 // ---- safetensors ----
 // `u64 LE N | N bytes JSON header | data`. Rejects: N past the end or > 100 MB, non-object JSON, unknown
-// dtypes, shapes whose byte size differs from data_offsets, offsets past the end, overlapping tensors,
-// duplicate names. "__metadata__" is skipped. Tensors come back in file (data offset) order.
+// dtypes, shapes whose byte size differs from data_offsets, offsets past the end, overlapping tensors.
+// "__metadata__" is skipped. Tensors come back in file (data offset) order.
 std::vector<CheckpointTensor> read_safetensors(ByteSpan file, const std::string& source);
 
 // ---- ZIP (stored entries only) ----
