@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <unistd.h>
+#include <cstring>
 
 #include <filesystem>
 #include <functional>
