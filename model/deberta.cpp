@@ -44,6 +44,29 @@ Tensor prefix_view(const Arena& arena, std::string_view name, Shape shape) {
   return Tensor(full.data(), shape, full.dtype(), full.device());
 }
 
+// The dropout of one site in one layer for the current step (p = 0 outside training).
+kernels::DropoutSite dropout_site(const DropoutSchedule& dropout, uint32_t layer, uint32_t which, double p) {
+  return kernels::DropoutSite{dropout.training ? static_cast<float>(p) : 0.0f, dropout.seed,
+                              kernels::dropout_site_id(dropout.step, layer, which)};
+}
+
+// Layer `layer`'s attention settings: shapes and relative positions from the config, dropout from the step.
+kernels::DisentangledAttentionConfig attention_config(const DebertaConfig& c, const DropoutSchedule& dropout,
+                                                      int layer) {
+  kernels::DisentangledAttentionConfig attention;
+  attention.num_heads = c.num_attention_heads;
+  attention.positions = kernels::RelativePositionConfig::from_model_config(
+      c.position_buckets, c.max_relative_positions, c.max_position_embeddings);
+  attention.c2p = c.c2p;
+  attention.p2c = c.p2c;
+  const kernels::DropoutSite site =
+      dropout_site(dropout, layer, kSiteAttentionProbs, c.attention_probs_dropout_prob);
+  attention.dropout_p = site.p;
+  attention.seed = site.seed;
+  attention.site_id = site.site_id;
+  return attention;
+}
+
 }  // namespace
 
 struct DebertaForSequenceClassification::State {
@@ -169,8 +192,7 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
   auto A = [&](std::string_view name, Shape shape) { return prefix_view(act, name, shape); };
   auto W = [&](const std::string& name) { return params.tensor(name); };
   auto site = [&](uint32_t layer, uint32_t which, double p) {
-    return kernels::DropoutSite{dropout.training ? static_cast<float>(p) : 0.0f, dropout.seed,
-                                kernels::dropout_site_id(dropout.step, layer, which)};
+    return dropout_site(dropout, layer, which, p);
   };
   const double hidden_p = c.hidden_dropout_prob;
   const Shape bld{B, L, D};
@@ -192,13 +214,6 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
                              W("deberta.encoder.LayerNorm.weight"), W("deberta.encoder.LayerNorm.bias"), eps,
                              rel, A("rel.mean", {S2}), A("rel.rstd", {S2}));
 
-  kernels::DisentangledAttentionConfig attention;
-  attention.num_heads = N;
-  attention.positions = kernels::RelativePositionConfig::from_model_config(
-      c.position_buckets, c.max_relative_positions, c.max_position_embeddings);
-  attention.c2p = c.c2p;
-  attention.p2c = c.p2c;
-
   for (int l = 0; l < n; ++l) {
     const std::string p = layer_prefix(l);
     Tensor x = A(str("hidden.", l), bld);
@@ -215,9 +230,7 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
     kernels::linear_forward(rel_dropped, wk, bk, pos_key);
     kernels::linear_forward(rel_dropped, wq, bq, pos_query);
 
-    attention.dropout_p = dropout.training ? static_cast<float>(c.attention_probs_dropout_prob) : 0.0f;
-    attention.seed = dropout.seed;
-    attention.site_id = kernels::dropout_site_id(dropout.step, l, kSiteAttentionProbs);
+    const kernels::DisentangledAttentionConfig attention = attention_config(c, dropout, l);
     Tensor ctx = A(layer_slot(l, "ctx"), bld);
     kernels::disentangled_attention_forward(q, k, v, c.c2p ? pos_key : Tensor(), c.p2c ? pos_query : Tensor(),
                                             batch.attention_mask, attention, ctx,
@@ -291,8 +304,7 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
   auto W = [&](const std::string& name) { return params.tensor(name); };
   auto G = [&](const std::string& name) { return grads.tensor(name); };
   auto site = [&](uint32_t layer, uint32_t which, double p) {
-    return kernels::DropoutSite{dropout.training ? static_cast<float>(p) : 0.0f, dropout.seed,
-                                kernels::dropout_site_id(dropout.step, layer, which)};
+    return dropout_site(dropout, layer, which, p);
   };
   const double hidden_p = c.hidden_dropout_prob;
   const Shape bld{B, L, D};
@@ -315,12 +327,6 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
   Tensor drel = A("grad.rel", {S2, D});
   kernels::fill(drel, 0.0f);
   Tensor dconv_input = A("grad.t2", bld);  // dE from the conv, added to the layer-0 input gradient
-  kernels::DisentangledAttentionConfig attention;
-  attention.num_heads = N;
-  attention.positions = kernels::RelativePositionConfig::from_model_config(
-      c.position_buckets, c.max_relative_positions, c.max_position_embeddings);
-  attention.c2p = c.c2p;
-  attention.p2c = c.p2c;
 
   for (int l = static_cast<int>(n) - 1; l >= 0; --l) {
     const std::string p = layer_prefix(l);
@@ -375,9 +381,7 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
     Tensor dpos_key = A("grad.pos_key", {S2, D}), dpos_query = A("grad.pos_query", {S2, D});
     kernels::fill(dpos_key, 0.0f);
     kernels::fill(dpos_query, 0.0f);
-    attention.dropout_p = dropout.training ? static_cast<float>(c.attention_probs_dropout_prob) : 0.0f;
-    attention.seed = dropout.seed;
-    attention.site_id = kernels::dropout_site_id(dropout.step, l, kSiteAttentionProbs);
+    const kernels::DisentangledAttentionConfig attention = attention_config(c, dropout, l);
     Tensor pos_key = A(layer_slot(l, "pos_key"), {S2, D}), pos_query = A(layer_slot(l, "pos_query"), {S2, D});
     kernels::disentangled_attention_backward(A(layer_slot(l, "q"), bld), A(layer_slot(l, "k"), bld),
                                              A(layer_slot(l, "v"), bld), c.c2p ? pos_key : Tensor(),
