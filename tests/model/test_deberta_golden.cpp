@@ -5,7 +5,9 @@
 // fixture holds a fixed sample of elements plus the exact sum and L2 norm.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -69,6 +71,33 @@ std::span<const float> span_of(const Tensor& t) {
   return {t.data_as<float>(), static_cast<size_t>(t.numel())};
 }
 
+// The parameter family a tensor belongs to, for the error report ("attention.self.query_proj.weight" etc.).
+std::string family_of(const std::string& name) {
+  const std::string layer = "deberta.encoder.layer.";
+  if (name.rfind(layer, 0) == 0) return name.substr(name.find('.', layer.size()) + 1);
+  return name;
+}
+
+// Largest |got - ref| and |got - ref| / max|ref| over the reference elements (full or sampled).
+std::pair<double, double> max_errors(const Fixture& f, const std::string& full, const std::string& sample,
+                                     std::span<const float> got) {
+  std::vector<float> ref;
+  std::vector<float> picked;
+  if (f.has(full)) {
+    ref = f.read_f32(full);
+    picked.assign(got.begin(), got.end());
+  } else {
+    ref = f.read_f32(sample + "/value");
+    for (int64_t i : f.read_i64(sample + "/index")) picked.push_back(got[static_cast<size_t>(i)]);
+  }
+  double abs_err = 0, scale = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    abs_err = std::max(abs_err, static_cast<double>(std::abs(picked[i] - ref[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(ref[i])));
+  }
+  return {abs_err, scale > 0 ? abs_err / scale : 0.0};
+}
+
 // Compares a tensor with its fixture entry: the full tensor under `full`, or the sampled elements under
 // `sample/{index,value}` plus [sum, L2 norm] under `stats`.
 void expect_matches(const Fixture& f, const std::string& full, const std::string& sample,
@@ -111,7 +140,10 @@ TEST_P(DebertaGolden, InitMatchesFixtureSamples) {
 
 TEST_P(DebertaGolden, LogitsLossHiddenStatesAndEveryGradient) {
   GoldenCase c(GetParam());
+  const auto start = std::chrono::steady_clock::now();
   c.run();
+  const double step_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   const test::Tolerance tol = test::tolerance_for(DType::f32);
   const Fixture& f = c.fixture;
   EXPECT_TRUE(test::all_close("logits", span_of(c.model.logits()), f.read_f32("logits"), tol));
@@ -130,6 +162,22 @@ TEST_P(DebertaGolden, LogitsLossHiddenStatesAndEveryGradient) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(c.table.size()));
+
+  // Report (not asserted beyond the checks above): worst error per gradient family, and the step time.
+  std::map<std::string, std::pair<double, double>> families;
+  for (const ParameterInfo& p : c.table.entries()) {
+    const auto [abs_err, rel_err] =
+        max_errors(f, "grad/" + p.name, "grad_sample/" + p.name, span_of(c.grads.tensor(p.name)));
+    auto& worst = families[family_of(p.name)];
+    worst = {std::max(worst.first, abs_err), std::max(worst.second, rel_err)};
+  }
+  const auto [logit_abs, logit_rel] = max_errors(f, "logits", "", span_of(c.model.logits()));
+  std::printf("%s: forward+backward %.1f ms; logits max abs err %.3g (%.3g of max |logit|)\n", GetParam(),
+              step_ms, logit_abs, logit_rel);
+  for (const auto& [family, err] : families) {
+    std::printf("  grad %-45s max abs err %.3g  (%.3g of max |grad|)\n", family.c_str(), err.first,
+                err.second);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DebertaGolden,
