@@ -5,6 +5,9 @@
 #include <cstdint>
 
 #include "kernels/arg_checks.h"
+#ifdef ZT_WITH_CUDA
+#include "kernels/cuda/conv1d.cuh"
+#endif
 
 namespace zt::kernels {
 namespace {
@@ -53,6 +56,9 @@ ConstTapView weight_tap(const float* w, const ConvShape& s, int64_t kk) {
 
 void conv1d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y) {
   constexpr const char* op = "conv1d_forward";
+#ifdef ZT_WITH_CUDA
+  if (x.device() == DeviceKind::cuda) return gpu::conv1d_forward(x, weight, bias, y);
+#endif
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   const ConvShape s = check_conv_args(x, weight, op);
   check_cpu_arg(y, DType::f32, op, "y");
@@ -82,6 +88,11 @@ void conv1d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
                      const Tensor& dweight, const Tensor& dbias, bool accumulate_dx) {
   constexpr const char* op = "conv1d_backward";
+#ifdef ZT_WITH_CUDA
+  if (x.device() == DeviceKind::cuda) {
+    return gpu::conv1d_backward(dy, x, weight, dx, dweight, dbias, accumulate_dx);
+  }
+#endif
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   const ConvShape s = check_conv_args(x, weight, op);
   check_cpu_arg(dy, DType::f32, op, "dy");

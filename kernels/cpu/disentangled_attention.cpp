@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "kernels/arg_checks.h"
+#ifdef ZT_WITH_CUDA
+#include "kernels/cuda/disentangled_attention.cuh"
+#endif
 #include "kernels/masked_softmax.h"
 #include "kernels/philox.h"
 #include "runtime/check.h"
@@ -128,6 +131,12 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
                                     const DisentangledAttentionConfig& config, const Tensor& context,
                                     const Tensor& probs) {
   constexpr const char* op = "disentangled_attention_forward";
+#ifdef ZT_WITH_CUDA
+  if (q.device() == DeviceKind::cuda) {
+    return gpu::disentangled_attention_forward(q, k, v, pos_key, pos_query, attention_mask, config, context,
+                                               probs);
+  }
+#endif
   if (q.device() == DeviceKind::cuda) ZT_FAIL("disentangled_attention: CUDA kernel not built yet");
   const Problem pr = plan(q, k, v, pos_key, pos_query, attention_mask, config, op);
   check_f32_arg(context, q.shape(), op, "context");
@@ -192,6 +201,12 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
                                      const Tensor& dpos_query) {
   constexpr const char* op = "disentangled_attention_backward";
+#ifdef ZT_WITH_CUDA
+  if (q.device() == DeviceKind::cuda) {
+    return gpu::disentangled_attention_backward(q, k, v, pos_key, pos_query, attention_mask, probs, dcontext,
+                                                config, dq, dk, dv, dpos_key, dpos_query);
+  }
+#endif
   if (q.device() == DeviceKind::cuda) ZT_FAIL("disentangled_attention: CUDA kernel not built yet");
   const Problem pr = plan(q, k, v, pos_key, pos_query, attention_mask, config, op);
   check_f32_arg(probs, Shape{pr.batch, pr.heads, pr.length, pr.length}, op, "probs");

@@ -4,6 +4,9 @@
 #include <cstdint>
 
 #include "kernels/arg_checks.h"
+#ifdef ZT_WITH_CUDA
+#include "kernels/cuda/linear.cuh"
+#endif
 
 namespace zt::kernels {
 namespace {
@@ -27,6 +30,9 @@ void check_same_rows(const Tensor& t, const Tensor& like, const char* op, const 
 
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y) {
   constexpr const char* op = "linear_forward";
+#ifdef ZT_WITH_CUDA
+  if (x.device() == DeviceKind::cuda) return gpu::linear_forward(x, weight, bias, y);
+#endif
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(x, DType::f32, op, "x");
   check_cpu_arg(weight, DType::f32, op, "weight");
@@ -55,6 +61,11 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
                      const Tensor& dweight, const Tensor& dbias, bool accumulate_dx) {
   constexpr const char* op = "linear_backward";
+#ifdef ZT_WITH_CUDA
+  if (x.device() == DeviceKind::cuda) {
+    return gpu::linear_backward(dy, x, weight, dx, dweight, dbias, accumulate_dx);
+  }
+#endif
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(dy, DType::f32, op, "dy");
   check_cpu_arg(x, DType::f32, op, "x");

@@ -1,0 +1,514 @@
+// Disentangled attention on the GPU (formulas in kernels/disentangled_attention.h): batched cuBLASLt GEMMs
+// for every product, and three small kernels — the score/softmax/dropout row kernel, its backward, and the
+// bucket gathers Gc/Gp. Correctness first: every product is a GEMM, every row reduction is a warp.
+//
+// Layouts. Head h of a [B, L, D] feature tensor is the [L, d] matrix at column h*d with row stride D, so
+//   - the L x L products (Q K^T, P~ V, ...) are batched over the N heads (batch stride d), one call per b;
+//   - the positional products see all B*L rows of a head at once (row stride D), so they are batched over
+//     heads only: C2P = Q PK^T, P2C = K PQ^T, dQ += Gc PK, dPK += Gc^T Q, ... are one call each, with the
+//     per-head scratch laid out head-major [N, B*L, W] (W = window of table rows c(i,j) reaches).
+//
+// Numerics. Scores, softmax and every reduction are f32 whatever the storage dtype T (reference §12.3):
+// the Q K^T product is written straight into the f32 probs output and finished in place by the row kernel,
+// so no separate f32 score buffer exists. 16-bit GEMM inputs (P~ for the context, G, Gc, Gp for the
+// gradients) are rounded to T once.
+//
+// Determinism. No atomics: Gc[i,r] and Gp[j,r] are per-output gathers over the contiguous range of i - j
+// that falls in bucket r (bucket(i - j) is monotone), summed in index order.
+//
+// Scratch per call (from the capped device allocator, released at return), with P = B*N*L*L elements:
+//   forward:  P~ in T, P * sizeof(T) (skipped for f32 without dropout); C2P and P2C, 4*N*B*L*W bytes each
+//   backward: dP/G in f32, 4*P bytes; P~ then G in T, P * sizeof(T) (skipped for f32, which uses the f32
+//             buffers directly when there is no dropout); Gc and Gp, N*B*L*W*sizeof(T) each
+//   plus the mask as bytes [B, L] and the index tables (int32, 2L - 1 + 2W).
+#include "kernels/cuda/disentangled_attention.cuh"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/relative_position.cuh"
+#include "kernels/gemm.h"
+#include "kernels/philox.h"
+#include "runtime/check.h"
+#include "runtime/cuda_check.h"
+
+namespace zt::kernels::gpu {
+namespace {
+
+constexpr cudaStream_t kStream = nullptr;  // legacy default stream, as every tensor-level entry point
+constexpr int kWarpsPerBlock = 4;
+constexpr int kThreads = 256;
+
+// Everything the kernels need, by value.
+struct AttentionShape {
+  int64_t batch = 0, length = 0, features = 0, heads = 0, head_size = 0;
+  int64_t window = 0;  // W
+  bool c2p = false, p2c = false;
+  float inverse_scale = 1.0f;
+  // Dropout: keep(e) = uniform(seed, site_id, e) >= p, kept entries scaled by kept_scale = 1 / (1 - p).
+  bool dropout = false;
+  float dropout_p = 0.0f, kept_scale = 1.0f;
+  uint64_t seed = 0, site_id = 0;
+};
+
+struct Plan {
+  AttentionShape shape;
+  DType dtype = DType::f32;  // T, the storage dtype of q, k, v, context and their gradients
+};
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+  for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+
+// The dropout multiplier of P[e] (e = ((b*N + h)*L + i)*L + j): kept_scale or 0, as the CPU computes it.
+__device__ __forceinline__ float dropout_factor(const AttentionShape& s, uint64_t element) {
+  return uniform(s.seed, s.site_id, element) >= s.dropout_p ? s.kept_scale : 0.0f;
+}
+
+template <typename M>
+__global__ void mask_to_keep_kernel(const M* __restrict__ mask, uint8_t* __restrict__ keep, int64_t n) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e < n) keep[e] = mask[e] != M(0) ? 1 : 0;
+}
+
+// One warp per score row (b, h, i). In: probs row = Q_i . K_j (the content GEMM's output), c2p / p2c
+// [N, B*L, W] f32, diagonal index table. Out: probs row = P (f32) and dropped row = P~ in T.
+//   a_j = ((Q_i.K_j + C2P[i, c(i,j)]) + P2C[j, c(i,j)]) / s, masked to finfo.min unless m_i m_j,
+//   P = softmax(a) (a fully masked row is uniform), P~_j = P_j * factor(e_j).
+template <typename T>
+__global__ void attention_softmax_kernel(float* __restrict__ probs, T* __restrict__ dropped,
+                                         const float* __restrict__ c2p, const float* __restrict__ p2c,
+                                         const int32_t* __restrict__ diagonal,
+                                         const uint8_t* __restrict__ keep, AttentionShape s) {
+  const int64_t rows = s.batch * s.heads * s.length;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t L = s.length, W = s.window;
+  const int64_t i = row % L, bh = row / L, h = bh % s.heads, b = bh / s.heads;
+  const int64_t head_rows = (h * s.batch + b) * L;  // row (b, 0) of head h in the [N, B*L, W] scratch
+  const bool query_kept = keep[b * L + i] != 0;
+  const uint8_t* key_keep = keep + b * L;
+  float* p = probs + row * L;
+  constexpr float kMasked = -3.40282346638528859811704183484516925e+38f;  // finfo(f32).min
+
+  float row_max = kMasked;
+  for (int64_t j = lane; j < L; j += 32) {
+    const int32_t r = (s.c2p || s.p2c) ? diagonal[i - j + L - 1] : 0;
+    float a = p[j];
+    if (s.c2p) a += c2p[(head_rows + i) * W + r];
+    if (s.p2c) a += p2c[(head_rows + j) * W + r];
+    a *= s.inverse_scale;
+    const float x = (query_kept && key_keep[j]) ? a : kMasked;
+    p[j] = x;
+    row_max = fmaxf(row_max, x);
+  }
+  row_max = warp_max(row_max);
+  float sum = 0.0f;
+  for (int64_t j = lane; j < L; j += 32) {
+    const float e = expf(p[j] - row_max);
+    p[j] = e;
+    sum += e;
+  }
+  const float inverse = 1.0f / warp_sum(sum);
+  for (int64_t j = lane; j < L; j += 32) {
+    const float prob = p[j] * inverse;
+    p[j] = prob;
+    if (dropped != nullptr) {
+      dropped[row * L + j] =
+          from_float<T>(s.dropout ? prob * dropout_factor(s, static_cast<uint64_t>(row * L + j)) : prob);
+    }
+  }
+}
+
+// P~ = P * factor in T, [B*N*L*L]: the backward's input to dV = P~^T dC.
+template <typename T>
+__global__ void dropped_probs_kernel(const float* __restrict__ probs, T* __restrict__ dropped,
+                                     AttentionShape s) {
+  const int64_t total = s.batch * s.heads * s.length * s.length;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float prob = probs[e];
+    dropped[e] = from_float<T>(s.dropout ? prob * dropout_factor(s, static_cast<uint64_t>(e)) : prob);
+  }
+}
+
+// One warp per row (b, h, i). In: grad row = dP~ = dC_i . V_j (f32), probs row P. Out: grad row = G (f32)
+// and, when grad_lowp is given, G in T:
+//   dP_j = factor_j dP~_j,  G_j = m_i m_j ? P_j (dP_j - sum_{k kept} P_k dP_k) / s : 0.
+template <typename T>
+__global__ void attention_softmax_backward_kernel(float* __restrict__ grad, T* __restrict__ grad_lowp,
+                                                  const float* __restrict__ probs,
+                                                  const uint8_t* __restrict__ keep, AttentionShape s) {
+  const int64_t rows = s.batch * s.heads * s.length;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t L = s.length;
+  const int64_t i = row % L, b = row / L / s.heads;
+  const bool query_kept = keep[b * L + i] != 0;
+  const uint8_t* key_keep = keep + b * L;
+  float* g = grad + row * L;
+  const float* p = probs + row * L;
+
+  float weighted = 0.0f;
+  for (int64_t j = lane; j < L; j += 32) {
+    float dp = g[j];
+    if (s.dropout) dp *= dropout_factor(s, static_cast<uint64_t>(row * L + j));
+    g[j] = dp;
+    if (query_kept && key_keep[j]) weighted += p[j] * dp;
+  }
+  weighted = warp_sum(weighted);
+  for (int64_t j = lane; j < L; j += 32) {
+    const float value = (query_kept && key_keep[j]) ? p[j] * (g[j] - weighted) * s.inverse_scale : 0.0f;
+    g[j] = value;
+    if (grad_lowp != nullptr) grad_lowp[row * L + j] = from_float<T>(value);
+  }
+}
+
+// Gc[h, (b,i), r] = sum_{j : c(i,j) = r} G[b,h,i,j]  (by_query) — j runs over i - rel_last .. i - rel_first;
+// Gp[h, (b,j), r] = sum_{i : c(i,j) = r} G[b,h,i,j]  (!by_query) — i runs over j + rel_first .. j + rel_last.
+// One thread per output, summed in increasing index order.
+template <typename T>
+__global__ void bucket_gather_kernel(const float* __restrict__ grad, T* __restrict__ out,
+                                     const int32_t* __restrict__ rel_first,
+                                     const int32_t* __restrict__ rel_last, AttentionShape s, bool by_query) {
+  const int64_t L = s.length, W = s.window;
+  const int64_t total = s.heads * s.batch * L * W;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e % W, position = (e / W) % L, b = (e / W / L) % s.batch, h = e / W / L / s.batch;
+    const float* g = grad + ((b * s.heads + h) * L) * L;  // G[b, h] [L, L]
+    const int64_t first = rel_first[r], last = rel_last[r];
+    float sum = 0.0f;
+    if (by_query) {
+      const int64_t i = position;
+      const int64_t j_begin = i - last > 0 ? i - last : 0, j_end = i - first < L - 1 ? i - first : L - 1;
+      for (int64_t j = j_begin; j <= j_end; ++j) sum += g[i * L + j];
+    } else {
+      const int64_t j = position;
+      const int64_t i_begin = j + first > 0 ? j + first : 0, i_end = j + last < L - 1 ? j + last : L - 1;
+      for (int64_t i = i_begin; i <= i_end; ++i) sum += g[i * L + j];
+    }
+    out[e] = from_float<T>(sum);
+  }
+}
+
+unsigned int grid_for(int64_t n) {
+  const unsigned int blocks = blocks_for(n, kThreads);
+  return blocks < 65535u ? blocks : 65535u;
+}
+
+unsigned int row_grid(const AttentionShape& s) {
+  return blocks_for(s.batch * s.heads * s.length, kWarpsPerBlock * 32) * 1u;
+}
+
+// A head of a [rows, D] feature tensor: [rows, d] at column h*d, batched over heads with stride d.
+GemmOperand head_operand(const void* data, DType dtype, int64_t row_offset, const AttentionShape& s) {
+  const char* base =
+      static_cast<const char*>(data) + row_offset * s.features * static_cast<int64_t>(dtype_size(dtype));
+  return {base, s.features, s.head_size};
+}
+
+GemmOutput head_output(void* data, DType dtype, int64_t row_offset, const AttentionShape& s) {
+  char* base = static_cast<char*>(data) + row_offset * s.features * static_cast<int64_t>(dtype_size(dtype));
+  return {base, dtype, s.features, s.head_size};
+}
+
+// Batched over heads: C[h] = alpha op(A[h]) op(B[h]) + beta C[h].
+GemmProblem head_gemm(int64_t m, int64_t n, int64_t k, DType dtype, const AttentionShape& s) {
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.batch = s.heads;
+  p.input_dtype = dtype;
+  return p;
+}
+
+void check_tensor(const Tensor& t, DType dtype, const Shape& shape, const char* op, const char* name) {
+  check_cuda_arg(t, dtype, op, name);
+  ZT_CHECK(t.shape() == shape, op, ": ", name, " must be ", shape.to_string(), ", got ",
+           t.shape().to_string());
+}
+
+Plan plan_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+                    const Tensor& pos_query, const Tensor& attention_mask,
+                    const DisentangledAttentionConfig& config, const char* op) {
+  check_cuda_arg(q, op, "q");
+  ZT_CHECK(is_storage_dtype(q.dtype()), op, ": q must be f32, bf16 or f16, got ", q.describe());
+  ZT_CHECK(q.rank() == 3, op, ": q must be [B, L, D], got ", q.describe());
+  check_tensor(k, q.dtype(), q.shape(), op, "k");
+  check_tensor(v, q.dtype(), q.shape(), op, "v");
+  Plan plan;
+  plan.dtype = q.dtype();
+  AttentionShape& s = plan.shape;
+  s.batch = q.dim(0);
+  s.length = q.dim(1);
+  s.features = q.dim(2);
+  s.heads = config.num_heads;
+  ZT_CHECK(s.heads > 0 && s.features % s.heads == 0, op, ": hidden size ", s.features,
+           " is not a multiple of num_heads ", s.heads);
+  s.head_size = s.features / s.heads;
+  ZT_CHECK(config.dropout_p >= 0.0f && config.dropout_p < 1.0f, op, ": dropout_p must be in [0, 1), got ",
+           config.dropout_p);
+  s.inverse_scale = 1.0f / disentangled_attention_scale(s.head_size, config);
+  s.c2p = config.c2p;
+  s.p2c = config.p2c;
+  s.dropout = config.dropout_p > 0.0f;
+  s.dropout_p = config.dropout_p;
+  s.kept_scale = 1.0f / (1.0f - config.dropout_p);
+  s.seed = config.seed;
+  s.site_id = config.site_id;
+
+  check_cuda_arg(attention_mask, op, "attention_mask");
+  ZT_CHECK(attention_mask.shape() == (Shape{s.batch, s.length}), op,
+           ": attention_mask must be [B, L] = ", Shape{s.batch, s.length}.to_string(), ", got ",
+           attention_mask.shape().to_string());
+  ZT_CHECK(attention_mask.dtype() == DType::i64 || attention_mask.dtype() == DType::i32 ||
+               attention_mask.dtype() == DType::f32,
+           op, ": attention_mask must be i64, i32 or f32, got ", attention_mask.describe());
+  if (s.c2p || s.p2c) {
+    const int64_t span = config.positions.att_span();
+    ZT_CHECK(span > 0, op, ": the relative-position span must be positive");
+    if (s.c2p) check_tensor(pos_key, q.dtype(), Shape{2 * span, s.features}, op, "pos_key");
+    if (s.p2c) check_tensor(pos_query, q.dtype(), Shape{2 * span, s.features}, op, "pos_query");
+  }
+  return plan;
+}
+
+DeviceBuffer make_keep(const Tensor& mask, int64_t n) {
+  DeviceBuffer keep = scratch_buffer(static_cast<size_t>(n), "attention.keep");
+  const unsigned int grid = blocks_for(n, kThreads);
+  switch (mask.dtype()) {
+    case DType::i64:
+      mask_to_keep_kernel<int64_t>
+          <<<grid, kThreads, 0, kStream>>>(mask.data_as<int64_t>(), keep.data_as<uint8_t>(), n);
+      break;
+    case DType::i32:
+      mask_to_keep_kernel<int32_t>
+          <<<grid, kThreads, 0, kStream>>>(mask.data_as<int32_t>(), keep.data_as<uint8_t>(), n);
+      break;
+    default:
+      mask_to_keep_kernel<float>
+          <<<grid, kThreads, 0, kStream>>>(mask.data_as<float>(), keep.data_as<uint8_t>(), n);
+      break;
+  }
+  ZT_CUDA_CHECK_LAUNCH("attention_mask_to_keep");
+  return keep;
+}
+
+size_t probs_elements(const AttentionShape& s) {
+  return static_cast<size_t>(s.batch * s.heads * s.length * s.length);
+}
+
+size_t positional_elements(const AttentionShape& s) {
+  return static_cast<size_t>(s.heads * s.batch * s.length * s.window);
+}
+
+}  // namespace
+
+void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+                                    const Tensor& pos_query, const Tensor& attention_mask,
+                                    const DisentangledAttentionConfig& config, const Tensor& context,
+                                    const Tensor& probs) {
+  constexpr const char* op = "disentangled_attention_forward";
+  Plan plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
+  AttentionShape& s = plan.shape;
+  const DType T = plan.dtype;
+  check_tensor(context, T, q.shape(), op, "context");
+  check_tensor(probs, DType::f32, Shape{s.batch, s.heads, s.length, s.length}, op, "probs");
+  if (s.batch == 0 || s.length == 0 || s.features == 0) return;
+  const int64_t L = s.length, d = s.head_size, BL = s.batch * s.length;
+
+  const DeviceBuffer keep = make_keep(attention_mask, BL);
+  RelativeIndexTables tables;
+  if (s.c2p || s.p2c) {
+    tables = upload_relative_index_tables(config.positions, L, kStream);
+    s.window = tables.window;
+  }
+
+  // Content scores Q K^T straight into the f32 probs, one call per batch item, batched over heads.
+  float* probs_data = probs.data_as<float>();
+  for (int64_t b = 0; b < s.batch; ++b) {
+    GemmProblem p = head_gemm(L, L, d, T, s);
+    p.a = head_operand(q.data(), T, b * L, s);
+    p.b = head_operand(k.data(), T, b * L, s);
+    p.transpose_b = true;
+    p.c = {probs_data + b * s.heads * L * L, DType::f32, L, L * L};
+    gemm(p, kStream);
+  }
+  // Positional scores over all B*L rows of a head: C2P = Q PK_w^T, P2C = K PQ_w^T, [N, B*L, W] f32.
+  DeviceBuffer c2p_scores, p2c_scores;
+  auto positional_scores = [&](const Tensor& rows, const Tensor& table, DeviceBuffer& out, const char* name) {
+    out = scratch_buffer(positional_elements(s) * sizeof(float), name);
+    GemmProblem p = head_gemm(BL, s.window, d, T, s);
+    p.a = head_operand(rows.data(), T, 0, s);
+    p.b = head_operand(table.data(), T, tables.window_begin, s);
+    p.transpose_b = true;
+    p.c = {out.data(), DType::f32, s.window, BL * s.window};
+    gemm(p, kStream);
+  };
+  if (s.c2p) positional_scores(q, pos_key, c2p_scores, "attention.c2p_scores");
+  if (s.p2c) positional_scores(k, pos_query, p2c_scores, "attention.p2c_scores");
+
+  // P~ in T for the context GEMM; f32 without dropout reads P itself.
+  const bool dropped_is_probs = T == DType::f32 && !s.dropout;
+  DeviceBuffer dropped;
+  if (!dropped_is_probs)
+    dropped = scratch_buffer(probs_elements(s) * dtype_size(T), "attention.dropped_probs");
+  dispatch_storage(T, op, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    attention_softmax_kernel<S><<<row_grid(s), kWarpsPerBlock * 32, 0, kStream>>>(
+        probs_data, dropped_is_probs ? nullptr : dropped.data_as<S>(), c2p_scores.data_as<float>(),
+        p2c_scores.data_as<float>(), tables.diagonal.data_as<int32_t>(), keep.data_as<uint8_t>(), s);
+    ZT_CUDA_CHECK_LAUNCH("attention_softmax");
+  });
+
+  // context_b = P~_b V_b, per batch item, batched over heads.
+  const void* p_tilde = dropped_is_probs ? static_cast<const void*>(probs_data) : dropped.data();
+  for (int64_t b = 0; b < s.batch; ++b) {
+    GemmProblem p = head_gemm(L, d, L, T, s);
+    p.a = {static_cast<const char*>(p_tilde) + b * s.heads * L * L * static_cast<int64_t>(dtype_size(T)), L,
+           L * L};
+    p.b = head_operand(v.data(), T, b * L, s);
+    p.c = head_output(context.data(), T, b * L, s);
+    gemm(p, kStream);
+  }
+}
+
+void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+                                     const Tensor& pos_query, const Tensor& attention_mask,
+                                     const Tensor& probs, const Tensor& dcontext,
+                                     const DisentangledAttentionConfig& config, const Tensor& dq,
+                                     const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
+                                     const Tensor& dpos_query) {
+  constexpr const char* op = "disentangled_attention_backward";
+  Plan plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
+  AttentionShape& s = plan.shape;
+  const DType T = plan.dtype;
+  check_tensor(probs, DType::f32, Shape{s.batch, s.heads, s.length, s.length}, op, "probs");
+  check_tensor(dcontext, T, q.shape(), op, "dcontext");
+  check_tensor(dq, T, q.shape(), op, "dq");
+  check_tensor(dk, T, q.shape(), op, "dk");
+  check_tensor(dv, T, q.shape(), op, "dv");
+  auto check_table_grad = [&](const Tensor& grad, const Tensor& table, const char* name) {
+    check_cuda_arg(grad, op, name);
+    ZT_CHECK(grad.dtype() == T || grad.dtype() == DType::f32, op, ": ", name, " must be ", dtype_name(T),
+             " or f32, got ", grad.describe());
+    ZT_CHECK(grad.shape() == table.shape(), op, ": ", name, " must be ", table.shape().to_string(), ", got ",
+             grad.shape().to_string());
+  };
+  if (s.c2p) check_table_grad(dpos_key, pos_key, "dpos_key");
+  if (s.p2c) check_table_grad(dpos_query, pos_query, "dpos_query");
+  if (s.batch == 0 || s.length == 0 || s.features == 0) return;
+  const int64_t L = s.length, d = s.head_size, BL = s.batch * s.length;
+  const int64_t element = static_cast<int64_t>(dtype_size(T));
+
+  const DeviceBuffer keep = make_keep(attention_mask, BL);
+  RelativeIndexTables tables;
+  if (s.c2p || s.p2c) {
+    tables = upload_relative_index_tables(config.positions, L, kStream);
+    s.window = tables.window;
+  }
+  const float* probs_data = probs.data_as<float>();
+
+  // P~ in T (f32 without dropout reads P itself); later reused for G in T.
+  const bool f32_storage = T == DType::f32;
+  DeviceBuffer lowp;
+  if (!(f32_storage && !s.dropout))
+    lowp = scratch_buffer(probs_elements(s) * element, "attention.dropped_probs");
+  const void* p_tilde = lowp ? lowp.data() : static_cast<const void*>(probs_data);
+  if (lowp) {
+    dispatch_storage(T, op, [&](auto tag) {
+      using S = typename decltype(tag)::type;
+      dropped_probs_kernel<S><<<grid_for(static_cast<int64_t>(probs_elements(s))), kThreads, 0, kStream>>>(
+          probs_data, lowp.data_as<S>(), s);
+      ZT_CUDA_CHECK_LAUNCH("attention_dropped_probs");
+    });
+  }
+
+  DeviceBuffer grad = scratch_buffer(probs_elements(s) * sizeof(float), "attention.score_grad");
+  for (int64_t b = 0; b < s.batch; ++b) {
+    // dV_b = P~_b^T dC_b
+    GemmProblem dv_gemm = head_gemm(L, d, L, T, s);
+    dv_gemm.a = {static_cast<const char*>(p_tilde) + b * s.heads * L * L * element, L, L * L};
+    dv_gemm.transpose_a = true;
+    dv_gemm.b = head_operand(dcontext.data(), T, b * L, s);
+    dv_gemm.c = head_output(dv.data(), T, b * L, s);
+    gemm(dv_gemm, kStream);
+    // dP~_b = dC_b V_b^T, f32
+    GemmProblem dp_gemm = head_gemm(L, L, d, T, s);
+    dp_gemm.a = head_operand(dcontext.data(), T, b * L, s);
+    dp_gemm.b = head_operand(v.data(), T, b * L, s);
+    dp_gemm.transpose_b = true;
+    dp_gemm.c = {grad.data_as<float>() + b * s.heads * L * L, DType::f32, L, L * L};
+    gemm(dp_gemm, kStream);
+  }
+
+  // G = dA / s in f32 (grad) and, for 16-bit storage, in T (lowp, P~ is no longer needed).
+  dispatch_storage(T, op, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    attention_softmax_backward_kernel<S><<<row_grid(s), kWarpsPerBlock * 32, 0, kStream>>>(
+        grad.data_as<float>(), f32_storage ? nullptr : lowp.data_as<S>(), probs_data, keep.data_as<uint8_t>(),
+        s);
+    ZT_CUDA_CHECK_LAUNCH("attention_softmax_backward");
+  });
+  const void* g_lowp = f32_storage ? grad.data() : lowp.data();
+
+  for (int64_t b = 0; b < s.batch; ++b) {
+    // dQ_b = G_b K_b,  dK_b = G_b^T Q_b
+    GemmProblem dq_gemm = head_gemm(L, d, L, T, s);
+    dq_gemm.a = {static_cast<const char*>(g_lowp) + b * s.heads * L * L * element, L, L * L};
+    dq_gemm.b = head_operand(k.data(), T, b * L, s);
+    dq_gemm.c = head_output(dq.data(), T, b * L, s);
+    gemm(dq_gemm, kStream);
+    GemmProblem dk_gemm = dq_gemm;
+    dk_gemm.transpose_a = true;
+    dk_gemm.b = head_operand(q.data(), T, b * L, s);
+    dk_gemm.c = head_output(dk.data(), T, b * L, s);
+    gemm(dk_gemm, kStream);
+  }
+
+  // Positional terms over all B*L rows of a head: with Gx = Gc (c2p) or Gp (p2c) [N, B*L, W] in T,
+  //   d(rows) += Gx table_w   and   d(table_w) += Gx^T rows.
+  auto positional_grads = [&](bool by_query, const Tensor& rows, const Tensor& table, const Tensor& drows,
+                              const Tensor& dtable, const char* name) {
+    DeviceBuffer bucket_grad = scratch_buffer(positional_elements(s) * element, name);
+    dispatch_storage(T, op, [&](auto tag) {
+      using S = typename decltype(tag)::type;
+      bucket_gather_kernel<S>
+          <<<grid_for(static_cast<int64_t>(positional_elements(s))), kThreads, 0, kStream>>>(
+              grad.data_as<float>(), bucket_grad.data_as<S>(), tables.rel_first.data_as<int32_t>(),
+              tables.rel_last.data_as<int32_t>(), s, by_query);
+      ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather");
+    });
+    const int64_t table_row = tables.window_begin;
+    GemmProblem into_rows = head_gemm(BL, d, s.window, T, s);
+    into_rows.a = {bucket_grad.data(), s.window, BL * s.window};
+    into_rows.b = head_operand(table.data(), T, table_row, s);
+    into_rows.c = head_output(drows.data(), T, 0, s);
+    into_rows.beta = 1.0f;
+    gemm(into_rows, kStream);
+    GemmProblem into_table = head_gemm(s.window, d, BL, T, s);
+    into_table.a = {bucket_grad.data(), s.window, BL * s.window};
+    into_table.transpose_a = true;
+    into_table.b = head_operand(rows.data(), T, 0, s);
+    into_table.c = head_output(dtable.data(), dtable.dtype(), table_row, s);
+    into_table.beta = 1.0f;
+    gemm(into_table, kStream);
+  };
+  if (s.c2p) positional_grads(true, q, pos_key, dq, dpos_key, "attention.c2p_grad");
+  if (s.p2c) positional_grads(false, k, pos_query, dk, dpos_query, "attention.p2c_grad");
+}
+
+}  // namespace zt::kernels::gpu

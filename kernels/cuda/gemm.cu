@@ -1,0 +1,342 @@
+// cuBLASLt GEMM wrapper (kernels/gemm.h) and the shared helpers of kernels/cuda/gemm.cuh.
+#include "kernels/gemm.h"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <map>
+#include <mutex>
+
+#include "kernels/cuda/gemm.cuh"
+#include "runtime/cuda_check.h"
+
+namespace zt::kernels {
+
+namespace gpu {
+
+void check_cuda_arg(const Tensor& t, const char* op, const char* name) {
+  ZT_CHECK(t.defined(), op, ": ", name, " is undefined");
+  ZT_CHECK(t.device() == DeviceKind::cuda, op, ": ", name, " must be a CUDA tensor, got ", t.describe());
+  ZT_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous, got ", t.describe());
+}
+
+void check_cuda_arg(const Tensor& t, DType dtype, const char* op, const char* name) {
+  check_cuda_arg(t, op, name);
+  ZT_CHECK(t.dtype() == dtype, op, ": ", name, " must be ", dtype_name(dtype), ", got ", t.describe());
+}
+
+namespace {
+
+constexpr int kColumnTile = 32;  // columns per block (one warp wide, coalesced rows)
+constexpr int kRowLanes = 8;     // row partial sums per column, combined in a fixed order
+
+// out[c] += sum_r x[r, c]. Block (32, 8): thread (tx, ty) sums rows ty, ty + 8, ... of column c; the eight
+// partials are then added in ty order, so the result does not depend on scheduling.
+template <typename T>
+__global__ void column_sum_accumulate_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
+                                             float* __restrict__ out) {
+  __shared__ float partial[kRowLanes][kColumnTile + 1];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+  float sum = 0.0f;
+  if (c < cols) {
+    for (int64_t r = threadIdx.y; r < rows; r += kRowLanes) sum += to_float(x[r * cols + c]);
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.0f;
+    for (int lane = 0; lane < kRowLanes; ++lane) total += partial[lane][threadIdx.x];
+    out[c] += total;
+  }
+}
+
+// C[z][r, c] += bias[c] over batch x [m, n] with row stride ldc: the bias epilogue where cuBLASLt's cannot
+// be used (unaligned bias, or the cuBLAS fallback).
+template <typename T>
+__global__ void add_bias_kernel(T* __restrict__ c, const T* __restrict__ bias, int64_t batch, int64_t m,
+                                int64_t n, int64_t ldc, int64_t batch_stride) {
+  const int64_t total = batch * m * n;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t col = e % n, row = (e / n) % m, z = e / (m * n);
+    T& out = c[z * batch_stride + row * ldc + col];
+    out = from_float<T>(to_float(out) + to_float(bias[col]));
+  }
+}
+
+}  // namespace
+
+void column_sum_accumulate(const void* x, DType dtype, int64_t rows, int64_t cols, float* out,
+                           cudaStream_t stream) {
+  if (cols == 0) return;
+  dispatch_storage(dtype, "column_sum_accumulate", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const dim3 block(kColumnTile, kRowLanes);
+    const unsigned int grid = static_cast<unsigned int>((cols + kColumnTile - 1) / kColumnTile);
+    column_sum_accumulate_kernel<T><<<grid, block, 0, stream>>>(static_cast<const T*>(x), rows, cols, out);
+    ZT_CUDA_CHECK_LAUNCH("column_sum_accumulate");
+  });
+}
+
+}  // namespace gpu
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // NVIDIA's recommendation for Hopper
+constexpr uint32_t kMaxAlignment = 256;               // cuBLASLt's default assumption
+constexpr uint32_t kEpilogueBiasAlignment = 16;       // below this the bias epilogue is not trusted
+
+cudaDataType_t cuda_data_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f16:
+      return CUDA_R_16F;
+    default:
+      ZT_FAIL("gemm: unsupported dtype ", dtype_name(dtype));
+  }
+}
+
+// Largest power of two (<= 256) dividing the address: what cuBLASLt may assume about the pointer.
+uint32_t alignment_of(uintptr_t address) {
+  if (address == 0) return kMaxAlignment;
+  uint32_t alignment = 1;
+  while (alignment < kMaxAlignment && (address & alignment) == 0) alignment <<= 1;
+  return alignment;
+}
+
+// Alignment every batch item of an operand keeps: item z starts at data + z * stride.
+uint32_t operand_alignment(const void* data, int64_t batch_stride, int64_t batch, size_t element_size) {
+  uint32_t alignment = alignment_of(reinterpret_cast<uintptr_t>(data));
+  if (batch > 1 && batch_stride != 0) {
+    alignment = std::min(alignment, alignment_of(static_cast<uintptr_t>(batch_stride) * element_size));
+  }
+  return alignment;
+}
+
+// Everything a cached plan depends on (pointers enter only through their alignment).
+using PlanKey = std::array<int64_t, 20>;
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_c = nullptr;
+  bool has_algorithm = false;  // false: cuBLAS fallback
+  cublasLtMatmulAlgo_t algorithm{};
+  bool epilogue_bias = false;  // the bias is added by cuBLASLt (else by add_bias_kernel)
+};
+
+struct DeviceContext {
+  cublasLtHandle_t lt = nullptr;
+  cublasHandle_t blas = nullptr;  // created on first fallback
+  DeviceBuffer workspace;
+  std::map<PlanKey, Plan> plans;
+};
+
+std::mutex g_mutex;
+
+// One context per device, created on first use and never destroyed: the process-wide device allocator it
+// draws from is never destroyed either, and freeing at exit would race the CUDA runtime's teardown.
+DeviceContext& context_for_current_device() {
+  static std::map<int, DeviceContext*> contexts;
+  int device = 0;
+  ZT_CUDA_CHECK(cudaGetDevice(&device));
+  DeviceContext*& context = contexts[device];
+  if (context == nullptr) {
+    auto* created = new DeviceContext;
+    ZT_CUBLAS_CHECK(cublasLtCreate(&created->lt));
+    created->workspace =
+        device_allocator(device).allocate(kWorkspaceBytes, MemoryCategory::scratch, "gemm.workspace");
+    context = created;
+  }
+  return *context;
+}
+
+// A row-major [rows, cols] matrix with row stride ld, seen by cuBLASLt as column-major [cols, rows].
+cublasLtMatrixLayout_t make_layout(DType dtype, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                                   int64_t batch_stride) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, cuda_data_type(dtype), static_cast<uint64_t>(cols),
+                                             static_cast<uint64_t>(rows), ld));
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    ZT_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                     &batch_stride, sizeof(batch_stride)));
+  }
+  return layout;
+}
+
+Plan make_plan(DeviceContext& context, const GemmProblem& p, const std::array<uint32_t, 4>& alignments,
+               bool epilogue_bias) {
+  Plan plan;
+  plan.epilogue_bias = epilogue_bias;
+  const bool tf32 = p.allow_tf32 && p.input_dtype == DType::f32;
+  ZT_CUBLAS_CHECK(cublasLtMatmulDescCreate(
+      &plan.desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // cuBLASLt's A is our B and its B is our A (see the header), so the transposes swap too.
+  const cublasOperation_t op_a = p.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = p.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  ZT_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  ZT_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  if (epilogue_bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = cuda_data_type(p.c.dtype);
+    ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                   sizeof(epilogue)));
+    ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                   sizeof(bias_type)));
+  }
+  const int64_t a_rows = p.transpose_a ? p.k : p.m, a_cols = p.transpose_a ? p.m : p.k;
+  const int64_t b_rows = p.transpose_b ? p.n : p.k, b_cols = p.transpose_b ? p.k : p.n;
+  plan.layout_a = make_layout(p.input_dtype, b_rows, b_cols, p.b.ld, p.batch, p.b.batch_stride);  // ours: B
+  plan.layout_b = make_layout(p.input_dtype, a_rows, a_cols, p.a.ld, p.batch, p.a.batch_stride);  // ours: A
+  plan.layout_c = make_layout(p.c.dtype, p.m, p.n, p.c.ld, p.batch, p.c.batch_stride);
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  const uint64_t workspace_bytes = kWorkspaceBytes;
+  ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &workspace_bytes, sizeof(workspace_bytes)));
+  // Lt's A/B are our B/A.
+  const uint32_t align_lt_a = alignments[1], align_lt_b = alignments[0], align_c = alignments[2];
+  ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                       &align_lt_a, sizeof(align_lt_a)));
+  ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                       &align_lt_b, sizeof(align_lt_b)));
+  ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                       &align_c, sizeof(align_c)));
+  ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                       &align_c, sizeof(align_c)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(context.lt, plan.desc, plan.layout_a, plan.layout_b, plan.layout_c,
+                                     plan.layout_c, preference, 1, &result, &found);
+  ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
+  if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
+    plan.has_algorithm = true;
+    plan.algorithm = result.algo;
+  } else if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
+    ZT_CUBLAS_CHECK(status);
+  }
+  return plan;
+}
+
+void check_fits_int(int64_t value, const char* what) {
+  ZT_CHECK(value >= 0 && value <= INT_MAX, "gemm: ", what, " = ", value, " does not fit the cuBLAS fallback");
+}
+
+// cublasGemmStridedBatchedEx with the same operand swap as the cuBLASLt path; any alignment works.
+void run_fallback(DeviceContext& context, const GemmProblem& p, cudaStream_t stream) {
+  if (context.blas == nullptr) {
+    ZT_CUBLAS_CHECK(cublasCreate(&context.blas));
+    ZT_CUBLAS_CHECK(cublasSetWorkspace(context.blas, context.workspace.data(), kWorkspaceBytes));
+  }
+  for (int64_t v : {p.m, p.n, p.k, p.batch, p.a.ld, p.b.ld, p.c.ld}) check_fits_int(v, "a dimension");
+  ZT_CUBLAS_CHECK(cublasSetStream(context.blas, stream));
+  const bool tf32 = p.allow_tf32 && p.input_dtype == DType::f32;
+  const cudaDataType_t input = cuda_data_type(p.input_dtype);
+  ZT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      context.blas, p.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, p.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+      static_cast<int>(p.n), static_cast<int>(p.m), static_cast<int>(p.k), &p.alpha, p.b.data, input,
+      static_cast<int>(p.b.ld), p.b.batch_stride, p.a.data, input, static_cast<int>(p.a.ld), p.a.batch_stride,
+      &p.beta, p.c.data, cuda_data_type(p.c.dtype), static_cast<int>(p.c.ld), p.c.batch_stride,
+      static_cast<int>(p.batch), tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
+}
+
+void add_bias(const GemmProblem& p, cudaStream_t stream) {
+  gpu::dispatch_storage(p.c.dtype, "gemm bias", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t total = p.batch * p.m * p.n;
+    const unsigned int grid = std::min(gpu::blocks_for(total, 256), 65535u);
+    gpu::add_bias_kernel<T><<<grid, 256, 0, stream>>>(static_cast<T*>(p.c.data),
+                                                      static_cast<const T*>(p.bias), p.batch, p.m, p.n,
+                                                      p.c.ld, p.c.batch_stride);
+    ZT_CUDA_CHECK_LAUNCH("gemm_add_bias");
+  });
+}
+
+void check_problem(const GemmProblem& p) {
+  ZT_CHECK(p.m >= 0 && p.n >= 0 && p.k >= 0 && p.batch >= 0, "gemm: negative size (m ", p.m, ", n ", p.n,
+           ", k ", p.k, ", batch ", p.batch, ")");
+  ZT_CHECK(gpu::is_storage_dtype(p.input_dtype), "gemm: inputs must be f32, bf16 or f16, got ",
+           dtype_name(p.input_dtype));
+  ZT_CHECK(p.c.dtype == p.input_dtype || p.c.dtype == DType::f32, "gemm: output must be ",
+           dtype_name(p.input_dtype), " or f32, got ", dtype_name(p.c.dtype));
+  ZT_CHECK(p.a.ld >= std::max<int64_t>(1, p.transpose_a ? p.m : p.k), "gemm: lda ", p.a.ld, " too small");
+  ZT_CHECK(p.b.ld >= std::max<int64_t>(1, p.transpose_b ? p.k : p.n), "gemm: ldb ", p.b.ld, " too small");
+  ZT_CHECK(p.c.ld >= std::max<int64_t>(1, p.n), "gemm: ldc ", p.c.ld, " too small");
+  if (p.epilogue == GemmEpilogue::bias) ZT_CHECK(p.bias != nullptr, "gemm: bias epilogue without a bias");
+}
+
+}  // namespace
+
+void gemm(const GemmProblem& p, cudaStream_t stream) {
+  check_problem(p);
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return;
+  ZT_CHECK(p.k > 0, "gemm: k = 0 (an empty inner dimension) is not supported");
+  const size_t in_size = dtype_size(p.input_dtype), out_size = dtype_size(p.c.dtype);
+  const std::array<uint32_t, 4> alignments{
+      operand_alignment(p.a.data, p.a.batch_stride, p.batch, in_size),
+      operand_alignment(p.b.data, p.b.batch_stride, p.batch, in_size),
+      operand_alignment(p.c.data, p.c.batch_stride, p.batch, out_size),
+      p.bias ? alignment_of(reinterpret_cast<uintptr_t>(p.bias)) : kMaxAlignment};
+  const bool want_bias = p.epilogue == GemmEpilogue::bias;
+  const bool epilogue_bias = want_bias && alignments[3] >= kEpilogueBiasAlignment;
+  const PlanKey key{p.m,
+                    p.n,
+                    p.k,
+                    p.batch,
+                    static_cast<int64_t>(p.input_dtype),
+                    static_cast<int64_t>(p.c.dtype),
+                    p.transpose_a,
+                    p.transpose_b,
+                    p.a.ld,
+                    p.b.ld,
+                    p.c.ld,
+                    p.a.batch_stride,
+                    p.b.batch_stride,
+                    p.c.batch_stride,
+                    epilogue_bias,
+                    p.allow_tf32 && p.input_dtype == DType::f32,
+                    alignments[0],
+                    alignments[1],
+                    alignments[2],
+                    0};
+
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceContext& context = context_for_current_device();
+  auto it = context.plans.find(key);
+  if (it == context.plans.end())
+    it = context.plans.emplace(key, make_plan(context, p, alignments, epilogue_bias)).first;
+  Plan& plan = it->second;
+  if (plan.has_algorithm) {
+    if (plan.epilogue_bias) {
+      ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
+                                                     sizeof(p.bias)));
+    }
+    ZT_CUBLAS_CHECK(cublasLtMatmul(context.lt, plan.desc, &p.alpha, p.b.data, plan.layout_a, p.a.data,
+                                   plan.layout_b, &p.beta, p.c.data, plan.layout_c, p.c.data, plan.layout_c,
+                                   &plan.algorithm, context.workspace.data(), kWorkspaceBytes, stream));
+    if (want_bias && !plan.epilogue_bias) add_bias(p, stream);
+  } else {
+    run_fallback(context, p, stream);
+    if (want_bias) add_bias(p, stream);
+  }
+}
+
+int64_t gemm_cached_plan_count() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return static_cast<int64_t>(context_for_current_device().plans.size());
+}
+
+}  // namespace zt::kernels

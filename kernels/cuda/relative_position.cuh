@@ -1,0 +1,36 @@
+// Relative-position index tables for the CUDA disentangled attention (rules in kernels/relative_position.h).
+//
+// c(i,j) depends only on i - j, and bucket(i - j) is monotone in i - j, so the attention needs
+//   diagonal[t]        = c(i,j) - window_begin   for t = i - j + L - 1 in [0, 2L - 1)         (int32)
+//   rel_first/last[r]  = the range of i - j whose window-local bucket is r, r in [0, window)  (int32;
+//                        first > last for a bucket no pair reaches)
+// rather than an [L, L] table. The buckets are evaluated on the host by the CPU reference's own
+// c2p_index (fp32 logs exactly as HF) and uploaded: a device logf that differs by one ulp would move
+// |i - j| = max_position - 1 into the next bucket (reference §3.2), so the tables are not recomputed with
+// device math.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/relative_position.h"
+#include "runtime/device_allocator.h"
+
+namespace zt::kernels::gpu {
+
+struct RelativeIndexTables {
+  int64_t length = 0;        // L
+  int64_t window_begin = 0;  // first table row c(i,j) reaches: c(0, L - 1)
+  int64_t window = 0;        // number of rows reached: c(L - 1, 0) - window_begin + 1
+  DeviceBuffer diagonal;     // int32 [2L - 1]
+  DeviceBuffer rel_first;    // int32 [window]
+  DeviceBuffer rel_last;     // int32 [window]
+};
+
+// Builds the tables for sequence length L >= 1 and copies them to the current device on `stream` (the
+// host staging is finished when this returns).
+RelativeIndexTables upload_relative_index_tables(const RelativePositionConfig& config, int64_t length,
+                                                 cudaStream_t stream);
+
+}  // namespace zt::kernels::gpu

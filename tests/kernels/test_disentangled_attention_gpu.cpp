@@ -1,0 +1,148 @@
+// Disentangled attention forward/backward on CUDA tensors against the CPU reference
+// (kernels/cpu/disentangled_attention.cpp): f32 storage with the f32 tolerance, bf16/f16 storage with
+// theirs, on the inputs rounded to the storage dtype. Dropout cases check that the GPU draws the CPU's
+// keep mask (a different mask would move context and every gradient by O(1)).
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "kernels/disentangled_attention.h"
+#include "tests/kernels/gemm_gpu_test_util.h"
+#include "tests/support/finite_difference.h"
+#include "tests/support/gpu.h"
+#include "tests/support/tolerance.h"
+
+namespace zt::kernels {
+namespace {
+
+using test::all_close;
+using test::round_to;
+using test::to_device;
+using test::to_host;
+
+struct Case {
+  std::string name;
+  DType dtype;
+  int64_t batch, length, heads, head_size;
+  RelativePositionConfig positions;
+  bool c2p, p2c;
+  float dropout_p;
+};
+
+void PrintTo(const Case& c, std::ostream* out) {
+  *out << c.name;
+}
+
+// buckets 8, max_position 64: L = 11 runs past the midpoint 4 into the log buckets.
+RelativePositionConfig tiny_buckets() {
+  return RelativePositionConfig::from_model_config(8, -1, 64);
+}
+// buckets 16, max_relative_positions 64: L = 137 > 64, so the outer diagonals are clamped.
+RelativePositionConfig clamped_buckets() {
+  return RelativePositionConfig::from_model_config(16, 64, 512);
+}
+RelativePositionConfig unbucketed() {
+  return RelativePositionConfig::from_model_config(-1, 4, 512);
+}
+// deberta-v2-xlarge: 256 buckets over 512 positions.
+RelativePositionConfig xlarge_buckets() {
+  return RelativePositionConfig::from_model_config(256, -1, 512);
+}
+
+class DisentangledAttentionGpu : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DisentangledAttentionGpu, MatchesCpuReference) {
+  ZT_SKIP_WITHOUT_GPU();
+  const Case c = GetParam();
+  const int64_t B = c.batch, L = c.length, N = c.heads, D = c.heads * c.head_size;
+  const int64_t rows = 2 * c.positions.att_span();
+  DisentangledAttentionConfig config;
+  config.num_heads = N;
+  config.positions = c.positions;
+  config.c2p = c.c2p;
+  config.p2c = c.p2c;
+  config.dropout_p = c.dropout_p;
+  config.seed = 0x5eed1234u;
+  config.site_id = 7;
+
+  const Shape features{B, L, D}, table{rows, D}, probs_shape{B, N, L, L};
+  const int64_t n = features.numel(), nt = table.numel(), np = probs_shape.numel();
+  std::vector<float> q = round_to(test::random_uniform(n, 41), c.dtype);
+  std::vector<float> k = round_to(test::random_uniform(n, 42), c.dtype);
+  std::vector<float> v = round_to(test::random_uniform(n, 43), c.dtype);
+  std::vector<float> pk = round_to(test::random_uniform(nt, 44), c.dtype);
+  std::vector<float> pq = round_to(test::random_uniform(nt, 45), c.dtype);
+  std::vector<float> dc = round_to(test::random_uniform(n, 46), c.dtype);
+  std::vector<float> dpk_initial = test::random_uniform(nt, 47), dpq_initial = test::random_uniform(nt, 48);
+  // Batch item 0 is all real tokens; the last item has its final three positions padded.
+  std::vector<int64_t> mask(B * L, 1);
+  for (int64_t t = L - 3; t < L; ++t) mask[(B - 1) * L + t] = 0;
+
+  // CPU reference.
+  std::vector<float> context_ref(n), probs_ref(np), dq_ref(n), dk_ref(n), dv_ref(n);
+  std::vector<float> dpk_ref = dpk_initial, dpq_ref = dpq_initial;
+  const auto f32 = [](std::vector<float>& x, Shape s) { return Tensor(x.data(), s, DType::f32); };
+  Tensor mask_cpu(mask.data(), Shape{B, L}, DType::i64);
+  Tensor pk_cpu = c.c2p ? f32(pk, table) : Tensor(), pq_cpu = c.p2c ? f32(pq, table) : Tensor();
+  disentangled_attention_forward(f32(q, features), f32(k, features), f32(v, features), pk_cpu, pq_cpu,
+                                 mask_cpu, config, f32(context_ref, features), f32(probs_ref, probs_shape));
+  disentangled_attention_backward(
+      f32(q, features), f32(k, features), f32(v, features), pk_cpu, pq_cpu, mask_cpu,
+      f32(probs_ref, probs_shape), f32(dc, features), config, f32(dq_ref, features), f32(dk_ref, features),
+      f32(dv_ref, features), c.c2p ? f32(dpk_ref, table) : Tensor(), c.p2c ? f32(dpq_ref, table) : Tensor());
+
+  // GPU: 16-bit storage for activations, f32 for probs and the table gradients.
+  auto gq = to_device(q, features, c.dtype), gk = to_device(k, features, c.dtype);
+  auto gv = to_device(v, features, c.dtype), gdc = to_device(dc, features, c.dtype);
+  auto gpk = to_device(pk, table, c.dtype), gpq = to_device(pq, table, c.dtype);
+  auto gmask = test::to_device_i64(mask, Shape{B, L});
+  auto gcontext = to_device(std::vector<float>(n, 9.0f), features, c.dtype);
+  auto gprobs = to_device(std::vector<float>(np, 9.0f), probs_shape, DType::f32);
+  auto gdq = to_device(std::vector<float>(n, 9.0f), features, c.dtype);
+  auto gdk = to_device(std::vector<float>(n, 9.0f), features, c.dtype);
+  auto gdv = to_device(std::vector<float>(n, 9.0f), features, c.dtype);
+  auto gdpk = to_device(dpk_initial, table, DType::f32), gdpq = to_device(dpq_initial, table, DType::f32);
+  Tensor pk_gpu = c.c2p ? gpk.tensor : Tensor(), pq_gpu = c.p2c ? gpq.tensor : Tensor();
+  disentangled_attention_forward(gq.tensor, gk.tensor, gv.tensor, pk_gpu, pq_gpu, gmask.tensor, config,
+                                 gcontext.tensor, gprobs.tensor);
+  disentangled_attention_backward(gq.tensor, gk.tensor, gv.tensor, pk_gpu, pq_gpu, gmask.tensor,
+                                  gprobs.tensor, gdc.tensor, config, gdq.tensor, gdk.tensor, gdv.tensor,
+                                  c.c2p ? gdpk.tensor : Tensor(), c.p2c ? gdpq.tensor : Tensor());
+
+  const test::Tolerance tol = test::tolerance_for(c.dtype);
+  EXPECT_TRUE(all_close("probs", to_host(gprobs.tensor), probs_ref, tol));
+  EXPECT_TRUE(all_close("context", to_host(gcontext.tensor), context_ref, tol));
+  EXPECT_TRUE(all_close("dv", to_host(gdv.tensor), dv_ref, tol));
+  EXPECT_TRUE(all_close("dq", to_host(gdq.tensor), dq_ref, tol));
+  EXPECT_TRUE(all_close("dk", to_host(gdk.tensor), dk_ref, tol));
+  if (c.c2p) {
+    EXPECT_TRUE(all_close("dpos_key", to_host(gdpk.tensor), dpk_ref, tol));
+  }
+  if (c.p2c) {
+    EXPECT_TRUE(all_close("dpos_query", to_host(gdpq.tensor), dpq_ref, tol));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DisentangledAttentionGpu,
+    ::testing::Values(
+        Case{"f32_L11_both", DType::f32, 2, 11, 3, 5, tiny_buckets(), true, true, 0.0f},
+        Case{"bf16_L11_both", DType::bf16, 2, 11, 3, 5, tiny_buckets(), true, true, 0.0f},
+        Case{"f16_L11_both", DType::f16, 2, 11, 3, 5, tiny_buckets(), true, true, 0.0f},
+        Case{"f32_L11_both_dropout", DType::f32, 2, 11, 3, 5, tiny_buckets(), true, true, 0.1f},
+        Case{"bf16_L11_both_dropout", DType::bf16, 2, 11, 3, 5, tiny_buckets(), true, true, 0.1f},
+        Case{"f32_L11_c2p_only", DType::f32, 2, 11, 3, 5, tiny_buckets(), true, false, 0.0f},
+        Case{"f32_L11_p2c_only_unbucketed", DType::f32, 2, 11, 3, 5, unbucketed(), false, true, 0.0f},
+        Case{"f32_L11_content_only", DType::f32, 2, 11, 3, 5, tiny_buckets(), false, false, 0.0f},
+        Case{"f32_L137_clamped_dropout", DType::f32, 2, 137, 3, 5, clamped_buckets(), true, true, 0.1f},
+        Case{"bf16_L137_clamped_dropout", DType::bf16, 2, 137, 3, 5, clamped_buckets(), true, true, 0.1f},
+        Case{"f16_L137_clamped", DType::f16, 3, 137, 3, 5, clamped_buckets(), true, true, 0.0f},
+        Case{"bf16_L137_24heads_d64_dropout", DType::bf16, 2, 137, 24, 64, xlarge_buckets(), true, true,
+             0.1f},
+        Case{"f32_L137_24heads_d64", DType::f32, 2, 137, 24, 64, xlarge_buckets(), true, true, 0.0f}),
+    [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace zt::kernels

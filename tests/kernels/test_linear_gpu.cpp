@@ -1,0 +1,127 @@
+// linear_forward / linear_backward on CUDA tensors against the CPU reference (kernels/cpu/linear.cpp), in
+// f32, bf16 and f16 storage. The reference runs on the inputs rounded to the storage dtype, so the only
+// differences are the GPU's accumulation order and its rounding of outputs.
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm.h"
+#include "kernels/linear.h"
+#include "tests/kernels/gemm_gpu_test_util.h"
+#include "tests/support/finite_difference.h"
+#include "tests/support/gpu.h"
+#include "tests/support/tolerance.h"
+
+namespace zt::kernels {
+namespace {
+
+using test::all_close;
+using test::round_to;
+using test::to_device;
+using test::to_host;
+
+struct Case {
+  std::string name;
+  DType dtype;
+  int64_t batch, length, in_features, out_features;
+};
+
+void PrintTo(const Case& c, std::ostream* out) {
+  *out << c.name;
+}
+
+class LinearGpu : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LinearGpu, MatchesCpuReference) {
+  ZT_SKIP_WITHOUT_GPU();
+  const Case c = GetParam();
+  const int64_t rows = c.batch * c.length;
+  const Shape x_shape{c.batch, c.length, c.in_features}, y_shape{c.batch, c.length, c.out_features};
+  const Shape w_shape{c.out_features, c.in_features};
+  std::vector<float> x = round_to(test::random_uniform(rows * c.in_features, 1), c.dtype);
+  std::vector<float> w = round_to(test::random_uniform(c.out_features * c.in_features, 2), c.dtype);
+  std::vector<float> b = round_to(test::random_uniform(c.out_features, 3), c.dtype);
+  std::vector<float> dy = round_to(test::random_uniform(rows * c.out_features, 4), c.dtype);
+  std::vector<float> dx_initial = round_to(test::random_uniform(rows * c.in_features, 5), c.dtype);
+  std::vector<float> dw_initial = test::random_uniform(c.out_features * c.in_features, 6);
+  std::vector<float> db_initial = test::random_uniform(c.out_features, 7);
+
+  // CPU reference.
+  std::vector<float> y_ref(rows * c.out_features), dx_ref(rows * c.in_features), dx_acc_ref = dx_initial;
+  std::vector<float> dw_ref = dw_initial, db_ref = db_initial;
+  linear_forward(Tensor(x.data(), x_shape, DType::f32), Tensor(w.data(), w_shape, DType::f32),
+                 Tensor(b.data(), Shape{c.out_features}, DType::f32),
+                 Tensor(y_ref.data(), y_shape, DType::f32));
+  linear_backward(Tensor(dy.data(), y_shape, DType::f32), Tensor(x.data(), x_shape, DType::f32),
+                  Tensor(w.data(), w_shape, DType::f32), Tensor(dx_ref.data(), x_shape, DType::f32),
+                  Tensor(dw_ref.data(), w_shape, DType::f32),
+                  Tensor(db_ref.data(), Shape{c.out_features}, DType::f32));
+  linear_backward(Tensor(dy.data(), y_shape, DType::f32), Tensor(x.data(), x_shape, DType::f32),
+                  Tensor(w.data(), w_shape, DType::f32), Tensor(dx_acc_ref.data(), x_shape, DType::f32),
+                  Tensor(), Tensor(), /*accumulate_dx=*/true);
+
+  // GPU.
+  auto gx = to_device(x, x_shape, c.dtype), gw = to_device(w, w_shape, c.dtype);
+  auto gb = to_device(b, Shape{c.out_features}, c.dtype), gdy = to_device(dy, y_shape, c.dtype);
+  auto gy = to_device(std::vector<float>(rows * c.out_features, 0.0f), y_shape, c.dtype);
+  auto gdx = to_device(std::vector<float>(rows * c.in_features, 7.0f), x_shape, c.dtype);
+  auto gdx_acc = to_device(dx_initial, x_shape, c.dtype);
+  auto gdw = to_device(dw_initial, w_shape, DType::f32);
+  auto gdb = to_device(db_initial, Shape{c.out_features}, DType::f32);
+  linear_forward(gx.tensor, gw.tensor, gb.tensor, gy.tensor);
+  linear_backward(gdy.tensor, gx.tensor, gw.tensor, gdx.tensor, gdw.tensor, gdb.tensor);
+  linear_backward(gdy.tensor, gx.tensor, gw.tensor, gdx_acc.tensor, Tensor(), Tensor(),
+                  /*accumulate_dx=*/true);
+
+  const test::Tolerance tol = test::tolerance_for(c.dtype);
+  EXPECT_TRUE(all_close("y", to_host(gy.tensor), y_ref, tol));
+  EXPECT_TRUE(all_close("dx", to_host(gdx.tensor), dx_ref, tol));
+  EXPECT_TRUE(all_close("dx accumulated", to_host(gdx_acc.tensor), dx_acc_ref, tol));
+  EXPECT_TRUE(all_close("dweight", to_host(gdw.tensor), dw_ref, tol));
+  EXPECT_TRUE(all_close("dbias", to_host(gdb.tensor), db_ref, tol));
+}
+
+TEST_P(LinearGpu, NoBiasMatchesCpuReference) {
+  ZT_SKIP_WITHOUT_GPU();
+  const Case c = GetParam();
+  const int64_t rows = c.batch * c.length;
+  const Shape x_shape{c.batch, c.length, c.in_features}, y_shape{c.batch, c.length, c.out_features};
+  const Shape w_shape{c.out_features, c.in_features};
+  std::vector<float> x = round_to(test::random_uniform(rows * c.in_features, 11), c.dtype);
+  std::vector<float> w = round_to(test::random_uniform(c.out_features * c.in_features, 12), c.dtype);
+  std::vector<float> y_ref(rows * c.out_features);
+  linear_forward(Tensor(x.data(), x_shape, DType::f32), Tensor(w.data(), w_shape, DType::f32), Tensor(),
+                 Tensor(y_ref.data(), y_shape, DType::f32));
+  auto gx = to_device(x, x_shape, c.dtype), gw = to_device(w, w_shape, c.dtype);
+  auto gy = to_device(std::vector<float>(rows * c.out_features, 0.0f), y_shape, c.dtype);
+  linear_forward(gx.tensor, gw.tensor, Tensor(), gy.tensor);
+  EXPECT_TRUE(all_close("y", to_host(gy.tensor), y_ref, test::tolerance_for(c.dtype)));
+  // A second call of the same shape reuses the cached cuBLASLt plan.
+  const int64_t plans = gemm_cached_plan_count();
+  linear_forward(gx.tensor, gw.tensor, Tensor(), gy.tensor);
+  EXPECT_EQ(gemm_cached_plan_count(), plans);
+}
+
+// Awkward sizes: 5 and 7 features (unaligned 16-bit rows take the cuBLAS fallback), 11 tokens.
+INSTANTIATE_TEST_SUITE_P(Shapes, LinearGpu,
+                         ::testing::Values(Case{"f32_24_to_40", DType::f32, 2, 11, 24, 40},
+                                           Case{"bf16_24_to_40", DType::bf16, 2, 11, 24, 40},
+                                           Case{"f16_24_to_40", DType::f16, 2, 11, 24, 40},
+                                           Case{"f32_5_to_7", DType::f32, 3, 7, 5, 7},
+                                           Case{"bf16_5_to_7", DType::bf16, 3, 7, 5, 7},
+                                           Case{"f16_5_to_7", DType::f16, 3, 7, 5, 7},
+                                           Case{"bf16_256_to_384", DType::bf16, 4, 37, 256, 384}),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(LinearGpuArgs, RejectsMixedDtypes) {
+  ZT_SKIP_WITHOUT_GPU();
+  auto x = to_device(std::vector<float>(6, 1.0f), Shape{2, 3}, DType::bf16);
+  auto w = to_device(std::vector<float>(12, 1.0f), Shape{4, 3}, DType::f32);
+  auto y = to_device(std::vector<float>(8, 0.0f), Shape{2, 4}, DType::bf16);
+  EXPECT_THROW(linear_forward(x.tensor, w.tensor, Tensor(), y.tensor), Error);
+}
+
+}  // namespace
+}  // namespace zt::kernels
