@@ -4,8 +4,16 @@
 #include <cstdint>
 
 #include "kernels/arg_checks.h"
+#ifdef ZT_WITH_CUDA
+#include "kernels/cuda/cross_entropy.cuh"
+#endif
 
 namespace zt::kernels {
+#ifdef ZT_WITH_CUDA
+// CUDA tensors passed to these stream-less entry points run on the legacy default stream; code with its own
+// stream calls kernels/cuda/cross_entropy.cuh directly.
+constexpr cudaStream_t kDispatchStream = nullptr;
+#endif
 namespace {
 
 struct ClassShape {
@@ -45,6 +53,10 @@ double log_sum_exp(const float* z, int64_t classes) {
 }  // namespace
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& labels, const Tensor& loss) {
+#ifdef ZT_WITH_CUDA
+  if (logits.device() == DeviceKind::cuda)
+    return gpu::cross_entropy_forward(logits, labels, loss, kDispatchStream);
+#endif
   constexpr const char* op = "cross_entropy_forward";
   const ClassShape s = check_cross_entropy_args(logits, labels, op);
   check_cpu_arg(loss, DType::f32, op, "loss");
@@ -62,6 +74,10 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& labels, const Ten
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& labels, float dloss, const Tensor& dlogits) {
+#ifdef ZT_WITH_CUDA
+  if (logits.device() == DeviceKind::cuda)
+    return gpu::cross_entropy_backward(logits, labels, dloss, dlogits, kDispatchStream);
+#endif
   constexpr const char* op = "cross_entropy_backward";
   const ClassShape s = check_cross_entropy_args(logits, labels, op);
   check_cpu_arg(dlogits, DType::f32, op, "dlogits");

@@ -4,9 +4,17 @@
 #include <cstring>
 
 #include "kernels/arg_checks.h"
+#ifdef ZT_WITH_CUDA
+#include "kernels/cuda/dropout.cuh"
+#endif
 #include "kernels/philox.h"
 
 namespace zt::kernels {
+#ifdef ZT_WITH_CUDA
+// CUDA tensors passed to these stream-less entry points run on the legacy default stream; code with its own
+// stream calls kernels/cuda/dropout.cuh directly.
+constexpr cudaStream_t kDispatchStream = nullptr;
+#endif
 namespace {
 
 // Forward and backward are the same map (scale kept entries, zero the rest), so one routine serves both.
@@ -39,11 +47,17 @@ void check_dropout_args(const Tensor& in, const Tensor& out, const DropoutSite& 
 }  // namespace
 
 void dropout_forward(const Tensor& x, const Tensor& y, const DropoutSite& site) {
+#ifdef ZT_WITH_CUDA
+  if (x.device() == DeviceKind::cuda) return gpu::dropout_forward(x, y, site, kDispatchStream);
+#endif
   check_dropout_args(x, y, site, "dropout_forward", "x", "y");
   apply_dropout_mask_cpu(x.data_as<float>(), y.data_as<float>(), x.numel(), site);
 }
 
 void dropout_backward(const Tensor& dy, const Tensor& dx, const DropoutSite& site) {
+#ifdef ZT_WITH_CUDA
+  if (dy.device() == DeviceKind::cuda) return gpu::dropout_backward(dy, dx, site, kDispatchStream);
+#endif
   check_dropout_args(dy, dx, site, "dropout_backward", "dy", "dx");
   apply_dropout_mask_cpu(dy.data_as<float>(), dx.data_as<float>(), dy.numel(), site);
 }

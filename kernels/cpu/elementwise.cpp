@@ -4,8 +4,16 @@
 #include <cstring>
 
 #include "kernels/arg_checks.h"
+#ifdef ZT_WITH_CUDA
+#include "kernels/cuda/elementwise.cuh"
+#endif
 
 namespace zt::kernels {
+#ifdef ZT_WITH_CUDA
+// CUDA tensors passed to these stream-less entry points run on the legacy default stream; code with its own
+// stream calls kernels/cuda/elementwise.cuh directly.
+constexpr cudaStream_t kDispatchStream = nullptr;
+#endif
 namespace {
 
 void fail_if_cuda(const Tensor& t, const char* op) {
@@ -65,6 +73,9 @@ TokenShape check_select_token(const Tensor& full, const Tensor& rows, int64_t to
 }  // namespace
 
 void add(const Tensor& a, const Tensor& b, const Tensor& out) {
+#ifdef ZT_WITH_CUDA
+  if (a.device() == DeviceKind::cuda) return gpu::add(a, b, out, kDispatchStream);
+#endif
   constexpr const char* op = "add";
   fail_if_cuda(a, op);
   check_cpu_arg(a, DType::f32, op, "a");
@@ -79,6 +90,9 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
 }
 
 void add_inplace(const Tensor& dst, const Tensor& src) {
+#ifdef ZT_WITH_CUDA
+  if (dst.device() == DeviceKind::cuda) return gpu::add_inplace(dst, src, kDispatchStream);
+#endif
   constexpr const char* op = "add_inplace";
   fail_if_cuda(dst, op);
   check_cpu_arg(dst, DType::f32, op, "dst");
@@ -90,6 +104,9 @@ void add_inplace(const Tensor& dst, const Tensor& src) {
 }
 
 void scale(const Tensor& x, float alpha, const Tensor& out) {
+#ifdef ZT_WITH_CUDA
+  if (x.device() == DeviceKind::cuda) return gpu::scale(x, alpha, out, kDispatchStream);
+#endif
   constexpr const char* op = "scale";
   fail_if_cuda(x, op);
   check_cpu_arg(x, DType::f32, op, "x");
@@ -101,6 +118,9 @@ void scale(const Tensor& x, float alpha, const Tensor& out) {
 }
 
 void copy(const Tensor& src, const Tensor& dst) {
+#ifdef ZT_WITH_CUDA
+  if (src.device() == DeviceKind::cuda) return gpu::copy(src, dst, kDispatchStream);
+#endif
   constexpr const char* op = "copy";
   fail_if_cuda(src, op);
   check_cpu_arg(src, DType::f32, op, "src");
@@ -110,6 +130,9 @@ void copy(const Tensor& src, const Tensor& dst) {
 }
 
 void fill(const Tensor& dst, float value) {
+#ifdef ZT_WITH_CUDA
+  if (dst.device() == DeviceKind::cuda) return gpu::fill(dst, value, kDispatchStream);
+#endif
   constexpr const char* op = "fill";
   fail_if_cuda(dst, op);
   check_cpu_arg(dst, DType::f32, op, "dst");
@@ -118,14 +141,23 @@ void fill(const Tensor& dst, float value) {
 }
 
 void mask_rows_forward(const Tensor& x, const Tensor& mask, const Tensor& out) {
+#ifdef ZT_WITH_CUDA
+  if (x.device() == DeviceKind::cuda) return gpu::mask_rows_forward(x, mask, out, kDispatchStream);
+#endif
   apply_row_mask(x, mask, out, "mask_rows_forward", "x", "out");
 }
 
 void mask_rows_backward(const Tensor& dy, const Tensor& mask, const Tensor& dx) {
+#ifdef ZT_WITH_CUDA
+  if (dy.device() == DeviceKind::cuda) return gpu::mask_rows_backward(dy, mask, dx, kDispatchStream);
+#endif
   apply_row_mask(dy, mask, dx, "mask_rows_backward", "dy", "dx");
 }
 
 void select_token_forward(const Tensor& x, int64_t token, const Tensor& out) {
+#ifdef ZT_WITH_CUDA
+  if (x.device() == DeviceKind::cuda) return gpu::select_token_forward(x, token, out, kDispatchStream);
+#endif
   const TokenShape s = check_select_token(x, out, token, "select_token_forward", "x", "out");
   const float* px = x.data_as<float>();
   float* po = out.data_as<float>();
@@ -136,6 +168,9 @@ void select_token_forward(const Tensor& x, int64_t token, const Tensor& out) {
 }
 
 void select_token_backward(const Tensor& dout, int64_t token, const Tensor& dx) {
+#ifdef ZT_WITH_CUDA
+  if (dx.device() == DeviceKind::cuda) return gpu::select_token_backward(dout, token, dx, kDispatchStream);
+#endif
   const TokenShape s = check_select_token(dx, dout, token, "select_token_backward", "dx", "dout");
   const float* pg = dout.data_as<float>();
   float* pd = dx.data_as<float>();

@@ -4,8 +4,16 @@
 #include <cstring>
 
 #include "kernels/arg_checks.h"
+#ifdef ZT_WITH_CUDA
+#include "kernels/cuda/embedding.cuh"
+#endif
 
 namespace zt::kernels {
+#ifdef ZT_WITH_CUDA
+// CUDA tensors passed to these stream-less entry points run on the legacy default stream; code with its own
+// stream calls kernels/cuda/embedding.cuh directly.
+constexpr cudaStream_t kDispatchStream = nullptr;
+#endif
 namespace {
 
 // out must be the ids' shape with the embedding width appended.
@@ -26,6 +34,9 @@ void check_ids_in_range(const int64_t* ids, int64_t n, int64_t vocab, const char
 }  // namespace
 
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+#ifdef ZT_WITH_CUDA
+  if (table.device() == DeviceKind::cuda) return gpu::embedding_forward(ids, table, out, kDispatchStream);
+#endif
   constexpr const char* op = "embedding_forward";
   if (table.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(ids, DType::i64, op, "ids");
@@ -44,6 +55,10 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) {
+#ifdef ZT_WITH_CUDA
+  if (dtable.device() == DeviceKind::cuda)
+    return gpu::embedding_backward(ids, dout, dtable, padding_idx, kDispatchStream);
+#endif
   constexpr const char* op = "embedding_backward";
   if (dtable.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(ids, DType::i64, op, "ids");

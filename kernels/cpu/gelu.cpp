@@ -4,8 +4,16 @@
 #include <cstdint>
 
 #include "kernels/arg_checks.h"
+#ifdef ZT_WITH_CUDA
+#include "kernels/cuda/gelu.cuh"
+#endif
 
 namespace zt::kernels {
+#ifdef ZT_WITH_CUDA
+// CUDA tensors passed to these stream-less entry points run on the legacy default stream; code with its own
+// stream calls kernels/cuda/gelu.cuh directly.
+constexpr cudaStream_t kDispatchStream = nullptr;
+#endif
 namespace {
 
 constexpr float kInvSqrt2 = 0.70710678118654752440f;
@@ -26,6 +34,9 @@ void gelu_backward_cpu(const float* dy, const float* x, float* dx, int64_t n) {
 }  // namespace
 
 void gelu_forward(const Tensor& x, const Tensor& y) {
+#ifdef ZT_WITH_CUDA
+  if (x.device() == DeviceKind::cuda) return gpu::gelu_forward(x, y, kDispatchStream);
+#endif
   constexpr const char* op = "gelu_forward";
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(x, DType::f32, op, "x");
@@ -35,6 +46,9 @@ void gelu_forward(const Tensor& x, const Tensor& y) {
 }
 
 void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx) {
+#ifdef ZT_WITH_CUDA
+  if (x.device() == DeviceKind::cuda) return gpu::gelu_backward(dy, x, dx, kDispatchStream);
+#endif
   constexpr const char* op = "gelu_backward";
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(dy, DType::f32, op, "dy");

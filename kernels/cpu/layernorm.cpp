@@ -5,8 +5,16 @@
 #include <vector>
 
 #include "kernels/arg_checks.h"
+#ifdef ZT_WITH_CUDA
+#include "kernels/cuda/layernorm.cuh"
+#endif
 
 namespace zt::kernels {
+#ifdef ZT_WITH_CUDA
+// CUDA tensors passed to these stream-less entry points run on the legacy default stream; code with its own
+// stream calls kernels/cuda/layernorm.cuh directly.
+constexpr cudaStream_t kDispatchStream = nullptr;
+#endif
 namespace {
 
 void layernorm_forward_cpu(const float* x, const float* gamma, const float* beta, float eps, int64_t rows,
@@ -69,6 +77,10 @@ void layernorm_backward_cpu(const float* dy, const float* x, const float* gamma,
 
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                        const Tensor& mean, const Tensor& rstd) {
+#ifdef ZT_WITH_CUDA
+  if (x.device() == DeviceKind::cuda)
+    return gpu::layernorm_forward(x, gamma, beta, eps, y, mean, rstd, kDispatchStream);
+#endif
   constexpr const char* op = "layernorm_forward";
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(x, DType::f32, op, "x");
@@ -92,6 +104,10 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+#ifdef ZT_WITH_CUDA
+  if (x.device() == DeviceKind::cuda)
+    return gpu::layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, kDispatchStream);
+#endif
   constexpr const char* op = "layernorm_backward";
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(dy, DType::f32, op, "dy");

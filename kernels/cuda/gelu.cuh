@@ -1,0 +1,17 @@
+// CUDA GELU (exact erf form; formulas in kernels/gelu.h). Storage f32, bf16 or f16 (all tensors of one
+// dtype), computed in f32. Shapes equal, contiguous, device memory. Queued on `stream`.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "runtime/tensor.h"
+
+namespace zt::kernels::gpu {
+
+// in: x; out: y = gelu(x) (may alias x).
+void gelu_forward(const Tensor& x, const Tensor& y, cudaStream_t stream);
+
+// in: dy, x; out: dx = dy * gelu'(x) (may alias dy).
+void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx, cudaStream_t stream);
+
+}  // namespace zt::kernels::gpu

@@ -1,0 +1,292 @@
+#include "kernels/cuda/layernorm.cuh"
+
+#include "kernels/cuda/launch_common.cuh"
+#include "runtime/device_allocator.h"
+
+namespace zt::kernels::gpu {
+namespace {
+
+using namespace cuda_detail;
+
+constexpr int kWarpsPerBlock = kThreadsPerBlock / 32;  // one row per warp
+
+// Calls visit(j, value) for every element j of row `row` [dim] that lane `lane` owns: Pack128 slices
+// strided by 32 lanes in the vector path (dim a multiple of the pack, base aligned), single elements
+// otherwise. Each call site passes the same partition, so every pass over a row sees the same elements.
+template <typename T, bool kVector, typename Visit>
+__device__ __forceinline__ void for_row_elements(const T* row, int64_t dim, int lane, Visit&& visit) {
+  if constexpr (kVector) {
+    constexpr int kPack = Pack128<T>::kSize;
+    for (int64_t j0 = static_cast<int64_t>(lane) * kPack; j0 < dim; j0 += 32 * kPack) {
+      const Pack128<T> pack = load128(row + j0);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) visit(j0 + k, to_float(pack.v[k]));
+    }
+  } else {
+    for (int64_t j = lane; j < dim; j += 32) visit(j, to_float(row[j]));
+  }
+}
+
+// One warp per row r of x [rows, dim], statistics of the shifted values xc = x - K with K = x[r, 0]:
+//   mu_c = sum_j xc / D;  var = sum_j (xc - mu_c)^2 / D;  rstd = 1 / sqrt(var + eps)
+//   y = ((xc - mu_c) * rstd) * gamma + beta,   mean = K + mu_c
+// The shift keeps f32 statistics exact enough for rows whose mean dwarfs their spread (x - K is exact
+// when x and K are within a factor of 2, and the sums then carry no large common offset); the CPU gets
+// the same effect from double accumulation.
+template <typename T, typename W, bool kVector>
+__global__ void layernorm_forward_kernel(const T* x, const W* gamma, const W* beta, float eps, int64_t rows,
+                                         int64_t dim, T* y, float* mean, float* rstd) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const float fdim = static_cast<float>(dim);
+  for (int64_t r = first_row; r < rows; r += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
+    const T* xr = x + r * dim;
+    const float shift = to_float(xr[0]);
+    float sum = 0.0f;
+    for_row_elements<T, kVector>(xr, dim, lane, [&](int64_t, float v) { sum += v - shift; });
+    const float mu_c = warp_sum(sum) / fdim;
+    float squares = 0.0f;
+    for_row_elements<T, kVector>(xr, dim, lane, [&](int64_t, float v) {
+      const float centered = (v - shift) - mu_c;
+      squares += centered * centered;
+    });
+    const float inv_std = 1.0f / sqrtf(warp_sum(squares) / fdim + eps);
+    T* yr = y + r * dim;
+    if constexpr (kVector) {
+      constexpr int kPack = Pack128<T>::kSize;
+      for (int64_t j0 = static_cast<int64_t>(lane) * kPack; j0 < dim; j0 += 32 * kPack) {
+        const Pack128<T> in = load128(xr + j0);
+        Pack128<T> out;
+#pragma unroll
+        for (int k = 0; k < kPack; ++k) {
+          const float xhat = ((to_float(in.v[k]) - shift) - mu_c) * inv_std;
+          out.v[k] = from_float<T>(xhat * to_float(gamma[j0 + k]) + to_float(beta[j0 + k]));
+        }
+        store128(yr + j0, out);
+      }
+    } else {
+      for (int64_t j = lane; j < dim; j += 32) {
+        const float xhat = ((to_float(xr[j]) - shift) - mu_c) * inv_std;
+        yr[j] = from_float<T>(xhat * to_float(gamma[j]) + to_float(beta[j]));
+      }
+    }
+    if (lane == 0) {
+      mean[r] = shift + mu_c;
+      rstd[r] = inv_std;
+    }
+  }
+}
+
+// One warp per row, g = dy * gamma, xhat = (x - mu) * rstd:
+//   dx = rstd * (g - mean_j g - xhat * mean_j(g * xhat))
+// Reads dy[j] before writing dx[j] in the same thread, so dx may alias dy.
+template <typename T, typename W, bool kVector>
+__global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const W* gamma, const float* mean,
+                                             const float* rstd, int64_t rows, int64_t dim, T* dx) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const float inv_dim = 1.0f / static_cast<float>(dim);
+  for (int64_t r = first_row; r < rows; r += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
+    const T* dyr = dy + r * dim;
+    const T* xr = x + r * dim;
+    const float mu = mean[r], inv_std = rstd[r];
+    float sum_g = 0.0f, sum_g_xhat = 0.0f;
+    for_row_elements<T, kVector>(dyr, dim, lane, [&](int64_t j, float d) {
+      const float g = d * to_float(gamma[j]);
+      sum_g += g;
+      sum_g_xhat += g * ((to_float(xr[j]) - mu) * inv_std);
+    });
+    const float mean_g = warp_sum(sum_g) * inv_dim;
+    const float mean_g_xhat = warp_sum(sum_g_xhat) * inv_dim;
+    T* dxr = dx + r * dim;
+    for (int64_t j = lane; j < dim; j += 32) {
+      const float xhat = (to_float(xr[j]) - mu) * inv_std;
+      dxr[j] = from_float<T>(inv_std * (to_float(dyr[j]) * to_float(gamma[j]) - mean_g - xhat * mean_g_xhat));
+    }
+  }
+}
+
+// Parameter-gradient partials. Block (32 columns x 8 row lanes) for column tile blockIdx.x and row chunk
+// blockIdx.y = c, rows [c * rows_per_chunk, min(rows, (c + 1) * rows_per_chunk)):
+//   partial_gamma[c, j] = sum_{r in chunk} dy[r, j] * xhat[r, j],   partial_beta[c, j] = sum dy[r, j]
+// Each row lane sums every 8th row of the chunk; the 8 lane sums are then added in lane order.
+constexpr int kColumnTile = 32;
+constexpr int kRowLanes = 8;
+
+template <typename T>
+__global__ void layernorm_param_grad_partials_kernel(const T* dy, const T* x, const float* mean,
+                                                     const float* rstd, int64_t rows, int64_t dim,
+                                                     int64_t rows_per_chunk, float* partial_gamma,
+                                                     float* partial_beta) {
+  __shared__ float lane_gamma[kRowLanes][kColumnTile];
+  __shared__ float lane_beta[kRowLanes][kColumnTile];
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+  const int64_t chunk = blockIdx.y;
+  const int64_t begin = chunk * rows_per_chunk;
+  const int64_t end = min(rows, begin + rows_per_chunk);
+  float sum_gamma = 0.0f, sum_beta = 0.0f;
+  if (j < dim) {
+    for (int64_t r = begin + threadIdx.y; r < end; r += kRowLanes) {
+      const float d = to_float(dy[r * dim + j]);
+      sum_gamma += d * ((to_float(x[r * dim + j]) - mean[r]) * rstd[r]);
+      sum_beta += d;
+    }
+  }
+  lane_gamma[threadIdx.y][threadIdx.x] = sum_gamma;
+  lane_beta[threadIdx.y][threadIdx.x] = sum_beta;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < dim) {
+    float g = 0.0f, b = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kRowLanes; ++k) {
+      g += lane_gamma[k][threadIdx.x];
+      b += lane_beta[k][threadIdx.x];
+    }
+    partial_gamma[chunk * dim + j] = g;
+    partial_beta[chunk * dim + j] = b;
+  }
+}
+
+// dgamma[j] += sum_c partial_gamma[c, j], dbeta[j] += sum_c partial_beta[c, j], chunks in order.
+__global__ void layernorm_param_grad_finish_kernel(const float* partial_gamma, const float* partial_beta,
+                                                   int64_t chunks, int64_t dim, float* dgamma, float* dbeta) {
+  for (int64_t j = global_thread_index(); j < dim; j += grid_thread_count()) {
+    float g = 0.0f, b = 0.0f;
+    for (int64_t c = 0; c < chunks; ++c) {
+      g += partial_gamma[c * dim + j];
+      b += partial_beta[c * dim + j];
+    }
+    dgamma[j] += g;
+    dbeta[j] += b;
+  }
+}
+
+// Chunks of at least 32 rows, at most 256 of them: a function of R only, so the reduction order (and with it
+// every bit of dgamma, dbeta) does not depend on the device.
+constexpr int64_t kMinRowsPerChunk = 32;
+constexpr int64_t kMaxChunks = 256;
+
+struct ChunkPlan {
+  int64_t chunks, rows_per_chunk;
+};
+ChunkPlan plan_chunks(int64_t rows) {
+  const int64_t chunks = std::clamp<int64_t>((rows + kMinRowsPerChunk - 1) / kMinRowsPerChunk, 1, kMaxChunks);
+  return {chunks, (rows + chunks - 1) / chunks};
+}
+
+unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>(
+      std::clamp<int64_t>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 1, kMaxBlocks));
+}
+
+template <typename T>
+bool rows_vectorizable(int64_t dim, std::initializer_list<const void*> bases) {
+  if (dim % Pack128<T>::kSize != 0) return false;
+  for (const void* p : bases) {
+    if (!is_aligned16(p)) return false;
+  }
+  return true;
+}
+
+// Calls f(T{}, W{}) with the storage types of x (T) and gamma (W: T or f32).
+template <typename F>
+void dispatch_layernorm_types(DType x_dtype, DType gamma_dtype, const char* op, F&& f) {
+  ZT_CHECK(gamma_dtype == x_dtype || gamma_dtype == DType::f32, op, ": gamma must be ", dtype_name(x_dtype),
+           " or f32, got ", dtype_name(gamma_dtype));
+  dispatch_float_storage(x_dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    if (gamma_dtype == DType::f32) {
+      f(tag, float{});
+    } else {
+      f(tag, T{});
+    }
+  });
+}
+
+}  // namespace
+
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd, cudaStream_t stream) {
+  constexpr const char* op = "layernorm_forward";
+  check_cuda_arg(x, x.dtype(), op, "x");
+  check_cuda_arg(gamma, gamma.dtype(), op, "gamma");
+  check_cuda_arg(beta, gamma.dtype(), op, "beta");
+  check_cuda_arg(y, x.dtype(), op, "y");
+  check_cuda_arg(mean, DType::f32, op, "mean");
+  check_cuda_arg(rstd, DType::f32, op, "rstd");
+  ZT_CHECK(x.rank() >= 1, op, ": x must have a feature dimension");
+  const int64_t dim = x.dim(-1);
+  const int64_t rows = rows_of(x);
+  check_shape(gamma, Shape{dim}, "layernorm_forward: gamma");
+  check_shape(beta, Shape{dim}, "layernorm_forward: beta");
+  check_same_shape(y, x, op, "y", "x");
+  ZT_CHECK(mean.numel() == rows && rstd.numel() == rows, op, ": mean and rstd need ", rows, " elements, got ",
+           mean.numel(), " and ", rstd.numel());
+  ZT_CHECK(eps >= 0.0f, op, ": eps must be non-negative, got ", eps);
+  if (rows == 0) return;
+  dispatch_layernorm_types(x.dtype(), gamma.dtype(), op, [&](auto t_tag, auto w_tag) {
+    using T = decltype(t_tag);
+    using W = decltype(w_tag);
+    const auto kernel = rows_vectorizable<T>(dim, {x.data(), y.data()})
+                            ? layernorm_forward_kernel<T, W, true>
+                            : layernorm_forward_kernel<T, W, false>;
+    kernel<<<row_blocks(rows), kThreadsPerBlock, 0, stream>>>(typed<T>(x), typed<W>(gamma), typed<W>(beta),
+                                                              eps, rows, dim, typed<T>(y), typed<float>(mean),
+                                                              typed<float>(rstd));
+    ZT_CUDA_CHECK_LAUNCH(op);
+  });
+}
+
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                        cudaStream_t stream) {
+  constexpr const char* op = "layernorm_backward";
+  check_cuda_arg(x, x.dtype(), op, "x");
+  check_cuda_arg(dy, x.dtype(), op, "dy");
+  check_cuda_arg(dx, x.dtype(), op, "dx");
+  check_cuda_arg(gamma, gamma.dtype(), op, "gamma");
+  check_cuda_arg(mean, DType::f32, op, "mean");
+  check_cuda_arg(rstd, DType::f32, op, "rstd");
+  check_cuda_arg(dgamma, DType::f32, op, "dgamma");
+  check_cuda_arg(dbeta, DType::f32, op, "dbeta");
+  ZT_CHECK(x.rank() >= 1, op, ": x must have a feature dimension");
+  const int64_t dim = x.dim(-1);
+  const int64_t rows = rows_of(x);
+  check_same_shape(dy, x, op, "dy", "x");
+  check_same_shape(dx, x, op, "dx", "x");
+  check_shape(gamma, Shape{dim}, "layernorm_backward: gamma");
+  check_shape(dgamma, Shape{dim}, "layernorm_backward: dgamma");
+  check_shape(dbeta, Shape{dim}, "layernorm_backward: dbeta");
+  ZT_CHECK(mean.numel() == rows && rstd.numel() == rows, op, ": mean and rstd need ", rows, " elements, got ",
+           mean.numel(), " and ", rstd.numel());
+  if (rows == 0 || dim == 0) return;
+  const ChunkPlan plan = plan_chunks(rows);
+  DeviceBuffer scratch =
+      device_allocator().allocate(2 * static_cast<size_t>(plan.chunks * dim) * sizeof(float),
+                                  MemoryCategory::scratch, "layernorm_backward partials");
+  float* partial_gamma = scratch.data_as<float>();
+  float* partial_beta = partial_gamma + plan.chunks * dim;
+  dispatch_layernorm_types(x.dtype(), gamma.dtype(), op, [&](auto t_tag, auto w_tag) {
+    using T = decltype(t_tag);
+    using W = decltype(w_tag);
+    // The partials read dy before the dx kernel may overwrite it (dx aliasing dy): same stream, in order.
+    const dim3 tiles(static_cast<unsigned>((dim + kColumnTile - 1) / kColumnTile),
+                     static_cast<unsigned>(plan.chunks));
+    layernorm_param_grad_partials_kernel<T><<<tiles, dim3(kColumnTile, kRowLanes), 0, stream>>>(
+        typed<T>(dy), typed<T>(x), typed<float>(mean), typed<float>(rstd), rows, dim, plan.rows_per_chunk,
+        partial_gamma, partial_beta);
+    ZT_CUDA_CHECK_LAUNCH("layernorm_param_grad_partials");
+    layernorm_param_grad_finish_kernel<<<blocks_for(dim), kThreadsPerBlock, 0, stream>>>(
+        partial_gamma, partial_beta, plan.chunks, dim, typed<float>(dgamma), typed<float>(dbeta));
+    ZT_CUDA_CHECK_LAUNCH("layernorm_param_grad_finish");
+    const auto dx_kernel = rows_vectorizable<T>(dim, {dy.data(), x.data()})
+                               ? layernorm_backward_dx_kernel<T, W, true>
+                               : layernorm_backward_dx_kernel<T, W, false>;
+    dx_kernel<<<row_blocks(rows), kThreadsPerBlock, 0, stream>>>(typed<T>(dy), typed<T>(x), typed<W>(gamma),
+                                                                 typed<float>(mean), typed<float>(rstd), rows,
+                                                                 dim, typed<T>(dx));
+    ZT_CUDA_CHECK_LAUNCH("layernorm_backward_dx");
+  });
+}
+
+}  // namespace zt::kernels::gpu

@@ -1,0 +1,33 @@
+// CUDA LayerNorm over the last dimension (formulas in kernels/layernorm.h).
+//
+// Storage: x, y, dy, dx in T = f32, bf16 or f16; gamma, beta in T or f32; mean, rstd, dgamma, dbeta f32.
+// Statistics are f32, taken on values shifted by the row's first element, with a two-pass variance (mean
+// first, then the mean of squared deviations), so a large row mean does not cancel the spread; mean and
+// rstd are saved in f32 for the backward.
+//
+// The parameter gradients are reduced deterministically, without float atomics: rows are cut into a fixed
+// number of chunks that depends only on R, each chunk writes its per-column partial sums to a scratch
+// buffer [chunks, D], and a second kernel adds the chunks in order into dgamma and dbeta. The same inputs
+// give bit-identical gradients on every run (and on every GPU model).
+//
+// Scratch: layernorm_backward takes 2 * chunks * D floats from the caching device allocator
+// (MemoryCategory::scratch) and returns them once the kernels are queued; reuse is ordered by `stream`
+// (the allocator's single-compute-stream rule, runtime/device_allocator.h).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "runtime/tensor.h"
+
+namespace zt::kernels::gpu {
+
+// in: x, gamma, beta, eps; out: y (may alias x), mean, rstd (R elements each).
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd, cudaStream_t stream);
+
+// in: dy, x, gamma, mean, rstd; out: dx (overwritten; may alias dy); accumulated: dgamma, dbeta (f32 [D]).
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                        cudaStream_t stream);
+
+}  // namespace zt::kernels::gpu

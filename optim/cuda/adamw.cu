@@ -1,0 +1,213 @@
+#include "optim/cuda/adamw.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "runtime/check.h"
+#include "runtime/cuda_check.h"
+
+namespace zt::optim::gpu {
+namespace {
+
+// Work unit: one block updates one chunk of one range. Ranges go to the kernel in its parameters, at most
+// kMaxRangesPerLaunch per launch (the table stays under the 4 KB classic parameter limit); a model with more
+// tensors takes several launches.
+constexpr int kMaxRangesPerLaunch = 96;
+constexpr int64_t kChunkElements = 8192;  // 256 threads x 8 float4s
+constexpr int kThreads = 256;
+
+struct RangeTable {
+  int count;
+  int64_t offset[kMaxRangesPerLaunch];
+  int64_t numel[kMaxRangesPerLaunch];
+  int64_t first_chunk[kMaxRangesPerLaunch + 1];  // prefix sum of ceil(numel / kChunkElements)
+  bool weight_decay[kMaxRangesPerLaunch];
+};
+
+// The CPU's float -> bf16 rounding, bit for bit: nearest even; NaN becomes the quiet NaN with its sign and
+// top payload bits.
+__device__ __forceinline__ uint16_t float_to_bf16_bits(float x) {
+  const uint32_t u = __float_as_uint(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+struct NoCopy {};
+
+__device__ __forceinline__ void store_param16(NoCopy*, int64_t, float) {}
+__device__ __forceinline__ void store_param16(__nv_bfloat16* out, int64_t i, float p) {
+  reinterpret_cast<uint16_t*>(out)[i] = float_to_bf16_bits(p);
+}
+__device__ __forceinline__ void store_param16(__half* out, int64_t i, float p) {
+  out[i] = __float2half_rn(p);
+}
+
+// One element, in the CPU's (torch's) order; the __f*_rn intrinsics forbid contraction into FMAs, which
+// the CPU build does not do either (adamw.cpp is compiled without FMA contraction of these statements).
+//   p = p * decay;  m = lerp(m, g, w);  v = v * b2 + (vw * g) * g
+//   p = p + (step * m) / (sqrt(v) / bc2 + eps)
+struct ElementUpdate {
+  AdamWStepScalars s;
+  float one_minus_w;
+
+  __device__ __forceinline__ void operator()(float decay, float& p, float g, float& m, float& v) const {
+    float new_p = __fmul_rn(p, decay);
+    const float new_m = s.m_weight_is_small ? __fadd_rn(m, __fmul_rn(s.m_weight, __fsub_rn(g, m)))
+                                            : __fsub_rn(g, __fmul_rn(__fsub_rn(g, m), one_minus_w));
+    float new_v = __fmul_rn(v, s.beta2);
+    new_v = __fadd_rn(new_v, __fmul_rn(__fmul_rn(s.v_weight, g), g));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(new_v), s.bias_correction2_sqrt), s.eps);
+    new_p = __fadd_rn(new_p, __fdiv_rn(__fmul_rn(s.neg_step_size, new_m), denom));
+    p = new_p;
+    m = new_m;
+    v = new_v;
+  }
+};
+
+// Block b updates chunk b of the table: range k with first_chunk[k] <= b < first_chunk[k + 1], elements
+// [offset + (b - first_chunk[k]) * kChunkElements, ...) clipped to the range. float4 accesses where the
+// chunk start is 4-aligned and the bases are 16-byte aligned (`vector_bases`), scalars for the rest.
+template <typename Half>
+__global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const RangeTable table,
+                                          bool vector_bases, float* params, const float* grads,
+                                          float* exp_avg, float* exp_avg_sq, Half* params16) {
+  const int64_t chunk = blockIdx.x;
+  int lo = 0, hi = table.count - 1;  // the last k with first_chunk[k] <= chunk
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table.first_chunk[mid] <= chunk) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int k = lo;
+  const int64_t begin = table.offset[k] + (chunk - table.first_chunk[k]) * kChunkElements;
+  const int64_t end = min(table.offset[k] + table.numel[k], begin + kChunkElements);
+  const float decay = table.weight_decay[k] ? update.s.decay_factor : 1.0f;  // x * 1 == x exactly
+  int64_t scalar_from = begin;
+  if (vector_bases && begin % 4 == 0) {
+    const int64_t vector_end = begin + (end - begin) / 4 * 4;
+    for (int64_t i = begin + 4 * static_cast<int64_t>(threadIdx.x); i < vector_end; i += 4 * kThreads) {
+      float4 p = *reinterpret_cast<const float4*>(params + i);
+      const float4 g = *reinterpret_cast<const float4*>(grads + i);
+      float4 m = *reinterpret_cast<const float4*>(exp_avg + i);
+      float4 v = *reinterpret_cast<const float4*>(exp_avg_sq + i);
+      update(decay, p.x, g.x, m.x, v.x);
+      update(decay, p.y, g.y, m.y, v.y);
+      update(decay, p.z, g.z, m.z, v.z);
+      update(decay, p.w, g.w, m.w, v.w);
+      *reinterpret_cast<float4*>(params + i) = p;
+      *reinterpret_cast<float4*>(exp_avg + i) = m;
+      *reinterpret_cast<float4*>(exp_avg_sq + i) = v;
+      store_param16(params16, i, p.x);
+      store_param16(params16, i + 1, p.y);
+      store_param16(params16, i + 2, p.z);
+      store_param16(params16, i + 3, p.w);
+    }
+    scalar_from = vector_end;
+  }
+  for (int64_t i = scalar_from + threadIdx.x; i < end; i += kThreads) {
+    float p = params[i], m = exp_avg[i], v = exp_avg_sq[i];
+    update(decay, p, grads[i], m, v);
+    params[i] = p;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    store_param16(params16, i, p);
+  }
+}
+
+void check_f32_buffer(const Tensor& t, int64_t size, const char* name) {
+  ZT_CHECK(t.data() != nullptr || size == 0, "adamw_update (cuda): ", name, " is undefined");
+  ZT_CHECK(t.dtype() == DType::f32, "adamw_update (cuda): ", name, " must be f32, got ", t.describe());
+  ZT_CHECK(t.device() == DeviceKind::cuda, "adamw_update (cuda): ", name, " must be a CUDA tensor, got ",
+           t.describe());
+  ZT_CHECK(t.is_contiguous(), "adamw_update (cuda): ", name, " must be contiguous");
+  ZT_CHECK(t.numel() == size, "adamw_update (cuda): ", name, " has ", t.numel(), " elements, params ", size);
+}
+
+// As on the CPU: ranges inside the buffers and disjoint (an element updated twice would take two steps).
+void check_ranges(std::span<const TensorRange> ranges, int64_t size) {
+  std::vector<TensorRange> sorted(ranges.begin(), ranges.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const TensorRange& a, const TensorRange& b) { return a.offset < b.offset; });
+  int64_t end_of_previous = 0;
+  for (const TensorRange& r : sorted) {
+    ZT_CHECK(r.offset >= 0 && r.numel >= 0 && r.offset + r.numel <= size, "adamw_update (cuda): range [",
+             r.offset, ", ", r.offset + r.numel, ") lies outside buffers of ", size, " elements");
+    ZT_CHECK(r.offset >= end_of_previous, "adamw_update (cuda): ranges overlap at element ", r.offset);
+    end_of_previous = r.offset + r.numel;
+  }
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+template <typename Half>
+void launch_batches(const ElementUpdate& update, std::span<const TensorRange> ranges, bool vector_bases,
+                    float* params, const float* grads, float* exp_avg, float* exp_avg_sq, Half* params16,
+                    cudaStream_t stream) {
+  size_t next = 0;  // the first range not yet launched
+  while (next < ranges.size()) {
+    RangeTable table{};
+    int64_t chunks = 0;
+    for (; next < ranges.size() && table.count < kMaxRangesPerLaunch; ++next) {
+      const TensorRange& range = ranges[next];
+      if (range.numel == 0) continue;
+      const int k = table.count++;
+      table.offset[k] = range.offset;
+      table.numel[k] = range.numel;
+      table.weight_decay[k] = range.weight_decay;
+      table.first_chunk[k] = chunks;
+      chunks += (range.numel + kChunkElements - 1) / kChunkElements;
+    }
+    table.first_chunk[table.count] = chunks;
+    if (chunks == 0) continue;
+    ZT_CHECK(chunks < (int64_t{1} << 31), "adamw_update (cuda): ", chunks, " chunks exceed the grid limit");
+    adamw_multi_tensor_kernel<Half><<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(
+        update, table, vector_bases, params, grads, exp_avg, exp_avg_sq, params16);
+    ZT_CUDA_CHECK_LAUNCH("adamw_multi_tensor");
+  }
+}
+
+}  // namespace
+
+void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const Tensor& grads,
+                  const Tensor& exp_avg, const Tensor& exp_avg_sq, std::span<const TensorRange> ranges,
+                  const Tensor& params16, cudaStream_t stream) {
+  const int64_t size = params.numel();
+  check_f32_buffer(params, size, "params");
+  check_f32_buffer(grads, size, "grads");
+  check_f32_buffer(exp_avg, size, "exp_avg");
+  check_f32_buffer(exp_avg_sq, size, "exp_avg_sq");
+  check_ranges(ranges, size);
+  const bool vector_bases = aligned16(params.data()) && aligned16(grads.data()) &&
+                            aligned16(exp_avg.data()) && aligned16(exp_avg_sq.data());
+  const ElementUpdate update{scalars, 1.0f - scalars.m_weight};
+  float* p = static_cast<float*>(params.data());
+  const float* g = static_cast<const float*>(grads.data());
+  float* m = static_cast<float*>(exp_avg.data());
+  float* v = static_cast<float*>(exp_avg_sq.data());
+  if (params16.data() == nullptr) {
+    launch_batches<NoCopy>(update, ranges, vector_bases, p, g, m, v, nullptr, stream);
+    return;
+  }
+  ZT_CHECK(params16.device() == DeviceKind::cuda && params16.is_contiguous() && params16.numel() == size,
+           "adamw_update (cuda): params16 must be a contiguous CUDA tensor of ", size, " elements, got ",
+           params16.describe());
+  if (params16.dtype() == DType::bf16) {
+    launch_batches(update, ranges, vector_bases, p, g, m, v, static_cast<__nv_bfloat16*>(params16.data()),
+                   stream);
+  } else if (params16.dtype() == DType::f16) {
+    launch_batches(update, ranges, vector_bases, p, g, m, v, static_cast<__half*>(params16.data()), stream);
+  } else {
+    ZT_FAIL("adamw_update (cuda): params16 must be bf16 or f16, got ", params16.describe());
+  }
+}
+
+}  // namespace zt::optim::gpu

@@ -1,0 +1,26 @@
+// Fused multi-tensor AdamW on the GPU: one pass over the flat fp32 master / grad / m / v buffers, with the
+// exact per-element arithmetic of the CPU AdamW (optim/adamw.h, torch's order, each operation rounded on
+// its own: no fused multiply-adds), so the GPU and the CPU agree bit for bit. The updated params can be
+// written as bf16 or f16 (round to nearest even, NaN kept quiet) in the same pass.
+//
+// Buffers: params, grads, exp_avg, exp_avg_sq f32 device tensors of one element count (usually the arenas'
+// flat views); params16 bf16 or f16 of the same count, or a tensor with no data (Tensor()) for none.
+// ranges: which elements to update and whether each range decays, as for the CPU (non-overlapping,
+// inside the buffers; elements outside every range are not touched). Scalars come from
+// adamw_step_scalars(hyper, lr, t). Queued on `stream`.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <span>
+
+#include "optim/adamw.h"
+#include "runtime/tensor.h"
+
+namespace zt::optim::gpu {
+
+void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const Tensor& grads,
+                  const Tensor& exp_avg, const Tensor& exp_avg_sq, std::span<const TensorRange> ranges,
+                  const Tensor& params16, cudaStream_t stream);
+
+}  // namespace zt::optim::gpu

@@ -1,0 +1,191 @@
+// GPU pointwise ops (GELU, dropout, add, add_inplace, scale, copy, fill, mask_rows, select_token) against
+// the CPU references, elementwise, per storage dtype, on odd shapes, aligned and one element off (the
+// scalar fallback). Inputs are rounded through the dtype first, so the CPU sees what the GPU stores and
+// only the GPU's own rounding (one per output) and math-library differences remain.
+#include <gtest/gtest.h>
+
+#include "tests/support/gpu.h"
+
+#ifdef ZT_WITH_CUDA
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/dropout.h"
+#include "kernels/elementwise.h"
+#include "kernels/gelu.h"
+#include "tests/kernels/tensor_views.h"
+#include "tests/kernels/test_gpu_support.h"
+#include "tests/support/tolerance.h"
+
+namespace zt::kernels {
+namespace {
+
+using test::DeviceArray;
+using test::GpuCase;
+using test::random_floats;
+using test::round_through;
+using test::tolerance_for;
+
+class PointwiseGpu : public ::testing::TestWithParam<GpuCase> {
+ protected:
+  int64_t n() const { return GetParam().shape.numel(); }
+  DeviceArray device_array() const {
+    return DeviceArray(GetParam().dtype, GetParam().shape, GetParam().offset);
+  }
+  // Random values rounded through the case's dtype.
+  std::vector<float> values(uint32_t seed, float lo = -2.0f, float hi = 2.0f) const {
+    return round_through(GetParam().dtype, random_floats(n(), seed, lo, hi));
+  }
+  Tensor cpu(std::vector<float>& v) const { return test::f32_view(v, GetParam().shape); }
+  ::testing::AssertionResult close(const char* what, const std::vector<float>& got,
+                                   const std::vector<float>& ref) const {
+    return test::all_close(what, got, ref, tolerance_for(GetParam().dtype));
+  }
+};
+
+TEST_P(PointwiseGpu, GeluForwardAndBackwardMatchCpu) {
+  ZT_SKIP_WITHOUT_GPU();
+  std::vector<float> x = values(1, -5.0f, 5.0f), dy = values(2);
+  std::vector<float> y_ref(x.size()), dx_ref(x.size());
+  gelu_forward(cpu(x), cpu(y_ref));
+  gelu_backward(cpu(dy), cpu(x), cpu(dx_ref));
+  DeviceArray gx = device_array(), gdy = device_array(), gy = device_array(), gdx = device_array();
+  gx.upload(x);
+  gdy.upload(dy);
+  gelu_forward(gx.tensor(), gy.tensor());
+  gelu_backward(gdy.tensor(), gx.tensor(), gdx.tensor());
+  EXPECT_TRUE(close("gelu_forward", gy.download(), y_ref));
+  EXPECT_TRUE(close("gelu_backward", gdx.download(), dx_ref));
+  gelu_forward(gx.tensor(), gx.tensor());  // in place: y aliases x
+  EXPECT_TRUE(close("gelu_forward in place", gx.download(), y_ref));
+}
+
+TEST_P(PointwiseGpu, DropoutKeepsTheCpuMaskForTheSameSite) {
+  ZT_SKIP_WITHOUT_GPU();
+  const DropoutSite site{0.1f, 0x5eed1234abcdull, dropout_site_id(17, 3, 2)};
+  std::vector<float> x = values(3, 0.5f, 2.0f);  // nonzero, so zeros in y are exactly the dropped elements
+  std::vector<float> y_ref(x.size()), dx_ref(x.size());
+  dropout_forward(cpu(x), cpu(y_ref), site);
+  dropout_backward(cpu(x), cpu(dx_ref), site);
+  DeviceArray gx = device_array(), gy = device_array(), gdx = device_array();
+  gx.upload(x);
+  dropout_forward(gx.tensor(), gy.tensor(), site);
+  dropout_backward(gx.tensor(), gdx.tensor(), site);
+  const std::vector<float> y = gy.download(), dx = gdx.download();
+  int64_t mask_mismatches = 0;
+  for (size_t i = 0; i < x.size(); ++i) mask_mismatches += (y[i] == 0.0f) != (y_ref[i] == 0.0f);
+  EXPECT_EQ(mask_mismatches, 0);
+  if (GetParam().dtype == DType::f32) {
+    EXPECT_EQ(y, y_ref);  // same mask, same f32 multiply: bit-identical
+    EXPECT_EQ(dx, dx_ref);
+  }
+  EXPECT_TRUE(close("dropout_forward", y, y_ref));
+  EXPECT_TRUE(close("dropout_backward", dx, dx_ref));
+  // p == 0 is an exact copy, also in place.
+  dropout_forward(gx.tensor(), gy.tensor(), DropoutSite{0.0f, 1, 2});
+  EXPECT_EQ(gy.download(), x);
+  dropout_forward(gx.tensor(), gx.tensor(), site);
+  EXPECT_TRUE(close("dropout_forward in place", gx.download(), y_ref));
+}
+
+TEST_P(PointwiseGpu, AddScaleCopyFillMatchCpu) {
+  ZT_SKIP_WITHOUT_GPU();
+  std::vector<float> a = values(4), b = values(5);
+  std::vector<float> sum_ref(a.size()), scaled_ref(a.size()), filled_ref(a.size());
+  add(cpu(a), cpu(b), cpu(sum_ref));
+  scale(cpu(a), -0.37f, cpu(scaled_ref));
+  fill(cpu(filled_ref), round_through(GetParam().dtype, 1.25f));
+  DeviceArray ga = device_array(), gb = device_array(), gout = device_array();
+  ga.upload(a);
+  gb.upload(b);
+  add(ga.tensor(), gb.tensor(), gout.tensor());
+  EXPECT_TRUE(close("add", gout.download(), sum_ref));
+  scale(ga.tensor(), -0.37f, gout.tensor());
+  EXPECT_TRUE(close("scale", gout.download(), scaled_ref));
+  fill(gout.tensor(), 1.25f);
+  EXPECT_EQ(gout.download(), filled_ref);
+  copy(gb.tensor(), gout.tensor());
+  EXPECT_EQ(gout.download(), b);
+  add_inplace(ga.tensor(), gb.tensor());
+  EXPECT_TRUE(close("add_inplace", ga.download(), sum_ref));
+}
+
+TEST_P(PointwiseGpu, MaskRowsMatchCpuForF32AndI64Masks) {
+  ZT_SKIP_WITHOUT_GPU();
+  const Shape shape = GetParam().shape;
+  Shape mask_shape;
+  mask_shape.rank = shape.rank - 1;
+  for (int i = 0; i < mask_shape.rank; ++i) mask_shape[i] = shape[i];
+  std::vector<int64_t> mask_i64(static_cast<size_t>(mask_shape.numel()));
+  std::vector<float> mask_f32(mask_i64.size());
+  for (size_t r = 0; r < mask_i64.size(); ++r) {
+    mask_i64[r] = r % 3 != 1;
+    mask_f32[r] = static_cast<float>(mask_i64[r]);
+  }
+  std::vector<float> x = values(6), ref(x.size());
+  mask_rows_forward(cpu(x), test::i64_view(mask_i64, mask_shape), cpu(ref));
+  DeviceArray gx = device_array(), gout = device_array();
+  DeviceArray gmask_i64(DType::i64, mask_shape), gmask_f32(DType::f32, mask_shape, GetParam().offset);
+  gx.upload(x);
+  gmask_i64.upload_raw(mask_i64);
+  gmask_f32.upload(mask_f32);
+  mask_rows_forward(gx.tensor(), gmask_i64.tensor(), gout.tensor());
+  EXPECT_EQ(gout.download(), ref);  // multiplying by 0 or 1 is exact
+  mask_rows_backward(gx.tensor(), gmask_f32.tensor(), gout.tensor());
+  EXPECT_EQ(gout.download(), ref);
+}
+
+TEST_P(PointwiseGpu, SelectTokenForwardAndBackwardMatchCpu) {
+  ZT_SKIP_WITHOUT_GPU();
+  const Shape s = GetParam().shape;
+  const Shape full = s.rank == 3 ? s : Shape{2, s[0], s[1]};
+  const Shape rows{full[0], full[2]};
+  const DType dtype = GetParam().dtype;
+  for (int64_t token : {int64_t{0}, full[1] - 1}) {
+    std::vector<float> x = round_through(dtype, random_floats(full.numel(), 7)),
+                       dout = round_through(dtype, random_floats(rows.numel(), 8));
+    std::vector<float> out_ref(static_cast<size_t>(rows.numel())), dx_ref(x.size());
+    select_token_forward(test::f32_view(x, full), token, test::f32_view(out_ref, rows));
+    select_token_backward(test::f32_view(dout, rows), token, test::f32_view(dx_ref, full));
+    DeviceArray gx(dtype, full, GetParam().offset), gdx(dtype, full, GetParam().offset);
+    DeviceArray gout(dtype, rows, GetParam().offset), gdout(dtype, rows, GetParam().offset);
+    gx.upload(x);
+    gdout.upload(dout);
+    gdx.upload(x);  // garbage that the backward must overwrite with zeros
+    select_token_forward(gx.tensor(), token, gout.tensor());
+    select_token_backward(gdout.tensor(), token, gdx.tensor());
+    EXPECT_EQ(gout.download(), out_ref) << "token " << token;
+    EXPECT_EQ(gdx.download(), dx_ref) << "token " << token;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DtypesShapes, PointwiseGpu, ::testing::ValuesIn(test::standard_gpu_cases()),
+                         [](const auto& info) { return test::gpu_case_name(info.param); });
+
+// Inputs of different alignment: the launcher must take the scalar path when any pointer is off.
+TEST(PointwiseGpuMixed, AddWithOneMisalignedInputMatchesCpu) {
+  ZT_SKIP_WITHOUT_GPU();
+  const Shape shape{5, 333};
+  std::vector<float> a = random_floats(shape.numel(), 9), b = random_floats(shape.numel(), 10), ref(a.size());
+  add(test::f32_view(a, shape), test::f32_view(b, shape), test::f32_view(ref, shape));
+  DeviceArray ga(DType::f32, shape), gb(DType::f32, shape, 3), gout(DType::f32, shape);
+  ga.upload(a);
+  gb.upload(b);
+  add(ga.tensor(), gb.tensor(), gout.tensor());
+  EXPECT_EQ(gout.download(), ref);
+}
+
+TEST(PointwiseGpuChecks, RejectsMixedDtypesAndHostTensors) {
+  ZT_SKIP_WITHOUT_GPU();
+  DeviceArray a(DType::f32, Shape{4, 8}), b(DType::bf16, Shape{4, 8});
+  EXPECT_THROW(add(a.tensor(), b.tensor(), a.tensor()), Error);
+  std::vector<float> host(32);
+  EXPECT_THROW(add(a.tensor(), test::f32_view(host, Shape{4, 8}), a.tensor()), Error);
+  EXPECT_THROW(dropout_forward(a.tensor(), a.tensor(), DropoutSite{1.0f, 0, 0}), Error);
+}
+
+}  // namespace
+}  // namespace zt::kernels
+
+#endif  // ZT_WITH_CUDA

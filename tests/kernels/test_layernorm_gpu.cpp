@@ -1,0 +1,137 @@
+// GPU LayerNorm against the CPU reference, per storage dtype, with gamma/beta stored in the same dtype or in
+// f32, on odd shapes, aligned and misaligned; the parameter-gradient reduction is checked for determinism.
+#include <gtest/gtest.h>
+
+#include "tests/support/gpu.h"
+
+#ifdef ZT_WITH_CUDA
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/layernorm.h"
+#include "tests/kernels/tensor_views.h"
+#include "tests/kernels/test_gpu_support.h"
+#include "tests/support/tolerance.h"
+
+namespace zt::kernels {
+namespace {
+
+using test::DeviceArray;
+using test::GpuCase;
+using test::random_floats;
+using test::round_through;
+using test::tolerance_for;
+
+constexpr float kEps = 1e-7f;  // DeBERTa's
+
+struct LayerNormCase {
+  GpuCase base;
+  bool f32_params;  // gamma/beta stored in f32 (else in the activations' dtype)
+};
+
+class LayerNormGpu : public ::testing::TestWithParam<LayerNormCase> {};
+
+TEST_P(LayerNormGpu, ForwardAndBackwardMatchCpu) {
+  ZT_SKIP_WITHOUT_GPU();
+  const GpuCase c = GetParam().base;
+  const DType param_dtype = GetParam().f32_params ? DType::f32 : c.dtype;
+  const int64_t dim = c.shape[c.shape.rank - 1], rows = c.shape.numel() / dim;
+  const Shape row_shape{rows}, dim_shape{dim};
+  // Rows with a large mean next to a small spread: the two-pass variance must keep them accurate.
+  std::vector<float> x = random_floats(c.shape.numel(), 11, -2.0f, 2.0f);
+  for (int64_t j = 0; j < dim; ++j) x[static_cast<size_t>(j)] = 300.0f + 0.01f * static_cast<float>(j % 17);
+  x = round_through(c.dtype, x);
+  std::vector<float> gamma = round_through(param_dtype, random_floats(dim, 12, 0.5f, 1.5f));
+  std::vector<float> beta = round_through(param_dtype, random_floats(dim, 13, -0.5f, 0.5f));
+  std::vector<float> dy = round_through(c.dtype, random_floats(c.shape.numel(), 14));
+  std::vector<float> y_ref(x.size()), mean_ref(static_cast<size_t>(rows)), rstd_ref(mean_ref.size());
+  std::vector<float> dx_ref(x.size());
+  std::vector<float> dgamma_ref = random_floats(dim, 15), dbeta_ref = random_floats(dim, 16);
+  const std::vector<float> dgamma0 = dgamma_ref, dbeta0 = dbeta_ref;
+  layernorm_forward(test::f32_view(x, c.shape), test::f32_view(gamma, dim_shape),
+                    test::f32_view(beta, dim_shape), kEps, test::f32_view(y_ref, c.shape),
+                    test::f32_view(mean_ref, row_shape), test::f32_view(rstd_ref, row_shape));
+  layernorm_backward(test::f32_view(dy, c.shape), test::f32_view(x, c.shape),
+                     test::f32_view(gamma, dim_shape), test::f32_view(mean_ref, row_shape),
+                     test::f32_view(rstd_ref, row_shape), test::f32_view(dx_ref, c.shape),
+                     test::f32_view(dgamma_ref, dim_shape), test::f32_view(dbeta_ref, dim_shape));
+
+  DeviceArray gx(c.dtype, c.shape, c.offset), gy(c.dtype, c.shape, c.offset), gdy(c.dtype, c.shape, c.offset),
+      gdx(c.dtype, c.shape, c.offset);
+  DeviceArray ggamma(param_dtype, dim_shape, c.offset), gbeta(param_dtype, dim_shape, c.offset);
+  DeviceArray gmean(DType::f32, row_shape), grstd(DType::f32, row_shape);
+  DeviceArray gdgamma(DType::f32, dim_shape), gdbeta(DType::f32, dim_shape);
+  gx.upload(x);
+  ggamma.upload(gamma);
+  gbeta.upload(beta);
+  gdy.upload(dy);
+  layernorm_forward(gx.tensor(), ggamma.tensor(), gbeta.tensor(), kEps, gy.tensor(), gmean.tensor(),
+                    grstd.tensor());
+  EXPECT_TRUE(test::all_close("y", gy.download(), y_ref, tolerance_for(c.dtype)));
+  EXPECT_TRUE(test::all_close("mean", gmean.download(), mean_ref, tolerance_for(DType::f32)));
+  EXPECT_TRUE(test::all_close("rstd", grstd.download(), rstd_ref, tolerance_for(DType::f32)));
+
+  // The backward reads the CPU's statistics, so only the backward's own arithmetic is compared.
+  gmean.upload(mean_ref);
+  grstd.upload(rstd_ref);
+  gdgamma.upload(dgamma0);
+  gdbeta.upload(dbeta0);
+  layernorm_backward(gdy.tensor(), gx.tensor(), ggamma.tensor(), gmean.tensor(), grstd.tensor(), gdx.tensor(),
+                     gdgamma.tensor(), gdbeta.tensor());
+  EXPECT_TRUE(test::all_close("dx", gdx.download(), dx_ref, tolerance_for(c.dtype)));
+  EXPECT_TRUE(test::all_close("dgamma", gdgamma.download(), dgamma_ref, tolerance_for(DType::f32)));
+  EXPECT_TRUE(test::all_close("dbeta", gdbeta.download(), dbeta_ref, tolerance_for(DType::f32)));
+
+  // dx may alias dy.
+  layernorm_backward(gdy.tensor(), gx.tensor(), ggamma.tensor(), gmean.tensor(), grstd.tensor(), gdy.tensor(),
+                     gdgamma.tensor(), gdbeta.tensor());
+  EXPECT_TRUE(test::all_close("dx in place", gdy.download(), dx_ref, tolerance_for(c.dtype)));
+}
+
+std::vector<LayerNormCase> layernorm_cases() {
+  std::vector<LayerNormCase> cases;
+  for (const GpuCase& c : test::standard_gpu_cases()) {
+    cases.push_back({c, false});
+    if (c.dtype != DType::f32) cases.push_back({c, true});
+  }
+  // Many rows: several row chunks in the parameter-gradient reduction, and a pack-multiple width.
+  for (DType dtype : {DType::f32, DType::bf16}) cases.push_back({{dtype, Shape{1000, 96}, 0}, false});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(DtypesShapes, LayerNormGpu, ::testing::ValuesIn(layernorm_cases()),
+                         [](const auto& info) {
+                           return test::gpu_case_name(info.param.base) +
+                                  (info.param.f32_params ? "_f32params" : "");
+                         });
+
+TEST(LayerNormGpuDeterminism, ParameterGradientsAreBitIdenticalAcrossRuns) {
+  ZT_SKIP_WITHOUT_GPU();
+  const Shape shape{4099, 768};
+  const int64_t rows = 4099, dim = 768;
+  DeviceArray x(DType::bf16, shape), dy(DType::bf16, shape), dx(DType::bf16, shape);
+  DeviceArray gamma(DType::bf16, Shape{dim}), mean(DType::f32, Shape{rows}), rstd(DType::f32, Shape{rows});
+  x.upload(random_floats(shape.numel(), 21));
+  dy.upload(random_floats(shape.numel(), 22));
+  gamma.upload(random_floats(dim, 23));
+  mean.upload(random_floats(rows, 24, -0.1f, 0.1f));
+  rstd.upload(random_floats(rows, 25, 0.5f, 2.0f));
+  std::vector<std::vector<float>> results;
+  for (int run = 0; run < 2; ++run) {
+    DeviceArray dgamma(DType::f32, Shape{dim}), dbeta(DType::f32, Shape{dim});
+    dgamma.upload(std::vector<float>(static_cast<size_t>(dim), 0.0f));
+    dbeta.upload(std::vector<float>(static_cast<size_t>(dim), 0.0f));
+    layernorm_backward(dy.tensor(), x.tensor(), gamma.tensor(), mean.tensor(), rstd.tensor(), dx.tensor(),
+                       dgamma.tensor(), dbeta.tensor());
+    results.push_back(dgamma.download());
+    results.push_back(dbeta.download());
+  }
+  EXPECT_EQ(results[0], results[2]);
+  EXPECT_EQ(results[1], results[3]);
+}
+
+}  // namespace
+}  // namespace zt::kernels
+
+#endif  // ZT_WITH_CUDA
