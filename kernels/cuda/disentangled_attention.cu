@@ -208,8 +208,10 @@ unsigned int grid_for(int64_t n) {
   return blocks < 65535u ? blocks : 65535u;
 }
 
+// The row kernels run one warp per score row (b, h, i), kWarpsPerBlock rows per block of
+// kWarpsPerBlock * 32 threads: the grid covers B*N*L rows, kWarpsPerBlock at a time.
 unsigned int row_grid(const AttentionShape& s) {
-  return blocks_for(s.batch * s.heads * s.length, kWarpsPerBlock * 32) * 1u;
+  return blocks_for(s.batch * s.heads * s.length, kWarpsPerBlock);
 }
 
 // A head of a [rows, D] feature tensor: [rows, d] at column h*d, batched over heads with stride d.
