@@ -6,6 +6,7 @@
 #
 #   scripts/gpu_validate.sh            # everything
 #   ZT_GPU_VALIDATE_SKIP_GOLDEN=1 scripts/gpu_validate.sh
+#   ZT_GPU_VALIDATE_XLARGE=1 scripts/gpu_validate.sh     # also convert_hf on a full-size xlarge-mnli
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-validate-out}
@@ -26,9 +27,6 @@ if [[ $status -eq 0 ]]; then
   step "ctest -L gpu"
   ctest --test-dir build-gpu -L gpu --output-on-failure -j8 >"$out/ctest_gpu.log" 2>&1 || status=1
   tail -15 "$out/ctest_gpu.log" | tee -a "$out/summary.txt"
-  step "ctest -L cpu"
-  ctest --test-dir build-gpu -L cpu --output-on-failure -j"$jobs" >"$out/ctest_cpu.log" 2>&1 || status=1
-  tail -8 "$out/ctest_cpu.log" | tee -a "$out/summary.txt"
 fi
 
 if [[ -z "${ZT_GPU_VALIDATE_SKIP_GOLDEN:-}" ]]; then
@@ -47,6 +45,21 @@ if [[ -z "${ZT_GPU_VALIDATE_SKIP_GOLDEN:-}" ]]; then
   tail -12 "$out/tokens.log" | tee -a "$out/summary.txt"
   tail -4 "$out/parity.log" | tee -a "$out/summary.txt"
 fi
+if [[ -n "${ZT_GPU_VALIDATE_XLARGE:-}" && $status -eq 0 ]]; then
+  step "convert_hf at full xlarge size"
+  timeout "${ZT_GPU_VALIDATE_XLARGE_TIMEOUT:-300}" python3 tools/golden/xlarge_convert_check.py --bin build-gpu/bin \
+    --work /tmp/xlarge_convert >"$out/xlarge_convert.log" 2>&1 || status=1
+  grep -E '^\{|PASS|FAIL|Error|error' "$out/xlarge_convert.log" | tail -12 | tee -a "$out/summary.txt"
+  rm -rf /tmp/xlarge_convert
+fi
+
+if [[ -d build-gpu ]]; then
+  step "ctest -L cpu"
+  timeout "${ZT_GPU_VALIDATE_CPU_TIMEOUT:-120}" ctest --test-dir build-gpu -L cpu --output-on-failure -j"$jobs" \
+    >"$out/ctest_cpu.log" 2>&1 || status=1
+  tail -8 "$out/ctest_cpu.log" | tee -a "$out/summary.txt"
+fi
+
 # Keep $OUT within the device tool's limits: drop the regenerated fixture files.
 rm -rf "$out/fixtures" "$out/mrpc_tokens_here.h5"
 echo "status $status" | tee -a "$out/summary.txt"
