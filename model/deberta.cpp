@@ -12,6 +12,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/linear.h"
 #include "runtime/check.h"
+#include "runtime/device.h"
 
 namespace zt {
 
@@ -80,8 +81,12 @@ struct DebertaForSequenceClassification::State {
   DropoutSchedule dropout;
   bool has_forward = false;
 
-  State(int64_t b, int64_t l, ArenaLayout layout)
-      : max_batch(b), max_seq(l), activations("activations", std::move(layout), {.kind = MemoryKind::host}) {}
+  State(int64_t b, int64_t l, ArenaLayout layout, DeviceKind device)
+      : max_batch(b),
+        max_seq(l),
+        activations("activations", std::move(layout),
+                    {.kind = device == DeviceKind::cuda ? MemoryKind::device : MemoryKind::host,
+                     .category = MemoryCategory::activations}) {}
 };
 
 ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConfig& c, int64_t B, int64_t L) {
@@ -142,15 +147,20 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
 }
 
 DebertaForSequenceClassification::DebertaForSequenceClassification(DebertaConfig config, int64_t max_batch,
-                                                                   int64_t max_seq)
+                                                                   int64_t max_seq, DeviceKind device)
     : config_(std::move(config)),
-      state_(std::make_unique<State>(max_batch, max_seq, plan_activations(config_, max_batch, max_seq))) {
+      state_(std::make_unique<State>(max_batch, max_seq, plan_activations(config_, max_batch, max_seq),
+                                     device)) {
   ZT_CHECK(config_.relative_attention && config_.share_att_key && !config_.position_biased_input,
            "the model implements DeBERTa-v2 relative attention with shared keys only");
   ZT_CHECK(config_.rel_embeddings_layer_norm, "the model implements norm_rel_ebd = layer_norm only");
 }
 
 DebertaForSequenceClassification::~DebertaForSequenceClassification() = default;
+
+DeviceKind DebertaForSequenceClassification::device() const {
+  return state_->activations.device();
+}
 
 const ArenaLayout& DebertaForSequenceClassification::activation_layout() const {
   return state_->activations.layout();
@@ -178,6 +188,9 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
   ZT_CHECK(B <= s.max_batch && L <= s.max_seq, "batch ", B, " x ", L, " exceeds the planned ", s.max_batch,
            " x ", s.max_seq);
   check_shape(batch.attention_mask, {B, L}, "attention_mask");
+  ZT_CHECK(batch.input_ids.device() == device() && batch.attention_mask.device() == device() &&
+               (!batch.labels.defined() || batch.labels.numel() == 0 || batch.labels.device() == device()),
+           "the batch must live where the model runs (", device() == DeviceKind::cuda ? "cuda" : "cpu", ")");
   if (batch.labels.defined() && batch.labels.numel() > 0) check_shape(batch.labels, {B}, "labels");
   s.batch = B;
   s.seq = L;
@@ -286,7 +299,9 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
   if (!batch.labels.defined() || batch.labels.numel() == 0) return 0.0f;
   Tensor loss = A("head.loss", {1});
   kernels::cross_entropy_forward(logits, batch.labels, loss);
-  return loss.data_as<float>()[0];
+  float value = 0.0f;
+  copy_tensor(loss, Tensor(&value, {1}, DType::f32));
+  return value;
 }
 
 void DebertaForSequenceClassification::backward(const Arena& params, const Arena& grads, float loss_scale) {

@@ -47,13 +47,17 @@ struct DropoutSchedule {
 
 class DebertaForSequenceClassification {
  public:
-  DebertaForSequenceClassification(DebertaConfig config, int64_t max_batch, int64_t max_seq);
+  // `device`: where the activations live and the kernels run (parameters, gradients and the batch must be
+  // there too). Both backends compute in f32 for now; the CUDA kernels already take bf16/f16 storage.
+  DebertaForSequenceClassification(DebertaConfig config, int64_t max_batch, int64_t max_seq,
+                                   DeviceKind device = DeviceKind::cpu);
   ~DebertaForSequenceClassification();
 
   // The activation plan for (max_batch, max_seq): every saved tensor and backward scratch buffer.
   static ArenaLayout plan_activations(const DebertaConfig& config, int64_t max_batch, int64_t max_seq);
   const ArenaLayout& activation_layout() const;
   const DebertaConfig& config() const { return config_; }
+  DeviceKind device() const;
 
   // Runs the forward pass, keeping what backward needs. Returns the mean cross-entropy over labels >= 0
   // (0 when labels are undefined or all ignored). `params` holds every tensor of the parameter table.

@@ -2,6 +2,8 @@
 
 #include "runtime/check.h"
 
+#include <cstring>
+
 #ifdef ZT_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -35,6 +37,24 @@ std::string describe_devices() {
              prop.totalGlobalMem / (1024.0 * 1024 * 1024), " GiB)");
 #else
   return "built without CUDA (CPU backend)";
+#endif
+}
+
+void copy_tensor(const Tensor& src, const Tensor& dst) {
+  ZT_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel(), "copy_tensor: ", src.describe(), " -> ",
+           dst.describe(), " must match in dtype and element count");
+  ZT_CHECK(src.is_contiguous() && dst.is_contiguous(), "copy_tensor needs contiguous tensors");
+  if (src.numel() == 0) return;
+  if (src.device() == DeviceKind::cpu && dst.device() == DeviceKind::cpu) {
+    std::memmove(dst.data(), src.data(), src.nbytes());
+    return;
+  }
+#ifdef ZT_WITH_CUDA
+  const cudaError_t status = cudaMemcpy(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault);
+  ZT_CHECK(status == cudaSuccess, "copy_tensor ", src.describe(), " -> ", dst.describe(), ": ",
+           cudaGetErrorString(status));
+#else
+  ZT_FAIL("copy_tensor: ", src.describe(), " -> ", dst.describe(), " needs CUDA, and this build has none");
 #endif
 }
 

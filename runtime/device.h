@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "runtime/tensor.h"
+
 namespace zt {
 
 int cuda_device_count();  // 0 when built without CUDA, without a driver, or without a GPU
@@ -11,5 +13,10 @@ inline bool cuda_available() {
   return cuda_device_count() > 0;
 }
 std::string describe_devices();  // one line, for the start-up banner: "1 x NVIDIA H200 (sm_90, 139 GiB)"
+
+// Copies `src` into `dst` (same dtype and element count, both contiguous) between host and device memory in
+// any direction. Synchronous, ordered after the work already queued on the default stream (which the kernels
+// use), so a loss or logits can be read right after the op that wrote them.
+void copy_tensor(const Tensor& src, const Tensor& dst);
 
 }  // namespace zt
