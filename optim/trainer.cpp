@@ -11,6 +11,7 @@
 #include "data/glue_metrics.h"
 #include "data/glue_tsv.h"
 #include "data/tokenizer.h"
+#include "kernels/elementwise.h"
 #include "model/deberta.h"
 #include "model/init.h"
 #include "model/model_file.h"
@@ -19,8 +20,14 @@
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "runtime/check.h"
+#include "runtime/device.h"
 #include "runtime/log.h"
 #include "runtime/progress.h"
+
+#ifdef ZT_WITH_CUDA
+#include "optim/cuda/adamw.cuh"
+#include "optim/cuda/grad_norm.cuh"
+#endif
 
 namespace zt::optim {
 
@@ -112,13 +119,34 @@ data::Batcher make_eval_batcher(const data::EncodedDataset& dataset, int64_t bat
   return data::Batcher(dataset, options);
 }
 
+ArenaLayout batch_layout(int64_t max_batch, int64_t max_length) {
+  return ArenaLayout({{"input_ids", {max_batch, max_length}, DType::i64},
+                      {"attention_mask", {max_batch, max_length}, DType::i64},
+                      {"labels", {max_batch}, DType::i64}});
+}
+
+// Where a run computes: --device cuda puts parameters, gradients, Adam state and activations on the GPU.
+DeviceKind training_device(const TrainConfig& config) {
+  if (config.device != DeviceChoice::cuda) return DeviceKind::cpu;
+  ZT_CHECK(cuda_available(), "--device cuda: ", describe_devices());
+  return DeviceKind::cuda;
+}
+
+ArenaOptions state_arena(DeviceKind device, MemoryCategory category, bool zero) {
+  return {.kind = device == DeviceKind::cuda ? MemoryKind::device : MemoryKind::host,
+          .category = category,
+          .zero_fill = zero};
+}
+
 }  // namespace
 
 struct MrpcTrainer::Impl {
   TrainConfig config;
   DebertaConfig model_config;
   ParameterTable table;
+  DeviceKind device;
   Arena params, grads, exp_avg, exp_avg_sq;
+  Arena batch_arena;  // the current batch where the model runs: ids, mask [B, L], labels [B]
   std::vector<TensorRange> ranges;
   AdamW adamw;
   DebertaForSequenceClassification model;
@@ -134,32 +162,88 @@ struct MrpcTrainer::Impl {
       : config(std::move(c)),
         model_config(std::move(mc)),
         table(model_config),
-        params("parameters", table.layout(DType::f32)),
-        grads("gradients", table.layout(DType::f32), {.kind = MemoryKind::host, .zero_fill = true}),
-        exp_avg("adam_m", table.layout(DType::f32), {.kind = MemoryKind::host, .zero_fill = true}),
-        exp_avg_sq("adam_v", table.layout(DType::f32), {.kind = MemoryKind::host, .zero_fill = true}),
+        device(training_device(config)),
+        params("parameters", table.layout(DType::f32),
+               state_arena(device, MemoryCategory::parameters, false)),
+        grads("gradients", table.layout(DType::f32), state_arena(device, MemoryCategory::gradients, true)),
+        exp_avg("adam_m", table.layout(DType::f32), state_arena(device, MemoryCategory::optimizer, true)),
+        exp_avg_sq("adam_v", table.layout(DType::f32), state_arena(device, MemoryCategory::optimizer, true)),
+        batch_arena("batch", batch_layout(max_batch(), config.max_length),
+                    state_arena(device, MemoryCategory::activations, false)),
         adamw(AdamWHyper{config.learning_rate, config.adam_beta1, config.adam_beta2, config.adam_epsilon,
                          config.weight_decay}),
-        model(model_config, std::max(config.per_device_train_batch_size, config.per_device_eval_batch_size),
-              config.max_length) {
+        model(model_config, max_batch(), config.max_length, device) {
     ZT_CHECK(config.resolved, "MrpcTrainer needs a resolved TrainConfig");
     for (const ParameterInfo& info : table.entries()) {
       const ArenaSlot& slot = params.layout().slot(info.name);
       ranges.push_back({static_cast<int64_t>(slot.offset / sizeof(float)), info.numel(), info.weight_decay});
     }
-    init_parameters(model_config, table, params, config.seed);
-    if (!config.model_name_or_path.empty()) load_pretrained();
+    // Initialize (and load) on the host, then move the parameters where training runs.
+    Arena staging("parameters (host)", table.layout(DType::f32));
+    init_parameters(model_config, table, staging, config.seed);
+    if (!config.model_name_or_path.empty()) load_pretrained(staging);
+    copy_tensor(staging.flat(DType::f32), params.flat(DType::f32));
+  }
+
+  int64_t max_batch() const {
+    return std::max(config.per_device_train_batch_size, config.per_device_eval_batch_size);
+  }
+
+  // The batch as the model wants it: views of the host batch on the CPU, a copy in batch_arena on the GPU.
+  DebertaBatch upload(data::Batch& batch) {
+    if (device == DeviceKind::cpu) {
+      return {batch.input_ids_tensor(), batch.attention_mask_tensor(), batch.labels_tensor()};
+    }
+    auto slot = [&](const char* name, Shape shape) {
+      return Tensor(batch_arena.tensor(name).data(), shape, DType::i64, DeviceKind::cuda);
+    };
+    DebertaBatch out{slot("input_ids", {batch.batch_size, batch.seq_len}),
+                     slot("attention_mask", {batch.batch_size, batch.seq_len}),
+                     slot("labels", {batch.batch_size})};
+    copy_tensor(batch.input_ids_tensor(), out.input_ids);
+    copy_tensor(batch.attention_mask_tensor(), out.attention_mask);
+    copy_tensor(batch.labels_tensor(), out.labels);
+    return out;
+  }
+
+  // Clips the global gradient norm and applies one AdamW step at `lr`; returns the pre-clip norm.
+  double clip_and_update(double lr) {
+    if (device == DeviceKind::cpu) {
+      std::span<float> g = float_span(grads);
+      const double norm =
+          config.max_grad_norm > 0 ? clip_grad_norm(g, config.max_grad_norm) : global_l2_norm(g);
+      ZT_CHECK(std::isfinite(norm), "gradient norm is not finite at optimizer step ", optimizer_step);
+      adamw.step(buffers(), ranges, lr);
+      std::fill(g.begin(), g.end(), 0.0f);
+      return norm;
+    }
+#ifdef ZT_WITH_CUDA
+    const Tensor g = grads.flat(DType::f32);
+    const double norm = std::sqrt(gpu::grad_stats(g, nullptr).sum_of_squares);
+    ZT_CHECK(std::isfinite(norm), "gradient norm is not finite at optimizer step ", optimizer_step);
+    if (config.max_grad_norm > 0) {
+      const double coef = clip_coefficient(norm, config.max_grad_norm);
+      if (coef < 1.0) kernels::scale(g, static_cast<float>(coef), g);
+    }
+    adamw.begin_step();
+    gpu::adamw_update(adamw_step_scalars(adamw.hyper(), lr, adamw.step_count()), params.flat(DType::f32), g,
+                      exp_avg.flat(DType::f32), exp_avg_sq.flat(DType::f32), ranges, Tensor(), nullptr);
+    kernels::fill(g, 0.0f);
+    return norm;
+#else
+    ZT_FAIL("CUDA training needs a CUDA build");
+#endif
   }
 
   // Loads --model_name_or_path over the random init. With --ignore_mismatched_sizes a classifier whose label
   // count differs from the run's is left at its fresh init (HF's N(0, 0.02^2), bias 0); the pooler is kept.
-  void load_pretrained() {
+  void load_pretrained(const Arena& into) {
     const ModelFile file(resolve_model_path(config.model_name_or_path));
     const DebertaConfig& stored = file.config();
     for (const ParameterInfo& info : table.entries()) {
       const bool head = info.name.rfind("classifier.", 0) == 0;
       if (head && stored.num_labels != model_config.num_labels) continue;
-      file.read_param(info.name, params.tensor(info.name));
+      file.read_param(info.name, into.tensor(info.name));
     }
     std::printf("loaded %s (%lld tensors)%s\n", file.path().c_str(), static_cast<long long>(table.size()),
                 stored.num_labels != model_config.num_labels
@@ -237,7 +321,7 @@ StepRecord MrpcTrainer::train_step(std::vector<data::Batch>& micro_batches) {
   const float loss_scale = 1.0f / static_cast<float>(s.config.gradient_accumulation_steps);
   double loss_sum = 0;
   for (data::Batch& batch : micro_batches) {
-    DebertaBatch inputs{batch.input_ids_tensor(), batch.attention_mask_tensor(), batch.labels_tensor()};
+    const DebertaBatch inputs = s.upload(batch);
     const float loss = s.model.forward(
         s.params, inputs,
         {.training = true, .seed = s.config.seed, .step = static_cast<uint64_t>(s.micro_step)});
@@ -250,14 +334,8 @@ StepRecord MrpcTrainer::train_step(std::vector<data::Batch>& micro_batches) {
   StepRecord record;
   record.step = s.optimizer_step;
   record.loss = loss_sum / static_cast<double>(micro_batches.size());
-  std::span<float> grads = float_span(s.grads);
-  record.grad_norm =
-      s.config.max_grad_norm > 0 ? clip_grad_norm(grads, s.config.max_grad_norm) : global_l2_norm(grads);
-  ZT_CHECK(std::isfinite(record.grad_norm), "gradient norm is not finite at optimizer step ",
-           s.optimizer_step);
   record.lr = s.lr_at(s.optimizer_step);
-  s.adamw.step(s.buffers(), s.ranges, record.lr);
-  std::fill(grads.begin(), grads.end(), 0.0f);
+  record.grad_norm = s.clip_and_update(record.lr);
   ++s.optimizer_step;
   s.steps.push_back(record);
   if (s.step_callback) s.step_callback(record);
@@ -273,9 +351,13 @@ EvalResult MrpcTrainer::evaluate(const data::EncodedDataset& dataset) {
   double loss_sum = 0;
   int64_t labeled = 0;
   while (batcher.next(batch)) {
-    DebertaBatch inputs{batch.input_ids_tensor(), batch.attention_mask_tensor(), batch.labels_tensor()};
-    const float loss = s.model.forward(s.params, inputs, {.training = false});
-    for (int64_t p : data::argmax_predictions(s.model.logits())) result.predictions.push_back(p);
+    const float loss = s.model.forward(s.params, s.upload(batch), {.training = false});
+    const Tensor logits = s.model.logits();
+    std::vector<float> host(static_cast<size_t>(logits.numel()));
+    copy_tensor(logits, Tensor(host.data(), logits.shape(), DType::f32));
+    for (int64_t p : data::argmax_predictions(Tensor(host.data(), logits.shape(), DType::f32))) {
+      result.predictions.push_back(p);
+    }
     labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
     const int64_t batch_labeled =
         std::count_if(batch.labels.begin(), batch.labels.end(), [](int64_t l) { return l >= 0; });
@@ -372,7 +454,9 @@ std::vector<EpochRecord> MrpcTrainer::train() {
   }
   if (!c.output_dir.empty()) {
     const std::string path = (std::filesystem::path(c.output_dir) / "model.h5").string();
-    save_model_file(path, s.model_config, s.table, s.params);
+    Arena host("parameters (host)", s.table.layout(DType::f32));
+    copy_tensor(s.params.flat(DType::f32), host.flat(DType::f32));
+    save_model_file(path, s.model_config, s.table, host);
     std::printf("model: %s (load with --model_name_or_path, export with convert_hf export)\n", path.c_str());
   }
   if (s.test_set) {
