@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "kernels/cuda/launch_common.cuh"
 #include "runtime/check.h"
 #include "runtime/device_allocator.h"
 #include "runtime/dtype.h"
@@ -18,31 +19,10 @@
 
 namespace zt::kernels::gpu {
 
-// Storage types: f32, bf16, f16 hold values; arithmetic is always f32.
-__device__ __forceinline__ float to_float(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-__device__ __forceinline__ float to_float(__half x) {
-  return __half2float(x);
-}
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
+// Storage types: f32, bf16, f16 hold values; arithmetic is always f32 (conversions shared with the pointwise
+// kernels, launch_common.cuh).
+using cuda_detail::from_float;
+using cuda_detail::to_float;
 
 template <typename T>
 struct StorageTag {
