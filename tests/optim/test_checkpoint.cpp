@@ -1,10 +1,12 @@
 #include "optim/checkpoint.h"
 
 #include <gtest/gtest.h>
+
 #include <hdf5.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "tests/support/temp_dir_test.h"
 
 #include <csignal>
 #include <cstdint>
@@ -122,30 +124,8 @@ void delete_dataset(const std::string& path, const std::string& dataset) {
   H5Fclose(file);
 }
 
-class CheckpointTest : public ::testing::Test {
+class CheckpointTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           str("zt_ckpt_", getpid(), "_", ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  // Expects `fn` to throw a zt::Error whose message contains every one of `parts`.
-  template <typename Fn>
-  static void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
-    try {
-      fn();
-      ADD_FAILURE() << "expected a zt::Error";
-    } catch (const Error& e) {
-      for (const std::string& part : parts)
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-            << "missing '" << part << "' in: " << e.what();
-    }
-  }
-
   // Saves a bf16-params checkpoint of the tiny config with random contents; returns its path.
   std::string save_sample(const std::string& name) {
     RunArenas run(table_, DType::bf16, false);
@@ -159,7 +139,6 @@ class CheckpointTest : public ::testing::Test {
       "{\"learning_rate\": 3e-06, \"per_device_train_batch_size\": 8, \"zero_stage\": 2}\n";
   DebertaConfig config_ = tiny_config();
   ParameterTable table_{config_};
-  fs::path dir_;
 };
 
 TEST_F(CheckpointTest, SaveThenLoadRestoresEveryByteAndEveryStateField) {

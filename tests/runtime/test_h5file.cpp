@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include "tests/support/temp_dir_test.h"
 
 #include <cstdint>
 #include <filesystem>
@@ -16,33 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory per test, removed afterwards.
-class H5FileTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           str("zt_h5_", getpid(), "_", ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  // Expects `fn` to throw a zt::Error whose message contains every one of `parts`.
-  template <typename Fn>
-  static void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
-    try {
-      fn();
-      ADD_FAILURE() << "expected a zt::Error";
-    } catch (const Error& e) {
-      for (const std::string& part : parts)
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-            << "missing '" << part << "' in: " << e.what();
-    }
-  }
-
-  fs::path dir_;
-};
+using H5FileTest = test::TempDirTest;
 
 TEST_F(H5FileTest, RoundTripsEveryDtypeWithShapesGroupsAndAttributes) {
   const std::string file = path("ckpt.h5");
