@@ -17,6 +17,7 @@
 #include "optim/trainer.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
+#include "runtime/device_allocator.h"
 #include "runtime/memory_size.h"
 
 namespace {
@@ -98,6 +99,16 @@ int run(int argc, char** argv) {
   std::fputs(config.describe().c_str(), stdout);
   std::fflush(stdout);
 
+  if (config.device == DeviceChoice::cuda) {
+    // Every device allocation goes through the capped allocator: --gpu_memory_limit 24GiB emulates a 24 GB
+    // card.
+    if (config.gpu_memory_limit > 0) zt::set_device_memory_limit(config.gpu_memory_limit);
+    std::printf(
+        "device memory plan (f32): parameters+gradients+Adam m,v %s, activations %s, cap %s\n",
+        zt::format_memory_size(state_bytes).c_str(),
+        zt::format_memory_size(activations.total_bytes()).c_str(),
+        config.gpu_memory_limit > 0 ? zt::format_memory_size(config.gpu_memory_limit).c_str() : "none");
+  }
   zt::optim::MrpcTrainer trainer(config, model_config);
   const auto epochs = trainer.train();
   if (!epochs.empty()) {
