@@ -1,0 +1,343 @@
+// The in-process communicator: ranks are threads sharing one InProcessGroup.
+//
+// Note [in-process collective protocol]
+// Every collective is: post (each rank publishes what it called and its buffers) -> rendezvous -> validate
+// and read (each rank checks all posts the same way and reads the other ranks' inputs into its own scratch)
+// -> rendezvous -> write (each rank writes only its own output). Reads of others' buffers all happen
+// between the two rendezvous and writes only after the second, so in-place forms (output aliasing input)
+// are safe and a rank's buffers are free again when its call returns. Validation after the first rendezvous
+// sees every rank's arguments, so a mismatch throws the same error on every rank instead of leaving ranks
+// waiting for a partner that already threw.
+#include "runtime/communicator.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstddef>
+#include <cstring>
+#include <mutex>
+#include <type_traits>
+
+#include "runtime/check.h"
+
+namespace zt {
+
+std::string_view collective_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::all_reduce_sum:
+      return "all_reduce_sum";
+    case CollectiveKind::reduce_scatter_sum:
+      return "reduce_scatter_sum";
+    case CollectiveKind::all_gather:
+      return "all_gather";
+    case CollectiveKind::broadcast:
+      return "broadcast";
+    case CollectiveKind::barrier:
+      return "barrier";
+  }
+  return "unknown collective";
+}
+
+namespace {
+
+bool is_sum(CollectiveKind kind) {
+  return kind == CollectiveKind::all_reduce_sum || kind == CollectiveKind::reduce_scatter_sum;
+}
+bool has_output(CollectiveKind kind) {
+  return kind == CollectiveKind::reduce_scatter_sum || kind == CollectiveKind::all_gather;
+}
+
+std::string tensor_problem(const Tensor& t, const char* what, DeviceKind expected_device) {
+  if (!t.defined()) return str(what, " is undefined (null data)");
+  if (!t.is_contiguous()) return str(what, " ", t.describe(), " is not contiguous");
+  if (t.device() != expected_device)
+    return str(what, " ", t.describe(), " is on the wrong device (this backend needs ",
+               expected_device == DeviceKind::cpu ? "cpu" : "cuda", " tensors)");
+  return "";
+}
+
+}  // namespace
+
+std::string collective_argument_problem(CollectiveKind kind, int rank, int world_size, const Tensor& input,
+                                        const Tensor& output, int root, DeviceKind expected_device) {
+  const std::string where = str(collective_name(kind), " on rank ", rank, " of ", world_size, ": ");
+  if (kind == CollectiveKind::barrier) return "";
+  if (auto p = tensor_problem(input, has_output(kind) ? "input" : "tensor", expected_device); !p.empty())
+    return where + p;
+  if (is_sum(kind) &&
+      !(input.dtype() == DType::f32 || input.dtype() == DType::bf16 || input.dtype() == DType::f16))
+    return str(where, "sums take f32, bf16 or f16, got ", dtype_name(input.dtype()));
+  if (kind == CollectiveKind::broadcast && (root < 0 || root >= world_size))
+    return str(where, "root ", root, " is not a rank in [0, ", world_size, ")");
+  if (!has_output(kind)) return "";
+  if (auto p = tensor_problem(output, "output", expected_device); !p.empty()) return where + p;
+  if (output.dtype() != input.dtype())
+    return str(where, "input is ", dtype_name(input.dtype()), " but output is ", dtype_name(output.dtype()));
+  if (kind == CollectiveKind::reduce_scatter_sum && input.numel() != output.numel() * world_size)
+    return str(where, "input has ", input.numel(), " elements and output ", output.numel(),
+               "; input must be world_size (", world_size, ") x output = ", output.numel() * world_size);
+  if (kind == CollectiveKind::all_gather && output.numel() != input.numel() * world_size)
+    return str(where, "input has ", input.numel(), " elements and output ", output.numel(),
+               "; output must be world_size (", world_size, ") x input = ", input.numel() * world_size);
+  return "";
+}
+
+namespace {
+
+// What one rank passed to the collective it is in (see Note [in-process collective protocol]).
+struct Post {
+  CollectiveKind kind = CollectiveKind::barrier;
+  DType dtype = DType::f32;
+  const std::byte* input = nullptr;
+  int64_t input_numel = 0;
+  int64_t output_numel = 0;
+  int root = 0;
+  std::string problem;  // this rank's own argument error, "" if none
+};
+
+class InProcessGroup {
+ public:
+  InProcessGroup(int world_size, InProcessGroupOptions options)
+      : world_size_(world_size),
+        options_(options),
+        posts_(static_cast<size_t>(world_size)),
+        arrived_(static_cast<size_t>(world_size), false) {}
+
+  int world_size() const { return world_size_; }
+  const Post& post(int rank) const { return posts_[static_cast<size_t>(rank)]; }
+
+  // Publishes rank's post, then waits for every rank's.
+  void post_and_wait(int rank, Post p) {
+    std::unique_lock lock(mutex_);
+    throw_if_aborted_locked(rank);
+    posts_[static_cast<size_t>(rank)] = std::move(p);
+    wait_locked(lock, rank);
+  }
+  void wait(int rank) {
+    std::unique_lock lock(mutex_);
+    wait_locked(lock, rank);
+  }
+
+  void abort(int rank, std::string_view reason) noexcept {
+    try {
+      std::lock_guard lock(mutex_);
+      abort_locked(rank, std::string(reason));
+    } catch (...) {  // std::string allocation failed; the flag alone still wakes the waiters
+      aborted_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void abort_locked(int rank, std::string reason) {
+    if (aborted_) return;  // the first cause is the one worth reporting
+    aborted_ = true;
+    abort_rank_ = rank;
+    abort_reason_ = std::move(reason);
+  }
+
+  void throw_if_aborted_locked(int rank) const {
+    if (aborted_)
+      ZT_FAIL("in-process communicator (rank ", rank, "): group aborted by rank ", abort_rank_, ": ",
+              abort_reason_);
+  }
+
+  // A generation-counted rendezvous: the last rank to arrive opens the next generation.
+  void wait_locked(std::unique_lock<std::mutex>& lock, int rank) {
+    throw_if_aborted_locked(rank);
+    const uint64_t generation = generation_;
+    arrived_[static_cast<size_t>(rank)] = true;
+    if (++arrived_count_ == world_size_) {
+      arrived_count_ = 0;
+      std::fill(arrived_.begin(), arrived_.end(), false);
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    auto done = [&] { return generation_ != generation || aborted_; };
+    if (options_.timeout.count() > 0) {
+      if (!cv_.wait_for(lock, options_.timeout, done)) {
+        std::string missing;
+        for (int r = 0; r < world_size_; ++r)
+          if (!arrived_[static_cast<size_t>(r)]) missing += str(missing.empty() ? "" : ", ", r);
+        abort_locked(rank,
+                     str("timed out after ", options_.timeout.count(), " ms waiting for rank(s) ", missing,
+                         " (post: ", collective_name(posts_[static_cast<size_t>(rank)].kind), ")"));
+        cv_.notify_all();
+      }
+    } else {
+      cv_.wait(lock, done);
+    }
+    // A rank aborted after everyone arrived may still finish this rendezvous; only a waiter left behind
+    // by the abort throws here (any later rendezvous throws on entry).
+    if (generation_ == generation) throw_if_aborted_locked(rank);
+  }
+
+  const int world_size_;
+  const InProcessGroupOptions options_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<Post> posts_;    // [world_size], written under the mutex before the first rendezvous
+  std::vector<bool> arrived_;  // [world_size], who is in the current rendezvous (timeout messages)
+  int arrived_count_ = 0;
+  uint64_t generation_ = 0;
+  bool aborted_ = false;
+  int abort_rank_ = -1;
+  std::string abort_reason_;
+};
+
+// 16-bit storage <-> f32 for the rank-order sums, which round once, at the end (f32 sums in place).
+float load_float(const bf16* p, int64_t i) {
+  return bf16_to_float(p[i]);
+}
+float load_float(const f16* p, int64_t i) {
+  return f16_to_float(p[i]);
+}
+void store_float(bf16* p, int64_t i, float v) {
+  p[i] = float_to_bf16(v);
+}
+void store_float(f16* p, int64_t i, float v) {
+  p[i] = float_to_f16(v);
+}
+
+class InProcessCommunicator final : public Communicator {
+ public:
+  InProcessCommunicator(std::shared_ptr<InProcessGroup> group, int rank)
+      : group_(std::move(group)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return group_->world_size(); }
+  std::string_view backend_name() const override { return "in-process"; }
+
+  void all_reduce_sum(const Tensor& in_out, CommStream) override {
+    run(CollectiveKind::all_reduce_sum, in_out, in_out, 0);
+  }
+  void reduce_scatter_sum(const Tensor& input, const Tensor& output, CommStream) override {
+    run(CollectiveKind::reduce_scatter_sum, input, output, 0);
+  }
+  void all_gather(const Tensor& input, const Tensor& output, CommStream) override {
+    run(CollectiveKind::all_gather, input, output, 0);
+  }
+  void broadcast(const Tensor& in_out, int root, CommStream) override {
+    run(CollectiveKind::broadcast, in_out, in_out, root);
+  }
+  void barrier(CommStream) override { group_->post_and_wait(rank_, Post{}); }
+  void abort(std::string_view reason) noexcept override { group_->abort(rank_, reason); }
+
+ private:
+  void run(CollectiveKind kind, const Tensor& input, const Tensor& output, int root) {
+    const int world = world_size();
+    Post mine{
+        .kind = kind,
+        .dtype = input.dtype(),
+        .input = static_cast<const std::byte*>(input.data()),
+        .input_numel = input.numel(),
+        .output_numel = has_output(kind) ? output.numel() : input.numel(),
+        .root = root,
+        .problem = collective_argument_problem(kind, rank_, world, input, output, root, DeviceKind::cpu)};
+    group_->post_and_wait(rank_, std::move(mine));
+    validate_posts();
+    const int64_t out_numel = group_->post(rank_).output_numel;
+    const size_t out_bytes = static_cast<size_t>(out_numel) * dtype_size(input.dtype());
+    scratch_.resize(out_bytes);
+    switch (input.dtype()) {
+      case DType::f32:
+        read_into_scratch<float>(kind, out_numel, root);
+        break;
+      case DType::bf16:
+        read_into_scratch<bf16>(kind, out_numel, root);
+        break;
+      case DType::f16:
+        read_into_scratch<f16>(kind, out_numel, root);
+        break;
+      default:  // only gathers and broadcasts reach here (validated): raw copies
+        read_into_scratch<std::byte>(kind, out_numel, root);
+        break;
+    }
+    group_->wait(rank_);  // every rank has finished reading every input
+    if (out_bytes > 0) std::memcpy(output.data(), scratch_.data(), out_bytes);
+  }
+
+  // Identical on every rank, so every rank throws the same error (rank order decides which is reported).
+  void validate_posts() const {
+    const int world = world_size();
+    for (int r = 0; r < world; ++r)
+      if (!group_->post(r).problem.empty()) ZT_FAIL(group_->post(r).problem);
+    const Post& first = group_->post(0);
+    for (int r = 1; r < world; ++r) {
+      const Post& p = group_->post(r);
+      const std::string_view op = collective_name(p.kind);
+      ZT_CHECK(p.kind == first.kind, "collective mismatch: rank 0 called ", collective_name(first.kind),
+               " but rank ", r, " called ", op);
+      ZT_CHECK(p.dtype == first.dtype, op, ": rank 0 passes ", dtype_name(first.dtype), " but rank ", r,
+               " passes ", dtype_name(p.dtype));
+      ZT_CHECK(p.input_numel == first.input_numel && p.output_numel == first.output_numel, op,
+               ": size mismatch: rank 0 passes input ", first.input_numel, " / output ", first.output_numel,
+               " elements but rank ", r, " passes input ", p.input_numel, " / output ", p.output_numel);
+      ZT_CHECK(p.root == first.root, op, ": rank 0 broadcasts from root ", first.root, " but rank ", r,
+               " from root ", p.root);
+    }
+  }
+
+  template <typename T>
+  void read_into_scratch(CollectiveKind kind, int64_t out_numel, int root) {
+    const int world = world_size();
+    T* out = reinterpret_cast<T*>(scratch_.data());
+    auto input_of = [&](int r) { return reinterpret_cast<const T*>(group_->post(r).input); };
+    switch (kind) {
+      case CollectiveKind::all_reduce_sum:
+      case CollectiveKind::reduce_scatter_sum: {
+        if constexpr (!std::is_same_v<T, std::byte>) {
+          // all_reduce reads all n elements, reduce_scatter this rank's block [rank*n, (rank+1)*n).
+          const int64_t begin = kind == CollectiveKind::reduce_scatter_sum ? rank_ * out_numel : 0;
+          if constexpr (std::is_same_v<T, float>) {
+            // Rank-order sum, elementwise: ((x0 + x1) + x2) + ..., the same on every rank.
+            std::memcpy(out, input_of(0) + begin, static_cast<size_t>(out_numel) * sizeof(float));
+            for (int r = 1; r < world; ++r) {
+              const float* in = input_of(r) + begin;
+              for (int64_t i = 0; i < out_numel; ++i) out[i] += in[i];
+            }
+          } else {
+            accumulator_.assign(static_cast<size_t>(out_numel), 0.0f);
+            for (int r = 0; r < world; ++r) {
+              const T* in = input_of(r) + begin;
+              for (int64_t i = 0; i < out_numel; ++i)
+                accumulator_[static_cast<size_t>(i)] += load_float(in, i);
+            }
+            for (int64_t i = 0; i < out_numel; ++i) store_float(out, i, accumulator_[static_cast<size_t>(i)]);
+          }
+        }
+        return;
+      }
+      case CollectiveKind::all_gather: {
+        const int64_t n = out_numel / world;
+        for (int r = 0; r < world; ++r)
+          std::memcpy(out + r * n, input_of(r), static_cast<size_t>(n) * sizeof(T));
+        return;
+      }
+      case CollectiveKind::broadcast:
+        std::memcpy(out, input_of(root), static_cast<size_t>(out_numel) * sizeof(T));
+        return;
+      case CollectiveKind::barrier:
+        return;
+    }
+  }
+
+  std::shared_ptr<InProcessGroup> group_;
+  int rank_;
+  std::vector<std::byte> scratch_;  // this rank's result, [output bytes], written out after the rendezvous
+  std::vector<float> accumulator_;  // f32 sums of 16-bit inputs, [output elements]
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> make_in_process_group(int world_size,
+                                                                 InProcessGroupOptions options) {
+  ZT_CHECK(world_size >= 1, "make_in_process_group: world_size must be >= 1, got ", world_size);
+  auto group = std::make_shared<InProcessGroup>(world_size, options);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  comms.reserve(static_cast<size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) comms.push_back(std::make_unique<InProcessCommunicator>(group, r));
+  return comms;
+}
+
+}  // namespace zt
