@@ -249,8 +249,8 @@ class InProcessCommunicator final : public Communicator {
       case DType::f16:
         read_into_scratch<f16>(kind, out_numel, root);
         break;
-      default:  // only gathers and broadcasts reach here (validated): raw copies
-        read_into_scratch<std::byte>(kind, out_numel, root);
+      default:  // only gathers and broadcasts reach here (validated): raw copies, counted in bytes
+        read_into_scratch<std::byte>(kind, out_numel * static_cast<int64_t>(dtype_size(input.dtype())), root);
         break;
     }
     group_->wait(rank_);  // every rank has finished reading every input

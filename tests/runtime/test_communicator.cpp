@@ -164,6 +164,35 @@ TEST_P(InProcessCollectives, BroadcastCopiesTheRootFromEveryRoot) {
   }
 }
 
+// Gathers and broadcasts copy raw elements of any dtype: 8-byte integers must arrive whole (values that use
+// every byte, so a copy of numel bytes instead of numel * 8 fails).
+TEST_P(InProcessCollectives, AllGatherAndBroadcastCopyWholeI64Elements) {
+  const auto [world, n] = GetParam();
+  auto comms = make_in_process_group(world);
+  auto value = [](int rank, int64_t i) { return (int64_t{rank + 1} << 40) + 0x0102030405LL * (i + 1); };
+  std::vector<std::vector<int64_t>> gathered(static_cast<size_t>(world)),
+      broadcast(static_cast<size_t>(world));
+  expect_all_succeeded(run_ranks(comms, [&](Communicator& c) {
+    std::vector<int64_t> shard(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) shard[static_cast<size_t>(i)] = value(c.rank(), i);
+    auto& g = gathered[static_cast<size_t>(c.rank())];
+    g.assign(static_cast<size_t>(world * n), -1);
+    c.all_gather(Tensor(shard.data(), {n}, DType::i64), Tensor(g.data(), {world * n}, DType::i64));
+    auto& b = broadcast[static_cast<size_t>(c.rank())];
+    b = shard;
+    c.broadcast(Tensor(b.data(), {n}, DType::i64), world - 1);
+  }));
+  for (int r = 0; r < world; ++r) {
+    for (int s = 0; s < world; ++s)
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(gathered[static_cast<size_t>(r)][static_cast<size_t>(s * n + i)], value(s, i))
+            << "rank " << r << " block " << s << " element " << i;
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(broadcast[static_cast<size_t>(r)][static_cast<size_t>(i)], value(world - 1, i))
+          << "rank " << r;
+  }
+}
+
 // Awkward values: the sum depends on its order, so this checks the rank-order rule bit for bit, on every
 // rank, and the ZeRO-2 identity: reduce_scatter then all_gather (both in place on the flat buffer) gives
 // exactly what all_reduce gives.
