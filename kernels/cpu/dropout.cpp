@@ -10,11 +10,6 @@
 #include "kernels/philox.h"
 
 namespace zt::kernels {
-#ifdef ZT_WITH_CUDA
-// CUDA tensors passed to these stream-less entry points run on the legacy default stream; code with its own
-// stream calls kernels/cuda/dropout.cuh directly.
-constexpr cudaStream_t kDispatchStream = nullptr;
-#endif
 namespace {
 
 // Forward and backward are the same map (scale kept entries, zero the rest), so one routine serves both.

@@ -9,11 +9,6 @@
 #endif
 
 namespace zt::kernels {
-#ifdef ZT_WITH_CUDA
-// CUDA tensors passed to these stream-less entry points run on the legacy default stream; code with its own
-// stream calls kernels/cuda/elementwise.cuh directly.
-constexpr cudaStream_t kDispatchStream = nullptr;
-#endif
 namespace {
 
 void fail_if_cuda(const Tensor& t, const char* op) {

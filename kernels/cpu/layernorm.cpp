@@ -10,11 +10,6 @@
 #endif
 
 namespace zt::kernels {
-#ifdef ZT_WITH_CUDA
-// CUDA tensors passed to these stream-less entry points run on the legacy default stream; code with its own
-// stream calls kernels/cuda/layernorm.cuh directly.
-constexpr cudaStream_t kDispatchStream = nullptr;
-#endif
 namespace {
 
 void layernorm_forward_cpu(const float* x, const float* gamma, const float* beta, float eps, int64_t rows,
