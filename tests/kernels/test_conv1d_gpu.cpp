@@ -2,6 +2,8 @@
 // f32, bf16 and f16 storage, on inputs rounded to the storage dtype.
 #include <gtest/gtest.h>
 
+#ifdef ZT_WITH_CUDA
+
 #include <ostream>
 #include <string>
 #include <vector>
@@ -100,3 +102,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Conv1dGpu,
 
 }  // namespace
 }  // namespace zt::kernels
+
+#else
+// A build without nvcc has no CUDA kernels to test.
+TEST(Conv1dGpu, NeedsCuda) {
+  GTEST_SKIP() << "built without CUDA";
+}
+#endif

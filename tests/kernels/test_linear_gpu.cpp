@@ -3,6 +3,8 @@
 // differences are the GPU's accumulation order and its rounding of outputs.
 #include <gtest/gtest.h>
 
+#ifdef ZT_WITH_CUDA
+
 #include <ostream>
 #include <string>
 #include <vector>
@@ -125,3 +127,10 @@ TEST(LinearGpuArgs, RejectsMixedDtypes) {
 
 }  // namespace
 }  // namespace zt::kernels
+
+#else
+// A build without nvcc has no CUDA kernels to test.
+TEST(LinearGpu, NeedsCuda) {
+  GTEST_SKIP() << "built without CUDA";
+}
+#endif
