@@ -1,5 +1,6 @@
 #include "optim/zero_step.h"
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -17,22 +18,15 @@ Tensor flat_f32(std::span<float> x) {
 
 // Sum of one double per rank, added in rank order, identical on every rank. The communicator sums only
 // floating types up to f32, and an f32 sum of squares would cost the clip factor precision the
-// single-process norm (double) has, so each double travels bit for bit through all_gather as two f32
-// words ([2] per rank, [2W] gathered). Not as one i64: the in-process backend's raw copy for i32/i64 moves
-// one byte per element (runtime/communicator.cpp, read_into_scratch<std::byte> with numel, not bytes).
+// single-process norm (double) has, so each rank's double travels bit for bit through all_gather as the
+// 64-bit pattern of an i64 ([1] per rank, [W] gathered).
 double all_sum_double(Communicator& comm, double local) {
   const int world = comm.world_size();
-  static_assert(sizeof(double) == 2 * sizeof(float));
-  std::vector<float> words(2 * static_cast<size_t>(world));
-  float* mine = words.data() + 2 * comm.rank();
-  std::memcpy(mine, &local, sizeof(double));
-  comm.all_gather(Tensor(mine, Shape{2}, DType::f32), Tensor(words.data(), Shape{2 * world}, DType::f32));
+  std::vector<int64_t> bits(static_cast<size_t>(world));
+  int64_t mine = std::bit_cast<int64_t>(local);
+  comm.all_gather(Tensor(&mine, Shape{1}, DType::i64), Tensor(bits.data(), Shape{world}, DType::i64));
   double sum = 0;
-  for (int r = 0; r < world; ++r) {
-    double x = 0;
-    std::memcpy(&x, words.data() + 2 * r, sizeof(double));
-    sum += x;
-  }
+  for (int64_t b : bits) sum += std::bit_cast<double>(b);
   return sum;
 }
 
