@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/arg_checks.h"
+#include "kernels/cpu/eigen_views.h"
 #ifdef ZT_WITH_CUDA
 #include "kernels/cuda/conv1d.cuh"
 #endif
@@ -12,9 +13,12 @@
 namespace zt::kernels {
 namespace {
 
-using RowMajorMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MatrixView = Eigen::Map<RowMajorMatrix>;
-using ConstMatrixView = Eigen::Map<const RowMajorMatrix>;
+using cpu::ConstMatrixView;
+using cpu::ConstRowVectorView;
+using cpu::MatrixView;
+using cpu::RowMajorMatrix;
+using cpu::RowVectorView;
+
 using DynamicStride = Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>;
 // One kernel tap W[:, :, kk] of the [D_out, D_in, k] weight: a [D_out, D_in] matrix with inner stride k.
 using TapView = Eigen::Map<RowMajorMatrix, 0, DynamicStride>;

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/arg_checks.h"
+#include "kernels/cpu/eigen_views.h"
 #ifdef ZT_WITH_CUDA
 #include "kernels/cuda/linear.cuh"
 #endif
@@ -11,11 +12,11 @@
 namespace zt::kernels {
 namespace {
 
-using RowMajorMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MatrixView = Eigen::Map<RowMajorMatrix>;
-using ConstMatrixView = Eigen::Map<const RowMajorMatrix>;
-using RowVectorView = Eigen::Map<Eigen::RowVectorXf>;
-using ConstRowVectorView = Eigen::Map<const Eigen::RowVectorXf>;
+using cpu::ConstMatrixView;
+using cpu::ConstRowVectorView;
+using cpu::MatrixView;
+using cpu::RowMajorMatrix;
+using cpu::RowVectorView;
 
 // The leading shape of `t` (all but the last dimension) must equal that of `like`.
 void check_same_rows(const Tensor& t, const Tensor& like, const char* op, const char* name,
