@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""HF DeBERTa-v2 under PyTorch (eager and torch.compile) and zerotrain, one training step timed side by side.
+
+Trains DebertaV2ForSequenceClassification (xlarge architecture, random init, 2 labels) with torch and the
+zerotrain training step on the same config, then prints samples/s, step ms, peak GiB and zerotrain's ratios
+to each torch run. The torch training loop follows shared/bench/torch_baseline.py: bf16/fp16 autocast
+(GradScaler for fp16), fused AdamW (lr 2e-5), grad clip 1.0, random ids, full attention mask, median step
+time after warmup. Target from the issue: at bs 40 / seq 128 / bf16 on one H200, zerotrain >= 1.2x
+torch.compile's samples/s with a peak no higher than torch.compile's; the last line says PASS or FAIL.
+
+  python3 scripts/bench_vs_torch.py --zt-bin build/tools/bench_train_step               # the target only
+  python3 scripts/bench_vs_torch.py --zt-bin build/tools/bench_train_step --batches 40,8,64 --dtypes bf16,fp16
+  python3 scripts/bench_vs_torch.py --impls zerotrain --layers 2 --json-out /tmp/zt.json
+
+Every (impl, batch, dtype) runs in a subprocess of its own, so each has a fresh CUDA context and its own peak:
+torch runs re-invoke this file with the hidden --worker flag, zerotrain runs
+  <zt-bin> --batch B --seq S --dtype bf16|fp16|fp32 --steps N --dropout P [--layers L]
+whose last JSON line on stdout is the result (extra keys pass through to --json-out). A run that fails, runs
+out of memory or passes --timeout-s is recorded with an "error" and the sweep goes on. Torch runs do
+--steps timed steps after WARMUP steps (torch.compile compiles in step 0, reported as first_step_s); the
+binary gets --steps unchanged and does its own warmup. Torch is imported only in workers, so
+`--impls zerotrain` needs none. The bs40/bf16 pair runs first, and --json-out is rewritten after every run,
+so a sweep cut short still leaves the verdict's numbers. The exit status is 0 whatever the verdict.
+A torch.compile run takes a few minutes (compile included); split a full sweep (18 runs) across invocations
+where one command's time is capped.
+"""
+import argparse, json, os, shlex, shutil, signal, statistics, subprocess, sys, time
+
+XLARGE = dict(vocab_size=128100, hidden_size=1536, num_hidden_layers=24, num_attention_heads=24,
+              intermediate_size=6144, hidden_act="gelu", max_position_embeddings=512, type_vocab_size=0,
+              relative_attention=True, max_relative_positions=-1, position_buckets=256,
+              norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"],
+              layer_norm_eps=1e-7, conv_kernel_size=3, conv_act="gelu", position_biased_input=False,
+              pooler_hidden_size=1536, pooler_hidden_act="gelu", num_labels=2)
+LABELS = {"eager": "torch-eager", "compile": "torch-compile", "zerotrain": "zerotrain"}
+WARMUP = {"eager": 3, "compile": 5}  # untimed steps; compile's step 0 compiles forward and backward
+TARGET = dict(batch=40, dtype="bf16", seq=128, min_ratio=1.2)
+
+
+# ---------------------------------------------------------------- worker side (torch imported here only)
+def worker_info():
+    import torch, transformers
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"
+    return dict(gpu=gpu, torch=torch.__version__, transformers=transformers.__version__,
+                cuda=torch.version.cuda)
+
+
+def worker_train(args):
+    """torch_baseline.train_steps for one (impl, batch, dtype); returns the result dict."""
+    import torch, transformers
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
+    dev = args.worker_device
+    cuda = dev == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    torch.manual_seed(0)
+    if cuda: torch.cuda.reset_peak_memory_stats()
+    cfg = dict(XLARGE)
+    if args.layers: cfg["num_hidden_layers"] = args.layers
+    cfg["hidden_dropout_prob"] = cfg["attention_probs_dropout_prob"] = cfg["pooler_dropout"] = args.dropout
+    model = DebertaV2ForSequenceClassification(DebertaV2Config(**cfg)).to(dev).train()
+    nparam = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.0, fused=True)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    scaler = torch.amp.GradScaler(dev, enabled=(dtype == torch.float16))
+    fwd = torch.compile(model) if args.worker == "compile" else model
+    ids = torch.randint(5, 128000, (args.batch, args.seq), device=dev)
+    mask = torch.ones_like(ids)
+    labels = torch.randint(0, 2, (args.batch,), device=dev)
+    warmup = WARMUP[args.worker]
+    times = []
+    for _ in range(warmup + args.steps):
+        sync(); t = time.perf_counter()
+        with torch.autocast(dev, dtype=dtype, enabled=(dtype != torch.float32)):
+            loss = fwd(input_ids=ids, attention_mask=mask, labels=labels).loss
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)
+        sync(); times.append(time.perf_counter() - t)
+    step = statistics.median(times[warmup:])
+    flops = 6 * (nparam - XLARGE["vocab_size"] * XLARGE["hidden_size"]) * args.batch * args.seq
+    peak = torch.cuda.max_memory_allocated() if cuda else 0
+    return dict(impl=LABELS[args.worker], dtype=args.dtype, batch=args.batch, seq=args.seq, params=nparam,
+                first_step_s=round(times[0], 3), step_ms=round(step * 1e3, 2),
+                samples_per_s=round(args.batch / step, 1), approx_tflops=round(flops / step / 1e12, 1),
+                peak_gib=round(peak / 2**30, 2), warmup_steps=warmup, timed_steps=args.steps,
+                final_loss=round(loss.item(), 4), torch=torch.__version__, transformers=transformers.__version__)
+
+
+def worker_main(args):
+    try:
+        out = worker_info() if args.worker == "info" else worker_train(args)
+    except Exception as e:  # report one JSON line whatever happened; the traceback goes to stderr
+        import traceback
+        traceback.print_exc()
+        text = f"{type(e).__name__}: {e}"
+        oom = type(e).__name__ == "OutOfMemoryError" or "out of memory" in text.lower()
+        print(json.dumps(dict(error="OOM" if oom else text.strip().splitlines()[0][:300])), flush=True)
+        return 1
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------- driver side
+def run_child(cmd, timeout_s):
+    """Runs cmd in its own process group; returns (stdout, stderr, returncode, timed_out)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout_s)
+        return out, err, p.returncode, False
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # also ends inductor's compile workers
+        out, err = p.communicate()
+        return out, err, p.returncode, True
+    except BaseException:
+        os.killpg(p.pid, signal.SIGKILL)
+        raise
+
+
+def last_json(text):
+    for line in reversed(text.splitlines()):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict): return obj
+    return None
+
+
+def child_cmd(args, impl, batch, dtype):
+    common = ["--batch", str(batch), "--seq", str(args.seq), "--dtype", dtype, "--steps", str(args.steps),
+              "--dropout", str(args.dropout)] + (["--layers", str(args.layers)] if args.layers else [])
+    if impl == "zerotrain": return [args.zt_bin] + common
+    return [sys.executable, os.path.abspath(__file__), "--worker", impl] + common
+
+
+def measure(args, impl, batch, dtype):
+    rec = dict(impl=LABELS[impl], batch=batch, dtype=dtype, seq=args.seq)
+    cmd = child_cmd(args, impl, batch, dtype)
+    t0 = time.time()
+    try:
+        out, err, rc, timed_out = run_child(cmd, args.timeout_s)
+    except OSError as e:  # binary missing or not executable
+        return dict(rec, error=f"cannot run {cmd[0]}: {e.strerror}")
+    rec["wall_s"] = round(time.time() - t0, 1)
+    got = last_json(out) or {}
+    for key in ("batch", "seq"):  # a binary that ignored a flag measured something else
+        if key in got and got[key] != rec[key]:
+            got.setdefault("error", f"reported {key}={got[key]}, asked for {rec[key]}")
+            got[f"reported_{key}"] = got[key]
+    if got.get("dtype", dtype) != dtype:  # a warning only: the binary may spell it differently
+        got.setdefault("warning", f"reported dtype {got['dtype']}")
+    rec.update({k: v for k, v in got.items() if k not in ("impl", "batch", "seq", "dtype")})
+    if timed_out:
+        rec["error"] = f"timeout after {args.timeout_s}s"
+    elif "error" not in rec and not isinstance(rec.get("samples_per_s"), (int, float)):
+        tail = [l for l in err.strip().splitlines() if l.strip()]
+        if "out of memory" in err.lower(): rec["error"] = "OOM"
+        elif rc < 0: rec["error"] = f"killed by signal {-rc}"
+        else: rec["error"] = f"exit {rc}: " + (tail[-1][:300] if tail else "no JSON result on stdout")
+    elif rc != 0 and "error" not in rec:
+        rec["warning"] = f"exit {rc} after printing its result"
+    if "error" in rec and err.strip():
+        lines = [f"# stderr tail of {rec['impl']} bs{batch} {dtype}:"] + err.strip().splitlines()[-15:]
+        print("\n  | ".join(lines), file=sys.stderr, flush=True)
+    return rec
+
+
+def ratio(num, den, key):
+    a, b = (num or {}).get(key), (den or {}).get(key)
+    ok = lambda r: r and "error" not in r and isinstance(r.get(key), (int, float))
+    return a / b if ok(num) and ok(den) and b > 0 else None
+
+
+def fmt(x, spec, suffix=""):
+    return "-" if x is None else format(x, spec) + suffix
+
+
+def table(args, results):
+    """One row per (batch, dtype): per impl samples/s, step ms, peak GiB; then zerotrain's ratios."""
+    head = ["batch", "dtype"]
+    for impl in args.impls: head += [f"{impl} samples/s", "step ms", "GiB"]
+    others = [i for i in ("compile", "eager") if i in args.impls and "zerotrain" in args.impls]
+    for o in others: head += [f"zt/{o} samples/s", "peak"]
+    rows, errors = [], []
+    for dtype in args.dtypes:
+        for batch in sorted(args.batches):
+            row = [str(batch), dtype]
+            for impl in args.impls:
+                r = results.get((impl, batch, dtype))
+                if r is None: row += ["not run", "-", "-"]
+                elif "error" in r:
+                    row += [r["error"][:20], "-", "-"]
+                    errors.append(f"{LABELS[impl]} bs{batch} {dtype}: {r['error']}")
+                else: row += [fmt(r.get("samples_per_s"), ".1f"), fmt(r.get("step_ms"), ".1f"),
+                              fmt(r.get("peak_gib"), ".2f")]
+                if r and "warning" in r: errors.append(f"{LABELS[impl]} bs{batch} {dtype}: warning: {r['warning']}")
+            zt = results.get(("zerotrain", batch, dtype))
+            for o in others:
+                other = results.get((o, batch, dtype))
+                row += [fmt(ratio(zt, other, "samples_per_s"), ".2f", "x"),
+                        fmt(ratio(zt, other, "peak_gib"), ".2f", "x")]
+            rows.append(row)
+    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+    for r in [head] + rows: print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+    for e in errors: print(f"note: {e}")
+
+
+def verdict(args, results):
+    t = TARGET
+    name = f"TARGET bs{t['batch']}/seq{t['seq']}/{t['dtype']}"
+    covered = args.seq == t["seq"] and args.layers in (0, 24) and t["batch"] in args.batches \
+        and t["dtype"] in args.dtypes and {"zerotrain", "compile"} <= set(args.impls)
+    if not covered:
+        return dict(result="n/a", line=f"{name}: n/a (this run does not cover it: needs --seq 128, no "
+                                       "--layers, bs 40, bf16 and impls zerotrain + compile)")
+    zt, tc = results.get(("zerotrain", t["batch"], t["dtype"])), results.get(("compile", t["batch"], t["dtype"]))
+    if tc is None or zt is None: return dict(result="n/a", line=f"{name}: n/a (not measured)")
+    if "error" in tc: return dict(result="n/a", line=f"{name}: n/a (torch.compile: {tc['error']})")
+    if "error" in zt: return dict(result="FAIL", line=f"{name}: FAIL (zerotrain: {zt['error']})")
+    sp, zp, cp = ratio(zt, tc, "samples_per_s"), zt.get("peak_gib"), tc.get("peak_gib")
+    ok = sp is not None and sp >= t["min_ratio"] and zp is not None and cp is not None and zp <= cp
+    res = "PASS" if ok else "FAIL"
+    line = (f"{name}: zerotrain {zt.get('samples_per_s')} samples/s = {fmt(sp, '.3f')}x torch.compile "
+            f"{tc.get('samples_per_s')} (need >= {t['min_ratio']}x), peak {zp} GiB vs {cp} GiB (need <=): {res}")
+    return dict(result=res, samples_ratio=sp, zt_peak_gib=zp, compile_peak_gib=cp, line=line)
+
+
+def header(args):
+    out, _, _, _ = run_child([sys.executable, os.path.abspath(__file__), "--worker", "info"], 300)
+    info = last_json(out) or {}
+    if "gpu" not in info:
+        smi, _, rc, _ = run_child(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], 30) \
+            if shutil.which("nvidia-smi") else ("", "", 1, False)
+        info = dict(gpu=smi.strip().splitlines()[0] if rc == 0 and smi.strip() else "unknown",
+                    torch="not importable", transformers="not importable")
+    git = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "describe", "--always",
+                          "--dirty"], capture_output=True, text=True).stdout.strip() or "unknown"
+    info.update(command=shlex.join([sys.executable] + sys.argv), zerotrain_git=git)
+    for k in ("gpu", "torch", "transformers", "cuda", "zerotrain_git", "command"):
+        if k in info: print(f"# {k}: {info[k]}", flush=True)
+    return info
+
+
+def write_json(args, meta, records, final=None):
+    if not args.json_out: return
+    tmp = args.json_out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(dict(meta=meta, results=records, verdict=final), f, indent=1)
+    os.replace(tmp, args.json_out)
+
+
+def csv(kind):
+    return lambda s: list(dict.fromkeys(kind(x.strip()) for x in s.split(",") if x.strip()))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--zt-bin", default="build/tools/bench_train_step", help="zerotrain benchmark binary")
+    p.add_argument("--batches", type=csv(int), default=[40], help="comma-separated batch sizes")
+    p.add_argument("--dtypes", type=csv(str), default=["bf16"], help="comma-separated, of bf16,fp16,fp32")
+    p.add_argument("--impls", type=csv(str), default=["eager", "compile", "zerotrain"],
+                   help="comma-separated, of eager,compile,zerotrain")
+    p.add_argument("--steps", type=int, default=12, help="timed steps (torch adds warmup steps before)")
+    p.add_argument("--seq", type=int, default=128, help="sequence length")
+    p.add_argument("--layers", type=int, default=0, help="override num_hidden_layers (24)")
+    p.add_argument("--dropout", type=float, default=0.1, help="hidden, attention and pooler dropout")
+    p.add_argument("--json-out", default="", help="write meta, every result and the verdict here")
+    p.add_argument("--timeout-s", type=int, default=480, help="limit for each run, seconds")
+    p.add_argument("--worker", choices=["info", "eager", "compile"], help=argparse.SUPPRESS)
+    p.add_argument("--batch", type=int, default=40, help=argparse.SUPPRESS)
+    p.add_argument("--dtype", default="bf16", help=argparse.SUPPRESS)
+    p.add_argument("--worker-device", default="cuda", help=argparse.SUPPRESS)  # "cpu" to test the loop
+    args = p.parse_args()
+    if args.worker: return worker_main(args)
+    for name, got, allowed in (("--impls", args.impls, LABELS), ("--dtypes", args.dtypes, ("bf16", "fp16", "fp32"))):
+        if not got or set(got) - set(allowed): p.error(f"{name} takes a comma-separated subset of {list(allowed)}")
+    os.environ["NCCL_NVLS_ENABLE"] = "0"  # children inherit it; NVLink multicast stays off
+
+    meta = header(args)
+    jobs = [(impl, b, d) for d in args.dtypes for b in args.batches for impl in args.impls]
+    jobs.sort(key=lambda j: (j[1], j[2]) != (TARGET["batch"], TARGET["dtype"]))  # stable: target first
+    results, records = {}, []
+    for n, (impl, batch, dtype) in enumerate(jobs, 1):
+        print(f"# [{n}/{len(jobs)}] {shlex.join(child_cmd(args, impl, batch, dtype))}", flush=True)
+        rec = measure(args, impl, batch, dtype)
+        results[(impl, batch, dtype)] = rec
+        records.append(rec)
+        print(json.dumps(rec), flush=True)
+        write_json(args, meta, records)
+    print()
+    table(args, results)
+    final = verdict(args, results)
+    print(final["line"], flush=True)
+    write_json(args, meta, records, final)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
