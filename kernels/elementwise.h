@@ -1,6 +1,9 @@
 // Small elementwise and data-movement helpers the DeBERTa model needs between the big ops.
 // All float tensors are f32, contiguous; "same shape" means exactly equal shapes. Outputs may alias inputs
 // (every output element depends only on the input element(s) at the same position).
+// CUDA (kernels/cuda/elementwise.cu): every float tensor of one call shares one storage dtype (f32, bf16,
+// f16), with two exceptions for the f32 islands of a 16-bit model: copy converts between any two of them
+// (round to nearest even), and add_inplace accumulates a 16-bit src into an f32 dst (summed in f32).
 #pragma once
 
 #include <cstdint>

@@ -13,6 +13,7 @@
 #include "kernels/linear.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
+#include "runtime/step_profile.h"
 
 namespace zt {
 
@@ -80,51 +81,59 @@ struct DebertaForSequenceClassification::State {
   DebertaBatch inputs;
   DropoutSchedule dropout;
   bool has_forward = false;
+  DType compute = DType::f32;
 
-  State(int64_t b, int64_t l, ArenaLayout layout, DeviceKind device)
+  State(int64_t b, int64_t l, ArenaLayout layout, DeviceKind device, DType compute_dtype)
       : max_batch(b),
         max_seq(l),
         activations("activations", std::move(layout),
                     {.kind = device == DeviceKind::cuda ? MemoryKind::device : MemoryKind::host,
-                     .category = MemoryCategory::activations}) {}
+                     .category = MemoryCategory::activations}),
+        compute(compute_dtype) {}
 };
 
-ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConfig& c, int64_t B, int64_t L) {
+ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConfig& c, int64_t B, int64_t L,
+                                                               DType compute) {
   ZT_CHECK(B > 0 && L > 0, "activation plan needs a positive batch and sequence length, got ", B, " x ", L);
+  ZT_CHECK(compute == DType::f32 || compute == DType::bf16 || compute == DType::f16,
+           "the model computes in f32, bf16 or f16, not ", dtype_name(compute));
+  const bool mixed = compute != DType::f32;
   const int64_t D = c.hidden_size, N = c.num_attention_heads, I = c.intermediate_size;
   const int64_t S2 = c.rel_embedding_rows(), C = c.num_labels, n = c.num_hidden_layers;
   const int64_t P = c.pooler_hidden_size;
   ArenaLayout layout;
-  auto add = [&](const std::string& name, Shape shape) { layout.add({name, shape, DType::f32}); };
+  // Activations in the compute dtype; statistics, probabilities and the loss path in f32.
+  auto add = [&](const std::string& name, Shape shape) { layout.add({name, shape, compute}); };
+  auto add_f32 = [&](const std::string& name, Shape shape) { layout.add({name, shape, DType::f32}); };
   // Embeddings: raw gather (LayerNorm input), LayerNorm statistics; h0 = E.
   add("emb.raw", {B, L, D});
-  add("emb.mean", {B, L});
-  add("emb.rstd", {B, L});
+  add_f32("emb.mean", {B, L});
+  add_f32("emb.rstd", {B, L});
   add("rel.ln", {S2, D});
-  add("rel.mean", {S2});
-  add("rel.rstd", {S2});
+  add_f32("rel.mean", {S2});
+  add_f32("rel.rstd", {S2});
   for (int64_t k = 0; k <= n; ++k) add(str("hidden.", k), {B, L, D});
   for (int l = 0; l < n; ++l) {
     for (const char* name : {"q", "k", "v", "ctx", "s1", "y", "s2"}) add(layer_slot(l, name), {B, L, D});
     for (const char* name : {"rel_dropped", "pos_key", "pos_query"}) add(layer_slot(l, name), {S2, D});
-    add(layer_slot(l, "probs"), {B, N, L, L});
+    add_f32(layer_slot(l, "probs"), {B, N, L, L});
     add(layer_slot(l, "f1"), {B, L, I});
-    add(layer_slot(l, "g1"), {B, L, I});
     for (const char* name : {"ln_a.mean", "ln_a.rstd", "ln_o.mean", "ln_o.rstd"})
-      add(layer_slot(l, name), {B, L});
+      add_f32(layer_slot(l, name), {B, L});
   }
   if (c.has_conv()) {
     add("conv.t", {B, L, D});   // dropped, masked conv output: the gelu input
     add("conv.s3", {B, L, D});  // LN_c input
-    add("conv.mean", {B, L});
-    add("conv.rstd", {B, L});
+    add_f32("conv.mean", {B, L});
+    add_f32("conv.rstd", {B, L});
   }
   add("head.cls", {B, D});
   add("head.pp", {B, P});
   add("head.pg", {B, P});
   add("head.pd", {B, P});
-  add("head.logits", {B, C});
-  add("head.loss", {1});
+  add_f32("head.logits", {B, C});
+  if (mixed) add("head.logits16", {B, C});  // the classifier's output before the cast to f32
+  add_f32("head.loss", {1});
   // Backward scratch.
   add("grad.h", {B, L, D});
   add("grad.h_next", {B, L, D});
@@ -134,23 +143,29 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
   add("grad.k", {B, L, D});
   add("grad.v", {B, L, D});
   add("grad.f", {B, L, I});
+  add("grad.g1", {B, L, I});  // gelu(f1): forward's FFN input, recomputed by backward
   add("grad.pos_key", {S2, D});
   add("grad.pos_query", {S2, D});
   add("grad.rel_dropped", {S2, D});
-  add("grad.rel", {S2, D});
+  add_f32("grad.rel", {S2, D});  // summed over every layer: f32 even in a 16-bit model
+  if (mixed) add("grad.rel16", {S2, D});
   add("grad.rel_tmp", {S2, D});
   add("grad.head_a", {B, P});
   add("grad.head_b", {B, P});
   add("grad.cls", {B, D});
-  add("grad.logits", {B, C});
+  add_f32("grad.logits", {B, C});
+  if (mixed) add("grad.logits16", {B, C});
   return layout;
 }
 
 DebertaForSequenceClassification::DebertaForSequenceClassification(DebertaConfig config, int64_t max_batch,
-                                                                   int64_t max_seq, DeviceKind device)
-    : config_(std::move(config)),
-      state_(std::make_unique<State>(max_batch, max_seq, plan_activations(config_, max_batch, max_seq),
-                                     device)) {
+                                                                   int64_t max_seq, DeviceKind device,
+                                                                   DType compute)
+    : config_(std::move(config)) {
+  ZT_CHECK(compute == DType::f32 || device == DeviceKind::cuda, "the CPU backend computes in f32 only, not ",
+           dtype_name(compute));
+  state_ = std::make_unique<State>(max_batch, max_seq, plan_activations(config_, max_batch, max_seq, compute),
+                                   device, compute);
   ZT_CHECK(config_.relative_attention && config_.share_att_key && !config_.position_biased_input,
            "the model implements DeBERTa-v2 relative attention with shared keys only");
   ZT_CHECK(config_.rel_embeddings_layer_norm, "the model implements norm_rel_ebd = layer_norm only");
@@ -160,6 +175,10 @@ DebertaForSequenceClassification::~DebertaForSequenceClassification() = default;
 
 DeviceKind DebertaForSequenceClassification::device() const {
   return state_->activations.device();
+}
+
+DType DebertaForSequenceClassification::compute_dtype() const {
+  return state_->compute;
 }
 
 const ArenaLayout& DebertaForSequenceClassification::activation_layout() const {
@@ -209,6 +228,7 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
   };
   const double hidden_p = c.hidden_dropout_prob;
   const Shape bld{B, L, D};
+  StepProfile& prof = StepProfile::global();  // segment marks: no-ops unless profiling is on
 
   // Embeddings.
   const Tensor& mask = batch.attention_mask;
@@ -226,6 +246,7 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
   kernels::layernorm_forward(W("deberta.encoder.rel_embeddings.weight"),
                              W("deberta.encoder.LayerNorm.weight"), W("deberta.encoder.LayerNorm.bias"), eps,
                              rel, A("rel.mean", {S2}), A("rel.rstd", {S2}));
+  prof.mark("fwd.embeddings");
 
   for (int l = 0; l < n; ++l) {
     const std::string p = layer_prefix(l);
@@ -242,12 +263,14 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
     Tensor pos_key = A(layer_slot(l, "pos_key"), {S2, D}), pos_query = A(layer_slot(l, "pos_query"), {S2, D});
     kernels::linear_forward(rel_dropped, wk, bk, pos_key);
     kernels::linear_forward(rel_dropped, wq, bq, pos_query);
+    prof.mark("fwd.qkv_projections");
 
     const kernels::DisentangledAttentionConfig attention = attention_config(c, dropout, l);
     Tensor ctx = A(layer_slot(l, "ctx"), bld);
     kernels::disentangled_attention_forward(q, k, v, c.c2p ? pos_key : Tensor(), c.p2c ? pos_query : Tensor(),
                                             batch.attention_mask, attention, ctx,
                                             A(layer_slot(l, "probs"), {B, N, L, L}));
+    prof.mark("fwd.attention_core");
 
     Tensor s1 = A(layer_slot(l, "s1"), bld);
     kernels::linear_forward(ctx, W(p + "attention.output.dense.weight"), W(p + "attention.output.dense.bias"),
@@ -258,8 +281,9 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
     kernels::layernorm_forward(s1, W(p + "attention.output.LayerNorm.weight"),
                                W(p + "attention.output.LayerNorm.bias"), eps, y,
                                A(layer_slot(l, "ln_a.mean"), {B, L}), A(layer_slot(l, "ln_a.rstd"), {B, L}));
+    prof.mark("fwd.attention_output");
 
-    Tensor f1 = A(layer_slot(l, "f1"), {B, L, I}), g1 = A(layer_slot(l, "g1"), {B, L, I});
+    Tensor f1 = A(layer_slot(l, "f1"), {B, L, I}), g1 = A("grad.g1", {B, L, I});
     kernels::linear_forward(y, W(p + "intermediate.dense.weight"), W(p + "intermediate.dense.bias"), f1);
     kernels::gelu_forward(f1, g1);
     Tensor s2 = A(layer_slot(l, "s2"), bld);
@@ -269,6 +293,7 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
     Tensor out = A(str("hidden.", l + 1), bld);
     kernels::layernorm_forward(s2, W(p + "output.LayerNorm.weight"), W(p + "output.LayerNorm.bias"), eps, out,
                                A(layer_slot(l, "ln_o.mean"), {B, L}), A(layer_slot(l, "ln_o.rstd"), {B, L}));
+    prof.mark("fwd.ffn");
 
     if (l == 0 && c.has_conv()) {
       // ConvLayer: its input is the embedding output E, its residual the layer-0 output (§5).
@@ -283,6 +308,7 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
                                  W("deberta.encoder.conv.LayerNorm.bias"), eps, out, A("conv.mean", {B, L}),
                                  A("conv.rstd", {B, L}));
       kernels::mask_rows_forward(out, mask, out);
+      prof.mark("fwd.conv");
     }
   }
 
@@ -295,10 +321,17 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
   kernels::gelu_forward(pp, pg);
   kernels::dropout_forward(pg, pd, site(n, kSiteClassifier, c.classifier_dropout()));
   Tensor logits = A("head.logits", {B, c.num_labels});
-  kernels::linear_forward(pd, W("classifier.weight"), W("classifier.bias"), logits);
+  if (s.compute == DType::f32) {
+    kernels::linear_forward(pd, W("classifier.weight"), W("classifier.bias"), logits);
+  } else {
+    Tensor logits16 = A("head.logits16", {B, c.num_labels});
+    kernels::linear_forward(pd, W("classifier.weight"), W("classifier.bias"), logits16);
+    kernels::copy(logits16, logits);  // cross-entropy and the caller read f32 logits
+  }
   if (!batch.labels.defined() || batch.labels.numel() == 0) return 0.0f;
   Tensor loss = A("head.loss", {1});
   kernels::cross_entropy_forward(logits, batch.labels, loss);
+  prof.mark("fwd.head");
   float value = 0.0f;
   copy_tensor(loss, Tensor(&value, {1}, DType::f32));
   return value;
@@ -324,10 +357,16 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
   const double hidden_p = c.hidden_dropout_prob;
   const Shape bld{B, L, D};
   const Tensor& mask = s.inputs.attention_mask;
+  StepProfile& prof = StepProfile::global();
 
   // Head.
   Tensor dlogits = A("grad.logits", {B, c.num_labels});
   kernels::cross_entropy_backward(A("head.logits", {B, c.num_labels}), s.inputs.labels, loss_scale, dlogits);
+  if (s.compute != DType::f32) {
+    Tensor dlogits16 = A("grad.logits16", {B, c.num_labels});
+    kernels::copy(dlogits, dlogits16);
+    dlogits = dlogits16;
+  }
   Tensor dpd = A("grad.head_a", {B, P}), dpp = A("grad.head_b", {B, P});
   kernels::linear_backward(dlogits, A("head.pd", {B, P}), W("classifier.weight"), dpd, G("classifier.weight"),
                            G("classifier.bias"));
@@ -338,6 +377,7 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
                            G("pooler.dense.weight"), G("pooler.dense.bias"));
   Tensor dh = A("grad.h", bld);
   kernels::select_token_backward(dcls, 0, dh);  // zero everywhere but the [CLS] rows
+  prof.mark("bwd.head");
 
   Tensor drel = A("grad.rel", {S2, D});
   kernels::fill(drel, 0.0f);
@@ -363,6 +403,7 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
       kernels::mask_rows_backward(dt, mask, dt);
       kernels::conv1d_backward(dt, A("hidden.0", bld), W("deberta.encoder.conv.conv.weight"), dconv_input,
                                G("deberta.encoder.conv.conv.weight"), G("deberta.encoder.conv.conv.bias"));
+      prof.mark("bwd.conv");
     }
     // z = LN_o(s2), s2 = Drop(g1 Wo2' + bo2) + y.
     Tensor ds2 = t1;
@@ -372,13 +413,15 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
     Tensor dy = A("grad.h_next", bld);
     kernels::copy(ds2, dy);
     kernels::dropout_backward(ds2, ds2, site(l, kSiteFfnOutput, hidden_p));
-    Tensor df = A("grad.f", {B, L, I});
-    kernels::linear_backward(ds2, A(layer_slot(l, "g1"), {B, L, I}), W(p + "output.dense.weight"), df,
-                             G(p + "output.dense.weight"), G(p + "output.dense.bias"));
+    Tensor df = A("grad.f", {B, L, I}), g1 = A("grad.g1", {B, L, I});
+    kernels::gelu_forward(A(layer_slot(l, "f1"), {B, L, I}), g1);  // recomputed, not stored
+    kernels::linear_backward(ds2, g1, W(p + "output.dense.weight"), df, G(p + "output.dense.weight"),
+                             G(p + "output.dense.bias"));
     kernels::gelu_backward(df, A(layer_slot(l, "f1"), {B, L, I}), df);
     kernels::linear_backward(df, A(layer_slot(l, "y"), bld), W(p + "intermediate.dense.weight"), dy,
                              G(p + "intermediate.dense.weight"), G(p + "intermediate.dense.bias"),
                              /*accumulate_dx=*/true);
+    prof.mark("bwd.ffn");
     // y = LN_a(s1), s1 = Drop(ctx Wo' + bo) + x.
     Tensor ds1 = dh;  // dh is free again: dz was consumed above
     kernels::layernorm_backward(dy, A(layer_slot(l, "s1"), bld), W(p + "attention.output.LayerNorm.weight"),
@@ -391,6 +434,7 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
     Tensor dctx = t1;
     kernels::linear_backward(ds1, A(layer_slot(l, "ctx"), bld), W(p + "attention.output.dense.weight"), dctx,
                              G(p + "attention.output.dense.weight"), G(p + "attention.output.dense.bias"));
+    prof.mark("bwd.attention_output");
 
     Tensor dq = A("grad.q", bld), dk = A("grad.k", bld), dv = A("grad.v", bld);
     Tensor dpos_key = A("grad.pos_key", {S2, D}), dpos_query = A("grad.pos_query", {S2, D});
@@ -403,6 +447,7 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
                                              c.p2c ? pos_query : Tensor(), s.inputs.attention_mask,
                                              A(layer_slot(l, "probs"), {B, N, L, L}), dctx, attention, dq, dk,
                                              dv, c.c2p ? dpos_key : Tensor(), c.p2c ? dpos_query : Tensor());
+    prof.mark("bwd.attention_core");
 
     const std::string wq = p + "attention.self.query_proj.weight", bq = p + "attention.self.query_proj.bias";
     const std::string wk = p + "attention.self.key_proj.weight", bk = p + "attention.self.key_proj.bias";
@@ -421,6 +466,7 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
 
     if (l == 0 && c.has_conv()) kernels::add_inplace(dx, dconv_input);
     kernels::copy(dx, dh);
+    prof.mark("bwd.qkv_projections");
   }
 
   // Embeddings: E = Drop(LN_emb(gather) * m).
@@ -436,6 +482,13 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
                               padding_idx);
 
   // Relative table: LN_rel backward writes its input gradient, which then accumulates into the parameter's.
+  // In a 16-bit model LN_rel's input (the parameter copy) is 16-bit, so its dy is too: the f32 sum over the
+  // layers is rounded once here.
+  if (s.compute != DType::f32) {
+    Tensor drel16 = A("grad.rel16", {S2, D});
+    kernels::copy(drel, drel16);
+    drel = drel16;
+  }
   Tensor drel_raw = A("grad.rel_tmp", {S2, D});
   kernels::layernorm_backward(drel, W("deberta.encoder.rel_embeddings.weight"),
                               W("deberta.encoder.LayerNorm.weight"), A("rel.mean", {S2}), A("rel.rstd", {S2}),
@@ -443,6 +496,7 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
                               G("deberta.encoder.LayerNorm.bias"));
   Tensor grel = G("deberta.encoder.rel_embeddings.weight");
   kernels::add_inplace(grel, drel_raw);
+  prof.mark("bwd.embeddings");
 }
 
 }  // namespace zt

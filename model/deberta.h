@@ -17,7 +17,9 @@
 //
 // Memory: every activation the backward reads lives in one arena whose layout is planned from
 // (max_batch, max_seq) at construction, so the peak is known before the first step; smaller batches and
-// shorter (dynamically padded) sequences use a prefix of each slot.
+// shorter (dynamically padded) sequences use a prefix of each slot. g1 = gelu(f1) is not kept: backward
+// recomputes it into one shared [B, L, I] buffer (one pointwise pass per layer instead of n_layers * B*L*I
+// stored elements, 1.5 GB for the xlarge model at batch 40 in bf16).
 #pragma once
 
 #include <cstdint>
@@ -48,27 +50,33 @@ struct DropoutSchedule {
 class DebertaForSequenceClassification {
  public:
   // `device`: where the activations live and the kernels run (parameters, gradients and the batch must be
-  // there too). Both backends compute in f32 for now; the CUDA kernels already take bf16/f16 storage.
+  // there too). `compute`: the storage dtype of parameters and activations — f32 on either backend, bf16 or
+  // f16 on CUDA (mixed precision: 16-bit storage, f32 accumulation inside every kernel). Whatever `compute`
+  // is, these stay f32: LayerNorm statistics, attention probabilities, logits, loss and its gradient, the
+  // relative-table gradient summed over layers, and every parameter gradient.
   DebertaForSequenceClassification(DebertaConfig config, int64_t max_batch, int64_t max_seq,
-                                   DeviceKind device = DeviceKind::cpu);
+                                   DeviceKind device = DeviceKind::cpu, DType compute = DType::f32);
   ~DebertaForSequenceClassification();
 
   // The activation plan for (max_batch, max_seq): every saved tensor and backward scratch buffer.
-  static ArenaLayout plan_activations(const DebertaConfig& config, int64_t max_batch, int64_t max_seq);
+  static ArenaLayout plan_activations(const DebertaConfig& config, int64_t max_batch, int64_t max_seq,
+                                      DType compute = DType::f32);
   const ArenaLayout& activation_layout() const;
   const DebertaConfig& config() const { return config_; }
   DeviceKind device() const;
+  DType compute_dtype() const;
 
   // Runs the forward pass, keeping what backward needs. Returns the mean cross-entropy over labels >= 0
-  // (0 when labels are undefined or all ignored). `params` holds every tensor of the parameter table.
+  // (0 when labels are undefined or all ignored). `params` holds every tensor of the parameter table in the
+  // compute dtype (ParameterTable::layout(compute)).
   float forward(const Arena& params, const DebertaBatch& batch, const DropoutSchedule& dropout);
 
-  // Accumulates d(loss_scale * loss)/d(parameter) into `grads` (same names as params) for the batch of the
-  // last forward. Gradients add up over calls (gradient accumulation); the caller zeroes them.
+  // Accumulates d(loss_scale * loss)/d(parameter) into `grads` (same names as params, always f32) for the
+  // batch of the last forward. Gradients add up over calls (gradient accumulation); the caller zeroes them.
   void backward(const Arena& params, const Arena& grads, float loss_scale = 1.0f);
 
-  // Views into the last forward: logits [B, C]; hidden_state(0) = embedding output, hidden_state(l + 1) =
-  // output of layer l, each [B, L, D] (HF's hidden_states tuple).
+  // Views into the last forward: logits [B, C] (f32); hidden_state(0) = embedding output,
+  // hidden_state(l + 1) = output of layer l, each [B, L, D] in the compute dtype (HF's hidden_states).
   Tensor logits() const;
   Tensor hidden_state(int index) const;
 

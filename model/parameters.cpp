@@ -114,7 +114,10 @@ std::vector<const ParameterInfo*> ParameterTable::layer_entries(int layer) const
 }
 
 ArenaLayout ParameterTable::layout(DType dtype, int shard_count) const {
-  ArenaLayout out;
+  // Offsets aligned to kLayoutAlignElements elements rather than bytes, so every dtype's layout puts each
+  // tensor at the same ELEMENT offset: the f32 master and its 16-bit copy are then one flat index space and
+  // the fused AdamW writes the copy in the same pass (optim/cuda/adamw.cuh).
+  ArenaLayout out(static_cast<size_t>(kLayoutAlignElements) * dtype_size(dtype));
   for (const ParameterInfo& p : entries_) out.add(TensorSpec{p.name, p.shape, dtype});
   out.set_shard_count(shard_count);
   return out;

@@ -6,7 +6,7 @@
 //   const ParameterInfo& wq = table.at("deberta.encoder.layer.3.attention.self.query_proj.weight");
 //   wq.shape;          // [hidden, hidden] ([out, in], as nn.Linear stores it)
 //   wq.weight_decay;   // true; false for biases and LayerNorm weights
-//   ArenaLayout layout = table.layout(DType::bf16, world_size);  // 128-byte aligned offsets, equal shards
+//   ArenaLayout layout = table.layout(DType::bf16, world_size);  // 32-element aligned offsets, equal shards
 #pragma once
 
 #include <cstdint>
@@ -61,8 +61,11 @@ class ParameterTable {
   // tensors outside the layers.
   std::vector<const ParameterInfo*> layer_entries(int layer) const;
 
-  // One flat buffer of `dtype` holding every tensor in state-dict order, each at a 128-byte aligned offset,
-  // the total padded so it splits into `shard_count` equal aligned shards.
+  // One flat buffer of `dtype` holding every tensor in state-dict order, each at an offset that is a multiple
+  // of kLayoutAlignElements elements (128 B in f32, 64 B in 16-bit: still 16-byte vector and cuBLASLt
+  // aligned), the total padded so it splits into `shard_count` equal aligned shards. Layouts of different
+  // dtypes share element offsets and element totals.
+  static constexpr int64_t kLayoutAlignElements = 32;
   ArenaLayout layout(DType dtype, int shard_count = 1) const;
 
   // A log table: name, shape, kind, layer, decay, policy; then the totals.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <numbers>
 
@@ -23,6 +24,7 @@
 #include "runtime/device.h"
 #include "runtime/log.h"
 #include "runtime/progress.h"
+#include "runtime/step_profile.h"
 
 #ifdef ZT_WITH_CUDA
 #include "optim/cuda/adamw.cuh"
@@ -77,7 +79,9 @@ double deepspeed_lr_at(const DeepSpeedSchedule& d, double optimizer_lr, int64_t 
 }  // namespace
 
 DebertaConfig model_config_for_run(const TrainConfig& config, int64_t num_labels) {
-  if (config.model_name_or_path.empty()) return deberta_small_cpu_config();
+  // The embedded default: the full xlarge architecture (random init) on the GPU, a small model on the CPU.
+  if (config.model_name_or_path.empty())
+    return config.device == DeviceChoice::cuda ? deberta_v2_xlarge_config() : deberta_small_cpu_config();
   DebertaConfig model = ModelFile(resolve_model_path(config.model_name_or_path)).config();
   if (model.num_labels != num_labels) {
     ZT_CHECK(
@@ -132,6 +136,20 @@ DeviceKind training_device(const TrainConfig& config) {
   return DeviceKind::cuda;
 }
 
+// The storage dtype of parameters and activations: --dtype on the GPU; the CPU backend computes in f32.
+DType compute_dtype_for(const TrainConfig& config, DeviceKind device) {
+  if (device == DeviceKind::cpu) return DType::f32;
+  switch (config.dtype) {
+    case ComputeDType::bf16:
+      return DType::bf16;
+    case ComputeDType::f16:
+      return DType::f16;
+    case ComputeDType::f32:
+      return DType::f32;
+  }
+  ZT_FAIL("unknown --dtype");
+}
+
 ArenaOptions state_arena(DeviceKind device, MemoryCategory category, bool zero) {
   return {.kind = device == DeviceKind::cuda ? MemoryKind::device : MemoryKind::host,
           .category = category,
@@ -145,15 +163,21 @@ struct MrpcTrainer::Impl {
   DebertaConfig model_config;
   ParameterTable table;
   DeviceKind device;
+  DType compute;  // storage dtype of the model's parameters and activations
+  // params: the fp32 master weights AdamW updates; params16: their 16-bit copy the model reads (bf16/f16
+  // training only), written by the same fused AdamW pass. Gradients and Adam moments are f32.
   Arena params, grads, exp_avg, exp_avg_sq;
+  std::unique_ptr<Arena> params16;
   Arena batch_arena;  // the current batch where the model runs: ids, mask [B, L], labels [B]
   std::vector<TensorRange> ranges;
   AdamW adamw;
+  LossScaler scaler;  // fp16: DeepSpeed's dynamic loss scaling; otherwise disabled (scale 1)
   DebertaForSequenceClassification model;
   std::unique_ptr<data::Tokenizer> tokenizer;
   std::unique_ptr<data::EncodedDataset> train_set, dev_set, test_set;
   std::unique_ptr<data::Batcher> train_batcher;
-  int64_t optimizer_step = 0;  // updates applied so far
+  int64_t optimizer_step = 0;  // optimizer steps taken so far, fp16 overflow-skipped ones included
+  int64_t scheduler_step = 0;  // learning-rate schedule steps: applied updates only (DeepSpeed)
   int64_t micro_step = 0;      // micro-batches consumed so far (keys the dropout masks)
   std::vector<StepRecord> steps;
   std::function<void(const StepRecord&)> step_callback;
@@ -163,6 +187,7 @@ struct MrpcTrainer::Impl {
         model_config(std::move(mc)),
         table(model_config),
         device(training_device(config)),
+        compute(compute_dtype_for(config, device)),
         params("parameters", table.layout(DType::f32),
                state_arena(device, MemoryCategory::parameters, false)),
         grads("gradients", table.layout(DType::f32), state_arena(device, MemoryCategory::gradients, true)),
@@ -172,7 +197,8 @@ struct MrpcTrainer::Impl {
                     state_arena(device, MemoryCategory::activations, false)),
         adamw(AdamWHyper{config.learning_rate, config.adam_beta1, config.adam_beta2, config.adam_epsilon,
                          config.weight_decay}),
-        model(model_config, max_batch(), config.max_length, device) {
+        scaler(compute == DType::f16 ? LossScaler(config.fp16) : LossScaler::disabled()),
+        model(model_config, max_batch(), config.max_length, device, compute) {
     ZT_CHECK(config.resolved, "MrpcTrainer needs a resolved TrainConfig");
     for (const ParameterInfo& info : table.entries()) {
       const ArenaSlot& slot = params.layout().slot(info.name);
@@ -183,6 +209,19 @@ struct MrpcTrainer::Impl {
     init_parameters(model_config, table, staging, config.seed);
     if (!config.model_name_or_path.empty()) load_pretrained(staging);
     copy_tensor(staging.flat(DType::f32), params.flat(DType::f32));
+    if (compute != DType::f32) {
+      params16 = std::make_unique<Arena>("parameters (16-bit)", table.layout(compute),
+                                         state_arena(device, MemoryCategory::parameters, false));
+      refresh_params16();
+    }
+  }
+
+  // What the model reads: the 16-bit copy in mixed precision, else the master weights themselves.
+  const Arena& model_params() const { return params16 ? *params16 : params; }
+
+  // params16 = round(master), element for element (the layouts share element offsets).
+  void refresh_params16() {
+    if (params16) kernels::copy(params.flat(DType::f32), params16->flat(compute));
   }
 
   int64_t max_batch() const {
@@ -206,8 +245,11 @@ struct MrpcTrainer::Impl {
     return out;
   }
 
-  // Clips the global gradient norm and applies one AdamW step at `lr`; returns the pre-clip norm.
-  double clip_and_update(double lr) {
+  // Clips the global gradient norm and applies one AdamW step at `lr`; returns the pre-clip norm of the
+  // unscaled gradients. fp16: the gradients hold loss_scale * g; a step whose gradients overflowed is skipped
+  // (gradients zeroed, no update, no schedule step), the scaler updated either way, and the norm is +inf.
+  double clip_and_update(double lr, bool& applied) {
+    applied = true;
     if (device == DeviceKind::cpu) {
       std::span<float> g = float_span(grads);
       const double norm =
@@ -219,15 +261,28 @@ struct MrpcTrainer::Impl {
     }
 #ifdef ZT_WITH_CUDA
     const Tensor g = grads.flat(DType::f32);
-    const double norm = std::sqrt(gpu::grad_stats(g, nullptr).sum_of_squares);
-    ZT_CHECK(std::isfinite(norm), "gradient norm is not finite at optimizer step ", optimizer_step);
-    if (config.max_grad_norm > 0) {
-      const double coef = clip_coefficient(norm, config.max_grad_norm);
-      if (coef < 1.0) kernels::scale(g, static_cast<float>(coef), g);
+    const gpu::GradStats stats = gpu::grad_stats(g, nullptr);
+    const double loss_scale = scaler.scale();
+    if (compute == DType::f16) {
+      const bool overflow = stats.non_finite > 0 || !std::isfinite(stats.sum_of_squares);
+      applied = scaler.update(overflow);
+      if (!applied) {
+        ZT_LOG(info) << "fp16 overflow at optimizer step " << optimizer_step << ": step skipped, loss scale "
+                     << loss_scale << " -> " << scaler.scale();
+        kernels::fill(g, 0.0f);
+        return std::numeric_limits<double>::infinity();
+      }
     }
+    const double norm = std::sqrt(stats.sum_of_squares) / loss_scale;
+    ZT_CHECK(std::isfinite(norm), "gradient norm is not finite at optimizer step ", optimizer_step);
+    // One pass over the gradients: unscale and clip together.
+    double factor = 1.0 / loss_scale;
+    if (config.max_grad_norm > 0) factor *= std::min(1.0, clip_coefficient(norm, config.max_grad_norm));
+    if (factor != 1.0) kernels::scale(g, static_cast<float>(factor), g);
     adamw.begin_step();
     gpu::adamw_update(adamw_step_scalars(adamw.hyper(), lr, adamw.step_count()), params.flat(DType::f32), g,
-                      exp_avg.flat(DType::f32), exp_avg_sq.flat(DType::f32), ranges, Tensor(), nullptr);
+                      exp_avg.flat(DType::f32), exp_avg_sq.flat(DType::f32), ranges,
+                      params16 ? params16->flat(compute) : Tensor(), nullptr);
     kernels::fill(g, 0.0f);
     return norm;
 #else
@@ -318,25 +373,33 @@ StepRecord MrpcTrainer::train_step(std::vector<data::Batch>& micro_batches) {
   ZT_CHECK(!micro_batches.empty(), "train_step needs at least one micro-batch");
   // run_glue_no_trainer divides each micro-batch loss by gradient_accumulation_steps (also on a short last
   // accumulation window at the end of an epoch), so the gradient is the mean over the configured window.
-  const float loss_scale = 1.0f / static_cast<float>(s.config.gradient_accumulation_steps);
+  // fp16 multiplies by the current loss scale as well (1 otherwise); clip_and_update divides it out.
+  const float loss_scale =
+      static_cast<float>(s.scaler.scale()) / static_cast<float>(s.config.gradient_accumulation_steps);
   double loss_sum = 0;
+  StepProfile::global().mark_start();
   for (data::Batch& batch : micro_batches) {
     const DebertaBatch inputs = s.upload(batch);
     const float loss = s.model.forward(
-        s.params, inputs,
+        s.model_params(), inputs,
         {.training = true, .seed = s.config.seed, .step = static_cast<uint64_t>(s.micro_step)});
     ZT_CHECK(std::isfinite(loss), "training loss is not finite at optimizer step ", s.optimizer_step,
              " (micro-batch ", s.micro_step, ")");
-    s.model.backward(s.params, s.grads, loss_scale);
+    s.model.backward(s.model_params(), s.grads, loss_scale);
     loss_sum += loss;
     ++s.micro_step;
   }
   StepRecord record;
   record.step = s.optimizer_step;
   record.loss = loss_sum / static_cast<double>(micro_batches.size());
-  record.lr = s.lr_at(s.optimizer_step);
-  record.grad_norm = s.clip_and_update(record.lr);
+  record.lr = s.lr_at(s.scheduler_step);
+  record.loss_scale = s.scaler.scale();
+  bool applied = true;
+  record.grad_norm = s.clip_and_update(record.lr, applied);
+  StepProfile::global().mark("optimizer");
+  record.skipped = !applied;
   ++s.optimizer_step;
+  if (applied) ++s.scheduler_step;
   s.steps.push_back(record);
   if (s.step_callback) s.step_callback(record);
   return record;
@@ -351,7 +414,7 @@ EvalResult MrpcTrainer::evaluate(const data::EncodedDataset& dataset) {
   double loss_sum = 0;
   int64_t labeled = 0;
   while (batcher.next(batch)) {
-    const float loss = s.model.forward(s.params, s.upload(batch), {.training = false});
+    const float loss = s.model.forward(s.model_params(), s.upload(batch), {.training = false});
     const Tensor logits = s.model.logits();
     std::vector<float> host(static_cast<size_t>(logits.numel()));
     copy_tensor(logits, Tensor(host.data(), logits.shape(), DType::f32));
@@ -482,11 +545,12 @@ void MrpcTrainer::save_checkpoint(const std::string& path) const {
   state.optimizer_step = s.optimizer_step;
   state.micro_step = s.micro_step;
   state.adam_step = s.adamw.step_count();
-  state.scheduler_step = s.optimizer_step;
+  state.scheduler_step = s.scheduler_step;
+  state.loss_scaler = s.scaler.state();
   if (s.train_batcher) state.next_batch = s.train_batcher->position();
   state.seed = s.config.seed;
   state.last_lr = s.steps.empty() ? 0.0 : s.steps.back().lr;
-  // f32 CPU training: the parameters are the fp32 master weights, stored once.
+  // The fp32 master weights are the parameters; a 16-bit copy is re-derived from them on load.
   save_training_checkpoint(path, s.model_config, s.table, {s.params, s.params, s.exp_avg, s.exp_avg_sq},
                            state, s.config.describe());
   ZT_LOG(info) << "checkpoint: " << path << " (step " << s.optimizer_step << ")";
@@ -504,6 +568,9 @@ void MrpcTrainer::load_checkpoint(const std::string& path) {
   s.optimizer_step = state.optimizer_step;
   s.micro_step = state.micro_step;
   s.adamw.set_step_count(state.adam_step);
+  s.scheduler_step = state.scheduler_step;
+  if (s.compute == DType::f16) s.scaler.load_state(state.loss_scaler);
+  s.refresh_params16();
   s.train_batcher->seek(state.next_batch);
   std::printf("resumed from %s: step %lld, epoch %lld, batch %lld\n", file.c_str(),
               static_cast<long long>(state.optimizer_step),

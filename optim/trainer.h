@@ -26,10 +26,12 @@
 namespace zt::optim {
 
 struct StepRecord {
-  int64_t step = 0;      // optimizer step index (0-based) this record belongs to
-  double loss = 0;       // mean loss over the step's micro-batches (unscaled by accumulation)
-  double lr = 0;         // learning rate the update used
-  double grad_norm = 0;  // global L2 norm before clipping
+  int64_t step = 0;       // optimizer step index (0-based) this record belongs to
+  double loss = 0;        // mean loss over the step's micro-batches (unscaled by accumulation)
+  double lr = 0;          // learning rate the update used
+  double grad_norm = 0;   // global L2 norm before clipping (of the unscaled gradients; +inf when skipped)
+  double loss_scale = 1;  // fp16 loss scale the step's backward used (1 without loss scaling)
+  bool skipped = false;   // fp16 overflow: no update was applied
 };
 
 struct EvalResult {
@@ -52,7 +54,8 @@ struct EpochRecord {
 // A model file path, or a directory holding model.h5; throws naming what is missing.
 std::string resolve_model_path(const std::string& file_or_dir);
 
-// The architecture a run trains: the embedded small CPU model, or the config stored in --model_name_or_path
+// The architecture a run trains: the embedded default (xlarge with --device cuda, the small CPU model
+// otherwise; call after the device is resolved), or the config stored in --model_name_or_path
 // with its label count set to `num_labels` when --ignore_mismatched_sizes allows replacing the classifier.
 DebertaConfig model_config_for_run(const TrainConfig& config, int64_t num_labels = 2);
 

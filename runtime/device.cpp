@@ -58,4 +58,12 @@ void copy_tensor(const Tensor& src, const Tensor& dst) {
 #endif
 }
 
+void device_synchronize() {
+#ifdef ZT_WITH_CUDA
+  if (!cuda_available()) return;
+  const cudaError_t status = cudaDeviceSynchronize();
+  ZT_CHECK(status == cudaSuccess, "device_synchronize: ", cudaGetErrorString(status));
+#endif
+}
+
 }  // namespace zt

@@ -19,4 +19,8 @@ std::string describe_devices();  // one line, for the start-up banner: "1 x NVID
 // use), so a loss or logits can be read right after the op that wrote them.
 void copy_tensor(const Tensor& src, const Tensor& dst);
 
+// Waits until the current device has finished all queued work (cudaDeviceSynchronize); a no-op without a
+// GPU. For timing whole steps from the host.
+void device_synchronize();
+
 }  // namespace zt

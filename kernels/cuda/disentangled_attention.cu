@@ -20,7 +20,7 @@
 //   forward:  P~ in T, P * sizeof(T) (skipped for f32 without dropout); C2P and P2C, 4*N*B*L*W bytes each
 //   backward: dP/G in f32, 4*P bytes; P~ then G in T, P * sizeof(T) (skipped for f32, which uses the f32
 //             buffers directly when there is no dropout); Gc and Gp, N*B*L*W*sizeof(T) each
-//   plus the mask as bytes [B, L] and the index tables (int32, 2L - 1 + 2W).
+//   plus the mask as bytes [B, L]; the index tables (int32, 2L - 1 + 2W) are cached per length.
 #include "kernels/cuda/disentangled_attention.cuh"
 
 #include <cmath>
@@ -335,7 +335,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   const DeviceBuffer keep = make_keep(attention_mask, BL);
   RelativeIndexTables tables;
   if (s.c2p || s.p2c) {
-    tables = upload_relative_index_tables(config.positions, L, kStream);
+    tables = relative_index_tables(config.positions, L);
     s.window = tables.window;
   }
 
@@ -372,7 +372,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     using S = typename decltype(tag)::type;
     attention_softmax_kernel<S><<<row_grid(s), kWarpsPerBlock * 32, 0, kStream>>>(
         probs_data, dropped_is_probs ? nullptr : dropped.data_as<S>(), c2p_scores.data_as<float>(),
-        p2c_scores.data_as<float>(), tables.diagonal.data_as<int32_t>(), keep.data_as<uint8_t>(), s);
+        p2c_scores.data_as<float>(), tables.diagonal, keep.data_as<uint8_t>(), s);
     ZT_CUDA_CHECK_LAUNCH("attention_softmax");
   });
 
@@ -419,7 +419,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   const DeviceBuffer keep = make_keep(attention_mask, BL);
   RelativeIndexTables tables;
   if (s.c2p || s.p2c) {
-    tables = upload_relative_index_tables(config.positions, L, kStream);
+    tables = relative_index_tables(config.positions, L);
     s.window = tables.window;
   }
   const float* probs_data = probs.data_as<float>();
@@ -490,8 +490,8 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
       using S = typename decltype(tag)::type;
       bucket_gather_kernel<S>
           <<<grid_for(static_cast<int64_t>(positional_elements(s))), kThreads, 0, kStream>>>(
-              grad.data_as<float>(), bucket_grad.data_as<S>(), tables.rel_first.data_as<int32_t>(),
-              tables.rel_last.data_as<int32_t>(), s, by_query);
+              grad.data_as<float>(), bucket_grad.data_as<S>(), tables.rel_first, tables.rel_last, s,
+              by_query);
       ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather");
     });
     const int64_t table_row = tables.window_begin;

@@ -83,6 +83,38 @@ void apply_row_mask(const Tensor& x, const Tensor& mask, const Tensor& out, cuda
   });
 }
 
+// dst[i] = src[i] converted (accumulate: dst[i] += src[i], summed in f32), for dtypes that differ: the
+// casts around the f32 islands of a 16-bit model (logits, relative-table gradient). Small tensors only, so
+// one scalar grid-stride loop rather than the vectorized launcher.
+template <typename Dst, typename Src, bool kAccumulate>
+__global__ void convert_kernel(Dst* __restrict__ dst, const Src* __restrict__ src, int64_t n) {
+  for (int64_t i = global_thread_index(); i < n; i += grid_thread_count()) {
+    const float value = to_float(src[i]);
+    dst[i] = from_float<Dst>(kAccumulate ? to_float(dst[i]) + value : value);
+  }
+}
+
+template <bool kAccumulate>
+void launch_convert(const Tensor& src, const Tensor& dst, cudaStream_t stream, const char* op) {
+  if (src.numel() == 0) return;
+  dispatch_float_storage(dst.dtype(), op, [&](auto dst_tag) {
+    using D = decltype(dst_tag);
+    dispatch_float_storage(src.dtype(), op, [&](auto src_tag) {
+      using S = decltype(src_tag);
+      convert_kernel<D, S, kAccumulate>
+          <<<blocks_for(src.numel(), kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
+              typed<D>(dst), typed<S>(src), src.numel());
+    });
+  });
+  ZT_CUDA_CHECK_LAUNCH(op);
+}
+
+void check_convert_args(const Tensor& src, const Tensor& dst, const char* op) {
+  check_cuda_arg(src, src.dtype(), op, "src");
+  check_cuda_arg(dst, dst.dtype(), op, "dst");
+  check_same_shape(src, dst, op, "src", "dst");
+}
+
 void check_select_token(const Tensor& full, const Tensor& rows, int64_t token, const char* op,
                         const char* full_name, const char* rows_name) {
   check_cuda_arg(full, full.dtype(), op, full_name);
@@ -106,6 +138,11 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t strea
 
 void add_inplace(const Tensor& dst, const Tensor& src, cudaStream_t stream) {
   constexpr const char* op = "add_inplace";
+  if (dst.dtype() == DType::f32 && src.dtype() != DType::f32) {
+    check_convert_args(src, dst, op);
+    launch_convert<true>(src, dst, stream, op);
+    return;
+  }
   check_same_dtype_args(dst, src, op, "dst", "src");
   dispatch_float_storage(dst.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -124,6 +161,11 @@ void scale(const Tensor& x, float alpha, const Tensor& out, cudaStream_t stream)
 
 void copy(const Tensor& src, const Tensor& dst, cudaStream_t stream) {
   constexpr const char* op = "copy";
+  if (src.dtype() != dst.dtype()) {
+    check_convert_args(src, dst, op);
+    launch_convert<false>(src, dst, stream, op);
+    return;
+  }
   check_same_dtype_args(src, dst, op, "src", "dst");
   dispatch_float_storage(src.dtype(), op, [](auto) {});  // float storage only, like every other op here
   if (dst.data() != src.data() && src.nbytes() > 0) {

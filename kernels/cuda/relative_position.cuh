@@ -8,6 +8,10 @@
 // c2p_index (fp32 logs exactly as HF) and uploaded: a device logf that differs by one ulp would move
 // |i - j| = max_position - 1 into the next bucket (reference §3.2), so the tables are not recomputed with
 // device math.
+//
+// The tables depend only on (bucketing, L), so each is built once per device and kept for the process: a
+// per-call upload from pageable memory would make every attention call wait for the GPU to drain (a
+// pageable cudaMemcpyAsync synchronizes), serializing the host's launches with the device's work.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,22 +19,21 @@
 #include <cstdint>
 
 #include "kernels/relative_position.h"
-#include "runtime/device_allocator.h"
 
 namespace zt::kernels::gpu {
 
 struct RelativeIndexTables {
-  int64_t length = 0;        // L
-  int64_t window_begin = 0;  // first table row c(i,j) reaches: c(0, L - 1)
-  int64_t window = 0;        // number of rows reached: c(L - 1, 0) - window_begin + 1
-  DeviceBuffer diagonal;     // int32 [2L - 1]
-  DeviceBuffer rel_first;    // int32 [window]
-  DeviceBuffer rel_last;     // int32 [window]
+  int64_t length = 0;                  // L
+  int64_t window_begin = 0;            // first table row c(i,j) reaches: c(0, L - 1)
+  int64_t window = 0;                  // number of rows reached: c(L - 1, 0) - window_begin + 1
+  const int32_t* diagonal = nullptr;   // device int32 [2L - 1]
+  const int32_t* rel_first = nullptr;  // device int32 [window]
+  const int32_t* rel_last = nullptr;   // device int32 [window]
 };
 
-// Builds the tables for sequence length L >= 1 and copies them to the current device on `stream` (the
-// host staging is finished when this returns).
-RelativeIndexTables upload_relative_index_tables(const RelativePositionConfig& config, int64_t length,
-                                                 cudaStream_t stream);
+// The tables for sequence length L >= 1 on the current device: built and uploaded on first use (one
+// cudaMalloc of (2L - 1 + 2W) int32, synchronous), then returned from the cache. Thread-safe. The device
+// memory lives until the process ends (a few KiB per distinct L).
+RelativeIndexTables relative_index_tables(const RelativePositionConfig& config, int64_t length);
 
 }  // namespace zt::kernels::gpu

@@ -45,12 +45,14 @@ struct GoldenCase {
         {{"ids", {b, l}, DType::i64}, {"mask", {b, l}, DType::i64}, {"labels", {b}, DType::i64}});
   }
 
-  explicit GoldenCase(const std::string& file, DeviceKind device = DeviceKind::cpu)
+  // `compute`: the model's storage dtype; 16-bit parameters are the golden init rounded to nearest even.
+  explicit GoldenCase(const std::string& file, DeviceKind device = DeviceKind::cpu,
+                      DType compute = DType::f32)
       : fixture(file),
         config(parse_deberta_config(fixture.attr_str("config_json"))),
         table(config),
         kind(device == DeviceKind::cuda ? MemoryKind::device : MemoryKind::host),
-        params("params", table.layout(DType::f32), {.kind = kind}),
+        params("params", table.layout(compute), {.kind = kind}),
         grads("grads", table.layout(DType::f32), {.kind = kind, .zero_fill = true}),
         ids(fixture.read_i64("input_ids")),
         mask(fixture.read_i64("attention_mask")),
@@ -58,11 +60,19 @@ struct GoldenCase {
         batch(fixture.shape("input_ids")[0]),
         seq(fixture.shape("input_ids")[1]),
         inputs_arena("inputs", inputs_layout(batch, seq), {.kind = kind}),
-        model(config, batch, seq, device) {
+        model(config, batch, seq, device, compute) {
     for (const ParameterInfo& p : table.entries()) {
       std::vector<float> host(static_cast<size_t>(p.numel()));
       golden_init_fill(p.name, p.kind, host);
-      copy_tensor(Tensor(host.data(), p.shape, DType::f32), params.tensor(p.name));
+      if (compute == DType::f32) {
+        copy_tensor(Tensor(host.data(), p.shape, DType::f32), params.tensor(p.name));
+        continue;
+      }
+      std::vector<uint16_t> bits(host.size());
+      for (size_t i = 0; i < host.size(); ++i) {
+        bits[i] = compute == DType::bf16 ? float_to_bf16(host[i]).bits : float_to_f16(host[i]).bits;
+      }
+      copy_tensor(Tensor(bits.data(), p.shape, compute), params.tensor(p.name));
     }
     copy_tensor(Tensor(ids.data(), {batch, seq}, DType::i64), inputs_arena.tensor("ids"));
     copy_tensor(Tensor(mask.data(), {batch, seq}, DType::i64), inputs_arena.tensor("mask"));

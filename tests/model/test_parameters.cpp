@@ -154,21 +154,40 @@ TEST(ParameterTable, FlatLayoutIsAlignedOrderedAndShardable) {
   const ParameterTable t(deberta_small_cpu_config());
   const ArenaLayout layout = t.layout(DType::bf16, 4);
   ASSERT_EQ(layout.slots().size(), t.size());
+  constexpr size_t kAlign = ParameterTable::kLayoutAlignElements * 2;  // bytes, bf16
   size_t previous_end = 0;
   for (const ParameterInfo& p : t.entries()) {
     const ArenaSlot& slot = layout.slot(p.name);
-    EXPECT_EQ(slot.offset % 128, 0u) << p.name;
+    EXPECT_EQ(slot.offset % kAlign, 0u) << p.name;
+    EXPECT_EQ(slot.offset % 16, 0u) << p.name;       // 16-byte vector loads and cuBLASLt
     EXPECT_GE(slot.offset, previous_end) << p.name;  // state-dict order, no overlap
-    EXPECT_LT(slot.offset, previous_end + 128) << p.name;
+    EXPECT_LT(slot.offset, previous_end + kAlign) << p.name;
     EXPECT_EQ(slot.nbytes, static_cast<size_t>(p.numel()) * 2) << p.name;
     EXPECT_EQ(slot.shape, p.shape);
     previous_end = slot.end();
   }
   EXPECT_EQ(layout.used_bytes(), previous_end);
-  EXPECT_EQ(layout.total_bytes() % (4 * 128), 0u);
+  EXPECT_EQ(layout.total_bytes() % (4 * kAlign), 0u);
   EXPECT_GE(layout.total_bytes(), layout.used_bytes());
   EXPECT_EQ(layout.shard_count(), 4);
   EXPECT_THROW(layout.slot("classifier.kernel"), Error);
+}
+
+// The f32 master and its 16-bit copy are one flat index space: the fused AdamW writes element e of the copy
+// from element e of the master, so every tensor must sit at the same element offset in both layouts.
+TEST(ParameterTable, LayoutsOfEveryDtypeShareElementOffsets) {
+  const ParameterTable t(deberta_small_cpu_config());
+  for (int shards : {1, 3}) {
+    const ArenaLayout f32 = t.layout(DType::f32, shards);
+    for (DType dtype : {DType::bf16, DType::f16}) {
+      const ArenaLayout half = t.layout(dtype, shards);
+      for (const ParameterInfo& p : t.entries()) {
+        EXPECT_EQ(f32.slot(p.name).offset / 4, half.slot(p.name).offset / 2) << p.name;
+      }
+      EXPECT_EQ(f32.total_bytes() / 4, half.total_bytes() / 2);
+      EXPECT_EQ(f32.shard_bytes() / 4, half.shard_bytes() / 2);
+    }
+  }
 }
 
 TEST(ParameterTable, DescribeListsEveryTensor) {

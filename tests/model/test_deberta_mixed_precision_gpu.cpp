@@ -1,0 +1,106 @@
+// The whole model on the GPU in bf16 and f16 (16-bit parameters and activations, f32 accumulation, f32
+// gradients) against the f32 HF golden fixtures: the same inputs and golden init (rounded to 16 bits).
+//
+// Tolerance (stated per dtype, whole-model, not elementwise): a 16-bit model differs from the f32 one by
+// rounding at every stored activation (bf16: 2^-9 relative, f16: 2^-12), compounded over the layers, so
+//   logits:    ||got - ref|| / ||ref||      <= 3e-2 (bf16), 1e-2 (f16)
+//   loss:      |got - ref| / |ref|          <= 1e-2 (bf16), 3e-3 (f16)
+//   gradients: cosine(got, ref) >= 0.99 (bf16), 0.999 (f16) for every tensor with a nonzero reference,
+//              and the global gradient norm within 5 % (bf16), 2 % (f16).
+// A wrong cast, a missed 16-bit path or an f32 buffer read as 16-bit gives errors of order 1, far outside.
+#include <cmath>
+#include <string>
+
+#include "tests/model/golden_case.h"
+#include "tests/support/gpu.h"
+
+namespace zt {
+namespace {
+
+struct Limits {
+  double logits_rel, loss_rel, grad_cosine, norm_rel;
+};
+
+Limits limits_for(DType dtype) {
+  return dtype == DType::bf16 ? Limits{3e-2, 1e-2, 0.99, 5e-2} : Limits{1e-2, 3e-3, 0.999, 2e-2};
+}
+
+// For sampled fixtures (large tensors) the reference is the sampled elements.
+void reference_and_got(const test::Fixture& f, const std::string& name, const std::vector<float>& all,
+                       std::vector<float>& ref, std::vector<float>& got) {
+  if (f.has("grad/" + name)) {
+    ref = f.read_f32("grad/" + name);
+    got = all;
+    return;
+  }
+  ref = f.read_f32("grad_sample/" + name + "/value");
+  got.clear();
+  for (int64_t i : f.read_i64("grad_sample/" + name + "/index")) got.push_back(all[static_cast<size_t>(i)]);
+}
+
+using Param = std::tuple<const char*, DType>;
+class DebertaMixedPrecisionGpu : public ::testing::TestWithParam<Param> {};
+
+TEST_P(DebertaMixedPrecisionGpu, LogitsLossAndGradientsMatchTheF32Reference) {
+  ZT_SKIP_WITHOUT_GPU();
+  const auto [file, dtype] = GetParam();
+  const Limits limit = limits_for(dtype);
+  golden::GoldenCase c(file, DeviceKind::cuda, dtype);
+  c.run();
+  const test::Fixture& f = c.fixture;
+
+  const std::vector<float> logits = golden::host_values(c.model.logits());
+  const std::vector<float> ref_logits = f.read_f32("logits");
+  ASSERT_EQ(logits.size(), ref_logits.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    diff += std::pow(logits[i] - ref_logits[i], 2);
+    norm += std::pow(ref_logits[i], 2);
+  }
+  const double logits_rel = std::sqrt(diff / norm);
+  const double ref_loss = f.read_f32("loss")[0];
+  const double loss_rel = std::abs(c.loss - ref_loss) / std::abs(ref_loss);
+  EXPECT_LE(logits_rel, limit.logits_rel);
+  EXPECT_LE(loss_rel, limit.loss_rel) << "loss " << c.loss << " vs " << ref_loss;
+
+  double worst_cosine = 1, got_sq = 0, ref_sq = 0;
+  std::string worst_name;
+  for (const ParameterInfo& p : c.table.entries()) {
+    std::vector<float> ref, got;
+    reference_and_got(f, p.name, golden::host_values(c.grads.tensor(p.name)), ref, got);
+    double dot = 0, gg = 0, rr = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      dot += static_cast<double>(got[i]) * ref[i];
+      gg += static_cast<double>(got[i]) * got[i];
+      rr += static_cast<double>(ref[i]) * ref[i];
+    }
+    got_sq += gg;
+    ref_sq += rr;
+    if (rr == 0) continue;  // e.g. the padding row of the word embeddings
+    const double cosine = dot / std::sqrt(gg * rr);
+    EXPECT_GE(cosine, limit.grad_cosine) << p.name;
+    if (cosine < worst_cosine) {
+      worst_cosine = cosine;
+      worst_name = p.name;
+    }
+  }
+  const double norm_rel = std::abs(std::sqrt(got_sq) - std::sqrt(ref_sq)) / std::sqrt(ref_sq);
+  EXPECT_LE(norm_rel, limit.norm_rel);
+  std::printf(
+      "%s %s: logits rel err %.3g, loss rel err %.3g, worst grad cosine %.6f (%s), grad norm rel err "
+      "%.3g\n",
+      dtype_name(dtype).data(), file, logits_rel, loss_rel, worst_cosine, worst_name.c_str(), norm_rel);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DebertaMixedPrecisionGpu,
+                         ::testing::Combine(::testing::Values("deberta_tiny.h5", "deberta_tiny_padded.h5",
+                                                              "deberta_xlarge_layout.h5"),
+                                            ::testing::Values(DType::bf16, DType::f16)),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           std::string name = std::get<0>(info.param);
+                           return name.substr(0, name.find('.')) + "_" +
+                                  std::string(dtype_name(std::get<1>(info.param)));
+                         });
+
+}  // namespace
+}  // namespace zt

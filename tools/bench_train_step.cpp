@@ -1,0 +1,197 @@
+// bench_train_step: times zerotrain's training step on synthetic batches, the zerotrain side of
+// scripts/bench_vs_torch.py (which runs HF DebertaV2ForSequenceClassification eager and torch.compile with
+// the same settings and prints the ratios). Prints one JSON line:
+//
+//   bench_train_step --batch 40 --seq 128 --dtype bf16 [--steps 12] [--dropout 0.1] [--layers N]
+//   {"impl": "zerotrain", "dtype": "bf16", "batch": 40, "seq": 128, "params": ..., "first_step_s": ...,
+//    "step_ms": ..., "samples_per_s": ..., "approx_tflops": ..., "peak_gib": ..., "peak_reserved_gib": ...}
+//
+// The step is the real one (MrpcTrainer::train_step): forward, backward, global-norm clipping at 1.0 and the
+// fused AdamW with its 16-bit parameter copy, on the xlarge architecture (random init, 2 labels) — what
+// torch_baseline.py times: random ids in [5, 128000), a full attention mask, random labels, weight decay 0.
+// 3 warm-up steps (plans, caches, first allocations) then --steps timed ones; step_ms is their median.
+// peak_gib is the caching allocator's peak of live bytes (the counterpart of
+// torch.cuda.max_memory_allocated); peak_reserved_gib adds what it kept cached. With --profile (or
+// ZT_PROFILE=1) a per-segment device-time table of the timed steps goes to stderr.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "data/batcher.h"
+#include "model/config.h"
+#include "model/parameters.h"
+#include "optim/train_config.h"
+#include "optim/trainer.h"
+#include "runtime/check.h"
+#include "runtime/device.h"
+#include "runtime/device_allocator.h"
+#include "runtime/step_profile.h"
+
+namespace {
+
+struct Options {
+  int64_t batch = 40;
+  int64_t seq = 128;
+  std::string dtype = "bf16";
+  int64_t steps = 12;
+  double dropout = 0.1;
+  int64_t layers = 0;  // 0: the xlarge depth (24)
+  bool profile = false;
+};
+
+const char* kUsage =
+    "usage: bench_train_step [--batch 40] [--seq 128] [--dtype bf16|fp16|fp32] [--steps 12] [--dropout 0.1]\n"
+    "                        [--layers N] [--profile]\n";
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (flag == "--profile") {
+      o.profile = true;
+      continue;
+    }
+    ZT_CHECK(i + 1 < argc, flag, " needs a value\n", kUsage);
+    const std::string value = argv[++i];
+    try {
+      if (flag == "--batch") {
+        o.batch = std::stoll(value);
+      } else if (flag == "--seq") {
+        o.seq = std::stoll(value);
+      } else if (flag == "--dtype") {
+        o.dtype = value;
+      } else if (flag == "--steps") {
+        o.steps = std::stoll(value);
+      } else if (flag == "--dropout") {
+        o.dropout = std::stod(value);
+      } else if (flag == "--layers") {
+        o.layers = std::stoll(value);
+      } else {
+        ZT_FAIL("unknown flag ", flag, "\n", kUsage);
+      }
+    } catch (const std::logic_error&) {
+      ZT_FAIL(flag, ": not a number: ", value);
+    }
+  }
+  ZT_CHECK(o.batch > 0 && o.seq > 1 && o.steps >= 1 && o.layers >= 0, "sizes must be positive");
+  ZT_CHECK(o.dtype == "bf16" || o.dtype == "fp16" || o.dtype == "fp32", "--dtype must be bf16, fp16 or fp32");
+  return o;
+}
+
+// torch_baseline.py's batch: ids uniform in [5, 128000), mask all ones, labels uniform in {0, 1}.
+zt::data::Batch synthetic_batch(int64_t batch, int64_t seq, std::mt19937_64& rng) {
+  zt::data::Batch b;
+  b.batch_size = batch;
+  b.seq_len = seq;
+  std::uniform_int_distribution<int64_t> id(5, 127999), label(0, 1);
+  b.input_ids.resize(static_cast<size_t>(batch * seq));
+  for (int64_t& x : b.input_ids) x = id(rng);
+  b.attention_mask.assign(static_cast<size_t>(batch * seq), 1);
+  for (int64_t r = 0; r < batch; ++r) b.labels.push_back(label(rng));
+  return b;
+}
+
+int run(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  ZT_CHECK(zt::cuda_available(), "bench_train_step times the GPU step: ", zt::describe_devices());
+  if (o.profile) zt::StepProfile::global().enable(true);
+
+  zt::DebertaConfig model = zt::deberta_v2_xlarge_config();
+  if (o.layers > 0) model.num_hidden_layers = o.layers;
+  model.hidden_dropout_prob = model.attention_probs_dropout_prob = o.dropout;
+  const std::string dtype_flag = o.dtype == "fp16" ? "f16" : o.dtype == "fp32" ? "f32" : "bf16";
+  zt::optim::TrainConfig config =
+      zt::optim::TrainConfig::from_args(std::vector<std::string>{"--device",
+                                                                 "cuda",
+                                                                 "--dtype",
+                                                                 dtype_flag,
+                                                                 "--per_device_train_batch_size",
+                                                                 std::to_string(o.batch),
+                                                                 "--per_device_eval_batch_size",
+                                                                 std::to_string(o.batch),
+                                                                 "--max_length",
+                                                                 std::to_string(o.seq),
+                                                                 "--learning_rate",
+                                                                 "2e-5",
+                                                                 "--weight_decay",
+                                                                 "0",
+                                                                 "--max_grad_norm",
+                                                                 "1.0",
+                                                                 "--num_train_epochs",
+                                                                 "1",
+                                                                 "--lr_scheduler_type",
+                                                                 "constant",
+                                                                 "--num_warmup_steps",
+                                                                 "0"});
+  config.resolve(
+      {.world_size = 1, .hidden_size = model.hidden_size, .num_train_examples = o.batch * o.steps});
+  zt::optim::MrpcTrainer trainer(config, model);
+
+  std::mt19937_64 rng(0);
+  constexpr int64_t kWarmup = 3;
+  std::vector<double> times;
+  double first_step_s = 0;
+  for (int64_t step = 0; step < kWarmup + o.steps; ++step) {
+    std::vector<zt::data::Batch> window;
+    window.push_back(synthetic_batch(o.batch, o.seq, rng));
+    zt::device_synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    trainer.train_step(window);  // returns after the optimizer is queued; the sync below waits for it
+    zt::device_synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (step == 0) first_step_s = seconds;
+    if (step >= kWarmup) times.push_back(seconds);
+    zt::StepProfile& profile = zt::StepProfile::global();
+    profile.collect();
+    if (step + 1 == kWarmup) profile.reset();  // profile the timed steps only
+  }
+  std::vector<double> warm = times;
+  std::nth_element(warm.begin(), warm.begin() + static_cast<std::ptrdiff_t>(warm.size() / 2), warm.end());
+  const double step_s = warm[warm.size() / 2];
+
+  const zt::ParameterTable table(model);
+  const int64_t embed = model.vocab_size * model.hidden_size;
+  const double flops =
+      6.0 * static_cast<double>(table.total_numel() - embed) * static_cast<double>(o.batch * o.seq);
+  const zt::DeviceMemoryStats memory = zt::device_allocator().stats();
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  auto round_to = [](double x, double unit) { return std::round(x / unit) * unit; };
+  const nlohmann::json line = {
+      {"impl", "zerotrain"},
+      {"dtype", o.dtype},
+      {"batch", o.batch},
+      {"seq", o.seq},
+      {"layers", model.num_hidden_layers},
+      {"params", table.total_numel()},
+      {"first_step_s", round_to(first_step_s, 1e-3)},
+      {"step_ms", round_to(step_s * 1e3, 1e-2)},
+      {"samples_per_s", round_to(static_cast<double>(o.batch) / step_s, 0.1)},
+      {"approx_tflops", round_to(flops / step_s / 1e12, 0.1)},
+      {"peak_gib", round_to(static_cast<double>(memory.peak_in_use_total) / kGiB, 0.01)},
+      {"peak_reserved_gib", round_to(static_cast<double>(memory.peak_reserved) / kGiB, 0.01)},
+      {"device", zt::describe_devices()}};
+  if (o.profile) std::fputs(zt::StepProfile::global().report().c_str(), stderr);
+  std::printf("%s\n", line.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_train_step: error: %s\n", e.what());
+    return 2;
+  }
+}
