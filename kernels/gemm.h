@@ -6,6 +6,13 @@
 //   C     [m, n], ldc >= n;  A[z] = A + z * a.batch_stride elements (likewise B, C; a stride may be 0)
 // Epilogue bias: C[z][r, c] += bias[c] after the product (bias [n], the dtype of C) — y = x W^T + b is
 //   {A = x, B = W, transpose_b, bias = b}.
+// Two-level batch (outer > 1): items (o, z), o in [0, outer), z in [0, batch), operand item at
+//   data + o * outer_stride + z * batch_stride — e.g. head h of batch row b of a [B, L, D] tensor
+//   (outer = B, stride L*D; batch = heads, stride d), which no single stride reaches. It runs as ONE
+//   cublasGemmBatchedEx over outer * batch items, whose pointer arrays a small kernel writes into scratch:
+//   one launch where a loop over o would issue `outer` small GEMMs, each filling a fraction of the GPU.
+//   When every operand's outer_stride equals batch * batch_stride the items are one strided batch and
+//   take the cuBLASLt path. No bias epilogue with outer > 1.
 //
 // Dtypes: A and B share one storage dtype (f32, bf16, f16); C is that dtype or f32 (bf16/f16 products
 // accumulated into f32 gradient buffers). Compute is always fp32 (CUBLAS_COMPUTE_32F). f32 inputs use
@@ -51,6 +58,7 @@ struct GemmOperand {
   const void* data = nullptr;
   int64_t ld = 0;            // elements between consecutive rows
   int64_t batch_stride = 0;  // elements between consecutive batch items
+  int64_t outer_stride = 0;  // elements between consecutive outer items (outer > 1)
 };
 
 struct GemmOutput {
@@ -58,11 +66,13 @@ struct GemmOutput {
   DType dtype = DType::f32;
   int64_t ld = 0;
   int64_t batch_stride = 0;
+  int64_t outer_stride = 0;
 };
 
 struct GemmProblem {
   int64_t m = 0, n = 0, k = 0;
   int64_t batch = 1;
+  int64_t outer = 1;               // two-level batch, see above
   DType input_dtype = DType::f32;  // A and B
   GemmOperand a;
   bool transpose_a = false;

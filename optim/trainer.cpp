@@ -275,15 +275,15 @@ struct MrpcTrainer::Impl {
     }
     const double norm = std::sqrt(stats.sum_of_squares) / loss_scale;
     ZT_CHECK(std::isfinite(norm), "gradient norm is not finite at optimizer step ", optimizer_step);
-    // One pass over the gradients: unscale and clip together.
+    // Unscaling and clipping are one factor, applied inside the AdamW pass, which also zeroes the gradients
+    // for the next step: one pass over them instead of three.
     double factor = 1.0 / loss_scale;
     if (config.max_grad_norm > 0) factor *= std::min(1.0, clip_coefficient(norm, config.max_grad_norm));
-    if (factor != 1.0) kernels::scale(g, static_cast<float>(factor), g);
     adamw.begin_step();
     gpu::adamw_update(adamw_step_scalars(adamw.hyper(), lr, adamw.step_count()), params.flat(DType::f32), g,
                       exp_avg.flat(DType::f32), exp_avg_sq.flat(DType::f32), ranges,
-                      params16 ? params16->flat(compute) : Tensor(), nullptr);
-    kernels::fill(g, 0.0f);
+                      params16 ? params16->flat(compute) : Tensor(), nullptr, static_cast<float>(factor),
+                      /*zero_grads=*/true);
     return norm;
 #else
     ZT_FAIL("CUDA training needs a CUDA build");

@@ -1,9 +1,11 @@
-// Disentangled attention on the GPU (formulas in kernels/disentangled_attention.h): batched cuBLASLt GEMMs
+// Disentangled attention on the GPU (formulas in kernels/disentangled_attention.h): batched GEMMs
 // for every product, and three small kernels — the score/softmax/dropout row kernel, its backward, and the
 // bucket gathers Gc/Gp. Correctness first: every product is a GEMM, every row reduction is a warp.
 //
 // Layouts. Head h of a [B, L, D] feature tensor is the [L, d] matrix at column h*d with row stride D, so
-//   - the L x L products (Q K^T, P~ V, ...) are batched over the N heads (batch stride d), one call per b;
+//   - the L x L products (Q K^T, P~ V, ...) are one two-level batched GEMM over every (b, h) (kernels/gemm.h:
+//     outer b with stride L*D, inner h with stride d): one launch filling the GPU, not B launches of N
+//     blocks;
 //   - the positional products see all B*L rows of a head at once (row stride D), so they are batched over
 //     heads only: C2P = Q PK^T, P2C = K PQ^T, dQ += Gc PK, dPK += Gc^T Q, ... are one call each, with the
 //     per-head scratch laid out head-major [N, B*L, W] (W = window of table rows c(i,j) reaches).
@@ -226,6 +228,40 @@ GemmOutput head_output(void* data, DType dtype, int64_t row_offset, const Attent
   return {base, dtype, s.features, s.head_size};
 }
 
+// The per-(batch row, head) [L, d] blocks of a [B, L, D] tensor: outer over b (stride L*D), batch over h.
+GemmOperand head_blocks(const void* data, DType dtype, const AttentionShape& s) {
+  GemmOperand op = head_operand(data, dtype, 0, s);
+  op.outer_stride = s.length * s.features;
+  return op;
+}
+GemmOutput head_blocks_out(void* data, DType dtype, const AttentionShape& s) {
+  GemmOutput out = head_output(data, dtype, 0, s);
+  out.outer_stride = s.length * s.features;
+  return out;
+}
+
+// The [L, L] blocks of a [B, N, L, L] tensor in the same (b, h) order.
+GemmOperand score_blocks(const void* data, const AttentionShape& s) {
+  const int64_t block = s.length * s.length;
+  return {data, s.length, block, s.heads * block};
+}
+GemmOutput score_blocks_out(void* data, DType dtype, const AttentionShape& s) {
+  const int64_t block = s.length * s.length;
+  return {data, dtype, s.length, block, s.heads * block};
+}
+
+// Batched over every (b, h): one GEMM call where a loop over b would issue B small ones.
+GemmProblem block_gemm(int64_t m, int64_t n, int64_t k, DType dtype, const AttentionShape& s) {
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.batch = s.heads;
+  p.outer = s.batch;
+  p.input_dtype = dtype;
+  return p;
+}
+
 // Batched over heads: C[h] = alpha op(A[h]) op(B[h]) + beta C[h].
 GemmProblem head_gemm(int64_t m, int64_t n, int64_t k, DType dtype, const AttentionShape& s) {
   GemmProblem p;
@@ -339,14 +375,14 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     s.window = tables.window;
   }
 
-  // Content scores Q K^T straight into the f32 probs, one call per batch item, batched over heads.
+  // Content scores Q K^T straight into the f32 probs, one call batched over every (b, h).
   float* probs_data = probs.data_as<float>();
-  for (int64_t b = 0; b < s.batch; ++b) {
-    GemmProblem p = head_gemm(L, L, d, T, s);
-    p.a = head_operand(q.data(), T, b * L, s);
-    p.b = head_operand(k.data(), T, b * L, s);
+  {
+    GemmProblem p = block_gemm(L, L, d, T, s);
+    p.a = head_blocks(q.data(), T, s);
+    p.b = head_blocks(k.data(), T, s);
     p.transpose_b = true;
-    p.c = {probs_data + b * s.heads * L * L, DType::f32, L, L * L};
+    p.c = score_blocks_out(probs_data, DType::f32, s);
     gemm(p, kStream);
   }
   // Positional scores over all B*L rows of a head: C2P = Q PK_w^T, P2C = K PQ_w^T, [N, B*L, W] f32.
@@ -376,14 +412,13 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     ZT_CUDA_CHECK_LAUNCH("attention_softmax");
   });
 
-  // context_b = P~_b V_b, per batch item, batched over heads.
+  // context = P~ V for every (b, h) in one call.
   const void* p_tilde = dropped_is_probs ? static_cast<const void*>(probs_data) : dropped.data();
-  for (int64_t b = 0; b < s.batch; ++b) {
-    GemmProblem p = head_gemm(L, d, L, T, s);
-    p.a = {static_cast<const char*>(p_tilde) + b * s.heads * L * L * static_cast<int64_t>(dtype_size(T)), L,
-           L * L};
-    p.b = head_operand(v.data(), T, b * L, s);
-    p.c = head_output(context.data(), T, b * L, s);
+  {
+    GemmProblem p = block_gemm(L, d, L, T, s);
+    p.a = score_blocks(p_tilde, s);
+    p.b = head_blocks(v.data(), T, s);
+    p.c = head_blocks_out(context.data(), T, s);
     gemm(p, kStream);
   }
 }
@@ -440,20 +475,20 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   }
 
   DeviceBuffer grad = scratch_buffer(probs_elements(s) * sizeof(float), "attention.score_grad");
-  for (int64_t b = 0; b < s.batch; ++b) {
-    // dV_b = P~_b^T dC_b
-    GemmProblem dv_gemm = head_gemm(L, d, L, T, s);
-    dv_gemm.a = {static_cast<const char*>(p_tilde) + b * s.heads * L * L * element, L, L * L};
+  {
+    // dV = P~^T dC, for every (b, h) in one call
+    GemmProblem dv_gemm = block_gemm(L, d, L, T, s);
+    dv_gemm.a = score_blocks(p_tilde, s);
     dv_gemm.transpose_a = true;
-    dv_gemm.b = head_operand(dcontext.data(), T, b * L, s);
-    dv_gemm.c = head_output(dv.data(), T, b * L, s);
+    dv_gemm.b = head_blocks(dcontext.data(), T, s);
+    dv_gemm.c = head_blocks_out(dv.data(), T, s);
     gemm(dv_gemm, kStream);
-    // dP~_b = dC_b V_b^T, f32
-    GemmProblem dp_gemm = head_gemm(L, L, d, T, s);
-    dp_gemm.a = head_operand(dcontext.data(), T, b * L, s);
-    dp_gemm.b = head_operand(v.data(), T, b * L, s);
+    // dP~ = dC V^T, f32
+    GemmProblem dp_gemm = block_gemm(L, L, d, T, s);
+    dp_gemm.a = head_blocks(dcontext.data(), T, s);
+    dp_gemm.b = head_blocks(v.data(), T, s);
     dp_gemm.transpose_b = true;
-    dp_gemm.c = {grad.data_as<float>() + b * s.heads * L * L, DType::f32, L, L * L};
+    dp_gemm.c = score_blocks_out(grad.data(), DType::f32, s);
     gemm(dp_gemm, kStream);
   }
 
@@ -467,17 +502,17 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   });
   const void* g_lowp = f32_storage ? grad.data() : lowp.data();
 
-  for (int64_t b = 0; b < s.batch; ++b) {
-    // dQ_b = G_b K_b,  dK_b = G_b^T Q_b
-    GemmProblem dq_gemm = head_gemm(L, d, L, T, s);
-    dq_gemm.a = {static_cast<const char*>(g_lowp) + b * s.heads * L * L * element, L, L * L};
-    dq_gemm.b = head_operand(k.data(), T, b * L, s);
-    dq_gemm.c = head_output(dq.data(), T, b * L, s);
+  {
+    // dQ = G K,  dK = G^T Q, for every (b, h) in one call each
+    GemmProblem dq_gemm = block_gemm(L, d, L, T, s);
+    dq_gemm.a = score_blocks(g_lowp, s);
+    dq_gemm.b = head_blocks(k.data(), T, s);
+    dq_gemm.c = head_blocks_out(dq.data(), T, s);
     gemm(dq_gemm, kStream);
     GemmProblem dk_gemm = dq_gemm;
     dk_gemm.transpose_a = true;
-    dk_gemm.b = head_operand(q.data(), T, b * L, s);
-    dk_gemm.c = head_output(dk.data(), T, b * L, s);
+    dk_gemm.b = head_blocks(q.data(), T, s);
+    dk_gemm.c = head_blocks_out(dk.data(), T, s);
     gemm(dk_gemm, kStream);
   }
 

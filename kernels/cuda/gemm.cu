@@ -31,26 +31,42 @@ void check_cuda_arg(const Tensor& t, DType dtype, const char* op, const char* na
 namespace {
 
 constexpr int kColumnTile = 32;  // columns per block (one warp wide, coalesced rows)
-constexpr int kRowLanes = 8;     // row partial sums per column, combined in a fixed order
+constexpr int kRowLanes = 8;     // row partial sums per column within a block
+constexpr int64_t kRowsPerChunk = 128;
+constexpr int64_t kMaxChunks = 64;
 
-// out[c] += sum_r x[r, c]. Block (32, 8): thread (tx, ty) sums rows ty, ty + 8, ... of column c; the eight
-// partials are then added in ty order, so the result does not depend on scheduling.
+// Pass 1: block (x, chunk) sums rows [chunk * rows_per_chunk, ...) of columns [32x, 32x + 32) into
+// partial[chunk, c]: thread (tx, ty) takes rows ty, ty + 8, ... of its chunk, the eight lane sums are added
+// in ty order. Cutting the rows into chunks gives cols/32 * chunks blocks (3,072 for a [5120, 1536] bias
+// gradient) instead of cols/32 (48, a third of the SMs, each walking all 5,120 rows).
 template <typename T>
-__global__ void column_sum_accumulate_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
-                                             float* __restrict__ out) {
-  __shared__ float partial[kRowLanes][kColumnTile + 1];
+__global__ void column_sum_partial_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
+                                          int64_t rows_per_chunk, float* __restrict__ partial) {
+  __shared__ float lanes[kRowLanes][kColumnTile + 1];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
+  const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
   float sum = 0.0f;
   if (c < cols) {
-    for (int64_t r = threadIdx.y; r < rows; r += kRowLanes) sum += to_float(x[r * cols + c]);
+    for (int64_t r = begin + threadIdx.y; r < end; r += kRowLanes) sum += to_float(x[r * cols + c]);
   }
-  partial[threadIdx.y][threadIdx.x] = sum;
+  lanes[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
     float total = 0.0f;
-    for (int lane = 0; lane < kRowLanes; ++lane) total += partial[lane][threadIdx.x];
-    out[c] += total;
+    for (int lane = 0; lane < kRowLanes; ++lane) total += lanes[lane][threadIdx.x];
+    partial[static_cast<int64_t>(blockIdx.y) * cols + c] = total;
   }
+}
+
+// Pass 2: out[c] += sum over chunks in chunk order. The order depends only on (rows, cols): deterministic.
+__global__ void column_sum_finish_kernel(const float* __restrict__ partial, int64_t chunks, int64_t cols,
+                                         float* __restrict__ out) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float total = 0.0f;
+  for (int64_t k = 0; k < chunks; ++k) total += partial[k * cols + c];
+  out[c] += total;
 }
 
 // C[z][r, c] += bias[c] over batch x [m, n] with row stride ldc: the bias epilogue where cuBLASLt's cannot
@@ -72,13 +88,21 @@ __global__ void add_bias_kernel(T* __restrict__ c, const T* __restrict__ bias, i
 void column_sum_accumulate(const void* x, DType dtype, int64_t rows, int64_t cols, float* out,
                            cudaStream_t stream) {
   if (cols == 0) return;
+  const int64_t chunks = std::clamp<int64_t>((rows + kRowsPerChunk - 1) / kRowsPerChunk, 1, kMaxChunks);
+  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  DeviceBuffer partial = scratch_buffer(static_cast<size_t>(chunks * cols) * sizeof(float), "column_sum");
   dispatch_storage(dtype, "column_sum_accumulate", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const dim3 block(kColumnTile, kRowLanes);
-    const unsigned int grid = static_cast<unsigned int>((cols + kColumnTile - 1) / kColumnTile);
-    column_sum_accumulate_kernel<T><<<grid, block, 0, stream>>>(static_cast<const T*>(x), rows, cols, out);
-    ZT_CUDA_CHECK_LAUNCH("column_sum_accumulate");
+    const dim3 grid(static_cast<unsigned int>((cols + kColumnTile - 1) / kColumnTile),
+                    static_cast<unsigned int>(chunks));
+    column_sum_partial_kernel<T><<<grid, block, 0, stream>>>(static_cast<const T*>(x), rows, cols,
+                                                             rows_per_chunk, partial.data_as<float>());
+    ZT_CUDA_CHECK_LAUNCH("column_sum_partial");
   });
+  column_sum_finish_kernel<<<static_cast<unsigned int>((cols + 255) / 256), 256, 0, stream>>>(
+      partial.data_as<float>(), chunks, cols, out);
+  ZT_CUDA_CHECK_LAUNCH("column_sum_finish");
 }
 
 }  // namespace gpu
@@ -265,6 +289,56 @@ void add_bias(const GemmProblem& p, cudaStream_t stream) {
   });
 }
 
+// Pointer arrays of a two-level batch: item i = o * batch + z of each operand at base + o * outer + z * inner
+// (byte strides), written in the order cublasGemmBatchedEx reads them.
+struct PointerArraySpec {
+  const char* base[3];
+  int64_t outer_bytes[3], inner_bytes[3];
+};
+
+__global__ void fill_pointer_arrays_kernel(const void** out, PointerArraySpec spec, int64_t batch,
+                                           int64_t total) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const int64_t o = i / batch, z = i % batch;
+#pragma unroll
+  for (int k = 0; k < 3; ++k)
+    out[k * total + i] = spec.base[k] + o * spec.outer_bytes[k] + z * spec.inner_bytes[k];
+}
+
+// The two-level batch through cuBLAS's pointer-array GEMM, with the operand swap of the other paths.
+void run_pointer_batched(DeviceContext& context, const GemmProblem& p, cudaStream_t stream) {
+  if (context.blas == nullptr) {
+    ZT_CUBLAS_CHECK(cublasCreate(&context.blas));
+    ZT_CUBLAS_CHECK(cublasSetWorkspace(context.blas, context.workspace.data(), kWorkspaceBytes));
+  }
+  const int64_t total = p.outer * p.batch;
+  for (int64_t v : {p.m, p.n, p.k, total, p.a.ld, p.b.ld, p.c.ld}) check_fits_int(v, "a dimension");
+  const int64_t in = static_cast<int64_t>(dtype_size(p.input_dtype));
+  const int64_t out = static_cast<int64_t>(dtype_size(p.c.dtype));
+  // Order: cuBLAS's A (our B), cuBLAS's B (our A), C.
+  const PointerArraySpec spec{{static_cast<const char*>(p.b.data), static_cast<const char*>(p.a.data),
+                               static_cast<const char*>(p.c.data)},
+                              {p.b.outer_stride * in, p.a.outer_stride * in, p.c.outer_stride * out},
+                              {p.b.batch_stride * in, p.a.batch_stride * in, p.c.batch_stride * out}};
+  DeviceBuffer pointers = device_allocator().allocate(static_cast<size_t>(3 * total) * sizeof(void*),
+                                                      MemoryCategory::scratch, "gemm.pointer_arrays");
+  const void** arrays = pointers.data_as<const void*>();
+  fill_pointer_arrays_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(arrays, spec,
+                                                                                             p.batch, total);
+  ZT_CUDA_CHECK_LAUNCH("gemm_fill_pointer_arrays");
+  ZT_CUBLAS_CHECK(cublasSetStream(context.blas, stream));
+  const bool tf32 = p.allow_tf32 && p.input_dtype == DType::f32;
+  const cudaDataType_t input = cuda_data_type(p.input_dtype);
+  ZT_CUBLAS_CHECK(cublasGemmBatchedEx(
+      context.blas, p.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, p.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+      static_cast<int>(p.n), static_cast<int>(p.m), static_cast<int>(p.k), &p.alpha, arrays, input,
+      static_cast<int>(p.b.ld), arrays + total, input, static_cast<int>(p.a.ld), &p.beta,
+      const_cast<void* const*>(reinterpret_cast<const void* const*>(arrays + 2 * total)),
+      cuda_data_type(p.c.dtype), static_cast<int>(p.c.ld), static_cast<int>(total),
+      tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 void check_problem(const GemmProblem& p) {
   ZT_CHECK(p.m >= 0 && p.n >= 0 && p.k >= 0 && p.batch >= 0, "gemm: negative size (m ", p.m, ", n ", p.n,
            ", k ", p.k, ", batch ", p.batch, ")");
@@ -276,14 +350,39 @@ void check_problem(const GemmProblem& p) {
   ZT_CHECK(p.b.ld >= std::max<int64_t>(1, p.transpose_b ? p.k : p.n), "gemm: ldb ", p.b.ld, " too small");
   ZT_CHECK(p.c.ld >= std::max<int64_t>(1, p.n), "gemm: ldc ", p.c.ld, " too small");
   if (p.epilogue == GemmEpilogue::bias) ZT_CHECK(p.bias != nullptr, "gemm: bias epilogue without a bias");
+  ZT_CHECK(p.outer >= 0, "gemm: negative outer batch ", p.outer);
+  ZT_CHECK(p.outer <= 1 || p.epilogue == GemmEpilogue::none, "gemm: no bias epilogue with an outer batch");
 }
 
 }  // namespace
 
-void gemm(const GemmProblem& p, cudaStream_t stream) {
-  check_problem(p);
-  if (p.m == 0 || p.n == 0 || p.batch == 0) return;
-  ZT_CHECK(p.k > 0, "gemm: k = 0 (an empty inner dimension) is not supported");
+void gemm(const GemmProblem& problem, cudaStream_t stream) {
+  check_problem(problem);
+  if (problem.m == 0 || problem.n == 0 || problem.batch == 0 || problem.outer == 0) return;
+  ZT_CHECK(problem.k > 0, "gemm: k = 0 (an empty inner dimension) is not supported");
+  GemmProblem p = problem;
+  if (p.outer > 1) {
+    const bool uniform = p.a.outer_stride == p.batch * p.a.batch_stride &&
+                         p.b.outer_stride == p.batch * p.b.batch_stride &&
+                         p.c.outer_stride == p.batch * p.c.batch_stride;
+    if (!uniform || p.batch == 1) {
+      // batch == 1: the outer stride is the only stride, so it becomes the batch stride.
+      if (p.batch == 1) {
+        p.batch = p.outer;
+        p.a.batch_stride = p.a.outer_stride;
+        p.b.batch_stride = p.b.outer_stride;
+        p.c.batch_stride = p.c.outer_stride;
+        p.outer = 1;
+      } else {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        run_pointer_batched(context_for_current_device(), p, stream);
+        return;
+      }
+    } else {
+      p.batch *= p.outer;
+      p.outer = 1;
+    }
+  }
   const size_t in_size = dtype_size(p.input_dtype), out_size = dtype_size(p.c.dtype);
   const std::array<uint32_t, 4> alignments{
       operand_alignment(p.a.data, p.a.batch_stride, p.batch, in_size),

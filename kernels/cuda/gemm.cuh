@@ -69,7 +69,8 @@ void check_cuda_arg(const Tensor& t, const char* op, const char* name);
 void check_cuda_arg(const Tensor& t, DType dtype, const char* op, const char* name);
 
 // out[c] += sum_r x[r, c] for x [rows, cols] of storage `dtype`, summed in f32 in a fixed order
-// (deterministic): the bias gradient of linear and conv1d.
+// (deterministic: rows cut into at most 64 chunks of >= 128 rows, chunk partials in scratch, added in chunk
+// order): the bias gradient of linear and conv1d.
 void column_sum_accumulate(const void* x, DType dtype, int64_t rows, int64_t cols, float* out,
                            cudaStream_t stream);
 

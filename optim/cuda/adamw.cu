@@ -53,8 +53,11 @@ __device__ __forceinline__ void store_param16(__half* out, int64_t i, float p) {
 struct ElementUpdate {
   AdamWStepScalars s;
   float one_minus_w;
+  float grad_scale;  // g *= grad_scale first (unscale and clip), the float product kernels::scale computes
+  bool zero_grads;   // write 0 over each gradient once read
 
   __device__ __forceinline__ void operator()(float decay, float& p, float g, float& m, float& v) const {
+    if (grad_scale != 1.0f) g = __fmul_rn(grad_scale, g);
     float new_p = __fmul_rn(p, decay);
     const float new_m = s.m_weight_is_small ? __fadd_rn(m, __fmul_rn(s.m_weight, __fsub_rn(g, m)))
                                             : __fsub_rn(g, __fmul_rn(__fsub_rn(g, m), one_minus_w));
@@ -73,8 +76,8 @@ struct ElementUpdate {
 // chunk start is 4-aligned and the bases are 16-byte aligned (`vector_bases`), scalars for the rest.
 template <typename Half>
 __global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const RangeTable table,
-                                          bool vector_bases, float* params, const float* grads,
-                                          float* exp_avg, float* exp_avg_sq, Half* params16) {
+                                          bool vector_bases, float* params, float* grads, float* exp_avg,
+                                          float* exp_avg_sq, Half* params16) {
   const int64_t chunk = blockIdx.x;
   int lo = 0, hi = table.count - 1;  // the last k with first_chunk[k] <= chunk
   while (lo < hi) {
@@ -101,6 +104,7 @@ __global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const Rang
       update(decay, p.y, g.y, m.y, v.y);
       update(decay, p.z, g.z, m.z, v.z);
       update(decay, p.w, g.w, m.w, v.w);
+      if (update.zero_grads) *reinterpret_cast<float4*>(grads + i) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       *reinterpret_cast<float4*>(params + i) = p;
       *reinterpret_cast<float4*>(exp_avg + i) = m;
       *reinterpret_cast<float4*>(exp_avg_sq + i) = v;
@@ -114,6 +118,7 @@ __global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const Rang
   for (int64_t i = scalar_from + threadIdx.x; i < end; i += kThreads) {
     float p = params[i], m = exp_avg[i], v = exp_avg_sq[i];
     update(decay, p, grads[i], m, v);
+    if (update.zero_grads) grads[i] = 0.0f;
     params[i] = p;
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
@@ -150,7 +155,7 @@ bool aligned16(const void* p) {
 
 template <typename Half>
 void launch_batches(const ElementUpdate& update, std::span<const TensorRange> ranges, bool vector_bases,
-                    float* params, const float* grads, float* exp_avg, float* exp_avg_sq, Half* params16,
+                    float* params, float* grads, float* exp_avg, float* exp_avg_sq, Half* params16,
                     cudaStream_t stream) {
   size_t next = 0;  // the first range not yet launched
   while (next < ranges.size()) {
@@ -179,7 +184,7 @@ void launch_batches(const ElementUpdate& update, std::span<const TensorRange> ra
 
 void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const Tensor& grads,
                   const Tensor& exp_avg, const Tensor& exp_avg_sq, std::span<const TensorRange> ranges,
-                  const Tensor& params16, cudaStream_t stream) {
+                  const Tensor& params16, cudaStream_t stream, float grad_scale, bool zero_grads) {
   const int64_t size = params.numel();
   check_f32_buffer(params, size, "params");
   check_f32_buffer(grads, size, "grads");
@@ -188,9 +193,9 @@ void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const T
   check_ranges(ranges, size);
   const bool vector_bases = aligned16(params.data()) && aligned16(grads.data()) &&
                             aligned16(exp_avg.data()) && aligned16(exp_avg_sq.data());
-  const ElementUpdate update{scalars, 1.0f - scalars.m_weight};
+  const ElementUpdate update{scalars, 1.0f - scalars.m_weight, grad_scale, zero_grads};
   float* p = static_cast<float*>(params.data());
-  const float* g = static_cast<const float*>(grads.data());
+  float* g = static_cast<float*>(grads.data());
   float* m = static_cast<float*>(exp_avg.data());
   float* v = static_cast<float*>(exp_avg_sq.data());
   if (params16.data() == nullptr) {

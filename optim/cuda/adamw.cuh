@@ -8,6 +8,12 @@
 // ranges: which elements to update and whether each range decays, as for the CPU (non-overlapping,
 // inside the buffers; elements outside every range are not touched). Scalars come from
 // adamw_step_scalars(hyper, lr, t). Queued on `stream`.
+//
+// Fusions that save whole passes over the gradients (each 4 bytes/param read or written): grad_scale != 1
+// multiplies every gradient first (fp16 unscaling and clipping: exactly the float product a separate
+// kernels::scale pass would store, so results stay bitwise equal), and zero_grads writes 0 over each
+// gradient once read (the next step's accumulation starts from zero; elements outside the ranges are not
+// touched).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,6 +27,7 @@ namespace zt::optim::gpu {
 
 void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const Tensor& grads,
                   const Tensor& exp_avg, const Tensor& exp_avg_sq, std::span<const TensorRange> ranges,
-                  const Tensor& params16, cudaStream_t stream);
+                  const Tensor& params16, cudaStream_t stream, float grad_scale = 1.0f,
+                  bool zero_grads = false);
 
 }  // namespace zt::optim::gpu
