@@ -352,6 +352,14 @@ MrpcTrainer::MrpcTrainer(TrainConfig config, DebertaConfig model_config)
 
 MrpcTrainer::~MrpcTrainer() = default;
 
+void MrpcTrainer::load_parameters(const Arena& host) {
+  Impl& s = *impl_;
+  ZT_CHECK(host.bytes() == s.params.bytes() && host.device() == DeviceKind::cpu,
+           "load_parameters: expected a host arena of ", s.params.bytes(), " bytes (table().layout(f32))");
+  copy_tensor(host.flat(DType::f32), s.params.flat(DType::f32));
+  s.refresh_params16();
+}
+
 const Arena& MrpcTrainer::params() const {
   return impl_->params;
 }

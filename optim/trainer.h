@@ -79,7 +79,11 @@ class MrpcTrainer {
   void save_checkpoint(const std::string& path) const;
   void load_checkpoint(const std::string& path);
 
-  const Arena& params() const;
+  // Replaces the parameters (fp32 master and, in mixed precision, its 16-bit copy) with `host`, an f32 host
+  // arena laid out by table().layout(DType::f32). For tests and tools that start from given weights.
+  void load_parameters(const Arena& host);
+
+  const Arena& params() const;  // the fp32 master weights, where training runs
   const ParameterTable& table() const;
   const DebertaConfig& model_config() const;
   const std::vector<StepRecord>& steps() const;

@@ -25,7 +25,11 @@ Optimizer: AdamW lr 2e-4, betas (0.9, 0.999), eps 1e-8, weight decay 0.01 except
 "LayerNorm.weight"; transformers.get_scheduler("linear") with 5 warmup steps over 50; clip_grad_norm_ 1.0 before
 step; gradient accumulation 1; fp32; model.train().
 
+With --dtype bf16 (GPU machine): the same run on CUDA under torch.autocast(bfloat16) -- fp32 parameters, AdamW
+and gradients, bf16 matmuls -- written to deberta_mrpc_train50_bf16.h5, the reference of the bf16 loss curve.
+
 Usage: python3 tools/golden/make_mrpc_training_fixture.py [--out_dir tests/fixtures] [--data_dir data/glue_mrpc]
+                                                          [--dtype fp32|bf16]
 """
 
 import argparse
@@ -128,7 +132,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out_dir", default=os.path.join(mmf.REPO_ROOT, "tests", "fixtures"))
     parser.add_argument("--data_dir", default=os.path.join(mmf.REPO_ROOT, "data", "glue_mrpc"))
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     args = parser.parse_args()
+    bf16 = args.dtype == "bf16"
+    if bf16:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
+        assert torch.cuda.is_available(), "--dtype bf16 runs on a GPU"
+    device = torch.device("cuda" if bf16 else "cpu")
+
+    def on(array):
+        return torch.from_numpy(array).to(device)
+
+    def autocast():
+        return torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16)
     os.makedirs(args.out_dir, exist_ok=True)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
@@ -142,7 +158,7 @@ def main():
     dev = batches(sp, read_rows(os.path.join(args.data_dir, "dev.tsv"))[:EVAL_ROWS], EVAL_BATCH)
     assert len(train) == STEPS and len(dev) == EVAL_ROWS // EVAL_BATCH
 
-    model = mmf.build_model(CONFIG)
+    model = mmf.build_model(CONFIG).to(device)
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         (no_decay if any(nd in name for nd in OPTIMIZER["no_decay"]) else decay).append(p)
@@ -157,8 +173,8 @@ def main():
     grad_norms = np.zeros(STEPS, dtype=np.float32)
     model.train()
     for s, (ids, mask, labels) in enumerate(train):
-        out = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                    labels=torch.from_numpy(labels))
+        with autocast():
+            out = model(input_ids=on(ids), attention_mask=on(mask), labels=on(labels))
         out.loss.backward()
         grad_norms[s] = torch.nn.utils.clip_grad_norm_(model.parameters(), OPTIMIZER["max_grad_norm"]).item()
         lrs[s] = optimizer.param_groups[0]["lr"]
@@ -168,9 +184,9 @@ def main():
         losses[s] = out.loss.item()
 
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), autocast():
         eval_logits = np.concatenate([
-            model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).logits.numpy()
+            model(input_ids=on(ids), attention_mask=on(mask)).logits.float().cpu().numpy()
             for ids, mask, _ in dev]).astype(np.float32)
     eval_labels = np.concatenate([labels for _, _, labels in dev])
     eval_acc = float((eval_logits.argmax(1) == eval_labels).mean())
@@ -183,7 +199,7 @@ def main():
         "max_length": MAX_LENGTH,
         "padding": "dynamic: each batch to its longest row, id 0 / mask 0",
     }
-    path = os.path.join(args.out_dir, "deberta_mrpc_train50.h5")
+    path = os.path.join(args.out_dir, "deberta_mrpc_train50_bf16.h5" if bf16 else "deberta_mrpc_train50.h5")
     with h5py.File(path + ".tmp", "w") as f:
         mmf.set_ascii_attr(f, "config_json", model.config.to_json_string(use_diff=True))
         mmf.set_ascii_attr(f, "config_json_full", model.config.to_json_string(use_diff=False))
@@ -200,7 +216,9 @@ def main():
             "lr[s] the lr its update used (lr[0] = 0 with 5 warmup steps: step 0 changes no weight but still "
             "advances AdamW's moments and step count, so bias correction counts it); grad_norm[s] pre-clip "
             "(over all parameters); eval_logits after the last step in model.eval(), "
-            f"dev rows 0..{EVAL_ROWS - 1} in batches of {EVAL_BATCH}"))
+            f"dev rows 0..{EVAL_ROWS - 1} in batches of {EVAL_BATCH}"
+            + ("; CUDA, torch.autocast(bfloat16): fp32 parameters, gradients and AdamW, bf16 matmuls" if bf16
+               else "; CPU, fp32")))
         for s, (ids, mask, labels) in enumerate(train):
             f.create_dataset(f"input_ids/{s}", data=ids, compression="gzip")
             f.create_dataset(f"attention_mask/{s}", data=mask, compression="gzip")
