@@ -205,6 +205,168 @@ __global__ void bucket_gather_kernel(const float* __restrict__ grad, T* __restri
   }
 }
 
+// ---- Block kernels: one CTA per (b, h), the [L, L] problem staged in shared memory
+// -------------------------- The row kernels above read the P2C scores at p2c[(b, j), c(i, j)]: consecutive
+// keys j of a warp are W - 1 floats apart (one 32-byte sector per lane), and the Gp gather reads G down
+// columns (L floats apart). For L up to a few hundred the whole (b, h) block fits in shared memory, so these
+// kernels load it once with coalesced reads and do the strided part there. Results are bitwise those of the
+// row kernels (same operations in the same order). Row pitches are chosen so a warp's strided shared accesses
+// hit 32 banks.
+
+constexpr int kBlockWarps = 8;
+constexpr int kBlockThreads = kBlockWarps * 32;
+constexpr int kMaxKeysPerLane = 8;                  // L <= 256 for the register-resident softmax row
+constexpr size_t kMaxBlockSharedBytes = 200 << 10;  // under the 227 KiB opt-in limit of sm_90
+
+// Row pitch (floats) of the staged P2C block: the warp reads pitch * j + c(i, j) = (pitch - 1) * j + const,
+// distinct banks when pitch - 1 is odd.
+__host__ __device__ inline int64_t p2c_pitch(int64_t window) {
+  return window % 2 == 0 ? window : window + 1;
+}
+
+size_t softmax_block_shared_bytes(const AttentionShape& s) {
+  return s.p2c ? static_cast<size_t>(s.length * p2c_pitch(s.window)) * sizeof(float) : 0;
+}
+
+bool use_softmax_block_kernel(const AttentionShape& s) {
+  return s.length <= 32 * kMaxKeysPerLane && softmax_block_shared_bytes(s) <= kMaxBlockSharedBytes;
+}
+
+// The forward row computation of attention_softmax_kernel with the row held in registers (kKeysPerLane =
+// ceil(L / 32) values per lane): probs is read once (Q K^T) and written once (P).
+template <typename T, int kKeysPerLane>
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_softmax_block_kernel(float* __restrict__ probs, T* __restrict__ dropped,
+                                   const float* __restrict__ c2p, const float* __restrict__ p2c,
+                                   const int32_t* __restrict__ diagonal, const uint8_t* __restrict__ keep,
+                                   AttentionShape s) {
+  extern __shared__ float staged_p2c[];  // [L, pitch]: P2C rows (b, j) of head h
+  const int64_t L = s.length, W = s.window, pitch = p2c_pitch(W);
+  const int64_t bh = blockIdx.x, h = bh % s.heads, b = bh / s.heads;
+  const int64_t head_rows = (h * s.batch + b) * L;  // row (b, 0) of head h in the [N, B*L, W] scratch
+  if (s.p2c) {
+    for (int64_t e = threadIdx.x; e < L * W; e += kBlockThreads) {
+      staged_p2c[(e / W) * pitch + e % W] = p2c[head_rows * W + e];
+    }
+    __syncthreads();
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint8_t* key_keep = keep + b * L;
+  constexpr float kMasked = -3.40282346638528859811704183484516925e+38f;  // finfo(f32).min
+  for (int64_t i = warp; i < L; i += kBlockWarps) {
+    const int64_t row = bh * L + i;
+    const bool query_kept = keep[b * L + i] != 0;
+    float* p = probs + row * L;
+    float a[kKeysPerLane];
+    float row_max = kMasked;
+#pragma unroll
+    for (int t = 0; t < kKeysPerLane; ++t) {
+      const int64_t j = lane + 32 * t;
+      a[t] = kMasked;
+      if (j < L) {
+        const int32_t r = (s.c2p || s.p2c) ? diagonal[i - j + L - 1] : 0;
+        float x = p[j];
+        if (s.c2p) x += c2p[(head_rows + i) * W + r];
+        if (s.p2c) x += staged_p2c[j * pitch + r];
+        x *= s.inverse_scale;
+        a[t] = (query_kept && key_keep[j]) ? x : kMasked;
+        row_max = fmaxf(row_max, a[t]);
+      }
+    }
+    row_max = warp_max(row_max);
+    float sum = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kKeysPerLane; ++t) {
+      if (lane + 32 * t < L) {
+        a[t] = expf(a[t] - row_max);
+        sum += a[t];
+      }
+    }
+    const float inverse = 1.0f / warp_sum(sum);
+#pragma unroll
+    for (int t = 0; t < kKeysPerLane; ++t) {
+      const int64_t j = lane + 32 * t;
+      if (j < L) {
+        const float prob = a[t] * inverse;
+        p[j] = prob;
+        if (dropped != nullptr) {
+          dropped[row * L + j] =
+              from_float<T>(s.dropout ? prob * dropout_factor(s, static_cast<uint64_t>(row * L + j)) : prob);
+        }
+      }
+    }
+  }
+}
+
+size_t gather_block_shared_bytes(const AttentionShape& s) {
+  return static_cast<size_t>(s.length * (s.length + 1)) * sizeof(float);
+}
+
+bool use_gather_block_kernel(const AttentionShape& s) {
+  return gather_block_shared_bytes(s) <= kMaxBlockSharedBytes;
+}
+
+// Both bucket gathers of bucket_gather_kernel from one staged G[b, h] ([L, L + 1] pitch: column walks
+// stride L + 1, conflict-free): Gc rows (b, i) and Gp rows (b, j), each written along r (coalesced).
+// gc / gp may be null when that term is off.
+template <typename T>
+__global__ void __launch_bounds__(kBlockThreads)
+    bucket_gather_block_kernel(const float* __restrict__ grad, T* __restrict__ gc, T* __restrict__ gp,
+                               const int32_t* __restrict__ rel_first, const int32_t* __restrict__ rel_last,
+                               AttentionShape s) {
+  extern __shared__ float staged_grad[];  // [L, L + 1]
+  const int64_t L = s.length, W = s.window, pitch = L + 1;
+  const int64_t bh = blockIdx.x, h = bh % s.heads, b = bh / s.heads;
+  const float* g = grad + bh * L * L;
+  for (int64_t e = threadIdx.x; e < L * L; e += kBlockThreads) staged_grad[(e / L) * pitch + e % L] = g[e];
+  __syncthreads();
+  const int64_t out_rows = (h * s.batch + b) * L;  // row (b, 0) of head h in [N, B*L, W]
+  for (int64_t e = threadIdx.x; e < L * W; e += kBlockThreads) {
+    const int64_t position = e / W, r = e % W;
+    const int64_t first = rel_first[r], last = rel_last[r];
+    if (gc != nullptr) {
+      const int64_t i = position;
+      const int64_t j_begin = i - last > 0 ? i - last : 0, j_end = i - first < L - 1 ? i - first : L - 1;
+      float sum = 0.0f;
+      for (int64_t j = j_begin; j <= j_end; ++j) sum += staged_grad[i * pitch + j];
+      gc[(out_rows + position) * W + r] = from_float<T>(sum);
+    }
+    if (gp != nullptr) {
+      const int64_t j = position;
+      const int64_t i_begin = j + first > 0 ? j + first : 0, i_end = j + last < L - 1 ? j + last : L - 1;
+      float sum = 0.0f;
+      for (int64_t i = i_begin; i <= i_end; ++i) sum += staged_grad[i * pitch + j];
+      gp[(out_rows + position) * W + r] = from_float<T>(sum);
+    }
+  }
+}
+
+template <typename Kernel>
+void allow_shared_bytes(Kernel kernel, size_t bytes) {
+  if (bytes > (48 << 10)) {
+    ZT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  }
+}
+
+// Launches the block softmax with kKeysPerLane = ceil(L / 32) (1..kMaxKeysPerLane).
+template <typename T, int kKeysPerLane = 1>
+void launch_softmax_block(float* probs, T* dropped, const float* c2p, const float* p2c,
+                          const int32_t* diagonal, const uint8_t* keep, const AttentionShape& s) {
+  if constexpr (kKeysPerLane < kMaxKeysPerLane) {
+    if (s.length > 32 * kKeysPerLane) {
+      launch_softmax_block<T, kKeysPerLane + 1>(probs, dropped, c2p, p2c, diagonal, keep, s);
+      return;
+    }
+  }
+  const size_t shared = softmax_block_shared_bytes(s);
+  allow_shared_bytes(attention_softmax_block_kernel<T, kKeysPerLane>, shared);
+  attention_softmax_block_kernel<T, kKeysPerLane>
+      <<<static_cast<unsigned>(s.batch * s.heads), kBlockThreads, shared, kStream>>>(probs, dropped, c2p, p2c,
+                                                                                     diagonal, keep, s);
+  ZT_CUDA_CHECK_LAUNCH("attention_softmax_block");
+}
+
 unsigned int grid_for(int64_t n) {
   const unsigned int blocks = blocks_for(n, kThreads);
   return blocks < 65535u ? blocks : 65535u;
@@ -406,10 +568,16 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     dropped = scratch_buffer(probs_elements(s) * dtype_size(T), "attention.dropped_probs");
   dispatch_storage(T, op, [&](auto tag) {
     using S = typename decltype(tag)::type;
-    attention_softmax_kernel<S><<<row_grid(s), kWarpsPerBlock * 32, 0, kStream>>>(
-        probs_data, dropped_is_probs ? nullptr : dropped.data_as<S>(), c2p_scores.data_as<float>(),
-        p2c_scores.data_as<float>(), tables.diagonal, keep.data_as<uint8_t>(), s);
-    ZT_CUDA_CHECK_LAUNCH("attention_softmax");
+    S* dropped_data = dropped_is_probs ? nullptr : dropped.data_as<S>();
+    if (use_softmax_block_kernel(s)) {
+      launch_softmax_block<S>(probs_data, dropped_data, c2p_scores.data_as<float>(),
+                              p2c_scores.data_as<float>(), tables.diagonal, keep.data_as<uint8_t>(), s);
+    } else {
+      attention_softmax_kernel<S><<<row_grid(s), kWarpsPerBlock * 32, 0, kStream>>>(
+          probs_data, dropped_data, c2p_scores.data_as<float>(), p2c_scores.data_as<float>(), tables.diagonal,
+          keep.data_as<uint8_t>(), s);
+      ZT_CUDA_CHECK_LAUNCH("attention_softmax");
+    }
   });
 
   // context = P~ V for every (b, h) in one call.
@@ -518,17 +686,35 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
 
   // Positional terms over all B*L rows of a head: with Gx = Gc (c2p) or Gp (p2c) [N, B*L, W] in T,
   //   d(rows) += Gx table_w   and   d(table_w) += Gx^T rows.
-  auto positional_grads = [&](bool by_query, const Tensor& rows, const Tensor& table, const Tensor& drows,
-                              const Tensor& dtable, const char* name) {
-    DeviceBuffer bucket_grad = scratch_buffer(positional_elements(s) * element, name);
+  // Both bucket gathers come first: from one staged G per (b, h) where it fits in shared memory.
+  DeviceBuffer c2p_grad, p2c_grad;
+  if (s.c2p) c2p_grad = scratch_buffer(positional_elements(s) * element, "attention.c2p_grad");
+  if (s.p2c) p2c_grad = scratch_buffer(positional_elements(s) * element, "attention.p2c_grad");
+  if (s.c2p || s.p2c) {
     dispatch_storage(T, op, [&](auto tag) {
       using S = typename decltype(tag)::type;
-      bucket_gather_kernel<S>
-          <<<grid_for(static_cast<int64_t>(positional_elements(s))), kThreads, 0, kStream>>>(
-              grad.data_as<float>(), bucket_grad.data_as<S>(), tables.rel_first, tables.rel_last, s,
-              by_query);
-      ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather");
+      if (use_gather_block_kernel(s)) {
+        const size_t shared = gather_block_shared_bytes(s);
+        allow_shared_bytes(bucket_gather_block_kernel<S>, shared);
+        bucket_gather_block_kernel<S>
+            <<<static_cast<unsigned>(s.batch * s.heads), kBlockThreads, shared, kStream>>>(
+                grad.data_as<float>(), c2p_grad.data_as<S>(), p2c_grad.data_as<S>(), tables.rel_first,
+                tables.rel_last, s);
+        ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather_block");
+        return;
+      }
+      for (const bool by_query : {true, false}) {
+        S* out = by_query ? c2p_grad.data_as<S>() : p2c_grad.data_as<S>();
+        if (out == nullptr) continue;
+        bucket_gather_kernel<S>
+            <<<grid_for(static_cast<int64_t>(positional_elements(s))), kThreads, 0, kStream>>>(
+                grad.data_as<float>(), out, tables.rel_first, tables.rel_last, s, by_query);
+        ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather");
+      }
     });
+  }
+  auto positional_grads = [&](const DeviceBuffer& bucket_grad, const Tensor& rows, const Tensor& table,
+                              const Tensor& drows, const Tensor& dtable) {
     const int64_t table_row = tables.window_begin;
     GemmProblem into_rows = head_gemm(BL, d, s.window, T, s);
     into_rows.a = {bucket_grad.data(), s.window, BL * s.window};
@@ -544,8 +730,8 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     into_table.beta = 1.0f;
     gemm(into_table, kStream);
   };
-  if (s.c2p) positional_grads(true, q, pos_key, dq, dpos_key, "attention.c2p_grad");
-  if (s.p2c) positional_grads(false, k, pos_query, dk, dpos_query, "attention.p2c_grad");
+  if (s.c2p) positional_grads(c2p_grad, q, pos_key, dq, dpos_key);
+  if (s.p2c) positional_grads(p2c_grad, k, pos_query, dk, dpos_query);
 }
 
 }  // namespace zt::kernels::gpu
