@@ -215,88 +215,7 @@ __global__ void bucket_gather_kernel(const float* __restrict__ grad, T* __restri
 
 constexpr int kBlockWarps = 8;
 constexpr int kBlockThreads = kBlockWarps * 32;
-constexpr int kMaxKeysPerLane = 8;                  // L <= 256 for the register-resident softmax row
 constexpr size_t kMaxBlockSharedBytes = 200 << 10;  // under the 227 KiB opt-in limit of sm_90
-
-// Row pitch (floats) of the staged P2C block: the warp reads pitch * j + c(i, j) = (pitch - 1) * j + const,
-// distinct banks when pitch - 1 is odd.
-__host__ __device__ inline int64_t p2c_pitch(int64_t window) {
-  return window % 2 == 0 ? window : window + 1;
-}
-
-size_t softmax_block_shared_bytes(const AttentionShape& s) {
-  return s.p2c ? static_cast<size_t>(s.length * p2c_pitch(s.window)) * sizeof(float) : 0;
-}
-
-bool use_softmax_block_kernel(const AttentionShape& s) {
-  return s.length <= 32 * kMaxKeysPerLane && softmax_block_shared_bytes(s) <= kMaxBlockSharedBytes;
-}
-
-// The forward row computation of attention_softmax_kernel with the row held in registers (kKeysPerLane =
-// ceil(L / 32) values per lane): probs is read once (Q K^T) and written once (P).
-template <typename T, int kKeysPerLane>
-__global__ void __launch_bounds__(kBlockThreads)
-    attention_softmax_block_kernel(float* __restrict__ probs, T* __restrict__ dropped,
-                                   const float* __restrict__ c2p, const float* __restrict__ p2c,
-                                   const int32_t* __restrict__ diagonal, const uint8_t* __restrict__ keep,
-                                   AttentionShape s) {
-  extern __shared__ float staged_p2c[];  // [L, pitch]: P2C rows (b, j) of head h
-  const int64_t L = s.length, W = s.window, pitch = p2c_pitch(W);
-  const int64_t bh = blockIdx.x, h = bh % s.heads, b = bh / s.heads;
-  const int64_t head_rows = (h * s.batch + b) * L;  // row (b, 0) of head h in the [N, B*L, W] scratch
-  if (s.p2c) {
-    for (int64_t e = threadIdx.x; e < L * W; e += kBlockThreads) {
-      staged_p2c[(e / W) * pitch + e % W] = p2c[head_rows * W + e];
-    }
-    __syncthreads();
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const uint8_t* key_keep = keep + b * L;
-  constexpr float kMasked = -3.40282346638528859811704183484516925e+38f;  // finfo(f32).min
-  for (int64_t i = warp; i < L; i += kBlockWarps) {
-    const int64_t row = bh * L + i;
-    const bool query_kept = keep[b * L + i] != 0;
-    float* p = probs + row * L;
-    float a[kKeysPerLane];
-    float row_max = kMasked;
-#pragma unroll
-    for (int t = 0; t < kKeysPerLane; ++t) {
-      const int64_t j = lane + 32 * t;
-      a[t] = kMasked;
-      if (j < L) {
-        const int32_t r = (s.c2p || s.p2c) ? diagonal[i - j + L - 1] : 0;
-        float x = p[j];
-        if (s.c2p) x += c2p[(head_rows + i) * W + r];
-        if (s.p2c) x += staged_p2c[j * pitch + r];
-        x *= s.inverse_scale;
-        a[t] = (query_kept && key_keep[j]) ? x : kMasked;
-        row_max = fmaxf(row_max, a[t]);
-      }
-    }
-    row_max = warp_max(row_max);
-    float sum = 0.0f;
-#pragma unroll
-    for (int t = 0; t < kKeysPerLane; ++t) {
-      if (lane + 32 * t < L) {
-        a[t] = expf(a[t] - row_max);
-        sum += a[t];
-      }
-    }
-    const float inverse = 1.0f / warp_sum(sum);
-#pragma unroll
-    for (int t = 0; t < kKeysPerLane; ++t) {
-      const int64_t j = lane + 32 * t;
-      if (j < L) {
-        const float prob = a[t] * inverse;
-        p[j] = prob;
-        if (dropped != nullptr) {
-          dropped[row * L + j] =
-              from_float<T>(s.dropout ? prob * dropout_factor(s, static_cast<uint64_t>(row * L + j)) : prob);
-        }
-      }
-    }
-  }
-}
 
 size_t gather_block_shared_bytes(const AttentionShape& s) {
   return static_cast<size_t>(s.length * (s.length + 1)) * sizeof(float);
@@ -347,24 +266,6 @@ void allow_shared_bytes(Kernel kernel, size_t bytes) {
     ZT_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   }
-}
-
-// Launches the block softmax with kKeysPerLane = ceil(L / 32) (1..kMaxKeysPerLane).
-template <typename T, int kKeysPerLane = 1>
-void launch_softmax_block(float* probs, T* dropped, const float* c2p, const float* p2c,
-                          const int32_t* diagonal, const uint8_t* keep, const AttentionShape& s) {
-  if constexpr (kKeysPerLane < kMaxKeysPerLane) {
-    if (s.length > 32 * kKeysPerLane) {
-      launch_softmax_block<T, kKeysPerLane + 1>(probs, dropped, c2p, p2c, diagonal, keep, s);
-      return;
-    }
-  }
-  const size_t shared = softmax_block_shared_bytes(s);
-  allow_shared_bytes(attention_softmax_block_kernel<T, kKeysPerLane>, shared);
-  attention_softmax_block_kernel<T, kKeysPerLane>
-      <<<static_cast<unsigned>(s.batch * s.heads), kBlockThreads, shared, kStream>>>(probs, dropped, c2p, p2c,
-                                                                                     diagonal, keep, s);
-  ZT_CUDA_CHECK_LAUNCH("attention_softmax_block");
 }
 
 unsigned int grid_for(int64_t n) {
@@ -568,16 +469,10 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     dropped = scratch_buffer(probs_elements(s) * dtype_size(T), "attention.dropped_probs");
   dispatch_storage(T, op, [&](auto tag) {
     using S = typename decltype(tag)::type;
-    S* dropped_data = dropped_is_probs ? nullptr : dropped.data_as<S>();
-    if (use_softmax_block_kernel(s)) {
-      launch_softmax_block<S>(probs_data, dropped_data, c2p_scores.data_as<float>(),
-                              p2c_scores.data_as<float>(), tables.diagonal, keep.data_as<uint8_t>(), s);
-    } else {
-      attention_softmax_kernel<S><<<row_grid(s), kWarpsPerBlock * 32, 0, kStream>>>(
-          probs_data, dropped_data, c2p_scores.data_as<float>(), p2c_scores.data_as<float>(), tables.diagonal,
-          keep.data_as<uint8_t>(), s);
-      ZT_CUDA_CHECK_LAUNCH("attention_softmax");
-    }
+    attention_softmax_kernel<S><<<row_grid(s), kWarpsPerBlock * 32, 0, kStream>>>(
+        probs_data, dropped_is_probs ? nullptr : dropped.data_as<S>(), c2p_scores.data_as<float>(),
+        p2c_scores.data_as<float>(), tables.diagonal, keep.data_as<uint8_t>(), s);
+    ZT_CUDA_CHECK_LAUNCH("attention_softmax");
   });
 
   // context = P~ V for every (b, h) in one call.
