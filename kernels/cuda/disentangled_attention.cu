@@ -36,6 +36,7 @@
 #include "kernels/philox.h"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
+#include "runtime/step_profile.h"
 
 namespace zt::kernels::gpu {
 namespace {
@@ -447,6 +448,9 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     p.c = score_blocks_out(probs_data, DType::f32, s);
     gemm(p, kStream);
   }
+  // Sub-segments of the model's attention segment (no-ops unless profiling, runtime/step_profile.h).
+  StepProfile& prof = StepProfile::global();
+  prof.mark("attn.fwd.qk_gemm");
   // Positional scores over all B*L rows of a head: C2P = Q PK_w^T, P2C = K PQ_w^T, [N, B*L, W] f32.
   DeviceBuffer c2p_scores, p2c_scores;
   auto positional_scores = [&](const Tensor& rows, const Tensor& table, DeviceBuffer& out, const char* name) {
@@ -460,6 +464,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   };
   if (s.c2p) positional_scores(q, pos_key, c2p_scores, "attention.c2p_scores");
   if (s.p2c) positional_scores(k, pos_query, p2c_scores, "attention.p2c_scores");
+  prof.mark("attn.fwd.c2p_p2c_gemm");
 
   // P~ in T for the context GEMM; f32 without dropout reads P itself.
   const bool dropped_is_probs = T == DType::f32 && !s.dropout;
@@ -473,6 +478,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
         p2c_scores.data_as<float>(), tables.diagonal, keep.data_as<uint8_t>(), s);
     ZT_CUDA_CHECK_LAUNCH("attention_softmax");
   });
+  prof.mark("attn.fwd.softmax");
 
   // context = P~ V for every (b, h) in one call.
   const void* p_tilde = dropped_is_probs ? static_cast<const void*>(probs_data) : dropped.data();
@@ -483,6 +489,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     p.c = head_blocks_out(context.data(), T, s);
     gemm(p, kStream);
   }
+  prof.mark("attn.fwd.pv_gemm");
 }
 
 void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
@@ -536,6 +543,8 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     });
   }
 
+  StepProfile& prof = StepProfile::global();
+  prof.mark("attn.bwd.dropped_probs");
   DeviceBuffer grad = scratch_buffer(probs_elements(s) * sizeof(float), "attention.score_grad");
   {
     // dV = P~^T dC, for every (b, h) in one call
@@ -553,6 +562,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     dp_gemm.c = score_blocks_out(grad.data(), DType::f32, s);
     gemm(dp_gemm, kStream);
   }
+  prof.mark("attn.bwd.dv_dp_gemm");
 
   // G = dA / s in f32 (grad) and, for 16-bit storage, in T (lowp, P~ is no longer needed).
   dispatch_storage(T, op, [&](auto tag) {
@@ -562,6 +572,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
         s);
     ZT_CUDA_CHECK_LAUNCH("attention_softmax_backward");
   });
+  prof.mark("attn.bwd.softmax");
   const void* g_lowp = f32_storage ? grad.data() : lowp.data();
 
   {
@@ -577,6 +588,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     dk_gemm.c = head_blocks_out(dk.data(), T, s);
     gemm(dk_gemm, kStream);
   }
+  prof.mark("attn.bwd.dq_dk_gemm");
 
   // Positional terms over all B*L rows of a head: with Gx = Gc (c2p) or Gp (p2c) [N, B*L, W] in T,
   //   d(rows) += Gx table_w   and   d(table_w) += Gx^T rows.
@@ -607,6 +619,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
       }
     });
   }
+  prof.mark("attn.bwd.bucket_gather");
   auto positional_grads = [&](const DeviceBuffer& bucket_grad, const Tensor& rows, const Tensor& table,
                               const Tensor& drows, const Tensor& dtable) {
     const int64_t table_row = tables.window_begin;
@@ -626,6 +639,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   };
   if (s.c2p) positional_grads(c2p_grad, q, pos_key, dq, dpos_key);
   if (s.p2c) positional_grads(p2c_grad, k, pos_query, dk, dpos_query);
+  prof.mark("attn.bwd.positional_gemm");
 }
 
 }  // namespace zt::kernels::gpu

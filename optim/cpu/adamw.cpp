@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "optim/cpu/parallel_blocks.h"
 #include "runtime/check.h"
+#include "runtime/parallel_blocks.h"
 
 namespace zt::optim {
 
@@ -103,8 +103,9 @@ struct WorkBlock {
 std::vector<WorkBlock> split_into_blocks(std::span<const TensorRange> ranges) {
   std::vector<WorkBlock> blocks;
   for (const TensorRange& r : ranges) {
-    for (int64_t begin = 0; begin < r.numel; begin += detail::kBlockElements) {
-      blocks.push_back({r.offset + begin, std::min(detail::kBlockElements, r.numel - begin), r.weight_decay});
+    for (int64_t begin = 0; begin < r.numel; begin += zt::detail::kBlockElements) {
+      blocks.push_back(
+          {r.offset + begin, std::min(zt::detail::kBlockElements, r.numel - begin), r.weight_decay});
     }
   }
   return blocks;
@@ -145,7 +146,7 @@ void update_and_copy_back(const AdamWStepScalars& s, const AdamWBuffers& b, cons
 }  // namespace
 
 AdamW::AdamW(AdamWHyper hyper, int num_threads)
-    : hyper_(hyper), num_threads_(detail::resolve_thread_count(num_threads)) {
+    : hyper_(hyper), num_threads_(zt::detail::resolve_thread_count(num_threads)) {
   check_hyper(hyper_);
 }
 
@@ -181,7 +182,7 @@ void AdamW::update(const AdamWBuffers& buffers, std::span<const TensorRange> ran
 
   const AdamWStepScalars s = adamw_step_scalars(hyper_, lr, step_count_);
   const std::vector<WorkBlock> blocks = split_into_blocks(ranges);
-  detail::run_blocks_in_parallel(static_cast<int64_t>(blocks.size()), num_threads_, [&](int64_t i) {
+  zt::detail::run_blocks_in_parallel(static_cast<int64_t>(blocks.size()), num_threads_, [&](int64_t i) {
     const WorkBlock& w = blocks[static_cast<size_t>(i)];
     if (auto* out = std::get_if<std::span<bf16>>(&params16)) {
       update_and_copy_back(s, buffers, w, out->data());

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "optim/cpu/parallel_blocks.h"
 #include "runtime/check.h"
+#include "runtime/parallel_blocks.h"
 
 namespace zt::optim {
 
@@ -35,7 +35,7 @@ double block_sum_of_squares(const float* x, int64_t n) {
 }
 
 int64_t block_count(size_t n) {
-  return (static_cast<int64_t>(n) + detail::kBlockElements - 1) / detail::kBlockElements;
+  return (static_cast<int64_t>(n) + zt::detail::kBlockElements - 1) / zt::detail::kBlockElements;
 }
 
 }  // namespace
@@ -43,10 +43,10 @@ int64_t block_count(size_t n) {
 double sum_of_squares(std::span<const float> grads, int num_threads) {
   const int64_t n = static_cast<int64_t>(grads.size());
   std::vector<double> partial(static_cast<size_t>(block_count(grads.size())), 0.0);
-  detail::run_blocks_in_parallel(static_cast<int64_t>(partial.size()), num_threads, [&](int64_t b) {
-    const int64_t begin = b * detail::kBlockElements;
+  zt::detail::run_blocks_in_parallel(static_cast<int64_t>(partial.size()), num_threads, [&](int64_t b) {
+    const int64_t begin = b * zt::detail::kBlockElements;
     partial[static_cast<size_t>(b)] =
-        block_sum_of_squares(grads.data() + begin, std::min(detail::kBlockElements, n - begin));
+        block_sum_of_squares(grads.data() + begin, std::min(zt::detail::kBlockElements, n - begin));
   });
   double total = 0;
   for (double p : partial) total += p;  // in block order: independent of which thread summed which block
@@ -65,9 +65,9 @@ double clip_coefficient(double total_norm, double max_norm) {
 
 void scale_in_place(std::span<float> grads, float factor, int num_threads) {
   const int64_t n = static_cast<int64_t>(grads.size());
-  detail::run_blocks_in_parallel(block_count(grads.size()), num_threads, [&](int64_t b) {
-    const int64_t begin = b * detail::kBlockElements;
-    const int64_t end = std::min(begin + detail::kBlockElements, n);
+  zt::detail::run_blocks_in_parallel(block_count(grads.size()), num_threads, [&](int64_t b) {
+    const int64_t begin = b * zt::detail::kBlockElements;
+    const int64_t end = std::min(begin + zt::detail::kBlockElements, n);
     float* g = grads.data();
     for (int64_t i = begin; i < end; ++i) g[i] *= factor;
   });

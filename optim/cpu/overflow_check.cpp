@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "optim/cpu/parallel_blocks.h"
 #include "optim/loss_scaler.h"
+#include "runtime/parallel_blocks.h"
 
 namespace zt::optim {
 
@@ -36,12 +36,12 @@ bool half_has_inf_or_nan(std::span<const Half> values, uint16_t exponent_bits) {
 
 bool has_inf_or_nan(std::span<const float> values, int num_threads) {
   const int64_t n = static_cast<int64_t>(values.size());
-  const int64_t blocks = (n + detail::kBlockElements - 1) / detail::kBlockElements;
+  const int64_t blocks = (n + zt::detail::kBlockElements - 1) / zt::detail::kBlockElements;
   std::atomic<bool> found{false};
-  detail::run_blocks_in_parallel(blocks, num_threads, [&](int64_t b) {
+  zt::detail::run_blocks_in_parallel(blocks, num_threads, [&](int64_t b) {
     if (found.load(std::memory_order_relaxed)) return;  // one bad value is enough
-    const int64_t begin = b * detail::kBlockElements;
-    if (block_has_inf_or_nan(values.data() + begin, std::min(detail::kBlockElements, n - begin))) {
+    const int64_t begin = b * zt::detail::kBlockElements;
+    if (block_has_inf_or_nan(values.data() + begin, std::min(zt::detail::kBlockElements, n - begin))) {
       found.store(true, std::memory_order_relaxed);
     }
   });

@@ -1,4 +1,5 @@
-// Internal to optim/cpu: splits elementwise work into fixed-size blocks and runs them on a few std::threads.
+// Shared by the CPU loops of model/ and optim/ (init, AdamW, clipping): splits elementwise work into
+// fixed-size blocks and runs them on a few std::threads.
 //
 // Blocks have a fixed size that does not depend on the thread count, and every block's result is written to
 // its own place (elements, or a per-block partial sum combined in block order afterwards), so results are
@@ -11,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-namespace zt::optim::detail {
+namespace zt::detail {
 
 // Elements per block: large enough that claiming a block is negligible, small enough (128 KiB of f32) that a
 // block of several streams stays in L2 while it is converted or summed.
@@ -47,4 +48,4 @@ void run_blocks_in_parallel(int64_t num_blocks, int threads, const RunBlock& run
   drain();  // the calling thread works too
 }
 
-}  // namespace zt::optim::detail
+}  // namespace zt::detail
