@@ -1,4 +1,5 @@
-// GPU pointwise ops (GELU, dropout, add, add_inplace, scale, copy, fill, mask_rows, select_token) against
+// GPU pointwise ops (GELU, dropout, add, add_inplace, scale, copy, fill, mask_rows, select_token, and the
+// dtype-converting copy / f32 += 16-bit add_inplace) against
 // the CPU references, elementwise, per storage dtype, on odd shapes, aligned and one element off (the
 // scalar fallback). Inputs are rounded through the dtype first, so the CPU sees what the GPU stores and
 // only the GPU's own rounding (one per output) and math-library differences remain.
@@ -174,6 +175,42 @@ TEST(PointwiseGpuMixed, AddWithOneMisalignedInputMatchesCpu) {
   gb.upload(b);
   add(ga.tensor(), gb.tensor(), gout.tensor());
   EXPECT_EQ(gout.download(), ref);
+}
+
+// The casts around a 16-bit model's f32 islands: copy between any two storage dtypes rounds to nearest even
+// (exactly the host conversion), and add_inplace accumulates a 16-bit src into an f32 dst in f32.
+TEST(PointwiseGpuMixed, CopyConvertsBetweenStorageDtypesExactly) {
+  ZT_SKIP_WITHOUT_GPU();
+  const Shape shape{7, 131};
+  const std::vector<float> x = random_floats(shape.numel(), 21, -300.0f, 300.0f);
+  for (DType from : {DType::f32, DType::bf16, DType::f16}) {
+    for (DType to : {DType::f32, DType::bf16, DType::f16}) {
+      if (from == to) continue;
+      const std::vector<float> in = round_through(from, x);
+      DeviceArray src(from, shape), dst(to, shape, 1);  // dst one element off: no alignment assumed
+      src.upload(in);
+      copy(src.tensor(), dst.tensor());
+      EXPECT_EQ(dst.download(), round_through(to, in)) << dtype_name(from) << " -> " << dtype_name(to);
+    }
+  }
+}
+
+TEST(PointwiseGpuMixed, AddInplaceAccumulatesSixteenBitIntoF32) {
+  ZT_SKIP_WITHOUT_GPU();
+  const Shape shape{3, 517};
+  for (DType src_dtype : {DType::bf16, DType::f16}) {
+    const std::vector<float> acc = random_floats(shape.numel(), 31);
+    const std::vector<float> src = round_through(src_dtype, random_floats(shape.numel(), 32));
+    std::vector<float> ref(acc.size());
+    for (size_t i = 0; i < acc.size(); ++i) ref[i] = acc[i] + src[i];  // one f32 addition, as the kernel
+    DeviceArray gacc(DType::f32, shape), gsrc(src_dtype, shape);
+    gacc.upload(acc);
+    gsrc.upload(src);
+    add_inplace(gacc.tensor(), gsrc.tensor());
+    EXPECT_EQ(gacc.download(), ref) << dtype_name(src_dtype);
+    // The other direction (an f32 src into a 16-bit dst) is not an accumulate this project needs: rejected.
+    EXPECT_THROW(add_inplace(gsrc.tensor(), gacc.tensor()), Error);
+  }
 }
 
 TEST(PointwiseGpuChecks, RejectsMixedDtypesAndHostTensors) {

@@ -20,6 +20,7 @@
 #include "model/config.h"
 #include "model/golden_init.h"
 #include "optim/trainer.h"
+#include "runtime/device.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/gpu.h"
 
@@ -77,6 +78,45 @@ TEST(TrainerBf16Gpu, FiftyStepLossCurveMatchesPyTorchAutocast) {
       "ours %.4f/%.4f, PyTorch %.4f/%.4f\n",
       worst, mean_rel, mean(ours.begin(), ours.begin() + 10), mean(ours.end() - 10, ours.end()),
       mean(ref_loss.begin(), ref_loss.begin() + 10), mean(ref_loss.end() - 10, ref_loss.end()));
+}
+
+// fp16 with DeepSpeed's loss scaling: a scale so large that the scaled gradients overflow f16 must skip the
+// step (no parameter changes, the norm reported as inf, the schedule not advanced) and halve the scale on
+// each overflow (hysteresis 1).
+TEST(TrainerFp16Gpu, OverflowingStepsAreSkippedAndHalveTheScale) {
+  ZT_SKIP_WITHOUT_GPU();
+  test::Fixture f("deberta_mrpc_train50_bf16.h5");
+  const DebertaConfig model = parse_deberta_config(f.attr_str("config_json"));
+  TrainConfig config = TrainConfig::from_args(std::vector<std::string>{
+      "--learning_rate", "2e-4", "--max_train_steps", "50", "--per_device_train_batch_size", "8", "--device",
+      "cuda", "--dtype", "f16", "--lr_scheduler_type", "constant"});
+  config.resolve({.world_size = 1, .hidden_size = model.hidden_size, .num_train_examples = 3668});
+  config.fp16.initial_scale_power = 60;  // 2^60 * loss: f16 gradients overflow for certain
+  config.fp16.hysteresis = 1;
+  MrpcTrainer trainer(config, model);
+  auto master = [&] {
+    const Tensor flat = trainer.params().flat(DType::f32);
+    std::vector<float> out(static_cast<size_t>(flat.numel()));
+    copy_tensor(flat, Tensor(out.data(), flat.shape(), DType::f32));
+    return out;
+  };
+  const std::vector<float> before = master();
+  for (int s = 0; s < 3; ++s) {
+    const std::string key = std::to_string(s);
+    std::vector<data::Batch> window(1);
+    data::Batch& b = window[0];
+    b.input_ids = f.read_i64("input_ids/" + key);
+    b.attention_mask = f.read_i64("attention_mask/" + key);
+    b.labels = f.read_i64("labels/" + key);
+    b.batch_size = static_cast<int64_t>(b.labels.size());
+    b.seq_len = static_cast<int64_t>(b.input_ids.size()) / b.batch_size;
+    const StepRecord r = trainer.train_step(window);
+    EXPECT_TRUE(r.skipped) << "step " << s;
+    EXPECT_TRUE(std::isinf(r.grad_norm)) << "step " << s;
+    EXPECT_EQ(r.loss_scale, std::ldexp(1.0, 60 - s)) << "step " << s;
+    EXPECT_TRUE(std::isfinite(r.loss)) << "the forward itself does not overflow";
+  }
+  EXPECT_EQ(master(), before) << "a skipped step must not change the parameters";
 }
 
 }  // namespace
