@@ -313,18 +313,6 @@ GemmOutput score_blocks_out(void* data, DType dtype, const AttentionShape& s) {
   return {data, dtype, s.length, block, s.heads * block};
 }
 
-// Batched over every (b, h): one GEMM call where a loop over b would issue B small ones.
-GemmProblem block_gemm(int64_t m, int64_t n, int64_t k, DType dtype, const AttentionShape& s) {
-  GemmProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.batch = s.heads;
-  p.outer = s.batch;
-  p.input_dtype = dtype;
-  return p;
-}
-
 // Batched over heads: C[h] = alpha op(A[h]) op(B[h]) + beta C[h].
 GemmProblem head_gemm(int64_t m, int64_t n, int64_t k, DType dtype, const AttentionShape& s) {
   GemmProblem p;
@@ -333,6 +321,13 @@ GemmProblem head_gemm(int64_t m, int64_t n, int64_t k, DType dtype, const Attent
   p.k = k;
   p.batch = s.heads;
   p.input_dtype = dtype;
+  return p;
+}
+
+// Batched over every (b, h): one GEMM call where a loop over b would issue B small ones.
+GemmProblem block_gemm(int64_t m, int64_t n, int64_t k, DType dtype, const AttentionShape& s) {
+  GemmProblem p = head_gemm(m, n, k, dtype, s);
+  p.outer = s.batch;
   return p;
 }
 

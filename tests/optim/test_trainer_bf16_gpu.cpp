@@ -27,6 +27,17 @@
 namespace zt::optim {
 namespace {
 
+// Step `key`'s batch as the fixture recorded it.
+data::Batch fixture_batch(const test::Fixture& f, const std::string& key) {
+  data::Batch b;
+  b.input_ids = f.read_i64("input_ids/" + key);
+  b.attention_mask = f.read_i64("attention_mask/" + key);
+  b.labels = f.read_i64("labels/" + key);
+  b.batch_size = static_cast<int64_t>(b.labels.size());
+  b.seq_len = static_cast<int64_t>(b.input_ids.size()) / b.batch_size;
+  return b;
+}
+
 TEST(TrainerBf16Gpu, FiftyStepLossCurveMatchesPyTorchAutocast) {
   ZT_SKIP_WITHOUT_GPU();
   test::Fixture f("deberta_mrpc_train50_bf16.h5");
@@ -50,13 +61,7 @@ TEST(TrainerBf16Gpu, FiftyStepLossCurveMatchesPyTorchAutocast) {
   double worst = 0, sum_rel = 0;
   for (int s = 0; s < 50; ++s) {
     const std::string key = std::to_string(s);
-    std::vector<data::Batch> window(1);
-    data::Batch& b = window[0];
-    b.input_ids = f.read_i64("input_ids/" + key);
-    b.attention_mask = f.read_i64("attention_mask/" + key);
-    b.labels = f.read_i64("labels/" + key);
-    b.batch_size = static_cast<int64_t>(b.labels.size());
-    b.seq_len = static_cast<int64_t>(b.input_ids.size()) / b.batch_size;
+    std::vector<data::Batch> window{fixture_batch(f, key)};
     const StepRecord r = trainer.train_step(window);
     ours.push_back(r.loss);
     const double rel = std::abs(r.loss - ref_loss[s]) / std::abs(ref_loss[s]);
@@ -103,13 +108,7 @@ TEST(TrainerFp16Gpu, OverflowingStepsAreSkippedAndHalveTheScale) {
   const std::vector<float> before = master();
   for (int s = 0; s < 3; ++s) {
     const std::string key = std::to_string(s);
-    std::vector<data::Batch> window(1);
-    data::Batch& b = window[0];
-    b.input_ids = f.read_i64("input_ids/" + key);
-    b.attention_mask = f.read_i64("attention_mask/" + key);
-    b.labels = f.read_i64("labels/" + key);
-    b.batch_size = static_cast<int64_t>(b.labels.size());
-    b.seq_len = static_cast<int64_t>(b.input_ids.size()) / b.batch_size;
+    std::vector<data::Batch> window{fixture_batch(f, key)};
     const StepRecord r = trainer.train_step(window);
     EXPECT_TRUE(r.skipped) << "step " << s;
     EXPECT_TRUE(std::isinf(r.grad_norm)) << "step " << s;
