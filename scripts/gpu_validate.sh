@@ -38,6 +38,11 @@ if [[ -z "${ZT_GPU_VALIDATE_SKIP_GOLDEN:-}" ]]; then
     python3 tools/golden/compare_fixtures.py tests/fixtures "$out/fixtures" deberta_tiny.h5 deberta_tiny_padded.h5 \
       deberta_xlarge_layout.h5 >"$out/compare.log" 2>&1 || status=1
   tail -25 "$out/compare.log" | tee -a "$out/summary.txt"
+  step "bf16 autocast 50-step loss curve regenerated here vs committed"
+  python3 tools/golden/make_mrpc_training_fixture.py --dtype bf16 --out_dir "$out/fixtures" >"$out/golden_bf16.log" 2>&1 &&
+    python3 tools/golden/compare_fixtures.py tests/fixtures "$out/fixtures" deberta_mrpc_train50_bf16.h5 \
+      >"$out/compare_bf16.log" 2>&1 || status=1
+  tail -8 "$out/compare_bf16.log" | tee -a "$out/summary.txt"
   step "tokenizer parity against this machine's transformers"
   python3 tools/golden/make_token_fixture.py --out "$out/mrpc_tokens_here.h5" >"$out/tokens.log" 2>&1 &&
     ZT_MRPC_TOKEN_FIXTURE="$out/mrpc_tokens_here.h5" build-gpu/bin/test_tokenizer_parity >"$out/parity.log" 2>&1 ||
