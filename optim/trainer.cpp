@@ -505,6 +505,10 @@ std::vector<EpochRecord> MrpcTrainer::train() {
         "s\n",
         static_cast<long long>(epoch + 1), record.train_loss, record.eval.accuracy, record.eval.f1,
         record.eval.loss, record.train_samples_per_s, record.seconds);
+    if (s.compute == DType::f16) {
+      std::printf("  fp16 loss scale %g, %lld overflow-skipped steps so far\n", s.scaler.scale(),
+                  static_cast<long long>(s.scaler.skipped_steps()));
+    }
     std::fflush(stdout);
     if (metrics.is_open()) {
       nlohmann::json line = {{"epoch", epoch + 1},
@@ -515,6 +519,10 @@ std::vector<EpochRecord> MrpcTrainer::train() {
                              {"eval_loss", record.eval.loss},
                              {"train_samples_per_s", record.train_samples_per_s},
                              {"epoch_seconds", record.seconds}};
+      if (s.compute == DType::f16) {
+        line["loss_scale"] = s.scaler.scale();
+        line["skipped_steps"] = s.scaler.skipped_steps();
+      }
       metrics << line.dump() << "\n";
       metrics.flush();
     }
