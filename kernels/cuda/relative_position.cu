@@ -10,12 +10,19 @@
 
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
+#include "runtime/device_allocator.h"
 
 namespace zt::kernels::gpu {
 
 namespace {
 
-RelativeIndexTables build_and_upload(const RelativePositionConfig& config, int64_t length) {
+// The cache entry: the tables and the allocator block behind them.
+struct CachedTables {
+  RelativeIndexTables tables;
+  DeviceBuffer memory;
+};
+
+CachedTables build_and_upload(const RelativePositionConfig& config, int64_t length, int device) {
   RelativeIndexTables tables;
   tables.length = length;
   // c2p_index(query, key) depends on query - key only, so c2p_index(r, 0) is the index of diagonal r.
@@ -37,13 +44,17 @@ RelativeIndexTables build_and_upload(const RelativePositionConfig& config, int64
     first[r] = std::min(first[r], static_cast<int32_t>(rel));
     last[r] = std::max(last[r], static_cast<int32_t>(rel));
   }
-  int32_t* device = nullptr;
-  ZT_CUDA_CHECK(cudaMalloc(&device, host.size() * sizeof(int32_t)));
-  ZT_CUDA_CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-  tables.diagonal = device;
-  tables.rel_first = device + diagonals;
-  tables.rel_last = device + diagonals + window;
-  return tables;
+  // From the capped allocator like every other device byte (a few KiB, kept for the process).
+  CachedTables entry;
+  entry.memory = device_allocator(device).allocate(host.size() * sizeof(int32_t), MemoryCategory::scratch,
+                                                   "attention.index_tables");
+  int32_t* data = entry.memory.data_as<int32_t>();
+  ZT_CUDA_CHECK(cudaMemcpy(data, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  tables.diagonal = data;
+  tables.rel_first = data + diagonals;
+  tables.rel_last = data + diagonals + window;
+  entry.tables = tables;
+  return entry;
 }
 
 }  // namespace
@@ -55,12 +66,13 @@ RelativeIndexTables relative_index_tables(const RelativePositionConfig& config, 
   ZT_CUDA_CHECK(cudaGetDevice(&device));
   using Key = std::tuple<int, int64_t, int64_t, int64_t>;
   static std::mutex mutex;
-  static std::map<Key, RelativeIndexTables> cache;  // never freed: see the header
+  // Never destroyed (like the allocator it draws from): releasing at exit would race the CUDA teardown.
+  static auto* cache = new std::map<Key, CachedTables>;
   const std::lock_guard<std::mutex> lock(mutex);
   const Key key{device, config.position_buckets, config.max_relative_positions, length};
-  auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, build_and_upload(config, length)).first;
-  return it->second;
+  auto it = cache->find(key);
+  if (it == cache->end()) it = cache->emplace(key, build_and_upload(config, length, device)).first;
+  return it->second.tables;
 }
 
 }  // namespace zt::kernels::gpu

@@ -31,9 +31,9 @@ struct RelativeIndexTables {
   const int32_t* rel_last = nullptr;   // device int32 [window]
 };
 
-// The tables for sequence length L >= 1 on the current device: built and uploaded on first use (one
-// cudaMalloc of (2L - 1 + 2W) int32, synchronous), then returned from the cache. Thread-safe. The device
-// memory lives until the process ends (a few KiB per distinct L).
+// The tables for sequence length L >= 1 on the current device: built and uploaded on first use ((2L - 1 + 2W)
+// int32 from the capped device allocator, category scratch; a synchronous copy), then returned from the
+// cache. Thread-safe. The memory stays allocated until the process ends (a few KiB per distinct L).
 RelativeIndexTables relative_index_tables(const RelativePositionConfig& config, int64_t length);
 
 }  // namespace zt::kernels::gpu
