@@ -8,7 +8,9 @@
 //   at the end: GLUE test predictions (MRPC.tsv) and the final model
 //
 // The step is deterministic: dropout masks are pure functions of (seed, micro-step, layer, site), the data
-// order of (seed, epoch), so a run resumed from a checkpoint continues bitwise identically.
+// order of (seed, epoch), so a run resumed from a checkpoint continues bitwise identically on the CPU. On the
+// GPU every kernel but one is deterministic too; the embedding backward adds the rows of repeated token ids
+// with float atomics (kernels/embedding.h), so GPU runs agree to rounding, not bit for bit.
 #pragma once
 
 #include <cstdint>
