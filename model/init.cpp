@@ -1,6 +1,5 @@
 #include "model/init.h"
 
-#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -53,11 +52,8 @@ void init_parameter(const DebertaConfig& config, const ParameterInfo& info, cons
       const double std = config.initializer_range;
       // Every element is a pure function of (key, i), so blocks on several threads give the same values as
       // one loop: the xlarge model's 887M normals take seconds instead of half a minute.
-      const int64_t blocks = (n + detail::kBlockElements - 1) / detail::kBlockElements;
-      detail::run_blocks_in_parallel(blocks, 0, [&](int64_t b) {
-        const int64_t end = std::min(n, (b + 1) * detail::kBlockElements);
-        for (int64_t i = b * detail::kBlockElements; i < end; ++i)
-          out[i] = static_cast<float>(std * normal(key, i));
+      detail::run_element_blocks_in_parallel(n, 0, [&](int64_t, int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) out[i] = static_cast<float>(std * normal(key, i));
       });
       if (info.name == "deberta.embeddings.word_embeddings.weight" && config.pad_token_id) {
         const int64_t row = *config.pad_token_id, dim = info.shape[1];

@@ -48,4 +48,19 @@ void run_blocks_in_parallel(int64_t num_blocks, int threads, const RunBlock& run
   drain();  // the calling thread works too
 }
 
+// The number of kBlockElements blocks covering n elements.
+inline int64_t element_block_count(int64_t n) {
+  return (n + kBlockElements - 1) / kBlockElements;
+}
+
+// Calls run_range(b, begin, end) for every block b of [0, n) cut into kBlockElements pieces ([begin, end),
+// the last one shorter), on up to `threads` threads: the elementwise loops' common form.
+template <typename RunRange>
+void run_element_blocks_in_parallel(int64_t n, int threads, const RunRange& run_range) {
+  run_blocks_in_parallel(element_block_count(n), threads, [&](int64_t b) {
+    const int64_t begin = b * kBlockElements;
+    run_range(b, begin, std::min(n, begin + kBlockElements));
+  });
+}
+
 }  // namespace zt::detail

@@ -34,19 +34,13 @@ double block_sum_of_squares(const float* x, int64_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-int64_t block_count(size_t n) {
-  return (static_cast<int64_t>(n) + zt::detail::kBlockElements - 1) / zt::detail::kBlockElements;
-}
-
 }  // namespace
 
 double sum_of_squares(std::span<const float> grads, int num_threads) {
   const int64_t n = static_cast<int64_t>(grads.size());
-  std::vector<double> partial(static_cast<size_t>(block_count(grads.size())), 0.0);
-  zt::detail::run_blocks_in_parallel(static_cast<int64_t>(partial.size()), num_threads, [&](int64_t b) {
-    const int64_t begin = b * zt::detail::kBlockElements;
-    partial[static_cast<size_t>(b)] =
-        block_sum_of_squares(grads.data() + begin, std::min(zt::detail::kBlockElements, n - begin));
+  std::vector<double> partial(static_cast<size_t>(zt::detail::element_block_count(n)), 0.0);
+  zt::detail::run_element_blocks_in_parallel(n, num_threads, [&](int64_t b, int64_t begin, int64_t end) {
+    partial[static_cast<size_t>(b)] = block_sum_of_squares(grads.data() + begin, end - begin);
   });
   double total = 0;
   for (double p : partial) total += p;  // in block order: independent of which thread summed which block
@@ -65,9 +59,7 @@ double clip_coefficient(double total_norm, double max_norm) {
 
 void scale_in_place(std::span<float> grads, float factor, int num_threads) {
   const int64_t n = static_cast<int64_t>(grads.size());
-  zt::detail::run_blocks_in_parallel(block_count(grads.size()), num_threads, [&](int64_t b) {
-    const int64_t begin = b * zt::detail::kBlockElements;
-    const int64_t end = std::min(begin + zt::detail::kBlockElements, n);
+  zt::detail::run_element_blocks_in_parallel(n, num_threads, [&](int64_t, int64_t begin, int64_t end) {
     float* g = grads.data();
     for (int64_t i = begin; i < end; ++i) g[i] *= factor;
   });

@@ -36,12 +36,10 @@ bool half_has_inf_or_nan(std::span<const Half> values, uint16_t exponent_bits) {
 
 bool has_inf_or_nan(std::span<const float> values, int num_threads) {
   const int64_t n = static_cast<int64_t>(values.size());
-  const int64_t blocks = (n + zt::detail::kBlockElements - 1) / zt::detail::kBlockElements;
   std::atomic<bool> found{false};
-  zt::detail::run_blocks_in_parallel(blocks, num_threads, [&](int64_t b) {
+  zt::detail::run_element_blocks_in_parallel(n, num_threads, [&](int64_t, int64_t begin, int64_t end) {
     if (found.load(std::memory_order_relaxed)) return;  // one bad value is enough
-    const int64_t begin = b * zt::detail::kBlockElements;
-    if (block_has_inf_or_nan(values.data() + begin, std::min(zt::detail::kBlockElements, n - begin))) {
+    if (block_has_inf_or_nan(values.data() + begin, end - begin)) {
       found.store(true, std::memory_order_relaxed);
     }
   });
