@@ -259,17 +259,23 @@ void check_fits_int(int64_t value, const char* what) {
 }
 
 // cublasGemmStridedBatchedEx with the same operand swap as the cuBLASLt path; any alignment works.
-void run_fallback(DeviceContext& context, const GemmProblem& p, cudaStream_t stream) {
+// The device's cuBLAS (not Lt) handle, created on first use and sharing the Lt workspace, bound to `stream`.
+cublasHandle_t blas_handle(DeviceContext& context, cudaStream_t stream) {
   if (context.blas == nullptr) {
     ZT_CUBLAS_CHECK(cublasCreate(&context.blas));
     ZT_CUBLAS_CHECK(cublasSetWorkspace(context.blas, context.workspace.data(), kWorkspaceBytes));
   }
-  for (int64_t v : {p.m, p.n, p.k, p.batch, p.a.ld, p.b.ld, p.c.ld}) check_fits_int(v, "a dimension");
   ZT_CUBLAS_CHECK(cublasSetStream(context.blas, stream));
+  return context.blas;
+}
+
+void run_fallback(DeviceContext& context, const GemmProblem& p, cudaStream_t stream) {
+  const cublasHandle_t blas = blas_handle(context, stream);
+  for (int64_t v : {p.m, p.n, p.k, p.batch, p.a.ld, p.b.ld, p.c.ld}) check_fits_int(v, "a dimension");
   const bool tf32 = p.allow_tf32 && p.input_dtype == DType::f32;
   const cudaDataType_t input = cuda_data_type(p.input_dtype);
   ZT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      context.blas, p.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, p.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+      blas, p.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, p.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
       static_cast<int>(p.n), static_cast<int>(p.m), static_cast<int>(p.k), &p.alpha, p.b.data, input,
       static_cast<int>(p.b.ld), p.b.batch_stride, p.a.data, input, static_cast<int>(p.a.ld), p.a.batch_stride,
       &p.beta, p.c.data, cuda_data_type(p.c.dtype), static_cast<int>(p.c.ld), p.c.batch_stride,
@@ -308,10 +314,6 @@ __global__ void fill_pointer_arrays_kernel(const void** out, PointerArraySpec sp
 
 // The two-level batch through cuBLAS's pointer-array GEMM, with the operand swap of the other paths.
 void run_pointer_batched(DeviceContext& context, const GemmProblem& p, cudaStream_t stream) {
-  if (context.blas == nullptr) {
-    ZT_CUBLAS_CHECK(cublasCreate(&context.blas));
-    ZT_CUBLAS_CHECK(cublasSetWorkspace(context.blas, context.workspace.data(), kWorkspaceBytes));
-  }
   const int64_t total = p.outer * p.batch;
   for (int64_t v : {p.m, p.n, p.k, total, p.a.ld, p.b.ld, p.c.ld}) check_fits_int(v, "a dimension");
   const int64_t in = static_cast<int64_t>(dtype_size(p.input_dtype));
@@ -327,16 +329,16 @@ void run_pointer_batched(DeviceContext& context, const GemmProblem& p, cudaStrea
   fill_pointer_arrays_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(arrays, spec,
                                                                                              p.batch, total);
   ZT_CUDA_CHECK_LAUNCH("gemm_fill_pointer_arrays");
-  ZT_CUBLAS_CHECK(cublasSetStream(context.blas, stream));
   const bool tf32 = p.allow_tf32 && p.input_dtype == DType::f32;
   const cudaDataType_t input = cuda_data_type(p.input_dtype);
-  ZT_CUBLAS_CHECK(cublasGemmBatchedEx(
-      context.blas, p.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, p.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-      static_cast<int>(p.n), static_cast<int>(p.m), static_cast<int>(p.k), &p.alpha, arrays, input,
-      static_cast<int>(p.b.ld), arrays + total, input, static_cast<int>(p.a.ld), &p.beta,
-      const_cast<void* const*>(reinterpret_cast<const void* const*>(arrays + 2 * total)),
-      cuda_data_type(p.c.dtype), static_cast<int>(p.c.ld), static_cast<int>(total),
-      tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  ZT_CUBLAS_CHECK(
+      cublasGemmBatchedEx(blas_handle(context, stream), p.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          p.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(p.n),
+                          static_cast<int>(p.m), static_cast<int>(p.k), &p.alpha, arrays, input,
+                          static_cast<int>(p.b.ld), arrays + total, input, static_cast<int>(p.a.ld), &p.beta,
+                          const_cast<void* const*>(reinterpret_cast<const void* const*>(arrays + 2 * total)),
+                          cuda_data_type(p.c.dtype), static_cast<int>(p.c.ld), static_cast<int>(total),
+                          tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void check_problem(const GemmProblem& p) {
@@ -362,26 +364,22 @@ void gemm(const GemmProblem& problem, cudaStream_t stream) {
   ZT_CHECK(problem.k > 0, "gemm: k = 0 (an empty inner dimension) is not supported");
   GemmProblem p = problem;
   if (p.outer > 1) {
+    // Fold the two levels into one strided batch where the strides allow: with one inner item the outer
+    // stride is the only stride; with uniform strides the items are equally spaced.
     const bool uniform = p.a.outer_stride == p.batch * p.a.batch_stride &&
                          p.b.outer_stride == p.batch * p.b.batch_stride &&
                          p.c.outer_stride == p.batch * p.c.batch_stride;
-    if (!uniform || p.batch == 1) {
-      // batch == 1: the outer stride is the only stride, so it becomes the batch stride.
-      if (p.batch == 1) {
-        p.batch = p.outer;
-        p.a.batch_stride = p.a.outer_stride;
-        p.b.batch_stride = p.b.outer_stride;
-        p.c.batch_stride = p.c.outer_stride;
-        p.outer = 1;
-      } else {
-        std::lock_guard<std::mutex> lock(g_mutex);
-        run_pointer_batched(context_for_current_device(), p, stream);
-        return;
-      }
-    } else {
-      p.batch *= p.outer;
-      p.outer = 1;
+    if (p.batch == 1) {
+      p.a.batch_stride = p.a.outer_stride;
+      p.b.batch_stride = p.b.outer_stride;
+      p.c.batch_stride = p.c.outer_stride;
+    } else if (!uniform) {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      run_pointer_batched(context_for_current_device(), p, stream);
+      return;
     }
+    p.batch *= p.outer;
+    p.outer = 1;
   }
   const size_t in_size = dtype_size(p.input_dtype), out_size = dtype_size(p.c.dtype);
   const std::array<uint32_t, 4> alignments{
