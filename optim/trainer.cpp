@@ -78,6 +78,19 @@ double deepspeed_lr_at(const DeepSpeedSchedule& d, double optimizer_lr, int64_t 
 
 }  // namespace
 
+DType compute_dtype_for_run(const TrainConfig& config) {
+  if (config.device != DeviceChoice::cuda) return DType::f32;
+  switch (config.dtype) {
+    case ComputeDType::bf16:
+      return DType::bf16;
+    case ComputeDType::f16:
+      return DType::f16;
+    case ComputeDType::f32:
+      return DType::f32;
+  }
+  ZT_FAIL("unknown --dtype");
+}
+
 DebertaConfig model_config_for_run(const TrainConfig& config, int64_t num_labels) {
   // The embedded default: the full xlarge architecture (random init) on the GPU, a small model on the CPU.
   if (config.model_name_or_path.empty())
@@ -136,20 +149,6 @@ DeviceKind training_device(const TrainConfig& config) {
   return DeviceKind::cuda;
 }
 
-// The storage dtype of parameters and activations: --dtype on the GPU; the CPU backend computes in f32.
-DType compute_dtype_for(const TrainConfig& config, DeviceKind device) {
-  if (device == DeviceKind::cpu) return DType::f32;
-  switch (config.dtype) {
-    case ComputeDType::bf16:
-      return DType::bf16;
-    case ComputeDType::f16:
-      return DType::f16;
-    case ComputeDType::f32:
-      return DType::f32;
-  }
-  ZT_FAIL("unknown --dtype");
-}
-
 ArenaOptions state_arena(DeviceKind device, MemoryCategory category, bool zero) {
   return {.kind = device == DeviceKind::cuda ? MemoryKind::device : MemoryKind::host,
           .category = category,
@@ -187,7 +186,7 @@ struct MrpcTrainer::Impl {
         model_config(std::move(mc)),
         table(model_config),
         device(training_device(config)),
-        compute(compute_dtype_for(config, device)),
+        compute(compute_dtype_for_run(config)),
         params("parameters", table.layout(DType::f32),
                state_arena(device, MemoryCategory::parameters, false)),
         grads("gradients", table.layout(DType::f32), state_arena(device, MemoryCategory::gradients, true)),

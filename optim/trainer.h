@@ -56,6 +56,10 @@ struct EpochRecord {
 // A model file path, or a directory holding model.h5; throws naming what is missing.
 std::string resolve_model_path(const std::string& file_or_dir);
 
+// The storage dtype of parameters and activations a run computes in: --dtype with --device cuda; f32 on
+// the CPU backend (call after the device is resolved).
+DType compute_dtype_for_run(const TrainConfig& config);
+
 // The architecture a run trains: the embedded default (xlarge with --device cuda, the small CPU model
 // otherwise; call after the device is resolved), or the config stored in --model_name_or_path
 // with its label count set to `num_labels` when --ignore_mismatched_sizes allows replacing the classifier.

@@ -84,10 +84,7 @@ int run(int argc, char** argv) {
       {.world_size = 1, .hidden_size = model_config.hidden_size, .num_train_examples = train_rows});
 
   const bool gpu = config.device == DeviceChoice::cuda;
-  const zt::DType compute = !gpu                                 ? zt::DType::f32
-                            : config.dtype == ComputeDType::bf16 ? zt::DType::bf16
-                            : config.dtype == ComputeDType::f16  ? zt::DType::f16
-                                                                 : zt::DType::f32;
+  const zt::DType compute = zt::optim::compute_dtype_for_run(config);
   zt::ParameterTable table(model_config);
   const int64_t max_batch = std::max(config.per_device_train_batch_size, config.per_device_eval_batch_size);
   const zt::ArenaLayout activations = zt::DebertaForSequenceClassification::plan_activations(
