@@ -9,6 +9,7 @@
 
 #ifdef ZT_WITH_CUDA
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -127,6 +128,40 @@ INSTANTIATE_TEST_SUITE_P(Variants, AdamWGpu,
                                                             : std::string(dtype_name(c.params16))) +
                                   (c.beta1 < 0.5 ? "_largelerpweight" : "");
                          });
+
+// The fused forms the trainer uses: grad_scale (unscale x clip) must give bitwise what scaling the gradients
+// first (grad_clip.h's scale_in_place) and then stepping gives, and zero_grads must zero exactly the
+// gradients inside the ranges, leaving the gaps as they were.
+TEST(AdamWGpuFused, GradScaleAndZeroingMatchScaleThenStep) {
+  ZT_SKIP_WITHOUT_GPU();
+  int64_t size = 0;
+  const std::vector<TensorRange> ranges = awkward_ranges(size);
+  const AdamWHyper hyper{1e-3, 0.9, 0.999, 1e-8, 0.01};
+  AdamW cpu(hyper, 1);
+  std::vector<float> params = random_floats(size, 61), m(static_cast<size_t>(size)), v(m.size());
+  DeviceArray gp(DType::f32, Shape{size}), gg(DType::f32, Shape{size});
+  DeviceArray gm(DType::f32, Shape{size}), gv(DType::f32, Shape{size});
+  gp.upload(params);
+  gm.upload(m);
+  gv.upload(v);
+  const float factor = 0.37f;
+  for (int step = 1; step <= 3; ++step) {
+    const std::vector<float> grads = random_floats(size, 200 + static_cast<uint32_t>(step), -0.1f, 0.1f);
+    std::vector<float> scaled = grads;
+    scale_in_place(scaled, factor, 1);
+    cpu.step({params, scaled, m, v}, ranges, 1e-3);
+    gg.upload(grads);
+    gpu::adamw_update(adamw_step_scalars(hyper, 1e-3, step), gp.tensor(), gg.tensor(), gm.tensor(),
+                      gv.tensor(), ranges, Tensor(), nullptr, factor, /*zero_grads=*/true);
+    const std::vector<float> after = gg.download();
+    std::vector<float> want = grads;
+    for (const TensorRange& r : ranges) std::fill_n(want.begin() + r.offset, r.numel, 0.0f);
+    EXPECT_EQ(after, want) << "step " << step;
+  }
+  EXPECT_EQ(max_ulp_distance(gp.download(), params), 0);
+  EXPECT_EQ(max_ulp_distance(gm.download(), m), 0);
+  EXPECT_EQ(max_ulp_distance(gv.download(), v), 0);
+}
 
 TEST(AdamWGpuChecks, RejectsOverlappingRangesAndWrongBuffers) {
   ZT_SKIP_WITHOUT_GPU();
