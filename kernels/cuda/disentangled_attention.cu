@@ -268,6 +268,31 @@ void allow_shared_bytes(Kernel kernel, size_t bytes) {
   }
 }
 
+// k slices for the table-gradient GEMMs: the most slices (<= 16) that divide B*L into pieces of >= 256 rows;
+// 1 (no split) when none does.
+int64_t split_k_slices(int64_t rows) {
+  for (int64_t slices = 16; slices > 1; --slices) {
+    if (rows % slices == 0 && rows / slices >= 256) return slices;
+  }
+  return 1;
+}
+
+// dtable[window_begin + r, h*d + k] += sum over slices c (in order) of partial[h, c, r, k], summed in f32.
+template <typename D>
+__global__ void add_slice_partials_kernel(const float* __restrict__ partial, D* __restrict__ dtable,
+                                          int64_t slices, int64_t table_row, AttentionShape s) {
+  const int64_t d = s.head_size, W = s.window;
+  const int64_t total = s.heads * W * d;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = e % d, r = (e / d) % W, h = e / (d * W);
+    float sum = 0.0f;
+    for (int64_t c = 0; c < slices; ++c) sum += partial[((h * slices + c) * W + r) * d + k];
+    D& out = dtable[(table_row + r) * s.features + h * d + k];
+    out = from_float<D>(to_float(out) + sum);
+  }
+}
+
 unsigned int grid_for(int64_t n) {
   const unsigned int blocks = blocks_for(n, kThreads);
   return blocks < 65535u ? blocks : 65535u;
@@ -624,13 +649,41 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     into_rows.c = head_output(drows.data(), T, 0, s);
     into_rows.beta = 1.0f;
     gemm(into_rows, kStream);
-    GemmProblem into_table = head_gemm(s.window, d, BL, T, s);
-    into_table.a = {bucket_grad.data(), s.window, BL * s.window};
-    into_table.transpose_a = true;
-    into_table.b = head_operand(rows.data(), T, 0, s);
-    into_table.c = head_output(dtable.data(), dtable.dtype(), table_row, s);
-    into_table.beta = 1.0f;
-    gemm(into_table, kStream);
+    // d(table_w) += Gx^T rows: per head a [W, d] output (255 x 64 at L = 128) summed over k = B*L rows. As
+    // one GEMM per head that is 24 heads x a few output tiles for 132 SMs: the two tables took 9.9 ms of the
+    // 91.5 ms bs-40 step (H200). So k is split into slices, the inner level of a two-level batch (outer:
+    // heads), partial products go to f32 scratch [N, slices, W, d], and one kernel adds the slices in order
+    // into dtable (deterministic).
+    const int64_t slices = split_k_slices(BL);
+    if (slices == 1) {
+      GemmProblem into_table = head_gemm(s.window, d, BL, T, s);
+      into_table.a = {bucket_grad.data(), s.window, BL * s.window};
+      into_table.transpose_a = true;
+      into_table.b = head_operand(rows.data(), T, 0, s);
+      into_table.c = head_output(dtable.data(), dtable.dtype(), table_row, s);
+      into_table.beta = 1.0f;
+      gemm(into_table, kStream);
+      return;
+    }
+    const int64_t slice_rows = BL / slices;
+    DeviceBuffer partial =
+        scratch_buffer(static_cast<size_t>(s.heads * slices * s.window * d) * sizeof(float),
+                       "attention.table_grad_partials");
+    GemmProblem into_partials = head_gemm(s.window, d, slice_rows, T, s);
+    into_partials.batch = slices;  // inner: k slices of one head
+    into_partials.outer = s.heads;
+    into_partials.a = {bucket_grad.data(), s.window, slice_rows * s.window, BL * s.window};
+    into_partials.transpose_a = true;
+    into_partials.b = {rows.data(), s.features, slice_rows * s.features, s.head_size};
+    into_partials.c = {partial.data(), DType::f32, d, s.window * d, slices * s.window * d};
+    gemm(into_partials, kStream);
+    const int64_t outputs = s.heads * s.window * d;
+    dispatch_storage(dtable.dtype(), op, [&](auto tag) {
+      using D = typename decltype(tag)::type;
+      add_slice_partials_kernel<D><<<grid_for(outputs), kThreads, 0, kStream>>>(
+          partial.data_as<float>(), static_cast<D*>(dtable.data()), slices, table_row, s);
+      ZT_CUDA_CHECK_LAUNCH("attention_add_slice_partials");
+    });
   };
   if (s.c2p) positional_grads(c2p_grad, q, pos_key, dq, dpos_key);
   if (s.p2c) positional_grads(p2c_grad, k, pos_query, dk, dpos_query);

@@ -141,6 +141,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"f32_L137_clamped_dropout", DType::f32, 2, 137, 3, 5, clamped_buckets(), true, true, 0.1f},
         Case{"bf16_L137_clamped_dropout", DType::bf16, 2, 137, 3, 5, clamped_buckets(), true, true, 0.1f},
         Case{"f16_L137_clamped", DType::f16, 3, 137, 3, 5, clamped_buckets(), true, true, 0.0f},
+        // B*L >= 512: the table gradients take the k-split path (2 and 3 slices).
+        Case{"f32_B4_L137_split_k", DType::f32, 4, 137, 3, 5, clamped_buckets(), true, true, 0.0f},
+        Case{"bf16_B6_L128_split_k_dropout", DType::bf16, 6, 128, 4, 16, clamped_buckets(), true, true, 0.1f},
         Case{"bf16_L137_24heads_d64_dropout", DType::bf16, 2, 137, 24, 64, xlarge_buckets(), true, true,
              0.1f},
         Case{"f32_L137_24heads_d64", DType::f32, 2, 137, 24, 64, xlarge_buckets(), true, true, 0.0f}),
