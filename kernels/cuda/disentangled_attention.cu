@@ -77,6 +77,22 @@ __device__ __forceinline__ float dropout_factor(const AttentionShape& s, uint64_
   return uniform(s.seed, s.site_id, element) >= s.dropout_p ? s.kept_scale : 0.0f;
 }
 
+// The multipliers of elements e .. e + 3: one Philox block when e starts one (element e uses word e % 4 of
+// block e / 4, the CPU's grouping), so a thread covering 4 consecutive elements runs the 10 rounds once
+// instead of four times; per-element blocks otherwise (a row of length L % 4 != 0 starts mid-block).
+__device__ __forceinline__ void dropout_factors4(const AttentionShape& s, uint64_t e, float factor[4]) {
+  if ((e & 3) == 0) {
+    const PhiloxCounter block = philox_block(s.seed, s.site_id, e >> 2);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      factor[q] = uniform_from_bits(block.word[q]) >= s.dropout_p ? s.kept_scale : 0.0f;
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) factor[q] = dropout_factor(s, e + q);
+  }
+}
+
 template <typename M>
 __global__ void mask_to_keep_kernel(const M* __restrict__ mask, uint8_t* __restrict__ keep, int64_t n) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -123,12 +139,17 @@ __global__ void attention_softmax_kernel(float* __restrict__ probs, T* __restric
     sum += e;
   }
   const float inverse = 1.0f / warp_sum(sum);
-  for (int64_t j = lane; j < L; j += 32) {
-    const float prob = p[j] * inverse;
-    p[j] = prob;
-    if (dropped != nullptr) {
-      dropped[row * L + j] =
-          from_float<T>(s.dropout ? prob * dropout_factor(s, static_cast<uint64_t>(row * L + j)) : prob);
+  // Lane covers keys 4 * lane .. 4 * lane + 3 (then + 128, ...): one Philox block per 4 keys.
+  for (int64_t j0 = 4 * lane; j0 < L; j0 += 128) {
+    float factor[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    if (dropped != nullptr && s.dropout) dropout_factors4(s, static_cast<uint64_t>(row * L + j0), factor);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int64_t j = j0 + q;
+      if (j >= L) break;
+      const float prob = p[j] * inverse;
+      p[j] = prob;
+      if (dropped != nullptr) dropped[row * L + j] = from_float<T>(s.dropout ? prob * factor[q] : prob);
     }
   }
 }
@@ -138,10 +159,16 @@ template <typename T>
 __global__ void dropped_probs_kernel(const float* __restrict__ probs, T* __restrict__ dropped,
                                      AttentionShape s) {
   const int64_t total = s.batch * s.heads * s.length * s.length;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float prob = probs[e];
-    dropped[e] = from_float<T>(s.dropout ? prob * dropout_factor(s, static_cast<uint64_t>(e)) : prob);
+  const int64_t groups = (total + 3) / 4;  // thread item: elements 4g .. 4g + 3, one Philox block
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float factor[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    if (s.dropout) dropout_factors4(s, static_cast<uint64_t>(4 * g), factor);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int64_t e = 4 * g + q;
+      if (e < total) dropped[e] = from_float<T>(probs[e] * factor[q]);
+    }
   }
 }
 
@@ -164,11 +191,17 @@ __global__ void attention_softmax_backward_kernel(float* __restrict__ grad, T* _
   const float* p = probs + row * L;
 
   float weighted = 0.0f;
-  for (int64_t j = lane; j < L; j += 32) {
-    float dp = g[j];
-    if (s.dropout) dp *= dropout_factor(s, static_cast<uint64_t>(row * L + j));
-    g[j] = dp;
-    if (query_kept && key_keep[j]) weighted += p[j] * dp;
+  for (int64_t j0 = 4 * lane; j0 < L; j0 += 128) {  // 4 keys per lane: one Philox block per 4
+    float factor[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    if (s.dropout) dropout_factors4(s, static_cast<uint64_t>(row * L + j0), factor);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int64_t j = j0 + q;
+      if (j >= L) break;
+      const float dp = g[j] * factor[q];
+      g[j] = dp;
+      if (query_kept && key_keep[j]) weighted += p[j] * dp;
+    }
   }
   weighted = warp_sum(weighted);
   for (int64_t j = lane; j < L; j += 32) {
@@ -557,8 +590,9 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   if (lowp) {
     dispatch_storage(T, op, [&](auto tag) {
       using S = typename decltype(tag)::type;
-      dropped_probs_kernel<S><<<grid_for(static_cast<int64_t>(probs_elements(s))), kThreads, 0, kStream>>>(
-          probs_data, lowp.data_as<S>(), s);
+      dropped_probs_kernel<S>
+          <<<grid_for((static_cast<int64_t>(probs_elements(s)) + 3) / 4), kThreads, 0, kStream>>>(
+              probs_data, lowp.data_as<S>(), s);
       ZT_CUDA_CHECK_LAUNCH("attention_dropped_probs");
     });
   }
