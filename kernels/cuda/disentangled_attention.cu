@@ -8,7 +8,8 @@
 //     blocks;
 //   - the positional products see all B*L rows of a head at once (row stride D), so they are batched over
 //     heads only: C2P = Q PK^T, P2C = K PQ^T, dQ += Gc PK, dPK += Gc^T Q, ... are one call each, with the
-//     per-head scratch laid out head-major [N, B*L, W] (W = window of table rows c(i,j) reaches).
+//     per-head scratch laid out head-major [N, B*L, W] (W = window of table rows c(i,j) reaches; rows
+//     padded to window_pitch elements).
 //
 // Numerics. Scores, softmax and every reduction are f32 whatever the storage dtype T (reference §12.3):
 // the Q K^T product is written straight into the f32 probs output and finished in place by the row kernel,
@@ -49,6 +50,11 @@ constexpr int kThreads = 256;
 struct AttentionShape {
   int64_t batch = 0, length = 0, features = 0, heads = 0, head_size = 0;
   int64_t window = 0;  // W
+  // W rounded up to 8: the row stride of the [N, B*L, W] positional scratch and the W-dimension of every
+  // positional GEMM, which then see the padded table window (zero rows past W) and zero Gc/Gp columns past W.
+  // With W itself (255 at L = 128) as a dimension and leading dimension, cuBLAS ran those GEMMs on align1
+  // kernels (ncu on the H200: 64-87 us each, 8 per layer).
+  int64_t window_pitch = 0;
   bool c2p = false, p2c = false;
   float inverse_scale = 1.0f;
   // Dropout: keep(e) = uniform(seed, site_id, e) >= p, kept entries scaled by kept_scale = 1 / (1 - p).
@@ -112,7 +118,7 @@ __global__ void attention_softmax_kernel(float* __restrict__ probs, T* __restric
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
-  const int64_t L = s.length, W = s.window;
+  const int64_t L = s.length, W = s.window_pitch;
   const int64_t i = row % L, bh = row / L, h = bh % s.heads, b = bh / s.heads;
   const int64_t head_rows = (h * s.batch + b) * L;  // row (b, 0) of head h in the [N, B*L, W] scratch
   const bool query_kept = keep[b * L + i] != 0;
@@ -218,11 +224,15 @@ template <typename T>
 __global__ void bucket_gather_kernel(const float* __restrict__ grad, T* __restrict__ out,
                                      const int32_t* __restrict__ rel_first,
                                      const int32_t* __restrict__ rel_last, AttentionShape s, bool by_query) {
-  const int64_t L = s.length, W = s.window;
+  const int64_t L = s.length, W = s.window_pitch;
   const int64_t total = s.heads * s.batch * L * W;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = e % W, position = (e / W) % L, b = (e / W / L) % s.batch, h = e / W / L / s.batch;
+    if (r >= s.window) {  // padding columns: zero, the positional GEMMs read them
+      out[e] = from_float<T>(0.0f);
+      continue;
+    }
     const float* g = grad + ((b * s.heads + h) * L) * L;  // G[b, h] [L, L]
     const int64_t first = rel_first[r], last = rel_last[r];
     float sum = 0.0f;
@@ -267,7 +277,7 @@ __global__ void __launch_bounds__(kBlockThreads)
                                const int32_t* __restrict__ rel_first, const int32_t* __restrict__ rel_last,
                                AttentionShape s) {
   extern __shared__ float staged_grad[];  // [L, L + 1]
-  const int64_t L = s.length, W = s.window, pitch = L + 1;
+  const int64_t L = s.length, W = s.window_pitch, pitch = L + 1;
   const int64_t bh = blockIdx.x, h = bh % s.heads, b = bh / s.heads;
   const float* g = grad + bh * L * L;
   for (int64_t e = threadIdx.x; e < L * L; e += kBlockThreads) staged_grad[(e / L) * pitch + e % L] = g[e];
@@ -275,6 +285,11 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int64_t out_rows = (h * s.batch + b) * L;  // row (b, 0) of head h in [N, B*L, W]
   for (int64_t e = threadIdx.x; e < L * W; e += kBlockThreads) {
     const int64_t position = e / W, r = e % W;
+    if (r >= s.window) {  // padding columns: zero, the positional GEMMs read them
+      if (gc != nullptr) gc[(out_rows + position) * W + r] = from_float<T>(0.0f);
+      if (gp != nullptr) gp[(out_rows + position) * W + r] = from_float<T>(0.0f);
+      continue;
+    }
     const int64_t first = rel_first[r], last = rel_last[r];
     if (gc != nullptr) {
       const int64_t i = position;
@@ -310,7 +325,8 @@ int64_t split_k_slices(int64_t rows) {
   return 1;
 }
 
-// dtable[window_begin + r, h*d + k] += sum over slices c (in order) of partial[h, c, r, k], summed in f32.
+// dtable[window_begin + r, h*d + k] += sum over slices c (in order) of partial[h, c, r, k] (r < W of the
+// [N, slices, window_pitch, d] partials), summed in f32.
 template <typename D>
 __global__ void add_slice_partials_kernel(const float* __restrict__ partial, D* __restrict__ dtable,
                                           int64_t slices, int64_t table_row, AttentionShape s) {
@@ -320,7 +336,7 @@ __global__ void add_slice_partials_kernel(const float* __restrict__ partial, D* 
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t k = e % d, r = (e / d) % W, h = e / (d * W);
     float sum = 0.0f;
-    for (int64_t c = 0; c < slices; ++c) sum += partial[((h * slices + c) * W + r) * d + k];
+    for (int64_t c = 0; c < slices; ++c) sum += partial[((h * slices + c) * s.window_pitch + r) * d + k];
     D& out = dtable[(table_row + r) * s.features + h * d + k];
     out = from_float<D>(to_float(out) + sum);
   }
@@ -465,8 +481,28 @@ size_t probs_elements(const AttentionShape& s) {
   return static_cast<size_t>(s.batch * s.heads * s.length * s.length);
 }
 
+void set_window(AttentionShape& s, int64_t window) {
+  s.window = window;
+  s.window_pitch = (window + 7) / 8 * 8;
+}
+
+// Rows window_begin .. window_begin + W - 1 of a relative table [2k, D] (T) copied into a [window_pitch, D]
+// scratch whose rows past W are zero: the operand of every positional GEMM, so their W-dimension can be the
+// padded one.
+DeviceBuffer padded_table_window(const Tensor& table, int64_t window_begin, const AttentionShape& s) {
+  const size_t row_bytes = static_cast<size_t>(s.features) * dtype_size(table.dtype());
+  DeviceBuffer window =
+      scratch_buffer(static_cast<size_t>(s.window_pitch) * row_bytes, "attention.padded_table_window");
+  ZT_CUDA_CHECK(
+      cudaMemcpyAsync(window.data(), static_cast<const char*>(table.data()) + window_begin * row_bytes,
+                      static_cast<size_t>(s.window) * row_bytes, cudaMemcpyDeviceToDevice, kStream));
+  ZT_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(window.data()) + s.window * row_bytes, 0,
+                                static_cast<size_t>(s.window_pitch - s.window) * row_bytes, kStream));
+  return window;
+}
+
 size_t positional_elements(const AttentionShape& s) {
-  return static_cast<size_t>(s.heads * s.batch * s.length * s.window);
+  return static_cast<size_t>(s.heads * s.batch * s.length * s.window_pitch);
 }
 
 }  // namespace
@@ -488,7 +524,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   RelativeIndexTables tables;
   if (s.c2p || s.p2c) {
     tables = relative_index_tables(config.positions, L);
-    s.window = tables.window;
+    set_window(s, tables.window);
   }
 
   // Content scores Q K^T straight into the f32 probs, one call batched over every (b, h).
@@ -508,11 +544,12 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   DeviceBuffer c2p_scores, p2c_scores;
   auto positional_scores = [&](const Tensor& rows, const Tensor& table, DeviceBuffer& out, const char* name) {
     out = scratch_buffer(positional_elements(s) * sizeof(float), name);
-    GemmProblem p = head_gemm(BL, s.window, d, T, s);
+    const DeviceBuffer window = padded_table_window(table, tables.window_begin, s);
+    GemmProblem p = head_gemm(BL, s.window_pitch, d, T, s);
     p.a = head_operand(rows.data(), T, 0, s);
-    p.b = head_operand(table.data(), T, tables.window_begin, s);
+    p.b = head_operand(window.data(), T, 0, s);
     p.transpose_b = true;
-    p.c = {out.data(), DType::f32, s.window, BL * s.window};
+    p.c = {out.data(), DType::f32, s.window_pitch, BL * s.window_pitch};
     gemm(p, kStream);
   };
   if (s.c2p) positional_scores(q, pos_key, c2p_scores, "attention.c2p_scores");
@@ -577,7 +614,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   RelativeIndexTables tables;
   if (s.c2p || s.p2c) {
     tables = relative_index_tables(config.positions, L);
-    s.window = tables.window;
+    set_window(s, tables.window);
   }
   const float* probs_data = probs.data_as<float>();
 
@@ -677,9 +714,10 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   auto positional_grads = [&](const DeviceBuffer& bucket_grad, const Tensor& rows, const Tensor& table,
                               const Tensor& drows, const Tensor& dtable) {
     const int64_t table_row = tables.window_begin;
-    GemmProblem into_rows = head_gemm(BL, d, s.window, T, s);
-    into_rows.a = {bucket_grad.data(), s.window, BL * s.window};
-    into_rows.b = head_operand(table.data(), T, table_row, s);
+    const DeviceBuffer window = padded_table_window(table, table_row, s);
+    GemmProblem into_rows = head_gemm(BL, d, s.window_pitch, T, s);
+    into_rows.a = {bucket_grad.data(), s.window_pitch, BL * s.window_pitch};
+    into_rows.b = head_operand(window.data(), T, 0, s);
     into_rows.c = head_output(drows.data(), T, 0, s);
     into_rows.beta = 1.0f;
     gemm(into_rows, kStream);
@@ -691,7 +729,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     const int64_t slices = split_k_slices(BL);
     if (slices == 1) {
       GemmProblem into_table = head_gemm(s.window, d, BL, T, s);
-      into_table.a = {bucket_grad.data(), s.window, BL * s.window};
+      into_table.a = {bucket_grad.data(), s.window_pitch, BL * s.window_pitch};
       into_table.transpose_a = true;
       into_table.b = head_operand(rows.data(), T, 0, s);
       into_table.c = head_output(dtable.data(), dtable.dtype(), table_row, s);
@@ -701,15 +739,15 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     }
     const int64_t slice_rows = BL / slices;
     DeviceBuffer partial =
-        scratch_buffer(static_cast<size_t>(s.heads * slices * s.window * d) * sizeof(float),
+        scratch_buffer(static_cast<size_t>(s.heads * slices * s.window_pitch * d) * sizeof(float),
                        "attention.table_grad_partials");
-    GemmProblem into_partials = head_gemm(s.window, d, slice_rows, T, s);
+    GemmProblem into_partials = head_gemm(s.window_pitch, d, slice_rows, T, s);
     into_partials.batch = slices;  // inner: k slices of one head
     into_partials.outer = s.heads;
-    into_partials.a = {bucket_grad.data(), s.window, slice_rows * s.window, BL * s.window};
+    into_partials.a = {bucket_grad.data(), s.window_pitch, slice_rows * s.window_pitch, BL * s.window_pitch};
     into_partials.transpose_a = true;
     into_partials.b = {rows.data(), s.features, slice_rows * s.features, s.head_size};
-    into_partials.c = {partial.data(), DType::f32, d, s.window * d, slices * s.window * d};
+    into_partials.c = {partial.data(), DType::f32, d, s.window_pitch * d, slices * s.window_pitch * d};
     gemm(into_partials, kStream);
     const int64_t outputs = s.heads * s.window * d;
     dispatch_storage(dtable.dtype(), op, [&](auto tag) {

@@ -59,14 +59,25 @@ __global__ void column_sum_partial_kernel(const T* __restrict__ x, int64_t rows,
   }
 }
 
-// Pass 2: out[c] += sum over chunks in chunk order. The order depends only on (rows, cols): deterministic.
-__global__ void column_sum_finish_kernel(const float* __restrict__ partial, int64_t chunks, int64_t cols,
-                                         float* __restrict__ out) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  float total = 0.0f;
-  for (int64_t k = 0; k < chunks; ++k) total += partial[k * cols + c];
-  out[c] += total;
+// Pass 2 (add_chunk_partials): block x takes columns [32x, 32x + 32); thread (tx, ty) adds chunks ty, ty + 8,
+// ... of its column, and the eight lane sums are added in ty order — an order that depends only on (chunks,
+// cols): deterministic. One thread per column walking every chunk took 37 us for 160 chunks x 1536 columns
+// (a LayerNorm parameter gradient at B*L = 5120, ncu on the H200): 6 blocks, each a chain of 160 loads.
+__global__ void add_chunk_partials_kernel(const float* __restrict__ partial, int64_t chunks, int64_t cols,
+                                          float* __restrict__ out) {
+  __shared__ float lanes[kRowLanes][kColumnTile + 1];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+  float sum = 0.0f;
+  if (c < cols) {
+    for (int64_t k = threadIdx.y; k < chunks; k += kRowLanes) sum += partial[k * cols + c];
+  }
+  lanes[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.0f;
+    for (int lane = 0; lane < kRowLanes; ++lane) total += lanes[lane][threadIdx.x];
+    out[c] += total;
+  }
 }
 
 // C[z][r, c] += bias[c] over batch x [m, n] with row stride ldc: the bias epilogue where cuBLASLt's cannot
@@ -100,9 +111,14 @@ void column_sum_accumulate(const void* x, DType dtype, int64_t rows, int64_t col
                                                              rows_per_chunk, partial.data_as<float>());
     ZT_CUDA_CHECK_LAUNCH("column_sum_partial");
   });
-  column_sum_finish_kernel<<<static_cast<unsigned int>((cols + 255) / 256), 256, 0, stream>>>(
-      partial.data_as<float>(), chunks, cols, out);
-  ZT_CUDA_CHECK_LAUNCH("column_sum_finish");
+  add_chunk_partials(partial.data_as<float>(), chunks, cols, out, stream);
+}
+
+void add_chunk_partials(const float* partial, int64_t chunks, int64_t cols, float* out, cudaStream_t stream) {
+  if (cols == 0) return;
+  add_chunk_partials_kernel<<<static_cast<unsigned int>((cols + kColumnTile - 1) / kColumnTile),
+                              dim3(kColumnTile, kRowLanes), 0, stream>>>(partial, chunks, cols, out);
+  ZT_CUDA_CHECK_LAUNCH("add_chunk_partials");
 }
 
 }  // namespace gpu

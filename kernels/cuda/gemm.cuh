@@ -74,4 +74,8 @@ void check_cuda_arg(const Tensor& t, DType dtype, const char* op, const char* na
 void column_sum_accumulate(const void* x, DType dtype, int64_t rows, int64_t cols, float* out,
                            cudaStream_t stream);
 
+// out[c] += sum_k partial[k, c] for partial [chunks, cols] (f32): the second pass of the chunked column
+// reductions (column_sum_accumulate, the LayerNorm parameter gradients), summed in a fixed order.
+void add_chunk_partials(const float* partial, int64_t chunks, int64_t cols, float* out, cudaStream_t stream);
+
 }  // namespace zt::kernels::gpu

@@ -1,5 +1,6 @@
 #include "kernels/cuda/layernorm.cuh"
 
+#include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/launch_common.cuh"
 #include "runtime/device_allocator.h"
 
@@ -147,20 +148,6 @@ __global__ void layernorm_param_grad_partials_kernel(const T* dy, const T* x, co
   }
 }
 
-// dgamma[j] += sum_c partial_gamma[c, j], dbeta[j] += sum_c partial_beta[c, j], chunks in order.
-__global__ void layernorm_param_grad_finish_kernel(const float* partial_gamma, const float* partial_beta,
-                                                   int64_t chunks, int64_t dim, float* dgamma, float* dbeta) {
-  for (int64_t j = global_thread_index(); j < dim; j += grid_thread_count()) {
-    float g = 0.0f, b = 0.0f;
-    for (int64_t c = 0; c < chunks; ++c) {
-      g += partial_gamma[c * dim + j];
-      b += partial_beta[c * dim + j];
-    }
-    dgamma[j] += g;
-    dbeta[j] += b;
-  }
-}
-
 // Chunks of at least 32 rows, at most 256 of them: a function of R only, so the reduction order (and with it
 // every bit of dgamma, dbeta) does not depend on the device.
 constexpr int64_t kMinRowsPerChunk = 32;
@@ -276,9 +263,9 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
         typed<T>(dy), typed<T>(x), typed<float>(mean), typed<float>(rstd), rows, dim, plan.rows_per_chunk,
         partial_gamma, partial_beta);
     ZT_CUDA_CHECK_LAUNCH("layernorm_param_grad_partials");
-    layernorm_param_grad_finish_kernel<<<blocks_for(dim), kThreadsPerBlock, 0, stream>>>(
-        partial_gamma, partial_beta, plan.chunks, dim, typed<float>(dgamma), typed<float>(dbeta));
-    ZT_CUDA_CHECK_LAUNCH("layernorm_param_grad_finish");
+    // dgamma[j] += sum_c partial_gamma[c, j], dbeta[j] += sum_c partial_beta[c, j], in a fixed order.
+    add_chunk_partials(partial_gamma, plan.chunks, dim, typed<float>(dgamma), stream);
+    add_chunk_partials(partial_beta, plan.chunks, dim, typed<float>(dbeta), stream);
     const auto dx_kernel = rows_vectorizable<T>(dim, {dy.data(), x.data()})
                                ? layernorm_backward_dx_kernel<T, W, true>
                                : layernorm_backward_dx_kernel<T, W, false>;
