@@ -105,57 +105,100 @@ __global__ void mask_to_keep_kernel(const M* __restrict__ mask, uint8_t* __restr
   if (e < n) keep[e] = mask[e] != M(0) ? 1 : 0;
 }
 
-// One warp per score row (b, h, i). In: probs row = Q_i . K_j (the content GEMM's output), c2p / p2c
-// [N, B*L, W] f32, diagonal index table. Out: probs row = P (f32) and dropped row = P~ in T.
+constexpr float kMasked = -3.40282346638528859811704183484516925e+38f;  // finfo(f32).min
+constexpr int kSoftmaxTileRows = 32;  // query rows per CTA of the forward softmax
+constexpr int kMaxRowChunks = 8;      // rows held in registers: L <= 128 * kMaxRowChunks
+
+// Calls f(std::integral_constant<int, C>) with C in {1, 2, 4, 8}, the fewest 128-key chunks that hold L keys.
+template <typename F>
+void dispatch_row_chunks(int64_t length, F&& f) {
+  if (length <= 128) return f(std::integral_constant<int, 1>{});
+  if (length <= 256) return f(std::integral_constant<int, 2>{});
+  if (length <= 512) return f(std::integral_constant<int, 4>{});
+  return f(std::integral_constant<int, kMaxRowChunks>{});
+}
+
+// Forward softmax: one CTA per (b, h, tile of 32 query rows), a warp per row, the row's scores in registers
+// (lane: keys 128 c + 4 lane + q, q < 4, c < kChunks, so one Philox block serves a lane's 4 keys).
+// In: probs row = Q_i . K_j (the content GEMM's output), c2p / p2c [N, B*L, window_pitch] f32, diagonal
+// index table. Out: probs row = P (f32) and dropped row = P~ in T.
 //   a_j = ((Q_i.K_j + C2P[i, c(i,j)]) + P2C[j, c(i,j)]) / s, masked to finfo.min unless m_i m_j,
 //   P = softmax(a) (a fully masked row is uniform), P~_j = P_j * factor(e_j).
-template <typename T>
-__global__ void attention_softmax_kernel(float* __restrict__ probs, T* __restrict__ dropped,
-                                         const float* __restrict__ c2p, const float* __restrict__ p2c,
-                                         const int32_t* __restrict__ diagonal,
-                                         const uint8_t* __restrict__ keep, AttentionShape s) {
-  const int64_t rows = s.batch * s.heads * s.length;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int lane = threadIdx.x % 32;
-  const int64_t L = s.length, W = s.window_pitch;
-  const int64_t i = row % L, bh = row / L, h = bh % s.heads, b = bh / s.heads;
-  const int64_t head_rows = (h * s.batch + b) * L;  // row (b, 0) of head h in the [N, B*L, W] scratch
-  const bool query_kept = keep[b * L + i] != 0;
+// P2C[j, c(i,j)] is a skew gather across keys (rows window_pitch floats apart: a 32-byte sector per key when
+// a warp reads it along j, the largest cost of the previous row-per-warp kernel). For a tile's rows
+// i0 .. i0 + 31 and a key j the buckets c(i, j) are 32 consecutive (monotone) entries of P2C row j, so the
+// CTA first stages p2c_tile[t][j] = P2C[j, c(i0 + t, j)] with lanes along t (coalesced), then every row
+// reads its P2C terms from shared memory.
+template <typename T, int kChunks>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    attention_softmax_kernel(float* __restrict__ probs, T* __restrict__ dropped,
+                             const float* __restrict__ c2p, const float* __restrict__ p2c,
+                             const int32_t* __restrict__ diagonal, const uint8_t* __restrict__ keep,
+                             AttentionShape s) {
+  extern __shared__ float p2c_tile[];  // [kSoftmaxTileRows, L + 1]
+  const int L = static_cast<int>(s.length), pitch = L + 1;
+  const int64_t window_pitch = s.window_pitch;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int i0 = static_cast<int>(blockIdx.x) * kSoftmaxTileRows;
+  const int64_t bh = blockIdx.y, h = bh % s.heads, b = bh / s.heads;
+  const int64_t head_rows = (h * s.batch + b) * L;  // row (b, 0) of head h in the positional scratch
+  if (s.p2c) {
+    const int i = i0 + lane;
+    for (int j = warp; j < L; j += kWarpsPerBlock) {
+      if (i < L) p2c_tile[lane * pitch + j] = p2c[(head_rows + j) * window_pitch + diagonal[i - j + L - 1]];
+    }
+    __syncthreads();
+  }
   const uint8_t* key_keep = keep + b * L;
-  float* p = probs + row * L;
-  constexpr float kMasked = -3.40282346638528859811704183484516925e+38f;  // finfo(f32).min
-
-  float row_max = kMasked;
-  for (int64_t j = lane; j < L; j += 32) {
-    const int32_t r = (s.c2p || s.p2c) ? diagonal[i - j + L - 1] : 0;
-    float a = p[j];
-    if (s.c2p) a += c2p[(head_rows + i) * W + r];
-    if (s.p2c) a += p2c[(head_rows + j) * W + r];
-    a *= s.inverse_scale;
-    const float x = (query_kept && key_keep[j]) ? a : kMasked;
-    p[j] = x;
-    row_max = fmaxf(row_max, x);
-  }
-  row_max = warp_max(row_max);
-  float sum = 0.0f;
-  for (int64_t j = lane; j < L; j += 32) {
-    const float e = expf(p[j] - row_max);
-    p[j] = e;
-    sum += e;
-  }
-  const float inverse = 1.0f / warp_sum(sum);
-  // Lane covers keys 4 * lane .. 4 * lane + 3 (then + 128, ...): one Philox block per 4 keys.
-  for (int64_t j0 = 4 * lane; j0 < L; j0 += 128) {
-    float factor[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-    if (dropped != nullptr && s.dropout) dropout_factors4(s, static_cast<uint64_t>(row * L + j0), factor);
+  for (int t = warp; t < kSoftmaxTileRows && i0 + t < L; t += kWarpsPerBlock) {
+    const int i = i0 + t;
+    const int64_t row = bh * L + i;
+    float* p = probs + row * L;
+    const float* c2p_row = c2p + (head_rows + i) * window_pitch;
+    const bool query_kept = key_keep[i] != 0;
+    float x[kChunks][4];
+    float row_max = kMasked;
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int64_t j = j0 + q;
-      if (j >= L) break;
-      const float prob = p[j] * inverse;
-      p[j] = prob;
-      if (dropped != nullptr) dropped[row * L + j] = from_float<T>(s.dropout ? prob * factor[q] : prob);
+    for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int j = 128 * c + 4 * lane + q;
+        x[c][q] = kMasked;
+        if (j >= L) continue;
+        float a = p[j];
+        if (s.c2p) a += c2p_row[diagonal[i - j + L - 1]];
+        if (s.p2c) a += p2c_tile[t * pitch + j];
+        a *= s.inverse_scale;
+        x[c][q] = (query_kept && key_keep[j]) ? a : kMasked;
+        row_max = fmaxf(row_max, x[c][q]);
+      }
+    }
+    row_max = warp_max(row_max);
+    float sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int j = 128 * c + 4 * lane + q;
+        x[c][q] = j < L ? expf(x[c][q] - row_max) : 0.0f;
+        sum += x[c][q];
+      }
+    }
+    const float inverse = 1.0f / warp_sum(sum);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int j0 = 128 * c + 4 * lane;
+      if (j0 >= L) break;
+      float factor[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+      if (dropped != nullptr && s.dropout) dropout_factors4(s, static_cast<uint64_t>(row * L + j0), factor);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int j = j0 + q;
+        if (j >= L) break;
+        const float prob = x[c][q] * inverse;
+        p[j] = prob;
+        if (dropped != nullptr) dropped[row * L + j] = from_float<T>(s.dropout ? prob * factor[q] : prob);
+      }
     }
   }
 }
@@ -178,42 +221,54 @@ __global__ void dropped_probs_kernel(const float* __restrict__ probs, T* __restr
   }
 }
 
-// One warp per row (b, h, i). In: grad row = dP~ = dC_i . V_j (f32), probs row P. Out: grad row = G (f32)
-// and, when grad_lowp is given, G in T:
+// One warp per row (b, h, i), the row in registers (lane: keys 128 c + 4 lane + q, as the forward). In: grad
+// row = dP~ = dC_i . V_j (f32), probs row P. Out: grad row = G (f32) and, when grad_lowp is given, G in T:
 //   dP_j = factor_j dP~_j,  G_j = m_i m_j ? P_j (dP_j - sum_{k kept} P_k dP_k) / s : 0.
-template <typename T>
-__global__ void attention_softmax_backward_kernel(float* __restrict__ grad, T* __restrict__ grad_lowp,
-                                                  const float* __restrict__ probs,
-                                                  const uint8_t* __restrict__ keep, AttentionShape s) {
+template <typename T, int kChunks>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    attention_softmax_backward_kernel(float* __restrict__ grad, T* __restrict__ grad_lowp,
+                                      const float* __restrict__ probs, const uint8_t* __restrict__ keep,
+                                      AttentionShape s) {
   const int64_t rows = s.batch * s.heads * s.length;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
-  const int lane = threadIdx.x % 32;
-  const int64_t L = s.length;
-  const int64_t i = row % L, b = row / L / s.heads;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int L = static_cast<int>(s.length);
+  const int i = static_cast<int>(row % L);
+  const int64_t b = row / L / s.heads;
   const bool query_kept = keep[b * L + i] != 0;
   const uint8_t* key_keep = keep + b * L;
   float* g = grad + row * L;
   const float* p = probs + row * L;
 
+  float dp[kChunks][4], prob[kChunks][4];
   float weighted = 0.0f;
-  for (int64_t j0 = 4 * lane; j0 < L; j0 += 128) {  // 4 keys per lane: one Philox block per 4
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int j0 = 128 * c + 4 * lane;
     float factor[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-    if (s.dropout) dropout_factors4(s, static_cast<uint64_t>(row * L + j0), factor);
+    if (s.dropout && j0 < L) dropout_factors4(s, static_cast<uint64_t>(row * L + j0), factor);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const int64_t j = j0 + q;
-      if (j >= L) break;
-      const float dp = g[j] * factor[q];
-      g[j] = dp;
-      if (query_kept && key_keep[j]) weighted += p[j] * dp;
+      const int j = j0 + q;
+      const bool kept = j < L && query_kept && key_keep[j];
+      dp[c][q] = j < L ? g[j] * factor[q] : 0.0f;
+      prob[c][q] = kept ? p[j] : 0.0f;  // masked keys drop out of the sum
+      if (kept) weighted += prob[c][q] * dp[c][q];
     }
   }
   weighted = warp_sum(weighted);
-  for (int64_t j = lane; j < L; j += 32) {
-    const float value = (query_kept && key_keep[j]) ? p[j] * (g[j] - weighted) * s.inverse_scale : 0.0f;
-    g[j] = value;
-    if (grad_lowp != nullptr) grad_lowp[row * L + j] = from_float<T>(value);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int j = 128 * c + 4 * lane + q;
+      if (j >= L) break;
+      const bool kept = query_kept && key_keep[j];
+      const float value = kept ? prob[c][q] * (dp[c][q] - weighted) * s.inverse_scale : 0.0f;
+      g[j] = value;
+      if (grad_lowp != nullptr) grad_lowp[row * L + j] = from_float<T>(value);
+    }
   }
 }
 
@@ -252,16 +307,17 @@ __global__ void bucket_gather_kernel(const float* __restrict__ grad, T* __restri
 // Block gather: one CTA per (b, h) with G[b, h] staged in shared memory. bucket_gather_kernel's Gp walks G
 // down columns (L floats apart: one 32-byte sector per lane) and the two gathers read G twice; for L up to
 // ~200 the [L, L] block fits in shared memory, so this kernel loads it once with coalesced reads and writes
-// both outputs from there, with bitwise the row kernel's sums (same operations, same order). A
-// shared-memory version of the forward softmax (staging the [L, W] P2C block) measured 2.3x slower than the
-// row kernel on the H200 at B 40, L 128 (one 128 KiB CTA per SM), so the forward keeps the row kernel.
+// both outputs from there, with bitwise the row kernel's sums (same operations, same order). (A forward
+// softmax staging the whole [L, W] P2C block of a (b, h) measured 2.3x slower than a row per warp on the
+// H200 at B 40, L 128 — one 128 KiB CTA per SM — hence the forward's 32-row tiles with a 16 KiB slab.)
 
 constexpr int kBlockWarps = 8;
 constexpr int kBlockThreads = kBlockWarps * 32;
 constexpr size_t kMaxBlockSharedBytes = 200 << 10;  // under the 227 KiB opt-in limit of sm_90
 
+// Staged G[b, h] [L, L + 1] floats, then rel_first and rel_last [window_pitch] int32 each.
 size_t gather_block_shared_bytes(const AttentionShape& s) {
-  return static_cast<size_t>(s.length * (s.length + 1)) * sizeof(float);
+  return static_cast<size_t>(s.length * (s.length + 1) + 2 * s.window_pitch) * sizeof(float);
 }
 
 bool use_gather_block_kernel(const AttentionShape& s) {
@@ -269,41 +325,53 @@ bool use_gather_block_kernel(const AttentionShape& s) {
 }
 
 // Both bucket gathers of bucket_gather_kernel from one staged G[b, h] ([L, L + 1] pitch: column walks
-// stride L + 1, conflict-free): Gc rows (b, i) and Gp rows (b, j), each written along r (coalesced).
-// gc / gp may be null when that term is off.
+// stride L + 1, conflict-free): a warp per position (query i for Gc, key j for Gp), lanes along r, so each
+// output row is written coalesced; padding columns r >= W get zeros. gc / gp may be null when that term is
+// off. 32-bit loop indices and no divisions: at L = 128 every bucket holds one relative distance, so the
+// sums are single loads and a 64-bit e / W, e % W per output made the first version of this kernel
+// instruction-bound (293 us per layer at B 40, ncu on the H200).
 template <typename T>
 __global__ void __launch_bounds__(kBlockThreads)
     bucket_gather_block_kernel(const float* __restrict__ grad, T* __restrict__ gc, T* __restrict__ gp,
                                const int32_t* __restrict__ rel_first, const int32_t* __restrict__ rel_last,
                                AttentionShape s) {
-  extern __shared__ float staged_grad[];  // [L, L + 1]
-  const int64_t L = s.length, W = s.window_pitch, pitch = L + 1;
+  extern __shared__ float staged_grad[];  // [L, L + 1], then first_of, last_of [window_pitch]
+  const int L = static_cast<int>(s.length), W = static_cast<int>(s.window);
+  const int pitch = L + 1, out_pitch = static_cast<int>(s.window_pitch);
+  int* first_of = reinterpret_cast<int*>(staged_grad + L * pitch);
+  int* last_of = first_of + out_pitch;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t bh = blockIdx.x, h = bh % s.heads, b = bh / s.heads;
   const float* g = grad + bh * L * L;
-  for (int64_t e = threadIdx.x; e < L * L; e += kBlockThreads) staged_grad[(e / L) * pitch + e % L] = g[e];
+  for (int i = warp; i < L; i += kBlockWarps) {
+    for (int j = lane; j < L; j += 32) staged_grad[i * pitch + j] = g[i * L + j];
+  }
+  for (int r = static_cast<int>(threadIdx.x); r < W; r += kBlockThreads) {
+    first_of[r] = rel_first[r];
+    last_of[r] = rel_last[r];
+  }
   __syncthreads();
-  const int64_t out_rows = (h * s.batch + b) * L;  // row (b, 0) of head h in [N, B*L, W]
-  for (int64_t e = threadIdx.x; e < L * W; e += kBlockThreads) {
-    const int64_t position = e / W, r = e % W;
-    if (r >= s.window) {  // padding columns: zero, the positional GEMMs read them
-      if (gc != nullptr) gc[(out_rows + position) * W + r] = from_float<T>(0.0f);
-      if (gp != nullptr) gp[(out_rows + position) * W + r] = from_float<T>(0.0f);
-      continue;
-    }
-    const int64_t first = rel_first[r], last = rel_last[r];
-    if (gc != nullptr) {
-      const int64_t i = position;
-      const int64_t j_begin = i - last > 0 ? i - last : 0, j_end = i - first < L - 1 ? i - first : L - 1;
-      float sum = 0.0f;
-      for (int64_t j = j_begin; j <= j_end; ++j) sum += staged_grad[i * pitch + j];
-      gc[(out_rows + position) * W + r] = from_float<T>(sum);
-    }
-    if (gp != nullptr) {
-      const int64_t j = position;
-      const int64_t i_begin = j + first > 0 ? j + first : 0, i_end = j + last < L - 1 ? j + last : L - 1;
-      float sum = 0.0f;
-      for (int64_t i = i_begin; i <= i_end; ++i) sum += staged_grad[i * pitch + j];
-      gp[(out_rows + position) * W + r] = from_float<T>(sum);
+  const int64_t out_rows = (h * s.batch + b) * L;  // row (b, 0) of head h in [N, B*L, window_pitch]
+  for (int position = warp; position < L; position += kBlockWarps) {
+    T* gc_row = gc != nullptr ? gc + (out_rows + position) * out_pitch : nullptr;
+    T* gp_row = gp != nullptr ? gp + (out_rows + position) * out_pitch : nullptr;
+    for (int r = lane; r < out_pitch; r += 32) {
+      float sum_c = 0.0f, sum_p = 0.0f;
+      if (r < W) {
+        const int first = first_of[r], last = last_of[r];
+        if (gc_row != nullptr) {  // Gc[(b, i), r] = sum over j with c(i, j) = r of G[i, j]
+          const int i = position;
+          const int j_begin = max(i - last, 0), j_end = min(i - first, L - 1);
+          for (int j = j_begin; j <= j_end; ++j) sum_c += staged_grad[i * pitch + j];
+        }
+        if (gp_row != nullptr) {  // Gp[(b, j), r] = sum over i with c(i, j) = r of G[i, j]
+          const int j = position;
+          const int i_begin = max(j + first, 0), i_end = min(j + last, L - 1);
+          for (int i = i_begin; i <= i_end; ++i) sum_p += staged_grad[i * pitch + j];
+        }
+      }
+      if (gc_row != nullptr) gc_row[r] = from_float<T>(sum_c);
+      if (gp_row != nullptr) gp_row[r] = from_float<T>(sum_p);
     }
   }
 }
@@ -424,6 +492,9 @@ Plan plan_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   AttentionShape& s = plan.shape;
   s.batch = q.dim(0);
   s.length = q.dim(1);
+  ZT_CHECK(s.length <= 128 * kMaxRowChunks, op, ": sequence length ", s.length,
+           " is over the GPU attention's limit of ", 128 * kMaxRowChunks,
+           " (the softmax kernels hold a score row in registers)");
   s.features = q.dim(2);
   s.heads = config.num_heads;
   ZT_CHECK(s.heads > 0 && s.features % s.heads == 0, op, ": hidden size ", s.features,
@@ -563,10 +634,17 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     dropped = scratch_buffer(probs_elements(s) * dtype_size(T), "attention.dropped_probs");
   dispatch_storage(T, op, [&](auto tag) {
     using S = typename decltype(tag)::type;
-    attention_softmax_kernel<S><<<row_grid(s), kWarpsPerBlock * 32, 0, kStream>>>(
-        probs_data, dropped_is_probs ? nullptr : dropped.data_as<S>(), c2p_scores.data_as<float>(),
-        p2c_scores.data_as<float>(), tables.diagonal, keep.data_as<uint8_t>(), s);
-    ZT_CUDA_CHECK_LAUNCH("attention_softmax");
+    dispatch_row_chunks(L, [&](auto chunks) {
+      const auto kernel = attention_softmax_kernel<S, decltype(chunks)::value>;
+      const size_t shared = s.p2c ? static_cast<size_t>(kSoftmaxTileRows * (L + 1)) * sizeof(float) : 0;
+      allow_shared_bytes(kernel, shared);
+      const dim3 grid(static_cast<unsigned>((L + kSoftmaxTileRows - 1) / kSoftmaxTileRows),
+                      static_cast<unsigned>(s.batch * s.heads));
+      kernel<<<grid, kWarpsPerBlock * 32, shared, kStream>>>(
+          probs_data, dropped_is_probs ? nullptr : dropped.data_as<S>(), c2p_scores.data_as<float>(),
+          p2c_scores.data_as<float>(), tables.diagonal, keep.data_as<uint8_t>(), s);
+      ZT_CUDA_CHECK_LAUNCH("attention_softmax");
+    });
   });
   prof.mark("attn.fwd.softmax");
 
@@ -658,10 +736,13 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   // G = dA / s in f32 (grad) and, for 16-bit storage, in T (lowp, P~ is no longer needed).
   dispatch_storage(T, op, [&](auto tag) {
     using S = typename decltype(tag)::type;
-    attention_softmax_backward_kernel<S><<<row_grid(s), kWarpsPerBlock * 32, 0, kStream>>>(
-        grad.data_as<float>(), f32_storage ? nullptr : lowp.data_as<S>(), probs_data, keep.data_as<uint8_t>(),
-        s);
-    ZT_CUDA_CHECK_LAUNCH("attention_softmax_backward");
+    dispatch_row_chunks(L, [&](auto chunks) {
+      attention_softmax_backward_kernel<S, decltype(chunks)::value>
+          <<<row_grid(s), kWarpsPerBlock * 32, 0, kStream>>>(grad.data_as<float>(),
+                                                             f32_storage ? nullptr : lowp.data_as<S>(),
+                                                             probs_data, keep.data_as<uint8_t>(), s);
+      ZT_CUDA_CHECK_LAUNCH("attention_softmax_backward");
+    });
   });
   prof.mark("attn.bwd.softmax");
   const void* g_lowp = f32_storage ? grad.data() : lowp.data();

@@ -6,6 +6,7 @@
 
 #ifdef ZT_WITH_CUDA
 
+#include <exception>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -146,8 +147,35 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"bf16_B6_L128_split_k_dropout", DType::bf16, 6, 128, 4, 16, clamped_buckets(), true, true, 0.1f},
         Case{"bf16_L137_24heads_d64_dropout", DType::bf16, 2, 137, 24, 64, xlarge_buckets(), true, true,
              0.1f},
-        Case{"f32_L137_24heads_d64", DType::f32, 2, 137, 24, 64, xlarge_buckets(), true, true, 0.0f}),
+        Case{"f32_L137_24heads_d64", DType::f32, 2, 137, 24, 64, xlarge_buckets(), true, true, 0.0f},
+        // Score rows of 3 and 5 register chunks (L > 256, > 512); past the bucket midpoint, so the bucket
+        // gathers sum several diagonals; [L, L] blocks too large for the shared-memory gather.
+        Case{"bf16_L300_xlarge_buckets_dropout", DType::bf16, 1, 300, 2, 8, xlarge_buckets(), true, true,
+             0.1f},
+        Case{"f32_L600_xlarge_buckets", DType::f32, 1, 600, 2, 8, xlarge_buckets(), true, true, 0.0f}),
     [](const auto& info) { return info.param.name; });
+
+// The softmax kernels hold a score row in registers: lengths past 1024 are refused with a clear error.
+TEST(DisentangledAttentionGpuLimits, RejectsSequencesLongerThan1024) {
+  ZT_SKIP_WITHOUT_GPU();
+  const int64_t L = 1025, D = 4;
+  DisentangledAttentionConfig config;
+  config.num_heads = 1;
+  config.positions = xlarge_buckets();
+  const Shape features{1, L, D}, table{2 * config.positions.att_span(), D};
+  auto x = to_device(std::vector<float>(features.numel(), 0.5f), features, DType::f32);
+  auto pos = to_device(std::vector<float>(table.numel(), 0.5f), table, DType::f32);
+  auto mask = test::to_device_i64(std::vector<int64_t>(L, 1), Shape{1, L});
+  auto context = to_device(std::vector<float>(features.numel(), 0.0f), features, DType::f32);
+  auto probs = to_device(std::vector<float>(L * L, 0.0f), Shape{1, 1, L, L}, DType::f32);
+  try {
+    disentangled_attention_forward(x.tensor, x.tensor, x.tensor, pos.tensor, pos.tensor, mask.tensor, config,
+                                   context.tensor, probs.tensor);
+    FAIL() << "expected an error for L = 1025";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("sequence length 1025"), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace
 }  // namespace zt::kernels
