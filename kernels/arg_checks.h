@@ -34,6 +34,12 @@ inline void check_same_shape(const Tensor& got, const Tensor& like, const char* 
            like.shape().to_string(), ", got ", got.shape().to_string());
 }
 
+// Whether the storage of a and b shares any byte.
+inline bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data()), b0 = reinterpret_cast<uintptr_t>(b.data());
+  return a.nbytes() > 0 && b.nbytes() > 0 && a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
 // Rows of a tensor seen as [numel / last_dim, last_dim]: leading dimensions are flattened.
 inline int64_t rows_of(const Tensor& t) {
   ZT_CHECK(t.rank() >= 1, "rows_of: a scalar has no rows");

@@ -14,6 +14,7 @@
 // large mean relative to their spread (eps = 1e-7 gives no cover there) keep full f32 accuracy.
 #pragma once
 
+#include "kernels/dropout.h"
 #include "runtime/tensor.h"
 
 namespace zt::kernels {
@@ -21,6 +22,17 @@ namespace zt::kernels {
 // in: x, gamma, beta, eps; out: y, mean, rstd.  y may alias x.
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                        const Tensor& mean, const Tensor& rstd);
+
+// The residual block's tail in one pass (DeBERTa's attention and FFN outputs):
+//   s <- Drop(s) + residual        (overwritten: the LayerNorm input the backward reads)
+//   y, mean, rstd <- LayerNorm(s)  (as layernorm_forward)
+// Bitwise identical to dropout_forward(s, s, site); add_inplace(s, residual); layernorm_forward(s, ...) for
+// every storage dtype: the same keep-mask, the dropped value and the sum each rounded to the dtype as those
+// kernels store them, and the statistics taken from the stored sums. residual and y have the shape of s and
+// must not overlap it.
+void dropout_add_layernorm_forward(const Tensor& s, const Tensor& residual, const DropoutSite& site,
+                                   const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+                                   const Tensor& mean, const Tensor& rstd);
 
 // in: dy, x, gamma, mean, rstd (from the forward); out: dx (overwritten; may alias dy);
 // accumulated: dgamma, dbeta.

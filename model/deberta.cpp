@@ -275,12 +275,12 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
     Tensor s1 = A(layer_slot(l, "s1"), bld);
     kernels::linear_forward(ctx, W(p + "attention.output.dense.weight"), W(p + "attention.output.dense.bias"),
                             s1);
-    kernels::dropout_forward(s1, s1, site(l, kSiteAttentionOutput, hidden_p));
-    kernels::add_inplace(s1, x);
     Tensor y = A(layer_slot(l, "y"), bld);
-    kernels::layernorm_forward(s1, W(p + "attention.output.LayerNorm.weight"),
-                               W(p + "attention.output.LayerNorm.bias"), eps, y,
-                               A(layer_slot(l, "ln_a.mean"), {B, L}), A(layer_slot(l, "ln_a.rstd"), {B, L}));
+    // s1 <- Drop(s1) + x, y = LN_a(s1): one pass (bitwise the dropout, add and LayerNorm kernels in turn).
+    kernels::dropout_add_layernorm_forward(
+        s1, x, site(l, kSiteAttentionOutput, hidden_p), W(p + "attention.output.LayerNorm.weight"),
+        W(p + "attention.output.LayerNorm.bias"), eps, y, A(layer_slot(l, "ln_a.mean"), {B, L}),
+        A(layer_slot(l, "ln_a.rstd"), {B, L}));
     prof.mark("fwd.attention_output");
 
     Tensor f1 = A(layer_slot(l, "f1"), {B, L, I}), g1 = A("grad.g1", {B, L, I});
@@ -288,11 +288,12 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
     kernels::gelu_forward(f1, g1);
     Tensor s2 = A(layer_slot(l, "s2"), bld);
     kernels::linear_forward(g1, W(p + "output.dense.weight"), W(p + "output.dense.bias"), s2);
-    kernels::dropout_forward(s2, s2, site(l, kSiteFfnOutput, hidden_p));
-    kernels::add_inplace(s2, y);
     Tensor out = A(str("hidden.", l + 1), bld);
-    kernels::layernorm_forward(s2, W(p + "output.LayerNorm.weight"), W(p + "output.LayerNorm.bias"), eps, out,
-                               A(layer_slot(l, "ln_o.mean"), {B, L}), A(layer_slot(l, "ln_o.rstd"), {B, L}));
+    // s2 <- Drop(s2) + y, out = LN_o(s2).
+    kernels::dropout_add_layernorm_forward(s2, y, site(l, kSiteFfnOutput, hidden_p),
+                                           W(p + "output.LayerNorm.weight"), W(p + "output.LayerNorm.bias"),
+                                           eps, out, A(layer_slot(l, "ln_o.mean"), {B, L}),
+                                           A(layer_slot(l, "ln_o.rstd"), {B, L}));
     prof.mark("fwd.ffn");
 
     if (l == 0 && c.has_conv()) {

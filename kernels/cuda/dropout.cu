@@ -1,33 +1,12 @@
 #include "kernels/cuda/dropout.cuh"
 
+#include "kernels/cuda/dropout_mask.cuh"
 #include "kernels/cuda/pointwise.cuh"
-#include "kernels/philox.h"
 
 namespace zt::kernels::gpu {
 namespace {
 
 using namespace cuda_detail;
-
-// keep(i) = uniform(seed, site_id, i) >= p; kept values are scaled by 1 / (1 - p) (computed on the host in
-// f32, as the CPU does, so f32 results are bit-identical to the CPU's).
-struct DropoutMaskOp {
-  float p;
-  float scale;
-  uint64_t seed;
-  uint64_t site_id;
-
-  using Group = PhiloxCounter;
-  __device__ Group group(uint64_t g) const { return philox_block(seed, site_id, g); }
-  __device__ float operator()(const Group& bits, int64_t i, float x) const {
-    // Selects the word with constant indices: a run-time index would move `bits` to local memory.
-    const int lane = static_cast<int>(i & 3);
-    const uint32_t word = lane == 0   ? bits.word[0]
-                          : lane == 1 ? bits.word[1]
-                          : lane == 2 ? bits.word[2]
-                                      : bits.word[3];
-    return uniform_from_bits(word) >= p ? x * scale : 0.0f;
-  }
-};
 
 // Forward and backward are the same map, as on the CPU.
 void apply_dropout(const Tensor& in, const Tensor& out, const DropoutSite& site, cudaStream_t stream,

@@ -17,6 +17,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kernels/dropout.h"
 #include "runtime/tensor.h"
 
 namespace zt::kernels::gpu {
@@ -24,6 +25,13 @@ namespace zt::kernels::gpu {
 // in: x, gamma, beta, eps; out: y (may alias x), mean, rstd (R elements each).
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                        const Tensor& mean, const Tensor& rstd, cudaStream_t stream);
+
+// s <- Drop(s) + residual, then the forward above over s (kernels/layernorm.h): one kernel, one warp per
+// row, bitwise equal to dropout_forward + add_inplace + layernorm_forward on the same stream. residual and y
+// must not overlap s.
+void dropout_add_layernorm_forward(const Tensor& s, const Tensor& residual, const DropoutSite& site,
+                                   const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+                                   const Tensor& mean, const Tensor& rstd, cudaStream_t stream);
 
 // in: dy, x, gamma, mean, rstd; out: dx (overwritten; may alias dy); accumulated: dgamma, dbeta (f32 [D]).
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,

@@ -1,12 +1,16 @@
 // LayerNorm: forward against a plain-loop formula (large-mean rows, eps 1e-7), backward against finite
-// differences, accumulation into dgamma/dbeta, in-place dx, and argument errors.
+// differences, accumulation into dgamma/dbeta, in-place dx, and argument errors; the fused dropout + residual
+// + LayerNorm forward against the three ops in turn, bit for bit.
 #include "kernels/layernorm.h"
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
+#include "kernels/elementwise.h"
 #include "runtime/check.h"
 #include "tests/kernels/tensor_views.h"
 #include "tests/support/finite_difference.h"
@@ -153,6 +157,70 @@ TEST(LayerNorm, RejectsBadArguments) {
     // Without CUDA: "CUDA kernel not built yet"; with it: "gamma must be a CUDA tensor".
     EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
   }
+}
+
+// Bit patterns, so -0 vs +0 (and any NaN payload) would count as a difference.
+std::vector<uint32_t> bits_of(const std::vector<float>& v) {
+  std::vector<uint32_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i) bits[i] = std::bit_cast<uint32_t>(v[i]);
+  return bits;
+}
+
+TEST(DropoutAddLayerNorm, BitwiseEqualToDropoutThenAddThenLayerNorm) {
+  // Rows 1 and 37; widths that are not multiples of 8 (nor of the 4-element Philox block, so blocks straddle
+  // rows), and one that is.
+  for (const auto& [rows, dim] : {std::pair{1, 13}, std::pair{37, 13}, std::pair{37, 771}, std::pair{1, 8}}) {
+    for (float p : {0.0f, 0.1f}) {
+      SCOPED_TRACE(testing::Message() << "rows " << rows << ", dim " << dim << ", p " << p);
+      const Shape shape{rows, dim}, row_shape{rows}, dim_shape{dim};
+      const int64_t n = shape.numel();
+      const DropoutSite site{.p = p, .seed = 0x5eed1234abcdull, .site_id = dropout_site_id(17, 3, 2)};
+      const std::vector<float> s0 = test::random_uniform(n, 41, -2.0f, 2.0f);
+      std::vector<float> residual = test::random_uniform(n, 42, -2.0f, 2.0f);
+      for (int j = 0; j < dim; ++j) residual[j] += 300.0f;  // a large-mean row
+      std::vector<float> gamma = test::random_uniform(dim, 43, 0.5f, 1.5f),
+                         beta = test::random_uniform(dim, 44);
+
+      std::vector<float> s_ref = s0, y_ref(n), mean_ref(rows), rstd_ref(rows);
+      dropout_forward(f32_view(s_ref, shape), f32_view(s_ref, shape), site);
+      add_inplace(f32_view(s_ref, shape), f32_view(residual, shape));
+      layernorm_forward(f32_view(s_ref, shape), f32_view(gamma, dim_shape), f32_view(beta, dim_shape), kEps,
+                        f32_view(y_ref, shape), f32_view(mean_ref, row_shape), f32_view(rstd_ref, row_shape));
+
+      std::vector<float> s = s0, y(n), mean(rows), rstd(rows);
+      dropout_add_layernorm_forward(f32_view(s, shape), f32_view(residual, shape), site,
+                                    f32_view(gamma, dim_shape), f32_view(beta, dim_shape), kEps,
+                                    f32_view(y, shape), f32_view(mean, row_shape), f32_view(rstd, row_shape));
+      EXPECT_EQ(bits_of(s), bits_of(s_ref));
+      EXPECT_EQ(bits_of(y), bits_of(y_ref));
+      EXPECT_EQ(bits_of(mean), bits_of(mean_ref));
+      EXPECT_EQ(bits_of(rstd), bits_of(rstd_ref));
+      if (p > 0.0f && n >= 100) {  // the mask did drop something (a dropped element sums to the residual)
+        int64_t dropped = 0;
+        for (int64_t i = 0; i < n; ++i) dropped += s[i] == residual[i];
+        EXPECT_GT(dropped, 0);
+      }
+    }
+  }
+}
+
+TEST(DropoutAddLayerNorm, RejectsOverlapsAndBadProbabilityBeforeWriting) {
+  const int rows = 2, dim = 5;
+  std::vector<float> s = test::random_uniform(rows * dim, 45), residual(rows * dim, 1.0f), y(rows * dim);
+  std::vector<float> gamma(dim, 1.0f), beta(dim, 0.0f), mean(rows), rstd(rows);
+  const std::vector<float> s0 = s;
+  const Shape shape{rows, dim};
+  auto run = [&](const Tensor& res, const Tensor& out, float p) {
+    dropout_add_layernorm_forward(f32_view(s, shape), res, DropoutSite{.p = p, .seed = 1, .site_id = 2},
+                                  f32_view(gamma, {dim}), f32_view(beta, {dim}), kEps, out,
+                                  f32_view(mean, {rows}), f32_view(rstd, {rows}));
+  };
+  EXPECT_THROW(run(f32_view(s, shape), f32_view(y, shape), 0.1f), Error);         // residual is s
+  EXPECT_THROW(run(f32_view(residual, shape), f32_view(s, shape), 0.1f), Error);  // y is s
+  EXPECT_THROW(run(f32_view(residual, shape), f32_view(y, shape), 1.0f), Error);  // p outside [0, 1)
+  std::vector<float> short_residual(rows * dim - 1);
+  EXPECT_THROW(run(f32_view(short_residual, {rows, dim - 1}), f32_view(y, shape), 0.1f), Error);
+  EXPECT_EQ(bits_of(s), bits_of(s0));
 }
 
 }  // namespace

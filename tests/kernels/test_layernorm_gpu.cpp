@@ -1,5 +1,7 @@
 // GPU LayerNorm against the CPU reference, per storage dtype, with gamma/beta stored in the same dtype or in
 // f32, on odd shapes, aligned and misaligned; the parameter-gradient reduction is checked for determinism.
+// The fused dropout + residual + LayerNorm forward is checked bit for bit against the three GPU kernels in
+// turn, and against the CPU reference within the dtype's tolerance.
 #include <gtest/gtest.h>
 
 #include "tests/support/gpu.h"
@@ -7,8 +9,11 @@
 #ifdef ZT_WITH_CUDA
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "kernels/dropout.h"
+#include "kernels/elementwise.h"
 #include "kernels/layernorm.h"
 #include "tests/kernels/tensor_views.h"
 #include "tests/kernels/test_gpu_support.h"
@@ -130,6 +135,106 @@ TEST(LayerNormGpuDeterminism, ParameterGradientsAreBitIdenticalAcrossRuns) {
   EXPECT_EQ(results[0], results[2]);
   EXPECT_EQ(results[1], results[3]);
 }
+
+// Bit-for-bit equality of two downloads (a 16-bit value widens to a unique f32, so comparing the f32 bit
+// patterns compares the stored bits; -0 vs +0 counts as a difference).
+::testing::AssertionResult bitwise_equal(const char* what, const std::vector<float>& got,
+                                         const std::vector<float>& ref) {
+  if (got.size() != ref.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
+  int64_t mismatches = 0, first = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &ref[i], sizeof(float)) != 0) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++mismatches;
+    }
+  }
+  if (mismatches == 0) return ::testing::AssertionSuccess();
+  const auto at = static_cast<size_t>(first);
+  return ::testing::AssertionFailure()
+         << what << ": " << mismatches << " of " << got.size() << " elements differ, first at " << first
+         << ": " << got[at] << " vs " << ref[at];
+}
+
+struct FusedCase {
+  GpuCase base;
+  int64_t residual_offset;  // elements: 1 with an aligned s/y makes the add scalar and the row vectorized
+};
+
+class DropoutAddLayerNormGpu : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(DropoutAddLayerNormGpu, BitwiseEqualToThreeKernelsAndCloseToCpu) {
+  ZT_SKIP_WITHOUT_GPU();
+  const GpuCase c = GetParam().base;
+  const int64_t dim = c.shape[c.shape.rank - 1], rows = c.shape.numel() / dim;
+  const Shape row_shape{rows}, dim_shape{dim};
+  const std::vector<float> s0 = round_through(c.dtype, random_floats(c.shape.numel(), 31));
+  // No large-mean rows here (the LayerNorm test has them): in 16 bits the rounded sums of such a row would
+  // differ from the CPU's f32 sums by a good part of the row's spread.
+  const std::vector<float> residual = round_through(c.dtype, random_floats(c.shape.numel(), 32));
+  std::vector<float> gamma = round_through(c.dtype, random_floats(dim, 33, 0.5f, 1.5f));
+  std::vector<float> beta = round_through(c.dtype, random_floats(dim, 34, -0.5f, 0.5f));
+
+  DeviceArray gres(c.dtype, c.shape, GetParam().residual_offset);
+  DeviceArray ggamma(c.dtype, dim_shape), gbeta(c.dtype, dim_shape);
+  gres.upload(residual);
+  ggamma.upload(gamma);
+  gbeta.upload(beta);
+  for (float p : {0.0f, 0.1f}) {
+    SCOPED_TRACE(testing::Message() << "p " << p);
+    const DropoutSite site{p, 0x5eed1234abcdull, dropout_site_id(17, 3, 2)};
+    // The unfused sequence on the GPU.
+    DeviceArray gs_seq(c.dtype, c.shape, c.offset), gy_seq(c.dtype, c.shape, c.offset);
+    DeviceArray gmean_seq(DType::f32, row_shape), grstd_seq(DType::f32, row_shape);
+    gs_seq.upload(s0);
+    dropout_forward(gs_seq.tensor(), gs_seq.tensor(), site);
+    add_inplace(gs_seq.tensor(), gres.tensor());
+    layernorm_forward(gs_seq.tensor(), ggamma.tensor(), gbeta.tensor(), kEps, gy_seq.tensor(),
+                      gmean_seq.tensor(), grstd_seq.tensor());
+    // The fused op.
+    DeviceArray gs(c.dtype, c.shape, c.offset), gy(c.dtype, c.shape, c.offset);
+    DeviceArray gmean(DType::f32, row_shape), grstd(DType::f32, row_shape);
+    gs.upload(s0);
+    dropout_add_layernorm_forward(gs.tensor(), gres.tensor(), site, ggamma.tensor(), gbeta.tensor(), kEps,
+                                  gy.tensor(), gmean.tensor(), grstd.tensor());
+    const std::vector<float> s = gs.download(), y = gy.download(), mean = gmean.download(),
+                             rstd = grstd.download();
+    EXPECT_TRUE(bitwise_equal("s", s, gs_seq.download()));
+    EXPECT_TRUE(bitwise_equal("y", y, gy_seq.download()));
+    EXPECT_TRUE(bitwise_equal("mean", mean, gmean_seq.download()));
+    EXPECT_TRUE(bitwise_equal("rstd", rstd, grstd_seq.download()));
+
+    // The CPU reference (f32 throughout) on the same stored inputs.
+    std::vector<float> s_ref = s0, res_ref = residual, y_ref(s0.size()), mean_ref(static_cast<size_t>(rows)),
+                       rstd_ref(mean_ref.size());
+    dropout_add_layernorm_forward(test::f32_view(s_ref, c.shape), test::f32_view(res_ref, c.shape), site,
+                                  test::f32_view(gamma, dim_shape), test::f32_view(beta, dim_shape), kEps,
+                                  test::f32_view(y_ref, c.shape), test::f32_view(mean_ref, row_shape),
+                                  test::f32_view(rstd_ref, row_shape));
+    if (c.dtype == DType::f32) {  // the same f32 product and sum as the CPU: no FMA may merge them
+      EXPECT_TRUE(bitwise_equal("s vs CPU", s, s_ref));
+    } else {  // the GPU rounds the dropped value and the sum to 16 bits, the CPU keeps f32
+      EXPECT_TRUE(test::all_close("s vs CPU", s, s_ref, tolerance_for(c.dtype)));
+    }
+    EXPECT_TRUE(test::all_close("y vs CPU", y, y_ref, tolerance_for(c.dtype)));
+    EXPECT_TRUE(test::all_close("mean vs CPU", mean, mean_ref, tolerance_for(c.dtype)));
+    EXPECT_TRUE(test::all_close("rstd vs CPU", rstd, rstd_ref, tolerance_for(c.dtype)));
+  }
+}
+
+std::vector<FusedCase> fused_cases() {
+  std::vector<FusedCase> cases;
+  for (const GpuCase& c : test::standard_gpu_cases()) {
+    cases.push_back({c, c.offset});
+    if (c.offset == 0) cases.push_back({c, 1});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DtypesShapes, DropoutAddLayerNormGpu, ::testing::ValuesIn(fused_cases()), [](const auto& info) {
+      return test::gpu_case_name(info.param.base) +
+             (info.param.residual_offset != info.param.base.offset ? "_misaligned_residual" : "");
+    });
 
 }  // namespace
 }  // namespace zt::kernels
