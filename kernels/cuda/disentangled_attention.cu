@@ -1,6 +1,6 @@
 // Disentangled attention on the GPU (formulas in kernels/disentangled_attention.h): batched GEMMs
-// for every product, and three small kernels — the score/softmax/dropout row kernel, its backward, and the
-// bucket gathers Gc/Gp. Correctness first: every product is a GEMM, every row reduction is a warp.
+// for every product, and three small kernels — the score/softmax/dropout kernel (32-query tiles), its
+// backward, and the bucket gathers Gc/Gp. Every product is a GEMM, every row reduction is a warp.
 //
 // Layouts. Head h of a [B, L, D] feature tensor is the [L, d] matrix at column h*d with row stride D, so
 //   - the L x L products (Q K^T, P~ V, ...) are one two-level batched GEMM over every (b, h) (kernels/gemm.h:
@@ -20,9 +20,10 @@
 // that falls in bucket r (bucket(i - j) is monotone), summed in index order.
 //
 // Scratch per call (from the capped device allocator, released at return), with P = B*N*L*L elements:
-//   forward:  P~ in T, P * sizeof(T) (skipped for f32 without dropout); C2P and P2C, 4*N*B*L*W bytes each
+//   forward:  P~ in T, P * sizeof(T) (skipped for f32 without dropout); C2P and P2C, 4*N*B*L*Wp bytes each
+//             (Wp = window_pitch, W rounded up to 8); the padded table windows, Wp*D*sizeof(T) each
 //   backward: dP/G in f32, 4*P bytes; P~ then G in T, P * sizeof(T) (skipped for f32, which uses the f32
-//             buffers directly when there is no dropout); Gc and Gp, N*B*L*W*sizeof(T) each
+//             buffers directly when there is no dropout); Gc and Gp, N*B*L*Wp*sizeof(T) each
 //   plus the mask as bytes [B, L]; the index tables (int32, 2L - 1 + 2W) are cached per length.
 #include "kernels/cuda/disentangled_attention.cuh"
 
