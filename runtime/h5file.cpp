@@ -4,8 +4,10 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <initializer_list>
 #include <utility>
 
 #include "runtime/check.h"
@@ -359,60 +361,63 @@ bool H5File::has_attribute(std::string_view key, std::string_view object) const 
   return H5Aexists(target.get(), std::string(key).c_str()) > 0;
 }
 
-std::string H5File::attribute_string(std::string_view key, std::string_view object) const {
-  std::string object_path = clean_name(object), k(key);
-  ZT_CHECK(has_attribute(key, object_path), "HDF5 file ", path_, ": '", object_path, "' has no attribute '",
-           k, "'");
-  Handle target = open_object(handle(), object_path, path_);
+namespace {
+
+// An attribute opened for reading: what attribute_string / _int / _double share. Throws (naming the file, the
+// object and the key) when the attribute is missing or its type class is not one of `accepted`.
+struct OpenedAttribute {
+  Handle attribute, type;
+};
+
+OpenedAttribute open_attribute(const H5File& file, hid_t root, std::string_view key, std::string_view object,
+                               std::initializer_list<H5T_class_t> accepted, const char* expected) {
+  const std::string object_path = clean_name(object), k(key);
+  ZT_CHECK(file.has_attribute(key, object_path), "HDF5 file ", file.path(), ": '", object_path,
+           "' has no attribute '", k, "'");
+  Handle target = open_object(root, object_path, file.path());
   Handle attribute(H5Aopen(target.get(), k.c_str(), H5P_DEFAULT), H5Aclose);
   Handle type(H5Aget_type(attribute.get()), H5Tclose);
-  ZT_CHECK(H5Tget_class(type.get()) == H5T_STRING, "attribute '", k, "' on '", object_path, "' in ", path_,
-           " is not a string");
-  if (H5Tis_variable_str(type.get()) > 0) {  // as h5py writes them
+  const H5T_class_t type_class = H5Tget_class(type.get());
+  ZT_CHECK(std::find(accepted.begin(), accepted.end(), type_class) != accepted.end(), "attribute '", k,
+           "' on '", object_path, "' in ", file.path(), " is not ", expected);
+  return {std::move(attribute), std::move(type)};
+}
+
+}  // namespace
+
+std::string H5File::attribute_string(std::string_view key, std::string_view object) const {
+  const OpenedAttribute opened = open_attribute(*this, handle(), key, object, {H5T_STRING}, "a string");
+  const hid_t attribute = opened.attribute.get(), type = opened.type.get();
+  if (H5Tis_variable_str(type) > 0) {  // as h5py writes them
     Handle memory_type(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(memory_type.get(), H5T_VARIABLE);
     char* text = nullptr;
-    ZT_CHECK(H5Aread(attribute.get(), memory_type.get(), &text) >= 0, "cannot read attribute '", k, "' in ",
+    ZT_CHECK(H5Aread(attribute, memory_type.get(), &text) >= 0, "cannot read attribute '", key, "' in ",
              path_);
     std::string value = text != nullptr ? std::string(text) : std::string();
     H5free_memory(text);
     return value;
   }
-  std::string value(H5Tget_size(type.get()), '\0');
-  ZT_CHECK(H5Aread(attribute.get(), type.get(), value.data()) >= 0, "cannot read attribute '", k, "' in ",
-           path_);
+  std::string value(H5Tget_size(type), '\0');
+  ZT_CHECK(H5Aread(attribute, type, value.data()) >= 0, "cannot read attribute '", key, "' in ", path_);
   value.resize(value.find('\0') == std::string::npos ? value.size() : value.find('\0'));
   return value;
 }
 
 int64_t H5File::attribute_int(std::string_view key, std::string_view object) const {
-  std::string object_path = clean_name(object), k(key);
-  ZT_CHECK(has_attribute(key, object_path), "HDF5 file ", path_, ": '", object_path, "' has no attribute '",
-           k, "'");
-  Handle target = open_object(handle(), object_path, path_);
-  Handle attribute(H5Aopen(target.get(), k.c_str(), H5P_DEFAULT), H5Aclose);
-  Handle type(H5Aget_type(attribute.get()), H5Tclose);
-  ZT_CHECK(H5Tget_class(type.get()) == H5T_INTEGER, "attribute '", k, "' on '", object_path, "' in ", path_,
-           " is not an integer");
+  const OpenedAttribute opened = open_attribute(*this, handle(), key, object, {H5T_INTEGER}, "an integer");
   int64_t value = 0;
-  ZT_CHECK(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value) >= 0, "cannot read attribute '", k, "' in ",
-           path_);
+  ZT_CHECK(H5Aread(opened.attribute.get(), H5T_NATIVE_INT64, &value) >= 0, "cannot read attribute '", key,
+           "' in ", path_);
   return value;
 }
 
 double H5File::attribute_double(std::string_view key, std::string_view object) const {
-  std::string object_path = clean_name(object), k(key);
-  ZT_CHECK(has_attribute(key, object_path), "HDF5 file ", path_, ": '", object_path, "' has no attribute '",
-           k, "'");
-  Handle target = open_object(handle(), object_path, path_);
-  Handle attribute(H5Aopen(target.get(), k.c_str(), H5P_DEFAULT), H5Aclose);
-  Handle type(H5Aget_type(attribute.get()), H5Tclose);
-  const H5T_class_t type_class = H5Tget_class(type.get());
-  ZT_CHECK(type_class == H5T_FLOAT || type_class == H5T_INTEGER, "attribute '", k, "' on '", object_path,
-           "' in ", path_, " is not a number");
+  const OpenedAttribute opened =
+      open_attribute(*this, handle(), key, object, {H5T_FLOAT, H5T_INTEGER}, "a number");
   double value = 0;
-  ZT_CHECK(H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, &value) >= 0, "cannot read attribute '", k, "' in ",
-           path_);
+  ZT_CHECK(H5Aread(opened.attribute.get(), H5T_NATIVE_DOUBLE, &value) >= 0, "cannot read attribute '", key,
+           "' in ", path_);
   return value;
 }
 

@@ -70,6 +70,12 @@ TEST_F(H5FileTest, RoundTripsEveryDtypeWithShapesGroupsAndAttributes) {
   EXPECT_EQ(f.attribute_double("loss_scale"), 65536.0);
   EXPECT_EQ(f.attribute_int("world_size", "params"), 4);
   EXPECT_FALSE(f.has_attribute("epoch"));
+  EXPECT_EQ(f.attribute_double("step"), 1235.0);  // integers read as numbers too
+  expect_error([&] { f.attribute_int("epoch"); }, {"has no attribute 'epoch'"});
+  expect_error([&] { f.attribute_int("model"); }, {"'model'", "is not an integer"});
+  expect_error([&] { f.attribute_double("model"); }, {"'model'", "is not a number"});
+  expect_error([&] { f.attribute_string("step"); }, {"'step'", "is not a string"});
+  expect_error([&] { f.attribute_int("world_size"); }, {"'/'", "no attribute 'world_size'"});
 
   EXPECT_EQ(f.list(),
             (std::vector<std::string>{"empty", "half", "ints", "optimizer", "params", "rng", "scalar"}));
