@@ -218,8 +218,9 @@ TEST(DropoutAddLayerNorm, RejectsOverlapsAndBadProbabilityBeforeWriting) {
   EXPECT_THROW(run(f32_view(s, shape), f32_view(y, shape), 0.1f), Error);         // residual is s
   EXPECT_THROW(run(f32_view(residual, shape), f32_view(s, shape), 0.1f), Error);  // y is s
   EXPECT_THROW(run(f32_view(residual, shape), f32_view(y, shape), 1.0f), Error);  // p outside [0, 1)
-  std::vector<float> short_residual(rows * dim - 1);
-  EXPECT_THROW(run(f32_view(short_residual, {rows, dim - 1}), f32_view(y, shape), 0.1f), Error);
+  std::vector<float> narrow_residual(rows * (dim - 1));  // a valid view, of the wrong shape for s
+  const Tensor narrow = f32_view(narrow_residual, {rows, dim - 1});
+  EXPECT_THROW(run(narrow, f32_view(y, shape), 0.1f), Error);
   EXPECT_EQ(bits_of(s), bits_of(s0));
 }
 
