@@ -1,5 +1,5 @@
-// Errors and checks. Every failed check throws zt::Error carrying the failed statement, file, line and a
-// message built from the remaining arguments, so a user sees *what* failed and *why* without a debugger.
+// Errors and checks. Every failed check throws zt::Error carrying a message built from the remaining
+// arguments (what failed and why, for the user) and the failed statement, file and line (for the developer).
 //
 //   ZT_CHECK(n > 0, "batch size must be positive, got ", n);
 //   ZT_FAIL("unknown dtype '", name, "'");
@@ -12,10 +12,23 @@
 
 namespace zt {
 
+// what() is the whole report (message, failed statement, file:line), for logs, tests and bug reports;
+// message() is the sentence a user needs (what a tool prints unless ZT_VERBOSE_ERRORS=1, see error_text).
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message) : std::runtime_error(message), message_(message) {}
+  Error(std::string message, const std::string& report)
+      : std::runtime_error(report), message_(std::move(message)) {}
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string message_;
 };
+
+// The text a command-line tool prints for an error: a zt::Error's message(), or its whole what() (with the
+// failed statement and source location) when the environment sets ZT_VERBOSE_ERRORS to anything but "0" or
+// empty; what() for other exceptions.
+std::string error_text(const std::exception& e);
 
 // Concatenates any streamable values into one string: str("x=", 3) == "x=3".
 template <typename... Args>

@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_train_step: error: %s\n", e.what());
+    std::fprintf(stderr, "bench_train_step: error: %s\n", zt::error_text(e).c_str());
     return 2;
   }
 }

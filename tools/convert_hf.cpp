@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "convert_hf: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "convert_hf %s: error: %s\n", command.c_str(), e.what());
+    std::fprintf(stderr, "convert_hf %s: error: %s\n", command.c_str(), zt::error_text(e).c_str());
     return 1;
   }
 }

@@ -973,10 +973,10 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "zt_bench: error: %s\n", e.what());
+    std::fprintf(stderr, "zt_bench: error: %s\n", zt::error_text(e).c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "zt_bench: error: %s\n", e.what());
+    std::fprintf(stderr, "zt_bench: error: %s\n", zt::error_text(e).c_str());
     return 1;
   }
 }
