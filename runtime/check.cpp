@@ -1,5 +1,6 @@
 #include "runtime/check.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
@@ -12,6 +13,15 @@ std::string error_text(const std::exception& e) {
   const bool details =
       verbose != nullptr && std::string_view(verbose) != "" && std::string_view(verbose) != "0";
   return details ? std::string(e.what()) : error->message();
+}
+
+int run_tool_main(const char* tool, int argc, char** argv, int (*body)(int, char**)) {
+  try {
+    return body(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", tool, error_text(e).c_str());
+    return 2;
+  }
 }
 
 namespace detail {

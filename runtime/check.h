@@ -30,6 +30,10 @@ class Error : public std::runtime_error {
 // empty; what() for other exceptions.
 std::string error_text(const std::exception& e);
 
+// The main() of a command-line tool: body(argc, argv)'s exit code, or, when it throws, one line
+// "<tool>: error: <error_text>" on stderr and exit code 2.
+int run_tool_main(const char* tool, int argc, char** argv, int (*body)(int, char**));
+
 // Concatenates any streamable values into one string: str("x=", 3) == "x=3".
 template <typename... Args>
 std::string str(Args&&... args) {

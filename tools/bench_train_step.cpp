@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <exception>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -188,10 +187,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_train_step: error: %s\n", zt::error_text(e).c_str());
-    return 2;
-  }
+  return zt::run_tool_main("bench_train_step", argc, argv, run);
 }

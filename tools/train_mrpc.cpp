@@ -7,7 +7,6 @@
 //   train_mrpc --output_dir out --num_train_epochs 3 --learning_rate 1e-4
 //   train_mrpc --help
 #include <cstdio>
-#include <exception>
 #include <string>
 
 #include "data/glue_tsv.h"
@@ -125,10 +124,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_mrpc: error: %s\n", zt::error_text(e).c_str());
-    return 2;
-  }
+  return zt::run_tool_main("train_mrpc", argc, argv, run);
 }

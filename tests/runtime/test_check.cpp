@@ -72,5 +72,14 @@ TEST(Check, ToolsPrintTheMessageUnlessVerboseErrorsIsSet) {
   EXPECT_EQ(error_text(plain), "a message without a report");
 }
 
+TEST(Check, ToolMainReturnsTheBodysCodeOrTwoOnAnError) {
+  EXPECT_EQ(run_tool_main("tool", 0, nullptr, [](int, char**) { return 3; }), 3);
+  testing::internal::CaptureStderr();
+  const int code = run_tool_main("tool", 0, nullptr, [](int, char**) -> int { ZT_FAIL("no such file 'x'"); });
+  const std::string printed = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(printed, "tool: error: no such file 'x'\n");
+}
+
 }  // namespace
 }  // namespace zt
