@@ -69,7 +69,55 @@ kernels::DisentangledAttentionConfig attention_config(const DebertaConfig& c, co
   return attention;
 }
 
+// Runs the hooks when there are any.
+struct HookCalls {
+  DebertaUnitHooks* hooks;
+  void acquire(size_t unit, DebertaUnitHooks::Pass pass) const {
+    if (hooks != nullptr) hooks->acquire(unit, pass);
+  }
+  void release(size_t unit, DebertaUnitHooks::Pass pass) const {
+    if (hooks != nullptr) hooks->release(unit, pass);
+  }
+  void gradients_ready(size_t unit) const {
+    if (hooks != nullptr) hooks->gradients_ready(unit);
+  }
+};
+
 }  // namespace
+
+DebertaTensors DebertaTensors::bind(const DebertaConfig& c,
+                                    const std::function<Tensor(const std::string& name)>& lookup) {
+  DebertaTensors t;
+  t.embeddings = {lookup("deberta.embeddings.word_embeddings.weight"),
+                  lookup("deberta.embeddings.LayerNorm.weight"), lookup("deberta.embeddings.LayerNorm.bias")};
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = layer_prefix(l);
+    auto W = [&](const char* what) { return lookup(p + what); };
+    t.layers.push_back({W("attention.self.query_proj.weight"), W("attention.self.query_proj.bias"),
+                        W("attention.self.key_proj.weight"), W("attention.self.key_proj.bias"),
+                        W("attention.self.value_proj.weight"), W("attention.self.value_proj.bias"),
+                        W("attention.output.dense.weight"), W("attention.output.dense.bias"),
+                        W("attention.output.LayerNorm.weight"), W("attention.output.LayerNorm.bias"),
+                        W("intermediate.dense.weight"), W("intermediate.dense.bias"),
+                        W("output.dense.weight"), W("output.dense.bias"), W("output.LayerNorm.weight"),
+                        W("output.LayerNorm.bias")});
+  }
+  DebertaSharedTensors& s = t.shared;
+  s.rel_embeddings = lookup("deberta.encoder.rel_embeddings.weight");
+  s.encoder_ln_weight = lookup("deberta.encoder.LayerNorm.weight");
+  s.encoder_ln_bias = lookup("deberta.encoder.LayerNorm.bias");
+  if (c.has_conv()) {
+    s.conv_weight = lookup("deberta.encoder.conv.conv.weight");
+    s.conv_bias = lookup("deberta.encoder.conv.conv.bias");
+    s.conv_ln_weight = lookup("deberta.encoder.conv.LayerNorm.weight");
+    s.conv_ln_bias = lookup("deberta.encoder.conv.LayerNorm.bias");
+  }
+  s.pooler_weight = lookup("pooler.dense.weight");
+  s.pooler_bias = lookup("pooler.dense.bias");
+  s.classifier_weight = lookup("classifier.weight");
+  s.classifier_bias = lookup("classifier.bias");
+  return t;
+}
 
 struct DebertaForSequenceClassification::State {
   int64_t max_batch = 0;
@@ -199,6 +247,19 @@ Tensor DebertaForSequenceClassification::hidden_state(int index) const {
 
 float DebertaForSequenceClassification::forward(const Arena& params, const DebertaBatch& batch,
                                                 const DropoutSchedule& dropout) {
+  return forward(DebertaTensors::bind(config_, [&](const std::string& name) { return params.tensor(name); }),
+                 batch, dropout, nullptr);
+}
+
+void DebertaForSequenceClassification::backward(const Arena& params, const Arena& grads, float loss_scale) {
+  auto bind = [&](const Arena& arena) {
+    return DebertaTensors::bind(config_, [&](const std::string& name) { return arena.tensor(name); });
+  };
+  backward(bind(params), bind(grads), loss_scale, nullptr);
+}
+
+float DebertaForSequenceClassification::forward(const DebertaTensors& params, const DebertaBatch& batch,
+                                                const DropoutSchedule& dropout, DebertaUnitHooks* hooks) {
   State& s = *state_;
   const DebertaConfig& c = config_;
   ZT_CHECK(batch.input_ids.rank() == 2 && batch.input_ids.dtype() == DType::i64,
@@ -222,44 +283,48 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
   const float eps = static_cast<float>(c.layer_norm_eps);
   const Arena& act = s.activations;
   auto A = [&](std::string_view name, Shape shape) { return prefix_view(act, name, shape); };
-  auto W = [&](const std::string& name) { return params.tensor(name); };
   auto site = [&](uint32_t layer, uint32_t which, double p) {
     return dropout_site(dropout, layer, which, p);
   };
   const double hidden_p = c.hidden_dropout_prob;
   const Shape bld{B, L, D};
   StepProfile& prof = StepProfile::global();  // segment marks: no-ops unless profiling is on
+  const HookCalls hook{hooks};
+  constexpr auto kPass = DebertaUnitHooks::Pass::forward;
+  const size_t shared = shared_unit(c);
 
   // Embeddings.
   const Tensor& mask = batch.attention_mask;
   Tensor emb_raw = A("emb.raw", bld);
-  kernels::embedding_forward(batch.input_ids, W("deberta.embeddings.word_embeddings.weight"), emb_raw);
+  hook.acquire(kEmbeddingsUnit, kPass);
+  kernels::embedding_forward(batch.input_ids, params.embeddings.word_embeddings, emb_raw);
   Tensor h0 = A("hidden.0", bld);
-  kernels::layernorm_forward(emb_raw, W("deberta.embeddings.LayerNorm.weight"),
-                             W("deberta.embeddings.LayerNorm.bias"), eps, h0, A("emb.mean", {B, L}),
-                             A("emb.rstd", {B, L}));
+  kernels::layernorm_forward(emb_raw, params.embeddings.ln_weight, params.embeddings.ln_bias, eps, h0,
+                             A("emb.mean", {B, L}), A("emb.rstd", {B, L}));
+  hook.release(kEmbeddingsUnit, kPass);
   kernels::mask_rows_forward(h0, mask, h0);
   kernels::dropout_forward(h0, h0, site(n, kSiteEmbeddings, hidden_p));
 
   // Relative embedding table, layer-normed once per forward.
   Tensor rel = A("rel.ln", {S2, D});
-  kernels::layernorm_forward(W("deberta.encoder.rel_embeddings.weight"),
-                             W("deberta.encoder.LayerNorm.weight"), W("deberta.encoder.LayerNorm.bias"), eps,
-                             rel, A("rel.mean", {S2}), A("rel.rstd", {S2}));
+  hook.acquire(shared, kPass);
+  kernels::layernorm_forward(params.shared.rel_embeddings, params.shared.encoder_ln_weight,
+                             params.shared.encoder_ln_bias, eps, rel, A("rel.mean", {S2}),
+                             A("rel.rstd", {S2}));
   prof.mark("fwd.embeddings");
 
   for (int l = 0; l < n; ++l) {
-    const std::string p = layer_prefix(l);
+    const DebertaLayerTensors& P = params.layers[static_cast<size_t>(l)];
+    hook.acquire(layer_unit(l), kPass);
     Tensor x = A(str("hidden.", l), bld);
     Tensor rel_dropped = A(layer_slot(l, "rel_dropped"), {S2, D});
     kernels::dropout_forward(rel, rel_dropped, site(l, kSiteRelEmbeddings, hidden_p));
     Tensor q = A(layer_slot(l, "q"), bld), k = A(layer_slot(l, "k"), bld), v = A(layer_slot(l, "v"), bld);
-    const Tensor wq = W(p + "attention.self.query_proj.weight"), bq = W(p + "attention.self.query_proj.bias");
-    const Tensor wk = W(p + "attention.self.key_proj.weight"), bk = W(p + "attention.self.key_proj.bias");
+    const Tensor &wq = P.query_weight, &bq = P.query_bias;
+    const Tensor &wk = P.key_weight, &bk = P.key_bias;
     kernels::linear_forward(x, wq, bq, q);
     kernels::linear_forward(x, wk, bk, k);
-    kernels::linear_forward(x, W(p + "attention.self.value_proj.weight"),
-                            W(p + "attention.self.value_proj.bias"), v);
+    kernels::linear_forward(x, P.value_weight, P.value_bias, v);
     Tensor pos_key = A(layer_slot(l, "pos_key"), {S2, D}), pos_query = A(layer_slot(l, "pos_query"), {S2, D});
     kernels::linear_forward(rel_dropped, wk, bk, pos_key);
     kernels::linear_forward(rel_dropped, wq, bq, pos_query);
@@ -273,41 +338,37 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
     prof.mark("fwd.attention_core");
 
     Tensor s1 = A(layer_slot(l, "s1"), bld);
-    kernels::linear_forward(ctx, W(p + "attention.output.dense.weight"), W(p + "attention.output.dense.bias"),
-                            s1);
+    kernels::linear_forward(ctx, P.attention_output_weight, P.attention_output_bias, s1);
     Tensor y = A(layer_slot(l, "y"), bld);
     // s1 <- Drop(s1) + x, y = LN_a(s1): one pass (bitwise the dropout, add and LayerNorm kernels in turn).
     kernels::dropout_add_layernorm_forward(
-        s1, x, site(l, kSiteAttentionOutput, hidden_p), W(p + "attention.output.LayerNorm.weight"),
-        W(p + "attention.output.LayerNorm.bias"), eps, y, A(layer_slot(l, "ln_a.mean"), {B, L}),
-        A(layer_slot(l, "ln_a.rstd"), {B, L}));
+        s1, x, site(l, kSiteAttentionOutput, hidden_p), P.attention_ln_weight, P.attention_ln_bias, eps, y,
+        A(layer_slot(l, "ln_a.mean"), {B, L}), A(layer_slot(l, "ln_a.rstd"), {B, L}));
     prof.mark("fwd.attention_output");
 
     Tensor f1 = A(layer_slot(l, "f1"), {B, L, I}), g1 = A("grad.g1", {B, L, I});
-    kernels::linear_forward(y, W(p + "intermediate.dense.weight"), W(p + "intermediate.dense.bias"), f1);
+    kernels::linear_forward(y, P.intermediate_weight, P.intermediate_bias, f1);
     kernels::gelu_forward(f1, g1);
     Tensor s2 = A(layer_slot(l, "s2"), bld);
-    kernels::linear_forward(g1, W(p + "output.dense.weight"), W(p + "output.dense.bias"), s2);
+    kernels::linear_forward(g1, P.output_weight, P.output_bias, s2);
     Tensor out = A(str("hidden.", l + 1), bld);
     // s2 <- Drop(s2) + y, out = LN_o(s2).
-    kernels::dropout_add_layernorm_forward(s2, y, site(l, kSiteFfnOutput, hidden_p),
-                                           W(p + "output.LayerNorm.weight"), W(p + "output.LayerNorm.bias"),
-                                           eps, out, A(layer_slot(l, "ln_o.mean"), {B, L}),
+    kernels::dropout_add_layernorm_forward(s2, y, site(l, kSiteFfnOutput, hidden_p), P.output_ln_weight,
+                                           P.output_ln_bias, eps, out, A(layer_slot(l, "ln_o.mean"), {B, L}),
                                            A(layer_slot(l, "ln_o.rstd"), {B, L}));
+    hook.release(layer_unit(l), kPass);
     prof.mark("fwd.ffn");
 
     if (l == 0 && c.has_conv()) {
       // ConvLayer: its input is the embedding output E, its residual the layer-0 output (§5).
       Tensor t = A("conv.t", bld), s3 = A("conv.s3", bld);
-      kernels::conv1d_forward(h0, W("deberta.encoder.conv.conv.weight"), W("deberta.encoder.conv.conv.bias"),
-                              t);
+      kernels::conv1d_forward(h0, params.shared.conv_weight, params.shared.conv_bias, t);
       kernels::mask_rows_forward(t, mask, t);
       kernels::dropout_forward(t, t, site(l, kSiteConv, hidden_p));
       kernels::gelu_forward(t, s3);
       kernels::add_inplace(s3, out);
-      kernels::layernorm_forward(s3, W("deberta.encoder.conv.LayerNorm.weight"),
-                                 W("deberta.encoder.conv.LayerNorm.bias"), eps, out, A("conv.mean", {B, L}),
-                                 A("conv.rstd", {B, L}));
+      kernels::layernorm_forward(s3, params.shared.conv_ln_weight, params.shared.conv_ln_bias, eps, out,
+                                 A("conv.mean", {B, L}), A("conv.rstd", {B, L}));
       kernels::mask_rows_forward(out, mask, out);
       prof.mark("fwd.conv");
     }
@@ -318,17 +379,18 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
   Tensor cls = A("head.cls", {B, D});
   kernels::select_token_forward(last, 0, cls);
   Tensor pp = A("head.pp", {B, P}), pg = A("head.pg", {B, P}), pd = A("head.pd", {B, P});
-  kernels::linear_forward(cls, W("pooler.dense.weight"), W("pooler.dense.bias"), pp);
+  kernels::linear_forward(cls, params.shared.pooler_weight, params.shared.pooler_bias, pp);
   kernels::gelu_forward(pp, pg);
   kernels::dropout_forward(pg, pd, site(n, kSiteClassifier, c.classifier_dropout()));
   Tensor logits = A("head.logits", {B, c.num_labels});
   if (s.compute == DType::f32) {
-    kernels::linear_forward(pd, W("classifier.weight"), W("classifier.bias"), logits);
+    kernels::linear_forward(pd, params.shared.classifier_weight, params.shared.classifier_bias, logits);
   } else {
     Tensor logits16 = A("head.logits16", {B, c.num_labels});
-    kernels::linear_forward(pd, W("classifier.weight"), W("classifier.bias"), logits16);
+    kernels::linear_forward(pd, params.shared.classifier_weight, params.shared.classifier_bias, logits16);
     kernels::copy(logits16, logits);  // cross-entropy and the caller read f32 logits
   }
+  hook.release(shared, kPass);
   if (!batch.labels.defined() || batch.labels.numel() == 0) return 0.0f;
   Tensor loss = A("head.loss", {1});
   kernels::cross_entropy_forward(logits, batch.labels, loss);
@@ -338,7 +400,8 @@ float DebertaForSequenceClassification::forward(const Arena& params, const Deber
   return value;
 }
 
-void DebertaForSequenceClassification::backward(const Arena& params, const Arena& grads, float loss_scale) {
+void DebertaForSequenceClassification::backward(const DebertaTensors& params, const DebertaTensors& grads,
+                                                float loss_scale, DebertaUnitHooks* hooks) {
   State& s = *state_;
   ZT_CHECK(s.has_forward, "backward() before any forward");
   ZT_CHECK(s.inputs.labels.defined() && s.inputs.labels.numel() > 0,
@@ -350,8 +413,9 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
   const Arena& act = s.activations;
   const DropoutSchedule& dropout = s.dropout;
   auto A = [&](std::string_view name, Shape shape) { return prefix_view(act, name, shape); };
-  auto W = [&](const std::string& name) { return params.tensor(name); };
-  auto G = [&](const std::string& name) { return grads.tensor(name); };
+  const HookCalls hook{hooks};
+  constexpr auto kPass = DebertaUnitHooks::Pass::backward;
+  const size_t shared = shared_unit(c);
   auto site = [&](uint32_t layer, uint32_t which, double p) {
     return dropout_site(dropout, layer, which, p);
   };
@@ -361,6 +425,7 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
   StepProfile& prof = StepProfile::global();
 
   // Head.
+  hook.acquire(shared, kPass);
   Tensor dlogits = A("grad.logits", {B, c.num_labels});
   kernels::cross_entropy_backward(A("head.logits", {B, c.num_labels}), s.inputs.labels, loss_scale, dlogits);
   if (s.compute != DType::f32) {
@@ -369,13 +434,13 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
     dlogits = dlogits16;
   }
   Tensor dpd = A("grad.head_a", {B, P}), dpp = A("grad.head_b", {B, P});
-  kernels::linear_backward(dlogits, A("head.pd", {B, P}), W("classifier.weight"), dpd, G("classifier.weight"),
-                           G("classifier.bias"));
+  kernels::linear_backward(dlogits, A("head.pd", {B, P}), params.shared.classifier_weight, dpd,
+                           grads.shared.classifier_weight, grads.shared.classifier_bias);
   kernels::dropout_backward(dpd, dpd, site(n, kSiteClassifier, c.classifier_dropout()));
   kernels::gelu_backward(dpd, A("head.pp", {B, P}), dpp);
   Tensor dcls = A("grad.cls", {B, D});
-  kernels::linear_backward(dpp, A("head.cls", {B, D}), W("pooler.dense.weight"), dcls,
-                           G("pooler.dense.weight"), G("pooler.dense.bias"));
+  kernels::linear_backward(dpp, A("head.cls", {B, D}), params.shared.pooler_weight, dcls,
+                           grads.shared.pooler_weight, grads.shared.pooler_bias);
   Tensor dh = A("grad.h", bld);
   kernels::select_token_backward(dcls, 0, dh);  // zero everywhere but the [CLS] rows
   prof.mark("bwd.head");
@@ -385,7 +450,9 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
   Tensor dconv_input = A("grad.t2", bld);  // dE from the conv, added to the layer-0 input gradient
 
   for (int l = static_cast<int>(n) - 1; l >= 0; --l) {
-    const std::string p = layer_prefix(l);
+    const DebertaLayerTensors& P = params.layers[static_cast<size_t>(l)];
+    const DebertaLayerTensors& GP = grads.layers[static_cast<size_t>(l)];
+    hook.acquire(layer_unit(l), kPass);
     Tensor x = A(str("hidden.", l), bld);
     Tensor dz = dh;  // gradient w.r.t. the FFN LayerNorm output
     Tensor t1 = A("grad.t1", bld);
@@ -393,48 +460,45 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
       // h1 = LN_c(z + gelu(t)) * m.
       Tensor ds3 = t1;
       kernels::mask_rows_backward(dh, mask, ds3);
-      kernels::layernorm_backward(ds3, A("conv.s3", bld), W("deberta.encoder.conv.LayerNorm.weight"),
+      kernels::layernorm_backward(ds3, A("conv.s3", bld), params.shared.conv_ln_weight,
                                   A("conv.mean", {B, L}), A("conv.rstd", {B, L}), ds3,
-                                  G("deberta.encoder.conv.LayerNorm.weight"),
-                                  G("deberta.encoder.conv.LayerNorm.bias"));
+                                  grads.shared.conv_ln_weight, grads.shared.conv_ln_bias);
       kernels::copy(ds3, dh);  // dz = ds3 (residual branch)
       Tensor dt = ds3;
       kernels::gelu_backward(ds3, A("conv.t", bld), dt);
       kernels::dropout_backward(dt, dt, site(l, kSiteConv, hidden_p));
       kernels::mask_rows_backward(dt, mask, dt);
-      kernels::conv1d_backward(dt, A("hidden.0", bld), W("deberta.encoder.conv.conv.weight"), dconv_input,
-                               G("deberta.encoder.conv.conv.weight"), G("deberta.encoder.conv.conv.bias"));
+      kernels::conv1d_backward(dt, A("hidden.0", bld), params.shared.conv_weight, dconv_input,
+                               grads.shared.conv_weight, grads.shared.conv_bias);
       prof.mark("bwd.conv");
     }
     // z = LN_o(s2), s2 = Drop(g1 Wo2' + bo2) + y.
     Tensor ds2 = t1;
-    kernels::layernorm_backward(dz, A(layer_slot(l, "s2"), bld), W(p + "output.LayerNorm.weight"),
+    kernels::layernorm_backward(dz, A(layer_slot(l, "s2"), bld), P.output_ln_weight,
                                 A(layer_slot(l, "ln_o.mean"), {B, L}), A(layer_slot(l, "ln_o.rstd"), {B, L}),
-                                ds2, G(p + "output.LayerNorm.weight"), G(p + "output.LayerNorm.bias"));
+                                ds2, GP.output_ln_weight, GP.output_ln_bias);
     Tensor dy = A("grad.h_next", bld);
     kernels::copy(ds2, dy);
     kernels::dropout_backward(ds2, ds2, site(l, kSiteFfnOutput, hidden_p));
     Tensor df = A("grad.f", {B, L, I}), g1 = A("grad.g1", {B, L, I});
     kernels::gelu_forward(A(layer_slot(l, "f1"), {B, L, I}), g1);  // recomputed, not stored
-    kernels::linear_backward(ds2, g1, W(p + "output.dense.weight"), df, G(p + "output.dense.weight"),
-                             G(p + "output.dense.bias"));
+    kernels::linear_backward(ds2, g1, P.output_weight, df, GP.output_weight, GP.output_bias);
     kernels::gelu_backward(df, A(layer_slot(l, "f1"), {B, L, I}), df);
-    kernels::linear_backward(df, A(layer_slot(l, "y"), bld), W(p + "intermediate.dense.weight"), dy,
-                             G(p + "intermediate.dense.weight"), G(p + "intermediate.dense.bias"),
+    kernels::linear_backward(df, A(layer_slot(l, "y"), bld), P.intermediate_weight, dy,
+                             GP.intermediate_weight, GP.intermediate_bias,
                              /*accumulate_dx=*/true);
     prof.mark("bwd.ffn");
     // y = LN_a(s1), s1 = Drop(ctx Wo' + bo) + x.
     Tensor ds1 = dh;  // dh is free again: dz was consumed above
-    kernels::layernorm_backward(dy, A(layer_slot(l, "s1"), bld), W(p + "attention.output.LayerNorm.weight"),
+    kernels::layernorm_backward(dy, A(layer_slot(l, "s1"), bld), P.attention_ln_weight,
                                 A(layer_slot(l, "ln_a.mean"), {B, L}), A(layer_slot(l, "ln_a.rstd"), {B, L}),
-                                ds1, G(p + "attention.output.LayerNorm.weight"),
-                                G(p + "attention.output.LayerNorm.bias"));
+                                ds1, GP.attention_ln_weight, GP.attention_ln_bias);
     Tensor dx = dy;  // the layer-input gradient: residual part first
     kernels::copy(ds1, dx);
     kernels::dropout_backward(ds1, ds1, site(l, kSiteAttentionOutput, hidden_p));
     Tensor dctx = t1;
-    kernels::linear_backward(ds1, A(layer_slot(l, "ctx"), bld), W(p + "attention.output.dense.weight"), dctx,
-                             G(p + "attention.output.dense.weight"), G(p + "attention.output.dense.bias"));
+    kernels::linear_backward(ds1, A(layer_slot(l, "ctx"), bld), P.attention_output_weight, dctx,
+                             GP.attention_output_weight, GP.attention_output_bias);
     prof.mark("bwd.attention_output");
 
     Tensor dq = A("grad.q", bld), dk = A("grad.k", bld), dv = A("grad.v", bld);
@@ -450,20 +514,23 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
                                              dv, c.c2p ? dpos_key : Tensor(), c.p2c ? dpos_query : Tensor());
     prof.mark("bwd.attention_core");
 
-    const std::string wq = p + "attention.self.query_proj.weight", bq = p + "attention.self.query_proj.bias";
-    const std::string wk = p + "attention.self.key_proj.weight", bk = p + "attention.self.key_proj.bias";
-    const std::string wv = p + "attention.self.value_proj.weight", bv = p + "attention.self.value_proj.bias";
-    kernels::linear_backward(dq, x, W(wq), dx, G(wq), G(bq), true);
-    kernels::linear_backward(dk, x, W(wk), dx, G(wk), G(bk), true);
-    kernels::linear_backward(dv, x, W(wv), dx, G(wv), G(bv), true);
+    kernels::linear_backward(dq, x, P.query_weight, dx, GP.query_weight, GP.query_bias, true);
+    kernels::linear_backward(dk, x, P.key_weight, dx, GP.key_weight, GP.key_bias, true);
+    kernels::linear_backward(dv, x, P.value_weight, dx, GP.value_weight, GP.value_bias, true);
     // share_att_key: PK = R~ Wk' + bk and PQ = R~ Wq' + bq feed the same weights and R~.
     Tensor rel_dropped = A(layer_slot(l, "rel_dropped"), {S2, D});
     Tensor drel_dropped = A("grad.rel_dropped", {S2, D});
     kernels::fill(drel_dropped, 0.0f);
-    if (c.c2p) kernels::linear_backward(dpos_key, rel_dropped, W(wk), drel_dropped, G(wk), G(bk), true);
-    if (c.p2c) kernels::linear_backward(dpos_query, rel_dropped, W(wq), drel_dropped, G(wq), G(bq), true);
+    if (c.c2p)
+      kernels::linear_backward(dpos_key, rel_dropped, P.key_weight, drel_dropped, GP.key_weight, GP.key_bias,
+                               true);
+    if (c.p2c)
+      kernels::linear_backward(dpos_query, rel_dropped, P.query_weight, drel_dropped, GP.query_weight,
+                               GP.query_bias, true);
     kernels::dropout_backward(drel_dropped, drel_dropped, site(l, kSiteRelEmbeddings, hidden_p));
     kernels::add_inplace(drel, drel_dropped);
+    hook.release(layer_unit(l), kPass);
+    hook.gradients_ready(layer_unit(l));
 
     if (l == 0 && c.has_conv()) kernels::add_inplace(dx, dconv_input);
     kernels::copy(dx, dh);
@@ -474,13 +541,14 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
   kernels::dropout_backward(dh, dh, site(n, kSiteEmbeddings, hidden_p));
   kernels::mask_rows_backward(dh, mask, dh);
   Tensor demb = A("grad.t1", bld);
-  kernels::layernorm_backward(dh, A("emb.raw", bld), W("deberta.embeddings.LayerNorm.weight"),
-                              A("emb.mean", {B, L}), A("emb.rstd", {B, L}), demb,
-                              G("deberta.embeddings.LayerNorm.weight"),
-                              G("deberta.embeddings.LayerNorm.bias"));
+  hook.acquire(kEmbeddingsUnit, kPass);
+  kernels::layernorm_backward(dh, A("emb.raw", bld), params.embeddings.ln_weight, A("emb.mean", {B, L}),
+                              A("emb.rstd", {B, L}), demb, grads.embeddings.ln_weight,
+                              grads.embeddings.ln_bias);
   const int64_t padding_idx = c.pad_token_id.value_or(-1);
-  kernels::embedding_backward(s.inputs.input_ids, demb, G("deberta.embeddings.word_embeddings.weight"),
-                              padding_idx);
+  kernels::embedding_backward(s.inputs.input_ids, demb, grads.embeddings.word_embeddings, padding_idx);
+  hook.release(kEmbeddingsUnit, kPass);
+  hook.gradients_ready(kEmbeddingsUnit);
 
   // Relative table: LN_rel backward writes its input gradient, which then accumulates into the parameter's.
   // In a 16-bit model LN_rel's input (the parameter copy) is 16-bit, so its dy is too: the f32 sum over the
@@ -491,12 +559,13 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
     drel = drel16;
   }
   Tensor drel_raw = A("grad.rel_tmp", {S2, D});
-  kernels::layernorm_backward(drel, W("deberta.encoder.rel_embeddings.weight"),
-                              W("deberta.encoder.LayerNorm.weight"), A("rel.mean", {S2}), A("rel.rstd", {S2}),
-                              drel_raw, G("deberta.encoder.LayerNorm.weight"),
-                              G("deberta.encoder.LayerNorm.bias"));
-  Tensor grel = G("deberta.encoder.rel_embeddings.weight");
+  kernels::layernorm_backward(drel, params.shared.rel_embeddings, params.shared.encoder_ln_weight,
+                              A("rel.mean", {S2}), A("rel.rstd", {S2}), drel_raw,
+                              grads.shared.encoder_ln_weight, grads.shared.encoder_ln_bias);
+  Tensor grel = grads.shared.rel_embeddings;
   kernels::add_inplace(grel, drel_raw);
+  hook.release(shared, kPass);
+  hook.gradients_ready(shared);
   prof.mark("bwd.embeddings");
 }
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/deberta_tensors.h"
 #include "runtime/arena.h"
 #include "runtime/tensor.h"
 
@@ -70,10 +71,16 @@ class DebertaForSequenceClassification {
   // (0 when labels are undefined or all ignored). `params` holds every tensor of the parameter table in the
   // compute dtype (ParameterTable::layout(compute)).
   float forward(const Arena& params, const DebertaBatch& batch, const DropoutSchedule& dropout);
+  // The same over resolved handles, calling `hooks` (may be null) around each unit (model/deberta_tensors.h).
+  float forward(const DebertaTensors& params, const DebertaBatch& batch, const DropoutSchedule& dropout,
+                DebertaUnitHooks* hooks);
 
   // Accumulates d(loss_scale * loss)/d(parameter) into `grads` (same names as params, always f32) for the
   // batch of the last forward. Gradients add up over calls (gradient accumulation); the caller zeroes them.
   void backward(const Arena& params, const Arena& grads, float loss_scale = 1.0f);
+  // The same over resolved handles; `grads` may point anywhere per unit (ZeRO gradient buckets).
+  void backward(const DebertaTensors& params, const DebertaTensors& grads, float loss_scale,
+                DebertaUnitHooks* hooks);
 
   // Views into the last forward: logits [B, C] (f32); hidden_state(0) = embedding output,
   // hidden_state(l + 1) = output of layer l, each [B, L, D] in the compute dtype (HF's hidden_states).

@@ -207,8 +207,10 @@ void check_tensors_match(const H5File& file, const ParameterTable& table,
   }
 }
 
-std::optional<int64_t> step_of_checkpoint_name(const std::string& name) {
-  constexpr std::string_view prefix = "step_", suffix = ".h5";
+// step_<N>.h5 (a file) or step_<N>.zero (a directory of rank files, optim/zero/sharded_checkpoint.h).
+std::optional<int64_t> step_of_checkpoint_name(const std::string& name, bool directory) {
+  constexpr std::string_view prefix = "step_";
+  const std::string_view suffix = directory ? ".zero" : ".h5";
   if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix)) {
     return std::nullopt;
   }
@@ -221,6 +223,27 @@ std::optional<int64_t> step_of_checkpoint_name(const std::string& name) {
 }
 
 }  // namespace
+
+void write_training_state(H5File& file, const TrainingState& state) {
+  write_state(file, state);
+}
+TrainingState read_training_state(const H5File& file) {
+  return read_state(file);
+}
+void check_same_model_config(const std::string& path, const std::string& stored_json,
+                             const DebertaConfig& running) {
+  check_same_config(path, stored_json, running);
+}
+
+bool is_sharded_checkpoint(const std::string& path) {
+  std::error_code error;
+  if (!fs::is_directory(path, error)) return false;
+  for (const fs::directory_entry& item : fs::directory_iterator(path, error)) {
+    const std::string name = item.path().filename().string();
+    if (name.starts_with("rank_0_of_") && name.ends_with(".h5")) return true;
+  }
+  return false;
+}
 
 void save_training_checkpoint(const std::string& path, const DebertaConfig& config,
                               const ParameterTable& table, const CheckpointArenas& arenas,
@@ -295,8 +318,9 @@ std::optional<std::string> find_latest_checkpoint(const std::string& output_dir)
   std::optional<std::string> latest;
   int64_t latest_step = -1;
   for (const fs::directory_entry& item : fs::directory_iterator(output_dir)) {
-    if (!item.is_regular_file()) continue;
-    const std::optional<int64_t> step = step_of_checkpoint_name(item.path().filename().string());
+    const bool directory = item.is_directory();
+    if (!item.is_regular_file() && !directory) continue;
+    const std::optional<int64_t> step = step_of_checkpoint_name(item.path().filename().string(), directory);
     if (step && *step > latest_step) {
       latest_step = *step;
       latest = item.path().string();
@@ -308,9 +332,10 @@ std::optional<std::string> find_latest_checkpoint(const std::string& output_dir)
 std::string resolve_checkpoint_path(const std::string& file_or_dir) {
   std::error_code error;
   ZT_CHECK(fs::exists(file_or_dir, error), "checkpoint ", file_or_dir, " does not exist");
-  if (!fs::is_directory(file_or_dir, error)) return file_or_dir;
+  if (!fs::is_directory(file_or_dir, error) || is_sharded_checkpoint(file_or_dir)) return file_or_dir;
   std::optional<std::string> latest = find_latest_checkpoint(file_or_dir);
-  ZT_CHECK(latest.has_value(), "checkpoint directory ", file_or_dir, " holds no step_<N>.h5 checkpoint");
+  ZT_CHECK(latest.has_value(), "checkpoint directory ", file_or_dir,
+           " holds no step_<N>.h5 or step_<N>.zero checkpoint");
   return *latest;
 }
 

@@ -43,6 +43,7 @@
 #include "model/parameters.h"
 #include "optim/loss_scaler.h"
 #include "runtime/arena.h"
+#include "runtime/h5file.h"
 
 namespace zt::optim {
 
@@ -115,10 +116,20 @@ void load_training_checkpoint(const std::string& path, const DebertaConfig& conf
                               const ParameterTable& table, const CheckpointArenas& arenas,
                               TrainingState& state);
 
+// The pieces the sharded (ZeRO) checkpoint shares with this format: the TrainingState attributes, and the
+// model-config comparison whose message names every differing field.
+
+void write_training_state(H5File& file, const TrainingState& state);
+TrainingState read_training_state(const H5File& file);
+void check_same_model_config(const std::string& path, const std::string& stored_json,
+                             const DebertaConfig& running);
+// A directory holding rank_0_of_<W>.h5: a sharded checkpoint (optim/zero/sharded_checkpoint.h).
+bool is_sharded_checkpoint(const std::string& path);
+
 // <output_dir>/step_<optimizer_step>.h5 (see Note [Checkpoint naming]).
 std::string checkpoint_path(const std::string& output_dir, int64_t optimizer_step);
-// The step_<N>.h5 in `output_dir` with the largest N, or nothing when there is none. Throws when the
-// directory does not exist.
+// The step_<N>.h5 file or step_<N>.zero directory (sharded) in `output_dir` with the largest N, or nothing
+// when there is none. Throws when the directory does not exist.
 std::optional<std::string> find_latest_checkpoint(const std::string& output_dir);
 // --resume_from_checkpoint: a file is used as given; a directory resolves to its latest checkpoint (an
 // error when it has none); a missing path is an error.

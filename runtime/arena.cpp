@@ -1,5 +1,6 @@
 #include "runtime/arena.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -84,7 +85,13 @@ const ArenaSlot& ArenaLayout::slot(std::string_view name) const {
 }
 
 size_t ArenaLayout::used_bytes() const {
-  return slots_.empty() ? 0 : slots_.back().end();
+  return std::max(reserved_, slots_.empty() ? size_t{0} : slots_.back().end());
+}
+
+void ArenaLayout::pad_to_multiple(size_t bytes) {
+  ZT_CHECK(bytes > 0 && bytes % alignment_ == 0, "arena padding must be a multiple of the alignment ",
+           alignment_, ", got ", bytes);
+  reserved_ = round_up(used_bytes(), bytes);
 }
 
 size_t ArenaLayout::total_bytes() const {

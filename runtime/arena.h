@@ -61,6 +61,9 @@ class ArenaLayout {
   const ArenaSlot& add(const TensorSpec& spec);
   // Pads the total so it splits into `count` equal, aligned shards (count >= 1).
   void set_shard_count(int count);
+  // Moves the end of the layout up to the next multiple of `bytes` (a multiple of the alignment), so the
+  // next tensor starts there: ZeRO pads each unit (a layer's tensors) to world * alignment this way.
+  void pad_to_multiple(size_t bytes);
 
   bool contains(std::string_view name) const;
   const ArenaSlot& slot(std::string_view name) const;  // throws for an unknown name
@@ -77,6 +80,7 @@ class ArenaLayout {
  private:
   size_t alignment_;
   int shard_count_ = 1;
+  size_t reserved_ = 0;  // end of explicit padding (pad_to_multiple); used_bytes() >= it
   std::vector<ArenaSlot> slots_;
   std::unordered_map<std::string, size_t> index_;
 };

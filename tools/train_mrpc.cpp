@@ -14,7 +14,7 @@
 #include "model/deberta.h"
 #include "model/parameters.h"
 #include "optim/train_config.h"
-#include "optim/trainer.h"
+#include "optim/trainer/trainer.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"

@@ -19,7 +19,7 @@
 #include "data/tokenizer.h"
 #include "model/config.h"
 #include "model/golden_init.h"
-#include "optim/trainer.h"
+#include "optim/trainer/trainer.h"
 #include "runtime/device.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/gpu.h"
@@ -100,7 +100,8 @@ TEST(TrainerFp16Gpu, OverflowingStepsAreSkippedAndHalveTheScale) {
   config.fp16.hysteresis = 1;
   MrpcTrainer trainer(config, model);
   auto master = [&] {
-    const Tensor flat = trainer.params().flat(DType::f32);
+    const Arena params = trainer.params();
+    const Tensor flat = params.flat(DType::f32);
     std::vector<float> out(static_cast<size_t>(flat.numel()));
     copy_tensor(flat, Tensor(out.data(), flat.shape(), DType::f32));
     return out;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "optim/trainer.h"
+#include "optim/trainer/trainer.h"
 #include "runtime/device.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
@@ -34,7 +34,8 @@ DebertaConfig small_model() {
 }
 
 std::vector<float> host_params(const MrpcTrainer& trainer) {
-  const Tensor flat = trainer.params().flat(DType::f32);
+  const Arena params = trainer.params();
+  const Tensor flat = params.flat(DType::f32);
   std::vector<float> out(static_cast<size_t>(flat.numel()));
   copy_tensor(flat, Tensor(out.data(), flat.shape(), DType::f32));
   return out;

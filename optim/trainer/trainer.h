@@ -75,21 +75,26 @@ class MrpcTrainer {
   // Runs the whole job: training, per-epoch evaluation, checkpoints, metrics, test predictions.
   std::vector<EpochRecord> train();
 
-  // One optimizer step over `accumulation` micro-batches; returns its record. Exposed for tests that replay
+  // One optimizer step over world_size x accumulation micro-batches (micro-batch i goes to rank i % W);
+  // returns its record. Exposed for tests that replay
   // fixed batches (e.g. the PyTorch loss-curve fixture).
   StepRecord train_step(std::vector<data::Batch>& micro_batches);
 
   EvalResult evaluate(const data::EncodedDataset& dataset);
 
-  // Saves / restores everything a bitwise-identical resume needs.
-  void save_checkpoint(const std::string& path) const;
+  // Saves everything a bitwise-identical resume needs into `output_dir`: step_<N>.h5 at stage 0 (rank 0
+  // writes), step_<N>.zero/ (a file per rank) at stages 1-3. Collective over the in-process ranks.
+  void save_checkpoint(const std::string& output_dir);
+  // Restores from a checkpoint file or directory of any stage and world size
+  // (optim/zero/sharded_checkpoint.h).
   void load_checkpoint(const std::string& path);
 
   // Replaces the parameters (fp32 master and, in mixed precision, its 16-bit copy) with `host`, an f32 host
   // arena laid out by table().layout(DType::f32). For tests and tools that start from given weights.
   void load_parameters(const Arena& host);
 
-  const Arena& params() const;  // the fp32 master weights, where training runs
+  // The fp32 master weights consolidated from every rank's shard into a host arena (table().layout(f32)).
+  Arena params() const;
   const ParameterTable& table() const;
   const DebertaConfig& model_config() const;
   const std::vector<StepRecord>& steps() const;

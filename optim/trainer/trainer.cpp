@@ -1,4 +1,4 @@
-#include "optim/trainer.h"
+#include "optim/trainer/trainer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -20,15 +20,19 @@
 #include "optim/checkpoint.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
+#include "optim/zero/engine.h"
+#include "optim/zero/sharded_checkpoint.h"
 #include "runtime/check.h"
+#include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/log.h"
 #include "runtime/progress.h"
 #include "runtime/step_profile.h"
 
+#include <exception>
+#include <thread>
+
 #ifdef ZT_WITH_CUDA
-#include "optim/cuda/adamw.cuh"
-#include "optim/cuda/grad_norm.cuh"
 #endif
 
 namespace zt::optim {
@@ -38,10 +42,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::span<float> float_span(const Arena& arena) {
-  return {static_cast<float*>(arena.data()), arena.bytes() / sizeof(float)};
 }
 
 // DeepSpeed's schedules (runtime/lr_schedules.py semantics, documented in train_config.h), s = step.
@@ -157,27 +157,32 @@ ArenaOptions state_arena(DeviceKind device, MemoryCategory category, bool zero) 
 
 }  // namespace
 
+// One rank of the data-parallel group: its communicator, optimizer-state engine, model activations and
+// batch buffer. In-process ranks are threads of this process (world_size > 1); rank r's state is built,
+// used and destroyed on rank r's thread only.
+struct RankState {
+  Communicator* comm = nullptr;
+  std::unique_ptr<ZeroEngine> engine;
+  std::unique_ptr<DebertaForSequenceClassification> model;
+  std::unique_ptr<Arena> batch_arena;          // GPU: the current batch (ids, mask [B, L], labels [B])
+  LossScaler scaler = LossScaler::disabled();  // identical on every rank (they see the same overflow)
+};
+
 struct MrpcTrainer::Impl {
   TrainConfig config;
   DebertaConfig model_config;
   ParameterTable table;
   DeviceKind device;
   DType compute;  // storage dtype of the model's parameters and activations
-  // params: the fp32 master weights AdamW updates; params16: their 16-bit copy the model reads (bf16/f16
-  // training only), written by the same fused AdamW pass. Gradients and Adam moments are f32.
-  Arena params, grads, exp_avg, exp_avg_sq;
-  std::unique_ptr<Arena> params16;
-  Arena batch_arena;  // the current batch where the model runs: ids, mask [B, L], labels [B]
-  std::vector<TensorRange> ranges;
-  AdamW adamw;
-  LossScaler scaler;  // fp16: DeepSpeed's dynamic loss scaling; otherwise disabled (scale 1)
-  DebertaForSequenceClassification model;
+  int world;
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<RankState> ranks;
   std::unique_ptr<data::Tokenizer> tokenizer;
   std::unique_ptr<data::EncodedDataset> train_set, dev_set, test_set;
   std::unique_ptr<data::Batcher> train_batcher;
   int64_t optimizer_step = 0;  // optimizer steps taken so far, fp16 overflow-skipped ones included
   int64_t scheduler_step = 0;  // learning-rate schedule steps: applied updates only (DeepSpeed)
-  int64_t micro_step = 0;      // micro-batches consumed so far (keys the dropout masks)
+  int64_t micro_step = 0;      // micro-batches consumed so far over all ranks (keys the dropout masks)
   std::vector<StepRecord> steps;
   std::function<void(const StepRecord&)> step_callback;
 
@@ -187,53 +192,93 @@ struct MrpcTrainer::Impl {
         table(model_config),
         device(training_device(config)),
         compute(compute_dtype_for_run(config)),
-        params("parameters", table.layout(DType::f32),
-               state_arena(device, MemoryCategory::parameters, false)),
-        grads("gradients", table.layout(DType::f32), state_arena(device, MemoryCategory::gradients, true)),
-        exp_avg("adam_m", table.layout(DType::f32), state_arena(device, MemoryCategory::optimizer, true)),
-        exp_avg_sq("adam_v", table.layout(DType::f32), state_arena(device, MemoryCategory::optimizer, true)),
-        batch_arena("batch", batch_layout(max_batch(), config.max_length),
-                    state_arena(device, MemoryCategory::activations, false)),
-        adamw(AdamWHyper{config.learning_rate, config.adam_beta1, config.adam_beta2, config.adam_epsilon,
-                         config.weight_decay}),
-        scaler(compute == DType::f16 ? LossScaler(config.fp16) : LossScaler::disabled()),
-        model(model_config, max_batch(), config.max_length, device, compute) {
+        world(std::max(1, config.world_size)) {
     ZT_CHECK(config.resolved, "MrpcTrainer needs a resolved TrainConfig");
-    for (const ParameterInfo& info : table.entries()) {
-      const ArenaSlot& slot = params.layout().slot(info.name);
-      ranges.push_back({static_cast<int64_t>(slot.offset / sizeof(float)), info.numel(), info.weight_decay});
-    }
-    // Initialize (and load) on the host, then move the parameters where training runs.
+    comms = make_in_process_group(world);
+    ranks.resize(static_cast<size_t>(world));
+    // Initialize (and load) on the host; every rank keeps its part.
     Arena staging("parameters (host)", table.layout(DType::f32));
     init_parameters(model_config, table, staging, config.seed);
     if (!config.model_name_or_path.empty()) load_pretrained(staging);
-    copy_tensor(staging.flat(DType::f32), params.flat(DType::f32));
-    if (compute != DType::f32) {
-      params16 = std::make_unique<Arena>("parameters (16-bit)", table.layout(compute),
-                                         state_arena(device, MemoryCategory::parameters, false));
-      refresh_params16();
+    run_ranks([&](int r) {
+      RankState& rank = ranks[static_cast<size_t>(r)];
+      rank.comm = comms[static_cast<size_t>(r)].get();
+      rank.engine = std::make_unique<ZeroEngine>(
+          table, model_config, *rank.comm,
+          ZeroEngineOptions{.stage = config.zero.stage,
+                            .device = device,
+                            .compute = compute,
+                            .reduce_scatter = config.zero.reduce_scatter,
+                            .hyper = AdamWHyper{config.learning_rate, config.adam_beta1, config.adam_beta2,
+                                                config.adam_epsilon, config.weight_decay},
+                            .max_grad_norm = config.max_grad_norm});
+      rank.model = std::make_unique<DebertaForSequenceClassification>(model_config, max_batch(),
+                                                                      config.max_length, device, compute);
+      if (device == DeviceKind::cuda)
+        rank.batch_arena = std::make_unique<Arena>("batch", batch_layout(max_batch(), config.max_length),
+                                                   state_arena(device, MemoryCategory::activations, false));
+      rank.scaler = compute == DType::f16 ? LossScaler(config.fp16) : LossScaler::disabled();
+      rank.engine->load_full_parameters(staging);
+    });
+  }
+
+  ~Impl() {
+    // Rank state is torn down on the rank threads that own it.
+    if (world > 1) run_ranks([&](int r) { ranks[static_cast<size_t>(r)] = RankState{}; });
+  }
+
+  // Runs fn(rank) for every rank: inline for one rank, else on one thread per rank. A rank that throws
+  // aborts the group (the others leave their collectives with "group aborted"); the first error that is not
+  // such a consequence is rethrown.
+  void run_ranks(const std::function<void(int)>& fn) {
+    if (world == 1) {
+      fn(0);
+      return;
     }
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          AbortGroupOnException guard(*comms[static_cast<size_t>(r)]);
+          fn(r);
+        } catch (...) {
+          errors[static_cast<size_t>(r)] = std::current_exception();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    // Prefer the error that started it over the "group aborted" errors it caused on the other ranks.
+    std::exception_ptr first, cause;
+    for (const std::exception_ptr& e : errors) {
+      if (!e) continue;
+      if (!first) first = e;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        if (!cause && std::string_view(ex.what()).find("group aborted") == std::string_view::npos) cause = e;
+      } catch (...) {
+        if (!cause) cause = e;
+      }
+    }
+    if (cause) std::rethrow_exception(cause);
+    if (first) std::rethrow_exception(first);
   }
 
-  // What the model reads: the 16-bit copy in mixed precision, else the master weights themselves.
-  const Arena& model_params() const { return params16 ? *params16 : params; }
-
-  // params16 = round(master), element for element (the layouts share element offsets).
-  void refresh_params16() {
-    if (params16) kernels::copy(params.flat(DType::f32), params16->flat(compute));
-  }
+  RankState& rank0() { return ranks.front(); }
 
   int64_t max_batch() const {
     return std::max(config.per_device_train_batch_size, config.per_device_eval_batch_size);
   }
 
-  // The batch as the model wants it: views of the host batch on the CPU, a copy in batch_arena on the GPU.
-  DebertaBatch upload(data::Batch& batch) {
+  // The batch as the model wants it: views of the host batch on the CPU, a copy in the rank's batch arena on
+  // the GPU.
+  DebertaBatch upload(RankState& rank, data::Batch& batch) {
     if (device == DeviceKind::cpu) {
       return {batch.input_ids_tensor(), batch.attention_mask_tensor(), batch.labels_tensor()};
     }
     auto slot = [&](const char* name, Shape shape) {
-      return Tensor(batch_arena.tensor(name).data(), shape, DType::i64, DeviceKind::cuda);
+      return Tensor(rank.batch_arena->tensor(name).data(), shape, DType::i64, DeviceKind::cuda);
     };
     DebertaBatch out{slot("input_ids", {batch.batch_size, batch.seq_len}),
                      slot("attention_mask", {batch.batch_size, batch.seq_len}),
@@ -244,49 +289,19 @@ struct MrpcTrainer::Impl {
     return out;
   }
 
-  // Clips the global gradient norm and applies one AdamW step at `lr`; returns the pre-clip norm of the
-  // unscaled gradients. fp16: the gradients hold loss_scale * g; a step whose gradients overflowed is skipped
-  // (gradients zeroed, no update, no schedule step), the scaler updated either way, and the norm is +inf.
-  double clip_and_update(double lr, bool& applied) {
-    applied = true;
-    if (device == DeviceKind::cpu) {
-      std::span<float> g = float_span(grads);
-      const double norm =
-          config.max_grad_norm > 0 ? clip_grad_norm(g, config.max_grad_norm) : global_l2_norm(g);
-      ZT_CHECK(std::isfinite(norm), "gradient norm is not finite at optimizer step ", optimizer_step);
-      adamw.step(buffers(), ranges, lr);
-      std::fill(g.begin(), g.end(), 0.0f);
-      return norm;
-    }
-#ifdef ZT_WITH_CUDA
-    const Tensor g = grads.flat(DType::f32);
-    const gpu::GradStats stats = gpu::grad_stats(g, nullptr);
-    const double loss_scale = scaler.scale();
-    if (compute == DType::f16) {
-      const bool overflow = stats.non_finite > 0 || !std::isfinite(stats.sum_of_squares);
-      applied = scaler.update(overflow);
-      if (!applied) {
-        ZT_LOG(info) << "fp16 overflow at optimizer step " << optimizer_step << ": step skipped, loss scale "
-                     << loss_scale << " -> " << scaler.scale();
-        kernels::fill(g, 0.0f);
-        return std::numeric_limits<double>::infinity();
+  // The full f32 parameters on the host (collective over the ranks' shards).
+  Arena consolidated_parameters() {
+    // Zero-filled: the padding between tensors compares equal between runs.
+    Arena host("parameters (host)", table.layout(DType::f32), {.zero_fill = true});
+    run_ranks([&](int r) {
+      if (r == 0) {
+        ranks[0].engine->gather_full_master(host);
+      } else {
+        Arena scratch("parameters (host, rank copy)", table.layout(DType::f32));
+        ranks[static_cast<size_t>(r)].engine->gather_full_master(scratch);
       }
-    }
-    const double norm = std::sqrt(stats.sum_of_squares) / loss_scale;
-    ZT_CHECK(std::isfinite(norm), "gradient norm is not finite at optimizer step ", optimizer_step);
-    // Unscaling and clipping are one factor, applied inside the AdamW pass, which also zeroes the gradients
-    // for the next step: one pass over them instead of three.
-    double factor = 1.0 / loss_scale;
-    if (config.max_grad_norm > 0) factor *= std::min(1.0, clip_coefficient(norm, config.max_grad_norm));
-    adamw.begin_step();
-    gpu::adamw_update(adamw_step_scalars(adamw.hyper(), lr, adamw.step_count()), params.flat(DType::f32), g,
-                      exp_avg.flat(DType::f32), exp_avg_sq.flat(DType::f32), ranges,
-                      params16 ? params16->flat(compute) : Tensor(), nullptr, static_cast<float>(factor),
-                      /*zero_grads=*/true);
-    return norm;
-#else
-    ZT_FAIL("CUDA training needs a CUDA build");
-#endif
+    });
+    return host;
   }
 
   // Loads --model_name_or_path over the random init. With --ignore_mismatched_sizes a classifier whose label
@@ -305,10 +320,6 @@ struct MrpcTrainer::Impl {
                           " labels (checkpoint had ", stored.num_labels, ")")
                           .c_str()
                     : "");
-  }
-
-  AdamWBuffers buffers() {
-    return {float_span(params), float_span(grads), float_span(exp_avg), float_span(exp_avg_sq)};
   }
 
   double lr_at(int64_t step) const {
@@ -353,14 +364,13 @@ MrpcTrainer::~MrpcTrainer() = default;
 
 void MrpcTrainer::load_parameters(const Arena& host) {
   Impl& s = *impl_;
-  ZT_CHECK(host.bytes() == s.params.bytes() && host.device() == DeviceKind::cpu,
-           "load_parameters: expected a host arena of ", s.params.bytes(), " bytes (table().layout(f32))");
-  copy_tensor(host.flat(DType::f32), s.params.flat(DType::f32));
-  s.refresh_params16();
+  ZT_CHECK(host.device() == DeviceKind::cpu && host.bytes() == s.table.layout(DType::f32).total_bytes(),
+           "load_parameters: expected a host arena laid out by table().layout(f32)");
+  s.run_ranks([&](int r) { s.ranks[static_cast<size_t>(r)].engine->load_full_parameters(host); });
 }
 
-const Arena& MrpcTrainer::params() const {
-  return impl_->params;
+Arena MrpcTrainer::params() const {
+  return impl_->consolidated_parameters();
 }
 const ParameterTable& MrpcTrainer::table() const {
   return impl_->table;
@@ -377,36 +387,52 @@ void MrpcTrainer::set_step_callback(std::function<void(const StepRecord&)> callb
 
 StepRecord MrpcTrainer::train_step(std::vector<data::Batch>& micro_batches) {
   Impl& s = *impl_;
-  ZT_CHECK(!micro_batches.empty(), "train_step needs at least one micro-batch");
+  const int W = s.world;
+  ZT_CHECK(!micro_batches.empty() && micro_batches.size() % static_cast<size_t>(W) == 0, "train_step needs ",
+           "a positive multiple of the world size (", W, ") of micro-batches, got ", micro_batches.size());
+  // Micro-batch i of the window goes to rank i % W as its (i / W)-th micro-batch and draws the dropout masks
+  // of global micro-step micro_step + i: world W with accumulation k sees the batches and masks of world 1
+  // with accumulation W k, in the same order.
+  const int64_t per_rank = static_cast<int64_t>(micro_batches.size()) / W;
   // run_glue_no_trainer divides each micro-batch loss by gradient_accumulation_steps (also on a short last
-  // accumulation window at the end of an epoch), so the gradient is the mean over the configured window.
-  // fp16 multiplies by the current loss scale as well (1 otherwise); clip_and_update divides it out.
-  const float loss_scale =
-      static_cast<float>(s.scaler.scale()) / static_cast<float>(s.config.gradient_accumulation_steps);
-  double loss_sum = 0;
-  StepProfile::global().mark_start();
-  for (data::Batch& batch : micro_batches) {
-    const DebertaBatch inputs = s.upload(batch);
-    const float loss = s.model.forward(
-        s.model_params(), inputs,
-        {.training = true, .seed = s.config.seed, .step = static_cast<uint64_t>(s.micro_step)});
-    ZT_CHECK(std::isfinite(loss), "training loss is not finite at optimizer step ", s.optimizer_step,
-             " (micro-batch ", s.micro_step, ")");
-    s.model.backward(s.model_params(), s.grads, loss_scale);
-    loss_sum += loss;
-    ++s.micro_step;
-  }
+  // window at the end of an epoch), so the gradient is the mean over the configured window; the ranks'
+  // gradients are then averaged. fp16 multiplies by the current loss scale as well.
+  std::vector<double> losses(micro_batches.size(), 0.0);
+  std::vector<ZeroStepResult> results(static_cast<size_t>(W));
   StepRecord record;
   record.step = s.optimizer_step;
-  record.loss = loss_sum / static_cast<double>(micro_batches.size());
   record.lr = s.lr_at(s.scheduler_step);
-  record.loss_scale = s.scaler.scale();
-  bool applied = true;
-  record.grad_norm = s.clip_and_update(record.lr, applied);
+  record.loss_scale = s.rank0().scaler.scale();
+  StepProfile::global().mark_start();
+  s.run_ranks([&](int r) {
+    RankState& rank = s.ranks[static_cast<size_t>(r)];
+    const float loss_scale =
+        static_cast<float>(rank.scaler.scale()) / static_cast<float>(s.config.gradient_accumulation_steps);
+    for (int64_t j = 0; j < per_rank; ++j) {
+      const size_t i = static_cast<size_t>(j * W + r);
+      const DebertaBatch inputs = s.upload(rank, micro_batches[i]);
+      const float loss = rank.model->forward(
+          rank.engine->parameter_handles(), inputs,
+          {.training = true, .seed = s.config.seed, .step = static_cast<uint64_t>(s.micro_step) + i},
+          rank.engine.get());
+      ZT_CHECK(std::isfinite(loss), "training loss is not finite at optimizer step ", s.optimizer_step,
+               " (micro-batch ", s.micro_step + static_cast<int64_t>(i), ", rank ", r, ")");
+      rank.engine->begin_backward(j == 0, j + 1 == per_rank);
+      rank.model->backward(rank.engine->parameter_handles(), rank.engine->gradient_handles(), loss_scale,
+                           rank.engine.get());
+      losses[i] = loss;
+    }
+    results[static_cast<size_t>(r)] = rank.engine->step(record.lr, rank.scaler);
+  });
+  s.micro_step += static_cast<int64_t>(micro_batches.size());
+  double loss_sum = 0;
+  for (double l : losses) loss_sum += l;
+  record.loss = loss_sum / static_cast<double>(micro_batches.size());
+  record.grad_norm = results[0].grad_norm;
+  record.skipped = !results[0].applied;
   StepProfile::global().mark("optimizer");
-  record.skipped = !applied;
   ++s.optimizer_step;
-  if (applied) ++s.scheduler_step;
+  if (!record.skipped) ++s.scheduler_step;
   s.steps.push_back(record);
   if (s.step_callback) s.step_callback(record);
   return record;
@@ -420,12 +446,26 @@ EvalResult MrpcTrainer::evaluate(const data::EncodedDataset& dataset) {
   std::vector<int64_t> labels;
   double loss_sum = 0;
   int64_t labeled = 0;
+  // Stage 3 gathers parameters inside forward (collectives), so every rank runs the evaluation; below stage
+  // 3 rank 0 alone does. Rank 0's logits are the result.
+  const bool all_ranks = s.config.zero.stage == 3;
   while (batcher.next(batch)) {
-    const float loss = s.model.forward(s.model_params(), s.upload(batch), {.training = false});
-    const Tensor logits = s.model.logits();
-    std::vector<float> host(static_cast<size_t>(logits.numel()));
-    copy_tensor(logits, Tensor(host.data(), logits.shape(), DType::f32));
-    for (int64_t p : data::argmax_predictions(Tensor(host.data(), logits.shape(), DType::f32))) {
+    float loss = 0;
+    std::vector<float> host;
+    Shape logits_shape;
+    s.run_ranks([&](int r) {
+      if (r != 0 && !all_ranks) return;
+      RankState& rank = s.ranks[static_cast<size_t>(r)];
+      const float rank_loss = rank.model->forward(rank.engine->parameter_handles(), s.upload(rank, batch),
+                                                  {.training = false}, rank.engine.get());
+      if (r != 0) return;
+      loss = rank_loss;
+      const Tensor logits = rank.model->logits();
+      logits_shape = logits.shape();
+      host.resize(static_cast<size_t>(logits.numel()));
+      copy_tensor(logits, Tensor(host.data(), logits.shape(), DType::f32));
+    });
+    for (int64_t p : data::argmax_predictions(Tensor(host.data(), logits_shape, DType::f32))) {
       result.predictions.push_back(p);
     }
     labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
@@ -476,7 +516,15 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       samples += batch.batch_size;
       window.push_back(std::move(batch));
       const bool last_of_epoch = s.train_batcher->position().batch >= batches_per_epoch;
-      if (static_cast<int64_t>(window.size()) < accumulation && !last_of_epoch) continue;
+      // A window is `accumulation` micro-batches per rank. At the end of an epoch a window too short to give
+      // every rank the same number of micro-batches drops its remainder (DistributedSampler's drop_last).
+      if (static_cast<int64_t>(window.size()) < accumulation * s.world && !last_of_epoch) continue;
+      if (last_of_epoch && window.size() % static_cast<size_t>(s.world) != 0) {
+        for (size_t k = window.size() - window.size() % static_cast<size_t>(s.world); k < window.size(); ++k)
+          samples -= window[k].batch_size;
+        window.resize(window.size() - window.size() % static_cast<size_t>(s.world));
+        if (window.empty()) continue;
+      }
       const StepRecord record = train_step(window);
       int64_t window_samples = 0;
       for (const data::Batch& b : window) window_samples += b.batch_size;
@@ -486,8 +534,7 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       progress.update(window_samples, {{"loss", record.loss}, {"lr", record.lr}});
       if (c.checkpointing_steps.kind == CheckpointingSteps::Kind::steps &&
           s.optimizer_step % c.checkpointing_steps.every == 0 && !c.output_dir.empty()) {
-        save_checkpoint(
-            (std::filesystem::path(c.output_dir) / str("step_", s.optimizer_step, ".h5")).string());
+        save_checkpoint(c.output_dir);
       }
     }
     progress.finish();
@@ -505,8 +552,8 @@ std::vector<EpochRecord> MrpcTrainer::train() {
         static_cast<long long>(epoch + 1), record.train_loss, record.eval.accuracy, record.eval.f1,
         record.eval.loss, record.train_samples_per_s, record.seconds);
     if (s.compute == DType::f16) {
-      std::printf("  fp16 loss scale %g, %lld overflow-skipped steps so far\n", s.scaler.scale(),
-                  static_cast<long long>(s.scaler.skipped_steps()));
+      std::printf("  fp16 loss scale %g, %lld overflow-skipped steps so far\n", s.rank0().scaler.scale(),
+                  static_cast<long long>(s.rank0().scaler.skipped_steps()));
     }
     std::fflush(stdout);
     if (metrics.is_open()) {
@@ -519,21 +566,20 @@ std::vector<EpochRecord> MrpcTrainer::train() {
                              {"train_samples_per_s", record.train_samples_per_s},
                              {"epoch_seconds", record.seconds}};
       if (s.compute == DType::f16) {
-        line["loss_scale"] = s.scaler.scale();
-        line["skipped_steps"] = s.scaler.skipped_steps();
+        line["loss_scale"] = s.rank0().scaler.scale();
+        line["skipped_steps"] = s.rank0().scaler.skipped_steps();
       }
       metrics << line.dump() << "\n";
       metrics.flush();
     }
     if (c.checkpointing_steps.kind == CheckpointingSteps::Kind::epoch && !c.output_dir.empty()) {
       s.train_batcher->set_epoch(epoch + 1);  // resume starts the next epoch, not this one's evaluation again
-      save_checkpoint(checkpoint_path(c.output_dir, s.optimizer_step));
+      save_checkpoint(c.output_dir);
     }
   }
   if (!c.output_dir.empty()) {
     const std::string path = (std::filesystem::path(c.output_dir) / "model.h5").string();
-    Arena host("parameters (host)", s.table.layout(DType::f32));
-    copy_tensor(s.params.flat(DType::f32), host.flat(DType::f32));
+    const Arena host = s.consolidated_parameters();
     save_model_file(path, s.model_config, s.table, host);
     std::printf("model: %s (load with --model_name_or_path, export with convert_hf export)\n", path.c_str());
   }
@@ -554,20 +600,40 @@ std::vector<EpochRecord> MrpcTrainer::train() {
   return epochs;
 }
 
-void MrpcTrainer::save_checkpoint(const std::string& path) const {
-  const Impl& s = *impl_;
+void MrpcTrainer::save_checkpoint(const std::string& output_dir) {
+  Impl& s = *impl_;
   TrainingState state;
   state.optimizer_step = s.optimizer_step;
   state.micro_step = s.micro_step;
-  state.adam_step = s.adamw.step_count();
+  state.adam_step = s.rank0().engine->adamw().step_count();
   state.scheduler_step = s.scheduler_step;
-  state.loss_scaler = s.scaler.state();
+  state.loss_scaler = s.rank0().scaler.state();
   if (s.train_batcher) state.next_batch = s.train_batcher->position();
   state.seed = s.config.seed;
   state.last_lr = s.steps.empty() ? 0.0 : s.steps.back().lr;
-  // The fp32 master weights are the parameters; a 16-bit copy is re-derived from them on load.
-  save_training_checkpoint(path, s.model_config, s.table, {s.params, s.params, s.exp_avg, s.exp_avg_sq},
-                           state, s.config.describe());
+  const std::string text = s.config.describe();
+  std::string path;
+  if (s.config.zero.stage == 0) {
+    // Every rank holds the whole state: rank 0 writes the single-file format (the fp32 master is written
+    // as the params group in f32 runs; a 16-bit copy is re-derived from the master on load).
+    path = checkpoint_path(output_dir, s.optimizer_step);
+    Arena master = s.consolidated_parameters();
+    Arena m("adam_m (host)", s.table.layout(DType::f32)), v("adam_v (host)", s.table.layout(DType::f32));
+    ZeroEngine& engine = *s.rank0().engine;
+    for (const ZeroEngine::OwnedPiece& piece : engine.owned_pieces()) {
+      const Tensor tm = m.tensor(engine.tensor_name(piece.tensor)),
+                   tv = v.tensor(engine.tensor_name(piece.tensor));
+      engine.read_state(1, piece, {static_cast<float*>(tm.data()), static_cast<size_t>(piece.numel)});
+      engine.read_state(2, piece, {static_cast<float*>(tv.data()), static_cast<size_t>(piece.numel)});
+    }
+    save_training_checkpoint(path, s.model_config, s.table, {master, master, m, v}, state, text);
+  } else {
+    path = sharded_checkpoint_path(output_dir, s.optimizer_step);
+    s.run_ranks([&](int r) {
+      RankState& rank = s.ranks[static_cast<size_t>(r)];
+      save_sharded_checkpoint(path, *rank.engine, *rank.comm, s.model_config, state, text);
+    });
+  }
   ZT_LOG(info) << "checkpoint: " << path << " (step " << s.optimizer_step << ")";
 }
 
@@ -575,17 +641,21 @@ void MrpcTrainer::load_checkpoint(const std::string& path) {
   Impl& s = *impl_;
   if (!s.train_set) s.load_data();
   const std::string file = resolve_checkpoint_path(path);
-  TrainingState state;
-  load_training_checkpoint(file, s.model_config, s.table, {s.params, s.params, s.exp_avg, s.exp_avg_sq},
-                           state);
+  std::vector<TrainingState> states(static_cast<size_t>(s.world));
+  s.run_ranks([&](int r) {
+    states[static_cast<size_t>(r)] =
+        load_engine_checkpoint(file, *s.ranks[static_cast<size_t>(r)].engine, s.model_config);
+  });
+  const TrainingState& state = states.front();
   ZT_CHECK(state.seed == s.config.seed, "checkpoint ", file, " was trained with --seed ", state.seed,
            "; resuming with --seed ", s.config.seed, " would change the data order and dropout masks");
   s.optimizer_step = state.optimizer_step;
   s.micro_step = state.micro_step;
-  s.adamw.set_step_count(state.adam_step);
   s.scheduler_step = state.scheduler_step;
-  if (s.compute == DType::f16) s.scaler.load_state(state.loss_scaler);
-  s.refresh_params16();
+  for (RankState& rank : s.ranks) {
+    rank.engine->adamw().set_step_count(state.adam_step);
+    if (s.compute == DType::f16) rank.scaler.load_state(state.loss_scaler);
+  }
   s.train_batcher->seek(state.next_batch);
   std::printf("resumed from %s: step %lld, epoch %lld, batch %lld\n", file.c_str(),
               static_cast<long long>(state.optimizer_step),

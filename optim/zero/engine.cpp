@@ -1,0 +1,548 @@
+#include "optim/zero/engine.h"
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "kernels/elementwise.h"
+#include "optim/grad_clip.h"
+#include "runtime/check.h"
+#include "runtime/device.h"
+#include "runtime/log.h"
+
+#ifdef ZT_WITH_CUDA
+#include "optim/cuda/adamw.cuh"
+#include "optim/cuda/grad_norm.cuh"
+#include "runtime/stream.h"
+#endif
+
+namespace zt::optim {
+namespace {
+
+// The stream device work is queued on (the legacy default stream until every launcher takes the calling
+// thread's current stream).
+#ifdef ZT_WITH_CUDA
+cudaStream_t work_stream() {
+  return nullptr;
+}
+#endif
+
+ArenaLayout flat_layout(int64_t numel, DType dtype) {
+  ArenaLayout layout;
+  layout.add({"flat", Shape{numel}, dtype});
+  return layout;
+}
+
+// A 1-D view of `numel` elements at element `offset` of a buffer.
+Tensor view(const Arena& arena, DType dtype, int64_t offset, int64_t numel) {
+  ZT_CHECK(offset >= 0 && (offset + numel) * static_cast<int64_t>(dtype_size(dtype)) <=
+                              static_cast<int64_t>(arena.bytes()),
+           "ZeRO engine: view [", offset, ", ", offset + numel, ") outside ", arena.name());
+  return Tensor(static_cast<char*>(arena.data()) + offset * static_cast<int64_t>(dtype_size(dtype)),
+                Shape{numel}, dtype, arena.device());
+}
+
+std::span<float> host_span(const Tensor& t) {
+  ZT_CHECK(t.device() == DeviceKind::cpu && t.dtype() == DType::f32, "ZeRO engine: expected a host f32 view");
+  return {static_cast<float*>(t.data()), static_cast<size_t>(t.numel())};
+}
+
+}  // namespace
+
+ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute) {
+  const auto psi = static_cast<size_t>(partition.total_numel());
+  const auto shard = static_cast<size_t>(partition.shard_numel());
+  const size_t t = dtype_size(compute);
+  const bool mixed = compute != DType::f32;
+  const auto& units = partition.units();
+  const auto bucket_elems =
+      static_cast<size_t>(units.front().numel + units.back().numel + 2 * partition.largest_layer_unit());
+  ZeroStateBytes b;
+  b.compute_copy = (stage == 3 ? shard : psi) * t;
+  b.gradients = (stage <= 1 ? psi : shard) * 4;
+  const size_t master_elems = stage == 0 ? psi : shard;
+  // f32 training: the master is the compute copy (stages 0-2: its full buffer, stage 3: its shard).
+  b.master = mixed ? master_elems * 4 : 0;
+  b.optimizer = 2 * (stage == 0 ? psi : shard) * 4;
+  if (stage >= 2) b.buffers += bucket_elems * 4;
+  if (stage == 3) b.buffers += bucket_elems * t;
+  return b;
+}
+
+// Where the rank's state for one unit lives: element offsets into each buffer, and the tensors it updates.
+struct OwnedBlock {
+  size_t unit = 0;
+  int64_t numel = 0;                // whole unit (stage 0) or the rank's slice
+  int64_t flat = 0;                 // first element in the full flat buffer
+  int64_t master = 0;               // offset in the master buffer
+  int64_t moments = 0;              // offset in m and v
+  int64_t grad = 0;                 // offset in the gradient buffer (full or shard accumulator)
+  int64_t compute = 0;              // offset in the compute copy (full or shard)
+  std::vector<TensorRange> ranges;  // relative to the block
+};
+
+struct ZeroEngine::Impl {
+  DeviceKind device;
+  DType compute;
+  bool mixed;
+  int stage;
+  // Buffers; master_arena is null where the master is the compute copy (f32).
+  std::unique_ptr<Arena> compute_copy, master_arena, grads, exp_avg, exp_avg_sq;
+  std::unique_ptr<Arena> bucket_embeddings, bucket_shared, bucket_layer[2];
+  std::unique_ptr<Arena> gather_embeddings, gather_shared, gather_layer[2];
+  std::vector<OwnedBlock> blocks;  // one per unit
+  bool first_micro = true, last_micro = true;
+
+  const Arena& master() const { return master_arena ? *master_arena : *compute_copy; }
+
+  ArenaOptions options(MemoryCategory category, bool zero) const {
+    return {.kind = device == DeviceKind::cuda ? MemoryKind::device : MemoryKind::host,
+            .category = category,
+            .zero_fill = zero};
+  }
+};
+
+ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config, Communicator& comm,
+                       ZeroEngineOptions options)
+    : table_(table),
+      comm_(comm),
+      options_(options),
+      partition_(table, comm.world_size()),
+      adamw_(options.hyper),
+      impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  ZT_CHECK(options.stage >= 0 && options.stage <= 3, "ZeRO stage must be 0, 1, 2 or 3, got ", options.stage);
+  ZT_CHECK(options.device == DeviceKind::cuda || options.compute == DType::f32,
+           "the CPU backend trains in f32 only");
+  s.device = options.device;
+  s.compute = options.compute;
+  s.mixed = options.compute != DType::f32;
+  s.stage = options.stage;
+  const int W = comm.world_size();
+  const int r = comm.rank();
+  const int64_t psi = partition_.total_numel();
+  const int64_t shard = partition_.shard_numel();
+  const auto& units = partition_.units();
+
+  // The compute copy: full (named, the model binds it) below stage 3, the rank's shard at stage 3.
+  if (s.stage < 3) {
+    s.compute_copy = std::make_unique<Arena>("parameters", partition_.layout(s.compute),
+                                             s.options(MemoryCategory::parameters, true));
+  } else {
+    s.compute_copy = std::make_unique<Arena>("parameters (shard)", flat_layout(shard, s.compute),
+                                             s.options(MemoryCategory::parameters, true));
+  }
+  if (s.mixed) {
+    s.master_arena = std::make_unique<Arena>(
+        "master", s.stage == 0 ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
+        s.options(MemoryCategory::master, true));
+  }
+  const bool full_state = s.stage == 0;
+  auto moments = [&](const char* name) {
+    return std::make_unique<Arena>(
+        name, full_state ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
+        s.options(MemoryCategory::optimizer, true));
+  };
+  s.exp_avg = moments("adam_m");
+  s.exp_avg_sq = moments("adam_v");
+  s.grads = std::make_unique<Arena>(
+      "gradients", s.stage <= 1 ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
+      s.options(MemoryCategory::gradients, true));
+  if (s.stage >= 2) {
+    auto bucket = [&](const char* name, int64_t n) {
+      return std::make_unique<Arena>(name, flat_layout(n, DType::f32),
+                                     s.options(MemoryCategory::communication, true));
+    };
+    s.bucket_embeddings = bucket("gradient bucket (embeddings)", units.front().numel);
+    s.bucket_shared = bucket("gradient bucket (shared)", units.back().numel);
+    for (auto& b : s.bucket_layer) b = bucket("gradient bucket (layer)", partition_.largest_layer_unit());
+  }
+  if (s.stage == 3) {
+    auto gather = [&](const char* name, int64_t n) {
+      return std::make_unique<Arena>(name, flat_layout(n, s.compute),
+                                     s.options(MemoryCategory::communication, true));
+    };
+    s.gather_embeddings = gather("gathered parameters (embeddings)", units.front().numel);
+    s.gather_shared = gather("gathered parameters (shared)", units.back().numel);
+    for (auto& g : s.gather_layer) g = gather("gathered parameters (layer)", partition_.largest_layer_unit());
+  }
+
+  // Owned blocks: stage 0 updates whole units in full buffers; the others their slice.
+  for (size_t u = 0; u < units.size(); ++u) {
+    const ZeroUnit& unit = units[u];
+    OwnedBlock b;
+    b.unit = u;
+    if (s.stage == 0) {
+      b.numel = unit.numel;
+      b.flat = b.master = b.moments = b.grad = b.compute = unit.flat_begin;
+      b.ranges = partition_.unit_ranges(u);
+    } else {
+      const int64_t slice = partition_.slice_begin(u, r);
+      b.numel = unit.slice_numel;
+      b.flat = slice;
+      b.moments = unit.shard_begin;
+      b.grad = s.stage == 1 ? slice : unit.shard_begin;
+      b.compute = s.stage == 3 ? unit.shard_begin : slice;
+      b.master = s.mixed ? unit.shard_begin : b.compute;
+      b.ranges = partition_.slice_ranges(u, r);
+    }
+    s.blocks.push_back(std::move(b));
+  }
+
+  // Handles: named arenas bind by name; stage-3 parameters and stage-2/3 gradients point into the unit's
+  // gather buffer / bucket (layer l uses buffer l % 2, so two consecutive layers never share one).
+  auto unit_view = [&](size_t tensor, const Arena& buffer, DType dtype) {
+    const ZeroUnit& unit = units[partition_.unit_of_tensor(tensor)];
+    const int64_t offset = partition_.tensor_flat_offset(tensor) - unit.flat_begin;
+    return Tensor(static_cast<char*>(buffer.data()) + offset * static_cast<int64_t>(dtype_size(dtype)),
+                  table.entries()[tensor].shape, dtype, buffer.device());
+  };
+  auto index_of = [&](const std::string& name) {
+    return static_cast<size_t>(&table.at(name) - table.entries().data());
+  };
+  auto unit_buffer = [&](size_t tensor, const std::unique_ptr<Arena>& embeddings,
+                         const std::unique_ptr<Arena>& shared,
+                         const std::unique_ptr<Arena>* layer) -> const Arena& {
+    const size_t u = partition_.unit_of_tensor(tensor);
+    if (u == partition_.embeddings_unit()) return *embeddings;
+    if (u == partition_.shared_unit()) return *shared;
+    return *layer[units[u].layer % 2];
+  };
+  if (s.stage < 3) {
+    param_handles_ =
+        DebertaTensors::bind(config, [&](const std::string& name) { return s.compute_copy->tensor(name); });
+  } else {
+    param_handles_ = DebertaTensors::bind(config, [&](const std::string& name) {
+      const size_t k = index_of(name);
+      return unit_view(k, unit_buffer(k, s.gather_embeddings, s.gather_shared, s.gather_layer), s.compute);
+    });
+  }
+  if (s.stage <= 1) {
+    grad_handles_ =
+        DebertaTensors::bind(config, [&](const std::string& name) { return s.grads->tensor(name); });
+  } else {
+    grad_handles_ = DebertaTensors::bind(config, [&](const std::string& name) {
+      const size_t k = index_of(name);
+      return unit_view(k, unit_buffer(k, s.bucket_embeddings, s.bucket_shared, s.bucket_layer), DType::f32);
+    });
+  }
+  (void)W;
+  (void)psi;
+}
+
+ZeroEngine::~ZeroEngine() = default;
+
+ZeroStateBytes ZeroEngine::state_bytes() const {
+  return zero_state_bytes(partition_, options_.stage, options_.compute);
+}
+
+void ZeroEngine::begin_backward(bool first, bool last) {
+  impl_->first_micro = first;
+  impl_->last_micro = last;
+}
+
+void ZeroEngine::acquire(size_t unit, Pass) {
+  Impl& s = *impl_;
+  if (s.stage != 3) return;
+  const ZeroUnit& u = partition_.units()[unit];
+  const Arena& buffer = unit == partition_.embeddings_unit() ? *s.gather_embeddings
+                        : unit == partition_.shared_unit()   ? *s.gather_shared
+                                                             : *s.gather_layer[u.layer % 2];
+  const Tensor shard = view(*s.compute_copy, s.compute, u.shard_begin, u.slice_numel);
+  const Tensor full = view(buffer, s.compute, 0, u.numel);
+  if (world_size() == 1) {
+    kernels::copy(shard, full);
+  } else {
+    comm_.all_gather(shard, full, nullptr);
+  }
+}
+
+void ZeroEngine::release(size_t, Pass) {}
+
+void ZeroEngine::gradients_ready(size_t unit) {
+  Impl& s = *impl_;
+  const ZeroUnit& u = partition_.units()[unit];
+  const int W = world_size();
+  const int r = rank();
+  if (s.stage <= 1) {
+    if (!s.last_micro || W == 1) return;  // local accumulation until the window's last micro-batch
+    const Tensor all = view(*s.grads, DType::f32, u.flat_begin, u.numel);
+    if (s.stage == 0 || !options_.reduce_scatter) {
+      comm_.all_reduce_sum(all, nullptr);
+    } else {
+      comm_.reduce_scatter_sum(
+          all, view(*s.grads, DType::f32, partition_.slice_begin(unit, r), u.slice_numel), nullptr);
+    }
+    return;
+  }
+  // Stages 2/3: reduce this micro-batch's bucket, fold the rank's slice into the shard accumulator, clear
+  // the bucket for the next use.
+  const Arena& bucket = unit == partition_.embeddings_unit() ? *s.bucket_embeddings
+                        : unit == partition_.shared_unit()   ? *s.bucket_shared
+                                                             : *s.bucket_layer[u.layer % 2];
+  const Tensor all = view(bucket, DType::f32, 0, u.numel);
+  const Tensor mine = view(bucket, DType::f32, r * u.slice_numel, u.slice_numel);
+  if (W > 1) {
+    if (options_.reduce_scatter) {
+      comm_.reduce_scatter_sum(all, mine, nullptr);
+    } else {
+      comm_.all_reduce_sum(all, nullptr);
+    }
+  }
+  const Tensor accumulator = view(*s.grads, DType::f32, u.shard_begin, u.slice_numel);
+  if (s.first_micro) {
+    kernels::copy(mine, accumulator);
+  } else {
+    kernels::add_inplace(accumulator, mine);
+  }
+  kernels::fill(all, 0.0f);
+}
+
+namespace {
+
+// Sum of one double per (rank, unit) from every rank, in the same order everywhere: the 64-bit patterns
+// travel through all_gather as i64 (the communicator sums only floating types up to f32, and an f32 sum
+// would cost the norm the precision of the single-process double sum).
+std::vector<double> all_gather_doubles(Communicator& comm, const std::vector<double>& local,
+                                       DeviceKind device) {
+  const int world = comm.world_size();
+  const auto n = static_cast<int64_t>(local.size());
+  std::vector<int64_t> bits(local.size()), gathered(static_cast<size_t>(world * n));
+  for (size_t i = 0; i < local.size(); ++i) bits[i] = std::bit_cast<int64_t>(local[i]);
+  if (device == DeviceKind::cpu) {
+    comm.all_gather(Tensor(bits.data(), Shape{n}, DType::i64),
+                    Tensor(gathered.data(), Shape{world * n}, DType::i64));
+  } else {
+    Arena scratch("norm exchange", flat_layout(n * (world + 1), DType::i64),
+                  {.kind = MemoryKind::device, .category = MemoryCategory::scratch});
+    const Tensor in(scratch.data(), Shape{n}, DType::i64, DeviceKind::cuda);
+    const Tensor out(static_cast<int64_t*>(scratch.data()) + n, Shape{world * n}, DType::i64,
+                     DeviceKind::cuda);
+    copy_tensor(Tensor(bits.data(), Shape{n}, DType::i64), in);
+    comm.all_gather(in, out, nullptr);
+    copy_tensor(out, Tensor(gathered.data(), Shape{world * n}, DType::i64));
+  }
+  std::vector<double> out(gathered.size());
+  for (size_t i = 0; i < gathered.size(); ++i) out[i] = std::bit_cast<double>(gathered[i]);
+  return out;
+}
+
+}  // namespace
+
+ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
+  Impl& s = *impl_;
+  const int W = world_size();
+  const auto& units = partition_.units();
+  const size_t U = units.size();
+  const bool cpu = s.device == DeviceKind::cpu;
+  auto grad_block = [&](const OwnedBlock& b) { return view(*s.grads, DType::f32, b.grad, b.numel); };
+
+  // 2. Mean over ranks on the CPU (true division, as torch divides); the GPU folds 1/W into the factor.
+  if (cpu && W > 1) {
+    const auto w = static_cast<float>(W);
+    for (const OwnedBlock& b : s.blocks)
+      for (float& x : host_span(grad_block(b))) x /= w;
+  }
+
+  // 3. Sums of squares per (rank, unit) slice, rank-major. Stage 0 holds every rank's slices itself.
+  std::vector<double> sums(static_cast<size_t>(W) * U, 0.0);
+  double non_finite = 0;
+  auto slice_stats = [&](const Tensor& g) -> double {
+    if (cpu) return sum_of_squares(host_span(g));
+#ifdef ZT_WITH_CUDA
+    const gpu::GradStats stats = gpu::grad_stats(g, work_stream());
+    non_finite += static_cast<double>(stats.non_finite);
+    return stats.sum_of_squares;
+#else
+    ZT_FAIL("CUDA training needs a CUDA build");
+#endif
+  };
+  if (s.stage == 0) {
+    for (int r = 0; r < W; ++r)
+      for (size_t u = 0; u < U; ++u)
+        sums[static_cast<size_t>(r) * U + u] =
+            slice_stats(view(*s.grads, DType::f32, partition_.slice_begin(u, r), units[u].slice_numel));
+  } else {
+    std::vector<double> local(U + 1, 0.0);
+    for (size_t u = 0; u < U; ++u) local[u] = slice_stats(grad_block(s.blocks[u]));
+    local[U] = non_finite;
+    if (W == 1) {
+      sums.assign(local.begin(), local.begin() + static_cast<std::ptrdiff_t>(U));
+    } else {
+      const std::vector<double> all = all_gather_doubles(comm_, local, s.device);
+      non_finite = 0;
+      for (int r = 0; r < W; ++r) {
+        for (size_t u = 0; u < U; ++u)
+          sums[static_cast<size_t>(r) * U + u] = all[static_cast<size_t>(r) * (U + 1) + u];
+        non_finite += all[static_cast<size_t>(r) * (U + 1) + U];
+      }
+    }
+  }
+  double total = 0;
+  for (double x : sums) total += x;
+
+  const double loss_scale = scaler.scale();
+  const double norm = cpu ? std::sqrt(total) : std::sqrt(total) / (loss_scale * W);
+  auto clear_gradients = [&] {
+    if (s.stage <= 1) kernels::fill(s.grads->flat(DType::f32), 0.0f);
+  };
+  // 4. fp16 overflow: every rank sees the same sums, so all skip together.
+  if (s.compute == DType::f16) {
+    const bool overflow = non_finite > 0 || !std::isfinite(total);
+    if (!scaler.update(overflow)) {
+      ZT_LOG(info) << "fp16 overflow: step skipped, loss scale " << loss_scale << " -> " << scaler.scale();
+      clear_gradients();
+      return {std::numeric_limits<double>::infinity(), false};
+    }
+  }
+  ZT_CHECK(std::isfinite(norm), "gradient norm is not finite (", norm, ")");
+
+  // 5-6. Clip and update the owned blocks.
+  const double coef = options_.max_grad_norm > 0 ? clip_coefficient(norm, options_.max_grad_norm) : 1.0;
+  adamw_.begin_step();
+  if (cpu) {
+    if (coef < 1.0)
+      for (const OwnedBlock& b : s.blocks) scale_in_place(host_span(grad_block(b)), static_cast<float>(coef));
+    for (const OwnedBlock& b : s.blocks) {
+      adamw_.update({host_span(view(s.master(), DType::f32, b.master, b.numel)), host_span(grad_block(b)),
+                     host_span(view(*s.exp_avg, DType::f32, b.moments, b.numel)),
+                     host_span(view(*s.exp_avg_sq, DType::f32, b.moments, b.numel))},
+                    b.ranges, lr);
+    }
+    clear_gradients();
+  } else {
+#ifdef ZT_WITH_CUDA
+    double factor = 1.0 / loss_scale;
+    if (W > 1) factor /= W;
+    factor *= std::min(1.0, coef);
+    const AdamWStepScalars scalars = adamw_step_scalars(adamw_.hyper(), lr, adamw_.step_count());
+    for (const OwnedBlock& b : s.blocks) {
+      gpu::adamw_update(scalars, view(s.master(), DType::f32, b.master, b.numel), grad_block(b),
+                        view(*s.exp_avg, DType::f32, b.moments, b.numel),
+                        view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges,
+                        s.mixed ? view(*s.compute_copy, s.compute, b.compute, b.numel) : Tensor(),
+                        work_stream(), static_cast<float>(factor), /*zero_grads=*/s.stage == 0);
+    }
+    if (s.stage == 1) clear_gradients();
+#endif
+  }
+  // 7. Stages 1/2: everyone's updated slices into everyone's compute copy.
+  if ((s.stage == 1 || s.stage == 2) && W > 1) {
+    for (size_t u = 0; u < U; ++u) {
+      const OwnedBlock& b = s.blocks[u];
+      comm_.all_gather(view(*s.compute_copy, s.compute, b.compute, b.numel),
+                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel), nullptr);
+    }
+  }
+  return {norm, true};
+}
+
+std::vector<ZeroEngine::OwnedPiece> ZeroEngine::owned_pieces() const {
+  std::vector<OwnedPiece> out;
+  if (options_.stage == 0) {
+    for (size_t k = 0; k < table_.size(); ++k) out.push_back({k, 0, table_.entries()[k].numel()});
+  } else {
+    for (const ShardPiece& p : partition_.pieces(rank())) out.push_back({p.tensor, p.tensor_offset, p.numel});
+  }
+  return out;
+}
+
+namespace {
+const Arena& state_arena(const ZeroEngine::OwnedPiece&, int kind, const Arena& master, const Arena& m,
+                         const Arena& v) {
+  ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
+  return kind == 0 ? master : kind == 1 ? m : v;
+}
+}  // namespace
+
+// Element offset of an owned piece inside the state buffer of `kind`.
+static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mixed, int rank,
+                                  const ZeroEngine::OwnedPiece& p, int kind) {
+  const size_t unit = part.unit_of_tensor(p.tensor);
+  const ZeroUnit& u = part.units()[unit];
+  const int64_t flat = part.tensor_flat_offset(p.tensor) + p.tensor_offset;
+  if (stage == 0) return flat;
+  const int64_t in_slice = flat - part.slice_begin(unit, rank);
+  ZT_CHECK(in_slice >= 0 && in_slice + p.numel <= u.slice_numel,
+           "ZeRO engine: piece outside the rank's slice");
+  const bool master_is_full_compute = kind == 0 && !mixed && stage < 3;
+  return master_is_full_compute ? flat : u.shard_begin + in_slice;
+}
+
+void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> host) const {
+  const Impl& s = *impl_;
+  ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: read_state size mismatch");
+  const Arena& arena = state_arena(piece, kind, s.master(), *s.exp_avg, *s.exp_avg_sq);
+  const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, rank(), piece, kind);
+  copy_tensor(view(arena, DType::f32, offset, piece.numel),
+              Tensor(host.data(), Shape{piece.numel}, DType::f32));
+}
+
+void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const float> host) {
+  const Impl& s = *impl_;
+  ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: write_state size mismatch");
+  const Arena& arena = state_arena(piece, kind, s.master(), *s.exp_avg, *s.exp_avg_sq);
+  const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, rank(), piece, kind);
+  copy_tensor(Tensor(const_cast<float*>(host.data()), Shape{piece.numel}, DType::f32),
+              view(arena, DType::f32, offset, piece.numel));
+}
+
+void ZeroEngine::refresh_compute_copy() {
+  Impl& s = *impl_;
+  if (s.mixed)
+    for (const OwnedBlock& b : s.blocks)
+      kernels::copy(view(*s.master_arena, DType::f32, b.master, b.numel),
+                    view(*s.compute_copy, s.compute, b.compute, b.numel));
+  if ((s.stage == 1 || s.stage == 2) && world_size() > 1) {
+    const auto& units = partition_.units();
+    for (size_t u = 0; u < units.size(); ++u)
+      comm_.all_gather(view(*s.compute_copy, s.compute, s.blocks[u].compute, s.blocks[u].numel),
+                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel), nullptr);
+  }
+}
+
+void ZeroEngine::load_full_parameters(const Arena& host_f32) {
+  ZT_CHECK(host_f32.device() == DeviceKind::cpu, "load_full_parameters needs a host arena");
+  for (const OwnedPiece& p : owned_pieces()) {
+    const Tensor whole = host_f32.tensor(table_.entries()[p.tensor].name);
+    const float* begin = static_cast<const float*>(whole.data()) + p.tensor_offset;
+    write_state(0, p, {begin, static_cast<size_t>(p.numel)});
+  }
+  refresh_compute_copy();
+}
+
+void ZeroEngine::gather_full_master(const Arena& host_f32) {
+  Impl& s = *impl_;
+  ZT_CHECK(host_f32.device() == DeviceKind::cpu, "gather_full_master needs a host arena");
+  const auto& units = partition_.units();
+  std::unique_ptr<Arena> unit_buffer;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const ZeroUnit& unit = units[u];
+    const OwnedBlock& b = s.blocks[u];
+    // The unit's full f32 values: in the master itself at stage 0, else gathered into a unit buffer.
+    Tensor full;
+    if (s.stage == 0) {
+      full = view(s.master(), DType::f32, unit.flat_begin, unit.numel);
+    } else {
+      if (!unit_buffer || unit_buffer->bytes() < static_cast<size_t>(unit.numel) * 4)
+        unit_buffer = std::make_unique<Arena>("consolidation buffer", flat_layout(unit.numel, DType::f32),
+                                              s.options(MemoryCategory::scratch, false));
+      full = view(*unit_buffer, DType::f32, 0, unit.numel);
+      const Tensor mine = view(s.master(), DType::f32, b.master, b.numel);
+      if (world_size() == 1) {
+        kernels::copy(mine, full);
+      } else {
+        comm_.all_gather(mine, full, nullptr);
+      }
+    }
+    for (size_t k = unit.first_tensor; k < unit.end_tensor; ++k) {
+      const ParameterInfo& info = table_.entries()[k];
+      const int64_t offset = partition_.tensor_flat_offset(k) - unit.flat_begin;
+      copy_tensor(Tensor(static_cast<float*>(full.data()) + offset, info.shape, DType::f32, full.device()),
+                  host_f32.tensor(info.name));
+    }
+  }
+}
+
+}  // namespace zt::optim

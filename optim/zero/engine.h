@@ -1,0 +1,139 @@
+// The optimizer-state engine: owns one rank's parameters, gradients, fp32 master and Adam moments for ZeRO
+// stage 0-3, and is the model's unit hooks (model/deberta_tensors.h), where reductions and stage-3 gathers
+// happen. The trainer keeps data, evaluation and I/O; the engine keeps everything per parameter.
+//
+// Per rank, Ψ = padded parameter count, W = world size, S = Ψ / W, T = compute dtype (2 bytes in bf16/f16;
+// in f32 the compute copy *is* the master, so its 4 bytes are not counted twice):
+//
+//   stage  compute copy (T)   gradients (f32)              master (f32)  Adam m, v (f32)  bytes/param, mixed
+//   0      Ψ                  Ψ                            Ψ             2Ψ               18
+//   1      Ψ                  Ψ (reduce-scattered at the   S             2S               6 + 12/W
+//                             end of the accumulation)
+//   2      Ψ                  S + buckets                  S             2S               2 + 16/W (+
+//   buckets) 3      S + gather bufs    S + buckets                  S             2S               18/W (+
+//   buffers)
+// Buckets: one f32 buffer per unit for the embeddings and the shared unit and two rotating layer buffers;
+// stage-3 gather buffers: the same shapes in T. (The ZeRO paper's 16Ψ / 4Ψ+12Ψ/N / 2Ψ+14Ψ/N / 16Ψ/N keep
+// 16-bit gradients; ours are f32 so that accumulation over micro-batches and ranks does not round.)
+//
+// The step, identical in all stages on the values it sees (so stages agree bit for bit on the CPU):
+//   1. gradients reduced per unit (stage 0: all-reduce, 1: reduce-scatter at the last micro-batch of the
+//      window; 2/3: reduce-scatter every micro-batch into the f32 shard accumulator) — rank-order sums;
+//   2. CPU: g /= W on the owned elements (a true division, as torch's DDP averaging);
+//   3. the global norm: sum of squares per (rank, unit) slice in double, added rank by rank, unit by unit —
+//      stage 0 computes every rank's slices itself, the others all-gather their sums — so every stage and
+//      every rank sees the same norm;
+//   4. fp16: overflow (a non-finite norm) agreed by all ranks through the norm: the step is skipped;
+//   5. clip factor min(1, max_norm / (norm + 1e-6)) (and on the GPU 1 / (loss_scale W) folded in);
+//   6. AdamW on the owned elements, writing the 16-bit copy in the same pass;
+//   7. stage 1/2: all-gather the updated compute copy per unit; stage 3: the next forward gathers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/deberta_tensors.h"
+#include "model/parameters.h"
+#include "optim/adamw.h"
+#include "optim/loss_scaler.h"
+#include "optim/zero/partition.h"
+#include "runtime/arena.h"
+#include "runtime/communicator.h"
+
+namespace zt::optim {
+
+struct ZeroEngineOptions {
+  int stage = 0;                        // 0..3
+  DeviceKind device = DeviceKind::cpu;  // where state and compute live
+  DType compute = DType::f32;           // storage dtype of the model's parameters
+  bool reduce_scatter = true;           // stages 1/2: false all-reduces and keeps the slice
+  AdamWHyper hyper;
+  double max_grad_norm = 1.0;  // 0: no clipping
+};
+
+struct ZeroStepResult {
+  double grad_norm = 0;  // of the unscaled, averaged gradients before clipping; +inf when skipped
+  bool applied = true;   // false: fp16 overflow, no update
+};
+
+// Bytes per category of one rank's engine state (the estimator's formula, exact for our layout).
+struct ZeroStateBytes {
+  size_t compute_copy = 0;  // the 16-bit copy (or f32 params) the model reads; stage 3: its shard
+  size_t gradients = 0;     // f32 gradients (full, or the shard accumulator)
+  size_t master = 0;        // f32 master weights not shared with the compute copy
+  size_t optimizer = 0;     // Adam m and v
+  size_t buffers = 0;       // gradient buckets and stage-3 gather buffers
+  size_t total() const { return compute_copy + gradients + master + optimizer + buffers; }
+};
+ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute);
+
+class ZeroEngine final : public DebertaUnitHooks {
+ public:
+  // `table`, `config` and `comm` must outlive the engine. Allocates every buffer (device buffers through
+  // the calling thread's device allocator). Parameters start at zero: call load_full_parameters.
+  ZeroEngine(const ParameterTable& table, const DebertaConfig& config, Communicator& comm,
+             ZeroEngineOptions options);
+  ~ZeroEngine() override;
+
+  const ZeroPartition& partition() const { return partition_; }
+  const ZeroEngineOptions& options() const { return options_; }
+  int rank() const { return comm_.rank(); }
+  int world_size() const { return comm_.world_size(); }
+
+  // What the model reads and where it writes gradients (stage 3 / stage 2: views into gather buffers and
+  // gradient buckets, valid between the hooks' acquire and release).
+  const DebertaTensors& parameter_handles() const { return param_handles_; }
+  const DebertaTensors& gradient_handles() const { return grad_handles_; }
+
+  // Call before each micro-batch's backward: `last` = the last micro-batch of the accumulation window
+  // (stages 0/1 reduce only then; 2/3 reduce every micro-batch and `first` starts the accumulator).
+  void begin_backward(bool first, bool last);
+
+  // DebertaUnitHooks: stage-3 gathers and gradient reductions.
+  void acquire(size_t unit, Pass pass) override;
+  void release(size_t unit, Pass pass) override;
+  void gradients_ready(size_t unit) override;
+
+  // One optimizer step over the reduced gradients (collective). `scaler` is disabled outside fp16.
+  ZeroStepResult step(double lr, LossScaler& scaler);
+
+  // Collective: every rank passes the same full f32 host arena laid out by table.layout(f32); each keeps its
+  // part in the master and refreshes the compute copy.
+  void load_full_parameters(const Arena& host_f32);
+  // Collective: the full f32 master gathered unit by unit into `host_f32` (table.layout(f32)) on every rank.
+  void gather_full_master(const Arena& host_f32);
+
+  // Checkpoint access to the state this rank owns (stage 0: everything). kind: 0 master, 1 adam m, 2 adam v.
+  // Copies the owned part of tensor `tensor` ([tensor_offset, tensor_offset + numel)) to or from host memory.
+  struct OwnedPiece {
+    size_t tensor;
+    int64_t tensor_offset;
+    int64_t numel;
+  };
+  std::vector<OwnedPiece> owned_pieces() const;
+  const std::string& tensor_name(size_t tensor) const { return table_.entries()[tensor].name; }
+  int64_t tensor_numel(size_t tensor) const { return table_.entries()[tensor].numel(); }
+  void read_state(int kind, const OwnedPiece& piece, std::span<float> host) const;
+  void write_state(int kind, const OwnedPiece& piece, std::span<const float> host);
+  // After write_state of masters: re-derive the compute copy (collective for stages 1/2).
+  void refresh_compute_copy();
+
+  AdamW& adamw() { return adamw_; }
+  const AdamW& adamw() const { return adamw_; }
+  ZeroStateBytes state_bytes() const;
+
+ private:
+  struct Impl;
+  const ParameterTable& table_;
+  Communicator& comm_;
+  ZeroEngineOptions options_;
+  ZeroPartition partition_;
+  AdamW adamw_;
+  DebertaTensors param_handles_, grad_handles_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zt::optim
