@@ -8,16 +8,13 @@
 #include "runtime/tensor.h"
 
 #ifdef ZT_WITH_CUDA
-#include <cuda_runtime_api.h>
+// CUDA tensors passed to the stream-less entry points (kernels/<op>.h) are queued on the calling thread's
+// current stream, zt::current_stream() (the legacy default stream unless a StreamScope says otherwise; the
+// rule is in runtime/stream.h); code that must name another stream calls the kernels/cuda/<op>.cuh launchers.
+#include "runtime/stream.h"
 #endif
 
 namespace zt::kernels {
-
-#ifdef ZT_WITH_CUDA
-// CUDA tensors passed to the stream-less entry points (kernels/<op>.h) run on the legacy default stream; code
-// with its own stream calls the kernels/cuda/<op>.cuh launchers directly.
-constexpr cudaStream_t kDispatchStream = nullptr;
-#endif
 
 // Throws unless t is defined, of `dtype`, contiguous and in host memory (what the CPU references read).
 inline void check_cpu_arg(const Tensor& t, DType dtype, const char* op, const char* name) {

@@ -13,10 +13,11 @@
 //   dbias[o]   += sum_{b,t} dy[b,t,o]                               skipped when dbias is undefined
 // All tensors contiguous; y must not alias x.
 // CPU: all f32, evaluated as k shifted GEMMs per batch item, one per kernel tap.
-// CUDA (kernels/cuda/conv1d.cu; legacy default stream): x, weight, bias, y, dy, dx in one storage dtype T
-// (f32, bf16, f16); dweight and dbias f32 (accumulated). Evaluated as im2col + one GEMM (fp32 compute);
-// scratch from the device allocator: B*L*k*D_in elements of T (+ the regrouped weight), and in backward
-// 4*B*L*k*D_in bytes for dcols and 4*D_out*k*D_in bytes for the grouped dW.
+// CUDA (kernels/cuda/conv1d.cu; on the calling thread's current stream, runtime/stream.h): x, weight, bias,
+// y, dy, dx in one storage dtype T (f32, bf16, f16); dweight and dbias f32 (accumulated). Evaluated as
+// im2col + one GEMM (fp32 compute); scratch from the device allocator: B*L*k*D_in elements of T (+ the
+// regrouped weight), and in backward 4*B*L*k*D_in bytes for dcols and 4*D_out*k*D_in bytes for the grouped
+// dW.
 #pragma once
 
 #include "runtime/tensor.h"

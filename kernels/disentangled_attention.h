@@ -16,10 +16,11 @@
 //   dQ = G K + [c2p] Gc PK,      dK = G^T Q + [p2c] Gp PQ
 //   dPK += [c2p] Gc^T Q,         dPQ += [p2c] Gp^T K          (summed over the batch)
 //
-// CPU: every tensor f32. CUDA (kernels/cuda/disentangled_attention.cu; legacy default stream): q, k, v,
-// pos_key, pos_query, context, dcontext, dq, dk, dv in one storage dtype T (f32, bf16, f16); probs f32
-// always (scores and softmax run in f32); dpos_key / dpos_query T or f32; mask on the GPU. Scratch per call
-// from the device allocator, with P = B*N*L*L and W = the table rows reached (<= min(2S, 2L - 1)):
+// CPU: every tensor f32. CUDA (kernels/cuda/disentangled_attention.cu; on the calling thread's current
+// stream, runtime/stream.h): q, k, v, pos_key, pos_query, context, dcontext, dq, dk, dv in one storage
+// dtype T (f32, bf16, f16); probs f32 always (scores and softmax run in f32); dpos_key / dpos_query T or
+// f32; mask on the GPU. Scratch per call from the device allocator, with P = B*N*L*L and W = the table
+// rows reached (<= min(2S, 2L - 1)):
 //   forward  P*sizeof(T) for P~ (none for f32 without dropout) + 2 * 4*N*B*L*W for the C2P/P2C scores;
 //   backward 4*P for dP/G + P*sizeof(T) for P~ then G (none for f32 without dropout) + 2 * N*B*L*W*sizeof(T)
 //   for Gc/Gp. E.g. B = 32, N = 24, L = 128 (W = 255), bf16: probs 48 MiB (kept by the caller); forward

@@ -21,17 +21,20 @@
 // Why row-major over column-major cuBLASLt: a row-major C [m, n] is the column-major C^T [n, m] =
 // op(B)^T op(A)^T, so the call passes B as cuBLASLt's A, A as its B, and swaps m and n; no data moves.
 //
-// Caching: one cuBLASLt handle and one 32 MiB workspace per device (taken once from the device allocator,
-// category scratch), and per problem (dtypes, shape, leading dims, strides, transposes, epilogue, pointer
-// alignments) one matmul descriptor, layouts and the heuristic's algorithm. Where the heuristic finds no
-// algorithm (unaligned 16-bit views such as a d = 5 head), the call falls back to cuBLAS's
+// Caching: per device one cuBLASLt handle and, per problem (dtypes, shape, leading dims, strides, transposes,
+// epilogue, pointer alignments), one matmul descriptor, layouts and the heuristic's algorithm; per (device,
+// stream) one 32 MiB workspace (category scratch, from the allocator current on the thread at the stream's
+// first GEMM: a rank's own under its AllocatorScope; the process-wide one for the legacy stream) and one
+// cuBLAS handle for the fallbacks, dropped when the stream is retired (runtime/stream.h). Where the heuristic
+// finds no algorithm (unaligned 16-bit views such as a d = 5 head), the call falls back to cuBLAS's
 // cublasGemmStridedBatchedEx plus a bias kernel, which accepts any alignment.
 //
 // The GELU epilogues are not offered: cuBLASLt's GELU is the tanh approximation and DeBERTa uses the erf
 // form, so fusing it would change the model's numbers.
 //
-// Streams: calls on one device share the workspace, so they must be ordered (one compute stream, or
-// streams ordered by events). Thread-safe (a mutex guards the cache).
+// Streams: every stream has its own workspace and cuBLAS handle, so GEMMs on different streams (ranks on
+// one GPU, each a thread with its own current stream) may run concurrently. Thread-safe: a mutex guards the
+// caches and is held while a call is enqueued (host-side only; the GPU work of different streams overlaps).
 //
 // CUDA builds only (ZT_WITH_CUDA).
 #pragma once
@@ -91,5 +94,7 @@ void gemm(const GemmProblem& problem, cudaStream_t stream);
 
 // How many cached plans exist on the current device (tests check that repeated shapes reuse them).
 int64_t gemm_cached_plan_count();
+// How many (device, stream) workspaces exist (tests check one per stream, dropped when the stream is).
+int64_t gemm_stream_workspace_count();
 
 }  // namespace zt::kernels

@@ -10,7 +10,7 @@
 //
 // y must not alias x, and dx must not alias dy (GEMM operands). All tensors contiguous.
 // CPU: everything f32 (the Eigen reference).
-// CUDA (kernels/cuda/linear.cu, cuBLASLt with fp32 compute; launched on the legacy default stream):
+// CUDA (kernels/cuda/linear.cu, cuBLASLt with fp32 compute; on the calling thread's current stream):
 //   x, weight, bias, y, dy, dx   one storage dtype T: f32, bf16 or f16 (f32 without TF32)
 //   dweight, dbias               f32 gradient buffers, accumulated with beta = 1 / an f32 column sum
 //   y = x W^T + b is one GEMM with the bias epilogue; dx (beta 0 or 1) and dW are one GEMM each.

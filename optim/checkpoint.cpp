@@ -9,11 +9,8 @@
 #include <vector>
 
 #include "runtime/check.h"
+#include "runtime/device.h"
 #include "runtime/h5file.h"
-
-#ifdef ZT_WITH_CUDA
-#include "runtime/cuda_check.h"
-#endif
 
 namespace zt::optim {
 namespace {
@@ -63,7 +60,8 @@ void check_arenas_hold_table(const ParameterTable& table, const std::vector<Tens
   }
 }
 
-// Device arenas are staged through host memory; host and pinned-host arenas are used in place.
+// Device arenas are staged through host memory (copy_tensor: on the thread's current stream, which it then
+// synchronizes); host and pinned-host arenas are used in place.
 void write_arena_tensor(H5File& file, std::string_view dataset, const Arena& arena, const ArenaSlot& slot) {
   const void* source = static_cast<const char*>(arena.data()) + slot.offset;
   if (arena.kind() != MemoryKind::device) {
@@ -72,7 +70,8 @@ void write_arena_tensor(H5File& file, std::string_view dataset, const Arena& are
   }
 #ifdef ZT_WITH_CUDA
   std::vector<char> staging(slot.nbytes);
-  ZT_CUDA_CHECK(cudaMemcpy(staging.data(), source, slot.nbytes, cudaMemcpyDeviceToHost));
+  copy_tensor(Tensor(const_cast<void*>(source), slot.shape, slot.dtype, DeviceKind::cuda),
+              Tensor(staging.data(), slot.shape, slot.dtype));
   file.write(dataset, staging.data(), slot.shape, slot.dtype);
 #else
   ZT_FAIL("arena '", arena.name(), "' is a device arena, but this build has no CUDA");
@@ -89,7 +88,8 @@ void read_arena_tensor(const H5File& file, std::string_view dataset, const Arena
 #ifdef ZT_WITH_CUDA
   std::vector<char> staging(slot.nbytes);
   file.read(dataset, staging.data(), slot.shape, slot.dtype);
-  ZT_CUDA_CHECK(cudaMemcpy(target, staging.data(), slot.nbytes, cudaMemcpyHostToDevice));
+  copy_tensor(Tensor(staging.data(), slot.shape, slot.dtype),
+              Tensor(target, slot.shape, slot.dtype, DeviceKind::cuda));
 #else
   ZT_FAIL("arena '", arena.name(), "' is a device arena, but this build has no CUDA");
 #endif

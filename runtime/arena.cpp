@@ -15,6 +15,8 @@
 
 #ifdef ZT_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "runtime/stream.h"
 #endif
 
 namespace zt {
@@ -170,7 +172,9 @@ Arena::Arena(std::string name, ArenaLayout layout, ArenaOptions options)
       std::memset(data_, 0, bytes);
     } else {
 #ifdef ZT_WITH_CUDA
-      cudaError_t status = cudaMemset(data_, 0, bytes);
+      // On the thread's current stream, ahead of the work that will use the arena (a plain cudaMemset runs
+      // on the legacy stream, which non-blocking rank streams do not wait for).
+      cudaError_t status = cudaMemsetAsync(data_, 0, bytes, current_stream());
       ZT_CHECK(status == cudaSuccess, "cannot zero device arena '", name_, "': ", cudaGetErrorString(status));
 #else
       ZT_FAIL("cannot zero arena '", name_, "': its memory is not host-accessible in a build without CUDA");

@@ -89,7 +89,7 @@ struct ArenaOptions {
   MemoryKind kind = MemoryKind::host;
   MemoryCategory category = MemoryCategory::other;  // accounting category for device arenas
   DeviceAllocator* allocator = nullptr;             // device arenas; nullptr: device_allocator() (current)
-  bool zero_fill = false;                           // zero the buffer at allocation
+  bool zero_fill = false;                           // zero at allocation (device: on the current stream)
 };
 
 class Arena {

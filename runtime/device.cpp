@@ -6,6 +6,8 @@
 
 #ifdef ZT_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "runtime/stream.h"
 #endif
 
 namespace zt {
@@ -50,7 +52,10 @@ void copy_tensor(const Tensor& src, const Tensor& dst) {
     return;
   }
 #ifdef ZT_WITH_CUDA
-  const cudaError_t status = cudaMemcpy(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault);
+  // Queued behind this thread's work and waited for on its stream alone: other ranks' streams run on.
+  const cudaStream_t stream = current_stream();
+  cudaError_t status = cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault, stream);
+  if (status == cudaSuccess) status = cudaStreamSynchronize(stream);
   ZT_CHECK(status == cudaSuccess, "copy_tensor ", src.describe(), " -> ", dst.describe(), ": ",
            cudaGetErrorString(status));
 #else

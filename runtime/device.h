@@ -15,12 +15,13 @@ inline bool cuda_available() {
 std::string describe_devices();  // one line, for the start-up banner: "1 x NVIDIA H200 (sm_90, 139 GiB)"
 
 // Copies `src` into `dst` (same dtype and element count, both contiguous) between host and device memory in
-// any direction. Synchronous, ordered after the work already queued on the default stream (which the kernels
-// use), so a loss or logits can be read right after the op that wrote them.
+// any direction. Queued on the calling thread's current stream (runtime/stream.h), which it then
+// synchronizes (that stream only, not the device), so a loss or logits can be read right after the op that
+// wrote them while other threads' streams keep running.
 void copy_tensor(const Tensor& src, const Tensor& dst);
 
-// Waits until the current device has finished all queued work (cudaDeviceSynchronize); a no-op without a
-// GPU. For timing whole steps from the host.
+// Waits until the current device has finished all queued work of every stream and thread
+// (cudaDeviceSynchronize); a no-op without a GPU. For timing whole steps from the host, never in a step.
 void device_synchronize();
 
 }  // namespace zt

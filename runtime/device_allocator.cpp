@@ -281,15 +281,44 @@ namespace {
 std::mutex g_allocators_mutex;
 size_t g_memory_limit = DeviceAllocator::kNoLimit;
 std::vector<DeviceAllocator*> g_allocators;  // index = device; leaked on purpose (see header)
+thread_local DeviceAllocator* t_scoped_allocator = nullptr;
+
+// Whether `device` names the device this thread works on. Without CUDA (or without a GPU) there is only
+// the one fake device of the scoped allocator.
+bool is_current_device(int device) {
+  if (device < 0) return true;
+#ifdef ZT_WITH_CUDA
+  int current = 0;
+  if (cudaGetDevice(&current) == cudaSuccess) return device == current;
+  (void)cudaGetLastError();
+#endif
+  return true;
+}
+
 }  // namespace
 
+AllocatorScope::AllocatorScope(DeviceAllocator& allocator) : previous_(t_scoped_allocator) {
+  t_scoped_allocator = &allocator;
+}
+
+AllocatorScope::~AllocatorScope() {
+  t_scoped_allocator = previous_;
+}
+
 DeviceAllocator& device_allocator(int device) {
+  if (t_scoped_allocator != nullptr && is_current_device(device)) return *t_scoped_allocator;
+  return process_device_allocator(device);
+}
+
+DeviceAllocator& process_device_allocator(int device) {
 #ifdef ZT_WITH_CUDA
   if (device < 0) {
     ZT_CHECK(cudaGetDevice(&device) == cudaSuccess, "cannot query the current CUDA device");
   }
 #endif
-  ZT_CHECK(device >= 0, "device_allocator: no current device in a build without CUDA");
+  ZT_CHECK(device >= 0,
+           "device_allocator: no current device in a build without CUDA (install an "
+           "AllocatorScope for a fake device)");
   std::lock_guard<std::mutex> lock(g_allocators_mutex);
   if (g_allocators.size() <= static_cast<size_t>(device)) g_allocators.resize(device + 1, nullptr);
   if (g_allocators[device] == nullptr)

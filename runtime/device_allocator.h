@@ -14,6 +14,12 @@
 // Stream safety: a released block is reusable at once. The caller must ensure no queued device work still
 // touches it (work on the single compute stream is ordered anyway; buffers shared with copy/communication
 // streams must be released only after an event or a synchronize says that work is done).
+//
+// Ranks sharing a device: N in-process ranks (host threads) on one GPU each construct their own allocator
+// (CUDA backend, the rank's own cap) and install it with an AllocatorScope on their thread;
+// device_allocator() then returns it, so the arenas, kernel scratch and GEMM workspace of a rank land in its
+// allocator, its peak and categories are its own, and scratch one rank releases is never reused by another
+// rank's stream while that rank's kernels still run (see runtime/stream.h, the current-stream rule).
 #pragma once
 
 #include <array>
@@ -162,10 +168,36 @@ class DeviceAllocator {
   DeviceMemoryStats stats_;
 };
 
+// The allocator this thread allocates device memory from: the innermost AllocatorScope's when one is active
+// on the thread and `device` is the current device (device < 0 means the current device), else the
+// process-wide allocator of `device`. Every device allocation in zerotrain asks here.
+DeviceAllocator& device_allocator(int device = -1);
 // Process-wide allocators, one per CUDA device (device < 0: the current device), created on first use with
 // the CUDA backend and the limit set below. Never destroyed (device memory is reclaimed at process exit).
-DeviceAllocator& device_allocator(int device = -1);
-// Caps every device allocator, present and future (DeviceAllocator::kNoLimit: none). --gpu_memory_limit.
+// Caches shared by every thread for the whole process (attention index tables) allocate here directly: a
+// rank's scoped allocator may be destroyed before they are.
+DeviceAllocator& process_device_allocator(int device = -1);
+// Caps every process-wide device allocator, present and future (DeviceAllocator::kNoLimit: none).
+// --gpu_memory_limit. Scoped per-rank allocators keep the cap they were constructed with.
 void set_device_memory_limit(size_t cap_bytes);
+
+// Makes device_allocator() return `allocator` on this thread (for the current device) until the scope ends,
+// then restores the previous choice; scopes nest. The allocator must outlive the scope and everything
+// allocated under it, including per-stream caches filled under it (destroy the rank's Streams first).
+//
+//   DeviceAllocator mine(make_cuda_memory_backend(0), rank_cap);
+//   AllocatorScope use_mine(mine);
+//   Stream compute;                       // destroyed before `mine`: its GEMM workspace came from `mine`
+//   StreamScope on_compute(compute);
+class AllocatorScope {
+ public:
+  explicit AllocatorScope(DeviceAllocator& allocator);
+  ~AllocatorScope();
+  AllocatorScope(const AllocatorScope&) = delete;
+  AllocatorScope& operator=(const AllocatorScope&) = delete;
+
+ private:
+  DeviceAllocator* previous_;
+};
 
 }  // namespace zt

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "runtime/cuda_check.h"
+#include "runtime/stream.h"
 #endif
 
 namespace zt {
@@ -61,7 +62,7 @@ void StepProfile::mark(std::string_view segment) {
       event = static_cast<cudaEvent_t>(free_events_.back());
       free_events_.pop_back();
     }
-    ZT_CUDA_CHECK(cudaEventRecord(event, nullptr));
+    ZT_CUDA_CHECK(cudaEventRecord(event, current_stream()));
     p.event = event;
   }
 #endif

@@ -10,11 +10,11 @@
 //   prof.collect();                    // waits for the device, adds the segment times to the totals
 //   std::cout << prof.report();
 //
-// On a CUDA build with a GPU the marks are CUDA events on the legacy default stream (where every kernel
-// entry point runs), so a segment measures device time between the boundaries, not launch time; otherwise
-// they are host steady_clock readings. Disabled (every call a no-op) unless enabled with enable(true) or the
-// environment variable ZT_PROFILE=1, so the marks stay in the model at no cost. Not thread-safe: one
-// training thread marks.
+// On a CUDA build with a GPU the marks are CUDA events on the marking thread's current stream (where every
+// kernel entry point runs), so a segment measures device time between the boundaries, not launch time;
+// otherwise they are host steady_clock readings. Disabled (every call a no-op) unless enabled with
+// enable(true) or the environment variable ZT_PROFILE=1, so the marks stay in the model at no cost. Not
+// thread-safe: one training thread marks.
 #pragma once
 
 #include <cstdint>

@@ -20,8 +20,9 @@
 //   3. Timing at B 40, L 128 (hidden 1536, 24 heads, intermediate 6144, vocab 128100, relative table
 //      2 x 256 rows, conv k 3, the xlarge parameter arena): 3 warm-up calls, then --reps calls, each after
 //      a memset of max(256 MiB, 4 x L2) so no input is still cached, timed by CUDA events around the call
-//      alone on the legacy default stream the entry points use. Host work inside a call that stalls the
-//      stream (a synchronous upload) is counted: a training step pays it too. Median and min reported.
+//      alone on the legacy default stream (the entry points' current stream here). Host work inside a call
+//      that stalls the stream (a synchronous upload) is counted: a training step pays it too. Median and min
+//      reported.
 //   4. A table on stdout: GB/s from the minimal traffic (each input read once, each output written once,
 //      accumulated outputs read and written; the formula is at each kernel), TFLOP/s where the kernel runs
 //      GEMMs (linear, conv1d, attention), and the fraction of the roofline: a call cannot beat
@@ -146,7 +147,9 @@ using zt::Tensor;
 namespace kernels = zt::kernels;
 namespace optim = zt::optim;
 
-constexpr cudaStream_t kStream = kernels::kDispatchStream;  // where the stream-less entry points run
+// The legacy default stream: with no StreamScope in this tool it is the current stream, where the
+// stream-less entry points run (runtime/stream.h).
+constexpr cudaStream_t kStream = nullptr;
 constexpr int kWarmup = 3;
 constexpr DType bf16 = DType::bf16;
 constexpr DType f32 = DType::f32;

@@ -61,7 +61,7 @@ ConstTapView weight_tap(const float* w, const ConvShape& s, int64_t kk) {
 void conv1d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y) {
   constexpr const char* op = "conv1d_forward";
 #ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::conv1d_forward(x, weight, bias, y);
+  if (x.device() == DeviceKind::cuda) return gpu::conv1d_forward(x, weight, bias, y, current_stream());
 #endif
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   const ConvShape s = check_conv_args(x, weight, op);
@@ -94,7 +94,7 @@ void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   constexpr const char* op = "conv1d_backward";
 #ifdef ZT_WITH_CUDA
   if (x.device() == DeviceKind::cuda) {
-    return gpu::conv1d_backward(dy, x, weight, dx, dweight, dbias, accumulate_dx);
+    return gpu::conv1d_backward(dy, x, weight, dx, dweight, dbias, accumulate_dx, current_stream());
   }
 #endif
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");

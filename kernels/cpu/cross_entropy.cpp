@@ -50,7 +50,7 @@ double log_sum_exp(const float* z, int64_t classes) {
 void cross_entropy_forward(const Tensor& logits, const Tensor& labels, const Tensor& loss) {
 #ifdef ZT_WITH_CUDA
   if (logits.device() == DeviceKind::cuda)
-    return gpu::cross_entropy_forward(logits, labels, loss, kDispatchStream);
+    return gpu::cross_entropy_forward(logits, labels, loss, current_stream());
 #endif
   constexpr const char* op = "cross_entropy_forward";
   const ClassShape s = check_cross_entropy_args(logits, labels, op);
@@ -71,7 +71,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& labels, const Ten
 void cross_entropy_backward(const Tensor& logits, const Tensor& labels, float dloss, const Tensor& dlogits) {
 #ifdef ZT_WITH_CUDA
   if (logits.device() == DeviceKind::cuda)
-    return gpu::cross_entropy_backward(logits, labels, dloss, dlogits, kDispatchStream);
+    return gpu::cross_entropy_backward(logits, labels, dloss, dlogits, current_stream());
 #endif
   constexpr const char* op = "cross_entropy_backward";
   const ClassShape s = check_cross_entropy_args(logits, labels, op);

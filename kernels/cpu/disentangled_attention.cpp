@@ -134,7 +134,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
 #ifdef ZT_WITH_CUDA
   if (q.device() == DeviceKind::cuda) {
     return gpu::disentangled_attention_forward(q, k, v, pos_key, pos_query, attention_mask, config, context,
-                                               probs);
+                                               probs, current_stream());
   }
 #endif
   if (q.device() == DeviceKind::cuda) ZT_FAIL("disentangled_attention: CUDA kernel not built yet");
@@ -204,7 +204,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
 #ifdef ZT_WITH_CUDA
   if (q.device() == DeviceKind::cuda) {
     return gpu::disentangled_attention_backward(q, k, v, pos_key, pos_query, attention_mask, probs, dcontext,
-                                                config, dq, dk, dv, dpos_key, dpos_query);
+                                                config, dq, dk, dv, dpos_key, dpos_query, current_stream());
   }
 #endif
   if (q.device() == DeviceKind::cuda) ZT_FAIL("disentangled_attention: CUDA kernel not built yet");

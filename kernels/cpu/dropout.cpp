@@ -43,7 +43,7 @@ void check_dropout_args(const Tensor& in, const Tensor& out, const DropoutSite& 
 
 void dropout_forward(const Tensor& x, const Tensor& y, const DropoutSite& site) {
 #ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::dropout_forward(x, y, site, kDispatchStream);
+  if (x.device() == DeviceKind::cuda) return gpu::dropout_forward(x, y, site, current_stream());
 #endif
   check_dropout_args(x, y, site, "dropout_forward", "x", "y");
   apply_dropout_mask_cpu(x.data_as<float>(), y.data_as<float>(), x.numel(), site);
@@ -51,7 +51,7 @@ void dropout_forward(const Tensor& x, const Tensor& y, const DropoutSite& site) 
 
 void dropout_backward(const Tensor& dy, const Tensor& dx, const DropoutSite& site) {
 #ifdef ZT_WITH_CUDA
-  if (dy.device() == DeviceKind::cuda) return gpu::dropout_backward(dy, dx, site, kDispatchStream);
+  if (dy.device() == DeviceKind::cuda) return gpu::dropout_backward(dy, dx, site, current_stream());
 #endif
   check_dropout_args(dy, dx, site, "dropout_backward", "dy", "dx");
   apply_dropout_mask_cpu(dy.data_as<float>(), dx.data_as<float>(), dy.numel(), site);

@@ -69,7 +69,7 @@ TokenShape check_select_token(const Tensor& full, const Tensor& rows, int64_t to
 
 void add(const Tensor& a, const Tensor& b, const Tensor& out) {
 #ifdef ZT_WITH_CUDA
-  if (a.device() == DeviceKind::cuda) return gpu::add(a, b, out, kDispatchStream);
+  if (a.device() == DeviceKind::cuda) return gpu::add(a, b, out, current_stream());
 #endif
   constexpr const char* op = "add";
   fail_if_cuda(a, op);
@@ -86,7 +86,7 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
 
 void add_inplace(const Tensor& dst, const Tensor& src) {
 #ifdef ZT_WITH_CUDA
-  if (dst.device() == DeviceKind::cuda) return gpu::add_inplace(dst, src, kDispatchStream);
+  if (dst.device() == DeviceKind::cuda) return gpu::add_inplace(dst, src, current_stream());
 #endif
   constexpr const char* op = "add_inplace";
   fail_if_cuda(dst, op);
@@ -100,7 +100,7 @@ void add_inplace(const Tensor& dst, const Tensor& src) {
 
 void scale(const Tensor& x, float alpha, const Tensor& out) {
 #ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::scale(x, alpha, out, kDispatchStream);
+  if (x.device() == DeviceKind::cuda) return gpu::scale(x, alpha, out, current_stream());
 #endif
   constexpr const char* op = "scale";
   fail_if_cuda(x, op);
@@ -114,7 +114,7 @@ void scale(const Tensor& x, float alpha, const Tensor& out) {
 
 void copy(const Tensor& src, const Tensor& dst) {
 #ifdef ZT_WITH_CUDA
-  if (src.device() == DeviceKind::cuda) return gpu::copy(src, dst, kDispatchStream);
+  if (src.device() == DeviceKind::cuda) return gpu::copy(src, dst, current_stream());
 #endif
   constexpr const char* op = "copy";
   fail_if_cuda(src, op);
@@ -126,7 +126,7 @@ void copy(const Tensor& src, const Tensor& dst) {
 
 void fill(const Tensor& dst, float value) {
 #ifdef ZT_WITH_CUDA
-  if (dst.device() == DeviceKind::cuda) return gpu::fill(dst, value, kDispatchStream);
+  if (dst.device() == DeviceKind::cuda) return gpu::fill(dst, value, current_stream());
 #endif
   constexpr const char* op = "fill";
   fail_if_cuda(dst, op);
@@ -137,21 +137,21 @@ void fill(const Tensor& dst, float value) {
 
 void mask_rows_forward(const Tensor& x, const Tensor& mask, const Tensor& out) {
 #ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::mask_rows_forward(x, mask, out, kDispatchStream);
+  if (x.device() == DeviceKind::cuda) return gpu::mask_rows_forward(x, mask, out, current_stream());
 #endif
   apply_row_mask(x, mask, out, "mask_rows_forward", "x", "out");
 }
 
 void mask_rows_backward(const Tensor& dy, const Tensor& mask, const Tensor& dx) {
 #ifdef ZT_WITH_CUDA
-  if (dy.device() == DeviceKind::cuda) return gpu::mask_rows_backward(dy, mask, dx, kDispatchStream);
+  if (dy.device() == DeviceKind::cuda) return gpu::mask_rows_backward(dy, mask, dx, current_stream());
 #endif
   apply_row_mask(dy, mask, dx, "mask_rows_backward", "dy", "dx");
 }
 
 void select_token_forward(const Tensor& x, int64_t token, const Tensor& out) {
 #ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::select_token_forward(x, token, out, kDispatchStream);
+  if (x.device() == DeviceKind::cuda) return gpu::select_token_forward(x, token, out, current_stream());
 #endif
   const TokenShape s = check_select_token(x, out, token, "select_token_forward", "x", "out");
   const float* px = x.data_as<float>();
@@ -164,7 +164,7 @@ void select_token_forward(const Tensor& x, int64_t token, const Tensor& out) {
 
 void select_token_backward(const Tensor& dout, int64_t token, const Tensor& dx) {
 #ifdef ZT_WITH_CUDA
-  if (dx.device() == DeviceKind::cuda) return gpu::select_token_backward(dout, token, dx, kDispatchStream);
+  if (dx.device() == DeviceKind::cuda) return gpu::select_token_backward(dout, token, dx, current_stream());
 #endif
   const TokenShape s = check_select_token(dx, dout, token, "select_token_backward", "dx", "dout");
   const float* pg = dout.data_as<float>();

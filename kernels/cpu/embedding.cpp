@@ -30,7 +30,7 @@ void check_ids_in_range(const int64_t* ids, int64_t n, int64_t vocab, const char
 
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
 #ifdef ZT_WITH_CUDA
-  if (table.device() == DeviceKind::cuda) return gpu::embedding_forward(ids, table, out, kDispatchStream);
+  if (table.device() == DeviceKind::cuda) return gpu::embedding_forward(ids, table, out, current_stream());
 #endif
   constexpr const char* op = "embedding_forward";
   if (table.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
@@ -52,7 +52,7 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
 void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) {
 #ifdef ZT_WITH_CUDA
   if (dtable.device() == DeviceKind::cuda)
-    return gpu::embedding_backward(ids, dout, dtable, padding_idx, kDispatchStream);
+    return gpu::embedding_backward(ids, dout, dtable, padding_idx, current_stream());
 #endif
   constexpr const char* op = "embedding_backward";
   if (dtable.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");

@@ -30,7 +30,7 @@ void gelu_backward_cpu(const float* dy, const float* x, float* dx, int64_t n) {
 
 void gelu_forward(const Tensor& x, const Tensor& y) {
 #ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::gelu_forward(x, y, kDispatchStream);
+  if (x.device() == DeviceKind::cuda) return gpu::gelu_forward(x, y, current_stream());
 #endif
   constexpr const char* op = "gelu_forward";
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
@@ -42,7 +42,7 @@ void gelu_forward(const Tensor& x, const Tensor& y) {
 
 void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx) {
 #ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::gelu_backward(dy, x, dx, kDispatchStream);
+  if (x.device() == DeviceKind::cuda) return gpu::gelu_backward(dy, x, dx, current_stream());
 #endif
   constexpr const char* op = "gelu_backward";
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");

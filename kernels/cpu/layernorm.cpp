@@ -98,7 +98,7 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                        const Tensor& mean, const Tensor& rstd) {
 #ifdef ZT_WITH_CUDA
   if (x.device() == DeviceKind::cuda)
-    return gpu::layernorm_forward(x, gamma, beta, eps, y, mean, rstd, kDispatchStream);
+    return gpu::layernorm_forward(x, gamma, beta, eps, y, mean, rstd, current_stream());
 #endif
   check_layernorm_forward_args(x, gamma, beta, eps, y, mean, rstd, "layernorm_forward", "x");
   const int64_t dim = x.dim(-1);
@@ -113,7 +113,7 @@ void dropout_add_layernorm_forward(const Tensor& s, const Tensor& residual, cons
 #ifdef ZT_WITH_CUDA
   if (s.device() == DeviceKind::cuda) {
     return gpu::dropout_add_layernorm_forward(s, residual, site, gamma, beta, eps, y, mean, rstd,
-                                              kDispatchStream);
+                                              current_stream());
   }
 #endif
   constexpr const char* op = "dropout_add_layernorm_forward";
@@ -135,7 +135,7 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
 #ifdef ZT_WITH_CUDA
   if (x.device() == DeviceKind::cuda)
-    return gpu::layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, kDispatchStream);
+    return gpu::layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, current_stream());
 #endif
   constexpr const char* op = "layernorm_backward";
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");

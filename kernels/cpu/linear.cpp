@@ -32,7 +32,7 @@ void check_same_rows(const Tensor& t, const Tensor& like, const char* op, const 
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y) {
   constexpr const char* op = "linear_forward";
 #ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::linear_forward(x, weight, bias, y);
+  if (x.device() == DeviceKind::cuda) return gpu::linear_forward(x, weight, bias, y, current_stream());
 #endif
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(x, DType::f32, op, "x");
@@ -64,7 +64,7 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   constexpr const char* op = "linear_backward";
 #ifdef ZT_WITH_CUDA
   if (x.device() == DeviceKind::cuda) {
-    return gpu::linear_backward(dy, x, weight, dx, dweight, dbias, accumulate_dx);
+    return gpu::linear_backward(dy, x, weight, dx, dweight, dbias, accumulate_dx, current_stream());
   }
 #endif
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");

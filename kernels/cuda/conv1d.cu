@@ -19,7 +19,6 @@
 namespace zt::kernels::gpu {
 namespace {
 
-constexpr cudaStream_t kStream = nullptr;  // legacy default stream, as every tensor-level entry point
 constexpr int kThreads = 256;
 
 struct ConvShape {
@@ -107,16 +106,17 @@ struct Unfolded {
   DeviceBuffer cols, weight;
 };
 
-Unfolded unfold(const Tensor& x, const Tensor& weight, const ConvShape& s, const char* op) {
+Unfolded unfold(const Tensor& x, const Tensor& weight, const ConvShape& s, const char* op,
+                cudaStream_t stream) {
   const size_t element = dtype_size(x.dtype());
   Unfolded u{scratch_buffer(static_cast<size_t>(s.rows() * s.unfolded()) * element, "conv1d.cols"),
              scratch_buffer(static_cast<size_t>(s.out_features * s.unfolded()) * element, "conv1d.weight")};
   dispatch_storage(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    im2col_kernel<T><<<grid_for(s.rows() * s.unfolded()), kThreads, 0, kStream>>>(
+    im2col_kernel<T><<<grid_for(s.rows() * s.unfolded()), kThreads, 0, stream>>>(
         static_cast<const T*>(x.data()), u.cols.data_as<T>(), s);
     ZT_CUDA_CHECK_LAUNCH("conv1d_im2col");
-    regroup_weight_kernel<T><<<grid_for(s.out_features * s.unfolded()), kThreads, 0, kStream>>>(
+    regroup_weight_kernel<T><<<grid_for(s.out_features * s.unfolded()), kThreads, 0, stream>>>(
         static_cast<const T*>(weight.data()), u.weight.data_as<T>(), s);
     ZT_CUDA_CHECK_LAUNCH("conv1d_regroup_weight");
   });
@@ -125,7 +125,8 @@ Unfolded unfold(const Tensor& x, const Tensor& weight, const ConvShape& s, const
 
 }  // namespace
 
-void conv1d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y) {
+void conv1d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                    cudaStream_t stream) {
   constexpr const char* op = "conv1d_forward";
   const ConvShape s = check_conv_args(x, weight, op);
   check_cuda_arg(y, x.dtype(), op, "y");
@@ -137,7 +138,7 @@ void conv1d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
     check_shape(bias, Shape{s.out_features}, "conv1d_forward: bias");
   }
   if (s.rows() == 0 || s.out_features == 0) return;
-  const Unfolded u = unfold(x, weight, s, op);
+  const Unfolded u = unfold(x, weight, s, op, stream);
   GemmProblem p;
   p.m = s.rows();
   p.n = s.out_features;
@@ -151,11 +152,11 @@ void conv1d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
     p.epilogue = GemmEpilogue::bias;
     p.bias = bias.data();
   }
-  gemm(p, kStream);
+  gemm(p, stream);
 }
 
 void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
-                     const Tensor& dweight, const Tensor& dbias, bool accumulate_dx) {
+                     const Tensor& dweight, const Tensor& dbias, bool accumulate_dx, cudaStream_t stream) {
   constexpr const char* op = "conv1d_backward";
   const ConvShape s = check_conv_args(x, weight, op);
   check_cuda_arg(dy, x.dtype(), op, "dy");
@@ -179,10 +180,10 @@ void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   }
   if (s.rows() == 0 || s.in_features == 0) return;
   if (s.out_features == 0) {
-    if (want_dx && !accumulate_dx) ZT_CUDA_CHECK(cudaMemsetAsync(dx.data(), 0, dx.nbytes(), kStream));
+    if (want_dx && !accumulate_dx) ZT_CUDA_CHECK(cudaMemsetAsync(dx.data(), 0, dx.nbytes(), stream));
     return;
   }
-  const Unfolded u = unfold(x, weight, s, op);
+  const Unfolded u = unfold(x, weight, s, op, stream);
 
   if (want_dx) {
     DeviceBuffer dcols =
@@ -195,10 +196,10 @@ void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
     p.a = {dy.data(), s.out_features, 0};
     p.b = {u.weight.data(), s.unfolded(), 0};
     p.c = {dcols.data(), DType::f32, s.unfolded(), 0};
-    gemm(p, kStream);
+    gemm(p, stream);
     dispatch_storage(x.dtype(), op, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      col2im_kernel<T><<<grid_for(s.rows() * s.in_features), kThreads, 0, kStream>>>(
+      col2im_kernel<T><<<grid_for(s.rows() * s.in_features), kThreads, 0, stream>>>(
           dcols.data_as<float>(), static_cast<T*>(dx.data()), s, accumulate_dx);
       ZT_CUDA_CHECK_LAUNCH("conv1d_col2im");
     });
@@ -215,13 +216,13 @@ void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
     p.transpose_a = true;
     p.b = {u.cols.data(), s.unfolded(), 0};
     p.c = {dwr.data(), DType::f32, s.unfolded(), 0};
-    gemm(p, kStream);
-    ungroup_weight_grad_kernel<<<grid_for(s.out_features * s.unfolded()), kThreads, 0, kStream>>>(
+    gemm(p, stream);
+    ungroup_weight_grad_kernel<<<grid_for(s.out_features * s.unfolded()), kThreads, 0, stream>>>(
         dwr.data_as<float>(), dweight.data_as<float>(), s);
     ZT_CUDA_CHECK_LAUNCH("conv1d_ungroup_weight_grad");
   }
   if (want_db) {
-    column_sum_accumulate(dy.data(), x.dtype(), s.rows(), s.out_features, dbias.data_as<float>(), kStream);
+    column_sum_accumulate(dy.data(), x.dtype(), s.rows(), s.out_features, dbias.data_as<float>(), stream);
   }
 }
 

@@ -43,7 +43,6 @@
 namespace zt::kernels::gpu {
 namespace {
 
-constexpr cudaStream_t kStream = nullptr;  // legacy default stream, as every tensor-level entry point
 constexpr int kWarpsPerBlock = 4;
 constexpr int kThreads = 256;
 
@@ -528,21 +527,21 @@ Plan plan_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   return plan;
 }
 
-DeviceBuffer make_keep(const Tensor& mask, int64_t n) {
+DeviceBuffer make_keep(const Tensor& mask, int64_t n, cudaStream_t stream) {
   DeviceBuffer keep = scratch_buffer(static_cast<size_t>(n), "attention.keep");
   const unsigned int grid = blocks_for(n, kThreads);
   switch (mask.dtype()) {
     case DType::i64:
       mask_to_keep_kernel<int64_t>
-          <<<grid, kThreads, 0, kStream>>>(mask.data_as<int64_t>(), keep.data_as<uint8_t>(), n);
+          <<<grid, kThreads, 0, stream>>>(mask.data_as<int64_t>(), keep.data_as<uint8_t>(), n);
       break;
     case DType::i32:
       mask_to_keep_kernel<int32_t>
-          <<<grid, kThreads, 0, kStream>>>(mask.data_as<int32_t>(), keep.data_as<uint8_t>(), n);
+          <<<grid, kThreads, 0, stream>>>(mask.data_as<int32_t>(), keep.data_as<uint8_t>(), n);
       break;
     default:
       mask_to_keep_kernel<float>
-          <<<grid, kThreads, 0, kStream>>>(mask.data_as<float>(), keep.data_as<uint8_t>(), n);
+          <<<grid, kThreads, 0, stream>>>(mask.data_as<float>(), keep.data_as<uint8_t>(), n);
       break;
   }
   ZT_CUDA_CHECK_LAUNCH("attention_mask_to_keep");
@@ -561,15 +560,16 @@ void set_window(AttentionShape& s, int64_t window) {
 // Rows window_begin .. window_begin + W - 1 of a relative table [2k, D] (T) copied into a [window_pitch, D]
 // scratch whose rows past W are zero: the operand of every positional GEMM, so their W-dimension can be the
 // padded one.
-DeviceBuffer padded_table_window(const Tensor& table, int64_t window_begin, const AttentionShape& s) {
+DeviceBuffer padded_table_window(const Tensor& table, int64_t window_begin, const AttentionShape& s,
+                                 cudaStream_t stream) {
   const size_t row_bytes = static_cast<size_t>(s.features) * dtype_size(table.dtype());
   DeviceBuffer window =
       scratch_buffer(static_cast<size_t>(s.window_pitch) * row_bytes, "attention.padded_table_window");
-  ZT_CUDA_CHECK(
-      cudaMemcpyAsync(window.data(), static_cast<const char*>(table.data()) + window_begin * row_bytes,
-                      static_cast<size_t>(s.window) * row_bytes, cudaMemcpyDeviceToDevice, kStream));
+  ZT_CUDA_CHECK(cudaMemcpyAsync(window.data(),
+                                static_cast<const char*>(table.data()) + window_begin * row_bytes,
+                                static_cast<size_t>(s.window) * row_bytes, cudaMemcpyDeviceToDevice, stream));
   ZT_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(window.data()) + s.window * row_bytes, 0,
-                                static_cast<size_t>(s.window_pitch - s.window) * row_bytes, kStream));
+                                static_cast<size_t>(s.window_pitch - s.window) * row_bytes, stream));
   return window;
 }
 
@@ -582,7 +582,7 @@ size_t positional_elements(const AttentionShape& s) {
 void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
                                     const Tensor& pos_query, const Tensor& attention_mask,
                                     const DisentangledAttentionConfig& config, const Tensor& context,
-                                    const Tensor& probs) {
+                                    const Tensor& probs, cudaStream_t stream) {
   constexpr const char* op = "disentangled_attention_forward";
   Plan plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
   AttentionShape& s = plan.shape;
@@ -592,10 +592,10 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   if (s.batch == 0 || s.length == 0 || s.features == 0) return;
   const int64_t L = s.length, d = s.head_size, BL = s.batch * s.length;
 
-  const DeviceBuffer keep = make_keep(attention_mask, BL);
+  const DeviceBuffer keep = make_keep(attention_mask, BL, stream);
   RelativeIndexTables tables;
   if (s.c2p || s.p2c) {
-    tables = relative_index_tables(config.positions, L);
+    tables = relative_index_tables(config.positions, L, stream);
     set_window(s, tables.window);
   }
 
@@ -607,7 +607,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     p.b = head_blocks(k.data(), T, s);
     p.transpose_b = true;
     p.c = score_blocks_out(probs_data, DType::f32, s);
-    gemm(p, kStream);
+    gemm(p, stream);
   }
   // Sub-segments of the model's attention segment (no-ops unless profiling, runtime/step_profile.h).
   StepProfile& prof = StepProfile::global();
@@ -616,13 +616,13 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   DeviceBuffer c2p_scores, p2c_scores;
   auto positional_scores = [&](const Tensor& rows, const Tensor& table, DeviceBuffer& out, const char* name) {
     out = scratch_buffer(positional_elements(s) * sizeof(float), name);
-    const DeviceBuffer window = padded_table_window(table, tables.window_begin, s);
+    const DeviceBuffer window = padded_table_window(table, tables.window_begin, s, stream);
     GemmProblem p = head_gemm(BL, s.window_pitch, d, T, s);
     p.a = head_operand(rows.data(), T, 0, s);
     p.b = head_operand(window.data(), T, 0, s);
     p.transpose_b = true;
     p.c = {out.data(), DType::f32, s.window_pitch, BL * s.window_pitch};
-    gemm(p, kStream);
+    gemm(p, stream);
   };
   if (s.c2p) positional_scores(q, pos_key, c2p_scores, "attention.c2p_scores");
   if (s.p2c) positional_scores(k, pos_query, p2c_scores, "attention.p2c_scores");
@@ -641,7 +641,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
       allow_shared_bytes(kernel, shared);
       const dim3 grid(static_cast<unsigned>((L + kSoftmaxTileRows - 1) / kSoftmaxTileRows),
                       static_cast<unsigned>(s.batch * s.heads));
-      kernel<<<grid, kWarpsPerBlock * 32, shared, kStream>>>(
+      kernel<<<grid, kWarpsPerBlock * 32, shared, stream>>>(
           probs_data, dropped_is_probs ? nullptr : dropped.data_as<S>(), c2p_scores.data_as<float>(),
           p2c_scores.data_as<float>(), tables.diagonal, keep.data_as<uint8_t>(), s);
       ZT_CUDA_CHECK_LAUNCH("attention_softmax");
@@ -656,7 +656,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     p.a = score_blocks(p_tilde, s);
     p.b = head_blocks(v.data(), T, s);
     p.c = head_blocks_out(context.data(), T, s);
-    gemm(p, kStream);
+    gemm(p, stream);
   }
   prof.mark("attn.fwd.pv_gemm");
 }
@@ -666,7 +666,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& probs, const Tensor& dcontext,
                                      const DisentangledAttentionConfig& config, const Tensor& dq,
                                      const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
-                                     const Tensor& dpos_query) {
+                                     const Tensor& dpos_query, cudaStream_t stream) {
   constexpr const char* op = "disentangled_attention_backward";
   Plan plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
   AttentionShape& s = plan.shape;
@@ -689,10 +689,10 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   const int64_t L = s.length, d = s.head_size, BL = s.batch * s.length;
   const int64_t element = static_cast<int64_t>(dtype_size(T));
 
-  const DeviceBuffer keep = make_keep(attention_mask, BL);
+  const DeviceBuffer keep = make_keep(attention_mask, BL, stream);
   RelativeIndexTables tables;
   if (s.c2p || s.p2c) {
-    tables = relative_index_tables(config.positions, L);
+    tables = relative_index_tables(config.positions, L, stream);
     set_window(s, tables.window);
   }
   const float* probs_data = probs.data_as<float>();
@@ -707,7 +707,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     dispatch_storage(T, op, [&](auto tag) {
       using S = typename decltype(tag)::type;
       dropped_probs_kernel<S>
-          <<<grid_for((static_cast<int64_t>(probs_elements(s)) + 3) / 4), kThreads, 0, kStream>>>(
+          <<<grid_for((static_cast<int64_t>(probs_elements(s)) + 3) / 4), kThreads, 0, stream>>>(
               probs_data, lowp.data_as<S>(), s);
       ZT_CUDA_CHECK_LAUNCH("attention_dropped_probs");
     });
@@ -723,14 +723,14 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     dv_gemm.transpose_a = true;
     dv_gemm.b = head_blocks(dcontext.data(), T, s);
     dv_gemm.c = head_blocks_out(dv.data(), T, s);
-    gemm(dv_gemm, kStream);
+    gemm(dv_gemm, stream);
     // dP~ = dC V^T, f32
     GemmProblem dp_gemm = block_gemm(L, L, d, T, s);
     dp_gemm.a = head_blocks(dcontext.data(), T, s);
     dp_gemm.b = head_blocks(v.data(), T, s);
     dp_gemm.transpose_b = true;
     dp_gemm.c = score_blocks_out(grad.data(), DType::f32, s);
-    gemm(dp_gemm, kStream);
+    gemm(dp_gemm, stream);
   }
   prof.mark("attn.bwd.dv_dp_gemm");
 
@@ -739,9 +739,9 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     using S = typename decltype(tag)::type;
     dispatch_row_chunks(L, [&](auto chunks) {
       attention_softmax_backward_kernel<S, decltype(chunks)::value>
-          <<<row_grid(s), kWarpsPerBlock * 32, 0, kStream>>>(grad.data_as<float>(),
-                                                             f32_storage ? nullptr : lowp.data_as<S>(),
-                                                             probs_data, keep.data_as<uint8_t>(), s);
+          <<<row_grid(s), kWarpsPerBlock * 32, 0, stream>>>(grad.data_as<float>(),
+                                                            f32_storage ? nullptr : lowp.data_as<S>(),
+                                                            probs_data, keep.data_as<uint8_t>(), s);
       ZT_CUDA_CHECK_LAUNCH("attention_softmax_backward");
     });
   });
@@ -754,12 +754,12 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     dq_gemm.a = score_blocks(g_lowp, s);
     dq_gemm.b = head_blocks(k.data(), T, s);
     dq_gemm.c = head_blocks_out(dq.data(), T, s);
-    gemm(dq_gemm, kStream);
+    gemm(dq_gemm, stream);
     GemmProblem dk_gemm = dq_gemm;
     dk_gemm.transpose_a = true;
     dk_gemm.b = head_blocks(q.data(), T, s);
     dk_gemm.c = head_blocks_out(dk.data(), T, s);
-    gemm(dk_gemm, kStream);
+    gemm(dk_gemm, stream);
   }
   prof.mark("attn.bwd.dq_dk_gemm");
 
@@ -776,7 +776,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
         const size_t shared = gather_block_shared_bytes(s);
         allow_shared_bytes(bucket_gather_block_kernel<S>, shared);
         bucket_gather_block_kernel<S>
-            <<<static_cast<unsigned>(s.batch * s.heads), kBlockThreads, shared, kStream>>>(
+            <<<static_cast<unsigned>(s.batch * s.heads), kBlockThreads, shared, stream>>>(
                 grad.data_as<float>(), c2p_grad.data_as<S>(), p2c_grad.data_as<S>(), tables.rel_first,
                 tables.rel_last, s);
         ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather_block");
@@ -786,7 +786,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
         S* out = by_query ? c2p_grad.data_as<S>() : p2c_grad.data_as<S>();
         if (out == nullptr) continue;
         bucket_gather_kernel<S>
-            <<<grid_for(static_cast<int64_t>(positional_elements(s))), kThreads, 0, kStream>>>(
+            <<<grid_for(static_cast<int64_t>(positional_elements(s))), kThreads, 0, stream>>>(
                 grad.data_as<float>(), out, tables.rel_first, tables.rel_last, s, by_query);
         ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather");
       }
@@ -796,13 +796,13 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   auto positional_grads = [&](const DeviceBuffer& bucket_grad, const Tensor& rows, const Tensor& table,
                               const Tensor& drows, const Tensor& dtable) {
     const int64_t table_row = tables.window_begin;
-    const DeviceBuffer window = padded_table_window(table, table_row, s);
+    const DeviceBuffer window = padded_table_window(table, table_row, s, stream);
     GemmProblem into_rows = head_gemm(BL, d, s.window_pitch, T, s);
     into_rows.a = {bucket_grad.data(), s.window_pitch, BL * s.window_pitch};
     into_rows.b = head_operand(window.data(), T, 0, s);
     into_rows.c = head_output(drows.data(), T, 0, s);
     into_rows.beta = 1.0f;
-    gemm(into_rows, kStream);
+    gemm(into_rows, stream);
     // d(table_w) += Gx^T rows: per head a [W, d] output (255 x 64 at L = 128) summed over k = B*L rows. As
     // one GEMM per head that is 24 heads x a few output tiles for 132 SMs: the two tables took 9.9 ms of the
     // 91.5 ms bs-40 step (H200). So k is split into slices, the inner level of a two-level batch (outer:
@@ -816,7 +816,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
       into_table.b = head_operand(rows.data(), T, 0, s);
       into_table.c = head_output(dtable.data(), dtable.dtype(), table_row, s);
       into_table.beta = 1.0f;
-      gemm(into_table, kStream);
+      gemm(into_table, stream);
       return;
     }
     const int64_t slice_rows = BL / slices;
@@ -830,11 +830,11 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     into_partials.transpose_a = true;
     into_partials.b = {rows.data(), s.features, slice_rows * s.features, s.head_size};
     into_partials.c = {partial.data(), DType::f32, d, s.window_pitch * d, slices * s.window_pitch * d};
-    gemm(into_partials, kStream);
+    gemm(into_partials, stream);
     const int64_t outputs = s.heads * s.window * d;
     dispatch_storage(dtable.dtype(), op, [&](auto tag) {
       using D = typename decltype(tag)::type;
-      add_slice_partials_kernel<D><<<grid_for(outputs), kThreads, 0, kStream>>>(
+      add_slice_partials_kernel<D><<<grid_for(outputs), kThreads, 0, stream>>>(
           partial.data_as<float>(), static_cast<D*>(dtable.data()), slices, table_row, s);
       ZT_CUDA_CHECK_LAUNCH("attention_add_slice_partials");
     });

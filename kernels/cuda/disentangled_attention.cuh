@@ -1,7 +1,10 @@
 // CUDA entry points of kernels/disentangled_attention.h, reached from kernels/cpu/disentangled_attention.cpp
 // when the tensors are on the GPU. Plain C++ declarations (included from .cpp files). Dtype contract and
-// workspace memory: see kernels/disentangled_attention.h.
+// workspace memory: see kernels/disentangled_attention.h. Queued on `stream` (the thread's current stream
+// when reached from the tensor-level entry points).
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include "kernels/disentangled_attention.h"
 #include "runtime/tensor.h"
@@ -11,13 +14,13 @@ namespace zt::kernels::gpu {
 void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
                                     const Tensor& pos_query, const Tensor& attention_mask,
                                     const DisentangledAttentionConfig& config, const Tensor& context,
-                                    const Tensor& probs);
+                                    const Tensor& probs, cudaStream_t stream);
 
 void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
                                      const Tensor& pos_query, const Tensor& attention_mask,
                                      const Tensor& probs, const Tensor& dcontext,
                                      const DisentangledAttentionConfig& config, const Tensor& dq,
                                      const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
-                                     const Tensor& dpos_query);
+                                     const Tensor& dpos_query, cudaStream_t stream);
 
 }  // namespace zt::kernels::gpu

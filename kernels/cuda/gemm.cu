@@ -9,9 +9,12 @@
 #include <climits>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/gemm.cuh"
 #include "runtime/cuda_check.h"
+#include "runtime/stream.h"
 
 namespace zt::kernels {
 
@@ -170,30 +173,96 @@ struct Plan {
   bool epilogue_bias = false;  // the bias is added by cuBLASLt (else by add_bias_kernel)
 };
 
+// Per device: the cuBLASLt handle and the plans. Both are shared by every stream: a plan only describes a
+// problem, and cuBLASLt keeps no per-call state in its handle (stream and workspace are arguments of every
+// cublasLtMatmul). A plan's descriptor does carry the bias pointer, so setting it and enqueueing the matmul
+// happen under g_mutex.
 struct DeviceContext {
   cublasLtHandle_t lt = nullptr;
-  cublasHandle_t blas = nullptr;  // created on first fallback
-  DeviceBuffer workspace;
   std::map<PlanKey, Plan> plans;
 };
 
-std::mutex g_mutex;
+// Per (device, stream): what GEMMs running at once on two streams must not share. cuBLASLt and cuBLAS
+// write scratch into the workspace while a GEMM runs, and a cuBLAS handle binds one stream and workspace.
+struct StreamContext {
+  DeviceBuffer workspace;  // kWorkspaceBytes, scratch of the allocator current at the stream's first GEMM
+  cublasHandle_t blas = nullptr;  // created on first fallback, bound to the stream and `workspace`
+};
 
-// One context per device, created on first use and never destroyed: the process-wide device allocator it
-// draws from is never destroyed either, and freeing at exit would race the CUDA runtime's teardown.
-DeviceContext& context_for_current_device() {
-  static std::map<int, DeviceContext*> contexts;
+std::mutex g_mutex;  // guards everything below and the plans' descriptors (see DeviceContext)
+
+// Created on first use and never destroyed: the process-wide device allocator the legacy stream's
+// workspace draws from is never destroyed either, and freeing at exit would race the CUDA runtime's teardown.
+std::map<int, DeviceContext*>& device_contexts() {
+  static auto* contexts = new std::map<int, DeviceContext*>;
+  return *contexts;
+}
+using StreamKey = std::pair<int, cudaStream_t>;  // (device, stream): the legacy stream exists per device
+std::map<StreamKey, StreamContext>& stream_contexts() {
+  static auto* contexts = new std::map<StreamKey, StreamContext>;
+  return *contexts;
+}
+
+int current_device() {
   int device = 0;
   ZT_CUDA_CHECK(cudaGetDevice(&device));
-  DeviceContext*& context = contexts[device];
+  return device;
+}
+
+DeviceContext& context_for_device(int device) {
+  DeviceContext*& context = device_contexts()[device];
   if (context == nullptr) {
     auto* created = new DeviceContext;
     ZT_CUBLAS_CHECK(cublasLtCreate(&created->lt));
-    created->workspace =
-        device_allocator(device).allocate(kWorkspaceBytes, MemoryCategory::scratch, "gemm.workspace");
     context = created;
   }
   return *context;
+}
+
+void retire_gemm_stream(cudaStream_t stream);
+
+// The stream's workspace and handle, created on its first GEMM. A rank's stream takes its workspace from the
+// rank's allocator (device_allocator(), AllocatorScope) and gives it back when the stream is retired
+// (~Stream); the legacy stream, shared by every thread and never destroyed, takes the process-wide one.
+StreamContext& context_for_stream(int device, cudaStream_t stream) {
+  auto [it, created] = stream_contexts().try_emplace(StreamKey{device, stream});
+  if (created) {
+    try {
+      DeviceAllocator& allocator =
+          stream == nullptr ? process_device_allocator(device) : device_allocator(device);
+      it->second.workspace = allocator.allocate(kWorkspaceBytes, MemoryCategory::scratch, "gemm.workspace");
+    } catch (...) {
+      stream_contexts().erase(it);
+      throw;
+    }
+    if (stream != nullptr) add_stream_retire_hook(&retire_gemm_stream);
+  }
+  return it->second;
+}
+
+// Drops what the contexts hold for a stream about to be destroyed (runtime/stream.h's retire hook). GEMMs
+// still queued on it may be using the workspace, so the stream is drained before the memory goes back to
+// its allocator's cache.
+void retire_gemm_stream(cudaStream_t stream) {
+  std::vector<StreamContext> retired;
+  {
+    const std::lock_guard<std::mutex> lock(g_mutex);
+    auto& contexts = stream_contexts();
+    for (auto it = contexts.begin(); it != contexts.end();) {
+      if (it->first.second == stream) {
+        retired.push_back(std::move(it->second));
+        it = contexts.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (retired.empty()) return;
+  (void)cudaStreamSynchronize(stream);  // a hook must not throw; a failed stream has nothing left to wait for
+  for (StreamContext& context : retired) {
+    if (context.blas != nullptr) (void)cublasDestroy(context.blas);
+    context.workspace.reset();
+  }
 }
 
 // A row-major [rows, cols] matrix with row stride ld, seen by cuBLASLt as column-major [cols, rows].
@@ -274,18 +343,21 @@ void check_fits_int(int64_t value, const char* what) {
   ZT_CHECK(value >= 0 && value <= INT_MAX, "gemm: ", what, " = ", value, " does not fit the cuBLAS fallback");
 }
 
-// cublasGemmStridedBatchedEx with the same operand swap as the cuBLASLt path; any alignment works.
-// The device's cuBLAS (not Lt) handle, created on first use and sharing the Lt workspace, bound to `stream`.
-cublasHandle_t blas_handle(DeviceContext& context, cudaStream_t stream) {
+// The stream's cuBLAS (not Lt) handle, created on first use and bound once to the stream and its workspace
+// (in that order: cublasSetStream resets the handle's workspace to cuBLAS's own pool).
+cublasHandle_t blas_handle(StreamContext& context, cudaStream_t stream) {
   if (context.blas == nullptr) {
-    ZT_CUBLAS_CHECK(cublasCreate(&context.blas));
+    cublasHandle_t created = nullptr;
+    ZT_CUBLAS_CHECK(cublasCreate(&created));
+    context.blas = created;
+    ZT_CUBLAS_CHECK(cublasSetStream(context.blas, stream));
     ZT_CUBLAS_CHECK(cublasSetWorkspace(context.blas, context.workspace.data(), kWorkspaceBytes));
   }
-  ZT_CUBLAS_CHECK(cublasSetStream(context.blas, stream));
   return context.blas;
 }
 
-void run_fallback(DeviceContext& context, const GemmProblem& p, cudaStream_t stream) {
+// cublasGemmStridedBatchedEx with the same operand swap as the cuBLASLt path; any alignment works.
+void run_fallback(StreamContext& context, const GemmProblem& p, cudaStream_t stream) {
   const cublasHandle_t blas = blas_handle(context, stream);
   for (int64_t v : {p.m, p.n, p.k, p.batch, p.a.ld, p.b.ld, p.c.ld}) check_fits_int(v, "a dimension");
   const bool tf32 = p.allow_tf32 && p.input_dtype == DType::f32;
@@ -329,7 +401,7 @@ __global__ void fill_pointer_arrays_kernel(const void** out, PointerArraySpec sp
 }
 
 // The two-level batch through cuBLAS's pointer-array GEMM, with the operand swap of the other paths.
-void run_pointer_batched(DeviceContext& context, const GemmProblem& p, cudaStream_t stream) {
+void run_pointer_batched(StreamContext& context, const GemmProblem& p, cudaStream_t stream) {
   const int64_t total = p.outer * p.batch;
   for (int64_t v : {p.m, p.n, p.k, total, p.a.ld, p.b.ld, p.c.ld}) check_fits_int(v, "a dimension");
   const int64_t in = static_cast<int64_t>(dtype_size(p.input_dtype));
@@ -390,8 +462,9 @@ void gemm(const GemmProblem& problem, cudaStream_t stream) {
       p.b.batch_stride = p.b.outer_stride;
       p.c.batch_stride = p.c.outer_stride;
     } else if (!uniform) {
-      std::lock_guard<std::mutex> lock(g_mutex);
-      run_pointer_batched(context_for_current_device(), p, stream);
+      const int device = current_device();
+      const std::lock_guard<std::mutex> lock(g_mutex);
+      run_pointer_batched(context_for_stream(device, stream), p, stream);
       return;
     }
     p.batch *= p.outer;
@@ -426,8 +499,10 @@ void gemm(const GemmProblem& problem, cudaStream_t stream) {
                     alignments[2],
                     0};
 
-  std::lock_guard<std::mutex> lock(g_mutex);
-  DeviceContext& context = context_for_current_device();
+  const int device = current_device();
+  const std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceContext& context = context_for_device(device);
+  StreamContext& on_stream = context_for_stream(device, stream);
   auto it = context.plans.find(key);
   if (it == context.plans.end())
     it = context.plans.emplace(key, make_plan(context, p, alignments, epilogue_bias)).first;
@@ -439,17 +514,23 @@ void gemm(const GemmProblem& problem, cudaStream_t stream) {
     }
     ZT_CUBLAS_CHECK(cublasLtMatmul(context.lt, plan.desc, &p.alpha, p.b.data, plan.layout_a, p.a.data,
                                    plan.layout_b, &p.beta, p.c.data, plan.layout_c, p.c.data, plan.layout_c,
-                                   &plan.algorithm, context.workspace.data(), kWorkspaceBytes, stream));
+                                   &plan.algorithm, on_stream.workspace.data(), kWorkspaceBytes, stream));
     if (want_bias && !plan.epilogue_bias) add_bias(p, stream);
   } else {
-    run_fallback(context, p, stream);
+    run_fallback(on_stream, p, stream);
     if (want_bias) add_bias(p, stream);
   }
 }
 
 int64_t gemm_cached_plan_count() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return static_cast<int64_t>(context_for_current_device().plans.size());
+  const int device = current_device();
+  const std::lock_guard<std::mutex> lock(g_mutex);
+  return static_cast<int64_t>(context_for_device(device).plans.size());
+}
+
+int64_t gemm_stream_workspace_count() {
+  const std::lock_guard<std::mutex> lock(g_mutex);
+  return static_cast<int64_t>(stream_contexts().size());
 }
 
 }  // namespace zt::kernels

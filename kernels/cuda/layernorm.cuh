@@ -12,7 +12,7 @@
 //
 // Scratch: layernorm_backward takes 2 * chunks * D floats from the caching device allocator
 // (MemoryCategory::scratch) and returns them once the kernels are queued; reuse is ordered by `stream`
-// (the allocator's single-compute-stream rule, runtime/device_allocator.h).
+// (the allocator's stream rule, runtime/device_allocator.h: one allocator per concurrently running stream).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -8,9 +8,6 @@
 namespace zt::kernels::gpu {
 namespace {
 
-// The tensor-level entry points run on the legacy default stream (see kernels/linear.h).
-constexpr cudaStream_t kStream = nullptr;
-
 struct LinearShape {
   int64_t rows, in_features, out_features;
   DType dtype;
@@ -37,7 +34,8 @@ LinearShape check_linear_args(const Tensor& x, const Tensor& weight, const char*
 
 }  // namespace
 
-void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y) {
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                    cudaStream_t stream) {
   constexpr const char* op = "linear_forward";
   const LinearShape s = check_linear_args(x, weight, op);
   check_cuda_arg(y, s.dtype, op, "y");
@@ -59,11 +57,11 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
     p.epilogue = GemmEpilogue::bias;
     p.bias = bias.data();
   }
-  gemm(p, kStream);
+  gemm(p, stream);
 }
 
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
-                     const Tensor& dweight, const Tensor& dbias, bool accumulate_dx) {
+                     const Tensor& dweight, const Tensor& dbias, bool accumulate_dx, cudaStream_t stream) {
   constexpr const char* op = "linear_backward";
   const LinearShape s = check_linear_args(x, weight, op);
   check_cuda_arg(dy, s.dtype, op, "dy");
@@ -85,7 +83,7 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
     p.b = {weight.data(), s.in_features, 0};
     p.c = {dx.data(), s.dtype, s.in_features, 0};
     p.beta = accumulate_dx ? 1.0f : 0.0f;
-    gemm(p, kStream);
+    gemm(p, stream);
   }
   if (dweight.defined() && dweight.data() != nullptr) {
     check_cuda_arg(dweight, DType::f32, op, "dweight");
@@ -102,13 +100,13 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
       p.b = {x.data(), s.in_features, 0};
       p.c = {dweight.data(), DType::f32, s.in_features, 0};
       p.beta = 1.0f;
-      gemm(p, kStream);
+      gemm(p, stream);
     }
   }
   if (dbias.defined() && dbias.data() != nullptr) {
     check_cuda_arg(dbias, DType::f32, op, "dbias");
     check_shape(dbias, Shape{s.out_features}, "linear_backward: dbias");
-    column_sum_accumulate(dy.data(), s.dtype, s.rows, s.out_features, dbias.data_as<float>(), kStream);
+    column_sum_accumulate(dy.data(), s.dtype, s.rows, s.out_features, dbias.data_as<float>(), stream);
   }
 }
 

@@ -1,13 +1,17 @@
 // CUDA entry points of kernels/linear.h, reached from kernels/cpu/linear.cpp when the tensors are on the
-// GPU. Plain C++ declarations (included from .cpp files). Dtype contract and streams: see kernels/linear.h.
+// GPU (with the thread's current stream). Plain C++ declarations (included from .cpp files). Dtype contract:
+// see kernels/linear.h. Queued on `stream`.
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include "runtime/tensor.h"
 
 namespace zt::kernels::gpu {
 
-void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y);
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                    cudaStream_t stream);
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
-                     const Tensor& dweight, const Tensor& dbias, bool accumulate_dx);
+                     const Tensor& dweight, const Tensor& dbias, bool accumulate_dx, cudaStream_t stream);
 
 }  // namespace zt::kernels::gpu

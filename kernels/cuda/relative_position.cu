@@ -22,14 +22,15 @@ struct CachedTables {
   DeviceBuffer memory;
 };
 
-CachedTables build_and_upload(const RelativePositionConfig& config, int64_t length, int device) {
+CachedTables build_and_upload(const RelativePositionConfig& config, int64_t length, int device,
+                              cudaStream_t stream) {
   RelativeIndexTables tables;
   tables.length = length;
   // c2p_index(query, key) depends on query - key only, so c2p_index(r, 0) is the index of diagonal r.
   tables.window_begin = c2p_index(-(length - 1), 0, config);
   tables.window = c2p_index(length - 1, 0, config) - tables.window_begin + 1;
   const size_t diagonals = static_cast<size_t>(2 * length - 1), window = static_cast<size_t>(tables.window);
-  // One host block [diagonal | first | last], uploaded in one synchronous copy.
+  // One host block [diagonal | first | last], uploaded in one copy.
   std::vector<int32_t> host(diagonals + 2 * window);
   int32_t* diagonal = host.data();
   int32_t* first = diagonal + diagonals;
@@ -44,12 +45,17 @@ CachedTables build_and_upload(const RelativePositionConfig& config, int64_t leng
     first[r] = std::min(first[r], static_cast<int32_t>(rel));
     last[r] = std::max(last[r], static_cast<int32_t>(rel));
   }
-  // From the capped allocator like every other device byte (a few KiB, kept for the process).
+  // From the process-wide capped allocator (a few KiB, kept for the process): every thread reads the
+  // entry, so it must not live in one rank's scoped allocator, which may be destroyed first.
   CachedTables entry;
-  entry.memory = device_allocator(device).allocate(host.size() * sizeof(int32_t), MemoryCategory::scratch,
-                                                   "attention.index_tables");
+  entry.memory = process_device_allocator(device).allocate(host.size() * sizeof(int32_t),
+                                                           MemoryCategory::scratch, "attention.index_tables");
   int32_t* data = entry.memory.data_as<int32_t>();
-  ZT_CUDA_CHECK(cudaMemcpy(data, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  // Queued on the caller's stream, then waited for: threads on other streams find the entry in the cache
+  // with nothing ordering their kernels after this copy, so it must be complete before it is published.
+  ZT_CUDA_CHECK(
+      cudaMemcpyAsync(data, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
   tables.diagonal = data;
   tables.rel_first = data + diagonals;
   tables.rel_last = data + diagonals + window;
@@ -59,7 +65,8 @@ CachedTables build_and_upload(const RelativePositionConfig& config, int64_t leng
 
 }  // namespace
 
-RelativeIndexTables relative_index_tables(const RelativePositionConfig& config, int64_t length) {
+RelativeIndexTables relative_index_tables(const RelativePositionConfig& config, int64_t length,
+                                          cudaStream_t stream) {
   ZT_CHECK(length >= 1, "relative index tables: length must be >= 1, got ", length);
   ZT_CHECK(length < (int64_t{1} << 30), "relative index tables: length ", length, " is too large");
   int device = 0;
@@ -71,7 +78,7 @@ RelativeIndexTables relative_index_tables(const RelativePositionConfig& config, 
   const std::lock_guard<std::mutex> lock(mutex);
   const Key key{device, config.position_buckets, config.max_relative_positions, length};
   auto it = cache->find(key);
-  if (it == cache->end()) it = cache->emplace(key, build_and_upload(config, length, device)).first;
+  if (it == cache->end()) it = cache->emplace(key, build_and_upload(config, length, device, stream)).first;
   return it->second.tables;
 }
 

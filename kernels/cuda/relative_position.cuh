@@ -32,8 +32,11 @@ struct RelativeIndexTables {
 };
 
 // The tables for sequence length L >= 1 on the current device: built and uploaded on first use ((2L - 1 + 2W)
-// int32 from the capped device allocator, category scratch; a synchronous copy), then returned from the
-// cache. Thread-safe. The memory stays allocated until the process ends (a few KiB per distinct L).
-RelativeIndexTables relative_index_tables(const RelativePositionConfig& config, int64_t length);
+// int32 from the process-wide capped device allocator, category scratch; copied on `stream`, which is then
+// synchronized, so the first call blocks and must not be inside a stream capture), then returned from the
+// cache. Thread-safe (a mutex; the tables are complete before any thread sees them). The memory stays
+// allocated until the process ends (a few KiB per distinct L).
+RelativeIndexTables relative_index_tables(const RelativePositionConfig& config, int64_t length,
+                                          cudaStream_t stream);
 
 }  // namespace zt::kernels::gpu

@@ -1,11 +1,54 @@
 #include "runtime/stream.h"
 
+#include <algorithm>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
 
 namespace zt {
+
+namespace {
+
+thread_local cudaStream_t t_current_stream = nullptr;
+
+std::mutex g_retire_hooks_mutex;
+std::vector<StreamRetireHook>& retire_hooks() {
+  static auto* hooks = new std::vector<StreamRetireHook>;  // never destroyed: streams may die at exit
+  return *hooks;
+}
+
+}  // namespace
+
+cudaStream_t current_stream() {
+  return t_current_stream;
+}
+
+StreamScope::StreamScope(cudaStream_t stream) : previous_(t_current_stream) {
+  t_current_stream = stream;
+}
+
+StreamScope::~StreamScope() {
+  t_current_stream = previous_;
+}
+
+void add_stream_retire_hook(StreamRetireHook hook) {
+  const std::lock_guard<std::mutex> lock(g_retire_hooks_mutex);
+  std::vector<StreamRetireHook>& hooks = retire_hooks();
+  if (std::find(hooks.begin(), hooks.end(), hook) == hooks.end()) hooks.push_back(hook);
+}
+
+void retire_stream(cudaStream_t stream) {
+  if (stream == nullptr) return;  // the legacy default stream lives as long as the process
+  std::vector<StreamRetireHook> hooks;
+  {
+    const std::lock_guard<std::mutex> lock(g_retire_hooks_mutex);
+    hooks = retire_hooks();  // a copy: a hook may take its own locks, never this one
+  }
+  for (StreamRetireHook hook : hooks) hook(stream);
+}
 
 Stream::Stream(int priority) {
   ZT_CUDA_CHECK(cudaGetDevice(&device_));
@@ -13,7 +56,10 @@ Stream::Stream(int priority) {
 }
 
 Stream::~Stream() {
-  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);  // queued work still completes
+  if (stream_ != nullptr) {
+    retire_stream(stream_);
+    (void)cudaStreamDestroy(stream_);  // queued work still completes
+  }
 }
 
 Stream::Stream(Stream&& other) noexcept
@@ -21,7 +67,10 @@ Stream::Stream(Stream&& other) noexcept
 
 Stream& Stream::operator=(Stream&& other) noexcept {
   if (this != &other) {
-    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    if (stream_ != nullptr) {
+      retire_stream(stream_);
+      (void)cudaStreamDestroy(stream_);
+    }
     stream_ = std::exchange(other.stream_, nullptr);
     device_ = other.device_;
   }
