@@ -4,8 +4,15 @@
 //
 //   TrainConfig config = TrainConfig::from_args(argc, argv);    // flags only; throws zt::Error on bad input
 //   if (config.show_help) { std::fputs(TrainConfig::help_text().c_str(), stdout); return 0; }
-//   config.resolve({.world_size = W, .hidden_size = model.hidden_size, .num_train_examples = train.size()});
+//   config.device = DeviceChoice::cpu;                          // the launcher settles the device first
+//   apply_run_defaults(config, /*embedded_model=*/true);        // Note [Defaults that depend on the run]
+//   config.resolve({.world_size = 1, .hidden_size = model.hidden_size, .num_train_examples = train.size()});
 //   std::fputs(config.describe().c_str(), stdout);
+//
+// The implementation is one file per section: train_config.cpp (names, resolve() in order, describe()),
+// train_config_flags.cpp (flag table, --help, run defaults), train_config_json.cpp (reading and parsing the
+// DeepSpeed JSON), and train_config_{data,optimizer,schedule,precision,zero,offload}.cpp, each resolving and
+// describing its own keys.
 //
 // Note [Flags versus the DeepSpeed JSON]
 // Many settings can come from a flag and from the JSON (learning rate, batch sizes, clipping, dtype...).
@@ -21,6 +28,12 @@
 //                                bug report waiting to happen, so we refuse.
 // After resolve() the flag fields hold the values training uses; origin_of(name) says where each came from.
 //
+// Note [Defaults that depend on the run]
+// A few defaults differ between a GPU and a CPU run, and for the embedded default model (see run_defaults()):
+// the flag table keeps HF's defaults, --help prints each run default beside it, and apply_run_defaults() (called
+// by train_mrpc once the device is known) sets the flags still at their default. One table serves both, so
+// --help cannot drift from what a run does.
+//
 // Note [max_grad_norm]
 // run_glue_no_trainer.py never clips gradients; HF Trainer (and Accelerate's DeepSpeed "auto" for
 // gradient_clipping) use 1.0. We default to 1.0 so that a JSON-driven and a flag-driven run agree and the
@@ -30,6 +43,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,33 +94,41 @@ struct DeepSpeedSchedule {
 };
 std::string_view deepspeed_schedule_name(DeepSpeedSchedule::Type type);
 
+// An offload_optimizer / offload_param section. resolve() refuses device "cpu" (not implemented yet) and
+// "nvme" (not supported), so after resolve() `enabled` is false; the field is where CPU offload will land.
 struct OffloadSettings {
   bool enabled = false;  // device "cpu"; "none" leaves it off
   bool pin_memory = false;
 };
 
-// zero_optimization, with DeepSpeed's defaults (sizes are element counts, as in DeepSpeed).
+// zero_optimization, with DeepSpeed's defaults (sizes are element counts, as in DeepSpeed). Note [ZeRO keys]
+// in optim/train_config_zero.cpp says what each key does here: zerotrain's unit of communication is a whole
+// layer (each encoder layer's tensors, the embeddings, the remaining tensors), so the bucket sizes and the
+// stage-3 fetch tuning are accepted and stored but do not change what a collective carries; describe()
+// prints an "effective:" note for each.
 struct ZeroSettings {
-  int stage = 0;
-  bool allgather_partitions = true;
+  int stage = 0;                      // 0, 1, 2 or 3
+  bool allgather_partitions = true;   // always true (false is refused)
   int64_t allgather_bucket_size = 500'000'000;
-  bool overlap_comm = false;  // DeepSpeed: defaults to true for stage 3, false otherwise
-  bool reduce_scatter = true;
+  bool overlap_comm = false;          // collectives on a communication stream; DeepSpeed: true for stage 3 only
+  bool reduce_scatter = true;         // false = all-reduce the gradients, then keep this rank's shard
   int64_t reduce_bucket_size = 500'000'000;
-  bool contiguous_gradients = true;
-  bool round_robin_gradients = false;
+  bool contiguous_gradients = true;   // always true (false is refused)
+  bool round_robin_gradients = false; // always false (true needs CPU offload)
   OffloadSettings offload_optimizer;
   OffloadSettings offload_param;  // stage 3 only
   int64_t sub_group_size = 1'000'000'000;
   int64_t stage3_prefetch_bucket_size = 50'000'000;
   int64_t stage3_param_persistence_threshold = 100'000;
-  int64_t stage3_max_live_parameters = 1'000'000'000;
+  int64_t stage3_max_live_parameters = 1'000'000'000;  // the trainer checks it against two layers + embeddings
   int64_t stage3_max_reuse_distance = 1'000'000'000;
   bool stage3_gather_16bit_weights_on_model_save = false;
 };
 
 // What resolve() needs besides the flags and the JSON.
 struct ResolveInputs {
+  // The ranks the caller already runs (e.g. processes started by a launcher). 1 = a single process, which
+  // then runs --world_size in-process ranks; above 1 it must agree with --world_size when that is given.
   int world_size = 1;
   int64_t hidden_size = 0;         // the model's; needed only when a hidden-size "auto" key is present
   int64_t num_train_examples = 0;  // to compute steps per epoch; needed unless --max_train_steps is given
@@ -147,11 +169,19 @@ struct TrainConfig {
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
   std::string data_dir;    // defaults to the shipped MRPC
-  int64_t log_every = 10;  // optimizer steps between loss lines
+  int64_t log_every = 10;  // optimizer steps between loss lines; DeepSpeed's steps_per_print sets it too
   bool show_help = false;  // --help was given; nothing else was parsed after it
+  // Ranks of the run. --world_size N runs N ranks as threads of this process (in-process collectives);
+  // resolve() reconciles it with ResolveInputs::world_size. 1..kMaxWorldSize.
+  int world_size = 1;
+  bool estimate_memory = false;    // --estimate_memory: print the memory estimate and exit without training
+  bool debug_collectives = false;  // --debug_collectives: check and log every collective (slow; for hangs)
+  // --collective_timeout: a rank waiting longer than this in a collective aborts the group, naming the ranks
+  // that never arrived, instead of hanging; 0 = wait forever.
+  int64_t collective_timeout_seconds = 600;
+  bool overwrite_output_dir = false;  // HF's --overwrite_output_dir: write into an existing, non-empty dir
 
   // ---- filled by resolve() ----
-  int world_size = 1;
   int64_t train_batch_size = 0;            // micro x accumulation x world
   int64_t num_update_steps_per_epoch = 0;  // optimizer steps per epoch per rank (0 if examples unknown)
   int64_t num_training_steps = 0;          // --max_train_steps or epochs x steps per epoch
@@ -161,8 +191,6 @@ struct TrainConfig {
   LossScalerConfig fp16;                                // used when dtype is f16
   bool fp16_auto_cast = false;
   ZeroSettings zero;
-  int64_t steps_per_print = 10;  // DeepSpeed's own progress print; our loss lines follow log_every
-  bool wall_clock_breakdown = false;
   bool resolved = false;
 
   // Parses command-line flags ("--flag value", "--flag=value", bare booleans). Throws zt::Error naming the
@@ -172,8 +200,10 @@ struct TrainConfig {
   // Usage text generated from the flag table (every flag, its default and what it does).
   static std::string help_text();
 
-  // Fills data paths, reads --deepspeed_config (if any) and reconciles it with the flags (Note [Flags versus
-  // the DeepSpeed JSON]), resolves "auto", computes step counts and validates everything. Throws zt::Error.
+  // Fills data paths, reads --deepspeed_config (if any, at most kMaxDeepSpeedConfigBytes) and reconciles it
+  // with the flags (Note [Flags versus the DeepSpeed JSON]), resolves "auto", computes step counts and
+  // validates everything. `device` must already be settled for a CPU run: 16-bit precision is refused there.
+  // Throws zt::Error.
   void resolve(const ResolveInputs& inputs);
   // As resolve(), with the DeepSpeed config given as text; `source` names it in messages.
   void resolve_with_json_text(std::string_view json_text, std::string_view source,
@@ -192,6 +222,23 @@ struct TrainConfig {
  private:
   void resolve_impl(const nlohmann::json* ds, std::string_view source, const ResolveInputs& inputs);
 };
+
+inline constexpr int kMaxWorldSize = 64;                          // --world_size's upper bound
+inline constexpr size_t kMaxDeepSpeedConfigBytes = size_t{1} << 20;  // a real config is a few KiB
+
+// A default that depends on the run (Note [Defaults that depend on the run]); values are in the flag's own
+// syntax and go through its parser.
+struct RunDefault {
+  std::string_view flag;         // a flag of the table, without "--"
+  std::string_view on_gpu;       // --device cuda
+  std::string_view on_cpu;       // --device cpu
+  bool embedded_model_only;      // with --model_name_or_path the flag's own (HF) default applies
+};
+std::span<const RunDefault> run_defaults();
+// Sets each flag of run_defaults() that is still at its default to its value for config.device (cpu or
+// cuda, already settled); rows for the embedded model apply only when `embedded_model`. The origin stays
+// "default", with a note saying which run default it is.
+void apply_run_defaults(TrainConfig& config, bool embedded_model);
 
 std::string_view compute_dtype_name(ComputeDType dtype);
 std::string_view device_choice_name(DeviceChoice device);

@@ -27,21 +27,10 @@ using zt::optim::DeviceChoice;
 using zt::optim::Origin;
 using zt::optim::TrainConfig;
 
-// The embedded default recipe. CPU: the small random-init model learns within a couple of minutes on two
-// cores. GPU: the full xlarge model at the batch the Accelerate/DeepSpeed blog reached with ZeRO-2 (40).
-// Flags and the DeepSpeed JSON still override every value.
+// The defaults that depend on the device and on the embedded model (lr, batch sizes, dtype): one table in
+// optim/train_config, which --help prints too. Flags and the DeepSpeed JSON still override every value.
 void apply_embedded_defaults(TrainConfig& config, bool default_model) {
-  if (!default_model) return;
-  const bool gpu = config.device == DeviceChoice::cuda;
-  auto set_default = [&](const char* key, auto& field, auto value) {
-    if (config.origin_of(key) == Origin::default_value) field = value;
-  };
-  set_default("learning_rate", config.learning_rate, gpu ? 2e-5 : 1e-4);
-  set_default("per_device_train_batch_size", config.per_device_train_batch_size, int64_t{gpu ? 40 : 32});
-  // GPU: the eval batch shares the activation arena planned for max(train, eval), so keep it at the train
-  // batch; the CPU arena is small either way.
-  set_default("per_device_eval_batch_size", config.per_device_eval_batch_size, int64_t{gpu ? 40 : 64});
-  set_default("num_train_epochs", config.num_train_epochs, int64_t{3});
+  zt::optim::apply_run_defaults(config, default_model);
 }
 
 // Picks the backend: --device auto (the default) trains on the GPU when one is present. The GPU computes in

@@ -3,8 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/check.h"
@@ -135,6 +141,15 @@ const std::vector<std::string> kBlogFlags = {"--model_name_or_path",
                                              "--output_dir",
                                              "/tmp/mrpc/deepspeed_stage2/"};
 
+// A blog config with its CPU offload sections set to "none" (CPU offload is not implemented yet).
+std::string without_offload(std::string json) {
+  for (size_t at = json.find(R"("device": "cpu")"); at != std::string::npos;
+       at = json.find(R"("device": "cpu")", at)) {
+    json.replace(at, 15, R"("device": "none")");
+  }
+  return json;
+}
+
 std::string write_temp(const std::string& name, const std::string& text) {
   const std::string path = testing::TempDir() + name;
   std::ofstream(path) << text;
@@ -160,6 +175,13 @@ std::string error_of(Action action) {
     return e.what();
   }
   return "";
+}
+
+// The line of describe()'s `text` that prints `key` ("" if there is none).
+std::string line_of(const std::string& text, const std::string& key) {
+  const size_t start = text.find("  " + key + " ");
+  if (start == std::string::npos) return "";
+  return text.substr(start, text.find('\n', start) - start);
 }
 
 #define EXPECT_ERROR_HAS(action, ...)                                                                   \
@@ -325,16 +347,21 @@ TEST(TrainConfigFlags, HelpListsEveryFlag) {
                            "--adam_beta1",
                            "--adam_beta2",
                            "--adam_epsilon",
+                           "--world_size",
+                           "--estimate_memory",
+                           "--debug_collectives",
+                           "--collective_timeout",
+                           "--overwrite_output_dir",
                            "--help"}) {
     EXPECT_NE(help.find(str(flag, " ")), std::string::npos) << flag << " missing from --help:\n" << help;
   }
-  EXPECT_NE(help.find("[default: 5e-05]"), std::string::npos) << help;
+  EXPECT_NE(help.find("[default: 0]"), std::string::npos) << help;  // --num_warmup_steps
 }
 
 TEST(TrainConfigJson, BlogZero2AutoResolvesFromFlags) {
   for (const int world_size : {1, 2}) {
     SCOPED_TRACE(world_size);
-    const TrainConfig config = resolved(kBlogFlags, kBlogZero2Offload, world_size);
+    const TrainConfig config = resolved(kBlogFlags, without_offload(kBlogZero2Offload), world_size);
     EXPECT_EQ(config.per_device_train_batch_size, 40);
     EXPECT_EQ(config.gradient_accumulation_steps, 1);
     EXPECT_EQ(config.train_batch_size, 40 * world_size);
@@ -363,25 +390,26 @@ TEST(TrainConfigJson, BlogZero2AutoResolvesFromFlags) {
     EXPECT_EQ(schedule.total_num_steps, 3 * steps_per_epoch);
     EXPECT_TRUE(schedule.warmup_log);  // DeepSpeed's default warmup_type
     EXPECT_EQ(config.zero.stage, 2);
-    EXPECT_TRUE(config.zero.offload_optimizer.enabled);
+    EXPECT_FALSE(config.zero.offload_optimizer.enabled);
     EXPECT_TRUE(config.zero.offload_optimizer.pin_memory);
     EXPECT_FALSE(config.zero.offload_param.enabled);
     EXPECT_TRUE(config.zero.overlap_comm);
     EXPECT_EQ(config.zero.allgather_bucket_size, 200'000'000);  // written 2e8
     EXPECT_EQ(config.zero.reduce_bucket_size, kXlargeHidden * kXlargeHidden);
     EXPECT_EQ(config.origin_of("zero_optimization.reduce_bucket_size"), Origin::json_auto);
-    EXPECT_EQ(config.steps_per_print, 2000);
+    EXPECT_EQ(config.log_every, 2000);  // steps_per_print
+    EXPECT_EQ(config.origin_of("log_every"), Origin::json);
   }
 }
 
 TEST(TrainConfigJson, BlogZero3AutoResolvesHiddenSizeKeys) {
   for (const int world_size : {1, 2}) {
     SCOPED_TRACE(world_size);
-    const TrainConfig config = resolved(kBlogFlags, kBlogZero3Offload, world_size);
+    const TrainConfig config = resolved(kBlogFlags, without_offload(kBlogZero3Offload), world_size);
     EXPECT_EQ(config.train_batch_size, 40 * world_size);
     EXPECT_EQ(config.zero.stage, 3);
-    EXPECT_TRUE(config.zero.offload_optimizer.enabled);
-    EXPECT_TRUE(config.zero.offload_param.enabled);
+    EXPECT_FALSE(config.zero.offload_optimizer.enabled);
+    EXPECT_FALSE(config.zero.offload_param.enabled);
     EXPECT_EQ(config.zero.reduce_bucket_size, 2'359'296);               // 1536^2
     EXPECT_EQ(config.zero.stage3_prefetch_bucket_size, 2'123'366);      // int(0.9 * 1536^2)
     EXPECT_EQ(config.zero.stage3_param_persistence_threshold, 15'360);  // 10 * 1536
@@ -391,10 +419,18 @@ TEST(TrainConfigJson, BlogZero3AutoResolvesHiddenSizeKeys) {
   }
 }
 
+// The blog's configs offload to the CPU, which zerotrain does not implement yet: refused, not ignored.
+TEST(TrainConfigJson, BlogConfigsAsPublishedAreRefusedForCpuOffload) {
+  EXPECT_ERROR_HAS(resolved(kBlogFlags, kBlogZero2Offload), "test.json",
+                   "zero_optimization.offload_optimizer.device cpu: CPU offload is not implemented yet "
+                   "(remove the section or set device none)");
+  EXPECT_ERROR_HAS(resolved(kBlogFlags, kBlogZero3Offload), "zero_optimization.offload_optimizer.device cpu");
+}
+
 TEST(TrainConfigJson, BlogConfigReadFromFile) {
   std::vector<std::string> flags = kBlogFlags;
   flags.push_back("--deepspeed_config");
-  flags.push_back(write_temp("zero_stage2_blog.json", kBlogZero2Offload));
+  flags.push_back(write_temp("zero_stage2_blog.json", without_offload(kBlogZero2Offload)));
   TrainConfig config = TrainConfig::from_args(flags);
   config.resolve(inputs());
   EXPECT_EQ(config.zero.stage, 2);
@@ -434,7 +470,7 @@ TEST(TrainConfigJson, UnknownKeysNameTheirFullPath) {
   EXPECT_ERROR_HAS(
       resolved(
           {},
-          R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memroy": 1}}})"),
+          R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "none", "pin_memroy": 1}}})"),
       "'zero_optimization.offload_optimizer.pin_memroy'");
   EXPECT_ERROR_HAS(
       resolved({}, R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "beta": [0.9, 0.99]}}})"),
@@ -577,10 +613,9 @@ TEST(TrainConfigDescribe, MarksWhereValuesCameFrom) {
                                               "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}})");
   const std::string text = config.describe();
   auto line_of = [&](const std::string& key) {
-    const size_t start = text.find("  " + key + " ");
-    EXPECT_NE(start, std::string::npos) << key << " missing from\n" << text;
-    if (start == std::string::npos) return std::string();
-    return text.substr(start, text.find('\n', start) - start);
+    const std::string line = optim::line_of(text, key);
+    EXPECT_FALSE(line.empty()) << key << " missing from\n" << text;
+    return line;
   };
   EXPECT_NE(line_of("learning_rate").find("[json optimizer.params.lr]"), std::string::npos) << text;
   EXPECT_NE(line_of("weight_decay").find("[flag]"), std::string::npos) << text;
@@ -589,6 +624,381 @@ TEST(TrainConfigDescribe, MarksWhereValuesCameFrom) {
   EXPECT_NE(line_of("zero_optimization.reduce_bucket_size").find("[json auto]"), std::string::npos) << text;
   EXPECT_NE(line_of("zero_optimization.stage").find("[json]"), std::string::npos) << text;
   EXPECT_NE(line_of("train_batch_size").find("[derived"), std::string::npos) << text;
+}
+
+
+// ---------------------------------------------------------------------------------------------------------
+// New flags
+
+TEST(TrainConfigFlags, RunFlagsAndTheirDefaults) {
+  const TrainConfig defaults = TrainConfig::from_args(std::vector<std::string>{});
+  EXPECT_EQ(defaults.world_size, 1);
+  EXPECT_FALSE(defaults.estimate_memory);
+  EXPECT_FALSE(defaults.debug_collectives);
+  EXPECT_EQ(defaults.collective_timeout_seconds, 600);
+  EXPECT_FALSE(defaults.overwrite_output_dir);
+
+  const TrainConfig config = TrainConfig::from_args(
+      std::vector<std::string>{"--world_size", "4", "--estimate_memory", "--debug_collectives",
+                               "--collective_timeout=0", "--overwrite_output_dir"});
+  EXPECT_EQ(config.world_size, 4);
+  EXPECT_EQ(config.origin_of("world_size"), Origin::flag);
+  EXPECT_TRUE(config.estimate_memory);
+  EXPECT_TRUE(config.debug_collectives);
+  EXPECT_EQ(config.collective_timeout_seconds, 0);
+  EXPECT_TRUE(config.overwrite_output_dir);
+
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--world_size", "0"}), "--world_size",
+                   "at least 1");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--world_size", "65"}), "--world_size",
+                   "at most 64");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--collective_timeout", "-1"}),
+                   "--collective_timeout", "at least 0");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--collective_timeout", "99999999999"}),
+                   "--collective_timeout", "at most");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--estimate_memory=maybe"}),
+                   "--estimate_memory");
+}
+
+TEST(TrainConfigFlags, WorldSizeFlagCountsInTheBatchAndSteps) {
+  TrainConfig config =
+      TrainConfig::from_args(std::vector<std::string>{"--world_size", "4", "--per_device_train_batch_size", "8"});
+  config.resolve(inputs(1));  // a single process running 4 in-process ranks
+  EXPECT_EQ(config.world_size, 4);
+  EXPECT_EQ(config.train_batch_size, 32);
+  EXPECT_EQ(config.num_update_steps_per_epoch, 115);  // ceil(ceil(3668 / 4) / 8)
+
+  // DeepSpeed's train_batch_size derivation uses it too: 64 / (8 x 4) = 2 accumulation steps.
+  EXPECT_EQ(resolved({"--world_size", "4", "--per_device_train_batch_size", "8"}, R"({"train_batch_size": 64})")
+                .gradient_accumulation_steps,
+            2);
+  // A caller that already runs several ranks must agree with the flag.
+  EXPECT_EQ(resolved({"--world_size", "2"}, "{}", 2).world_size, 2);
+  EXPECT_ERROR_HAS(resolved({"--world_size", "4"}, "{}", 2), "--world_size 4", "2 ranks");
+  // Without the flag the caller's world size is the run's.
+  const TrainConfig launched = resolved({}, "{}", 3);
+  EXPECT_EQ(launched.world_size, 3);
+  EXPECT_EQ(launched.origin_of("world_size"), Origin::derived);
+}
+
+TEST(TrainConfigFlags, HelpShowsWhereEachRunDefaultApplies) {
+  const std::string help = TrainConfig::help_text();
+  auto help_line = [&](const std::string& flag) {
+    const size_t start = help.find("  --" + flag + " ");
+    EXPECT_NE(start, std::string::npos) << flag << " missing from --help:\n" << help;
+    return start == std::string::npos ? std::string() : help.substr(start, help.find('\n', start) - start);
+  };
+  EXPECT_NE(help_line("learning_rate")
+                .find("[default: 2e-05 on a GPU, 0.0001 on the CPU (embedded model); 5e-05 with "
+                      "--model_name_or_path]"),
+            std::string::npos)
+      << help;
+  EXPECT_NE(help_line("per_device_train_batch_size")
+                .find("[default: 40 on a GPU, 32 on the CPU (embedded model); 8 with --model_name_or_path]"),
+            std::string::npos)
+      << help;
+  EXPECT_NE(help_line("per_device_eval_batch_size").find("40 on a GPU, 64 on the CPU"), std::string::npos)
+      << help;
+  EXPECT_NE(help_line("dtype").find("[default: bf16 on a GPU, f32 on the CPU]"), std::string::npos) << help;
+  EXPECT_NE(help_line("collective_timeout").find("[default: 600]"), std::string::npos) << help;
+}
+
+TEST(TrainConfigFlags, RunDefaultsFollowTheDeviceAndTheModel) {
+  auto with_defaults = [](std::vector<std::string> flags, DeviceChoice device, bool embedded) {
+    TrainConfig config = TrainConfig::from_args(flags);
+    config.device = device;
+    apply_run_defaults(config, embedded);
+    return config;
+  };
+  const TrainConfig cpu = with_defaults({}, DeviceChoice::cpu, true);
+  EXPECT_DOUBLE_EQ(cpu.learning_rate, 1e-4);
+  EXPECT_EQ(cpu.per_device_train_batch_size, 32);
+  EXPECT_EQ(cpu.per_device_eval_batch_size, 64);
+  EXPECT_EQ(cpu.dtype, ComputeDType::f32);
+  EXPECT_EQ(cpu.origin_of("learning_rate"), Origin::default_value);
+  EXPECT_NE(line_of(cpu.describe(), "learning_rate").find("[default, on the CPU with the embedded model]"),
+            std::string::npos)
+      << cpu.describe();
+
+  const TrainConfig gpu = with_defaults({}, DeviceChoice::cuda, true);
+  EXPECT_DOUBLE_EQ(gpu.learning_rate, 2e-5);
+  EXPECT_EQ(gpu.per_device_train_batch_size, 40);
+  EXPECT_EQ(gpu.per_device_eval_batch_size, 40);
+  EXPECT_EQ(gpu.dtype, ComputeDType::bf16);
+
+  // A model of one's own keeps HF's defaults; the dtype still follows the device.
+  const TrainConfig own_model = with_defaults({}, DeviceChoice::cpu, false);
+  EXPECT_DOUBLE_EQ(own_model.learning_rate, 5e-5);
+  EXPECT_EQ(own_model.per_device_train_batch_size, 8);
+  EXPECT_EQ(own_model.dtype, ComputeDType::f32);
+
+  // A flag always wins.
+  const TrainConfig flagged = with_defaults({"--learning_rate", "3e-5"}, DeviceChoice::cuda, true);
+  EXPECT_DOUBLE_EQ(flagged.learning_rate, 3e-5);
+  EXPECT_EQ(flagged.per_device_train_batch_size, 40);
+
+  EXPECT_ERROR_HAS(with_defaults({}, DeviceChoice::auto_detect, true), "device");
+  // Every row names a flag whose parser takes both values (apply_run_defaults would throw otherwise).
+  for (const RunDefault& row : run_defaults()) {
+    SCOPED_TRACE(row.flag);
+    for (const std::string_view value : {row.on_gpu, row.on_cpu}) {
+      EXPECT_NO_THROW(TrainConfig::from_args(std::vector<std::string>{str("--", row.flag), std::string(value)}));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Reading the JSON
+
+TEST(TrainConfigJson, DuplicateKeysNameTheKeyAndTheFile) {
+  EXPECT_ERROR_HAS(resolved({}, R"({"train_batch_size": 8, "train_batch_size": 16})"), "test.json",
+                   "'train_batch_size' appears twice");
+  EXPECT_ERROR_HAS(resolved({}, R"({"zero_optimization": {"stage": 2, "overlap_comm": true, "stage": 3}})"),
+                   "test.json", "'zero_optimization.stage' appears twice");
+  EXPECT_ERROR_HAS(resolved({}, R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "lr": 2e-5}}})"),
+                   "'optimizer.params.lr' appears twice");
+  // The same key in two objects is no duplicate.
+  EXPECT_EQ(resolved({}, R"({"fp16": {"enabled": false}, "bf16": {"enabled": true}})").dtype,
+            ComputeDType::bf16);
+  // Read from a file, the message names the file.
+  TrainConfig config = TrainConfig::from_args(std::vector<std::string>{
+      "--deepspeed_config", write_temp("duplicate.json", R"({"gradient_clipping": 1.0, "gradient_clipping": 0})")});
+  EXPECT_ERROR_HAS(config.resolve(inputs()), "duplicate.json", "'gradient_clipping' appears twice");
+}
+
+TEST(TrainConfigJson, NumbersOutOfRangeNameTheKeyAndTheFile) {
+  // Beyond a double: the parser's own exception would name neither.
+  const std::string message =
+      error_of([] { resolved({}, R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e400}}})"); });
+  EXPECT_NE(message.find("test.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("'optimizer.params.lr'"), std::string::npos) << message;
+  EXPECT_NE(message.find("out of range"), std::string::npos) << message;
+  EXPECT_EQ(message.find("json.exception"), std::string::npos) << message;
+  EXPECT_ERROR_HAS(resolved({}, R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9, -1e999]}}})"),
+                   "'optimizer.params.betas[1]'", "out of range");
+  // Beyond int64: nlohmann keeps 2^64 - 1 unsigned (it would wrap to -1) and turns 1e30 into a double.
+  EXPECT_ERROR_HAS(resolved({}, R"({"train_batch_size": 18446744073709551615})"), "test.json",
+                   "'train_batch_size' is out of range");
+  EXPECT_ERROR_HAS(resolved({}, R"({"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 1e30}})"),
+                   "'zero_optimization.stage3_max_live_parameters' is out of range");
+  // Beyond the field it sets.
+  EXPECT_ERROR_HAS(resolved({}, R"({"fp16": {"enabled": true, "hysteresis": 1e10}})"), "test.json",
+                   "'fp16.hysteresis' must be in [1, 2147483647]");
+  EXPECT_ERROR_HAS(resolved({}, R"({"zero_optimization": {"stage": 1e12}})"), "zero_optimization.stage",
+                   "got 1000000000000");
+  // Each in range, their product not.
+  EXPECT_ERROR_HAS(resolved({}, R"({"train_micro_batch_size_per_gpu": 4000000000000000000,
+                                    "gradient_accumulation_steps": 4})"),
+                   "overflows");
+}
+
+TEST(TrainConfigJson, ConfigFilesAreCappedAndReadOnce) {
+  // A valid config padded past the limit: refused by size, naming the file and the limit.
+  const std::string big = write_temp("big.json", R"({"train_batch_size": 8)" +
+                                                     std::string(kMaxDeepSpeedConfigBytes, ' ') + "}");
+  TrainConfig too_big = TrainConfig::from_args(std::vector<std::string>{"--deepspeed_config", big});
+  EXPECT_ERROR_HAS(too_big.resolve(inputs()), big.c_str(), "larger than 1 MiB");
+  // A file without end stops at the limit instead of filling memory.
+  TrainConfig endless = TrainConfig::from_args(std::vector<std::string>{"--deepspeed_config", "/dev/zero"});
+  EXPECT_ERROR_HAS(endless.resolve(inputs()), "/dev/zero", "larger than 1 MiB");
+  // Text handed over directly has the same limit.
+  TrainConfig text = TrainConfig::from_args(std::vector<std::string>{});
+  EXPECT_ERROR_HAS(
+      text.resolve_with_json_text(std::string(kMaxDeepSpeedConfigBytes + 1, ' '), "padded.json", inputs()),
+      "padded.json", "larger than 1 MiB");
+}
+
+TEST(TrainConfigJson, ConfigFromAFifoIsReadInOnePass) {
+  // A FIFO has no size and a second open would wait for a writer that is gone: one open, one pass to EOF.
+  const std::string path = testing::TempDir() + "zt_config_fifo_" + std::to_string(::getpid());
+  ::unlink(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  std::thread writer([&] { std::ofstream(path) << R"({"zero_optimization": {"stage": 2}})"; });
+  TrainConfig config = TrainConfig::from_args(std::vector<std::string>{"--deepspeed_config", path});
+  const std::string message = error_of([&] { config.resolve(inputs()); });
+  writer.join();
+  ::unlink(path.c_str());
+  EXPECT_EQ(message, "");
+  EXPECT_EQ(config.zero.stage, 2);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Keys that were accepted and ignored
+
+TEST(TrainConfigJson, SixteenBitJsonOnTheCpuIsRefused) {
+  EXPECT_ERROR_HAS(resolved({"--device", "cpu"}, R"({"fp16": {"enabled": true}})"), "test.json",
+                   "fp16.enabled true", "computes in f32 only");
+  EXPECT_ERROR_HAS(resolved({"--device", "cpu"}, R"({"bf16": {"enabled": true}})"), "bf16.enabled true",
+                   "computes in f32 only");
+  EXPECT_ERROR_HAS(resolved({"--device", "cpu", "--dtype", "bf16"}, "{}"), "--dtype bf16",
+                   "computes in f32 only");
+  // "auto", disabled sections and no JSON at all train in f32 on the CPU.
+  EXPECT_EQ(resolved({"--device", "cpu"}, R"({"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}})").dtype,
+            ComputeDType::f32);
+  EXPECT_EQ(resolved({"--device", "cpu"}, R"({"bf16": {"enabled": false}})").dtype, ComputeDType::f32);
+  TrainConfig no_json = TrainConfig::from_args(std::vector<std::string>{"--device", "cpu"});
+  no_json.resolve(inputs());
+  EXPECT_EQ(no_json.dtype, ComputeDType::f32);
+  // A GPU run takes them as before.
+  EXPECT_EQ(resolved({"--device", "cuda"}, R"({"fp16": {"enabled": true}})").dtype, ComputeDType::f16);
+}
+
+TEST(TrainConfigJson, StepsPerPrintSetsLogEvery) {
+  const TrainConfig config = resolved({}, R"({"steps_per_print": 50})");
+  EXPECT_EQ(config.log_every, 50);
+  EXPECT_NE(line_of(config.describe(), "log_every").find("[json steps_per_print]"), std::string::npos)
+      << config.describe();
+  EXPECT_ERROR_HAS(resolved({"--log_every", "5"}, R"({"steps_per_print": 50})"), "--log_every 5",
+                   "steps_per_print = 50");
+  EXPECT_EQ(resolved({"--log_every", "50"}, R"({"steps_per_print": 50})").log_every, 50);
+  EXPECT_ERROR_HAS(resolved({}, R"({"steps_per_print": 0})"), "'steps_per_print' must be at least 1");
+}
+
+TEST(TrainConfigJson, WallClockBreakdownIsNotImplemented) {
+  EXPECT_ERROR_HAS(resolved({}, R"({"wall_clock_breakdown": true})"), "test.json", "wall_clock_breakdown",
+                   "not implemented yet");
+  EXPECT_NO_THROW(resolved({}, R"({"wall_clock_breakdown": false})"));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// zero_optimization: Note [ZeRO keys] in optim/train_config_zero.cpp
+
+std::string zero_json(const std::string& keys) {
+  return R"({"zero_optimization": {)" + keys + "}}";
+}
+
+TEST(TrainConfigZero, StageMustBeZeroToThree) {
+  for (const int stage : {0, 1, 2, 3}) {
+    EXPECT_EQ(resolved({}, zero_json(str(R"("stage": )", stage))).zero.stage, stage);
+  }
+  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 4)")), "test.json",
+                   "zero_optimization.stage must be 0, 1, 2 or 3, got 4");
+  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": -1)")), "got -1");
+}
+
+TEST(TrainConfigZero, OffloadIsRefusedWithItsReason) {
+  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu"})")), "test.json",
+                   "zero_optimization.offload_optimizer.device cpu: CPU offload is not implemented yet (remove "
+                   "the section or set device none)");
+  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 3, "offload_param": {"device": "cpu"})")),
+                   "zero_optimization.offload_param.device cpu: CPU offload is not implemented yet");
+  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "nvme"})")),
+                   "zero_optimization.offload_optimizer.device nvme: disk offload is not supported");
+  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "gpu"})")),
+                   "must be none, cpu or nvme", "'gpu'");
+  const TrainConfig none =
+      resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "none", "pin_memory": true})"));
+  EXPECT_FALSE(none.zero.offload_optimizer.enabled);
+  EXPECT_NE(line_of(none.describe(), "zero_optimization.offload_optimizer.pin_memory")
+                .find("effective: none; nothing is offloaded"),
+            std::string::npos)
+      << none.describe();
+}
+
+TEST(TrainConfigZero, OverlapCommDefaultsByStageAndIsHonoured) {
+  const TrainConfig stage3 = resolved({}, zero_json(R"("stage": 3)"));
+  EXPECT_TRUE(stage3.zero.overlap_comm);
+  EXPECT_EQ(stage3.origin_of("zero_optimization.overlap_comm"), Origin::default_value);
+  EXPECT_FALSE(resolved({}, zero_json(R"("stage": 1)")).zero.overlap_comm);
+  const TrainConfig off = resolved({}, zero_json(R"("stage": 3, "overlap_comm": false)"));
+  EXPECT_FALSE(off.zero.overlap_comm);
+  EXPECT_EQ(off.origin_of("zero_optimization.overlap_comm"), Origin::json);
+  EXPECT_TRUE(resolved({}, zero_json(R"("stage": 2, "overlap_comm": true)")).zero.overlap_comm);
+}
+
+TEST(TrainConfigZero, ReduceScatterIsHonoured) {
+  EXPECT_TRUE(resolved({}, zero_json(R"("stage": 2)")).zero.reduce_scatter);
+  EXPECT_FALSE(resolved({}, zero_json(R"("stage": 2, "reduce_scatter": false)")).zero.reduce_scatter);
+}
+
+TEST(TrainConfigZero, ValuesWeDoNotImplementAreRefusedWithTheReason) {
+  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "contiguous_gradients": false)")), "test.json",
+                   "zero_optimization.contiguous_gradients false", "flat per-layer buckets");
+  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "allgather_partitions": false)")),
+                   "zero_optimization.allgather_partitions false", "always all-gathers");
+  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "round_robin_gradients": true)")),
+                   "zero_optimization.round_robin_gradients true", "CPU offload");
+  // The values we do implement are fine when written out.
+  EXPECT_NO_THROW(resolved({}, zero_json(R"("stage": 2, "contiguous_gradients": true,
+                                             "allgather_partitions": true, "round_robin_gradients": false)")));
+  // DeepSpeed keys without an implementation are named as such, not as typos.
+  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 3, "stage3_allgather_sequential": true)")),
+                   "'zero_optimization.stage3_allgather_sequential'", "does not implement");
+}
+
+TEST(TrainConfigZero, BucketSizesAreStoredWithTheirEffectiveMeaning) {
+  const TrainConfig config =
+      resolved({}, zero_json(R"("stage": 2, "reduce_bucket_size": "auto", "allgather_bucket_size": 2e8)"));
+  EXPECT_EQ(config.zero.reduce_bucket_size, kXlargeHidden * kXlargeHidden);
+  EXPECT_EQ(config.zero.allgather_bucket_size, 200'000'000);
+  const std::string text = config.describe();
+  for (const char* key : {"zero_optimization.reduce_bucket_size", "zero_optimization.allgather_bucket_size"}) {
+    EXPECT_NE(line_of(text, key).find("effective: one layer per bucket (zerotrain reduces/gathers whole layers)"),
+              std::string::npos)
+        << text;
+  }
+  // "auto" is filled only where HF's integration fills it.
+  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "allgather_bucket_size": "auto")")),
+                   "zero_optimization.allgather_bucket_size", "auto");
+  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "reduce_bucket_size": 0)")),
+                   "zero_optimization.reduce_bucket_size' must be at least 1");
+}
+
+TEST(TrainConfigZero, Stage3KeysAreDescribedWithWhatTheyMeanHere) {
+  const TrainConfig config = resolved({}, zero_json(R"("stage": 3, "stage3_prefetch_bucket_size": "auto",
+      "stage3_param_persistence_threshold": "auto", "stage3_max_reuse_distance": 1e9,
+      "stage3_max_live_parameters": 3e8, "sub_group_size": 1e9,
+      "stage3_gather_16bit_weights_on_model_save": true)"));
+  EXPECT_EQ(config.zero.stage3_prefetch_bucket_size, 2'123'366);      // int(0.9 * 1536^2)
+  EXPECT_EQ(config.zero.stage3_param_persistence_threshold, 15'360);  // 10 * 1536
+  EXPECT_EQ(config.zero.stage3_max_reuse_distance, 1'000'000'000);
+  EXPECT_EQ(config.zero.stage3_max_live_parameters, 300'000'000);
+  EXPECT_EQ(config.zero.sub_group_size, 1'000'000'000);
+  EXPECT_TRUE(config.zero.stage3_gather_16bit_weights_on_model_save);
+  const std::string text = config.describe();
+  const std::string z = "zero_optimization.";
+  EXPECT_NE(line_of(text, z + "stage3_prefetch_bucket_size").find("effective: one layer per bucket"),
+            std::string::npos)
+      << text;
+  for (const char* key : {"stage3_param_persistence_threshold", "stage3_max_reuse_distance"}) {
+    EXPECT_NE(line_of(text, z + key).find("each layer, small tensors included, is gathered by one collective"),
+              std::string::npos)
+        << text;
+  }
+  EXPECT_NE(line_of(text, z + "sub_group_size").find("the optimizer updates a shard in one fused pass"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(line_of(text, z + "stage3_max_live_parameters").find("two layers + the embeddings"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(line_of(text, z + "stage3_gather_16bit_weights_on_model_save").find("consolidated fp32 model.h5"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("note:"), std::string::npos) << text;
+}
+
+TEST(TrainConfigZero, Stage3KeysBelowStage3GetANotice) {
+  const TrainConfig config = resolved(
+      {}, zero_json(R"("stage": 2, "stage3_prefetch_bucket_size": 5e7, "stage3_max_reuse_distance": 1e9)"));
+  const std::string text = config.describe();
+  EXPECT_NE(text.find("note: stage3_prefetch_bucket_size, stage3_max_reuse_distance: stage-3 settings, unused at "
+                      "stage 2"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("stage3_param_persistence_threshold"), std::string::npos) << text;  // not given
+  // Without such keys there is neither a notice nor a stage-3 line.
+  const std::string plain = resolved({}, zero_json(R"("stage": 2)")).describe();
+  EXPECT_EQ(plain.find("note:"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("stage3_"), std::string::npos) << plain;
+}
+
+TEST(TrainConfigZero, OldNameOfGather16BitIsAccepted) {
+  const TrainConfig config =
+      resolved({}, zero_json(R"("stage": 3, "stage3_gather_fp16_weights_on_model_save": true)"));
+  EXPECT_TRUE(config.zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 3, "stage3_gather_fp16_weights_on_model_save": true,
+                                             "stage3_gather_16bit_weights_on_model_save": true)")),
+                   "old name");
 }
 
 }  // namespace
