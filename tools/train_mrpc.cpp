@@ -15,6 +15,7 @@
 #include "model/parameters.h"
 #include "optim/train_config.h"
 #include "optim/trainer/trainer.h"
+#include "optim/zero/memory_estimate.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
@@ -83,14 +84,14 @@ int run(int argc, char** argv) {
               static_cast<long long>(table.total_numel()),
               static_cast<long long>(model_config.num_hidden_layers),
               static_cast<long long>(model_config.hidden_size));
-  // fp32 master + gradients + Adam m, v; plus the 16-bit parameter copy in mixed precision.
-  size_t state_bytes = 4 * table.layout(zt::DType::f32).total_bytes();
-  if (compute != zt::DType::f32) state_bytes += table.layout(compute).total_bytes();
-  std::printf(
-      "memory plan (%s, %s): parameters+gradients+Adam m,v%s %s, activations %s (batch %lld x %lld)\n",
-      gpu ? "GPU" : "CPU", zt::dtype_name(compute).data(), compute != zt::DType::f32 ? "+16-bit copy" : "",
-      zt::format_memory_size(state_bytes).c_str(), zt::format_memory_size(activations.total_bytes()).c_str(),
-      static_cast<long long>(max_batch), static_cast<long long>(config.max_length));
+  // The memory plan of every stage at this world size, from the layout the run allocates.
+  std::fputs(zt::optim::describe_memory_estimates(model_config, config.zero.stage, config.world_size, compute,
+                                                  max_batch, config.max_length)
+                 .c_str(),
+             stdout);
+  if (config.estimate_memory) return 0;
+  std::printf("ZeRO stage %d, %d rank%s (%s)\n", config.zero.stage, config.world_size,
+              config.world_size == 1 ? "" : "s", config.world_size == 1 ? "single process" : "in-process ranks");
   std::fputs(config.describe().c_str(), stdout);
   std::fflush(stdout);
 

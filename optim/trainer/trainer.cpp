@@ -194,7 +194,19 @@ struct MrpcTrainer::Impl {
         compute(compute_dtype_for_run(config)),
         world(std::max(1, config.world_size)) {
     ZT_CHECK(config.resolved, "MrpcTrainer needs a resolved TrainConfig");
-    comms = make_in_process_group(world);
+    // A rank stuck longer than --collective_timeout in a collective aborts the group, naming the ranks that
+    // never arrived.
+    comms = make_in_process_group(
+        world, {.timeout = std::chrono::milliseconds(config.collective_timeout_seconds * 1000)});
+    // Stage 3 keeps at most the embeddings, the shared unit and two layers gathered at once.
+    if (config.zero.stage == 3) {
+      const ZeroPartition partition(table, world);
+      const int64_t live = partition.units().front().numel + partition.units().back().numel +
+                           2 * partition.largest_layer_unit();
+      ZT_CHECK(config.zero.stage3_max_live_parameters >= live, "zero_optimization.stage3_max_live_parameters ",
+               config.zero.stage3_max_live_parameters, " is below what stage 3 keeps gathered at once (", live,
+               " parameters: the embeddings, the shared tensors and two layers)");
+    }
     ranks.resize(static_cast<size_t>(world));
     // Initialize (and load) on the host; every rank keeps its part.
     Arena staging("parameters (host)", table.layout(DType::f32));

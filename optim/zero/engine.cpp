@@ -20,13 +20,21 @@
 namespace zt::optim {
 namespace {
 
-// The stream device work is queued on (the legacy default stream until every launcher takes the calling
-// thread's current stream).
+// The stream device work is queued on: the calling (rank) thread's current stream (runtime/stream.h).
 #ifdef ZT_WITH_CUDA
 cudaStream_t work_stream() {
-  return nullptr;
+  return current_stream();
 }
 #endif
+
+// Collectives are queued on the rank's current stream too (ordered with its compute without host syncs).
+CommStream work_comm_stream() {
+#ifdef ZT_WITH_CUDA
+  return current_stream();
+#else
+  return nullptr;
+#endif
+}
 
 ArenaLayout flat_layout(int64_t numel, DType dtype) {
   ArenaLayout layout;
@@ -254,7 +262,7 @@ void ZeroEngine::acquire(size_t unit, Pass) {
   if (world_size() == 1) {
     kernels::copy(shard, full);
   } else {
-    comm_.all_gather(shard, full, nullptr);
+    comm_.all_gather(shard, full, work_comm_stream());
   }
 }
 
@@ -269,10 +277,10 @@ void ZeroEngine::gradients_ready(size_t unit) {
     if (!s.last_micro || W == 1) return;  // local accumulation until the window's last micro-batch
     const Tensor all = view(*s.grads, DType::f32, u.flat_begin, u.numel);
     if (s.stage == 0 || !options_.reduce_scatter) {
-      comm_.all_reduce_sum(all, nullptr);
+      comm_.all_reduce_sum(all, work_comm_stream());
     } else {
       comm_.reduce_scatter_sum(
-          all, view(*s.grads, DType::f32, partition_.slice_begin(unit, r), u.slice_numel), nullptr);
+          all, view(*s.grads, DType::f32, partition_.slice_begin(unit, r), u.slice_numel), work_comm_stream());
     }
     return;
   }
@@ -285,9 +293,9 @@ void ZeroEngine::gradients_ready(size_t unit) {
   const Tensor mine = view(bucket, DType::f32, r * u.slice_numel, u.slice_numel);
   if (W > 1) {
     if (options_.reduce_scatter) {
-      comm_.reduce_scatter_sum(all, mine, nullptr);
+      comm_.reduce_scatter_sum(all, mine, work_comm_stream());
     } else {
-      comm_.all_reduce_sum(all, nullptr);
+      comm_.all_reduce_sum(all, work_comm_stream());
     }
   }
   const Tensor accumulator = view(*s.grads, DType::f32, u.shard_begin, u.slice_numel);
@@ -320,7 +328,7 @@ std::vector<double> all_gather_doubles(Communicator& comm, const std::vector<dou
     const Tensor out(static_cast<int64_t*>(scratch.data()) + n, Shape{world * n}, DType::i64,
                      DeviceKind::cuda);
     copy_tensor(Tensor(bits.data(), Shape{n}, DType::i64), in);
-    comm.all_gather(in, out, nullptr);
+    comm.all_gather(in, out, work_comm_stream());
     copy_tensor(out, Tensor(gathered.data(), Shape{world * n}, DType::i64));
   }
   std::vector<double> out(gathered.size());
@@ -432,7 +440,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     for (size_t u = 0; u < U; ++u) {
       const OwnedBlock& b = s.blocks[u];
       comm_.all_gather(view(*s.compute_copy, s.compute, b.compute, b.numel),
-                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel), nullptr);
+                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel), work_comm_stream());
     }
   }
   return {norm, true};
@@ -498,7 +506,7 @@ void ZeroEngine::refresh_compute_copy() {
     const auto& units = partition_.units();
     for (size_t u = 0; u < units.size(); ++u)
       comm_.all_gather(view(*s.compute_copy, s.compute, s.blocks[u].compute, s.blocks[u].numel),
-                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel), nullptr);
+                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel), work_comm_stream());
   }
 }
 
@@ -533,7 +541,7 @@ void ZeroEngine::gather_full_master(const Arena& host_f32) {
       if (world_size() == 1) {
         kernels::copy(mine, full);
       } else {
-        comm_.all_gather(mine, full, nullptr);
+        comm_.all_gather(mine, full, work_comm_stream());
       }
     }
     for (size_t k = unit.first_tensor; k < unit.end_tensor; ++k) {
