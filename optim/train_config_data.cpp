@@ -49,20 +49,21 @@ void resolve_batch_sizes(ResolveContext& context) {
     return;
   }
   const int64_t total = train_batch.value;
+  // train_batch_size fixes the factor that nobody gave: total / (the other factor x world_size).
+  auto derive = [&](int64_t& unknown, const char* key, int64_t other, const char* other_name,
+                    const char* note) {
+    ZT_CHECK(total % (other * world) == 0, context.where(), "train_batch_size ", total,
+             " is not divisible by ", other_name, " ", other, " x world_size ", world);
+    unknown = total / (other * world);
+    c.origins[key] = Origin::derived;
+    c.origin_notes[key] = note;
+  };
   if (micro_known && !accumulation_known) {
-    ZT_CHECK(total % (c.per_device_train_batch_size * world) == 0, context.where(), "train_batch_size ",
-             total, " is not divisible by train_micro_batch_size_per_gpu ", c.per_device_train_batch_size,
-             " x world_size ", world);
-    c.gradient_accumulation_steps = total / (c.per_device_train_batch_size * world);
-    c.origins["gradient_accumulation_steps"] = Origin::derived;
-    c.origin_notes["gradient_accumulation_steps"] = "train_batch_size / (micro x world_size)";
+    derive(c.gradient_accumulation_steps, "gradient_accumulation_steps", c.per_device_train_batch_size,
+           "train_micro_batch_size_per_gpu", "train_batch_size / (micro x world_size)");
   } else if (!micro_known) {
-    ZT_CHECK(total % (c.gradient_accumulation_steps * world) == 0, context.where(), "train_batch_size ",
-             total, " is not divisible by gradient_accumulation_steps ", c.gradient_accumulation_steps,
-             " x world_size ", world);
-    c.per_device_train_batch_size = total / (c.gradient_accumulation_steps * world);
-    c.origins["per_device_train_batch_size"] = Origin::derived;
-    c.origin_notes["per_device_train_batch_size"] = "train_batch_size / (accumulation x world_size)";
+    derive(c.per_device_train_batch_size, "per_device_train_batch_size", c.gradient_accumulation_steps,
+           "gradient_accumulation_steps", "train_batch_size / (accumulation x world_size)");
   }
   const int64_t derived = c.per_device_train_batch_size * c.gradient_accumulation_steps * world;
   ZT_CHECK(total == derived, context.where(), "train_batch_size ", total,
