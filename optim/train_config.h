@@ -32,8 +32,7 @@
 // A few defaults differ between a GPU and a CPU run, and for the embedded default model (see run_defaults()):
 // the flag table keeps HF's defaults, --help prints each run default beside it, and apply_run_defaults()
 // (called by train_mrpc once the device is known) sets the flags still at their default. One table serves
-// both, so
-// --help cannot drift from what a run does.
+// both, so --help cannot drift from what a run does.
 //
 // Note [max_grad_norm]
 // run_glue_no_trainer.py never clips gradients; HF Trainer (and Accelerate's DeepSpeed "auto" for
@@ -121,8 +120,8 @@ struct ZeroSettings {
   int64_t sub_group_size = 1'000'000'000;
   int64_t stage3_prefetch_bucket_size = 50'000'000;
   int64_t stage3_param_persistence_threshold = 100'000;
-  int64_t stage3_max_live_parameters =
-      1'000'000'000;  // the trainer checks it against two layers + embeddings
+  // The trainer checks it against two layers plus the embeddings at run time.
+  int64_t stage3_max_live_parameters = 1'000'000'000;
   int64_t stage3_max_reuse_distance = 1'000'000'000;
   bool stage3_gather_16bit_weights_on_model_save = false;
 };
@@ -177,7 +176,7 @@ struct TrainConfig {
   // resolve() reconciles it with ResolveInputs::world_size. 1..kMaxWorldSize.
   int world_size = 1;
   bool estimate_memory = false;    // --estimate_memory: print the memory estimate and exit without training
-  bool debug_collectives = false;  // --debug_collectives: check and log every collective (slow; for hangs)
+  bool debug_collectives = false;  // --debug_collectives: extra checks and logging around collectives
   // --collective_timeout: a rank waiting longer than this in a collective aborts the group, naming the ranks
   // that never arrived, instead of hanging; 0 = wait forever.
   int64_t collective_timeout_seconds = 600;
