@@ -64,8 +64,8 @@ void resolve_world_size(ResolveContext& context) {
 void resolve_run_keys(ResolveContext& context) {
   if (context.top == nullptr) return;
   JsonSection& top = *context.top;
-  // DeepSpeed prints a progress line every steps_per_print steps; ours is the loss line of --log_every, so the
-  // key sets it (and contradicts an explicit --log_every like any other flag/JSON pair).
+  // DeepSpeed prints a progress line every steps_per_print steps; ours is the loss line of --log_every, so
+  // the key sets it (and contradicts an explicit --log_every like any other flag/JSON pair).
   reconcile(context, context.config.log_every, "log_every", top.integer("steps_per_print", false, 1));
   const JsonValue<bool> breakdown = top.boolean("wall_clock_breakdown", false);
   ZT_CHECK(!(breakdown.given() && breakdown.value), context.where(),
@@ -89,8 +89,8 @@ void DescribeWriter::line(const std::string& key, const std::string& value, std:
   if (note != config_.origin_notes.end()) where += (origin == Origin::json ? " " : ", ") + note->second;
   // JSON keys are described by their path already; "json <same path>" would repeat it.
   if (origin == Origin::json && note != config_.origin_notes.end() && note->second == key) where = "json";
-  out_ << "  " << std::left << std::setw(60) << key << " " << std::setw(24) << (value.empty() ? "(none)" : value)
-       << " [" << where << "]";
+  out_ << "  " << std::left << std::setw(60) << key << " " << std::setw(24)
+       << (value.empty() ? "(none)" : value) << " [" << where << "]";
   if (!effective.empty()) out_ << "  effective: " << effective;
   out_ << "\n";
 }

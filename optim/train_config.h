@@ -30,9 +30,9 @@
 //
 // Note [Defaults that depend on the run]
 // A few defaults differ between a GPU and a CPU run, and for the embedded default model (see run_defaults()):
-// the flag table keeps HF's defaults, --help prints each run default beside it, and apply_run_defaults() (called
-// by train_mrpc once the device is known) sets the flags still at their default. One table serves both, so
-// --help cannot drift from what a run does.
+// the flag table keeps HF's defaults, --help prints each run default beside it, and apply_run_defaults()
+// (called by train_mrpc once the device is known) sets the flags still at their default. One table serves
+// both, so --help cannot drift from what a run does.
 //
 // Note [max_grad_norm]
 // run_glue_no_trainer.py never clips gradients; HF Trainer (and Accelerate's DeepSpeed "auto" for
@@ -107,20 +107,21 @@ struct OffloadSettings {
 // stage-3 fetch tuning are accepted and stored but do not change what a collective carries; describe()
 // prints an "effective:" note for each.
 struct ZeroSettings {
-  int stage = 0;                      // 0, 1, 2 or 3
-  bool allgather_partitions = true;   // always true (false is refused)
+  int stage = 0;                     // 0, 1, 2 or 3
+  bool allgather_partitions = true;  // always true (false is refused)
   int64_t allgather_bucket_size = 500'000'000;
-  bool overlap_comm = false;          // collectives on a communication stream; DeepSpeed: true for stage 3 only
-  bool reduce_scatter = true;         // false = all-reduce the gradients, then keep this rank's shard
+  bool overlap_comm = false;   // collectives on a communication stream; DeepSpeed: true for stage 3 only
+  bool reduce_scatter = true;  // false = all-reduce the gradients, then keep this rank's shard
   int64_t reduce_bucket_size = 500'000'000;
-  bool contiguous_gradients = true;   // always true (false is refused)
-  bool round_robin_gradients = false; // always false (true needs CPU offload)
+  bool contiguous_gradients = true;    // always true (false is refused)
+  bool round_robin_gradients = false;  // always false (true needs CPU offload)
   OffloadSettings offload_optimizer;
   OffloadSettings offload_param;  // stage 3 only
   int64_t sub_group_size = 1'000'000'000;
   int64_t stage3_prefetch_bucket_size = 50'000'000;
   int64_t stage3_param_persistence_threshold = 100'000;
-  int64_t stage3_max_live_parameters = 1'000'000'000;  // the trainer checks it against two layers + embeddings
+  // The trainer checks it against two layers plus the embeddings at run time.
+  int64_t stage3_max_live_parameters = 1'000'000'000;
   int64_t stage3_max_reuse_distance = 1'000'000'000;
   bool stage3_gather_16bit_weights_on_model_save = false;
 };
@@ -175,7 +176,7 @@ struct TrainConfig {
   // resolve() reconciles it with ResolveInputs::world_size. 1..kMaxWorldSize.
   int world_size = 1;
   bool estimate_memory = false;    // --estimate_memory: print the memory estimate and exit without training
-  bool debug_collectives = false;  // --debug_collectives: check and log every collective (slow; for hangs)
+  bool debug_collectives = false;  // --debug_collectives: extra checks and logging around collectives
   // --collective_timeout: a rank waiting longer than this in a collective aborts the group, naming the ranks
   // that never arrived, instead of hanging; 0 = wait forever.
   int64_t collective_timeout_seconds = 600;
@@ -223,16 +224,16 @@ struct TrainConfig {
   void resolve_impl(const nlohmann::json* ds, std::string_view source, const ResolveInputs& inputs);
 };
 
-inline constexpr int kMaxWorldSize = 64;                          // --world_size's upper bound
+inline constexpr int kMaxWorldSize = 64;                             // --world_size's upper bound
 inline constexpr size_t kMaxDeepSpeedConfigBytes = size_t{1} << 20;  // a real config is a few KiB
 
 // A default that depends on the run (Note [Defaults that depend on the run]); values are in the flag's own
 // syntax and go through its parser.
 struct RunDefault {
-  std::string_view flag;         // a flag of the table, without "--"
-  std::string_view on_gpu;       // --device cuda
-  std::string_view on_cpu;       // --device cpu
-  bool embedded_model_only;      // with --model_name_or_path the flag's own (HF) default applies
+  std::string_view flag;     // a flag of the table, without "--"
+  std::string_view on_gpu;   // --device cuda
+  std::string_view on_cpu;   // --device cpu
+  bool embedded_model_only;  // with --model_name_or_path the flag's own (HF) default applies
 };
 std::span<const RunDefault> run_defaults();
 // Sets each flag of run_defaults() that is still at its default to its value for config.device (cpu or

@@ -1,4 +1,5 @@
-// Data section: the MRPC files, the batch sizes (DeepSpeed's train_batch_size derivation) and the step counts.
+// Data section: the MRPC files, the batch sizes (DeepSpeed's train_batch_size derivation) and the step
+// counts.
 #include "data/glue_tsv.h"
 #include "optim/train_config_sections.h"
 
@@ -48,26 +49,28 @@ void resolve_batch_sizes(ResolveContext& context) {
     return;
   }
   const int64_t total = train_batch.value;
+  // train_batch_size fixes the factor that nobody gave: total / (the other factor x world_size).
+  auto derive = [&](int64_t& unknown, const char* key, int64_t other, const char* other_name,
+                    const char* note) {
+    ZT_CHECK(total % (other * world) == 0, context.where(), "train_batch_size ", total,
+             " is not divisible by ", other_name, " ", other, " x world_size ", world);
+    unknown = total / (other * world);
+    c.origins[key] = Origin::derived;
+    c.origin_notes[key] = note;
+  };
   if (micro_known && !accumulation_known) {
-    ZT_CHECK(total % (c.per_device_train_batch_size * world) == 0, context.where(), "train_batch_size ", total,
-             " is not divisible by train_micro_batch_size_per_gpu ", c.per_device_train_batch_size,
-             " x world_size ", world);
-    c.gradient_accumulation_steps = total / (c.per_device_train_batch_size * world);
-    c.origins["gradient_accumulation_steps"] = Origin::derived;
-    c.origin_notes["gradient_accumulation_steps"] = "train_batch_size / (micro x world_size)";
+    derive(c.gradient_accumulation_steps, "gradient_accumulation_steps", c.per_device_train_batch_size,
+           "train_micro_batch_size_per_gpu", "train_batch_size / (micro x world_size)");
   } else if (!micro_known) {
-    ZT_CHECK(total % (c.gradient_accumulation_steps * world) == 0, context.where(), "train_batch_size ", total,
-             " is not divisible by gradient_accumulation_steps ", c.gradient_accumulation_steps,
-             " x world_size ", world);
-    c.per_device_train_batch_size = total / (c.gradient_accumulation_steps * world);
-    c.origins["per_device_train_batch_size"] = Origin::derived;
-    c.origin_notes["per_device_train_batch_size"] = "train_batch_size / (accumulation x world_size)";
+    derive(c.per_device_train_batch_size, "per_device_train_batch_size", c.gradient_accumulation_steps,
+           "gradient_accumulation_steps", "train_batch_size / (accumulation x world_size)");
   }
   const int64_t derived = c.per_device_train_batch_size * c.gradient_accumulation_steps * world;
-  ZT_CHECK(total == derived, context.where(), "train_batch_size ", total, " != train_micro_batch_size_per_gpu ",
-           c.per_device_train_batch_size, " (", origin_name(c.origin_of("per_device_train_batch_size")),
-           ") x gradient_accumulation_steps ", c.gradient_accumulation_steps, " (",
-           origin_name(c.origin_of("gradient_accumulation_steps")), ") x world_size ", world, " = ", derived);
+  ZT_CHECK(total == derived, context.where(), "train_batch_size ", total,
+           " != train_micro_batch_size_per_gpu ", c.per_device_train_batch_size, " (",
+           origin_name(c.origin_of("per_device_train_batch_size")), ") x gradient_accumulation_steps ",
+           c.gradient_accumulation_steps, " (", origin_name(c.origin_of("gradient_accumulation_steps")),
+           ") x world_size ", world, " = ", derived);
   c.train_batch_size = total;
   set_json_origin(c, "train_batch_size", train_batch.path);
 }
@@ -91,8 +94,8 @@ void resolve_steps(ResolveContext& context) {
     }
   } else {
     ZT_CHECK(examples > 0, "the number of training steps needs the training set size (or --max_train_steps)");
-    c.num_training_steps =
-        checked_product(c.num_train_epochs, c.num_update_steps_per_epoch, "num_train_epochs x steps per epoch");
+    c.num_training_steps = checked_product(c.num_train_epochs, c.num_update_steps_per_epoch,
+                                           "num_train_epochs x steps per epoch");
     c.origins["num_training_steps"] = Origin::derived;
     c.origin_notes["num_training_steps"] = "num_train_epochs x steps per epoch";
   }

@@ -171,7 +171,8 @@ const std::vector<FlagSpec>& flag_table() {
       {"ignore_mismatched_sizes", "", "replace a checkpoint classifier whose label count differs",
        [](C& c, F, V) { c.ignore_mismatched_sizes = true; },
        [](const C& c) { return show_bool(c.ignore_mismatched_sizes); }},
-      {"deepspeed_config", "FILE", "DeepSpeed JSON config (ZeRO stage, offload, batch sizes, optimizer, ...)",
+      {"deepspeed_config", "FILE",
+       "DeepSpeed JSON config (ZeRO stage, batch sizes, optimizer, schedule, precision, ...)",
        [](C& c, F, V v) { c.deepspeed_config = v; }, [](const C& c) { return c.deepspeed_config; }},
       {"gpu_memory_limit", "SIZE", "cap on device memory, e.g. 24GiB; 0 = the whole device",
        [](C& c, F f, V v) {
@@ -256,7 +257,8 @@ std::string help_default(const FlagSpec& spec, const std::string& flag_default) 
   if (row == nullptr) return str("[default: ", flag_default.empty() ? "none" : flag_default, "]");
   std::string text = str("[default: ", shown_value(spec, row->on_gpu), " on a GPU, ",
                          shown_value(spec, row->on_cpu), " on the CPU");
-  if (row->embedded_model_only) text += str(" (embedded model); ", flag_default, " with --model_name_or_path");
+  if (row->embedded_model_only)
+    text += str(" (embedded model); ", flag_default, " with --model_name_or_path");
   return text + "]";
 }
 
@@ -268,7 +270,8 @@ std::span<const RunDefault> run_defaults() {
 
 void apply_run_defaults(TrainConfig& config, bool embedded_model) {
   ZT_CHECK(config.device == DeviceChoice::cpu || config.device == DeviceChoice::cuda,
-           "apply_run_defaults needs the device settled (cpu or cuda), got ", device_choice_name(config.device));
+           "apply_run_defaults needs the device settled (cpu or cuda), got ",
+           device_choice_name(config.device));
   const bool gpu = config.device == DeviceChoice::cuda;
   for (const RunDefault& row : kRunDefaults) {
     if (row.embedded_model_only && !embedded_model) continue;

@@ -20,7 +20,8 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
   // Stage rules first: they hold whatever the device, so a config that is wrong twice is told the lasting
   // problem. DeepSpeed partitions parameters only at stage 3, and offloads optimizer state from stage 1.
   const int stage = c.zero.stage;
-  ZT_CHECK(!(wants_offload && key == "offload_param" && stage != 3), context.where(), zero_section.path_of(key),
+  ZT_CHECK(!(wants_offload && key == "offload_param" && stage != 3), context.where(),
+           zero_section.path_of(key),
            " needs stage 3 (parameters are only partitioned there), but zero_optimization.stage is ", stage);
   ZT_CHECK(!(wants_offload && key == "offload_optimizer" && stage == 0), context.where(),
            zero_section.path_of(key), " needs stage 1, 2 or 3, but zero_optimization.stage is 0");

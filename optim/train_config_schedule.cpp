@@ -36,8 +36,8 @@ void resolve_schedule(ResolveContext& context) {
   parse_schedule_kind(c.lr_scheduler_type);
   if (std::optional<JsonSection> scheduler = context.section("scheduler")) {
     const JsonValue<std::string> type = scheduler->string("type");
-    ZT_CHECK(type.given(),
-             context.where(), "scheduler.type is required (WarmupLR, WarmupDecayLR or WarmupCosineLR)");
+    ZT_CHECK(type.given(), context.where(),
+             "scheduler.type is required (WarmupLR, WarmupDecayLR or WarmupCosineLR)");
     DeepSpeedSchedule schedule;
     if (type.value == "WarmupLR") {
       schedule.type = DeepSpeedSchedule::Type::warmup_lr;
@@ -105,11 +105,12 @@ void resolve_schedule(ResolveContext& context) {
     const JsonValue<std::string> warmup_type = p.string("warmup_type");
     if (warmup_type.given()) {
       set_json_origin(c, "scheduler.warmup_type", warmup_type.path);
-      ZT_CHECK(warmup_type.value == "log" || warmup_type.value == "linear", context.where(),
-               warmup_type.path, " must be log or linear, got '", warmup_type.value, "'");
+      ZT_CHECK(warmup_type.value == "log" || warmup_type.value == "linear", context.where(), warmup_type.path,
+               " must be log or linear, got '", warmup_type.value, "'");
       schedule.warmup_log = warmup_type.value == "log";
     }
-    const JsonValue<int64_t> last = p.integer("last_batch_iteration", false, std::numeric_limits<int64_t>::min());
+    const JsonValue<int64_t> last =
+        p.integer("last_batch_iteration", false, std::numeric_limits<int64_t>::min());
     ZT_CHECK(!last.given() || last.value == -1, context.where(), last.path,
              " other than -1 is not supported; resume with --resume_from_checkpoint");
     if (cosine) {
@@ -149,7 +150,8 @@ void describe_schedule(const TrainConfig& c, DescribeWriter& out) {
     out.line("scheduler.warmup_min_lr", n(s.warmup_min_lr));
     out.line("scheduler.warmup_max_lr", n(s.warmup_max_lr));
   }
-  if (s.type != DeepSpeedSchedule::Type::warmup_lr) out.line("scheduler.total_num_steps", i(s.total_num_steps));
+  if (s.type != DeepSpeedSchedule::Type::warmup_lr)
+    out.line("scheduler.total_num_steps", i(s.total_num_steps));
   out.line("scheduler.warmup_type", s.warmup_log ? "log" : "linear");
 }
 

@@ -81,8 +81,8 @@ class JsonSection {
   std::vector<std::string> read_;
 };
 
-// The text of a config file, read once to EOF (a FIFO works; /dev/zero stops at the limit): at most
-// kMaxDeepSpeedConfigBytes, else zt::Error naming the file and the limit.
+// The text of a config file, read once to EOF (a FIFO works) but no further than one chunk past
+// kMaxDeepSpeedConfigBytes (/dev/zero ends there), so the caller's size check sees a file too big.
 std::string read_config_file(const std::string& path);
 // Parses a config, refusing duplicate keys and numbers out of a double's range, naming the key and `source`.
 nlohmann::json parse_config_json(std::string_view text, std::string_view source);
@@ -118,8 +118,8 @@ void reconcile(const ResolveContext& context, T& field, const std::string& key, 
   if (origin != Origin::default_value) {
     if (field == j.value) return;  // agrees with the flag or the earlier JSON key, which stays the origin
     if (origin == Origin::flag) {
-      ZT_FAIL("--", key, " ", show_value(field), " contradicts DeepSpeed config '", context.source, "' ", j.path,
-              " = ", show_value(j.value),
+      ZT_FAIL("--", key, " ", show_value(field), " contradicts DeepSpeed config '", context.source, "' ",
+              j.path, " = ", show_value(j.value),
               j.auto_allowed ? " (set the JSON value to \"auto\" or drop the flag)" : " (drop one of them)");
     }
     ZT_FAIL(context.where(), j.path, " = ", show_value(j.value), " contradicts ", config.origin_notes[key],
@@ -132,15 +132,15 @@ void reconcile(const ResolveContext& context, T& field, const std::string& key, 
 // a * b, or zt::Error saying that `what` overflows (flags and JSON both accept very large counts).
 int64_t checked_product(int64_t a, int64_t b, std::string_view what);
 
-void resolve_data_paths(ResolveContext& context);    // train_config_data.cpp
-void resolve_world_size(ResolveContext& context);    // train_config.cpp
-void resolve_batch_sizes(ResolveContext& context);   // train_config_data.cpp
-void resolve_run_keys(ResolveContext& context);      // train_config.cpp: steps_per_print, ...
-void resolve_optimizer(ResolveContext& context);     // train_config_optimizer.cpp (gradient_clipping too)
-void resolve_steps(ResolveContext& context);         // train_config_data.cpp
-void resolve_schedule(ResolveContext& context);      // train_config_schedule.cpp
-void resolve_precision(ResolveContext& context);     // train_config_precision.cpp
-void resolve_zero(ResolveContext& context);          // train_config_zero.cpp
+void resolve_data_paths(ResolveContext& context);   // train_config_data.cpp
+void resolve_world_size(ResolveContext& context);   // train_config.cpp
+void resolve_batch_sizes(ResolveContext& context);  // train_config_data.cpp
+void resolve_run_keys(ResolveContext& context);     // train_config.cpp: steps_per_print, ...
+void resolve_optimizer(ResolveContext& context);    // train_config_optimizer.cpp (gradient_clipping too)
+void resolve_steps(ResolveContext& context);        // train_config_data.cpp
+void resolve_schedule(ResolveContext& context);     // train_config_schedule.cpp
+void resolve_precision(ResolveContext& context);    // train_config_precision.cpp
+void resolve_zero(ResolveContext& context);         // train_config_zero.cpp
 // One offload_optimizer / offload_param section of zero_optimization (train_config_offload.cpp).
 void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::string_view key,
                      OffloadSettings& settings);

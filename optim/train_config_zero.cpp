@@ -4,20 +4,21 @@
 // zerotrain's ZeRO (stages 0-3) communicates in units of whole layers: each encoder layer's tensors are one
 // unit, reduce-scattered together once its gradients are final and, at stage 3, all-gathered together before
 // use; the embeddings and the remaining tensors are two more units. Against that, each key is
-//   honoured   stage (0-3), overlap_comm (collectives on a communication stream, overlapping compute; DeepSpeed's
+//   honoured   stage (0-3), overlap_comm (collectives on a communication stream, overlapping compute;
+//   DeepSpeed's
 //              default: true at stage 3 only), reduce_scatter (false: all-reduce, then keep the shard)
 //   accepted   with an "effective:" note in describe(), because the layer unit decides what they would tune:
 //              reduce_bucket_size, allgather_bucket_size, stage3_prefetch_bucket_size (one layer per bucket),
 //              stage3_param_persistence_threshold, stage3_max_reuse_distance (each layer, small tensors
 //              included, is gathered by one collective), sub_group_size (the optimizer updates a shard in one
-//              fused pass), stage3_gather_16bit_weights_on_model_save (the trainer always writes a consolidated
-//              fp32 model.h5); stage3_max_live_parameters is checked by the trainer against two layers plus
-//              the embeddings. The stage-3-only keys given at a lower stage get a notice, not an error: DeepSpeed
-//              tolerates them too.
+//              fused pass), stage3_gather_16bit_weights_on_model_save (the trainer always writes a
+//              consolidated fp32 model.h5); stage3_max_live_parameters is checked by the trainer against two
+//              layers plus the embeddings. The stage-3-only keys given at a lower stage get a notice, not an
+//              error: DeepSpeed tolerates them too.
 //   refused    values we do not implement: contiguous_gradients false (gradients are always written into flat
 //              per-layer buckets), allgather_partitions false (partitions are always all-gathered),
-//              round_robin_gradients true (only matters with CPU offload), offload to cpu (not implemented yet)
-//              or nvme (not supported); and any key not listed here, by name.
+//              round_robin_gradients true (only matters with CPU offload), offload to cpu (not implemented
+//              yet) or nvme (not supported); and any key not listed here, by name.
 #include "optim/train_config_sections.h"
 
 namespace zt::optim::config_detail {
@@ -25,12 +26,13 @@ namespace zt::optim::config_detail {
 namespace {
 
 constexpr std::string_view kLayerBuckets = "one layer per bucket (zerotrain reduces/gathers whole layers)";
-constexpr std::string_view kLayerGathers = "none; each layer, small tensors included, is gathered by one collective";
+constexpr std::string_view kLayerGathers =
+    "none; each layer, small tensors included, is gathered by one collective";
 
 // Keys DeepSpeed reads only at stage 3 (the "stage3_" ones and sub_group_size), as describe() prints them.
 struct Stage3Key {
   std::string_view name;
-  int64_t ZeroSettings::* size;  // nullptr for the boolean
+  int64_t ZeroSettings::*size;  // nullptr for the boolean
   std::string_view effective;
 };
 constexpr std::array<Stage3Key, 6> kStage3Keys = {{
@@ -39,7 +41,8 @@ constexpr std::array<Stage3Key, 6> kStage3Keys = {{
     {"stage3_max_reuse_distance", &ZeroSettings::stage3_max_reuse_distance, kLayerGathers},
     {"stage3_max_live_parameters", &ZeroSettings::stage3_max_live_parameters,
      "checked by the trainer against two layers + the embeddings"},
-    {"sub_group_size", &ZeroSettings::sub_group_size, "none; the optimizer updates a shard in one fused pass"},
+    {"sub_group_size", &ZeroSettings::sub_group_size,
+     "none; the optimizer updates a shard in one fused pass"},
     {"stage3_gather_16bit_weights_on_model_save", nullptr,
      "the trainer always writes a consolidated fp32 model.h5"},
 }};
@@ -88,23 +91,27 @@ void resolve_zero(ResolveContext& context) {
 
   int64_t stage = 0;
   integer("stage", stage, std::nullopt, std::numeric_limits<int64_t>::min());
-  ZT_CHECK(stage >= 0 && stage <= 3, context.where(), "zero_optimization.stage must be 0, 1, 2 or 3, got ", stage);
+  ZT_CHECK(stage >= 0 && stage <= 3, context.where(), "zero_optimization.stage must be 0, 1, 2 or 3, got ",
+           stage);
   zero.stage = static_cast<int>(stage);
 
   zero.overlap_comm = zero.stage == 3;  // DeepSpeed's default depends on the stage
-  if (!boolean("overlap_comm", zero.overlap_comm).given()) c.origin_notes[kZero + "overlap_comm"] = "true at stage 3";
+  if (!boolean("overlap_comm", zero.overlap_comm).given())
+    c.origin_notes[kZero + "overlap_comm"] = "true at stage 3 only, as DeepSpeed";
   boolean("reduce_scatter", zero.reduce_scatter);
   const JsonValue<bool> contiguous = boolean("contiguous_gradients", zero.contiguous_gradients);
-  ZT_CHECK(!contiguous.given() || contiguous.value, context.where(), contiguous.path,
-           " false is not supported: zerotrain always writes gradients into flat per-layer buckets (set it to "
-           "true or remove it)");
+  ZT_CHECK(
+      !contiguous.given() || contiguous.value, context.where(), contiguous.path,
+      " false is not supported: zerotrain always writes gradients into flat per-layer buckets (set it to "
+      "true or remove it)");
   const JsonValue<bool> allgather = boolean("allgather_partitions", zero.allgather_partitions);
   ZT_CHECK(!allgather.given() || allgather.value, context.where(), allgather.path,
            " false is not supported: zerotrain always all-gathers the updated partitions (DeepSpeed's false "
            "broadcasts them one by one); set it to true or remove it");
   const JsonValue<bool> round_robin = boolean("round_robin_gradients", zero.round_robin_gradients);
-  ZT_CHECK(!round_robin.given() || !round_robin.value, context.where(), round_robin.path,
-           " true only matters with CPU offload, which is not implemented yet (set it to false or remove it)");
+  ZT_CHECK(
+      !round_robin.given() || !round_robin.value, context.where(), round_robin.path,
+      " true only matters with CPU offload, which is not implemented yet (set it to false or remove it)");
 
   // HF/Accelerate's hidden-size rules for "auto".
   integer("reduce_bucket_size", zero.reduce_bucket_size, hidden * hidden, 1);
@@ -131,9 +138,9 @@ void resolve_zero(ResolveContext& context) {
 
   resolve_offload(context, *z, "offload_optimizer", zero.offload_optimizer);
   resolve_offload(context, *z, "offload_param", zero.offload_param);
-  z->reject_unread({"stage", "allgather_partitions", "allgather_bucket_size", "overlap_comm", "reduce_scatter",
-                    "reduce_bucket_size", "contiguous_gradients", "round_robin_gradients", "offload_optimizer",
-                    "offload_param", "sub_group_size", "stage3_prefetch_bucket_size",
+  z->reject_unread({"stage", "allgather_partitions", "allgather_bucket_size", "overlap_comm",
+                    "reduce_scatter", "reduce_bucket_size", "contiguous_gradients", "round_robin_gradients",
+                    "offload_optimizer", "offload_param", "sub_group_size", "stage3_prefetch_bucket_size",
                     "stage3_param_persistence_threshold", "stage3_max_live_parameters",
                     "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save"});
 }
@@ -156,14 +163,14 @@ void describe_zero(const TrainConfig& c, DescribeWriter& out) {
   std::string unused;
   for (const Stage3Key& key : kStage3Keys) {
     if (zero.stage < 3 && !from_json(c, key.name)) continue;
-    const std::string value = key.size != nullptr ? i(zero.*key.size)
-                                                  : show_bool(zero.stage3_gather_16bit_weights_on_model_save);
+    const std::string value =
+        key.size != nullptr ? i(zero.*key.size) : show_bool(zero.stage3_gather_16bit_weights_on_model_save);
     out.line(kZero + std::string(key.name), value, key.effective);
     if (zero.stage < 3) unused += str(unused.empty() ? "" : ", ", key.name);
   }
   if (!unused.empty()) {
-    out.notice(str(unused, ": stage-3 settings, unused at stage ", zero.stage,
-                   " (DeepSpeed ignores them there too)"));
+    out.notice(str("at stage ", zero.stage,
+                   " these stage-3 settings change nothing (DeepSpeed ignores them too): ", unused));
   }
 }
 
