@@ -91,7 +91,8 @@ int run(int argc, char** argv) {
              stdout);
   if (config.estimate_memory) return 0;
   std::printf("ZeRO stage %d, %d rank%s (%s)\n", config.zero.stage, config.world_size,
-              config.world_size == 1 ? "" : "s", config.world_size == 1 ? "single process" : "in-process ranks");
+              config.world_size == 1 ? "" : "s",
+              config.world_size == 1 ? "single process" : "in-process ranks");
   std::fputs(config.describe().c_str(), stdout);
   std::fflush(stdout);
 

@@ -203,8 +203,9 @@ struct MrpcTrainer::Impl {
       const ZeroPartition partition(table, world);
       const int64_t live = partition.units().front().numel + partition.units().back().numel +
                            2 * partition.largest_layer_unit();
-      ZT_CHECK(config.zero.stage3_max_live_parameters >= live, "zero_optimization.stage3_max_live_parameters ",
-               config.zero.stage3_max_live_parameters, " is below what stage 3 keeps gathered at once (", live,
+      ZT_CHECK(config.zero.stage3_max_live_parameters >= live,
+               "zero_optimization.stage3_max_live_parameters ", config.zero.stage3_max_live_parameters,
+               " is below what stage 3 keeps gathered at once (", live,
                " parameters: the embeddings, the shared tensors and two layers)");
     }
     ranks.resize(static_cast<size_t>(world));

@@ -279,8 +279,9 @@ void ZeroEngine::gradients_ready(size_t unit) {
     if (s.stage == 0 || !options_.reduce_scatter) {
       comm_.all_reduce_sum(all, work_comm_stream());
     } else {
-      comm_.reduce_scatter_sum(
-          all, view(*s.grads, DType::f32, partition_.slice_begin(unit, r), u.slice_numel), work_comm_stream());
+      comm_.reduce_scatter_sum(all,
+                               view(*s.grads, DType::f32, partition_.slice_begin(unit, r), u.slice_numel),
+                               work_comm_stream());
     }
     return;
   }
@@ -440,7 +441,8 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     for (size_t u = 0; u < U; ++u) {
       const OwnedBlock& b = s.blocks[u];
       comm_.all_gather(view(*s.compute_copy, s.compute, b.compute, b.numel),
-                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel), work_comm_stream());
+                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel),
+                       work_comm_stream());
     }
   }
   return {norm, true};
@@ -506,7 +508,8 @@ void ZeroEngine::refresh_compute_copy() {
     const auto& units = partition_.units();
     for (size_t u = 0; u < units.size(); ++u)
       comm_.all_gather(view(*s.compute_copy, s.compute, s.blocks[u].compute, s.blocks[u].numel),
-                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel), work_comm_stream());
+                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel),
+                       work_comm_stream());
   }
 }
 

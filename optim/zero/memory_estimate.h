@@ -31,7 +31,7 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
                                int64_t max_batch, int64_t max_length);
 
 // A table: one row per stage 0-3 (the run's stage marked), columns by category, per rank.
-std::string describe_memory_estimates(const DebertaConfig& model, int run_stage, int world_size, DType compute,
-                                      int64_t max_batch, int64_t max_length);
+std::string describe_memory_estimates(const DebertaConfig& model, int run_stage, int world_size,
+                                      DType compute, int64_t max_batch, int64_t max_length);
 
 }  // namespace zt::optim
