@@ -349,9 +349,12 @@ cublasHandle_t blas_handle(StreamContext& context, cudaStream_t stream) {
   if (context.blas == nullptr) {
     cublasHandle_t created = nullptr;
     ZT_CUBLAS_CHECK(cublasCreate(&created));
+    cublasStatus_t status = cublasSetStream(created, stream);
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasSetWorkspace(created, context.workspace.data(), kWorkspaceBytes);
+    if (status != CUBLAS_STATUS_SUCCESS) (void)cublasDestroy(created);
+    ZT_CUBLAS_CHECK(status);
     context.blas = created;
-    ZT_CUBLAS_CHECK(cublasSetStream(context.blas, stream));
-    ZT_CUBLAS_CHECK(cublasSetWorkspace(context.blas, context.workspace.data(), kWorkspaceBytes));
   }
   return context.blas;
 }

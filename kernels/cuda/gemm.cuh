@@ -57,9 +57,10 @@ inline unsigned int blocks_for(int64_t n, int threads) {
   return static_cast<unsigned int>(blocks < 1 ? 1 : blocks);
 }
 
-// A scratch buffer on the current device from the capped caching allocator (category scratch). Work queued
-// on one stream may use it; release it only after that work is queued on the same stream (the allocator's
-// stream rule), which the RAII handle at the end of the entry point does.
+// A scratch buffer on the current device from the thread's capped caching allocator (device_allocator(): a
+// rank's own under its AllocatorScope; category scratch). Work queued on one stream may use it; release it
+// only after that work is queued on the same stream (the allocator's stream rule), which the RAII handle at
+// the end of the entry point does.
 inline DeviceBuffer scratch_buffer(size_t bytes, std::string_view name) {
   return device_allocator().allocate(bytes, MemoryCategory::scratch, name);
 }

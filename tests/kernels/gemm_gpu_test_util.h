@@ -1,6 +1,7 @@
 // Helpers for the GPU tests of the GEMM-based kernels (linear, conv1d, disentangled attention): device
 // copies of host float vectors in any storage dtype, and the host-side rounding that gives the CPU
-// reference exactly the inputs the GPU sees.
+// reference exactly the inputs the GPU sees. Copies go through copy_tensor, i.e. the calling thread's
+// current stream and allocator (runtime/stream.h), so the helpers also serve threads that act as ranks.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +13,7 @@
 
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
+#include "runtime/device.h"
 #include "runtime/device_allocator.h"
 #include "runtime/dtype.h"
 #include "runtime/tensor.h"
@@ -57,26 +59,24 @@ inline DeviceTensor to_device(const std::vector<float>& x, Shape shape, DType dt
   }
   DeviceTensor t;
   t.buffer = device_allocator().allocate(bytes.size(), MemoryCategory::other, "test");
-  if (!bytes.empty())
-    ZT_CUDA_CHECK(cudaMemcpy(t.buffer.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
   t.tensor = Tensor(t.buffer.data(), shape, dtype, DeviceKind::cuda);
+  copy_tensor(Tensor(bytes.data(), shape, dtype), t.tensor);
   return t;
 }
 
 inline DeviceTensor to_device_i64(const std::vector<int64_t>& x, Shape shape) {
   DeviceTensor t;
   t.buffer = device_allocator().allocate(x.size() * 8, MemoryCategory::other, "test");
-  ZT_CUDA_CHECK(cudaMemcpy(t.buffer.data(), x.data(), x.size() * 8, cudaMemcpyHostToDevice));
   t.tensor = Tensor(t.buffer.data(), shape, DType::i64, DeviceKind::cuda);
+  copy_tensor(Tensor(const_cast<int64_t*>(x.data()), shape, DType::i64), t.tensor);
   return t;
 }
 
-// The tensor's values as floats (waits for the device).
+// The tensor's values as floats (waits for the current stream).
 inline std::vector<float> to_host(const Tensor& t) {
-  ZT_CUDA_CHECK(cudaDeviceSynchronize());
   const size_t n = static_cast<size_t>(t.numel());
   std::vector<uint8_t> bytes(n * dtype_size(t.dtype()));
-  if (n > 0) ZT_CUDA_CHECK(cudaMemcpy(bytes.data(), t.data(), bytes.size(), cudaMemcpyDeviceToHost));
+  copy_tensor(t, Tensor(bytes.data(), t.shape(), t.dtype()));
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) {
     if (t.dtype() == DType::f32) {

@@ -1,11 +1,13 @@
 // The caching, cap and accounting logic of DeviceAllocator, run on the CPU through HostMemoryBackend.
 #include <gtest/gtest.h>
 
+#include <barrier>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "runtime/arena.h"
 #include "runtime/check.h"
 #include "runtime/device_allocator.h"
 
@@ -180,6 +182,79 @@ TEST(DeviceAllocator, ThreadsShareOneAllocatorSafely) {
   EXPECT_EQ(s.cached, d.backend->allocated_bytes());
   d.allocator->empty_cache();
   EXPECT_EQ(d.backend->allocated_bytes(), 0u);
+}
+
+// The allocator device_allocator() gives this thread, or nullptr where it has none to give (no scope, and
+// no CUDA device for a process-wide one: CPU builds, machines without a GPU).
+const DeviceAllocator* allocator_or_null() {
+  try {
+    return &device_allocator();
+  } catch (const Error&) {
+    return nullptr;
+  }
+}
+
+TEST(AllocatorScope, NestsAndRestoresThePreviousChoice) {
+  FakeDevice a, b;
+  const DeviceAllocator* before = allocator_or_null();
+  {
+    AllocatorScope use_a(*a.allocator);
+    EXPECT_EQ(&device_allocator(), a.allocator.get());
+    EXPECT_EQ(&device_allocator(0), a.allocator.get());  // device 0 is the current device (or the fake one)
+    {
+      AllocatorScope use_b(*b.allocator);
+      EXPECT_EQ(&device_allocator(), b.allocator.get());
+    }
+    EXPECT_EQ(&device_allocator(), a.allocator.get());
+    // Process-wide caches bypass the scope: whatever process_device_allocator() is, it is not `a`.
+    try {
+      EXPECT_NE(&process_device_allocator(), a.allocator.get());
+    } catch (const Error&) {
+      // no CUDA device: there is no process-wide allocator to return
+    }
+  }
+  EXPECT_EQ(allocator_or_null(), before);
+}
+
+// Two ranks on one device, each with its own allocator and cap: what each allocates (arenas, scratch) lands
+// in its own allocator, so peaks, categories and the cap are per rank.
+TEST(AllocatorScope, GivesEachThreadItsOwnAllocatorAndStats) {
+  FakeDevice rank_device[2] = {FakeDevice(SIZE_MAX, 64 * kMiB), FakeDevice(SIZE_MAX, 64 * kMiB)};
+  const size_t activations[2] = {3 * kMiB, 5 * kMiB};
+  const size_t scratch[2] = {kMiB, 2 * kMiB};
+  std::barrier both_allocated(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      AllocatorScope mine(*rank_device[rank].allocator);
+      Arena acts("activations",
+                 ArenaLayout({{"h", {static_cast<int64_t>(activations[rank] / 4)}, DType::f32}}),
+                 {.kind = MemoryKind::device, .category = MemoryCategory::activations, .zero_fill = true});
+      DeviceBuffer tmp = device_allocator().allocate(scratch[rank], MemoryCategory::scratch, "rank scratch");
+      both_allocated.arrive_and_wait();  // both ranks hold their memory at once
+      EXPECT_EQ(device_allocator().stats().in_use_total, activations[rank] + scratch[rank]);
+      both_allocated.arrive_and_wait();  // neither releases before the other has looked
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    const DeviceMemoryStats s = rank_device[rank].allocator->stats();
+    EXPECT_EQ(s.in_use_total, 0u) << "rank " << rank;
+    EXPECT_EQ(s.peak[static_cast<size_t>(MemoryCategory::activations)], activations[rank]) << "rank " << rank;
+    EXPECT_EQ(s.peak[static_cast<size_t>(MemoryCategory::scratch)], scratch[rank]) << "rank " << rank;
+    EXPECT_EQ(s.peak_in_use_total, activations[rank] + scratch[rank]) << "rank " << rank;
+    EXPECT_EQ(s.allocations, 2) << "rank " << rank;
+  }
+}
+
+TEST(AllocatorScope, EnforcesTheRanksOwnCap) {
+  FakeDevice small(SIZE_MAX, 4 * kMiB), large(SIZE_MAX, 64 * kMiB);
+  {
+    AllocatorScope use_small(*small.allocator);
+    EXPECT_THROW(device_allocator().allocate(8 * kMiB, MemoryCategory::activations, "too big"), Error);
+  }
+  AllocatorScope use_large(*large.allocator);
+  EXPECT_TRUE(device_allocator().allocate(8 * kMiB, MemoryCategory::activations, "fits"));
 }
 
 }  // namespace

@@ -8,9 +8,13 @@
 #include <cstdlib>
 #include <vector>
 
+#include "runtime/arena.h"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
+#include "runtime/device.h"
+#include "runtime/device_allocator.h"
 #include "runtime/stream.h"
+#include "tests/support/stream_capture.h"
 
 namespace zt {
 namespace {
@@ -77,6 +81,80 @@ TEST(StreamGpu, CheckMacrosThrowWithTheStatementAndLibraryMessage) {
   (void)cudaGetLastError();
   EXPECT_NO_THROW(ZT_CUDA_CHECK_LAUNCH());
   EXPECT_NO_THROW(ZT_CUDA_CHECK_LAUNCH("named_launch"));
+}
+
+// The control for every capture-based test of the current-stream rule: one memset on the legacy stream
+// breaks the capture of a blocking stream, while the same memset on current_stream() is captured.
+TEST(StreamGpu, CaptureOfABlockingStreamRejectsLegacyStreamWork) {
+  ZT_SKIP_WITHOUT_GPU();
+  void* buffer = nullptr;
+  ZT_CUDA_CHECK(cudaMalloc(&buffer, 4096));
+  {
+    test::BlockingStream stream;
+    StreamScope on_stream(stream);
+    test::CapturedGraph legacy(stream, [&] { ZT_CUDA_CHECK(cudaMemsetAsync(buffer, 1, 4096, nullptr)); });
+    EXPECT_FALSE(legacy.ok());
+    test::CapturedGraph current(stream,
+                                [&] { ZT_CUDA_CHECK(cudaMemsetAsync(buffer, 1, 4096, current_stream())); });
+    EXPECT_TRUE(current.ok()) << current.error();
+    EXPECT_EQ(current.node_count(), 1u);
+    test::CapturedGraph synchronizing(stream,
+                                      [&] { ZT_CUDA_CHECK(cudaStreamSynchronize(current_stream())); });
+    EXPECT_FALSE(synchronizing.ok());
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  ZT_CUDA_CHECK(cudaFree(buffer));
+}
+
+// The last kTailWords int32 of a device buffer of `bytes` bytes: where a fill queued last is checked.
+constexpr int64_t kTailWords = 1 << 18;
+Tensor tail_of(void* data, size_t bytes) {
+  return Tensor(static_cast<char*>(data) + bytes - kTailWords * 4, {kTailWords}, DType::i32,
+                DeviceKind::cuda);
+}
+
+// copy_tensor reads after the work queued on the thread's current stream, which here is a non-blocking
+// stream: a copy on the legacy stream would not wait for it and could read the buffer mid-fill.
+TEST(StreamGpu, CopyTensorIsOrderedOnTheCurrentStream) {
+  ZT_SKIP_WITHOUT_GPU();
+  const size_t n = size_t{256} << 20;  // each fill takes ~0.1 ms on an H200: the copy would overtake them
+  DeviceAllocator allocator(make_cuda_memory_backend(0));
+  AllocatorScope use_allocator(allocator);
+  DeviceBuffer buffer = device_allocator().allocate(n, MemoryCategory::other, "fill target");
+  ZT_CUDA_CHECK(cudaMemset(buffer.data(), 0, n));
+  ZT_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<int32_t> tail(kTailWords, -1);
+  {
+    Stream stream;
+    StreamScope on_stream(stream);
+    for (int value = 1; value <= 8; ++value) ZT_CUDA_CHECK(cudaMemsetAsync(buffer.data(), value, n, stream));
+    copy_tensor(tail_of(buffer.data(), n), Tensor(tail.data(), {kTailWords}, DType::i32));
+    EXPECT_TRUE(stream.idle());  // copy_tensor synchronized the current stream
+  }
+  for (size_t i = 0; i < tail.size(); i += 1024) ASSERT_EQ(tail[i], 0x08080808) << "word " << i;
+}
+
+// An arena's zero fill is queued on the current stream, behind work still writing the recycled block it
+// reuses (the allocator hands a block back at once; only same-stream order protects it).
+TEST(StreamGpu, ArenaZeroFillIsOrderedOnTheCurrentStream) {
+  ZT_SKIP_WITHOUT_GPU();
+  const size_t n = size_t{256} << 20;
+  DeviceAllocator allocator(make_cuda_memory_backend(0));
+  AllocatorScope use_allocator(allocator);
+  Stream stream;
+  StreamScope on_stream(stream);
+  void* recycled = nullptr;
+  {
+    DeviceBuffer earlier = device_allocator().allocate(n, MemoryCategory::activations, "earlier");
+    recycled = earlier.data();
+    for (int value = 1; value <= 8; ++value) ZT_CUDA_CHECK(cudaMemsetAsync(earlier.data(), value, n, stream));
+  }  // released while the fills are still queued
+  Arena arena("zeroed", ArenaLayout({{"words", {static_cast<int64_t>(n / 4)}, DType::i32}}),
+              {.kind = MemoryKind::device, .category = MemoryCategory::activations, .zero_fill = true});
+  ASSERT_EQ(arena.data(), recycled) << "the arena must reuse the cached block for this test to mean anything";
+  std::vector<int32_t> tail(kTailWords, -1);
+  copy_tensor(tail_of(arena.data(), n), Tensor(tail.data(), {kTailWords}, DType::i32));
+  for (size_t i = 0; i < tail.size(); i += 1024) ASSERT_EQ(tail[i], 0) << "word " << i;
 }
 
 }  // namespace
