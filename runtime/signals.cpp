@@ -5,6 +5,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstring>
+#include <utility>
 
 #include "runtime/check.h"
 
@@ -68,8 +69,12 @@ ScopedStopSignals::ScopedStopSignals(const char* tool) {
   sigaddset(&action.sa_mask, SIGTERM);
   // Interrupted system calls (a checkpoint write in progress) restart instead of failing with EINTR.
   action.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &action, &g_previous_int);
-  sigaction(SIGTERM, &action, &g_previous_term);
+  // A signal the parent set to be ignored stays ignored (a shell starts background jobs with SIGINT
+  // ignored, so that Ctrl-C does not reach them; nohup-like wrappers do the same).
+  for (auto [signal, previous] : {std::pair{SIGINT, &g_previous_int}, std::pair{SIGTERM, &g_previous_term}}) {
+    sigaction(signal, nullptr, previous);
+    if (previous->sa_handler != SIG_IGN) sigaction(signal, &action, nullptr);
+  }
 }
 
 ScopedStopSignals::~ScopedStopSignals() {

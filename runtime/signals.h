@@ -8,7 +8,8 @@
 // "now": its handler restores the default dispositions and _exits at once with the same code; a
 // checkpoint being written then is abandoned, and its temp file is removed on the next start
 // (runtime/atomic_file.h, remove_stale_temp_files). The handlers only store the signal number and write
-// one line with write(2), both async-signal-safe.
+// one line with write(2), both async-signal-safe. A signal that was ignored when the handlers were installed
+// (a shell's background job ignores SIGINT) stays ignored.
 //
 //   ScopedStopSignals stop_signals("train_mrpc");   // installs; the destructor restores the old handlers
 //   while (training) {

@@ -130,6 +130,22 @@ TEST(StopSignals, TheInstallerRestoresThePreviousHandlers) {
   EXPECT_EQ(WTERMSIG(status), SIGTERM);
 }
 
+// A background job of a shell starts with SIGINT ignored, so that Ctrl-C at the terminal does not stop it;
+// installing the stop handlers keeps it that way.
+TEST(StopSignals, AnIgnoredSignalStaysIgnored) {
+  StopSignalChild child([](int ready_fd) {
+    std::signal(SIGINT, SIG_IGN);
+    ScopedStopSignals stop_signals("test");
+    raise(SIGINT);
+    if (stop_requested()) return 3;
+    raise(SIGTERM);
+    return stop_exit_code();
+  });
+  const int status = child.wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 143);
+}
+
 TEST(StopSignals, NothingIsRequestedWithoutASignal) {
   ScopedStopSignals stop_signals("test");
   EXPECT_FALSE(stop_requested());
