@@ -150,6 +150,7 @@ Handle make_dataspace(const Shape& shape) {
 H5File H5File::open_read(const std::string& path) {
   silence_hdf5_errors();
   ZT_CHECK(std::filesystem::exists(path), "HDF5 file ", path, " does not exist");
+  ZT_CHECK(!std::filesystem::is_directory(path), "HDF5 file ", path, " is a directory, not a file");
   ZT_CHECK(H5Fis_hdf5(path.c_str()) > 0, "file ", path,
            " is not a readable HDF5 file (corrupt or truncated?)");
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);

@@ -11,7 +11,7 @@
 # Checks per interrupted attempt (what the trainer must do; see runtime/signals.h, runtime/atomic_file.h,
 # optim/run_directory.h):
 #   SIGKILL   exit status 137 (nothing else is possible)
-#   SIGINT    130 / SIGTERM 143, and once training has started the stop handler's line ("received: stopping
+#   SIGINT    130 / SIGTERM 143, and once training is under way the stop handler's line ("received: stopping
 #             after this optimizer step"), i.e. a graceful stop with a checkpoint rather than a death
 #   disk full exit status 2 with one "error:" line (no SIGXFSZ death, no crash in HDF5's close)
 # and per iteration: the resumed run finishes with exit status 0, model.h5 and MRPC.tsv are bitwise the
@@ -19,7 +19,7 @@
 # metrics.jsonl has the reference's number of lines, and no *.tmp-<pid> file is left in the directory.
 # Prints one line per iteration and a summary; exit status 1 when any check failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 iterations=${1:-50}
 bin=${ZT_FI_BIN:-build/bin}
@@ -104,7 +104,9 @@ for ((i = 1; i <= iterations; i++)); do
       INT | TERM)
         expected=$([[ $fault == INT ]] && echo 130 || echo 143)
         ((rc == expected)) || fail "$i" "signal-status" "$fault gave exit status $rc, expected $expected"
-        if grep -q "epoch 1/" "$log" && ! grep -q "received: stopping" "$log"; then
+        # Training is under way once a checkpoint was written or one was resumed (the progress bar prints
+        # only at the end of an epoch when output is not a terminal).
+        if grep -qE "checkpoint: |resumed from" "$log" && ! grep -q "received: stopping" "$log"; then
           fail "$i" "graceful-stop" "$fault during training ended the run without the stop handler"
         fi
         ;;

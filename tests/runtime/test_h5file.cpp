@@ -179,6 +179,7 @@ TEST_F(H5FileTest, TruncatedCorruptAndMissingFilesGiveClearErrors) {
   std::ofstream(garbage) << "this is not an HDF5 file";
   expect_error([&] { H5File::open_read(garbage); }, {garbage, "not a readable HDF5 file"});
   expect_error([&] { H5File::open_read(path("missing.h5")); }, {"missing.h5", "does not exist"});
+  expect_error([&] { H5File::open_read(dir_.string()); }, {dir_.string(), "is a directory, not a file"});
   expect_error([&] { H5File::create(path("no/such/dir/x.h5")); }, {"x.h5"});
 }
 

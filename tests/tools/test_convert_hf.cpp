@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "tests/support/fixtures.h"
@@ -99,6 +100,19 @@ TEST_F(ConvertHfTool, ImportMnliAsTwoLabelsThenExport) {
   RunResult f = run_tool("forward " + model + " " + fixtures_ + "/logits.h5 " + (dir_ / "ours.h5").string());
   ASSERT_EQ(f.exit_code, 0) << f.output;
   EXPECT_TRUE(fs::exists(dir_ / "ours.h5"));
+}
+
+// An error inside config.json is reported with the file's name and the config parser's message, without
+// the failed check and the source location (those need ZT_VERBOSE_ERRORS=1).
+TEST_F(ConvertHfTool, ABadConfigIsReportedWithoutInternals) {
+  const fs::path source = dir_ / "bad_config";
+  fs::copy(fixtures_ + "/torch_f32", source);
+  std::ofstream(source / "config.json") << R"({"model_type": "deberta-v2", "hidden_size": -4})";
+  RunResult r = run_tool("import " + source.string() + " " + (dir_ / "m.h5").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("config.json: config sizes must be positive"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("check failed"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(".cpp:"), std::string::npos) << r.output;
 }
 
 // A full disk (emulated by ulimit -f, under which the tool ignores SIGXFSZ so writes fail with EFBIG):
