@@ -12,14 +12,21 @@
 //   * Lines end with LF; the final LF is optional. One CR right before the LF (a CRLF file) is removed, so
 //     such files read the same as LF files; a CR anywhere else is kept as text.
 //   * Blank lines are errors (they would be rows with 1 field), and so is a file without data rows.
+//   * A line may hold at most kMaxTsvLineBytes bytes: a longer one (or /dev/zero, which has no line end) is
+//     an error naming the file, the line and the limit, found without reading the rest of it.
+// Fields quoted in errors show control characters and a byte order mark as \xNN escapes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace zt::data {
+
+// MRPC's longest line is 463 bytes; GLUE's longest (MultiNLI, QQP) are a few KiB.
+inline constexpr size_t kMaxTsvLineBytes = size_t{1} << 20;
 
 struct SentencePairExample {
   int64_t index = 0;  // GLUE "index" column for unlabeled files; the 0-based row number otherwise
@@ -35,7 +42,8 @@ struct GlueDataset {
   std::vector<SentencePairExample> rows;
 };
 
-// Reads a whole MRPC TSV file. Throws zt::Error when the file is missing or malformed.
+// Reads a whole MRPC TSV file, opening it once and reading it in blocks (a FIFO works; memory is bounded by
+// the rows plus one line). Throws zt::Error when the file is missing, a directory or malformed.
 GlueDataset read_glue_mrpc_tsv(const std::string& path);
 
 // Parses TSV text already in memory; `source` names it in error messages.

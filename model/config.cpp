@@ -1,7 +1,6 @@
 #include "model/config.h"
 
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -10,6 +9,8 @@
 #include <unordered_map>
 
 #include "runtime/check.h"
+#include "runtime/memory_size.h"
+#include "runtime/text_file.h"
 
 namespace zt {
 
@@ -305,6 +306,52 @@ const std::unordered_map<std::string_view, KeyHandler>& key_handlers() {
   return handlers;
 }
 
+// Note [Model size limit]
+// A config.json is small, but the model it describes is allocated in full: num_hidden_layers 1e6 ran for a
+// minute and took 6.5 GB before std::bad_alloc. The parameter count is computed from the dimensions (in
+// double, so absurd values cannot overflow) before anything is built, and refused over 1 TiB of f32
+// parameters (about 275 billion; the largest DeBERTa-v2 has 1.5 billion), naming the keys of its largest
+// term. Labels are bounded separately, since id2label is filled one name per label.
+constexpr double kMaxParameterBytes = 1024.0 * 1024 * 1024 * 1024;
+constexpr int64_t kMaxLabels = int64_t{1} << 20;
+
+void check_implied_model_size(const DebertaConfig& c) {
+  ZT_CHECK(c.num_labels <= kMaxLabels, "config num_labels ", c.num_labels, " is over the limit of ",
+           kMaxLabels);
+  struct Term {
+    double parameters;
+    std::string keys;
+  };
+  const double d = static_cast<double>(c.hidden_size), inner = static_cast<double>(c.intermediate_size);
+  const double span = static_cast<double>(c.position_buckets > 0         ? c.position_buckets
+                                          : c.max_relative_positions < 1 ? c.max_position_embeddings
+                                                                         : c.max_relative_positions);
+  const double labels = static_cast<double>(std::max<int64_t>(c.num_labels, 1));
+  const Term terms[] = {
+      {static_cast<double>(c.vocab_size) * d,
+       str("vocab_size ", c.vocab_size, " x hidden_size ", c.hidden_size)},
+      {static_cast<double>(c.num_hidden_layers) * DebertaConfig::layer_parameters(d, inner),
+       str("num_hidden_layers ", c.num_hidden_layers, " x (hidden_size ", c.hidden_size,
+           ", intermediate_size ", c.intermediate_size, ")")},
+      {2 * span * d,
+       str("the relative position table: 2 x ", static_cast<int64_t>(span),
+           " rows (position_buckets, max_relative_positions or max_position_embeddings) x hidden_size ",
+           c.hidden_size)},
+      {std::max(0.0, static_cast<double>(c.conv_kernel_size)) * d * d,
+       str("conv_kernel_size ", c.conv_kernel_size, " x hidden_size ", c.hidden_size, " squared")},
+      {labels * d, str("num_labels ", c.num_labels, " x hidden_size ", c.hidden_size)},
+  };
+  const Term* largest = &terms[0];
+  for (const Term& term : terms) {
+    if (term.parameters > largest->parameters) largest = &term;
+  }
+  const double bytes = 4 * c.implied_parameter_count();
+  ZT_CHECK(bytes <= kMaxParameterBytes, "config implies ", c.implied_parameter_count(), " parameters (",
+           bytes < 0x1p63 ? format_memory_size(static_cast<size_t>(bytes)) : str(bytes, " bytes"),
+           " as f32), over the limit of ", format_memory_size(static_cast<size_t>(kMaxParameterBytes)), "; ",
+           largest->keys, " alone is ", largest->parameters, " parameters");
+}
+
 // Resolves derived defaults, then rejects contradictions and settings the C++ model does not implement.
 void resolve_and_validate(DebertaConfig& c, const json& root) {
   ZT_CHECK(c.model_type == "deberta-v2", "config model_type '", c.model_type, "' is not 'deberta-v2'");
@@ -313,6 +360,7 @@ void resolve_and_validate(DebertaConfig& c, const json& root) {
            "config sizes must be positive: vocab_size ", c.vocab_size, ", hidden_size ", c.hidden_size,
            ", num_hidden_layers ", c.num_hidden_layers, ", num_attention_heads ", c.num_attention_heads,
            ", intermediate_size ", c.intermediate_size);
+  check_implied_model_size(c);
   ZT_CHECK(c.hidden_size % c.num_attention_heads == 0, "config hidden_size ", c.hidden_size,
            " is not a multiple of num_attention_heads ", c.num_attention_heads);
   if (c.attention_head_size == 0) c.attention_head_size = c.hidden_size / c.num_attention_heads;
@@ -416,15 +464,34 @@ DebertaConfig parse_deberta_config(const std::string& json_text) {
 }
 
 DebertaConfig load_deberta_config(const std::string& path) {
-  std::ifstream in(path);
-  ZT_CHECK(in.good(), "cannot open config file '", path, "'");
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = read_text_file(path, kMaxConfigFileBytes, "config file");
   try {
-    return parse_deberta_config(text.str());
+    return parse_deberta_config(text);
   } catch (const Error& e) {
-    ZT_FAIL("in ", path, ": ", e.what());
+    throw with_context(str("in ", path, ": "), e);
   }
+}
+
+double DebertaConfig::layer_parameters(double hidden, double intermediate) {
+  // query, key, value and output projections with biases, two LayerNorms, the two FFN linears.
+  return 4 * (hidden * hidden + hidden) + 4 * hidden + 2 * hidden * intermediate + intermediate + hidden;
+}
+
+double DebertaConfig::implied_parameter_count() const {
+  const double d = static_cast<double>(hidden_size),
+               p = static_cast<double>(pooler_hidden_size > 0 ? pooler_hidden_size : hidden_size);
+  const double labels = static_cast<double>(num_labels);
+  const double span = static_cast<double>(position_buckets > 0         ? position_buckets
+                                          : max_relative_positions < 1 ? max_position_embeddings
+                                                                       : max_relative_positions);
+  double count = static_cast<double>(vocab_size) * d + 2 * d;  // word embeddings, their LayerNorm
+  count +=
+      static_cast<double>(num_hidden_layers) * layer_parameters(d, static_cast<double>(intermediate_size));
+  count += 2 * span * d + (rel_embeddings_layer_norm ? 2 * d : 0);
+  if (conv_kernel_size > 0)
+    count += d * d * static_cast<double>(conv_kernel_size) + 3 * d;  // weight, bias, LN
+  count += p * p + p + labels * p + labels;                          // pooler, classifier
+  return count;
 }
 
 std::string DebertaConfig::to_json() const {

@@ -85,6 +85,13 @@ struct DebertaConfig {
 
   // config.json text HF's DebertaV2Config.from_pretrained reads back to the same model.
   std::string to_json() const;
+
+  // The number of parameters the model has (ParameterTable's total), computed in double from the
+  // dimensions alone, so that absurd values can be refused before anything is built (Note [Model size
+  // limit] in config.cpp). Exact below 2^53.
+  double implied_parameter_count() const;
+  // Parameters of one encoder layer.
+  static double layer_parameters(double hidden, double intermediate);
   bool operator==(const DebertaConfig&) const = default;
 };
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -14,20 +15,14 @@
 
 #include "model/model_file.h"
 #include "model/parameters.h"
+#include "runtime/atomic_file.h"
 #include "runtime/check.h"
 #include "runtime/progress.h"
+#include "runtime/text_file.h"
 
 namespace zt {
 namespace fs = std::filesystem;
 namespace {
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  ZT_CHECK(in.good(), "cannot read ", path.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -53,11 +48,24 @@ std::vector<CheckpointTensor> read_weight_file(const MappedFile& file) {
                                                : read_torch_checkpoint(file.bytes(), file.path());
 }
 
-// Copies `from` onto `to` through a temp file and rename, so `to` is never half written.
+// Copies `from` onto `to` so that `to` is never half written (runtime/atomic_file.h).
 void copy_file_atomically(const fs::path& from, const fs::path& to) {
-  const fs::path temp = to.string() + ".tmp";
-  fs::copy_file(from, temp, fs::copy_options::overwrite_existing);
-  fs::rename(temp, to);
+  atomic_write_file(to.string(), [&](const std::string& temp) {
+    std::error_code error;
+    fs::copy_file(from, temp, fs::copy_options::overwrite_existing, error);
+    ZT_CHECK(!error, "cannot copy ", from.string(), " to ", temp, " (", error.message(), ")");
+  });
+}
+
+// Writes a whole file through an ofstream, atomically; `write` fills the stream.
+void write_file_atomically(const fs::path& target, const std::function<void(std::ofstream&)>& write) {
+  atomic_write_file(target.string(), [&](const std::string& temp) {
+    std::ofstream file(temp, std::ios::binary | std::ios::trunc);
+    ZT_CHECK(file.good(), "cannot create ", temp);
+    write(file);
+    file.close();
+    ZT_CHECK(!file.fail(), "cannot write ", temp, " (disk full?)");
+  });
 }
 
 // HF's _init_weights for nn.Linear: N(0, std²) weights, zero bias. Box–Muller over a 64-bit Mersenne Twister
@@ -133,7 +141,7 @@ HfWeights HfWeights::open(const std::string& dir) {
   auto add_sharded = [&](const fs::path& index_path) {
     nlohmann::json index;
     try {
-      index = nlohmann::json::parse(read_text(index_path));
+      index = nlohmann::json::parse(read_text_file(index_path.string(), kMaxConfigFileBytes, "index file"));
     } catch (const nlohmann::json::exception& e) {
       ZT_FAIL(index_path.string(), ": not valid JSON: ", e.what());
     }
@@ -343,11 +351,7 @@ HfExportReport export_hf_checkpoint(const std::string& model_file, const std::st
   std::string header_text = header.dump();
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
 
-  const fs::path target = out / "model.safetensors";
-  const fs::path temp = target.string() + ".tmp";
-  {
-    std::ofstream file(temp, std::ios::binary | std::ios::trunc);
-    ZT_CHECK(file.good(), "cannot write ", temp.string());
+  write_file_atomically(out / "model.safetensors", [&](std::ofstream& file) {
     uint8_t size_le[8];
     for (int i = 0; i < 8; ++i)
       size_le[i] = static_cast<uint8_t>(static_cast<uint64_t>(header_text.size()) >> (8 * i));
@@ -365,24 +369,16 @@ HfExportReport export_hf_checkpoint(const std::string& model_file, const std::st
       static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
       file.write(reinterpret_cast<const char*>(values.data()),
                  static_cast<std::streamsize>(values.size() * 4));
+      // A full disk shows here, not only at close: stop instead of formatting the remaining tensors.
+      ZT_CHECK(file.good(), "cannot write ", (out / "model.safetensors").string(), " (disk full?)");
       report.bytes += values.size() * 4;
       ++report.tensors;
       if (progress) progress->update(1);
     }
     if (progress) progress->finish();
-    file.flush();
-    ZT_CHECK(file.good(), "writing ", temp.string(), " failed (disk full?)");
-  }
-  fs::rename(temp, target);
-
-  {
-    const fs::path config_temp = out / "config.json.tmp";
-    std::ofstream config(config_temp, std::ios::binary | std::ios::trunc);
-    config << model.config().to_json();
-    config.flush();
-    ZT_CHECK(config.good(), "writing ", config_temp.string(), " failed");
-  }
-  fs::rename(out / "config.json.tmp", out / "config.json");
+  });
+  write_file_atomically(out / "config.json",
+                        [&](std::ofstream& config) { config << model.config().to_json(); });
 
   const fs::path spm = fs::absolute(model_file).parent_path() / "spm.model";
   if (fs::exists(spm)) {

@@ -104,7 +104,7 @@ ModelFile::ModelFile(const std::string& path) : file_(H5File::open_read(path)) {
   try {
     config_ = parse_deberta_config(file_.attribute_string("config_json"));
   } catch (const Error& e) {
-    ZT_FAIL(path, ": config_json: ", e.what());
+    throw with_context(str(path, ": config_json: "), e);
   }
 }
 
@@ -120,12 +120,21 @@ void ModelFile::read_param(const std::string& name, const Tensor& into) const {
            "' is not stored as f32, bf16 or f16");
   ZT_CHECK(info.shape == into.shape(), path(), ": tensor '", name, "' has shape ", info.shape.to_string(),
            ", expected ", into.shape().to_string());
+  // A damaged or diverged file must not become weights (optim/checkpoint.cpp, Note [Loaded values are
+  // checked]).
+  auto check_finite = [&](const void* values, DType dtype) {
+    const int64_t bad = first_invalid_float(values, dtype, info.shape.numel());
+    ZT_CHECK(bad < 0, path(), ": tensor '", name, "' holds ", float_value_at(values, dtype, bad),
+             " at element ", bad, "; the file is damaged, or the model had diverged before it was saved");
+  };
   if (info.dtype == into.dtype()) {
     file_.read(ds, into);
+    check_finite(into.data(), into.dtype());
     return;
   }
   std::vector<uint8_t> staging(static_cast<size_t>(info.shape.numel()) * dtype_size(info.dtype));
   file_.read(ds, staging.data(), info.shape, info.dtype);
+  check_finite(staging.data(), info.dtype);
   convert_floats(staging.data(), info.dtype, into.data(), into.dtype(), info.shape.numel());
 }
 

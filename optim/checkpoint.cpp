@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -78,16 +79,35 @@ void write_arena_tensor(H5File& file, std::string_view dataset, const Arena& are
 #endif
 }
 
+// Note [Loaded values are checked]
+// Checksums (runtime/h5file.h) catch damage to a file written by this version; files without them, and
+// a run that had already diverged when it saved, can still hold NaN or infinity, and Adam's second moment
+// can never be negative. Training on from such values ends in NaN losses several steps later with no hint
+// of the cause, so every loaded tensor is checked and the first bad element named.
+void check_loaded_values(const std::string& path, std::string_view dataset, const void* values,
+                         const ArenaSlot& slot, bool non_negative) {
+  const int64_t count = slot.shape.numel();
+  const int64_t bad = first_invalid_float(values, slot.dtype, count, non_negative);
+  if (bad < 0) return;
+  const float value = float_value_at(values, slot.dtype, bad);
+  ZT_FAIL("checkpoint ", path, ": tensor '", dataset, "' holds ", value, " at element ", bad,
+          std::isfinite(value) ? " (Adam's second moment is never negative)" : "",
+          "; the file is damaged, or the run had diverged before it was saved");
+}
+
+// Reads one tensor and checks its values before it reaches the arena's user.
 void read_arena_tensor(const H5File& file, std::string_view dataset, const Arena& arena,
-                       const ArenaSlot& slot) {
+                       const ArenaSlot& slot, bool non_negative) {
   void* target = static_cast<char*>(arena.data()) + slot.offset;
   if (arena.kind() != MemoryKind::device) {
     file.read(dataset, target, slot.shape, slot.dtype);
+    check_loaded_values(file.path(), dataset, target, slot, non_negative);
     return;
   }
 #ifdef ZT_WITH_CUDA
   std::vector<char> staging(slot.nbytes);
   file.read(dataset, staging.data(), slot.shape, slot.dtype);
+  check_loaded_values(file.path(), dataset, staging.data(), slot, non_negative);
   copy_tensor(Tensor(staging.data(), slot.shape, slot.dtype),
               Tensor(target, slot.shape, slot.dtype, DeviceKind::cuda));
 #else
@@ -300,8 +320,8 @@ void load_training_checkpoint(const std::string& path, const DebertaConfig& conf
 
   for (const TensorGroup& g : groups) {
     for (const ParameterInfo& entry : table.entries()) {
-      read_arena_tensor(file, dataset_name(g.group, entry.name), *g.arena,
-                        g.arena->layout().slot(entry.name));
+      read_arena_tensor(file, dataset_name(g.group, entry.name), *g.arena, g.arena->layout().slot(entry.name),
+                        g.group == "adam_v");
     }
   }
   state = info.state;

@@ -110,7 +110,8 @@ CheckpointInfo read_checkpoint_info(const std::string& path);
 // zerotrain checkpoint of a version this build reads, that its model config equals `config` (the message
 // lists every differing field with both values; bookkeeping keys — _name_or_path, transformers_version,
 // architectures, torch_dtype — are not compared), and that every tensor exists with the table's shape and
-// the arena's dtype (the message names the tensor). A truncated or corrupt file is an error naming it. If
+// the arena's dtype (the message names the tensor). A truncated or corrupt file is an error naming it, and
+// so is a tensor whose data fails its checksum or holds NaN, infinity or (Adam's v) a negative value. If
 // reading tensor data fails part way, the arenas hold a mix of old and new values and `state` is unchanged.
 void load_training_checkpoint(const std::string& path, const DebertaConfig& config,
                               const ParameterTable& table, const CheckpointArenas& arenas,

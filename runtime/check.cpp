@@ -1,5 +1,6 @@
 #include "runtime/check.h"
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -16,12 +17,17 @@ std::string error_text(const std::exception& e) {
 }
 
 int run_tool_main(const char* tool, int argc, char** argv, int (*body)(int, char**)) {
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     return body(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", tool, error_text(e).c_str());
     return 2;
   }
+}
+
+Error with_context(std::string_view context, const Error& e) {
+  return Error(str(context, e.message()), str(context, e.what()));
 }
 
 namespace detail {

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace zt {
@@ -31,8 +32,15 @@ class Error : public std::runtime_error {
 std::string error_text(const std::exception& e);
 
 // The main() of a command-line tool: body(argc, argv)'s exit code, or, when it throws, one line
-// "<tool>: error: <error_text>" on stderr and exit code 2.
+// "<tool>: error: <error_text>" on stderr and exit code 2. SIGXFSZ is ignored while the body runs, so that
+// a write past the file size limit (ulimit -f) fails with EFBIG like a full disk, and is reported as one
+// error line, instead of killing the process without a word.
 int run_tool_main(const char* tool, int argc, char** argv, int (*body)(int, char**));
+
+// `e` with `context` put before its message and its report, for a caller that adds where a callee failed
+// ("in config.json: "): throwing a new Error built from e.what() would show the callee's failed check and
+// source location in the message a user sees.
+Error with_context(std::string_view context, const Error& e);
 
 // Concatenates any streamable values into one string: str("x=", 3) == "x=3".
 template <typename... Args>

@@ -112,4 +112,51 @@ float f16_to_float(f16 x) {
   return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
+namespace {
+
+// Exponent and sign masks of the storage formats: a value is NaN or infinite when all its exponent bits
+// are set.
+template <typename Bits>
+int64_t first_invalid_bits(const Bits* values, int64_t count, Bits exponent_mask, Bits sign_mask,
+                           bool or_negative) {
+  const Bits magnitude_mask = static_cast<Bits>(~sign_mask);
+  for (int64_t i = 0; i < count; ++i) {
+    const Bits v = values[i];
+    if ((v & exponent_mask) == exponent_mask) return i;
+    if (or_negative && (v & sign_mask) != 0 && (v & magnitude_mask) != 0) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t first_invalid_float(const void* data, DType dtype, int64_t count, bool or_negative) {
+  switch (dtype) {
+    case DType::f32:
+      return first_invalid_bits(static_cast<const uint32_t*>(data), count, uint32_t{0x7F800000u},
+                                uint32_t{0x80000000u}, or_negative);
+    case DType::bf16:
+      return first_invalid_bits(static_cast<const uint16_t*>(data), count, uint16_t{0x7F80u},
+                                uint16_t{0x8000u}, or_negative);
+    case DType::f16:
+      return first_invalid_bits(static_cast<const uint16_t*>(data), count, uint16_t{0x7C00u},
+                                uint16_t{0x8000u}, or_negative);
+    default:
+      ZT_FAIL("first_invalid_float: ", dtype_name(dtype), " is not a floating dtype");
+  }
+}
+
+float float_value_at(const void* data, DType dtype, int64_t index) {
+  switch (dtype) {
+    case DType::f32:
+      return static_cast<const float*>(data)[index];
+    case DType::bf16:
+      return bf16_to_float(static_cast<const bf16*>(data)[index]);
+    case DType::f16:
+      return f16_to_float(static_cast<const f16*>(data)[index]);
+    default:
+      ZT_FAIL("float_value_at: ", dtype_name(dtype), " is not a floating dtype");
+  }
+}
+
 }  // namespace zt

@@ -30,6 +30,13 @@ float bf16_to_float(bf16 x);
 f16 float_to_f16(float x);
 float f16_to_float(f16 x);
 
+// Index of the first value among `count` host values of a floating dtype that is NaN or infinite
+// (negative as well, with `or_negative`: -0.0 is not), or -1. Tests the bits, so it holds under any
+// floating-point compiler flags. For checks on loaded data, where a damaged file must not become weights.
+int64_t first_invalid_float(const void* data, DType dtype, int64_t count, bool or_negative = false);
+// The value at `index` of such a buffer, as a float, for the message.
+float float_value_at(const void* data, DType dtype, int64_t index);
+
 // Maps C++ element types to DType for typed accessors.
 template <typename T>
 struct dtype_of;

@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "runtime/atomic_file.h"
 #include "runtime/check.h"
 #include "runtime/log.h"
 
@@ -20,7 +21,10 @@ static_assert(sizeof(hid_t) == sizeof(int64_t), "hid_t is stored as int64_t");
 namespace {
 
 // HDF5 prints its own error stack to stderr by default; our errors carry the file and dataset instead.
+// Called before every file is opened or created, so it is also the first HDF5 call of a process that uses
+// H5File, which H5dont_atexit must be (Note [Closing a file after a failed write]).
 void silence_hdf5_errors() {
+  H5dont_atexit();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
 
@@ -65,6 +69,73 @@ std::pair<hid_t, hid_t> hdf5_types(DType dtype) {
   ZT_FAIL("unsupported dtype");
 }
 
+// The most specific entry of HDF5's error stack (where the failure was detected), e.g. "data error detected
+// by Fletcher32 checksum"; empty when the stack is empty.
+// A failed system call's description spans lines and lists buffer addresses; its strerror text, quoted as
+// "error message = '...'", is what a user needs.
+herr_t keep_innermost_error(unsigned depth, const H5E_error2_t* error, void* out) {
+  if (depth != 0 || error->desc == nullptr) return 0;
+  std::string desc = error->desc;
+  constexpr std::string_view kSystemError = "error message = '";
+  if (const size_t at = desc.find(kSystemError); at != std::string::npos) {
+    const size_t start = at + kSystemError.size();
+    desc = desc.substr(start, desc.find('\'', start) - start);
+  }
+  *static_cast<std::string*>(out) = desc.substr(0, desc.find('\n'));
+  return 0;
+}
+std::string hdf5_error_detail() {
+  std::string detail;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_innermost_error, &detail);
+  return detail.empty() ? std::string() : str("; HDF5: ", detail);
+}
+
+// Note [Closing a file after a failed write]
+// When a write fails (disk full, file size limit), H5Fclose's flush fails too and HDF5 leaves the file
+// half closed: any later use of that id crashes (H5Fget_vfd_handle does), and so did HDF5's own cleanup
+// at exit (SIGSEGV in H5F__close_cb, HDF5 1.10.8). So the library's exit handler is not installed
+// (H5dont_atexit, before the first HDF5 call; every file is closed by its H5File anyway), and the
+// descriptor of a file whose close failed is pointed at /dev/null, which releases the disk space of the
+// removed temp file. Returns whether everything reached the file; `detail` gets HDF5's reason otherwise.
+bool close_file_id(hid_t id, std::string* detail = nullptr) {
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(id, H5P_DEFAULT, &handle) < 0) handle = nullptr;
+  const bool flushed = H5Fflush(id, H5F_SCOPE_LOCAL) >= 0;
+  if (!flushed && detail != nullptr) *detail = hdf5_error_detail();
+  if (H5Fclose(id) >= 0) return flushed;
+  if (detail != nullptr && detail->empty()) *detail = hdf5_error_detail();
+  const int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull >= 0 && handle != nullptr) ::dup2(devnull, *static_cast<int*>(handle));
+  if (devnull >= 0) ::close(devnull);
+  return false;
+}
+
+// Note [Integrity of stored data]
+// Every dataset with data is chunked with HDF5's Fletcher-32 filter, so a damaged byte of tensor data
+// fails the read of that dataset instead of loading a wrong (often NaN) value; files are written in the
+// HDF5 1.10 format, whose object headers, chunk indexes and superblock carry checksums too, so damaged
+// metadata (names, shapes, attributes such as the step counters) fails as well. Scalar datasets cannot be
+// chunked and stay unchecked (checkpoints and model files have none). Files without checksums (written
+// before, or by h5py) still read, unverified.
+constexpr size_t kTargetChunkBytes = size_t{1} << 20;
+
+// Chunk dims of about kTargetChunkBytes: whole trailing dimensions, and as many slices of the first
+// dimension that does not fit whole as the target allows (at least one).
+void chunk_dims_for(const Shape& shape, size_t element_bytes, hsize_t* chunk) {
+  size_t inner_bytes = element_bytes;
+  for (int i = shape.rank - 1; i >= 0; --i) {
+    const size_t extent = static_cast<size_t>(shape[i]);
+    if (inner_bytes * extent <= kTargetChunkBytes) {
+      chunk[i] = extent;
+      inner_bytes *= extent;
+      continue;
+    }
+    chunk[i] = std::max<size_t>(1, kTargetChunkBytes / inner_bytes);
+    for (int j = i - 1; j >= 0; --j) chunk[j] = 1;
+    return;
+  }
+}
+
 Handle make_dataspace(const Shape& shape) {
   if (shape.rank == 0) return Handle(H5Screate(H5S_SCALAR), H5Sclose);
   hsize_t dims[kMaxRank];
@@ -79,6 +150,7 @@ Handle make_dataspace(const Shape& shape) {
 H5File H5File::open_read(const std::string& path) {
   silence_hdf5_errors();
   ZT_CHECK(std::filesystem::exists(path), "HDF5 file ", path, " does not exist");
+  ZT_CHECK(!std::filesystem::is_directory(path), "HDF5 file ", path, " is a directory, not a file");
   ZT_CHECK(H5Fis_hdf5(path.c_str()) > 0, "file ", path,
            " is not a readable HDF5 file (corrupt or truncated?)");
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -96,20 +168,24 @@ H5File H5File::open_read_write(const std::string& path) {
 
 H5File H5File::create(const std::string& path) {
   silence_hdf5_errors();
-  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  // The 1.10 format checksums the metadata (Note [Integrity of stored data]).
+  Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  ZT_CHECK(access.valid() && H5Pset_libver_bounds(access.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0,
+           "cannot prepare HDF5 file ", path);
+  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get());
   ZT_CHECK(id >= 0, "cannot create HDF5 file ", path, " (missing directory or no permission?)");
   return H5File(id, path);
 }
 
 H5File::~H5File() {
-  if (id_ >= 0) H5Fclose(id_);
+  if (id_ >= 0) close_file_id(id_);
 }
 
 H5File::H5File(H5File&& other) noexcept : id_(std::exchange(other.id_, -1)), path_(std::move(other.path_)) {}
 
 H5File& H5File::operator=(H5File&& other) noexcept {
   if (this != &other) {
-    if (id_ >= 0) H5Fclose(id_);
+    if (id_ >= 0) close_file_id(id_);
     id_ = std::exchange(other.id_, -1);
     path_ = std::move(other.path_);
   }
@@ -119,9 +195,9 @@ H5File& H5File::operator=(H5File&& other) noexcept {
 void H5File::close() {
   if (id_ < 0) return;
   hid_t id = std::exchange(id_, -1);
-  herr_t flushed = H5Fflush(id, H5F_SCOPE_GLOBAL);
-  herr_t closed = H5Fclose(id);
-  ZT_CHECK(flushed >= 0 && closed >= 0, "cannot flush and close HDF5 file ", path_, " (disk full?)");
+  std::string detail;
+  ZT_CHECK(close_file_id(id, &detail), "cannot flush and close HDF5 file ", path_, " (disk full?", detail,
+           ")");
 }
 
 int64_t H5File::handle() const {
@@ -141,13 +217,22 @@ void H5File::write_typed(std::string_view name, const void* data, const Shape& s
   Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   ZT_CHECK(space.valid() && lcpl.valid() && H5Pset_create_intermediate_group(lcpl.get(), 1) >= 0,
            "cannot prepare dataset '", path, "' in ", path_);
+  Handle create(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  ZT_CHECK(create.valid(), "cannot prepare dataset '", path, "' in ", path_);
+  if (shape.rank > 0 && shape.numel() > 0) {
+    hsize_t chunk[kMaxRank] = {};
+    chunk_dims_for(shape, H5Tget_size(file_type), chunk);
+    ZT_CHECK(H5Pset_chunk(create.get(), shape.rank, chunk) >= 0 && H5Pset_fletcher32(create.get()) >= 0,
+             "cannot set up checksummed chunks for dataset '", path, "' in ", path_, hdf5_error_detail());
+  }
   Handle dataset(
-      H5Dcreate2(handle(), path.c_str(), file_type, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
+      H5Dcreate2(handle(), path.c_str(), file_type, space.get(), lcpl.get(), create.get(), H5P_DEFAULT),
       H5Dclose);
-  ZT_CHECK(dataset.valid(), "cannot create dataset '", path, "' in ", path_);
+  ZT_CHECK(dataset.valid(), "cannot create dataset '", path, "' in ", path_, " (disk full?",
+           hdf5_error_detail(), ")");
   if (shape.numel() > 0)
     ZT_CHECK(H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0,
-             "cannot write dataset '", path, "' to ", path_, " (disk full?)");
+             "cannot write dataset '", path, "' to ", path_, " (disk full?", hdf5_error_detail(), ")");
   set_attribute("dtype", dtype_label, path);
 }
 
@@ -243,7 +328,8 @@ void H5File::read(std::string_view name, void* data, const Shape& shape, DType d
   ZT_CHECK(data != nullptr, "reading '", path, "' from ", path_, ": null destination");
   Handle dataset(H5Dopen2(handle(), path.c_str(), H5P_DEFAULT), H5Dclose);
   ZT_CHECK(H5Dread(dataset.get(), hdf5_types(dtype).second, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0,
-           "cannot read dataset '", path, "' from ", path_, " (corrupt or truncated file?)");
+           "cannot read dataset '", path, "' from ", path_, " (corrupt or truncated file",
+           hdf5_error_detail(), ")");
 }
 
 void H5File::read(std::string_view name, const Tensor& into) const {
@@ -262,7 +348,8 @@ std::vector<uint8_t> H5File::read_bytes(std::string_view name) const {
   if (bytes.empty()) return bytes;
   Handle dataset(H5Dopen2(handle(), path.c_str(), H5P_DEFAULT), H5Dclose);
   ZT_CHECK(H5Dread(dataset.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0,
-           "cannot read dataset '", path, "' from ", path_, " (corrupt or truncated file?)");
+           "cannot read dataset '", path, "' from ", path_, " (corrupt or truncated file",
+           hdf5_error_detail(), ")");
   return bytes;
 }
 
@@ -423,21 +510,6 @@ double H5File::attribute_double(std::string_view key, std::string_view object) c
 
 // ---- AtomicH5Writer ----
 
-namespace {
-std::string temp_path_for(const std::string& path) {
-  return str(path, ".tmp-", static_cast<long>(getpid()));
-}
-
-// Makes the file's bytes durable before the rename publishes it.
-void sync_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  ZT_CHECK(fd >= 0, "cannot reopen ", path, " to sync it");
-  int status = ::fsync(fd);
-  ::close(fd);
-  ZT_CHECK(status == 0, "cannot sync ", path, " to disk");
-}
-}  // namespace
-
 AtomicH5Writer::AtomicH5Writer(std::string path)
     : path_(std::move(path)), temp_path_(temp_path_for(path_)), file_(H5File::create(temp_path_)) {}
 
@@ -459,10 +531,8 @@ H5File& AtomicH5Writer::file() {
 void AtomicH5Writer::commit() {
   ZT_CHECK(!committed_, "AtomicH5Writer for ", path_, " committed twice");
   file_.close();
-  sync_file(temp_path_);
-  ZT_CHECK(std::rename(temp_path_.c_str(), path_.c_str()) == 0, "cannot rename ", temp_path_, " onto ",
-           path_);
-  committed_ = true;
+  committed_ = true;  // from here on publish_temp_file owns the temp file (and removes it on failure)
+  publish_temp_file(temp_path_, path_);
 }
 
 }  // namespace zt

@@ -11,6 +11,11 @@
 // are ordinary characters). Every failure — missing/corrupt/truncated file, missing dataset, wrong dtype or
 // shape — throws zt::Error naming the file and the dataset; HDF5's own error printing is silenced.
 //
+// Integrity: datasets are written with checksums and verified on every read (Note [Integrity of stored
+// data] in h5file.cpp), so a damaged file fails naming the dataset rather than reading wrong values. A
+// failed write (disk full) throws, and closing that file afterwards neither throws from a destructor nor
+// leaves HDF5 a file to crash on at exit (Note [Closing a file after a failed write]).
+//
 //   {
 //     AtomicH5Writer w("ckpt/step_100.h5");          // writes ckpt/step_100.h5.tmp-<pid>
 //     w.file().write("params/w", tensor);
@@ -51,7 +56,9 @@ class H5File {
   H5File& operator=(const H5File&) = delete;
 
   const std::string& path() const { return path_; }
-  void close();  // flushes and closes; later calls throw
+  // Flushes and closes; later calls throw. On failure (disk full) the handle is released all the same and
+  // the unwritten data is dropped.
+  void close();
 
   // ---- datasets ----
   // Writes a new dataset (an existing name is an error). `data` holds shape.numel() elements of dtype.
@@ -108,8 +115,10 @@ class H5File {
 };
 
 // Writes a file so that readers see either the previous file or the complete new one, never a partial one:
-// everything goes to "<path>.tmp-<pid>", which commit() flushes, syncs and renames onto <path>. Destroyed
-// without commit() (an exception, a crash), the temp file is removed and <path> is left as it was.
+// everything goes to "<path>.tmp-<pid>", which commit() flushes, syncs, renames onto <path> and makes
+// durable (runtime/atomic_file.h, Note [Atomic file replacement]). Destroyed without commit() (an
+// exception), or when commit() fails, the temp file is removed and <path> is left as it was; after a
+// crash remove_stale_temp_files removes it.
 class AtomicH5Writer {
  public:
   explicit AtomicH5Writer(std::string path);

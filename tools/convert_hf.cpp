@@ -120,9 +120,7 @@ int run_forward(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);
@@ -130,14 +128,17 @@ int main(int argc, char** argv) {
   }
   const std::string command = args[0];
   args.erase(args.begin());
-  try {
-    if (command == "import") return run_import(args);
-    if (command == "export") return run_export(args);
-    if (command == "forward") return run_forward(args);
-    std::fprintf(stderr, "convert_hf: unknown command '%s'\n\n%s", command.c_str(), kUsage);
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "convert_hf %s: error: %s\n", command.c_str(), zt::error_text(e).c_str());
-    return 1;
-  }
+  if (command == "import") return run_import(args);
+  if (command == "export") return run_export(args);
+  if (command == "forward") return run_forward(args);
+  std::fprintf(stderr, "convert_hf: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  return 2;
+}
+
+}  // namespace
+
+// Errors are "convert_hf <command>: error: ..." and exit code 2, as in train_mrpc (zt::run_tool_main).
+int main(int argc, char** argv) {
+  const std::string tool = argc > 1 ? std::string("convert_hf ") + argv[1] : std::string("convert_hf");
+  return zt::run_tool_main(tool.c_str(), argc, argv, run);
 }

@@ -4,9 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
+#include "model/parameters.h"
 #include "runtime/check.h"
 #include "tests/support/fixtures.h"
 
@@ -317,6 +323,84 @@ TEST(DebertaConfig, UnsupportedModelVariantsSayWhat) {
                      "pruned attention heads are not supported");
   // DebertaV2Config's own defaults describe an absolute-position model, so an empty config is rejected.
   expect_parse_error("{}", "relative_attention = false is not supported");
+}
+
+TEST(DebertaConfig, ImpliedParameterCountIsTheTablesTotal) {
+  DebertaConfig no_conv = deberta_small_cpu_config();
+  no_conv.conv_kernel_size = 0;
+  no_conv.rel_embeddings_layer_norm = false;
+  no_conv.num_labels = 3;
+  no_conv.id2label = {"a", "b", "c"};
+  no_conv.label2id = {{"a", 0}, {"b", 1}, {"c", 2}};
+  for (const DebertaConfig& c : {deberta_v2_xlarge_config(), deberta_small_cpu_config(), no_conv}) {
+    EXPECT_EQ(c.implied_parameter_count(), static_cast<double>(ParameterTable(c).total_numel()))
+        << c.name_or_path.value_or("");
+  }
+}
+
+// num_hidden_layers 1e6 ran for a minute and 6.5 GB before std::bad_alloc: now the parse refuses it at
+// once, naming the keys and the memory the parameters would take.
+TEST(DebertaConfig, AbsurdDimensionsAreRefusedBeforeAnythingIsBuilt) {
+  const auto start = std::chrono::steady_clock::now();
+  expect_parse_error(replaced(kXxlargeJson, "\"num_hidden_layers\": 48", "\"num_hidden_layers\": 1000000"),
+                     "num_hidden_layers 1000000 x (hidden_size 1536, intermediate_size 6144) alone is");
+  expect_parse_error(replaced(kXxlargeJson, "\"num_hidden_layers\": 48", "\"num_hidden_layers\": 1000000"),
+                     "TiB as f32), over the limit of 1 TiB");
+  expect_parse_error(
+      replaced(replaced(replaced(kXxlargeJson, "\"hidden_size\": 1536", "\"hidden_size\": 10000000"),
+                        "\"pooler_hidden_size\": 1536", "\"pooler_hidden_size\": 10000000"),
+               "\"num_hidden_layers\": 48", "\"num_hidden_layers\": 1"),
+      "hidden_size 10000000");
+  expect_parse_error(replaced(kXxlargeJson, "\"vocab_size\": 128100", "\"vocab_size\": 9223372036854775807"),
+                     "vocab_size 9223372036854775807 x hidden_size 1536 alone is");
+  expect_parse_error(
+      replaced(kXxlargeJson, "\"position_buckets\": 256", "\"position_buckets\": 4611686018427387904"),
+      "the relative position table");
+  expect_parse_error(
+      replaced(kXxlargeJson, "\"vocab_size\": 128100", "\"vocab_size\": 128100, \"num_labels\": 100000000"),
+      "num_labels 100000000 is over the limit");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+class ConfigFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           str("zt_config_", getpid(), "_", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  static std::string error_message(const std::string& path) {
+    try {
+      load_deberta_config(path);
+    } catch (const Error& e) {
+      return e.message();
+    }
+    return "(no error)";
+  }
+  std::filesystem::path dir_;
+};
+
+// /dev/zero as config.json grew memory until killed; a directory read as empty.
+TEST_F(ConfigFileTest, OversizedFilesAndDirectoriesAreRefusedNamingThem) {
+  EXPECT_NE(error_message("/dev/zero").find("config file /dev/zero is larger than the limit of 16 MiB"),
+            std::string::npos)
+      << error_message("/dev/zero");
+  EXPECT_NE(error_message(dir_.string()).find(dir_.string() + " is a directory"), std::string::npos)
+      << error_message(dir_.string());
+  EXPECT_NE(error_message((dir_ / "absent.json").string()).find("No such file"), std::string::npos);
+}
+
+// An error inside the config is reported with the file's name and the parser's message only; the failed
+// check and source location are in what() (ZT_VERBOSE_ERRORS), not in the message a user sees.
+TEST_F(ConfigFileTest, ErrorsNameTheFileWithoutInternals) {
+  const std::string path = (dir_ / "config.json").string();
+  std::ofstream(path) << replaced(kXxlargeJson, "\"hidden_act\": \"gelu\"", "\"hidden_act\": \"relu\"");
+  const std::string message = error_message(path);
+  EXPECT_NE(message.find("in " + path + ": config hidden_act 'relu' is not supported"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("check failed"), std::string::npos) << message;
+  EXPECT_EQ(message.find(".cpp:"), std::string::npos) << message;
 }
 
 }  // namespace

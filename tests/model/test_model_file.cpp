@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -170,6 +171,50 @@ TEST(ModelFile, RejectsOtherFilesAndVersions) {
             }).find("is not a zerotrain model file"),
             std::string::npos);
   EXPECT_THROW(open_model_file((dir / "absent.h5").string()), Error);
+  fs::remove_all(dir);
+}
+
+// A model file whose weights hold NaN (a diverged run, or a file without checksums that was damaged) is
+// refused naming the tensor, rather than training or predicting on NaN.
+TEST(ModelFile, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  fs::path dir = temp_dir();
+  DebertaConfig config = tiny_config();
+  ParameterTable table(config);
+  Arena params("params", table.layout(DType::f32));
+  fill_golden(table, params);
+  params.tensor("pooler.dense.bias").data_as<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+  const std::string path = (dir / "nan.h5").string();
+  save_model_file(path, config, table, params);
+  Arena loaded("loaded", table.layout(DType::f32), {.kind = MemoryKind::host, .zero_fill = true});
+  const std::string e = error_of([&] { open_model_file(path).load_params(loaded); });
+  EXPECT_NE(e.find(path + ": tensor 'pooler.dense.bias' holds nan at element 3"), std::string::npos) << e;
+  fs::remove_all(dir);
+}
+
+// A bad config_json inside a model file is reported with the model file's name and the config's own
+// message, not with the inner check's statement and source location (those need ZT_VERBOSE_ERRORS).
+TEST(ModelFile, BadStoredConfigIsReportedWithoutInternals) {
+  fs::path dir = temp_dir();
+  const std::string path = (dir / "bad_config.h5").string();
+  {
+    AtomicH5Writer w(path);
+    w.file().set_attribute("format", "zerotrain-model");
+    w.file().set_attribute("format_version", int64_t{1});
+    w.file().set_attribute("config_json", "{\"model_type\": \"deberta-v2\", \"hidden_size\": -4}");
+    w.commit();
+  }
+  try {
+    open_model_file(path);
+    ADD_FAILURE() << "a bad config_json was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.message();
+    EXPECT_NE(message.find(path + ": config_json: config sizes must be positive"), std::string::npos)
+        << message;
+    EXPECT_EQ(message.find("check failed"), std::string::npos) << message;
+    EXPECT_EQ(message.find(".cpp:"), std::string::npos) << message;
+    EXPECT_NE(std::string(e.what()).find("check failed"), std::string::npos)
+        << "the report keeps the details";
+  }
   fs::remove_all(dir);
 }
 

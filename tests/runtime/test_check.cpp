@@ -1,7 +1,15 @@
 // ZT_CHECK's error: the user's message apart from the developer's report, and the text tools print.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 
@@ -79,6 +87,45 @@ TEST(Check, ToolMainReturnsTheBodysCodeOrTwoOnAnError) {
   const std::string printed = testing::internal::GetCapturedStderr();
   EXPECT_EQ(code, 2);
   EXPECT_EQ(printed, "tool: error: no such file 'x'\n");
+}
+
+// Under ulimit -f a write past the limit raised SIGXFSZ, which killed the tool without a word. The tool main
+// ignores it, so the write fails (EFBIG, as on a full disk) and the tool ends with its one error line and
+// code 2. In a child process, since the limit and the signal disposition are process-wide.
+TEST(Check, ToolMainTurnsAFileSizeLimitIntoAnErrorLine) {
+  const std::string path = str(std::filesystem::temp_directory_path().string(), "/zt_fsize_", getpid());
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_DFL);
+    rlimit limit{};
+    getrlimit(RLIMIT_FSIZE, &limit);
+    limit.rlim_cur = 4096;
+    setrlimit(RLIMIT_FSIZE, &limit);
+    static std::string target;
+    target = path;
+    std::freopen("/dev/null", "w", stderr);
+    _exit(run_tool_main("tool", 0, nullptr, [](int, char**) {
+      std::ofstream out(target, std::ios::binary);
+      out << std::string(1 << 20, 'x');
+      out.close();
+      ZT_CHECK(!out.fail(), "cannot write ", target, " (disk full?)");
+      return 0;
+    }));
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(WIFEXITED(status)) << "the tool died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+}
+
+TEST(Check, WithContextPrefixesTheMessageAndTheReport) {
+  const Error inner = failed_check(-1);
+  const Error outer = with_context("in config.json: ", inner);
+  EXPECT_EQ(outer.message(), "in config.json: batch size must be positive, got -1");
+  EXPECT_EQ(std::string(outer.what()), "in config.json: " + std::string(inner.what()));
 }
 
 }  // namespace

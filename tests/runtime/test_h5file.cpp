@@ -1,9 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <hdf5.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "tests/support/temp_dir_test.h"
 
+#include <csignal>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -174,7 +179,104 @@ TEST_F(H5FileTest, TruncatedCorruptAndMissingFilesGiveClearErrors) {
   std::ofstream(garbage) << "this is not an HDF5 file";
   expect_error([&] { H5File::open_read(garbage); }, {garbage, "not a readable HDF5 file"});
   expect_error([&] { H5File::open_read(path("missing.h5")); }, {"missing.h5", "does not exist"});
+  expect_error([&] { H5File::open_read(dir_.string()); }, {dir_.string(), "is a directory, not a file"});
   expect_error([&] { H5File::create(path("no/such/dir/x.h5")); }, {"x.h5"});
+}
+
+// Flips `count` bytes at the middle of a file, as a bad disk sector or a broken copy does.
+void flip_bytes_at_middle(const std::string& file, size_t count) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  const auto middle = static_cast<std::streamoff>(fs::file_size(file) / 2);
+  std::vector<char> bytes(count);
+  f.seekg(middle);
+  f.read(bytes.data(), static_cast<std::streamsize>(count));
+  for (char& b : bytes) b = static_cast<char>(~b);
+  f.seekp(middle);
+  f.write(bytes.data(), static_cast<std::streamsize>(count));
+}
+
+TEST_F(H5FileTest, DamagedTensorDataFailsTheReadNamingTheDataset) {
+  const std::string file = path("damaged.h5");
+  std::vector<float> values(300000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f;
+  {
+    H5File f = H5File::create(file);
+    f.write<float>("params/small", std::vector<float>{1, 2}, {2});
+    f.write<float>("params/w", values, {1000, 300});  // 1.2 MB: the middle of the file is its data
+  }
+  flip_bytes_at_middle(file, 64);
+  H5File f = H5File::open_read(file);
+  EXPECT_EQ(f.read_vector<float>("params/small"), (std::vector<float>{1, 2}));
+  expect_error([&] { f.read_vector<float>("params/w"); }, {file, "'params/w'", "Fletcher32 checksum"});
+}
+
+// Files without checksums (written before checksums were added, or by h5py) still read.
+TEST_F(H5FileTest, ReadsContiguousDatasetsWithoutChecksums) {
+  const std::string file = path("old.h5");
+  const std::vector<float> values = {1.5f, -2.5f, 3.5f};
+  {
+    hid_t id = H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hsize_t dims[1] = {3};
+    hid_t space = H5Screate_simple(1, dims, nullptr);
+    hid_t dataset = H5Dcreate2(id, "w", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(dataset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+    H5Dclose(dataset);
+    H5Sclose(space);
+    H5Fclose(id);
+  }
+  EXPECT_EQ(H5File::open_read(file).read_vector<float>("w"), values);
+}
+
+// A full disk, emulated in a child by a file size limit with SIGXFSZ ignored: the write throws naming the
+// dataset, the writer removes its temp file, the previous file is intact, the next file writes, and the
+// child then exits normally (HDF5's own cleanup at exit crashed on the file whose close had failed). Exit
+// codes report what went wrong in the child.
+TEST_F(H5FileTest, AFullDiskFailsTheWriteAndTheProcessExitsCleanly) {
+  const std::string file = path("step_5.h5");
+  {
+    AtomicH5Writer w(file);
+    w.file().write<int64_t>("version", std::vector<int64_t>{1}, {1});
+    w.commit();
+  }
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{};
+    getrlimit(RLIMIT_FSIZE, &limit);
+    limit.rlim_cur = 64 * 1024;
+    setrlimit(RLIMIT_FSIZE, &limit);
+    int code = 4;  // no error
+    std::string temp;
+    try {
+      AtomicH5Writer w(file);
+      temp = w.temp_path();
+      w.file().write<float>("params/w", std::vector<float>(1 << 20, 1.0f), {1 << 20});
+      w.commit();
+    } catch (const Error& e) {
+      code = std::string(e.message()).find("disk full") != std::string::npos ? 0 : 3;
+    }
+    if (code == 0 && fs::exists(temp)) code = 5;
+    try {  // HDF5 still works for the next file
+      const std::string next = file + ".next";
+      AtomicH5Writer w(next);
+      w.file().write<int64_t>("version", std::vector<int64_t>{2}, {1});
+      w.commit();
+      if (H5File::open_read(next).read_vector<int64_t>("version") != std::vector<int64_t>{2}) code = 6;
+      fs::remove(next);
+    } catch (const Error&) {
+      code = 6;
+    }
+    std::exit(code);  // runs the exit handlers
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "3: no 'disk full' in the error; 4: no error; 5: temp file left; 6: the next file failed";
+  EXPECT_EQ(H5File::open_read(file).read_vector<int64_t>("version"), std::vector<int64_t>{1});
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
 }
 
 }  // namespace

@@ -1,0 +1,99 @@
+#include "runtime/signals.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstring>
+#include <utility>
+
+#include "runtime/check.h"
+
+namespace zt {
+namespace {
+
+// Written by the handler, read by the loop: a lock-free atomic int is async-signal-safe, and unlike a
+// volatile sig_atomic_t it also orders with the other threads that may poll it.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+std::atomic<bool> g_installed{false};
+// The tool name for the handler's message: copied at install, read only in the handler.
+char g_tool[64] = "zerotrain";
+struct sigaction g_previous_int {};
+struct sigaction g_previous_term {};
+
+// write(2) of a NUL-terminated string: the only output a signal handler may do.
+void write_stderr(const char* text) {
+  ssize_t ignored = ::write(STDERR_FILENO, text, std::strlen(text));
+  (void)ignored;
+}
+
+void on_stop_signal(int signal) {
+  const char* name = signal == SIGINT ? "SIGINT" : "SIGTERM";
+  int expected = 0;
+  if (g_stop_signal.compare_exchange_strong(expected, signal)) {
+    write_stderr("\n");
+    write_stderr(g_tool);
+    write_stderr(": ");
+    write_stderr(name);
+    write_stderr(
+        " received: stopping after this optimizer step with a checkpoint (send it again to stop "
+        "at once)\n");
+    return;
+  }
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  sigaction(SIGINT, &default_action, nullptr);
+  sigaction(SIGTERM, &default_action, nullptr);
+  write_stderr(g_tool);
+  write_stderr(": second ");
+  write_stderr(name);
+  write_stderr(": stopping now, without a checkpoint\n");
+  ::_exit(128 + signal);
+}
+
+}  // namespace
+
+ScopedStopSignals::ScopedStopSignals(const char* tool) {
+  ZT_CHECK(!g_installed.exchange(true), "ScopedStopSignals is already installed");
+  std::strncpy(g_tool, tool, sizeof(g_tool) - 1);
+  g_tool[sizeof(g_tool) - 1] = '\0';
+  g_stop_signal.store(0);
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  // Both signals blocked while either handler runs, so two arriving together are seen one after the other.
+  sigaddset(&action.sa_mask, SIGINT);
+  sigaddset(&action.sa_mask, SIGTERM);
+  // Interrupted system calls (a checkpoint write in progress) restart instead of failing with EINTR.
+  action.sa_flags = SA_RESTART;
+  // A signal the parent set to be ignored stays ignored (a shell starts background jobs with SIGINT
+  // ignored, so that Ctrl-C does not reach them; nohup-like wrappers do the same).
+  for (auto [signal, previous] : {std::pair{SIGINT, &g_previous_int}, std::pair{SIGTERM, &g_previous_term}}) {
+    sigaction(signal, nullptr, previous);
+    if (previous->sa_handler != SIG_IGN) sigaction(signal, &action, nullptr);
+  }
+}
+
+ScopedStopSignals::~ScopedStopSignals() {
+  sigaction(SIGINT, &g_previous_int, nullptr);
+  sigaction(SIGTERM, &g_previous_term, nullptr);
+  g_installed.store(false);
+}
+
+bool stop_requested() {
+  return g_stop_signal.load() != 0;
+}
+
+int stop_signal() {
+  return g_stop_signal.load();
+}
+
+int stop_exit_code() {
+  const int signal = g_stop_signal.load();
+  return signal == 0 ? 0 : 128 + signal;
+}
+
+}  // namespace zt
