@@ -136,7 +136,13 @@ class NcclCommunicator final : public Communicator {
     }
     for (const Pending& p : pending_) (void)cudaEventDestroy(p.event);
     for (cudaEvent_t e : free_events_) (void)cudaEventDestroy(e);
-    if (on_destroy_) on_destroy_(clean);
+    if (on_destroy_) {
+      try {
+        on_destroy_(clean);
+      } catch (const std::exception& e) {  // a destructor must not throw; the process is ending anyway
+        ZT_LOG(error) << "nccl communicator rank " << rank_ << ": after destruction: " << e.what();
+      }
+    }
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
