@@ -203,7 +203,7 @@ class NcclCommunicator final : public Communicator {
         const cudaError_t status = cudaEventQuery(done);
         if (status == cudaSuccess) return;
         if (status != cudaErrorNotReady) ZT_CUDA_CHECK(status);
-        poll_and_abort(lock);  // without a watchdog thread nobody else would notice a hang or an NCCL error
+        poll_unless_watched(lock);
         throw_if_failed_locked();
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -220,7 +220,7 @@ class NcclCommunicator final : public Communicator {
 
   void check_async_error() override {
     std::unique_lock lock(mutex_);
-    poll_and_abort(lock);
+    poll_unless_watched(lock);
     throw_if_failed_locked();
   }
 
@@ -296,6 +296,12 @@ class NcclCommunicator final : public Communicator {
     cudaEvent_t e = nullptr;
     ZT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     return e;
+  }
+
+  // Without a watchdog thread nobody else would notice a hang or an NCCL error, so the rank's own thread
+  // polls; with one, the rank's thread only reads the failure (it never blocks in an abort).
+  void poll_unless_watched(std::unique_lock<std::mutex>& lock) {
+    if (!watchdog_.joinable()) poll_and_abort(lock);
   }
 
   // poll_locked, then the abort it decided on, outside the mutex.
