@@ -10,14 +10,12 @@
 // waiting for a partner that already threw.
 #include "runtime/communicator.h"
 
-#include <algorithm>
-#include <condition_variable>
 #include <cstddef>
 #include <cstring>
-#include <mutex>
 #include <type_traits>
 
 #include "runtime/check.h"
+#include "runtime/in_process_group.h"
 
 namespace zt {
 
@@ -39,12 +37,8 @@ std::string_view collective_name(CollectiveKind kind) {
 
 namespace {
 
-bool is_sum(CollectiveKind kind) {
-  return kind == CollectiveKind::all_reduce_sum || kind == CollectiveKind::reduce_scatter_sum;
-}
-bool has_output(CollectiveKind kind) {
-  return kind == CollectiveKind::reduce_scatter_sum || kind == CollectiveKind::all_gather;
-}
+using detail::has_output;
+using detail::is_sum;
 
 std::string tensor_problem(const Tensor& t, const char* what, DeviceKind expected_device) {
   if (!t.defined()) return str(what, " is undefined (null data)");
@@ -83,107 +77,8 @@ std::string collective_argument_problem(CollectiveKind kind, int rank, int world
 
 namespace {
 
-// What one rank passed to the collective it is in (see Note [in-process collective protocol]).
-struct Post {
-  CollectiveKind kind = CollectiveKind::barrier;
-  DType dtype = DType::f32;
-  const std::byte* input = nullptr;
-  int64_t input_numel = 0;
-  int64_t output_numel = 0;
-  int root = 0;
-  std::string problem;  // this rank's own argument error, "" if none
-};
-
-class InProcessGroup {
- public:
-  InProcessGroup(int world_size, InProcessGroupOptions options)
-      : world_size_(world_size),
-        options_(options),
-        posts_(static_cast<size_t>(world_size)),
-        arrived_(static_cast<size_t>(world_size), false) {}
-
-  int world_size() const { return world_size_; }
-  const Post& post(int rank) const { return posts_[static_cast<size_t>(rank)]; }
-
-  // Publishes rank's post, then waits for every rank's.
-  void post_and_wait(int rank, Post p) {
-    std::unique_lock lock(mutex_);
-    throw_if_aborted_locked(rank);
-    posts_[static_cast<size_t>(rank)] = std::move(p);
-    wait_locked(lock, rank);
-  }
-  void wait(int rank) {
-    std::unique_lock lock(mutex_);
-    wait_locked(lock, rank);
-  }
-
-  void abort(int rank, std::string_view reason) noexcept {
-    try {
-      std::lock_guard lock(mutex_);
-      abort_locked(rank, std::string(reason));
-    } catch (...) {  // std::string allocation failed; the flag alone still wakes the waiters
-      aborted_ = true;
-    }
-    cv_.notify_all();
-  }
-
- private:
-  void abort_locked(int rank, std::string reason) {
-    if (aborted_) return;  // the first cause is the one worth reporting
-    aborted_ = true;
-    abort_rank_ = rank;
-    abort_reason_ = std::move(reason);
-  }
-
-  void throw_if_aborted_locked(int rank) const {
-    if (aborted_)
-      ZT_FAIL("in-process communicator (rank ", rank, "): group aborted by rank ", abort_rank_, ": ",
-              abort_reason_);
-  }
-
-  // A generation-counted rendezvous: the last rank to arrive opens the next generation.
-  void wait_locked(std::unique_lock<std::mutex>& lock, int rank) {
-    throw_if_aborted_locked(rank);
-    const uint64_t generation = generation_;
-    arrived_[static_cast<size_t>(rank)] = true;
-    if (++arrived_count_ == world_size_) {
-      arrived_count_ = 0;
-      std::fill(arrived_.begin(), arrived_.end(), false);
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    auto done = [&] { return generation_ != generation || aborted_; };
-    if (options_.timeout.count() > 0) {
-      if (!cv_.wait_for(lock, options_.timeout, done)) {
-        std::string missing;
-        for (int r = 0; r < world_size_; ++r)
-          if (!arrived_[static_cast<size_t>(r)]) missing += str(missing.empty() ? "" : ", ", r);
-        abort_locked(rank,
-                     str("timed out after ", options_.timeout.count(), " ms waiting for rank(s) ", missing,
-                         " (post: ", collective_name(posts_[static_cast<size_t>(rank)].kind), ")"));
-        cv_.notify_all();
-      }
-    } else {
-      cv_.wait(lock, done);
-    }
-    // A rank aborted after everyone arrived may still finish this rendezvous; only a waiter left behind
-    // by the abort throws here (any later rendezvous throws on entry).
-    if (generation_ == generation) throw_if_aborted_locked(rank);
-  }
-
-  const int world_size_;
-  const InProcessGroupOptions options_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::vector<Post> posts_;    // [world_size], written under the mutex before the first rendezvous
-  std::vector<bool> arrived_;  // [world_size], who is in the current rendezvous (timeout messages)
-  int arrived_count_ = 0;
-  uint64_t generation_ = 0;
-  bool aborted_ = false;
-  int abort_rank_ = -1;
-  std::string abort_reason_;
-};
+using detail::InProcessGroup;
+using detail::Post;
 
 // 16-bit storage <-> f32 for the rank-order sums, which round once, at the end (f32 sums in place).
 float load_float(const bf16* p, int64_t i) {
@@ -221,6 +116,7 @@ class InProcessCommunicator final : public Communicator {
     run(CollectiveKind::broadcast, in_out, in_out, root);
   }
   void barrier(CommStream) override { group_->post_and_wait(rank_, Post{}); }
+  int cuda_device() const override { return -1; }
   void abort(std::string_view reason) noexcept override { group_->abort(rank_, reason); }
 
  private:
@@ -235,7 +131,7 @@ class InProcessCommunicator final : public Communicator {
         .root = root,
         .problem = collective_argument_problem(kind, rank_, world, input, output, root, DeviceKind::cpu)};
     group_->post_and_wait(rank_, std::move(mine));
-    validate_posts();
+    group_->validate_posts();
     const int64_t out_numel = group_->post(rank_).output_numel;
     const size_t out_bytes = static_cast<size_t>(out_numel) * dtype_size(input.dtype());
     scratch_.resize(out_bytes);
@@ -255,27 +151,6 @@ class InProcessCommunicator final : public Communicator {
     }
     group_->wait(rank_);  // every rank has finished reading every input
     if (out_bytes > 0) std::memcpy(output.data(), scratch_.data(), out_bytes);
-  }
-
-  // Identical on every rank, so every rank throws the same error (rank order decides which is reported).
-  void validate_posts() const {
-    const int world = world_size();
-    for (int r = 0; r < world; ++r)
-      if (!group_->post(r).problem.empty()) ZT_FAIL(group_->post(r).problem);
-    const Post& first = group_->post(0);
-    for (int r = 1; r < world; ++r) {
-      const Post& p = group_->post(r);
-      const std::string_view op = collective_name(p.kind);
-      ZT_CHECK(p.kind == first.kind, "collective mismatch: rank 0 called ", collective_name(first.kind),
-               " but rank ", r, " called ", op);
-      ZT_CHECK(p.dtype == first.dtype, op, ": rank 0 passes ", dtype_name(first.dtype), " but rank ", r,
-               " passes ", dtype_name(p.dtype));
-      ZT_CHECK(p.input_numel == first.input_numel && p.output_numel == first.output_numel, op,
-               ": size mismatch: rank 0 passes input ", first.input_numel, " / output ", first.output_numel,
-               " elements but rank ", r, " passes input ", p.input_numel, " / output ", p.output_numel);
-      ZT_CHECK(p.root == first.root, op, ": rank 0 broadcasts from root ", first.root, " but rank ", r,
-               " from root ", p.root);
-    }
   }
 
   template <typename T>
@@ -339,5 +214,13 @@ std::vector<std::unique_ptr<Communicator>> make_in_process_group(int world_size,
   for (int r = 0; r < world_size; ++r) comms.push_back(std::make_unique<InProcessCommunicator>(group, r));
   return comms;
 }
+
+#ifndef ZT_WITH_CUDA
+std::vector<std::unique_ptr<Communicator>> make_in_process_device_group(int, int, InProcessGroupOptions) {
+  ZT_FAIL(
+      "make_in_process_device_group: this build has no CUDA backend (configured with ZT_CUDA=OFF or "
+      "without nvcc)");
+}
+#endif
 
 }  // namespace zt

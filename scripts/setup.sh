@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev
   clang-format
   clang libclang-rt-14-dev   # libFuzzer targets of the checkpoint readers (scripts/run_fuzzers.sh)
+  libopenmpi-dev openmpi-bin # mpirun -np N train_mrpc: rank bootstrap (runtime/mpi_launch.h); optional
 )
 
 missing=()

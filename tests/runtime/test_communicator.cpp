@@ -19,53 +19,14 @@
 
 #include "runtime/arena.h"
 #include "runtime/communicator.h"
+#include "tests/support/rank_threads.h"
 
 namespace zt {
 namespace {
 
-using Comms = std::vector<std::unique_ptr<Communicator>>;
-
-// Runs fn on one thread per rank; returns each rank's exception message ("" when it returned normally).
-std::vector<std::string> run_ranks(Comms& comms, const std::function<void(Communicator&)>& fn,
-                                   std::chrono::seconds deadline = std::chrono::seconds(30)) {
-  const size_t world = comms.size();
-  std::vector<std::string> errors(world);
-  std::mutex mutex;
-  std::condition_variable cv;
-  size_t finished = 0;
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(*comms[r]);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        if (errors[r].empty()) errors[r] = "(exception without message)";
-      }
-      std::lock_guard lock(mutex);
-      ++finished;
-      cv.notify_all();
-    });
-  }
-  {
-    std::unique_lock lock(mutex);
-    if (!cv.wait_for(lock, deadline, [&] { return finished == world; })) {
-      ADD_FAILURE() << "ranks did not finish within " << deadline.count() << " s (hang); aborting the group";
-      comms[0]->abort("test harness deadline");
-      // Ranks that even an abort cannot wake would block join() forever: end the process, loudly.
-      if (!cv.wait_for(lock, std::chrono::seconds(5), [&] { return finished == world; })) {
-        std::fprintf(stderr, "test_communicator: ranks still blocked 5 s after abort; exiting\n");
-        std::_Exit(1);
-      }
-    }
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-void expect_all_succeeded(const std::vector<std::string>& errors) {
-  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-}
+using test::Comms;
+using test::expect_all_succeeded;
+using test::run_ranks;
 
 Tensor f32_view(std::vector<float>& v) {
   return Tensor(v.data(), {static_cast<int64_t>(v.size())}, DType::f32);
