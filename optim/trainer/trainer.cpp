@@ -194,6 +194,10 @@ struct MrpcTrainer::Impl {
         compute(compute_dtype_for_run(config)),
         world(std::max(1, config.world_size)) {
     ZT_CHECK(config.resolved, "MrpcTrainer needs a resolved TrainConfig");
+    ZT_CHECK(
+        world == 1 || device == DeviceKind::cpu, "--world_size ", world,
+        " on the GPU: in-process ranks over one GPU are not wired into the trainer yet; use --world_size 1 "
+        "(any ZeRO stage) or --device cpu");
     // A rank stuck longer than --collective_timeout in a collective aborts the group, naming the ranks that
     // never arrived.
     comms = make_in_process_group(
