@@ -20,6 +20,7 @@
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
 #include "runtime/memory_size.h"
+#include "runtime/signals.h"
 
 namespace {
 
@@ -104,6 +105,7 @@ int run(int argc, char** argv) {
   }
   zt::optim::MrpcTrainer trainer(config, model_config);
   const auto epochs = trainer.train();
+  if (zt::stop_requested()) return zt::stop_exit_code();  // 130 SIGINT, 143 SIGTERM; checkpoint written
   if (!epochs.empty()) {
     const auto& last = epochs.back();
     std::printf("done: %lld optimizer steps, dev accuracy %.4f, dev F1 %.4f\n",

@@ -20,6 +20,7 @@
 #include "optim/checkpoint.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
+#include "optim/run_directory.h"
 #include "optim/zero/engine.h"
 #include "optim/zero/sharded_checkpoint.h"
 #include "runtime/check.h"
@@ -27,6 +28,7 @@
 #include "runtime/device.h"
 #include "runtime/log.h"
 #include "runtime/progress.h"
+#include "runtime/signals.h"
 #include "runtime/step_profile.h"
 
 #include <exception>
@@ -505,9 +507,30 @@ std::vector<EpochRecord> MrpcTrainer::train() {
   Impl& s = *impl_;
   if (!s.train_set) s.load_data();
   const TrainConfig& c = s.config;
+  // The first SIGINT/SIGTERM finishes the current optimizer step, writes a checkpoint and returns.
+  ScopedStopSignals stop_signals("train_mrpc");
+  if (!c.output_dir.empty()) {
+    // A directory of another run is refused unless --overwrite_output_dir or resuming; temp files of dead
+    // writers are removed.
+    const OutputDirReport report =
+        prepare_output_dir(c.output_dir, c.overwrite_output_dir, !c.resume_from_checkpoint.empty());
+    for (const std::string& f : report.removed_stale_temp_files)
+      std::printf("removed %s (left by a writer that died)\n", f.c_str());
+    for (const std::string& f : report.removed_for_overwrite)
+      std::printf("removed %s (--overwrite_output_dir)\n", f.c_str());
+  }
   if (!c.resume_from_checkpoint.empty() && s.optimizer_step == 0) load_checkpoint(c.resume_from_checkpoint);
   std::vector<EpochRecord> epochs;
   std::ofstream metrics;
+  // Writes a checkpoint for a stop request (unless this step's was just written) and says how to resume.
+  auto stop_now = [&](bool checkpoint_written) {
+    if (!c.output_dir.empty() && !checkpoint_written) save_checkpoint(c.output_dir);
+    std::printf("stopped by signal %d after optimizer step %lld%s\n", stop_signal(),
+                static_cast<long long>(s.optimizer_step),
+                c.output_dir.empty() ? " (no --output_dir: nothing saved)"
+                                     : str("; resume with --resume_from_checkpoint ", c.output_dir).c_str());
+    std::fflush(stdout);
+  };
   if (!c.output_dir.empty()) {
     std::error_code error;
     std::filesystem::create_directories(c.output_dir, error);
@@ -552,6 +575,14 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       if (c.checkpointing_steps.kind == CheckpointingSteps::Kind::steps &&
           s.optimizer_step % c.checkpointing_steps.every == 0 && !c.output_dir.empty()) {
         save_checkpoint(c.output_dir);
+        if (stop_requested()) {
+          stop_now(true);
+          return epochs;
+        }
+      }
+      if (stop_requested()) {
+        stop_now(false);
+        return epochs;
       }
     }
     progress.finish();
