@@ -285,6 +285,7 @@ class NcclCommunicator final : public Communicator {
 
   void throw_if_failed_locked() const {
     if (!failure_.empty()) throw Error(failure_);
+    if (comm_ == nullptr) throw Error(where() + "the communicator was aborted");  // abort() without a message
   }
 
   cudaEvent_t take_event_locked() {
