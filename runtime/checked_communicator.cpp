@@ -209,7 +209,6 @@ class CheckedCommunicator final : public Communicator {
     const int world = world_size();
     const int64_t words = static_cast<int64_t>(mine.size()) * kDescriptorWords;
     std::vector<Descriptor> all(mine.size() * static_cast<size_t>(world));
-    const size_t block_bytes = mine.size() * sizeof(Descriptor);
     if (cuda_device() < 0) {
       std::vector<Descriptor> in = mine;
       inner_->all_gather(Tensor(in.data(), {words}, DType::i64),
@@ -217,6 +216,7 @@ class CheckedCommunicator final : public Communicator {
       return all;
     }
 #ifdef ZT_WITH_CUDA
+    const size_t block_bytes = mine.size() * sizeof(Descriptor);
     const size_t total = block_bytes * static_cast<size_t>(world);
     if (staging_.size() < total)
       staging_ = device_allocator(cuda_device())
