@@ -152,11 +152,13 @@ std::unique_ptr<Communicator> make_checked_communicator(std::unique_ptr<Communic
                                                         CheckedCommunicatorOptions options = {});
 
 struct NcclOptions {
-  // A collective, barrier or communicator set-up not done this long after it was queued aborts the
-  // communicator (a peer is missing, hung or dead); the next call throws naming the rank and the op. It
-  // counts from the enqueue, so it must cover the compute a comm stream waits for. Zero: no watchdog, and
-  // init, barrier and destruction wait forever.
+  // A collective or barrier not done this long after it was queued aborts the communicator (a peer is
+  // missing, hung or dead); the next call throws naming the rank and the op. It counts from the enqueue, so
+  // it must cover the compute a comm stream waits for. Zero: no watchdog; barrier and destruction wait
+  // forever.
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  // How long ncclCommInitRank may wait for every rank to join (ranks may start minutes apart). Zero: forever.
+  std::chrono::milliseconds init_timeout{std::chrono::minutes(10)};
   std::chrono::milliseconds poll_interval{20};  // how often the watchdog looks
 };
 
@@ -167,7 +169,7 @@ struct NcclUniqueId {
 };
 NcclUniqueId make_nccl_unique_id();  // call on rank 0, send to the others
 // One rank of a multi-process group (one process per GPU): a non-blocking ncclCommInitRankConfig on
-// `device`, waited for up to options.timeout (a rank that never starts is an error, not a hang).
+// `device`, waited for up to options.init_timeout (a rank that never starts is an error, not a hang).
 // on_destroy, if set, runs after the NCCL communicator is released, with clean = false when it had failed
 // or is destroyed during stack unwinding (mpi_launch finalizes MPI only on clean = true).
 std::unique_ptr<Communicator> make_nccl_communicator(const NcclUniqueId& id, int rank, int world_size,

@@ -7,7 +7,7 @@
 // NCCL kernels wait for their peers forever: a rank that died, hangs or called a different collective
 // leaves the others spinning, and a host sync on their streams never returns. So the communicator is
 // created non-blocking (config.blocking = 0: set-up and enqueue never block the host inside NCCL; an
-// ncclInProgress answer is polled to completion with ncclCommGetAsyncError, under the same timeout) and,
+// ncclInProgress answer is polled to completion with ncclCommGetAsyncError, set-up under init_timeout) and,
 // with NcclOptions::timeout > 0, a watchdog thread polls every poll_interval:
 //   - an event recorded after each collective (cudaEventQuery): one still pending `timeout` after its
 //     collective was queued is a hang;
@@ -285,6 +285,7 @@ class NcclCommunicator final : public Communicator {
 
   void throw_if_failed_locked() const {
     if (!failure_.empty()) throw Error(failure_);
+    if (comm_ == nullptr) throw Error(where() + "the communicator was aborted");  // abort() without a message
   }
 
   cudaEvent_t take_event_locked() {
@@ -424,7 +425,7 @@ ncclConfig_t nonblocking_config() {
 // Waits for the set-up of a non-blocking communicator; aborts it and throws when it fails or times out.
 void wait_for_init(ncclComm_t comm, int rank, int world_size, const NcclOptions& options) {
   const std::string why = wait_until_issued(
-      [&](ncclResult_t* state) { return ncclCommGetAsyncError(comm, state); }, options.timeout);
+      [&](ncclResult_t* state) { return ncclCommGetAsyncError(comm, state); }, options.init_timeout);
   if (why.empty()) return;
   (void)ncclCommAbort(comm);
   ZT_FAIL("nccl communicator rank ", rank, " of ", world_size, ": ncclCommInitRank failed: ", why,
