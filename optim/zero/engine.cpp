@@ -103,6 +103,27 @@ struct ZeroEngine::Impl {
   bool first_micro = true, last_micro = true;
 
   const Arena& master() const { return master_arena ? *master_arena : *compute_copy; }
+  const Arena& state(int kind) const {
+    ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
+    return kind == 0 ? master() : kind == 1 ? *exp_avg : *exp_avg_sq;
+  }
+
+  // The per-unit buffer of a family (gather buffers or gradient buckets): layer l uses buffer l % 2, so two
+  // consecutive layers never share one.
+  static const Arena& unit_buffer(const ZeroPartition& part, size_t unit,
+                                  const std::unique_ptr<Arena>& embeddings,
+                                  const std::unique_ptr<Arena>& shared,
+                                  const std::unique_ptr<Arena> (&layer)[2]) {
+    if (unit == part.embeddings_unit()) return *embeddings;
+    if (unit == part.shared_unit()) return *shared;
+    return *layer[part.units()[unit].layer % 2];
+  }
+  const Arena& gather_buffer(const ZeroPartition& part, size_t unit) const {
+    return unit_buffer(part, unit, gather_embeddings, gather_shared, gather_layer);
+  }
+  const Arena& bucket(const ZeroPartition& part, size_t unit) const {
+    return unit_buffer(part, unit, bucket_embeddings, bucket_shared, bucket_layer);
+  }
 
   ArenaOptions options(MemoryCategory category, bool zero) const {
     return {.kind = device == DeviceKind::cuda ? MemoryKind::device : MemoryKind::host,
@@ -127,9 +148,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   s.compute = options.compute;
   s.mixed = options.compute != DType::f32;
   s.stage = options.stage;
-  const int W = comm.world_size();
   const int r = comm.rank();
-  const int64_t psi = partition_.total_numel();
   const int64_t shard = partition_.shard_numel();
   const auto& units = partition_.units();
 
@@ -209,21 +228,13 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   auto index_of = [&](const std::string& name) {
     return static_cast<size_t>(&table.at(name) - table.entries().data());
   };
-  auto unit_buffer = [&](size_t tensor, const std::unique_ptr<Arena>& embeddings,
-                         const std::unique_ptr<Arena>& shared,
-                         const std::unique_ptr<Arena>* layer) -> const Arena& {
-    const size_t u = partition_.unit_of_tensor(tensor);
-    if (u == partition_.embeddings_unit()) return *embeddings;
-    if (u == partition_.shared_unit()) return *shared;
-    return *layer[units[u].layer % 2];
-  };
   if (s.stage < 3) {
     param_handles_ =
         DebertaTensors::bind(config, [&](const std::string& name) { return s.compute_copy->tensor(name); });
   } else {
     param_handles_ = DebertaTensors::bind(config, [&](const std::string& name) {
       const size_t k = index_of(name);
-      return unit_view(k, unit_buffer(k, s.gather_embeddings, s.gather_shared, s.gather_layer), s.compute);
+      return unit_view(k, s.gather_buffer(partition_, partition_.unit_of_tensor(k)), s.compute);
     });
   }
   if (s.stage <= 1) {
@@ -232,11 +243,9 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   } else {
     grad_handles_ = DebertaTensors::bind(config, [&](const std::string& name) {
       const size_t k = index_of(name);
-      return unit_view(k, unit_buffer(k, s.bucket_embeddings, s.bucket_shared, s.bucket_layer), DType::f32);
+      return unit_view(k, s.bucket(partition_, partition_.unit_of_tensor(k)), DType::f32);
     });
   }
-  (void)W;
-  (void)psi;
 }
 
 ZeroEngine::~ZeroEngine() = default;
@@ -254,9 +263,7 @@ void ZeroEngine::acquire(size_t unit, Pass) {
   Impl& s = *impl_;
   if (s.stage != 3) return;
   const ZeroUnit& u = partition_.units()[unit];
-  const Arena& buffer = unit == partition_.embeddings_unit() ? *s.gather_embeddings
-                        : unit == partition_.shared_unit()   ? *s.gather_shared
-                                                             : *s.gather_layer[u.layer % 2];
+  const Arena& buffer = s.gather_buffer(partition_, unit);
   const Tensor shard = view(*s.compute_copy, s.compute, u.shard_begin, u.slice_numel);
   const Tensor full = view(buffer, s.compute, 0, u.numel);
   if (world_size() == 1) {
@@ -287,9 +294,7 @@ void ZeroEngine::gradients_ready(size_t unit) {
   }
   // Stages 2/3: reduce this micro-batch's bucket, fold the rank's slice into the shard accumulator, clear
   // the bucket for the next use.
-  const Arena& bucket = unit == partition_.embeddings_unit() ? *s.bucket_embeddings
-                        : unit == partition_.shared_unit()   ? *s.bucket_shared
-                                                             : *s.bucket_layer[u.layer % 2];
+  const Arena& bucket = s.bucket(partition_, unit);
   const Tensor all = view(bucket, DType::f32, 0, u.numel);
   const Tensor mine = view(bucket, DType::f32, r * u.slice_numel, u.slice_numel);
   if (W > 1) {
@@ -458,14 +463,6 @@ std::vector<ZeroEngine::OwnedPiece> ZeroEngine::owned_pieces() const {
   return out;
 }
 
-namespace {
-const Arena& state_arena(const ZeroEngine::OwnedPiece&, int kind, const Arena& master, const Arena& m,
-                         const Arena& v) {
-  ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
-  return kind == 0 ? master : kind == 1 ? m : v;
-}
-}  // namespace
-
 // Element offset of an owned piece inside the state buffer of `kind`.
 static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mixed, int rank,
                                   const ZeroEngine::OwnedPiece& p, int kind) {
@@ -483,19 +480,17 @@ static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mix
 void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> host) const {
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: read_state size mismatch");
-  const Arena& arena = state_arena(piece, kind, s.master(), *s.exp_avg, *s.exp_avg_sq);
   const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, rank(), piece, kind);
-  copy_tensor(view(arena, DType::f32, offset, piece.numel),
+  copy_tensor(view(s.state(kind), DType::f32, offset, piece.numel),
               Tensor(host.data(), Shape{piece.numel}, DType::f32));
 }
 
 void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const float> host) {
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: write_state size mismatch");
-  const Arena& arena = state_arena(piece, kind, s.master(), *s.exp_avg, *s.exp_avg_sq);
   const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, rank(), piece, kind);
   copy_tensor(Tensor(const_cast<float*>(host.data()), Shape{piece.numel}, DType::f32),
-              view(arena, DType::f32, offset, piece.numel));
+              view(s.state(kind), DType::f32, offset, piece.numel));
 }
 
 void ZeroEngine::refresh_compute_copy() {
@@ -523,9 +518,10 @@ void ZeroEngine::load_full_parameters(const Arena& host_f32) {
   refresh_compute_copy();
 }
 
-void ZeroEngine::gather_full_master(const Arena& host_f32) {
+void ZeroEngine::gather_full_master(const Arena* host_f32) {
   Impl& s = *impl_;
-  ZT_CHECK(host_f32.device() == DeviceKind::cpu, "gather_full_master needs a host arena");
+  ZT_CHECK(host_f32 == nullptr || host_f32->device() == DeviceKind::cpu,
+           "gather_full_master needs a host arena");
   const auto& units = partition_.units();
   std::unique_ptr<Arena> unit_buffer;
   for (size_t u = 0; u < units.size(); ++u) {
@@ -547,11 +543,12 @@ void ZeroEngine::gather_full_master(const Arena& host_f32) {
         comm_.all_gather(mine, full, work_comm_stream());
       }
     }
+    if (host_f32 == nullptr) continue;  // this rank only takes part in the gathers
     for (size_t k = unit.first_tensor; k < unit.end_tensor; ++k) {
       const ParameterInfo& info = table_.entries()[k];
       const int64_t offset = partition_.tensor_flat_offset(k) - unit.flat_begin;
       copy_tensor(Tensor(static_cast<float*>(full.data()) + offset, info.shape, DType::f32, full.device()),
-                  host_f32.tensor(info.name));
+                  host_f32->tensor(info.name));
     }
   }
 }

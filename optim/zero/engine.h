@@ -103,8 +103,9 @@ class ZeroEngine final : public DebertaUnitHooks {
   // Collective: every rank passes the same full f32 host arena laid out by table.layout(f32); each keeps its
   // part in the master and refreshes the compute copy.
   void load_full_parameters(const Arena& host_f32);
-  // Collective: the full f32 master gathered unit by unit into `host_f32` (table.layout(f32)) on every rank.
-  void gather_full_master(const Arena& host_f32);
+  // Collective: the full f32 master gathered unit by unit into `host_f32` (table.layout(f32)); ranks that
+  // pass nullptr only take part in the gathers.
+  void gather_full_master(const Arena* host_f32);
 
   // Checkpoint access to the state this rank owns (stage 0: everything). kind: 0 master, 1 adam m, 2 adam v.
   // Copies the owned part of tensor `tensor` ([tensor_offset, tensor_offset + numel)) to or from host memory.

@@ -27,6 +27,7 @@ std::string rank_file_name(int rank, int world) {
 struct StoredPiece {
   const H5File* file;
   std::string dataset;
+  H5DatasetInfo info;  // shape and dtype as stored
   int64_t tensor_offset;
   int64_t numel;
 };
@@ -99,7 +100,7 @@ std::vector<StoredPiece> stored_pieces(const CheckpointFiles& ckpt, int group, c
     const H5DatasetInfo info = f.info(dataset);
     const int64_t offset =
         f.has_attribute("tensor_offset", dataset) ? f.attribute_int("tensor_offset", dataset) : 0;
-    pieces.push_back({&f, dataset, offset, info.shape.numel()});
+    pieces.push_back({&f, dataset, info, offset, info.shape.numel()});
   }
   return pieces;
 }
@@ -114,11 +115,10 @@ void read_range(const std::vector<StoredPiece>& pieces, const std::string& name,
   for (const StoredPiece& p : pieces) {
     const int64_t lo = std::max(begin, p.tensor_offset), hi = std::min(end, p.tensor_offset + p.numel);
     if (lo >= hi) continue;
-    const H5DatasetInfo info = p.file->info(p.dataset);
-    ZT_CHECK(info.dtype == DType::f32 && !info.raw_bytes, "checkpoint ", p.file->path(), ": ", p.dataset,
-             " is ", dtype_name(info.dtype), ", expected f32");
+    ZT_CHECK(p.info.dtype == DType::f32 && !p.info.raw_bytes, "checkpoint ", p.file->path(), ": ", p.dataset,
+             " is ", dtype_name(p.info.dtype), ", expected f32");
     buffer.resize(static_cast<size_t>(p.numel));
-    p.file->read(p.dataset, buffer.data(), info.shape, DType::f32);
+    p.file->read(p.dataset, buffer.data(), p.info.shape, DType::f32);
     std::copy(buffer.begin() + (lo - p.tensor_offset), buffer.begin() + (hi - p.tensor_offset),
               out.begin() + (lo - begin));
     covered += hi - lo;
