@@ -4,9 +4,9 @@
 // zerotrain's ZeRO (stages 0-3) communicates in units of whole layers: each encoder layer's tensors are one
 // unit, reduce-scattered together once its gradients are final and, at stage 3, all-gathered together before
 // use; the embeddings and the remaining tensors are two more units. Against that, each key is
-//   honoured   stage (0-3), overlap_comm (collectives on a communication stream, overlapping compute;
-//   DeepSpeed's
-//              default: true at stage 3 only), reduce_scatter (false: all-reduce, then keep the shard)
+//   honoured   stage (0-3), reduce_scatter (false: all-reduce, then keep the shard)
+//   accepted   overlap_comm (DeepSpeed's default: true at stage 3 only) with the effective note that
+//              collectives run in order on the rank's compute stream (no communication stream yet)
 //   accepted   with an "effective:" note in describe(), because the layer unit decides what they would tune:
 //              reduce_bucket_size, allgather_bucket_size, stage3_prefetch_bucket_size (one layer per bucket),
 //              stage3_param_persistence_threshold, stage3_max_reuse_distance (each layer, small tensors
@@ -150,7 +150,10 @@ void describe_zero(const TrainConfig& c, DescribeWriter& out) {
   auto i = [](int64_t v) { return std::to_string(v); };
   out.group("ZeRO");
   out.line(kZero + "stage", i(zero.stage));
-  out.line(kZero + "overlap_comm", show_bool(zero.overlap_comm));
+  out.line(kZero + "overlap_comm", show_bool(zero.overlap_comm),
+           zero.overlap_comm
+               ? "effective: no overlap yet; collectives run in order on the rank's compute stream"
+               : "");
   out.line(kZero + "reduce_scatter", show_bool(zero.reduce_scatter));
   out.line(kZero + "contiguous_gradients", show_bool(zero.contiguous_gradients));
   out.line(kZero + "allgather_partitions", show_bool(zero.allgather_partitions));

@@ -20,6 +20,7 @@
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
 #include "runtime/memory_size.h"
+#include "runtime/mpi_launch.h"
 #include "runtime/signals.h"
 
 namespace {
@@ -55,6 +56,12 @@ void choose_device(TrainConfig& config) {
 
 int run(int argc, char** argv) {
   TrainConfig config = TrainConfig::from_args(argc, argv);
+  // One process per GPU under mpirun is not wired into the trainer yet: N copies would each train alone.
+  const zt::LaunchInfo launch = zt::detect_launch();
+  ZT_CHECK(
+      launch.world_size == 1, "started as rank ", launch.rank, " of ", launch.world_size,
+      " by a launcher (mpirun): train_mrpc does not run multi-process ZeRO yet; start one process and use "
+      "--world_size N for in-process ranks");
   if (config.show_help) {
     std::fputs(TrainConfig::help_text().c_str(), stdout);
     return 0;

@@ -204,6 +204,10 @@ struct MrpcTrainer::Impl {
     // never arrived.
     comms = make_in_process_group(
         world, {.timeout = std::chrono::milliseconds(config.collective_timeout_seconds * 1000)});
+    // --debug_collectives: ranks compare each collective (op, dtype, size) before running it and fail with
+    // both sequences instead of hanging.
+    if (config.debug_collectives)
+      for (auto& comm : comms) comm = make_checked_communicator(std::move(comm));
     // Stage 3 keeps at most the embeddings, the shared unit and two layers gathered at once.
     if (config.zero.stage == 3) {
       const ZeroPartition partition(table, world);
@@ -312,14 +316,8 @@ struct MrpcTrainer::Impl {
   Arena consolidated_parameters() {
     // Zero-filled: the padding between tensors compares equal between runs.
     Arena host("parameters (host)", table.layout(DType::f32), {.zero_fill = true});
-    run_ranks([&](int r) {
-      if (r == 0) {
-        ranks[0].engine->gather_full_master(host);
-      } else {
-        Arena scratch("parameters (host, rank copy)", table.layout(DType::f32));
-        ranks[static_cast<size_t>(r)].engine->gather_full_master(scratch);
-      }
-    });
+    run_ranks(
+        [&](int r) { ranks[static_cast<size_t>(r)].engine->gather_full_master(r == 0 ? &host : nullptr); });
     return host;
   }
 

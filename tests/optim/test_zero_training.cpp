@@ -199,63 +199,64 @@ TEST(ZeroCheckpoint, ResumesAtAnotherWorldSizeAndConsolidates) {
   for (const ParameterInfo& p : table.entries()) model.read_param(p.name, loaded.tensor(p.name));
   EXPECT_EQ(std::memcmp(loaded.data(), half.weights.data(), loaded.bytes()), 0);
 
-  // World 3, accumulation 2: six micro-batches per step as before, continuing from step 6 of a 12-step run
-  // (the learning-rate schedule depends on the total).
-  run({.stage = 2,
-       .world = 2,
-       .accumulation = 3,
-       .steps = 12,
-       .output_dir = dir + "/c",
-       .checkpoint_every = 6,
-       .crash_after = 6});
-  const RunResult resumed = run({.stage = 3,
-                                 .world = 3,
-                                 .accumulation = 2,
-                                 .steps = 12,
-                                 .resume = sharded_checkpoint_path(dir + "/c", 6)});
-  ASSERT_EQ(resumed.losses.size(), 6u);
-  RunResult tail{{straight.losses.begin() + 6, straight.losses.end()}, straight.weights};
-  expect_close(resumed, tail, "world 3 resumed from world 2");
-
-  // Stage 0 writes the single-file format, which a sharded run resumes from too.
-  run({.stage = 0,
-       .world = 2,
-       .accumulation = 3,
-       .steps = 12,
-       .output_dir = dir + "/b",
-       .checkpoint_every = 6,
-       .crash_after = 6});
-  const RunResult from_file =
-      run({.stage = 1, .world = 3, .accumulation = 2, .steps = 12, .resume = dir + "/b/step_6.h5"});
-  expect_close(from_file, tail, "stage 1 world 3 resumed from a stage-0 file");
+  // A 12-step world-2 run (accumulation 3) at `saved_stage` crashes after its step-6 checkpoint and resumes
+  // at world 3 (accumulation 2: six micro-batches per step as before) at `resumed_stage`. The crash keeps the
+  // 12-step learning-rate schedule.
+  const RunResult tail{{straight.losses.begin() + 6, straight.losses.end()}, straight.weights};
+  auto crash_and_resume_at_world_3 = [&](int saved_stage, int resumed_stage, const std::string& out) {
+    run({.stage = saved_stage,
+         .world = 2,
+         .accumulation = 3,
+         .steps = 12,
+         .output_dir = out,
+         .checkpoint_every = 6,
+         .crash_after = 6});
+    const RunResult resumed = run({.stage = resumed_stage,
+                                   .world = 3,
+                                   .accumulation = 2,
+                                   .steps = 12,
+                                   .resume = resolve_checkpoint_path(out)});
+    EXPECT_EQ(resumed.losses.size(), 6u);
+    expect_close(resumed, tail, str("stage ", resumed_stage, " world 3 resumed from stage ", saved_stage));
+  };
+  crash_and_resume_at_world_3(2, 3, dir + "/c");  // a step_6.zero directory
+  crash_and_resume_at_world_3(0, 1, dir + "/b");  // stage 0 writes the single file step_6.h5
   std::filesystem::remove_all(dir);
+}
+
+// The message of the error load_checkpoint throws ("" when it loads).
+std::string load_error(const DebertaConfig& model, const std::string& checkpoint) {
+  MrpcTrainer t(config_for({.stage = 1, .world = 2, .steps = 4}), model);
+  try {
+    t.load_checkpoint(checkpoint);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 TEST(ZeroCheckpoint, MissingShardAndAnotherModelAreClearErrors) {
   const std::string dir = temp_dir("errors");
   run({.stage = 1, .world = 2, .steps = 2, .output_dir = dir, .checkpoint_every = 2});
   const std::string checkpoint = sharded_checkpoint_path(dir, 2);
-  // Another model: a different hidden size.
-  DebertaConfig other = tiny_model();
+  EXPECT_EQ(load_error(tiny_model(), checkpoint), "");
+  DebertaConfig other = tiny_model();  // another model: a different FFN width
   other.intermediate_size = 48;
-  {
-    MrpcTrainer t(config_for({.stage = 1, .world = 2, .steps = 4}), other);
-    try {
-      t.load_checkpoint(checkpoint);
-      ADD_FAILURE() << "loaded a checkpoint of another model";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("intermediate_size"), std::string::npos) << e.what();
-    }
-  }
+  EXPECT_NE(load_error(other, checkpoint).find("intermediate_size"), std::string::npos);
   std::filesystem::remove(checkpoint + "/rank_1_of_2.h5");
-  MrpcTrainer t(config_for({.stage = 1, .world = 2, .steps = 4}), tiny_model());
-  try {
-    t.load_checkpoint(checkpoint);
-    ADD_FAILURE() << "loaded a checkpoint with a missing shard";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rank_1_of_2.h5"), std::string::npos) << e.what();
-  }
+  EXPECT_NE(load_error(tiny_model(), checkpoint).find("rank_1_of_2.h5"), std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+// --debug_collectives wraps every rank's communicator in the sequence check: the same training, bit for bit.
+TEST(ZeroTrainingDebug, CheckedCollectivesTrainTheSame) {
+  const RunResult plain = run({.stage = 3, .world = 2, .steps = 4});
+  TrainConfig config = config_for({.stage = 3, .world = 2, .steps = 4});
+  config.debug_collectives = true;
+  MrpcTrainer trainer(config, tiny_model());
+  trainer.train();
+  ASSERT_EQ(trainer.steps().size(), plain.losses.size());
+  for (size_t i = 0; i < plain.losses.size(); ++i) EXPECT_EQ(trainer.steps()[i].loss, plain.losses[i]);
 }
 
 }  // namespace
