@@ -9,7 +9,7 @@ mkdir -p "$out"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release >"$out/configure.log" 2>&1 &&
-  cmake --build build-gpu -j"$(nproc)" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+  cmake --build build-gpu -j"$(nproc)" -- -k 0 >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
 (cd build-gpu && ctest -L gpu -j4 --timeout 300 >"$out/ctest_gpu.txt" 2>&1)
 tail -5 "$out/ctest_gpu.txt"
 grep -E "Failed|\*\*\*" "$out/ctest_gpu.txt" | head -20

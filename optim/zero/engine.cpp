@@ -355,8 +355,10 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   // 2. Mean over ranks on the CPU (true division, as torch divides); the GPU folds 1/W into the factor.
   if (cpu && W > 1) {
     const auto w = static_cast<float>(W);
-    for (const OwnedBlock& b : s.blocks)
-      for (float& x : host_span(grad_block(b))) x /= w;
+    for (const OwnedBlock& b : s.blocks) {
+      const Tensor grad = grad_block(b);
+      for (float& x : host_span(grad)) x /= w;
+    }
   }
 
   // 3. Sums of squares per (rank, unit) slice, rank-major. Stage 0 holds every rank's slices itself.

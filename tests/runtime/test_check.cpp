@@ -105,7 +105,7 @@ TEST(Check, ToolMainTurnsAFileSizeLimitIntoAnErrorLine) {
     setrlimit(RLIMIT_FSIZE, &limit);
     static std::string target;
     target = path;
-    std::freopen("/dev/null", "w", stderr);
+    if (std::freopen("/dev/null", "w", stderr) == nullptr) _exit(3);
     _exit(run_tool_main("tool", 0, nullptr, [](int, char**) {
       std::ofstream out(target, std::ios::binary);
       out << std::string(1 << 20, 'x');
