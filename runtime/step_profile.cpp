@@ -33,9 +33,25 @@ StepProfile::StepProfile() {
   if (env != nullptr && std::string_view(env) != "0" && !std::string_view(env).empty()) enable(true);
 }
 
+namespace {
+thread_local bool t_profile_disabled = false;
+}  // namespace
+
 StepProfile& StepProfile::global() {
+  if (t_profile_disabled) {
+    thread_local StepProfile off = [] {
+      StepProfile p;
+      p.enable(false);
+      return p;
+    }();
+    return off;
+  }
   static StepProfile profile;
   return profile;
+}
+
+void StepProfile::disable_on_this_thread() {
+  t_profile_disabled = true;
 }
 
 void StepProfile::enable(bool on) {

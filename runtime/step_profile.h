@@ -28,6 +28,10 @@ namespace zt {
 class StepProfile {
  public:
   static StepProfile& global();
+  // For threads other than the one that marks (in-process ranks 1..N-1 run the same model code): global()
+  // on the calling thread returns a disabled profile from then on, so their marks cost nothing and race
+  // with no one.
+  static void disable_on_this_thread();
 
   bool enabled() const { return enabled_; }
   void enable(bool on);

@@ -13,6 +13,12 @@
 // peak_gib is the caching allocator's peak of live bytes (the counterpart of
 // torch.cuda.max_memory_allocated); peak_reserved_gib adds what it kept cached. With --profile (or
 // ZT_PROFILE=1) a per-segment device-time table of the timed steps goes to stderr.
+//
+// --world_size N runs N in-process ranks over this one GPU (each its own stream and allocator, capped at
+// --gpu_memory_limit like a card of that size; ZeRO stage --zero_stage), each rank taking a batch of --batch:
+// samples_per_s counts all ranks, and "ranks" lists every rank's peak bytes by category beside the
+// estimator's per-rank figures (optim/zero/memory_estimate.h), measured over the timed steps. A batch that
+// does not fit ends with the allocator's out-of-memory error (exit 1): scripts search the largest batch so.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,9 +33,11 @@
 #include "model/parameters.h"
 #include "optim/train_config.h"
 #include "optim/trainer/trainer.h"
+#include "optim/zero/memory_estimate.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
+#include "runtime/memory_size.h"
 #include "runtime/step_profile.h"
 
 namespace {
@@ -41,13 +49,16 @@ struct Options {
   int64_t steps = 12;
   double dropout = 0.1;
   int64_t layers = 0;  // 0: the xlarge depth (24)
-  int zero_stage = 0;  // ZeRO stage of the (single-rank) engine: its overhead over stage 0
+  int zero_stage = 0;  // ZeRO stage of the engine (world 1: its overhead over stage 0)
+  int world_size = 1;
+  std::string gpu_memory_limit;  // per rank; "" = none
   bool profile = false;
 };
 
 const char* kUsage =
     "usage: bench_train_step [--batch 40] [--seq 128] [--dtype bf16|fp16|fp32] [--steps 12] [--dropout 0.1]\n"
-    "                        [--layers N] [--zero_stage 0-3] [--profile]\n";
+    "                        [--layers N] [--zero_stage 0-3] [--world_size N] [--gpu_memory_limit SIZE]\n"
+    "                        [--profile]\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -78,6 +89,10 @@ Options parse(int argc, char** argv) {
         o.layers = std::stoll(value);
       } else if (flag == "--zero_stage") {
         o.zero_stage = std::stoi(value);
+      } else if (flag == "--world_size") {
+        o.world_size = std::stoi(value);
+      } else if (flag == "--gpu_memory_limit") {
+        o.gpu_memory_limit = value;
       } else {
         ZT_FAIL("unknown flag ", flag, "\n", kUsage);
       }
@@ -85,7 +100,8 @@ Options parse(int argc, char** argv) {
       ZT_FAIL(flag, ": not a number: ", value);
     }
   }
-  ZT_CHECK(o.batch > 0 && o.seq > 1 && o.steps >= 1 && o.layers >= 0, "sizes must be positive");
+  ZT_CHECK(o.batch > 0 && o.seq > 1 && o.steps >= 1 && o.layers >= 0 && o.world_size >= 1,
+           "sizes must be positive");
   ZT_CHECK(o.dtype == "bf16" || o.dtype == "fp16" || o.dtype == "fp32", "--dtype must be bf16, fp16 or fp32");
   return o;
 }
@@ -134,9 +150,16 @@ int run(int argc, char** argv) {
                                                                  "--lr_scheduler_type",
                                                                  "constant",
                                                                  "--num_warmup_steps",
-                                                                 "0"});
-  config.resolve(
-      {.world_size = 1, .hidden_size = model.hidden_size, .num_train_examples = o.batch * o.steps});
+                                                                 "0",
+                                                                 "--world_size",
+                                                                 std::to_string(o.world_size)});
+  if (!o.gpu_memory_limit.empty()) {
+    config.gpu_memory_limit = zt::parse_memory_size(o.gpu_memory_limit);
+    if (o.world_size == 1) zt::set_device_memory_limit(config.gpu_memory_limit);  // ranks > 1: per rank
+  }
+  config.resolve({.world_size = 1,
+                  .hidden_size = model.hidden_size,
+                  .num_train_examples = o.batch * o.steps * o.world_size});
   ZT_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, "--zero_stage must be 0, 1, 2 or 3");
   config.zero.stage = o.zero_stage;
   zt::optim::MrpcTrainer trainer(config, model);
@@ -147,7 +170,7 @@ int run(int argc, char** argv) {
   double first_step_s = 0;
   for (int64_t step = 0; step < kWarmup + o.steps; ++step) {
     std::vector<zt::data::Batch> window;
-    window.push_back(synthetic_batch(o.batch, o.seq, rng));
+    for (int r = 0; r < o.world_size; ++r) window.push_back(synthetic_batch(o.batch, o.seq, rng));
     zt::device_synchronize();
     const auto start = std::chrono::steady_clock::now();
     trainer.train_step(window);  // returns after the optimizer is queued; the sync below waits for it
@@ -157,7 +180,10 @@ int run(int argc, char** argv) {
     if (step >= kWarmup) times.push_back(seconds);
     zt::StepProfile& profile = zt::StepProfile::global();
     profile.collect();
-    if (step + 1 == kWarmup) profile.reset();  // profile the timed steps only
+    if (step + 1 == kWarmup) {
+      profile.reset();  // profile the timed steps only
+      trainer.reset_memory_peaks();
+    }
   }
   std::vector<double> warm = times;
   std::nth_element(warm.begin(), warm.begin() + static_cast<std::ptrdiff_t>(warm.size() / 2), warm.end());
@@ -165,11 +191,35 @@ int run(int argc, char** argv) {
 
   const zt::ParameterTable table(model);
   const int64_t embed = model.vocab_size * model.hidden_size;
-  const double flops =
-      6.0 * static_cast<double>(table.total_numel() - embed) * static_cast<double>(o.batch * o.seq);
-  const zt::DeviceMemoryStats memory = zt::device_allocator().stats();
+  const double flops = 6.0 * static_cast<double>(table.total_numel() - embed) *
+                       static_cast<double>(o.batch * o.seq) * static_cast<double>(o.world_size);
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   auto round_to = [](double x, double unit) { return std::round(x / unit) * unit; };
+  auto gib = [&](size_t bytes) { return round_to(static_cast<double>(bytes) / kGiB, 0.001); };
+  // Every rank's peaks by category next to the estimator's per-rank plan for this stage and world size.
+  const std::vector<zt::DeviceMemoryStats> per_rank = trainer.rank_memory();
+  zt::DeviceMemoryStats memory = per_rank.front();  // the largest rank's figures (ranks are near equal)
+  for (const zt::DeviceMemoryStats& m : per_rank)
+    if (m.peak_in_use_total > memory.peak_in_use_total) memory = m;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const zt::DeviceMemoryStats& m : per_rank) {
+    nlohmann::json peaks;
+    for (int c = 0; c < zt::kMemoryCategoryCount; ++c)
+      peaks[std::string(zt::memory_category_name(static_cast<zt::MemoryCategory>(c)))] = gib(m.peak[c]);
+    ranks.push_back({{"peak_gib", gib(m.peak_in_use_total)},
+                     {"peak_reserved_gib", gib(m.peak_reserved)},
+                     {"peak_by_category_gib", peaks}});
+  }
+  const zt::optim::MemoryEstimate plan = zt::optim::estimate_memory(
+      model, o.zero_stage, o.world_size, zt::optim::compute_dtype_for_run(config), o.batch, o.seq);
+  const nlohmann::json estimate = {{"parameters", gib(plan.state.compute_copy)},
+                                   {"gradients", gib(plan.state.gradients)},
+                                   {"master", gib(plan.state.master)},
+                                   {"optimizer", gib(plan.state.optimizer)},
+                                   {"buffers", gib(plan.state.buffers)},
+                                   {"activations", gib(plan.activations)},
+                                   {"total", gib(plan.total())}};
+  const double samples = static_cast<double>(o.batch * o.world_size);
   const nlohmann::json line = {
       {"impl", "zerotrain"},
       {"dtype", o.dtype},
@@ -179,10 +229,15 @@ int run(int argc, char** argv) {
       {"params", table.total_numel()},
       {"first_step_s", round_to(first_step_s, 1e-3)},
       {"step_ms", round_to(step_s * 1e3, 1e-2)},
-      {"samples_per_s", round_to(static_cast<double>(o.batch) / step_s, 0.1)},
+      {"samples_per_s", round_to(samples / step_s, 0.1)},
       {"approx_tflops", round_to(flops / step_s / 1e12, 0.1)},
       {"peak_gib", round_to(static_cast<double>(memory.peak_in_use_total) / kGiB, 0.01)},
       {"peak_reserved_gib", round_to(static_cast<double>(memory.peak_reserved) / kGiB, 0.01)},
+      {"zero_stage", o.zero_stage},
+      {"world_size", o.world_size},
+      {"gpu_memory_limit", o.gpu_memory_limit},
+      {"ranks", ranks},
+      {"estimate_gib", estimate},
       {"device", zt::describe_devices()}};
   if (o.profile) std::fputs(zt::StepProfile::global().report().c_str(), stderr);
   std::printf("%s\n", line.dump().c_str());

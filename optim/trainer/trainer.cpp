@@ -28,14 +28,13 @@
 #include "runtime/device.h"
 #include "runtime/log.h"
 #include "runtime/progress.h"
+#include "runtime/rank_device.h"
 #include "runtime/signals.h"
 #include "runtime/step_profile.h"
 
 #include <exception>
+#include <optional>
 #include <thread>
-
-#ifdef ZT_WITH_CUDA
-#endif
 
 namespace zt::optim {
 
@@ -161,8 +160,10 @@ ArenaOptions state_arena(DeviceKind device, MemoryCategory category, bool zero) 
 
 // One rank of the data-parallel group: its communicator, optimizer-state engine, model activations and
 // batch buffer. In-process ranks are threads of this process (world_size > 1); rank r's state is built,
-// used and destroyed on rank r's thread only.
+// used and destroyed on rank r's thread only. Ranks sharing one GPU each have a RankDevice (own capped
+// allocator and compute stream) that their thread enters around all of its work.
 struct RankState {
+  std::unique_ptr<RankDevice> gpu;  // GPU and world_size > 1 only; destroyed last, after what it allocated
   Communicator* comm = nullptr;
   std::unique_ptr<ZeroEngine> engine;
   std::unique_ptr<DebertaForSequenceClassification> model;
@@ -196,14 +197,13 @@ struct MrpcTrainer::Impl {
         compute(compute_dtype_for_run(config)),
         world(std::max(1, config.world_size)) {
     ZT_CHECK(config.resolved, "MrpcTrainer needs a resolved TrainConfig");
-    ZT_CHECK(
-        world == 1 || device == DeviceKind::cpu, "--world_size ", world,
-        " on the GPU: in-process ranks over one GPU are not wired into the trainer yet; use --world_size 1 "
-        "(any ZeRO stage) or --device cpu");
     // A rank stuck longer than --collective_timeout in a collective aborts the group, naming the ranks that
     // never arrived.
-    comms = make_in_process_group(
-        world, {.timeout = std::chrono::milliseconds(config.collective_timeout_seconds * 1000)});
+    const InProcessGroupOptions group{
+        .timeout = std::chrono::milliseconds(config.collective_timeout_seconds * 1000)};
+    const bool shared_gpu = device == DeviceKind::cuda && world > 1;
+    comms = shared_gpu ? make_in_process_device_group(world, kSharedGpu, group)
+                       : make_in_process_group(world, group);
     // --debug_collectives: ranks compare each collective (op, dtype, size) before running it and fail with
     // both sequences instead of hanging.
     if (config.debug_collectives)
@@ -219,6 +219,14 @@ struct MrpcTrainer::Impl {
                " parameters: the embeddings, the shared tensors and two layers)");
     }
     ranks.resize(static_cast<size_t>(world));
+    if (shared_gpu) {
+      // Each rank gets --gpu_memory_limit as if it had its own card; without one, an equal share of what the
+      // device has free now.
+      const size_t cap = config.gpu_memory_limit > 0 ? static_cast<size_t>(config.gpu_memory_limit)
+                                                     : device_allocator(kSharedGpu).backend().free_memory() /
+                                                           static_cast<size_t>(world);
+      for (RankState& rank : ranks) rank.gpu = std::make_unique<RankDevice>(kSharedGpu, cap);
+    }
     // Initialize (and load) on the host; every rank keeps its part.
     Arena staging("parameters (host)", table.layout(DType::f32));
     init_parameters(model_config, table, staging, config.seed);
@@ -246,9 +254,20 @@ struct MrpcTrainer::Impl {
   }
 
   ~Impl() {
-    // Rank state is torn down on the rank threads that own it.
-    if (world > 1) run_ranks([&](int r) { ranks[static_cast<size_t>(r)] = RankState{}; });
+    // Rank state is torn down on the rank threads that own it; the ranks' devices after everything
+    // allocated from them.
+    if (world > 1) {
+      run_ranks([&](int r) {
+        RankState& rank = ranks[static_cast<size_t>(r)];
+        rank.batch_arena.reset();
+        rank.model.reset();
+        rank.engine.reset();
+      });
+    }
+    ranks.clear();
   }
+
+  static constexpr int kSharedGpu = 0;  // in-process GPU ranks all run on device 0
 
   // Runs fn(rank) for every rank: inline for one rank, else on one thread per rank. A rank that throws
   // aborts the group (the others leave their collectives with "group aborted"); the first error that is not
@@ -264,7 +283,14 @@ struct MrpcTrainer::Impl {
       threads.emplace_back([&, r] {
         try {
           AbortGroupOnException guard(*comms[static_cast<size_t>(r)]);
+          RankDevice* gpu = ranks[static_cast<size_t>(r)].gpu.get();
+          std::optional<RankDevice::Enter> on_rank_device;
+          if (gpu != nullptr) on_rank_device.emplace(*gpu);
+          if (r != 0) StepProfile::disable_on_this_thread();  // rank 0's segments stand for the step
           fn(r);
+          // The caller's thread reads results after this returns; the rank's stream is not ordered with
+          // it otherwise.
+          if (gpu != nullptr) gpu->synchronize();
         } catch (...) {
           errors[static_cast<size_t>(r)] = std::current_exception();
         }
@@ -398,6 +424,21 @@ const DebertaConfig& MrpcTrainer::model_config() const {
 const std::vector<StepRecord>& MrpcTrainer::steps() const {
   return impl_->steps;
 }
+std::vector<DeviceMemoryStats> MrpcTrainer::rank_memory() const {
+  const Impl& s = *impl_;
+  std::vector<DeviceMemoryStats> out;
+  if (s.device != DeviceKind::cuda) return out;
+  for (const RankState& rank : s.ranks)
+    out.push_back(rank.gpu ? rank.gpu->allocator().stats() : device_allocator().stats());
+  return out;
+}
+
+void MrpcTrainer::reset_memory_peaks() {
+  Impl& s = *impl_;
+  if (s.device != DeviceKind::cuda) return;
+  for (RankState& rank : s.ranks) (rank.gpu ? rank.gpu->allocator() : device_allocator()).reset_peaks();
+}
+
 void MrpcTrainer::set_step_callback(std::function<void(const StepRecord&)> callback) {
   impl_->step_callback = std::move(callback);
 }

@@ -24,6 +24,7 @@
 #include "model/parameters.h"
 #include "optim/train_config.h"
 #include "runtime/arena.h"
+#include "runtime/device_allocator.h"
 
 namespace zt::optim {
 
@@ -98,6 +99,11 @@ class MrpcTrainer {
   const ParameterTable& table() const;
   const DebertaConfig& model_config() const;
   const std::vector<StepRecord>& steps() const;
+  // Each rank's device memory (in use, peaks by category, cap): in-process ranks sharing a GPU have their
+  // own allocators; a single GPU rank reports the process allocator. Empty on the CPU.
+  std::vector<DeviceMemoryStats> rank_memory() const;
+  // Restarts every rank's peaks from its current in-use bytes (measure a steady state after warm-up).
+  void reset_memory_peaks();
   // Called after every optimizer step (progress, tests stopping a run early).
   void set_step_callback(std::function<void(const StepRecord&)> callback);
 

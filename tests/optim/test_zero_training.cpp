@@ -32,111 +32,12 @@
 #include "optim/zero/sharded_checkpoint.h"
 #include "runtime/check.h"
 
-// RunSpec is filled with designated initializers; the members left out keep their defaults on purpose.
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#include "tests/optim/zero_training_harness.h"
 
 namespace zt::optim {
 namespace {
 
-constexpr int kSteps = 20;
-
-// A small model so 4 stages x 4 worlds x 2 accumulations x 20 steps run in CI (~35k parameters in the
-// encoder; the word embeddings of the 8k-piece vocabulary dominate).
-DebertaConfig tiny_model() {
-  DebertaConfig c = deberta_small_cpu_config();
-  c.hidden_size = 16;
-  c.embedding_size = 16;
-  c.num_attention_heads = 2;
-  c.attention_head_size = 8;
-  c.intermediate_size = 32;
-  c.pooler_hidden_size = 16;
-  c.position_buckets = 8;
-  return c;
-}
-
-struct RunSpec {
-  int stage = 0;
-  int world = 1;
-  int accumulation = 1;
-  int steps = kSteps;
-  std::string output_dir;
-  int checkpoint_every = 0;
-  std::string resume;
-  int crash_after = 0;  // > 0: the run throws in step crash_after + 1 (after step crash_after's checkpoint)
-};
-
-TrainConfig config_for(const RunSpec& r) {
-  std::vector<std::string> args = {"--per_device_train_batch_size",
-                                   "2",
-                                   "--gradient_accumulation_steps",
-                                   std::to_string(r.accumulation),
-                                   "--learning_rate",
-                                   "1e-3",
-                                   "--max_train_steps",
-                                   std::to_string(r.steps),
-                                   "--max_length",
-                                   "48",
-                                   "--dtype",
-                                   "f32",
-                                   "--seed",
-                                   "11",
-                                   "--num_train_epochs",
-                                   "1"};
-  if (!r.output_dir.empty()) args.insert(args.end(), {"--output_dir", r.output_dir});
-  if (r.checkpoint_every > 0)
-    args.insert(args.end(), {"--checkpointing_steps", std::to_string(r.checkpoint_every)});
-  if (!r.resume.empty()) args.insert(args.end(), {"--resume_from_checkpoint", r.resume});
-  TrainConfig config = TrainConfig::from_args(args);
-  config.resolve({.world_size = r.world, .hidden_size = 16, .num_train_examples = 3668});
-  config.zero.stage = r.stage;
-  return config;
-}
-
-struct RunResult {
-  std::vector<double> losses;
-  std::vector<float> weights;
-};
-
-RunResult run(const RunSpec& spec) {
-  MrpcTrainer trainer(config_for(spec), tiny_model());
-  if (spec.crash_after > 0) {
-    trainer.set_step_callback([&](const StepRecord& r) {
-      if (r.step == spec.crash_after) throw std::runtime_error("simulated crash");
-    });
-    EXPECT_THROW(trainer.train(), std::runtime_error);
-    return {};
-  }
-  trainer.train();
-  RunResult out;
-  for (const StepRecord& s : trainer.steps()) out.losses.push_back(s.loss);
-  const Arena params = trainer.params();
-  const Tensor flat = params.flat(DType::f32);
-  out.weights.assign(flat.data_as<float>(), flat.data_as<float>() + flat.numel());
-  return out;
-}
-
-bool bitwise_equal(const RunResult& a, const RunResult& b) {
-  return a.losses == b.losses && a.weights.size() == b.weights.size() &&
-         std::memcmp(a.weights.data(), b.weights.data(), a.weights.size() * sizeof(float)) == 0;
-}
-
-void expect_close(const RunResult& a, const RunResult& b, const std::string& what) {
-  ASSERT_EQ(a.losses.size(), b.losses.size()) << what;
-  for (size_t i = 0; i < a.losses.size(); ++i)
-    EXPECT_NEAR(a.losses[i], b.losses[i], 1e-5 * std::abs(b.losses[i])) << what << ": step " << i;
-  ASSERT_EQ(a.weights.size(), b.weights.size()) << what;
-  double worst = 0;
-  for (size_t i = 0; i < a.weights.size(); ++i)
-    worst = std::max(worst, static_cast<double>(std::abs(a.weights[i] - b.weights[i])));
-  EXPECT_LT(worst, 2e-5) << what << ": largest weight difference";
-}
-
-std::string temp_dir(const std::string& name) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("zt_test_zero_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
+using namespace zero_harness;  // NOLINT: the harness is this test's vocabulary
 
 class ZeroTraining : public ::testing::TestWithParam<std::tuple<int, int>> {};
 

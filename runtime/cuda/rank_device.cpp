@@ -1,0 +1,42 @@
+#include "runtime/rank_device.h"
+
+#include "runtime/cuda/device_scope.h"
+#include "runtime/stream.h"
+
+namespace zt {
+
+struct RankDevice::StreamHolder {
+  Stream stream;
+};
+
+RankDevice::RankDevice(int device, size_t cap_bytes)
+    : device_(device),
+      allocator_(std::make_unique<DeviceAllocator>(make_cuda_memory_backend(device), cap_bytes)) {
+  DeviceScope on(device);
+  stream_ = std::make_unique<StreamHolder>();
+}
+
+RankDevice::~RankDevice() {
+  if (stream_) {
+    (void)cudaStreamSynchronize(stream_->stream.get());  // best effort: destructors must not throw
+    stream_.reset();  // retire hooks return the stream's GEMM workspace to allocator_
+  }
+}
+
+void RankDevice::synchronize() const {
+  stream_->stream.synchronize();
+}
+
+// Declaration order is construction order: device, then allocator, then stream; they end in reverse.
+struct RankDevice::Enter::Scopes {
+  DeviceScope device;
+  AllocatorScope allocator;
+  StreamScope stream;
+  explicit Scopes(RankDevice& d)
+      : device(d.device_), allocator(*d.allocator_), stream(d.stream_->stream.get()) {}
+};
+
+RankDevice::Enter::Enter(RankDevice& device) : scopes_(std::make_unique<Scopes>(device)) {}
+RankDevice::Enter::~Enter() = default;
+
+}  // namespace zt
