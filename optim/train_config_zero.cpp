@@ -151,9 +151,7 @@ void describe_zero(const TrainConfig& c, DescribeWriter& out) {
   out.group("ZeRO");
   out.line(kZero + "stage", i(zero.stage));
   out.line(kZero + "overlap_comm", show_bool(zero.overlap_comm),
-           zero.overlap_comm
-               ? "effective: no overlap yet; collectives run in order on the rank's compute stream"
-               : "");
+           zero.overlap_comm ? "no overlap yet; collectives run in order on the rank's compute stream" : "");
   out.line(kZero + "reduce_scatter", show_bool(zero.reduce_scatter));
   out.line(kZero + "contiguous_gradients", show_bool(zero.contiguous_gradients));
   out.line(kZero + "allgather_partitions", show_bool(zero.allgather_partitions));

@@ -100,7 +100,9 @@ int run(int argc, char** argv) {
   if (config.estimate_memory) return 0;
   std::printf("ZeRO stage %d, %d rank%s (%s)\n", config.zero.stage, config.world_size,
               config.world_size == 1 ? "" : "s",
-              config.world_size == 1 ? "single process" : "in-process ranks");
+              config.world_size == 1 ? "single process"
+              : gpu                  ? "in-process ranks sharing one GPU, each its own stream and allocator"
+                                     : "in-process ranks");
   std::fputs(config.describe().c_str(), stdout);
   std::fflush(stdout);
 
@@ -108,7 +110,8 @@ int run(int argc, char** argv) {
     // Every device allocation goes through the capped allocator: --gpu_memory_limit 24GiB emulates a 24 GB
     // card.
     zt::set_device_memory_limit(config.gpu_memory_limit);
-    std::printf("device memory cap %s\n", zt::format_memory_size(config.gpu_memory_limit).c_str());
+    std::printf("device memory cap %s%s\n", zt::format_memory_size(config.gpu_memory_limit).c_str(),
+                config.world_size > 1 ? " per rank" : "");
   }
   zt::optim::MrpcTrainer trainer(config, model_config);
   const auto epochs = trainer.train();

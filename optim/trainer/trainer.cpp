@@ -178,8 +178,10 @@ struct MrpcTrainer::Impl {
   DeviceKind device;
   DType compute;  // storage dtype of the model's parameters and activations
   int world;
-  std::vector<std::unique_ptr<Communicator>> comms;
   std::vector<RankState> ranks;
+  // Declared after `ranks`, so destroyed before them: a device group's scratch buffer belongs to its rank's
+  // allocator, which ends with the rank's state.
+  std::vector<std::unique_ptr<Communicator>> comms;
   std::unique_ptr<data::Tokenizer> tokenizer;
   std::unique_ptr<data::EncodedDataset> train_set, dev_set, test_set;
   std::unique_ptr<data::Batcher> train_batcher;
@@ -264,6 +266,7 @@ struct MrpcTrainer::Impl {
         rank.engine.reset();
       });
     }
+    comms.clear();  // their scratch returns to the ranks' allocators, which end next
     ranks.clear();
   }
 
