@@ -271,8 +271,7 @@ void DeviceAllocator::throw_out_of_memory_locked(size_t bytes, size_t block, Mem
   throw Error(str("out of device memory allocating '", name, "' (", memory_category_name(category), ", ",
                   format_memory_size(bytes), ", block ", format_memory_size(block), "): ", reason,
                   "; device free memory ", device_free_text, "\n", report_locked(),
-                  "\n  hint: lower the batch size, use a higher ZeRO stage, or offload the optimizer "
-                  "(offload_optimizer) / parameters (stage 3 offload_param)"));
+                  "\n  hint: lower the batch size or use a higher ZeRO stage"));
 }
 
 // ---- process-wide allocators ----

@@ -113,8 +113,27 @@ int run(int argc, char** argv) {
     std::printf("device memory cap %s%s\n", zt::format_memory_size(config.gpu_memory_limit).c_str(),
                 config.world_size > 1 ? " per rank" : "");
   }
-  zt::optim::MrpcTrainer trainer(config, model_config);
-  const auto epochs = trainer.train();
+  // Out of device memory: the allocator's message says what was allocated and what is in use; the
+  // estimator adds which batch sizes and stages fit this cap.
+  const size_t rank_cap =
+      config.gpu_memory_limit > 0 ? static_cast<size_t>(config.gpu_memory_limit)
+      : gpu ? zt::device_allocator().backend().free_memory() / static_cast<size_t>(config.world_size)
+            : 0;
+  auto with_fitting_settings = [&](const zt::Error& e) {
+    const std::string& what = e.message();
+    if (!gpu || what.rfind("out of device memory", 0) != 0) return e;
+    return zt::Error(what + "\n" +
+                     zt::optim::fitting_settings_hint(model_config, config.zero.stage, config.world_size,
+                                                      compute, config.per_device_train_batch_size,
+                                                      config.max_length, rank_cap));
+  };
+  std::vector<zt::optim::EpochRecord> epochs;
+  try {
+    zt::optim::MrpcTrainer trainer(config, model_config);
+    epochs = trainer.train();
+  } catch (const zt::Error& e) {
+    throw with_fitting_settings(e);
+  }
   if (zt::stop_requested()) return zt::stop_exit_code();  // 130 SIGINT, 143 SIGTERM; checkpoint written
   if (!epochs.empty()) {
     const auto& last = epochs.back();

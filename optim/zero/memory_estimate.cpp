@@ -1,5 +1,6 @@
 #include "optim/zero/memory_estimate.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -22,6 +23,58 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
                       .total_bytes() +
                   batch_bytes;
   return e;
+}
+
+namespace {
+
+// The largest batch in [1, limit] whose estimate fits `budget`, or 0 when none does (the estimate grows
+// with the batch, so a binary search).
+int64_t largest_fitting_batch(const DebertaConfig& model, int stage, int world_size, DType compute,
+                              int64_t max_length, double budget, int64_t limit) {
+  auto fits = [&](int64_t b) {
+    return static_cast<double>(estimate_memory(model, stage, world_size, compute, b, max_length).total()) <=
+           budget;
+  };
+  if (!fits(1)) return 0;
+  int64_t lo = 1, hi = limit;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+}  // namespace
+
+std::string fitting_settings_hint(const DebertaConfig& model, int stage, int world_size, DType compute,
+                                  int64_t batch, int64_t max_length, size_t cap_bytes) {
+  const double budget = static_cast<double>(cap_bytes) * (1.0 - kOomHeadroom);
+  std::ostringstream out;
+  out << "  settings that fit " << format_memory_size(cap_bytes) << " per rank (estimated, "
+      << static_cast<int>(kOomHeadroom * 100) << "% headroom; world size " << world_size << ", max_length "
+      << max_length << "):";
+  const int64_t limit = std::max<int64_t>(4 * batch, 1024);
+  int64_t previous = -1;
+  for (int s = stage; s <= 3; ++s) {
+    const int64_t b = largest_fitting_batch(model, s, world_size, compute, max_length, budget, limit);
+    if (s > stage && b <= previous) continue;  // a higher stage that allows no larger batch is no advice
+    out << "\n    stage " << s << ": per_device_train_batch_size <= " << b
+        << (b == 0 ? " (nothing fits: the state alone exceeds the cap)" : "");
+    previous = b;
+  }
+  for (int s = 0; s <= 3; ++s) {
+    if (static_cast<double>(estimate_memory(model, s, world_size, compute, batch, max_length).total()) <=
+        budget) {
+      if (s != stage) out << "\n    batch " << batch << " fits from ZeRO stage " << s;
+      return out.str();
+    }
+  }
+  out << "\n    batch " << batch << " fits no stage at world size " << world_size
+      << ": lower the batch or max_length, or add ranks";
+  return out.str();
 }
 
 std::string describe_memory_estimates(const DebertaConfig& model, int run_stage, int world_size,

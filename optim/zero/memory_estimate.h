@@ -30,6 +30,14 @@ struct MemoryEstimate {
 MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_size, DType compute,
                                int64_t max_batch, int64_t max_length);
 
+// What fits `cap_bytes` per rank according to the estimator, for an out-of-memory message: the largest
+// per-rank batch at `stage` (and at each higher stage, where larger), and the lowest stage that fits `batch`.
+// The estimate leaves out small transients (kernel scratch, the GEMM workspace), so a setting at the edge
+// may still fail: the suggestions keep kOomHeadroom of the cap free.
+inline constexpr double kOomHeadroom = 0.05;
+std::string fitting_settings_hint(const DebertaConfig& model, int stage, int world_size, DType compute,
+                                  int64_t batch, int64_t max_length, size_t cap_bytes);
+
 // A table: one row per stage 0-3 (the run's stage marked), columns by category, per rank.
 std::string describe_memory_estimates(const DebertaConfig& model, int run_stage, int world_size,
                                       DType compute, int64_t max_batch, int64_t max_length);

@@ -1,0 +1,59 @@
+// The estimator's out-of-memory advice (optim/zero/memory_estimate.h): the batch it names is the largest
+// whose estimate fits the cap minus the headroom, and the stage it names is the lowest that fits the batch.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+
+#include "model/config.h"
+#include "optim/zero/memory_estimate.h"
+
+namespace zt::optim {
+namespace {
+
+constexpr size_t kGiB = size_t{1} << 30;
+
+int64_t advised_batch(const std::string& hint, int stage) {
+  std::smatch m;
+  const std::regex re("stage " + std::to_string(stage) + ": per_device_train_batch_size <= ([0-9]+)");
+  if (!std::regex_search(hint, m, re)) return -1;
+  return std::stoll(m[1]);
+}
+
+bool fits(const DebertaConfig& model, int stage, int64_t batch, size_t cap) {
+  return static_cast<double>(estimate_memory(model, stage, 2, DType::bf16, batch, 128).total()) <=
+         static_cast<double>(cap) * (1.0 - kOomHeadroom);
+}
+
+TEST(MemoryEstimateHint, NamesTheLargestFittingBatchAndTheLowestFittingStage) {
+  const DebertaConfig model = deberta_v2_xlarge_config();
+  const size_t cap = 24 * kGiB;
+  const std::string hint = fitting_settings_hint(model, 0, 2, DType::bf16, 96, 128, cap);
+  const int64_t b0 = advised_batch(hint, 0);
+  ASSERT_GT(b0, 0) << hint;
+  EXPECT_TRUE(fits(model, 0, b0, cap));
+  EXPECT_FALSE(fits(model, 0, b0 + 1, cap));
+  // Stage 3 shards everything: it fits a larger batch than stage 0, and the hint names it.
+  const int64_t b3 = advised_batch(hint, 3);
+  EXPECT_GT(b3, b0) << hint;
+  EXPECT_FALSE(fits(model, 3, b3 + 1, cap));
+  int lowest = -1;
+  for (int s = 3; s >= 0; --s)
+    if (fits(model, s, 96, cap)) lowest = s;
+  if (lowest > 0) {
+    EXPECT_NE(hint.find("batch 96 fits from ZeRO stage " + std::to_string(lowest)), std::string::npos)
+        << hint;
+  } else {
+    EXPECT_NE(hint.find("fits no stage"), std::string::npos) << hint;
+  }
+}
+
+TEST(MemoryEstimateHint, SaysWhenTheStateAloneExceedsTheCap) {
+  const std::string hint = fitting_settings_hint(deberta_v2_xlarge_config(), 0, 1, DType::bf16, 8, 128, kGiB);
+  EXPECT_EQ(advised_batch(hint, 0), 0) << hint;
+  EXPECT_NE(hint.find("nothing fits"), std::string::npos) << hint;
+  EXPECT_NE(hint.find("fits no stage"), std::string::npos) << hint;
+}
+
+}  // namespace
+}  // namespace zt::optim
