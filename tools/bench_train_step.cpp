@@ -216,7 +216,7 @@ int run(int argc, char** argv) {
                                    {"gradients", gib(plan.state.gradients)},
                                    {"master", gib(plan.state.master)},
                                    {"optimizer", gib(plan.state.optimizer)},
-                                   {"buffers", gib(plan.state.buffers)},
+                                   {"buffers", gib(plan.state.buffers + plan.comm_scratch)},
                                    {"activations", gib(plan.activations)},
                                    {"total", gib(plan.total())}};
   const double samples = static_cast<double>(o.batch * o.world_size);

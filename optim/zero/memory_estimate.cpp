@@ -17,6 +17,11 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
   e.stage = stage;
   e.world_size = world_size;
   e.state = zero_state_bytes(partition, stage, compute);
+  if (world_size > 1 && stage <= 1) {
+    int64_t largest = 0;
+    for (const ZeroUnit& u : partition.units()) largest = std::max(largest, u.numel);
+    e.comm_scratch = static_cast<size_t>(largest) * 4;
+  }
   // The batch arena: ids and mask [B, L] and labels [B], i64.
   const auto batch_bytes = static_cast<size_t>((2 * max_batch * max_length + max_batch) * 8);
   e.activations = DebertaForSequenceClassification::plan_activations(model, max_batch, max_length, compute)
@@ -92,7 +97,8 @@ std::string describe_memory_estimates(const DebertaConfig& model, int run_stage,
                   (std::to_string(stage) + (stage == run_stage ? " (run)" : "")).c_str(),
                   format_memory_size(e.state.compute_copy).c_str(),
                   format_memory_size(e.state.gradients).c_str(), format_memory_size(e.state.master).c_str(),
-                  format_memory_size(e.state.optimizer).c_str(), format_memory_size(e.state.buffers).c_str(),
+                  format_memory_size(e.state.optimizer).c_str(),
+                  format_memory_size(e.state.buffers + e.comm_scratch).c_str(),
                   format_memory_size(e.activations).c_str(), format_memory_size(e.total()).c_str());
     out << line;
   }

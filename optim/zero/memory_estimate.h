@@ -9,6 +9,10 @@
 //   optimizer        Adam m and v                                               zero_state_bytes
 //   buffers          gradient buckets, stage-3 gather buffers                   zero_state_bytes
 //   activations      the model's planned activation arena + the batch           plan_activations
+//   comm scratch     in-process GPU ranks, stages 0-1, world > 1: all_reduce      largest unit x 4 bytes
+//                    goes through a per-rank scratch as large as the largest
+//                    unit's f32 gradients (runtime/communicator.h); NCCL reduces
+//                    in place and needs none
 #pragma once
 
 #include <cstddef>
@@ -24,7 +28,8 @@ struct MemoryEstimate {
   int world_size = 1;
   ZeroStateBytes state;
   size_t activations = 0;
-  size_t total() const { return state.total() + activations; }
+  size_t comm_scratch = 0;
+  size_t total() const { return state.total() + activations + comm_scratch; }
 };
 
 MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_size, DType compute,
