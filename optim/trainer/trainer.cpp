@@ -583,8 +583,9 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       std::fflush(stdout);
       return {};
     }
-    std::printf("training is complete at optimizer step %lld; writing the run's final evaluation and outputs\n",
-                static_cast<long long>(s.optimizer_step));
+    std::printf(
+        "training is complete at optimizer step %lld; writing the run's final evaluation and outputs\n",
+        static_cast<long long>(s.optimizer_step));
   }
   std::vector<EpochRecord> epochs;
   std::ofstream metrics;
@@ -620,7 +621,8 @@ std::vector<EpochRecord> MrpcTrainer::train() {
   for (int64_t epoch = s.train_batcher->position().epoch; epoch < c.num_train_epochs; ++epoch) {
     // Past the last step no epoch starts; one under way (resumed from a checkpoint of its last step) still
     // ends with its evaluation, as it does in an uninterrupted run.
-    const bool under_way = s.train_batcher->position().epoch == epoch && s.train_batcher->position().batch > 0;
+    const bool under_way =
+        s.train_batcher->position().epoch == epoch && s.train_batcher->position().batch > 0;
     if (s.optimizer_step >= c.num_training_steps && !under_way) break;
     if (s.train_batcher->position().epoch != epoch) s.train_batcher->set_epoch(epoch);
     const auto start = Clock::now();

@@ -80,7 +80,8 @@ TEST(ResumeConfig, AnotherWorldSizeIsAllowedAndStated) {
   ASSERT_EQ(changes.size(), 2u);
   EXPECT_EQ(changes[0].key, "train_batch_size");
   EXPECT_FALSE(changes[0].refused);
-  EXPECT_EQ(changes[0].message(), "continuing with changed train_batch_size 32 -> 64, not bitwise the original run");
+  EXPECT_EQ(changes[0].message(),
+            "continuing with changed train_batch_size 32 -> 64, not bitwise the original run");
   EXPECT_EQ(changes[1].key, "world_size");
   EXPECT_FALSE(changes[1].refused);
   EXPECT_EQ(changes[1].message(), "continuing with changed world_size 1 -> 2, not bitwise the original run");
@@ -107,8 +108,8 @@ TEST(ResumeConfig, AccumulationMayChangeWithTheWorldSizeWhenAStepKeepsItsMicroBa
 
 // Settings that give the same numbers are not compared: collective checks, the memory estimate, overwriting.
 TEST(ResumeConfig, RunControlsAreNotCompared) {
-  EXPECT_TRUE(compare_resume_config(described(kBase), described(with(kBase, {"--debug_collectives",
-                                                                              "--overwrite_output_dir"})))
+  EXPECT_TRUE(compare_resume_config(described(kBase),
+                                    described(with(kBase, {"--debug_collectives", "--overwrite_output_dir"})))
                   .empty());
 }
 
