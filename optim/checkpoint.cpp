@@ -130,6 +130,8 @@ void write_state(H5File& file, const TrainingState& state) {
   file.set_attribute("loss_scaler_hysteresis_left", int64_t{state.loss_scaler.hysteresis_left});
   file.set_attribute("loss_scaler_skipped_steps", state.loss_scaler.skipped_steps);
   file.set_attribute("last_lr", state.last_lr);
+  file.set_attribute("epoch_loss_sum", state.epoch_loss_sum);
+  file.set_attribute("epoch_optimizer_steps", state.epoch_optimizer_steps);
 }
 
 TrainingState read_state(const H5File& file) {
@@ -147,6 +149,11 @@ TrainingState read_state(const H5File& file) {
   state.loss_scaler.hysteresis_left = static_cast<int>(file.attribute_int("loss_scaler_hysteresis_left"));
   state.loss_scaler.skipped_steps = file.attribute_int("loss_scaler_skipped_steps");
   state.last_lr = file.attribute_double("last_lr");
+  // Absent in checkpoints written before they were stored: the epoch's train_loss then covers the steps
+  // after the resume only.
+  if (file.has_attribute("epoch_loss_sum")) state.epoch_loss_sum = file.attribute_double("epoch_loss_sum");
+  if (file.has_attribute("epoch_optimizer_steps"))
+    state.epoch_optimizer_steps = file.attribute_int("epoch_optimizer_steps");
   return state;
 }
 

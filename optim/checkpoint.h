@@ -73,6 +73,11 @@ struct TrainingState {
   LossScalerState loss_scaler;
   // The learning rate of the last applied step, for logs and the resume banner. "last_lr"
   double last_lr = 0;
+  // The sum of the step losses and the optimizer steps of the epoch under way, so a run resumed mid-epoch
+  // reports the epoch's train_loss (their mean) as an uninterrupted run does. "epoch_loss_sum",
+  // "epoch_optimizer_steps" (optional: 0 when absent)
+  double epoch_loss_sum = 0;
+  int64_t epoch_optimizer_steps = 0;
 };
 
 // The arenas a checkpoint holds. Each must contain every tensor of the parameter table under its HF name

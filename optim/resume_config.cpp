@@ -1,5 +1,6 @@
 #include "optim/resume_config.h"
 
+#include <exception>
 #include <set>
 
 #include "runtime/check.h"
@@ -38,10 +39,24 @@ bool is_ignored_key(std::string_view key) {
                                                   "ignore_mismatched_sizes",
                                                   "gpu_memory_limit",
                                                   "device",
-                                                  "train_batch_size",
+                                                  "collective_timeout",
+                                                  "debug_collectives",
+                                                  "overwrite_output_dir",
+                                                  "estimate_memory",
                                                   "num_update_steps_per_epoch",
                                                   "num_training_steps"};
   return keys.contains(key) || key.starts_with("zero_optimization.");
+}
+
+// world_size x gradient_accumulation_steps: the micro-batches of one optimizer step (0 when unreadable).
+int64_t micro_batches_per_step(const std::map<std::string, std::string, std::less<>>& values) {
+  const auto world = values.find("world_size"), accumulation = values.find("gradient_accumulation_steps");
+  if (world == values.end() || accumulation == values.end()) return 0;
+  try {
+    return std::stoll(world->second) * std::stoll(accumulation->second);
+  } catch (const std::exception&) {
+    return 0;
+  }
 }
 
 std::string_view trimmed(std::string_view s) {
@@ -100,6 +115,11 @@ std::vector<ConfigChange> compare_resume_config(std::string_view checkpoint_text
                         .now = c != current.end() ? c->second : "(absent)"};
     if (change.in_checkpoint == change.now) continue;
     change.refused = refused_keys().contains(key);
+    // Resharding: world 2 with accumulation 3 resumes at world 3 with accumulation 2, the same six
+    // micro-batches per step in the same order (the trainer's train_step).
+    if (key == "gradient_accumulation_steps" && micro_batches_per_step(stored) != 0 &&
+        micro_batches_per_step(stored) == micro_batches_per_step(current))
+      change.refused = false;
     changes.push_back(std::move(change));
   }
   return changes;

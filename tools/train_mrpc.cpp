@@ -8,6 +8,7 @@
 //   train_mrpc --help
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "data/glue_tsv.h"
 #include "model/config.h"
@@ -71,14 +72,16 @@ int run(int argc, char** argv) {
   const zt::DebertaConfig model_config = zt::optim::model_config_for_run(config);
   apply_embedded_defaults(config, default_model);
 
-  // Step counts depend on the number of training rows, so read the train file once before resolving.
+  // Step counts depend on the number of training rows, so the train file is read before resolving; the
+  // trainer gets these rows rather than reading the file again (a FIFO can be read only once).
   TrainConfig probe = config;
   if (probe.data_dir.empty()) probe.data_dir = ZT_DATA_DIR;
   const std::string train_file =
       !config.train_file.empty() ? config.train_file : zt::data::mrpc_split_path(probe.data_dir, "train");
-  const int64_t train_rows = static_cast<int64_t>(zt::data::read_glue_mrpc_tsv(train_file).rows.size());
-  config.resolve(
-      {.world_size = 1, .hidden_size = model_config.hidden_size, .num_train_examples = train_rows});
+  zt::data::GlueDataset train_rows = zt::data::read_glue_mrpc_tsv(train_file);
+  config.resolve({.world_size = 1,
+                  .hidden_size = model_config.hidden_size,
+                  .num_train_examples = static_cast<int64_t>(train_rows.rows.size())});
 
   const bool gpu = config.device == DeviceChoice::cuda;
   const zt::DType compute = zt::optim::compute_dtype_for_run(config);
@@ -130,6 +133,7 @@ int run(int argc, char** argv) {
   std::vector<zt::optim::EpochRecord> epochs;
   try {
     zt::optim::MrpcTrainer trainer(config, model_config);
+    trainer.set_train_rows(std::move(train_rows));
     epochs = trainer.train();
   } catch (const zt::Error& e) {
     throw with_fitting_settings(e);

@@ -8,6 +8,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <numbers>
+#include <optional>
 
 #include "data/glue_metrics.h"
 #include "data/glue_tsv.h"
@@ -20,9 +21,11 @@
 #include "optim/checkpoint.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
+#include "optim/resume_config.h"
 #include "optim/run_directory.h"
 #include "optim/zero/engine.h"
 #include "optim/zero/sharded_checkpoint.h"
+#include "runtime/atomic_file.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
@@ -143,6 +146,45 @@ ArenaLayout batch_layout(int64_t max_batch, int64_t max_length) {
                       {"labels", {max_batch}, DType::i64}});
 }
 
+// Note [metrics.jsonl on resume]
+// A resumed run repeats the epochs from the checkpoint's on (the epoch the checkpoint is in is evaluated
+// again at its end), so the lines an earlier attempt wrote for those epochs are dropped before the resumed
+// run appends its own: the file keeps one line per epoch, as an uninterrupted run's. A last line without
+// its newline is the torn write of a killed process and is dropped too; any other unreadable line is an
+// error naming the file and line. The file is replaced atomically. Returns the number of lines dropped.
+int64_t drop_metrics_of_repeated_epochs(const std::string& path, int64_t first_repeated_epoch) {
+  std::ifstream in(path, std::ios::binary);
+  ZT_CHECK(in.good(), "cannot read ", path);
+  std::string kept, line;
+  int64_t dropped = 0, number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    const bool torn = in.eof();  // the last line, without its newline
+    const nlohmann::json entry = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (torn && !entry.is_object()) {
+      ++dropped;
+      continue;
+    }
+    ZT_CHECK(entry.is_object() && entry.contains("epoch") && entry["epoch"].is_number_integer(), path, ":",
+             number, ": not a metrics line with an integer \"epoch\" (got '", line.substr(0, 80), "')");
+    if (entry["epoch"].get<int64_t>() >= first_repeated_epoch) {
+      ++dropped;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  ZT_CHECK(!in.bad(), "cannot read ", path);
+  in.close();
+  if (dropped == 0) return 0;
+  atomic_write_file(path, [&](const std::string& temp) {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out << kept;
+    out.close();
+    ZT_CHECK(!out.fail(), "cannot write ", temp, " (disk full?)");
+  });
+  return dropped;
+}
+
 // Where a run computes: --device cuda puts parameters, gradients, Adam state and activations on the GPU.
 DeviceKind training_device(const TrainConfig& config) {
   if (config.device != DeviceChoice::cuda) return DeviceKind::cpu;
@@ -190,6 +232,10 @@ struct MrpcTrainer::Impl {
   int64_t micro_step = 0;      // micro-batches consumed so far over all ranks (keys the dropout masks)
   std::vector<StepRecord> steps;
   std::function<void(const StepRecord&)> step_callback;
+  std::optional<data::GlueDataset> given_train_rows;  // set_train_rows: the train file as already read
+  std::string resumed_from;                           // the checkpoint load_checkpoint loaded, if any
+  double epoch_loss_sum = 0;          // of the epoch under way: step losses summed, for its train_loss
+  int64_t epoch_optimizer_steps = 0;  // optimizer steps of the epoch under way
 
   Impl(TrainConfig c, DebertaConfig mc)
       : config(std::move(c)),
@@ -386,8 +432,10 @@ struct MrpcTrainer::Impl {
     tokenizer = std::make_unique<data::Tokenizer>(spm);
     ZT_CHECK(tokenizer->vocab_size() <= model_config.vocab_size, "tokenizer ", spm, " has ",
              tokenizer->vocab_size(), " pieces but the model's vocabulary holds ", model_config.vocab_size);
-    train_set = std::make_unique<data::EncodedDataset>(data::read_glue_mrpc_tsv(config.train_file),
-                                                       *tokenizer, config.max_length);
+    // Each input is read once: rows given by set_train_rows are not read again (a FIFO has them only once).
+    if (!given_train_rows) given_train_rows = data::read_glue_mrpc_tsv(config.train_file);
+    train_set = std::make_unique<data::EncodedDataset>(*given_train_rows, *tokenizer, config.max_length);
+    given_train_rows.reset();
     dev_set = std::make_unique<data::EncodedDataset>(data::read_glue_mrpc_tsv(config.validation_file),
                                                      *tokenizer, config.max_length);
     if (!config.test_file.empty() && std::filesystem::exists(config.test_file)) {
@@ -440,6 +488,10 @@ void MrpcTrainer::reset_memory_peaks() {
   Impl& s = *impl_;
   if (s.device != DeviceKind::cuda) return;
   for (RankState& rank : s.ranks) (rank.gpu ? rank.gpu->allocator() : device_allocator()).reset_peaks();
+}
+
+void MrpcTrainer::set_train_rows(data::GlueDataset rows) {
+  impl_->given_train_rows = std::move(rows);
 }
 
 void MrpcTrainer::set_step_callback(std::function<void(const StepRecord&)> callback) {
@@ -562,8 +614,27 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       std::printf("removed %s (--overwrite_output_dir)\n", f.c_str());
   }
   if (!c.resume_from_checkpoint.empty() && s.optimizer_step == 0) load_checkpoint(c.resume_from_checkpoint);
+  const std::string model_path =
+      c.output_dir.empty() ? "" : (std::filesystem::path(c.output_dir) / "model.h5").string();
+  if (!s.resumed_from.empty() && s.optimizer_step >= c.num_training_steps) {
+    // model.h5 is the run's last output: with it written the run is finished, and nothing is trained,
+    // evaluated or written (metrics.jsonl stays as it is). Without it the attempt that reached the last
+    // step died before its final evaluation and outputs, which this one writes.
+    if (model_path.empty() || std::filesystem::exists(model_path)) {
+      std::printf("the run is finished: %s is at optimizer step %lld of %lld%s; nothing to do\n",
+                  s.resumed_from.c_str(), static_cast<long long>(s.optimizer_step),
+                  static_cast<long long>(c.num_training_steps),
+                  model_path.empty() ? "" : str(" and ", model_path, " is written").c_str());
+      std::fflush(stdout);
+      return {};
+    }
+    std::printf(
+        "training is complete at optimizer step %lld; writing the run's final evaluation and outputs\n",
+        static_cast<long long>(s.optimizer_step));
+  }
   std::vector<EpochRecord> epochs;
   std::ofstream metrics;
+  std::string metrics_path;
   // Writes a checkpoint for a stop request (unless this step's was just written) and says how to resume.
   auto stop_now = [&](bool checkpoint_written) {
     if (!c.output_dir.empty() && !checkpoint_written) save_checkpoint(c.output_dir);
@@ -577,22 +648,33 @@ std::vector<EpochRecord> MrpcTrainer::train() {
     std::error_code error;
     std::filesystem::create_directories(c.output_dir, error);
     ZT_CHECK(!error, "--output_dir ", c.output_dir, ": cannot create it (", error.message(), ")");
-    const std::string path = (std::filesystem::path(c.output_dir) / "metrics.jsonl").string();
-    metrics.open(path, std::ios::app);
-    ZT_CHECK(metrics.good(), "cannot write ", path);
+    metrics_path = (std::filesystem::path(c.output_dir) / "metrics.jsonl").string();
+    if (!s.resumed_from.empty() && std::filesystem::exists(metrics_path)) {
+      // Note [metrics.jsonl on resume]: lines of the epochs this run repeats (1-based epoch numbers).
+      const int64_t dropped =
+          drop_metrics_of_repeated_epochs(metrics_path, s.train_batcher->position().epoch + 1);
+      if (dropped > 0)
+        std::printf("%s: dropped %lld line%s of epochs the resumed run repeats\n", metrics_path.c_str(),
+                    static_cast<long long>(dropped), dropped == 1 ? "" : "s");
+    }
+    metrics.open(metrics_path, std::ios::app);
+    ZT_CHECK(metrics.good(), "cannot write ", metrics_path);
   }
   const int64_t batches_per_epoch = s.train_batcher->batches_per_epoch();
   const int64_t accumulation = c.gradient_accumulation_steps;
   std::vector<data::Batch> window;
   for (int64_t epoch = s.train_batcher->position().epoch; epoch < c.num_train_epochs; ++epoch) {
-    if (s.optimizer_step >= c.num_training_steps) break;
+    // Past the last step no epoch starts; one under way (resumed from a checkpoint of its last step) still
+    // ends with its evaluation, as it does in an uninterrupted run.
+    const bool under_way =
+        s.train_batcher->position().epoch == epoch && s.train_batcher->position().batch > 0;
+    if (s.optimizer_step >= c.num_training_steps && !under_way) break;
     if (s.train_batcher->position().epoch != epoch) s.train_batcher->set_epoch(epoch);
     const auto start = Clock::now();
     Progress progress(str("epoch ", epoch + 1, "/", c.num_train_epochs),
                       batches_per_epoch * c.per_device_train_batch_size);
     progress.update(s.train_batcher->position().batch * c.per_device_train_batch_size);
-    double epoch_loss = 0;
-    int64_t epoch_steps = 0, samples = 0;
+    int64_t samples = 0;
     data::Batch batch;
     while (s.optimizer_step < c.num_training_steps && s.train_batcher->next(batch)) {
       samples += batch.batch_size;
@@ -611,8 +693,8 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       int64_t window_samples = 0;
       for (const data::Batch& b : window) window_samples += b.batch_size;
       window.clear();
-      epoch_loss += record.loss;
-      ++epoch_steps;
+      s.epoch_loss_sum += record.loss;
+      ++s.epoch_optimizer_steps;
       progress.update(window_samples, {{"loss", record.loss}, {"lr", record.lr}});
       if (c.checkpointing_steps.kind == CheckpointingSteps::Kind::steps &&
           s.optimizer_step % c.checkpointing_steps.every == 0 && !c.output_dir.empty()) {
@@ -631,7 +713,10 @@ std::vector<EpochRecord> MrpcTrainer::train() {
     EpochRecord record;
     record.epoch = epoch;
     record.seconds = seconds_since(start);
-    record.train_loss = epoch_steps > 0 ? epoch_loss / epoch_steps : 0;
+    record.train_loss =
+        s.epoch_optimizer_steps > 0 ? s.epoch_loss_sum / static_cast<double>(s.epoch_optimizer_steps) : 0;
+    s.epoch_loss_sum = 0;
+    s.epoch_optimizer_steps = 0;
     record.train_samples_per_s = samples / std::max(record.seconds, 1e-9);
     record.eval = evaluate(*s.dev_set);
     record.optimizer_steps = s.optimizer_step;
@@ -661,17 +746,12 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       }
       metrics << line.dump() << "\n";
       metrics.flush();
+      ZT_CHECK(metrics.good(), "cannot write ", metrics_path, " (disk full?)");
     }
     if (c.checkpointing_steps.kind == CheckpointingSteps::Kind::epoch && !c.output_dir.empty()) {
       s.train_batcher->set_epoch(epoch + 1);  // resume starts the next epoch, not this one's evaluation again
       save_checkpoint(c.output_dir);
     }
-  }
-  if (!c.output_dir.empty()) {
-    const std::string path = (std::filesystem::path(c.output_dir) / "model.h5").string();
-    const Arena host = s.consolidated_parameters();
-    save_model_file(path, s.model_config, s.table, host);
-    std::printf("model: %s (load with --model_name_or_path, export with convert_hf export)\n", path.c_str());
   }
   if (s.test_set) {
     const EvalResult test = evaluate(*s.test_set);
@@ -687,6 +767,13 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       std::printf("GLUE test predictions: %s\n", path.c_str());
     }
   }
+  // Written last: a model.h5 says the run finished (a resume of it has nothing to do).
+  if (!model_path.empty()) {
+    const Arena host = s.consolidated_parameters();
+    save_model_file(model_path, s.model_config, s.table, host);
+    std::printf("model: %s (load with --model_name_or_path, export with convert_hf export)\n",
+                model_path.c_str());
+  }
   return epochs;
 }
 
@@ -701,6 +788,8 @@ void MrpcTrainer::save_checkpoint(const std::string& output_dir) {
   if (s.train_batcher) state.next_batch = s.train_batcher->position();
   state.seed = s.config.seed;
   state.last_lr = s.steps.empty() ? 0.0 : s.steps.back().lr;
+  state.epoch_loss_sum = s.epoch_loss_sum;
+  state.epoch_optimizer_steps = s.epoch_optimizer_steps;
   const std::string text = s.config.describe();
   std::string path;
   if (s.config.zero.stage == 0) {
@@ -729,8 +818,13 @@ void MrpcTrainer::save_checkpoint(const std::string& output_dir) {
 
 void MrpcTrainer::load_checkpoint(const std::string& path) {
   Impl& s = *impl_;
-  if (!s.train_set) s.load_data();
   const std::string file = resolve_checkpoint_path(path);
+  // Note [Resuming with changed settings] (optim/resume_config.h): before anything is loaded, a change that
+  // makes the rest another run is refused; the others are said.
+  const CheckpointSummary summary = read_checkpoint_summary(file);
+  for (const std::string& line : check_resume_config(file, summary.training_config, s.config.describe()))
+    std::printf("%s\n", line.c_str());
+  if (!s.train_set) s.load_data();
   std::vector<TrainingState> states(static_cast<size_t>(s.world));
   s.run_ranks([&](int r) {
     states[static_cast<size_t>(r)] =
@@ -742,11 +836,14 @@ void MrpcTrainer::load_checkpoint(const std::string& path) {
   s.optimizer_step = state.optimizer_step;
   s.micro_step = state.micro_step;
   s.scheduler_step = state.scheduler_step;
+  s.epoch_loss_sum = state.epoch_loss_sum;
+  s.epoch_optimizer_steps = state.epoch_optimizer_steps;
   for (RankState& rank : s.ranks) {
     rank.engine->adamw().set_step_count(state.adam_step);
     if (s.compute == DType::f16) rank.scaler.load_state(state.loss_scaler);
   }
   s.train_batcher->seek(state.next_batch);
+  s.resumed_from = file;
   std::printf("resumed from %s: step %lld, epoch %lld, batch %lld\n", file.c_str(),
               static_cast<long long>(state.optimizer_step),
               static_cast<long long>(state.next_batch.epoch + 1),

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "data/batcher.h"
+#include "data/glue_tsv.h"
 #include "model/config.h"
 #include "model/parameters.h"
 #include "optim/train_config.h"
@@ -73,7 +74,15 @@ class MrpcTrainer {
   MrpcTrainer(TrainConfig config, DebertaConfig model_config);
   ~MrpcTrainer();
 
-  // Runs the whole job: training, per-epoch evaluation, checkpoints, metrics, test predictions.
+  // The training rows, already read from config.train_file (train_mrpc reads the file once, to count its
+  // rows for TrainConfig::resolve and to train on; a FIFO can be read only once). Without it the trainer
+  // reads config.train_file itself. Call before train().
+  void set_train_rows(data::GlueDataset rows);
+
+  // Runs the whole job: training, per-epoch evaluation, checkpoints, metrics, test predictions, and last
+  // the model file. With --resume_from_checkpoint: settings changed since the checkpoint are said or
+  // refused (optim/resume_config.h); a run whose checkpoint is at its last step and whose model.h5 is
+  // written is finished, and train() says so and returns no epochs without writing anything.
   std::vector<EpochRecord> train();
 
   // One optimizer step over world_size x accumulation micro-batches (micro-batch i goes to rank i % W);

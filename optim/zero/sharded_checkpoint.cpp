@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <exception>
 #include <filesystem>
 #include <vector>
 
@@ -41,6 +42,23 @@ struct CheckpointFiles {
   TrainingState state;
 };
 
+// The W of the rank_0_of_<W>.h5 file in a step_<N>.zero directory.
+int stored_world_size(const std::string& path) {
+  int world = 0;
+  for (const fs::directory_entry& item : fs::directory_iterator(path)) {
+    const std::string name = item.path().filename().string();
+    if (name.starts_with("rank_0_of_") && name.ends_with(".h5")) {
+      try {
+        world = std::stoi(name.substr(10, name.size() - 13));
+      } catch (const std::exception&) {
+        world = 0;
+      }
+    }
+  }
+  ZT_CHECK(world >= 1, "checkpoint ", path, ": cannot read the world size from its rank_0 file name");
+  return world;
+}
+
 CheckpointFiles open_checkpoint(const std::string& path) {
   CheckpointFiles out;
   if (!is_sharded_checkpoint(path)) {
@@ -54,13 +72,7 @@ CheckpointFiles open_checkpoint(const std::string& path) {
     out.state = read_training_state(f);
     return out;
   }
-  int world = 0;
-  for (const fs::directory_entry& item : fs::directory_iterator(path)) {
-    const std::string name = item.path().filename().string();
-    if (name.starts_with("rank_0_of_") && name.ends_with(".h5"))
-      world = std::stoi(name.substr(10, name.size() - 13));
-  }
-  ZT_CHECK(world >= 1, "checkpoint ", path, ": cannot read the world size from its rank_0 file name");
+  const int world = stored_world_size(path);
   for (int r = 0; r < world; ++r) {
     const fs::path file = fs::path(path) / rank_file_name(r, world);
     ZT_CHECK(fs::exists(file), "checkpoint ", path, " is incomplete: shard ", file.filename().string(),
@@ -184,6 +196,20 @@ void save_sharded_checkpoint(const std::string& path, ZeroEngine& engine, Commun
     }
   }
   comm.barrier(nullptr);
+}
+
+CheckpointSummary read_checkpoint_summary(const std::string& path) {
+  if (!is_sharded_checkpoint(path)) {
+    CheckpointInfo info = read_checkpoint_info(path);
+    return {std::move(info.training_config), info.state};
+  }
+  const fs::path file = fs::path(path) / rank_file_name(0, stored_world_size(path));
+  const H5File f = H5File::open_read(file.string());
+  ZT_CHECK(f.has_attribute("format") && f.attribute_string("format") == kZeroCheckpointFormat, "checkpoint ",
+           file.string(), " is not a zerotrain ZeRO checkpoint shard");
+  ZT_CHECK(f.has_attribute("training_config"), "checkpoint ", file.string(),
+           " has no training_config attribute");
+  return {f.attribute_string("training_config"), read_training_state(f)};
 }
 
 TrainingState load_engine_checkpoint(const std::string& path, ZeroEngine& engine,

@@ -38,6 +38,15 @@ void save_sharded_checkpoint(const std::string& path, ZeroEngine& engine, Commun
                              const DebertaConfig& config, const TrainingState& state,
                              std::string_view resolved_config_text);
 
+// What a checkpoint of either layout says about its run, read without its tensors: the resolved training
+// configuration (attribute training_config; of the rank_0 file for a step_<N>.zero directory) and the
+// TrainingState. Throws naming the file when it is not a zerotrain checkpoint.
+struct CheckpointSummary {
+  std::string training_config;
+  TrainingState state;
+};
+CheckpointSummary read_checkpoint_summary(const std::string& path);
+
 // Fills the engine's master, m and v from `path` (a step_<N>.h5 file or a step_<N>.zero directory), then
 // refreshes the compute copy (collective for stages 1/2). Returns the stored TrainingState.
 TrainingState load_engine_checkpoint(const std::string& path, ZeroEngine& engine,

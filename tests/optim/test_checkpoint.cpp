@@ -110,6 +110,8 @@ TrainingState sample_state() {
                    .hysteresis_left = 1,
                    .skipped_steps = 4};
   s.last_lr = 1.2345678901234567e-05;
+  s.epoch_loss_sum = 11.123456789012345;
+  s.epoch_optimizer_steps = 17;
   return s;
 }
 
@@ -126,6 +128,8 @@ void expect_same_state(const TrainingState& a, const TrainingState& b) {
   EXPECT_EQ(a.loss_scaler.hysteresis_left, b.loss_scaler.hysteresis_left);
   EXPECT_EQ(a.loss_scaler.skipped_steps, b.loss_scaler.skipped_steps);
   EXPECT_EQ(a.last_lr, b.last_lr);  // exact: doubles are stored as doubles
+  EXPECT_EQ(a.epoch_loss_sum, b.epoch_loss_sum);
+  EXPECT_EQ(a.epoch_optimizer_steps, b.epoch_optimizer_steps);
 }
 
 // Edits a saved checkpoint through the HDF5 C API, for damage the zerotrain API refuses to produce.

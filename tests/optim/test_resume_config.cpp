@@ -76,10 +76,41 @@ TEST(ResumeConfig, ChangedOptimizerAndScheduleSettingsAreStated) {
 
 TEST(ResumeConfig, AnotherWorldSizeIsAllowedAndStated) {
   const std::vector<ConfigChange> changes = compare_resume_config(described(kBase, 1), described(kBase, 2));
-  ASSERT_EQ(changes.size(), 1u);
-  EXPECT_EQ(changes[0].key, "world_size");
+  // Two ranks of 32 examples each: the global batch doubles, which is said too.
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0].key, "train_batch_size");
   EXPECT_FALSE(changes[0].refused);
-  EXPECT_EQ(changes[0].message(), "continuing with changed world_size 1 -> 2, not bitwise the original run");
+  EXPECT_EQ(changes[0].message(),
+            "continuing with changed train_batch_size 32 -> 64, not bitwise the original run");
+  EXPECT_EQ(changes[1].key, "world_size");
+  EXPECT_FALSE(changes[1].refused);
+  EXPECT_EQ(changes[1].message(), "continuing with changed world_size 1 -> 2, not bitwise the original run");
+}
+
+// Resharding: world 2 with accumulation 3 and world 3 with accumulation 2 take the same six micro-batches per
+// step, so the accumulation change is allowed with the world size; alone it is refused.
+TEST(ResumeConfig, AccumulationMayChangeWithTheWorldSizeWhenAStepKeepsItsMicroBatches) {
+  const std::string stored = described(with(kBase, {"--gradient_accumulation_steps", "3"}), 2);
+  const std::vector<ConfigChange> resharded =
+      compare_resume_config(stored, described(with(kBase, {"--gradient_accumulation_steps", "2"}), 3));
+  std::vector<std::string> keys;
+  for (const ConfigChange& c : resharded) {
+    keys.push_back(c.key);
+    EXPECT_FALSE(c.refused) << c.key;
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"gradient_accumulation_steps", "world_size"}));
+  const std::vector<ConfigChange> fewer =
+      compare_resume_config(stored, described(with(kBase, {"--gradient_accumulation_steps", "2"}), 2));
+  ASSERT_FALSE(fewer.empty());
+  EXPECT_EQ(fewer[0].key, "gradient_accumulation_steps");
+  EXPECT_TRUE(fewer[0].refused);
+}
+
+// Settings that give the same numbers are not compared: collective checks, the memory estimate, overwriting.
+TEST(ResumeConfig, RunControlsAreNotCompared) {
+  EXPECT_TRUE(compare_resume_config(described(kBase),
+                                    described(with(kBase, {"--debug_collectives", "--overwrite_output_dir"})))
+                  .empty());
 }
 
 TEST(ResumeConfig, ChangesToTheDataOrderOrTheExamplesAreRefused) {

@@ -79,6 +79,18 @@ TEST_F(RunDirectoryTest, OverwriteRemovesOurFilesOnly) {
   EXPECT_EQ(names(), (std::vector<std::string>{"notes.txt", "step_plots"}));
 }
 
+// A sharded (ZeRO) run's checkpoint directories, committed or not, are files of a run too.
+TEST_F(RunDirectoryTest, ShardedCheckpointDirectoriesBelongToTheRun) {
+  fs::create_directory(path("step_20.zero"));
+  touch("step_20.zero/rank_0_of_2.h5");
+  fs::create_directory(path("step_25.zero.tmp"));
+  touch("notes.txt");
+  EXPECT_EQ(run_files_in(dir_.string()), (std::vector<std::string>{"step_20.zero", "step_25.zero.tmp"}));
+  expect_error([&] { prepare_output_dir(dir_.string(), false, false); }, {"step_20.zero, step_25.zero.tmp"});
+  prepare_output_dir(dir_.string(), true, false);
+  EXPECT_EQ(names(), (std::vector<std::string>{"notes.txt"}));
+}
+
 TEST_F(RunDirectoryTest, TempFilesOfDeadWritersAreRemovedAndLiveOnesRefused) {
   const std::string stale = str("step_5.h5.tmp-", dead_pid());
   touch(stale);

@@ -149,6 +149,41 @@ TEST(ZeroCheckpoint, MissingShardAndAnotherModelAreClearErrors) {
   std::filesystem::remove_all(dir);
 }
 
+// The rank_0 file of a step_<N>.zero directory holds the run's resolved configuration: a resume with another
+// seed is refused before anything is loaded, one with another learning rate is allowed and said.
+TEST(ZeroCheckpoint, ResumeComparesTheConfigurationStoredWithTheShards) {
+  const std::string dir = temp_dir("config");
+  const RunSpec saved{.stage = 1, .world = 2, .steps = 2, .output_dir = dir, .checkpoint_every = 2};
+  run(saved);
+  const std::string checkpoint = sharded_checkpoint_path(dir, 2);
+  const CheckpointSummary summary = read_checkpoint_summary(checkpoint);
+  EXPECT_EQ(summary.state.optimizer_step, 2);
+  EXPECT_EQ(summary.training_config, config_for(saved).describe());
+
+  TrainConfig other_seed = config_for({.stage = 1, .world = 2, .steps = 4});
+  other_seed.seed = 12;
+  MrpcTrainer refused(other_seed, tiny_model());
+  try {
+    refused.load_checkpoint(checkpoint);
+    ADD_FAILURE() << "resuming with another seed was allowed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot resume from " + checkpoint), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("seed 11 -> 12"), std::string::npos) << e.what();
+  }
+
+  TrainConfig other_lr = config_for({.stage = 1, .world = 2, .steps = 4});
+  other_lr.learning_rate = 2e-3;
+  MrpcTrainer allowed(other_lr, tiny_model());
+  testing::internal::CaptureStdout();
+  allowed.load_checkpoint(checkpoint);
+  const std::string said = testing::internal::GetCapturedStdout();
+  EXPECT_NE(said.find("continuing with changed learning_rate "), std::string::npos) << said;
+  EXPECT_NE(said.find("continuing with changed max_train_steps 2 -> 4, not bitwise the original run"),
+            std::string::npos)
+      << said;
+  std::filesystem::remove_all(dir);
+}
+
 // --debug_collectives wraps every rank's communicator in the sequence check: the same training, bit for bit.
 TEST(ZeroTrainingDebug, CheckedCollectivesTrainTheSame) {
   const RunResult plain = run({.stage = 3, .world = 2, .steps = 4});
