@@ -30,6 +30,8 @@ bool is_ignored_key(std::string_view key) {
                                                   "log_every",
                                                   "steps_per_print",
                                                   "wall_clock_breakdown",
+                                                  "with_tracking",
+                                                  "report_to",
                                                   "data_dir",
                                                   "validation_file",
                                                   "test_file",

@@ -26,7 +26,7 @@ bool is_step_name(std::string_view name, std::string_view suffix) {
 
 // A file or directory a run writes (or its temp file), by name.
 bool is_run_entry(const std::string& name, bool is_directory) {
-  if (is_directory) return is_step_name(name, "");
+  if (is_directory) return is_step_name(name, "") || name == "runs";  // runs/: TensorBoard (--with_tracking)
   std::string_view base = name;
   if (temp_file_owner(name) > 0) base = base.substr(0, base.rfind(".tmp-"));
   return base == "metrics.jsonl" || base == "model.h5" || base == "MRPC.tsv" || is_step_name(base, ".h5");

@@ -181,6 +181,12 @@ struct TrainConfig {
   // that never arrived, instead of hanging; 0 = wait forever.
   int64_t collective_timeout_seconds = 600;
   bool overwrite_output_dir = false;  // HF's --overwrite_output_dir: write into an existing, non-empty dir
+  // HF's --with_tracking / --report_to: TensorBoard event files under <output_dir>/runs/ (the only tracker;
+  // report_to "all" means it too). optim/tracking/run_tracker.h.
+  bool with_tracking = false;
+  std::string report_to = "all";
+  // DeepSpeed's wall_clock_breakdown (also a flag): per-segment step times logged with the other scalars.
+  bool wall_clock_breakdown = false;
 
   // ---- filled by resolve() ----
   int64_t train_batch_size = 0;            // micro x accumulation x world

@@ -29,6 +29,9 @@ inline std::string show_value(double v) {
 inline std::string show_value(int64_t v) {
   return std::to_string(v);
 }
+inline std::string show_value(bool v) {
+  return show_bool(v);
+}
 
 // " (did you mean 'x'?)" for the closest of `candidates` within a few edits of `name`, else "".
 std::string suggestion(std::string_view name, const std::vector<std::string_view>& candidates);

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "optim/tracking/record_file.h"
-#include "optim/tracking/tensorboard_event.pb.h"
+#include "optim/tracking/tensorboard_event.h"
 #include "runtime/check.h"
 
 namespace zt::tracking {
@@ -17,19 +17,6 @@ namespace {
 
 double wall_time_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-tensorboard::Event event_at(int64_t step) {
-  tensorboard::Event event;
-  event.set_wall_time(wall_time_now());
-  event.set_step(step);
-  return event;
-}
-
-std::string serialized(const tensorboard::Event& event) {
-  std::string bytes;
-  ZT_CHECK(event.SerializeToString(&bytes), "cannot serialize a TensorBoard event");
-  return bytes;
 }
 
 }  // namespace
@@ -54,9 +41,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& run_dir) {
   path_ = (std::filesystem::path(run_dir) / event_file_name()).string();
   file_.open(path_, std::ios::binary | std::ios::trunc);
   ZT_CHECK(file_.good(), "cannot write TensorBoard event file ", path_);
-  tensorboard::Event event = event_at(0);
-  event.set_file_version("brain.Event:2");
-  write_event(serialized(event));
+  write_event(encode_file_version_event(wall_time_now()));
   flush();
 }
 
@@ -70,29 +55,15 @@ void TensorBoardWriter::write_event(const std::string& serialized_event) {
 }
 
 void TensorBoardWriter::add_scalar(std::string_view tag, double value, int64_t step) {
-  tensorboard::Event event = event_at(step);
-  tensorboard::Summary::Value* v = event.mutable_summary()->add_value();
-  v->set_tag(std::string(tag));
-  v->set_simple_value(static_cast<float>(value));
-  write_event(serialized(event));
+  write_event(encode_scalar_event(wall_time_now(), step, tag, static_cast<float>(value)));
 }
 
 void TensorBoardWriter::add_text(std::string_view tag, std::string_view text, int64_t step) {
-  tensorboard::Event event = event_at(step);
-  tensorboard::Summary::Value* v = event.mutable_summary()->add_value();
-  v->set_tag(std::string(tag));
-  v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("text");
-  tensorboard::TensorProto* tensor = v->mutable_tensor();
-  tensor->set_dtype(tensorboard::DT_STRING);
-  tensor->mutable_tensor_shape();  // a scalar: a shape with no dimensions
-  tensor->add_string_val(std::string(text));
-  write_event(serialized(event));
+  write_event(encode_text_event(wall_time_now(), step, tag, text));
 }
 
 void TensorBoardWriter::start_session(int64_t step) {
-  tensorboard::Event event = event_at(step);
-  event.mutable_session_log()->set_status(tensorboard::SessionLog::START);
-  write_event(serialized(event));
+  write_event(encode_session_start_event(wall_time_now(), step));
 }
 
 void TensorBoardWriter::flush() {

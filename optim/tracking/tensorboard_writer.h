@@ -1,6 +1,6 @@
 // TensorBoard event files written from C++: what torch.utils.tensorboard.SummaryWriter writes for
 // add_scalar and add_text, in the same format (TFRecord framing, optim/tracking/record_file.h, of
-// tensorboard.Event protobuf messages, tensorboard_event.proto).
+// tensorboard.Event protobuf messages, tensorboard_event.h).
 //
 //   TensorBoardWriter writer("out/runs/glue_no_trainer");          // creates the directory and a new file
 //   writer.add_scalar("train/loss", 0.69, 10);

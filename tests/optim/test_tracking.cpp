@@ -12,6 +12,7 @@
 
 #include "optim/tracking/record_file.h"
 #include "optim/tracking/run_tracker.h"
+#include "optim/tracking/tensorboard_event.h"
 #include "optim/tracking/tensorboard_writer.h"
 #include "tests/support/temp_dir_test.h"
 
@@ -53,6 +54,19 @@ TEST(RecordFile, FramingMatchesTensorBoardsRecordWriter) {
   EXPECT_EQ(frame_record("hello"), from_hex("0500000000000000eab2043e68656c6c6fbb1f1c19"));
   EXPECT_EQ(frame_record(""), from_hex("000000000000000029039807d8ea82a2"));
   EXPECT_EQ(masked_crc32c("123456789"), 0xc78ab0e5u);
+}
+
+// Bytes that TensorBoard's own protobuf classes (tensorboard.compat.proto.event_pb2, tensorboard 2.21)
+// serialize for the same events, wall_time 1.5.
+TEST(TensorBoardEvent, EncodingMatchesTensorBoardsProtobufClasses) {
+  EXPECT_EQ(encode_file_version_event(1.5), from_hex("09000000000000f83f1a0d627261696e2e4576656e743a32"));
+  EXPECT_EQ(encode_scalar_event(1.5, 3, "train/loss", 0.5f),
+            from_hex("09000000000000f83f10032a130a110a0a747261696e2f6c6f7373150000003f"));
+  // A step above 127 takes a two-byte varint; a negative value's float bits.
+  EXPECT_EQ(encode_scalar_event(1.5, 300, "t", -2.0f), from_hex("09000000000000f83f10ac022a0a0a080a017415000000c0"));
+  EXPECT_EQ(encode_text_event(1.5, 2, "config", "lr 1e-4"),
+            from_hex("09000000000000f83f10022a210a1f0a06636f6e666967420b080742076c722031652d344a080a060a0474657874"));
+  EXPECT_EQ(encode_session_start_event(1.5, 7), from_hex("09000000000000f83f10073a020801"));
 }
 
 TEST(RecordFile, ReadStopsAtTheLastWholeRecord) {
