@@ -43,7 +43,7 @@ bool is_ignored_key(std::string_view key) {
                                                   "train_batch_size",
                                                   "num_update_steps_per_epoch",
                                                   "num_training_steps"};
-  return keys.contains(key) || key.starts_with("zero_optimization.");
+  return keys.contains(key) || key.starts_with("zero_optimization.") || key.starts_with("accelerate.");
 }
 
 std::string_view trimmed(std::string_view s) {

@@ -54,6 +54,10 @@ void resolve_world_size(ResolveContext& context) {
   if (config.origin_of("world_size") == Origin::flag) {
     ZT_CHECK(launched == 1 || launched == config.world_size, "--world_size ", config.world_size,
              " contradicts the ", launched, " ranks this run was started with");
+  } else if (config.origin_of("world_size") == Origin::accelerate) {
+    ZT_CHECK(launched == 1 || launched == config.world_size, "accelerate config '", config.config_file,
+             "' num_processes ", config.world_size, " contradicts the ", launched,
+             " ranks this run was started with");
   } else if (launched != 1) {
     config.world_size = launched;
     config.origins["world_size"] = Origin::derived;
@@ -120,6 +124,8 @@ std::string_view origin_name(Origin origin) {
       return "json auto";
     case Origin::derived:
       return "derived";
+    case Origin::accelerate:
+      return "accelerate";
   }
   return "?";
 }
@@ -157,6 +163,11 @@ Origin TrainConfig::origin_of(std::string_view key) const {
 // Resolution
 
 void TrainConfig::resolve(const ResolveInputs& inputs) {
+  if (deepspeed_config.empty() && !accelerate_deepspeed_json.empty()) {
+    resolve_with_json_text(accelerate_deepspeed_json, str("accelerate config ", config_file), inputs);
+    mark_accelerate_origins(*this);
+    return;
+  }
   if (deepspeed_config.empty()) {
     resolve_impl(nullptr, "", inputs);
     return;
@@ -205,8 +216,10 @@ std::string TrainConfig::describe() const {
   std::ostringstream text;
   text << "zerotrain configuration (world_size " << world_size;
   if (!deepspeed_config.empty()) text << ", DeepSpeed config " << deepspeed_config;
+  if (!config_file.empty()) text << ", accelerate config " << config_file;
   text << ")\n";
   DescribeWriter out(*this, text);
+  describe_accelerate(*this, out);
   describe_data(*this, out);
 
   out.group("model");

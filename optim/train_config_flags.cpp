@@ -210,6 +210,10 @@ const std::vector<FlagSpec>& flag_table() {
       {"overwrite_output_dir", "", "write into --output_dir even when it already holds files (HF's flag)",
        [](C& c, F, V) { c.overwrite_output_dir = true; },
        [](const C& c) { return show_bool(c.overwrite_output_dir); }},
+      {"config_file", "FILE",
+       "Accelerate config (YAML from `accelerate config`): distributed_type, mixed_precision, num_processes, "
+       "deepspeed_config, ...",
+       [](C& c, F, V v) { c.config_file = v; }, [](const C& c) { return c.config_file; }},
       {"with_tracking", "", "write TensorBoard event files under <output_dir>/runs/ (HF's flag)",
        [](C& c, F, V) { c.with_tracking = true; }, [](const C& c) { return show_bool(c.with_tracking); }},
       {"report_to", "NAME", "tracker for --with_tracking: tensorboard, or all (= tensorboard, the only one)",
@@ -344,6 +348,10 @@ TrainConfig TrainConfig::from_args(const std::vector<std::string>& args) {
     }
     config.origins[name] = Origin::flag;
   }
+  // After every flag, so that a key contradicting a flag is told wherever the flag stands.
+  if (!config.config_file.empty())
+    config.apply_accelerate_config(config_detail::read_accelerate_config_file(config.config_file),
+                                   config.config_file);
   return config;
 }
 

@@ -165,6 +165,11 @@ class DescribeWriter {
 };
 
 void describe_data(const TrainConfig& config, DescribeWriter& out);
+void describe_accelerate(const TrainConfig& config, DescribeWriter& out);  // train_config_accelerate.cpp
+// After resolving the JSON built from an Accelerate config's deepspeed_config: its values are the YAML's.
+void mark_accelerate_origins(TrainConfig& config);
+// The text of --config_file (a few KiB at most, like a DeepSpeed config).
+std::string read_accelerate_config_file(const std::string& path);
 void describe_optimizer(const TrainConfig& config, DescribeWriter& out);
 void describe_schedule(const TrainConfig& config, DescribeWriter& out);
 void describe_precision(const TrainConfig& config, DescribeWriter& out);
