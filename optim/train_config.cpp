@@ -164,7 +164,11 @@ Origin TrainConfig::origin_of(std::string_view key) const {
 
 void TrainConfig::resolve(const ResolveInputs& inputs) {
   if (deepspeed_config.empty() && !accelerate_deepspeed_json.empty()) {
-    resolve_with_json_text(accelerate_deepspeed_json, str("accelerate config ", config_file), inputs);
+    try {
+      resolve_with_json_text(accelerate_deepspeed_json, "built from deepspeed_config", inputs);
+    } catch (const Error& e) {
+      throw with_accelerate_key(*this, e);
+    }
     mark_accelerate_origins(*this);
     return;
   }

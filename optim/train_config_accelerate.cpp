@@ -28,7 +28,11 @@
 // versus the DeepSpeed JSON]); an unknown key is an error naming it.
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <array>
+#include <cctype>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "optim/train_config_sections.h"
@@ -362,15 +366,33 @@ std::string read_accelerate_config_file(const std::string& path) {
   return text;
 }
 
+namespace {
+
+// DeepSpeed JSON path -> the deepspeed_config key of the YAML it was built from.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kYamlKey = {{
+    {"zero_optimization.stage", "deepspeed_config.zero_stage"},
+    {"zero_optimization.offload_optimizer.device", "deepspeed_config.offload_optimizer_device"},
+    {"zero_optimization.offload_param.device", "deepspeed_config.offload_param_device"},
+    {"zero_optimization.stage3_gather_16bit_weights_on_model_save", "deepspeed_config.zero3_save_16bit_model"},
+    {"gradient_accumulation_steps", "deepspeed_config.gradient_accumulation_steps"},
+    {"gradient_clipping", "deepspeed_config.gradient_clipping"},
+}};
+
+}  // namespace
+
+Error with_accelerate_key(const TrainConfig& config, const Error& e) {
+  std::string context = str("accelerate config '", config.config_file, "'");
+  for (const auto& [json_path, yaml_key] : kYamlKey) {
+    if (e.message().find(json_path) != std::string::npos) {
+      context += str(" ", yaml_key);
+      break;
+    }
+  }
+  return with_context(context + ": ", e);
+}
+
 // The JSON built from deepspeed_config holds only the YAML's values: each JSON origin becomes the YAML key.
 void mark_accelerate_origins(TrainConfig& config) {
-  static const std::vector<std::pair<std::string_view, std::string_view>> kYamlKey = {
-      {"zero_optimization.stage", "deepspeed_config.zero_stage"},
-      {"zero_optimization.offload_optimizer.device", "deepspeed_config.offload_optimizer_device"},
-      {"zero_optimization.offload_param.device", "deepspeed_config.offload_param_device"},
-      {"zero_optimization.stage3_gather_16bit_weights_on_model_save", "deepspeed_config.zero3_save_16bit_model"},
-      {"gradient_accumulation_steps", "deepspeed_config.gradient_accumulation_steps"},
-      {"gradient_clipping", "deepspeed_config.gradient_clipping"}};
   for (auto& [key, origin] : config.origins) {
     if (origin != Origin::json) continue;
     origin = Origin::accelerate;

@@ -168,6 +168,8 @@ void describe_data(const TrainConfig& config, DescribeWriter& out);
 void describe_accelerate(const TrainConfig& config, DescribeWriter& out);  // train_config_accelerate.cpp
 // After resolving the JSON built from an Accelerate config's deepspeed_config: its values are the YAML's.
 void mark_accelerate_origins(TrainConfig& config);
+// `e` (from resolving that JSON) prefixed with the config file and the YAML key behind the JSON path it names.
+Error with_accelerate_key(const TrainConfig& config, const Error& e);
 // The text of --config_file (a few KiB at most, like a DeepSpeed config).
 std::string read_accelerate_config_file(const std::string& path);
 void describe_optimizer(const TrainConfig& config, DescribeWriter& out);
