@@ -11,13 +11,15 @@
 //   mixed_precision    no/bf16/fp16 -> dtype f32/bf16/f16; fp8 refused
 //   use_cpu            true -> device cpu
 //   debug              -> debug_collectives (Accelerate's debug mode checks collectives across ranks too)
-//   deepspeed_config   zero_stage, offload_optimizer_device, offload_param_device, gradient_accumulation_steps,
+//   deepspeed_config   zero_stage, offload_optimizer_device, offload_param_device,
+//   gradient_accumulation_steps,
 //                      gradient_clipping, zero3_save_16bit_model become the DeepSpeed JSON Accelerate builds
 //                      from them (zero_optimization.stage, .offload_*.device, gradient_accumulation_steps,
 //                      gradient_clipping, .stage3_gather_16bit_weights_on_model_save), resolved by the
 //                      DeepSpeed reader like a --deepspeed_config file, so the same checks apply (offload
 //                      devices included); deepspeed_config_file -> --deepspeed_config. As in Accelerate, a
-//                      config file excludes the other deepspeed_config keys and mixed_precision other than no.
+//                      config file excludes the other deepspeed_config keys and mixed_precision other than
+//                      no.
 //   single-node keys   num_machines 1, machine_rank 0, main_process_ip/port null, rdzv_backend, same_network,
 //                      main_training_function, deepspeed_multinode_launcher: accepted, explained; a
 //                      multi-node value is refused
@@ -44,7 +46,7 @@ using config_detail::suggestion;
 
 namespace {
 
-constexpr size_t kMaxAccelerateConfigBytes = size_t{1} << 20;
+constexpr size_t kMaxAccelerateConfigBytes = kMaxDeepSpeedConfigBytes;  // read_config_file's bound
 
 class AccelerateReader {
  public:
@@ -57,7 +59,8 @@ class AccelerateReader {
     try {
       root = YAML::Load(std::string(text));
     } catch (const YAML::Exception& e) {
-      ZT_FAIL(where(), "not valid YAML (line ", e.mark.line + 1, ", column ", e.mark.column + 1, "): ", e.msg);
+      ZT_FAIL(where(), "not valid YAML (line ", e.mark.line + 1, ", column ", e.mark.column + 1,
+              "): ", e.msg);
     }
     ZT_CHECK(root.IsMap(), where(), "expected a mapping of keys (the file `accelerate config` writes)");
     for (const auto& entry : root) {
@@ -117,7 +120,8 @@ class AccelerateReader {
   }
   // Sets a flag-backed setting from `key`, unless the flag says otherwise (an error) or agrees.
   template <typename T>
-  void set(T& field, const T& value, const std::string& setting, const std::string& key, const std::string& shown) {
+  void set(T& field, const T& value, const std::string& setting, const std::string& key,
+           const std::string& shown) {
     if (c_.origin_of(setting) == Origin::flag) {
       ZT_CHECK(field == value, "--", setting, " ", shown_current(setting), " contradicts ", where(), key,
                " (", shown, ")");
@@ -152,15 +156,36 @@ class AccelerateReader {
 };
 
 void AccelerateReader::apply() {
-  static const std::vector<std::string_view> kKnown = {
-      "compute_environment", "distributed_type",  "mixed_precision",     "num_processes",
-      "num_machines",        "machine_rank",      "main_process_ip",     "main_process_port",
-      "main_training_function", "use_cpu",        "debug",               "deepspeed_config",
-      "fsdp_config",         "megatron_lm_config", "ipex_config",        "mpirun_config",
-      "downcast_bf16",       "rdzv_backend",      "same_network",        "tpu_env",
-      "tpu_use_cluster",     "tpu_use_sudo",      "tpu_name",            "tpu_zone",
-      "commands",            "command_file",      "gpu_ids",             "enable_cpu_affinity",
-      "dynamo_backend",      "dynamo_config"};
+  static const std::vector<std::string_view> kKnown = {"compute_environment",
+                                                       "distributed_type",
+                                                       "mixed_precision",
+                                                       "num_processes",
+                                                       "num_machines",
+                                                       "machine_rank",
+                                                       "main_process_ip",
+                                                       "main_process_port",
+                                                       "main_training_function",
+                                                       "use_cpu",
+                                                       "debug",
+                                                       "deepspeed_config",
+                                                       "fsdp_config",
+                                                       "megatron_lm_config",
+                                                       "ipex_config",
+                                                       "mpirun_config",
+                                                       "downcast_bf16",
+                                                       "rdzv_backend",
+                                                       "same_network",
+                                                       "tpu_env",
+                                                       "tpu_use_cluster",
+                                                       "tpu_use_sudo",
+                                                       "tpu_name",
+                                                       "tpu_zone",
+                                                       "commands",
+                                                       "command_file",
+                                                       "gpu_ids",
+                                                       "enable_cpu_affinity",
+                                                       "dynamo_backend",
+                                                       "dynamo_config"};
   for (const std::string& key : order_) {
     ZT_CHECK(std::find(kKnown.begin(), kKnown.end(), key) != kKnown.end(), where(), "unknown key '", key, "'",
              suggestion(key, kKnown), " (keys are those `accelerate config` writes)");
@@ -191,13 +216,16 @@ void AccelerateReader::apply() {
                            get("deepspeed_config")["deepspeed_config_file"].IsDefined();
       if (ds_file || !c_.deepspeed_config.empty()) {
         // Accelerate: with a DeepSpeed config file, precision is the file's fp16/bf16 sections.
-        ZT_CHECK(v == "no", where(), "mixed_precision ", v,
-                 " with a DeepSpeed config file: set the precision in its fp16/bf16 section and mixed_precision "
-                 "to no (Accelerate refuses both too)");
+        ZT_CHECK(
+            v == "no", where(), "mixed_precision ", v,
+            " with a DeepSpeed config file: set the precision in its fp16/bf16 section and mixed_precision "
+            "to no (Accelerate refuses both too)");
         record(key, node, "precision from the DeepSpeed config file");
         continue;
       }
-      const ComputeDType dtype = v == "no" ? ComputeDType::f32 : v == "bf16" ? ComputeDType::bf16 : ComputeDType::f16;
+      const ComputeDType dtype = v == "no"     ? ComputeDType::f32
+                                 : v == "bf16" ? ComputeDType::bf16
+                                               : ComputeDType::f16;
       set(c_.dtype, dtype, "dtype", key, text_of(node));
       record(key, node, str("dtype ", compute_dtype_name(dtype)));
     } else if (key == "num_processes") {
@@ -251,7 +279,8 @@ void AccelerateReader::apply() {
       only_default(key, node, off, "torch.compile has no counterpart here (leave it empty)", "none");
     }
   }
-  if (type == "DEEPSPEED" && !top_.contains("deepspeed_config")) apply_deepspeed(YAML::Node(YAML::NodeType::Map), type);
+  if (type == "DEEPSPEED" && !top_.contains("deepspeed_config"))
+    apply_deepspeed(YAML::Node(YAML::NodeType::Map), type);
   // MULTI_GPU / MULTI_CPU without num_processes: Accelerate's default is every GPU; we ask instead.
   if (type == "MULTI_CPU") set(c_.device, DeviceChoice::cpu, "device", "distributed_type", "MULTI_CPU");
 }
@@ -265,11 +294,19 @@ void AccelerateReader::apply_deepspeed(const YAML::Node& ds, const std::string& 
     record(k, ds, "none; distributed_type is not DEEPSPEED");
     return;
   }
-  static const std::vector<std::string_view> kKnown = {
-      "deepspeed_config_file",    "zero_stage",          "offload_optimizer_device", "offload_param_device",
-      "offload_optimizer_nvme_path", "offload_param_nvme_path", "gradient_accumulation_steps",
-      "gradient_clipping",        "zero3_init_flag",     "zero3_save_16bit_model",   "deepspeed_multinode_launcher",
-      "deepspeed_hostfile",       "deepspeed_moe_layer_cls_names"};
+  static const std::vector<std::string_view> kKnown = {"deepspeed_config_file",
+                                                       "zero_stage",
+                                                       "offload_optimizer_device",
+                                                       "offload_param_device",
+                                                       "offload_optimizer_nvme_path",
+                                                       "offload_param_nvme_path",
+                                                       "gradient_accumulation_steps",
+                                                       "gradient_clipping",
+                                                       "zero3_init_flag",
+                                                       "zero3_save_16bit_model",
+                                                       "deepspeed_multinode_launcher",
+                                                       "deepspeed_hostfile",
+                                                       "deepspeed_moe_layer_cls_names"};
   std::vector<std::string> keys;
   for (const auto& entry : ds) keys.push_back(entry.first.as<std::string>());
   for (const std::string& key : keys) {
@@ -280,14 +317,14 @@ void AccelerateReader::apply_deepspeed(const YAML::Node& ds, const std::string& 
   if (ds["deepspeed_config_file"]) {
     const std::string file = text_of(ds["deepspeed_config_file"]);
     for (const std::string& key : keys) {
-      ZT_CHECK(key == "deepspeed_config_file" || key == "deepspeed_multinode_launcher" ||
-                   key == "zero3_init_flag",
-               where(), k, ".", key, " together with ", k,
-               ".deepspeed_config_file: set it in the DeepSpeed config file (Accelerate refuses both too)");
+      ZT_CHECK(
+          key == "deepspeed_config_file" || key == "deepspeed_multinode_launcher" || key == "zero3_init_flag",
+          where(), k, ".", key, " together with ", k,
+          ".deepspeed_config_file: set it in the DeepSpeed config file (Accelerate refuses both too)");
     }
     if (c_.origin_of("deepspeed_config") == Origin::flag) {
-      ZT_CHECK(c_.deepspeed_config == file, "--deepspeed_config ", c_.deepspeed_config, " contradicts ", where(),
-               k, ".deepspeed_config_file (", file, ")");
+      ZT_CHECK(c_.deepspeed_config == file, "--deepspeed_config ", c_.deepspeed_config, " contradicts ",
+               where(), k, ".deepspeed_config_file (", file, ")");
     } else {
       c_.deepspeed_config = file;
       c_.origins["deepspeed_config"] = Origin::accelerate;
@@ -352,20 +389,6 @@ void TrainConfig::apply_accelerate_config(std::string_view yaml_text, std::strin
 
 namespace config_detail {
 
-std::string read_accelerate_config_file(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  ZT_CHECK(file.is_open(), "--config_file: cannot open '", path, "'");
-  std::string text;
-  std::array<char, 64 * 1024> chunk;
-  while (text.size() <= kMaxAccelerateConfigBytes) {
-    file.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    text.append(chunk.data(), static_cast<size_t>(file.gcount()));
-    if (!file) break;
-  }
-  ZT_CHECK(!file.bad(), "--config_file: cannot read '", path, "'");
-  return text;
-}
-
 namespace {
 
 // DeepSpeed JSON path -> the deepspeed_config key of the YAML it was built from.
@@ -373,7 +396,8 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kYamlKey 
     {"zero_optimization.stage", "deepspeed_config.zero_stage"},
     {"zero_optimization.offload_optimizer.device", "deepspeed_config.offload_optimizer_device"},
     {"zero_optimization.offload_param.device", "deepspeed_config.offload_param_device"},
-    {"zero_optimization.stage3_gather_16bit_weights_on_model_save", "deepspeed_config.zero3_save_16bit_model"},
+    {"zero_optimization.stage3_gather_16bit_weights_on_model_save",
+     "deepspeed_config.zero3_save_16bit_model"},
     {"gradient_accumulation_steps", "deepspeed_config.gradient_accumulation_steps"},
     {"gradient_clipping", "deepspeed_config.gradient_clipping"},
 }};

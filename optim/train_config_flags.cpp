@@ -224,7 +224,8 @@ const std::vector<FlagSpec>& flag_table() {
        },
        [](const C& c) { return c.report_to; }},
       {"wall_clock_breakdown", "",
-       "log per-segment step times (forward, backward, optimizer, ...) with the other scalars (DeepSpeed key)",
+       "log per-segment step times (forward, backward, optimizer, ...) with the other scalars (DeepSpeed "
+       "key)",
        [](C& c, F, V) { c.wall_clock_breakdown = true; },
        [](const C& c) { return show_bool(c.wall_clock_breakdown); }},
   };
@@ -232,9 +233,8 @@ const std::vector<FlagSpec>& flag_table() {
 }
 
 // run_glue_no_trainer.py flags we know but do not implement: told apart from typos.
-constexpr auto kHfFlagsNotSupported =
-    std::to_array<std::string_view>({"push_to_hub", "hub_model_id", "hub_token", "use_slow_tokenizer",
-                                     "trust_remote_code"});
+constexpr auto kHfFlagsNotSupported = std::to_array<std::string_view>(
+    {"push_to_hub", "hub_model_id", "hub_token", "use_slow_tokenizer", "trust_remote_code"});
 
 const FlagSpec* find_flag(std::string_view name) {
   for (const FlagSpec& spec : flag_table()) {
@@ -350,7 +350,7 @@ TrainConfig TrainConfig::from_args(const std::vector<std::string>& args) {
   }
   // After every flag, so that a key contradicting a flag is told wherever the flag stands.
   if (!config.config_file.empty())
-    config.apply_accelerate_config(config_detail::read_accelerate_config_file(config.config_file),
+    config.apply_accelerate_config(config_detail::read_config_file(config.config_file, "--config_file"),
                                    config.config_file);
   return config;
 }

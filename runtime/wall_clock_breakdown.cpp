@@ -27,7 +27,8 @@ void WallClockBreakdown::mark(std::string_view segment) {
   const Clock::time_point now = Clock::now();
   const double ms = std::chrono::duration<double, std::milli>(now - last_).count();
   last_ = now;
-  auto it = std::find_if(total_ms_.begin(), total_ms_.end(), [&](const auto& t) { return t.first == segment; });
+  auto it =
+      std::find_if(total_ms_.begin(), total_ms_.end(), [&](const auto& t) { return t.first == segment; });
   if (it == total_ms_.end()) {
     total_ms_.emplace_back(std::string(segment), ms);
   } else {

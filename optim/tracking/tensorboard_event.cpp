@@ -80,8 +80,8 @@ std::string encode_file_version_event(double wall_time) {
 
 std::string encode_scalar_event(double wall_time, int64_t step, std::string_view tag, float value) {
   ProtoWriter v;
-  v.bytes(1, tag);       // Value.tag
-  v.fixed32(2, value);   // Value.simple_value
+  v.bytes(1, tag);      // Value.tag
+  v.fixed32(2, value);  // Value.simple_value
   return summary_event(wall_time, step, v.take());
 }
 
@@ -95,9 +95,9 @@ std::string encode_text_event(double wall_time, int64_t step, std::string_view t
   ProtoWriter metadata;
   metadata.bytes(1, plugin.take());  // SummaryMetadata.plugin_data
   ProtoWriter v;
-  v.bytes(1, tag);               // Value.tag
-  v.bytes(8, tensor.take());     // Value.tensor
-  v.bytes(9, metadata.take());   // Value.metadata
+  v.bytes(1, tag);              // Value.tag
+  v.bytes(8, tensor.take());    // Value.tensor
+  v.bytes(9, metadata.take());  // Value.metadata
   return summary_event(wall_time, step, v.take());
 }
 

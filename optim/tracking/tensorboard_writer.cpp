@@ -25,9 +25,9 @@ std::string event_file_name() {
   static std::atomic<int> writers{0};
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "localhost");
-  const long long seconds = std::chrono::duration_cast<std::chrono::seconds>(
-                                std::chrono::system_clock::now().time_since_epoch())
-                                .count();
+  const long long seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   char name[400];
   std::snprintf(name, sizeof name, "events.out.tfevents.%010lld.%s.%ld.%d", seconds, host,
                 static_cast<long>(getpid()), writers.fetch_add(1));

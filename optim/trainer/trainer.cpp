@@ -371,8 +371,8 @@ struct MrpcTrainer::Impl {
       scalars.push_back({"train/loss_scale", record.loss_scale});
       scalars.push_back({"train/skipped_steps", static_cast<double>(rank0().scaler.skipped_steps())});
     }
-    scalars.push_back(
-        {"train/samples_per_s", static_cast<double>(window.samples) / std::max(seconds_since(window.since), 1e-9)});
+    scalars.push_back({"train/samples_per_s",
+                       static_cast<double>(window.samples) / std::max(seconds_since(window.since), 1e-9)});
     if (device == DeviceKind::cuda) {
       // Rank 0's allocator: the one its thread allocates from (a rank's scoped allocator, if any).
       DeviceMemoryStats memory;

@@ -10,6 +10,7 @@
 #include "optim/resume_config.h"
 #include "optim/train_config.h"
 #include "runtime/check.h"
+#include "tests/support/error_matchers.h"
 
 namespace zt::optim {
 namespace {
@@ -87,32 +88,14 @@ ResolveInputs inputs(int world_size = 1) {
   return {.world_size = world_size, .hidden_size = kXlargeHidden, .num_train_examples = kMrpcTrainRows};
 }
 
-// A GPU run (16-bit precision is refused on the CPU): the device is settled before resolve, as train_mrpc does.
+// A GPU run (16-bit precision is refused on the CPU): the device is settled before resolve, as train_mrpc
+// does.
 TrainConfig from_yaml(const std::string& yaml, std::vector<std::string> flags = {}) {
   flags.insert(flags.begin(), {"--config_file", write_temp("accelerate.yaml", yaml)});
   TrainConfig config = TrainConfig::from_args(flags);
   if (config.device == DeviceChoice::auto_detect) config.device = DeviceChoice::cuda;
   return config;
 }
-
-template <typename Action>
-std::string error_of(Action action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-#define EXPECT_ERROR_HAS(action, ...)                                                                   \
-  do {                                                                                                  \
-    const std::string message = error_of([&] { action; });                                              \
-    ASSERT_FALSE(message.empty()) << "no error from " #action;                                          \
-    for (const char* part : {__VA_ARGS__}) {                                                            \
-      EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' missing from: " << message; \
-    }                                                                                                   \
-  } while (0)
 
 // describe()'s settings, without the listing of the YAML's own keys.
 std::map<std::string, std::string, std::less<>> settings_of(const TrainConfig& config) {
@@ -128,9 +111,9 @@ void expect_same_resolution(const std::string& yaml, const std::string& json,
   TrainConfig accelerate = from_yaml(yaml);
   TrainConfig equivalent = TrainConfig::from_args(flags);
   equivalent.device = DeviceChoice::cuda;
-  const std::string accelerate_error = error_of([&] { accelerate.resolve(inputs()); });
+  const std::string accelerate_error = test::error_of([&] { accelerate.resolve(inputs()); });
   const std::string equivalent_error =
-      error_of([&] { equivalent.resolve_with_json_text(json, "equivalent.json", inputs()); });
+      test::error_of([&] { equivalent.resolve_with_json_text(json, "equivalent.json", inputs()); });
   // Messages name their source first ("DeepSpeed config '<source>': "); what follows must agree.
   auto after_source = [](const std::string& m) {
     return m.substr(m.rfind("': ") == std::string::npos ? 0 : m.rfind("': "));
@@ -151,9 +134,10 @@ TEST(AccelerateConfig, DeepSpeedZero2ResolvesAsTheEquivalentFlagsAndJson) {
   EXPECT_EQ(config.dtype, ComputeDType::bf16);
   // Each setting says which YAML key set it; each YAML key says what it did.
   const std::string text = config.describe();
-  for (const char* part : {"[accelerate, deepspeed_config.zero_stage]", "[accelerate, num_processes]",
-                           "[accelerate, mixed_precision]", "[accelerate, deepspeed_config.gradient_clipping]",
-                           "accelerate.machine_rank", "accelerate.zero3_init_flag"}) {
+  for (const char* part :
+       {"[accelerate, deepspeed_config.zero_stage]", "[accelerate, num_processes]",
+        "[accelerate, mixed_precision]", "[accelerate, deepspeed_config.gradient_clipping]",
+        "accelerate.machine_rank", "accelerate.zero3_init_flag"}) {
     if (std::string(part) == "accelerate.zero3_init_flag") continue;  // nested: listed with its parent's name
     EXPECT_NE(text.find(part), std::string::npos) << part << " missing from\n" << text;
   }
@@ -181,8 +165,8 @@ TEST(AccelerateConfig, MultiGpuAndNoMapToDataParallelAndOneRank) {
 }
 
 TEST(AccelerateConfig, KeysThatDoNotApplyAreRefusedByName) {
-  EXPECT_ERROR_HAS(from_yaml("distributed_type: DEEPSPEED\nnum_procesess: 2\n"), "unknown key 'num_procesess'",
-                   "did you mean 'num_processes'");
+  EXPECT_ERROR_HAS(from_yaml("distributed_type: DEEPSPEED\nnum_procesess: 2\n"),
+                   "unknown key 'num_procesess'", "did you mean 'num_processes'");
   EXPECT_ERROR_HAS(from_yaml("deepspeed_config:\n  zero_stag: 2\ndistributed_type: DEEPSPEED\n"),
                    "unknown key 'deepspeed_config.zero_stag'");
   EXPECT_ERROR_HAS(from_yaml("distributed_type: FSDP\n"), "distributed_type FSDP is not supported");
@@ -199,8 +183,9 @@ TEST(AccelerateConfig, KeysThatDoNotApplyAreRefusedByName) {
   EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--config_file", "/nonexistent/cfg.yaml"}),
                    "--config_file: cannot open '/nonexistent/cfg.yaml'");
   // Offload to disk: the same refusal as the DeepSpeed JSON's.
-  TrainConfig nvme = from_yaml("deepspeed_config:\n  offload_optimizer_device: nvme\n  zero_stage: 2\n"
-                               "distributed_type: DEEPSPEED\n");
+  TrainConfig nvme = from_yaml(
+      "deepspeed_config:\n  offload_optimizer_device: nvme\n  zero_stage: 2\n"
+      "distributed_type: DEEPSPEED\n");
   EXPECT_ERROR_HAS(nvme.resolve(inputs()), "deepspeed_config.offload_optimizer_device",
                    "zero_optimization.offload_optimizer.device nvme", "disk offload is not supported");
 }
@@ -208,8 +193,8 @@ TEST(AccelerateConfig, KeysThatDoNotApplyAreRefusedByName) {
 TEST(AccelerateConfig, ConflictsWithFlagsOrTheDeepSpeedJsonAreErrors) {
   EXPECT_ERROR_HAS(from_yaml(kZero2Yaml, {"--dtype", "f16"}), "--dtype f16 contradicts accelerate config",
                    "mixed_precision (bf16)");
-  EXPECT_ERROR_HAS(from_yaml(kZero2Yaml, {"--world_size", "4"}), "--world_size 4 contradicts accelerate config",
-                   "num_processes (2)");
+  EXPECT_ERROR_HAS(from_yaml(kZero2Yaml, {"--world_size", "4"}),
+                   "--world_size 4 contradicts accelerate config", "num_processes (2)");
   // Agreeing flags are fine, and keep their origin.
   EXPECT_EQ(from_yaml(kZero2Yaml, {"--world_size", "2"}).origin_of("world_size"), Origin::flag);
   TrainConfig accumulation = from_yaml(kZero2Yaml, {"--gradient_accumulation_steps", "8"});
@@ -232,9 +217,10 @@ TEST(AccelerateConfig, ConflictsWithFlagsOrTheDeepSpeedJsonAreErrors) {
 
 TEST(AccelerateConfig, DeepSpeedConfigFileBecomesTheDeepSpeedConfig) {
   const std::string json = write_temp("ds_file.json", kZero2Json);
-  TrainConfig config = from_yaml(std::string("deepspeed_config:\n  deepspeed_config_file: ") + json +
-                                 "\n  zero3_init_flag: false\ndistributed_type: DEEPSPEED\nmixed_precision: 'no'\n"
-                                 "num_processes: 2\n");
+  TrainConfig config =
+      from_yaml(std::string("deepspeed_config:\n  deepspeed_config_file: ") + json +
+                "\n  zero3_init_flag: false\ndistributed_type: DEEPSPEED\nmixed_precision: 'no'\n"
+                "num_processes: 2\n");
   EXPECT_EQ(config.deepspeed_config, json);
   EXPECT_EQ(config.origin_of("deepspeed_config"), Origin::accelerate);
   config.resolve(inputs());

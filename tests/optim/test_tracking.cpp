@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 
 std::string from_hex(std::string_view hex) {
   std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
   return out;
 }
 
@@ -63,9 +64,12 @@ TEST(TensorBoardEvent, EncodingMatchesTensorBoardsProtobufClasses) {
   EXPECT_EQ(encode_scalar_event(1.5, 3, "train/loss", 0.5f),
             from_hex("09000000000000f83f10032a130a110a0a747261696e2f6c6f7373150000003f"));
   // A step above 127 takes a two-byte varint; a negative value's float bits.
-  EXPECT_EQ(encode_scalar_event(1.5, 300, "t", -2.0f), from_hex("09000000000000f83f10ac022a0a0a080a017415000000c0"));
-  EXPECT_EQ(encode_text_event(1.5, 2, "config", "lr 1e-4"),
-            from_hex("09000000000000f83f10022a210a1f0a06636f6e666967420b080742076c722031652d344a080a060a0474657874"));
+  EXPECT_EQ(encode_scalar_event(1.5, 300, "t", -2.0f),
+            from_hex("09000000000000f83f10ac022a0a0a080a017415000000c0"));
+  EXPECT_EQ(
+      encode_text_event(1.5, 2, "config", "lr 1e-4"),
+      from_hex(
+          "09000000000000f83f10022a210a1f0a06636f6e666967420b080742076c722031652d344a080a060a0474657874"));
   EXPECT_EQ(encode_session_start_event(1.5, 7), from_hex("09000000000000f83f10073a020801"));
 }
 
@@ -132,15 +136,15 @@ TEST_F(TrackingTest, MetricsLinesOfStepsAndEpochsAreToldApartAndAResumeDropsWhat
   // A line cut short by a kill.
   std::ofstream(path("out/metrics.jsonl"), std::ios::app) << "{\"type\": \"step\", \"st";
   // The checkpoint held 5 steps and one finished epoch: steps 6 and epoch 2 come again after the resume.
-  RunTracker resumed({.output_dir = out, .tensorboard = true, .resumed = true, .resumed_step = 5,
-                      .finished_epochs = 1});
+  RunTracker resumed(
+      {.output_dir = out, .tensorboard = true, .resumed = true, .resumed_step = 5, .finished_epochs = 1});
   resumed.log_step(6, {{"train/loss", 0.25}});
   const std::vector<nlohmann::json> lines = jsonl(path("out/metrics.jsonl"));
   std::vector<std::string> seen;
   for (const nlohmann::json& line : lines)
     seen.push_back(str(line["type"].get<std::string>(), " ", line["step"].get<int64_t>()));
   EXPECT_EQ(seen, (std::vector<std::string>{"step 1", "step 2", "step 3", "step 4", "step 5", "epoch 4",
-                                             "step 6"}));
+                                            "step 6"}));
   EXPECT_EQ(lines.back()["train/loss"].get<double>(), 0.25);
   // Two event files in the run directory; the second one starts a session at step 6.
   std::vector<std::string> files;
