@@ -49,9 +49,11 @@ void RunTracker::drop_lines_after_checkpoint(const std::string& path) const {
     if (entry.is_object() && entry.contains("step") && entry["step"].is_number_integer()) {
       const std::string type = entry.value("type", std::string("epoch"));
       if (type == "step") keep = entry["step"].get<int64_t>() <= options_.resumed_step;
+      // An epoch line is logged at the step that ends the epoch, before that step's checkpoint.
       if (type == "epoch")
         keep = entry.contains("epoch") && entry["epoch"].is_number_integer() &&
-               entry["epoch"].get<int64_t>() <= options_.finished_epochs;
+               entry["epoch"].get<int64_t>() <= options_.finished_epochs &&
+               entry["step"].get<int64_t>() <= options_.resumed_step;
     }
     if (keep) {
       kept += line + "\n";

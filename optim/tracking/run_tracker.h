@@ -10,9 +10,10 @@
 // epoch lines.
 //
 // Resuming (Note [Resuming a TensorBoard run] in tensorboard_writer.h): metrics.jsonl is rewritten without
-// the lines a killed run wrote after its checkpoint (step lines past the checkpoint's step, epoch lines of
-// epochs the checkpoint had not finished, and a line cut short by the kill), so every step and epoch appears
-// once; the event files get a new file starting with SessionLog START at the first step after the checkpoint.
+// the lines a killed run wrote after its checkpoint (step lines past the checkpoint's step, epoch lines past
+// it or of epochs the resumed run logs again, and a line cut short by the kill), so every step and epoch
+// appears once; the event files get a new file starting with SessionLog START at the first step after the
+// checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +38,7 @@ struct RunTrackerOptions {
   std::string run_name = "glue_no_trainer";  // run_glue_no_trainer's project name in init_trackers
   bool resumed = false;
   int64_t resumed_step = 0;     // completed optimizer steps the checkpoint holds
-  int64_t finished_epochs = 0;  // epochs the checkpoint had finished (their epoch lines are kept)
+  int64_t finished_epochs = 0;  // epochs whose lines the resumed run will not write again (kept)
 };
 
 class RunTracker {

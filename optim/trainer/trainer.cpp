@@ -583,12 +583,15 @@ std::vector<EpochRecord> MrpcTrainer::train() {
   if (!c.resume_from_checkpoint.empty() && s.optimizer_step == 0) load_checkpoint(c.resume_from_checkpoint);
   std::vector<EpochRecord> epochs;
   // metrics.jsonl and, with --with_tracking, TensorBoard (optim/tracking/run_tracker.h). A resumed run
-  // drops what a killed run logged after its checkpoint and continues the same TensorBoard run.
+  // drops what a killed run logged after its checkpoint and continues the same TensorBoard run. The epoch
+  // the checkpoint is in is logged again, unless the checkpoint already holds every step (then the loop
+  // below ends before it).
+  const bool steps_done = s.optimizer_step >= c.num_training_steps;
   tracking::RunTracker tracker({.output_dir = c.output_dir,
                                 .tensorboard = c.with_tracking,
                                 .resumed = s.optimizer_step > 0,
                                 .resumed_step = s.optimizer_step,
-                                .finished_epochs = s.train_batcher->position().epoch});
+                                .finished_epochs = s.train_batcher->position().epoch + (steps_done ? 1 : 0)});
   tracker.log_text("config", c.describe(), s.optimizer_step);
   StepLogWindow log_window;
   // Writes a checkpoint for a stop request (unless this step's was just written) and says how to resume.

@@ -152,6 +152,21 @@ TEST_F(TrackingTest, MetricsLinesOfStepsAndEpochsAreToldApartAndAResumeDropsWhat
   EXPECT_EQ(files.size(), 2u);
 }
 
+// A checkpoint at the last step of the run (the resumed run logs no epoch line again): the epoch line at that
+// step stays, one logged after it goes.
+TEST_F(TrackingTest, AResumeKeepsTheEpochLinesUpToItsCheckpoint) {
+  const std::string out = path("out");
+  {
+    RunTracker tracker({.output_dir = out});
+    tracker.log_epoch(1, 6, {{"eval_accuracy", 0.7}});
+    tracker.log_epoch(2, 8, {{"eval_accuracy", 0.8}});
+  }
+  RunTracker resumed({.output_dir = out, .resumed = true, .resumed_step = 6, .finished_epochs = 2});
+  const std::vector<nlohmann::json> lines = jsonl(path("out/metrics.jsonl"));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["epoch"].get<int64_t>(), 1);
+}
+
 TEST_F(TrackingTest, WithoutOutputDirNothingIsWritten) {
   RunTracker tracker({});
   EXPECT_FALSE(tracker.enabled());
