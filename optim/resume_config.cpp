@@ -31,6 +31,8 @@ bool is_ignored_key(std::string_view key) {
                                                   "log_every",
                                                   "steps_per_print",
                                                   "wall_clock_breakdown",
+                                                  "with_tracking",
+                                                  "report_to",
                                                   "data_dir",
                                                   "validation_file",
                                                   "test_file",
@@ -45,7 +47,7 @@ bool is_ignored_key(std::string_view key) {
                                                   "estimate_memory",
                                                   "num_update_steps_per_epoch",
                                                   "num_training_steps"};
-  return keys.contains(key) || key.starts_with("zero_optimization.");
+  return keys.contains(key) || key.starts_with("zero_optimization.") || key.starts_with("accelerate.");
 }
 
 // world_size x gradient_accumulation_steps: the micro-batches of one optimizer step (0 when unreadable).

@@ -26,9 +26,11 @@ bool is_step_name(std::string_view name, std::string_view suffix) {
 
 // A file or directory a run writes (or its temp file), by name.
 bool is_run_entry(const std::string& name, bool is_directory) {
-  // step_<N>/ (HF Accelerate), step_<N>.zero/ (a sharded checkpoint) and its uncommitted step_<N>.zero.tmp/
+  // step_<N>/ (HF Accelerate), step_<N>.zero/ (a sharded checkpoint) and its uncommitted step_<N>.zero.tmp/,
+  // runs/ (TensorBoard event files, --with_tracking)
   if (is_directory)
-    return is_step_name(name, "") || is_step_name(name, ".zero") || is_step_name(name, ".zero.tmp");
+    return is_step_name(name, "") || is_step_name(name, ".zero") || is_step_name(name, ".zero.tmp") ||
+           name == "runs";
   std::string_view base = name;
   if (temp_file_owner(name) > 0) base = base.substr(0, base.rfind(".tmp-"));
   return base == "metrics.jsonl" || base == "model.h5" || base == "MRPC.tsv" || is_step_name(base, ".h5");

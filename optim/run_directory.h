@@ -8,9 +8,10 @@
 // files are removed first; anything else in the directory is left alone) or --resume_from_checkpoint (the
 // run continues there). Files of a run: metrics.jsonl, model.h5, MRPC.tsv, step_<N>.h5 and step_<N>/ (the
 // directory form HF Accelerate writes), step_<N>.zero/ (sharded checkpoints) with its uncommitted
-// step_<N>.zero.tmp/, and temp files "<one of those>.tmp-<pid>". A temp file of a live
-// process means another run is writing there right now: refused whatever the flags. Temp files of dead
-// processes are removed first (runtime/atomic_file.h, remove_stale_temp_files).
+// step_<N>.zero.tmp/, runs/ (TensorBoard event files, --with_tracking), and temp files
+// "<one of those>.tmp-<pid>". A temp file of a live process means another run is writing there right now:
+// refused whatever the flags. Temp files of dead processes are removed first (runtime/atomic_file.h,
+// remove_stale_temp_files).
 //
 //   const OutputDirReport report = prepare_output_dir(c.output_dir, c.overwrite_output_dir,
 //                                                     !c.resume_from_checkpoint.empty());

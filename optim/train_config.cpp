@@ -54,6 +54,10 @@ void resolve_world_size(ResolveContext& context) {
   if (config.origin_of("world_size") == Origin::flag) {
     ZT_CHECK(launched == 1 || launched == config.world_size, "--world_size ", config.world_size,
              " contradicts the ", launched, " ranks this run was started with");
+  } else if (config.origin_of("world_size") == Origin::accelerate) {
+    ZT_CHECK(launched == 1 || launched == config.world_size, "accelerate config '", config.config_file,
+             "' num_processes ", config.world_size, " contradicts the ", launched,
+             " ranks this run was started with");
   } else if (launched != 1) {
     config.world_size = launched;
     config.origins["world_size"] = Origin::derived;
@@ -62,14 +66,19 @@ void resolve_world_size(ResolveContext& context) {
 }
 
 void resolve_run_keys(ResolveContext& context) {
+  const TrainConfig& c = context.config;
+  // As run_glue_no_trainer.py, --report_to only says where --with_tracking goes; alone it would do nothing.
+  ZT_CHECK(c.with_tracking || c.origin_of("report_to") == Origin::default_value, "--report_to ", c.report_to,
+           " needs --with_tracking (run_glue_no_trainer.py ignores --report_to without it)");
+  ZT_CHECK(!c.with_tracking || !c.output_dir.empty(),
+           "--with_tracking writes TensorBoard event files under <output_dir>/runs/: give --output_dir");
   if (context.top == nullptr) return;
   JsonSection& top = *context.top;
   // DeepSpeed prints a progress line every steps_per_print steps; ours is the loss line of --log_every, so
   // the key sets it (and contradicts an explicit --log_every like any other flag/JSON pair).
   reconcile(context, context.config.log_every, "log_every", top.integer("steps_per_print", false, 1));
-  const JsonValue<bool> breakdown = top.boolean("wall_clock_breakdown", false);
-  ZT_CHECK(!(breakdown.given() && breakdown.value), context.where(),
-           "wall_clock_breakdown true is not implemented yet (remove it or set it to false)");
+  reconcile(context, context.config.wall_clock_breakdown, "wall_clock_breakdown",
+            top.boolean("wall_clock_breakdown", false));
   // Accepted because Accelerate-generated configs carry it; our optimizer is always the built-in AdamW, so
   // there is no "untested optimizer" to allow.
   top.boolean("zero_allow_untested_optimizer", false);
@@ -115,6 +124,8 @@ std::string_view origin_name(Origin origin) {
       return "json auto";
     case Origin::derived:
       return "derived";
+    case Origin::accelerate:
+      return "accelerate";
   }
   return "?";
 }
@@ -152,6 +163,15 @@ Origin TrainConfig::origin_of(std::string_view key) const {
 // Resolution
 
 void TrainConfig::resolve(const ResolveInputs& inputs) {
+  if (deepspeed_config.empty() && !accelerate_deepspeed_json.empty()) {
+    try {
+      resolve_with_json_text(accelerate_deepspeed_json, "built from deepspeed_config", inputs);
+    } catch (const Error& e) {
+      throw with_accelerate_key(*this, e);
+    }
+    mark_accelerate_origins(*this);
+    return;
+  }
   if (deepspeed_config.empty()) {
     resolve_impl(nullptr, "", inputs);
     return;
@@ -200,8 +220,10 @@ std::string TrainConfig::describe() const {
   std::ostringstream text;
   text << "zerotrain configuration (world_size " << world_size;
   if (!deepspeed_config.empty()) text << ", DeepSpeed config " << deepspeed_config;
+  if (!config_file.empty()) text << ", accelerate config " << config_file;
   text << ")\n";
   DescribeWriter out(*this, text);
+  describe_accelerate(*this, out);
   describe_data(*this, out);
 
   out.group("model");
@@ -226,6 +248,10 @@ std::string TrainConfig::describe() const {
   out.line("checkpointing_steps", show_checkpointing(checkpointing_steps));
   out.line("resume_from_checkpoint", resume_from_checkpoint);
   out.line("log_every", std::to_string(log_every));
+  out.line("with_tracking", show_bool(with_tracking),
+           with_tracking ? str("TensorBoard: ", output_dir, "/runs/glue_no_trainer") : std::string());
+  out.line("report_to", report_to);
+  out.line("wall_clock_breakdown", show_bool(wall_clock_breakdown));
   out.line("estimate_memory", show_bool(estimate_memory));
   return text.str();
 }

@@ -65,6 +65,7 @@ enum class Origin {
   json,           // a value in the DeepSpeed JSON
   json_auto,      // "auto" in the JSON, filled from a flag or from the model/world size
   derived,        // computed from other settings (e.g. train_batch_size, num_training_steps)
+  accelerate,     // a key of Accelerate's config file (--config_file)
 };
 std::string_view origin_name(Origin origin);
 
@@ -181,6 +182,22 @@ struct TrainConfig {
   // that never arrived, instead of hanging; 0 = wait forever.
   int64_t collective_timeout_seconds = 600;
   bool overwrite_output_dir = false;  // HF's --overwrite_output_dir: write into an existing, non-empty dir
+  // HF's --with_tracking / --report_to: TensorBoard event files under <output_dir>/runs/ (the only tracker;
+  // report_to "all" means it too). optim/tracking/run_tracker.h.
+  bool with_tracking = false;
+  std::string report_to = "all";
+  // DeepSpeed's wall_clock_breakdown (also a flag): per-segment step times logged with the other scalars.
+  bool wall_clock_breakdown = false;
+  // Accelerate's config file (`accelerate launch --config_file`), read by from_args once every flag is
+  // parsed: Note [Accelerate config files] in optim/train_config_accelerate.cpp.
+  std::string config_file;
+  struct AccelerateKey {
+    std::string key;     // as in the YAML, nested keys dotted: "deepspeed_config.zero_stage"
+    std::string value;   // as written there
+    std::string effect;  // what it sets here, or why it changes nothing
+  };
+  std::vector<AccelerateKey> accelerate_keys;  // every key of the file, in file order, for describe()
+  std::string accelerate_deepspeed_json;       // its deepspeed_config as a DeepSpeed JSON; empty if none
 
   // ---- filled by resolve() ----
   int64_t train_batch_size = 0;            // micro x accumulation x world
@@ -200,6 +217,9 @@ struct TrainConfig {
   static TrainConfig from_args(const std::vector<std::string>& args);  // without a program name
   // Usage text generated from the flag table (every flag, its default and what it does).
   static std::string help_text();
+  // Applies an Accelerate config (YAML text; `source` names it in messages) to flags already parsed: Note
+  // [Accelerate config files]. from_args calls it for --config_file. Throws zt::Error naming the key.
+  void apply_accelerate_config(std::string_view yaml_text, std::string_view source);
 
   // Fills data paths, reads --deepspeed_config (if any, at most kMaxDeepSpeedConfigBytes) and reconciles it
   // with the flags (Note [Flags versus the DeepSpeed JSON]), resolves "auto", computes step counts and

@@ -210,14 +210,31 @@ const std::vector<FlagSpec>& flag_table() {
       {"overwrite_output_dir", "", "write into --output_dir even when it already holds files (HF's flag)",
        [](C& c, F, V) { c.overwrite_output_dir = true; },
        [](const C& c) { return show_bool(c.overwrite_output_dir); }},
+      {"config_file", "FILE",
+       "Accelerate config (YAML from `accelerate config`): distributed_type, mixed_precision, num_processes, "
+       "deepspeed_config, ...",
+       [](C& c, F, V v) { c.config_file = v; }, [](const C& c) { return c.config_file; }},
+      {"with_tracking", "", "write TensorBoard event files under <output_dir>/runs/ (HF's flag)",
+       [](C& c, F, V) { c.with_tracking = true; }, [](const C& c) { return show_bool(c.with_tracking); }},
+      {"report_to", "NAME", "tracker for --with_tracking: tensorboard, or all (= tensorboard, the only one)",
+       [](C& c, F f, V v) {
+         ZT_CHECK(v == "tensorboard" || v == "all", "--", f, " ", v,
+                  ": zerotrain reports to tensorboard only (--report_to tensorboard or all)");
+         c.report_to = v;
+       },
+       [](const C& c) { return c.report_to; }},
+      {"wall_clock_breakdown", "",
+       "log per-segment step times (forward, backward, optimizer, ...) with the other scalars (DeepSpeed "
+       "key)",
+       [](C& c, F, V) { c.wall_clock_breakdown = true; },
+       [](const C& c) { return show_bool(c.wall_clock_breakdown); }},
   };
   return table;
 }
 
 // run_glue_no_trainer.py flags we know but do not implement: told apart from typos.
-constexpr auto kHfFlagsNotSupported =
-    std::to_array<std::string_view>({"with_tracking", "report_to", "push_to_hub", "hub_model_id", "hub_token",
-                                     "use_slow_tokenizer", "trust_remote_code"});
+constexpr auto kHfFlagsNotSupported = std::to_array<std::string_view>(
+    {"push_to_hub", "hub_model_id", "hub_token", "use_slow_tokenizer", "trust_remote_code"});
 
 const FlagSpec* find_flag(std::string_view name) {
   for (const FlagSpec& spec : flag_table()) {
@@ -331,6 +348,10 @@ TrainConfig TrainConfig::from_args(const std::vector<std::string>& args) {
     }
     config.origins[name] = Origin::flag;
   }
+  // After every flag, so that a key contradicting a flag is told wherever the flag stands.
+  if (!config.config_file.empty())
+    config.apply_accelerate_config(config_detail::read_config_file(config.config_file, "--config_file"),
+                                   config.config_file);
   return config;
 }
 

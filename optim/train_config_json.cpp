@@ -147,11 +147,11 @@ class KeyPathTracker {
 
 }  // namespace
 
-std::string read_config_file(const std::string& path) {
+std::string read_config_file(const std::string& path, std::string_view flag) {
   // One open and one pass to EOF: no size query first (a FIFO has none, and a second open of a FIFO waits for
   // a writer that has gone), and the cap bounds the memory a file without end (/dev/zero) can take.
   std::ifstream file(path, std::ios::binary);
-  ZT_CHECK(file.is_open(), "--deepspeed_config: cannot open '", path, "'");
+  ZT_CHECK(file.is_open(), flag, ": cannot open '", path, "'");
   std::string text;
   std::array<char, 64 * 1024> chunk;
   while (text.size() <= kMaxDeepSpeedConfigBytes) {
@@ -159,7 +159,7 @@ std::string read_config_file(const std::string& path) {
     text.append(chunk.data(), static_cast<size_t>(file.gcount()));
     if (!file) break;
   }
-  ZT_CHECK(!file.bad(), "--deepspeed_config: cannot read '", path, "'");
+  ZT_CHECK(!file.bad(), flag, ": cannot read '", path, "'");
   return text;
 }
 

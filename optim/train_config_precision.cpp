@@ -79,6 +79,9 @@ void resolve_json_dtype(ResolveContext& context) {
     }
     ZT_CHECK(c.origin_of("dtype") != Origin::flag, "--dtype ", compute_dtype_name(c.dtype),
              " contradicts DeepSpeed config '", context.source, "' ", wanted_by);
+    ZT_CHECK(c.origin_of("dtype") != Origin::accelerate, "accelerate config '", c.config_file, "' ",
+             c.origin_notes["dtype"], " (", compute_dtype_name(c.dtype), ") contradicts DeepSpeed config '",
+             context.source, "' ", wanted_by);
     // With neither section enabled DeepSpeed trains in fp32.
     c.dtype = wanted.value_or(ComputeDType::f32);
     set_json_origin(c, "dtype", wanted_by);

@@ -29,6 +29,9 @@ inline std::string show_value(double v) {
 inline std::string show_value(int64_t v) {
   return std::to_string(v);
 }
+inline std::string show_value(bool v) {
+  return show_bool(v);
+}
 
 // " (did you mean 'x'?)" for the closest of `candidates` within a few edits of `name`, else "".
 std::string suggestion(std::string_view name, const std::vector<std::string_view>& candidates);
@@ -83,7 +86,8 @@ class JsonSection {
 
 // The text of a config file, read once to EOF (a FIFO works) but no further than one chunk past
 // kMaxDeepSpeedConfigBytes (/dev/zero ends there), so the caller's size check sees a file too big.
-std::string read_config_file(const std::string& path);
+// `flag` names the file in messages (--deepspeed_config, --config_file).
+std::string read_config_file(const std::string& path, std::string_view flag = "--deepspeed_config");
 // Parses a config, refusing duplicate keys and numbers out of a double's range, naming the key and `source`.
 nlohmann::json parse_config_json(std::string_view text, std::string_view source);
 
@@ -162,6 +166,12 @@ class DescribeWriter {
 };
 
 void describe_data(const TrainConfig& config, DescribeWriter& out);
+void describe_accelerate(const TrainConfig& config, DescribeWriter& out);  // train_config_accelerate.cpp
+// After resolving the JSON built from an Accelerate config's deepspeed_config: its values are the YAML's.
+void mark_accelerate_origins(TrainConfig& config);
+// `e` (from resolving that JSON) prefixed with the config file and the YAML key behind the JSON path it
+// names.
+Error with_accelerate_key(const TrainConfig& config, const Error& e);
 void describe_optimizer(const TrainConfig& config, DescribeWriter& out);
 void describe_schedule(const TrainConfig& config, DescribeWriter& out);
 void describe_precision(const TrainConfig& config, DescribeWriter& out);

@@ -13,6 +13,9 @@ packages=(
   clang-format
   clang libclang-rt-14-dev   # libFuzzer targets of the checkpoint readers (scripts/run_fuzzers.sh)
   libopenmpi-dev openmpi-bin # mpirun -np N train_mrpc: rank bootstrap (runtime/mpi_launch.h); optional
+  libboost-dev               # Boost.CRC: CRC-32C of TensorBoard event records (optim/tracking)
+  libyaml-cpp-dev            # Accelerate config files (train_mrpc --config_file)
+  python3-venv               # .venv below: Python packages for tests
 )
 
 missing=()
@@ -29,6 +32,18 @@ if ((${#missing[@]})); then
   $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all packages present"
+fi
+
+# Python packages the tests use, in .venv at the repository root (the system Python is left alone):
+# tensorboard's event reader checks train_mrpc's event files (tests/tools/check_tensorboard_events.py).
+venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
+if "$venv/bin/python" -c "import tensorboard" >/dev/null 2>&1; then
+  echo "setup: $venv has tensorboard"
+elif python3 -m venv "$venv" && "$venv/bin/pip" install -q "tensorboard>=2.10"; then
+  echo "setup: installed tensorboard into $venv"
+else
+  echo "setup: WARNING: could not install tensorboard into $venv (no PyPI here?):" \
+    "tracking.tensorboard_events reports skipped (fails in CI)" >&2
 fi
 
 if ! command -v nvcc >/dev/null 2>&1 && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then

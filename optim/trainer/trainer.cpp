@@ -23,17 +23,20 @@
 #include "optim/lr_schedule.h"
 #include "optim/resume_config.h"
 #include "optim/run_directory.h"
+#include "optim/tracking/run_tracker.h"
 #include "optim/zero/engine.h"
 #include "optim/zero/sharded_checkpoint.h"
 #include "runtime/atomic_file.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "runtime/device_allocator.h"
 #include "runtime/log.h"
 #include "runtime/progress.h"
 #include "runtime/rank_device.h"
 #include "runtime/signals.h"
 #include "runtime/step_profile.h"
+#include "runtime/wall_clock_breakdown.h"
 
 #include <exception>
 #include <optional>
@@ -146,45 +149,6 @@ ArenaLayout batch_layout(int64_t max_batch, int64_t max_length) {
                       {"labels", {max_batch}, DType::i64}});
 }
 
-// Note [metrics.jsonl on resume]
-// A resumed run repeats the epochs from the checkpoint's on (the epoch the checkpoint is in is evaluated
-// again at its end), so the lines an earlier attempt wrote for those epochs are dropped before the resumed
-// run appends its own: the file keeps one line per epoch, as an uninterrupted run's. A last line without
-// its newline is the torn write of a killed process and is dropped too; any other unreadable line is an
-// error naming the file and line. The file is replaced atomically. Returns the number of lines dropped.
-int64_t drop_metrics_of_repeated_epochs(const std::string& path, int64_t first_repeated_epoch) {
-  std::ifstream in(path, std::ios::binary);
-  ZT_CHECK(in.good(), "cannot read ", path);
-  std::string kept, line;
-  int64_t dropped = 0, number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    const bool torn = in.eof();  // the last line, without its newline
-    const nlohmann::json entry = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (torn && !entry.is_object()) {
-      ++dropped;
-      continue;
-    }
-    ZT_CHECK(entry.is_object() && entry.contains("epoch") && entry["epoch"].is_number_integer(), path, ":",
-             number, ": not a metrics line with an integer \"epoch\" (got '", line.substr(0, 80), "')");
-    if (entry["epoch"].get<int64_t>() >= first_repeated_epoch) {
-      ++dropped;
-      continue;
-    }
-    kept += line + "\n";
-  }
-  ZT_CHECK(!in.bad(), "cannot read ", path);
-  in.close();
-  if (dropped == 0) return 0;
-  atomic_write_file(path, [&](const std::string& temp) {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << kept;
-    out.close();
-    ZT_CHECK(!out.fail(), "cannot write ", temp, " (disk full?)");
-  });
-  return dropped;
-}
-
 // Where a run computes: --device cuda puts parameters, gradients, Adam state and activations on the GPU.
 DeviceKind training_device(const TrainConfig& config) {
   if (config.device != DeviceChoice::cuda) return DeviceKind::cpu;
@@ -199,6 +163,19 @@ ArenaOptions state_arena(DeviceKind device, MemoryCategory category, bool zero) 
 }
 
 }  // namespace
+
+// The optimizer steps since the last logged one: their mean loss and throughput are what a step line shows.
+struct StepLogWindow {
+  double loss_sum = 0;
+  int64_t steps = 0;
+  int64_t samples = 0;
+  Clock::time_point since = Clock::now();
+  void add(const StepRecord& record, int64_t window_samples) {
+    loss_sum += record.loss;
+    ++steps;
+    samples += window_samples;
+  }
+};
 
 // One rank of the data-parallel group: its communicator, optimizer-state engine, model activations and
 // batch buffer. In-process ranks are threads of this process (world_size > 1); rank r's state is built,
@@ -236,6 +213,8 @@ struct MrpcTrainer::Impl {
   std::string resumed_from;                           // the checkpoint load_checkpoint loaded, if any
   double epoch_loss_sum = 0;          // of the epoch under way: step losses summed, for its train_loss
   int64_t epoch_optimizer_steps = 0;  // optimizer steps of the epoch under way
+  // wall_clock_breakdown: marked on rank 0's thread (runtime/wall_clock_breakdown.h); null when off.
+  std::unique_ptr<WallClockBreakdown> wall_clock;
 
   Impl(TrainConfig c, DebertaConfig mc)
       : config(std::move(c)),
@@ -245,6 +224,8 @@ struct MrpcTrainer::Impl {
         compute(compute_dtype_for_run(config)),
         world(std::max(1, config.world_size)) {
     ZT_CHECK(config.resolved, "MrpcTrainer needs a resolved TrainConfig");
+    if (config.wall_clock_breakdown)
+      wall_clock = std::make_unique<WallClockBreakdown>(/*synchronize_device=*/device == DeviceKind::cuda);
     // A rank stuck longer than --collective_timeout in a collective aborts the group, naming the ranks that
     // never arrived.
     const InProcessGroupOptions group{
@@ -414,6 +395,43 @@ struct MrpcTrainer::Impl {
                     : "");
   }
 
+  // The scalars of a logged step (metrics.jsonl "step" lines, TensorBoard): the mean loss and samples/s of
+  // the steps since the last logged one; learning rate, gradient norm and fp16 loss scale of this step; the
+  // device memory in use by category (GPU); the wall_clock_breakdown segments, mean ms per step.
+  std::vector<tracking::Scalar> step_scalars(const StepRecord& record, const StepLogWindow& window) {
+    std::vector<tracking::Scalar> scalars = {
+        {"train/loss", window.loss_sum / static_cast<double>(std::max<int64_t>(window.steps, 1))},
+        {"train/learning_rate", record.lr}};
+    if (std::isfinite(record.grad_norm)) scalars.push_back({"train/grad_norm", record.grad_norm});
+    if (compute == DType::f16) {
+      scalars.push_back({"train/loss_scale", record.loss_scale});
+      scalars.push_back({"train/skipped_steps", static_cast<double>(rank0().scaler.skipped_steps())});
+    }
+    scalars.push_back({"train/samples_per_s",
+                       static_cast<double>(window.samples) / std::max(seconds_since(window.since), 1e-9)});
+    if (device == DeviceKind::cuda) {
+      // Rank 0's allocator: the one its thread allocates from (a rank's scoped allocator, if any).
+      DeviceMemoryStats memory;
+      run_ranks([&](int r) {
+        if (r == 0) memory = device_allocator().stats();
+      });
+      for (int k = 0; k < kMemoryCategoryCount; ++k) {
+        const std::string name(memory_category_name(static_cast<MemoryCategory>(k)));
+        scalars.push_back({"memory/" + name + "_mib", static_cast<double>(memory.in_use[k]) / (1 << 20)});
+      }
+      scalars.push_back({"memory/cached_mib", static_cast<double>(memory.cached) / (1 << 20)});
+    }
+    if (wall_clock) {
+      shown_wall_clock.clear();
+      for (const auto& [segment, ms] : wall_clock->take_mean_ms()) {
+        scalars.push_back({"time/" + segment + "_ms", ms});
+        shown_wall_clock.emplace_back(segment + "_ms", ms);
+      }
+    }
+    return scalars;
+  }
+  ProgressMetrics shown_wall_clock;  // the last logged segment times, shown on the progress line
+
   double lr_at(int64_t step) const {
     if (config.deepspeed_schedule)
       return deepspeed_lr_at(*config.deepspeed_schedule, config.learning_rate, step);
@@ -519,6 +537,9 @@ StepRecord MrpcTrainer::train_step(std::vector<data::Batch>& micro_batches) {
   StepProfile::global().mark_start();
   s.run_ranks([&](int r) {
     RankState& rank = s.ranks[static_cast<size_t>(r)];
+    // Segment marks (mark_wall_clock) anywhere below charge rank 0's breakdown; no-ops on other ranks.
+    WallClockScope wall_clock(r == 0 ? s.wall_clock.get() : nullptr);
+    if (r == 0 && s.wall_clock) s.wall_clock->start_step();
     const float loss_scale =
         static_cast<float>(rank.scaler.scale()) / static_cast<float>(s.config.gradient_accumulation_steps);
     for (int64_t j = 0; j < per_rank; ++j) {
@@ -530,12 +551,15 @@ StepRecord MrpcTrainer::train_step(std::vector<data::Batch>& micro_batches) {
           rank.engine.get());
       ZT_CHECK(std::isfinite(loss), "training loss is not finite at optimizer step ", s.optimizer_step,
                " (micro-batch ", s.micro_step + static_cast<int64_t>(i), ", rank ", r, ")");
+      mark_wall_clock("forward");
       rank.engine->begin_backward(j == 0, j + 1 == per_rank);
       rank.model->backward(rank.engine->parameter_handles(), rank.engine->gradient_handles(), loss_scale,
                            rank.engine.get());
+      mark_wall_clock("backward");
       losses[i] = loss;
     }
     results[static_cast<size_t>(r)] = rank.engine->step(record.lr, rank.scaler);
+    mark_wall_clock("optimizer");
   });
   s.micro_step += static_cast<int64_t>(micro_batches.size());
   double loss_sum = 0;
@@ -633,8 +657,18 @@ std::vector<EpochRecord> MrpcTrainer::train() {
         static_cast<long long>(s.optimizer_step));
   }
   std::vector<EpochRecord> epochs;
-  std::ofstream metrics;
-  std::string metrics_path;
+  // metrics.jsonl and, with --with_tracking, TensorBoard (optim/tracking/run_tracker.h). A resumed run
+  // drops what a killed run logged after its checkpoint and continues the same TensorBoard run. The epoch
+  // the checkpoint is in is logged again, unless the checkpoint already holds every step (then the loop
+  // below ends before it).
+  const bool steps_done = s.optimizer_step >= c.num_training_steps;
+  tracking::RunTracker tracker({.output_dir = c.output_dir,
+                                .tensorboard = c.with_tracking,
+                                .resumed = s.optimizer_step > 0,
+                                .resumed_step = s.optimizer_step,
+                                .finished_epochs = s.train_batcher->position().epoch + (steps_done ? 1 : 0)});
+  tracker.log_text("config", c.describe(), s.optimizer_step);
+  StepLogWindow log_window;
   // Writes a checkpoint for a stop request (unless this step's was just written) and says how to resume.
   auto stop_now = [&](bool checkpoint_written) {
     if (!c.output_dir.empty() && !checkpoint_written) save_checkpoint(c.output_dir);
@@ -648,17 +682,6 @@ std::vector<EpochRecord> MrpcTrainer::train() {
     std::error_code error;
     std::filesystem::create_directories(c.output_dir, error);
     ZT_CHECK(!error, "--output_dir ", c.output_dir, ": cannot create it (", error.message(), ")");
-    metrics_path = (std::filesystem::path(c.output_dir) / "metrics.jsonl").string();
-    if (!s.resumed_from.empty() && std::filesystem::exists(metrics_path)) {
-      // Note [metrics.jsonl on resume]: lines of the epochs this run repeats (1-based epoch numbers).
-      const int64_t dropped =
-          drop_metrics_of_repeated_epochs(metrics_path, s.train_batcher->position().epoch + 1);
-      if (dropped > 0)
-        std::printf("%s: dropped %lld line%s of epochs the resumed run repeats\n", metrics_path.c_str(),
-                    static_cast<long long>(dropped), dropped == 1 ? "" : "s");
-    }
-    metrics.open(metrics_path, std::ios::app);
-    ZT_CHECK(metrics.good(), "cannot write ", metrics_path);
   }
   const int64_t batches_per_epoch = s.train_batcher->batches_per_epoch();
   const int64_t accumulation = c.gradient_accumulation_steps;
@@ -695,7 +718,14 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       window.clear();
       s.epoch_loss_sum += record.loss;
       ++s.epoch_optimizer_steps;
-      progress.update(window_samples, {{"loss", record.loss}, {"lr", record.lr}});
+      log_window.add(record, window_samples);
+      if (s.optimizer_step % c.log_every == 0) {
+        tracker.log_step(s.optimizer_step, s.step_scalars(record, log_window));
+        log_window = StepLogWindow{};
+      }
+      ProgressMetrics shown = {{"loss", record.loss}, {"lr", record.lr}};
+      shown.insert(shown.end(), s.shown_wall_clock.begin(), s.shown_wall_clock.end());
+      progress.update(window_samples, shown);
       if (c.checkpointing_steps.kind == CheckpointingSteps::Kind::steps &&
           s.optimizer_step % c.checkpointing_steps.every == 0 && !c.output_dir.empty()) {
         save_checkpoint(c.output_dir);
@@ -731,23 +761,17 @@ std::vector<EpochRecord> MrpcTrainer::train() {
                   static_cast<long long>(s.rank0().scaler.skipped_steps()));
     }
     std::fflush(stdout);
-    if (metrics.is_open()) {
-      nlohmann::json line = {{"epoch", epoch + 1},
-                             {"step", s.optimizer_step},
-                             {"train_loss", record.train_loss},
-                             {"eval_accuracy", record.eval.accuracy},
-                             {"eval_f1", record.eval.f1},
-                             {"eval_loss", record.eval.loss},
-                             {"train_samples_per_s", record.train_samples_per_s},
-                             {"epoch_seconds", record.seconds}};
-      if (s.compute == DType::f16) {
-        line["loss_scale"] = s.rank0().scaler.scale();
-        line["skipped_steps"] = s.rank0().scaler.skipped_steps();
-      }
-      metrics << line.dump() << "\n";
-      metrics.flush();
-      ZT_CHECK(metrics.good(), "cannot write ", metrics_path, " (disk full?)");
+    std::vector<tracking::Scalar> epoch_scalars = {{"train_loss", record.train_loss},
+                                                   {"eval_accuracy", record.eval.accuracy},
+                                                   {"eval_f1", record.eval.f1},
+                                                   {"eval_loss", record.eval.loss},
+                                                   {"train_samples_per_s", record.train_samples_per_s},
+                                                   {"epoch_seconds", record.seconds}};
+    if (s.compute == DType::f16) {
+      epoch_scalars.push_back({"loss_scale", s.rank0().scaler.scale()});
+      epoch_scalars.push_back({"skipped_steps", static_cast<double>(s.rank0().scaler.skipped_steps())});
     }
+    tracker.log_epoch(epoch + 1, s.optimizer_step, epoch_scalars);
     if (c.checkpointing_steps.kind == CheckpointingSteps::Kind::epoch && !c.output_dir.empty()) {
       s.train_batcher->set_epoch(epoch + 1);  // resume starts the next epoch, not this one's evaluation again
       save_checkpoint(c.output_dir);

@@ -4,7 +4,8 @@
 //              every `accumulation` micro-batches (and at the end of an epoch):
 //                  clip the global grad norm, AdamW step at lr = schedule(step), zero grads, step += 1
 //              checkpoint every N steps (or each epoch); stop at max_train_steps
-//   after each epoch: dev accuracy / F1, a line in output_dir/metrics.jsonl, a progress line
+//   every log_every steps and after each epoch: metrics.jsonl lines (and TensorBoard scalars with
+//   --with_tracking; optim/tracking/run_tracker.h); after each epoch: dev accuracy / F1, a progress line
 //   at the end: GLUE test predictions (MRPC.tsv) and the final model
 //
 // The step is deterministic: dropout masks are pure functions of (seed, micro-step, layer, site), the data

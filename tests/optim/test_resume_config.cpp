@@ -50,6 +50,16 @@ TEST(ResumeConfig, TheSameRunHasNoChanges) {
       described(with(kBase, {"--output_dir", "/tmp/elsewhere", "--checkpointing_steps", "7", "--log_every",
                              "3", "--per_device_eval_batch_size", "5"}));
   EXPECT_TRUE(compare_resume_config(described(kBase), moved).empty());
+  // Tracking and the keys of an Accelerate config file do not change the numbers either.
+  const std::string tracked =
+      described(with(kBase, {"--output_dir", "/tmp/x", "--with_tracking", "--wall_clock_breakdown"}));
+  EXPECT_TRUE(compare_resume_config(described(kBase), tracked).empty());
+  const std::string stored_with_accelerate =
+      "zerotrain configuration (world_size 1)\n"
+      "accelerate config (cfg.yaml)\n"
+      "  accelerate.machine_rank   0   [accelerate]\n";
+  EXPECT_TRUE(
+      compare_resume_config(stored_with_accelerate, "zerotrain configuration (world_size 1)\n").empty());
 }
 
 TEST(ResumeConfig, ChangedOptimizerAndScheduleSettingsAreStated) {

@@ -72,6 +72,14 @@ TEST_F(RunDirectoryTest, ResumingKeepsEverything) {
   EXPECT_EQ(names(), before);
 }
 
+TEST_F(RunDirectoryTest, TensorBoardRunsAreFilesOfTheRun) {
+  fs::create_directories(path("runs/glue_no_trainer"));
+  touch("runs/glue_no_trainer/events.out.tfevents.1.host.2.0");
+  expect_error([&] { prepare_output_dir(dir_.string(), false, false); }, {"holds runs of an earlier run"});
+  prepare_output_dir(dir_.string(), true, false);
+  EXPECT_TRUE(names().empty());
+}
+
 TEST_F(RunDirectoryTest, OverwriteRemovesOurFilesOnly) {
   fill_with_a_finished_run();
   const OutputDirReport report = prepare_output_dir(dir_.string(), true, false);

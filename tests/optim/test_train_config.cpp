@@ -280,7 +280,7 @@ TEST(TrainConfigFlags, StepsCountEveryRanksShardAndAccumulation) {
 TEST(TrainConfigFlags, UnknownFlagIsNamed) {
   EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--learning_rat", "1e-5"}),
                    "--learning_rat", "did you mean 'learning_rate'");
-  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--with_tracking"}), "--with_tracking",
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--push_to_hub"}), "--push_to_hub",
                    "does not support");
   EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"stray"}), "stray");
 }
@@ -857,10 +857,26 @@ TEST(TrainConfigJson, StepsPerPrintSetsLogEvery) {
   EXPECT_ERROR_HAS(resolved({}, R"({"steps_per_print": 0})"), "'steps_per_print' must be at least 1");
 }
 
-TEST(TrainConfigJson, WallClockBreakdownIsNotImplemented) {
-  EXPECT_ERROR_HAS(resolved({}, R"({"wall_clock_breakdown": true})"), "test.json", "wall_clock_breakdown",
-                   "not implemented yet");
-  EXPECT_NO_THROW(resolved({}, R"({"wall_clock_breakdown": false})"));
+TEST(TrainConfigJson, WallClockBreakdownComesFromTheKeyOrTheFlag) {
+  EXPECT_TRUE(resolved({}, R"({"wall_clock_breakdown": true})").wall_clock_breakdown);
+  EXPECT_FALSE(resolved({}, R"({"wall_clock_breakdown": false})").wall_clock_breakdown);
+  EXPECT_TRUE(resolved({"--wall_clock_breakdown"}, R"({})").wall_clock_breakdown);
+  EXPECT_ERROR_HAS(resolved({"--wall_clock_breakdown"}, R"({"wall_clock_breakdown": false})"),
+                   "--wall_clock_breakdown true contradicts", "wall_clock_breakdown = false");
+}
+
+TEST(TrainConfigFlags, TrackingGoesToTensorBoardUnderTheOutputDir) {
+  TrainConfig config = TrainConfig::from_args(
+      std::vector<std::string>{"--with_tracking", "--report_to", "tensorboard", "--output_dir", "out"});
+  config.resolve(inputs());
+  EXPECT_TRUE(config.with_tracking);
+  EXPECT_NE(line_of(config.describe(), "with_tracking").find("out/runs/glue_no_trainer"), std::string::npos);
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--report_to", "wandb"}),
+                   "--report_to wandb", "tensorboard only");
+  TrainConfig alone = TrainConfig::from_args(std::vector<std::string>{"--report_to", "tensorboard"});
+  EXPECT_ERROR_HAS(alone.resolve(inputs()), "--report_to tensorboard needs --with_tracking");
+  TrainConfig no_dir = TrainConfig::from_args(std::vector<std::string>{"--with_tracking"});
+  EXPECT_ERROR_HAS(no_dir.resolve(inputs()), "--with_tracking", "--output_dir");
 }
 
 // ---------------------------------------------------------------------------------------------------------
