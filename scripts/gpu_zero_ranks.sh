@@ -9,7 +9,7 @@
 #      -> max_batch.jsonl;
 #   4. the blog's DeepSpeed configs (tools/configs/blog_zero2_fp16.json, blog_zero3_bf16.json) end to end
 #      with train_mrpc at world size 2.
-# Everything lands in $OUT (or ./gpu-ranks-out). Summaries go to stdout.
+# Everything lands in $OUT (or ./gpu-ranks-out) as gpu_zero_ranks.tgz. Summaries go to stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-ranks-out}
@@ -69,10 +69,13 @@ PY
     if [[ "$r" == *'"error"'* ]]; then b=$((b - 8)); else break; fi
   done
   fits=$b
-  above=$(step 2 $stage $((fits + 8)) 2)
-  above_fits=$([[ "$above" == *'"error"'* ]] && echo false || echo true)
-  echo "{\"world_size\": 2, \"zero_stage\": $stage, \"predicted\": $guess, \"largest_fitting\": $fits, \"plus8_fits\": $above_fits, \"run\": $r}" >>"$out/max_batch.jsonl"
-  echo "stage $stage: predicted $guess, largest checked batch $fits per rank (x2 ranks), +8 fits: $above_fits"
+  for attempt in 1 2 3 4; do  # upwards until +8 fails
+    above=$(step 2 $stage $((fits + 8)) 2)
+    if [[ "$above" == *'"error"'* ]]; then break; fi
+    fits=$((fits + 8)); r=$above
+  done
+  echo "{\"world_size\": 2, \"zero_stage\": $stage, \"predicted\": $guess, \"largest_fitting\": $fits, \"run\": $r}" >>"$out/max_batch.jsonl"
+  echo "stage $stage: predicted $guess, largest batch per rank (x2 ranks) $fits; $((fits + 8)) does not fit"
 done
 
 # 4. The blog's configs end to end at world size 2.
@@ -82,3 +85,5 @@ for cfg in blog_zero2_fp16 blog_zero3_bf16; do
   echo "$cfg exit $?: $(grep -E "^ZeRO stage|^epoch [0-9]+:|^done|rror" "$out/train_$cfg.txt" | tr '\n' ' ' | head -c 600)"
   rm -rf "$out/run_$cfg"
 done
+# The device returns at most 8 files: everything in one archive.
+tar -czf "$out/../gpu_zero_ranks.tgz" -C "$out" . 2>/dev/null && rm -rf "${out:?}"/* && mv "$out/../gpu_zero_ranks.tgz" "$out/"

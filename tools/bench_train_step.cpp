@@ -217,6 +217,7 @@ int run(int argc, char** argv) {
                                    {"master", gib(plan.state.master)},
                                    {"optimizer", gib(plan.state.optimizer)},
                                    {"buffers", gib(plan.state.buffers + plan.comm_scratch)},
+                                   {"scratch", gib(plan.scratch)},
                                    {"activations", gib(plan.activations)},
                                    {"total", gib(plan.total())}};
   const double samples = static_cast<double>(o.batch * o.world_size);

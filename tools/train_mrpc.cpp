@@ -97,7 +97,7 @@ int run(int argc, char** argv) {
               static_cast<long long>(model_config.hidden_size));
   // The memory plan of every stage at this world size, from the layout the run allocates.
   std::fputs(zt::optim::describe_memory_estimates(model_config, config.zero.stage, config.world_size, compute,
-                                                  max_batch, config.max_length)
+                                                  max_batch, config.max_length, gpu)
                  .c_str(),
              stdout);
   if (config.estimate_memory) return 0;

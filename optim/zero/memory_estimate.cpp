@@ -5,28 +5,58 @@
 #include <sstream>
 
 #include "model/deberta.h"
+#include "runtime/device_allocator.h"
 #include "runtime/memory_size.h"
 
 namespace zt::optim {
 
+namespace {
+
+constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // per stream, kernels/cuda/gemm.cu
+
+}  // namespace
+
 MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_size, DType compute,
-                               int64_t max_batch, int64_t max_length) {
+                               int64_t max_batch, int64_t max_length, bool device) {
   const ParameterTable table(model);
   const ZeroPartition partition(table, world_size);
+  const auto& units = partition.units();
+  // What each buffer the run allocates takes: on the GPU the caching allocator hands out its size class
+  // (up to ~6 % more than asked, runtime/device_allocator.h), so each buffer is rounded on its own, as the
+  // engine (optim/zero/engine.cpp) and the model allocate them.
+  auto held = [&](size_t bytes) { return device && bytes > 0 ? DeviceAllocator::size_class(bytes) : bytes; };
+  const size_t t = dtype_size(compute);
+  const auto shard = static_cast<size_t>(partition.shard_numel());
+  const size_t full_f32 = partition.layout(DType::f32).total_bytes();
   MemoryEstimate e;
   e.stage = stage;
   e.world_size = world_size;
-  e.state = zero_state_bytes(partition, stage, compute);
-  if (world_size > 1 && stage <= 1) {
-    int64_t largest = 0;
-    for (const ZeroUnit& u : partition.units()) largest = std::max(largest, u.numel);
-    e.comm_scratch = static_cast<size_t>(largest) * 4;
+  e.state.compute_copy = held(stage == 3 ? shard * t : partition.layout(compute).total_bytes());
+  e.state.gradients = held(stage <= 1 ? full_f32 : shard * 4);
+  // f32 training: the master is the compute copy.
+  e.state.master = compute != DType::f32 ? held(stage == 0 ? full_f32 : shard * 4) : 0;
+  e.state.optimizer = 2 * held(stage == 0 ? full_f32 : shard * 4);
+  const auto embeddings = static_cast<size_t>(units.front().numel);
+  const auto shared = static_cast<size_t>(units.back().numel);
+  const auto layer = static_cast<size_t>(partition.largest_layer_unit());
+  for (size_t bytes : {size_t{4}, stage == 3 ? t : size_t{0}}) {  // f32 buckets (2, 3), gather buffers (3)
+    if (stage < 2 || bytes == 0) continue;
+    e.state.buffers += held(embeddings * bytes) + held(shared * bytes) + 2 * held(layer * bytes);
   }
+  // Stage 0 reduces whole units with all_reduce, which in-process GPU ranks run through a per-rank scratch
+  // as large as the largest unit's f32 gradients (stage 1 reduce-scatters into place).
+  if (world_size > 1 && stage == 0) {
+    int64_t largest = 0;
+    for (const ZeroUnit& u : units) largest = std::max(largest, u.numel);
+    e.comm_scratch = held(static_cast<size_t>(largest) * 4);
+  }
+  if (device) e.scratch = kGemmWorkspaceBytes;
   // The batch arena: ids and mask [B, L] and labels [B], i64.
   const auto batch_bytes = static_cast<size_t>((2 * max_batch * max_length + max_batch) * 8);
-  e.activations = DebertaForSequenceClassification::plan_activations(model, max_batch, max_length, compute)
-                      .total_bytes() +
-                  batch_bytes;
+  e.activations =
+      held(DebertaForSequenceClassification::plan_activations(model, max_batch, max_length, compute)
+               .total_bytes()) +
+      held(batch_bytes);
   return e;
 }
 
@@ -83,7 +113,7 @@ std::string fitting_settings_hint(const DebertaConfig& model, int stage, int wor
 }
 
 std::string describe_memory_estimates(const DebertaConfig& model, int run_stage, int world_size,
-                                      DType compute, int64_t max_batch, int64_t max_length) {
+                                      DType compute, int64_t max_batch, int64_t max_length, bool device) {
   std::ostringstream out;
   out << "memory per rank (" << dtype_name(compute) << ", world size " << world_size << ", batch "
       << max_batch << " x " << max_length << "):\n";
@@ -92,13 +122,14 @@ std::string describe_memory_estimates(const DebertaConfig& model, int run_stage,
                 "master", "adam m,v", "buffers", "activations", "total");
   out << line;
   for (int stage = 0; stage <= 3; ++stage) {
-    const MemoryEstimate e = estimate_memory(model, stage, world_size, compute, max_batch, max_length);
+    const MemoryEstimate e =
+        estimate_memory(model, stage, world_size, compute, max_batch, max_length, device);
     std::snprintf(line, sizeof line, "  %-8s %12s %12s %12s %12s %12s %12s %12s\n",
                   (std::to_string(stage) + (stage == run_stage ? " (run)" : "")).c_str(),
                   format_memory_size(e.state.compute_copy).c_str(),
                   format_memory_size(e.state.gradients).c_str(), format_memory_size(e.state.master).c_str(),
                   format_memory_size(e.state.optimizer).c_str(),
-                  format_memory_size(e.state.buffers + e.comm_scratch).c_str(),
+                  format_memory_size(e.state.buffers + e.comm_scratch + e.scratch).c_str(),
                   format_memory_size(e.activations).c_str(), format_memory_size(e.total()).c_str());
     out << line;
   }

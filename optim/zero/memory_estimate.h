@@ -9,10 +9,14 @@
 //   optimizer        Adam m and v                                               zero_state_bytes
 //   buffers          gradient buckets, stage-3 gather buffers                   zero_state_bytes
 //   activations      the model's planned activation arena + the batch           plan_activations
-//   comm scratch     in-process GPU ranks, stages 0-1, world > 1: all_reduce      largest unit x 4 bytes
+//   comm scratch     in-process GPU ranks, stage 0, world > 1: all_reduce         largest unit x 4 bytes
 //                    goes through a per-rank scratch as large as the largest
 //                    unit's f32 gradients (runtime/communicator.h); NCCL reduces
 //                    in place and needs none
+//   scratch          the GEMM workspace (32 MiB per stream)                     kernels/cuda/gemm.cu
+// On the GPU every buffer is counted at the caching allocator's size class (what it really holds). Measured
+// on the H200 (docs/bench/2026-12-03-h200): each category within 2 % of this, and a further ~0.27 GiB of
+// transient kernel scratch per step at xlarge, batch 40 x 128 that the estimate leaves out.
 #pragma once
 
 #include <cstddef>
@@ -29,11 +33,13 @@ struct MemoryEstimate {
   ZeroStateBytes state;
   size_t activations = 0;
   size_t comm_scratch = 0;
-  size_t total() const { return state.total() + activations + comm_scratch; }
+  size_t scratch = 0;  // the GEMM workspace (GPU)
+  size_t total() const { return state.total() + activations + comm_scratch + scratch; }
 };
 
+// device: the buffers live on the GPU, where the caching allocator rounds each to its size class.
 MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_size, DType compute,
-                               int64_t max_batch, int64_t max_length);
+                               int64_t max_batch, int64_t max_length, bool device = true);
 
 // What fits `cap_bytes` per rank according to the estimator, for an out-of-memory message: the largest
 // per-rank batch at `stage` (and at each higher stage, where larger), and the lowest stage that fits `batch`.
@@ -45,6 +51,6 @@ std::string fitting_settings_hint(const DebertaConfig& model, int stage, int wor
 
 // A table: one row per stage 0-3 (the run's stage marked), columns by category, per rank.
 std::string describe_memory_estimates(const DebertaConfig& model, int run_stage, int world_size,
-                                      DType compute, int64_t max_batch, int64_t max_length);
+                                      DType compute, int64_t max_batch, int64_t max_length, bool device);
 
 }  // namespace zt::optim

@@ -7,10 +7,13 @@
 // relative, weights 2e-5 absolute after 10 steps); the GPU kernels may sum in a nondeterministic order
 // (atomics), so no bitwise claim is made here. bf16: every loss within 2 % (bf16 rounding of the activations
 // differs with the order of the reduced gradients the weights came from; a wrong reduction moves the curve
-// by far more, and another seed's curve is checked to be outside the bound). Each rank's memory is its own
+// by far more) and final weights ten times closer to the one-rank run's than another seed's are. Each rank's
+// memory is its own
 // and capped: a cap too small for a rank's state fails with the allocator's out-of-memory error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "optim/trainer/trainer.h"
@@ -49,16 +52,23 @@ TEST(ZeroTrainingGpuBf16, StageThreeAtWorldTwoFollowsTheOneRankCurve) {
   ASSERT_EQ(ranks.losses.size(), single.losses.size());
   for (size_t i = 0; i < single.losses.size(); ++i)
     EXPECT_NEAR(ranks.losses[i], single.losses[i], 0.02 * std::abs(single.losses[i])) << "step " << i;
-  // The bound can fail: another seed's curve leaves it somewhere.
+  // The comparison can fail: another seed's weights are far from the one-rank run's, the ranks' are not.
+  // (Per-step losses cannot show it: on this tiny model every seed's loss stays within 2 % of ln 2.)
   TrainConfig other = config_for(
       {.stage = 0, .world = 1, .accumulation = 2, .steps = kGpuSteps, .gpu = true, .dtype = "bf16"});
   other.seed = 12;
   MrpcTrainer t(other, tiny_model());
   t.train();
-  bool outside = false;
-  for (size_t i = 0; i < single.losses.size(); ++i)
-    outside |= std::abs(t.steps()[i].loss - single.losses[i]) > 0.02 * std::abs(single.losses[i]);
-  EXPECT_TRUE(outside);
+  const Arena other_params = t.params();
+  const Tensor flat = other_params.flat(DType::f32);
+  ASSERT_EQ(static_cast<size_t>(flat.numel()), single.weights.size());
+  double ranks_gap = 0, other_gap = 0;
+  for (size_t i = 0; i < single.weights.size(); ++i) {
+    ranks_gap = std::max(ranks_gap, static_cast<double>(std::abs(ranks.weights[i] - single.weights[i])));
+    other_gap =
+        std::max(other_gap, static_cast<double>(std::abs(flat.data_as<float>()[i] - single.weights[i])));
+  }
+  EXPECT_LT(ranks_gap, 0.1 * other_gap) << "ranks " << ranks_gap << ", another seed " << other_gap;
 }
 
 TEST(ZeroTrainingGpuMemory, EachRankHasItsOwnCappedAllocator) {
