@@ -63,6 +63,15 @@ void copy_tensor(const Tensor& src, const Tensor& dst) {
 #endif
 }
 
+void use_cuda_device(int device) {
+  const int count = cuda_device_count();
+  ZT_CHECK(device >= 0 && device < count, "CUDA device ", device, " does not exist (", count, " present)");
+#ifdef ZT_WITH_CUDA
+  const cudaError_t status = cudaSetDevice(device);
+  ZT_CHECK(status == cudaSuccess, "cudaSetDevice(", device, "): ", cudaGetErrorString(status));
+#endif
+}
+
 void device_synchronize() {
 #ifdef ZT_WITH_CUDA
   if (!cuda_available()) return;

@@ -24,4 +24,9 @@ void copy_tensor(const Tensor& src, const Tensor& dst);
 // (cudaDeviceSynchronize); a no-op without a GPU. For timing whole steps from the host, never in a step.
 void device_synchronize();
 
+// Makes `device` this process's current CUDA device (a process of an mpirun launch drives GPU local_rank):
+// every later allocation and kernel of the calling thread goes there. Throws for a device that does not
+// exist or in a build without CUDA.
+void use_cuda_device(int device);
+
 }  // namespace zt

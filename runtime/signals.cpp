@@ -5,6 +5,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "runtime/check.h"
@@ -17,7 +18,8 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 
-std::atomic<bool> g_installed{false};
+int g_installed = 0;  // live scopes (under g_install_mutex)
+std::mutex g_install_mutex;
 // The tool name for the handler's message: copied at install, read only in the handler.
 char g_tool[64] = "zerotrain";
 struct sigaction g_previous_int {};
@@ -57,7 +59,10 @@ void on_stop_signal(int signal) {
 }  // namespace
 
 ScopedStopSignals::ScopedStopSignals(const char* tool) {
-  ZT_CHECK(!g_installed.exchange(true), "ScopedStopSignals is already installed");
+  // Scopes may overlap (trainers of an emulated process group, each on its own thread): the first installs,
+  // the last restores.
+  std::lock_guard<std::mutex> lock(g_install_mutex);
+  if (g_installed++ > 0) return;
   std::strncpy(g_tool, tool, sizeof(g_tool) - 1);
   g_tool[sizeof(g_tool) - 1] = '\0';
   g_stop_signal.store(0);
@@ -78,9 +83,10 @@ ScopedStopSignals::ScopedStopSignals(const char* tool) {
 }
 
 ScopedStopSignals::~ScopedStopSignals() {
+  std::lock_guard<std::mutex> lock(g_install_mutex);
+  if (--g_installed > 0) return;
   sigaction(SIGINT, &g_previous_int, nullptr);
   sigaction(SIGTERM, &g_previous_term, nullptr);
-  g_installed.store(false);
 }
 
 bool stop_requested() {

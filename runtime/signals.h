@@ -22,8 +22,8 @@ namespace zt {
 
 class ScopedStopSignals {
  public:
-  // `tool` names the program in the line printed on a signal. One instance at a time; installing clears
-  // any earlier stop request.
+  // `tool` names the program in the line printed on a signal. Installing clears any earlier stop request.
+  // Scopes may overlap (on several threads): the first installs the handlers, the last restores the old.
   explicit ScopedStopSignals(const char* tool);
   ~ScopedStopSignals();
   ScopedStopSignals(const ScopedStopSignals&) = delete;

@@ -57,18 +57,32 @@ void choose_device(TrainConfig& config) {
 
 int run(int argc, char** argv) {
   TrainConfig config = TrainConfig::from_args(argc, argv);
-  // One process per GPU under mpirun is not wired into the trainer yet: N copies would each train alone.
+  // Under mpirun (-np N, one process per GPU) this process is rank launch.rank of launch.world_size.
   const zt::LaunchInfo launch = zt::detect_launch();
-  ZT_CHECK(
-      launch.world_size == 1, "started as rank ", launch.rank, " of ", launch.world_size,
-      " by a launcher (mpirun): train_mrpc does not run multi-process ZeRO yet; start one process and use "
-      "--world_size N for in-process ranks");
   if (config.show_help) {
     std::fputs(TrainConfig::help_text().c_str(), stdout);
     return 0;
   }
   const bool default_model = config.model_name_or_path.empty();
   choose_device(config);
+  const bool gpu = config.device == DeviceChoice::cuda;
+  if (launch.under_mpi) {
+    // Refused before anything is read: N ranks on the CPU backend, in a build without NCCL or MPI, or more
+    // ranks on a node than it has GPUs.
+    if (const std::string p =
+            zt::launch_support_problem(launch, gpu ? zt::DeviceKind::cuda : zt::DeviceKind::cpu,
+                                       zt::built_with_cuda(), zt::built_with_nccl(), zt::built_with_mpi());
+        !p.empty())
+      ZT_FAIL(p);
+    if (gpu) {
+      if (const std::string p = zt::gpu_assignment_problem(launch, zt::cuda_device_count()); !p.empty())
+        ZT_FAIL(p);
+      zt::use_cuda_device(launch.local_rank);
+    }
+    // Rank 0 speaks for the run (DeepSpeed's and Accelerate's convention); errors still reach stderr.
+    if (launch.rank != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
+      ZT_FAIL("rank ", launch.rank, ": cannot silence stdout");
+  }
   const zt::DebertaConfig model_config = zt::optim::model_config_for_run(config);
   apply_embedded_defaults(config, default_model);
 
@@ -79,11 +93,10 @@ int run(int argc, char** argv) {
   const std::string train_file =
       !config.train_file.empty() ? config.train_file : zt::data::mrpc_split_path(probe.data_dir, "train");
   zt::data::GlueDataset train_rows = zt::data::read_glue_mrpc_tsv(train_file);
-  config.resolve({.world_size = 1,
+  config.resolve({.world_size = launch.world_size,
                   .hidden_size = model_config.hidden_size,
                   .num_train_examples = static_cast<int64_t>(train_rows.rows.size())});
 
-  const bool gpu = config.device == DeviceChoice::cuda;
   const zt::DType compute = zt::optim::compute_dtype_for_run(config);
   zt::ParameterTable table(model_config);
   const int64_t max_batch = std::max(config.per_device_train_batch_size, config.per_device_eval_batch_size);
@@ -101,11 +114,13 @@ int run(int argc, char** argv) {
                  .c_str(),
              stdout);
   if (config.estimate_memory) return 0;
+  const char* backend = launch.under_mpi         ? (gpu ? "processes started by mpirun, one GPU each, NCCL"
+                                                        : "processes started by mpirun: one, on the CPU")
+                        : config.world_size == 1 ? "single process"
+                        : gpu ? "in-process ranks sharing one GPU, each its own stream and allocator"
+                              : "in-process ranks";
   std::printf("ZeRO stage %d, %d rank%s (%s)\n", config.zero.stage, config.world_size,
-              config.world_size == 1 ? "" : "s",
-              config.world_size == 1 ? "single process"
-              : gpu                  ? "in-process ranks sharing one GPU, each its own stream and allocator"
-                                     : "in-process ranks");
+              config.world_size == 1 ? "" : "s", backend);
   std::fputs(config.describe().c_str(), stdout);
   std::fflush(stdout);
 
@@ -118,10 +133,10 @@ int run(int argc, char** argv) {
   }
   // Out of device memory: the allocator's message says what was allocated and what is in use; the
   // estimator adds which batch sizes and stages fit this cap.
-  const size_t rank_cap =
-      config.gpu_memory_limit > 0 ? static_cast<size_t>(config.gpu_memory_limit)
-      : gpu ? zt::device_allocator().backend().free_memory() / static_cast<size_t>(config.world_size)
-            : 0;
+  const size_t rank_cap = config.gpu_memory_limit > 0 ? static_cast<size_t>(config.gpu_memory_limit)
+                          : gpu                       ? zt::device_allocator().backend().free_memory() /
+                                      static_cast<size_t>(launch.under_mpi ? 1 : config.world_size)
+                                : 0;
   auto with_fitting_settings = [&](const zt::Error& e) {
     const std::string& what = e.message();
     if (!gpu || what.rfind("out of device memory", 0) != 0) return e;
@@ -132,7 +147,17 @@ int run(int argc, char** argv) {
   };
   std::vector<zt::optim::EpochRecord> epochs;
   try {
-    zt::optim::MrpcTrainer trainer(config, model_config);
+    auto make_trainer = [&]() {
+      if (!launch.under_mpi) return std::make_unique<zt::optim::MrpcTrainer>(config, model_config);
+      // One rank per process: NCCL between the processes' GPUs (MPI only carries NCCL's id).
+      zt::NcclOptions nccl;
+      nccl.timeout = std::chrono::seconds(config.collective_timeout_seconds);
+      return std::make_unique<zt::optim::MrpcTrainer>(
+          config, model_config,
+          zt::make_launch_communicator(launch, gpu ? zt::DeviceKind::cuda : zt::DeviceKind::cpu, nccl));
+    };
+    const std::unique_ptr<zt::optim::MrpcTrainer> trainer_ptr = make_trainer();
+    zt::optim::MrpcTrainer& trainer = *trainer_ptr;
     trainer.set_train_rows(std::move(train_rows));
     epochs = trainer.train();
   } catch (const zt::Error& e) {

@@ -143,6 +143,10 @@ data::Batcher make_eval_batcher(const data::EncodedDataset& dataset, int64_t bat
   return data::Batcher(dataset, options);
 }
 
+ArenaLayout flat_f32_layout(int64_t n) {
+  return ArenaLayout({{"values", {n}, DType::f32}});
+}
+
 ArenaLayout batch_layout(int64_t max_batch, int64_t max_length) {
   return ArenaLayout({{"input_ids", {max_batch, max_length}, DType::i64},
                       {"attention_mask", {max_batch, max_length}, DType::i64},
@@ -195,8 +199,10 @@ struct MrpcTrainer::Impl {
   DebertaConfig model_config;
   ParameterTable table;
   DeviceKind device;
-  DType compute;  // storage dtype of the model's parameters and activations
-  int world;
+  DType compute;    // storage dtype of the model's parameters and activations
+  int world;        // ranks in the run
+  int first_rank;   // the first of this process's ranks
+  int local_count;  // ranks this process runs (threads): the world, or 1 in a process group
   std::vector<RankState> ranks;
   // Declared after `ranks`, so destroyed before them: a device group's scratch buffer belongs to its rank's
   // allocator, which ends with the rank's state.
@@ -209,6 +215,7 @@ struct MrpcTrainer::Impl {
   int64_t micro_step = 0;      // micro-batches consumed so far over all ranks (keys the dropout masks)
   std::vector<StepRecord> steps;
   std::function<void(const StepRecord&)> step_callback;
+  bool group_stop = false;                            // a process group agreed to stop (see stop_now)
   std::optional<data::GlueDataset> given_train_rows;  // set_train_rows: the train file as already read
   std::string resumed_from;                           // the checkpoint load_checkpoint loaded, if any
   double epoch_loss_sum = 0;          // of the epoch under way: step losses summed, for its train_loss
@@ -216,23 +223,34 @@ struct MrpcTrainer::Impl {
   // wall_clock_breakdown: marked on rank 0's thread (runtime/wall_clock_breakdown.h); null when off.
   std::unique_ptr<WallClockBreakdown> wall_clock;
 
-  Impl(TrainConfig c, DebertaConfig mc)
+  // process_group: this process is one rank of that group (mpirun, one process per GPU); null: every rank
+  // of config.world_size is a thread of this process.
+  Impl(TrainConfig c, DebertaConfig mc, std::unique_ptr<Communicator> process_group)
       : config(std::move(c)),
         model_config(std::move(mc)),
         table(model_config),
         device(training_device(config)),
         compute(compute_dtype_for_run(config)),
-        world(std::max(1, config.world_size)) {
+        world(process_group ? process_group->world_size() : std::max(1, config.world_size)),
+        first_rank(process_group ? process_group->rank() : 0),
+        local_count(process_group ? 1 : world) {
     ZT_CHECK(config.resolved, "MrpcTrainer needs a resolved TrainConfig");
+    ZT_CHECK(local_count == world || config.world_size == world, "the configuration was resolved for ",
+             config.world_size, " ranks but the process group has ", world,
+             " (resolve with the launch's world size: one rank per process)");
     if (config.wall_clock_breakdown)
       wall_clock = std::make_unique<WallClockBreakdown>(/*synchronize_device=*/device == DeviceKind::cuda);
     // A rank stuck longer than --collective_timeout in a collective aborts the group, naming the ranks that
     // never arrived.
     const InProcessGroupOptions group{
         .timeout = std::chrono::milliseconds(config.collective_timeout_seconds * 1000)};
-    const bool shared_gpu = device == DeviceKind::cuda && world > 1;
-    comms = shared_gpu ? make_in_process_device_group(world, kSharedGpu, group)
-                       : make_in_process_group(world, group);
+    const bool shared_gpu = device == DeviceKind::cuda && local_count > 1;
+    if (process_group) {
+      comms.push_back(std::move(process_group));
+    } else {
+      comms = shared_gpu ? make_in_process_device_group(world, kSharedGpu, group)
+                         : make_in_process_group(world, group);
+    }
     // --debug_collectives: ranks compare each collective (op, dtype, size) before running it and fail with
     // both sequences instead of hanging.
     if (config.debug_collectives)
@@ -247,13 +265,13 @@ struct MrpcTrainer::Impl {
                " is below what stage 3 keeps gathered at once (", live,
                " parameters: the embeddings, the shared tensors and two layers)");
     }
-    ranks.resize(static_cast<size_t>(world));
+    ranks.resize(static_cast<size_t>(local_count));
     if (shared_gpu) {
       // Each rank gets --gpu_memory_limit as if it had its own card; without one, an equal share of what the
       // device has free now.
       const size_t cap = config.gpu_memory_limit > 0 ? static_cast<size_t>(config.gpu_memory_limit)
                                                      : device_allocator(kSharedGpu).backend().free_memory() /
-                                                           static_cast<size_t>(world);
+                                                           static_cast<size_t>(local_count);
       for (RankState& rank : ranks) rank.gpu = std::make_unique<RankDevice>(kSharedGpu, cap);
     }
     // Initialize (and load) on the host; every rank keeps its part.
@@ -261,8 +279,8 @@ struct MrpcTrainer::Impl {
     init_parameters(model_config, table, staging, config.seed);
     if (!config.model_name_or_path.empty()) load_pretrained(staging);
     run_ranks([&](int r) {
-      RankState& rank = ranks[static_cast<size_t>(r)];
-      rank.comm = comms[static_cast<size_t>(r)].get();
+      RankState& rank = at(r);
+      rank.comm = comms[static_cast<size_t>(r - first_rank)].get();
       rank.engine = std::make_unique<ZeroEngine>(
           table, model_config, *rank.comm,
           ZeroEngineOptions{.stage = config.zero.stage,
@@ -285,9 +303,9 @@ struct MrpcTrainer::Impl {
   ~Impl() {
     // Rank state is torn down on the rank threads that own it; the ranks' devices after everything
     // allocated from them.
-    if (world > 1) {
+    if (local_count > 1) {
       run_ranks([&](int r) {
-        RankState& rank = ranks[static_cast<size_t>(r)];
+        RankState& rank = at(r);
         rank.batch_arena.reset();
         rank.model.reset();
         rank.engine.reset();
@@ -299,21 +317,28 @@ struct MrpcTrainer::Impl {
 
   static constexpr int kSharedGpu = 0;  // in-process GPU ranks all run on device 0
 
-  // Runs fn(rank) for every rank: inline for one rank, else on one thread per rank. A rank that throws
-  // aborts the group (the others leave their collectives with "group aborted"); the first error that is not
+  // Runs fn(rank) for every rank of this process (global rank numbers): inline for one, else on one thread
+  // per rank. A rank that throws aborts the group (the others leave their collectives with "group
+  // aborted"; in a process group the peers' NCCL calls fail instead of hanging); the first error that is not
   // such a consequence is rethrown.
   void run_ranks(const std::function<void(int)>& fn) {
-    if (world == 1) {
-      fn(0);
+    if (local_count == 1) {
+      if (world == 1) {
+        fn(first_rank);
+      } else {
+        AbortGroupOnException guard(*comms.front());
+        fn(first_rank);
+      }
       return;
     }
-    std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(local_count));
     std::vector<std::thread> threads;
-    for (int r = 0; r < world; ++r) {
-      threads.emplace_back([&, r] {
+    for (int i = 0; i < local_count; ++i) {
+      threads.emplace_back([&, i] {
+        const int r = first_rank + i;
         try {
-          AbortGroupOnException guard(*comms[static_cast<size_t>(r)]);
-          RankDevice* gpu = ranks[static_cast<size_t>(r)].gpu.get();
+          AbortGroupOnException guard(*comms[static_cast<size_t>(i)]);
+          RankDevice* gpu = at(r).gpu.get();
           std::optional<RankDevice::Enter> on_rank_device;
           if (gpu != nullptr) on_rank_device.emplace(*gpu);
           if (r != 0) StepProfile::disable_on_this_thread();  // rank 0's segments stand for the step
@@ -322,7 +347,7 @@ struct MrpcTrainer::Impl {
           // it otherwise.
           if (gpu != nullptr) gpu->synchronize();
         } catch (...) {
-          errors[static_cast<size_t>(r)] = std::current_exception();
+          errors[static_cast<size_t>(i)] = std::current_exception();
         }
       });
     }
@@ -344,7 +369,28 @@ struct MrpcTrainer::Impl {
     if (first) std::rethrow_exception(first);
   }
 
-  RankState& rank0() { return ranks.front(); }
+  // Global rank r's state; r must be one of this process's ranks.
+  RankState& at(int r) { return ranks[static_cast<size_t>(r - first_rank)]; }
+  // Any of this process's ranks, for what every rank holds alike (the loss scaler, Adam's step count).
+  RankState& local_rank() { return ranks.front(); }
+  // Process 0 (rank 0) evaluates below stage 3, prints the results and writes the run's files.
+  bool main_process() const { return first_rank == 0; }
+
+  // Whether to stop after this step (SIGINT/SIGTERM): in a process group the agreed answer of the last
+  // step, so every process stops after the same one.
+  bool stop_now() const { return local_count < world ? group_stop : stop_requested(); }
+
+  // Element-wise sum of `values` over the processes of a process group (one rank each), in place.
+  void sum_over_processes(std::vector<float>& values) {
+    const auto n = static_cast<int64_t>(values.size());
+    const Tensor host(values.data(), {n}, DType::f32);
+    Arena buffer("process exchange", flat_f32_layout(n),
+                 state_arena(device, MemoryCategory::communication, false));
+    const Tensor on_device = buffer.tensor("values");
+    copy_tensor(host, on_device);
+    comms.front()->all_reduce_sum(on_device);
+    copy_tensor(on_device, host);
+  }
 
   int64_t max_batch() const {
     return std::max(config.per_device_train_batch_size, config.per_device_eval_batch_size);
@@ -372,8 +418,7 @@ struct MrpcTrainer::Impl {
   Arena consolidated_parameters() {
     // Zero-filled: the padding between tensors compares equal between runs.
     Arena host("parameters (host)", table.layout(DType::f32), {.zero_fill = true});
-    run_ranks(
-        [&](int r) { ranks[static_cast<size_t>(r)].engine->gather_full_master(r == 0 ? &host : nullptr); });
+    run_ranks([&](int r) { at(r).engine->gather_full_master(r == 0 ? &host : nullptr); });
     return host;
   }
 
@@ -405,7 +450,7 @@ struct MrpcTrainer::Impl {
     if (std::isfinite(record.grad_norm)) scalars.push_back({"train/grad_norm", record.grad_norm});
     if (compute == DType::f16) {
       scalars.push_back({"train/loss_scale", record.loss_scale});
-      scalars.push_back({"train/skipped_steps", static_cast<double>(rank0().scaler.skipped_steps())});
+      scalars.push_back({"train/skipped_steps", static_cast<double>(local_rank().scaler.skipped_steps())});
     }
     scalars.push_back({"train/samples_per_s",
                        static_cast<double>(window.samples) / std::max(seconds_since(window.since), 1e-9)});
@@ -470,7 +515,13 @@ struct MrpcTrainer::Impl {
 };
 
 MrpcTrainer::MrpcTrainer(TrainConfig config, DebertaConfig model_config)
-    : impl_(std::make_unique<Impl>(std::move(config), std::move(model_config))) {}
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(model_config), nullptr)) {}
+
+MrpcTrainer::MrpcTrainer(TrainConfig config, DebertaConfig model_config,
+                         std::unique_ptr<Communicator> process_group)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(model_config), std::move(process_group))) {
+  ZT_CHECK(impl_->comms.size() == 1, "MrpcTrainer: a process group needs its communicator");
+}
 
 MrpcTrainer::~MrpcTrainer() = default;
 
@@ -478,7 +529,7 @@ void MrpcTrainer::load_parameters(const Arena& host) {
   Impl& s = *impl_;
   ZT_CHECK(host.device() == DeviceKind::cpu && host.bytes() == s.table.layout(DType::f32).total_bytes(),
            "load_parameters: expected a host arena laid out by table().layout(f32)");
-  s.run_ranks([&](int r) { s.ranks[static_cast<size_t>(r)].engine->load_full_parameters(host); });
+  s.run_ranks([&](int r) { s.at(r).engine->load_full_parameters(host); });
 }
 
 Arena MrpcTrainer::params() const {
@@ -533,10 +584,10 @@ StepRecord MrpcTrainer::train_step(std::vector<data::Batch>& micro_batches) {
   StepRecord record;
   record.step = s.optimizer_step;
   record.lr = s.lr_at(s.scheduler_step);
-  record.loss_scale = s.rank0().scaler.scale();
+  record.loss_scale = s.local_rank().scaler.scale();
   StepProfile::global().mark_start();
   s.run_ranks([&](int r) {
-    RankState& rank = s.ranks[static_cast<size_t>(r)];
+    RankState& rank = s.at(r);
     // Segment marks (mark_wall_clock) anywhere below charge rank 0's breakdown; no-ops on other ranks.
     WallClockScope wall_clock(r == 0 ? s.wall_clock.get() : nullptr);
     if (r == 0 && s.wall_clock) s.wall_clock->start_step();
@@ -562,11 +613,21 @@ StepRecord MrpcTrainer::train_step(std::vector<data::Batch>& micro_batches) {
     mark_wall_clock("optimizer");
   });
   s.micro_step += static_cast<int64_t>(micro_batches.size());
+  if (s.local_count < W) {
+    // A process group: every process learns every micro-batch's loss (each nonzero on exactly one rank, so
+    // the sum is exact) and whether any process was asked to stop, so all stop after the same step.
+    std::vector<float> values(losses.begin(), losses.end());
+    values.push_back(stop_requested() ? 1.0f : 0.0f);
+    s.sum_over_processes(values);
+    for (size_t i = 0; i < losses.size(); ++i) losses[i] = values[i];
+    s.group_stop = values.back() > 0;
+  }
   double loss_sum = 0;
   for (double l : losses) loss_sum += l;
   record.loss = loss_sum / static_cast<double>(micro_batches.size());
-  record.grad_norm = results[0].grad_norm;
-  record.skipped = !results[0].applied;
+  // Every rank computes the same norm and overflow verdict.
+  record.grad_norm = results[static_cast<size_t>(s.first_rank)].grad_norm;
+  record.skipped = !results[static_cast<size_t>(s.first_rank)].applied;
   StepProfile::global().mark("optimizer");
   ++s.optimizer_step;
   if (!record.skipped) ++s.scheduler_step;
@@ -592,7 +653,7 @@ EvalResult MrpcTrainer::evaluate(const data::EncodedDataset& dataset) {
     Shape logits_shape;
     s.run_ranks([&](int r) {
       if (r != 0 && !all_ranks) return;
-      RankState& rank = s.ranks[static_cast<size_t>(r)];
+      RankState& rank = s.at(r);
       const float rank_loss = rank.model->forward(rank.engine->parameter_handles(), s.upload(rank, batch),
                                                   {.training = false}, rank.engine.get());
       if (r != 0) return;
@@ -602,6 +663,7 @@ EvalResult MrpcTrainer::evaluate(const data::EncodedDataset& dataset) {
       host.resize(static_cast<size_t>(logits.numel()));
       copy_tensor(logits, Tensor(host.data(), logits.shape(), DType::f32));
     });
+    if (!s.main_process()) continue;  // rank 0's process holds the logits; the others only joined
     for (int64_t p : data::argmax_predictions(Tensor(host.data(), logits_shape, DType::f32))) {
       result.predictions.push_back(p);
     }
@@ -627,9 +689,9 @@ std::vector<EpochRecord> MrpcTrainer::train() {
   const TrainConfig& c = s.config;
   // The first SIGINT/SIGTERM finishes the current optimizer step, writes a checkpoint and returns.
   ScopedStopSignals stop_signals("train_mrpc");
-  if (!c.output_dir.empty()) {
+  if (!c.output_dir.empty() && s.main_process()) {
     // A directory of another run is refused unless --overwrite_output_dir or resuming; temp files of dead
-    // writers are removed.
+    // writers are removed. (In a process group process 0 alone; the others wait below.)
     const OutputDirReport report =
         prepare_output_dir(c.output_dir, c.overwrite_output_dir, !c.resume_from_checkpoint.empty());
     for (const std::string& f : report.removed_stale_temp_files)
@@ -637,6 +699,7 @@ std::vector<EpochRecord> MrpcTrainer::train() {
     for (const std::string& f : report.removed_for_overwrite)
       std::printf("removed %s (--overwrite_output_dir)\n", f.c_str());
   }
+  if (s.local_count < s.world) s.comms.front()->barrier();
   if (!c.resume_from_checkpoint.empty() && s.optimizer_step == 0) load_checkpoint(c.resume_from_checkpoint);
   const std::string model_path =
       c.output_dir.empty() ? "" : (std::filesystem::path(c.output_dir) / "model.h5").string();
@@ -659,14 +722,13 @@ std::vector<EpochRecord> MrpcTrainer::train() {
   std::vector<EpochRecord> epochs;
   // metrics.jsonl and, with --with_tracking, TensorBoard (optim/tracking/run_tracker.h). A resumed run
   // drops what a killed run logged after its checkpoint and continues the same TensorBoard run. The epoch
-  // the checkpoint is in is logged again, unless the checkpoint already holds every step (then the loop
-  // below ends before it).
-  const bool steps_done = s.optimizer_step >= c.num_training_steps;
-  tracking::RunTracker tracker({.output_dir = c.output_dir,
+  // the checkpoint is in is logged again (also when the checkpoint holds every step: that epoch still ends
+  // with its evaluation below), so only the epochs before it keep their lines.
+  tracking::RunTracker tracker({.output_dir = s.main_process() ? c.output_dir : std::string(),
                                 .tensorboard = c.with_tracking,
                                 .resumed = s.optimizer_step > 0,
                                 .resumed_step = s.optimizer_step,
-                                .finished_epochs = s.train_batcher->position().epoch + (steps_done ? 1 : 0)});
+                                .finished_epochs = s.train_batcher->position().epoch});
   tracker.log_text("config", c.describe(), s.optimizer_step);
   StepLogWindow log_window;
   // Writes a checkpoint for a stop request (unless this step's was just written) and says how to resume.
@@ -729,12 +791,12 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       if (c.checkpointing_steps.kind == CheckpointingSteps::Kind::steps &&
           s.optimizer_step % c.checkpointing_steps.every == 0 && !c.output_dir.empty()) {
         save_checkpoint(c.output_dir);
-        if (stop_requested()) {
+        if (s.stop_now()) {
           stop_now(true);
           return epochs;
         }
       }
-      if (stop_requested()) {
+      if (s.stop_now()) {
         stop_now(false);
         return epochs;
       }
@@ -757,8 +819,8 @@ std::vector<EpochRecord> MrpcTrainer::train() {
         static_cast<long long>(epoch + 1), record.train_loss, record.eval.accuracy, record.eval.f1,
         record.eval.loss, record.train_samples_per_s, record.seconds);
     if (s.compute == DType::f16) {
-      std::printf("  fp16 loss scale %g, %lld overflow-skipped steps so far\n", s.rank0().scaler.scale(),
-                  static_cast<long long>(s.rank0().scaler.skipped_steps()));
+      std::printf("  fp16 loss scale %g, %lld overflow-skipped steps so far\n", s.local_rank().scaler.scale(),
+                  static_cast<long long>(s.local_rank().scaler.skipped_steps()));
     }
     std::fflush(stdout);
     std::vector<tracking::Scalar> epoch_scalars = {{"train_loss", record.train_loss},
@@ -768,8 +830,8 @@ std::vector<EpochRecord> MrpcTrainer::train() {
                                                    {"train_samples_per_s", record.train_samples_per_s},
                                                    {"epoch_seconds", record.seconds}};
     if (s.compute == DType::f16) {
-      epoch_scalars.push_back({"loss_scale", s.rank0().scaler.scale()});
-      epoch_scalars.push_back({"skipped_steps", static_cast<double>(s.rank0().scaler.skipped_steps())});
+      epoch_scalars.push_back({"loss_scale", s.local_rank().scaler.scale()});
+      epoch_scalars.push_back({"skipped_steps", static_cast<double>(s.local_rank().scaler.skipped_steps())});
     }
     tracker.log_epoch(epoch + 1, s.optimizer_step, epoch_scalars);
     if (c.checkpointing_steps.kind == CheckpointingSteps::Kind::epoch && !c.output_dir.empty()) {
@@ -783,7 +845,7 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       std::printf("test: accuracy %.4f  F1 %.4f  (%lld examples)\n", test.accuracy, test.f1,
                   static_cast<long long>(test.examples));
     }
-    if (!c.output_dir.empty()) {
+    if (!c.output_dir.empty() && s.main_process()) {
       std::vector<int64_t> indices(test.predictions.size());
       for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
       const std::string path = (std::filesystem::path(c.output_dir) / "MRPC.tsv").string();
@@ -793,8 +855,8 @@ std::vector<EpochRecord> MrpcTrainer::train() {
   }
   // Written last: a model.h5 says the run finished (a resume of it has nothing to do).
   if (!model_path.empty()) {
-    const Arena host = s.consolidated_parameters();
-    save_model_file(model_path, s.model_config, s.table, host);
+    const Arena host = s.consolidated_parameters();  // collective
+    if (s.main_process()) save_model_file(model_path, s.model_config, s.table, host);
     std::printf("model: %s (load with --model_name_or_path, export with convert_hf export)\n",
                 model_path.c_str());
   }
@@ -806,9 +868,9 @@ void MrpcTrainer::save_checkpoint(const std::string& output_dir) {
   TrainingState state;
   state.optimizer_step = s.optimizer_step;
   state.micro_step = s.micro_step;
-  state.adam_step = s.rank0().engine->adamw().step_count();
+  state.adam_step = s.local_rank().engine->adamw().step_count();
   state.scheduler_step = s.scheduler_step;
-  state.loss_scaler = s.rank0().scaler.state();
+  state.loss_scaler = s.local_rank().scaler.state();
   if (s.train_batcher) state.next_batch = s.train_batcher->position();
   state.seed = s.config.seed;
   state.last_lr = s.steps.empty() ? 0.0 : s.steps.back().lr;
@@ -822,18 +884,20 @@ void MrpcTrainer::save_checkpoint(const std::string& output_dir) {
     path = checkpoint_path(output_dir, s.optimizer_step);
     Arena master = s.consolidated_parameters();
     Arena m("adam_m (host)", s.table.layout(DType::f32)), v("adam_v (host)", s.table.layout(DType::f32));
-    ZeroEngine& engine = *s.rank0().engine;
+    ZeroEngine& engine = *s.local_rank().engine;
     for (const ZeroEngine::OwnedPiece& piece : engine.owned_pieces()) {
       const Tensor tm = m.tensor(engine.tensor_name(piece.tensor)),
                    tv = v.tensor(engine.tensor_name(piece.tensor));
       engine.read_state(1, piece, {static_cast<float*>(tm.data()), static_cast<size_t>(piece.numel)});
       engine.read_state(2, piece, {static_cast<float*>(tv.data()), static_cast<size_t>(piece.numel)});
     }
-    save_training_checkpoint(path, s.model_config, s.table, {master, master, m, v}, state, text);
+    if (s.main_process())
+      save_training_checkpoint(path, s.model_config, s.table, {master, master, m, v}, state, text);
+    if (s.local_count < s.world) s.comms.front()->barrier();  // the file exists for every process after this
   } else {
     path = sharded_checkpoint_path(output_dir, s.optimizer_step);
     s.run_ranks([&](int r) {
-      RankState& rank = s.ranks[static_cast<size_t>(r)];
+      RankState& rank = s.at(r);
       save_sharded_checkpoint(path, *rank.engine, *rank.comm, s.model_config, state, text);
     });
   }
@@ -851,10 +915,9 @@ void MrpcTrainer::load_checkpoint(const std::string& path) {
   if (!s.train_set) s.load_data();
   std::vector<TrainingState> states(static_cast<size_t>(s.world));
   s.run_ranks([&](int r) {
-    states[static_cast<size_t>(r)] =
-        load_engine_checkpoint(file, *s.ranks[static_cast<size_t>(r)].engine, s.model_config);
+    states[static_cast<size_t>(r)] = load_engine_checkpoint(file, *s.at(r).engine, s.model_config);
   });
-  const TrainingState& state = states.front();
+  const TrainingState& state = states[static_cast<size_t>(s.first_rank)];
   ZT_CHECK(state.seed == s.config.seed, "checkpoint ", file, " was trained with --seed ", state.seed,
            "; resuming with --seed ", s.config.seed, " would change the data order and dropout masks");
   s.optimizer_step = state.optimizer_step;

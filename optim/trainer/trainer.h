@@ -26,6 +26,7 @@
 #include "model/parameters.h"
 #include "optim/train_config.h"
 #include "runtime/arena.h"
+#include "runtime/communicator.h"
 #include "runtime/device_allocator.h"
 
 namespace zt::optim {
@@ -73,6 +74,13 @@ class MrpcTrainer {
   // `config` must be resolved (TrainConfig::resolve). `model_config` is the architecture to train; the
   // parameters start from --model_name_or_path when given, else from a seeded HF-style random init.
   MrpcTrainer(TrainConfig config, DebertaConfig model_config);
+  // One rank of a group of processes (mpirun -np N, one process per GPU; runtime/mpi_launch.h
+  // make_launch_communicator): the run's world size is the group's and this process runs rank
+  // process_group->rank() (config resolved with the launch's world size, as train_mrpc does). Every process
+  // reads the same data and trains the micro-batches of its rank; process 0 alone evaluates below stage 3 and
+  // writes metrics, model.h5, the test predictions and single-file checkpoints (sharded checkpoints: each
+  // process its own file); the processes agree after every step on whether a signal asked them to stop.
+  MrpcTrainer(TrainConfig config, DebertaConfig model_config, std::unique_ptr<Communicator> process_group);
   ~MrpcTrainer();
 
   // The training rows, already read from config.train_file (train_mrpc reads the file once, to count its

@@ -80,7 +80,7 @@ case $case in
     train --max_train_steps 2 --output_dir "$out" --resume_from_checkpoint "$out"
     expect_rc 0
     expect_line "training is complete at optimizer step 2; writing the run's final evaluation and outputs"
-    expect_line "metrics.jsonl: dropped 2 lines of epochs the resumed run repeats"
+    expect_line "metrics.jsonl: dropped 2 lines written after the checkpoint"
     [[ -f $out/model.h5 ]] || fail "no model.h5"
     (($(wc -l <"$out/metrics.jsonl") == 1)) || fail "metrics.jsonl has $(wc -l <"$out/metrics.jsonl") lines, expected 1"
     # The epoch's train_loss and evaluation are the uninterrupted run's (the timings are not).

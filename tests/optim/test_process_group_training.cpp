@@ -1,0 +1,89 @@
+// The trainer as one rank of a group of processes — what train_mrpc does under mpirun, one process per GPU
+// with NCCL — emulated on the CPU: W trainers, each given one communicator of an in-process group and run on
+// its own thread, stand for W processes. They must train exactly what one trainer with W in-process ranks
+// trains (same batches and dropout masks per rank, the same reductions in the same order: bitwise), and
+// process 0 alone writes the run's files while every process writes its own checkpoint shard.
+#include <gtest/gtest.h>
+
+#include <exception>
+#include <filesystem>
+#include <thread>
+
+#include "optim/zero/sharded_checkpoint.h"
+#include "runtime/communicator.h"
+#include "tests/optim/zero_training_harness.h"
+
+namespace zt::optim {
+namespace {
+
+using namespace zero_harness;  // NOLINT: the harness is this test's vocabulary
+
+// Runs `spec` as spec.world single-rank trainers over one in-process group; returns process 0's result.
+RunResult run_as_processes(const RunSpec& spec) {
+  auto comms = make_in_process_group(spec.world, {.timeout = std::chrono::seconds(120)});
+  std::vector<RunResult> results(static_cast<size_t>(spec.world));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(spec.world));
+  std::vector<std::thread> processes;
+  for (int r = 0; r < spec.world; ++r) {
+    processes.emplace_back([&, r] {
+      try {
+        Communicator& comm = *comms[static_cast<size_t>(r)];
+        MrpcTrainer trainer(config_for(spec), tiny_model(), std::move(comms[static_cast<size_t>(r)]));
+        try {  // a failing process aborts the group, so the others fail instead of waiting for it
+          trainer.train();
+          RunResult& out = results[static_cast<size_t>(r)];
+          for (const StepRecord& s : trainer.steps()) out.losses.push_back(s.loss);
+          const Arena params = trainer.params();  // collective: every process joins the gathers
+          const Tensor flat = params.flat(DType::f32);
+          out.weights.assign(flat.data_as<float>(), flat.data_as<float>() + flat.numel());
+        } catch (const std::exception& e) {
+          comm.abort(e.what());  // the trainer, which owns it, is alive until this scope ends
+          throw;
+        }
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : processes) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  // Every process saw every micro-batch's loss (exchanged after each step).
+  for (const RunResult& r : results) EXPECT_EQ(r.losses, results.front().losses);
+  return results.front();
+}
+
+class ProcessGroupTraining : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(ProcessGroupTraining, TrainsBitwiseLikeInProcessRanks) {
+  const auto [world, stage] = GetParam();
+  const RunSpec spec{.stage = stage, .world = world, .steps = 8};
+  const RunResult threads = run(spec);
+  const RunResult processes = run_as_processes(spec);
+  ASSERT_EQ(processes.losses.size(), 8u);
+  EXPECT_TRUE(bitwise_equal(processes, threads)) << "world " << world << " stage " << stage;
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldsAndStages, ProcessGroupTraining,
+                         ::testing::Values(std::tuple{2, 0}, std::tuple{2, 3}, std::tuple{3, 2}),
+                         [](const auto& info) {
+                           return "world" + std::to_string(std::get<0>(info.param)) + "_stage" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(ProcessGroupTrainingFiles, ProcessZeroWritesTheRunsFilesEachProcessItsShard) {
+  const std::string dir = temp_dir("process_group_files");
+  run_as_processes({.stage = 2, .world = 2, .steps = 4, .output_dir = dir, .checkpoint_every = 4});
+  EXPECT_TRUE(std::filesystem::exists(dir + "/model.h5"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/metrics.jsonl"));
+  const std::string checkpoint = sharded_checkpoint_path(dir, 4);
+  EXPECT_TRUE(std::filesystem::exists(checkpoint + "/rank_0_of_2.h5"));
+  EXPECT_TRUE(std::filesystem::exists(checkpoint + "/rank_1_of_2.h5"));
+  // A resume of that checkpoint by in-process ranks continues from it.
+  const RunResult resumed = run({.stage = 2, .world = 2, .steps = 6, .resume = checkpoint});
+  EXPECT_EQ(resumed.losses.size(), 2u);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace zt::optim
