@@ -10,6 +10,7 @@
 #include "model/parameters.h"
 #include "optim/zero/engine.h"
 #include "optim/zero/host_optimizer_store.h"
+#include "optim/zero/memory_estimate.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
 
@@ -71,6 +72,21 @@ TEST(ZeroOffload, StateBytesMoveMasterAndMomentsToTheHost) {
     EXPECT_EQ(both.compute_copy, 0u);
     EXPECT_EQ(both.host_parameters, 2 * shard);
   }
+}
+
+TEST(ZeroOffload, EstimatorReportsDeviceAndHostSeparately) {
+  const DebertaConfig model = tiny_config();
+  const MemoryEstimate plain = estimate_memory(model, 2, 2, DType::bf16, 4, 16);
+  const MemoryEstimate off = estimate_memory(model, 2, 2, DType::bf16, 4, 16, {.optimizer = true});
+  EXPECT_EQ(plain.host(), 0u);
+  EXPECT_LT(off.total(), plain.total());
+  EXPECT_EQ(off.host(), off.state.host_total());
+  EXPECT_GT(off.host(), plain.state.master + plain.state.optimizer);  // + the gradient and parameter shards
+  const std::string table =
+      describe_memory_estimates(model, 3, 2, DType::bf16, 4, 16, {.optimizer = true, .param = true});
+  EXPECT_NE(table.find("3 +offload both (run)"), std::string::npos) << table;
+  EXPECT_EQ(table.find("2 +offload opt (run)"), std::string::npos) << table;
+  EXPECT_NE(table.find("host"), std::string::npos) << table;
 }
 
 TEST(ZeroOffload, ResidentStoreHandsOutOneBlockAtATime) {
