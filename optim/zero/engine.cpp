@@ -10,6 +10,7 @@
 #include "kernels/elementwise.h"
 #include "optim/grad_clip.h"
 #include "optim/zero/host_optimizer_store.h"
+#include "optim/zero/offload_copies.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/log.h"
@@ -152,9 +153,10 @@ struct ZeroEngine::Impl {
   // exp_avg and exp_avg_sq are null too.
   std::unique_ptr<Arena> compute_copy, master_arena, grads, exp_avg, exp_avg_sq;
   std::unique_ptr<HostOptimizerStore> host_state;
-  std::unique_ptr<Arena> host_grads;    // offload: the f32 gradient shard, copied down per block
-  std::unique_ptr<Arena> host_params;   // offload without offload_param: the compute-dtype staging shard
-  std::unique_ptr<Arena> param_upload;  // offload_param, world > 1: one unit's slice, all-gathered from
+  std::unique_ptr<Arena> host_grads;      // offload: the f32 gradient shard, copied down per block
+  std::unique_ptr<Arena> host_params;     // offload without offload_param: the compute-dtype staging shard
+  std::unique_ptr<Arena> param_upload;    // offload_param, world > 1: one unit's slice, all-gathered from
+  std::unique_ptr<OffloadCopies> copies;  // offload: the step's D2H / H2D
   std::unique_ptr<Arena> bucket_embeddings, bucket_shared, bucket_layer[2];
   std::unique_ptr<Arena> gather_embeddings, gather_shared, gather_layer[2];
   std::vector<OwnedBlock> blocks;  // one per unit
@@ -331,6 +333,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     std::vector<HostBlockExtent> extents;
     for (const OwnedBlock& b : s.blocks) extents.push_back({b.master, b.numel});
     s.host_state = std::make_unique<ResidentHostOptimizerStore>(std::move(extents), shard, host_kind);
+    s.copies = std::make_unique<OffloadCopies>(s.device, options.offload.pipelined, s.blocks.size());
   }
 
   // Handles: named arenas bind by name; stage-3 parameters and stage-2/3 gradients point into the unit's
@@ -486,6 +489,11 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
       for (float& x : host_span(grad_block(b))) x /= w;
   }
 
+  // Offload: every block's gradients start down now (pipelined: on the copy stream, beside steps 3-5).
+  if (s.offload)
+    for (const OwnedBlock& b : s.blocks)
+      s.copies->down(b.unit, grad_block(b), view(*s.host_grads, DType::f32, b.master, b.numel));
+
   // 3. Sums of squares per (rank, unit) slice, rank-major. Stage 0 holds every rank's slices itself.
   std::vector<double> sums(static_cast<size_t>(W) * U, 0.0);
   double non_finite = 0;
@@ -533,6 +541,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     const bool overflow = non_finite > 0 || !std::isfinite(total);
     if (!scaler.update(overflow)) {
       ZT_LOG(info) << "fp16 overflow: step skipped, loss scale " << loss_scale << " -> " << scaler.scale();
+      if (s.offload) s.copies->join();  // the downloads read the gradients cleared next
       clear_gradients();
       return {std::numeric_limits<double>::infinity(), false};
     }
@@ -556,15 +565,16 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     }
     for (const OwnedBlock& b : s.blocks) {
       const Tensor host_grads = view(*s.host_grads, DType::f32, b.master, b.numel);
-      copy_tensor(grad_block(b), host_grads);  // D2H (waits for the reduction on the rank's stream)
+      s.copies->wait_down(b.unit);
       const HostStateBlock state = s.host_state->acquire(b.unit);
       const Tensor staged = s.params_on_host(b);
       adamw_.update({state.master, host_span(host_grads), state.exp_avg, state.exp_avg_sq}, b.ranges, lr,
                     params16_of(staged), grad_scale);
       if (!s.mixed) write_compute_values(state.master, staged);
       s.host_state->release(b.unit, /*modified=*/true);
-      if (!s.offload_param) copy_tensor(staged, view(*s.compute_copy, s.compute, b.compute, b.numel));  // H2D
+      if (!s.offload_param) s.copies->up(staged, view(*s.compute_copy, s.compute, b.compute, b.numel));
     }
+    s.copies->join();  // the all-gather and the next forward read what went up
     if (s.stage == 1) clear_gradients();
   } else if (cpu) {
     if (coef < 1.0)

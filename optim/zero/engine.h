@@ -31,13 +31,16 @@
 // CPU offload (ZeroOffload; stages 1-3, DeepSpeed's offload_optimizer / offload_param with device cpu):
 //   offload.optimizer: the rank's fp32 master, m and v live on the host (HostOptimizerStore: pinned
 //     arenas with pin_memory on a GPU, else pageable; the NVMe tier plugs in behind the same interface),
-//     and step 6 becomes, per owned block (unit), synchronously:
-//       D2H   the block's reduced gradients (after steps 1-5, which are unchanged and run on the device)
+//     and step 6 becomes, per owned block (unit):
+//       D2H   the block's reduced gradients (queued after step 2, so the download overlaps steps 3-5, which
+//             are unchanged and run on the device)
 //       CPU   AdamW (optim/adamw.h, SIMD, thread pool) with the scale of step 5 folded into the gradient,
 //             writing the compute-dtype values into a host staging shard in the same pass
 //       H2D   the staged values into the block of the device compute copy (or, with offload.param, nothing:
 //             the staging shard is the stage-3 parameter shard itself)
-//     On the CPU backend the "device" is the host and the copies are memcpys, through the same code.
+//     On a GPU the copies run on two copy streams, so block k's CPU update overlaps the D2H of later blocks
+//     and the H2D of earlier ones (ZeroOffload::pipelined; false waits for each copy). On the CPU backend
+//     the "device" is the host and the copies are memcpys, through the same code.
 //     The math is the non-offloaded step's (same norm, same factor, the GPU AdamW's arithmetic), so an
 //     offloaded run equals the non-offloaded one bit for bit.
 //   offload.param (stage 3, needs offload.optimizer): the rank's compute-copy shard lives on the host;
@@ -69,6 +72,10 @@ namespace zt::optim {
 struct ZeroOffload {
   bool optimizer = false;  // stages 1-3: master, m, v on the host, updated by the CPU AdamW
   bool param = false;      // stage 3 with optimizer: the compute-copy shard on the host
+  // GPU: the copies on two copy streams, overlapping the CPU update (optim/zero/offload_copies.h); false:
+  // each copy waited for in turn (the reference the pipelined mode must equal bit for bit). The CPU backend
+  // is always synchronous.
+  bool pipelined = true;
 };
 
 struct ZeroEngineOptions {

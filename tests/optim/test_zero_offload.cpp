@@ -13,6 +13,7 @@
 #include "optim/zero/memory_estimate.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
+#include "tests/optim/zero_offload_harness.h"
 
 // Options are filled with designated initializers; the members left out keep their defaults on purpose.
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -87,6 +88,29 @@ TEST(ZeroOffload, EstimatorReportsDeviceAndHostSeparately) {
   EXPECT_NE(table.find("3 +offload both (run)"), std::string::npos) << table;
   EXPECT_EQ(table.find("2 +offload opt (run)"), std::string::npos) << table;
   EXPECT_NE(table.find("host"), std::string::npos) << table;
+}
+
+// The engine alone (synthetic gradients, clipping active): offloaded equals not offloaded, bit for bit, at
+// every stage, with either copy mode (the CPU backend's copies are synchronous in both).
+TEST(ZeroOffload, EngineStepEqualsTheNonOffloadedStep) {
+  for (int stage = 1; stage <= 3; ++stage) {
+    const std::vector<float> plain =
+        testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, stage, {}, 4);
+    ASSERT_FALSE(plain.empty());
+    for (const bool pipelined : {false, true}) {
+      EXPECT_EQ(plain,
+                testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, stage,
+                                                        {.optimizer = true, .pipelined = pipelined}, 4))
+          << "stage " << stage;
+    }
+    if (stage == 3) {
+      EXPECT_EQ(plain, testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 3,
+                                                               {.optimizer = true, .param = true}, 4));
+    }
+  }
+  // The comparison can fail: fewer steps give other weights.
+  EXPECT_NE(testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 2, {}, 4),
+            testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 2, {.optimizer = true}, 3));
 }
 
 TEST(ZeroOffload, ResidentStoreHandsOutOneBlockAtATime) {
