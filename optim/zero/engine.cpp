@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <optional>
 
@@ -122,6 +123,7 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
     b.host_optimizer = 3 * shard * 4;  // a separate master even in f32: the device copy stays the model's
     b.host_gradients = shard * 4;
     b.host_parameters = shard * t;
+    if (offload.param && stage == 3 && offload.delayed_update) b.host_parameters += shard * t;  // + staging
     if (offload.param && stage == 3) {
       b.compute_copy = 0;
       if (partition.world_size() > 1) b.buffers += static_cast<size_t>(largest_slice(partition)) * t;
@@ -153,10 +155,12 @@ struct ZeroEngine::Impl {
   // exp_avg and exp_avg_sq are null too.
   std::unique_ptr<Arena> compute_copy, master_arena, grads, exp_avg, exp_avg_sq;
   std::unique_ptr<HostOptimizerStore> host_state;
-  std::unique_ptr<Arena> host_grads;      // offload: the f32 gradient shard, copied down per block
-  std::unique_ptr<Arena> host_params;     // offload without offload_param: the compute-dtype staging shard
-  std::unique_ptr<Arena> param_upload;    // offload_param, world > 1: one unit's slice, all-gathered from
+  std::unique_ptr<Arena> host_grads;    // offload: the f32 gradient shard, copied down per block
+  std::unique_ptr<Arena> host_params;   // offload (not offload_param, unless delayed): compute-dtype staging
+  std::unique_ptr<Arena> param_upload;  // offload_param, world > 1: one unit's slice, all-gathered from
   std::unique_ptr<OffloadCopies> copies;  // offload: the step's D2H / H2D
+  bool delayed = false;                   // offload.delayed_update
+  bool gather_pending = false;            // a delayed update landed locally; stages 1/2 still all-gather it
   std::unique_ptr<Arena> bucket_embeddings, bucket_shared, bucket_layer[2];
   std::unique_ptr<Arena> gather_embeddings, gather_shared, gather_layer[2];
   std::vector<OwnedBlock> blocks;  // one per unit
@@ -166,9 +170,29 @@ struct ZeroEngine::Impl {
     ZT_CHECK(!offload, "ZeRO engine: the offloaded master lives in the host store");
     return master_arena ? *master_arena : *compute_copy;
   }
-  // Offload: block b's compute-dtype values on the host (the staging shard, or the stage-3 shard itself).
+  // Offload: block b's compute-dtype values on the host (the staging shard, or the stage-3 shard itself
+  // when the update may write it directly: offload_param without a delayed update).
   Tensor params_on_host(const OwnedBlock& b) const {
-    return view(offload_param ? *compute_copy : *host_params, compute, b.master, b.numel);
+    return view(offload_param && !delayed ? *compute_copy : *host_params, compute, b.master, b.numel);
+  }
+  // Offload: block b's updated values to where the model reads them (H2D, or into the stage-3 host shard).
+  void publish(const OwnedBlock& b) {
+    const Tensor target = view(*compute_copy, compute, b.compute, b.numel);
+    if (!offload_param) {
+      copies->up(params_on_host(b), target);
+    } else if (delayed) {
+      copy_tensor(params_on_host(b), target);  // host to host
+    }
+  }
+  // The delayed update in flight (declared last: destroyed first, so it finishes before the buffers go).
+  std::future<void> pending;
+  // Waits for the delayed update and publishes it on this rank (the stage-1/2 all-gather is left pending).
+  void land_delayed_update() {
+    if (!pending.valid()) return;
+    pending.get();  // rethrows the update's error
+    for (const OwnedBlock& b : blocks) publish(b);
+    copies->join();
+    gather_pending = true;
   }
   const Arena& state(int kind) const {
     ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
@@ -217,6 +241,9 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   s.stage = options.stage;
   s.offload = options.offload.optimizer;
   s.offload_param = options.offload.param;
+  s.delayed = options.offload.delayed_update;
+  ZT_CHECK(!s.delayed || s.offload,
+           "the delayed parameter update needs offload_optimizer (it delays the CPU update)");
   ZT_CHECK(!s.offload || s.stage >= 1,
            "offload_optimizer needs ZeRO stage 1, 2 or 3 (stage 0 keeps no optimizer shard), got stage ",
            s.stage);
@@ -246,6 +273,10 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
                    << (s.device == DeviceKind::cuda && host_kind == MemoryKind::host
                            ? " (pin_memory false: host<->device copies run at pageable speed)"
                            : "");
+      if (s.delayed) {
+        ZT_LOG(info) << "delayed parameter update ON: each step's CPU update overlaps the next step's "
+                        "forward and backward, which use parameters one update old";
+      }
     }
   }
 
@@ -279,7 +310,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   } else {
     const ArenaOptions host{.kind = host_kind, .category = MemoryCategory::other, .zero_fill = true};
     s.host_grads = std::make_unique<Arena>("offloaded gradients", flat_layout(shard, DType::f32), host);
-    if (!s.offload_param)
+    if (!s.offload_param || s.delayed)
       s.host_params = std::make_unique<Arena>("parameter staging", flat_layout(shard, s.compute), host);
     if (s.offload_param && world_size() > 1)
       s.param_upload =
@@ -481,6 +512,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   const size_t U = units.size();
   const bool cpu = s.device == DeviceKind::cpu;
   auto grad_block = [&](const OwnedBlock& b) { return view(*s.grads, DType::f32, b.grad, b.numel); };
+  finish_delayed_update();  // the previous step's delayed update, if any, before this step's
 
   // 2. Mean over ranks on the CPU (true division, as torch divides); the GPU folds 1/W into the factor.
   if (cpu && W > 1) {
@@ -563,17 +595,17 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
       factor *= std::min(1.0, coef);
       grad_scale = static_cast<float>(factor);
     }
-    for (const OwnedBlock& b : s.blocks) {
-      const Tensor host_grads = view(*s.host_grads, DType::f32, b.master, b.numel);
-      s.copies->wait_down(b.unit);
-      const HostStateBlock state = s.host_state->acquire(b.unit);
-      const Tensor staged = s.params_on_host(b);
-      adamw_.update({state.master, host_span(host_grads), state.exp_avg, state.exp_avg_sq}, b.ranges, lr,
-                    params16_of(staged), grad_scale);
-      if (!s.mixed) write_compute_values(state.master, staged);
-      s.host_state->release(b.unit, /*modified=*/true);
-      if (!s.offload_param) s.copies->up(staged, view(*s.compute_copy, s.compute, b.compute, b.numel));
+    if (s.delayed) {
+      // The gradients must be on the host before the next backward rewrites them; the update then runs
+      // on a host thread, and lands at the next step() (or finish_delayed_update()).
+      for (const OwnedBlock& b : s.blocks) s.copies->wait_down(b.unit);
+      s.copies->join();
+      if (s.stage == 1) clear_gradients();
+      s.pending = std::async(std::launch::async,
+                             [this, lr, grad_scale] { update_offloaded_blocks(lr, grad_scale, false); });
+      return {norm, true};
     }
+    update_offloaded_blocks(lr, grad_scale, /*publish_each=*/true);
     s.copies->join();  // the all-gather and the next forward read what went up
     if (s.stage == 1) clear_gradients();
   } else if (cpu) {
@@ -603,15 +635,43 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
 #endif
   }
   // 7. Stages 1/2: everyone's updated slices into everyone's compute copy.
-  if ((s.stage == 1 || s.stage == 2) && W > 1) {
-    for (size_t u = 0; u < U; ++u) {
-      const OwnedBlock& b = s.blocks[u];
-      comm_.all_gather(view(*s.compute_copy, s.compute, b.compute, b.numel),
-                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel),
-                       work_comm_stream());
-    }
-  }
+  gather_updated_compute_copy();
   return {norm, true};
+}
+
+void ZeroEngine::update_offloaded_blocks(double lr, float grad_scale, bool publish_each) {
+  Impl& s = *impl_;
+  for (const OwnedBlock& b : s.blocks) {
+    const Tensor host_grads = view(*s.host_grads, DType::f32, b.master, b.numel);
+    s.copies->wait_down(b.unit);
+    const HostStateBlock state = s.host_state->acquire(b.unit);
+    const Tensor staged = s.params_on_host(b);
+    adamw_.update({state.master, host_span(host_grads), state.exp_avg, state.exp_avg_sq}, b.ranges, lr,
+                  params16_of(staged), grad_scale);
+    if (!s.mixed) write_compute_values(state.master, staged);
+    s.host_state->release(b.unit, /*modified=*/true);
+    if (publish_each) s.publish(b);
+  }
+}
+
+void ZeroEngine::gather_updated_compute_copy() {
+  Impl& s = *impl_;
+  if (!((s.stage == 1 || s.stage == 2) && world_size() > 1)) return;
+  const auto& units = partition_.units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    const OwnedBlock& b = s.blocks[u];
+    comm_.all_gather(view(*s.compute_copy, s.compute, b.compute, b.numel),
+                     view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel),
+                     work_comm_stream());
+  }
+}
+
+void ZeroEngine::finish_delayed_update() {
+  Impl& s = *impl_;
+  s.land_delayed_update();
+  if (!s.gather_pending) return;
+  s.gather_pending = false;
+  gather_updated_compute_copy();
 }
 
 std::vector<ZeroEngine::OwnedPiece> ZeroEngine::owned_pieces() const {
@@ -651,6 +711,7 @@ void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> 
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: read_state size mismatch");
   const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
   if (s.offload) {
+    impl_->land_delayed_update();
     const OwnedBlock& b = s.blocks[partition_.unit_of_tensor(piece.tensor)];
     const std::span<float> state =
         offloaded_piece(s.host_state->acquire(b.unit), kind, offset - b.master, piece.numel);
@@ -667,6 +728,7 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: write_state size mismatch");
   const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
   if (s.offload) {
+    impl_->land_delayed_update();
     const OwnedBlock& b = s.blocks[partition_.unit_of_tensor(piece.tensor)];
     const std::span<float> state =
         offloaded_piece(s.host_state->acquire(b.unit), kind, offset - b.master, piece.numel);
@@ -681,23 +743,20 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
 void ZeroEngine::refresh_compute_copy() {
   Impl& s = *impl_;
   if (s.offload) {
+    s.land_delayed_update();
+    s.gather_pending = false;  // the all-gather below covers it
     for (const OwnedBlock& b : s.blocks) {
-      const Tensor staged = s.params_on_host(b);
-      write_compute_values(s.host_state->acquire(b.unit).master, staged);
+      write_compute_values(s.host_state->acquire(b.unit).master, s.params_on_host(b));
       s.host_state->release(b.unit, false);
-      if (!s.offload_param) copy_tensor(staged, view(*s.compute_copy, s.compute, b.compute, b.numel));
+      s.publish(b);
     }
-  } else if (s.mixed)
+    s.copies->join();
+  } else if (s.mixed) {
     for (const OwnedBlock& b : s.blocks)
       kernels::copy(view(*s.master_arena, DType::f32, b.master, b.numel),
                     view(*s.compute_copy, s.compute, b.compute, b.numel));
-  if ((s.stage == 1 || s.stage == 2) && world_size() > 1) {
-    const auto& units = partition_.units();
-    for (size_t u = 0; u < units.size(); ++u)
-      comm_.all_gather(view(*s.compute_copy, s.compute, s.blocks[u].compute, s.blocks[u].numel),
-                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel),
-                       work_comm_stream());
   }
+  gather_updated_compute_copy();
 }
 
 void ZeroEngine::load_full_parameters(const Arena& host_f32) {
@@ -712,6 +771,7 @@ void ZeroEngine::load_full_parameters(const Arena& host_f32) {
 
 void ZeroEngine::gather_full_master(const Arena* host_f32) {
   Impl& s = *impl_;
+  finish_delayed_update();
   ZT_CHECK(host_f32 == nullptr || host_f32->device() == DeviceKind::cpu,
            "gather_full_master needs a host arena");
   const auto& units = partition_.units();

@@ -76,6 +76,11 @@ struct ZeroOffload {
   // each copy waited for in turn (the reference the pipelined mode must equal bit for bit). The CPU backend
   // is always synchronous.
   bool pipelined = true;
+  // Delayed parameter update (ZeRO-Offload's DPU; opt-in): step t's CPU update runs on a host thread while
+  // step t+1's forward and backward run with the parameters of step t (one update stale); it lands at the
+  // start of step t+1's step() (or finish_delayed_update()). Stage 3 with param keeps a separate staging
+  // shard so that the update never writes what the forward is gathering.
+  bool delayed_update = false;
 };
 
 struct ZeroEngineOptions {
@@ -140,8 +145,14 @@ class ZeroEngine final : public DebertaUnitHooks {
   void release(size_t unit, Pass pass) override;
   void gradients_ready(size_t unit) override;
 
-  // One optimizer step over the reduced gradients (collective). `scaler` is disabled outside fp16.
+  // One optimizer step over the reduced gradients (collective). `scaler` is disabled outside fp16. With
+  // offload.delayed_update it first lands the previous step's update, then starts this one's and returns.
   ZeroStepResult step(double lr, LossScaler& scaler);
+  // Collective: waits for a delayed update in flight and puts its parameters where the model reads them
+  // (stage 1/2: all-gathered). Call on every rank before reading parameters outside the step loop
+  // (evaluation); read_state, write_state, gather_full_master and refresh_compute_copy do it themselves.
+  // A no-op without a delayed update.
+  void finish_delayed_update();
 
   // Collective: every rank passes the same full f32 host arena laid out by table.layout(f32); each keeps its
   // part in the master and refreshes the compute copy.
@@ -171,6 +182,8 @@ class ZeroEngine final : public DebertaUnitHooks {
 
  private:
   struct Impl;
+  void gather_updated_compute_copy();  // stages 1/2, world > 1: every rank's updated slices to everyone
+  void update_offloaded_blocks(double lr, float grad_scale, bool publish_each);
   const ParameterTable& table_;
   Communicator& comm_;
   ZeroEngineOptions options_;

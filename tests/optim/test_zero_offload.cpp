@@ -107,10 +107,46 @@ TEST(ZeroOffload, EngineStepEqualsTheNonOffloadedStep) {
       EXPECT_EQ(plain, testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 3,
                                                                {.optimizer = true, .param = true}, 4));
     }
+    // The delayed update applies the same updates, one step later: with gradients that do not depend on
+    // the parameters (these), the result once it has landed is the same bits.
+    EXPECT_EQ(plain, testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, stage,
+                                                             {.optimizer = true, .delayed_update = true}, 4))
+        << "stage " << stage << " delayed";
+    if (stage == 3) {
+      EXPECT_EQ(plain, testing::train_with_synthetic_gradients(
+                           DeviceKind::cpu, DType::f32, 3,
+                           {.optimizer = true, .param = true, .delayed_update = true}, 4))
+          << "stage 3 delayed with offload_param";
+    }
   }
   // The comparison can fail: fewer steps give other weights.
   EXPECT_NE(testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 2, {}, 4),
             testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 2, {.optimizer = true}, 3));
+}
+
+// The delayed update is one step stale: after step() the model still reads the old parameters, and they
+// change only when the update lands (finish_delayed_update, or the next step()).
+TEST(ZeroOffload, DelayedUpdateLandsOneStepLater) {
+  const DebertaConfig config = tiny_config();
+  const ParameterTable table(config);
+  auto comms = make_in_process_group(1);
+  ZeroEngine engine(table, config, *comms[0],
+                    {.stage = 2, .max_grad_norm = 0, .offload = {.optimizer = true, .delayed_update = true}});
+  Arena init("init", table.layout(DType::f32), {.zero_fill = true});
+  for (int64_t i = 0; i < init.flat(DType::f32).numel(); ++i)
+    init.flat(DType::f32).data_as<float>()[i] = 0.5f;
+  engine.load_full_parameters(init);
+  const Tensor w = engine.parameter_handles().shared.classifier_weight;
+  LossScaler scaler = LossScaler::disabled();
+  engine.begin_backward(true, true);
+  testing::write_gradient(engine.gradient_handles().shared.classifier_weight, 1.0, 1.0);
+  for (size_t u = 0; u <= shared_unit(config); ++u) engine.gradients_ready(u);
+  engine.step(1e-2, scaler);
+  EXPECT_EQ(w.data_as<float>()[0], 0.5f);  // the update is still in flight (or landed on the host only)
+  engine.finish_delayed_update();
+  EXPECT_NE(w.data_as<float>()[0], 0.5f);
+  EXPECT_THROW(ZeroEngine(table, config, *comms[0], {.stage = 2, .offload = {.delayed_update = true}}),
+               Error);
 }
 
 TEST(ZeroOffload, ResidentStoreHandsOutOneBlockAtATime) {

@@ -66,6 +66,7 @@ struct RunSpec {
   bool offload_optimizer = false;  // zero_optimization.offload_optimizer.device cpu
   bool offload_param = false;      // zero_optimization.offload_param.device cpu (stage 3)
   double max_grad_norm = 1.0;      // small: every step clips
+  bool delayed_update = false;     // --offload_delayed_update
 };
 
 TrainConfig config_for(const RunSpec& r) {
@@ -95,6 +96,7 @@ TrainConfig config_for(const RunSpec& r) {
   config.zero.offload_optimizer.enabled = r.offload_optimizer;
   config.zero.offload_param.enabled = r.offload_param;
   config.max_grad_norm = r.max_grad_norm;
+  config.offload_delayed_update = r.delayed_update;
   return config;
 }
 
@@ -245,6 +247,23 @@ TEST(ZeroOffloadTrainingCheckpoint, OffloadedStateSavesAndResumes) {
   const RunResult tail{{straight.losses.begin() + 4, straight.losses.end()}, straight.weights};
   expect_close(resumed, tail, "offloaded stage-2 checkpoint resumed offloaded at stage 3, world 3");
   std::filesystem::remove_all(dir);
+}
+
+// The delayed parameter update trains one step stale: step 0's loss is the exact run's, step 1's is computed
+// before step 0's update lands (so it differs), and the curve stays close to the exact one. The
+// evaluation at the end (rank 0 alone, below stage 3) sees the landed update on every rank.
+TEST(ZeroOffloadTraining, DelayedUpdateIsOneStepStaleAndClose) {
+  for (const int stage : {2, 3}) {
+    const RunResult exact = run({.stage = stage, .world = 2, .steps = 8, .offload_optimizer = true});
+    const RunResult delayed =
+        run({.stage = stage, .world = 2, .steps = 8, .offload_optimizer = true, .delayed_update = true});
+    ASSERT_EQ(delayed.losses.size(), exact.losses.size());
+    EXPECT_EQ(delayed.losses[0], exact.losses[0]) << stage;
+    EXPECT_NE(delayed.losses[1], exact.losses[1]) << stage;
+    for (size_t i = 0; i < exact.losses.size(); ++i)
+      EXPECT_NEAR(delayed.losses[i], exact.losses[i], 0.02) << "stage " << stage << " step " << i;
+    EXPECT_NE(delayed.weights, exact.weights);  // the last update landed, but on other gradients
+  }
 }
 
 // A world-2 stage-2 checkpoint resumes at world 3 and continues the curve; the consolidated model equals the
