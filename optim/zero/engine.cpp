@@ -160,7 +160,7 @@ struct ZeroEngine::Impl {
   std::unique_ptr<Arena> param_upload;  // offload_param, world > 1: one unit's slice, all-gathered from
   std::unique_ptr<OffloadCopies> copies;  // offload: the step's D2H / H2D
   bool delayed = false;                   // offload.delayed_update
-  bool gather_pending = false;            // a delayed update landed locally; stages 1/2 still all-gather it
+  bool publish_pending = false;           // a delayed update finished on the host, not yet published
   std::unique_ptr<Arena> bucket_embeddings, bucket_shared, bucket_layer[2];
   std::unique_ptr<Arena> gather_embeddings, gather_shared, gather_layer[2];
   std::vector<OwnedBlock> blocks;  // one per unit
@@ -186,13 +186,29 @@ struct ZeroEngine::Impl {
   }
   // The delayed update in flight (declared last: destroyed first, so it finishes before the buffers go).
   std::future<void> pending;
-  // Waits for the delayed update and publishes it on this rank (the stage-1/2 all-gather is left pending).
-  void land_delayed_update() {
+  // Waits for the delayed update: the host state is complete. Its parameters still have to go where the
+  // model reads them (finish_delayed_update, collective), which this rank alone must not start: a rank whose
+  // own slice were new while the others' are old would train on a mix until the all-gather.
+  void wait_for_delayed_update() {
     if (!pending.valid()) return;
     pending.get();  // rethrows the update's error
-    for (const OwnedBlock& b : blocks) publish(b);
-    copies->join();
-    gather_pending = true;
+    publish_pending = true;
+  }
+  // Offload: copies `host` from (read) or into (write) the state of `kind` for shard elements [offset,
+  // offset + host.size()) of unit `unit`, through the host store.
+  void copy_offloaded_state(size_t unit, int kind, int64_t offset, std::span<float> host, bool write) {
+    ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
+    wait_for_delayed_update();
+    const OwnedBlock& b = blocks[unit];
+    const HostStateBlock block = host_state->acquire(b.unit);
+    const std::span<float> all = kind == 0 ? block.master : kind == 1 ? block.exp_avg : block.exp_avg_sq;
+    const std::span<float> state = all.subspan(static_cast<size_t>(offset - b.master), host.size());
+    if (write) {
+      std::copy(host.begin(), host.end(), state.begin());
+    } else {
+      std::copy(state.begin(), state.end(), host.begin());
+    }
+    host_state->release(b.unit, write);
   }
   const Arena& state(int kind) const {
     ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
@@ -668,9 +684,11 @@ void ZeroEngine::gather_updated_compute_copy() {
 
 void ZeroEngine::finish_delayed_update() {
   Impl& s = *impl_;
-  s.land_delayed_update();
-  if (!s.gather_pending) return;
-  s.gather_pending = false;
+  s.wait_for_delayed_update();
+  if (!s.publish_pending) return;
+  s.publish_pending = false;
+  for (const OwnedBlock& b : s.blocks) s.publish(b);
+  s.copies->join();
   gather_updated_compute_copy();
 }
 
@@ -698,25 +716,12 @@ static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mix
   return master_is_full_compute ? flat : u.shard_begin + in_slice;
 }
 
-// Offload: piece's elements inside its block of the host store, by kind.
-static std::span<float> offloaded_piece(const HostStateBlock& block, int kind, int64_t offset,
-                                        int64_t numel) {
-  ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
-  const std::span<float> all = kind == 0 ? block.master : kind == 1 ? block.exp_avg : block.exp_avg_sq;
-  return all.subspan(static_cast<size_t>(offset), static_cast<size_t>(numel));
-}
-
 void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> host) const {
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: read_state size mismatch");
   const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
   if (s.offload) {
-    impl_->land_delayed_update();
-    const OwnedBlock& b = s.blocks[partition_.unit_of_tensor(piece.tensor)];
-    const std::span<float> state =
-        offloaded_piece(s.host_state->acquire(b.unit), kind, offset - b.master, piece.numel);
-    std::copy(state.begin(), state.end(), host.begin());
-    s.host_state->release(b.unit, false);
+    impl_->copy_offloaded_state(partition_.unit_of_tensor(piece.tensor), kind, offset, host, false);
     return;
   }
   copy_tensor(view(s.state(kind), DType::f32, offset, piece.numel),
@@ -728,12 +733,8 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: write_state size mismatch");
   const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
   if (s.offload) {
-    impl_->land_delayed_update();
-    const OwnedBlock& b = s.blocks[partition_.unit_of_tensor(piece.tensor)];
-    const std::span<float> state =
-        offloaded_piece(s.host_state->acquire(b.unit), kind, offset - b.master, piece.numel);
-    std::copy(host.begin(), host.end(), state.begin());
-    s.host_state->release(b.unit, true);
+    impl_->copy_offloaded_state(partition_.unit_of_tensor(piece.tensor), kind, offset,
+                                {const_cast<float*>(host.data()), host.size()}, true);
     return;
   }
   copy_tensor(Tensor(const_cast<float*>(host.data()), Shape{piece.numel}, DType::f32),
@@ -743,8 +744,8 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
 void ZeroEngine::refresh_compute_copy() {
   Impl& s = *impl_;
   if (s.offload) {
-    s.land_delayed_update();
-    s.gather_pending = false;  // the all-gather below covers it
+    s.wait_for_delayed_update();
+    s.publish_pending = false;  // everything is published from the master below
     for (const OwnedBlock& b : s.blocks) {
       write_compute_values(s.host_state->acquire(b.unit).master, s.params_on_host(b));
       s.host_state->release(b.unit, false);

@@ -22,20 +22,7 @@ namespace zt::optim {
 namespace {
 
 DebertaConfig tiny_config() {
-  DebertaConfig c = deberta_small_cpu_config();
-  c.vocab_size = 50;
-  c.hidden_size = 16;
-  c.embedding_size = 16;
-  c.num_attention_heads = 4;
-  c.attention_head_size = 4;
-  c.intermediate_size = 32;
-  c.num_hidden_layers = 2;
-  c.position_buckets = 4;
-  c.max_relative_positions = -1;
-  c.max_position_embeddings = 16;
-  c.pooler_hidden_size = 16;
-  c.num_labels = 3;
-  return c;
+  return testing::offload_tiny_config();
 }
 
 // The message of the error constructing a world-1 engine with `options` throws ("" when it constructs).
