@@ -12,7 +12,11 @@
 // 3 warm-up steps (plans, caches, first allocations) then --steps timed ones; step_ms is their median.
 // peak_gib is the caching allocator's peak of live bytes (the counterpart of
 // torch.cuda.max_memory_allocated); peak_reserved_gib adds what it kept cached. With --profile (or
-// ZT_PROFILE=1) a per-segment device-time table of the timed steps goes to stderr.
+// ZT_PROFILE=1) a per-segment device-time table of the timed steps goes to stderr (with CPU offload it has
+// the offload's segments: optimizer.grad_norm, optimizer.offload_download_wait, optimizer.offload_cpu_adamw,
+// optimizer.offload_delayed_land). CPU offload: --offload optimizer (stages 1-3) or both (stage 3: the
+// parameter shard too), --pin_memory for page-locked host buffers, --delayed_update for ZeRO-Offload's
+// one-step-stale update.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -40,14 +44,18 @@ struct Options {
   std::string dtype = "bf16";
   int64_t steps = 12;
   double dropout = 0.1;
-  int64_t layers = 0;  // 0: the xlarge depth (24)
-  int zero_stage = 0;  // ZeRO stage of the (single-rank) engine: its overhead over stage 0
+  int64_t layers = 0;            // 0: the xlarge depth (24)
+  int zero_stage = 0;            // ZeRO stage of the (single-rank) engine: its overhead over stage 0
+  std::string offload = "none";  // none | optimizer | both
+  bool pin_memory = false;
+  bool delayed_update = false;
   bool profile = false;
 };
 
 const char* kUsage =
     "usage: bench_train_step [--batch 40] [--seq 128] [--dtype bf16|fp16|fp32] [--steps 12] [--dropout 0.1]\n"
-    "                        [--layers N] [--zero_stage 0-3] [--profile]\n";
+    "                        [--layers N] [--zero_stage 0-3] [--offload none|optimizer|both] [--pin_memory]\n"
+    "                        [--delayed_update] [--profile]\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -59,6 +67,10 @@ Options parse(int argc, char** argv) {
     }
     if (flag == "--profile") {
       o.profile = true;
+      continue;
+    }
+    if (flag == "--pin_memory" || flag == "--delayed_update") {
+      (flag == "--pin_memory" ? o.pin_memory : o.delayed_update) = true;
       continue;
     }
     ZT_CHECK(i + 1 < argc, flag, " needs a value\n", kUsage);
@@ -78,6 +90,8 @@ Options parse(int argc, char** argv) {
         o.layers = std::stoll(value);
       } else if (flag == "--zero_stage") {
         o.zero_stage = std::stoi(value);
+      } else if (flag == "--offload") {
+        o.offload = value;
       } else {
         ZT_FAIL("unknown flag ", flag, "\n", kUsage);
       }
@@ -87,6 +101,8 @@ Options parse(int argc, char** argv) {
   }
   ZT_CHECK(o.batch > 0 && o.seq > 1 && o.steps >= 1 && o.layers >= 0, "sizes must be positive");
   ZT_CHECK(o.dtype == "bf16" || o.dtype == "fp16" || o.dtype == "fp32", "--dtype must be bf16, fp16 or fp32");
+  ZT_CHECK(o.offload == "none" || o.offload == "optimizer" || o.offload == "both",
+           "--offload must be none, optimizer or both");
   return o;
 }
 
@@ -139,6 +155,10 @@ int run(int argc, char** argv) {
       {.world_size = 1, .hidden_size = model.hidden_size, .num_train_examples = o.batch * o.steps});
   ZT_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, "--zero_stage must be 0, 1, 2 or 3");
   config.zero.stage = o.zero_stage;
+  config.zero.offload_optimizer.enabled = o.offload != "none";
+  config.zero.offload_optimizer.pin_memory = o.pin_memory;
+  config.zero.offload_param.enabled = o.offload == "both";
+  config.offload_delayed_update = o.delayed_update;
   zt::optim::MrpcTrainer trainer(config, model);
 
   std::mt19937_64 rng(0);
@@ -176,6 +196,10 @@ int run(int argc, char** argv) {
       {"batch", o.batch},
       {"seq", o.seq},
       {"layers", model.num_hidden_layers},
+      {"zero_stage", o.zero_stage},
+      {"offload", o.offload},
+      {"pin_memory", o.pin_memory},
+      {"delayed_update", o.delayed_update},
       {"params", table.total_numel()},
       {"first_step_s", round_to(first_step_s, 1e-3)},
       {"step_ms", round_to(step_s * 1e3, 1e-2)},

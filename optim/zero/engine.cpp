@@ -16,6 +16,7 @@
 #include "runtime/device.h"
 #include "runtime/log.h"
 #include "runtime/memory_size.h"
+#include "runtime/step_profile.h"
 
 #ifdef ZT_WITH_CUDA
 #include "optim/cuda/adamw.cuh"
@@ -528,7 +529,11 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   const size_t U = units.size();
   const bool cpu = s.device == DeviceKind::cpu;
   auto grad_block = [&](const OwnedBlock& b) { return view(*s.grads, DType::f32, b.grad, b.numel); };
-  finish_delayed_update();  // the previous step's delayed update, if any, before this step's
+  StepProfile& prof = StepProfile::global();  // offload segment marks: no-ops unless profiling is on
+  if (s.delayed) {
+    finish_delayed_update();  // the previous step's delayed update before this step's
+    prof.mark("optimizer.offload_delayed_land");
+  }
 
   // 2. Mean over ranks on the CPU (true division, as torch divides); the GPU folds 1/W into the factor.
   if (cpu && W > 1) {
@@ -600,6 +605,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   const double coef = options_.max_grad_norm > 0 ? clip_coefficient(norm, options_.max_grad_norm) : 1.0;
   adamw_.begin_step();
   if (s.offload) {
+    prof.mark("optimizer.grad_norm");
     // The factor each path applies to the gradients before AdamW: on the CPU the clip (1/W was divided in
     // step 2; scale_in_place's float product), on the GPU 1/(loss_scale W) and the clip (the kernel's).
     float grad_scale = 1.0f;
@@ -660,13 +666,18 @@ void ZeroEngine::update_offloaded_blocks(double lr, float grad_scale, bool publi
   for (const OwnedBlock& b : s.blocks) {
     const Tensor host_grads = view(*s.host_grads, DType::f32, b.master, b.numel);
     s.copies->wait_down(b.unit);
+    // Segment marks only on the rank's thread (StepProfile is single-threaded): not in a delayed update.
+    if (publish_each) StepProfile::global().mark("optimizer.offload_download_wait");
     const HostStateBlock state = s.host_state->acquire(b.unit);
     const Tensor staged = s.params_on_host(b);
     adamw_.update({state.master, host_span(host_grads), state.exp_avg, state.exp_avg_sq}, b.ranges, lr,
                   params16_of(staged), grad_scale);
     if (!s.mixed) write_compute_values(state.master, staged);
     s.host_state->release(b.unit, /*modified=*/true);
-    if (publish_each) s.publish(b);
+    if (publish_each) {
+      s.publish(b);
+      StepProfile::global().mark("optimizer.offload_cpu_adamw");
+    }
   }
 }
 
