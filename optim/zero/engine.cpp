@@ -176,6 +176,23 @@ struct ZeroEngine::Impl {
   Tensor params_on_host(const OwnedBlock& b) const {
     return view(offload_param && !delayed ? *compute_copy : *host_params, compute, b.master, b.numel);
   }
+  // Offload: where block b's gradients are (final after the window's last reduction) and where they go.
+  Tensor device_gradients(const OwnedBlock& b) const { return view(*grads, DType::f32, b.grad, b.numel); }
+  Tensor host_gradients(const OwnedBlock& b) const {
+    return view(*host_grads, DType::f32, b.master, b.numel);
+  }
+  // Offload without a delayed update: a unit's gradients start down as soon as its last reduction is
+  // queued, so the download overlaps the rest of backward (GPU). With a delayed update the host gradient
+  // shard is still being read by the previous step's update, so the downloads wait for step().
+  bool early_download() const { return offload && !delayed; }
+  std::vector<bool> downloaded;  // per unit: its final gradients went down this step
+  void download(size_t unit) {
+    copies->down(unit, device_gradients(blocks[unit]), host_gradients(blocks[unit]));
+    downloaded[unit] = true;
+  }
+  void download_final_gradients(size_t unit) {
+    if (early_download()) download(unit);
+  }
   // Offload: block b's updated values to where the model reads them (H2D, or into the stage-3 host shard).
   void publish(const OwnedBlock& b) {
     const Tensor target = view(*compute_copy, compute, b.compute, b.numel);
@@ -382,6 +399,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     for (const OwnedBlock& b : s.blocks) extents.push_back({b.master, b.numel});
     s.host_state = std::make_unique<ResidentHostOptimizerStore>(std::move(extents), shard, host_kind);
     s.copies = std::make_unique<OffloadCopies>(s.device, options.offload.pipelined, s.blocks.size());
+    s.downloaded.assign(s.blocks.size(), false);
   }
 
   // Handles: named arenas bind by name; stage-3 parameters and stage-2/3 gradients point into the unit's
@@ -459,15 +477,18 @@ void ZeroEngine::gradients_ready(size_t unit) {
   const int W = world_size();
   const int r = rank();
   if (s.stage <= 1) {
-    if (!s.last_micro || W == 1) return;  // local accumulation until the window's last micro-batch
-    const Tensor all = view(*s.grads, DType::f32, u.flat_begin, u.numel);
-    if (s.stage == 0 || !options_.reduce_scatter) {
-      comm_.all_reduce_sum(all, work_comm_stream());
-    } else {
-      comm_.reduce_scatter_sum(all,
-                               view(*s.grads, DType::f32, partition_.slice_begin(unit, r), u.slice_numel),
-                               work_comm_stream());
+    if (!s.last_micro) return;  // local accumulation until the window's last micro-batch
+    if (W > 1) {
+      const Tensor all = view(*s.grads, DType::f32, u.flat_begin, u.numel);
+      if (s.stage == 0 || !options_.reduce_scatter) {
+        comm_.all_reduce_sum(all, work_comm_stream());
+      } else {
+        comm_.reduce_scatter_sum(all,
+                                 view(*s.grads, DType::f32, partition_.slice_begin(unit, r), u.slice_numel),
+                                 work_comm_stream());
+      }
     }
+    s.download_final_gradients(unit);
     return;
   }
   // Stages 2/3: reduce this micro-batch's bucket, fold the rank's slice into the shard accumulator, clear
@@ -489,6 +510,7 @@ void ZeroEngine::gradients_ready(size_t unit) {
     kernels::add_inplace(accumulator, mine);
   }
   kernels::fill(all, 0.0f);
+  if (s.last_micro) s.download_final_gradients(unit);
 }
 
 namespace {
@@ -536,16 +558,20 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   }
 
   // 2. Mean over ranks on the CPU (true division, as torch divides); the GPU folds 1/W into the factor.
+  // With offload the gradients already downloaded are divided too (the same float operation, so the
+  // host copy equals the divided device values the norm is taken from).
   if (cpu && W > 1) {
     const auto w = static_cast<float>(W);
-    for (const OwnedBlock& b : s.blocks)
+    for (const OwnedBlock& b : s.blocks) {
       for (float& x : host_span(grad_block(b))) x /= w;
+      if (s.early_download() && s.downloaded[b.unit])
+        for (float& x : host_span(s.host_gradients(b))) x /= w;
+    }
   }
 
-  // Offload: every block's gradients start down now (pipelined: on the copy stream, beside steps 3-5).
-  if (s.offload)
-    for (const OwnedBlock& b : s.blocks)
-      s.copies->down(b.unit, grad_block(b), view(*s.host_grads, DType::f32, b.master, b.numel));
+  // Offload with a delayed update: the gradients go down now (the previous update has landed).
+  if (s.offload && !s.early_download())
+    for (const OwnedBlock& b : s.blocks) s.download(b.unit);
 
   // 3. Sums of squares per (rank, unit) slice, rank-major. Stage 0 holds every rank's slices itself.
   std::vector<double> sums(static_cast<size_t>(W) * U, 0.0);
@@ -594,7 +620,10 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     const bool overflow = non_finite > 0 || !std::isfinite(total);
     if (!scaler.update(overflow)) {
       ZT_LOG(info) << "fp16 overflow: step skipped, loss scale " << loss_scale << " -> " << scaler.scale();
-      if (s.offload) s.copies->join();  // the downloads read the gradients cleared next
+      if (s.offload) {
+        s.copies->join();  // the downloads read the gradients cleared next
+        s.downloaded.assign(s.blocks.size(), false);
+      }
       clear_gradients();
       return {std::numeric_limits<double>::infinity(), false};
     }
@@ -617,6 +646,11 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
       factor *= std::min(1.0, coef);
       grad_scale = static_cast<float>(factor);
     }
+    for (const OwnedBlock& b : s.blocks) {
+      ZT_CHECK(s.downloaded[b.unit], "ZeRO offload: the gradients of unit ", partition_.units()[b.unit].name,
+               " never went down: gradients_ready(", b.unit, ") was not called on the last micro-batch");
+    }
+    s.downloaded.assign(s.blocks.size(), false);
     if (s.delayed) {
       // The gradients must be on the host before the next backward rewrites them; the update then runs
       // on a host thread, and lands at the next step() (or finish_delayed_update()).
@@ -664,7 +698,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
 void ZeroEngine::update_offloaded_blocks(double lr, float grad_scale, bool publish_each) {
   Impl& s = *impl_;
   for (const OwnedBlock& b : s.blocks) {
-    const Tensor host_grads = view(*s.host_grads, DType::f32, b.master, b.numel);
+    const Tensor host_grads = s.host_gradients(b);
     s.copies->wait_down(b.unit);
     // Segment marks only on the rank's thread (StepProfile is single-threaded): not in a delayed update.
     if (publish_each) StepProfile::global().mark("optimizer.offload_download_wait");

@@ -32,8 +32,8 @@
 //   offload.optimizer: the rank's fp32 master, m and v live on the host (HostOptimizerStore: pinned
 //     arenas with pin_memory on a GPU, else pageable; the NVMe tier plugs in behind the same interface),
 //     and step 6 becomes, per owned block (unit):
-//       D2H   the block's reduced gradients (queued after step 2, so the download overlaps steps 3-5, which
-//             are unchanged and run on the device)
+//       D2H   the block's reduced gradients, queued from gradients_ready on the window's last micro-batch
+//             (so on a GPU it overlaps the rest of backward; with delayed_update, from step())
 //       CPU   AdamW (optim/adamw.h, SIMD, thread pool) with the scale of step 5 folded into the gradient,
 //             writing the compute-dtype values into a host staging shard in the same pass
 //       H2D   the staged values into the block of the device compute copy (or, with offload.param, nothing:

@@ -136,6 +136,24 @@ TEST(ZeroOffload, DelayedUpdateLandsOneStepLater) {
                Error);
 }
 
+// The gradients go down from gradients_ready on the last micro-batch; a step without them is an error, not
+// an update from stale host gradients.
+TEST(ZeroOffload, StepWithoutDownloadedGradientsIsAnError) {
+  const DebertaConfig config = tiny_config();
+  const ParameterTable table(config);
+  auto comms = make_in_process_group(1);
+  ZeroEngine engine(table, config, *comms[0], {.stage = 2, .offload = {.optimizer = true}});
+  LossScaler scaler = LossScaler::disabled();
+  engine.begin_backward(true, true);
+  engine.gradients_ready(kEmbeddingsUnit);  // the other units never report
+  try {
+    engine.step(1e-3, scaler);
+    ADD_FAILURE() << "step did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("never went down"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ZeroOffload, ResidentStoreHandsOutOneBlockAtATime) {
   ResidentHostOptimizerStore store({{0, 10}, {16, 6}}, 32, MemoryKind::host);
   EXPECT_EQ(store.block_count(), 2u);
