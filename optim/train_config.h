@@ -95,10 +95,10 @@ struct DeepSpeedSchedule {
 };
 std::string_view deepspeed_schedule_name(DeepSpeedSchedule::Type type);
 
-// An offload_optimizer / offload_param section. resolve() refuses device "cpu" (not implemented yet) and
-// "nvme" (not supported), so after resolve() `enabled` is false; the field is where CPU offload will land.
+// An offload_optimizer / offload_param section (optim/train_config_offload.cpp): device "cpu" turns it on,
+// "none" leaves it off, "nvme" is refused (not supported yet).
 struct OffloadSettings {
-  bool enabled = false;  // device "cpu"; "none" leaves it off
+  bool enabled = false;  // device "cpu"
   bool pin_memory = false;
 };
 
@@ -115,7 +115,7 @@ struct ZeroSettings {
   bool reduce_scatter = true;  // false = all-reduce the gradients, then keep this rank's shard
   int64_t reduce_bucket_size = 500'000'000;
   bool contiguous_gradients = true;    // always true (false is refused)
-  bool round_robin_gradients = false;  // always false (true needs CPU offload)
+  bool round_robin_gradients = false;  // always false (true is refused)
   OffloadSettings offload_optimizer;
   OffloadSettings offload_param;  // stage 3 only
   int64_t sub_group_size = 1'000'000'000;
@@ -178,6 +178,9 @@ struct TrainConfig {
   int world_size = 1;
   bool estimate_memory = false;    // --estimate_memory: print the memory estimate and exit without training
   bool debug_collectives = false;  // --debug_collectives: extra checks and logging around collectives
+  // --offload_delayed_update: ZeRO-Offload's delayed parameter update (one step stale; needs
+  // zero_optimization.offload_optimizer.device cpu).
+  bool offload_delayed_update = false;
   // --collective_timeout: a rank waiting longer than this in a collective aborts the group, naming the ranks
   // that never arrived, instead of hanging; 0 = wait forever.
   int64_t collective_timeout_seconds = 600;

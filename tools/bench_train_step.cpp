@@ -12,7 +12,11 @@
 // 3 warm-up steps (plans, caches, first allocations) then --steps timed ones; step_ms is their median.
 // peak_gib is the caching allocator's peak of live bytes (the counterpart of
 // torch.cuda.max_memory_allocated); peak_reserved_gib adds what it kept cached. With --profile (or
-// ZT_PROFILE=1) a per-segment device-time table of the timed steps goes to stderr.
+// ZT_PROFILE=1) a per-segment device-time table of the timed steps goes to stderr (with CPU offload it has
+// the offload's segments: optimizer.grad_norm, optimizer.offload_download_wait, optimizer.offload_cpu_adamw,
+// optimizer.offload_delayed_land). CPU offload: --offload optimizer (stages 1-3) or both (stage 3: the
+// parameter shard too), --pin_memory for page-locked host buffers, --delayed_update for ZeRO-Offload's
+// one-step-stale update.
 //
 // --world_size N runs N in-process ranks over this one GPU (each its own stream and allocator, capped at
 // --gpu_memory_limit like a card of that size; ZeRO stage --zero_stage), each rank taking a batch of --batch:
@@ -52,13 +56,16 @@ struct Options {
   int zero_stage = 0;  // ZeRO stage of the engine (world 1: its overhead over stage 0)
   int world_size = 1;
   std::string gpu_memory_limit;  // per rank; "" = none
+  std::string offload = "none";  // none | optimizer | both
+  bool pin_memory = false;
+  bool delayed_update = false;
   bool profile = false;
 };
 
 const char* kUsage =
     "usage: bench_train_step [--batch 40] [--seq 128] [--dtype bf16|fp16|fp32] [--steps 12] [--dropout 0.1]\n"
     "                        [--layers N] [--zero_stage 0-3] [--world_size N] [--gpu_memory_limit SIZE]\n"
-    "                        [--profile]\n";
+    "                        [--offload none|optimizer|both] [--pin_memory] [--delayed_update] [--profile]\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -70,6 +77,10 @@ Options parse(int argc, char** argv) {
     }
     if (flag == "--profile") {
       o.profile = true;
+      continue;
+    }
+    if (flag == "--pin_memory" || flag == "--delayed_update") {
+      (flag == "--pin_memory" ? o.pin_memory : o.delayed_update) = true;
       continue;
     }
     ZT_CHECK(i + 1 < argc, flag, " needs a value\n", kUsage);
@@ -93,6 +104,8 @@ Options parse(int argc, char** argv) {
         o.world_size = std::stoi(value);
       } else if (flag == "--gpu_memory_limit") {
         o.gpu_memory_limit = value;
+      } else if (flag == "--offload") {
+        o.offload = value;
       } else {
         ZT_FAIL("unknown flag ", flag, "\n", kUsage);
       }
@@ -103,6 +116,8 @@ Options parse(int argc, char** argv) {
   ZT_CHECK(o.batch > 0 && o.seq > 1 && o.steps >= 1 && o.layers >= 0 && o.world_size >= 1,
            "sizes must be positive");
   ZT_CHECK(o.dtype == "bf16" || o.dtype == "fp16" || o.dtype == "fp32", "--dtype must be bf16, fp16 or fp32");
+  ZT_CHECK(o.offload == "none" || o.offload == "optimizer" || o.offload == "both",
+           "--offload must be none, optimizer or both");
   return o;
 }
 
@@ -162,6 +177,10 @@ int run(int argc, char** argv) {
                   .num_train_examples = o.batch * o.steps * o.world_size});
   ZT_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, "--zero_stage must be 0, 1, 2 or 3");
   config.zero.stage = o.zero_stage;
+  config.zero.offload_optimizer.enabled = o.offload != "none";
+  config.zero.offload_optimizer.pin_memory = o.pin_memory;
+  config.zero.offload_param.enabled = o.offload == "both";
+  config.offload_delayed_update = o.delayed_update;
   zt::optim::MrpcTrainer trainer(config, model);
 
   std::mt19937_64 rng(0);
@@ -211,7 +230,8 @@ int run(int argc, char** argv) {
                      {"peak_by_category_gib", peaks}});
   }
   const zt::optim::MemoryEstimate plan = zt::optim::estimate_memory(
-      model, o.zero_stage, o.world_size, zt::optim::compute_dtype_for_run(config), o.batch, o.seq);
+      model, o.zero_stage, o.world_size, zt::optim::compute_dtype_for_run(config), o.batch, o.seq,
+      {.optimizer = config.zero.offload_optimizer.enabled, .param = config.zero.offload_param.enabled});
   const nlohmann::json estimate = {{"parameters", gib(plan.state.compute_copy)},
                                    {"gradients", gib(plan.state.gradients)},
                                    {"master", gib(plan.state.master)},
@@ -219,7 +239,8 @@ int run(int argc, char** argv) {
                                    {"buffers", gib(plan.state.buffers + plan.comm_scratch)},
                                    {"scratch", gib(plan.scratch)},
                                    {"activations", gib(plan.activations)},
-                                   {"total", gib(plan.total())}};
+                                   {"total", gib(plan.total())},
+                                   {"host", gib(plan.host())}};
   const double samples = static_cast<double>(o.batch * o.world_size);
   const nlohmann::json line = {
       {"impl", "zerotrain"},
@@ -227,6 +248,10 @@ int run(int argc, char** argv) {
       {"batch", o.batch},
       {"seq", o.seq},
       {"layers", model.num_hidden_layers},
+      {"zero_stage", o.zero_stage},
+      {"offload", o.offload},
+      {"pin_memory", o.pin_memory},
+      {"delayed_update", o.delayed_update},
       {"params", table.total_numel()},
       {"first_step_s", round_to(first_step_s, 1e-3)},
       {"step_ms", round_to(step_s * 1e3, 1e-2)},
@@ -234,7 +259,6 @@ int run(int argc, char** argv) {
       {"approx_tflops", round_to(flops / step_s / 1e12, 0.1)},
       {"peak_gib", round_to(static_cast<double>(memory.peak_in_use_total) / kGiB, 0.01)},
       {"peak_reserved_gib", round_to(static_cast<double>(memory.peak_reserved) / kGiB, 0.01)},
-      {"zero_stage", o.zero_stage},
       {"world_size", o.world_size},
       {"gpu_memory_limit", o.gpu_memory_limit},
       {"ranks", ranks},

@@ -109,10 +109,13 @@ int run(int argc, char** argv) {
               static_cast<long long>(model_config.num_hidden_layers),
               static_cast<long long>(model_config.hidden_size));
   // The memory plan of every stage at this world size, from the layout the run allocates.
-  std::fputs(zt::optim::describe_memory_estimates(model_config, config.zero.stage, config.world_size, compute,
-                                                  max_batch, config.max_length, gpu)
-                 .c_str(),
-             stdout);
+  std::fputs(
+      zt::optim::describe_memory_estimates(
+          model_config, config.zero.stage, config.world_size, compute, max_batch, config.max_length,
+          {.optimizer = config.zero.offload_optimizer.enabled, .param = config.zero.offload_param.enabled},
+          gpu)
+          .c_str(),
+      stdout);
   if (config.estimate_memory) return 0;
   const char* backend = launch.under_mpi         ? (gpu ? "processes started by mpirun, one GPU each, NCCL"
                                                         : "processes started by mpirun: one, on the CPU")
@@ -143,7 +146,9 @@ int run(int argc, char** argv) {
     return zt::Error(what + "\n" +
                      zt::optim::fitting_settings_hint(model_config, config.zero.stage, config.world_size,
                                                       compute, config.per_device_train_batch_size,
-                                                      config.max_length, rank_cap));
+                                                      config.max_length, rank_cap,
+                                                      {.optimizer = config.zero.offload_optimizer.enabled,
+                                                       .param = config.zero.offload_param.enabled}));
   };
   std::vector<zt::optim::EpochRecord> epochs;
   try {

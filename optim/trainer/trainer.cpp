@@ -289,7 +289,14 @@ struct MrpcTrainer::Impl {
                             .reduce_scatter = config.zero.reduce_scatter,
                             .hyper = AdamWHyper{config.learning_rate, config.adam_beta1, config.adam_beta2,
                                                 config.adam_epsilon, config.weight_decay},
-                            .max_grad_norm = config.max_grad_norm});
+                            .max_grad_norm = config.max_grad_norm,
+                            .offload = {.optimizer = config.zero.offload_optimizer.enabled,
+                                        .param = config.zero.offload_param.enabled,
+                                        .pipelined = true,
+                                        .delayed_update = config.offload_delayed_update},
+                            .pin_memory = config.zero.offload_optimizer.pin_memory,
+                            .ranks_sharing_host = world,
+                            .host_memory_limits = std::nullopt});
       rank.model = std::make_unique<DebertaForSequenceClassification>(model_config, max_batch(),
                                                                       config.max_length, device, compute);
       if (device == DeviceKind::cuda)
@@ -638,6 +645,8 @@ StepRecord MrpcTrainer::train_step(std::vector<data::Batch>& micro_batches) {
 
 EvalResult MrpcTrainer::evaluate(const data::EncodedDataset& dataset) {
   Impl& s = *impl_;
+  // A delayed CPU update (--offload_delayed_update) lands first; collective, so on every rank.
+  s.run_ranks([&](int r) { s.at(r).engine->finish_delayed_update(); });
   EvalResult result;
   data::Batcher batcher = make_eval_batcher(dataset, s.config.per_device_eval_batch_size);
   data::Batch batch;

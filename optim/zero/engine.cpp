@@ -1,15 +1,22 @@
 #include "optim/zero/engine.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
+#include <future>
 #include <limits>
 #include <optional>
 
 #include "kernels/elementwise.h"
 #include "optim/grad_clip.h"
+#include "optim/zero/host_optimizer_store.h"
+#include "optim/zero/offload_copies.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/log.h"
+#include "runtime/memory_size.h"
+#include "runtime/step_profile.h"
 
 #ifdef ZT_WITH_CUDA
 #include "optim/cuda/adamw.cuh"
@@ -56,9 +63,45 @@ std::span<float> host_span(const Tensor& t) {
   return {static_cast<float*>(t.data()), static_cast<size_t>(t.numel())};
 }
 
+// The compute-dtype values of an f32 master block, into a host tensor of the same length (the rounding of
+// kernels::copy and of the AdamW's 16-bit copy: nearest even).
+void write_compute_values(std::span<const float> master, const Tensor& out) {
+  ZT_CHECK(out.device() == DeviceKind::cpu && out.numel() == static_cast<int64_t>(master.size()),
+           "ZeRO engine: compute values need a host tensor of ", master.size(), " elements");
+  switch (out.dtype()) {
+    case DType::f32:
+      std::memcpy(out.data(), master.data(), master.size_bytes());
+      return;
+    case DType::bf16:
+      for (size_t i = 0; i < master.size(); ++i) out.data_as<bf16>()[i] = float_to_bf16(master[i]);
+      return;
+    case DType::f16:
+      for (size_t i = 0; i < master.size(); ++i) out.data_as<f16>()[i] = float_to_f16(master[i]);
+      return;
+    default:
+      ZT_FAIL("ZeRO engine: no compute dtype ", dtype_name(out.dtype()));
+  }
+}
+
+// A host tensor's elements as the AdamW's 16-bit output (nothing for f32: the caller copies the master).
+Params16Out params16_of(const Tensor& t) {
+  const auto n = static_cast<size_t>(t.numel());
+  if (t.dtype() == DType::bf16) return std::span<bf16>(t.data_as<bf16>(), n);
+  if (t.dtype() == DType::f16) return std::span<f16>(t.data_as<f16>(), n);
+  return {};
+}
+
+// The largest slice of any unit: the offload_param upload buffer.
+int64_t largest_slice(const ZeroPartition& partition) {
+  int64_t n = 0;
+  for (const ZeroUnit& u : partition.units()) n = std::max(n, u.slice_numel);
+  return n;
+}
+
 }  // namespace
 
-ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute) {
+ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute,
+                                ZeroOffload offload) {
   const auto psi = static_cast<size_t>(partition.total_numel());
   const auto shard = static_cast<size_t>(partition.shard_numel());
   const size_t t = dtype_size(compute);
@@ -75,6 +118,18 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
   b.optimizer = 2 * (stage == 0 ? psi : shard) * 4;
   if (stage >= 2) b.buffers += bucket_elems * 4;
   if (stage == 3) b.buffers += bucket_elems * t;
+  if (offload.optimizer && stage >= 1) {
+    b.master = 0;
+    b.optimizer = 0;
+    b.host_optimizer = 3 * shard * 4;  // a separate master even in f32: the device copy stays the model's
+    b.host_gradients = shard * 4;
+    b.host_parameters = shard * t;
+    if (offload.param && stage == 3 && offload.delayed_update) b.host_parameters += shard * t;  // + staging
+    if (offload.param && stage == 3) {
+      b.compute_copy = 0;
+      if (partition.world_size() > 1) b.buffers += static_cast<size_t>(largest_slice(partition)) * t;
+    }
+  }
   return b;
 }
 
@@ -95,14 +150,84 @@ struct ZeroEngine::Impl {
   DType compute;
   bool mixed;
   int stage;
-  // Buffers; master_arena is null where the master is the compute copy (f32).
+  bool offload = false;        // master, m, v in host_state; the CPU AdamW updates them
+  bool offload_param = false;  // stage 3: compute_copy is a host arena
+  // Buffers; master_arena is null where the master is the compute copy (f32) or offloaded; with offload
+  // exp_avg and exp_avg_sq are null too.
   std::unique_ptr<Arena> compute_copy, master_arena, grads, exp_avg, exp_avg_sq;
+  std::unique_ptr<HostOptimizerStore> host_state;
+  std::unique_ptr<Arena> host_grads;    // offload: the f32 gradient shard, copied down per block
+  std::unique_ptr<Arena> host_params;   // offload (not offload_param, unless delayed): compute-dtype staging
+  std::unique_ptr<Arena> param_upload;  // offload_param, world > 1: one unit's slice, all-gathered from
+  std::unique_ptr<OffloadCopies> copies;  // offload: the step's D2H / H2D
+  bool delayed = false;                   // offload.delayed_update
+  bool publish_pending = false;           // a delayed update finished on the host, not yet published
   std::unique_ptr<Arena> bucket_embeddings, bucket_shared, bucket_layer[2];
   std::unique_ptr<Arena> gather_embeddings, gather_shared, gather_layer[2];
   std::vector<OwnedBlock> blocks;  // one per unit
   bool first_micro = true, last_micro = true;
 
-  const Arena& master() const { return master_arena ? *master_arena : *compute_copy; }
+  const Arena& master() const {
+    ZT_CHECK(!offload, "ZeRO engine: the offloaded master lives in the host store");
+    return master_arena ? *master_arena : *compute_copy;
+  }
+  // Offload: block b's compute-dtype values on the host (the staging shard, or the stage-3 shard itself
+  // when the update may write it directly: offload_param without a delayed update).
+  Tensor params_on_host(const OwnedBlock& b) const {
+    return view(offload_param && !delayed ? *compute_copy : *host_params, compute, b.master, b.numel);
+  }
+  // Offload: where block b's gradients are (final after the window's last reduction) and where they go.
+  Tensor device_gradients(const OwnedBlock& b) const { return view(*grads, DType::f32, b.grad, b.numel); }
+  Tensor host_gradients(const OwnedBlock& b) const {
+    return view(*host_grads, DType::f32, b.master, b.numel);
+  }
+  // Offload without a delayed update: a unit's gradients start down as soon as its last reduction is
+  // queued, so the download overlaps the rest of backward (GPU). With a delayed update the host gradient
+  // shard is still being read by the previous step's update, so the downloads wait for step().
+  bool early_download() const { return offload && !delayed; }
+  std::vector<bool> downloaded;  // per unit: its final gradients went down this step
+  void download(size_t unit) {
+    copies->down(unit, device_gradients(blocks[unit]), host_gradients(blocks[unit]));
+    downloaded[unit] = true;
+  }
+  void download_final_gradients(size_t unit) {
+    if (early_download()) download(unit);
+  }
+  // Offload: block b's updated values to where the model reads them (H2D, or into the stage-3 host shard).
+  void publish(const OwnedBlock& b) {
+    const Tensor target = view(*compute_copy, compute, b.compute, b.numel);
+    if (!offload_param) {
+      copies->up(params_on_host(b), target);
+    } else if (delayed) {
+      copy_tensor(params_on_host(b), target);  // host to host
+    }
+  }
+  // The delayed update in flight (declared last: destroyed first, so it finishes before the buffers go).
+  std::future<void> pending;
+  // Waits for the delayed update: the host state is complete. Its parameters still have to go where the
+  // model reads them (finish_delayed_update, collective), which this rank alone must not start: a rank whose
+  // own slice were new while the others' are old would train on a mix until the all-gather.
+  void wait_for_delayed_update() {
+    if (!pending.valid()) return;
+    pending.get();  // rethrows the update's error
+    publish_pending = true;
+  }
+  // Offload: copies `host` from (read) or into (write) the state of `kind` for shard elements [offset,
+  // offset + host.size()) of unit `unit`, through the host store.
+  void copy_offloaded_state(size_t unit, int kind, int64_t offset, std::span<float> host, bool write) {
+    ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
+    wait_for_delayed_update();
+    const OwnedBlock& b = blocks[unit];
+    const HostStateBlock block = host_state->acquire(b.unit);
+    const std::span<float> all = kind == 0 ? block.master : kind == 1 ? block.exp_avg : block.exp_avg_sq;
+    const std::span<float> state = all.subspan(static_cast<size_t>(offset - b.master), host.size());
+    if (write) {
+      std::copy(host.begin(), host.end(), state.begin());
+    } else {
+      std::copy(state.begin(), state.end(), host.begin());
+    }
+    host_state->release(b.unit, write);
+  }
   const Arena& state(int kind) const {
     ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
     return kind == 0 ? master() : kind == 1 ? *exp_avg : *exp_avg_sq;
@@ -148,19 +273,61 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   s.compute = options.compute;
   s.mixed = options.compute != DType::f32;
   s.stage = options.stage;
+  s.offload = options.offload.optimizer;
+  s.offload_param = options.offload.param;
+  s.delayed = options.offload.delayed_update;
+  ZT_CHECK(!s.delayed || s.offload,
+           "the delayed parameter update needs offload_optimizer (it delays the CPU update)");
+  ZT_CHECK(!s.offload || s.stage >= 1,
+           "offload_optimizer needs ZeRO stage 1, 2 or 3 (stage 0 keeps no optimizer shard), got stage ",
+           s.stage);
+  ZT_CHECK(!s.offload_param || s.stage == 3,
+           "offload_param needs ZeRO stage 3 (parameters are only partitioned there), got stage ", s.stage);
+  ZT_CHECK(!s.offload_param || s.offload,
+           "offload_param needs offload_optimizer too (the CPU update writes the offloaded parameter shard)");
   const int r = comm.rank();
   const int64_t shard = partition_.shard_numel();
   const auto& units = partition_.units();
+  // Pinned only where a GPU copies from it; the CPU backend's "device" is the host already.
+  const MemoryKind host_kind =
+      options.pin_memory && s.device == DeviceKind::cuda ? MemoryKind::pinned_host : MemoryKind::host;
+  if (s.offload) {
+    // Preflight before any allocation: every rank of this process holds its own shard.
+    const ZeroStateBytes bytes = zero_state_bytes(partition_, s.stage, s.compute, options.offload);
+    const size_t host = bytes.host_total() * static_cast<size_t>(std::max(1, options.ranks_sharing_host));
+    HostMemoryPlan plan{.what = str("ZeRO-", s.stage, " CPU offload (",
+                                    options.offload.param ? "optimizer and parameters" : "optimizer", ", ",
+                                    std::max(1, options.ranks_sharing_host), " rank(s) in this process)")};
+    (host_kind == MemoryKind::pinned_host ? plan.pinned_bytes : plan.pageable_bytes) = host;
+    check_host_memory_plan(
+        plan, options.host_memory_limits ? *options.host_memory_limits : read_host_memory_limits());
+    if (r == 0) {
+      ZT_LOG(info) << plan.what << ": " << format_memory_size(host) << " of "
+                   << (host_kind == MemoryKind::pinned_host ? "pinned" : "pageable") << " host memory"
+                   << (s.device == DeviceKind::cuda && host_kind == MemoryKind::host
+                           ? " (pin_memory false: host<->device copies run at pageable speed)"
+                           : "");
+      if (s.delayed) {
+        ZT_LOG(info) << "delayed parameter update ON: each step's CPU update overlaps the next step's "
+                        "forward and backward, which use parameters one update old";
+      }
+    }
+  }
 
-  // The compute copy: full (named, the model binds it) below stage 3, the rank's shard at stage 3.
+  // The compute copy: full (named, the model binds it) below stage 3, the rank's shard at stage 3 (on the
+  // host with offload_param).
   if (s.stage < 3) {
     s.compute_copy = std::make_unique<Arena>("parameters", partition_.layout(s.compute),
                                              s.options(MemoryCategory::parameters, true));
+  } else if (s.offload_param) {
+    s.compute_copy = std::make_unique<Arena>(
+        "parameters (offloaded shard)", flat_layout(shard, s.compute),
+        ArenaOptions{.kind = host_kind, .category = MemoryCategory::parameters, .zero_fill = true});
   } else {
     s.compute_copy = std::make_unique<Arena>("parameters (shard)", flat_layout(shard, s.compute),
                                              s.options(MemoryCategory::parameters, true));
   }
-  if (s.mixed) {
+  if (s.mixed && !s.offload) {
     s.master_arena = std::make_unique<Arena>(
         "master", s.stage == 0 ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
         s.options(MemoryCategory::master, true));
@@ -171,8 +338,19 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
         name, full_state ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
         s.options(MemoryCategory::optimizer, true));
   };
-  s.exp_avg = moments("adam_m");
-  s.exp_avg_sq = moments("adam_v");
+  if (!s.offload) {
+    s.exp_avg = moments("adam_m");
+    s.exp_avg_sq = moments("adam_v");
+  } else {
+    const ArenaOptions host{.kind = host_kind, .category = MemoryCategory::other, .zero_fill = true};
+    s.host_grads = std::make_unique<Arena>("offloaded gradients", flat_layout(shard, DType::f32), host);
+    if (!s.offload_param || s.delayed)
+      s.host_params = std::make_unique<Arena>("parameter staging", flat_layout(shard, s.compute), host);
+    if (s.offload_param && world_size() > 1)
+      s.param_upload =
+          std::make_unique<Arena>("parameter upload", flat_layout(largest_slice(partition_), s.compute),
+                                  s.options(MemoryCategory::communication, true));
+  }
   s.grads = std::make_unique<Arena>(
       "gradients", s.stage <= 1 ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
       s.options(MemoryCategory::gradients, true));
@@ -211,10 +389,17 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
       b.moments = unit.shard_begin;
       b.grad = s.stage == 1 ? slice : unit.shard_begin;
       b.compute = s.stage == 3 ? unit.shard_begin : slice;
-      b.master = s.mixed ? unit.shard_begin : b.compute;
+      b.master = s.mixed || s.offload ? unit.shard_begin : b.compute;
       b.ranges = partition_.slice_ranges(u, r);
     }
     s.blocks.push_back(std::move(b));
+  }
+  if (s.offload) {
+    std::vector<HostBlockExtent> extents;
+    for (const OwnedBlock& b : s.blocks) extents.push_back({b.master, b.numel});
+    s.host_state = std::make_unique<ResidentHostOptimizerStore>(std::move(extents), shard, host_kind);
+    s.copies = std::make_unique<OffloadCopies>(s.device, options.offload.pipelined, s.blocks.size());
+    s.downloaded.assign(s.blocks.size(), false);
   }
 
   // Handles: named arenas bind by name; stage-3 parameters and stage-2/3 gradients point into the unit's
@@ -251,7 +436,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
 ZeroEngine::~ZeroEngine() = default;
 
 ZeroStateBytes ZeroEngine::state_bytes() const {
-  return zero_state_bytes(partition_, options_.stage, options_.compute);
+  return zero_state_bytes(partition_, options_.stage, options_.compute, options_.offload);
 }
 
 void ZeroEngine::begin_backward(bool first, bool last) {
@@ -266,6 +451,17 @@ void ZeroEngine::acquire(size_t unit, Pass) {
   const Arena& buffer = s.gather_buffer(partition_, unit);
   const Tensor shard = view(*s.compute_copy, s.compute, u.shard_begin, u.slice_numel);
   const Tensor full = view(buffer, s.compute, 0, u.numel);
+  if (s.offload_param) {
+    // The slice lives on the host: up first (synchronous on the rank's stream), then gathered.
+    if (world_size() == 1) {
+      copy_tensor(shard, full);
+    } else {
+      const Tensor upload = view(*s.param_upload, s.compute, 0, u.slice_numel);
+      copy_tensor(shard, upload);
+      comm_.all_gather(upload, full, work_comm_stream());
+    }
+    return;
+  }
   if (world_size() == 1) {
     kernels::copy(shard, full);
   } else {
@@ -281,15 +477,18 @@ void ZeroEngine::gradients_ready(size_t unit) {
   const int W = world_size();
   const int r = rank();
   if (s.stage <= 1) {
-    if (!s.last_micro || W == 1) return;  // local accumulation until the window's last micro-batch
-    const Tensor all = view(*s.grads, DType::f32, u.flat_begin, u.numel);
-    if (s.stage == 0 || !options_.reduce_scatter) {
-      comm_.all_reduce_sum(all, work_comm_stream());
-    } else {
-      comm_.reduce_scatter_sum(all,
-                               view(*s.grads, DType::f32, partition_.slice_begin(unit, r), u.slice_numel),
-                               work_comm_stream());
+    if (!s.last_micro) return;  // local accumulation until the window's last micro-batch
+    if (W > 1) {
+      const Tensor all = view(*s.grads, DType::f32, u.flat_begin, u.numel);
+      if (s.stage == 0 || !options_.reduce_scatter) {
+        comm_.all_reduce_sum(all, work_comm_stream());
+      } else {
+        comm_.reduce_scatter_sum(all,
+                                 view(*s.grads, DType::f32, partition_.slice_begin(unit, r), u.slice_numel),
+                                 work_comm_stream());
+      }
     }
+    s.download_final_gradients(unit);
     return;
   }
   // Stages 2/3: reduce this micro-batch's bucket, fold the rank's slice into the shard accumulator, clear
@@ -311,6 +510,7 @@ void ZeroEngine::gradients_ready(size_t unit) {
     kernels::add_inplace(accumulator, mine);
   }
   kernels::fill(all, 0.0f);
+  if (s.last_micro) s.download_final_gradients(unit);
 }
 
 namespace {
@@ -351,15 +551,30 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   const size_t U = units.size();
   const bool cpu = s.device == DeviceKind::cpu;
   auto grad_block = [&](const OwnedBlock& b) { return view(*s.grads, DType::f32, b.grad, b.numel); };
+  StepProfile& prof = StepProfile::global();  // offload segment marks: no-ops unless profiling is on
+  if (s.delayed) {
+    finish_delayed_update();  // the previous step's delayed update before this step's
+    prof.mark("optimizer.offload_delayed_land");
+  }
 
   // 2. Mean over ranks on the CPU (true division, as torch divides); the GPU folds 1/W into the factor.
+  // With offload the gradients already downloaded are divided too (the same float operation, so the
+  // host copy equals the divided device values the norm is taken from).
   if (cpu && W > 1) {
     const auto w = static_cast<float>(W);
     for (const OwnedBlock& b : s.blocks) {
       const Tensor grad = grad_block(b);
       for (float& x : host_span(grad)) x /= w;
+      if (s.early_download() && s.downloaded[b.unit]) {
+        const Tensor host_grad = s.host_gradients(b);
+        for (float& x : host_span(host_grad)) x /= w;
+      }
     }
   }
+
+  // Offload with a delayed update: the gradients go down now (the previous update has landed).
+  if (s.offload && !s.early_download())
+    for (const OwnedBlock& b : s.blocks) s.download(b.unit);
 
   // 3. Sums of squares per (rank, unit) slice, rank-major. Stage 0 holds every rank's slices itself.
   std::vector<double> sums(static_cast<size_t>(W) * U, 0.0);
@@ -408,6 +623,10 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     const bool overflow = non_finite > 0 || !std::isfinite(total);
     if (!scaler.update(overflow)) {
       ZT_LOG(info) << "fp16 overflow: step skipped, loss scale " << loss_scale << " -> " << scaler.scale();
+      if (s.offload) {
+        s.copies->join();  // the downloads read the gradients cleared next
+        s.downloaded.assign(s.blocks.size(), false);
+      }
       clear_gradients();
       return {std::numeric_limits<double>::infinity(), false};
     }
@@ -417,7 +636,38 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   // 5-6. Clip and update the owned blocks.
   const double coef = options_.max_grad_norm > 0 ? clip_coefficient(norm, options_.max_grad_norm) : 1.0;
   adamw_.begin_step();
-  if (cpu) {
+  if (s.offload) {
+    prof.mark("optimizer.grad_norm");
+    // The factor each path applies to the gradients before AdamW: on the CPU the clip (1/W was divided in
+    // step 2; scale_in_place's float product), on the GPU 1/(loss_scale W) and the clip (the kernel's).
+    float grad_scale = 1.0f;
+    if (cpu) {
+      if (coef < 1.0) grad_scale = static_cast<float>(coef);
+    } else {
+      double factor = 1.0 / loss_scale;
+      if (W > 1) factor /= W;
+      factor *= std::min(1.0, coef);
+      grad_scale = static_cast<float>(factor);
+    }
+    for (const OwnedBlock& b : s.blocks) {
+      ZT_CHECK(s.downloaded[b.unit], "ZeRO offload: the gradients of unit ", partition_.units()[b.unit].name,
+               " never went down: gradients_ready(", b.unit, ") was not called on the last micro-batch");
+    }
+    s.downloaded.assign(s.blocks.size(), false);
+    if (s.delayed) {
+      // The gradients must be on the host before the next backward rewrites them; the update then runs
+      // on a host thread, and lands at the next step() (or finish_delayed_update()).
+      for (const OwnedBlock& b : s.blocks) s.copies->wait_down(b.unit);
+      s.copies->join();
+      if (s.stage == 1) clear_gradients();
+      s.pending = std::async(std::launch::async,
+                             [this, lr, grad_scale] { update_offloaded_blocks(lr, grad_scale, false); });
+      return {norm, true};
+    }
+    update_offloaded_blocks(lr, grad_scale, /*publish_each=*/true);
+    s.copies->join();  // the all-gather and the next forward read what went up
+    if (s.stage == 1) clear_gradients();
+  } else if (cpu) {
     if (coef < 1.0)
       for (const OwnedBlock& b : s.blocks) scale_in_place(host_span(grad_block(b)), static_cast<float>(coef));
     for (const OwnedBlock& b : s.blocks) {
@@ -444,15 +694,50 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
 #endif
   }
   // 7. Stages 1/2: everyone's updated slices into everyone's compute copy.
-  if ((s.stage == 1 || s.stage == 2) && W > 1) {
-    for (size_t u = 0; u < U; ++u) {
-      const OwnedBlock& b = s.blocks[u];
-      comm_.all_gather(view(*s.compute_copy, s.compute, b.compute, b.numel),
-                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel),
-                       work_comm_stream());
+  gather_updated_compute_copy();
+  return {norm, true};
+}
+
+void ZeroEngine::update_offloaded_blocks(double lr, float grad_scale, bool publish_each) {
+  Impl& s = *impl_;
+  for (const OwnedBlock& b : s.blocks) {
+    const Tensor host_grads = s.host_gradients(b);
+    s.copies->wait_down(b.unit);
+    // Segment marks only on the rank's thread (StepProfile is single-threaded): not in a delayed update.
+    if (publish_each) StepProfile::global().mark("optimizer.offload_download_wait");
+    const HostStateBlock state = s.host_state->acquire(b.unit);
+    const Tensor staged = s.params_on_host(b);
+    adamw_.update({state.master, host_span(host_grads), state.exp_avg, state.exp_avg_sq}, b.ranges, lr,
+                  params16_of(staged), grad_scale);
+    if (!s.mixed) write_compute_values(state.master, staged);
+    s.host_state->release(b.unit, /*modified=*/true);
+    if (publish_each) {
+      s.publish(b);
+      StepProfile::global().mark("optimizer.offload_cpu_adamw");
     }
   }
-  return {norm, true};
+}
+
+void ZeroEngine::gather_updated_compute_copy() {
+  Impl& s = *impl_;
+  if (!((s.stage == 1 || s.stage == 2) && world_size() > 1)) return;
+  const auto& units = partition_.units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    const OwnedBlock& b = s.blocks[u];
+    comm_.all_gather(view(*s.compute_copy, s.compute, b.compute, b.numel),
+                     view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel),
+                     work_comm_stream());
+  }
+}
+
+void ZeroEngine::finish_delayed_update() {
+  Impl& s = *impl_;
+  s.wait_for_delayed_update();
+  if (!s.publish_pending) return;
+  s.publish_pending = false;
+  for (const OwnedBlock& b : s.blocks) s.publish(b);
+  s.copies->join();
+  gather_updated_compute_copy();
 }
 
 std::vector<ZeroEngine::OwnedPiece> ZeroEngine::owned_pieces() const {
@@ -466,7 +751,7 @@ std::vector<ZeroEngine::OwnedPiece> ZeroEngine::owned_pieces() const {
 }
 
 // Element offset of an owned piece inside the state buffer of `kind`.
-static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mixed, int rank,
+static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mixed, bool offload, int rank,
                                   const ZeroEngine::OwnedPiece& p, int kind) {
   const size_t unit = part.unit_of_tensor(p.tensor);
   const ZeroUnit& u = part.units()[unit];
@@ -475,14 +760,18 @@ static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mix
   const int64_t in_slice = flat - part.slice_begin(unit, rank);
   ZT_CHECK(in_slice >= 0 && in_slice + p.numel <= u.slice_numel,
            "ZeRO engine: piece outside the rank's slice");
-  const bool master_is_full_compute = kind == 0 && !mixed && stage < 3;
+  const bool master_is_full_compute = kind == 0 && !mixed && stage < 3 && !offload;
   return master_is_full_compute ? flat : u.shard_begin + in_slice;
 }
 
 void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> host) const {
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: read_state size mismatch");
-  const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, rank(), piece, kind);
+  const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
+  if (s.offload) {
+    impl_->copy_offloaded_state(partition_.unit_of_tensor(piece.tensor), kind, offset, host, false);
+    return;
+  }
   copy_tensor(view(s.state(kind), DType::f32, offset, piece.numel),
               Tensor(host.data(), Shape{piece.numel}, DType::f32));
 }
@@ -490,24 +779,33 @@ void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> 
 void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const float> host) {
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: write_state size mismatch");
-  const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, rank(), piece, kind);
+  const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
+  if (s.offload) {
+    impl_->copy_offloaded_state(partition_.unit_of_tensor(piece.tensor), kind, offset,
+                                {const_cast<float*>(host.data()), host.size()}, true);
+    return;
+  }
   copy_tensor(Tensor(const_cast<float*>(host.data()), Shape{piece.numel}, DType::f32),
               view(s.state(kind), DType::f32, offset, piece.numel));
 }
 
 void ZeroEngine::refresh_compute_copy() {
   Impl& s = *impl_;
-  if (s.mixed)
+  if (s.offload) {
+    s.wait_for_delayed_update();
+    s.publish_pending = false;  // everything is published from the master below
+    for (const OwnedBlock& b : s.blocks) {
+      write_compute_values(s.host_state->acquire(b.unit).master, s.params_on_host(b));
+      s.host_state->release(b.unit, false);
+      s.publish(b);
+    }
+    s.copies->join();
+  } else if (s.mixed) {
     for (const OwnedBlock& b : s.blocks)
       kernels::copy(view(*s.master_arena, DType::f32, b.master, b.numel),
                     view(*s.compute_copy, s.compute, b.compute, b.numel));
-  if ((s.stage == 1 || s.stage == 2) && world_size() > 1) {
-    const auto& units = partition_.units();
-    for (size_t u = 0; u < units.size(); ++u)
-      comm_.all_gather(view(*s.compute_copy, s.compute, s.blocks[u].compute, s.blocks[u].numel),
-                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel),
-                       work_comm_stream());
   }
+  gather_updated_compute_copy();
 }
 
 void ZeroEngine::load_full_parameters(const Arena& host_f32) {
@@ -522,10 +820,11 @@ void ZeroEngine::load_full_parameters(const Arena& host_f32) {
 
 void ZeroEngine::gather_full_master(const Arena* host_f32) {
   Impl& s = *impl_;
+  finish_delayed_update();
   ZT_CHECK(host_f32 == nullptr || host_f32->device() == DeviceKind::cpu,
            "gather_full_master needs a host arena");
   const auto& units = partition_.units();
-  std::unique_ptr<Arena> unit_buffer;
+  std::unique_ptr<Arena> unit_buffer, master_upload;
   for (size_t u = 0; u < units.size(); ++u) {
     const ZeroUnit& unit = units[u];
     const OwnedBlock& b = s.blocks[u];
@@ -538,7 +837,18 @@ void ZeroEngine::gather_full_master(const Arena* host_f32) {
         unit_buffer = std::make_unique<Arena>("consolidation buffer", flat_layout(unit.numel, DType::f32),
                                               s.options(MemoryCategory::scratch, false));
       full = view(*unit_buffer, DType::f32, 0, unit.numel);
-      const Tensor mine = view(s.master(), DType::f32, b.master, b.numel);
+      Tensor mine;
+      if (s.offload) {  // the slice comes up from the host store first
+        if (!master_upload || master_upload->bytes() < static_cast<size_t>(b.numel) * 4)
+          master_upload = std::make_unique<Arena>("consolidation upload", flat_layout(b.numel, DType::f32),
+                                                  s.options(MemoryCategory::scratch, false));
+        mine = view(*master_upload, DType::f32, 0, b.numel);
+        const std::span<float> master = s.host_state->acquire(b.unit).master;
+        copy_tensor(Tensor(master.data(), Shape{b.numel}, DType::f32), mine);
+        s.host_state->release(b.unit, false);
+      } else {
+        mine = view(s.master(), DType::f32, b.master, b.numel);
+      }
       if (world_size() == 1) {
         kernels::copy(mine, full);
       } else {

@@ -17,7 +17,7 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // per stream, kernels
 }  // namespace
 
 MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_size, DType compute,
-                               int64_t max_batch, int64_t max_length, bool device) {
+                               int64_t max_batch, int64_t max_length, ZeroOffload offload, bool device) {
   const ParameterTable table(model);
   const ZeroPartition partition(table, world_size);
   const auto& units = partition.units();
@@ -31,6 +31,7 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
   MemoryEstimate e;
   e.stage = stage;
   e.world_size = world_size;
+  e.offload = offload;
   e.state.compute_copy = held(stage == 3 ? shard * t : partition.layout(compute).total_bytes());
   e.state.gradients = held(stage <= 1 ? full_f32 : shard * 4);
   // f32 training: the master is the compute copy.
@@ -42,6 +43,22 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
   for (size_t bytes : {size_t{4}, stage == 3 ? t : size_t{0}}) {  // f32 buckets (2, 3), gather buffers (3)
     if (stage < 2 || bytes == 0) continue;
     e.state.buffers += held(embeddings * bytes) + held(shared * bytes) + 2 * held(layer * bytes);
+  }
+  // Offload (zero_state_bytes says what moves to the host): no master, m, v on the device; offload_param
+  // also moves the stage-3 shard, uploaded through a buffer of the largest slice.
+  const ZeroStateBytes exact = zero_state_bytes(partition, stage, compute, offload);
+  e.state.host_optimizer = exact.host_optimizer;
+  e.state.host_gradients = exact.host_gradients;
+  e.state.host_parameters = exact.host_parameters;
+  if (offload.optimizer && stage >= 1) {
+    e.state.master = 0;
+    e.state.optimizer = 0;
+    if (offload.param && stage == 3) {
+      e.state.compute_copy = 0;
+      int64_t largest_slice = 0;
+      for (const ZeroUnit& u : units) largest_slice = std::max(largest_slice, u.slice_numel);
+      if (world_size > 1) e.state.buffers += held(static_cast<size_t>(largest_slice) * t);
+    }
   }
   // Stage 0 reduces whole units with all_reduce, which in-process GPU ranks run through a per-rank scratch
   // as large as the largest unit's f32 gradients (stage 1 reduce-scatters into place).
@@ -65,10 +82,10 @@ namespace {
 // The largest batch in [1, limit] whose estimate fits `budget`, or 0 when none does (the estimate grows
 // with the batch, so a binary search).
 int64_t largest_fitting_batch(const DebertaConfig& model, int stage, int world_size, DType compute,
-                              int64_t max_length, double budget, int64_t limit) {
+                              int64_t max_length, ZeroOffload offload, double budget, int64_t limit) {
   auto fits = [&](int64_t b) {
-    return static_cast<double>(estimate_memory(model, stage, world_size, compute, b, max_length).total()) <=
-           budget;
+    return static_cast<double>(
+               estimate_memory(model, stage, world_size, compute, b, max_length, offload).total()) <= budget;
   };
   if (!fits(1)) return 0;
   int64_t lo = 1, hi = limit;
@@ -85,7 +102,7 @@ int64_t largest_fitting_batch(const DebertaConfig& model, int stage, int world_s
 }  // namespace
 
 std::string fitting_settings_hint(const DebertaConfig& model, int stage, int world_size, DType compute,
-                                  int64_t batch, int64_t max_length, size_t cap_bytes) {
+                                  int64_t batch, int64_t max_length, size_t cap_bytes, ZeroOffload offload) {
   const double budget = static_cast<double>(cap_bytes) * (1.0 - kOomHeadroom);
   std::ostringstream out;
   out << "  settings that fit " << format_memory_size(cap_bytes) << " per rank (estimated, "
@@ -94,15 +111,20 @@ std::string fitting_settings_hint(const DebertaConfig& model, int stage, int wor
   const int64_t limit = std::max<int64_t>(4 * batch, 1024);
   int64_t previous = -1;
   for (int s = stage; s <= 3; ++s) {
-    const int64_t b = largest_fitting_batch(model, s, world_size, compute, max_length, budget, limit);
+    const ZeroOffload at_stage =
+        s == 0 ? ZeroOffload{} : ZeroOffload{offload.optimizer, offload.param && s == 3};
+    const int64_t b =
+        largest_fitting_batch(model, s, world_size, compute, max_length, at_stage, budget, limit);
     if (s > stage && b <= previous) continue;  // a higher stage that allows no larger batch is no advice
     out << "\n    stage " << s << ": per_device_train_batch_size <= " << b
         << (b == 0 ? " (nothing fits: the state alone exceeds the cap)" : "");
     previous = b;
   }
   for (int s = 0; s <= 3; ++s) {
-    if (static_cast<double>(estimate_memory(model, s, world_size, compute, batch, max_length).total()) <=
-        budget) {
+    const ZeroOffload at_stage =
+        s == 0 ? ZeroOffload{} : ZeroOffload{offload.optimizer, offload.param && s == 3};
+    if (static_cast<double>(
+            estimate_memory(model, s, world_size, compute, batch, max_length, at_stage).total()) <= budget) {
       if (s != stage) out << "\n    batch " << batch << " fits from ZeRO stage " << s;
       return out.str();
     }
@@ -113,24 +135,41 @@ std::string fitting_settings_hint(const DebertaConfig& model, int stage, int wor
 }
 
 std::string describe_memory_estimates(const DebertaConfig& model, int run_stage, int world_size,
-                                      DType compute, int64_t max_batch, int64_t max_length, bool device) {
+                                      DType compute, int64_t max_batch, int64_t max_length,
+                                      ZeroOffload run_offload, bool device) {
   std::ostringstream out;
   out << "memory per rank (" << dtype_name(compute) << ", world size " << world_size << ", batch "
-      << max_batch << " x " << max_length << "):\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "  %-8s %12s %12s %12s %12s %12s %12s %12s\n", "stage", "params", "grads",
-                "master", "adam m,v", "buffers", "activations", "total");
+      << max_batch << " x " << max_length << "; device columns, then host with CPU offload):\n";
+  char line[320];
+  std::snprintf(line, sizeof line, "  %-18s %11s %11s %11s %11s %11s %11s %11s %11s\n", "stage", "params",
+                "grads", "master", "adam m,v", "buffers", "activations", "device", "host");
   out << line;
-  for (int stage = 0; stage <= 3; ++stage) {
+  struct Row {
+    int stage;
+    ZeroOffload offload;
+    const char* label;
+  };
+  const Row rows[] = {{0, {}, "0"},
+                      {1, {}, "1"},
+                      {2, {}, "2"},
+                      {3, {}, "3"},
+                      {1, {.optimizer = true}, "1 +offload opt"},
+                      {2, {.optimizer = true}, "2 +offload opt"},
+                      {3, {.optimizer = true}, "3 +offload opt"},
+                      {3, {.optimizer = true, .param = true}, "3 +offload both"}};
+  for (const Row& row : rows) {
     const MemoryEstimate e =
-        estimate_memory(model, stage, world_size, compute, max_batch, max_length, device);
-    std::snprintf(line, sizeof line, "  %-8s %12s %12s %12s %12s %12s %12s %12s\n",
-                  (std::to_string(stage) + (stage == run_stage ? " (run)" : "")).c_str(),
+        estimate_memory(model, row.stage, world_size, compute, max_batch, max_length, row.offload, device);
+    const bool is_run = row.stage == run_stage && row.offload.optimizer == run_offload.optimizer &&
+                        row.offload.param == run_offload.param;
+    std::snprintf(line, sizeof line, "  %-18s %11s %11s %11s %11s %11s %11s %11s %11s\n",
+                  (std::string(row.label) + (is_run ? " (run)" : "")).c_str(),
                   format_memory_size(e.state.compute_copy).c_str(),
                   format_memory_size(e.state.gradients).c_str(), format_memory_size(e.state.master).c_str(),
                   format_memory_size(e.state.optimizer).c_str(),
                   format_memory_size(e.state.buffers + e.comm_scratch + e.scratch).c_str(),
-                  format_memory_size(e.activations).c_str(), format_memory_size(e.total()).c_str());
+                  format_memory_size(e.activations).c_str(), format_memory_size(e.total()).c_str(),
+                  format_memory_size(e.host()).c_str());
     out << line;
   }
   return out.str();

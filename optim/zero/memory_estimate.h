@@ -17,6 +17,10 @@
 // On the GPU every buffer is counted at the caching allocator's size class (what it really holds). Measured
 // on the H200 (docs/bench/2026-12-03-h200): each category within 2 % of this, and a further ~0.27 GiB of
 // transient kernel scratch per step at xlarge, batch 40 x 128 that the estimate leaves out.
+// Those are device bytes. With CPU offload (ZeroOffload) the master, m and v move to host memory, with the
+// gradient shard copied down and a compute-dtype staging shard (offload_param: the stage-3 shard itself):
+//   host             master + m + v + gradient shard + parameter shard              zero_state_bytes
+// reported in its own column, since it is checked against the host's RAM, not the GPU's.
 #pragma once
 
 #include <cstddef>
@@ -30,27 +34,34 @@ namespace zt::optim {
 struct MemoryEstimate {
   int stage = 0;
   int world_size = 1;
+  ZeroOffload offload;
   ZeroStateBytes state;
   size_t activations = 0;
   size_t comm_scratch = 0;
   size_t scratch = 0;  // the GEMM workspace (GPU)
-  size_t total() const { return state.total() + activations + comm_scratch + scratch; }
+  size_t total() const { return state.total() + activations + comm_scratch + scratch; }  // device
+  size_t host() const { return state.host_total(); }
 };
 
 // device: the buffers live on the GPU, where the caching allocator rounds each to its size class.
 MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_size, DType compute,
-                               int64_t max_batch, int64_t max_length, bool device = true);
+                               int64_t max_batch, int64_t max_length, ZeroOffload offload = {},
+                               bool device = true);
 
 // What fits `cap_bytes` per rank according to the estimator, for an out-of-memory message: the largest
 // per-rank batch at `stage` (and at each higher stage, where larger), and the lowest stage that fits `batch`.
 // The estimate leaves out small transients (kernel scratch, the GEMM workspace), so a setting at the edge
 // may still fail: the suggestions keep kOomHeadroom of the cap free.
 inline constexpr double kOomHeadroom = 0.05;
+// With offload the optimizer state is not on the device: the stages are compared with the run's offload.
 std::string fitting_settings_hint(const DebertaConfig& model, int stage, int world_size, DType compute,
-                                  int64_t batch, int64_t max_length, size_t cap_bytes);
+                                  int64_t batch, int64_t max_length, size_t cap_bytes,
+                                  ZeroOffload offload = {});
 
-// A table: one row per stage 0-3 (the run's stage marked), columns by category, per rank.
+// A table per rank, columns by category (device) and host: one row per stage 0-3, then stages 1-3 with the
+// optimizer offloaded and stage 3 with parameters offloaded too; the run's row marked.
 std::string describe_memory_estimates(const DebertaConfig& model, int run_stage, int world_size,
-                                      DType compute, int64_t max_batch, int64_t max_length, bool device);
+                                      DType compute, int64_t max_batch, int64_t max_length,
+                                      ZeroOffload run_offload = {}, bool device = true);
 
 }  // namespace zt::optim

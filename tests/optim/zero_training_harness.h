@@ -48,8 +48,12 @@ struct RunSpec {
   int checkpoint_every = 0;
   std::string resume;
   int crash_after = 0;  // > 0: the run throws in step crash_after + 1 (after step crash_after's checkpoint)
-  bool gpu = false;     // in-process ranks over the one GPU (RankDevice each) instead of the CPU
-  std::string dtype = "f32";  // the GPU also trains in bf16
+  bool offload_optimizer = false;  // zero_optimization.offload_optimizer.device cpu
+  bool offload_param = false;      // zero_optimization.offload_param.device cpu (stage 3)
+  double max_grad_norm = 1.0;      // small: every step clips
+  bool delayed_update = false;     // --offload_delayed_update
+  bool gpu = false;                // in-process ranks over the one GPU (RankDevice each) instead of the CPU
+  std::string dtype = "f32";       // the GPU also trains in bf16
 };
 
 inline TrainConfig config_for(const RunSpec& r) {
@@ -77,6 +81,10 @@ inline TrainConfig config_for(const RunSpec& r) {
   TrainConfig config = TrainConfig::from_args(args);
   config.resolve({.world_size = r.world, .hidden_size = 16, .num_train_examples = 3668});
   config.zero.stage = r.stage;
+  config.zero.offload_optimizer.enabled = r.offload_optimizer;
+  config.zero.offload_param.enabled = r.offload_param;
+  config.max_grad_norm = r.max_grad_norm;
+  config.offload_delayed_update = r.delayed_update;
   return config;
 }
 
