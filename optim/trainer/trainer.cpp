@@ -255,6 +255,9 @@ struct MrpcTrainer::Impl {
     // both sequences instead of hanging.
     if (config.debug_collectives)
       for (auto& comm : comms) comm = make_checked_communicator(std::move(comm));
+    // Processes started with different settings would train different things and hang or diverge:
+    // every process compares its resolved configuration with the others' before anything is allocated.
+    if (local_count < world) check_same_config_on_every_process();
     // Stage 3 keeps at most the embeddings, the shared unit and two layers gathered at once.
     if (config.zero.stage == 3) {
       const ZeroPartition partition(table, world);
@@ -386,6 +389,32 @@ struct MrpcTrainer::Impl {
   // Whether to stop after this step (SIGINT/SIGTERM): in a process group the agreed answer of the last
   // step, so every process stops after the same one.
   bool stop_now() const { return local_count < world ? group_stop : stop_requested(); }
+
+  // Each process's fingerprint of its resolved configuration (TrainConfig::describe()), gathered by all: a
+  // mismatch is an error naming the processes that differ from rank 0, on every process alike.
+  void check_same_config_on_every_process() {
+    // FNV-1a over the text, split into 16-bit pieces so each is exact in an f32 (the collectives' dtype).
+    uint64_t hash = 1469598103934665603ull;
+    for (const unsigned char c : config.describe()) hash = (hash ^ c) * 1099511628211ull;
+    std::vector<float> mine(4);
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<float>((hash >> (16 * i)) & 0xffff);
+    const auto n = static_cast<int64_t>(mine.size());
+    Arena buffer("config fingerprints", flat_f32_layout(n * (world + 1)),
+                 state_arena(device, MemoryCategory::communication, false));
+    const Tensor all = buffer.tensor("values");
+    const Tensor gathered(all.data(), {n * world}, DType::f32, all.device());
+    const Tensor own(static_cast<float*>(all.data()) + n * world, {n}, DType::f32, all.device());
+    copy_tensor(Tensor(mine.data(), {n}, DType::f32), own);
+    comms.front()->all_gather(own, gathered);
+    std::vector<float> host(static_cast<size_t>(n * world));
+    copy_tensor(gathered, Tensor(host.data(), {n * world}, DType::f32));
+    std::string differing;
+    for (int r = 1; r < world; ++r)
+      if (!std::equal(host.begin(), host.begin() + n, host.begin() + n * r)) differing += str(" ", r);
+    ZT_CHECK(differing.empty(), "ranks", differing, " were started with settings other than rank 0's (every ",
+             "process of a launch needs the same flags, DeepSpeed config and files); rank ", first_rank,
+             " resolved:\n", config.describe());
+  }
 
   // Element-wise sum of `values` over the processes of a process group (one rank each), in place.
   void sum_over_processes(std::vector<float>& values) {

@@ -7,6 +7,7 @@
 
 #include <exception>
 #include <filesystem>
+#include <string>
 #include <thread>
 
 #include "optim/zero/sharded_checkpoint.h"
@@ -83,6 +84,28 @@ TEST(ProcessGroupTrainingFiles, ProcessZeroWritesTheRunsFilesEachProcessItsShard
   const RunResult resumed = run({.stage = 2, .world = 2, .steps = 6, .resume = checkpoint});
   EXPECT_EQ(resumed.losses.size(), 2u);
   std::filesystem::remove_all(dir);
+}
+
+// Processes launched with different settings (here rank 1 with another learning rate) are refused on every
+// process before training, naming the rank that differs.
+TEST(ProcessGroupTrainingConfig, ProcessesWithDifferentSettingsAreRefused) {
+  auto comms = make_in_process_group(2, {.timeout = std::chrono::seconds(60)});
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> processes;
+  for (int r = 0; r < 2; ++r) {
+    processes.emplace_back([&, r] {
+      TrainConfig config = config_for({.stage = 1, .world = 2, .steps = 2});
+      if (r == 1) config.learning_rate *= 2;
+      try {
+        MrpcTrainer trainer(config, tiny_model(), std::move(comms[static_cast<size_t>(r)]));
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : processes) t.join();
+  for (const std::string& e : errors)
+    EXPECT_NE(e.find("ranks 1 were started with settings other than rank 0's"), std::string::npos) << e;
 }
 
 }  // namespace
