@@ -10,13 +10,14 @@
 #include "optim/resume_config.h"
 #include "optim/train_config.h"
 #include "runtime/check.h"
+#include "tests/optim/config_test_support.h"
 #include "tests/support/error_matchers.h"
 
 namespace zt::optim {
 namespace {
 
-constexpr int64_t kXlargeHidden = 1536;
-constexpr int64_t kMrpcTrainRows = 3668;
+using config_test::kMrpcTrainRows;
+using config_test::kXlargeHidden;
 
 const char* const kZero2Yaml = R"(compute_environment: LOCAL_MACHINE
 debug: false
@@ -78,15 +79,8 @@ const char* const kZero3OffloadJson = R"({"zero_optimization": {"stage": 3,
   "stage3_gather_16bit_weights_on_model_save": true}, "gradient_accumulation_steps": 1,
   "gradient_clipping": 1.0, "bf16": {"enabled": true}})";
 
-std::string write_temp(const std::string& name, const std::string& text) {
-  const std::string path = testing::TempDir() + name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-ResolveInputs inputs(int world_size = 1) {
-  return {.world_size = world_size, .hidden_size = kXlargeHidden, .num_train_examples = kMrpcTrainRows};
-}
+using config_test::inputs;
+using config_test::write_temp;
 
 // A GPU run (16-bit precision is refused on the CPU): the device is settled before resolve, as train_mrpc
 // does.

@@ -14,12 +14,14 @@
 #include <vector>
 
 #include "runtime/check.h"
+#include "tests/optim/config_test_support.h"
+#include "tests/support/error_matchers.h"
 
 namespace zt::optim {
 namespace {
 
-constexpr int64_t kMrpcTrainRows = 3668;
-constexpr int64_t kXlargeHidden = 1536;  // deberta-v2-xlarge
+using config_test::kMrpcTrainRows;
+using config_test::kXlargeHidden;
 
 // The DeepSpeed configs of HF's blog "Accelerate Large Model Training using DeepSpeed" (DeBERTa-v2-xlarge on
 // MRPC): ZeRO-2 with the optimizer offloaded to CPU, and ZeRO-3 with optimizer and parameters offloaded.
@@ -150,15 +152,8 @@ std::string without_offload(std::string json) {
   return json;
 }
 
-std::string write_temp(const std::string& name, const std::string& text) {
-  const std::string path = testing::TempDir() + name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-ResolveInputs inputs(int world_size = 1) {
-  return {.world_size = world_size, .hidden_size = kXlargeHidden, .num_train_examples = kMrpcTrainRows};
-}
+using config_test::inputs;
+using config_test::write_temp;
 
 TrainConfig resolved(const std::vector<std::string>& flags, const std::string& json, int world_size = 1) {
   TrainConfig config = TrainConfig::from_args(flags);
@@ -166,16 +161,7 @@ TrainConfig resolved(const std::vector<std::string>& flags, const std::string& j
   return config;
 }
 
-// The message of the zt::Error that `action` throws ("" if it throws none).
-template <typename Action>
-std::string error_of(Action action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // The line of describe()'s `text` that prints `key` ("" if there is none).
 std::string line_of(const std::string& text, const std::string& key) {
@@ -183,15 +169,6 @@ std::string line_of(const std::string& text, const std::string& key) {
   if (start == std::string::npos) return "";
   return text.substr(start, text.find('\n', start) - start);
 }
-
-#define EXPECT_ERROR_HAS(action, ...)                                                                   \
-  do {                                                                                                  \
-    const std::string message = error_of([&] { action; });                                              \
-    ASSERT_FALSE(message.empty()) << "no error from " #action;                                          \
-    for (const char* part : {__VA_ARGS__}) {                                                            \
-      EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' missing from: " << message; \
-    }                                                                                                   \
-  } while (0)
 
 TEST(TrainConfigFlags, DefaultsMatchRunGlueNoTrainer) {
   TrainConfig config = TrainConfig::from_args(std::vector<std::string>{});
