@@ -13,6 +13,7 @@ packages=(
   clang-format
   clang libclang-rt-14-dev   # libFuzzer targets of the checkpoint readers (scripts/run_fuzzers.sh)
   libopenmpi-dev openmpi-bin # mpirun -np N train_mrpc: rank bootstrap (runtime/mpi_launch.h); optional
+  liburing-dev           # io_uring backend of the disk tier (runtime/direct_io.h); optional
 )
 
 missing=()
