@@ -94,11 +94,34 @@ struct DeepSpeedSchedule {
 };
 std::string_view deepspeed_schedule_name(DeepSpeedSchedule::Type type);
 
+// The disk-tier keys of an offload section (device "nvme"), DeepSpeed's names and defaults. Note [Disk tier
+// keys] in optim/train_config_aio.cpp says what each does; the disk tier itself is optim/swap/.
+struct NvmeOffloadSettings {
+  bool enabled = false;  // device "nvme"; resolve() refuses it until ResolveInputs::disk_tier_wired
+  std::string nvme_path;
+  int64_t buffer_count = 4;            // staging buffers (DeepSpeed: 4 for the optimizer, 5 for parameters)
+  int64_t buffer_size = 100'000'000;   // offload_param: elements per buffer
+  int64_t max_in_cpu = 1'000'000'000;  // offload_param: parameter elements kept in host memory
+  bool pipeline_read = false;          // offload_optimizer: read ahead during the update
+  bool pipeline_write = false;         // offload_optimizer: write behind during the update
+};
+
 // An offload_optimizer / offload_param section. resolve() refuses device "cpu" (not implemented yet) and
-// "nvme" (not supported), so after resolve() `enabled` is false; the field is where CPU offload will land.
+// "nvme" (the disk tier is not wired into the engine yet), so after resolve() `enabled` is false; the field
+// is where CPU offload will land.
 struct OffloadSettings {
   bool enabled = false;  // device "cpu"; "none" leaves it off
   bool pin_memory = false;
+  NvmeOffloadSettings nvme;
+};
+
+// DeepSpeed's top-level "aio" block: how the disk tier submits its reads and writes (runtime/direct_io.h).
+struct AioSettings {
+  int64_t block_size = 1'048'576;  // bytes per request; a multiple of 4096
+  int64_t queue_depth = 8;         // requests in flight per thread
+  int64_t thread_count = 1;        // I/O threads; "intra_op_parallelism" is its newer name
+  bool single_submit = false;      // submit each request on its own
+  bool overlap_events = true;      // refill the queue as requests complete
 };
 
 // zero_optimization, with DeepSpeed's defaults (sizes are element counts, as in DeepSpeed). Note [ZeRO keys]
@@ -133,6 +156,12 @@ struct ResolveInputs {
   int world_size = 1;
   int64_t hidden_size = 0;         // the model's; needed only when a hidden-size "auto" key is present
   int64_t num_train_examples = 0;  // to compute steps per epoch; needed unless --max_train_steps is given
+  // The trainer runs the disk tier (optim/swap/) for offload device "nvme"; until it does, resolve() refuses
+  // that device (after checking its keys).
+  bool disk_tier_wired = false;
+  // The host tier charges its allocations to --host_memory_limit (runtime/host_memory_budget.h); until it
+  // does, resolve() refuses the flag.
+  bool host_memory_limit_enforced = false;
 };
 
 struct TrainConfig {
@@ -162,6 +191,9 @@ struct TrainConfig {
   // ---- zerotrain's own ----
   std::string deepspeed_config;  // path of a DeepSpeed JSON; empty = flags only
   size_t gpu_memory_limit = 0;   // bytes; 0 = no cap beyond the device
+  // bytes of pinned + pageable host memory the host tier may use (offloaded state beyond it goes to the
+  // disk tier); 0 = no cap
+  size_t host_memory_limit = 0;
   // bf16 as DESIGN.md decides; HF's run is fp32 unless Accelerate is configured for mixed precision.
   ComputeDType dtype = ComputeDType::bf16;
   DeviceChoice device = DeviceChoice::auto_detect;
@@ -192,6 +224,7 @@ struct TrainConfig {
   LossScalerConfig fp16;                                // used when dtype is f16
   bool fp16_auto_cast = false;
   ZeroSettings zero;
+  AioSettings aio;
   bool resolved = false;
 
   // Parses command-line flags ("--flag value", "--flag=value", bare booleans). Throws zt::Error naming the
