@@ -886,9 +886,10 @@ TEST(TrainConfigZero, OffloadIsRefusedWithItsReason) {
       "the section or set device none)");
   EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 3, "offload_param": {"device": "cpu"})")),
                    "zero_optimization.offload_param.device cpu: CPU offload is not implemented yet");
-  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "nvme"})")),
-                   "zero_optimization.offload_optimizer.device nvme: the disk tier is not wired into the ZeRO "
-                   "engine yet");
+  EXPECT_ERROR_HAS(
+      resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "nvme"})")),
+      "zero_optimization.offload_optimizer.device nvme: the disk tier is not wired into the ZeRO "
+      "engine yet");
   EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "gpu"})")),
                    "must be none, cpu or nvme", "'gpu'");
   const TrainConfig none =
