@@ -19,7 +19,7 @@
 #include "optim/swap/swap_pipeline.h"
 #include "optim/swap/swap_preflight.h"
 #include "optim/swap/swap_store.h"
-#include "tests/support/temp_dir_test.h"
+#include "tests/support/io_backend_test.h"
 
 namespace zt::swap {
 namespace {
@@ -42,41 +42,30 @@ std::span<float> as_floats(std::span<std::byte> bytes) {
   return {reinterpret_cast<float*>(bytes.data()), bytes.size() / sizeof(float)};
 }
 
-bool io_uring_works() {
-  return io_uring_unavailable_reason().empty();
-}
-
 std::vector<AlignedBuffer> make_buffers(int count, size_t bytes) {
   std::vector<AlignedBuffer> buffers;
   for (int i = 0; i < count; ++i) buffers.emplace_back(bytes);
   return buffers;
 }
 
-// (backend, direct mode)
-class SwapStoreTest : public test::TempDirTest,
-                      public ::testing::WithParamInterface<std::tuple<IoBackendChoice, DirectIoMode>> {
+class SwapStoreTest : public test::IoBackendTest {
  protected:
-  void SetUp() override {
-    test::TempDirTest::SetUp();
-    if (std::get<0>(GetParam()) == IoBackendChoice::io_uring && !io_uring_works())
-      GTEST_SKIP() << "io_uring unavailable: " << io_uring_unavailable_reason();
-  }
   IoOptions io_options() const {
-    return {.backend = std::get<0>(GetParam()), .block_size = 16 << 10, .queue_depth = 4, .thread_count = 2};
+    return {.backend = backend(), .block_size = 16 << 10, .queue_depth = 4, .thread_count = 2};
   }
   SwapStoreOptions store_options(int64_t records) const {
     return {.directory = dir_.string(),
             .rank = 1,
             .record_bytes = kRecordBytes,
             .record_count = records,
-            .direct = std::get<1>(GetParam())};
+            .direct = mode()};
   }
 };
 
 TEST_P(SwapStoreTest, RecordsRoundTripBitwise) {
   AsyncFileIo io(io_options());
   SwapStore store(store_options(7), io);
-  EXPECT_EQ(store.direct(), std::get<1>(GetParam()) != DirectIoMode::off);
+  EXPECT_EQ(store.direct(), mode() != DirectIoMode::off);
   EXPECT_EQ(store.record_stride(), round_up_to_alignment(kRecordBytes));
   EXPECT_EQ(fs::file_size(store.path()), store.file_bytes());  // reserved up front
   std::vector<AlignedBuffer> out = make_buffers(7, store.record_stride());
@@ -148,15 +137,7 @@ TEST_P(SwapStoreTest, PipelineEqualsTheUpdatesInMemory) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(BackendsAndModes, SwapStoreTest,
-                         ::testing::Combine(::testing::Values(IoBackendChoice::io_uring,
-                                                              IoBackendChoice::thread_pool),
-                                            ::testing::Values(DirectIoMode::required, DirectIoMode::off)),
-                         [](const auto& info) {
-                           return str(std::get<0>(info.param) == IoBackendChoice::io_uring ? "io_uring"
-                                                                                           : "thread_pool",
-                                      "_", direct_io_mode_name(std::get<1>(info.param)));
-                         });
+ZT_INSTANTIATE_IO_BACKEND_TESTS(SwapStoreTest);
 
 using SwapStoreLifecycle = test::TempDirTest;
 

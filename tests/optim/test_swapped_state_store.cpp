@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "optim/adamw.h"
-#include "tests/support/temp_dir_test.h"
+#include "tests/support/io_backend_test.h"
 
 namespace zt::swap {
 namespace {
@@ -59,22 +59,10 @@ State resident_run() {
   return s;
 }
 
-bool io_uring_works() {
-  return io_uring_unavailable_reason().empty();
-}
-
-// (backend, direct mode)
-class SwappedStateStoreTest
-    : public test::TempDirTest,
-      public ::testing::WithParamInterface<std::tuple<IoBackendChoice, DirectIoMode>> {
+class SwappedStateStoreTest : public test::IoBackendTest {
  protected:
-  void SetUp() override {
-    test::TempDirTest::SetUp();
-    if (std::get<0>(GetParam()) == IoBackendChoice::io_uring && !io_uring_works())
-      GTEST_SKIP() << "io_uring unavailable: " << io_uring_unavailable_reason();
-  }
   IoOptions io() const {
-    return {.backend = std::get<0>(GetParam()), .block_size = 8192, .queue_depth = 4, .thread_count = 2};
+    return {.backend = backend(), .block_size = 8192, .queue_depth = 4, .thread_count = 2};
   }
 };
 
@@ -92,7 +80,7 @@ TEST_P(SwappedStateStoreTest, AdamWThroughTheDiskEqualsResidentBitwise) {
                                  .buffer_count = buffers,
                                  .pipeline_read = pipeline_read,
                                  .pipeline_write = pipeline_write,
-                                 .direct = std::get<1>(GetParam())},
+                                 .direct = mode()},
                                 io());
         EXPECT_EQ(store.buffer_bytes(), static_cast<size_t>(buffers) * store.store().record_stride());
         // Load the master (m and v start at zero: the reserved file reads as zeros).
@@ -132,15 +120,7 @@ TEST_P(SwappedStateStoreTest, AdamWThroughTheDiskEqualsResidentBitwise) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(BackendsAndModes, SwappedStateStoreTest,
-                         ::testing::Combine(::testing::Values(IoBackendChoice::io_uring,
-                                                              IoBackendChoice::thread_pool),
-                                            ::testing::Values(DirectIoMode::required, DirectIoMode::off)),
-                         [](const auto& info) {
-                           return str(std::get<0>(info.param) == IoBackendChoice::io_uring ? "io_uring"
-                                                                                           : "thread_pool",
-                                      "_", direct_io_mode_name(std::get<1>(info.param)));
-                         });
+ZT_INSTANTIATE_IO_BACKEND_TESTS(SwappedStateStoreTest);
 
 using SwappedStateStoreRules = test::TempDirTest;
 

@@ -13,7 +13,7 @@
 #include <tuple>
 #include <vector>
 
-#include "tests/support/temp_dir_test.h"
+#include "tests/support/io_backend_test.h"
 
 namespace zt {
 namespace {
@@ -23,27 +23,12 @@ void fill_pattern(std::span<std::byte> bytes, uint32_t seed) {
   for (std::byte& b : bytes) b = static_cast<std::byte>(random() & 0xff);
 }
 
-bool io_uring_works() {
-  return io_uring_unavailable_reason().empty();
-}
-
 IoOptions options_for(IoBackendChoice backend, size_t block_size = 64 << 10, int queue_depth = 4,
                       int threads = 1) {
   return {.backend = backend, .block_size = block_size, .queue_depth = queue_depth, .thread_count = threads};
 }
 
-// (backend, direct I/O mode)
-class DirectIoTest : public test::TempDirTest,
-                     public ::testing::WithParamInterface<std::tuple<IoBackendChoice, DirectIoMode>> {
- protected:
-  void SetUp() override {
-    test::TempDirTest::SetUp();
-    if (backend() == IoBackendChoice::io_uring && !io_uring_works())
-      GTEST_SKIP() << "io_uring unavailable: " << io_uring_unavailable_reason();
-  }
-  IoBackendChoice backend() const { return std::get<0>(GetParam()); }
-  DirectIoMode mode() const { return std::get<1>(GetParam()); }
-};
+class DirectIoTest : public test::IoBackendTest {};
 
 TEST_P(DirectIoTest, RoundTripOfTransfersSplitIntoManyRequests) {
   AsyncFileIo io(options_for(backend()));
@@ -78,22 +63,15 @@ TEST_P(DirectIoTest, ErrorsNameThePathAndTheReason) {
                                   {"cannot read " + path("short.bin"), "unexpected end of file"});
 }
 
-INSTANTIATE_TEST_SUITE_P(BackendsAndModes, DirectIoTest,
-                         ::testing::Combine(::testing::Values(IoBackendChoice::io_uring,
-                                                              IoBackendChoice::thread_pool),
-                                            ::testing::Values(DirectIoMode::required, DirectIoMode::off)),
-                         [](const auto& info) {
-                           return str(std::get<0>(info.param) == IoBackendChoice::io_uring ? "io_uring"
-                                                                                           : "thread_pool",
-                                      "_", direct_io_mode_name(std::get<1>(info.param)));
-                         });
+ZT_INSTANTIATE_IO_BACKEND_TESTS(DirectIoTest);
 
 class DirectIoBackendTest : public test::TempDirTest, public ::testing::WithParamInterface<IoBackendChoice> {
  protected:
   void SetUp() override {
     test::TempDirTest::SetUp();
-    if (GetParam() == IoBackendChoice::io_uring && !io_uring_works())
-      GTEST_SKIP() << "io_uring unavailable: " << io_uring_unavailable_reason();
+    const std::string reason = io_uring_unavailable_reason();
+    if (GetParam() == IoBackendChoice::io_uring && !reason.empty())
+      GTEST_SKIP() << "io_uring unavailable: " << reason;
   }
 };
 
