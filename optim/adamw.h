@@ -18,12 +18,22 @@
 // Optionally the updated params are also written as bf16 or f16 (round to nearest even) into a 16-bit
 // buffer of the same layout, in the same pass while they are still in cache (the offload path's copy-back).
 //
-// The work is split into fixed-size blocks run on std::threads; the result does not depend on the number of
-// threads (every element's arithmetic is independent).
+// The work is split into fixed-size blocks run on the process's persistent thread pool
+// (runtime/thread_pool.h); the result does not depend on the number of threads (every element's arithmetic
+// is independent).
+//
+// The inner loop has three bodies chosen at run time (CpuIsa): scalar, AVX2 (8 lanes) and AVX-512 (16
+// lanes), each a vector loop with the scalar loop as its tail. They compute the same bits: every statement
+// above is one IEEE-754 operation (mul, add, sub, div, sqrt, each correctly rounded in any lane width), the
+// vector bodies issue them in the same order, and none of the three contracts a multiply and an add into an
+// FMA (the files are compiled with -ffp-contract=off; an FMA would round once where torch rounds twice).
+// The 16-bit copy uses the runtime's rounding in every body (f16: F16C's round-to-nearest-even, NaN lanes
+// redone by the runtime's float_to_f16, which keeps no payload).
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <variant>
 
 #include "runtime/dtype.h"
@@ -69,10 +79,19 @@ struct AdamWStepScalars {
 };
 AdamWStepScalars adamw_step_scalars(const AdamWHyper& hyper, double lr, int64_t t);
 
-// Applies one update with the given scalars to elements [0, n) of the raw arrays (no threads, no checks).
-// The building block of AdamW::update; exposed for callers that update one bucket at a time.
+// Applies one update with the given scalars to elements [0, n) of the raw arrays (no threads, no checks):
+// the scalar reference every other body equals bit for bit. grad_scale != 1 multiplies each gradient first
+// (g = grad_scale * g: fp16 unscaling, 1/world and clipping folded into one factor, as the GPU AdamW does);
+// grads are not written.
 void adamw_update_elements(const AdamWStepScalars& s, bool weight_decay, int64_t n, float* params,
-                           const float* grads, float* exp_avg, float* exp_avg_sq);
+                           const float* grads, float* exp_avg, float* exp_avg_sq, float grad_scale = 1.0f);
+
+// The CPU AdamW's inner-loop bodies. best_cpu_isa(): the widest this CPU (and OS) supports; every body
+// gives the same bits, so the choice only changes speed.
+enum class CpuIsa { scalar, avx2, avx512 };
+CpuIsa best_cpu_isa();
+bool cpu_supports(CpuIsa isa);
+std::string_view cpu_isa_name(CpuIsa isa);
 
 class AdamW {
  public:
@@ -82,7 +101,7 @@ class AdamW {
 
   // One optimizer step: advances t, then updates every range with learning rate lr.
   void step(const AdamWBuffers& buffers, std::span<const TensorRange> ranges, double lr,
-            Params16Out params16 = {});
+            Params16Out params16 = {}, float grad_scale = 1.0f);
   void step(const AdamWBuffers& buffers, std::span<const TensorRange> ranges) {
     step(buffers, ranges, hyper_.lr);
   }
@@ -90,17 +109,23 @@ class AdamW {
   // The same step in pieces, for an update that arrives bucket by bucket: begin_step() advances t once,
   // then update() is called for each bucket's ranges with that t.
   void begin_step() { ++step_count_; }
+  // grad_scale: every gradient is multiplied by it first (see adamw_update_elements).
   void update(const AdamWBuffers& buffers, std::span<const TensorRange> ranges, double lr,
-              Params16Out params16 = {}) const;
+              Params16Out params16 = {}, float grad_scale = 1.0f) const;
 
   int64_t step_count() const { return step_count_; }  // t: steps taken (torch's state['step'])
   void set_step_count(int64_t t);                     // when resuming from a checkpoint
   const AdamWHyper& hyper() const { return hyper_; }
   int num_threads() const { return num_threads_; }
+  // The inner-loop body (best_cpu_isa() at construction). set_isa refuses a body this CPU cannot run; tests
+  // force each body through it.
+  CpuIsa isa() const { return isa_; }
+  void set_isa(CpuIsa isa);
 
  private:
   AdamWHyper hyper_;
   int num_threads_;
+  CpuIsa isa_;
   int64_t step_count_ = 0;
 };
 

@@ -106,11 +106,10 @@ struct NvmeOffloadSettings {
   bool pipeline_write = false;         // offload_optimizer: write behind during the update
 };
 
-// An offload_optimizer / offload_param section. resolve() refuses device "cpu" (not implemented yet) and
-// "nvme" (the disk tier is not wired into the engine yet), so after resolve() `enabled` is false; the field
-// is where CPU offload will land.
+// An offload_optimizer / offload_param section (optim/train_config_offload.cpp): device "cpu" turns it on,
+// "none" leaves it off, "nvme" turns on `nvme` (the state on disk, optim/train_config_aio.cpp).
 struct OffloadSettings {
-  bool enabled = false;  // device "cpu"; "none" leaves it off
+  bool enabled = false;  // device "cpu"
   bool pin_memory = false;
   NvmeOffloadSettings nvme;
 };
@@ -137,7 +136,7 @@ struct ZeroSettings {
   bool reduce_scatter = true;  // false = all-reduce the gradients, then keep this rank's shard
   int64_t reduce_bucket_size = 500'000'000;
   bool contiguous_gradients = true;    // always true (false is refused)
-  bool round_robin_gradients = false;  // always false (true needs CPU offload)
+  bool round_robin_gradients = false;  // always false (true is refused)
   OffloadSettings offload_optimizer;
   OffloadSettings offload_param;  // stage 3 only
   int64_t sub_group_size = 1'000'000'000;

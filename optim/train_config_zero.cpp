@@ -17,8 +17,9 @@
 //              error: DeepSpeed tolerates them too.
 //   refused    values we do not implement: contiguous_gradients false (gradients are always written into flat
 //              per-layer buckets), allgather_partitions false (partitions are always all-gathered),
-//              round_robin_gradients true (only matters with CPU offload), offload to cpu (not implemented
-//              yet) or nvme (not supported); and any key not listed here, by name.
+//              round_robin_gradients true (a DeepSpeed ordering of the offloaded gradient copies; ours go
+//              unit by unit), offload to nvme (not supported yet; cpu is honoured, see
+//              train_config_offload.cpp); and any key not listed here, by name.
 #include "optim/train_config_sections.h"
 
 namespace zt::optim::config_detail {
@@ -111,7 +112,8 @@ void resolve_zero(ResolveContext& context) {
   const JsonValue<bool> round_robin = boolean("round_robin_gradients", zero.round_robin_gradients);
   ZT_CHECK(
       !round_robin.given() || !round_robin.value, context.where(), round_robin.path,
-      " true only matters with CPU offload, which is not implemented yet (set it to false or remove it)");
+      " true is not supported: the offloaded gradients are copied unit by unit in a fixed order (set it to "
+      "false or remove it)");
 
   // HF/Accelerate's hidden-size rules for "auto".
   integer("reduce_bucket_size", zero.reduce_bucket_size, hidden * hidden, 1);

@@ -1,5 +1,6 @@
 // Shared by the CPU loops of model/ and optim/ (init, AdamW, clipping): splits elementwise work into
-// fixed-size blocks and runs them on a few std::threads.
+// fixed-size blocks and runs them on the process's persistent, core-pinned thread pool
+// (runtime/thread_pool.h).
 //
 // Blocks have a fixed size that does not depend on the thread count, and every block's result is written to
 // its own place (elements, or a per-block partial sum combined in block order afterwards), so results are
@@ -7,10 +8,10 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <thread>
-#include <vector>
+
+#include "runtime/thread_pool.h"
 
 namespace zt::detail {
 
@@ -25,27 +26,17 @@ inline int resolve_thread_count(int requested) {
   return hw == 0 ? 1 : static_cast<int>(hw);
 }
 
-// Calls run_block(b) exactly once for every b in [0, num_blocks), on up to `threads` threads (0: all).
-// Blocks are claimed dynamically, so uneven blocks (ranges of different lengths) still balance.
-// run_block must not throw: a worker thread has nowhere to send the exception.
+// Calls run_block(b) exactly once for every b in [0, num_blocks), on up to `threads` threads (0: all): the
+// caller and workers of ThreadPool::global(). Blocks are claimed dynamically, so uneven blocks (ranges of
+// different lengths) still balance. An exception from run_block is rethrown here after the other blocks.
 template <typename RunBlock>
 void run_blocks_in_parallel(int64_t num_blocks, int threads, const RunBlock& run_block) {
-  int workers = static_cast<int>(std::min<int64_t>(resolve_thread_count(threads), num_blocks));
+  const int workers = static_cast<int>(std::min<int64_t>(resolve_thread_count(threads), num_blocks));
   if (workers <= 1) {
     for (int64_t b = 0; b < num_blocks; ++b) run_block(b);
     return;
   }
-  std::atomic<int64_t> next{0};
-  auto drain = [&] {
-    for (int64_t b = next.fetch_add(1, std::memory_order_relaxed); b < num_blocks;
-         b = next.fetch_add(1, std::memory_order_relaxed)) {
-      run_block(b);
-    }
-  };
-  std::vector<std::jthread> pool;
-  pool.reserve(static_cast<size_t>(workers - 1));
-  for (int w = 1; w < workers; ++w) pool.emplace_back(drain);
-  drain();  // the calling thread works too
+  ThreadPool::global().run(num_blocks, workers, run_block);
 }
 
 // The number of kBlockElements blocks covering n elements.

@@ -234,7 +234,12 @@ struct MrpcTrainer::Impl {
                             .reduce_scatter = config.zero.reduce_scatter,
                             .hyper = AdamWHyper{config.learning_rate, config.adam_beta1, config.adam_beta2,
                                                 config.adam_epsilon, config.weight_decay},
-                            .max_grad_norm = config.max_grad_norm});
+                            .max_grad_norm = config.max_grad_norm,
+                            .offload = {.optimizer = config.zero.offload_optimizer.enabled,
+                                        .param = config.zero.offload_param.enabled},
+                            .pin_memory = config.zero.offload_optimizer.pin_memory,
+                            .ranks_sharing_host = world,
+                            .host_memory_limits = std::nullopt});
       rank.model = std::make_unique<DebertaForSequenceClassification>(model_config, max_batch(),
                                                                       config.max_length, device, compute);
       if (device == DeviceKind::cuda)

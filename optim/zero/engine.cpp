@@ -1,15 +1,20 @@
 #include "optim/zero/engine.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 
 #include "kernels/elementwise.h"
 #include "optim/grad_clip.h"
+#include "optim/zero/host_optimizer_store.h"
+#include "optim/zero/offload_copies.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/log.h"
+#include "runtime/memory_size.h"
 
 #ifdef ZT_WITH_CUDA
 #include "optim/cuda/adamw.cuh"
@@ -56,9 +61,45 @@ std::span<float> host_span(const Tensor& t) {
   return {static_cast<float*>(t.data()), static_cast<size_t>(t.numel())};
 }
 
+// The compute-dtype values of an f32 master block, into a host tensor of the same length (the rounding of
+// kernels::copy and of the AdamW's 16-bit copy: nearest even).
+void write_compute_values(std::span<const float> master, const Tensor& out) {
+  ZT_CHECK(out.device() == DeviceKind::cpu && out.numel() == static_cast<int64_t>(master.size()),
+           "ZeRO engine: compute values need a host tensor of ", master.size(), " elements");
+  switch (out.dtype()) {
+    case DType::f32:
+      std::memcpy(out.data(), master.data(), master.size_bytes());
+      return;
+    case DType::bf16:
+      for (size_t i = 0; i < master.size(); ++i) out.data_as<bf16>()[i] = float_to_bf16(master[i]);
+      return;
+    case DType::f16:
+      for (size_t i = 0; i < master.size(); ++i) out.data_as<f16>()[i] = float_to_f16(master[i]);
+      return;
+    default:
+      ZT_FAIL("ZeRO engine: no compute dtype ", dtype_name(out.dtype()));
+  }
+}
+
+// A host tensor's elements as the AdamW's 16-bit output (nothing for f32: the caller copies the master).
+Params16Out params16_of(const Tensor& t) {
+  const auto n = static_cast<size_t>(t.numel());
+  if (t.dtype() == DType::bf16) return std::span<bf16>(t.data_as<bf16>(), n);
+  if (t.dtype() == DType::f16) return std::span<f16>(t.data_as<f16>(), n);
+  return {};
+}
+
+// The largest slice of any unit: the offload_param upload buffer.
+int64_t largest_slice(const ZeroPartition& partition) {
+  int64_t n = 0;
+  for (const ZeroUnit& u : partition.units()) n = std::max(n, u.slice_numel);
+  return n;
+}
+
 }  // namespace
 
-ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute) {
+ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute,
+                                ZeroOffload offload) {
   const auto psi = static_cast<size_t>(partition.total_numel());
   const auto shard = static_cast<size_t>(partition.shard_numel());
   const size_t t = dtype_size(compute);
@@ -75,6 +116,17 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
   b.optimizer = 2 * (stage == 0 ? psi : shard) * 4;
   if (stage >= 2) b.buffers += bucket_elems * 4;
   if (stage == 3) b.buffers += bucket_elems * t;
+  if (offload.optimizer && stage >= 1) {
+    b.master = 0;
+    b.optimizer = 0;
+    b.host_optimizer = 3 * shard * 4;  // a separate master even in f32: the device copy stays the model's
+    b.host_gradients = shard * 4;
+    b.host_parameters = shard * t;
+    if (offload.param && stage == 3) {
+      b.compute_copy = 0;
+      if (partition.world_size() > 1) b.buffers += static_cast<size_t>(largest_slice(partition)) * t;
+    }
+  }
   return b;
 }
 
@@ -95,14 +147,29 @@ struct ZeroEngine::Impl {
   DType compute;
   bool mixed;
   int stage;
-  // Buffers; master_arena is null where the master is the compute copy (f32).
+  bool offload = false;        // master, m, v in host_state; the CPU AdamW updates them
+  bool offload_param = false;  // stage 3: compute_copy is a host arena
+  // Buffers; master_arena is null where the master is the compute copy (f32) or offloaded; with offload
+  // exp_avg and exp_avg_sq are null too.
   std::unique_ptr<Arena> compute_copy, master_arena, grads, exp_avg, exp_avg_sq;
+  std::unique_ptr<HostOptimizerStore> host_state;
+  std::unique_ptr<Arena> host_grads;      // offload: the f32 gradient shard, copied down per block
+  std::unique_ptr<Arena> host_params;     // offload without offload_param: the compute-dtype staging shard
+  std::unique_ptr<Arena> param_upload;    // offload_param, world > 1: one unit's slice, all-gathered from
+  std::unique_ptr<OffloadCopies> copies;  // offload: the step's D2H / H2D
   std::unique_ptr<Arena> bucket_embeddings, bucket_shared, bucket_layer[2];
   std::unique_ptr<Arena> gather_embeddings, gather_shared, gather_layer[2];
   std::vector<OwnedBlock> blocks;  // one per unit
   bool first_micro = true, last_micro = true;
 
-  const Arena& master() const { return master_arena ? *master_arena : *compute_copy; }
+  const Arena& master() const {
+    ZT_CHECK(!offload, "ZeRO engine: the offloaded master lives in the host store");
+    return master_arena ? *master_arena : *compute_copy;
+  }
+  // Offload: block b's compute-dtype values on the host (the staging shard, or the stage-3 shard itself).
+  Tensor params_on_host(const OwnedBlock& b) const {
+    return view(offload_param ? *compute_copy : *host_params, compute, b.master, b.numel);
+  }
   const Arena& state(int kind) const {
     ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
     return kind == 0 ? master() : kind == 1 ? *exp_avg : *exp_avg_sq;
@@ -148,19 +215,54 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   s.compute = options.compute;
   s.mixed = options.compute != DType::f32;
   s.stage = options.stage;
+  s.offload = options.offload.optimizer;
+  s.offload_param = options.offload.param;
+  ZT_CHECK(!s.offload || s.stage >= 1,
+           "offload_optimizer needs ZeRO stage 1, 2 or 3 (stage 0 keeps no optimizer shard), got stage ",
+           s.stage);
+  ZT_CHECK(!s.offload_param || s.stage == 3,
+           "offload_param needs ZeRO stage 3 (parameters are only partitioned there), got stage ", s.stage);
+  ZT_CHECK(!s.offload_param || s.offload,
+           "offload_param needs offload_optimizer too (the CPU update writes the offloaded parameter shard)");
   const int r = comm.rank();
   const int64_t shard = partition_.shard_numel();
   const auto& units = partition_.units();
+  // Pinned only where a GPU copies from it; the CPU backend's "device" is the host already.
+  const MemoryKind host_kind =
+      options.pin_memory && s.device == DeviceKind::cuda ? MemoryKind::pinned_host : MemoryKind::host;
+  if (s.offload) {
+    // Preflight before any allocation: every rank of this process holds its own shard.
+    const ZeroStateBytes bytes = zero_state_bytes(partition_, s.stage, s.compute, options.offload);
+    const size_t host = bytes.host_total() * static_cast<size_t>(std::max(1, options.ranks_sharing_host));
+    HostMemoryPlan plan{.what = str("ZeRO-", s.stage, " CPU offload (",
+                                    options.offload.param ? "optimizer and parameters" : "optimizer", ", ",
+                                    std::max(1, options.ranks_sharing_host), " rank(s) in this process)")};
+    (host_kind == MemoryKind::pinned_host ? plan.pinned_bytes : plan.pageable_bytes) = host;
+    check_host_memory_plan(
+        plan, options.host_memory_limits ? *options.host_memory_limits : read_host_memory_limits());
+    if (r == 0) {
+      ZT_LOG(info) << plan.what << ": " << format_memory_size(host) << " of "
+                   << (host_kind == MemoryKind::pinned_host ? "pinned" : "pageable") << " host memory"
+                   << (s.device == DeviceKind::cuda && host_kind == MemoryKind::host
+                           ? " (pin_memory false: host<->device copies run at pageable speed)"
+                           : "");
+    }
+  }
 
-  // The compute copy: full (named, the model binds it) below stage 3, the rank's shard at stage 3.
+  // The compute copy: full (named, the model binds it) below stage 3, the rank's shard at stage 3 (on the
+  // host with offload_param).
   if (s.stage < 3) {
     s.compute_copy = std::make_unique<Arena>("parameters", partition_.layout(s.compute),
                                              s.options(MemoryCategory::parameters, true));
+  } else if (s.offload_param) {
+    s.compute_copy = std::make_unique<Arena>(
+        "parameters (offloaded shard)", flat_layout(shard, s.compute),
+        ArenaOptions{.kind = host_kind, .category = MemoryCategory::parameters, .zero_fill = true});
   } else {
     s.compute_copy = std::make_unique<Arena>("parameters (shard)", flat_layout(shard, s.compute),
                                              s.options(MemoryCategory::parameters, true));
   }
-  if (s.mixed) {
+  if (s.mixed && !s.offload) {
     s.master_arena = std::make_unique<Arena>(
         "master", s.stage == 0 ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
         s.options(MemoryCategory::master, true));
@@ -171,8 +273,19 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
         name, full_state ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
         s.options(MemoryCategory::optimizer, true));
   };
-  s.exp_avg = moments("adam_m");
-  s.exp_avg_sq = moments("adam_v");
+  if (!s.offload) {
+    s.exp_avg = moments("adam_m");
+    s.exp_avg_sq = moments("adam_v");
+  } else {
+    const ArenaOptions host{.kind = host_kind, .category = MemoryCategory::other, .zero_fill = true};
+    s.host_grads = std::make_unique<Arena>("offloaded gradients", flat_layout(shard, DType::f32), host);
+    if (!s.offload_param)
+      s.host_params = std::make_unique<Arena>("parameter staging", flat_layout(shard, s.compute), host);
+    if (s.offload_param && world_size() > 1)
+      s.param_upload =
+          std::make_unique<Arena>("parameter upload", flat_layout(largest_slice(partition_), s.compute),
+                                  s.options(MemoryCategory::communication, true));
+  }
   s.grads = std::make_unique<Arena>(
       "gradients", s.stage <= 1 ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
       s.options(MemoryCategory::gradients, true));
@@ -211,10 +324,16 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
       b.moments = unit.shard_begin;
       b.grad = s.stage == 1 ? slice : unit.shard_begin;
       b.compute = s.stage == 3 ? unit.shard_begin : slice;
-      b.master = s.mixed ? unit.shard_begin : b.compute;
+      b.master = s.mixed || s.offload ? unit.shard_begin : b.compute;
       b.ranges = partition_.slice_ranges(u, r);
     }
     s.blocks.push_back(std::move(b));
+  }
+  if (s.offload) {
+    std::vector<HostBlockExtent> extents;
+    for (const OwnedBlock& b : s.blocks) extents.push_back({b.master, b.numel});
+    s.host_state = std::make_unique<ResidentHostOptimizerStore>(std::move(extents), shard, host_kind);
+    s.copies = std::make_unique<OffloadCopies>(s.device, options.offload.pipelined, s.blocks.size());
   }
 
   // Handles: named arenas bind by name; stage-3 parameters and stage-2/3 gradients point into the unit's
@@ -251,7 +370,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
 ZeroEngine::~ZeroEngine() = default;
 
 ZeroStateBytes ZeroEngine::state_bytes() const {
-  return zero_state_bytes(partition_, options_.stage, options_.compute);
+  return zero_state_bytes(partition_, options_.stage, options_.compute, options_.offload);
 }
 
 void ZeroEngine::begin_backward(bool first, bool last) {
@@ -266,6 +385,17 @@ void ZeroEngine::acquire(size_t unit, Pass) {
   const Arena& buffer = s.gather_buffer(partition_, unit);
   const Tensor shard = view(*s.compute_copy, s.compute, u.shard_begin, u.slice_numel);
   const Tensor full = view(buffer, s.compute, 0, u.numel);
+  if (s.offload_param) {
+    // The slice lives on the host: up first (synchronous on the rank's stream), then gathered.
+    if (world_size() == 1) {
+      copy_tensor(shard, full);
+    } else {
+      const Tensor upload = view(*s.param_upload, s.compute, 0, u.slice_numel);
+      copy_tensor(shard, upload);
+      comm_.all_gather(upload, full, work_comm_stream());
+    }
+    return;
+  }
   if (world_size() == 1) {
     kernels::copy(shard, full);
   } else {
@@ -359,6 +489,11 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
       for (float& x : host_span(grad_block(b))) x /= w;
   }
 
+  // Offload: every block's gradients start down now (pipelined: on the copy stream, beside steps 3-5).
+  if (s.offload)
+    for (const OwnedBlock& b : s.blocks)
+      s.copies->down(b.unit, grad_block(b), view(*s.host_grads, DType::f32, b.master, b.numel));
+
   // 3. Sums of squares per (rank, unit) slice, rank-major. Stage 0 holds every rank's slices itself.
   std::vector<double> sums(static_cast<size_t>(W) * U, 0.0);
   double non_finite = 0;
@@ -406,6 +541,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     const bool overflow = non_finite > 0 || !std::isfinite(total);
     if (!scaler.update(overflow)) {
       ZT_LOG(info) << "fp16 overflow: step skipped, loss scale " << loss_scale << " -> " << scaler.scale();
+      if (s.offload) s.copies->join();  // the downloads read the gradients cleared next
       clear_gradients();
       return {std::numeric_limits<double>::infinity(), false};
     }
@@ -415,7 +551,32 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   // 5-6. Clip and update the owned blocks.
   const double coef = options_.max_grad_norm > 0 ? clip_coefficient(norm, options_.max_grad_norm) : 1.0;
   adamw_.begin_step();
-  if (cpu) {
+  if (s.offload) {
+    // The factor each path applies to the gradients before AdamW: on the CPU the clip (1/W was divided in
+    // step 2; scale_in_place's float product), on the GPU 1/(loss_scale W) and the clip (the kernel's).
+    float grad_scale = 1.0f;
+    if (cpu) {
+      if (coef < 1.0) grad_scale = static_cast<float>(coef);
+    } else {
+      double factor = 1.0 / loss_scale;
+      if (W > 1) factor /= W;
+      factor *= std::min(1.0, coef);
+      grad_scale = static_cast<float>(factor);
+    }
+    for (const OwnedBlock& b : s.blocks) {
+      const Tensor host_grads = view(*s.host_grads, DType::f32, b.master, b.numel);
+      s.copies->wait_down(b.unit);
+      const HostStateBlock state = s.host_state->acquire(b.unit);
+      const Tensor staged = s.params_on_host(b);
+      adamw_.update({state.master, host_span(host_grads), state.exp_avg, state.exp_avg_sq}, b.ranges, lr,
+                    params16_of(staged), grad_scale);
+      if (!s.mixed) write_compute_values(state.master, staged);
+      s.host_state->release(b.unit, /*modified=*/true);
+      if (!s.offload_param) s.copies->up(staged, view(*s.compute_copy, s.compute, b.compute, b.numel));
+    }
+    s.copies->join();  // the all-gather and the next forward read what went up
+    if (s.stage == 1) clear_gradients();
+  } else if (cpu) {
     if (coef < 1.0)
       for (const OwnedBlock& b : s.blocks) scale_in_place(host_span(grad_block(b)), static_cast<float>(coef));
     for (const OwnedBlock& b : s.blocks) {
@@ -464,7 +625,7 @@ std::vector<ZeroEngine::OwnedPiece> ZeroEngine::owned_pieces() const {
 }
 
 // Element offset of an owned piece inside the state buffer of `kind`.
-static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mixed, int rank,
+static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mixed, bool offload, int rank,
                                   const ZeroEngine::OwnedPiece& p, int kind) {
   const size_t unit = part.unit_of_tensor(p.tensor);
   const ZeroUnit& u = part.units()[unit];
@@ -473,14 +634,30 @@ static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mix
   const int64_t in_slice = flat - part.slice_begin(unit, rank);
   ZT_CHECK(in_slice >= 0 && in_slice + p.numel <= u.slice_numel,
            "ZeRO engine: piece outside the rank's slice");
-  const bool master_is_full_compute = kind == 0 && !mixed && stage < 3;
+  const bool master_is_full_compute = kind == 0 && !mixed && stage < 3 && !offload;
   return master_is_full_compute ? flat : u.shard_begin + in_slice;
+}
+
+// Offload: piece's elements inside its block of the host store, by kind.
+static std::span<float> offloaded_piece(const HostStateBlock& block, int kind, int64_t offset,
+                                        int64_t numel) {
+  ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
+  const std::span<float> all = kind == 0 ? block.master : kind == 1 ? block.exp_avg : block.exp_avg_sq;
+  return all.subspan(static_cast<size_t>(offset), static_cast<size_t>(numel));
 }
 
 void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> host) const {
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: read_state size mismatch");
-  const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, rank(), piece, kind);
+  const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
+  if (s.offload) {
+    const OwnedBlock& b = s.blocks[partition_.unit_of_tensor(piece.tensor)];
+    const std::span<float> state =
+        offloaded_piece(s.host_state->acquire(b.unit), kind, offset - b.master, piece.numel);
+    std::copy(state.begin(), state.end(), host.begin());
+    s.host_state->release(b.unit, false);
+    return;
+  }
   copy_tensor(view(s.state(kind), DType::f32, offset, piece.numel),
               Tensor(host.data(), Shape{piece.numel}, DType::f32));
 }
@@ -488,14 +665,29 @@ void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> 
 void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const float> host) {
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: write_state size mismatch");
-  const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, rank(), piece, kind);
+  const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
+  if (s.offload) {
+    const OwnedBlock& b = s.blocks[partition_.unit_of_tensor(piece.tensor)];
+    const std::span<float> state =
+        offloaded_piece(s.host_state->acquire(b.unit), kind, offset - b.master, piece.numel);
+    std::copy(host.begin(), host.end(), state.begin());
+    s.host_state->release(b.unit, true);
+    return;
+  }
   copy_tensor(Tensor(const_cast<float*>(host.data()), Shape{piece.numel}, DType::f32),
               view(s.state(kind), DType::f32, offset, piece.numel));
 }
 
 void ZeroEngine::refresh_compute_copy() {
   Impl& s = *impl_;
-  if (s.mixed)
+  if (s.offload) {
+    for (const OwnedBlock& b : s.blocks) {
+      const Tensor staged = s.params_on_host(b);
+      write_compute_values(s.host_state->acquire(b.unit).master, staged);
+      s.host_state->release(b.unit, false);
+      if (!s.offload_param) copy_tensor(staged, view(*s.compute_copy, s.compute, b.compute, b.numel));
+    }
+  } else if (s.mixed)
     for (const OwnedBlock& b : s.blocks)
       kernels::copy(view(*s.master_arena, DType::f32, b.master, b.numel),
                     view(*s.compute_copy, s.compute, b.compute, b.numel));
@@ -523,7 +715,7 @@ void ZeroEngine::gather_full_master(const Arena* host_f32) {
   ZT_CHECK(host_f32 == nullptr || host_f32->device() == DeviceKind::cpu,
            "gather_full_master needs a host arena");
   const auto& units = partition_.units();
-  std::unique_ptr<Arena> unit_buffer;
+  std::unique_ptr<Arena> unit_buffer, master_upload;
   for (size_t u = 0; u < units.size(); ++u) {
     const ZeroUnit& unit = units[u];
     const OwnedBlock& b = s.blocks[u];
@@ -536,7 +728,18 @@ void ZeroEngine::gather_full_master(const Arena* host_f32) {
         unit_buffer = std::make_unique<Arena>("consolidation buffer", flat_layout(unit.numel, DType::f32),
                                               s.options(MemoryCategory::scratch, false));
       full = view(*unit_buffer, DType::f32, 0, unit.numel);
-      const Tensor mine = view(s.master(), DType::f32, b.master, b.numel);
+      Tensor mine;
+      if (s.offload) {  // the slice comes up from the host store first
+        if (!master_upload || master_upload->bytes() < static_cast<size_t>(b.numel) * 4)
+          master_upload = std::make_unique<Arena>("consolidation upload", flat_layout(b.numel, DType::f32),
+                                                  s.options(MemoryCategory::scratch, false));
+        mine = view(*master_upload, DType::f32, 0, b.numel);
+        const std::span<float> master = s.host_state->acquire(b.unit).master;
+        copy_tensor(Tensor(master.data(), Shape{b.numel}, DType::f32), mine);
+        s.host_state->release(b.unit, false);
+      } else {
+        mine = view(s.master(), DType::f32, b.master, b.numel);
+      }
       if (world_size() == 1) {
         kernels::copy(mine, full);
       } else {

@@ -27,10 +27,32 @@
 //   5. clip factor min(1, max_norm / (norm + 1e-6)) (and on the GPU 1 / (loss_scale W) folded in);
 //   6. AdamW on the owned elements, writing the 16-bit copy in the same pass;
 //   7. stage 1/2: all-gather the updated compute copy per unit; stage 3: the next forward gathers.
+//
+// CPU offload (ZeroOffload; stages 1-3, DeepSpeed's offload_optimizer / offload_param with device cpu):
+//   offload.optimizer: the rank's fp32 master, m and v live on the host (HostOptimizerStore: pinned
+//     arenas with pin_memory on a GPU, else pageable; the NVMe tier plugs in behind the same interface),
+//     and step 6 becomes, per owned block (unit):
+//       D2H   the block's reduced gradients (queued after step 2, so the download overlaps steps 3-5, which
+//             are unchanged and run on the device)
+//       CPU   AdamW (optim/adamw.h, SIMD, thread pool) with the scale of step 5 folded into the gradient,
+//             writing the compute-dtype values into a host staging shard in the same pass
+//       H2D   the staged values into the block of the device compute copy (or, with offload.param, nothing:
+//             the staging shard is the stage-3 parameter shard itself)
+//     On a GPU the copies run on two copy streams, so block k's CPU update overlaps the D2H of later blocks
+//     and the H2D of earlier ones (ZeroOffload::pipelined; false waits for each copy). On the CPU backend
+//     the "device" is the host and the copies are memcpys, through the same code.
+//     The math is the non-offloaded step's (same norm, same factor, the GPU AdamW's arithmetic), so an
+//     offloaded run equals the non-offloaded one bit for bit.
+//   offload.param (stage 3, needs offload.optimizer): the rank's compute-copy shard lives on the host;
+//     acquire() copies the unit's slice up (H2D) into an upload buffer and all-gathers from there.
+// Device bytes drop by the master and m, v (12 S) and, with offload.param, the parameter shard (t S); host
+// bytes are 12 S + 4 S (gradient shard) + t S (staging or parameter shard), checked against MemAvailable
+// and the locked-memory limit before anything is allocated (runtime/host_memory.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,8 +64,19 @@
 #include "optim/zero/partition.h"
 #include "runtime/arena.h"
 #include "runtime/communicator.h"
+#include "runtime/host_memory.h"
 
 namespace zt::optim {
+
+// CPU offload (see the top of this file).
+struct ZeroOffload {
+  bool optimizer = false;  // stages 1-3: master, m, v on the host, updated by the CPU AdamW
+  bool param = false;      // stage 3 with optimizer: the compute-copy shard on the host
+  // GPU: the copies on two copy streams, overlapping the CPU update (optim/zero/offload_copies.h); false:
+  // each copy waited for in turn (the reference the pipelined mode must equal bit for bit). The CPU backend
+  // is always synchronous.
+  bool pipelined = true;
+};
 
 struct ZeroEngineOptions {
   int stage = 0;                        // 0..3
@@ -52,6 +85,10 @@ struct ZeroEngineOptions {
   bool reduce_scatter = true;           // stages 1/2: false all-reduces and keeps the slice
   AdamWHyper hyper;
   double max_grad_norm = 1.0;  // 0: no clipping
+  ZeroOffload offload;
+  bool pin_memory = false;     // offloaded buffers page-locked (GPU runs); false: pageable
+  int ranks_sharing_host = 1;  // ranks of this process (in-process ranks): the host preflight counts them all
+  std::optional<HostMemoryLimits> host_memory_limits;  // nullopt: read from the OS (tests pass fake ones)
 };
 
 struct ZeroStepResult {
@@ -59,16 +96,22 @@ struct ZeroStepResult {
   bool applied = true;   // false: fp16 overflow, no update
 };
 
-// Bytes per category of one rank's engine state (the estimator's formula, exact for our layout).
+// Bytes per category of one rank's engine state (the estimator's formula, exact for our layout). The first
+// five are device memory (host memory on the CPU backend); the host_ ones exist only with offload.
 struct ZeroStateBytes {
-  size_t compute_copy = 0;  // the 16-bit copy (or f32 params) the model reads; stage 3: its shard
-  size_t gradients = 0;     // f32 gradients (full, or the shard accumulator)
-  size_t master = 0;        // f32 master weights not shared with the compute copy
-  size_t optimizer = 0;     // Adam m and v
-  size_t buffers = 0;       // gradient buckets and stage-3 gather buffers
-  size_t total() const { return compute_copy + gradients + master + optimizer + buffers; }
+  size_t compute_copy = 0;     // the 16-bit copy (or f32 params) the model reads; stage 3: its shard
+  size_t gradients = 0;        // f32 gradients (full, or the shard accumulator)
+  size_t master = 0;           // f32 master weights not shared with the compute copy
+  size_t optimizer = 0;        // Adam m and v
+  size_t buffers = 0;          // gradient buckets, stage-3 gather buffers, the offload_param upload buffer
+  size_t host_optimizer = 0;   // offload: fp32 master, m and v of the shard
+  size_t host_gradients = 0;   // offload: the f32 gradient shard copied down for the CPU update
+  size_t host_parameters = 0;  // offload: the compute-dtype staging shard (offload.param: the shard itself)
+  size_t total() const { return compute_copy + gradients + master + optimizer + buffers; }  // device
+  size_t host_total() const { return host_optimizer + host_gradients + host_parameters; }
 };
-ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute);
+ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute,
+                                ZeroOffload offload = {});
 
 class ZeroEngine final : public DebertaUnitHooks {
  public:

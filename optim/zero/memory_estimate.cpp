@@ -9,13 +9,14 @@
 namespace zt::optim {
 
 MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_size, DType compute,
-                               int64_t max_batch, int64_t max_length) {
+                               int64_t max_batch, int64_t max_length, ZeroOffload offload) {
   const ParameterTable table(model);
   const ZeroPartition partition(table, world_size);
   MemoryEstimate e;
   e.stage = stage;
   e.world_size = world_size;
-  e.state = zero_state_bytes(partition, stage, compute);
+  e.offload = offload;
+  e.state = zero_state_bytes(partition, stage, compute, offload);
   // The batch arena: ids and mask [B, L] and labels [B], i64.
   const auto batch_bytes = static_cast<size_t>((2 * max_batch * max_length + max_batch) * 8);
   e.activations = DebertaForSequenceClassification::plan_activations(model, max_batch, max_length, compute)
@@ -25,22 +26,40 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
 }
 
 std::string describe_memory_estimates(const DebertaConfig& model, int run_stage, int world_size,
-                                      DType compute, int64_t max_batch, int64_t max_length) {
+                                      DType compute, int64_t max_batch, int64_t max_length,
+                                      ZeroOffload run_offload) {
   std::ostringstream out;
   out << "memory per rank (" << dtype_name(compute) << ", world size " << world_size << ", batch "
-      << max_batch << " x " << max_length << "):\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "  %-8s %12s %12s %12s %12s %12s %12s %12s\n", "stage", "params", "grads",
-                "master", "adam m,v", "buffers", "activations", "total");
+      << max_batch << " x " << max_length << "; device columns, then host with CPU offload):\n";
+  char line[320];
+  std::snprintf(line, sizeof line, "  %-18s %11s %11s %11s %11s %11s %11s %11s %11s\n", "stage", "params",
+                "grads", "master", "adam m,v", "buffers", "activations", "device", "host");
   out << line;
-  for (int stage = 0; stage <= 3; ++stage) {
-    const MemoryEstimate e = estimate_memory(model, stage, world_size, compute, max_batch, max_length);
-    std::snprintf(line, sizeof line, "  %-8s %12s %12s %12s %12s %12s %12s %12s\n",
-                  (std::to_string(stage) + (stage == run_stage ? " (run)" : "")).c_str(),
+  struct Row {
+    int stage;
+    ZeroOffload offload;
+    const char* label;
+  };
+  const Row rows[] = {{0, {}, "0"},
+                      {1, {}, "1"},
+                      {2, {}, "2"},
+                      {3, {}, "3"},
+                      {1, {.optimizer = true}, "1 +offload opt"},
+                      {2, {.optimizer = true}, "2 +offload opt"},
+                      {3, {.optimizer = true}, "3 +offload opt"},
+                      {3, {.optimizer = true, .param = true}, "3 +offload both"}};
+  for (const Row& row : rows) {
+    const MemoryEstimate e =
+        estimate_memory(model, row.stage, world_size, compute, max_batch, max_length, row.offload);
+    const bool is_run = row.stage == run_stage && row.offload.optimizer == run_offload.optimizer &&
+                        row.offload.param == run_offload.param;
+    std::snprintf(line, sizeof line, "  %-18s %11s %11s %11s %11s %11s %11s %11s %11s\n",
+                  (std::string(row.label) + (is_run ? " (run)" : "")).c_str(),
                   format_memory_size(e.state.compute_copy).c_str(),
                   format_memory_size(e.state.gradients).c_str(), format_memory_size(e.state.master).c_str(),
                   format_memory_size(e.state.optimizer).c_str(), format_memory_size(e.state.buffers).c_str(),
-                  format_memory_size(e.activations).c_str(), format_memory_size(e.total()).c_str());
+                  format_memory_size(e.activations).c_str(), format_memory_size(e.total()).c_str(),
+                  format_memory_size(e.host()).c_str());
     out << line;
   }
   return out.str();

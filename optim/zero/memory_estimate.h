@@ -9,6 +9,10 @@
 //   optimizer        Adam m and v                                               zero_state_bytes
 //   buffers          gradient buckets, stage-3 gather buffers                   zero_state_bytes
 //   activations      the model's planned activation arena + the batch           plan_activations
+// Those are device bytes. With CPU offload (ZeroOffload) the master, m and v move to host memory, with the
+// gradient shard copied down and a compute-dtype staging shard (offload_param: the stage-3 shard itself):
+//   host             master + m + v + gradient shard + parameter shard              zero_state_bytes
+// reported in its own column, since it is checked against the host's RAM, not the GPU's.
 #pragma once
 
 #include <cstddef>
@@ -22,16 +26,20 @@ namespace zt::optim {
 struct MemoryEstimate {
   int stage = 0;
   int world_size = 1;
+  ZeroOffload offload;
   ZeroStateBytes state;
   size_t activations = 0;
-  size_t total() const { return state.total() + activations; }
+  size_t total() const { return state.total() + activations; }  // device
+  size_t host() const { return state.host_total(); }
 };
 
 MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_size, DType compute,
-                               int64_t max_batch, int64_t max_length);
+                               int64_t max_batch, int64_t max_length, ZeroOffload offload = {});
 
-// A table: one row per stage 0-3 (the run's stage marked), columns by category, per rank.
+// A table per rank, columns by category (device) and host: one row per stage 0-3, then stages 1-3 with the
+// optimizer offloaded and stage 3 with parameters offloaded too; the run's row marked.
 std::string describe_memory_estimates(const DebertaConfig& model, int run_stage, int world_size,
-                                      DType compute, int64_t max_batch, int64_t max_length);
+                                      DType compute, int64_t max_batch, int64_t max_length,
+                                      ZeroOffload run_offload = {});
 
 }  // namespace zt::optim

@@ -1,10 +1,12 @@
 // AdamW against closed forms and an independent double-precision reference; threading, ranges, 16-bit copy.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "optim/adamw.h"
@@ -318,6 +320,95 @@ TEST(AdamW, RejectsBadInput) {
   EXPECT_THROW(adamw.set_step_count(-1), Error);
   adamw.set_step_count(41);
   EXPECT_EQ(adamw.step_count(), 41);
+}
+
+// Every vector body this CPU runs equals the scalar body bit for bit: lengths that are not multiples of 8 or
+// 16 (so the scalar tail runs), both lerp forms (beta1 0.9 and 0.3), a gradient scale, special values
+// (NaN, inf, huge, tiny), and the bf16 and f16 copies.
+struct SimdCase {
+  CpuIsa isa;
+  size_t n;
+};
+
+class AdamWSimd : public ::testing::TestWithParam<SimdCase> {};
+
+TEST_P(AdamWSimd, EqualsScalarElementwise) {
+  const auto [isa, n] = GetParam();
+  if (!cpu_supports(isa)) GTEST_SKIP() << "this CPU cannot run " << cpu_isa_name(isa);
+  for (const double beta1 : {0.9, 0.3}) {
+    for (const float grad_scale : {1.0f, 0.37f}) {
+      Problem ref(n), vec(n);
+      ref.params = vec.params = random_values(n, 17, 0.5f);
+      ref.exp_avg = vec.exp_avg = random_values(n, 18, 0.01f);
+      ref.exp_avg_sq = vec.exp_avg_sq = random_values(n, 19, 0.001f);
+      for (float& v : ref.exp_avg_sq) v = std::abs(v);
+      vec.exp_avg_sq = ref.exp_avg_sq;
+      ref.grads = vec.grads = random_values(n, 20, 3.0f);
+      const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                                std::numeric_limits<float>::infinity(),
+                                1e30f,
+                                1e-30f,
+                                0.0f,
+                                -0.0f};
+      for (size_t k = 0; k < std::size(specials) && 3 * k < n; ++k) ref.grads[3 * k] = specials[k];
+      vec.grads = ref.grads;
+      const std::vector<TensorRange> ranges = {
+          {0, static_cast<int64_t>(n / 3), false},
+          {static_cast<int64_t>(n / 3), static_cast<int64_t>(n - n / 3), true}};
+      const AdamWHyper hyper{.beta1 = beta1, .weight_decay = 0.1};
+      for (int kind = 0; kind < 3; ++kind) {  // no copy, bf16, f16
+        AdamW a(hyper, 2), b(hyper, 3);
+        a.set_isa(CpuIsa::scalar);
+        b.set_isa(isa);
+        Problem r = ref, v = vec;
+        std::vector<bf16> rb(n), vb(n);
+        std::vector<f16> rh(n), vh(n);
+        for (int step = 0; step < 2; ++step) {
+          Params16Out ro, vo;
+          if (kind == 1) ro = std::span<bf16>(rb), vo = std::span<bf16>(vb);
+          if (kind == 2) ro = std::span<f16>(rh), vo = std::span<f16>(vh);
+          a.step(r.buffers(), ranges, 1e-2, ro, grad_scale);
+          b.step(v.buffers(), ranges, 1e-2, vo, grad_scale);
+        }
+        const std::string what =
+            str(cpu_isa_name(isa), " n=", n, " beta1=", beta1, " scale=", grad_scale, " copy=", kind);
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(r.params[i]), std::bit_cast<uint32_t>(v.params[i]))
+              << what << " " << i;
+          ASSERT_EQ(std::bit_cast<uint32_t>(r.exp_avg[i]), std::bit_cast<uint32_t>(v.exp_avg[i]))
+              << what << " " << i;
+          ASSERT_EQ(std::bit_cast<uint32_t>(r.exp_avg_sq[i]), std::bit_cast<uint32_t>(v.exp_avg_sq[i]))
+              << what << " " << i;
+          ASSERT_EQ(rb[i].bits, vb[i].bits) << what << " " << i;
+          ASSERT_EQ(rh[i].bits, vh[i].bits) << what << " " << i;
+        }
+        ASSERT_TRUE(std::isnan(v.params[0])) << what;  // the NaN gradient reached the check
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(IsasAndLengths, AdamWSimd,
+                         ::testing::Values(SimdCase{CpuIsa::avx2, 1}, SimdCase{CpuIsa::avx2, 7},
+                                           SimdCase{CpuIsa::avx2, 8}, SimdCase{CpuIsa::avx2, 61},
+                                           SimdCase{CpuIsa::avx2, 100003}, SimdCase{CpuIsa::avx512, 5},
+                                           SimdCase{CpuIsa::avx512, 16}, SimdCase{CpuIsa::avx512, 47},
+                                           SimdCase{CpuIsa::avx512, 1025}, SimdCase{CpuIsa::avx512, 100003}),
+                         [](const auto& info) {
+                           return zt::str(cpu_isa_name(info.param.isa), "_n", info.param.n);
+                         });
+
+TEST(AdamW, PicksTheWidestBodyThisCpuRunsAndRefusesOthers) {
+  AdamW adamw;
+  EXPECT_EQ(adamw.isa(), best_cpu_isa());
+  EXPECT_TRUE(cpu_supports(CpuIsa::scalar));
+  for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
+    if (cpu_supports(isa)) {
+      EXPECT_NO_THROW(adamw.set_isa(isa));
+    } else {
+      EXPECT_THROW(adamw.set_isa(isa), Error);
+    }
+  }
 }
 
 }  // namespace

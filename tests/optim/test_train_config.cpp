@@ -141,7 +141,7 @@ const std::vector<std::string> kBlogFlags = {"--model_name_or_path",
                                              "--output_dir",
                                              "/tmp/mrpc/deepspeed_stage2/"};
 
-// A blog config with its CPU offload sections set to "none" (CPU offload is not implemented yet).
+// A blog config with its CPU offload sections set to "none".
 std::string without_offload(std::string json) {
   for (size_t at = json.find(R"("device": "cpu")"); at != std::string::npos;
        at = json.find(R"("device": "cpu")", at)) {
@@ -419,12 +419,19 @@ TEST(TrainConfigJson, BlogZero3AutoResolvesHiddenSizeKeys) {
   }
 }
 
-// The blog's configs offload to the CPU, which zerotrain does not implement yet: refused, not ignored.
-TEST(TrainConfigJson, BlogConfigsAsPublishedAreRefusedForCpuOffload) {
-  EXPECT_ERROR_HAS(resolved(kBlogFlags, kBlogZero2Offload), "test.json",
-                   "zero_optimization.offload_optimizer.device cpu: CPU offload is not implemented yet "
-                   "(remove the section or set device none)");
-  EXPECT_ERROR_HAS(resolved(kBlogFlags, kBlogZero3Offload), "zero_optimization.offload_optimizer.device cpu");
+// The blog's configs as published: CPU offload with pinned memory, honoured.
+TEST(TrainConfigJson, BlogConfigsAsPublishedOffloadToTheCpu) {
+  const TrainConfig zero2 = resolved(kBlogFlags, kBlogZero2Offload);
+  EXPECT_TRUE(zero2.zero.offload_optimizer.enabled);
+  EXPECT_TRUE(zero2.zero.offload_optimizer.pin_memory);
+  EXPECT_FALSE(zero2.zero.offload_param.enabled);
+  const TrainConfig zero3 = resolved(kBlogFlags, kBlogZero3Offload);
+  EXPECT_TRUE(zero3.zero.offload_optimizer.enabled);
+  EXPECT_TRUE(zero3.zero.offload_param.enabled);
+  EXPECT_TRUE(zero3.zero.offload_param.pin_memory);
+  EXPECT_NE(line_of(zero3.describe(), "zero_optimization.offload_param.device").find("cpu"),
+            std::string::npos)
+      << zero3.describe();
 }
 
 TEST(TrainConfigJson, BlogConfigReadFromFile) {
@@ -879,17 +886,35 @@ TEST(TrainConfigZero, StageMustBeZeroToThree) {
   EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": -1)")), "got -1");
 }
 
-TEST(TrainConfigZero, OffloadIsRefusedWithItsReason) {
+TEST(TrainConfigZero, OffloadKeysAreHonouredOrRefusedWithTheReason) {
+  for (const int stage : {1, 2, 3}) {
+    const TrainConfig c =
+        resolved({}, zero_json(str(R"("stage": )", stage, R"(, "offload_optimizer": {"device": "cpu"})")));
+    EXPECT_TRUE(c.zero.offload_optimizer.enabled) << stage;
+    EXPECT_FALSE(c.zero.offload_optimizer.pin_memory) << stage;  // DeepSpeed's default
+  }
+  // DeepSpeed's defaults of the NVMe keys say nothing and are accepted; other values are refused.
+  EXPECT_NO_THROW(
+      resolved({}, zero_json(R"("stage": 3, "offload_optimizer": {"device": "cpu", "buffer_count": 4,
+      "fast_init": false, "ratio": 1.0}, "offload_param": {"device": "cpu", "buffer_count": 5})")));
   EXPECT_ERROR_HAS(
-      resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu"})")), "test.json",
-      "zero_optimization.offload_optimizer.device cpu: CPU offload is not implemented yet (remove "
-      "the section or set device none)");
-  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 3, "offload_param": {"device": "cpu"})")),
-                   "zero_optimization.offload_param.device cpu: CPU offload is not implemented yet");
+      resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu", "fast_init": true})")),
+      "zero_optimization.offload_optimizer.fast_init true", "not implemented");
   EXPECT_ERROR_HAS(
-      resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "nvme"})")),
-      "zero_optimization.offload_optimizer.device nvme: the disk tier is not wired into the ZeRO "
-      "engine yet");
+      resolved({}, zero_json(R"("stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.3})")),
+      "zero_optimization.offload_optimizer.ratio 0.3", "partial optimizer offload is not supported");
+  // The disk tier's keys with device cpu change nothing, and describe() says so (optim/train_config_aio.cpp).
+  EXPECT_NE(line_of(resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu", "nvme_path":
+                                "/x", "buffer_count": 8})"))
+                        .describe(),
+                    "zero_optimization.offload_optimizer.buffer_count")
+                .find("effective: none; the device is not nvme"),
+            std::string::npos);
+  EXPECT_ERROR_HAS(
+      resolved({}, zero_json(R"("stage": 3, "offload_param": {"device": "cpu"})")),
+      "zero_optimization.offload_param.device cpu needs zero_optimization.offload_optimizer.device cpu");
+  EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "nvme"})")),
+                   "zero_optimization.offload_optimizer.nvme_path is required with device nvme");
   EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "gpu"})")),
                    "must be none, cpu or nvme", "'gpu'");
   const TrainConfig none =
@@ -923,7 +948,7 @@ TEST(TrainConfigZero, ValuesWeDoNotImplementAreRefusedWithTheReason) {
   EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "allgather_partitions": false)")),
                    "zero_optimization.allgather_partitions false", "always all-gathers");
   EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "round_robin_gradients": true)")),
-                   "zero_optimization.round_robin_gradients true", "CPU offload");
+                   "zero_optimization.round_robin_gradients true", "unit by unit");
   // The values we do implement are fine when written out.
   EXPECT_NO_THROW(resolved({}, zero_json(R"("stage": 2, "contiguous_gradients": true,
                                              "allgather_partitions": true, "round_robin_gradients": false)")));

@@ -1,0 +1,102 @@
+#include "optim/zero/offload_copies.h"
+
+#include <vector>
+
+#include "runtime/check.h"
+
+#ifdef ZT_WITH_CUDA
+#include "runtime/cuda_check.h"
+#include "runtime/stream.h"
+#endif
+
+namespace zt::optim {
+
+#ifdef ZT_WITH_CUDA
+struct OffloadCopies::Streams {
+  Stream down, up;
+  std::vector<Event> block_arrived;  // one per block, recorded on `down`
+  Event work_done, down_done, up_done;
+  bool down_waiting = false;  // the down stream already waits for the rank's stream in this step
+};
+
+namespace {
+
+void copy_async(const Tensor& src, const Tensor& dst, cudaStream_t stream) {
+  ZT_CHECK(
+      src.dtype() == dst.dtype() && src.numel() == dst.numel() && src.is_contiguous() && dst.is_contiguous(),
+      "offload copy: ", src.describe(), " -> ", dst.describe(), " must match and be contiguous");
+  if (src.numel() == 0) return;
+  const cudaError_t status = cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault, stream);
+  ZT_CHECK(status == cudaSuccess, "offload copy ", src.describe(), " -> ", dst.describe(), ": ",
+           cudaGetErrorString(status));
+}
+
+}  // namespace
+#else
+struct OffloadCopies::Streams {};
+#endif
+
+OffloadCopies::OffloadCopies(DeviceKind device, bool pipelined, size_t blocks) {
+#ifdef ZT_WITH_CUDA
+  if (device == DeviceKind::cuda && pipelined) {
+    streams_ = std::make_unique<Streams>();
+    streams_->block_arrived.resize(blocks);
+  }
+#else
+  (void)device;
+  (void)pipelined;
+  (void)blocks;
+#endif
+}
+
+OffloadCopies::~OffloadCopies() = default;
+
+void OffloadCopies::down(size_t block, const Tensor& device_src, const Tensor& host_dst) {
+  if (!streams_) {
+    copy_tensor(device_src, host_dst);
+    return;
+  }
+#ifdef ZT_WITH_CUDA
+  Streams& s = *streams_;
+  ZT_CHECK(block < s.block_arrived.size(), "offload copy: block ", block, " of ", s.block_arrived.size());
+  if (!s.down_waiting) {
+    s.work_done.record(current_stream());
+    s.down.wait(s.work_done);
+    s.down_waiting = true;
+  }
+  copy_async(device_src, host_dst, s.down);
+  s.block_arrived[block].record(s.down);
+#endif
+}
+
+void OffloadCopies::wait_down(size_t block) {
+  if (!streams_) return;
+#ifdef ZT_WITH_CUDA
+  streams_->block_arrived.at(block).synchronize();
+#endif
+}
+
+void OffloadCopies::up(const Tensor& host_src, const Tensor& device_dst) {
+  if (!streams_) {
+    copy_tensor(host_src, device_dst);
+    return;
+  }
+#ifdef ZT_WITH_CUDA
+  copy_async(host_src, device_dst, streams_->up);
+#endif
+}
+
+void OffloadCopies::join() {
+  if (!streams_) return;
+#ifdef ZT_WITH_CUDA
+  Streams& s = *streams_;
+  s.down_done.record(s.down);
+  s.up_done.record(s.up);
+  const cudaStream_t work = current_stream();
+  ZT_CUDA_CHECK(cudaStreamWaitEvent(work, s.down_done.get(), 0));
+  ZT_CUDA_CHECK(cudaStreamWaitEvent(work, s.up_done.get(), 0));
+  s.down_waiting = false;
+#endif
+}
+
+}  // namespace zt::optim

@@ -1,0 +1,44 @@
+// The host<->device copies of ZeRO CPU offload (ZeroEngine with offload.optimizer), per rank. Two modes:
+//   synchronous  every copy is copy_tensor on the rank's stream, which it waits for: the reference, and
+//                what the CPU backend always does (its "device" is the host: the copies are memcpys);
+//   pipelined    (GPU) gradients go down on one copy stream and parameters up on another, so the CPU
+//                update of block k overlaps the download of blocks > k and the upload of blocks < k:
+//                  down(k)       the first one after join() makes the down stream wait for the work queued
+//                                on the rank's stream so far (the reductions); records block k's event
+//                  wait_down(k)  the host blocks until block k's gradients are in host memory
+//                  up(...)       queued on the up stream (H2D engines run beside the D2H ones)
+//                  join()        the rank's stream waits for both copy streams: nothing reads the
+//                                parameters or rewrites the gradients before the copies are done
+// Buffer reuse across steps is safe without host waits: a host buffer is rewritten by the CPU only after
+// wait_down of the next step, whose down stream waited (through the rank's stream, after join) for every
+// earlier up copy.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "runtime/device.h"
+#include "runtime/tensor.h"
+
+namespace zt::optim {
+
+class OffloadCopies {
+ public:
+  // `pipelined` is ignored on the CPU backend (synchronous); blocks: how many down() slots (one per unit).
+  OffloadCopies(DeviceKind device, bool pipelined, size_t blocks);
+  ~OffloadCopies();
+  OffloadCopies(const OffloadCopies&) = delete;
+  OffloadCopies& operator=(const OffloadCopies&) = delete;
+
+  bool pipelined() const { return streams_ != nullptr; }
+  void down(size_t block, const Tensor& device_src, const Tensor& host_dst);
+  void wait_down(size_t block);
+  void up(const Tensor& host_src, const Tensor& device_dst);
+  void join();
+
+ private:
+  struct Streams;                     // CUDA builds: the two streams and the events
+  std::unique_ptr<Streams> streams_;  // null: synchronous
+};
+
+}  // namespace zt::optim

@@ -1,0 +1,157 @@
+// ZeRO CPU offload at the engine: the byte formula, the host store, and bad input refused before anything
+// is allocated (stage rules, a host too small for the plan). Training parity lives in
+// test_zero_training.cpp (ZeroOffloadTraining).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/parameters.h"
+#include "optim/zero/engine.h"
+#include "optim/zero/host_optimizer_store.h"
+#include "optim/zero/memory_estimate.h"
+#include "runtime/check.h"
+#include "runtime/communicator.h"
+#include "tests/optim/zero_offload_harness.h"
+
+// Options are filled with designated initializers; the members left out keep their defaults on purpose.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace zt::optim {
+namespace {
+
+DebertaConfig tiny_config() {
+  DebertaConfig c = deberta_small_cpu_config();
+  c.vocab_size = 50;
+  c.hidden_size = 16;
+  c.embedding_size = 16;
+  c.num_attention_heads = 4;
+  c.attention_head_size = 4;
+  c.intermediate_size = 32;
+  c.num_hidden_layers = 2;
+  c.position_buckets = 4;
+  c.max_relative_positions = -1;
+  c.max_position_embeddings = 16;
+  c.pooler_hidden_size = 16;
+  c.num_labels = 3;
+  return c;
+}
+
+// The message of the error constructing a world-1 engine with `options` throws ("" when it constructs).
+std::string engine_error(const ZeroEngineOptions& options) {
+  const DebertaConfig config = tiny_config();
+  const ParameterTable table(config);
+  auto comms = make_in_process_group(1);
+  try {
+    ZeroEngine engine(table, config, *comms[0], options);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ZeroOffload, StateBytesMoveMasterAndMomentsToTheHost) {
+  const ParameterTable table(tiny_config());
+  for (int world : {1, 2, 4}) {
+    const ZeroPartition part(table, world);
+    const auto shard = static_cast<size_t>(part.shard_numel());
+    for (int stage = 1; stage <= 3; ++stage) {
+      const ZeroStateBytes plain = zero_state_bytes(part, stage, DType::bf16);
+      const ZeroStateBytes off = zero_state_bytes(part, stage, DType::bf16, {.optimizer = true});
+      EXPECT_EQ(plain.host_total(), 0u);
+      EXPECT_EQ(off.master, 0u);
+      EXPECT_EQ(off.optimizer, 0u);
+      EXPECT_EQ(off.compute_copy, plain.compute_copy);
+      EXPECT_EQ(off.gradients, plain.gradients);
+      EXPECT_EQ(off.total(), plain.total() - plain.master - plain.optimizer);
+      EXPECT_EQ(off.host_optimizer, 12 * shard);
+      EXPECT_EQ(off.host_gradients, 4 * shard);
+      EXPECT_EQ(off.host_parameters, 2 * shard);
+    }
+    const ZeroStateBytes both = zero_state_bytes(part, 3, DType::bf16, {.optimizer = true, .param = true});
+    EXPECT_EQ(both.compute_copy, 0u);
+    EXPECT_EQ(both.host_parameters, 2 * shard);
+  }
+}
+
+TEST(ZeroOffload, EstimatorReportsDeviceAndHostSeparately) {
+  const DebertaConfig model = tiny_config();
+  const MemoryEstimate plain = estimate_memory(model, 2, 2, DType::bf16, 4, 16);
+  const MemoryEstimate off = estimate_memory(model, 2, 2, DType::bf16, 4, 16, {.optimizer = true});
+  EXPECT_EQ(plain.host(), 0u);
+  EXPECT_LT(off.total(), plain.total());
+  EXPECT_EQ(off.host(), off.state.host_total());
+  EXPECT_GT(off.host(), plain.state.master + plain.state.optimizer);  // + the gradient and parameter shards
+  const std::string table =
+      describe_memory_estimates(model, 3, 2, DType::bf16, 4, 16, {.optimizer = true, .param = true});
+  EXPECT_NE(table.find("3 +offload both (run)"), std::string::npos) << table;
+  EXPECT_EQ(table.find("2 +offload opt (run)"), std::string::npos) << table;
+  EXPECT_NE(table.find("host"), std::string::npos) << table;
+}
+
+// The engine alone (synthetic gradients, clipping active): offloaded equals not offloaded, bit for bit, at
+// every stage, with either copy mode (the CPU backend's copies are synchronous in both).
+TEST(ZeroOffload, EngineStepEqualsTheNonOffloadedStep) {
+  for (int stage = 1; stage <= 3; ++stage) {
+    const std::vector<float> plain =
+        testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, stage, {}, 4);
+    ASSERT_FALSE(plain.empty());
+    for (const bool pipelined : {false, true}) {
+      EXPECT_EQ(plain,
+                testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, stage,
+                                                        {.optimizer = true, .pipelined = pipelined}, 4))
+          << "stage " << stage;
+    }
+    if (stage == 3) {
+      EXPECT_EQ(plain, testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 3,
+                                                               {.optimizer = true, .param = true}, 4));
+    }
+  }
+  // The comparison can fail: fewer steps give other weights.
+  EXPECT_NE(testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 2, {}, 4),
+            testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 2, {.optimizer = true}, 3));
+}
+
+TEST(ZeroOffload, ResidentStoreHandsOutOneBlockAtATime) {
+  ResidentHostOptimizerStore store({{0, 10}, {16, 6}}, 32, MemoryKind::host);
+  EXPECT_EQ(store.block_count(), 2u);
+  HostStateBlock b = store.acquire(1);
+  ASSERT_EQ(b.master.size(), 6u);
+  EXPECT_EQ(b.exp_avg[0], 0.0f);  // zero-filled
+  b.master[0] = 3.0f;
+  EXPECT_THROW(store.acquire(0), Error);  // block 1 still held
+  store.release(1, true);
+  EXPECT_EQ(store.acquire(1).master[0], 3.0f);
+  EXPECT_THROW(store.release(0, false), Error);
+  store.release(1, false);
+  EXPECT_THROW(store.acquire(2), Error);
+  EXPECT_THROW(ResidentHostOptimizerStore({{30, 6}}, 32, MemoryKind::host), Error);
+}
+
+TEST(ZeroOffload, BadPlansAreRefusedBeforeAllocation) {
+  EXPECT_EQ(engine_error({.stage = 2, .offload = {.optimizer = true}}), "");
+  EXPECT_NE(
+      engine_error({.stage = 0, .offload = {.optimizer = true}}).find("offload_optimizer needs ZeRO stage 1"),
+      std::string::npos);
+  EXPECT_NE(engine_error({.stage = 2, .offload = {.optimizer = true, .param = true}})
+                .find("offload_param needs ZeRO stage 3"),
+            std::string::npos);
+  EXPECT_NE(
+      engine_error({.stage = 3, .offload = {.param = true}}).find("offload_param needs offload_optimizer"),
+      std::string::npos);
+
+  // A host that cannot hold the plan (the preflight runs before the constructor's first arena): the error
+  // names the plan and the bytes.
+  const std::string small = engine_error({.stage = 3,
+                                          .offload = {.optimizer = true, .param = true},
+                                          .ranks_sharing_host = 4,
+                                          .host_memory_limits = HostMemoryLimits{.available = 1000}});
+  EXPECT_NE(small.find("ZeRO-3 CPU offload (optimizer and parameters, 4 rank(s) in this process) needs"),
+            std::string::npos)
+      << small;
+  EXPECT_NE(small.find("only 1000 B is available"), std::string::npos) << small;
+}
+
+}  // namespace
+}  // namespace zt::optim

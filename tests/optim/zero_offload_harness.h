@@ -1,0 +1,105 @@
+// Drives a ZeroEngine through steps with synthetic gradients, without the model: per step, backward's hook
+// order (layers last to first, then the embeddings, then the shared unit), every gradient handle of a unit
+// written with deterministic values before its gradients_ready. Returns the gathered fp32 master after the
+// steps, for bit-for-bit comparisons between engine configurations (offload or not, pipelined or not).
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "model/config.h"
+#include "model/parameters.h"
+#include "optim/loss_scaler.h"
+#include "optim/zero/engine.h"
+#include "runtime/communicator.h"
+#include "runtime/device.h"
+
+namespace zt::optim::testing {
+
+// deberta_small_cpu_config shrunk to hidden 16 / vocab 50: ~10k parameters in a few dozen tensors.
+inline DebertaConfig offload_tiny_config() {
+  DebertaConfig c = deberta_small_cpu_config();
+  c.vocab_size = 50;
+  c.hidden_size = 16;
+  c.embedding_size = 16;
+  c.num_attention_heads = 4;
+  c.attention_head_size = 4;
+  c.intermediate_size = 32;
+  c.num_hidden_layers = 2;
+  c.position_buckets = 4;
+  c.max_relative_positions = -1;
+  c.max_position_embeddings = 16;
+  c.pooler_hidden_size = 16;
+  c.num_labels = 3;
+  return c;
+}
+
+// Writes value(i) = amplitude * sin(seed + 0.37 i) into t (any device; f32 gradients).
+inline void write_gradient(const Tensor& t, double seed, double amplitude) {
+  if (t.data() == nullptr) return;  // a tensor this model does not have (no conv layer)
+  std::vector<float> values(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<float>(amplitude * std::sin(seed + 0.37 * static_cast<double>(i)));
+  copy_tensor(Tensor(values.data(), t.shape(), DType::f32), t);
+}
+
+inline void write_layer(const DebertaLayerTensors& l, double seed, double a) {
+  for (const Tensor* t :
+       {&l.query_weight, &l.query_bias, &l.key_weight, &l.key_bias, &l.value_weight, &l.value_bias,
+        &l.attention_output_weight, &l.attention_output_bias, &l.attention_ln_weight, &l.attention_ln_bias,
+        &l.intermediate_weight, &l.intermediate_bias, &l.output_weight, &l.output_bias, &l.output_ln_weight,
+        &l.output_ln_bias})
+    write_gradient(*t, seed += 1.0, a);
+}
+
+// `steps` steps of world-1 training with synthetic gradients; max_grad_norm small enough to clip.
+inline std::vector<float> train_with_synthetic_gradients(DeviceKind device, DType compute, int stage,
+                                                         ZeroOffload offload, int steps, bool pin = false) {
+  const DebertaConfig config = offload_tiny_config();
+  const ParameterTable table(config);
+  auto comms = make_in_process_group(1);
+  ZeroEngineOptions options;
+  options.stage = stage;
+  options.device = device;
+  options.compute = compute;
+  options.max_grad_norm = 0.5;
+  options.offload = offload;
+  options.pin_memory = pin;
+  ZeroEngine engine(table, config, *comms[0], options);
+  Arena init("initial parameters", table.layout(DType::f32), {.zero_fill = true});
+  {
+    const Tensor flat = init.flat(DType::f32);
+    for (int64_t i = 0; i < flat.numel(); ++i)
+      flat.data_as<float>()[i] = 0.05f * static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
+  }
+  engine.load_full_parameters(init);
+  LossScaler scaler =
+      compute == DType::f16 ? LossScaler(LossScalerConfig{.initial_scale_power = 4}) : LossScaler::disabled();
+  const double scale = compute == DType::f16 ? scaler.scale() : 1.0;
+  for (int step = 0; step < steps; ++step) {
+    engine.begin_backward(true, true);
+    const DebertaTensors& g = engine.gradient_handles();
+    const double seed = 100.0 * step;
+    for (int l = config.num_hidden_layers - 1; l >= 0; --l) {
+      write_layer(g.layers[static_cast<size_t>(l)], seed + 20.0 * l, 0.3 * scale);
+      engine.gradients_ready(layer_unit(l));
+    }
+    for (const Tensor* t : {&g.embeddings.word_embeddings, &g.embeddings.ln_weight, &g.embeddings.ln_bias})
+      write_gradient(*t, seed + 7.0, 0.2 * scale);
+    engine.gradients_ready(kEmbeddingsUnit);
+    const DebertaSharedTensors& s = g.shared;
+    for (const Tensor* t : {&s.rel_embeddings, &s.encoder_ln_weight, &s.encoder_ln_bias, &s.conv_weight,
+                            &s.conv_bias, &s.conv_ln_weight, &s.conv_ln_bias, &s.pooler_weight,
+                            &s.pooler_bias, &s.classifier_weight, &s.classifier_bias})
+      write_gradient(*t, seed + 3.0, 0.1 * scale);
+    engine.gradients_ready(shared_unit(config));
+    const ZeroStepResult r = engine.step(1e-2, scaler);
+    if (!r.applied) return {};
+  }
+  Arena out("final master", table.layout(DType::f32), {.zero_fill = true});
+  engine.gather_full_master(&out);
+  const Tensor flat = out.flat(DType::f32);
+  return {flat.data_as<float>(), flat.data_as<float>() + flat.numel()};
+}
+
+}  // namespace zt::optim::testing
