@@ -97,7 +97,7 @@ std::string_view deepspeed_schedule_name(DeepSpeedSchedule::Type type);
 // The disk-tier keys of an offload section (device "nvme"), DeepSpeed's names and defaults. Note [Disk tier
 // keys] in optim/train_config_aio.cpp says what each does; the disk tier itself is optim/swap/.
 struct NvmeOffloadSettings {
-  bool enabled = false;  // device "nvme"; resolve() refuses it until ResolveInputs::disk_tier_wired
+  bool enabled = false;  // device "nvme" (offload_optimizer only; the section's `enabled` is set too)
   std::string nvme_path;
   int64_t buffer_count = 4;            // staging buffers (DeepSpeed: 4 for the optimizer, 5 for parameters)
   int64_t buffer_size = 100'000'000;   // offload_param: elements per buffer
@@ -155,12 +155,6 @@ struct ResolveInputs {
   int world_size = 1;
   int64_t hidden_size = 0;         // the model's; needed only when a hidden-size "auto" key is present
   int64_t num_train_examples = 0;  // to compute steps per epoch; needed unless --max_train_steps is given
-  // The trainer runs the disk tier (optim/swap/) for offload device "nvme"; until it does, resolve() refuses
-  // that device (after checking its keys).
-  bool disk_tier_wired = false;
-  // The host tier charges its allocations to --host_memory_limit (runtime/host_memory_budget.h); until it
-  // does, resolve() refuses the flag.
-  bool host_memory_limit_enforced = false;
 };
 
 struct TrainConfig {

@@ -16,15 +16,15 @@
 //                             honoured: overlap the reads / writes with the CPU update (Note [The swap
 //                             pipeline]); DeepSpeed's defaults (false) swap synchronously
 //   offload_param.buffer_size, max_in_cpu
-//                             elements per parameter buffer, parameter elements kept in host memory
-//   --host_memory_limit       the host tier's cap (runtime/host_memory_budget.h): what does not fit goes to
-//   disk
+//                             (parsed for offload_param device nvme, which is refused: parameters on disk
+//                             are not implemented)
+//   --host_memory_limit       every rank's engine charges its host buffers to it (runtime/host_memory_budget.h);
+//                             with device nvme the optimizer state costs buffer_count records, not the shard
 // The io_uring knobs (single_submit, overlap_events, queue_depth) have no counterpart in the thread-pool
 // backend that runs where io_uring is unavailable; the run says so when it falls back.
 // Disk-tier keys of a section whose device is not nvme, and an aio block without any nvme device, change
-// nothing (DeepSpeed ignores them too): describe() prints them with that effect. Device nvme is refused,
-// after its keys are checked, until the ZeRO engine runs the disk tier (ResolveInputs::disk_tier_wired);
-// --host_memory_limit likewise until the host tier charges it (ResolveInputs::host_memory_limit_enforced).
+// nothing (DeepSpeed ignores them too): describe() prints them with that effect.
+// offload_optimizer.device nvme is the CPU offload with the state on disk (ZeroEngineOptions::disk).
 #include "optim/swap/swap_pipeline.h"
 #include "optim/train_config_sections.h"
 #include "runtime/direct_io.h"
@@ -43,7 +43,7 @@ bool any_nvme(const TrainConfig& c) {
 }
 
 bool any_offload(const TrainConfig& c) {
-  return c.zero.offload_optimizer.enabled || c.zero.offload_param.enabled || any_nvme(c);
+  return c.zero.offload_optimizer.enabled || c.zero.offload_param.enabled;
 }
 
 }  // namespace
@@ -86,11 +86,9 @@ void resolve_nvme_offload(ResolveContext& context, JsonSection& section, std::st
     integer("max_in_cpu", settings.max_in_cpu, 0, std::numeric_limits<int64_t>::max());
   }
   if (!settings.enabled) return;
-  // The lasting problem first: until the engine runs the disk tier, fixing the keys below would not help.
-  ZT_CHECK(
-      context.inputs.disk_tier_wired, context.where(), section.path_of("device"),
-      " nvme: the disk tier is not wired into the ZeRO engine yet (its store, pipeline and preflight exist: "
-      "optim/swap/); remove the section or set device none");
+  ZT_CHECK(optimizer, context.where(), section.path_of("device"),
+           " nvme: parameters on disk are not implemented (offload_optimizer.device nvme keeps the optimizer "
+           "state on disk); use device cpu or none");
   ZT_CHECK(!settings.nvme_path.empty(), context.where(), section.path_of("nvme_path"),
            " is required with device nvme: the directory (on a fast local disk) for the swap files");
   const int needed = swap::swap_pipeline_min_buffers(
@@ -145,16 +143,9 @@ void resolve_disk_tier(ResolveContext& context) {
                         "overlap_events", "use_gds"});
   }
 
-  if (c.host_memory_limit > 0) {
-    ZT_CHECK(
-        context.inputs.host_memory_limit_enforced, "--host_memory_limit ",
-        format_memory_size(c.host_memory_limit),
-        " is not enforced yet: the host tier (CPU offload) does not charge its allocations to it; remove "
-        "the flag");
-    ZT_CHECK(any_offload(c), "--host_memory_limit ", format_memory_size(c.host_memory_limit),
-             " caps the host memory of offloaded state, but nothing is offloaded (set "
-             "zero_optimization.offload_optimizer.device to cpu or nvme)");
-  }
+  ZT_CHECK(c.host_memory_limit == 0 || any_offload(c), "--host_memory_limit ", format_memory_size(c.host_memory_limit),
+           " caps the host memory of offloaded state, but nothing is offloaded (set "
+           "zero_optimization.offload_optimizer.device to cpu or nvme)");
 }
 
 void describe_nvme_offload(const TrainConfig& c, DescribeWriter& out, std::string_view key,

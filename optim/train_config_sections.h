@@ -145,7 +145,7 @@ void resolve_zero(ResolveContext& context);         // train_config_zero.cpp
 void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::string_view key,
                      OffloadSettings& settings);
 // The disk-tier keys of an offload section (train_config_aio.cpp); `device` is the section's device. Refuses
-// device nvme unless ResolveInputs::disk_tier_wired. The keys it reads are marked read in `section`.
+// offload_param device nvme. The keys it reads are marked read in `section`.
 void resolve_nvme_offload(ResolveContext& context, JsonSection& section, std::string_view key,
                           std::string_view device, NvmeOffloadSettings& settings);
 // The "aio" block and --host_memory_limit (train_config_aio.cpp); after resolve_zero.
