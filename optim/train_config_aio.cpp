@@ -18,7 +18,8 @@
 //   offload_param.buffer_size, max_in_cpu
 //                             (parsed for offload_param device nvme, which is refused: parameters on disk
 //                             are not implemented)
-//   --host_memory_limit       every rank's engine charges its host buffers to it (runtime/host_memory_budget.h);
+//   --host_memory_limit       every rank's engine charges its host buffers to it
+//   (runtime/host_memory_budget.h);
 //                             with device nvme the optimizer state costs buffer_count records, not the shard
 // The io_uring knobs (single_submit, overlap_events, queue_depth) have no counterpart in the thread-pool
 // backend that runs where io_uring is unavailable; the run says so when it falls back.
@@ -143,7 +144,8 @@ void resolve_disk_tier(ResolveContext& context) {
                         "overlap_events", "use_gds"});
   }
 
-  ZT_CHECK(c.host_memory_limit == 0 || any_offload(c), "--host_memory_limit ", format_memory_size(c.host_memory_limit),
+  ZT_CHECK(c.host_memory_limit == 0 || any_offload(c), "--host_memory_limit ",
+           format_memory_size(c.host_memory_limit),
            " caps the host memory of offloaded state, but nothing is offloaded (set "
            "zero_optimization.offload_optimizer.device to cpu or nvme)");
 }

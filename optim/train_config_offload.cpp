@@ -43,9 +43,8 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
     set_json_origin(c, v.path, v.path);
   }
   if (const JsonValue<bool> v = section->boolean("fast_init", false); v.given()) {
-    ZT_CHECK(
-        !v.value, context.where(), v.path,
-        " true: DeepSpeed's fast initialization of the disk tier is not implemented (remove the key)");
+    ZT_CHECK(!v.value, context.where(), v.path,
+             " true: DeepSpeed's fast initialization of the disk tier is not implemented (remove the key)");
   }
   if (key == "offload_optimizer") {
     if (const JsonValue<double> v = section->number("ratio", false); v.given()) {
@@ -54,12 +53,13 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
                "it");
     }
   }
-  section->reject_unread({"device", "pin_memory", "nvme_path", "buffer_count", "pipeline_read", "pipeline_write",
-                          "buffer_size", "max_in_cpu", "fast_init", "ratio"});
+  section->reject_unread({"device", "pin_memory", "nvme_path", "buffer_count", "pipeline_read",
+                          "pipeline_write", "buffer_size", "max_in_cpu", "fast_init", "ratio"});
   if (key == "offload_param" && settings.enabled) {
-    ZT_CHECK(c.zero.offload_optimizer.enabled, context.where(), device.path,
-             " cpu needs zero_optimization.offload_optimizer.device cpu or nvme too (the CPU update writes the "
-             "offloaded parameter shard)");
+    ZT_CHECK(
+        c.zero.offload_optimizer.enabled, context.where(), device.path,
+        " cpu needs zero_optimization.offload_optimizer.device cpu or nvme too (the CPU update writes the "
+        "offloaded parameter shard)");
   }
 }
 

@@ -23,6 +23,7 @@
 #include "optim/run_directory.h"
 #include "optim/zero/engine.h"
 #include "optim/zero/sharded_checkpoint.h"
+#include "optim/zero/swapped_host_optimizer_store.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
@@ -177,6 +178,9 @@ struct MrpcTrainer::Impl {
   DeviceKind device;
   DType compute;  // storage dtype of the model's parameters and activations
   int world;
+  // --host_memory_limit: every rank's engine charges its offload buffers; declared before the ranks so that
+  // it outlives their engines.
+  HostMemoryBudget host_budget;
   std::vector<std::unique_ptr<Communicator>> comms;
   std::vector<RankState> ranks;
   std::unique_ptr<data::Tokenizer> tokenizer;
@@ -194,7 +198,8 @@ struct MrpcTrainer::Impl {
         table(model_config),
         device(training_device(config)),
         compute(compute_dtype_for_run(config)),
-        world(std::max(1, config.world_size)) {
+        world(std::max(1, config.world_size)),
+        host_budget(config.host_memory_limit) {
     ZT_CHECK(config.resolved, "MrpcTrainer needs a resolved TrainConfig");
     ZT_CHECK(
         world == 1 || device == DeviceKind::cpu, "--world_size ", world,
@@ -239,7 +244,9 @@ struct MrpcTrainer::Impl {
                                         .param = config.zero.offload_param.enabled},
                             .pin_memory = config.zero.offload_optimizer.pin_memory,
                             .ranks_sharing_host = world,
-                            .host_memory_limits = std::nullopt});
+                            .host_memory_limits = std::nullopt,
+                            .disk = zero_disk_tier(config),
+                            .host_budget = &host_budget});
       rank.model = std::make_unique<DebertaForSequenceClassification>(model_config, max_batch(),
                                                                       config.max_length, device, compute);
       if (device == DeviceKind::cuda)

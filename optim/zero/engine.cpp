@@ -9,8 +9,10 @@
 
 #include "kernels/elementwise.h"
 #include "optim/grad_clip.h"
+#include "optim/swap/swap_preflight.h"
 #include "optim/zero/host_optimizer_store.h"
 #include "optim/zero/offload_copies.h"
+#include "optim/zero/swapped_host_optimizer_store.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/log.h"
@@ -153,6 +155,7 @@ struct ZeroEngine::Impl {
   // exp_avg and exp_avg_sq are null too.
   std::unique_ptr<Arena> compute_copy, master_arena, grads, exp_avg, exp_avg_sq;
   std::unique_ptr<HostOptimizerStore> host_state;
+  HostMemoryBudget::Charge host_pinned_charge, host_pageable_charge;  // options.host_budget
   std::unique_ptr<Arena> host_grads;      // offload: the f32 gradient shard, copied down per block
   std::unique_ptr<Arena> host_params;     // offload without offload_param: the compute-dtype staging shard
   std::unique_ptr<Arena> param_upload;    // offload_param, world > 1: one unit's slice, all-gathered from
@@ -230,16 +233,56 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   // Pinned only where a GPU copies from it; the CPU backend's "device" is the host already.
   const MemoryKind host_kind =
       options.pin_memory && s.device == DeviceKind::cuda ? MemoryKind::pinned_host : MemoryKind::host;
+  ZT_CHECK(!options.disk || s.offload,
+           "the disk tier (offload_optimizer device nvme) needs offload.optimizer");
+  std::optional<swap::SwappedStateOptions> disk_state;
   if (s.offload) {
-    // Preflight before any allocation: every rank of this process holds its own shard.
-    const ZeroStateBytes bytes = zero_state_bytes(partition_, s.stage, s.compute, options.offload);
-    const size_t host = bytes.host_total() * static_cast<size_t>(std::max(1, options.ranks_sharing_host));
+    // Preflight before any allocation: every rank of this process holds its own shard (with the disk tier:
+    // its buffers, and its swap file on disk).
+    ZeroStateBytes bytes = zero_state_bytes(partition_, s.stage, s.compute, options.offload);
+    const auto ranks = static_cast<size_t>(std::max(1, options.ranks_sharing_host));
+    size_t disk_buffers = 0;
+    if (options.disk) {
+      std::vector<int64_t> block_numel;
+      for (const ZeroUnit& unit : units) block_numel.push_back(unit.slice_numel);
+      disk_state = swapped_state_options(*options.disk, r, std::move(block_numel));
+      disk_buffers = swap::SwappedStateStore::buffer_bytes_for(*disk_state);
+      bytes.host_optimizer = disk_buffers;  // pageable: only the CPU AdamW reads them
+    }
+    const size_t host = bytes.host_total() * ranks;
     HostMemoryPlan plan{.what = str("ZeRO-", s.stage, " CPU offload (",
-                                    options.offload.param ? "optimizer and parameters" : "optimizer", ", ",
-                                    std::max(1, options.ranks_sharing_host), " rank(s) in this process)")};
-    (host_kind == MemoryKind::pinned_host ? plan.pinned_bytes : plan.pageable_bytes) = host;
+                                    options.offload.param ? "optimizer and parameters" : "optimizer",
+                                    options.disk ? ", optimizer state on disk" : "", ", ", ranks,
+                                    " rank(s) in this process)")};
+    const size_t pinned = host_kind == MemoryKind::pinned_host ? host - disk_buffers * ranks : 0;
+    plan.pinned_bytes = pinned;
+    plan.pageable_bytes = host - pinned;
     check_host_memory_plan(
         plan, options.host_memory_limits ? *options.host_memory_limits : read_host_memory_limits());
+    if (options.host_budget != nullptr) {
+      const std::string what = str("rank ", r, "'s ", plan.what);
+      s.host_pinned_charge = options.host_budget->charge(pinned / ranks, HostMemoryKind::pinned, what);
+      s.host_pageable_charge =
+          options.host_budget->charge((host - pinned) / ranks, HostMemoryKind::pageable, what);
+    }
+    if (options.disk) {
+      const swap::SwapPreflightReport report = swap::preflight_swap_directory(
+          {.directory = options.disk->directory,
+           .bytes_needed = swap::SwappedStateStore::file_bytes_for(*disk_state) * ranks,
+           .files_needed = static_cast<int>(ranks) * (1 + options.disk->io.thread_count),
+           .direct = options.disk->direct,
+           .rank = r});
+      if (r == 0) {
+        for (const std::string& notice : report.notices) ZT_LOG(warn) << "disk tier: " << notice;
+        ZT_LOG(info) << "disk tier: "
+                     << format_memory_size(swap::SwappedStateStore::file_bytes_for(*disk_state) * ranks)
+                     << " of swap files under " << options.disk->directory << " ("
+                     << format_memory_size(report.free_bytes) << " free), " << options.disk->buffer_count
+                     << " buffers of "
+                     << format_memory_size(disk_buffers / static_cast<size_t>(options.disk->buffer_count))
+                     << " per rank";
+      }
+    }
     if (r == 0) {
       ZT_LOG(info) << plan.what << ": " << format_memory_size(host) << " of "
                    << (host_kind == MemoryKind::pinned_host ? "pinned" : "pageable") << " host memory"
@@ -332,7 +375,11 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   if (s.offload) {
     std::vector<HostBlockExtent> extents;
     for (const OwnedBlock& b : s.blocks) extents.push_back({b.master, b.numel});
-    s.host_state = std::make_unique<ResidentHostOptimizerStore>(std::move(extents), shard, host_kind);
+    if (disk_state) {
+      s.host_state = std::make_unique<SwappedHostOptimizerStore>(*disk_state, options.disk->io);
+    } else {
+      s.host_state = std::make_unique<ResidentHostOptimizerStore>(std::move(extents), shard, host_kind);
+    }
     s.copies = std::make_unique<OffloadCopies>(s.device, options.offload.pipelined, s.blocks.size());
   }
 

@@ -1,7 +1,6 @@
 // The disk tier's keys (optim/train_config_aio.cpp, Note [Disk tier keys]): DeepSpeed's aio block, the nvme
-// keys of the offload sections and --host_memory_limit, each honoured or refused with a reason. Until the
-// engine runs the disk tier, device nvme and the host-memory cap are refused; ResolveInputs says when they
-// are wired, which is how these tests read the settings the engine will get.
+// keys of the offload sections and --host_memory_limit, each honoured or refused with a reason. (Training
+// through the disk tier: tests/optim/test_zero_training.cpp, ZeroDiskTierTraining.)
 #include <gtest/gtest.h>
 
 #include <initializer_list>
@@ -17,26 +16,22 @@ namespace {
 constexpr int64_t kHidden = 1536;
 constexpr int64_t kExamples = 3668;
 
-TrainConfig resolve(const std::vector<std::string>& flags, const std::string& json, bool wired) {
+TrainConfig resolve(const std::vector<std::string>& flags, const std::string& json) {
   TrainConfig config = TrainConfig::from_args(flags);
   config.resolve_with_json_text(json, "test.json",
-                                {.world_size = 1,
-                                 .hidden_size = kHidden,
-                                 .num_train_examples = kExamples,
-                                 .disk_tier_wired = wired,
-                                 .host_memory_limit_enforced = wired});
+                                {.world_size = 1, .hidden_size = kHidden, .num_train_examples = kExamples});
   return config;
 }
 
-TrainConfig wired(const std::string& json, const std::vector<std::string>& flags = {}) {
-  return resolve(flags, json, true);
+TrainConfig resolve_json(const std::string& json, const std::vector<std::string>& flags = {}) {
+  return resolve(flags, json);
 }
 
 // Expects resolving to fail with a message holding every part.
-void expect_error(const std::vector<std::string>& flags, const std::string& json, bool is_wired,
+void expect_error(const std::vector<std::string>& flags, const std::string& json,
                   std::initializer_list<std::string> parts) {
   try {
-    resolve(flags, json, is_wired);
+    resolve(flags, json);
     ADD_FAILURE() << "expected an error for " << json;
   } catch (const Error& e) {
     for (const std::string& part : parts)
@@ -56,15 +51,15 @@ const std::string kNvmeOptimizer = R"({"zero_optimization": {"stage": 3, "offloa
     "pipeline_write": true}}, "aio": {"block_size": 262144, "queue_depth": 16, "thread_count": 2,
     "single_submit": true, "overlap_events": false}})";
 
-TEST(TrainConfigDiskTier, NvmeIsRefusedUntilTheEngineRunsTheDiskTier) {
-  expect_error({}, kNvmeOptimizer, false,
-               {"test.json",
-                "zero_optimization.offload_optimizer.device nvme: the disk tier is not wired into the "
-                "ZeRO engine yet"});
+TEST(TrainConfigDiskTier, ParametersOnDiskAreRefused) {
+  expect_error(
+      {}, R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/n"},
+                   "offload_param": {"device": "nvme", "nvme_path": "/n"}}})",
+      {"test.json", "zero_optimization.offload_param.device nvme: parameters on disk are not implemented"});
 }
 
 TEST(TrainConfigDiskTier, EveryKeyReachesTheSettings) {
-  const TrainConfig c = wired(kNvmeOptimizer);
+  const TrainConfig c = resolve_json(kNvmeOptimizer);
   const NvmeOffloadSettings& nvme = c.zero.offload_optimizer.nvme;
   EXPECT_TRUE(nvme.enabled);
   EXPECT_EQ(nvme.nvme_path, "/local_nvme");
@@ -85,23 +80,19 @@ TEST(TrainConfigDiskTier, EveryKeyReachesTheSettings) {
   EXPECT_NE(line_of(text, "aio.queue_depth").find("16"), std::string::npos) << text;
   EXPECT_EQ(line_of(text, "aio.queue_depth").find("effective"), std::string::npos) << text;
 
-  const TrainConfig param = wired(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
-      "nvme_path": "/nvme", "buffer_count": 6, "buffer_size": 2e8, "max_in_cpu": 0}}})");
-  EXPECT_TRUE(param.zero.offload_param.nvme.enabled);
-  EXPECT_EQ(param.zero.offload_param.nvme.buffer_count, 6);
-  EXPECT_EQ(param.zero.offload_param.nvme.buffer_size, 200'000'000);
-  EXPECT_EQ(param.zero.offload_param.nvme.max_in_cpu, 0);
+  EXPECT_TRUE(c.zero.offload_optimizer.enabled);  // offloaded, through host buffers to disk
 }
 
 TEST(TrainConfigDiskTier, DeepSpeedDefaults) {
-  const TrainConfig c = wired(R"({"zero_optimization": {"stage": 3,
+  const TrainConfig c = resolve_json(R"({"zero_optimization": {"stage": 3,
       "offload_optimizer": {"device": "nvme", "nvme_path": "/a"},
-      "offload_param": {"device": "nvme", "nvme_path": "/b"}}})");
+      "offload_param": {"device": "cpu", "nvme_path": "/b"}}})");
   EXPECT_EQ(c.zero.offload_optimizer.nvme.buffer_count, 4);
   EXPECT_FALSE(c.zero.offload_optimizer.nvme.pipeline_read);
   EXPECT_FALSE(c.zero.offload_optimizer.nvme.pipeline_write);
   EXPECT_EQ(c.zero.offload_param.nvme.buffer_count, 5);
   EXPECT_EQ(c.zero.offload_param.nvme.buffer_size, 100'000'000);
+  EXPECT_FALSE(c.zero.offload_param.nvme.enabled);
   EXPECT_EQ(c.aio.block_size, 1 << 20);
   EXPECT_EQ(c.aio.queue_depth, 8);
   EXPECT_EQ(c.aio.thread_count, 1);
@@ -113,40 +104,40 @@ TEST(TrainConfigDiskTier, BadValuesAreErrorsNamingTheKey) {
   const auto optimizer = [](const std::string& keys) {
     return R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme")" + keys + "}}}";
   };
-  expect_error({}, optimizer(""), true,
+  expect_error({}, optimizer(""),
                {"zero_optimization.offload_optimizer.nvme_path is required with device nvme"});
   expect_error(
       {},
       optimizer(R"(, "nvme_path": "/n", "buffer_count": 2, "pipeline_read": true, "pipeline_write": true)"),
-      true, {"zero_optimization.offload_optimizer.buffer_count = 2 is too few", "needs 3"});
-  expect_error({}, optimizer(R"(, "nvme_path": "/n", "buffer_count": 0)"), true,
+      {"zero_optimization.offload_optimizer.buffer_count = 2 is too few", "needs 3"});
+  expect_error({}, optimizer(R"(, "nvme_path": "/n", "buffer_count": 0)"),
                {"zero_optimization.offload_optimizer.buffer_count", "got 0"});
-  expect_error({}, optimizer(R"(, "nvme_path": 5)"), true,
+  expect_error({}, optimizer(R"(, "nvme_path": 5)"),
                {"zero_optimization.offload_optimizer.nvme_path", "a string"});
-  // pipeline_* are offload_optimizer keys (DeepSpeed has none for parameters); fast_init and ratio exist but
-  // are not implemented.
+  // pipeline_* are offload_optimizer keys (DeepSpeed has none for parameters); fast_init exists but is not
+  // implemented.
   expect_error({},
-               R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/n",
-                   "pipeline_read": true}}})",
-               true, {"unknown key 'zero_optimization.offload_param.pipeline_read'"});
-  expect_error({}, optimizer(R"(, "nvme_path": "/n", "fast_init": true)"), true,
-               {"zero_optimization.offload_optimizer.fast_init", "does not implement"});
+               R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                   "offload_param": {"device": "cpu", "pipeline_read": true}}})",
+               {"unknown key 'zero_optimization.offload_param.pipeline_read'"});
+  expect_error({}, optimizer(R"(, "nvme_path": "/n", "fast_init": true)"),
+               {"zero_optimization.offload_optimizer.fast_init true", "not implemented"});
   const std::string nvme = optimizer(R"(, "nvme_path": "/n")");
   const auto with_aio = [&](const std::string& aio) {
     return nvme.substr(0, nvme.size() - 1) + R"(, "aio": )" + aio + "}";
   };
-  expect_error({}, with_aio(R"({"block_size": 1000000})"), true,
+  expect_error({}, with_aio(R"({"block_size": 1000000})"),
                {"aio.block_size must be a multiple of 4096", "got 1000000"});
-  expect_error({}, with_aio(R"({"block_size": 1024})"), true, {"aio.block_size", "got 1024"});
-  expect_error({}, with_aio(R"({"queue_depth": 0})"), true, {"aio.queue_depth", "got 0"});
-  expect_error({}, with_aio(R"({"thread_count": 65})"), true, {"aio.thread_count", "got 65"});
-  expect_error({}, with_aio(R"({"thread_count": 2, "intra_op_parallelism": 2})"), true,
+  expect_error({}, with_aio(R"({"block_size": 1024})"), {"aio.block_size", "got 1024"});
+  expect_error({}, with_aio(R"({"queue_depth": 0})"), {"aio.queue_depth", "got 0"});
+  expect_error({}, with_aio(R"({"thread_count": 65})"), {"aio.thread_count", "got 65"});
+  expect_error({}, with_aio(R"({"thread_count": 2, "intra_op_parallelism": 2})"),
                {"aio.thread_count and aio.intra_op_parallelism"});
-  expect_error({}, with_aio(R"({"use_gds": true})"), true,
+  expect_error({}, with_aio(R"({"use_gds": true})"),
                {"aio.use_gds true: GPUDirect Storage is not supported"});
-  expect_error({}, with_aio(R"({"queue_dept": 4})"), true, {"unknown key 'aio.queue_dept'", "queue_depth"});
+  expect_error({}, with_aio(R"({"queue_dept": 4})"), {"unknown key 'aio.queue_dept'", "queue_depth"});
   // The newer name of thread_count, and use_gds false, are accepted.
-  const TrainConfig newer = wired(with_aio(R"({"intra_op_parallelism": 4, "use_gds": false})"));
+  const TrainConfig newer = resolve_json(with_aio(R"({"intra_op_parallelism": 4, "use_gds": false})"));
   EXPECT_EQ(newer.aio.thread_count, 4);
   EXPECT_NE(line_of(newer.describe(), "aio.thread_count").find("aio.intra_op_parallelism"), std::string::npos)
       << newer.describe();
@@ -156,8 +147,7 @@ TEST(TrainConfigDiskTier, BadValuesAreErrorsNamingTheKey) {
 TEST(TrainConfigDiskTier, KeysWithoutNvmeChangeNothingAndSaySo) {
   const TrainConfig c =
       resolve({}, R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "none",
-      "nvme_path": "/n", "buffer_count": 8}}, "aio": {"queue_depth": 32}})",
-              false);
+      "nvme_path": "/n", "buffer_count": 8}}, "aio": {"queue_depth": 32}})");
   EXPECT_FALSE(c.zero.offload_optimizer.nvme.enabled);
   const std::string text = c.describe();
   EXPECT_NE(line_of(text, "zero_optimization.offload_optimizer.nvme_path")
@@ -170,7 +160,7 @@ TEST(TrainConfigDiskTier, KeysWithoutNvmeChangeNothingAndSaySo) {
   // Keys the JSON did not give stay out of the description.
   EXPECT_EQ(line_of(text, "zero_optimization.offload_optimizer.pipeline_read"), "") << text;
   // And a config without any disk tier prints no aio group.
-  EXPECT_EQ(resolve({}, "{}", false).describe().find("aio."), std::string::npos);
+  EXPECT_EQ(resolve({}, "{}").describe().find("aio."), std::string::npos);
 }
 
 TEST(TrainConfigDiskTier, HostMemoryLimit) {
@@ -186,11 +176,10 @@ TEST(TrainConfigDiskTier, HostMemoryLimit) {
         << e.message();
   }
   EXPECT_THROW(TrainConfig::from_args(std::vector<std::string>{"--host_memory_limit", "lots"}), Error);
-  // Not enforced yet: refused. Once enforced, it needs something offloaded to cap.
-  expect_error({"--host_memory_limit", "32GiB"}, "{}", false,
-               {"--host_memory_limit 32 GiB is not enforced yet"});
-  expect_error({"--host_memory_limit", "32GiB"}, "{}", true, {"nothing is offloaded"});
-  const TrainConfig capped = wired(kNvmeOptimizer, {"--host_memory_limit", "32GiB"});
+  // A cap on offloaded state needs something offloaded.
+  expect_error({"--host_memory_limit", "32GiB"}, "{}",
+               {"--host_memory_limit 32 GiB", "nothing is offloaded"});
+  const TrainConfig capped = resolve_json(kNvmeOptimizer, {"--host_memory_limit", "32GiB"});
   EXPECT_EQ(capped.host_memory_limit, size_t{32} << 30);
   EXPECT_NE(line_of(capped.describe(), "host_memory_limit").find("32 GiB"), std::string::npos);
 }
