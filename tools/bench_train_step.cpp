@@ -12,7 +12,9 @@
 // 3 warm-up steps (plans, caches, first allocations) then --steps timed ones; step_ms is their median.
 // peak_gib is the caching allocator's peak of live bytes (the counterpart of
 // torch.cuda.max_memory_allocated); peak_reserved_gib adds what it kept cached. With --profile (or
-// ZT_PROFILE=1) a per-segment device-time table of the timed steps goes to stderr.
+// ZT_PROFILE=1) a per-segment device-time table of the timed steps goes to stderr. --offload cpu|nvme (with
+// --zero_stage 1-3) times the step with the optimizer state offloaded to host memory or, with --nvme_path,
+// to the disk tier (issue 15's "step with the disk tier vs the floor"; bench_disk measures the disk).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -43,11 +45,17 @@ struct Options {
   int64_t layers = 0;  // 0: the xlarge depth (24)
   int zero_stage = 0;  // ZeRO stage of the (single-rank) engine: its overhead over stage 0
   bool profile = false;
+  std::string offload = "none";  // offload_optimizer device: none, cpu or nvme (stages 1-3)
+  std::string nvme_path;         // the disk tier's directory (--offload nvme)
+  int nvme_buffers = 4;
+  bool nvme_pipeline = false;  // pipeline_read and pipeline_write
 };
 
 const char* kUsage =
     "usage: bench_train_step [--batch 40] [--seq 128] [--dtype bf16|fp16|fp32] [--steps 12] [--dropout 0.1]\n"
-    "                        [--layers N] [--zero_stage 0-3] [--profile]\n";
+    "                        [--layers N] [--zero_stage 0-3] [--profile]\n"
+    "                        [--offload none|cpu|nvme [--nvme_path DIR] [--nvme_buffers 4] "
+    "[--nvme_pipeline]]\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -59,6 +67,10 @@ Options parse(int argc, char** argv) {
     }
     if (flag == "--profile") {
       o.profile = true;
+      continue;
+    }
+    if (flag == "--nvme_pipeline") {
+      o.nvme_pipeline = true;
       continue;
     }
     ZT_CHECK(i + 1 < argc, flag, " needs a value\n", kUsage);
@@ -78,6 +90,12 @@ Options parse(int argc, char** argv) {
         o.layers = std::stoll(value);
       } else if (flag == "--zero_stage") {
         o.zero_stage = std::stoi(value);
+      } else if (flag == "--offload") {
+        o.offload = value;
+      } else if (flag == "--nvme_path") {
+        o.nvme_path = value;
+      } else if (flag == "--nvme_buffers") {
+        o.nvme_buffers = std::stoi(value);
       } else {
         ZT_FAIL("unknown flag ", flag, "\n", kUsage);
       }
@@ -87,6 +105,11 @@ Options parse(int argc, char** argv) {
   }
   ZT_CHECK(o.batch > 0 && o.seq > 1 && o.steps >= 1 && o.layers >= 0, "sizes must be positive");
   ZT_CHECK(o.dtype == "bf16" || o.dtype == "fp16" || o.dtype == "fp32", "--dtype must be bf16, fp16 or fp32");
+  ZT_CHECK(o.offload == "none" || o.offload == "cpu" || o.offload == "nvme",
+           "--offload must be none, cpu or nvme");
+  ZT_CHECK(o.offload == "none" || o.zero_stage >= 1, "--offload ", o.offload,
+           " needs --zero_stage 1, 2 or 3");
+  ZT_CHECK((o.offload == "nvme") == !o.nvme_path.empty(), "--offload nvme and --nvme_path DIR go together");
   return o;
 }
 
@@ -139,6 +162,15 @@ int run(int argc, char** argv) {
       {.world_size = 1, .hidden_size = model.hidden_size, .num_train_examples = o.batch * o.steps});
   ZT_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, "--zero_stage must be 0, 1, 2 or 3");
   config.zero.stage = o.zero_stage;
+  // As offload_optimizer {"device": cpu|nvme, "nvme_path": ..., "buffer_count": ..., "pipeline_*": ...}.
+  config.zero.offload_optimizer.enabled = o.offload != "none";
+  if (o.offload == "nvme") {
+    config.zero.offload_optimizer.nvme = {.enabled = true,
+                                          .nvme_path = o.nvme_path,
+                                          .buffer_count = o.nvme_buffers,
+                                          .pipeline_read = o.nvme_pipeline,
+                                          .pipeline_write = o.nvme_pipeline};
+  }
   zt::optim::MrpcTrainer trainer(config, model);
 
   std::mt19937_64 rng(0);
@@ -176,6 +208,8 @@ int run(int argc, char** argv) {
       {"batch", o.batch},
       {"seq", o.seq},
       {"layers", model.num_hidden_layers},
+      {"zero_stage", o.zero_stage},
+      {"offload", o.offload},
       {"params", table.total_numel()},
       {"first_step_s", round_to(first_step_s, 1e-3)},
       {"step_ms", round_to(step_s * 1e3, 1e-2)},
