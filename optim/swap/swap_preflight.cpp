@@ -43,7 +43,8 @@ bool has_effective_capability(int capability) {
 // Opens a probe file in `directory` as the store would, unlinks it at once, and moves one aligned block
 // through it. True when that worked with O_DIRECT.
 bool probe_direct_io(const SwapPreflightRequest& request, SwapPreflightReport& report) {
-  const std::string probe = swap_file_path(request.directory, 0, static_cast<long>(::getpid())) + ".probe";
+  const std::string probe =
+      swap_file_path(request.directory, request.rank, static_cast<long>(::getpid())) + ".probe";
   std::string notice;
   IoFile file = IoFile::open(probe, request.direct, /*create=*/true, &notice);
   std::error_code ignored;

@@ -33,6 +33,7 @@ struct SwapPreflightRequest {
   int files_needed = 1;       // swap files + io_uring rings this process will open
   uint64_t pinned_bytes = 0;  // host bytes the caller wants to page-lock (0: none)
   DirectIoMode direct = DirectIoMode::automatic;
+  int rank = 0;  // names the probe file, so that in-process ranks can run the preflight at once
 };
 
 struct SwapPreflightReport {
