@@ -17,8 +17,8 @@
 //                             pipeline]); DeepSpeed's defaults (false) swap synchronously
 //   offload_param.buffer_size, max_in_cpu
 //                             elements per parameter buffer, parameter elements kept in host memory
-//   --host_memory_limit       the host tier's cap (runtime/host_memory_budget.h): what does not fit goes to
-//   disk
+//   --host_memory_limit       the host tier's cap (runtime/host_memory_budget.h); state that does not fit
+//                             needs the disk tier
 // The io_uring knobs (single_submit, overlap_events, queue_depth) have no counterpart in the thread-pool
 // backend that runs where io_uring is unavailable; the run says so when it falls back.
 // Disk-tier keys of a section whose device is not nvme, and an aio block without any nvme device, change

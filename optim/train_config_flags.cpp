@@ -186,9 +186,8 @@ const std::vector<FlagSpec>& flag_table() {
          return c.gpu_memory_limit == 0 ? std::string("0") : format_memory_size(c.gpu_memory_limit);
        }},
       {"host_memory_limit", "SIZE",
-       "cap on the host memory (pinned + pageable) of offloaded state, e.g. 32GiB; beyond it the state goes "
-       "to "
-       "the disk tier (offload device nvme); 0 = no cap",
+       "cap on the host memory (pinned + pageable) of the offload, e.g. 32GiB; state that does not fit needs "
+       "offload_optimizer device nvme (the disk tier); 0 = no cap",
        [](C& c, F f, V v) {
          try {
            c.host_memory_limit = parse_memory_size(v);
