@@ -18,8 +18,7 @@
 //   offload_param.buffer_size, max_in_cpu
 //                             (parsed for offload_param device nvme, which is refused: parameters on disk
 //                             are not implemented)
-//   --host_memory_limit       every rank's engine charges its host buffers to it
-//   (runtime/host_memory_budget.h);
+//   --host_memory_limit       every rank's engine charges its host buffers to it (host_memory_budget.h);
 //                             with device nvme the optimizer state costs buffer_count records, not the shard
 // The io_uring knobs (single_submit, overlap_events, queue_depth) have no counterpart in the thread-pool
 // backend that runs where io_uring is unavailable; the run says so when it falls back.
