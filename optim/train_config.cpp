@@ -185,6 +185,9 @@ void TrainConfig::resolve_impl(const json* ds, std::string_view source, const Re
   resolve_precision(context);
   resolve_zero(context);
   resolve_disk_tier(context);
+  ZT_CHECK(!offload_delayed_update || zero.offload_optimizer.enabled,
+           "--offload_delayed_update needs zero_optimization.offload_optimizer.device cpu (or nvme) in the "
+           "DeepSpeed config (it delays the CPU optimizer update)");
   if (top) {
     top->reject_unread({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                         "gradient_clipping", "steps_per_print", "wall_clock_breakdown",

@@ -202,6 +202,9 @@ struct TrainConfig {
   int world_size = 1;
   bool estimate_memory = false;    // --estimate_memory: print the memory estimate and exit without training
   bool debug_collectives = false;  // --debug_collectives: extra checks and logging around collectives
+  // --offload_delayed_update: ZeRO-Offload's delayed parameter update (one step stale; needs
+  // zero_optimization.offload_optimizer.device cpu).
+  bool offload_delayed_update = false;
   // --collective_timeout: a rank waiting longer than this in a collective aborts the group, naming the ranks
   // that never arrived, instead of hanging; 0 = wait forever.
   int64_t collective_timeout_seconds = 600;

@@ -221,6 +221,12 @@ const std::vector<FlagSpec>& flag_table() {
       {"debug_collectives", "", "extra checks and logging around every collective, for diagnosing hangs",
        [](C& c, F, V) { c.debug_collectives = true; },
        [](const C& c) { return show_bool(c.debug_collectives); }},
+      {"offload_delayed_update", "",
+       "with CPU optimizer offload: overlap each step's CPU update with the next step's forward and "
+       "backward, "
+       "which then use parameters one update old (ZeRO-Offload's delayed parameter update)",
+       [](C& c, F, V) { c.offload_delayed_update = true; },
+       [](const C& c) { return show_bool(c.offload_delayed_update); }},
       {"estimate_memory", "", "print the memory estimate of the run and exit without training",
        [](C& c, F, V) { c.estimate_memory = true; }, [](const C& c) { return show_bool(c.estimate_memory); }},
       {"overwrite_output_dir", "", "write into --output_dir even when it already holds files (HF's flag)",

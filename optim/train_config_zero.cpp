@@ -164,6 +164,10 @@ void describe_zero(const TrainConfig& c, DescribeWriter& out) {
   out.line(kZero + "allgather_bucket_size", i(zero.allgather_bucket_size), kLayerBuckets);
   describe_offload(c, out, "offload_optimizer", zero.offload_optimizer);
   describe_offload(c, out, "offload_param", zero.offload_param);
+  out.line("offload_delayed_update", show_bool(c.offload_delayed_update),
+           c.offload_delayed_update
+               ? "one step stale: forward/backward use the parameters before the last update"
+               : "");
   // Stage-3 keys: all of them at stage 3; below it only those the JSON gave, with one notice.
   std::string unused;
   for (const Stage3Key& key : kStage3Keys) {

@@ -12,9 +12,13 @@
 // 3 warm-up steps (plans, caches, first allocations) then --steps timed ones; step_ms is their median.
 // peak_gib is the caching allocator's peak of live bytes (the counterpart of
 // torch.cuda.max_memory_allocated); peak_reserved_gib adds what it kept cached. With --profile (or
-// ZT_PROFILE=1) a per-segment device-time table of the timed steps goes to stderr. --offload cpu|nvme (with
-// --zero_stage 1-3) times the step with the optimizer state offloaded to host memory or, with --nvme_path,
-// to the disk tier (issue 15's "step with the disk tier vs the floor"; bench_disk measures the disk).
+// ZT_PROFILE=1) a per-segment device-time table of the timed steps goes to stderr (with CPU offload it has
+// the offload's segments: optimizer.grad_norm, optimizer.offload_download_wait, optimizer.offload_cpu_adamw,
+// optimizer.offload_delayed_land). CPU offload: --offload optimizer (stages 1-3) or both (stage 3: the
+// parameter shard too), --pin_memory for page-locked host buffers, --delayed_update for ZeRO-Offload's
+// one-step-stale update. --nvme_path DIR (with --offload) puts the offloaded optimizer state on the disk
+// tier (offload_optimizer device nvme; --nvme_buffers, --nvme_pipeline for buffer_count and
+// pipeline_read/write): issue 15's "step with the disk tier vs the floor" (bench_disk measures the disk).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -42,19 +46,21 @@ struct Options {
   std::string dtype = "bf16";
   int64_t steps = 12;
   double dropout = 0.1;
-  int64_t layers = 0;  // 0: the xlarge depth (24)
-  int zero_stage = 0;  // ZeRO stage of the (single-rank) engine: its overhead over stage 0
+  int64_t layers = 0;            // 0: the xlarge depth (24)
+  int zero_stage = 0;            // ZeRO stage of the (single-rank) engine: its overhead over stage 0
+  std::string offload = "none";  // none | optimizer | both
+  bool pin_memory = false;
+  bool delayed_update = false;
   bool profile = false;
-  std::string offload = "none";  // offload_optimizer device: none, cpu or nvme (stages 1-3)
-  std::string nvme_path;         // the disk tier's directory (--offload nvme)
+  std::string nvme_path;  // the disk tier's directory; empty: the offloaded state stays in host memory
   int nvme_buffers = 4;
   bool nvme_pipeline = false;  // pipeline_read and pipeline_write
 };
 
 const char* kUsage =
     "usage: bench_train_step [--batch 40] [--seq 128] [--dtype bf16|fp16|fp32] [--steps 12] [--dropout 0.1]\n"
-    "                        [--layers N] [--zero_stage 0-3] [--profile]\n"
-    "                        [--offload none|cpu|nvme [--nvme_path DIR] [--nvme_buffers 4] "
+    "                        [--layers N] [--zero_stage 0-3] [--offload none|optimizer|both] [--pin_memory]\n"
+    "                        [--delayed_update] [--profile] [--nvme_path DIR [--nvme_buffers 4] "
     "[--nvme_pipeline]]\n";
 
 Options parse(int argc, char** argv) {
@@ -69,8 +75,10 @@ Options parse(int argc, char** argv) {
       o.profile = true;
       continue;
     }
-    if (flag == "--nvme_pipeline") {
-      o.nvme_pipeline = true;
+    if (flag == "--pin_memory" || flag == "--delayed_update" || flag == "--nvme_pipeline") {
+      (flag == "--pin_memory"       ? o.pin_memory
+       : flag == "--delayed_update" ? o.delayed_update
+                                    : o.nvme_pipeline) = true;
       continue;
     }
     ZT_CHECK(i + 1 < argc, flag, " needs a value\n", kUsage);
@@ -105,11 +113,11 @@ Options parse(int argc, char** argv) {
   }
   ZT_CHECK(o.batch > 0 && o.seq > 1 && o.steps >= 1 && o.layers >= 0, "sizes must be positive");
   ZT_CHECK(o.dtype == "bf16" || o.dtype == "fp16" || o.dtype == "fp32", "--dtype must be bf16, fp16 or fp32");
-  ZT_CHECK(o.offload == "none" || o.offload == "cpu" || o.offload == "nvme",
-           "--offload must be none, cpu or nvme");
-  ZT_CHECK(o.offload == "none" || o.zero_stage >= 1, "--offload ", o.offload,
-           " needs --zero_stage 1, 2 or 3");
-  ZT_CHECK((o.offload == "nvme") == !o.nvme_path.empty(), "--offload nvme and --nvme_path DIR go together");
+  ZT_CHECK(o.offload == "none" || o.offload == "optimizer" || o.offload == "both",
+           "--offload must be none, optimizer or both");
+  ZT_CHECK(o.nvme_path.empty() || o.offload != "none",
+           "--nvme_path puts the offloaded optimizer state on disk: it "
+           "needs --offload optimizer or both");
   return o;
 }
 
@@ -162,9 +170,11 @@ int run(int argc, char** argv) {
       {.world_size = 1, .hidden_size = model.hidden_size, .num_train_examples = o.batch * o.steps});
   ZT_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, "--zero_stage must be 0, 1, 2 or 3");
   config.zero.stage = o.zero_stage;
-  // As offload_optimizer {"device": cpu|nvme, "nvme_path": ..., "buffer_count": ..., "pipeline_*": ...}.
   config.zero.offload_optimizer.enabled = o.offload != "none";
-  if (o.offload == "nvme") {
+  config.zero.offload_optimizer.pin_memory = o.pin_memory;
+  config.zero.offload_param.enabled = o.offload == "both";
+  config.offload_delayed_update = o.delayed_update;
+  if (!o.nvme_path.empty()) {  // offload_optimizer {"device": "nvme", "nvme_path": ..., ...}
     config.zero.offload_optimizer.nvme = {.enabled = true,
                                           .nvme_path = o.nvme_path,
                                           .buffer_count = o.nvme_buffers,
@@ -210,6 +220,9 @@ int run(int argc, char** argv) {
       {"layers", model.num_hidden_layers},
       {"zero_stage", o.zero_stage},
       {"offload", o.offload},
+      {"pin_memory", o.pin_memory},
+      {"delayed_update", o.delayed_update},
+      {"nvme_path", o.nvme_path},
       {"params", table.total_numel()},
       {"first_step_s", round_to(first_step_s, 1e-3)},
       {"step_ms", round_to(step_s * 1e3, 1e-2)},

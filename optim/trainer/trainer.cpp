@@ -241,7 +241,9 @@ struct MrpcTrainer::Impl {
                                                 config.adam_epsilon, config.weight_decay},
                             .max_grad_norm = config.max_grad_norm,
                             .offload = {.optimizer = config.zero.offload_optimizer.enabled,
-                                        .param = config.zero.offload_param.enabled},
+                                        .param = config.zero.offload_param.enabled,
+                                        .pipelined = true,
+                                        .delayed_update = config.offload_delayed_update},
                             .pin_memory = config.zero.offload_optimizer.pin_memory,
                             .ranks_sharing_host = world,
                             .host_memory_limits = std::nullopt,
@@ -469,6 +471,8 @@ StepRecord MrpcTrainer::train_step(std::vector<data::Batch>& micro_batches) {
 
 EvalResult MrpcTrainer::evaluate(const data::EncodedDataset& dataset) {
   Impl& s = *impl_;
+  // A delayed CPU update (--offload_delayed_update) lands first; collective, so on every rank.
+  s.run_ranks([&](int r) { s.ranks[static_cast<size_t>(r)].engine->finish_delayed_update(); });
   EvalResult result;
   data::Batcher batcher = make_eval_batcher(dataset, s.config.per_device_eval_batch_size);
   data::Batch batch;

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <optional>
 
@@ -17,6 +18,7 @@
 #include "runtime/device.h"
 #include "runtime/log.h"
 #include "runtime/memory_size.h"
+#include "runtime/step_profile.h"
 
 #ifdef ZT_WITH_CUDA
 #include "optim/cuda/adamw.cuh"
@@ -124,6 +126,7 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
     b.host_optimizer = 3 * shard * 4;  // a separate master even in f32: the device copy stays the model's
     b.host_gradients = shard * 4;
     b.host_parameters = shard * t;
+    if (offload.param && stage == 3 && offload.delayed_update) b.host_parameters += shard * t;  // + staging
     if (offload.param && stage == 3) {
       b.compute_copy = 0;
       if (partition.world_size() > 1) b.buffers += static_cast<size_t>(largest_slice(partition)) * t;
@@ -156,10 +159,12 @@ struct ZeroEngine::Impl {
   std::unique_ptr<Arena> compute_copy, master_arena, grads, exp_avg, exp_avg_sq;
   std::unique_ptr<HostOptimizerStore> host_state;
   HostMemoryBudget::Charge host_pinned_charge, host_pageable_charge;  // options.host_budget
-  std::unique_ptr<Arena> host_grads;      // offload: the f32 gradient shard, copied down per block
-  std::unique_ptr<Arena> host_params;     // offload without offload_param: the compute-dtype staging shard
-  std::unique_ptr<Arena> param_upload;    // offload_param, world > 1: one unit's slice, all-gathered from
+  std::unique_ptr<Arena> host_grads;    // offload: the f32 gradient shard, copied down per block
+  std::unique_ptr<Arena> host_params;   // offload (not offload_param, unless delayed): compute-dtype staging
+  std::unique_ptr<Arena> param_upload;  // offload_param, world > 1: one unit's slice, all-gathered from
   std::unique_ptr<OffloadCopies> copies;  // offload: the step's D2H / H2D
+  bool delayed = false;                   // offload.delayed_update
+  bool publish_pending = false;           // a delayed update finished on the host, not yet published
   std::unique_ptr<Arena> bucket_embeddings, bucket_shared, bucket_layer[2];
   std::unique_ptr<Arena> gather_embeddings, gather_shared, gather_layer[2];
   std::vector<OwnedBlock> blocks;  // one per unit
@@ -169,9 +174,62 @@ struct ZeroEngine::Impl {
     ZT_CHECK(!offload, "ZeRO engine: the offloaded master lives in the host store");
     return master_arena ? *master_arena : *compute_copy;
   }
-  // Offload: block b's compute-dtype values on the host (the staging shard, or the stage-3 shard itself).
+  // Offload: block b's compute-dtype values on the host (the staging shard, or the stage-3 shard itself
+  // when the update may write it directly: offload_param without a delayed update).
   Tensor params_on_host(const OwnedBlock& b) const {
-    return view(offload_param ? *compute_copy : *host_params, compute, b.master, b.numel);
+    return view(offload_param && !delayed ? *compute_copy : *host_params, compute, b.master, b.numel);
+  }
+  // Offload: where block b's gradients are (final after the window's last reduction) and where they go.
+  Tensor device_gradients(const OwnedBlock& b) const { return view(*grads, DType::f32, b.grad, b.numel); }
+  Tensor host_gradients(const OwnedBlock& b) const {
+    return view(*host_grads, DType::f32, b.master, b.numel);
+  }
+  // Offload without a delayed update: a unit's gradients start down as soon as its last reduction is
+  // queued, so the download overlaps the rest of backward (GPU). With a delayed update the host gradient
+  // shard is still being read by the previous step's update, so the downloads wait for step().
+  bool early_download() const { return offload && !delayed; }
+  std::vector<bool> downloaded;  // per unit: its final gradients went down this step
+  void download(size_t unit) {
+    copies->down(unit, device_gradients(blocks[unit]), host_gradients(blocks[unit]));
+    downloaded[unit] = true;
+  }
+  void download_final_gradients(size_t unit) {
+    if (early_download()) download(unit);
+  }
+  // Offload: block b's updated values to where the model reads them (H2D, or into the stage-3 host shard).
+  void publish(const OwnedBlock& b) {
+    const Tensor target = view(*compute_copy, compute, b.compute, b.numel);
+    if (!offload_param) {
+      copies->up(params_on_host(b), target);
+    } else if (delayed) {
+      copy_tensor(params_on_host(b), target);  // host to host
+    }
+  }
+  // The delayed update in flight (declared last: destroyed first, so it finishes before the buffers go).
+  std::future<void> pending;
+  // Waits for the delayed update: the host state is complete. Its parameters still have to go where the
+  // model reads them (finish_delayed_update, collective), which this rank alone must not start: a rank whose
+  // own slice were new while the others' are old would train on a mix until the all-gather.
+  void wait_for_delayed_update() {
+    if (!pending.valid()) return;
+    pending.get();  // rethrows the update's error
+    publish_pending = true;
+  }
+  // Offload: copies `host` from (read) or into (write) the state of `kind` for shard elements [offset,
+  // offset + host.size()) of unit `unit`, through the host store.
+  void copy_offloaded_state(size_t unit, int kind, int64_t offset, std::span<float> host, bool write) {
+    ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
+    wait_for_delayed_update();
+    const OwnedBlock& b = blocks[unit];
+    const HostStateBlock block = host_state->acquire(b.unit);
+    const std::span<float> all = kind == 0 ? block.master : kind == 1 ? block.exp_avg : block.exp_avg_sq;
+    const std::span<float> state = all.subspan(static_cast<size_t>(offset - b.master), host.size());
+    if (write) {
+      std::copy(host.begin(), host.end(), state.begin());
+    } else {
+      std::copy(state.begin(), state.end(), host.begin());
+    }
+    host_state->release(b.unit, write);
   }
   const Arena& state(int kind) const {
     ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
@@ -220,6 +278,9 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   s.stage = options.stage;
   s.offload = options.offload.optimizer;
   s.offload_param = options.offload.param;
+  s.delayed = options.offload.delayed_update;
+  ZT_CHECK(!s.delayed || s.offload,
+           "the delayed parameter update needs offload_optimizer (it delays the CPU update)");
   ZT_CHECK(!s.offload || s.stage >= 1,
            "offload_optimizer needs ZeRO stage 1, 2 or 3 (stage 0 keeps no optimizer shard), got stage ",
            s.stage);
@@ -289,6 +350,10 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
                    << (s.device == DeviceKind::cuda && host_kind == MemoryKind::host
                            ? " (pin_memory false: host<->device copies run at pageable speed)"
                            : "");
+      if (s.delayed) {
+        ZT_LOG(info) << "delayed parameter update ON: each step's CPU update overlaps the next step's "
+                        "forward and backward, which use parameters one update old";
+      }
     }
   }
 
@@ -322,7 +387,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   } else {
     const ArenaOptions host{.kind = host_kind, .category = MemoryCategory::other, .zero_fill = true};
     s.host_grads = std::make_unique<Arena>("offloaded gradients", flat_layout(shard, DType::f32), host);
-    if (!s.offload_param)
+    if (!s.offload_param || s.delayed)
       s.host_params = std::make_unique<Arena>("parameter staging", flat_layout(shard, s.compute), host);
     if (s.offload_param && world_size() > 1)
       s.param_upload =
@@ -381,6 +446,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
       s.host_state = std::make_unique<ResidentHostOptimizerStore>(std::move(extents), shard, host_kind);
     }
     s.copies = std::make_unique<OffloadCopies>(s.device, options.offload.pipelined, s.blocks.size());
+    s.downloaded.assign(s.blocks.size(), false);
   }
 
   // Handles: named arenas bind by name; stage-3 parameters and stage-2/3 gradients point into the unit's
@@ -458,15 +524,18 @@ void ZeroEngine::gradients_ready(size_t unit) {
   const int W = world_size();
   const int r = rank();
   if (s.stage <= 1) {
-    if (!s.last_micro || W == 1) return;  // local accumulation until the window's last micro-batch
-    const Tensor all = view(*s.grads, DType::f32, u.flat_begin, u.numel);
-    if (s.stage == 0 || !options_.reduce_scatter) {
-      comm_.all_reduce_sum(all, work_comm_stream());
-    } else {
-      comm_.reduce_scatter_sum(all,
-                               view(*s.grads, DType::f32, partition_.slice_begin(unit, r), u.slice_numel),
-                               work_comm_stream());
+    if (!s.last_micro) return;  // local accumulation until the window's last micro-batch
+    if (W > 1) {
+      const Tensor all = view(*s.grads, DType::f32, u.flat_begin, u.numel);
+      if (s.stage == 0 || !options_.reduce_scatter) {
+        comm_.all_reduce_sum(all, work_comm_stream());
+      } else {
+        comm_.reduce_scatter_sum(all,
+                                 view(*s.grads, DType::f32, partition_.slice_begin(unit, r), u.slice_numel),
+                                 work_comm_stream());
+      }
     }
+    s.download_final_gradients(unit);
     return;
   }
   // Stages 2/3: reduce this micro-batch's bucket, fold the rank's slice into the shard accumulator, clear
@@ -488,6 +557,7 @@ void ZeroEngine::gradients_ready(size_t unit) {
     kernels::add_inplace(accumulator, mine);
   }
   kernels::fill(all, 0.0f);
+  if (s.last_micro) s.download_final_gradients(unit);
 }
 
 namespace {
@@ -528,18 +598,27 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   const size_t U = units.size();
   const bool cpu = s.device == DeviceKind::cpu;
   auto grad_block = [&](const OwnedBlock& b) { return view(*s.grads, DType::f32, b.grad, b.numel); };
-
-  // 2. Mean over ranks on the CPU (true division, as torch divides); the GPU folds 1/W into the factor.
-  if (cpu && W > 1) {
-    const auto w = static_cast<float>(W);
-    for (const OwnedBlock& b : s.blocks)
-      for (float& x : host_span(grad_block(b))) x /= w;
+  StepProfile& prof = StepProfile::global();  // offload segment marks: no-ops unless profiling is on
+  if (s.delayed) {
+    finish_delayed_update();  // the previous step's delayed update before this step's
+    prof.mark("optimizer.offload_delayed_land");
   }
 
-  // Offload: every block's gradients start down now (pipelined: on the copy stream, beside steps 3-5).
-  if (s.offload)
-    for (const OwnedBlock& b : s.blocks)
-      s.copies->down(b.unit, grad_block(b), view(*s.host_grads, DType::f32, b.master, b.numel));
+  // 2. Mean over ranks on the CPU (true division, as torch divides); the GPU folds 1/W into the factor.
+  // With offload the gradients already downloaded are divided too (the same float operation, so the
+  // host copy equals the divided device values the norm is taken from).
+  if (cpu && W > 1) {
+    const auto w = static_cast<float>(W);
+    for (const OwnedBlock& b : s.blocks) {
+      for (float& x : host_span(grad_block(b))) x /= w;
+      if (s.early_download() && s.downloaded[b.unit])
+        for (float& x : host_span(s.host_gradients(b))) x /= w;
+    }
+  }
+
+  // Offload with a delayed update: the gradients go down now (the previous update has landed).
+  if (s.offload && !s.early_download())
+    for (const OwnedBlock& b : s.blocks) s.download(b.unit);
 
   // 3. Sums of squares per (rank, unit) slice, rank-major. Stage 0 holds every rank's slices itself.
   std::vector<double> sums(static_cast<size_t>(W) * U, 0.0);
@@ -588,7 +667,10 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     const bool overflow = non_finite > 0 || !std::isfinite(total);
     if (!scaler.update(overflow)) {
       ZT_LOG(info) << "fp16 overflow: step skipped, loss scale " << loss_scale << " -> " << scaler.scale();
-      if (s.offload) s.copies->join();  // the downloads read the gradients cleared next
+      if (s.offload) {
+        s.copies->join();  // the downloads read the gradients cleared next
+        s.downloaded.assign(s.blocks.size(), false);
+      }
       clear_gradients();
       return {std::numeric_limits<double>::infinity(), false};
     }
@@ -599,6 +681,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   const double coef = options_.max_grad_norm > 0 ? clip_coefficient(norm, options_.max_grad_norm) : 1.0;
   adamw_.begin_step();
   if (s.offload) {
+    prof.mark("optimizer.grad_norm");
     // The factor each path applies to the gradients before AdamW: on the CPU the clip (1/W was divided in
     // step 2; scale_in_place's float product), on the GPU 1/(loss_scale W) and the clip (the kernel's).
     float grad_scale = 1.0f;
@@ -611,16 +694,21 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
       grad_scale = static_cast<float>(factor);
     }
     for (const OwnedBlock& b : s.blocks) {
-      const Tensor host_grads = view(*s.host_grads, DType::f32, b.master, b.numel);
-      s.copies->wait_down(b.unit);
-      const HostStateBlock state = s.host_state->acquire(b.unit);
-      const Tensor staged = s.params_on_host(b);
-      adamw_.update({state.master, host_span(host_grads), state.exp_avg, state.exp_avg_sq}, b.ranges, lr,
-                    params16_of(staged), grad_scale);
-      if (!s.mixed) write_compute_values(state.master, staged);
-      s.host_state->release(b.unit, /*modified=*/true);
-      if (!s.offload_param) s.copies->up(staged, view(*s.compute_copy, s.compute, b.compute, b.numel));
+      ZT_CHECK(s.downloaded[b.unit], "ZeRO offload: the gradients of unit ", partition_.units()[b.unit].name,
+               " never went down: gradients_ready(", b.unit, ") was not called on the last micro-batch");
     }
+    s.downloaded.assign(s.blocks.size(), false);
+    if (s.delayed) {
+      // The gradients must be on the host before the next backward rewrites them; the update then runs
+      // on a host thread, and lands at the next step() (or finish_delayed_update()).
+      for (const OwnedBlock& b : s.blocks) s.copies->wait_down(b.unit);
+      s.copies->join();
+      if (s.stage == 1) clear_gradients();
+      s.pending = std::async(std::launch::async,
+                             [this, lr, grad_scale] { update_offloaded_blocks(lr, grad_scale, false); });
+      return {norm, true};
+    }
+    update_offloaded_blocks(lr, grad_scale, /*publish_each=*/true);
     s.copies->join();  // the all-gather and the next forward read what went up
     if (s.stage == 1) clear_gradients();
   } else if (cpu) {
@@ -650,15 +738,50 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
 #endif
   }
   // 7. Stages 1/2: everyone's updated slices into everyone's compute copy.
-  if ((s.stage == 1 || s.stage == 2) && W > 1) {
-    for (size_t u = 0; u < U; ++u) {
-      const OwnedBlock& b = s.blocks[u];
-      comm_.all_gather(view(*s.compute_copy, s.compute, b.compute, b.numel),
-                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel),
-                       work_comm_stream());
+  gather_updated_compute_copy();
+  return {norm, true};
+}
+
+void ZeroEngine::update_offloaded_blocks(double lr, float grad_scale, bool publish_each) {
+  Impl& s = *impl_;
+  for (const OwnedBlock& b : s.blocks) {
+    const Tensor host_grads = s.host_gradients(b);
+    s.copies->wait_down(b.unit);
+    // Segment marks only on the rank's thread (StepProfile is single-threaded): not in a delayed update.
+    if (publish_each) StepProfile::global().mark("optimizer.offload_download_wait");
+    const HostStateBlock state = s.host_state->acquire(b.unit);
+    const Tensor staged = s.params_on_host(b);
+    adamw_.update({state.master, host_span(host_grads), state.exp_avg, state.exp_avg_sq}, b.ranges, lr,
+                  params16_of(staged), grad_scale);
+    if (!s.mixed) write_compute_values(state.master, staged);
+    s.host_state->release(b.unit, /*modified=*/true);
+    if (publish_each) {
+      s.publish(b);
+      StepProfile::global().mark("optimizer.offload_cpu_adamw");
     }
   }
-  return {norm, true};
+}
+
+void ZeroEngine::gather_updated_compute_copy() {
+  Impl& s = *impl_;
+  if (!((s.stage == 1 || s.stage == 2) && world_size() > 1)) return;
+  const auto& units = partition_.units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    const OwnedBlock& b = s.blocks[u];
+    comm_.all_gather(view(*s.compute_copy, s.compute, b.compute, b.numel),
+                     view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel),
+                     work_comm_stream());
+  }
+}
+
+void ZeroEngine::finish_delayed_update() {
+  Impl& s = *impl_;
+  s.wait_for_delayed_update();
+  if (!s.publish_pending) return;
+  s.publish_pending = false;
+  for (const OwnedBlock& b : s.blocks) s.publish(b);
+  s.copies->join();
+  gather_updated_compute_copy();
 }
 
 std::vector<ZeroEngine::OwnedPiece> ZeroEngine::owned_pieces() const {
@@ -685,24 +808,12 @@ static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mix
   return master_is_full_compute ? flat : u.shard_begin + in_slice;
 }
 
-// Offload: piece's elements inside its block of the host store, by kind.
-static std::span<float> offloaded_piece(const HostStateBlock& block, int kind, int64_t offset,
-                                        int64_t numel) {
-  ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
-  const std::span<float> all = kind == 0 ? block.master : kind == 1 ? block.exp_avg : block.exp_avg_sq;
-  return all.subspan(static_cast<size_t>(offset), static_cast<size_t>(numel));
-}
-
 void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> host) const {
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: read_state size mismatch");
   const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
   if (s.offload) {
-    const OwnedBlock& b = s.blocks[partition_.unit_of_tensor(piece.tensor)];
-    const std::span<float> state =
-        offloaded_piece(s.host_state->acquire(b.unit), kind, offset - b.master, piece.numel);
-    std::copy(state.begin(), state.end(), host.begin());
-    s.host_state->release(b.unit, false);
+    impl_->copy_offloaded_state(partition_.unit_of_tensor(piece.tensor), kind, offset, host, false);
     return;
   }
   copy_tensor(view(s.state(kind), DType::f32, offset, piece.numel),
@@ -714,11 +825,8 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: write_state size mismatch");
   const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
   if (s.offload) {
-    const OwnedBlock& b = s.blocks[partition_.unit_of_tensor(piece.tensor)];
-    const std::span<float> state =
-        offloaded_piece(s.host_state->acquire(b.unit), kind, offset - b.master, piece.numel);
-    std::copy(host.begin(), host.end(), state.begin());
-    s.host_state->release(b.unit, true);
+    impl_->copy_offloaded_state(partition_.unit_of_tensor(piece.tensor), kind, offset,
+                                {const_cast<float*>(host.data()), host.size()}, true);
     return;
   }
   copy_tensor(Tensor(const_cast<float*>(host.data()), Shape{piece.numel}, DType::f32),
@@ -728,23 +836,20 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
 void ZeroEngine::refresh_compute_copy() {
   Impl& s = *impl_;
   if (s.offload) {
+    s.wait_for_delayed_update();
+    s.publish_pending = false;  // everything is published from the master below
     for (const OwnedBlock& b : s.blocks) {
-      const Tensor staged = s.params_on_host(b);
-      write_compute_values(s.host_state->acquire(b.unit).master, staged);
+      write_compute_values(s.host_state->acquire(b.unit).master, s.params_on_host(b));
       s.host_state->release(b.unit, false);
-      if (!s.offload_param) copy_tensor(staged, view(*s.compute_copy, s.compute, b.compute, b.numel));
+      s.publish(b);
     }
-  } else if (s.mixed)
+    s.copies->join();
+  } else if (s.mixed) {
     for (const OwnedBlock& b : s.blocks)
       kernels::copy(view(*s.master_arena, DType::f32, b.master, b.numel),
                     view(*s.compute_copy, s.compute, b.compute, b.numel));
-  if ((s.stage == 1 || s.stage == 2) && world_size() > 1) {
-    const auto& units = partition_.units();
-    for (size_t u = 0; u < units.size(); ++u)
-      comm_.all_gather(view(*s.compute_copy, s.compute, s.blocks[u].compute, s.blocks[u].numel),
-                       view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel),
-                       work_comm_stream());
   }
+  gather_updated_compute_copy();
 }
 
 void ZeroEngine::load_full_parameters(const Arena& host_f32) {
@@ -759,6 +864,7 @@ void ZeroEngine::load_full_parameters(const Arena& host_f32) {
 
 void ZeroEngine::gather_full_master(const Arena* host_f32) {
   Impl& s = *impl_;
+  finish_delayed_update();
   ZT_CHECK(host_f32 == nullptr || host_f32->device() == DeviceKind::cpu,
            "gather_full_master needs a host arena");
   const auto& units = partition_.units();

@@ -32,8 +32,8 @@
 //   offload.optimizer: the rank's fp32 master, m and v live on the host (HostOptimizerStore: pinned
 //     arenas with pin_memory on a GPU, else pageable; the NVMe tier plugs in behind the same interface),
 //     and step 6 becomes, per owned block (unit):
-//       D2H   the block's reduced gradients (queued after step 2, so the download overlaps steps 3-5, which
-//             are unchanged and run on the device)
+//       D2H   the block's reduced gradients, queued from gradients_ready on the window's last micro-batch
+//             (so on a GPU it overlaps the rest of backward; with delayed_update, from step())
 //       CPU   AdamW (optim/adamw.h, SIMD, thread pool) with the scale of step 5 folded into the gradient,
 //             writing the compute-dtype values into a host staging shard in the same pass
 //       H2D   the staged values into the block of the device compute copy (or, with offload.param, nothing:
@@ -78,6 +78,11 @@ struct ZeroOffload {
   // each copy waited for in turn (the reference the pipelined mode must equal bit for bit). The CPU backend
   // is always synchronous.
   bool pipelined = true;
+  // Delayed parameter update (ZeRO-Offload's DPU; opt-in): step t's CPU update runs on a host thread while
+  // step t+1's forward and backward run with the parameters of step t (one update stale); it lands at the
+  // start of step t+1's step() (or finish_delayed_update()). Stage 3 with param keeps a separate staging
+  // shard so that the update never writes what the forward is gathering.
+  bool delayed_update = false;
 };
 
 // The disk tier (DeepSpeed's offload_optimizer device nvme, ZeRO-Infinity): with offload.optimizer, the
@@ -159,8 +164,14 @@ class ZeroEngine final : public DebertaUnitHooks {
   void release(size_t unit, Pass pass) override;
   void gradients_ready(size_t unit) override;
 
-  // One optimizer step over the reduced gradients (collective). `scaler` is disabled outside fp16.
+  // One optimizer step over the reduced gradients (collective). `scaler` is disabled outside fp16. With
+  // offload.delayed_update it first lands the previous step's update, then starts this one's and returns.
   ZeroStepResult step(double lr, LossScaler& scaler);
+  // Collective: waits for a delayed update in flight and puts its parameters where the model reads them
+  // (stage 1/2: all-gathered). Call on every rank before reading parameters outside the step loop
+  // (evaluation); read_state, write_state, gather_full_master and refresh_compute_copy do it themselves.
+  // A no-op without a delayed update.
+  void finish_delayed_update();
 
   // Collective: every rank passes the same full f32 host arena laid out by table.layout(f32); each keeps its
   // part in the master and refreshes the compute copy.
@@ -190,6 +201,8 @@ class ZeroEngine final : public DebertaUnitHooks {
 
  private:
   struct Impl;
+  void gather_updated_compute_copy();  // stages 1/2, world > 1: every rank's updated slices to everyone
+  void update_offloaded_blocks(double lr, float grad_scale, bool publish_each);
   const ParameterTable& table_;
   Communicator& comm_;
   ZeroEngineOptions options_;

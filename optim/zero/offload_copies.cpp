@@ -16,7 +16,6 @@ struct OffloadCopies::Streams {
   Stream down, up;
   std::vector<Event> block_arrived;  // one per block, recorded on `down`
   Event work_done, down_done, up_done;
-  bool down_waiting = false;  // the down stream already waits for the rank's stream in this step
 };
 
 namespace {
@@ -59,11 +58,10 @@ void OffloadCopies::down(size_t block, const Tensor& device_src, const Tensor& h
 #ifdef ZT_WITH_CUDA
   Streams& s = *streams_;
   ZT_CHECK(block < s.block_arrived.size(), "offload copy: block ", block, " of ", s.block_arrived.size());
-  if (!s.down_waiting) {
-    s.work_done.record(current_stream());
-    s.down.wait(s.work_done);
-    s.down_waiting = true;
-  }
+  // After the work queued so far on the rank's stream (this block's reduction); an event re-recorded for
+  // the next block leaves this wait as it was.
+  s.work_done.record(current_stream());
+  s.down.wait(s.work_done);
   copy_async(device_src, host_dst, s.down);
   s.block_arrived[block].record(s.down);
 #endif
@@ -95,7 +93,6 @@ void OffloadCopies::join() {
   const cudaStream_t work = current_stream();
   ZT_CUDA_CHECK(cudaStreamWaitEvent(work, s.down_done.get(), 0));
   ZT_CUDA_CHECK(cudaStreamWaitEvent(work, s.up_done.get(), 0));
-  s.down_waiting = false;
 #endif
 }
 

@@ -3,8 +3,9 @@
 //                what the CPU backend always does (its "device" is the host: the copies are memcpys);
 //   pipelined    (GPU) gradients go down on one copy stream and parameters up on another, so the CPU
 //                update of block k overlaps the download of blocks > k and the upload of blocks < k:
-//                  down(k)       the first one after join() makes the down stream wait for the work queued
-//                                on the rank's stream so far (the reductions); records block k's event
+//                  down(k)       makes the down stream wait for the work queued on the rank's stream so far
+//                                (block k's reduction), queues the copy, records block k's event; called
+//                                from gradients_ready, so downloads overlap the rest of backward
 //                  wait_down(k)  the host blocks until block k's gradients are in host memory
 //                  up(...)       queued on the up stream (H2D engines run beside the D2H ones)
 //                  join()        the rank's stream waits for both copy streams: nothing reads the

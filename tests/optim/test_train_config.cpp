@@ -915,6 +915,14 @@ TEST(TrainConfigZero, OffloadKeysAreHonouredOrRefusedWithTheReason) {
       "zero_optimization.offload_param.device cpu needs zero_optimization.offload_optimizer.device cpu");
   EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "nvme"})")),
                    "zero_optimization.offload_optimizer.nvme_path is required with device nvme");
+  // The delayed parameter update is a flag, and only means something with the optimizer offloaded.
+  EXPECT_ERROR_HAS(resolved({"--offload_delayed_update"}, zero_json(R"("stage": 2)")),
+                   "--offload_delayed_update", "offload_optimizer.device cpu");
+  const TrainConfig delayed = resolved({"--offload_delayed_update"},
+                                       zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu"})"));
+  EXPECT_TRUE(delayed.offload_delayed_update);
+  EXPECT_NE(line_of(delayed.describe(), "offload_delayed_update").find("one step stale"), std::string::npos)
+      << delayed.describe();
   EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "gpu"})")),
                    "must be none, cpu or nvme", "'gpu'");
   const TrainConfig none =

@@ -22,20 +22,7 @@ namespace zt::optim {
 namespace {
 
 DebertaConfig tiny_config() {
-  DebertaConfig c = deberta_small_cpu_config();
-  c.vocab_size = 50;
-  c.hidden_size = 16;
-  c.embedding_size = 16;
-  c.num_attention_heads = 4;
-  c.attention_head_size = 4;
-  c.intermediate_size = 32;
-  c.num_hidden_layers = 2;
-  c.position_buckets = 4;
-  c.max_relative_positions = -1;
-  c.max_position_embeddings = 16;
-  c.pooler_hidden_size = 16;
-  c.num_labels = 3;
-  return c;
+  return testing::offload_tiny_config();
 }
 
 // The message of the error constructing a world-1 engine with `options` throws ("" when it constructs).
@@ -107,10 +94,64 @@ TEST(ZeroOffload, EngineStepEqualsTheNonOffloadedStep) {
       EXPECT_EQ(plain, testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 3,
                                                                {.optimizer = true, .param = true}, 4));
     }
+    // The delayed update applies the same updates, one step later: with gradients that do not depend on
+    // the parameters (these), the result once it has landed is the same bits.
+    EXPECT_EQ(plain, testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, stage,
+                                                             {.optimizer = true, .delayed_update = true}, 4))
+        << "stage " << stage << " delayed";
+    if (stage == 3) {
+      EXPECT_EQ(plain, testing::train_with_synthetic_gradients(
+                           DeviceKind::cpu, DType::f32, 3,
+                           {.optimizer = true, .param = true, .delayed_update = true}, 4))
+          << "stage 3 delayed with offload_param";
+    }
   }
   // The comparison can fail: fewer steps give other weights.
   EXPECT_NE(testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 2, {}, 4),
             testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 2, {.optimizer = true}, 3));
+}
+
+// The delayed update is one step stale: after step() the model still reads the old parameters, and they
+// change only when the update lands (finish_delayed_update, or the next step()).
+TEST(ZeroOffload, DelayedUpdateLandsOneStepLater) {
+  const DebertaConfig config = tiny_config();
+  const ParameterTable table(config);
+  auto comms = make_in_process_group(1);
+  ZeroEngine engine(table, config, *comms[0],
+                    {.stage = 2, .max_grad_norm = 0, .offload = {.optimizer = true, .delayed_update = true}});
+  Arena init("init", table.layout(DType::f32), {.zero_fill = true});
+  for (int64_t i = 0; i < init.flat(DType::f32).numel(); ++i)
+    init.flat(DType::f32).data_as<float>()[i] = 0.5f;
+  engine.load_full_parameters(init);
+  const Tensor w = engine.parameter_handles().shared.classifier_weight;
+  LossScaler scaler = LossScaler::disabled();
+  engine.begin_backward(true, true);
+  testing::write_gradient(engine.gradient_handles().shared.classifier_weight, 1.0, 1.0);
+  for (size_t u = 0; u <= shared_unit(config); ++u) engine.gradients_ready(u);
+  engine.step(1e-2, scaler);
+  EXPECT_EQ(w.data_as<float>()[0], 0.5f);  // the update is still in flight (or landed on the host only)
+  engine.finish_delayed_update();
+  EXPECT_NE(w.data_as<float>()[0], 0.5f);
+  EXPECT_THROW(ZeroEngine(table, config, *comms[0], {.stage = 2, .offload = {.delayed_update = true}}),
+               Error);
+}
+
+// The gradients go down from gradients_ready on the last micro-batch; a step without them is an error, not
+// an update from stale host gradients.
+TEST(ZeroOffload, StepWithoutDownloadedGradientsIsAnError) {
+  const DebertaConfig config = tiny_config();
+  const ParameterTable table(config);
+  auto comms = make_in_process_group(1);
+  ZeroEngine engine(table, config, *comms[0], {.stage = 2, .offload = {.optimizer = true}});
+  LossScaler scaler = LossScaler::disabled();
+  engine.begin_backward(true, true);
+  engine.gradients_ready(kEmbeddingsUnit);  // the other units never report
+  try {
+    engine.step(1e-3, scaler);
+    ADD_FAILURE() << "step did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("never went down"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ZeroOffload, ResidentStoreHandsOutOneBlockAtATime) {
