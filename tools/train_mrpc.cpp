@@ -93,12 +93,15 @@ int run(int argc, char** argv) {
               static_cast<long long>(model_config.num_hidden_layers),
               static_cast<long long>(model_config.hidden_size));
   // The memory plan of every stage at this world size, from the layout the run allocates.
-  std::fputs(
-      zt::optim::describe_memory_estimates(
-          model_config, config.zero.stage, config.world_size, compute, max_batch, config.max_length,
-          {.optimizer = config.zero.offload_optimizer.enabled, .param = config.zero.offload_param.enabled})
-          .c_str(),
-      stdout);
+  std::fputs(zt::optim::describe_memory_estimates(
+                 model_config, config.zero.stage, config.world_size, compute, max_batch, config.max_length,
+                 {.optimizer = config.zero.offload_optimizer.enabled,
+                  .param = config.zero.offload_param.enabled,
+                  .disk_buffers = config.zero.offload_optimizer.nvme.enabled
+                                      ? static_cast<int>(config.zero.offload_optimizer.nvme.buffer_count)
+                                      : 0})
+                 .c_str(),
+             stdout);
   if (config.estimate_memory) return 0;
   std::printf("ZeRO stage %d, %d rank%s (%s)\n", config.zero.stage, config.world_size,
               config.world_size == 1 ? "" : "s",

@@ -124,6 +124,12 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
     b.master = 0;
     b.optimizer = 0;
     b.host_optimizer = 3 * shard * 4;  // a separate master even in f32: the device copy stays the model's
+    if (offload.disk_buffers > 0) {    // the disk tier: buffers of one unit's slice (master | m | v)
+      std::vector<int64_t> slices;
+      for (const ZeroUnit& unit : units) slices.push_back(unit.slice_numel);
+      b.host_optimizer = swap::SwappedStateStore::buffer_bytes_for(
+          {.directory = "", .rank = 0, .block_numel = slices, .buffer_count = offload.disk_buffers});
+    }
     b.host_gradients = shard * 4;
     b.host_parameters = shard * t;
     if (offload.param && stage == 3 && offload.delayed_update) b.host_parameters += shard * t;  // + staging
@@ -260,11 +266,22 @@ struct ZeroEngine::Impl {
   }
 };
 
+namespace {
+
+// The options with offload.disk_buffers set from the disk tier, so that state_bytes() and the preflight
+// count the disk tier's buffers instead of the shard.
+ZeroEngineOptions with_disk_buffers(ZeroEngineOptions options) {
+  if (options.disk) options.offload.disk_buffers = options.disk->buffer_count;
+  return options;
+}
+
+}  // namespace
+
 ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config, Communicator& comm,
                        ZeroEngineOptions options)
     : table_(table),
       comm_(comm),
-      options_(options),
+      options_(with_disk_buffers(options)),
       partition_(table, comm.world_size()),
       adamw_(options.hyper),
       impl_(std::make_unique<Impl>()) {
@@ -300,15 +317,14 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   if (s.offload) {
     // Preflight before any allocation: every rank of this process holds its own shard (with the disk tier:
     // its buffers, and its swap file on disk).
-    ZeroStateBytes bytes = zero_state_bytes(partition_, s.stage, s.compute, options.offload);
+    const ZeroStateBytes bytes = zero_state_bytes(partition_, s.stage, s.compute, options_.offload);
     const auto ranks = static_cast<size_t>(std::max(1, options.ranks_sharing_host));
-    size_t disk_buffers = 0;
+    size_t disk_buffers = 0;  // pageable: only the CPU AdamW reads them
     if (options.disk) {
       std::vector<int64_t> block_numel;
       for (const ZeroUnit& unit : units) block_numel.push_back(unit.slice_numel);
       disk_state = swapped_state_options(*options.disk, r, std::move(block_numel));
-      disk_buffers = swap::SwappedStateStore::buffer_bytes_for(*disk_state);
-      bytes.host_optimizer = disk_buffers;  // pageable: only the CPU AdamW reads them
+      disk_buffers = bytes.host_optimizer;
     }
     const size_t host = bytes.host_total() * ranks;
     HostMemoryPlan plan{.what = str("ZeRO-", s.stage, " CPU offload (",

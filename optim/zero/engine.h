@@ -83,6 +83,9 @@ struct ZeroOffload {
   // start of step t+1's step() (or finish_delayed_update()). Stage 3 with param keeps a separate staging
   // shard so that the update never writes what the forward is gathering.
   bool delayed_update = false;
+  // > 0: the master, m and v on the disk tier (ZeroEngineOptions::disk, which sets it) with this many host
+  // buffers of the largest unit slice, instead of the shard in host memory.
+  int disk_buffers = 0;
 };
 
 // The disk tier (DeepSpeed's offload_optimizer device nvme, ZeRO-Infinity): with offload.optimizer, the
