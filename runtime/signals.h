@@ -52,7 +52,7 @@ class RemoveOnSignalExit {
  private:
   int slot_ = -1;
 };
-inline constexpr int kMaxFilesRemovedOnSignalExit = 64;
+inline constexpr int kMaxFilesRemovedOnSignalExit = 128;  // a swap file per in-process rank (at most 64)
 
 bool stop_requested();
 int stop_signal();     // SIGINT or SIGTERM of the first request; 0 when none
