@@ -204,14 +204,15 @@ void TrainConfig::resolve_impl(const json* ds, std::string_view source, const Re
   resolve_schedule(context);
   resolve_precision(context);
   resolve_zero(context);
+  resolve_disk_tier(context);
   ZT_CHECK(!offload_delayed_update || zero.offload_optimizer.enabled,
-           "--offload_delayed_update needs zero_optimization.offload_optimizer.device cpu in the DeepSpeed "
-           "config (it delays the CPU optimizer update)");
+           "--offload_delayed_update needs zero_optimization.offload_optimizer.device cpu (or nvme) in the "
+           "DeepSpeed config (it delays the CPU optimizer update)");
   if (top) {
     top->reject_unread({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                         "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
                         "zero_allow_untested_optimizer", "optimizer", "scheduler", "fp16", "bf16",
-                        "zero_optimization"});
+                        "zero_optimization", "aio"});
   }
   resolved = true;
 }
@@ -237,10 +238,12 @@ std::string TrainConfig::describe() const {
   describe_schedule(*this, out);
   describe_precision(*this, out);
   describe_zero(*this, out);
+  describe_aio(*this, out);
 
   out.group("run");
   out.line("device", std::string(device_choice_name(device)));
   out.line("gpu_memory_limit", gpu_memory_limit == 0 ? "" : format_memory_size(gpu_memory_limit));
+  out.line("host_memory_limit", host_memory_limit == 0 ? "" : format_memory_size(host_memory_limit));
   out.line("world_size", std::to_string(world_size));
   out.line("collective_timeout",
            collective_timeout_seconds == 0 ? "0 (none)" : str(collective_timeout_seconds, " s"));

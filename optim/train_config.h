@@ -95,11 +95,33 @@ struct DeepSpeedSchedule {
 };
 std::string_view deepspeed_schedule_name(DeepSpeedSchedule::Type type);
 
+// The disk-tier keys of an offload section (device "nvme"), DeepSpeed's names and defaults. Note [Disk tier
+// keys] in optim/train_config_aio.cpp says what each does; the disk tier itself is optim/swap/.
+struct NvmeOffloadSettings {
+  bool enabled = false;  // device "nvme" (offload_optimizer only; the section's `enabled` is set too)
+  std::string nvme_path;
+  int64_t buffer_count = 4;            // staging buffers (DeepSpeed: 4 for the optimizer, 5 for parameters)
+  int64_t buffer_size = 100'000'000;   // offload_param: elements per buffer
+  int64_t max_in_cpu = 1'000'000'000;  // offload_param: parameter elements kept in host memory
+  bool pipeline_read = false;          // offload_optimizer: read ahead during the update
+  bool pipeline_write = false;         // offload_optimizer: write behind during the update
+};
+
 // An offload_optimizer / offload_param section (optim/train_config_offload.cpp): device "cpu" turns it on,
-// "none" leaves it off, "nvme" is refused (not supported yet).
+// "none" leaves it off, "nvme" turns on `nvme` (the state on disk, optim/train_config_aio.cpp).
 struct OffloadSettings {
   bool enabled = false;  // device "cpu"
   bool pin_memory = false;
+  NvmeOffloadSettings nvme;
+};
+
+// DeepSpeed's top-level "aio" block: how the disk tier submits its reads and writes (runtime/direct_io.h).
+struct AioSettings {
+  int64_t block_size = 1'048'576;  // bytes per request; a multiple of 4096
+  int64_t queue_depth = 8;         // requests in flight per thread
+  int64_t thread_count = 1;        // I/O threads; "intra_op_parallelism" is its newer name
+  bool single_submit = false;      // submit each request on its own
+  bool overlap_events = true;      // refill the queue as requests complete
 };
 
 // zero_optimization, with DeepSpeed's defaults (sizes are element counts, as in DeepSpeed). Note [ZeRO keys]
@@ -163,6 +185,9 @@ struct TrainConfig {
   // ---- zerotrain's own ----
   std::string deepspeed_config;  // path of a DeepSpeed JSON; empty = flags only
   size_t gpu_memory_limit = 0;   // bytes; 0 = no cap beyond the device
+  // bytes of pinned + pageable host memory the host tier may use (offloaded state beyond it goes to the
+  // disk tier); 0 = no cap
+  size_t host_memory_limit = 0;
   // bf16 as DESIGN.md decides; HF's run is fp32 unless Accelerate is configured for mixed precision.
   ComputeDType dtype = ComputeDType::bf16;
   DeviceChoice device = DeviceChoice::auto_detect;
@@ -212,6 +237,7 @@ struct TrainConfig {
   LossScalerConfig fp16;                                // used when dtype is f16
   bool fp16_auto_cast = false;
   ZeroSettings zero;
+  AioSettings aio;
   bool resolved = false;
 
   // Parses command-line flags ("--flag value", "--flag=value", bare booleans). Throws zt::Error naming the

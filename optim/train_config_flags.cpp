@@ -185,6 +185,22 @@ const std::vector<FlagSpec>& flag_table() {
        [](const C& c) {
          return c.gpu_memory_limit == 0 ? std::string("0") : format_memory_size(c.gpu_memory_limit);
        }},
+      {"host_memory_limit", "SIZE",
+       "cap on the host memory (pinned + pageable) of the offload, e.g. 32GiB; state that does not fit needs "
+       "offload_optimizer device nvme (the disk tier); 0 = no cap",
+       [](C& c, F f, V v) {
+         try {
+           c.host_memory_limit = parse_memory_size(v);
+         } catch (const Error& e) {
+           ZT_FAIL("--", f, " needs a size such as 32GiB, got '", v, "': ", e.what());
+         }
+         // "--host_memory_limit 32" is 32 bytes: surely a missing unit, not a cap anything could run under.
+         ZT_CHECK(c.host_memory_limit == 0 || c.host_memory_limit >= (size_t{1} << 20), "--", f, " ", v,
+                  " is below 1 MiB: a unit is missing? (e.g. ", v, "GiB)");
+       },
+       [](const C& c) {
+         return c.host_memory_limit == 0 ? std::string("0") : format_memory_size(c.host_memory_limit);
+       }},
       {"dtype", "f32|bf16|f16", "compute dtype (fp32 master weights always); f16 uses dynamic loss scaling",
        [](C& c, F f, V v) { c.dtype = parse_dtype(f, v); },
        [](const C& c) { return std::string(compute_dtype_name(c.dtype)); }},

@@ -18,7 +18,6 @@ namespace {
 constexpr auto kDeepSpeedNotImplemented = std::to_array<std::string_view>({
     "amp",
     "activation_checkpointing",
-    "aio",
     "autotuning",
     "comms_logger",
     "compression_training",
@@ -71,12 +70,6 @@ constexpr auto kDeepSpeedNotImplemented = std::to_array<std::string_view>({
     "zenflow",
     "use_multi_rank_bucket_allreduce",
     // offload sections
-    "nvme_path",
-    "buffer_count",
-    "buffer_size",
-    "max_in_cpu",
-    "pipeline_read",
-    "pipeline_write",
     "fast_init",
     "ratio",
     "fp16_master_weights_and_grads",

@@ -148,6 +148,12 @@ void resolve_zero(ResolveContext& context);         // train_config_zero.cpp
 // One offload_optimizer / offload_param section of zero_optimization (train_config_offload.cpp).
 void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::string_view key,
                      OffloadSettings& settings);
+// The disk-tier keys of an offload section (train_config_aio.cpp); `device` is the section's device. Refuses
+// offload_param device nvme. The keys it reads are marked read in `section`.
+void resolve_nvme_offload(ResolveContext& context, JsonSection& section, std::string_view key,
+                          std::string_view device, NvmeOffloadSettings& settings);
+// The "aio" block and --host_memory_limit (train_config_aio.cpp); after resolve_zero.
+void resolve_disk_tier(ResolveContext& context);
 
 // ---------------------------------------------------------------------------------------------------------
 // describe(), one function per group.
@@ -178,5 +184,8 @@ void describe_precision(const TrainConfig& config, DescribeWriter& out);
 void describe_zero(const TrainConfig& config, DescribeWriter& out);
 void describe_offload(const TrainConfig& config, DescribeWriter& out, std::string_view key,
                       const OffloadSettings& settings);
+void describe_nvme_offload(const TrainConfig& config, DescribeWriter& out, std::string_view key,
+                           const NvmeOffloadSettings& settings);
+void describe_aio(const TrainConfig& config, DescribeWriter& out);  // the "aio" block (train_config_aio.cpp)
 
 }  // namespace zt::optim::config_detail

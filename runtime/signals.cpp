@@ -25,6 +25,22 @@ char g_tool[64] = "zerotrain";
 struct sigaction g_previous_int {};
 struct sigaction g_previous_term {};
 
+// Note [Files removed on a signal exit]: fixed slots, so the handler needs no allocation or lock. A slot's
+// path is written before `used` is set (release) and `used` is cleared before the slot is reused, so the
+// handler (acquire) never reads a half-written path.
+struct RemovedFileSlot {
+  std::atomic<bool> used{false};
+  char path[4096] = {};
+};
+RemovedFileSlot g_removed_files[kMaxFilesRemovedOnSignalExit];
+std::atomic<bool> g_slot_claimed[kMaxFilesRemovedOnSignalExit];
+
+void remove_registered_files() {
+  for (RemovedFileSlot& slot : g_removed_files) {
+    if (slot.used.load(std::memory_order_acquire)) ::unlink(slot.path);
+  }
+}
+
 // write(2) of a NUL-terminated string: the only output a signal handler may do.
 void write_stderr(const char* text) {
   ssize_t ignored = ::write(STDERR_FILENO, text, std::strlen(text));
@@ -53,6 +69,7 @@ void on_stop_signal(int signal) {
   write_stderr(": second ");
   write_stderr(name);
   write_stderr(": stopping now, without a checkpoint\n");
+  remove_registered_files();
   ::_exit(128 + signal);
 }
 
@@ -87,6 +104,24 @@ ScopedStopSignals::~ScopedStopSignals() {
   if (--g_installed > 0) return;
   sigaction(SIGINT, &g_previous_int, nullptr);
   sigaction(SIGTERM, &g_previous_term, nullptr);
+}
+
+RemoveOnSignalExit::RemoveOnSignalExit(const std::string& path) {
+  ZT_CHECK(path.size() < sizeof(RemovedFileSlot::path), "path too long to register for removal: ", path);
+  for (int i = 0; i < kMaxFilesRemovedOnSignalExit; ++i) {
+    if (g_slot_claimed[i].exchange(true)) continue;
+    RemovedFileSlot& slot = g_removed_files[i];
+    std::memcpy(slot.path, path.c_str(), path.size() + 1);
+    slot.used.store(true, std::memory_order_release);
+    slot_ = i;
+    return;
+  }
+  ZT_FAIL("more than ", kMaxFilesRemovedOnSignalExit, " files registered for removal on a signal exit");
+}
+
+RemoveOnSignalExit::~RemoveOnSignalExit() {
+  g_removed_files[slot_].used.store(false, std::memory_order_release);
+  g_slot_claimed[slot_].store(false);
 }
 
 bool stop_requested() {

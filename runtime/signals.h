@@ -16,7 +16,16 @@
 //     step();
 //     if (stop_requested()) { save_checkpoint(); return stop_exit_code(); }
 //   }
+//
+// Note [Files removed on a signal exit]
+// The second signal's _exit skips destructors, so working files that only destructors remove would stay
+// behind: the disk tier's swap files (optim/swap/swap_store.h) can be hundreds of GiB. A file registered
+// with RemoveOnSignalExit is unlinked by that handler before it exits (unlink(2) is async-signal-safe).
+// A process killed by SIGKILL or a crash still leaves its files; their owners remove those of dead
+// processes on the next start (pid in the name).
 #pragma once
+
+#include <string>
 
 namespace zt {
 
@@ -29,6 +38,21 @@ class ScopedStopSignals {
   ScopedStopSignals(const ScopedStopSignals&) = delete;
   ScopedStopSignals& operator=(const ScopedStopSignals&) = delete;
 };
+
+// Registers `path` for removal by the second signal's exit (Note [Files removed on a signal exit]) for the
+// lifetime of the object; it does not remove the file on destruction (the owner does). At most
+// kMaxFilesRemovedOnSignalExit registrations at once; paths up to 4095 bytes; zt::Error beyond either.
+class RemoveOnSignalExit {
+ public:
+  explicit RemoveOnSignalExit(const std::string& path);
+  ~RemoveOnSignalExit();
+  RemoveOnSignalExit(const RemoveOnSignalExit&) = delete;
+  RemoveOnSignalExit& operator=(const RemoveOnSignalExit&) = delete;
+
+ private:
+  int slot_ = -1;
+};
+inline constexpr int kMaxFilesRemovedOnSignalExit = 128;  // a swap file per in-process rank (at most 64)
 
 bool stop_requested();
 int stop_signal();     // SIGINT or SIGTERM of the first request; 0 when none

@@ -16,6 +16,7 @@ packages=(
   libboost-dev               # Boost.CRC: CRC-32C of TensorBoard event records (optim/tracking)
   libyaml-cpp-dev            # Accelerate config files (train_mrpc --config_file)
   python3-venv               # .venv below: Python packages for tests
+  liburing-dev           # io_uring backend of the disk tier (runtime/direct_io.h); optional
 )
 
 missing=()

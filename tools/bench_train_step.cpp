@@ -16,7 +16,9 @@
 // the offload's segments: optimizer.grad_norm, optimizer.offload_download_wait, optimizer.offload_cpu_adamw,
 // optimizer.offload_delayed_land). CPU offload: --offload optimizer (stages 1-3) or both (stage 3: the
 // parameter shard too), --pin_memory for page-locked host buffers, --delayed_update for ZeRO-Offload's
-// one-step-stale update.
+// one-step-stale update. --nvme_path DIR (with --offload) puts the offloaded optimizer state on the disk
+// tier (offload_optimizer device nvme; --nvme_buffers, --nvme_pipeline for buffer_count and
+// pipeline_read/write): issue 15's "step with the disk tier vs the floor" (bench_disk measures the disk).
 //
 // --world_size N runs N in-process ranks over this one GPU (each its own stream and allocator, capped at
 // --gpu_memory_limit like a card of that size; ZeRO stage --zero_stage), each rank taking a batch of --batch:
@@ -60,12 +62,16 @@ struct Options {
   bool pin_memory = false;
   bool delayed_update = false;
   bool profile = false;
+  std::string nvme_path;  // the disk tier's directory; empty: the offloaded state stays in host memory
+  int nvme_buffers = 4;
+  bool nvme_pipeline = false;  // pipeline_read and pipeline_write
 };
 
 const char* kUsage =
     "usage: bench_train_step [--batch 40] [--seq 128] [--dtype bf16|fp16|fp32] [--steps 12] [--dropout 0.1]\n"
     "                        [--layers N] [--zero_stage 0-3] [--world_size N] [--gpu_memory_limit SIZE]\n"
-    "                        [--offload none|optimizer|both] [--pin_memory] [--delayed_update] [--profile]\n";
+    "                        [--offload none|optimizer|both] [--pin_memory] [--delayed_update] [--profile]\n"
+    "                        [--nvme_path DIR [--nvme_buffers 4] [--nvme_pipeline]]\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -79,8 +85,10 @@ Options parse(int argc, char** argv) {
       o.profile = true;
       continue;
     }
-    if (flag == "--pin_memory" || flag == "--delayed_update") {
-      (flag == "--pin_memory" ? o.pin_memory : o.delayed_update) = true;
+    if (flag == "--pin_memory" || flag == "--delayed_update" || flag == "--nvme_pipeline") {
+      (flag == "--pin_memory"       ? o.pin_memory
+       : flag == "--delayed_update" ? o.delayed_update
+                                    : o.nvme_pipeline) = true;
       continue;
     }
     ZT_CHECK(i + 1 < argc, flag, " needs a value\n", kUsage);
@@ -106,6 +114,10 @@ Options parse(int argc, char** argv) {
         o.gpu_memory_limit = value;
       } else if (flag == "--offload") {
         o.offload = value;
+      } else if (flag == "--nvme_path") {
+        o.nvme_path = value;
+      } else if (flag == "--nvme_buffers") {
+        o.nvme_buffers = std::stoi(value);
       } else {
         ZT_FAIL("unknown flag ", flag, "\n", kUsage);
       }
@@ -118,6 +130,9 @@ Options parse(int argc, char** argv) {
   ZT_CHECK(o.dtype == "bf16" || o.dtype == "fp16" || o.dtype == "fp32", "--dtype must be bf16, fp16 or fp32");
   ZT_CHECK(o.offload == "none" || o.offload == "optimizer" || o.offload == "both",
            "--offload must be none, optimizer or both");
+  ZT_CHECK(o.nvme_path.empty() || o.offload != "none",
+           "--nvme_path puts the offloaded optimizer state on disk: it "
+           "needs --offload optimizer or both");
   return o;
 }
 
@@ -181,6 +196,13 @@ int run(int argc, char** argv) {
   config.zero.offload_optimizer.pin_memory = o.pin_memory;
   config.zero.offload_param.enabled = o.offload == "both";
   config.offload_delayed_update = o.delayed_update;
+  if (!o.nvme_path.empty()) {  // offload_optimizer {"device": "nvme", "nvme_path": ..., ...}
+    config.zero.offload_optimizer.nvme = {.enabled = true,
+                                          .nvme_path = o.nvme_path,
+                                          .buffer_count = o.nvme_buffers,
+                                          .pipeline_read = o.nvme_pipeline,
+                                          .pipeline_write = o.nvme_pipeline};
+  }
   zt::optim::MrpcTrainer trainer(config, model);
 
   std::mt19937_64 rng(0);
@@ -252,6 +274,7 @@ int run(int argc, char** argv) {
       {"offload", o.offload},
       {"pin_memory", o.pin_memory},
       {"delayed_update", o.delayed_update},
+      {"nvme_path", o.nvme_path},
       {"params", table.total_numel()},
       {"first_step_s", round_to(first_step_s, 1e-3)},
       {"step_ms", round_to(step_s * 1e3, 1e-2)},

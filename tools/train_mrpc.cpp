@@ -109,13 +109,16 @@ int run(int argc, char** argv) {
               static_cast<long long>(model_config.num_hidden_layers),
               static_cast<long long>(model_config.hidden_size));
   // The memory plan of every stage at this world size, from the layout the run allocates.
-  std::fputs(
-      zt::optim::describe_memory_estimates(
-          model_config, config.zero.stage, config.world_size, compute, max_batch, config.max_length,
-          {.optimizer = config.zero.offload_optimizer.enabled, .param = config.zero.offload_param.enabled},
-          gpu)
-          .c_str(),
-      stdout);
+  std::fputs(zt::optim::describe_memory_estimates(
+                 model_config, config.zero.stage, config.world_size, compute, max_batch, config.max_length,
+                 {.optimizer = config.zero.offload_optimizer.enabled,
+                  .param = config.zero.offload_param.enabled,
+                  .disk_buffers = config.zero.offload_optimizer.nvme.enabled
+                                      ? static_cast<int>(config.zero.offload_optimizer.nvme.buffer_count)
+                                      : 0},
+                 gpu)
+                 .c_str(),
+             stdout);
   if (config.estimate_memory) return 0;
   const char* backend = launch.under_mpi         ? (gpu ? "processes started by mpirun, one GPU each, NCCL"
                                                         : "processes started by mpirun: one, on the CPU")

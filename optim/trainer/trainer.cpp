@@ -26,6 +26,7 @@
 #include "optim/tracking/run_tracker.h"
 #include "optim/zero/engine.h"
 #include "optim/zero/sharded_checkpoint.h"
+#include "optim/zero/swapped_host_optimizer_store.h"
 #include "runtime/atomic_file.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
@@ -203,6 +204,9 @@ struct MrpcTrainer::Impl {
   int world;        // ranks in the run
   int first_rank;   // the first of this process's ranks
   int local_count;  // ranks this process runs (threads): the world, or 1 in a process group
+  // --host_memory_limit: every rank's engine charges its offload buffers; declared before the ranks so that
+  // it outlives their engines.
+  HostMemoryBudget host_budget;
   std::vector<RankState> ranks;
   // Declared after `ranks`, so destroyed before them: a device group's scratch buffer belongs to its rank's
   // allocator, which ends with the rank's state.
@@ -233,7 +237,8 @@ struct MrpcTrainer::Impl {
         compute(compute_dtype_for_run(config)),
         world(process_group ? process_group->world_size() : std::max(1, config.world_size)),
         first_rank(process_group ? process_group->rank() : 0),
-        local_count(process_group ? 1 : world) {
+        local_count(process_group ? 1 : world),
+        host_budget(config.host_memory_limit) {
     ZT_CHECK(config.resolved, "MrpcTrainer needs a resolved TrainConfig");
     ZT_CHECK(local_count == world || config.world_size == world, "the configuration was resolved for ",
              config.world_size, " ranks but the process group has ", world,
@@ -299,7 +304,9 @@ struct MrpcTrainer::Impl {
                                         .delayed_update = config.offload_delayed_update},
                             .pin_memory = config.zero.offload_optimizer.pin_memory,
                             .ranks_sharing_host = world,
-                            .host_memory_limits = std::nullopt});
+                            .host_memory_limits = std::nullopt,
+                            .disk = zero_disk_tier(config),
+                            .host_budget = &host_budget});
       rank.model = std::make_unique<DebertaForSequenceClassification>(model_config, max_batch(),
                                                                       config.max_length, device, compute);
       if (device == DeviceKind::cuda)

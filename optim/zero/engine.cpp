@@ -10,8 +10,10 @@
 
 #include "kernels/elementwise.h"
 #include "optim/grad_clip.h"
+#include "optim/swap/swap_preflight.h"
 #include "optim/zero/host_optimizer_store.h"
 #include "optim/zero/offload_copies.h"
+#include "optim/zero/swapped_host_optimizer_store.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/log.h"
@@ -122,6 +124,12 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
     b.master = 0;
     b.optimizer = 0;
     b.host_optimizer = 3 * shard * 4;  // a separate master even in f32: the device copy stays the model's
+    if (offload.disk_buffers > 0) {    // the disk tier: buffers of one unit's slice (master | m | v)
+      std::vector<int64_t> slices;
+      for (const ZeroUnit& unit : units) slices.push_back(unit.slice_numel);
+      b.host_optimizer = swap::SwappedStateStore::buffer_bytes_for(
+          {.directory = "", .rank = 0, .block_numel = slices, .buffer_count = offload.disk_buffers});
+    }
     b.host_gradients = shard * 4;
     b.host_parameters = shard * t;
     if (offload.param && stage == 3 && offload.delayed_update) b.host_parameters += shard * t;  // + staging
@@ -156,6 +164,7 @@ struct ZeroEngine::Impl {
   // exp_avg and exp_avg_sq are null too.
   std::unique_ptr<Arena> compute_copy, master_arena, grads, exp_avg, exp_avg_sq;
   std::unique_ptr<HostOptimizerStore> host_state;
+  HostMemoryBudget::Charge host_pinned_charge, host_pageable_charge;  // options.host_budget
   std::unique_ptr<Arena> host_grads;    // offload: the f32 gradient shard, copied down per block
   std::unique_ptr<Arena> host_params;   // offload (not offload_param, unless delayed): compute-dtype staging
   std::unique_ptr<Arena> param_upload;  // offload_param, world > 1: one unit's slice, all-gathered from
@@ -257,11 +266,22 @@ struct ZeroEngine::Impl {
   }
 };
 
+namespace {
+
+// The options with offload.disk_buffers set from the disk tier, so that state_bytes() and the preflight
+// count the disk tier's buffers instead of the shard.
+ZeroEngineOptions with_disk_buffers(ZeroEngineOptions options) {
+  if (options.disk) options.offload.disk_buffers = options.disk->buffer_count;
+  return options;
+}
+
+}  // namespace
+
 ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config, Communicator& comm,
                        ZeroEngineOptions options)
     : table_(table),
       comm_(comm),
-      options_(options),
+      options_(with_disk_buffers(options)),
       partition_(table, comm.world_size()),
       adamw_(options.hyper),
       impl_(std::make_unique<Impl>()) {
@@ -291,16 +311,55 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   // Pinned only where a GPU copies from it; the CPU backend's "device" is the host already.
   const MemoryKind host_kind =
       options.pin_memory && s.device == DeviceKind::cuda ? MemoryKind::pinned_host : MemoryKind::host;
+  ZT_CHECK(!options.disk || s.offload,
+           "the disk tier (offload_optimizer device nvme) needs offload.optimizer");
+  std::optional<swap::SwappedStateOptions> disk_state;
   if (s.offload) {
-    // Preflight before any allocation: every rank of this process holds its own shard.
-    const ZeroStateBytes bytes = zero_state_bytes(partition_, s.stage, s.compute, options.offload);
-    const size_t host = bytes.host_total() * static_cast<size_t>(std::max(1, options.ranks_sharing_host));
+    // Preflight before any allocation: every rank of this process holds its own shard (with the disk tier:
+    // its buffers, and its swap file on disk).
+    const ZeroStateBytes bytes = zero_state_bytes(partition_, s.stage, s.compute, options_.offload);
+    const auto ranks = static_cast<size_t>(std::max(1, options.ranks_sharing_host));
+    size_t disk_buffers = 0;  // pageable: only the CPU AdamW reads them
+    if (options.disk) {
+      std::vector<int64_t> block_numel;
+      for (const ZeroUnit& unit : units) block_numel.push_back(unit.slice_numel);
+      disk_state = swapped_state_options(*options.disk, r, std::move(block_numel));
+      disk_buffers = bytes.host_optimizer;
+    }
+    const size_t host = bytes.host_total() * ranks;
     HostMemoryPlan plan{.what = str("ZeRO-", s.stage, " CPU offload (",
-                                    options.offload.param ? "optimizer and parameters" : "optimizer", ", ",
-                                    std::max(1, options.ranks_sharing_host), " rank(s) in this process)")};
-    (host_kind == MemoryKind::pinned_host ? plan.pinned_bytes : plan.pageable_bytes) = host;
+                                    options.offload.param ? "optimizer and parameters" : "optimizer",
+                                    options.disk ? ", optimizer state on disk" : "", ", ", ranks,
+                                    " rank(s) in this process)")};
+    const size_t pinned = host_kind == MemoryKind::pinned_host ? host - disk_buffers * ranks : 0;
+    plan.pinned_bytes = pinned;
+    plan.pageable_bytes = host - pinned;
     check_host_memory_plan(
         plan, options.host_memory_limits ? *options.host_memory_limits : read_host_memory_limits());
+    if (options.host_budget != nullptr) {
+      const std::string what = str("rank ", r, "'s ", plan.what);
+      s.host_pinned_charge = options.host_budget->charge(pinned / ranks, HostMemoryKind::pinned, what);
+      s.host_pageable_charge =
+          options.host_budget->charge((host - pinned) / ranks, HostMemoryKind::pageable, what);
+    }
+    if (options.disk) {
+      const swap::SwapPreflightReport report = swap::preflight_swap_directory(
+          {.directory = options.disk->directory,
+           .bytes_needed = swap::SwappedStateStore::file_bytes_for(*disk_state) * ranks,
+           .files_needed = static_cast<int>(ranks) * (1 + options.disk->io.thread_count),
+           .direct = options.disk->direct,
+           .rank = r});
+      if (r == 0) {
+        for (const std::string& notice : report.notices) ZT_LOG(warn) << "disk tier: " << notice;
+        ZT_LOG(info) << "disk tier: "
+                     << format_memory_size(swap::SwappedStateStore::file_bytes_for(*disk_state) * ranks)
+                     << " of swap files under " << options.disk->directory << " ("
+                     << format_memory_size(report.free_bytes) << " free), " << options.disk->buffer_count
+                     << " buffers of "
+                     << format_memory_size(disk_buffers / static_cast<size_t>(options.disk->buffer_count))
+                     << " per rank";
+      }
+    }
     if (r == 0) {
       ZT_LOG(info) << plan.what << ": " << format_memory_size(host) << " of "
                    << (host_kind == MemoryKind::pinned_host ? "pinned" : "pageable") << " host memory"
@@ -397,7 +456,11 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   if (s.offload) {
     std::vector<HostBlockExtent> extents;
     for (const OwnedBlock& b : s.blocks) extents.push_back({b.master, b.numel});
-    s.host_state = std::make_unique<ResidentHostOptimizerStore>(std::move(extents), shard, host_kind);
+    if (disk_state) {
+      s.host_state = std::make_unique<SwappedHostOptimizerStore>(*disk_state, options.disk->io);
+    } else {
+      s.host_state = std::make_unique<ResidentHostOptimizerStore>(std::move(extents), shard, host_kind);
+    }
     s.copies = std::make_unique<OffloadCopies>(s.device, options.offload.pipelined, s.blocks.size());
     s.downloaded.assign(s.blocks.size(), false);
   }

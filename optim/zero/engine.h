@@ -64,7 +64,9 @@
 #include "optim/zero/partition.h"
 #include "runtime/arena.h"
 #include "runtime/communicator.h"
+#include "runtime/direct_io.h"
 #include "runtime/host_memory.h"
+#include "runtime/host_memory_budget.h"
 
 namespace zt::optim {
 
@@ -81,6 +83,22 @@ struct ZeroOffload {
   // start of step t+1's step() (or finish_delayed_update()). Stage 3 with param keeps a separate staging
   // shard so that the update never writes what the forward is gathering.
   bool delayed_update = false;
+  // > 0: the master, m and v on the disk tier (ZeroEngineOptions::disk, which sets it) with this many host
+  // buffers of the largest unit slice, instead of the shard in host memory.
+  int disk_buffers = 0;
+};
+
+// The disk tier (DeepSpeed's offload_optimizer device nvme, ZeRO-Infinity): with offload.optimizer, the
+// rank's master, m and v live in a swap file under `directory` (optim/swap/swapped_state_store.h), read in
+// and written back block by block around the CPU update; the host holds buffer_count records of one unit's
+// slice instead of the shard. Same arithmetic, so a run equals the resident offload bit for bit.
+struct ZeroDiskTier {
+  std::string directory;  // nvme_path
+  int buffer_count = 4;
+  bool pipeline_read = false;   // read the next blocks during the update
+  bool pipeline_write = false;  // write the updated blocks back during the next updates
+  IoOptions io;                 // DeepSpeed's aio block
+  DirectIoMode direct = DirectIoMode::automatic;
 };
 
 struct ZeroEngineOptions {
@@ -94,6 +112,10 @@ struct ZeroEngineOptions {
   bool pin_memory = false;     // offloaded buffers page-locked (GPU runs); false: pageable
   int ranks_sharing_host = 1;  // ranks of this process (in-process ranks): the host preflight counts them all
   std::optional<HostMemoryLimits> host_memory_limits;  // nullopt: read from the OS (tests pass fake ones)
+  std::optional<ZeroDiskTier> disk;                    // offload.optimizer's state on disk
+  // Charged with this rank's host buffers of the offload for the engine's lifetime (--host_memory_limit);
+  // must outlive the engine. nullptr: no cap.
+  HostMemoryBudget* host_budget = nullptr;
 };
 
 struct ZeroStepResult {

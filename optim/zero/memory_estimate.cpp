@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <sstream>
+#include <vector>
 
 #include "model/deberta.h"
+#include "runtime/check.h"
 #include "runtime/device_allocator.h"
 #include "runtime/memory_size.h"
 
@@ -149,6 +152,10 @@ std::string describe_memory_estimates(const DebertaConfig& model, int run_stage,
     ZeroOffload offload;
     const char* label;
   };
+  // The disk tier's row (offload_optimizer nvme) only for a run that uses it: its host column depends on
+  // the run's buffer count.
+  const std::string disk_label = str(run_stage, " +offload nvme");
+  const Row disk_row{run_stage, run_offload, disk_label.c_str()};
   const Row rows[] = {{0, {}, "0"},
                       {1, {}, "1"},
                       {2, {}, "2"},
@@ -157,11 +164,14 @@ std::string describe_memory_estimates(const DebertaConfig& model, int run_stage,
                       {2, {.optimizer = true}, "2 +offload opt"},
                       {3, {.optimizer = true}, "3 +offload opt"},
                       {3, {.optimizer = true, .param = true}, "3 +offload both"}};
-  for (const Row& row : rows) {
+  std::vector<Row> all(std::begin(rows), std::end(rows));
+  if (run_offload.disk_buffers > 0) all.push_back(disk_row);
+  for (const Row& row : all) {
     const MemoryEstimate e =
         estimate_memory(model, row.stage, world_size, compute, max_batch, max_length, row.offload, device);
     const bool is_run = row.stage == run_stage && row.offload.optimizer == run_offload.optimizer &&
-                        row.offload.param == run_offload.param;
+                        row.offload.param == run_offload.param &&
+                        row.offload.disk_buffers == run_offload.disk_buffers;
     std::snprintf(line, sizeof line, "  %-18s %11s %11s %11s %11s %11s %11s %11s %11s\n",
                   (std::string(row.label) + (is_run ? " (run)" : "")).c_str(),
                   format_memory_size(e.state.compute_copy).c_str(),

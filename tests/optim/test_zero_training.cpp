@@ -28,7 +28,10 @@
 #include "model/config.h"
 #include "model/model_file.h"
 #include "optim/checkpoint.h"
+#include "optim/swap/swapped_state_store.h"
 #include "optim/trainer/trainer.h"
+#include "optim/zero/engine.h"
+#include "optim/zero/partition.h"
 #include "optim/zero/sharded_checkpoint.h"
 #include "runtime/check.h"
 
@@ -116,6 +119,94 @@ TEST_P(ZeroOffloadTraining, EqualsTheSameStageWithoutOffloadBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Worlds, ZeroOffloadTraining, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
+// The disk tier (offload_optimizer device nvme, issue 15): training with the optimizer state in swap files
+// equals training without offload bit for bit, at worlds 1 and 2 and stages 1-3, under a --host_memory_limit
+// that the resident CPU offload exceeds (so every shard goes through the disk: one buffer per rank, fewer
+// than the blocks), and with the reads and writes pipelined (3 buffers). The swap files are gone afterwards.
+class ZeroDiskTierTraining : public ::testing::TestWithParam<int> {};
+
+TEST_P(ZeroDiskTierTraining, EqualsTrainingWithoutItBitForBit) {
+  const int world = GetParam();
+  const std::string dir = temp_dir("disk_tier_" + std::to_string(world));
+  std::filesystem::create_directories(dir);
+  const ParameterTable table(tiny_model());
+  const ZeroPartition partition(table, world);
+  std::vector<int64_t> blocks;
+  for (const ZeroUnit& unit : partition.units()) blocks.push_back(unit.slice_numel);
+  ASSERT_GT(blocks.size(), 1u);
+  for (int stage = 1; stage <= 3; ++stage) {
+    // Host bytes per rank: the resident offload's, and the disk tier's with one buffer.
+    const ZeroStateBytes resident = zero_state_bytes(partition, stage, DType::f32, {.optimizer = true});
+    const size_t one_buffer =
+        swap::SwappedStateStore::buffer_bytes_for({.block_numel = blocks, .buffer_count = 1});
+    const size_t disk_per_rank = resident.host_total() - resident.host_optimizer + one_buffer;
+    ASSERT_LT(disk_per_rank, resident.host_total());
+    const size_t cap = disk_per_rank * static_cast<size_t>(world);
+
+    const RunSpec base{.stage = stage, .world = world, .accumulation = 2, .steps = 6, .max_grad_norm = 0.01};
+    const RunResult plain = run(base);
+    RunSpec capped = base;
+    capped.nvme_path = dir;
+    capped.nvme_buffers = 1;
+    capped.host_memory_limit = cap;
+    EXPECT_TRUE(bitwise_equal(plain, run(capped))) << "stage " << stage << " world " << world << ", capped";
+    RunSpec pipelined = base;
+    pipelined.nvme_path = dir;
+    pipelined.nvme_buffers = 3;
+    pipelined.nvme_pipeline = true;
+    EXPECT_TRUE(bitwise_equal(plain, run(pipelined)))
+        << "stage " << stage << " world " << world << ", pipelined";
+    EXPECT_TRUE(std::filesystem::is_empty(dir)) << "swap files left in " << dir;
+
+    // The same cap refuses the resident CPU offload, naming the cap.
+    RunSpec resident_capped = base;
+    resident_capped.offload_optimizer = true;
+    resident_capped.host_memory_limit = cap;
+    try {
+      run(resident_capped);
+      ADD_FAILURE() << "the resident offload should exceed --host_memory_limit at stage " << stage;
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find("host memory limit exceeded"), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find("--host_memory_limit"), std::string::npos) << e.message();
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, ZeroDiskTierTraining, ::testing::Values(1, 2),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+// Checkpoints hold the full state, read back through the swap files: a world-2 run with the disk tier
+// checkpoints, crashes, and resumes with the disk tier at world 3, continuing the curve of a run that never
+// stopped (within the cross-world tolerance).
+TEST(ZeroDiskTierTrainingCheckpoint, SwappedStateSavesAndResumes) {
+  const std::string dir = temp_dir("disk_tier_resume");
+  std::filesystem::create_directories(dir + "/nvme");
+  const RunResult straight = run({.stage = 2, .world = 2, .accumulation = 3, .steps = 8});
+  run({.stage = 2,
+       .world = 2,
+       .accumulation = 3,
+       .steps = 8,
+       .output_dir = dir + "/a",
+       .checkpoint_every = 4,
+       .crash_after = 4,
+       .nvme_path = dir + "/nvme",
+       .nvme_buffers = 3,
+       .nvme_pipeline = true});
+  EXPECT_TRUE(std::filesystem::is_empty(dir + "/nvme")) << "a failed run removes its swap files too";
+  const RunResult resumed = run({.stage = 3,
+                                 .world = 3,
+                                 .accumulation = 2,
+                                 .steps = 8,
+                                 .resume = resolve_checkpoint_path(dir + "/a"),
+                                 .nvme_path = dir + "/nvme",
+                                 .nvme_buffers = 2});
+  ASSERT_EQ(resumed.losses.size(), 4u);
+  const RunResult tail{{straight.losses.begin() + 4, straight.losses.end()}, straight.weights};
+  expect_close(resumed, tail, "disk-tier stage-2 checkpoint resumed with the disk tier at stage 3, world 3");
+  std::filesystem::remove_all(dir);
+}
+
 // An offloaded world-2 stage-2 run checkpoints (the state read back from the host store) and resumes without
 // offload at world 3, continuing the curve of the run that never stopped.
 TEST(ZeroOffloadTrainingCheckpoint, OffloadedStateSavesAndResumes) {
@@ -157,6 +248,21 @@ TEST(ZeroOffloadTraining, DelayedUpdateIsOneStepStaleAndClose) {
       EXPECT_NEAR(delayed.losses[i], exact.losses[i], 0.02) << "stage " << stage << " step " << i;
     EXPECT_NE(delayed.weights, exact.weights);  // the last update landed, but on other gradients
   }
+}
+
+// The delayed update runs the CPU update on a host thread, which then walks the swap files: the disk tier
+// changes nothing there either (bit for bit the resident delayed update).
+TEST(ZeroDiskTierTraining, DelayedUpdateEqualsTheResidentOne) {
+  const std::string dir = temp_dir("disk_tier_delayed");
+  std::filesystem::create_directories(dir);
+  const RunSpec resident{
+      .stage = 2, .world = 2, .steps = 6, .offload_optimizer = true, .delayed_update = true};
+  RunSpec on_disk = resident;
+  on_disk.nvme_path = dir;
+  on_disk.nvme_buffers = 3;
+  on_disk.nvme_pipeline = true;
+  EXPECT_TRUE(bitwise_equal(run(resident), run(on_disk)));
+  std::filesystem::remove_all(dir);
 }
 
 // A world-2 stage-2 checkpoint resumes at world 3 and continues the curve; the consolidated model equals the

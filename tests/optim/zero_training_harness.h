@@ -52,8 +52,13 @@ struct RunSpec {
   bool offload_param = false;      // zero_optimization.offload_param.device cpu (stage 3)
   double max_grad_norm = 1.0;      // small: every step clips
   bool delayed_update = false;     // --offload_delayed_update
-  bool gpu = false;                // in-process ranks over the one GPU (RankDevice each) instead of the CPU
-  std::string dtype = "f32";       // the GPU also trains in bf16
+  // zero_optimization.offload_optimizer.device nvme with this nvme_path (the disk tier); empty: none.
+  std::string nvme_path;
+  int nvme_buffers = 4;
+  bool nvme_pipeline = false;    // pipeline_read and pipeline_write
+  size_t host_memory_limit = 0;  // --host_memory_limit
+  bool gpu = false;              // in-process ranks over the one GPU (RankDevice each) instead of the CPU
+  std::string dtype = "f32";     // the GPU also trains in bf16
 };
 
 inline TrainConfig config_for(const RunSpec& r) {
@@ -85,6 +90,15 @@ inline TrainConfig config_for(const RunSpec& r) {
   config.zero.offload_param.enabled = r.offload_param;
   config.max_grad_norm = r.max_grad_norm;
   config.offload_delayed_update = r.delayed_update;
+  if (!r.nvme_path.empty()) {
+    config.zero.offload_optimizer.enabled = true;
+    config.zero.offload_optimizer.nvme = {.enabled = true,
+                                          .nvme_path = r.nvme_path,
+                                          .buffer_count = r.nvme_buffers,
+                                          .pipeline_read = r.nvme_pipeline,
+                                          .pipeline_write = r.nvme_pipeline};
+  }
+  config.host_memory_limit = r.host_memory_limit;
   return config;
 }
 

@@ -7,7 +7,9 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 namespace zt {
@@ -144,6 +146,37 @@ TEST(StopSignals, AnIgnoredSignalStaysIgnored) {
   const int status = child.wait();
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 143);
+}
+
+// The second signal's exit skips destructors; a registered working file is removed by the handler, an
+// unregistered one (and one whose registration ended) stays.
+TEST(StopSignals, SecondSignalRemovesRegisteredFiles) {
+  const std::string dir = ::testing::TempDir();
+  const std::string kept = dir + "/zt_signal_kept_" + std::to_string(getpid());
+  const std::string removed = dir + "/zt_signal_removed_" + std::to_string(getpid());
+  const std::string released = dir + "/zt_signal_released_" + std::to_string(getpid());
+  for (const std::string& p : {kept, removed, released}) std::fclose(std::fopen(p.c_str(), "w"));
+  StopSignalChild child([&](int ready_fd) {
+    ScopedStopSignals stop_signals("test");
+    { RemoveOnSignalExit no_longer(released); }
+    RemoveOnSignalExit registration(removed);
+    tell_parent(ready_fd);
+    while (!stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    tell_parent(ready_fd);
+    std::this_thread::sleep_for(std::chrono::seconds(20));
+    return 1;
+  });
+  ASSERT_TRUE(child.wait_ready());
+  child.send(SIGINT);
+  ASSERT_TRUE(child.wait_ready());
+  child.send(SIGINT);
+  const int status = child.wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  EXPECT_NE(access(removed.c_str(), F_OK), 0) << removed << " should have been removed";
+  EXPECT_EQ(access(kept.c_str(), F_OK), 0);
+  EXPECT_EQ(access(released.c_str(), F_OK), 0);
+  for (const std::string& p : {kept, released}) std::remove(p.c_str());
 }
 
 TEST(StopSignals, NothingIsRequestedWithoutASignal) {

@@ -1,0 +1,123 @@
+// A rank's offloaded optimizer state (fp32 master, Adam m and v) kept on disk, block by block, with a few
+// host buffers: the disk tier behind the host tier's block interface (acquire a block's three spans, update
+// or read them, release it). The ZeRO engine's CPU update walks the blocks in order, so the store reads the
+// next blocks ahead and writes released ones behind while the CPU updates the current one.
+//
+// Note [Swapped optimizer state]
+// Each block is one record of a swap store (optim/swap/swap_store.h): master | m | v of the block's numel
+// elements, the record sized for the largest block. `buffer_count` aligned host buffers form a small cache
+// of records; each holds one block in one state:
+//   empty     nothing
+//   reading   a read of the block is in flight (a read ahead)
+//   clean     the buffer equals the block on disk
+//   writing   a write of the block is in flight (a write behind); the buffer equals what is being written
+//   held      acquired by the caller (at most one at a time)
+// acquire(k) takes k's buffer if one has it (waiting for its transfer), else reads k into a free buffer:
+// empty first, then the least recently used clean one, then the least recently used writing one (after
+// its write). Then, with pipeline_read, it starts reads of k+1 .. k+L (wrapping at the end, since the next
+// step starts again at block 0) into buffers that do not hold the blocks of that window — Note [The swap
+// pipeline]'s lookahead: L = buffers - 2 with pipeline_write (one buffer stays for the write behind),
+// buffers - 1 without. release(k, modified) writes k back if modified (waited for at once unless
+// pipeline_write) or marks it clean. A block is never read while its write is in flight in another
+// buffer: the buffer that holds it is found first. Blocks start as zeros (the reserved file).
+// With more blocks than buffers, a sequential pass reads every block from disk and writes every modified
+// one back: the host holds buffer_count records, not the shard.
+//
+//   SwappedStateStore store({.directory = nvme_path, .rank = r, .block_numel = sizes, .buffer_count = 4,
+//                            .pipeline_read = true, .pipeline_write = true}, io_options);
+//   SwappedStateBlock b = store.acquire(k);   // b.master, b.exp_avg, b.exp_avg_sq
+//   adamw(b);
+//   store.release(k, /*modified=*/true);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "optim/swap/swap_store.h"
+#include "runtime/direct_io.h"
+
+namespace zt::swap {
+
+struct SwappedStateOptions {
+  std::string directory;  // nvme_path
+  int rank = 0;
+  std::vector<int64_t> block_numel;  // elements of each block (fp32 each for master, m and v)
+  int buffer_count = 4;              // DeepSpeed's offload_optimizer.buffer_count
+  bool pipeline_read = false;        // DeepSpeed's offload_optimizer.pipeline_read
+  bool pipeline_write = false;       // DeepSpeed's offload_optimizer.pipeline_write
+  DirectIoMode direct = DirectIoMode::automatic;
+};
+
+struct SwappedStateBlock {
+  std::span<float> master;
+  std::span<float> exp_avg;
+  std::span<float> exp_avg_sq;
+};
+
+// Traffic of the store since it was made.
+struct SwappedStateStats {
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  uint64_t blocks_read = 0;
+  uint64_t blocks_written = 0;
+  double io_wait_seconds = 0;  // acquire/release/flush waiting for transfers
+};
+
+class SwappedStateStore {
+ public:
+  // Creates the swap file (Note [The swap store]) and the buffers. Throws zt::Error for too few buffers
+  // for the pipeline flags (naming buffer_count), and whatever SwapStore and AsyncFileIo throw.
+  SwappedStateStore(const SwappedStateOptions& options, const IoOptions& io_options);
+  // Waits for every transfer (quietly), then removes the file.
+  ~SwappedStateStore();
+  SwappedStateStore(const SwappedStateStore&) = delete;
+  SwappedStateStore& operator=(const SwappedStateStore&) = delete;
+
+  // Block `block`'s master, m and v, valid until release(block). One block at a time.
+  SwappedStateBlock acquire(size_t block);
+  // Ends the hold; `modified` writes the block back (the caller changed the spans).
+  void release(size_t block, bool modified);
+  size_t block_count() const { return block_numel_.size(); }
+  // Waits for every write in flight (rethrowing the first failure).
+  void flush();
+
+  const SwapStore& store() const { return *store_; }
+  const SwappedStateStats& stats() const { return stats_; }
+  // Host bytes of the buffers: what the store keeps in memory whatever the shard's size.
+  size_t buffer_bytes() const;
+  // Bytes of host memory and of disk a store with these options takes, for preflights and plans.
+  static size_t buffer_bytes_for(const SwappedStateOptions& options);
+  static uint64_t file_bytes_for(const SwappedStateOptions& options);
+
+ private:
+  enum class SlotState { empty, reading, clean, writing, held };
+  struct Slot {
+    AlignedBuffer buffer;
+    SlotState state = SlotState::empty;
+    size_t block = 0;
+    IoTicket io;
+    uint64_t last_use = 0;
+  };
+
+  int find(size_t block) const;
+  void settle(Slot& slot);
+  // A slot to read a new block into, none of whose block is in `keep` (blocks the caller still needs).
+  Slot& free_slot(const std::vector<size_t>& keep);
+  void start_read(Slot& slot, size_t block);
+  SwappedStateBlock view(Slot& slot) const;
+
+  std::vector<int64_t> block_numel_;
+  bool pipeline_write_ = false;
+  int64_t lookahead_ = 0;
+  std::unique_ptr<AsyncFileIo> io_;
+  std::unique_ptr<SwapStore> store_;
+  std::vector<Slot> slots_;
+  uint64_t clock_ = 0;
+  SwappedStateStats stats_;
+};
+
+}  // namespace zt::swap

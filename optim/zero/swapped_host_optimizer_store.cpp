@@ -1,0 +1,32 @@
+#include "optim/zero/swapped_host_optimizer_store.h"
+
+namespace zt::optim {
+
+swap::SwappedStateOptions swapped_state_options(const ZeroDiskTier& disk, int rank,
+                                                std::vector<int64_t> block_numel) {
+  return {.directory = disk.directory,
+          .rank = rank,
+          .block_numel = std::move(block_numel),
+          .buffer_count = disk.buffer_count,
+          .pipeline_read = disk.pipeline_read,
+          .pipeline_write = disk.pipeline_write,
+          .direct = disk.direct};
+}
+
+std::optional<ZeroDiskTier> zero_disk_tier(const TrainConfig& config) {
+  const NvmeOffloadSettings& nvme = config.zero.offload_optimizer.nvme;
+  if (!nvme.enabled) return std::nullopt;
+  return ZeroDiskTier{.directory = nvme.nvme_path,
+                      .buffer_count = static_cast<int>(nvme.buffer_count),
+                      .pipeline_read = nvme.pipeline_read,
+                      .pipeline_write = nvme.pipeline_write,
+                      .io = {.backend = IoBackendChoice::automatic,
+                             .block_size = static_cast<size_t>(config.aio.block_size),
+                             .queue_depth = static_cast<int>(config.aio.queue_depth),
+                             .thread_count = static_cast<int>(config.aio.thread_count),
+                             .single_submit = config.aio.single_submit,
+                             .overlap_events = config.aio.overlap_events},
+                      .direct = DirectIoMode::automatic};
+}
+
+}  // namespace zt::optim

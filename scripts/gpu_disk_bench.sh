@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The disk tier's record in one device call (issue 15), side by side in one run on the GPU machine:
+#   1. the disk: `dd` with O_DIRECT (write, then read) and bench_disk (the disk tier's own store: write, read
+#      and read+write per block size and queue depth);
+#   2. the CPU AdamW over the xlarge shard (bench_cpu_adam);
+#   3. the xlarge bf16 step at ZeRO-2 with the optimizer offloaded to host memory and to the disk tier
+#      (bench_train_step --offload optimizer [--nvme_path]);
+#   4. the floor max(disk time of the shard's bytes, CPU AdamW): the state (12 bytes per parameter: master,
+#      m, v) is read and written once per step, so the disk time is 12 P / read + 12 P / write at bench_disk's
+#      best rates, and the disk-tier step's excess over the host-offload step is compared with it.
+# Everything lands in $OUT (or ./gpu-disk-bench-out); the last lines printed are the summary (JSON).
+#
+#   ZT_NVME_DIR=/local_nvme scripts/gpu_disk_bench.sh        # default dir: /tmp/zt-nvme
+#   ZT_DISK_BENCH_SYNC=1 ...                                   # also the disk tier with 1 buffer, no overlap
+# About 5 minutes after the build on an H200 host with a local NVMe drive.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+out=${OUT:-$PWD/gpu-disk-bench-out}
+dir=${ZT_NVME_DIR:-/tmp/zt-nvme}
+mkdir -p "$out" "$dir"
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+build=${ZT_BUILD_DIR:-build-gpu}
+cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release >"$out/configure.log" 2>&1 &&
+  cmake --build "$build" -j"$(nproc)" --target bench_disk bench_cpu_adam bench_train_step >"$out/build.log" 2>&1 ||
+  { tail -40 "$out/build.log"; exit 1; }
+bin=$build/bin
+df -h "$dir" >"$out/df.txt" 2>&1
+findmnt -T "$dir" >>"$out/df.txt" 2>&1
+
+# 1. The disk: 8 GiB with dd, then the disk tier's store (4 GiB per configuration).
+dd if=/dev/zero of="$dir/dd.bin" bs=4M count="${ZT_DD_BLOCKS:-2048}" oflag=direct conv=fsync 2>"$out/dd_write.txt"
+dd if="$dir/dd.bin" of=/dev/null bs=4M iflag=direct 2>"$out/dd_read.txt"
+rm -f "$dir/dd.bin"
+"$bin/bench_disk" --dir "$dir" --size "${ZT_DISK_BENCH_SIZE:-4GiB}" --record 256MiB --block_sizes 1MiB,4MiB --queue_depths 8,32 \
+  >"$out/bench_disk.json" 2>"$out/bench_disk.err"
+
+# 2. The CPU AdamW over 887M parameters.
+"$bin/bench_cpu_adam" --params "${ZT_ADAM_PARAMS:-887M}" --reps 5 >"$out/bench_cpu_adam.json" 2>"$out/bench_cpu_adam.err"
+
+# 3. The step: optimizer state in host memory, then on the disk tier (4 buffers, both overlaps on).
+step() {  # name, then bench_train_step arguments
+  local name=$1
+  shift
+  "$bin/bench_train_step" --batch 40 --seq 128 --dtype bf16 --steps 4 --zero_stage 2 --offload optimizer \
+    --pin_memory --profile "$@" >"$out/$name.json" 2>"$out/$name.txt"
+}
+step step_offload_host
+step step_offload_nvme --nvme_path "$dir" --nvme_buffers 4 --nvme_pipeline
+[[ ${ZT_DISK_BENCH_SYNC:-0} == 1 ]] && step step_offload_nvme_sync --nvme_path "$dir" --nvme_buffers 1
+
+# 4. The summary.
+python3 - "$out" <<'EOF'
+import json, re, sys, pathlib
+out = pathlib.Path(sys.argv[1])
+def load(name):
+    try:
+        return json.loads((out / name).read_text())
+    except Exception as e:  # a failed stage: say so, keep the rest
+        return {"error": f"{name}: {e}"}
+def dd_rate(name):
+    text = (out / name).read_text() if (out / name).exists() else ""
+    m = re.findall(r"copied, [\d.]+ s, ([\d.]+ [kMG]?B/s)", text)
+    return m[-1] if m else text.strip()[-200:]
+disk = load("bench_disk.json")
+runs = disk.get("runs", [])
+best_read = max((r["read_gbps"] for r in runs), default=0)
+best_write = max((r["write_gbps"] for r in runs), default=0)
+adam = load("bench_cpu_adam.json")
+params = adam.get("params", 0)
+adam_s = adam.get("adamw_seconds_median", 0)
+disk_s = 12 * params / 1e9 / best_read + 12 * params / 1e9 / best_write if best_read and best_write else None
+host = load("step_offload_host.json")
+nvme = load("step_offload_nvme.json")
+sync = load("step_offload_nvme_sync.json")
+floor_s = max(disk_s or 0, adam_s)
+summary = {
+    "dir": str(disk.get("dir")), "dd_write": dd_rate("dd_write.txt"), "dd_read": dd_rate("dd_read.txt"),
+    "bench_disk_best_write_gbps": best_write, "bench_disk_best_read_gbps": best_read,
+    "cpu_adamw_s": adam_s, "params": params, "disk_s_for_state": disk_s, "floor_s": floor_s,
+    "step_ms_offload_host": host.get("step_ms"), "step_ms_offload_nvme": nvme.get("step_ms"),
+    "step_ms_offload_nvme_1_buffer": sync.get("step_ms"),
+}
+if host.get("step_ms") and nvme.get("step_ms") and floor_s:
+    # The disk tier adds the swap traffic to the host-offload step; its optimizer part is compared with the floor.
+    summary["nvme_optimizer_s_vs_floor"] = round(((nvme["step_ms"] - host["step_ms"]) / 1e3 + adam_s) / floor_s, 3)
+for name, d in [("bench_disk", disk), ("bench_cpu_adam", adam), ("host", host), ("nvme", nvme)]:
+    if "error" in d:
+        summary[f"{name}_error"] = d["error"]
+print(json.dumps(summary, indent=1))
+EOF
