@@ -6,9 +6,9 @@
 #      shared-GPU rank tests;
 #   2. CPU AdamW: bench_cpu_adam (params/s, STREAM triad, Adam-like loop) against torch fused/foreach CPU
 #      AdamW on the same host (scripts/bench_cpu_adam_vs_torch.py);
-#   3. xlarge, seq 128, bf16 step: ZeRO-2 without offload vs ZeRO-2 + optimizer offload (pinned), batch 40 and
-#      128, with the offload segments (--profile);
-#   4. world 2 under 24 GiB, stage 0: does batch 56 fit (the largest-batch search stopped at 48).
+#   3. xlarge, seq 128, bf16 step: ZeRO-2 + optimizer offload (pinned), batch 40 with the offload segments
+#      (--profile); world 2 under 24 GiB, stage 0: does batch 56 fit (the largest-batch search stopped at
+#      48); then offload at batch 128, with the delayed update, and ZeRO-2 without offload.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-offload-out}
@@ -39,9 +39,9 @@ step() {  # label, then bench_train_step flags
   grep -E "optimizer|offload|backward|forward" "$out/err.txt" | head -12 >>"$log"
   [[ "$line" == \{* ]] || tail -3 "$out/err.txt" >>"$log"
 }
-step "zero2 bs40" --batch 40 --zero_stage 2
 step "zero2+offload bs40" --batch 40 --zero_stage 2 --offload optimizer --pin_memory --profile
+step "world2 stage0 bs56 24GiB" --batch 56 --zero_stage 0 --world_size 2 --gpu_memory_limit 24GiB --steps 2
 step "zero2+offload bs128" --batch 128 --zero_stage 2 --offload optimizer --pin_memory
 step "zero2+offload+dpu bs40" --batch 40 --zero_stage 2 --offload optimizer --pin_memory --delayed_update
-step "world2 stage0 bs56 24GiB" --batch 56 --zero_stage 0 --world_size 2 --gpu_memory_limit 24GiB --steps 2
+step "zero2 bs40" --batch 40 --zero_stage 2
 say "total $(( $(date +%s) - start )) s"
