@@ -392,8 +392,10 @@ namespace config_detail {
 namespace {
 
 // DeepSpeed JSON path -> the deepspeed_config key of the YAML it was built from.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kYamlKey = {{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 8> kYamlKey = {{
     {"zero_optimization.stage", "deepspeed_config.zero_stage"},
+    {"zero_optimization.offload_optimizer.nvme_path", "deepspeed_config.offload_optimizer_nvme_path"},
+    {"zero_optimization.offload_param.nvme_path", "deepspeed_config.offload_param_nvme_path"},
     {"zero_optimization.offload_optimizer.device", "deepspeed_config.offload_optimizer_device"},
     {"zero_optimization.offload_param.device", "deepspeed_config.offload_param_device"},
     {"zero_optimization.stage3_gather_16bit_weights_on_model_save",

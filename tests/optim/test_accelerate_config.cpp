@@ -176,12 +176,12 @@ TEST(AccelerateConfig, KeysThatDoNotApplyAreRefusedByName) {
   EXPECT_ERROR_HAS(from_yaml("distributed_type: [a\n"), "accelerate config", "not valid YAML");
   EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--config_file", "/nonexistent/cfg.yaml"}),
                    "--config_file: cannot open '/nonexistent/cfg.yaml'");
-  // Offload to disk: the same refusal as the DeepSpeed JSON's.
+  // Offload to disk without a directory: the DeepSpeed JSON's error, naming the YAML key to set.
   TrainConfig nvme = from_yaml(
       "deepspeed_config:\n  offload_optimizer_device: nvme\n  zero_stage: 2\n"
       "distributed_type: DEEPSPEED\n");
-  EXPECT_ERROR_HAS(nvme.resolve(inputs()), "deepspeed_config.offload_optimizer_device",
-                   "zero_optimization.offload_optimizer.device nvme", "disk offload is not supported");
+  EXPECT_ERROR_HAS(nvme.resolve(inputs()), "deepspeed_config.offload_optimizer_nvme_path",
+                   "nvme_path is required with device nvme");
 }
 
 TEST(AccelerateConfig, ConflictsWithFlagsOrTheDeepSpeedJsonAreErrors) {
