@@ -10,17 +10,23 @@
 //   accepted   with an "effective:" note in describe(), because the layer unit decides what they would tune:
 //              reduce_bucket_size, allgather_bucket_size, stage3_prefetch_bucket_size (one layer per bucket),
 //              stage3_param_persistence_threshold, stage3_max_reuse_distance (each layer, small tensors
-//              included, is gathered by one collective), sub_group_size (the optimizer updates a shard in one
-//              fused pass), stage3_gather_16bit_weights_on_model_save (the trainer always writes a
+//              included, is gathered by one collective), stage3_gather_16bit_weights_on_model_save (the trainer always writes a
 //              consolidated fp32 model.h5); stage3_max_live_parameters is checked by the trainer against two
 //              layers plus the embeddings. The stage-3-only keys given at a lower stage get a notice, not an
 //              error: DeepSpeed tolerates them too.
+//   honoured   sub_group_size (at least 1) where the optimizer state is offloaded (offload_optimizer cpu or
+//              nvme, stages 1-3; DeepSpeed reads it at stage 3 only): the offloaded state is kept and
+//              updated in sub-groups of at most that many elements (ZeroOffload::sub_group_size), and the
+//              disk tier's records are one sub-group each, so its host buffers are buffer_count x sub-group x
+//              12 bytes. Without offload it changes nothing (the optimizer updates a shard in one fused
+//              pass), said in describe().
 //   refused    values we do not implement: contiguous_gradients false (gradients are always written into flat
 //              per-layer buckets), allgather_partitions false (partitions are always all-gathered),
 //              round_robin_gradients true (a DeepSpeed ordering of the offloaded gradient copies; ours go
-//              unit by unit), offload to nvme (not supported yet; cpu is honoured, see
-//              train_config_offload.cpp); and any key not listed here, by name.
+//              unit by unit); and any key not listed here, by name. The offload sections:
+//              train_config_offload.cpp, the aio block and nvme: train_config_aio.cpp.
 #include "optim/train_config_sections.h"
+#include "runtime/memory_size.h"
 
 namespace zt::optim::config_detail {
 
@@ -30,20 +36,19 @@ constexpr std::string_view kLayerBuckets = "one layer per bucket (zerotrain redu
 constexpr std::string_view kLayerGathers =
     "none; each layer, small tensors included, is gathered by one collective";
 
-// Keys DeepSpeed reads only at stage 3 (the "stage3_" ones and sub_group_size), as describe() prints them.
+// Keys DeepSpeed reads only at stage 3 (the "stage3_" ones; sub_group_size is described on its own, since it
+// is honoured with offload at any stage), as describe() prints them.
 struct Stage3Key {
   std::string_view name;
   int64_t ZeroSettings::*size;  // nullptr for the boolean
   std::string_view effective;
 };
-constexpr std::array<Stage3Key, 6> kStage3Keys = {{
+constexpr std::array<Stage3Key, 5> kStage3Keys = {{
     {"stage3_prefetch_bucket_size", &ZeroSettings::stage3_prefetch_bucket_size, kLayerBuckets},
     {"stage3_param_persistence_threshold", &ZeroSettings::stage3_param_persistence_threshold, kLayerGathers},
     {"stage3_max_reuse_distance", &ZeroSettings::stage3_max_reuse_distance, kLayerGathers},
     {"stage3_max_live_parameters", &ZeroSettings::stage3_max_live_parameters,
      "checked by the trainer against two layers + the embeddings"},
-    {"sub_group_size", &ZeroSettings::sub_group_size,
-     "none; the optimizer updates a shard in one fused pass"},
     {"stage3_gather_16bit_weights_on_model_save", nullptr,
      "the trainer always writes a consolidated fp32 model.h5"},
 }};
@@ -123,7 +128,7 @@ void resolve_zero(ResolveContext& context) {
   integer("stage3_param_persistence_threshold", zero.stage3_param_persistence_threshold, 10 * hidden, 0);
   integer("stage3_max_live_parameters", zero.stage3_max_live_parameters, std::nullopt, 0);
   integer("stage3_max_reuse_distance", zero.stage3_max_reuse_distance, std::nullopt, 0);
-  integer("sub_group_size", zero.sub_group_size, std::nullopt, 0);
+  integer("sub_group_size", zero.sub_group_size, std::nullopt, 1);
   // "auto" -> false, as Accelerate fills it; the old fp16 name is DeepSpeed's alias.
   const JsonValue<bool> gather = boolean("stage3_gather_16bit_weights_on_model_save",
                                          zero.stage3_gather_16bit_weights_on_model_save, true, false);
@@ -166,6 +171,19 @@ void describe_zero(const TrainConfig& c, DescribeWriter& out) {
            c.offload_delayed_update
                ? "one step stale: forward/backward use the parameters before the last update"
                : "");
+  // sub_group_size: where it acts (offloaded optimizer state), at stage 3, or where the JSON gave it.
+  if (zero.offload_optimizer.enabled) {
+    out.line(kZero + "sub_group_size", i(zero.sub_group_size),
+             zero.offload_optimizer.nvme.enabled
+                 ? str("the offloaded optimizer state in sub-groups of at most this many elements: the CPU "
+                       "AdamW's pieces and the disk tier's records (host buffers: buffer_count x ",
+                       format_memory_size(static_cast<size_t>(zero.sub_group_size) * 12), " at most)")
+                 : std::string("the offloaded optimizer state is updated in sub-groups of at most this many "
+                               "elements (no change in host memory: the state is resident)"));
+  } else if (zero.stage == 3 || from_json(c, "sub_group_size")) {
+    out.line(kZero + "sub_group_size", i(zero.sub_group_size),
+             "none without offload_optimizer; the optimizer updates a shard in one fused pass");
+  }
   // Stage-3 keys: all of them at stage 3; below it only those the JSON gave, with one notice.
   std::string unused;
   for (const Stage3Key& key : kStage3Keys) {

@@ -18,7 +18,8 @@
 // parameter shard too), --pin_memory for page-locked host buffers, --delayed_update for ZeRO-Offload's
 // one-step-stale update. --nvme_path DIR (with --offload) puts the offloaded optimizer state on the disk
 // tier (offload_optimizer device nvme; --nvme_buffers, --nvme_pipeline for buffer_count and
-// pipeline_read/write): issue 15's "step with the disk tier vs the floor" (bench_disk measures the disk).
+// pipeline_read/write; --sub_group_size for zero_optimization.sub_group_size, the disk tier's record):
+// issue 15's "step with the disk tier vs the floor" (bench_disk measures the disk).
 //
 // --world_size N runs N in-process ranks over this one GPU (each its own stream and allocator, capped at
 // --gpu_memory_limit like a card of that size; ZeRO stage --zero_stage), each rank taking a batch of --batch:
@@ -65,13 +66,14 @@ struct Options {
   std::string nvme_path;  // the disk tier's directory; empty: the offloaded state stays in host memory
   int nvme_buffers = 4;
   bool nvme_pipeline = false;  // pipeline_read and pipeline_write
+  int64_t sub_group_size = 1'000'000'000;  // zero_optimization.sub_group_size (offloaded state's sub-groups)
 };
 
 const char* kUsage =
     "usage: bench_train_step [--batch 40] [--seq 128] [--dtype bf16|fp16|fp32] [--steps 12] [--dropout 0.1]\n"
     "                        [--layers N] [--zero_stage 0-3] [--world_size N] [--gpu_memory_limit SIZE]\n"
     "                        [--offload none|optimizer|both] [--pin_memory] [--delayed_update] [--profile]\n"
-    "                        [--nvme_path DIR [--nvme_buffers 4] [--nvme_pipeline]]\n";
+    "                        [--nvme_path DIR [--nvme_buffers 4] [--nvme_pipeline]] [--sub_group_size 1e9]\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -118,6 +120,8 @@ Options parse(int argc, char** argv) {
         o.nvme_path = value;
       } else if (flag == "--nvme_buffers") {
         o.nvme_buffers = std::stoi(value);
+      } else if (flag == "--sub_group_size") {
+        o.sub_group_size = static_cast<int64_t>(std::stod(value));  // DeepSpeed configs write 1e9
       } else {
         ZT_FAIL("unknown flag ", flag, "\n", kUsage);
       }
@@ -196,6 +200,8 @@ int run(int argc, char** argv) {
   config.zero.offload_optimizer.pin_memory = o.pin_memory;
   config.zero.offload_param.enabled = o.offload == "both";
   config.offload_delayed_update = o.delayed_update;
+  ZT_CHECK(o.sub_group_size >= 1, "--sub_group_size must be at least 1, got ", o.sub_group_size);
+  config.zero.sub_group_size = o.sub_group_size;
   if (!o.nvme_path.empty()) {  // offload_optimizer {"device": "nvme", "nvme_path": ..., ...}
     config.zero.offload_optimizer.nvme = {.enabled = true,
                                           .nvme_path = o.nvme_path,

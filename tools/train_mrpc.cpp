@@ -115,7 +115,8 @@ int run(int argc, char** argv) {
                   .param = config.zero.offload_param.enabled,
                   .disk_buffers = config.zero.offload_optimizer.nvme.enabled
                                       ? static_cast<int>(config.zero.offload_optimizer.nvme.buffer_count)
-                                      : 0},
+                                      : 0,
+                  .sub_group_size = config.zero.sub_group_size},
                  gpu)
                  .c_str(),
              stdout);

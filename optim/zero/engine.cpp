@@ -93,6 +93,32 @@ Params16Out params16_of(const Tensor& t) {
   return {};
 }
 
+// The offloaded state's sub-groups (store blocks) in shard elements: each unit's slice, at its shard offset,
+// cut by sub_group_size. The engine's owned blocks of stages 1-3 are these slices.
+std::vector<HostBlockExtent> offloaded_sub_groups(const ZeroPartition& partition, int64_t sub_group_size) {
+  std::vector<HostBlockExtent> slices;
+  for (const ZeroUnit& unit : partition.units()) slices.push_back({unit.shard_begin, unit.slice_numel});
+  return cut_into_sub_groups(slices, sub_group_size);
+}
+
+std::vector<int64_t> numel_of(const std::vector<HostBlockExtent>& extents) {
+  std::vector<int64_t> out;
+  for (const HostBlockExtent& e : extents) out.push_back(e.numel);
+  return out;
+}
+
+// The parts of `ranges` (relative to a block) inside the block's elements [begin, begin + numel), relative
+// to `begin`: what AdamW updates in that sub-group.
+std::vector<TensorRange> ranges_within(const std::vector<TensorRange>& ranges, int64_t begin, int64_t numel) {
+  std::vector<TensorRange> out;
+  for (const TensorRange& r : ranges) {
+    const int64_t lo = std::max(r.offset, begin);
+    const int64_t hi = std::min(r.offset + r.numel, begin + numel);
+    if (lo < hi) out.push_back({lo - begin, hi - lo, r.weight_decay});
+  }
+  return out;
+}
+
 // The largest slice of any unit: the offload_param upload buffer.
 int64_t largest_slice(const ZeroPartition& partition) {
   int64_t n = 0;
@@ -124,11 +150,12 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
     b.master = 0;
     b.optimizer = 0;
     b.host_optimizer = 3 * shard * 4;  // a separate master even in f32: the device copy stays the model's
-    if (offload.disk_buffers > 0) {    // the disk tier: buffers of one unit's slice (master | m | v)
-      std::vector<int64_t> slices;
-      for (const ZeroUnit& unit : units) slices.push_back(unit.slice_numel);
+    if (offload.disk_buffers > 0) {    // the disk tier: buffers of one sub-group each (master | m | v)
       b.host_optimizer = swap::SwappedStateStore::buffer_bytes_for(
-          {.directory = "", .rank = 0, .block_numel = slices, .buffer_count = offload.disk_buffers});
+          {.directory = "",
+           .rank = 0,
+           .block_numel = numel_of(offloaded_sub_groups(partition, offload.sub_group_size)),
+           .buffer_count = offload.disk_buffers});
     }
     b.host_gradients = shard * 4;
     b.host_parameters = shard * t;
@@ -151,6 +178,15 @@ struct OwnedBlock {
   int64_t grad = 0;                 // offset in the gradient buffer (full or shard accumulator)
   int64_t compute = 0;              // offset in the compute copy (full or shard)
   std::vector<TensorRange> ranges;  // relative to the block
+  // Offload: the block's sub-groups, store blocks [first_sub_group, end_sub_group) (Impl::sub_groups).
+  size_t first_sub_group = 0, end_sub_group = 0;
+};
+
+// Offload: one sub-group of an owned block, one block of the host store.
+struct SubGroup {
+  int64_t begin = 0;                // first element, relative to the owned block
+  int64_t numel = 0;
+  std::vector<TensorRange> ranges;  // the block's ranges inside it, relative to the sub-group
 };
 
 struct ZeroEngine::Impl {
@@ -174,6 +210,7 @@ struct ZeroEngine::Impl {
   std::unique_ptr<Arena> bucket_embeddings, bucket_shared, bucket_layer[2];
   std::unique_ptr<Arena> gather_embeddings, gather_shared, gather_layer[2];
   std::vector<OwnedBlock> blocks;  // one per unit
+  std::vector<SubGroup> sub_groups;  // offload: host store block g is sub_groups[g]
   bool first_micro = true, last_micro = true;
 
   const Arena& master() const {
@@ -227,15 +264,28 @@ struct ZeroEngine::Impl {
     ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
     wait_for_delayed_update();
     const OwnedBlock& b = blocks[unit];
-    const HostStateBlock block = host_state->acquire(b.unit);
-    const std::span<float> all = kind == 0 ? block.master : kind == 1 ? block.exp_avg : block.exp_avg_sq;
-    const std::span<float> state = all.subspan(static_cast<size_t>(offset - b.master), host.size());
-    if (write) {
-      std::copy(host.begin(), host.end(), state.begin());
-    } else {
-      std::copy(state.begin(), state.end(), host.begin());
+    // Block elements [lo, hi), through each sub-group they touch.
+    const int64_t lo = offset - b.master;
+    const int64_t hi = lo + static_cast<int64_t>(host.size());
+    ZT_CHECK(lo >= 0 && hi <= b.numel, "ZeRO engine: offloaded state [", lo, ", ", hi, ") outside unit ", unit,
+             "'s ", b.numel, " elements");
+    for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
+      const SubGroup& sub = sub_groups[g];
+      const int64_t from = std::max(lo, sub.begin);
+      const int64_t to = std::min(hi, sub.begin + sub.numel);
+      if (from >= to) continue;
+      const HostStateBlock block = host_state->acquire(g);
+      const std::span<float> all = kind == 0 ? block.master : kind == 1 ? block.exp_avg : block.exp_avg_sq;
+      const std::span<float> state =
+          all.subspan(static_cast<size_t>(from - sub.begin), static_cast<size_t>(to - from));
+      const std::span<float> part = host.subspan(static_cast<size_t>(from - lo), state.size());
+      if (write) {
+        std::copy(part.begin(), part.end(), state.begin());
+      } else {
+        std::copy(state.begin(), state.end(), part.begin());
+      }
+      host_state->release(g, write);
     }
-    host_state->release(b.unit, write);
   }
   const Arena& state(int kind) const {
     ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
@@ -314,16 +364,16 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   ZT_CHECK(!options.disk || s.offload,
            "the disk tier (offload_optimizer device nvme) needs offload.optimizer");
   std::optional<swap::SwappedStateOptions> disk_state;
+  std::vector<HostBlockExtent> sub_group_extents;  // offload: the host store's blocks
   if (s.offload) {
+    sub_group_extents = offloaded_sub_groups(partition_, options.offload.sub_group_size);
     // Preflight before any allocation: every rank of this process holds its own shard (with the disk tier:
     // its buffers, and its swap file on disk).
     const ZeroStateBytes bytes = zero_state_bytes(partition_, s.stage, s.compute, options_.offload);
     const auto ranks = static_cast<size_t>(std::max(1, options.ranks_sharing_host));
     size_t disk_buffers = 0;  // pageable: only the CPU AdamW reads them
     if (options.disk) {
-      std::vector<int64_t> block_numel;
-      for (const ZeroUnit& unit : units) block_numel.push_back(unit.slice_numel);
-      disk_state = swapped_state_options(*options.disk, r, std::move(block_numel));
+      disk_state = swapped_state_options(*options.disk, r, numel_of(sub_group_extents));
       disk_buffers = bytes.host_optimizer;
     }
     const size_t host = bytes.host_total() * ranks;
@@ -357,7 +407,9 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
                      << format_memory_size(report.free_bytes) << " free), " << options.disk->buffer_count
                      << " buffers of "
                      << format_memory_size(disk_buffers / static_cast<size_t>(options.disk->buffer_count))
-                     << " per rank";
+                     << " per rank (" << sub_group_extents.size()
+                     << " records: the unit slices cut into sub-groups of at most "
+                     << options.offload.sub_group_size << " elements, zero_optimization.sub_group_size)";
       }
     }
     if (r == 0) {
@@ -454,12 +506,34 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     s.blocks.push_back(std::move(b));
   }
   if (s.offload) {
-    std::vector<HostBlockExtent> extents;
-    for (const OwnedBlock& b : s.blocks) extents.push_back({b.master, b.numel});
+    // Each block's sub-groups, in order (offloaded_sub_groups cut the same slices the blocks are).
+    size_t g = 0;
+    for (OwnedBlock& b : s.blocks) {
+      b.first_sub_group = g;
+      int64_t begin = 0;
+      while (g < sub_group_extents.size() && begin < b.numel) {
+        const HostBlockExtent& e = sub_group_extents[g];
+        ZT_CHECK(e.offset == b.master + begin, "ZeRO engine: sub-group ", g, " is not at element ", begin,
+                 " of unit ", b.unit);
+        s.sub_groups.push_back({begin, e.numel, ranges_within(b.ranges, begin, e.numel)});
+        begin += e.numel;
+        ++g;
+      }
+      if (b.numel == 0) {  // an empty slice keeps one empty sub-group
+        s.sub_groups.push_back({0, 0, {}});
+        ++g;
+      }
+      ZT_CHECK(begin == b.numel, "ZeRO engine: the sub-groups of unit ", b.unit, " cover ", begin, " of ",
+               b.numel, " elements");
+      b.end_sub_group = g;
+    }
+    ZT_CHECK(g == sub_group_extents.size(), "ZeRO engine: ", sub_group_extents.size() - g,
+             " sub-groups past the last unit");
     if (disk_state) {
       s.host_state = std::make_unique<SwappedHostOptimizerStore>(*disk_state, options.disk->io);
     } else {
-      s.host_state = std::make_unique<ResidentHostOptimizerStore>(std::move(extents), shard, host_kind);
+      s.host_state =
+          std::make_unique<ResidentHostOptimizerStore>(std::move(sub_group_extents), shard, host_kind);
     }
     s.copies = std::make_unique<OffloadCopies>(s.device, options.offload.pipelined, s.blocks.size());
     s.downloaded.assign(s.blocks.size(), false);
@@ -768,12 +842,18 @@ void ZeroEngine::update_offloaded_blocks(double lr, float grad_scale, bool publi
     s.copies->wait_down(b.unit);
     // Segment marks only on the rank's thread (StepProfile is single-threaded): not in a delayed update.
     if (publish_each) StepProfile::global().mark("optimizer.offload_download_wait");
-    const HostStateBlock state = s.host_state->acquire(b.unit);
     const Tensor staged = s.params_on_host(b);
-    adamw_.update({state.master, host_span(host_grads), state.exp_avg, state.exp_avg_sq}, b.ranges, lr,
-                  params16_of(staged), grad_scale);
-    if (!s.mixed) write_compute_values(state.master, staged);
-    s.host_state->release(b.unit, /*modified=*/true);
+    // Sub-group by sub-group (AdamW is element-wise: the same bits as one pass over the block).
+    for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
+      const SubGroup& sub = s.sub_groups[g];
+      const HostStateBlock state = s.host_state->acquire(g);
+      const Tensor grads = host_grads.slice_rows(sub.begin, sub.begin + sub.numel);
+      const Tensor out = staged.slice_rows(sub.begin, sub.begin + sub.numel);
+      adamw_.update({state.master, host_span(grads), state.exp_avg, state.exp_avg_sq}, sub.ranges, lr,
+                    params16_of(out), grad_scale);
+      if (!s.mixed) write_compute_values(state.master, out);
+      s.host_state->release(g, /*modified=*/true);
+    }
     if (publish_each) {
       s.publish(b);
       StepProfile::global().mark("optimizer.offload_cpu_adamw");
@@ -858,8 +938,13 @@ void ZeroEngine::refresh_compute_copy() {
     s.wait_for_delayed_update();
     s.publish_pending = false;  // everything is published from the master below
     for (const OwnedBlock& b : s.blocks) {
-      write_compute_values(s.host_state->acquire(b.unit).master, s.params_on_host(b));
-      s.host_state->release(b.unit, false);
+      const Tensor staged = s.params_on_host(b);
+      for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
+        const SubGroup& sub = s.sub_groups[g];
+        write_compute_values(s.host_state->acquire(g).master,
+                             staged.slice_rows(sub.begin, sub.begin + sub.numel));
+        s.host_state->release(g, false);
+      }
       s.publish(b);
     }
     s.copies->join();
@@ -906,9 +991,13 @@ void ZeroEngine::gather_full_master(const Arena* host_f32) {
           master_upload = std::make_unique<Arena>("consolidation upload", flat_layout(b.numel, DType::f32),
                                                   s.options(MemoryCategory::scratch, false));
         mine = view(*master_upload, DType::f32, 0, b.numel);
-        const std::span<float> master = s.host_state->acquire(b.unit).master;
-        copy_tensor(Tensor(master.data(), Shape{b.numel}, DType::f32), mine);
-        s.host_state->release(b.unit, false);
+        for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
+          const SubGroup& sub = s.sub_groups[g];
+          const std::span<float> master = s.host_state->acquire(g).master;
+          copy_tensor(Tensor(master.data(), Shape{sub.numel}, DType::f32),
+                      mine.slice_rows(sub.begin, sub.begin + sub.numel));
+          s.host_state->release(g, false);
+        }
       } else {
         mine = view(s.master(), DType::f32, b.master, b.numel);
       }

@@ -31,7 +31,8 @@
 // CPU offload (ZeroOffload; stages 1-3, DeepSpeed's offload_optimizer / offload_param with device cpu):
 //   offload.optimizer: the rank's fp32 master, m and v live on the host (HostOptimizerStore: pinned
 //     arenas with pin_memory on a GPU, else pageable; the NVMe tier plugs in behind the same interface),
-//     and step 6 becomes, per owned block (unit):
+//     and step 6 becomes, per owned block (unit; the host state is acquired and updated sub-group by
+//     sub-group within it, ZeroOffload::sub_group_size):
 //       D2H   the block's reduced gradients, queued from gradients_ready on the window's last micro-batch
 //             (so on a GPU it overlaps the rest of backward; with delayed_update, from step())
 //       CPU   AdamW (optim/adamw.h, SIMD, thread pool) with the scale of step 5 folded into the gradient,
@@ -84,14 +85,20 @@ struct ZeroOffload {
   // shard so that the update never writes what the forward is gathering.
   bool delayed_update = false;
   // > 0: the master, m and v on the disk tier (ZeroEngineOptions::disk, which sets it) with this many host
-  // buffers of the largest unit slice, instead of the shard in host memory.
+  // buffers of the largest sub-group, instead of the shard in host memory.
   int disk_buffers = 0;
+  // DeepSpeed's zero_optimization.sub_group_size: the offloaded state is kept and updated in sub-groups of
+  // at most this many elements (each owned block, a unit's slice, cut by cut_into_sub_groups in
+  // optim/zero/host_optimizer_store.h). The CPU AdamW, checkpoint reads and writes and the disk tier's records
+  // go sub-group by sub-group, so the disk tier's host buffers are buffer_count x the largest sub-group x 12
+  // bytes. Element-wise AdamW: the cut changes no result. Nothing without offload.optimizer.
+  int64_t sub_group_size = 1'000'000'000;
 };
 
 // The disk tier (DeepSpeed's offload_optimizer device nvme, ZeRO-Infinity): with offload.optimizer, the
 // rank's master, m and v live in a swap file under `directory` (optim/swap/swapped_state_store.h), read in
-// and written back block by block around the CPU update; the host holds buffer_count records of one unit's
-// slice instead of the shard. Same arithmetic, so a run equals the resident offload bit for bit.
+// and written back sub-group by sub-group around the CPU update; the host holds buffer_count records of one
+// sub-group (ZeroOffload::sub_group_size) instead of the shard. Same arithmetic, so a run equals the resident offload bit for bit.
 struct ZeroDiskTier {
   std::string directory;  // nvme_path
   int buffer_count = 4;
@@ -131,7 +138,7 @@ struct ZeroStateBytes {
   size_t master = 0;           // f32 master weights not shared with the compute copy
   size_t optimizer = 0;        // Adam m and v
   size_t buffers = 0;          // gradient buckets, stage-3 gather buffers, the offload_param upload buffer
-  size_t host_optimizer = 0;   // offload: fp32 master, m and v of the shard
+  size_t host_optimizer = 0;   // offload: fp32 master, m and v of the shard (disk tier: its buffers)
   size_t host_gradients = 0;   // offload: the f32 gradient shard copied down for the CPU update
   size_t host_parameters = 0;  // offload: the compute-dtype staging shard (offload.param: the shard itself)
   size_t total() const { return compute_copy + gradients + master + optimizer + buffers; }  // device

@@ -1,5 +1,7 @@
 #include "optim/zero/host_optimizer_store.h"
 
+#include <algorithm>
+
 #include "runtime/check.h"
 
 namespace zt::optim {
@@ -13,6 +15,27 @@ Arena shard_arena(const char* name, int64_t numel, MemoryKind kind) {
 }
 
 }  // namespace
+
+int64_t sub_group_count(int64_t numel, int64_t sub_group_size) {
+  ZT_CHECK(sub_group_size >= 1, "zero_optimization.sub_group_size must be at least 1, got ", sub_group_size);
+  ZT_CHECK(numel >= 0, "sub-groups of a block of ", numel, " elements");
+  return std::max<int64_t>(1, (numel + sub_group_size - 1) / sub_group_size);
+}
+
+std::vector<HostBlockExtent> cut_into_sub_groups(const std::vector<HostBlockExtent>& blocks,
+                                                 int64_t sub_group_size) {
+  std::vector<HostBlockExtent> out;
+  for (const HostBlockExtent& b : blocks) {
+    const int64_t pieces = sub_group_count(b.numel, sub_group_size);
+    int64_t offset = b.offset;
+    for (int64_t i = 0; i < pieces; ++i) {
+      const int64_t n = b.numel / pieces + (i < b.numel % pieces ? 1 : 0);
+      out.push_back({offset, n});
+      offset += n;
+    }
+  }
+  return out;
+}
 
 ResidentHostOptimizerStore::ResidentHostOptimizerStore(std::vector<HostBlockExtent> blocks,
                                                        int64_t shard_numel, MemoryKind kind)

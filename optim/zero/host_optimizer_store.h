@@ -1,5 +1,6 @@
-// Where a rank's offloaded optimizer state lives on the host (ZeRO CPU offload), block by block: one block
-// per unit, the rank's slice of it (ZeroEngine's owned blocks). The engine's CPU update asks for a block's
+// Where a rank's offloaded optimizer state lives on the host (ZeRO CPU offload), block by block: each unit's
+// slice (ZeroEngine's owned blocks) cut into sub-groups of at most zero_optimization.sub_group_size elements
+// (cut_into_sub_groups), one store block each. The engine's CPU update asks for a block's
 // fp32 master, Adam m and v, updates them in place and hands them back; checkpoints read and write them the
 // same way. A store that keeps the state elsewhere (the NVMe tier: a swapped store) reads a block in on
 // acquire and writes it back on release, so it plugs in here without the engine knowing.
@@ -37,6 +38,15 @@ struct HostBlockExtent {
   int64_t offset = 0;
   int64_t numel = 0;
 };
+
+// DeepSpeed's sub_group_size: each block cut into the fewest pieces of at most `sub_group_size` elements,
+// of near-equal size (the first numel % pieces one element longer), in order; an empty block stays one empty
+// piece, so every block has at least one. Near-equal rather than full pieces and a remainder, because the
+// disk tier's records are all the size of the largest piece: equal pieces waste the least disk.
+std::vector<HostBlockExtent> cut_into_sub_groups(const std::vector<HostBlockExtent>& blocks,
+                                                 int64_t sub_group_size);
+// How many pieces cut_into_sub_groups makes of a block of `numel` elements.
+int64_t sub_group_count(int64_t numel, int64_t sub_group_size);
 
 // Everything resident in three host arenas of the shard's size (pinned_host: page-locked on a CUDA build),
 // zero-filled (m and v start at zero; the master is loaded by the engine).

@@ -1,8 +1,9 @@
 // The disk tier in the ZeRO engine's accounting (optim/zero/engine.h, ZeroOffload::disk_buffers): the host
-// column counts the disk tier's buffers (one unit's slice each), not the shard, and the memory plan shows the
-// run's disk-tier row. Training through it: test_zero_training.cpp, ZeroDiskTierTraining.
+// column counts the disk tier's buffers (one sub-group each: a unit's slice, cut by sub_group_size), not the
+// shard, and the memory plan shows the run's disk-tier row. Training through it: test_zero_training.cpp, ZeroDiskTierTraining.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -10,8 +11,10 @@
 #include "model/parameters.h"
 #include "optim/swap/swapped_state_store.h"
 #include "optim/zero/engine.h"
+#include "optim/zero/host_optimizer_store.h"
 #include "optim/zero/memory_estimate.h"
 #include "optim/zero/partition.h"
+#include "runtime/direct_io.h"
 
 namespace zt::optim {
 namespace {
@@ -37,6 +40,46 @@ TEST(ZeroDiskTierBytes, HostOptimizerIsTheBuffersNotTheShard) {
         EXPECT_EQ(on_disk.host_parameters, resident.host_parameters);
         EXPECT_EQ(on_disk.total(), resident.total());
       }
+    }
+  }
+}
+
+// zero_optimization.sub_group_size bounds the disk tier's buffers: buffer_count records of the largest
+// sub-group (master | m | v, 12 bytes an element, rounded up to the direct-I/O alignment), whatever the
+// largest unit (the embeddings: 8000 x 128 of the small CPU model); the estimator's host column counts that.
+// The resident offload's host bytes do not depend on it.
+TEST(ZeroDiskTierBytes, SubGroupsBoundTheBuffers) {
+  const DebertaConfig model = deberta_small_cpu_config();
+  const ParameterTable table(model);
+  for (const int world : {1, 2}) {
+    const ZeroPartition part(table, world);
+    int64_t largest_slice = 0;
+    for (const ZeroUnit& unit : part.units()) largest_slice = std::max(largest_slice, unit.slice_numel);
+    const ZeroOffload whole{.optimizer = true, .disk_buffers = 4};
+    const size_t whole_bytes = zero_state_bytes(part, 2, DType::f32, whole).host_optimizer;
+    EXPECT_EQ(whole_bytes, 4 * round_up_to_alignment(12 * static_cast<size_t>(largest_slice)));
+    const ZeroStateBytes resident = zero_state_bytes(part, 2, DType::f32, {.optimizer = true});
+    for (const int64_t sub_group_size : {int64_t{100'000}, int64_t{30'001}, int64_t{1000}}) {
+      ASSERT_LT(sub_group_size, largest_slice);
+      ZeroOffload cut = whole;
+      cut.sub_group_size = sub_group_size;
+      // The largest piece: each slice in sub_group_count near-equal pieces.
+      int64_t largest_piece = 0;
+      for (const ZeroUnit& unit : part.units()) {
+        const int64_t pieces = sub_group_count(unit.slice_numel, sub_group_size);
+        largest_piece = std::max(largest_piece, (unit.slice_numel + pieces - 1) / pieces);
+      }
+      EXPECT_LE(largest_piece, sub_group_size);
+      const ZeroStateBytes bytes = zero_state_bytes(part, 2, DType::f32, cut);
+      EXPECT_EQ(bytes.host_optimizer, 4 * round_up_to_alignment(12 * static_cast<size_t>(largest_piece)))
+          << "sub_group_size " << sub_group_size << " world " << world;
+      EXPECT_LT(bytes.host_optimizer, whole_bytes);
+      EXPECT_EQ(bytes.host_gradients, resident.host_gradients);
+      EXPECT_EQ(bytes.host_parameters, resident.host_parameters);
+      EXPECT_EQ(estimate_memory(model, 2, world, DType::f32, 4, 16, cut, false).host(), bytes.host_total());
+      ZeroOffload resident_cut{.optimizer = true};
+      resident_cut.sub_group_size = sub_group_size;
+      EXPECT_EQ(zero_state_bytes(part, 2, DType::f32, resident_cut).host_total(), resident.host_total());
     }
   }
 }

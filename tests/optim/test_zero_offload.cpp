@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -105,6 +106,18 @@ TEST(ZeroOffload, EngineStepEqualsTheNonOffloadedStep) {
                            {.optimizer = true, .param = true, .delayed_update = true}, 4))
           << "stage 3 delayed with offload_param";
     }
+    // sub_group_size: the CPU update (and the load and gather of the master) sub-group by sub-group, with
+    // sub-groups that cut tensors, weight-decay ranges and units anywhere (7 elements), or a few per unit.
+    for (const int64_t sub_group_size : {int64_t{7}, int64_t{1000}}) {
+      ZeroOffload offload{.optimizer = true};
+      offload.sub_group_size = sub_group_size;
+      EXPECT_EQ(plain, testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, stage, offload, 4))
+          << "stage " << stage << " sub_group_size " << sub_group_size;
+      offload.delayed_update = true;
+      offload.param = stage == 3;
+      EXPECT_EQ(plain, testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, stage, offload, 4))
+          << "stage " << stage << " delayed, sub_group_size " << sub_group_size;
+    }
   }
   // The comparison can fail: fewer steps give other weights.
   EXPECT_NE(testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 2, {}, 4),
@@ -151,6 +164,28 @@ TEST(ZeroOffload, StepWithoutDownloadedGradientsIsAnError) {
     ADD_FAILURE() << "step did not throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("never went down"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ZeroOffload, SubGroupsCutEachBlockIntoNearEqualPieces) {
+  const std::vector<HostBlockExtent> cut = cut_into_sub_groups({{0, 10}, {16, 6}, {22, 0}, {22, 3}}, 4);
+  // 10 -> 4 + 3 + 3 (three pieces of at most 4), 6 -> 3 + 3, an empty block stays one empty piece, 3 -> 3.
+  const std::vector<std::pair<int64_t, int64_t>> expected = {{0, 4},  {4, 3},  {7, 3}, {16, 3},
+                                                              {19, 3}, {22, 0}, {22, 3}};
+  ASSERT_EQ(cut.size(), expected.size());
+  for (size_t i = 0; i < cut.size(); ++i) {
+    EXPECT_EQ(cut[i].offset, expected[i].first) << i;
+    EXPECT_EQ(cut[i].numel, expected[i].second) << i;
+  }
+  EXPECT_EQ(sub_group_count(10, 10), 1);
+  EXPECT_EQ(sub_group_count(11, 10), 2);
+  EXPECT_EQ(cut_into_sub_groups({{5, 10}}, 1'000'000'000).size(), 1u);  // DeepSpeed's default: whole
+  try {
+    cut_into_sub_groups({{0, 10}}, 0);
+    ADD_FAILURE() << "sub_group_size 0 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("zero_optimization.sub_group_size must be at least 1"), std::string::npos)
+        << e.message();
   }
 }
 

@@ -87,7 +87,9 @@ INSTANTIATE_TEST_SUITE_P(WorldsAndAccumulation, ZeroTraining,
 // reductions and norm, and the CPU AdamW computes what the in-place one does (the CPU backend's "device" is
 // the host, so the copies down and up are memcpys through the offload path's code). Accumulation 2, so the
 // stage-1 window and the stage-2/3 per-micro-batch accumulation both run before the copy down; a clipping
-// threshold below every step's norm, so the clip factor folded into the CPU AdamW is used.
+// threshold below every step's norm, so the clip factor folded into the CPU AdamW is used. With a small
+// zero_optimization.sub_group_size (1000 elements: many sub-groups per unit, most units not a multiple of it)
+// the CPU update goes sub-group by sub-group: the same bits.
 class ZeroOffloadTraining : public ::testing::TestWithParam<int> {};
 
 TEST_P(ZeroOffloadTraining, EqualsTheSameStageWithoutOffloadBitForBit) {
@@ -103,6 +105,15 @@ TEST_P(ZeroOffloadTraining, EqualsTheSameStageWithoutOffloadBitForBit) {
                                      .offload_optimizer = true,
                                      .max_grad_norm = 0.01});
     EXPECT_TRUE(bitwise_equal(plain, offloaded)) << "stage " << stage << " world " << world;
+    RunSpec sub_grouped{.stage = stage,
+                        .world = world,
+                        .accumulation = 2,
+                        .steps = 6,
+                        .offload_optimizer = true,
+                        .max_grad_norm = 0.01};
+    sub_grouped.sub_group_size = 1000;
+    EXPECT_TRUE(bitwise_equal(plain, run(sub_grouped)))
+        << "stage " << stage << " world " << world << ", sub_group_size 1000";
     if (stage == 3) {
       const RunResult both = run({.stage = 3,
                                   .world = world,
@@ -122,7 +133,10 @@ INSTANTIATE_TEST_SUITE_P(Worlds, ZeroOffloadTraining, ::testing::Values(1, 2, 3,
 // The disk tier (offload_optimizer device nvme, issue 15): training with the optimizer state in swap files
 // equals training without offload bit for bit, at worlds 1 and 2 and stages 1-3, under a --host_memory_limit
 // that the resident CPU offload exceeds (so every shard goes through the disk: one buffer per rank, fewer
-// than the blocks), and with the reads and writes pipelined (3 buffers). The swap files are gone afterwards.
+// than the blocks), and with the reads and writes pipelined (3 buffers). With zero_optimization.
+// sub_group_size 1000 (many sub-groups per unit; 1000 divides no unit slice of the tiny model, and the
+// sub-groups are of unequal sizes) the records are sub-groups: the same bits under a cap that the disk tier
+// with whole-unit records exceeds. The swap files are gone afterwards.
 class ZeroDiskTierTraining : public ::testing::TestWithParam<int> {};
 
 TEST_P(ZeroDiskTierTraining, EqualsTrainingWithoutItBitForBit) {
@@ -156,6 +170,27 @@ TEST_P(ZeroDiskTierTraining, EqualsTrainingWithoutItBitForBit) {
     pipelined.nvme_pipeline = true;
     EXPECT_TRUE(bitwise_equal(plain, run(pipelined)))
         << "stage " << stage << " world " << world << ", pipelined";
+
+    // Sub-groups of at most 1000 elements: one buffer of the largest sub-group under a cap that one buffer
+    // of the largest unit slice exceeds.
+    ZeroOffload sub_grouped_disk{.optimizer = true, .disk_buffers = 1};
+    sub_grouped_disk.sub_group_size = 1000;
+    const size_t sub_group_cap =
+        zero_state_bytes(partition, stage, DType::f32, sub_grouped_disk).host_total() * static_cast<size_t>(world);
+    ASSERT_LT(sub_group_cap, cap);
+    RunSpec sub_grouped = capped;
+    sub_grouped.sub_group_size = 1000;
+    sub_grouped.host_memory_limit = sub_group_cap;
+    EXPECT_TRUE(bitwise_equal(plain, run(sub_grouped)))
+        << "stage " << stage << " world " << world << ", sub_group_size 1000, capped";
+    RunSpec sub_grouped_pipelined = pipelined;
+    sub_grouped_pipelined.sub_group_size = 1000;
+    EXPECT_TRUE(bitwise_equal(plain, run(sub_grouped_pipelined)))
+        << "stage " << stage << " world " << world << ", sub_group_size 1000, pipelined";
+    RunSpec whole_units = capped;
+    whole_units.host_memory_limit = sub_group_cap;
+    EXPECT_THROW(run(whole_units), Error) << "whole-unit records should exceed the sub-group cap, stage "
+                                          << stage;
     EXPECT_TRUE(std::filesystem::is_empty(dir)) << "swap files left in " << dir;
 
     // The same cap refuses the resident CPU offload, naming the cap.
@@ -178,7 +213,8 @@ INSTANTIATE_TEST_SUITE_P(Worlds, ZeroDiskTierTraining, ::testing::Values(1, 2),
 
 // Checkpoints hold the full state, read back through the swap files: a world-2 run with the disk tier
 // checkpoints, crashes, and resumes with the disk tier at world 3, continuing the curve of a run that never
-// stopped (within the cross-world tolerance).
+// stopped (within the cross-world tolerance). Sub-groups of 1000 elements before and 777 after, so the
+// checkpoint's pieces cross sub-group boundaries on both sides.
 TEST(ZeroDiskTierTrainingCheckpoint, SwappedStateSavesAndResumes) {
   const std::string dir = temp_dir("disk_tier_resume");
   std::filesystem::create_directories(dir + "/nvme");
@@ -192,7 +228,8 @@ TEST(ZeroDiskTierTrainingCheckpoint, SwappedStateSavesAndResumes) {
        .crash_after = 4,
        .nvme_path = dir + "/nvme",
        .nvme_buffers = 3,
-       .nvme_pipeline = true});
+       .nvme_pipeline = true,
+       .sub_group_size = 1000});
   EXPECT_TRUE(std::filesystem::is_empty(dir + "/nvme")) << "a failed run removes its swap files too";
   const RunResult resumed = run({.stage = 3,
                                  .world = 3,
@@ -200,7 +237,8 @@ TEST(ZeroDiskTierTrainingCheckpoint, SwappedStateSavesAndResumes) {
                                  .steps = 8,
                                  .resume = resolve_checkpoint_path(dir + "/a"),
                                  .nvme_path = dir + "/nvme",
-                                 .nvme_buffers = 2});
+                                 .nvme_buffers = 2,
+                                 .sub_group_size = 777});
   ASSERT_EQ(resumed.losses.size(), 4u);
   const RunResult tail{{straight.losses.begin() + 4, straight.losses.end()}, straight.weights};
   expect_close(resumed, tail, "disk-tier stage-2 checkpoint resumed with the disk tier at stage 3, world 3");
@@ -261,7 +299,10 @@ TEST(ZeroDiskTierTraining, DelayedUpdateEqualsTheResidentOne) {
   on_disk.nvme_path = dir;
   on_disk.nvme_buffers = 3;
   on_disk.nvme_pipeline = true;
-  EXPECT_TRUE(bitwise_equal(run(resident), run(on_disk)));
+  const RunResult expected = run(resident);
+  EXPECT_TRUE(bitwise_equal(expected, run(on_disk)));
+  on_disk.sub_group_size = 1000;  // many sub-groups per unit
+  EXPECT_TRUE(bitwise_equal(expected, run(on_disk))) << "sub_group_size 1000";
   std::filesystem::remove_all(dir);
 }
 

@@ -56,6 +56,7 @@ struct RunSpec {
   std::string nvme_path;
   int nvme_buffers = 4;
   bool nvme_pipeline = false;    // pipeline_read and pipeline_write
+  int64_t sub_group_size = 1'000'000'000;  // zero_optimization.sub_group_size (the offloaded state's cut)
   size_t host_memory_limit = 0;  // --host_memory_limit
   bool gpu = false;              // in-process ranks over the one GPU (RankDevice each) instead of the CPU
   std::string dtype = "f32";     // the GPU also trains in bf16
@@ -98,6 +99,7 @@ inline TrainConfig config_for(const RunSpec& r) {
                                           .pipeline_read = r.nvme_pipeline,
                                           .pipeline_write = r.nvme_pipeline};
   }
+  config.zero.sub_group_size = r.sub_group_size;
   config.host_memory_limit = r.host_memory_limit;
   return config;
 }
