@@ -48,7 +48,8 @@
 //     acquire() copies the unit's slice up (H2D) into an upload buffer and all-gathers from there.
 // Device bytes drop by the master and m, v (12 S) and, with offload.param, the parameter shard (t S); host
 // bytes are 12 S + 4 S (gradient shard) + t S (staging or parameter shard), checked against MemAvailable
-// and the locked-memory limit before anything is allocated (runtime/host_memory.h).
+// and the locked-memory limit before anything is allocated (runtime/host_memory.h); with the disk tier the
+// 12 S become buffer_count x 12 x (largest sub-group) bytes.
 #pragma once
 
 #include <cstdint>

@@ -20,7 +20,9 @@
 // Those are device bytes. With CPU offload (ZeroOffload) the master, m and v move to host memory, with the
 // gradient shard copied down and a compute-dtype staging shard (offload_param: the stage-3 shard itself):
 //   host             master + m + v + gradient shard + parameter shard              zero_state_bytes
-// reported in its own column, since it is checked against the host's RAM, not the GPU's.
+// reported in its own column, since it is checked against the host's RAM, not the GPU's. With the disk tier
+// (ZeroOffload::disk_buffers) master + m + v become buffer_count records of the largest sub-group
+// (ZeroOffload::sub_group_size): buffer_count x sub-group x 12 bytes at most.
 #pragma once
 
 #include <cstddef>

@@ -143,6 +143,30 @@ TEST(TrainConfigDiskTier, BadValuesAreErrorsNamingTheKey) {
       << newer.describe();
 }
 
+// zero_optimization.sub_group_size (DeepSpeed reads it at stage 3) is honoured wherever the optimizer state
+// is offloaded: the sub-groups the CPU AdamW updates and, with nvme, the disk tier's records. Without offload
+// it changes nothing, said. At least 1 element.
+TEST(TrainConfigDiskTier, SubGroupSizeCutsTheOffloadedStateAndSaysWhere) {
+  const auto zero = [](const std::string& device, const std::string& extra) {
+    return R"({"zero_optimization": {"stage": 2, "sub_group_size": 2e7)" +
+           (device.empty() ? std::string()
+                           : R"(, "offload_optimizer": {"device": ")" + device + "\"" + extra + "}") +
+           "}}";
+  };
+  const TrainConfig nvme = resolve_json(zero("nvme", R"(, "nvme_path": "/n")"));
+  EXPECT_EQ(nvme.zero.sub_group_size, 20'000'000);
+  const std::string key = "zero_optimization.sub_group_size";
+  EXPECT_NE(line_of(nvme.describe(), key).find("the disk tier's records"), std::string::npos)
+      << nvme.describe();
+  const TrainConfig cpu = resolve_json(zero("cpu", ""));
+  EXPECT_NE(line_of(cpu.describe(), key).find("no change in host memory"), std::string::npos) << cpu.describe();
+  const TrainConfig none = resolve_json(zero("", ""));
+  EXPECT_NE(line_of(none.describe(), key).find("none without offload_optimizer"), std::string::npos)
+      << none.describe();
+  expect_error({}, R"({"zero_optimization": {"stage": 2, "sub_group_size": 0}})",
+               {"zero_optimization.sub_group_size", "at least 1"});
+}
+
 // DeepSpeed ignores disk-tier keys without device nvme; so do we, and describe() says that they do nothing.
 TEST(TrainConfigDiskTier, KeysWithoutNvmeChangeNothingAndSaySo) {
   const TrainConfig c =

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,33 @@ TEST(ZeroDiskTierBytes, SubGroupsBoundTheBuffers) {
       resident_cut.sub_group_size = sub_group_size;
       EXPECT_EQ(zero_state_bytes(part, 2, DType::f32, resident_cut).host_total(), resident.host_total());
     }
+  }
+}
+
+// DeBERTa-v2-xlarge, bf16, world 1, ZeRO-2, the disk tier with 4 buffers: with DeepSpeed's default
+// sub_group_size (1e9, more than any unit) a buffer holds the embeddings' slice (197M elements, 2.2 GiB),
+// so 4 buffers are close to the resident master, m and v; smaller sub-groups bound them by 4 x 12 x
+// sub_group_size bytes. The gradient and parameter staging (6 bytes an element of the shard) stay.
+TEST(ZeroDiskTierBytes, XlargeBuffersFallWithTheSubGroup) {
+  const ParameterTable table(deberta_v2_xlarge_config());
+  const ZeroPartition part(table, 1);
+  const ZeroStateBytes resident = zero_state_bytes(part, 2, DType::bf16, {.optimizer = true});
+  auto gib = [](size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); };
+  std::printf("xlarge bf16 world 1 stage 2, host bytes: resident offload %.2f GiB (master/m/v %.2f, gradients "
+              "%.2f, staging %.2f)\n",
+              gib(resident.host_total()), gib(resident.host_optimizer), gib(resident.host_gradients),
+              gib(resident.host_parameters));
+  size_t previous = resident.host_total();
+  for (const int64_t sub_group_size : {int64_t{1'000'000'000}, int64_t{100'000'000}, int64_t{20'000'000}}) {
+    ZeroOffload disk{.optimizer = true, .disk_buffers = 4};
+    disk.sub_group_size = sub_group_size;
+    const ZeroStateBytes b = zero_state_bytes(part, 2, DType::bf16, disk);
+    std::printf("  nvme, 4 buffers, sub_group_size %lld: %.2f GiB (buffers %.2f)\n",
+                static_cast<long long>(sub_group_size), gib(b.host_total()), gib(b.host_optimizer));
+    EXPECT_LE(b.host_optimizer, 4 * round_up_to_alignment(12 * static_cast<size_t>(sub_group_size)));
+    EXPECT_LT(b.host_total(), previous) << sub_group_size;
+    EXPECT_EQ(b.host_gradients + b.host_parameters, resident.host_gradients + resident.host_parameters);
+    previous = b.host_total();
   }
 }
 
