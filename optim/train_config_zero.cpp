@@ -10,10 +10,10 @@
 //   accepted   with an "effective:" note in describe(), because the layer unit decides what they would tune:
 //              reduce_bucket_size, allgather_bucket_size, stage3_prefetch_bucket_size (one layer per bucket),
 //              stage3_param_persistence_threshold, stage3_max_reuse_distance (each layer, small tensors
-//              included, is gathered by one collective), stage3_gather_16bit_weights_on_model_save (the trainer always writes a
-//              consolidated fp32 model.h5); stage3_max_live_parameters is checked by the trainer against two
-//              layers plus the embeddings. The stage-3-only keys given at a lower stage get a notice, not an
-//              error: DeepSpeed tolerates them too.
+//              included, is gathered by one collective), stage3_gather_16bit_weights_on_model_save (the
+//              trainer always writes a consolidated fp32 model.h5); stage3_max_live_parameters is checked by
+//              the trainer against two layers plus the embeddings. The stage-3-only keys given at a lower
+//              stage get a notice, not an error: DeepSpeed tolerates them too.
 //   honoured   sub_group_size (at least 1) where the optimizer state is offloaded (offload_optimizer cpu or
 //              nvme, stages 1-3; DeepSpeed reads it at stage 3 only): the offloaded state is kept and
 //              updated in sub-groups of at most that many elements (ZeroOffload::sub_group_size), and the

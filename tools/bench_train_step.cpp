@@ -65,7 +65,7 @@ struct Options {
   bool profile = false;
   std::string nvme_path;  // the disk tier's directory; empty: the offloaded state stays in host memory
   int nvme_buffers = 4;
-  bool nvme_pipeline = false;  // pipeline_read and pipeline_write
+  bool nvme_pipeline = false;              // pipeline_read and pipeline_write
   int64_t sub_group_size = 1'000'000'000;  // zero_optimization.sub_group_size (offloaded state's sub-groups)
 };
 

@@ -184,7 +184,7 @@ struct OwnedBlock {
 
 // Offload: one sub-group of an owned block, one block of the host store.
 struct SubGroup {
-  int64_t begin = 0;                // first element, relative to the owned block
+  int64_t begin = 0;  // first element, relative to the owned block
   int64_t numel = 0;
   std::vector<TensorRange> ranges;  // the block's ranges inside it, relative to the sub-group
 };
@@ -209,7 +209,7 @@ struct ZeroEngine::Impl {
   bool publish_pending = false;           // a delayed update finished on the host, not yet published
   std::unique_ptr<Arena> bucket_embeddings, bucket_shared, bucket_layer[2];
   std::unique_ptr<Arena> gather_embeddings, gather_shared, gather_layer[2];
-  std::vector<OwnedBlock> blocks;  // one per unit
+  std::vector<OwnedBlock> blocks;    // one per unit
   std::vector<SubGroup> sub_groups;  // offload: host store block g is sub_groups[g]
   bool first_micro = true, last_micro = true;
 
@@ -267,8 +267,8 @@ struct ZeroEngine::Impl {
     // Block elements [lo, hi), through each sub-group they touch.
     const int64_t lo = offset - b.master;
     const int64_t hi = lo + static_cast<int64_t>(host.size());
-    ZT_CHECK(lo >= 0 && hi <= b.numel, "ZeRO engine: offloaded state [", lo, ", ", hi, ") outside unit ", unit,
-             "'s ", b.numel, " elements");
+    ZT_CHECK(lo >= 0 && hi <= b.numel, "ZeRO engine: offloaded state [", lo, ", ", hi, ") outside unit ",
+             unit, "'s ", b.numel, " elements");
     for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
       const SubGroup& sub = sub_groups[g];
       const int64_t from = std::max(lo, sub.begin);
@@ -379,7 +379,11 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     const size_t host = bytes.host_total() * ranks;
     HostMemoryPlan plan{.what = str("ZeRO-", s.stage, " CPU offload (",
                                     options.offload.param ? "optimizer and parameters" : "optimizer",
-                                    options.disk ? ", optimizer state on disk" : "", ", ", ranks,
+                                    options.disk ? str(", optimizer state on disk in sub-groups of at most ",
+                                                       options.offload.sub_group_size,
+                                                       " elements (zero_optimization.sub_group_size)")
+                                                 : std::string(),
+                                    ", ", ranks,
                                     " rank(s) in this process)")};
     const size_t pinned = host_kind == MemoryKind::pinned_host ? host - disk_buffers * ranks : 0;
     plan.pinned_bytes = pinned;

@@ -90,16 +90,17 @@ struct ZeroOffload {
   int disk_buffers = 0;
   // DeepSpeed's zero_optimization.sub_group_size: the offloaded state is kept and updated in sub-groups of
   // at most this many elements (each owned block, a unit's slice, cut by cut_into_sub_groups in
-  // optim/zero/host_optimizer_store.h). The CPU AdamW, checkpoint reads and writes and the disk tier's records
-  // go sub-group by sub-group, so the disk tier's host buffers are buffer_count x the largest sub-group x 12
-  // bytes. Element-wise AdamW: the cut changes no result. Nothing without offload.optimizer.
+  // optim/zero/host_optimizer_store.h). The CPU AdamW, checkpoint reads and writes and the disk tier's
+  // records go sub-group by sub-group, so the disk tier's host buffers are buffer_count x the largest
+  // sub-group x 12 bytes. Element-wise AdamW: the cut changes no result. Nothing without offload.optimizer.
   int64_t sub_group_size = 1'000'000'000;
 };
 
 // The disk tier (DeepSpeed's offload_optimizer device nvme, ZeRO-Infinity): with offload.optimizer, the
 // rank's master, m and v live in a swap file under `directory` (optim/swap/swapped_state_store.h), read in
 // and written back sub-group by sub-group around the CPU update; the host holds buffer_count records of one
-// sub-group (ZeroOffload::sub_group_size) instead of the shard. Same arithmetic, so a run equals the resident offload bit for bit.
+// sub-group (ZeroOffload::sub_group_size) instead of the shard. Same arithmetic, so a run equals the resident
+// offload bit for bit.
 struct ZeroDiskTier {
   std::string directory;  // nvme_path
   int buffer_count = 4;

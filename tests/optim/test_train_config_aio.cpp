@@ -159,7 +159,8 @@ TEST(TrainConfigDiskTier, SubGroupSizeCutsTheOffloadedStateAndSaysWhere) {
   EXPECT_NE(line_of(nvme.describe(), key).find("the disk tier's records"), std::string::npos)
       << nvme.describe();
   const TrainConfig cpu = resolve_json(zero("cpu", ""));
-  EXPECT_NE(line_of(cpu.describe(), key).find("no change in host memory"), std::string::npos) << cpu.describe();
+  EXPECT_NE(line_of(cpu.describe(), key).find("no change in host memory"), std::string::npos)
+      << cpu.describe();
   const TrainConfig none = resolve_json(zero("", ""));
   EXPECT_NE(line_of(none.describe(), key).find("none without offload_optimizer"), std::string::npos)
       << none.describe();

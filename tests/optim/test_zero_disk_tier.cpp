@@ -1,6 +1,7 @@
 // The disk tier in the ZeRO engine's accounting (optim/zero/engine.h, ZeroOffload::disk_buffers): the host
 // column counts the disk tier's buffers (one sub-group each: a unit's slice, cut by sub_group_size), not the
-// shard, and the memory plan shows the run's disk-tier row. Training through it: test_zero_training.cpp, ZeroDiskTierTraining.
+// shard, and the memory plan shows the run's disk-tier row. Training through it: test_zero_training.cpp,
+// ZeroDiskTierTraining.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -94,10 +95,11 @@ TEST(ZeroDiskTierBytes, XlargeBuffersFallWithTheSubGroup) {
   const ZeroPartition part(table, 1);
   const ZeroStateBytes resident = zero_state_bytes(part, 2, DType::bf16, {.optimizer = true});
   auto gib = [](size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); };
-  std::printf("xlarge bf16 world 1 stage 2, host bytes: resident offload %.2f GiB (master/m/v %.2f, gradients "
-              "%.2f, staging %.2f)\n",
-              gib(resident.host_total()), gib(resident.host_optimizer), gib(resident.host_gradients),
-              gib(resident.host_parameters));
+  std::printf(
+      "xlarge bf16 world 1 stage 2, host bytes: resident offload %.2f GiB (master/m/v %.2f, gradients "
+      "%.2f, staging %.2f)\n",
+      gib(resident.host_total()), gib(resident.host_optimizer), gib(resident.host_gradients),
+      gib(resident.host_parameters));
   size_t previous = resident.host_total();
   for (const int64_t sub_group_size : {int64_t{1'000'000'000}, int64_t{100'000'000}, int64_t{20'000'000}}) {
     ZeroOffload disk{.optimizer = true, .disk_buffers = 4};

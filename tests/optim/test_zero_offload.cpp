@@ -111,11 +111,13 @@ TEST(ZeroOffload, EngineStepEqualsTheNonOffloadedStep) {
     for (const int64_t sub_group_size : {int64_t{7}, int64_t{1000}}) {
       ZeroOffload offload{.optimizer = true};
       offload.sub_group_size = sub_group_size;
-      EXPECT_EQ(plain, testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, stage, offload, 4))
+      EXPECT_EQ(plain,
+                testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, stage, offload, 4))
           << "stage " << stage << " sub_group_size " << sub_group_size;
       offload.delayed_update = true;
       offload.param = stage == 3;
-      EXPECT_EQ(plain, testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, stage, offload, 4))
+      EXPECT_EQ(plain,
+                testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, stage, offload, 4))
           << "stage " << stage << " delayed, sub_group_size " << sub_group_size;
     }
   }
@@ -171,7 +173,7 @@ TEST(ZeroOffload, SubGroupsCutEachBlockIntoNearEqualPieces) {
   const std::vector<HostBlockExtent> cut = cut_into_sub_groups({{0, 10}, {16, 6}, {22, 0}, {22, 3}}, 4);
   // 10 -> 4 + 3 + 3 (three pieces of at most 4), 6 -> 3 + 3, an empty block stays one empty piece, 3 -> 3.
   const std::vector<std::pair<int64_t, int64_t>> expected = {{0, 4},  {4, 3},  {7, 3}, {16, 3},
-                                                              {19, 3}, {22, 0}, {22, 3}};
+                                                             {19, 3}, {22, 0}, {22, 3}};
   ASSERT_EQ(cut.size(), expected.size());
   for (size_t i = 0; i < cut.size(); ++i) {
     EXPECT_EQ(cut[i].offset, expected[i].first) << i;

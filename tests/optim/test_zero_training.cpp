@@ -176,7 +176,8 @@ TEST_P(ZeroDiskTierTraining, EqualsTrainingWithoutItBitForBit) {
     ZeroOffload sub_grouped_disk{.optimizer = true, .disk_buffers = 1};
     sub_grouped_disk.sub_group_size = 1000;
     const size_t sub_group_cap =
-        zero_state_bytes(partition, stage, DType::f32, sub_grouped_disk).host_total() * static_cast<size_t>(world);
+        zero_state_bytes(partition, stage, DType::f32, sub_grouped_disk).host_total() *
+        static_cast<size_t>(world);
     ASSERT_LT(sub_group_cap, cap);
     RunSpec sub_grouped = capped;
     sub_grouped.sub_group_size = 1000;
@@ -189,8 +190,8 @@ TEST_P(ZeroDiskTierTraining, EqualsTrainingWithoutItBitForBit) {
         << "stage " << stage << " world " << world << ", sub_group_size 1000, pipelined";
     RunSpec whole_units = capped;
     whole_units.host_memory_limit = sub_group_cap;
-    EXPECT_THROW(run(whole_units), Error) << "whole-unit records should exceed the sub-group cap, stage "
-                                          << stage;
+    EXPECT_THROW(run(whole_units), Error)
+        << "whole-unit records should exceed the sub-group cap, stage " << stage;
     EXPECT_TRUE(std::filesystem::is_empty(dir)) << "swap files left in " << dir;
 
     // The same cap refuses the resident CPU offload, naming the cap.

@@ -55,11 +55,11 @@ struct RunSpec {
   // zero_optimization.offload_optimizer.device nvme with this nvme_path (the disk tier); empty: none.
   std::string nvme_path;
   int nvme_buffers = 4;
-  bool nvme_pipeline = false;    // pipeline_read and pipeline_write
+  bool nvme_pipeline = false;              // pipeline_read and pipeline_write
   int64_t sub_group_size = 1'000'000'000;  // zero_optimization.sub_group_size (the offloaded state's cut)
-  size_t host_memory_limit = 0;  // --host_memory_limit
-  bool gpu = false;              // in-process ranks over the one GPU (RankDevice each) instead of the CPU
-  std::string dtype = "f32";     // the GPU also trains in bf16
+  size_t host_memory_limit = 0;            // --host_memory_limit
+  bool gpu = false;           // in-process ranks over the one GPU (RankDevice each) instead of the CPU
+  std::string dtype = "f32";  // the GPU also trains in bf16
 };
 
 inline TrainConfig config_for(const RunSpec& r) {
