@@ -383,8 +383,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
                                                        options.offload.sub_group_size,
                                                        " elements (zero_optimization.sub_group_size)")
                                                  : std::string(),
-                                    ", ", ranks,
-                                    " rank(s) in this process)")};
+                                    ", ", ranks, " rank(s) in this process)")};
     const size_t pinned = host_kind == MemoryKind::pinned_host ? host - disk_buffers * ranks : 0;
     plan.pinned_bytes = pinned;
     plan.pageable_bytes = host - pinned;
