@@ -29,7 +29,8 @@ class SwappedHostOptimizerStore final : public HostOptimizerStore {
   swap::SwappedStateStore store_;
 };
 
-// The swapped store's options for rank `rank` with one block per unit of `block_numel` elements.
+// The swapped store's options for rank `rank` with one block (record) per sub-group of `block_numel`
+// elements (the engine's cut_into_sub_groups of its unit slices).
 swap::SwappedStateOptions swapped_state_options(const ZeroDiskTier& disk, int rank,
                                                 std::vector<int64_t> block_numel);
 
