@@ -176,7 +176,8 @@ void describe_zero(const TrainConfig& c, DescribeWriter& out) {
     out.line(kZero + "sub_group_size", i(zero.sub_group_size),
              zero.offload_optimizer.nvme.enabled
                  ? str("the offloaded optimizer state in sub-groups of at most this many elements: the CPU "
-                       "AdamW's pieces and the disk tier's records (host buffers: buffer_count x ",
+                       "AdamW's pieces and the disk tier's records (host buffers: ",
+                       zero.offload_optimizer.nvme.buffer_count, " x ",
                        format_memory_size(static_cast<size_t>(zero.sub_group_size) * 12), " at most)")
                  : std::string("the offloaded optimizer state is updated in sub-groups of at most this many "
                                "elements (no change in host memory: the state is resident)"));
