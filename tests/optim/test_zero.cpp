@@ -9,27 +9,15 @@
 #include "model/config.h"
 #include "model/parameters.h"
 #include "optim/zero/partition.h"
+#include "tests/optim/zero_offload_harness.h"
 
 namespace zt::optim {
 namespace {
 
-// deberta_small_cpu_config shrunk to hidden 16 / vocab 50: ~10k parameters in a few dozen tensors, enough
-// that shard boundaries cut through tensors for every world size.
+// ~10k parameters in a few dozen tensors, enough that shard boundaries cut through tensors for every world
+// size (the offload tests' model).
 DebertaConfig tiny_config() {
-  DebertaConfig c = deberta_small_cpu_config();
-  c.vocab_size = 50;
-  c.hidden_size = 16;
-  c.embedding_size = 16;
-  c.num_attention_heads = 4;
-  c.attention_head_size = 4;
-  c.intermediate_size = 32;
-  c.num_hidden_layers = 2;
-  c.position_buckets = 4;
-  c.max_relative_positions = -1;
-  c.max_position_embeddings = 16;
-  c.pooler_hidden_size = 16;
-  c.num_labels = 3;
-  return c;
+  return testing::offload_tiny_config();
 }
 
 // mask[i]: element i of the flat buffer belongs to a tensor (false: padding).
