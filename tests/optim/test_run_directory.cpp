@@ -30,21 +30,7 @@ class RunDirectoryTest : public test::TempDirTest {
     fs::create_directory(path("step_plots"));
   }
   void touch(const std::string& name) { std::ofstream(path(name)) << "x"; }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const auto& entry : fs::directory_iterator(dir_)) out.push_back(entry.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
 };
-
-pid_t dead_pid() {
-  const pid_t child = fork();
-  if (child == 0) _exit(0);
-  int status = 0;
-  waitpid(child, &status, 0);
-  return child;
-}
 
 TEST_F(RunDirectoryTest, AFreshOrUnrelatedDirectoryIsUsedAsItIs) {
   const std::string fresh = path("new/out");

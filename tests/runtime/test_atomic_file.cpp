@@ -36,28 +36,12 @@ void write_text(const std::string& path, const std::string& text) {
   ZT_CHECK(!out.fail(), "cannot write ", path, " (disk full?)");
 }
 
-std::vector<std::string> names_in(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-// A pid that belonged to a process which has exited and been reaped.
-pid_t dead_pid() {
-  const pid_t child = fork();
-  if (child == 0) _exit(0);
-  int status = 0;
-  waitpid(child, &status, 0);
-  return child;
-}
-
 TEST_F(AtomicFileTest, PublishesTheWholeFileAndLeavesNoTemp) {
   const std::string file = path("config.json");
   atomic_write_file(file, [](const std::string& temp) { write_text(temp, "first"); });
   atomic_write_file(file, [](const std::string& temp) { write_text(temp, "second"); });
   EXPECT_EQ(read_all(file), "second");
-  EXPECT_EQ(names_in(dir_), std::vector<std::string>{"config.json"});
+  EXPECT_EQ(names(), std::vector<std::string>{"config.json"});
 }
 
 TEST_F(AtomicFileTest, AThrowingWriterRemovesTheTempAndKeepsThePreviousFile) {
@@ -72,7 +56,7 @@ TEST_F(AtomicFileTest, AThrowingWriterRemovesTheTempAndKeepsThePreviousFile) {
       },
       {"writer failed half way"});
   EXPECT_EQ(read_all(file), "previous");
-  EXPECT_EQ(names_in(dir_), std::vector<std::string>{"model.safetensors"});
+  EXPECT_EQ(names(), std::vector<std::string>{"model.safetensors"});
 }
 
 // A full disk, emulated by a file size limit with SIGXFSZ ignored (as run_tool_main does): the write fails
@@ -105,7 +89,7 @@ TEST_F(AtomicFileTest, AFullDiskIsAnErrorThatLeavesThePreviousFileIntact) {
   ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0) << "3: the error does not name the temp file; 4: no error";
   EXPECT_EQ(read_all(file), "previous");
-  EXPECT_EQ(names_in(dir_), std::vector<std::string>{"model.safetensors"});
+  EXPECT_EQ(names(), std::vector<std::string>{"model.safetensors"});
 }
 
 TEST_F(AtomicFileTest, TempFileNamesCarryTheWritersPid) {
