@@ -219,7 +219,7 @@ struct MrpcTrainer::Impl {
   int64_t micro_step = 0;      // micro-batches consumed so far over all ranks (keys the dropout masks)
   std::vector<StepRecord> steps;
   std::function<void(const StepRecord&)> step_callback;
-  bool group_stop = false;                            // a process group agreed to stop (see stop_now)
+  bool group_stop = false;                            // a process group agreed to stop (see should_stop)
   std::optional<data::GlueDataset> given_train_rows;  // set_train_rows: the train file as already read
   std::string resumed_from;                           // the checkpoint load_checkpoint loaded, if any
   double epoch_loss_sum = 0;          // of the epoch under way: step losses summed, for its train_loss
@@ -396,7 +396,7 @@ struct MrpcTrainer::Impl {
 
   // Whether to stop after this step (SIGINT/SIGTERM): in a process group the agreed answer of the last
   // step, so every process stops after the same one.
-  bool stop_now() const { return local_count < world ? group_stop : stop_requested(); }
+  bool should_stop() const { return local_count < world ? group_stop : stop_requested(); }
 
   // Each process's fingerprint of its resolved configuration (TrainConfig::describe()), gathered by all: a
   // mismatch is an error naming the processes that differ from rank 0, on every process alike.
@@ -837,12 +837,12 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       if (c.checkpointing_steps.kind == CheckpointingSteps::Kind::steps &&
           s.optimizer_step % c.checkpointing_steps.every == 0 && !c.output_dir.empty()) {
         save_checkpoint(c.output_dir);
-        if (s.stop_now()) {
+        if (s.should_stop()) {
           stop_now(true);
           return epochs;
         }
       }
-      if (s.stop_now()) {
+      if (s.should_stop()) {
         stop_now(false);
         return epochs;
       }

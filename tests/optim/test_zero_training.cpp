@@ -220,29 +220,28 @@ TEST(ZeroDiskTierTrainingCheckpoint, SwappedStateSavesAndResumes) {
   const std::string dir = temp_dir("disk_tier_resume");
   std::filesystem::create_directories(dir + "/nvme");
   const RunResult straight = run({.stage = 2, .world = 2, .accumulation = 3, .steps = 8});
-  run({.stage = 2,
-       .world = 2,
-       .accumulation = 3,
-       .steps = 8,
-       .output_dir = dir + "/a",
-       .checkpoint_every = 4,
-       .crash_after = 4,
-       .nvme_path = dir + "/nvme",
-       .nvme_buffers = 3,
-       .nvme_pipeline = true,
-       .sub_group_size = 1000});
+  const RunSpec crashed{.stage = 2,
+                        .world = 2,
+                        .accumulation = 3,
+                        .steps = 8,
+                        .output_dir = dir + "/a",
+                        .checkpoint_every = 4,
+                        .crash_after = 4,
+                        .nvme_path = dir + "/nvme",
+                        .nvme_buffers = 3,
+                        .nvme_pipeline = true,
+                        .sub_group_size = 1000};
+  run(crashed);
   EXPECT_TRUE(std::filesystem::is_empty(dir + "/nvme")) << "a failed run removes its swap files too";
-  const RunResult resumed = run({.stage = 3,
-                                 .world = 3,
-                                 .accumulation = 2,
-                                 .steps = 8,
-                                 .resume = resolve_checkpoint_path(dir + "/a"),
-                                 .nvme_path = dir + "/nvme",
-                                 .nvme_buffers = 2,
-                                 .sub_group_size = 777});
-  ASSERT_EQ(resumed.losses.size(), 4u);
-  const RunResult tail{{straight.losses.begin() + 4, straight.losses.end()}, straight.weights};
-  expect_close(resumed, tail, "disk-tier stage-2 checkpoint resumed with the disk tier at stage 3, world 3");
+  expect_resume_continues(straight, crashed,
+                          {.stage = 3,
+                           .world = 3,
+                           .accumulation = 2,
+                           .steps = 8,
+                           .nvme_path = dir + "/nvme",
+                           .nvme_buffers = 2,
+                           .sub_group_size = 777},
+                          "disk-tier stage-2 checkpoint resumed with the disk tier at stage 3, world 3");
   std::filesystem::remove_all(dir);
 }
 
@@ -251,24 +250,23 @@ TEST(ZeroDiskTierTrainingCheckpoint, SwappedStateSavesAndResumes) {
 TEST(ZeroOffloadTrainingCheckpoint, OffloadedStateSavesAndResumes) {
   const std::string dir = temp_dir("offload_resume");
   const RunResult straight = run({.stage = 2, .world = 2, .accumulation = 3, .steps = 8});
-  run({.stage = 2,
-       .world = 2,
-       .accumulation = 3,
-       .steps = 8,
-       .output_dir = dir + "/a",
-       .checkpoint_every = 4,
-       .crash_after = 4,
-       .offload_optimizer = true});
-  const RunResult resumed = run({.stage = 3,
-                                 .world = 3,
-                                 .accumulation = 2,
-                                 .steps = 8,
-                                 .resume = resolve_checkpoint_path(dir + "/a"),
-                                 .offload_optimizer = true,
-                                 .offload_param = true});
-  ASSERT_EQ(resumed.losses.size(), 4u);
-  const RunResult tail{{straight.losses.begin() + 4, straight.losses.end()}, straight.weights};
-  expect_close(resumed, tail, "offloaded stage-2 checkpoint resumed offloaded at stage 3, world 3");
+  const RunSpec crashed{.stage = 2,
+                        .world = 2,
+                        .accumulation = 3,
+                        .steps = 8,
+                        .output_dir = dir + "/a",
+                        .checkpoint_every = 4,
+                        .crash_after = 4,
+                        .offload_optimizer = true};
+  run(crashed);
+  expect_resume_continues(straight, crashed,
+                          {.stage = 3,
+                           .world = 3,
+                           .accumulation = 2,
+                           .steps = 8,
+                           .offload_optimizer = true,
+                           .offload_param = true},
+                          "offloaded stage-2 checkpoint resumed offloaded at stage 3, world 3");
   std::filesystem::remove_all(dir);
 }
 
@@ -330,22 +328,18 @@ TEST(ZeroCheckpoint, ResumesAtAnotherWorldSizeAndConsolidates) {
   // A 12-step world-2 run (accumulation 3) at `saved_stage` crashes after its step-6 checkpoint and resumes
   // at world 3 (accumulation 2: six micro-batches per step as before) at `resumed_stage`. The crash keeps the
   // 12-step learning-rate schedule.
-  const RunResult tail{{straight.losses.begin() + 6, straight.losses.end()}, straight.weights};
   auto crash_and_resume_at_world_3 = [&](int saved_stage, int resumed_stage, const std::string& out) {
-    run({.stage = saved_stage,
-         .world = 2,
-         .accumulation = 3,
-         .steps = 12,
-         .output_dir = out,
-         .checkpoint_every = 6,
-         .crash_after = 6});
-    const RunResult resumed = run({.stage = resumed_stage,
-                                   .world = 3,
-                                   .accumulation = 2,
-                                   .steps = 12,
-                                   .resume = resolve_checkpoint_path(out)});
-    EXPECT_EQ(resumed.losses.size(), 6u);
-    expect_close(resumed, tail, str("stage ", resumed_stage, " world 3 resumed from stage ", saved_stage));
+    const RunSpec crashed{.stage = saved_stage,
+                          .world = 2,
+                          .accumulation = 3,
+                          .steps = 12,
+                          .output_dir = out,
+                          .checkpoint_every = 6,
+                          .crash_after = 6};
+    run(crashed);
+    expect_resume_continues(straight, crashed,
+                            {.stage = resumed_stage, .world = 3, .accumulation = 2, .steps = 12},
+                            str("stage ", resumed_stage, " world 3 resumed from stage ", saved_stage));
   };
   crash_and_resume_at_world_3(2, 3, dir + "/c");  // a step_6.zero directory
   crash_and_resume_at_world_3(0, 1, dir + "/b");  // stage 0 writes the single file step_6.h5

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "optim/checkpoint.h"
 #include "optim/trainer/trainer.h"
 
 // RunSpec is filled with designated initializers; the members left out keep their defaults on purpose.
@@ -141,6 +142,18 @@ inline void expect_close(const RunResult& a, const RunResult& b, const std::stri
   for (size_t i = 0; i < a.weights.size(); ++i)
     worst = std::max(worst, static_cast<double>(std::abs(a.weights[i] - b.weights[i])));
   EXPECT_LT(worst, 2e-5) << what << ": largest weight difference";
+}
+
+// `crashed` (already run) stopped after its checkpoint at step crashed.crash_after in crashed.output_dir;
+// `resumed` resumes from that checkpoint and must continue `straight`'s curve — the run that never stopped —
+// for the remaining steps, within expect_close's cross-world tolerance.
+inline void expect_resume_continues(const RunResult& straight, const RunSpec& crashed, RunSpec resumed,
+                                    const std::string& what) {
+  resumed.resume = resolve_checkpoint_path(crashed.output_dir);
+  const RunResult after = run(resumed);
+  const auto done = static_cast<std::ptrdiff_t>(crashed.crash_after);
+  const RunResult tail{{straight.losses.begin() + done, straight.losses.end()}, straight.weights};
+  expect_close(after, tail, what);
 }
 
 inline std::string temp_dir(const std::string& name) {
