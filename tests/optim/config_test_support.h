@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <fstream>
@@ -15,9 +16,11 @@ namespace zt::optim::config_test {
 constexpr int64_t kMrpcTrainRows = 3668;
 constexpr int64_t kXlargeHidden = 1536;  // deberta-v2-xlarge
 
-// Writes `text` to a file named `name` in the test's temp directory; returns its path.
+// Writes `text` to a file named `name` in the temp directory, prefixed with the process id and the test's
+// name: ctest runs the cases of one binary as concurrent processes, which must not share a file.
 inline std::string write_temp(const std::string& name, const std::string& text) {
-  const std::string path = testing::TempDir() + name;
+  const std::string path = testing::TempDir() + "zt_" + std::to_string(::getpid()) + "_" +
+                           testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + name;
   std::ofstream(path) << text;
   return path;
 }
