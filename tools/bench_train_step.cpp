@@ -56,7 +56,9 @@ struct Options {
   int64_t steps = 12;
   double dropout = 0.1;
   int64_t layers = 0;  // 0: the xlarge depth (24)
-  int zero_stage = 0;  // ZeRO stage of the engine (world 1: its overhead over stage 0)
+  int64_t hidden = 0;  // 0: the xlarge width (1536); else heads of 64, FFN 4x (a DeBERTa-v2-shaped model)
+  bool estimate_only = false;  // print the estimator's plan (device and host) and exit: no GPU needed
+  int zero_stage = 0;          // ZeRO stage of the engine (world 1: its overhead over stage 0)
   int world_size = 1;
   std::string gpu_memory_limit;  // per rank; "" = none
   std::string offload = "none";  // none | optimizer | both
@@ -71,7 +73,8 @@ struct Options {
 
 const char* kUsage =
     "usage: bench_train_step [--batch 40] [--seq 128] [--dtype bf16|fp16|fp32] [--steps 12] [--dropout 0.1]\n"
-    "                        [--layers N] [--zero_stage 0-3] [--world_size N] [--gpu_memory_limit SIZE]\n"
+    "                        [--layers N] [--hidden H] [--estimate_only] [--zero_stage 0-3] [--world_size N] "
+    "[--gpu_memory_limit SIZE]\n"
     "                        [--offload none|optimizer|both] [--pin_memory] [--delayed_update] [--profile]\n"
     "                        [--nvme_path DIR [--nvme_buffers 4] [--nvme_pipeline]] [--sub_group_size 1e9]\n";
 
@@ -83,8 +86,8 @@ Options parse(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       std::exit(0);
     }
-    if (flag == "--profile") {
-      o.profile = true;
+    if (flag == "--profile" || flag == "--estimate_only") {
+      (flag == "--profile" ? o.profile : o.estimate_only) = true;
       continue;
     }
     if (flag == "--pin_memory" || flag == "--delayed_update" || flag == "--nvme_pipeline") {
@@ -108,6 +111,8 @@ Options parse(int argc, char** argv) {
         o.dropout = std::stod(value);
       } else if (flag == "--layers") {
         o.layers = std::stoll(value);
+      } else if (flag == "--hidden") {
+        o.hidden = std::stoll(value);
       } else if (flag == "--zero_stage") {
         o.zero_stage = std::stoi(value);
       } else if (flag == "--world_size") {
@@ -129,8 +134,9 @@ Options parse(int argc, char** argv) {
       ZT_FAIL(flag, ": not a number: ", value);
     }
   }
-  ZT_CHECK(o.batch > 0 && o.seq > 1 && o.steps >= 1 && o.layers >= 0 && o.world_size >= 1,
-           "sizes must be positive");
+  ZT_CHECK(o.batch > 0 && o.seq > 1 && o.steps >= 1 && o.layers >= 0 && o.world_size >= 1 && o.hidden >= 0 &&
+               o.hidden % 64 == 0,
+           "sizes must be positive (--hidden a multiple of 64)");
   ZT_CHECK(o.dtype == "bf16" || o.dtype == "fp16" || o.dtype == "fp32", "--dtype must be bf16, fp16 or fp32");
   ZT_CHECK(o.offload == "none" || o.offload == "optimizer" || o.offload == "both",
            "--offload must be none, optimizer or both");
@@ -153,14 +159,51 @@ zt::data::Batch synthetic_batch(int64_t batch, int64_t seq, std::mt19937_64& rng
   return b;
 }
 
+// The estimator's per-rank plan for this run (optim/zero/memory_estimate.h), GiB by category.
+nlohmann::json estimate_json(const zt::DebertaConfig& model, const Options& o, zt::DType compute,
+                             zt::optim::ZeroOffload offload) {
+  const zt::optim::MemoryEstimate plan =
+      zt::optim::estimate_memory(model, o.zero_stage, o.world_size, compute, o.batch, o.seq, offload);
+  auto gib = [](size_t bytes) { return std::round(static_cast<double>(bytes) / (1 << 30) * 1000) / 1000; };
+  return {{"parameters", gib(plan.state.compute_copy)},
+          {"gradients", gib(plan.state.gradients)},
+          {"master", gib(plan.state.master)},
+          {"optimizer", gib(plan.state.optimizer)},
+          {"buffers", gib(plan.state.buffers + plan.comm_scratch)},
+          {"scratch", gib(plan.scratch)},
+          {"activations", gib(plan.activations)},
+          {"total", gib(plan.total())},
+          {"host", gib(plan.host())},
+          {"host_optimizer", gib(plan.state.host_optimizer)},
+          {"host_gradients", gib(plan.state.host_gradients)},
+          {"host_parameters", gib(plan.state.host_parameters)}};
+}
+
 int run(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  ZT_CHECK(zt::cuda_available(), "bench_train_step times the GPU step: ", zt::describe_devices());
-  if (o.profile) zt::StepProfile::global().enable(true);
-
   zt::DebertaConfig model = zt::deberta_v2_xlarge_config();
   if (o.layers > 0) model.num_hidden_layers = o.layers;
+  if (o.hidden > 0) {  // wider: heads of 64, FFN 4x, as xlarge is at 1536
+    model.hidden_size = model.embedding_size = model.pooler_hidden_size = o.hidden;
+    model.num_attention_heads = o.hidden / 64;
+    model.intermediate_size = 4 * o.hidden;
+  }
   model.hidden_dropout_prob = model.attention_probs_dropout_prob = o.dropout;
+  const zt::optim::ZeroOffload offload{.optimizer = o.offload != "none", .param = o.offload == "both"};
+  const zt::DType compute = o.dtype == "fp16"   ? zt::DType::f16
+                            : o.dtype == "fp32" ? zt::DType::f32
+                                                : zt::DType::bf16;
+  if (o.estimate_only) {
+    std::printf("%s\n", nlohmann::json{{"params", zt::ParameterTable(model).total_numel()},
+                                       {"layers", model.num_hidden_layers},
+                                       {"hidden", model.hidden_size},
+                                       {"estimate_gib", estimate_json(model, o, compute, offload)}}
+                            .dump()
+                            .c_str());
+    return 0;
+  }
+  ZT_CHECK(zt::cuda_available(), "bench_train_step times the GPU step: ", zt::describe_devices());
+  if (o.profile) zt::StepProfile::global().enable(true);
   const std::string dtype_flag = o.dtype == "fp16" ? "f16" : o.dtype == "fp32" ? "f32" : "bf16";
   zt::optim::TrainConfig config =
       zt::optim::TrainConfig::from_args(std::vector<std::string>{"--device",
@@ -257,18 +300,6 @@ int run(int argc, char** argv) {
                      {"peak_reserved_gib", gib(m.peak_reserved)},
                      {"peak_by_category_gib", peaks}});
   }
-  const zt::optim::MemoryEstimate plan = zt::optim::estimate_memory(
-      model, o.zero_stage, o.world_size, zt::optim::compute_dtype_for_run(config), o.batch, o.seq,
-      {.optimizer = config.zero.offload_optimizer.enabled, .param = config.zero.offload_param.enabled});
-  const nlohmann::json estimate = {{"parameters", gib(plan.state.compute_copy)},
-                                   {"gradients", gib(plan.state.gradients)},
-                                   {"master", gib(plan.state.master)},
-                                   {"optimizer", gib(plan.state.optimizer)},
-                                   {"buffers", gib(plan.state.buffers + plan.comm_scratch)},
-                                   {"scratch", gib(plan.scratch)},
-                                   {"activations", gib(plan.activations)},
-                                   {"total", gib(plan.total())},
-                                   {"host", gib(plan.host())}};
   const double samples = static_cast<double>(o.batch * o.world_size);
   const nlohmann::json line = {
       {"impl", "zerotrain"},
@@ -291,7 +322,7 @@ int run(int argc, char** argv) {
       {"world_size", o.world_size},
       {"gpu_memory_limit", o.gpu_memory_limit},
       {"ranks", ranks},
-      {"estimate_gib", estimate},
+      {"estimate_gib", estimate_json(model, o, compute, offload)},
       {"device", zt::describe_devices()}};
   if (o.profile) std::fputs(zt::StepProfile::global().report().c_str(), stderr);
   std::printf("%s\n", line.dump().c_str());
