@@ -26,6 +26,11 @@
 // samples_per_s counts all ranks, and "ranks" lists every rank's peak bytes by category beside the
 // estimator's per-rank figures (optim/zero/memory_estimate.h), measured over the timed steps. A batch that
 // does not fit ends with the allocator's out-of-memory error (exit 1): scripts search the largest batch so.
+//
+// --hidden H widens the model (heads of 64, FFN 4H) and --layers N deepens it: the largest model that trains
+// with ZeRO-3 and both offloads. --estimate_only prints the estimator's plan (device and host GiB) for the
+// flags and exits, without a GPU. --repeat_batch trains every step on the same batch and --lr sets the
+// learning rate, so a few steps of a big model show its loss falling ("losses" lists every step's loss).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -57,8 +62,10 @@ struct Options {
   double dropout = 0.1;
   int64_t layers = 0;  // 0: the xlarge depth (24)
   int64_t hidden = 0;  // 0: the xlarge width (1536); else heads of 64, FFN 4x (a DeBERTa-v2-shaped model)
-  bool estimate_only = false;  // print the estimator's plan (device and host) and exit: no GPU needed
-  int zero_stage = 0;          // ZeRO stage of the engine (world 1: its overhead over stage 0)
+  bool estimate_only = false;
+  bool repeat_batch = false;    // every step trains on the first batch: a few steps show the loss falling
+  double learning_rate = 2e-5;  // print the estimator's plan (device and host) and exit: no GPU needed
+  int zero_stage = 0;           // ZeRO stage of the engine (world 1: its overhead over stage 0)
   int world_size = 1;
   std::string gpu_memory_limit;  // per rank; "" = none
   std::string offload = "none";  // none | optimizer | both
@@ -73,7 +80,8 @@ struct Options {
 
 const char* kUsage =
     "usage: bench_train_step [--batch 40] [--seq 128] [--dtype bf16|fp16|fp32] [--steps 12] [--dropout 0.1]\n"
-    "                        [--layers N] [--hidden H] [--estimate_only] [--zero_stage 0-3] [--world_size N] "
+    "                        [--layers N] [--hidden H] [--estimate_only] [--repeat_batch] [--lr 2e-5]\n"
+    "                        [--zero_stage 0-3] [--world_size N] "
     "[--gpu_memory_limit SIZE]\n"
     "                        [--offload none|optimizer|both] [--pin_memory] [--delayed_update] [--profile]\n"
     "                        [--nvme_path DIR [--nvme_buffers 4] [--nvme_pipeline]] [--sub_group_size 1e9]\n";
@@ -86,8 +94,8 @@ Options parse(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       std::exit(0);
     }
-    if (flag == "--profile" || flag == "--estimate_only") {
-      (flag == "--profile" ? o.profile : o.estimate_only) = true;
+    if (flag == "--profile" || flag == "--estimate_only" || flag == "--repeat_batch") {
+      (flag == "--profile" ? o.profile : flag == "--estimate_only" ? o.estimate_only : o.repeat_batch) = true;
       continue;
     }
     if (flag == "--pin_memory" || flag == "--delayed_update" || flag == "--nvme_pipeline") {
@@ -111,6 +119,8 @@ Options parse(int argc, char** argv) {
         o.dropout = std::stod(value);
       } else if (flag == "--layers") {
         o.layers = std::stoll(value);
+      } else if (flag == "--lr") {
+        o.learning_rate = std::stod(value);
       } else if (flag == "--hidden") {
         o.hidden = std::stoll(value);
       } else if (flag == "--zero_stage") {
@@ -217,7 +227,7 @@ int run(int argc, char** argv) {
                                                                  "--max_length",
                                                                  std::to_string(o.seq),
                                                                  "--learning_rate",
-                                                                 "2e-5",
+                                                                 std::to_string(o.learning_rate),
                                                                  "--weight_decay",
                                                                  "0",
                                                                  "--max_grad_norm",
@@ -256,14 +266,18 @@ int run(int argc, char** argv) {
 
   std::mt19937_64 rng(0);
   constexpr int64_t kWarmup = 3;
-  std::vector<double> times;
+  std::vector<double> times, losses;
+  std::vector<zt::data::Batch> window;
   double first_step_s = 0;
   for (int64_t step = 0; step < kWarmup + o.steps; ++step) {
-    std::vector<zt::data::Batch> window;
-    for (int r = 0; r < o.world_size; ++r) window.push_back(synthetic_batch(o.batch, o.seq, rng));
+    if (step == 0 || !o.repeat_batch) {
+      window.clear();
+      for (int r = 0; r < o.world_size; ++r) window.push_back(synthetic_batch(o.batch, o.seq, rng));
+    }
+    std::vector<zt::data::Batch> micro_batches = window;  // train_step may consume its batches
     zt::device_synchronize();
     const auto start = std::chrono::steady_clock::now();
-    trainer.train_step(window);  // returns after the optimizer is queued; the sync below waits for it
+    losses.push_back(trainer.train_step(micro_batches).loss);  // the optimizer is queued; the sync waits
     zt::device_synchronize();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (step == 0) first_step_s = seconds;
@@ -314,6 +328,7 @@ int run(int argc, char** argv) {
       {"nvme_path", o.nvme_path},
       {"params", table.total_numel()},
       {"first_step_s", round_to(first_step_s, 1e-3)},
+      {"losses", losses},
       {"step_ms", round_to(step_s * 1e3, 1e-2)},
       {"samples_per_s", round_to(samples / step_s, 0.1)},
       {"approx_tflops", round_to(flops / step_s / 1e12, 0.1)},

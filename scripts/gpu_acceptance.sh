@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The H200 acceptance runs of the ZeRO, offload and disk-tier issues, in parts that each fit one device call
+# (≤ 10 min) and run back to back on one warm machine (the build directory stays between calls):
+#
+#   scripts/gpu_acceptance.sh zero      # issue 12: GPU tests; train_mrpc under `mpirun -np 1` (NCCL), stages 0-3
+#                                       # against stage 0's bf16 curve; world 2 stage 0 batch 56 under 24 GiB
+#   scripts/gpu_acceptance.sh offload   # issue 18: DeepSpeed ZeRO-2 (+ offload) and its largest batch under 24 GiB
+#                                       # (.ds/ds_anchor.py parts b,d), then ours in the same call: CPU AdamW
+#                                       # against torch fused/foreach and DeepSpeedCPUAdam and the host bandwidth;
+#                                       # ZeRO-2 steps with and without offload, batch 40/64/128, the delayed update
+#   scripts/gpu_acceptance.sh limits    # issue 18: DeepSpeed ZeRO-3 + both offloads (part c) beside ours; our
+#                                       # largest batch under 24 GiB per configuration; the delayed update's loss
+#                                       # curve beside the exact one (train_mrpc)
+#   scripts/gpu_acceptance.sh disk      # issue 15: scripts/gpu_disk_bench.sh
+#   scripts/gpu_acceptance.sh big       # issue 18: the largest DeBERTa-v2-shaped model with ZeRO-3 + both offloads
+#
+# DeepSpeed comes from .ds/ (a git-ignored copy of ../shared/bench/deepspeed, carried to the device). Results
+# in $OUT/<part>/ (or ./gpu-acceptance-out), a one-line-per-result log in $OUT/<part>/acceptance.log.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+part=${1:?usage: scripts/gpu_acceptance.sh zero|offload|limits|disk|big}
+out=${OUT:-$PWD/gpu-acceptance-out}/$part
+mkdir -p "$out"
+log="$out/acceptance.log"
+export NCCL_NVLS_ENABLE=0
+say() { echo "$*" | tee -a "$log"; }
+start=$(date +%s)
+elapsed() { echo "$(($(date +%s) - start)) s"; }
+
+targets=(train_mrpc bench_train_step bench_cpu_adam bench_disk test_zero_offload_gpu test_zero_training_gpu)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/configure.log" 2>&1 &&
+  cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" -- -k 0 >"$out/build.log" 2>&1 ||
+  { grep -B2 -A8 "error" "$out/build.log" | head -60; exit 1; }
+say "build: $(elapsed)"
+bin=build-gpu/bin
+
+# One bench_train_step run: label, then its flags; the JSON line (or the error's last lines) to the log.
+step() {
+  local label=$1
+  shift
+  local line
+  line=$(timeout 150 $bin/bench_train_step --seq 128 --dtype bf16 "$@" 2>"$out/err.txt" | tail -1)
+  if [[ "$line" == \{* ]]; then
+    echo "$line" >>"$out/steps.jsonl"
+    say "$label: $(echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); print({k: r.get(k) for k in ("batch","zero_stage","offload","delayed_update","params","first_step_s","step_ms","samples_per_s","peak_gib","peak_reserved_gib")}, "estimate", r["estimate_gib"]["total"], "host", r["estimate_gib"]["host"])')"
+    grep -E "optimizer|forward|backward" "$out/err.txt" | head -12 >>"$log"
+    return 0
+  fi
+  say "$label: FAILED $(grep -v '^\s*$' "$out/err.txt" | tail -2 | head -c 400)"
+  return 1
+}
+
+# The largest batch (multiple of 8) that runs under 24 GiB: `guess` must fit, guess + 8 must not.
+largest_batch() {  # label, guess, then flags
+  local label=$1 b=$2
+  shift 2
+  while ((b > 8)) && ! step "$label b$b" --batch "$b" --steps 1 --gpu_memory_limit 24GiB "$@"; do b=$((b - 8)); done
+  while step "$label b$((b + 8))" --batch $((b + 8)) --steps 1 --gpu_memory_limit 24GiB "$@"; do b=$((b + 8)); done
+  say "LARGEST under 24 GiB, $label: batch $b"
+}
+
+deepspeed() {  # ds_anchor.py parts and a time budget; results in $out/ds/
+  if [[ ! -f .ds/run.sh ]]; then
+    say "DeepSpeed anchor: .ds/ missing (copy ../shared/bench/deepspeed there and carry it)"
+    return
+  fi
+  OUT="$out/ds" bash .ds/run.sh --parts "$1" --budget-s "$2" >"$out/ds_stdout.txt" 2>&1
+  say "DeepSpeed parts $1: exit $? ($(elapsed)); $(tr -d '\n' <"$out/ds/ds_anchor.json" 2>/dev/null | head -c 3000)"
+}
+
+case $part in
+zero)
+  for t in test_zero_offload_gpu test_zero_training_gpu; do
+    timeout 200 $bin/$t >"$out/$t.txt" 2>&1
+    say "$t exit $?: $(grep -E "^\[  (PASSED|FAILED) " "$out/$t.txt" | tr '\n' ' ')"
+    grep -B3 -A12 "Failure" "$out/$t.txt" | head -40 >>"$log"
+  done
+  OUT="$out/mpirun" bash scripts/gpu_mpirun_check.sh 2>&1 | tee -a "$log"
+  step "world 2 stage 0 bs56 24GiB" --batch 56 --zero_stage 0 --world_size 2 --gpu_memory_limit 24GiB --steps 2
+  step "world 2 stage 0 bs64 24GiB" --batch 64 --zero_stage 0 --world_size 2 --gpu_memory_limit 24GiB --steps 2
+  ;;
+offload)
+  deepspeed b,d 300
+  # DeepSpeedCPUAdam beside ours: run.sh installed the wheels under /tmp/ds_site.
+  PYTHONPATH=/tmp/ds_site TORCH_EXTENSIONS_DIR=/tmp/tx DS_ACCELERATOR=cuda DS_SKIP_CUDA_CHECK=1 \
+    timeout 150 python3 scripts/bench_cpu_adam_vs_torch.py --bench $bin/bench_cpu_adam --params 887M \
+    --threads "$(nproc)" >>"$log" 2>&1
+  say "cpu adam exit $? ($(elapsed))"
+  step "zero2 bs40" --batch 40 --zero_stage 2 --steps 5
+  step "zero2+offload bs40" --batch 40 --zero_stage 2 --offload optimizer --pin_memory --steps 5 --profile
+  step "zero2+offload+dpu bs40" --batch 40 --zero_stage 2 --offload optimizer --pin_memory --delayed_update \
+    --steps 5 --profile
+  step "zero2+offload bs64" --batch 64 --zero_stage 2 --offload optimizer --pin_memory --steps 5
+  step "zero2 bs128" --batch 128 --zero_stage 2 --steps 5
+  step "zero2+offload bs128" --batch 128 --zero_stage 2 --offload optimizer --pin_memory --steps 5 --profile
+  largest_batch "zero2+offload" 112 --zero_stage 2 --offload optimizer --pin_memory
+  ;;
+limits)
+  deepspeed c 150
+  step "zero3+both offloads bs40" --batch 40 --zero_stage 3 --offload both --pin_memory --steps 5 --profile
+  largest_batch "stage 0" 56 --zero_stage 0
+  largest_batch "zero2" 48 --zero_stage 2
+  largest_batch "zero3+both offloads" 120 --zero_stage 3 --offload both --pin_memory
+  # The delayed update's curve beside the exact one: train_mrpc, ZeRO-2 + optimizer offload, 40 steps.
+  echo '{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true}},
+         "bf16": {"enabled": true}}' >"$out/z2_offload.json"
+  for mode in exact delayed; do
+    flags=()
+    [[ $mode == delayed ]] && flags=(--offload_delayed_update)
+    timeout 150 $bin/train_mrpc --deepspeed_config "$out/z2_offload.json" --max_train_steps 40 --log_every 1 \
+      --per_device_train_batch_size 40 --output_dir "$out/run_$mode" "${flags[@]}" >"$out/train_$mode.txt" 2>&1
+    say "train_mrpc offload $mode exit $?: $(grep -E "^done|delayed|dev" "$out/train_$mode.txt" | tr '\n' ' ' | head -c 300)"
+    rm -f "$out/run_$mode/model.h5"
+  done
+  python3 - "$out" <<'PY' | tee -a "$log"
+import json, sys
+def losses(mode):
+    try:
+        return [e["train/loss"] for e in map(json.loads, open(f"{sys.argv[1]}/run_{mode}/metrics.jsonl"))
+                if e.get("type") == "step"]
+    except OSError:
+        return []
+exact, delayed = losses("exact"), losses("delayed")
+print("step  exact     delayed")
+for i, (a, b) in enumerate(zip(exact, delayed)):
+    print(f"{i + 1:4d}  {a:.5f}  {b:.5f}")
+if exact and delayed:
+    k = min(10, len(exact))
+    print(f"mean of the last {k}: exact {sum(exact[-k:]) / k:.5f}, delayed {sum(delayed[-k:]) / k:.5f}")
+PY
+  ;;
+disk)
+  ZT_DD_BLOCKS=1024 ZT_DISK_BENCH_SIZE=2GiB OUT="$out/disk" bash scripts/gpu_disk_bench.sh 2>&1 | tail -30 | tee -a "$log"
+  ;;
+big)
+  free -g | tee -a "$log"
+  # ≈6.2 B parameters: hidden 4096 (64 heads of 64, FFN 16384), 28 layers; ZeRO-3, both offloads, batch 8.
+  step "6.2B zero3+both offloads" --batch 8 --zero_stage 3 --offload both --pin_memory --hidden 4096 --layers 28 \
+    --steps 3 --repeat_batch --lr 1e-4 --profile ||
+    step "6.2B zero3+both offloads (pageable)" --batch 8 --zero_stage 3 --offload both --hidden 4096 --layers 28 --steps 3 --repeat_batch --lr 1e-4
+  ;;
+*)
+  echo "unknown part $part" >&2
+  exit 2
+  ;;
+esac
+say "part $part done: $(elapsed)"
