@@ -39,7 +39,7 @@ step() {
   local label=$1
   shift
   local line
-  line=$(timeout 150 $bin/bench_train_step --seq 128 --dtype bf16 "$@" 2>"$out/err.txt" | tail -1)
+  line=$(timeout "${STEP_TIMEOUT:-150}" $bin/bench_train_step --seq 128 --dtype bf16 "$@" 2>"$out/err.txt" | tail -1)
   if [[ "$line" == \{* ]]; then
     echo "$line" >>"$out/steps.jsonl"
     say "$label: $(echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); print({k: r.get(k) for k in ("batch","zero_stage","offload","delayed_update","params","first_step_s","step_ms","samples_per_s","peak_gib","peak_reserved_gib")}, "estimate", r["estimate_gib"]["total"], "host", r["estimate_gib"]["host"])')"
@@ -134,6 +134,7 @@ disk)
   ;;
 big)
   free -g | tee -a "$log"
+  export STEP_TIMEOUT=420
   # ≈6.2 B parameters: hidden 4096 (64 heads of 64, FFN 16384), 28 layers; ZeRO-3, both offloads, batch 8.
   step "6.2B zero3+both offloads" --batch 8 --zero_stage 3 --offload both --pin_memory --hidden 4096 --layers 28 \
     --steps 3 --repeat_batch --lr 1e-4 --profile ||
