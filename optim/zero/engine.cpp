@@ -144,7 +144,8 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
   // f32 training: the master is the compute copy (stages 0-2: its full buffer, stage 3: its shard).
   b.master = mixed ? master_elems * 4 : 0;
   b.optimizer = 2 * (stage == 0 ? psi : shard) * 4;
-  if (stage >= 2) b.buffers += bucket_elems * 4;
+  // World size 1: the reduce-scatter is the identity and backward accumulates into the shard itself.
+  if (stage >= 2 && partition.world_size() > 1) b.buffers += bucket_elems * 4;
   if (stage == 3) b.buffers += bucket_elems * t;
   if (offload.optimizer && stage >= 1) {
     b.master = 0;
@@ -212,6 +213,11 @@ struct ZeroEngine::Impl {
   std::vector<OwnedBlock> blocks;    // one per unit
   std::vector<SubGroup> sub_groups;  // offload: host store block g is sub_groups[g]
   bool first_micro = true, last_micro = true;
+  // Stages 2/3 at world size 1: no gradient buckets. The shard is the whole model, so backward accumulates
+  // straight into it (as stage 0 does into its full buffer) and the shard is cleared after each step.
+  bool direct_gradients = false;
+  // Whether the gradient buffer is accumulated into by backward and must be zeroed once the step read it.
+  bool gradients_accumulate_in_place() const { return stage <= 1 || direct_gradients; }
 
   const Arena& master() const {
     ZT_CHECK(!offload, "ZeRO engine: the offloaded master lives in the host store");
@@ -468,7 +474,8 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   s.grads = std::make_unique<Arena>(
       "gradients", s.stage <= 1 ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
       s.options(MemoryCategory::gradients, true));
-  if (s.stage >= 2) {
+  s.direct_gradients = s.stage >= 2 && world_size() == 1;
+  if (s.stage >= 2 && !s.direct_gradients) {
     auto bucket = [&](const char* name, int64_t n) {
       return std::make_unique<Arena>(name, flat_layout(n, DType::f32),
                                      s.options(MemoryCategory::communication, true));
@@ -565,6 +572,15 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   if (s.stage <= 1) {
     grad_handles_ =
         DebertaTensors::bind(config, [&](const std::string& name) { return s.grads->tensor(name); });
+  } else if (s.direct_gradients) {  // each unit's gradients at its place in the shard
+    grad_handles_ = DebertaTensors::bind(config, [&](const std::string& name) {
+      const size_t k = index_of(name);
+      const ZeroUnit& unit = units[partition_.unit_of_tensor(k)];
+      const Tensor in_shard = view(*s.grads, DType::f32, unit.shard_begin, unit.numel);
+      const int64_t offset = partition_.tensor_flat_offset(k) - unit.flat_begin;
+      return Tensor(static_cast<float*>(in_shard.data()) + offset, table.entries()[k].shape, DType::f32,
+                    in_shard.device());
+    });
   } else {
     grad_handles_ = DebertaTensors::bind(config, [&](const std::string& name) {
       const size_t k = index_of(name);
@@ -629,6 +645,10 @@ void ZeroEngine::gradients_ready(size_t unit) {
       }
     }
     s.download_final_gradients(unit);
+    return;
+  }
+  if (s.direct_gradients) {  // world size 1: backward accumulated into the shard itself
+    if (s.last_micro) s.download_final_gradients(unit);
     return;
   }
   // Stages 2/3: reduce this micro-batch's bucket, fold the rank's slice into the shard accumulator, clear
@@ -756,7 +776,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   const double loss_scale = scaler.scale();
   const double norm = cpu ? std::sqrt(total) : std::sqrt(total) / (loss_scale * W);
   auto clear_gradients = [&] {
-    if (s.stage <= 1) kernels::fill(s.grads->flat(DType::f32), 0.0f);
+    if (s.gradients_accumulate_in_place()) kernels::fill(s.grads->flat(DType::f32), 0.0f);
   };
   // 4. fp16 overflow: every rank sees the same sums, so all skip together.
   if (s.compute == DType::f16) {
@@ -799,14 +819,14 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
       // on a host thread, and lands at the next step() (or finish_delayed_update()).
       for (const OwnedBlock& b : s.blocks) s.copies->wait_down(b.unit);
       s.copies->join();
-      if (s.stage == 1) clear_gradients();
+      if (s.stage == 1 || s.direct_gradients) clear_gradients();
       s.pending = std::async(std::launch::async,
                              [this, lr, grad_scale] { update_offloaded_blocks(lr, grad_scale, false); });
       return {norm, true};
     }
     update_offloaded_blocks(lr, grad_scale, /*publish_each=*/true);
     s.copies->join();  // the all-gather and the next forward read what went up
-    if (s.stage == 1) clear_gradients();
+    if (s.stage == 1 || s.direct_gradients) clear_gradients();
   } else if (cpu) {
     if (coef < 1.0)
       for (const OwnedBlock& b : s.blocks) scale_in_place(host_span(grad_block(b)), static_cast<float>(coef));
@@ -828,7 +848,8 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
                         view(*s.exp_avg, DType::f32, b.moments, b.numel),
                         view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges,
                         s.mixed ? view(*s.compute_copy, s.compute, b.compute, b.numel) : Tensor(),
-                        work_stream(), static_cast<float>(factor), /*zero_grads=*/s.stage == 0);
+                        work_stream(), static_cast<float>(factor),
+                        /*zero_grads=*/s.stage == 0 || s.direct_gradients);
     }
     if (s.stage == 1) clear_gradients();
 #endif

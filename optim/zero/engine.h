@@ -12,7 +12,8 @@
 //   2      Ψ                  S + buckets                  S             2S               2 + 16/W (+
 //   buckets) 3      S + gather bufs    S + buckets                  S             2S               18/W (+
 //   buffers)
-// Buckets: one f32 buffer per unit for the embeddings and the shared unit and two rotating layer buffers;
+// Buckets: one f32 buffer per unit for the embeddings and the shared unit and two rotating layer buffers
+// (none at world size 1, where the shard is the whole model: backward accumulates into it directly);
 // stage-3 gather buffers: the same shapes in T. (The ZeRO paper's 16Ψ / 4Ψ+12Ψ/N / 2Ψ+14Ψ/N / 16Ψ/N keep
 // 16-bit gradients; ours are f32 so that accumulation over micro-batches and ranks does not round.)
 //

@@ -43,7 +43,9 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
   const auto embeddings = static_cast<size_t>(units.front().numel);
   const auto shared = static_cast<size_t>(units.back().numel);
   const auto layer = static_cast<size_t>(partition.largest_layer_unit());
-  for (size_t bytes : {size_t{4}, stage == 3 ? t : size_t{0}}) {  // f32 buckets (2, 3), gather buffers (3)
+  // f32 buckets (stages 2, 3; none at world size 1, where backward accumulates into the shard), gather
+  // buffers (stage 3).
+  for (size_t bytes : {world_size > 1 ? size_t{4} : size_t{0}, stage == 3 ? t : size_t{0}}) {
     if (stage < 2 || bytes == 0) continue;
     e.state.buffers += held(embeddings * bytes) + held(shared * bytes) + 2 * held(layer * bytes);
   }
