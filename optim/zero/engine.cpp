@@ -962,11 +962,12 @@ void ZeroEngine::refresh_compute_copy() {
 void ZeroEngine::load_parameter(size_t tensor, std::span<const float> values) {
   ZT_CHECK(tensor < table_.size(), "load_parameter: tensor ", tensor, " outside the table (", table_.size(),
            " tensors)");
-  ZT_CHECK(static_cast<int64_t>(values.size()) == tensor_numel(tensor), "load_parameter: ",
-           tensor_name(tensor), " has ", tensor_numel(tensor), " elements, got ", values.size(), " values");
+  ZT_CHECK(static_cast<int64_t>(values.size()) == tensor_numel(tensor),
+           "load_parameter: ", tensor_name(tensor), " has ", tensor_numel(tensor), " elements, got ",
+           values.size(), " values");
   for (const OwnedPiece& p : owned_pieces())
-    if (p.tensor == tensor) write_state(0, p, values.subspan(static_cast<size_t>(p.tensor_offset),
-                                                             static_cast<size_t>(p.numel)));
+    if (p.tensor == tensor)
+      write_state(0, p, values.subspan(static_cast<size_t>(p.tensor_offset), static_cast<size_t>(p.numel)));
 }
 
 void ZeroEngine::load_full_parameters(const Arena& host_f32) {

@@ -38,8 +38,8 @@ Arena initial_parameters(const ParameterTable& table) {
   return init;
 }
 
-// The full master gathered after a world-2 engine of `options` is loaded from `init`: by load_full_parameters,
-// or tensor by tensor (last to first, each from its own buffer) and finish_loading.
+// The full master gathered after a world-2 engine of `options` is loaded from `init`: by
+// load_full_parameters, or tensor by tensor (last to first, each from its own buffer) and finish_loading.
 std::vector<float> loaded_master(const ZeroEngineOptions& options, bool per_tensor) {
   const DebertaConfig config = testing::offload_tiny_config();
   const ParameterTable table(config);
@@ -72,7 +72,8 @@ TEST(ZeroLoadParameters, TensorByTensorEqualsTheFullArenaForEveryStageAndOffload
   const ParameterTable table(testing::offload_tiny_config());
   const Arena init = initial_parameters(table);
   const Tensor init_flat = init.flat(DType::f32);
-  const std::vector<float> expected(init_flat.data_as<float>(), init_flat.data_as<float>() + init_flat.numel());
+  const std::vector<float> expected(init_flat.data_as<float>(),
+                                    init_flat.data_as<float>() + init_flat.numel());
   for (int stage = 0; stage <= 3; ++stage) {
     std::vector<ZeroOffload> offloads = {{}};
     if (stage >= 1) offloads.push_back({.optimizer = true});
@@ -81,7 +82,8 @@ TEST(ZeroLoadParameters, TensorByTensorEqualsTheFullArenaForEveryStageAndOffload
       const ZeroEngineOptions options{.stage = stage, .device = DeviceKind::cpu, .offload = offload};
       const std::vector<float> full = loaded_master(options, false);
       const std::vector<float> per_tensor = loaded_master(options, true);
-      const std::string what = "stage " + std::to_string(stage) + (offload.optimizer ? " offload_optimizer" : "") +
+      const std::string what = "stage " + std::to_string(stage) +
+                               (offload.optimizer ? " offload_optimizer" : "") +
                                (offload.param ? " offload_param" : "");
       EXPECT_TRUE(bitwise_equal(per_tensor, full)) << what;
       // Both are the values loaded (the comparison above is not two engines left at zero).
