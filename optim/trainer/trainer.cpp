@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <numbers>
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "data/glue_metrics.h"
 #include "data/glue_tsv.h"
@@ -282,10 +284,6 @@ struct MrpcTrainer::Impl {
                                                            static_cast<size_t>(local_count);
       for (RankState& rank : ranks) rank.gpu = std::make_unique<RankDevice>(kSharedGpu, cap);
     }
-    // Initialize (and load) on the host; every rank keeps its part.
-    Arena staging("parameters (host)", table.layout(DType::f32));
-    init_parameters(model_config, table, staging, config.seed);
-    if (!config.model_name_or_path.empty()) load_pretrained(staging);
     run_ranks([&](int r) {
       RankState& rank = at(r);
       rank.comm = comms[static_cast<size_t>(r - first_rank)].get();
@@ -314,8 +312,8 @@ struct MrpcTrainer::Impl {
         rank.batch_arena = std::make_unique<Arena>("batch", batch_layout(max_batch(), config.max_length),
                                                    state_arena(device, MemoryCategory::activations, false));
       rank.scaler = compute == DType::f16 ? LossScaler(config.fp16) : LossScaler::disabled();
-      rank.engine->load_full_parameters(staging);
     });
+    initialize_parameters();
   }
 
   ~Impl() {
@@ -466,17 +464,31 @@ struct MrpcTrainer::Impl {
     return host;
   }
 
-  // Loads --model_name_or_path over the random init. With --ignore_mismatched_sizes a classifier whose label
-  // count differs from the run's is left at its fresh init (HF's N(0, 0.02^2), bias 0); the pooler is kept.
-  void load_pretrained(const Arena& into) {
-    const ModelFile file(resolve_model_path(config.model_name_or_path));
-    const DebertaConfig& stored = file.config();
-    for (const ParameterInfo& info : table.entries()) {
+  // Initializes every tensor on the host (init_parameter: a pure function of seed, name and index), loads
+  // --model_name_or_path over it, and hands it to the ranks' engines, one tensor at a time: the host stages
+  // the largest tensor (the word embeddings), never the whole model, which would sit next to the offloaded
+  // state. With --ignore_mismatched_sizes a classifier whose label count differs from the run's is left at
+  // its fresh init (HF's N(0, 0.02^2), bias 0); the pooler is kept.
+  void initialize_parameters() {
+    std::optional<ModelFile> file;
+    if (!config.model_name_or_path.empty()) file.emplace(resolve_model_path(config.model_name_or_path));
+    int64_t largest = 0;
+    for (const ParameterInfo& info : table.entries()) largest = std::max(largest, info.numel());
+    std::vector<float> staging(static_cast<size_t>(largest));
+    for (size_t k = 0; k < table.size(); ++k) {
+      const ParameterInfo& info = table.entries()[k];
+      const Tensor values(staging.data(), info.shape, DType::f32);
+      init_parameter(model_config, info, values, config.seed);
       const bool head = info.name.rfind("classifier.", 0) == 0;
-      if (head && stored.num_labels != model_config.num_labels) continue;
-      file.read_param(info.name, into.tensor(info.name));
+      if (file && !(head && file->config().num_labels != model_config.num_labels))
+        file->read_param(info.name, values);
+      const std::span<const float> span(staging.data(), static_cast<size_t>(info.numel()));
+      run_ranks([&](int r) { at(r).engine->load_parameter(k, span); });
     }
-    std::printf("loaded %s (%lld tensors)%s\n", file.path().c_str(), static_cast<long long>(table.size()),
+    run_ranks([&](int r) { at(r).engine->finish_loading(); });
+    if (!file) return;
+    const DebertaConfig& stored = file->config();
+    std::printf("loaded %s (%lld tensors)%s\n", file->path().c_str(), static_cast<long long>(table.size()),
                 stored.num_labels != model_config.num_labels
                     ? str("; classifier re-initialized for ", model_config.num_labels,
                           " labels (checkpoint had ", stored.num_labels, ")")

@@ -980,14 +980,24 @@ void ZeroEngine::refresh_compute_copy() {
   gather_updated_compute_copy();
 }
 
+void ZeroEngine::load_parameter(size_t tensor, std::span<const float> values) {
+  ZT_CHECK(tensor < table_.size(), "load_parameter: tensor ", tensor, " outside the table (", table_.size(),
+           " tensors)");
+  ZT_CHECK(static_cast<int64_t>(values.size()) == tensor_numel(tensor),
+           "load_parameter: ", tensor_name(tensor), " has ", tensor_numel(tensor), " elements, got ",
+           values.size(), " values");
+  for (const OwnedPiece& p : owned_pieces())
+    if (p.tensor == tensor)
+      write_state(0, p, values.subspan(static_cast<size_t>(p.tensor_offset), static_cast<size_t>(p.numel)));
+}
+
 void ZeroEngine::load_full_parameters(const Arena& host_f32) {
   ZT_CHECK(host_f32.device() == DeviceKind::cpu, "load_full_parameters needs a host arena");
-  for (const OwnedPiece& p : owned_pieces()) {
-    const Tensor whole = host_f32.tensor(table_.entries()[p.tensor].name);
-    const float* begin = static_cast<const float*>(whole.data()) + p.tensor_offset;
-    write_state(0, p, {begin, static_cast<size_t>(p.numel)});
+  for (size_t k = 0; k < table_.size(); ++k) {
+    const Tensor whole = host_f32.tensor(table_.entries()[k].name);
+    load_parameter(k, {static_cast<const float*>(whole.data()), static_cast<size_t>(whole.numel())});
   }
-  refresh_compute_copy();
+  finish_loading();
 }
 
 void ZeroEngine::gather_full_master(const Arena* host_f32) {

@@ -153,7 +153,8 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
 class ZeroEngine final : public DebertaUnitHooks {
  public:
   // `table`, `config` and `comm` must outlive the engine. Allocates every buffer (device buffers through
-  // the calling thread's device allocator). Parameters start at zero: call load_full_parameters.
+  // the calling thread's device allocator). Parameters start at zero: call load_full_parameters
+  // (or load_parameter for every tensor, then finish_loading).
   ZeroEngine(const ParameterTable& table, const DebertaConfig& config, Communicator& comm,
              ZeroEngineOptions options);
   ~ZeroEngine() override;
@@ -187,8 +188,13 @@ class ZeroEngine final : public DebertaUnitHooks {
   void finish_delayed_update();
 
   // Collective: every rank passes the same full f32 host arena laid out by table.layout(f32); each keeps its
-  // part in the master and refreshes the compute copy.
+  // part in the master and refreshes the compute copy (load_parameter for every tensor, then finish_loading).
   void load_full_parameters(const Arena& host_f32);
+  // Loading one tensor at a time, so the host never stages the whole model: every rank passes the full
+  // values of table entry `tensor` (numel floats) and keeps the pieces it owns in its master. Not collective;
+  // after the last tensor every rank calls finish_loading (collective: re-derives the compute copy).
+  void load_parameter(size_t tensor, std::span<const float> values);
+  void finish_loading() { refresh_compute_copy(); }
   // Collective: the full f32 master gathered unit by unit into `host_f32` (table.layout(f32)); ranks that
   // pass nullptr only take part in the gathers.
   void gather_full_master(const Arena* host_f32);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/init.h"
 #include "model/model_file.h"
 #include "optim/checkpoint.h"
 #include "optim/swap/swapped_state_store.h"
@@ -82,6 +83,28 @@ INSTANTIATE_TEST_SUITE_P(WorldsAndAccumulation, ZeroTraining,
                            return "world" + std::to_string(std::get<0>(info.param)) + "_accumulation" +
                                   std::to_string(std::get<1>(info.param));
                          });
+
+// The trainer hands its init to the engines one tensor at a time (no staging of the whole model): before any
+// step, every stage at world 2, with and without offload, holds exactly init_parameters(seed).
+TEST(ZeroTrainingInit, EveryRankStartsFromTheSeededInit) {
+  const DebertaConfig model = tiny_model();
+  const ParameterTable table(model);
+  Arena expected("expected init", table.layout(DType::f32), {.zero_fill = true});
+  init_parameters(model, table, expected, 11);  // config_for's --seed
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (const bool offload : {false, true}) {
+      if (offload && stage == 0) continue;  // offload needs a sharded optimizer
+      RunSpec spec{
+          .stage = stage, .world = 2, .offload_optimizer = offload, .offload_param = offload && stage == 3};
+      MrpcTrainer trainer(config_for(spec), model);
+      const Arena params = trainer.params();
+      ASSERT_EQ(params.bytes(), expected.bytes());
+      EXPECT_EQ(
+          std::memcmp(params.flat(DType::f32).data(), expected.flat(DType::f32).data(), expected.bytes()), 0)
+          << "stage " << stage << (offload ? " with offload" : "");
+    }
+  }
+}
 
 // CPU offload (optimizer, and parameters at stage 3) equals the same stage without it, bit for bit: the same
 // reductions and norm, and the CPU AdamW computes what the in-place one does (the CPU backend's "device" is
