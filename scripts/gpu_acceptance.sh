@@ -15,15 +15,25 @@
 #   scripts/gpu_acceptance.sh big       # issue 18: the largest DeBERTa-v2-shaped model with ZeRO-3 + both offloads
 #
 # DeepSpeed comes from .ds/ (a git-ignored copy of ../shared/bench/deepspeed, carried to the device). Results
-# in $OUT/<part>/ (or ./gpu-acceptance-out), a one-line-per-result log in $OUT/<part>/acceptance.log.
+# are written under /tmp/gpu-acceptance/<part>/ (a one-line-per-result log, acceptance.log, beside the raw
+# outputs) and packed into $OUT/<part>.tgz after every result line: the device brings back only a few files,
+# and a call cut at its time limit still returns what it measured.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 part=${1:?usage: scripts/gpu_acceptance.sh zero|offload|limits|disk|big}
-out=${OUT:-$PWD/gpu-acceptance-out}/$part
-mkdir -p "$out"
+results=${OUT:-$PWD/gpu-acceptance-out}
+work=/tmp/gpu-acceptance
+out=$work/$part
+mkdir -p "$out" "$results"
 log="$out/acceptance.log"
 export NCCL_NVLS_ENABLE=0
-say() { echo "$*" | tee -a "$log"; }
+pack() { tar czf "$results/$part.tgz.tmp" -C "$work" --exclude='*.h5' --exclude='*.zero' "$part" 2>/dev/null &&
+  mv "$results/$part.tgz.tmp" "$results/$part.tgz"; }
+say() {
+  echo "$*" | tee -a "$log"
+  pack
+}
+trap pack EXIT
 start=$(date +%s)
 elapsed() { echo "$(($(date +%s) - start)) s"; }
 
@@ -130,7 +140,7 @@ if exact and delayed:
 PY
   ;;
 disk)
-  ZT_DD_BLOCKS=1024 ZT_DISK_BENCH_SIZE=2GiB OUT="$out/disk" bash scripts/gpu_disk_bench.sh 2>&1 | tail -30 | tee -a "$log"
+  ZT_DD_BLOCKS=1024 ZT_DISK_BENCH_SIZE=2GiB ZT_DISK_BENCH_SUB_GROUPS=0 OUT="$out/disk" bash scripts/gpu_disk_bench.sh 2>&1 | tail -30 | tee -a "$log"
   ;;
 big)
   free -g | tee -a "$log"

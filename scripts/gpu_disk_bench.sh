@@ -12,7 +12,9 @@
 #
 #   ZT_NVME_DIR=/local_nvme scripts/gpu_disk_bench.sh        # default dir: /tmp/zt-nvme
 #   ZT_DISK_BENCH_SYNC=1 ...                                   # also the disk tier with 1 buffer, no overlap
-# About 5 minutes after the build on an H200 host with a local NVMe drive.
+#   ZT_DISK_STEPS=1 (timed steps after 3 warm-up ones), ZT_DISK_BENCH_SUB_GROUPS=0 (skip the sub-group run)
+# The H200 machine's disk (2026-12-03): 1.6-1.9 GB/s write, 1.2-1.6 GB/s read with O_DIRECT, so the xlarge
+# state (10.6 GB read and written) costs ~12 s a step there: each disk-tier run is ~1 minute per step.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-$PWD/gpu-disk-bench-out}
@@ -42,14 +44,15 @@ rm -f "$dir/dd.bin"
 step() {  # name, then bench_train_step arguments
   local name=$1
   shift
-  "$bin/bench_train_step" --batch 40 --seq 128 --dtype bf16 --steps 4 --zero_stage 2 --offload optimizer \
+  "$bin/bench_train_step" --batch 40 --seq 128 --dtype bf16 --steps "${ZT_DISK_STEPS:-1}" --zero_stage 2 --offload optimizer \
     --pin_memory --profile "$@" >"$out/$name.json" 2>"$out/$name.txt"
 }
 step step_offload_host
 step step_offload_nvme --nvme_path "$dir" --nvme_buffers 4 --nvme_pipeline
 # The same with zero_optimization.sub_group_size 2e7: records of at most 20M elements (host buffers 0.9 GiB
 # instead of the embeddings' 8.8 GiB), the update in 20M-element pieces.
-step step_offload_nvme_sub_groups --nvme_path "$dir" --nvme_buffers 4 --nvme_pipeline --sub_group_size 2e7
+[[ ${ZT_DISK_BENCH_SUB_GROUPS:-1} == 1 ]] &&
+  step step_offload_nvme_sub_groups --nvme_path "$dir" --nvme_buffers 4 --nvme_pipeline --sub_group_size 2e7
 [[ ${ZT_DISK_BENCH_SYNC:-0} == 1 ]] && step step_offload_nvme_sync --nvme_path "$dir" --nvme_buffers 1
 
 # 4. The summary.
