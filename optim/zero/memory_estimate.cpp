@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <iterator>
 #include <sstream>
 #include <vector>
@@ -16,6 +17,30 @@ namespace zt::optim {
 namespace {
 
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // per stream, kernels/cuda/gemm.cu
+
+// The largest per-call scratch of a step: the disentangled attention's (kernels/disentangled_attention.h,
+// kernels/cuda/disentangled_attention.cu), taken from the allocator for one call and given back after it,
+// so the larger of forward and backward counts. With P = B N L L and the positional scores [N, B L, W8]
+// (W = the table rows reached, min(2 att_span, 2L - 1), padded to a multiple of 8):
+//   forward   C2P and P2C scores in f32 (2 x 4 N B L W8) + the dropped probabilities P~ in T (with dropout);
+//   backward  dP / G in f32 (4 P) + P~ in T (with dropout) + the bucket sums Gc, Gp in T (2 x N B L W8 T).
+// At xlarge, seq 128, bf16 with dropout: 6.6 MiB per sample (0.8 GiB at batch 128), all of it in proportion
+// to the batch; the other kernels' scratch (conv1d's im2col, LayerNorm partials) is smaller and not live at
+// the same time.
+size_t attention_scratch_bytes(const DebertaConfig& model, int64_t batch, int64_t length, DType compute,
+                               const std::function<size_t(size_t)>& held) {
+  if (!model.relative_attention) return 0;
+  const auto t = dtype_size(compute);
+  const int64_t window = std::min(model.rel_embedding_rows(), 2 * length - 1);
+  const int64_t pitch = (window + 7) / 8 * 8;
+  const auto probs = static_cast<size_t>(batch * model.num_attention_heads * length * length);
+  const auto positional = static_cast<size_t>(model.num_attention_heads * batch * length * pitch);
+  const bool dropped = model.attention_probs_dropout_prob > 0 || compute != DType::f32;
+  const size_t dropped_bytes = dropped ? held(probs * t) : 0;
+  const size_t forward = 2 * held(positional * 4) + dropped_bytes;
+  const size_t backward = held(probs * 4) + dropped_bytes + 2 * held(positional * t);
+  return std::max(forward, backward);
+}
 
 }  // namespace
 
@@ -72,7 +97,8 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
     for (const ZeroUnit& u : units) largest = std::max(largest, u.numel);
     e.comm_scratch = held(static_cast<size_t>(largest) * 4);
   }
-  if (device) e.scratch = kGemmWorkspaceBytes;
+  if (device)
+    e.scratch = kGemmWorkspaceBytes + attention_scratch_bytes(model, max_batch, max_length, compute, held);
   // The batch arena: ids and mask [B, L] and labels [B], i64.
   const auto batch_bytes = static_cast<size_t>((2 * max_batch * max_length + max_batch) * 8);
   e.activations =

@@ -13,10 +13,12 @@
 //                    goes through a per-rank scratch as large as the largest
 //                    unit's f32 gradients (runtime/communicator.h); NCCL reduces
 //                    in place and needs none
-//   scratch          the GEMM workspace (32 MiB per stream)                     kernels/cuda/gemm.cu
+//   scratch          the GEMM workspace (32 MiB per stream) + the largest        kernels/cuda/gemm.cu,
+//                    per-call scratch, the attention's (f32 positional scores     kernels/disentangled_
+//                    and dP, P~ and Gc/Gp in T: 6.6 MiB per sample at xlarge)     attention.h
 // On the GPU every buffer is counted at the caching allocator's size class (what it really holds). Measured
-// on the H200 (docs/bench/2026-12-03-h200): each category within 2 % of this, and a further ~0.27 GiB of
-// transient kernel scratch per step at xlarge, batch 40 x 128 that the estimate leaves out.
+// on the H200 (docs/bench/2026-12-03-h200-acceptance, xlarge bf16, batch 40-128): every category and the
+// total equal to the MiB (tests/optim/test_memory_estimate.cpp keeps those figures).
 // Those are device bytes. With CPU offload (ZeroOffload) the master, m and v move to host memory, with the
 // gradient shard copied down and a compute-dtype staging shard (offload_param: the stage-3 shard itself):
 //   host             master + m + v + gradient shard + parameter shard              zero_state_bytes
@@ -52,8 +54,8 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
 
 // What fits `cap_bytes` per rank according to the estimator, for an out-of-memory message: the largest
 // per-rank batch at `stage` (and at each higher stage, where larger), and the lowest stage that fits `batch`.
-// The estimate leaves out small transients (kernel scratch, the GEMM workspace), so a setting at the edge
-// may still fail: the suggestions keep kOomHeadroom of the cap free.
+// The estimate leaves out small transients (LayerNorm partials, pointer arrays), so a setting at the edge may
+// still fail: the suggestions keep kOomHeadroom of the cap free.
 inline constexpr double kOomHeadroom = 0.05;
 // With offload the optimizer state is not on the device: the stages are compared with the run's offload.
 std::string fitting_settings_hint(const DebertaConfig& model, int stage, int world_size, DType compute,
