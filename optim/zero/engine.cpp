@@ -158,7 +158,7 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
            .block_numel = numel_of(offloaded_sub_groups(partition, offload.sub_group_size)),
            .buffer_count = offload.disk_buffers});
     }
-    b.host_gradients = shard * 4;
+    b.host_gradients = (offload.delayed_update ? 2 : 1) * shard * 4;  // delayed: one shard per update
     b.host_parameters = shard * t;
     if (offload.param && stage == 3 && offload.delayed_update) b.host_parameters += shard * t;  // + staging
     if (offload.param && stage == 3) {
@@ -202,7 +202,10 @@ struct ZeroEngine::Impl {
   std::unique_ptr<Arena> compute_copy, master_arena, grads, exp_avg, exp_avg_sq;
   std::unique_ptr<HostOptimizerStore> host_state;
   HostMemoryBudget::Charge host_pinned_charge, host_pageable_charge;  // options.host_budget
-  std::unique_ptr<Arena> host_grads;    // offload: the f32 gradient shard, copied down per block
+  std::unique_ptr<Arena> host_grads;  // offload: the f32 gradient shard, copied down per block
+  // Delayed update: the gradient shard the update in flight reads, while the next step's backward
+  // downloads into host_grads (the two swap at each step()).
+  std::unique_ptr<Arena> host_grads_in_update;
   std::unique_ptr<Arena> host_params;   // offload (not offload_param, unless delayed): compute-dtype staging
   std::unique_ptr<Arena> param_upload;  // offload_param, world > 1: one unit's slice, all-gathered from
   std::unique_ptr<OffloadCopies> copies;  // offload: the step's D2H / H2D
@@ -233,17 +236,16 @@ struct ZeroEngine::Impl {
   Tensor host_gradients(const OwnedBlock& b) const {
     return view(*host_grads, DType::f32, b.master, b.numel);
   }
-  // Offload without a delayed update: a unit's gradients start down as soon as its last reduction is
-  // queued, so the download overlaps the rest of backward (GPU). With a delayed update the host gradient
-  // shard is still being read by the previous step's update, so the downloads wait for step().
-  bool early_download() const { return offload && !delayed; }
+  // Offload: a unit's gradients start down as soon as its last reduction is queued, so the download
+  // overlaps the rest of backward (GPU); with a delayed update into the shard the update in flight does not
+  // read (host_grads_in_update).
   std::vector<bool> downloaded;  // per unit: its final gradients went down this step
   void download(size_t unit) {
     copies->down(unit, device_gradients(blocks[unit]), host_gradients(blocks[unit]));
     downloaded[unit] = true;
   }
   void download_final_gradients(size_t unit) {
-    if (early_download()) download(unit);
+    if (offload) download(unit);
   }
   // Offload: block b's updated values to where the model reads them (H2D, or into the stage-3 host shard).
   void publish(const OwnedBlock& b) {
@@ -464,6 +466,9 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   } else {
     const ArenaOptions host{.kind = host_kind, .category = MemoryCategory::other, .zero_fill = true};
     s.host_grads = std::make_unique<Arena>("offloaded gradients", flat_layout(shard, DType::f32), host);
+    if (s.delayed)
+      s.host_grads_in_update = std::make_unique<Arena>("offloaded gradients (delayed update)",
+                                                       flat_layout(shard, DType::f32), host);
     if (!s.offload_param || s.delayed)
       s.host_params = std::make_unique<Arena>("parameter staging", flat_layout(shard, s.compute), host);
     if (s.offload_param && world_size() > 1)
@@ -725,16 +730,12 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     for (const OwnedBlock& b : s.blocks) {
       const Tensor grad = grad_block(b);
       for (float& x : host_span(grad)) x /= w;
-      if (s.early_download() && s.downloaded[b.unit]) {
+      if (s.offload && s.downloaded[b.unit]) {
         const Tensor host_grad = s.host_gradients(b);
         for (float& x : host_span(host_grad)) x /= w;
       }
     }
   }
-
-  // Offload with a delayed update: the gradients go down now (the previous update has landed).
-  if (s.offload && !s.early_download())
-    for (const OwnedBlock& b : s.blocks) s.download(b.unit);
 
   // 3. Sums of squares per (rank, unit) slice, rank-major. Stage 0 holds every rank's slices itself.
   std::vector<double> sums(static_cast<size_t>(W) * U, 0.0);
@@ -815,16 +816,22 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     }
     s.downloaded.assign(s.blocks.size(), false);
     if (s.delayed) {
-      // The gradients must be on the host before the next backward rewrites them; the update then runs
-      // on a host thread, and lands at the next step() (or finish_delayed_update()).
+      // The gradients must be on the host before the next backward rewrites them, and the previous
+      // update's parameters must have gone up from the staging shard this update rewrites; the update then
+      // runs on a host thread and lands at the next step() (or finish_delayed_update()), while the next
+      // backward downloads into the other gradient shard.
       for (const OwnedBlock& b : s.blocks) s.copies->wait_down(b.unit);
       s.copies->join();
+      s.copies->wait_up();
       if (s.stage == 1 || s.direct_gradients) clear_gradients();
-      s.pending = std::async(std::launch::async,
-                             [this, lr, grad_scale] { update_offloaded_blocks(lr, grad_scale, false); });
+      std::swap(s.host_grads, s.host_grads_in_update);
+      const Arena* gradients = s.host_grads_in_update.get();
+      s.pending = std::async(std::launch::async, [this, lr, grad_scale, gradients] {
+        update_offloaded_blocks(lr, grad_scale, /*publish_each=*/false, *gradients);
+      });
       return {norm, true};
     }
-    update_offloaded_blocks(lr, grad_scale, /*publish_each=*/true);
+    update_offloaded_blocks(lr, grad_scale, /*publish_each=*/true, *s.host_grads);
     s.copies->join();  // the all-gather and the next forward read what went up
     if (s.stage == 1 || s.direct_gradients) clear_gradients();
   } else if (cpu) {
@@ -859,11 +866,13 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   return {norm, true};
 }
 
-void ZeroEngine::update_offloaded_blocks(double lr, float grad_scale, bool publish_each) {
+void ZeroEngine::update_offloaded_blocks(double lr, float grad_scale, bool publish_each,
+                                         const Arena& gradients) {
   Impl& s = *impl_;
   for (const OwnedBlock& b : s.blocks) {
-    const Tensor host_grads = s.host_gradients(b);
-    s.copies->wait_down(b.unit);
+    const Tensor host_grads = view(gradients, DType::f32, b.master, b.numel);
+    // A delayed update (on its own thread) starts with every block on the host: step() waited for them.
+    if (publish_each) s.copies->wait_down(b.unit);
     // Segment marks only on the rank's thread (StepProfile is single-threaded): not in a delayed update.
     if (publish_each) StepProfile::global().mark("optimizer.offload_download_wait");
     const Tensor staged = s.params_on_host(b);

@@ -35,7 +35,8 @@
 //     and step 6 becomes, per owned block (unit; the host state is acquired and updated sub-group by
 //     sub-group within it, ZeroOffload::sub_group_size):
 //       D2H   the block's reduced gradients, queued from gradients_ready on the window's last micro-batch
-//             (so on a GPU it overlaps the rest of backward; with delayed_update, from step())
+//             (so on a GPU it overlaps the rest of backward; with delayed_update into a second host
+//             shard, since the update in flight still reads the first)
 //       CPU   AdamW (optim/adamw.h, SIMD, thread pool) with the scale of step 5 folded into the gradient,
 //             writing the compute-dtype values into a host staging shard in the same pass
 //       H2D   the staged values into the block of the device compute copy (or, with offload.param, nothing:
@@ -221,7 +222,7 @@ class ZeroEngine final : public DebertaUnitHooks {
  private:
   struct Impl;
   void gather_updated_compute_copy();  // stages 1/2, world > 1: every rank's updated slices to everyone
-  void update_offloaded_blocks(double lr, float grad_scale, bool publish_each);
+  void update_offloaded_blocks(double lr, float grad_scale, bool publish_each, const Arena& gradients);
   const ParameterTable& table_;
   Communicator& comm_;
   ZeroEngineOptions options_;

@@ -84,6 +84,13 @@ void OffloadCopies::up(const Tensor& host_src, const Tensor& device_dst) {
 #endif
 }
 
+void OffloadCopies::wait_up() {
+  if (!streams_) return;
+#ifdef ZT_WITH_CUDA
+  streams_->up.synchronize();
+#endif
+}
+
 void OffloadCopies::join() {
   if (!streams_) return;
 #ifdef ZT_WITH_CUDA

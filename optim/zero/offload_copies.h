@@ -10,6 +10,8 @@
 //                  up(...)       queued on the up stream (H2D engines run beside the D2H ones)
 //                  join()        the rank's stream waits for both copy streams: nothing reads the
 //                                parameters or rewrites the gradients before the copies are done
+//                  wait_up()     the host waits for the up copies (a delayed update rewrites their
+//                                sources on a host thread, which no stream orders)
 // Buffer reuse across steps is safe without host waits: a host buffer is rewritten by the CPU only after
 // wait_down of the next step, whose down stream waited (through the rank's stream, after join) for every
 // earlier up copy.
@@ -36,6 +38,8 @@ class OffloadCopies {
   void wait_down(size_t block);
   void up(const Tensor& host_src, const Tensor& device_dst);
   void join();
+  // The host waits for the up copies queued so far (their host sources may then be rewritten).
+  void wait_up();
 
  private:
   struct Streams;                     // CUDA builds: the two streams and the events
