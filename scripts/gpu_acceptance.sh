@@ -14,7 +14,8 @@
 #   scripts/gpu_acceptance.sh disk      # issue 15: scripts/gpu_disk_bench.sh
 #   scripts/gpu_acceptance.sh big       # issue 18: the largest DeBERTa-v2-shaped model with ZeRO-3 + both offloads
 #
-# DeepSpeed comes from .ds/ (a git-ignored copy of ../shared/bench/deepspeed, carried to the device). Results
+# DeepSpeed comes from .ds/ (a git-ignored copy of ../shared/bench/deepspeed, carried to the device), liburing
+# from .device-deps/ (scripts/device_deps.sh; carry both: carry [".ds", ".device-deps"]). Results
 # are written under /tmp/gpu-acceptance/<part>/ (a one-line-per-result log, acceptance.log, beside the raw
 # outputs) and packed into $OUT/<part>.tgz after every result line: the device brings back only a few files,
 # and a call cut at its time limit still returns what it measured.
@@ -38,7 +39,8 @@ start=$(date +%s)
 elapsed() { echo "$(($(date +%s) - start)) s"; }
 
 targets=(train_mrpc bench_train_step bench_cpu_adam bench_disk test_zero_offload_gpu test_zero_training_gpu)
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/configure.log" 2>&1 &&
+# shellcheck disable=SC2046  # the flags are words
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release $(scripts/device_cmake_flags.sh) >"$out/configure.log" 2>&1 &&
   cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" -- -k 0 >"$out/build.log" 2>&1 ||
   { grep -B2 -A8 "error" "$out/build.log" | head -60; exit 1; }
 say "build: $(elapsed)"

@@ -23,7 +23,8 @@ mkdir -p "$out" "$dir"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 build=${ZT_BUILD_DIR:-build-gpu}
-cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release >"$out/configure.log" 2>&1 &&
+# shellcheck disable=SC2046  # the flags are words
+cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release $(scripts/device_cmake_flags.sh) >"$out/configure.log" 2>&1 &&
   cmake --build "$build" -j"$(nproc)" --target bench_disk bench_cpu_adam bench_train_step >"$out/build.log" 2>&1 ||
   { tail -40 "$out/build.log"; exit 1; }
 bin=$build/bin
