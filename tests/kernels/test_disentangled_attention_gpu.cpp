@@ -159,22 +159,41 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"f32_L600_xlarge_buckets", DType::f32, 1, 600, 2, 8, xlarge_buckets(), true, true, 0.0f}),
     [](const auto& info) { return info.param.name; });
 
+// One head of width 4 over a [1, L] batch, every input 0.5, for the argument checks below: q = k = v, one
+// table for both terms, `out` [1, L, 4] for context or the feature gradients, probs [1, 1, L, L] in
+// probs_dtype.
+struct SmallCall {
+  DisentangledAttentionConfig config;
+  test::DeviceTensor x, pos, mask, out, dpos, probs;
+  SmallCall(int64_t L, DType dtype, DType probs_dtype, RelativePositionConfig positions) {
+    constexpr int64_t D = 4;
+    config.num_heads = 1;
+    config.positions = positions;
+    const Shape features{1, L, D}, table{2 * positions.att_span(), D};
+    x = to_device(std::vector<float>(features.numel(), 0.5f), features, dtype);
+    pos = to_device(std::vector<float>(table.numel(), 0.5f), table, dtype);
+    mask = test::to_device_i64(std::vector<int64_t>(L, 1), Shape{1, L});
+    out = to_device(std::vector<float>(features.numel(), 0.0f), features, dtype);
+    dpos = to_device(std::vector<float>(table.numel(), 0.0f), table, DType::f32);
+    probs = to_device(std::vector<float>(L * L, 0.0f), Shape{1, 1, L, L}, probs_dtype);
+  }
+  void forward() const {
+    disentangled_attention_forward(x.tensor, x.tensor, x.tensor, pos.tensor, pos.tensor, mask.tensor, config,
+                                   out.tensor, probs.tensor);
+  }
+  void backward() const {
+    disentangled_attention_backward(x.tensor, x.tensor, x.tensor, pos.tensor, pos.tensor, mask.tensor,
+                                    probs.tensor, out.tensor, config, out.tensor, out.tensor, out.tensor,
+                                    dpos.tensor, dpos.tensor);
+  }
+};
+
 // The softmax kernels hold a score row in registers: lengths past 1024 are refused with a clear error.
 TEST(DisentangledAttentionGpuLimits, RejectsSequencesLongerThan1024) {
   ZT_SKIP_WITHOUT_GPU();
-  const int64_t L = 1025, D = 4;
-  DisentangledAttentionConfig config;
-  config.num_heads = 1;
-  config.positions = xlarge_buckets();
-  const Shape features{1, L, D}, table{2 * config.positions.att_span(), D};
-  auto x = to_device(std::vector<float>(features.numel(), 0.5f), features, DType::f32);
-  auto pos = to_device(std::vector<float>(table.numel(), 0.5f), table, DType::f32);
-  auto mask = test::to_device_i64(std::vector<int64_t>(L, 1), Shape{1, L});
-  auto context = to_device(std::vector<float>(features.numel(), 0.0f), features, DType::f32);
-  auto probs = to_device(std::vector<float>(L * L, 0.0f), Shape{1, 1, L, L}, DType::f32);
+  const SmallCall call(1025, DType::f32, DType::f32, xlarge_buckets());
   try {
-    disentangled_attention_forward(x.tensor, x.tensor, x.tensor, pos.tensor, pos.tensor, mask.tensor, config,
-                                   context.tensor, probs.tensor);
+    call.forward();
     FAIL() << "expected an error for L = 1025";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("sequence length 1025"), std::string::npos) << e.what();
@@ -185,32 +204,19 @@ TEST(DisentangledAttentionGpuLimits, RejectsSequencesLongerThan1024) {
 // before the 16-bit probs) is refused by forward and backward with an error naming probs and the dtype.
 TEST(DisentangledAttentionGpuLimits, RejectsProbsNotInTheStorageDtype) {
   ZT_SKIP_WITHOUT_GPU();
-  const int64_t L = 8, D = 4;
-  DisentangledAttentionConfig config;
-  config.num_heads = 1;
-  config.positions = tiny_buckets();
-  const Shape features{1, L, D}, table{2 * config.positions.att_span(), D};
-  auto x = to_device(std::vector<float>(features.numel(), 0.5f), features, DType::bf16);
-  auto pos = to_device(std::vector<float>(table.numel(), 0.5f), table, DType::bf16);
-  auto mask = test::to_device_i64(std::vector<int64_t>(L, 1), Shape{1, L});
-  auto out = to_device(std::vector<float>(features.numel(), 0.0f), features, DType::bf16);
-  auto dpos = to_device(std::vector<float>(table.numel(), 0.0f), table, DType::f32);
-  auto probs = to_device(std::vector<float>(L * L, 0.0f), Shape{1, 1, L, L}, DType::f32);
+  const SmallCall call(8, DType::bf16, DType::f32, tiny_buckets());
   const auto expect_probs_error = [](const std::exception& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("probs must be bf16"), std::string::npos) << what;
   };
   try {
-    disentangled_attention_forward(x.tensor, x.tensor, x.tensor, pos.tensor, pos.tensor, mask.tensor, config,
-                                   out.tensor, probs.tensor);
+    call.forward();
     ADD_FAILURE() << "forward accepted f32 probs beside bf16 q, k, v";
   } catch (const std::exception& e) {
     expect_probs_error(e);
   }
   try {
-    disentangled_attention_backward(x.tensor, x.tensor, x.tensor, pos.tensor, pos.tensor, mask.tensor,
-                                    probs.tensor, out.tensor, config, out.tensor, out.tensor, out.tensor,
-                                    dpos.tensor, dpos.tensor);
+    call.backward();
     ADD_FAILURE() << "backward accepted f32 probs beside bf16 q, k, v";
   } catch (const std::exception& e) {
     expect_probs_error(e);
