@@ -17,21 +17,25 @@
 //   dPK += [c2p] Gc^T Q,         dPQ += [p2c] Gp^T K          (summed over the batch)
 //
 // CPU: every tensor f32. CUDA (kernels/cuda/disentangled_attention.cu; on the calling thread's current
-// stream, runtime/stream.h): q, k, v, pos_key, pos_query, context, dcontext, dq, dk, dv in one storage
-// dtype T (f32, bf16, f16); probs f32 always (scores and softmax run in f32); dpos_key / dpos_query T or
-// f32; mask on the GPU. Scratch per call from the device allocator, with P = B*N*L*L and W = the table
+// stream, runtime/stream.h): q, k, v, pos_key, pos_query, context, dcontext, dq, dk, dv and probs in one
+// storage dtype T (f32, bf16, f16); scores and softmax run in f32 and P is rounded to T once on store (as HF
+// keeps attention_probs in the model dtype; halves the saved probs for 16-bit T); dpos_key / dpos_query T
+// or f32; mask on the GPU. Scratch per call from the device allocator, with P = B*N*L*L and W = the table
 // rows reached (<= min(2S, 2L - 1)):
-//   forward  P*sizeof(T) for P~ (none for f32 without dropout) + 2 * 4*N*B*L*W for the C2P/P2C scores;
+//   forward  4*P for the f32 content scores (16-bit T only; f32 finishes them in probs) + P*sizeof(T) for
+//   P~ (dropout only) + 2 * 4*N*B*L*W for the C2P/P2C scores;
 //   backward 4*P for dP/G + P*sizeof(T) for P~ then G (none for f32 without dropout) + 2 * N*B*L*W*sizeof(T)
-//   for Gc/Gp. E.g. B = 32, N = 24, L = 128 (W = 255), bf16: probs 48 MiB (kept by the caller); forward
-//   scratch 24 MiB + 2 * 96 MiB; backward 48 + 24 + 2 * 48 MiB. The positional scratch dominates (W ~ 2L).
+//   for Gc/Gp. E.g. B = 32, N = 24, L = 128 (W = 255), bf16: probs 24 MiB (kept by the caller); forward
+//   scratch 48 (+ 24 with dropout) + 2 * 96 MiB; backward 48 + 24 + 2 * 48 MiB. The positional scratch
+//   dominates (W ~ 2L).
 // Shapes (contiguous; mask i64, i32 or f32 with 1 = real token, 0 = padding):
 //   q, k, v             [B, L, D]     in
 //   pos_key, pos_query  [2S, D]       in  (pos_key needed only with c2p, pos_query only with p2c;
 //                                          pass an empty Tensor() for an unused one)
 //   attention_mask      [B, L]        in
 //   context             [B, L, D]     out (forward)
-//   probs               [B, N, L, L]  out (forward), the pre-dropout P; saved for backward
+//   probs               [B, N, L, L]  out (forward), the pre-dropout P (f32 on the CPU, T on CUDA); saved
+//                                     for backward
 // Backward reads q, k, v, pos_key, pos_query, attention_mask, probs (all saved by the caller) and
 //   dcontext            [B, L, D]     in
 //   dq, dk, dv          [B, L, D]     out, overwritten

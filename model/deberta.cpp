@@ -150,7 +150,9 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
   const int64_t S2 = c.rel_embedding_rows(), C = c.num_labels, n = c.num_hidden_layers;
   const int64_t P = c.pooler_hidden_size;
   ArenaLayout layout;
-  // Activations in the compute dtype; statistics, probabilities and the loss path in f32.
+  // Activations in the compute dtype, the attention probabilities included (the CUDA kernel stores P in the
+  // storage dtype, rounded once from its f32 softmax, as HF keeps attention_probs in the model dtype; the CPU
+  // backend is f32 only); statistics and the loss path in f32.
   auto add = [&](const std::string& name, Shape shape) { layout.add({name, shape, compute}); };
   auto add_f32 = [&](const std::string& name, Shape shape) { layout.add({name, shape, DType::f32}); };
   // Embeddings: raw gather (LayerNorm input), LayerNorm statistics; h0 = E.
@@ -164,7 +166,7 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
   for (int l = 0; l < n; ++l) {
     for (const char* name : {"q", "k", "v", "ctx", "s1", "y", "s2"}) add(layer_slot(l, name), {B, L, D});
     for (const char* name : {"rel_dropped", "pos_key", "pos_query"}) add(layer_slot(l, name), {S2, D});
-    add_f32(layer_slot(l, "probs"), {B, N, L, L});
+    add(layer_slot(l, "probs"), {B, N, L, L});
     add(layer_slot(l, "f1"), {B, L, I});
     for (const char* name : {"ln_a.mean", "ln_a.rstd", "ln_o.mean", "ln_o.rstd"})
       add_f32(layer_slot(l, name), {B, L});

@@ -53,8 +53,9 @@ class DebertaForSequenceClassification {
   // `device`: where the activations live and the kernels run (parameters, gradients and the batch must be
   // there too). `compute`: the storage dtype of parameters and activations — f32 on either backend, bf16 or
   // f16 on CUDA (mixed precision: 16-bit storage, f32 accumulation inside every kernel). Whatever `compute`
-  // is, these stay f32: LayerNorm statistics, attention probabilities, logits, loss and its gradient, the
-  // relative-table gradient summed over layers, and every parameter gradient.
+  // is, these stay f32: LayerNorm statistics, logits, loss and its gradient, the relative-table gradient
+  // summed over layers, and every parameter gradient. The saved attention probabilities are in `compute`
+  // (softmax computed in f32, rounded once on store).
   DebertaForSequenceClassification(DebertaConfig config, int64_t max_batch, int64_t max_seq,
                                    DeviceKind device = DeviceKind::cpu, DType compute = DType::f32);
   ~DebertaForSequenceClassification();

@@ -549,8 +549,9 @@ Setup cross_entropy_backward(Env& e, const Dims& d) {
 }
 
 // Disentangled attention with c2p and p2c and attention dropout. q, k, v [B, L, D], tables [2S, D], probs
-// f32 [B, N, L, L]. W = c(L-1, 0) - c(0, L-1) + 1 table rows are reached (255 at L 128), so the c2p and p2c
-// score GEMMs are [L, d] x [d, W] per head; dpos_* are bf16, the dy of the position projections' linear.
+// [B, N, L, L], all bf16 (the GPU saves probs in the storage dtype). W = c(L-1, 0) - c(0, L-1) + 1 table rows
+// are reached (255 at L 128), so the c2p and p2c score GEMMs are [L, d] x [d, W] per head; dpos_* are bf16,
+// the dy of the position projections' linear.
 struct Attention {
   int q, k, v, pos_key, pos_query, mask, context, probs;
   kernels::DisentangledAttentionConfig config;
@@ -563,8 +564,8 @@ struct Attention {
     mask = e.ids({dims.B, dims.L}, padding_mask(dims.B, dims.L));
     context = saved_only ? e.work(bf16, {dims.B, dims.L, dims.D})
                          : e.out("context", bf16, {dims.B, dims.L, dims.D});
-    probs = saved_only ? e.work(f32, {dims.B, dims.N, dims.L, dims.L})
-                       : e.out("probs", f32, {dims.B, dims.N, dims.L, dims.L});
+    probs = saved_only ? e.work(bf16, {dims.B, dims.N, dims.L, dims.L})
+                       : e.out("probs", bf16, {dims.B, dims.N, dims.L, dims.L});
     config.num_heads = dims.N;
     config.positions = dims.positions;
     config.dropout_p = dims.attention_dropout;
@@ -582,18 +583,18 @@ struct Attention {
 };
 
 // flops = B N (4 L^2 d + 2 * 2 L W d): Q K^T and P~ V, and the c2p and p2c score GEMMs.
-// bytes = 2 (3 B L D + tables) q, k, v, tables read + 8 B L mask + 2 B L D context + 4 B N L^2 probs.
+// bytes = 2 (3 B L D + tables) q, k, v, tables read + 8 B L mask + 2 B L D context + 2 B N L^2 probs.
 Setup attention_forward(Env& e, const Dims& d) {
   const Attention a(e, d, false);
   return Setup(str(e.desc("q", a.q), " ", e.desc("rel", a.pos_key), " h", d.N),
-               2.0 * (4.0 * d.R() * d.D + a.tables) + 8.0 * d.R() + 4.0 * a.bn * a.L * a.L,
+               2.0 * (4.0 * d.R() * d.D + a.tables) + 8.0 * d.R() + 2.0 * a.bn * a.L * a.L,
                a.bn * (4.0 * a.L * a.L * a.d + 4.0 * a.L * a.W * a.d),
                [=](const Args& t, bool) { a.forward(t); });
 }
 
 // flops = B N (8 L^2 d + 4 * 2 L W d): dV, dP, dQ, dK (one L^2 d GEMM each way), and per positional term
 // one GEMM into dQ or dK and one into dpos.
-// bytes = 2 (4 B L D + tables) q, k, v, dcontext, tables read + 8 B L mask + 4 B N L^2 probs read
+// bytes = 2 (4 B L D + tables) q, k, v, dcontext, tables read + 8 B L mask + 2 B N L^2 probs read
 //       + 2 * 3 B L D dq, dk, dv written + 2 * 2 tables dpos read and written.
 Setup attention_backward(Env& e, const Dims& d) {
   const Attention a(e, d, true);
@@ -603,7 +604,7 @@ Setup attention_backward(Env& e, const Dims& d) {
             dpq = e.acc("dpq", bf16, e.gpu()[a.pos_query].shape());
   return Setup(
       str(e.desc("q", a.q), " ", e.desc("rel", a.pos_key), " h", d.N),
-      2.0 * (4.0 * d.R() * d.D + a.tables) + 8.0 * d.R() + 4.0 * a.bn * a.L * a.L + 6.0 * d.R() * d.D +
+      2.0 * (4.0 * d.R() * d.D + a.tables) + 8.0 * d.R() + 2.0 * a.bn * a.L * a.L + 6.0 * d.R() * d.D +
           4.0 * a.tables,
       a.bn * (8.0 * a.L * a.L * a.d + 8.0 * a.L * a.W * a.d),
       [=](const Args& t, bool) {
@@ -723,8 +724,8 @@ const Kernel kKernels[] = {
     {"embedding_backward", "bf16/f32 dT", bf16, embedding_backward},
     {"cross_entropy_forward", "f32", f32, cross_entropy_forward},
     {"cross_entropy_backward", "f32", f32, cross_entropy_backward},
-    {"attention_forward", "bf16/f32 P", bf16, attention_forward},
-    {"attention_backward", "bf16/f32 P", bf16, attention_backward},
+    {"attention_forward", "bf16", bf16, attention_forward},
+    {"attention_backward", "bf16", bf16, attention_backward},
     {"conv1d_forward", "bf16", bf16, conv1d_forward},
     {"conv1d_backward", "bf16/f32 dW", bf16, conv1d_backward},
     {"adamw_update", "f32+bf16", f32, adamw_update},

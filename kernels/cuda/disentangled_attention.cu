@@ -11,19 +11,25 @@
 //     per-head scratch laid out head-major [N, B*L, W] (W = window of table rows c(i,j) reaches; rows
 //     padded to window_pitch elements).
 //
-// Numerics. Scores, softmax and every reduction are f32 whatever the storage dtype T (reference §12.3):
-// the Q K^T product is written straight into the f32 probs output and finished in place by the row kernel,
-// so no separate f32 score buffer exists. 16-bit GEMM inputs (P~ for the context, G, Gc, Gp for the
-// gradients) are rounded to T once.
+// Numerics. Scores, softmax and every reduction are f32 whatever the storage dtype T (reference §12.3).
+// The saved probabilities P are stored in T (as HF keeps attention_probs in the model dtype): the softmax
+// runs in f32 registers and each P_j is rounded to T once on store; backward converts P back to f32 in
+// registers. For f32 storage the Q K^T product is written straight into the probs output and finished in
+// place by the row kernel; for 16-bit storage it goes to an f32 score scratch (scores are not rounded).
+// 16-bit GEMM inputs (P~ for the context, G, Gc, Gp for the gradients) are rounded to T once; P~ is
+// computed from the stored P, P~ = T(P * factor), in forward and backward alike, so dV = P~^T dC uses the
+// very P~ the forward multiplied by V.
 //
 // Determinism. No atomics: Gc[i,r] and Gp[j,r] are per-output gathers over the contiguous range of i - j
 // that falls in bucket r (bucket(i - j) is monotone), summed in index order.
 //
 // Scratch per call (from the capped device allocator, released at return), with P = B*N*L*L elements:
-//   forward:  P~ in T, P * sizeof(T) (skipped for f32 without dropout); C2P and P2C, 4*N*B*L*Wp bytes each
-//             (Wp = window_pitch, W rounded up to 8); the padded table windows, Wp*D*sizeof(T) each
-//   backward: dP/G in f32, 4*P bytes; P~ then G in T, P * sizeof(T) (skipped for f32, which uses the f32
-//             buffers directly when there is no dropout); Gc and Gp, N*B*L*Wp*sizeof(T) each
+//   forward:  scores in f32, 4*P bytes (16-bit T only; f32 finishes them in place in probs); P~ in T,
+//             P * sizeof(T) (dropout only: without it P~ = P, read from probs); C2P and P2C, 4*N*B*L*Wp
+//             bytes each (Wp = window_pitch, W rounded up to 8); the padded table windows, Wp*D*sizeof(T)
+//   backward: dP/G in f32, 4*P bytes; P~ then G in T, P * sizeof(T) (skipped for f32 without dropout, which
+//             uses the f32 buffers directly; without dropout P~ is probs itself); Gc and Gp,
+//             N*B*L*Wp*sizeof(T) each
 //   plus the mask as bytes [B, L]; the index tables (int32, 2L - 1 + 2W) are cached per length.
 #include "kernels/cuda/disentangled_attention.cuh"
 
@@ -120,10 +126,12 @@ void dispatch_row_chunks(int64_t length, F&& f) {
 
 // Forward softmax: one CTA per (b, h, tile of 32 query rows), a warp per row, the row's scores in registers
 // (lane: keys 128 c + 4 lane + q, q < 4, c < kChunks, so one Philox block serves a lane's 4 keys).
-// In: probs row = Q_i . K_j (the content GEMM's output), c2p / p2c [N, B*L, window_pitch] f32, diagonal
-// index table. Out: probs row = P (f32) and dropped row = P~ in T.
+// In: scores row = Q_i . K_j (the content GEMM's output, f32), c2p / p2c [N, B*L, window_pitch] f32,
+// diagonal index table. Out: probs row = P in T and, when given, dropped row = P~ in T.
 //   a_j = ((Q_i.K_j + C2P[i, c(i,j)]) + P2C[j, c(i,j)]) / s, masked to finfo.min unless m_i m_j,
-//   P = softmax(a) (a fully masked row is uniform), P~_j = P_j * factor(e_j).
+//   P = T(softmax(a)) (a fully masked row is uniform), P~_j = T(P_j * factor(e_j)).
+// For f32, scores and probs are the same buffer (no __restrict__ on them): each lane reads its keys' scores
+// before it writes the same keys' P, and no other lane touches them.
 // P2C[j, c(i,j)] is a skew gather across keys (rows window_pitch floats apart: a 32-byte sector per key when
 // a warp reads it along j, the largest cost of the previous row-per-warp kernel). For a tile's rows
 // i0 .. i0 + 31 and a key j the buckets c(i, j) are 32 consecutive (monotone) entries of P2C row j, so the
@@ -131,7 +139,7 @@ void dispatch_row_chunks(int64_t length, F&& f) {
 // reads its P2C terms from shared memory.
 template <typename T, int kChunks>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    attention_softmax_kernel(float* __restrict__ probs, T* __restrict__ dropped,
+    attention_softmax_kernel(const float* scores, T* probs, T* __restrict__ dropped,
                              const float* __restrict__ c2p, const float* __restrict__ p2c,
                              const int32_t* __restrict__ diagonal, const uint8_t* __restrict__ keep,
                              AttentionShape s) {
@@ -153,7 +161,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   for (int t = warp; t < kSoftmaxTileRows && i0 + t < L; t += kWarpsPerBlock) {
     const int i = i0 + t;
     const int64_t row = bh * L + i;
-    float* p = probs + row * L;
+    const float* a_row = scores + row * L;
+    T* p = probs + row * L;
     const float* c2p_row = c2p + (head_rows + i) * window_pitch;
     const bool query_kept = key_keep[i] != 0;
     float x[kChunks][4];
@@ -165,7 +174,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         const int j = 128 * c + 4 * lane + q;
         x[c][q] = kMasked;
         if (j >= L) continue;
-        float a = p[j];
+        float a = a_row[j];
         if (s.c2p) a += c2p_row[diagonal[i - j + L - 1]];
         if (s.p2c) a += p2c_tile[t * pitch + j];
         a *= s.inverse_scale;
@@ -195,18 +204,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       for (int q = 0; q < 4; ++q) {
         const int j = j0 + q;
         if (j >= L) break;
-        const float prob = x[c][q] * inverse;
+        const T prob = from_float<T>(x[c][q] * inverse);  // the one rounding of P
         p[j] = prob;
-        if (dropped != nullptr) dropped[row * L + j] = from_float<T>(s.dropout ? prob * factor[q] : prob);
+        if (dropped != nullptr) dropped[row * L + j] = from_float<T>(to_float(prob) * factor[q]);
       }
     }
   }
 }
 
-// P~ = P * factor in T, [B*N*L*L]: the backward's input to dV = P~^T dC.
+// P~ = T(P * factor), [B*N*L*L], from the stored P (in T) as the forward computed it: the backward's input
+// to dV = P~^T dC.
 template <typename T>
-__global__ void dropped_probs_kernel(const float* __restrict__ probs, T* __restrict__ dropped,
-                                     AttentionShape s) {
+__global__ void dropped_probs_kernel(const T* __restrict__ probs, T* __restrict__ dropped, AttentionShape s) {
   const int64_t total = s.batch * s.heads * s.length * s.length;
   const int64_t groups = (total + 3) / 4;  // thread item: elements 4g .. 4g + 3, one Philox block
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
@@ -216,18 +225,19 @@ __global__ void dropped_probs_kernel(const float* __restrict__ probs, T* __restr
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int64_t e = 4 * g + q;
-      if (e < total) dropped[e] = from_float<T>(probs[e] * factor[q]);
+      if (e < total) dropped[e] = from_float<T>(to_float(probs[e]) * factor[q]);
     }
   }
 }
 
 // One warp per row (b, h, i), the row in registers (lane: keys 128 c + 4 lane + q, as the forward). In: grad
-// row = dP~ = dC_i . V_j (f32), probs row P. Out: grad row = G (f32) and, when grad_lowp is given, G in T:
+// row = dP~ = dC_i . V_j (f32), probs row P (in T, read as f32). Out: grad row = G (f32) and, when grad_lowp
+// is given, G in T:
 //   dP_j = factor_j dP~_j,  G_j = m_i m_j ? P_j (dP_j - sum_{k kept} P_k dP_k) / s : 0.
 template <typename T, int kChunks>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     attention_softmax_backward_kernel(float* __restrict__ grad, T* __restrict__ grad_lowp,
-                                      const float* __restrict__ probs, const uint8_t* __restrict__ keep,
+                                      const T* __restrict__ probs, const uint8_t* __restrict__ keep,
                                       AttentionShape s) {
   const int64_t rows = s.batch * s.heads * s.length;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
@@ -239,7 +249,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const bool query_kept = keep[b * L + i] != 0;
   const uint8_t* key_keep = keep + b * L;
   float* g = grad + row * L;
-  const float* p = probs + row * L;
+  const T* p = probs + row * L;
 
   float dp[kChunks][4], prob[kChunks][4];
   float weighted = 0.0f;
@@ -253,7 +263,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       const int j = j0 + q;
       const bool kept = j < L && query_kept && key_keep[j];
       dp[c][q] = j < L ? g[j] * factor[q] : 0.0f;
-      prob[c][q] = kept ? p[j] : 0.0f;  // masked keys drop out of the sum
+      prob[c][q] = kept ? to_float(p[j]) : 0.0f;  // masked keys drop out of the sum
       if (kept) weighted += prob[c][q] * dp[c][q];
     }
   }
@@ -479,6 +489,13 @@ void check_tensor(const Tensor& t, DType dtype, const Shape& shape, const char* 
            t.shape().to_string());
 }
 
+// probs [B, N, L, L] is stored in T, the storage dtype of q, k, v (the CPU reference keeps it f32).
+void check_probs(const Tensor& probs, DType storage, const AttentionShape& s, const char* op) {
+  ZT_CHECK(!probs.defined() || probs.dtype() == storage, op, ": probs must be ", dtype_name(storage),
+           " on the GPU (the storage dtype of q, k, v), got ", probs.describe());
+  check_tensor(probs, storage, Shape{s.batch, s.heads, s.length, s.length}, op, "probs");
+}
+
 Plan plan_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
                     const Tensor& pos_query, const Tensor& attention_mask,
                     const DisentangledAttentionConfig& config, const char* op) {
@@ -588,7 +605,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   AttentionShape& s = plan.shape;
   const DType T = plan.dtype;
   check_tensor(context, T, q.shape(), op, "context");
-  check_tensor(probs, DType::f32, Shape{s.batch, s.heads, s.length, s.length}, op, "probs");
+  check_probs(probs, T, s, op);
   if (s.batch == 0 || s.length == 0 || s.features == 0) return;
   const int64_t L = s.length, d = s.head_size, BL = s.batch * s.length;
 
@@ -599,14 +616,20 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     set_window(s, tables.window);
   }
 
-  // Content scores Q K^T straight into the f32 probs, one call batched over every (b, h).
-  float* probs_data = probs.data_as<float>();
+  // Content scores Q K^T in f32, one call batched over every (b, h): for f32 storage straight into probs
+  // (finished in place by the softmax kernel), for 16-bit storage into an f32 scratch, so the scores are
+  // never rounded to T (only P is, once).
+  const bool scores_in_probs = T == DType::f32;
+  DeviceBuffer score_scratch;
+  if (!scores_in_probs)
+    score_scratch = scratch_buffer(probs_elements(s) * sizeof(float), "attention.content_scores");
+  float* scores_data = scores_in_probs ? probs.data_as<float>() : score_scratch.data_as<float>();
   {
     GemmProblem p = block_gemm(L, L, d, T, s);
     p.a = head_blocks(q.data(), T, s);
     p.b = head_blocks(k.data(), T, s);
     p.transpose_b = true;
-    p.c = score_blocks_out(probs_data, DType::f32, s);
+    p.c = score_blocks_out(scores_data, DType::f32, s);
     gemm(p, stream);
   }
   // Sub-segments of the model's attention segment (no-ops unless profiling, runtime/step_profile.h).
@@ -628,8 +651,8 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   if (s.p2c) positional_scores(k, pos_query, p2c_scores, "attention.p2c_scores");
   prof.mark("attn.fwd.c2p_p2c_gemm");
 
-  // P~ in T for the context GEMM; f32 without dropout reads P itself.
-  const bool dropped_is_probs = T == DType::f32 && !s.dropout;
+  // P~ in T for the context GEMM; without dropout P~ = P, read from probs (already in T).
+  const bool dropped_is_probs = !s.dropout;
   DeviceBuffer dropped;
   if (!dropped_is_probs)
     dropped = scratch_buffer(probs_elements(s) * dtype_size(T), "attention.dropped_probs");
@@ -642,15 +665,16 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
       const dim3 grid(static_cast<unsigned>((L + kSoftmaxTileRows - 1) / kSoftmaxTileRows),
                       static_cast<unsigned>(s.batch * s.heads));
       kernel<<<grid, kWarpsPerBlock * 32, shared, stream>>>(
-          probs_data, dropped_is_probs ? nullptr : dropped.data_as<S>(), c2p_scores.data_as<float>(),
-          p2c_scores.data_as<float>(), tables.diagonal, keep.data_as<uint8_t>(), s);
+          scores_data, static_cast<S*>(probs.data()), dropped_is_probs ? nullptr : dropped.data_as<S>(),
+          c2p_scores.data_as<float>(), p2c_scores.data_as<float>(), tables.diagonal, keep.data_as<uint8_t>(),
+          s);
       ZT_CUDA_CHECK_LAUNCH("attention_softmax");
     });
   });
   prof.mark("attn.fwd.softmax");
 
   // context = P~ V for every (b, h) in one call.
-  const void* p_tilde = dropped_is_probs ? static_cast<const void*>(probs_data) : dropped.data();
+  const void* p_tilde = dropped_is_probs ? static_cast<const void*>(probs.data()) : dropped.data();
   {
     GemmProblem p = block_gemm(L, d, L, T, s);
     p.a = score_blocks(p_tilde, s);
@@ -671,7 +695,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   Plan plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
   AttentionShape& s = plan.shape;
   const DType T = plan.dtype;
-  check_tensor(probs, DType::f32, Shape{s.batch, s.heads, s.length, s.length}, op, "probs");
+  check_probs(probs, T, s, op);
   check_tensor(dcontext, T, q.shape(), op, "dcontext");
   check_tensor(dq, T, q.shape(), op, "dq");
   check_tensor(dk, T, q.shape(), op, "dk");
@@ -695,20 +719,19 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     tables = relative_index_tables(config.positions, L, stream);
     set_window(s, tables.window);
   }
-  const float* probs_data = probs.data_as<float>();
-
-  // P~ in T (f32 without dropout reads P itself); later reused for G in T.
+  // P~ in T with dropout (without it P~ = P: probs itself, already in T); the buffer is later reused for
+  // G in T (16-bit storage).
   const bool f32_storage = T == DType::f32;
   DeviceBuffer lowp;
   if (!(f32_storage && !s.dropout))
     lowp = scratch_buffer(probs_elements(s) * element, "attention.dropped_probs");
-  const void* p_tilde = lowp ? lowp.data() : static_cast<const void*>(probs_data);
-  if (lowp) {
+  const void* p_tilde = s.dropout ? lowp.data() : probs.data();
+  if (s.dropout) {
     dispatch_storage(T, op, [&](auto tag) {
       using S = typename decltype(tag)::type;
       dropped_probs_kernel<S>
           <<<grid_for((static_cast<int64_t>(probs_elements(s)) + 3) / 4), kThreads, 0, stream>>>(
-              probs_data, lowp.data_as<S>(), s);
+              static_cast<S*>(probs.data()), lowp.data_as<S>(), s);
       ZT_CUDA_CHECK_LAUNCH("attention_dropped_probs");
     });
   }
@@ -739,9 +762,9 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     using S = typename decltype(tag)::type;
     dispatch_row_chunks(L, [&](auto chunks) {
       attention_softmax_backward_kernel<S, decltype(chunks)::value>
-          <<<row_grid(s), kWarpsPerBlock * 32, 0, stream>>>(grad.data_as<float>(),
-                                                            f32_storage ? nullptr : lowp.data_as<S>(),
-                                                            probs_data, keep.data_as<uint8_t>(), s);
+          <<<row_grid(s), kWarpsPerBlock * 32, 0, stream>>>(
+              grad.data_as<float>(), f32_storage ? nullptr : lowp.data_as<S>(), static_cast<S*>(probs.data()),
+              keep.data_as<uint8_t>(), s);
       ZT_CUDA_CHECK_LAUNCH("attention_softmax_backward");
     });
   });

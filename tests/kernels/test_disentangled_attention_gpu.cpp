@@ -1,7 +1,11 @@
 // Disentangled attention forward/backward on CUDA tensors against the CPU reference
 // (kernels/cpu/disentangled_attention.cpp): f32 storage with the f32 tolerance, bf16/f16 storage with
-// theirs, on the inputs rounded to the storage dtype. Dropout cases check that the GPU draws the CPU's
-// keep mask (a different mask would move context and every gradient by O(1)).
+// theirs, on the inputs rounded to the storage dtype. The GPU saves probs in the storage dtype (the CPU
+// reference in f32), so they are compared with the reference's probs rounded to it; the GPU backward reads
+// those rounded probs, which moves G by one more rounding of P (2^-9 relative in bf16, 2^-12 in f16), the
+// same size as the rounding of G to 16 bits it already had, inside the per-dtype tolerance. Dropout cases
+// check that the GPU draws the CPU's keep mask (a different mask would move context and every gradient by
+// O(1)).
 #include <gtest/gtest.h>
 
 #ifdef ZT_WITH_CUDA
@@ -96,13 +100,13 @@ TEST_P(DisentangledAttentionGpu, MatchesCpuReference) {
       f32(probs_ref, probs_shape), f32(dc, features), config, f32(dq_ref, features), f32(dk_ref, features),
       f32(dv_ref, features), c.c2p ? f32(dpk_ref, table) : Tensor(), c.p2c ? f32(dpq_ref, table) : Tensor());
 
-  // GPU: 16-bit storage for activations, f32 for probs and the table gradients.
+  // GPU: the storage dtype for activations and probs, f32 for the table gradients.
   auto gq = to_device(q, features, c.dtype), gk = to_device(k, features, c.dtype);
   auto gv = to_device(v, features, c.dtype), gdc = to_device(dc, features, c.dtype);
   auto gpk = to_device(pk, table, c.dtype), gpq = to_device(pq, table, c.dtype);
   auto gmask = test::to_device_i64(mask, Shape{B, L});
   auto gcontext = to_device(std::vector<float>(n, 9.0f), features, c.dtype);
-  auto gprobs = to_device(std::vector<float>(np, 9.0f), probs_shape, DType::f32);
+  auto gprobs = to_device(std::vector<float>(np, 9.0f), probs_shape, c.dtype);
   auto gdq = to_device(std::vector<float>(n, 9.0f), features, c.dtype);
   auto gdk = to_device(std::vector<float>(n, 9.0f), features, c.dtype);
   auto gdv = to_device(std::vector<float>(n, 9.0f), features, c.dtype);
@@ -115,7 +119,7 @@ TEST_P(DisentangledAttentionGpu, MatchesCpuReference) {
                                   c.c2p ? gdpk.tensor : Tensor(), c.p2c ? gdpq.tensor : Tensor());
 
   const test::Tolerance tol = test::tolerance_for(c.dtype);
-  EXPECT_TRUE(all_close("probs", to_host(gprobs.tensor), probs_ref, tol));
+  EXPECT_TRUE(all_close("probs", to_host(gprobs.tensor), round_to(probs_ref, c.dtype), tol));
   EXPECT_TRUE(all_close("context", to_host(gcontext.tensor), context_ref, tol));
   EXPECT_TRUE(all_close("dv", to_host(gdv.tensor), dv_ref, tol));
   EXPECT_TRUE(all_close("dq", to_host(gdq.tensor), dq_ref, tol));
@@ -155,25 +159,67 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"f32_L600_xlarge_buckets", DType::f32, 1, 600, 2, 8, xlarge_buckets(), true, true, 0.0f}),
     [](const auto& info) { return info.param.name; });
 
+// One head of width 4 over a [1, L] batch, every input 0.5, for the argument checks below: q = k = v, one
+// table for both terms, `out` [1, L, 4] for context or the feature gradients, probs [1, 1, L, L] in
+// probs_dtype.
+struct SmallCall {
+  DisentangledAttentionConfig config;
+  test::DeviceTensor x, pos, mask, out, dpos, probs;
+  SmallCall(int64_t L, DType dtype, DType probs_dtype, RelativePositionConfig positions) {
+    constexpr int64_t D = 4;
+    config.num_heads = 1;
+    config.positions = positions;
+    const Shape features{1, L, D}, table{2 * positions.att_span(), D};
+    x = to_device(std::vector<float>(features.numel(), 0.5f), features, dtype);
+    pos = to_device(std::vector<float>(table.numel(), 0.5f), table, dtype);
+    mask = test::to_device_i64(std::vector<int64_t>(L, 1), Shape{1, L});
+    out = to_device(std::vector<float>(features.numel(), 0.0f), features, dtype);
+    dpos = to_device(std::vector<float>(table.numel(), 0.0f), table, DType::f32);
+    probs = to_device(std::vector<float>(L * L, 0.0f), Shape{1, 1, L, L}, probs_dtype);
+  }
+  void forward() const {
+    disentangled_attention_forward(x.tensor, x.tensor, x.tensor, pos.tensor, pos.tensor, mask.tensor, config,
+                                   out.tensor, probs.tensor);
+  }
+  void backward() const {
+    disentangled_attention_backward(x.tensor, x.tensor, x.tensor, pos.tensor, pos.tensor, mask.tensor,
+                                    probs.tensor, out.tensor, config, out.tensor, out.tensor, out.tensor,
+                                    dpos.tensor, dpos.tensor);
+  }
+};
+
 // The softmax kernels hold a score row in registers: lengths past 1024 are refused with a clear error.
 TEST(DisentangledAttentionGpuLimits, RejectsSequencesLongerThan1024) {
   ZT_SKIP_WITHOUT_GPU();
-  const int64_t L = 1025, D = 4;
-  DisentangledAttentionConfig config;
-  config.num_heads = 1;
-  config.positions = xlarge_buckets();
-  const Shape features{1, L, D}, table{2 * config.positions.att_span(), D};
-  auto x = to_device(std::vector<float>(features.numel(), 0.5f), features, DType::f32);
-  auto pos = to_device(std::vector<float>(table.numel(), 0.5f), table, DType::f32);
-  auto mask = test::to_device_i64(std::vector<int64_t>(L, 1), Shape{1, L});
-  auto context = to_device(std::vector<float>(features.numel(), 0.0f), features, DType::f32);
-  auto probs = to_device(std::vector<float>(L * L, 0.0f), Shape{1, 1, L, L}, DType::f32);
+  const SmallCall call(1025, DType::f32, DType::f32, xlarge_buckets());
   try {
-    disentangled_attention_forward(x.tensor, x.tensor, x.tensor, pos.tensor, pos.tensor, mask.tensor, config,
-                                   context.tensor, probs.tensor);
+    call.forward();
     FAIL() << "expected an error for L = 1025";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("sequence length 1025"), std::string::npos) << e.what();
+  }
+}
+
+// probs are stored in the storage dtype of q, k, v on the GPU: an f32 probs beside bf16 inputs (the layout
+// before the 16-bit probs) is refused by forward and backward with an error naming probs and the dtype.
+TEST(DisentangledAttentionGpuLimits, RejectsProbsNotInTheStorageDtype) {
+  ZT_SKIP_WITHOUT_GPU();
+  const SmallCall call(8, DType::bf16, DType::f32, tiny_buckets());
+  const auto expect_probs_error = [](const std::exception& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("probs must be bf16"), std::string::npos) << what;
+  };
+  try {
+    call.forward();
+    ADD_FAILURE() << "forward accepted f32 probs beside bf16 q, k, v";
+  } catch (const std::exception& e) {
+    expect_probs_error(e);
+  }
+  try {
+    call.backward();
+    ADD_FAILURE() << "backward accepted f32 probs beside bf16 q, k, v";
+  } catch (const std::exception& e) {
+    expect_probs_error(e);
   }
 }
 
