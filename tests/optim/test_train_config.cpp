@@ -941,8 +941,9 @@ TEST(TrainConfigZero, OverlapCommDefaultsByStageAndIsHonoured) {
 TEST(TrainConfigZero, OverlapCommSaysWhereItActs) {
   const std::string key = "zero_optimization.overlap_comm";
   const std::string world2 = resolved({}, zero_json(R"("stage": 2, "overlap_comm": true)"), 2).describe();
-  EXPECT_NE(line_of(world2, key).find("effective: reductions on a communication stream, overlapping backward"),
-            std::string::npos)
+  EXPECT_NE(
+      line_of(world2, key).find("effective: reductions on a communication stream, overlapping backward"),
+      std::string::npos)
       << world2;
   const std::string world1 = resolved({}, zero_json(R"("stage": 2, "overlap_comm": true)")).describe();
   EXPECT_NE(line_of(world1, key).find("effective: none at world size 1"), std::string::npos) << world1;

@@ -1,8 +1,8 @@
 // overlap_comm on the GPU (ZeroEngineOptions::overlap_comm, optim/zero/engine.h): two in-process ranks on the
 // one GPU (each a thread with its own RankDevice: stream and allocator; collectives through
-// make_in_process_device_group, whose rank-order sums are deterministic) drive the engine through its hooks in
-// the model's order with synthetic gradients (tests/optim/zero_offload_harness.h), two micro-batches per step,
-// four layers (so that layer l reuses the bucket of layer l + 2). With the reductions on each rank's
+// make_in_process_device_group, whose rank-order sums are deterministic) drive the engine through its hooks
+// in the model's order with synthetic gradients (tests/optim/zero_offload_harness.h), two micro-batches per
+// step, four layers (so that layer l reuses the bucket of layer l + 2). With the reductions on each rank's
 // communication stream the engine queues the same collectives and the same kernels on the same values, so the
 // final master and the parameters the forward saw (stage 3: gathered on the comm stream) must equal the
 // in-order run's bit for bit. A missing wait lets the comm stream reduce a bucket before its gradients are
@@ -49,7 +49,8 @@ TwoRankRun train_two_ranks(int stage, DType compute, bool overlap, ZeroOffload o
   const ParameterTable table(config);
   // The ranks' devices outlive the communicators, whose scratch came from their allocators.
   std::vector<std::unique_ptr<RankDevice>> devices;
-  for (int r = 0; r < kWorld; ++r) devices.push_back(std::make_unique<RankDevice>(0, DeviceAllocator::kNoLimit));
+  for (int r = 0; r < kWorld; ++r)
+    devices.push_back(std::make_unique<RankDevice>(0, DeviceAllocator::kNoLimit));
   auto comms = make_in_process_device_group(kWorld, 0, {.timeout = std::chrono::seconds(60)});
   TwoRankRun result;
   std::vector<std::exception_ptr> errors(kWorld);
@@ -103,14 +104,16 @@ TwoRankRun train_two_ranks(int stage, DType compute, bool overlap, ZeroOffload o
               engine.gradients_ready(layer_unit(l));
             }
             engine.acquire(kEmbeddingsUnit, Pass::backward);
-            for (const Tensor* t : {&g.embeddings.word_embeddings, &g.embeddings.ln_weight, &g.embeddings.ln_bias})
+            for (const Tensor* t :
+                 {&g.embeddings.word_embeddings, &g.embeddings.ln_weight, &g.embeddings.ln_bias})
               testing::write_gradient(*t, seed + 7.0, 0.2);
             engine.release(kEmbeddingsUnit, Pass::backward);
             engine.gradients_ready(kEmbeddingsUnit);
             const DebertaSharedTensors& s = g.shared;
-            for (const Tensor* t : {&s.rel_embeddings, &s.encoder_ln_weight, &s.encoder_ln_bias, &s.conv_weight,
-                                    &s.conv_bias, &s.conv_ln_weight, &s.conv_ln_bias, &s.pooler_weight,
-                                    &s.pooler_bias, &s.classifier_weight, &s.classifier_bias})
+            for (const Tensor* t :
+                 {&s.rel_embeddings, &s.encoder_ln_weight, &s.encoder_ln_bias, &s.conv_weight, &s.conv_bias,
+                  &s.conv_ln_weight, &s.conv_ln_bias, &s.pooler_weight, &s.pooler_bias, &s.classifier_weight,
+                  &s.classifier_bias})
               testing::write_gradient(*t, seed + 3.0, 0.1);
             engine.release(shared, Pass::backward);
             engine.gradients_ready(shared);

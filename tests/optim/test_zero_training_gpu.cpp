@@ -62,9 +62,14 @@ TEST(ZeroTrainingGpuOverlap, OverlappedReductionsTrainLikeInOrderOnesAtEveryStag
   // With accumulation: stages 0/1 reduce at the window's last micro-batch, 2/3 every micro-batch.
   const RunResult single4 = run({.stage = 0, .world = 1, .accumulation = 4, .steps = kGpuSteps, .gpu = true});
   for (int stage = 0; stage < 4; ++stage) {
-    const RunResult overlapped = run(
-        {.stage = stage, .world = 2, .accumulation = 2, .steps = kGpuSteps, .gpu = true, .overlap_comm = true});
-    expect_close(overlapped, single4, "stage " + std::to_string(stage) + " world 2 accumulation 2, overlap_comm");
+    const RunResult overlapped = run({.stage = stage,
+                                      .world = 2,
+                                      .accumulation = 2,
+                                      .steps = kGpuSteps,
+                                      .gpu = true,
+                                      .overlap_comm = true});
+    expect_close(overlapped, single4,
+                 "stage " + std::to_string(stage) + " world 2 accumulation 2, overlap_comm");
   }
 }
 
