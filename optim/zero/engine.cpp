@@ -23,6 +23,7 @@
 #ifdef ZT_WITH_CUDA
 #include "optim/cuda/adamw.cuh"
 #include "optim/cuda/grad_norm.cuh"
+#include "runtime/cuda_check.h"
 #include "runtime/stream.h"
 #endif
 
