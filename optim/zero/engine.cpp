@@ -633,6 +633,11 @@ ZeroStateBytes ZeroEngine::state_bytes() const {
 }
 
 void ZeroEngine::begin_backward(bool first, bool last) {
+  // A reduction still deferred (a backward that ended on a layer) runs with the previous micro-batch's flags.
+  if (impl_->deferred_reduction) {
+    comm_waits_for_compute();
+    reduce_deferred_on_comm();
+  }
   // Stages 0/1 reduce the gradient buffer in place, which this backward accumulates into (step() waited
   // already after a window's last micro-batch; this covers a backward without a step in between).
   if (impl_->stage <= 1) compute_waits_for_comm();
