@@ -5,8 +5,10 @@
 // unit, reduce-scattered together once its gradients are final and, at stage 3, all-gathered together before
 // use; the embeddings and the remaining tensors are two more units. Against that, each key is
 //   honoured   stage (0-3), reduce_scatter (false: all-reduce, then keep the shard)
-//   accepted   overlap_comm (DeepSpeed's default: true at stage 3 only) with the effective note that
-//              collectives run in order on the rank's compute stream (no communication stream yet)
+//   honoured   overlap_comm (DeepSpeed's default: true at stage 3 only) on the GPU at world size > 1: the
+//              gradient reductions run on a communication stream, overlapping backward (ZeroEngineOptions::
+//              overlap_comm, optim/zero/engine.h); on the CPU backend and at world size 1 it changes
+//              nothing, which the effective note says
 //   accepted   with an "effective:" note in describe(), because the layer unit decides what they would tune:
 //              reduce_bucket_size, allgather_bucket_size, stage3_prefetch_bucket_size (one layer per bucket),
 //              stage3_param_persistence_threshold, stage3_max_reuse_distance (each layer, small tensors
@@ -157,8 +159,17 @@ void describe_zero(const TrainConfig& c, DescribeWriter& out) {
   auto i = [](int64_t v) { return std::to_string(v); };
   out.group("ZeRO");
   out.line(kZero + "stage", i(zero.stage));
-  out.line(kZero + "overlap_comm", show_bool(zero.overlap_comm),
-           zero.overlap_comm ? "no overlap yet; collectives run in order on the rank's compute stream" : "");
+  std::string overlap;
+  if (zero.overlap_comm) {
+    if (c.device == DeviceChoice::cpu) {
+      overlap = "none on the CPU backend: collectives run in order";
+    } else if (c.world_size == 1) {
+      overlap = "none at world size 1: there is nothing to reduce";
+    } else {
+      overlap = "reductions on a communication stream, overlapping backward (GPU, world > 1)";
+    }
+  }
+  out.line(kZero + "overlap_comm", show_bool(zero.overlap_comm), overlap);
   out.line(kZero + "reduce_scatter", show_bool(zero.reduce_scatter));
   out.line(kZero + "contiguous_gradients", show_bool(zero.contiguous_gradients));
   out.line(kZero + "allgather_partitions", show_bool(zero.allgather_partitions));

@@ -23,6 +23,8 @@
 //
 // --world_size N runs N in-process ranks over this one GPU (each its own stream and allocator, capped at
 // --gpu_memory_limit like a card of that size; ZeRO stage --zero_stage), each rank taking a batch of --batch:
+// --overlap_comm sets zero_optimization.overlap_comm (reductions on a communication stream, overlapping
+// backward; off by default here at every stage, so that the two can be timed side by side);
 // samples_per_s counts all ranks, and "ranks" lists every rank's peak bytes by category beside the
 // estimator's per-rank figures (optim/zero/memory_estimate.h), measured over the timed steps. A batch that
 // does not fit ends with the allocator's out-of-memory error (exit 1): scripts search the largest batch so.
@@ -71,6 +73,7 @@ struct Options {
   std::string offload = "none";  // none | optimizer | both
   bool pin_memory = false;
   bool delayed_update = false;
+  bool overlap_comm = false;  // zero_optimization.overlap_comm (world > 1)
   bool profile = false;
   std::string nvme_path;  // the disk tier's directory; empty: the offloaded state stays in host memory
   int nvme_buffers = 4;
@@ -82,7 +85,7 @@ const char* kUsage =
     "usage: bench_train_step [--batch 40] [--seq 128] [--dtype bf16|fp16|fp32] [--steps 12] [--dropout 0.1]\n"
     "                        [--layers N] [--hidden H] [--estimate_only] [--repeat_batch] [--lr 2e-5]\n"
     "                        [--zero_stage 0-3] [--world_size N] "
-    "[--gpu_memory_limit SIZE]\n"
+    "[--gpu_memory_limit SIZE] [--overlap_comm]\n"
     "                        [--offload none|optimizer|both] [--pin_memory] [--delayed_update] [--profile]\n"
     "                        [--nvme_path DIR [--nvme_buffers 4] [--nvme_pipeline]] [--sub_group_size 1e9]\n";
 
@@ -98,9 +101,11 @@ Options parse(int argc, char** argv) {
       (flag == "--profile" ? o.profile : flag == "--estimate_only" ? o.estimate_only : o.repeat_batch) = true;
       continue;
     }
-    if (flag == "--pin_memory" || flag == "--delayed_update" || flag == "--nvme_pipeline") {
+    if (flag == "--pin_memory" || flag == "--delayed_update" || flag == "--nvme_pipeline" ||
+        flag == "--overlap_comm") {
       (flag == "--pin_memory"       ? o.pin_memory
        : flag == "--delayed_update" ? o.delayed_update
+       : flag == "--overlap_comm"   ? o.overlap_comm
                                     : o.nvme_pipeline) = true;
       continue;
     }
@@ -249,6 +254,7 @@ int run(int argc, char** argv) {
                   .num_train_examples = o.batch * o.steps * o.world_size});
   ZT_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, "--zero_stage must be 0, 1, 2 or 3");
   config.zero.stage = o.zero_stage;
+  config.zero.overlap_comm = o.overlap_comm;
   config.zero.offload_optimizer.enabled = o.offload != "none";
   config.zero.offload_optimizer.pin_memory = o.pin_memory;
   config.zero.offload_param.enabled = o.offload == "both";
@@ -325,6 +331,7 @@ int run(int argc, char** argv) {
       {"offload", o.offload},
       {"pin_memory", o.pin_memory},
       {"delayed_update", o.delayed_update},
+      {"overlap_comm", o.overlap_comm},
       {"nvme_path", o.nvme_path},
       {"params", table.total_numel()},
       {"first_step_s", round_to(first_step_s, 1e-3)},

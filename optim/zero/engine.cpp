@@ -23,6 +23,7 @@
 #ifdef ZT_WITH_CUDA
 #include "optim/cuda/adamw.cuh"
 #include "optim/cuda/grad_norm.cuh"
+#include "runtime/cuda_check.h"
 #include "runtime/stream.h"
 #endif
 
@@ -256,6 +257,31 @@ struct ZeroEngine::Impl {
       copy_tensor(params_on_host(b), target);  // host to host
     }
   }
+  // overlap_comm (GPU, world > 1; see the top of engine.h): the rank's communication stream and the events
+  // that order it with the compute stream (the calling thread's current stream).
+#ifdef ZT_WITH_CUDA
+  struct CommOverlap {
+    Stream stream;         // non-blocking, on the rank's device
+    Event compute_done;    // on the compute stream: what the next comm work reads is written
+    Event comm_done;       // on the comm stream: everything queued there so far
+    Event gathered;        // stage 3: the last gather landed in its buffer
+    Event bucket_free[4];  // stages 2/3, per bucket (bucket_slot): reduced, folded and zeroed
+    // Queued comm work must end before the buffers it reads and writes go back to the allocator.
+    ~CommOverlap() { (void)cudaStreamSynchronize(stream.get()); }
+  };
+  // The bucket's index in bucket_free: embeddings, shared, then the two layer buckets (layer l: l % 2).
+  static size_t bucket_slot(const ZeroPartition& part, size_t unit) {
+    if (unit == part.embeddings_unit()) return 0;
+    if (unit == part.shared_unit()) return 1;
+    return 2 + static_cast<size_t>(part.units()[unit].layer % 2);
+  }
+#else
+  struct CommOverlap {};
+#endif
+  std::unique_ptr<CommOverlap> overlap;  // null: every collective in order on the compute stream
+  // Stage 3 with overlap: the layer whose gradients are ready but whose reduction waits for the next
+  // gather to be queued (acquire), so that the gather the compute stream waits for is not behind it.
+  std::optional<size_t> deferred_reduction;
   // The delayed update in flight (declared last: destroyed first, so it finishes before the buffers go).
   std::future<void> pending;
   // Waits for the delayed update: the host state is complete. Its parameters still have to go where the
@@ -554,6 +580,12 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     s.downloaded.assign(s.blocks.size(), false);
   }
 
+  if (options.overlap_comm && s.device == DeviceKind::cuda && world_size() > 1) {
+#ifdef ZT_WITH_CUDA
+    s.overlap = std::make_unique<Impl::CommOverlap>();  // on the device current on the rank's thread
+#endif
+  }
+
   // Handles: named arenas bind by name; stage-3 parameters and stage-2/3 gradients point into the unit's
   // gather buffer / bucket (layer l uses buffer l % 2, so two consecutive layers never share one).
   auto unit_view = [&](size_t tensor, const Arena& buffer, DType dtype) {
@@ -601,13 +633,97 @@ ZeroStateBytes ZeroEngine::state_bytes() const {
 }
 
 void ZeroEngine::begin_backward(bool first, bool last) {
+  // A reduction still deferred (a backward that ended on a layer) runs with the previous micro-batch's flags.
+  if (impl_->deferred_reduction) {
+    comm_waits_for_compute();
+    reduce_deferred_on_comm();
+  }
+  // Stages 0/1 reduce the gradient buffer in place, which this backward accumulates into (step() waited
+  // already after a window's last micro-batch; this covers a backward without a step in between).
+  if (impl_->stage <= 1) compute_waits_for_comm();
   impl_->first_micro = first;
   impl_->last_micro = last;
 }
 
-void ZeroEngine::acquire(size_t unit, Pass) {
+void ZeroEngine::comm_waits_for_compute() {
+#ifdef ZT_WITH_CUDA
   Impl& s = *impl_;
+  if (!s.overlap) return;
+  s.overlap->compute_done.record(work_stream());
+  s.overlap->stream.wait(s.overlap->compute_done);
+#endif
+}
+
+void ZeroEngine::reduce_on_comm(size_t unit) {
+#ifdef ZT_WITH_CUDA
+  Impl& s = *impl_;
+  Impl::CommOverlap& o = *s.overlap;
+  {
+    // Collectives (work_comm_stream), the fold, the zero fill and the offload download's "after the work
+    // queued so far" (OffloadCopies::down) all follow the current stream: the comm stream here.
+    StreamScope on_comm(o.stream);
+    reduce_unit_gradients(unit);
+  }
+  if (s.stage >= 2) o.bucket_free[Impl::bucket_slot(partition_, unit)].record(o.stream);
+#else
+  reduce_unit_gradients(unit);
+#endif
+}
+
+void ZeroEngine::reduce_deferred_on_comm() {
+  Impl& s = *impl_;
+  if (!s.deferred_reduction) return;
+  const size_t unit = *s.deferred_reduction;
+  s.deferred_reduction.reset();
+  reduce_on_comm(unit);
+}
+
+void ZeroEngine::compute_waits_for_comm() {
+#ifdef ZT_WITH_CUDA
+  Impl& s = *impl_;
+  if (!s.overlap) return;
+  if (s.deferred_reduction) {
+    comm_waits_for_compute();
+    reduce_deferred_on_comm();
+  }
+  s.overlap->comm_done.record(s.overlap->stream);
+  ZT_CUDA_CHECK(cudaStreamWaitEvent(work_stream(), s.overlap->comm_done.get(), 0));
+#endif
+}
+
+void ZeroEngine::acquire(size_t unit, Pass pass) {
+  Impl& s = *impl_;
+#ifdef ZT_WITH_CUDA
+  // Backward is about to write the unit's bucket: its previous reduction must have read and zeroed it.
+  if (s.overlap && pass == Pass::backward && s.stage >= 2)
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(work_stream(),
+                                      s.overlap->bucket_free[Impl::bucket_slot(partition_, unit)].get(), 0));
+#else
+  (void)pass;
+#endif
   if (s.stage != 3) return;
+  if (!s.overlap) {
+    gather_unit(unit);
+    return;
+  }
+#ifdef ZT_WITH_CUDA
+  // With overlap the gather goes on the comm stream as well (after the compute work that last read the
+  // gather buffer or wrote the shard), so the rank's collectives stay on one stream in one order; the
+  // reduction deferred by gradients_ready is queued behind it and overlaps this unit's backward.
+  Impl::CommOverlap& o = *s.overlap;
+  comm_waits_for_compute();
+  {
+    StreamScope on_comm(o.stream);
+    gather_unit(unit);
+  }
+  o.gathered.record(o.stream);
+  ZT_CUDA_CHECK(cudaStreamWaitEvent(work_stream(), o.gathered.get(), 0));
+  reduce_deferred_on_comm();
+#endif
+}
+
+void ZeroEngine::gather_unit(size_t unit) {
+  Impl& s = *impl_;
   const ZeroUnit& u = partition_.units()[unit];
   const Arena& buffer = s.gather_buffer(partition_, unit);
   const Tensor shard = view(*s.compute_copy, s.compute, u.shard_begin, u.slice_numel);
@@ -633,6 +749,23 @@ void ZeroEngine::acquire(size_t unit, Pass) {
 void ZeroEngine::release(size_t, Pass) {}
 
 void ZeroEngine::gradients_ready(size_t unit) {
+  Impl& s = *impl_;
+  if (!s.overlap) {
+    reduce_unit_gradients(unit);
+    return;
+  }
+  if (s.stage <= 1 && !s.last_micro) return;  // local accumulation: nothing to reduce yet
+  comm_waits_for_compute();                   // the unit's gradients (and any deferred unit's) are written
+  reduce_deferred_on_comm();
+  const bool layer = unit != partition_.embeddings_unit() && unit != partition_.shared_unit();
+  if (s.stage == 3 && layer) {
+    s.deferred_reduction = unit;  // queued after the next unit's gather (acquire), or the next wait
+    return;
+  }
+  reduce_on_comm(unit);
+}
+
+void ZeroEngine::reduce_unit_gradients(size_t unit) {
   Impl& s = *impl_;
   const ZeroUnit& u = partition_.units()[unit];
   const int W = world_size();
@@ -717,6 +850,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   const bool cpu = s.device == DeviceKind::cpu;
   auto grad_block = [&](const OwnedBlock& b) { return view(*s.grads, DType::f32, b.grad, b.numel); };
   StepProfile& prof = StepProfile::global();  // offload segment marks: no-ops unless profiling is on
+  compute_waits_for_comm();                   // overlap_comm: every reduction before the norm reads them
   if (s.delayed) {
     finish_delayed_update();  // the previous step's delayed update before this step's
     prof.mark("optimizer.offload_delayed_land");
@@ -897,6 +1031,7 @@ void ZeroEngine::update_offloaded_blocks(double lr, float grad_scale, bool publi
 void ZeroEngine::gather_updated_compute_copy() {
   Impl& s = *impl_;
   if (!((s.stage == 1 || s.stage == 2) && world_size() > 1)) return;
+  compute_waits_for_comm();  // overlap_comm: the rank's collectives never run on two streams at once
   const auto& units = partition_.units();
   for (size_t u = 0; u < units.size(); ++u) {
     const OwnedBlock& b = s.blocks[u];
@@ -1012,6 +1147,7 @@ void ZeroEngine::load_full_parameters(const Arena& host_f32) {
 void ZeroEngine::gather_full_master(const Arena* host_f32) {
   Impl& s = *impl_;
   finish_delayed_update();
+  compute_waits_for_comm();  // overlap_comm: its gathers on the compute stream, after the comm stream's work
   ZT_CHECK(host_f32 == nullptr || host_f32->device() == DeviceKind::cpu,
            "gather_full_master needs a host arena");
   const auto& units = partition_.units();

@@ -48,6 +48,21 @@
 //     offloaded run equals the non-offloaded one bit for bit.
 //   offload.param (stage 3, needs offload.optimizer): the rank's compute-copy shard lives on the host;
 //     acquire() copies the unit's slice up (H2D) into an upload buffer and all-gathers from there.
+// overlap_comm (DeepSpeed's zero_optimization.overlap_comm; GPU at world size > 1, else nothing changes):
+//   the gradient reductions and what follows them (stage 2/3: the fold into the shard accumulator and the
+//   bucket's zero fill; the offload download) run on the rank's communication stream while backward goes on
+//   on the compute stream, ordered by events instead of by stream order:
+//     gradients_ready(u)   compute records "written"; the comm stream waits for it, reduces u and records u's
+//                          bucket "free" (stages 2/3)
+//     acquire(u, backward) stages 2/3: the compute stream waits for u's bucket "free" before backward writes
+//                          into it again (layer l shares bucket l % 2 with layer l + 2)
+//     begin_backward, step, gather_full_master, the compute copy's all-gathers: the compute stream waits
+//                          for everything queued on the comm stream (stages 0/1 reduce the gradient buffer in
+//                          place; step reads what every stage reduced)
+//   Stage 3: the gathers go on the comm stream too (the compute stream waits for each), so a rank's
+//   collectives never run on two streams at once, and a layer's reduction is queued after the gather of the
+//   layer backward needs next (acquire), so that it overlaps that layer's backward instead of delaying it.
+//   Same collectives, same arithmetic: the results equal the in-order ones bit for bit.
 // Device bytes drop by the master and m, v (12 S) and, with offload.param, the parameter shard (t S); host
 // bytes are 12 S + 4 S (gradient shard) + t S (staging or parameter shard), checked against MemAvailable
 // and the locked-memory limit before anything is allocated (runtime/host_memory.h); with the disk tier the
@@ -117,6 +132,9 @@ struct ZeroEngineOptions {
   DeviceKind device = DeviceKind::cpu;  // where state and compute live
   DType compute = DType::f32;           // storage dtype of the model's parameters
   bool reduce_scatter = true;           // stages 1/2: false all-reduces and keeps the slice
+  // GPU, world size > 1: reductions on a communication stream, overlapping backward (see the top of this
+  // file). Nothing on the CPU backend (the in-process host collectives are synchronous) or at world size 1.
+  bool overlap_comm = false;
   AdamWHyper hyper;
   double max_grad_norm = 1.0;  // 0: no clipping
   ZeroOffload offload;
@@ -221,6 +239,16 @@ class ZeroEngine final : public DebertaUnitHooks {
 
  private:
   struct Impl;
+  // The reduction of unit `unit`'s gradients and its follow-ups, on the current stream.
+  void reduce_unit_gradients(size_t unit);
+  // overlap_comm: the comm stream waits for the compute stream's work so far; `unit` reduced on the comm
+  // stream; the stage-3 reduction deferred to the next gather queued there; the compute stream waits for
+  // everything queued on the comm stream. No-ops without overlap.
+  void comm_waits_for_compute();
+  void reduce_on_comm(size_t unit);
+  void reduce_deferred_on_comm();
+  void compute_waits_for_comm();
+  void gather_unit(size_t unit);  // stage 3: the unit's parameters into its gather buffer, current stream
   void gather_updated_compute_copy();  // stages 1/2, world > 1: every rank's updated slices to everyone
   void update_offloaded_blocks(double lr, float grad_scale, bool publish_each, const Arena& gradients);
   const ParameterTable& table_;

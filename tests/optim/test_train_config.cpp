@@ -938,6 +938,23 @@ TEST(TrainConfigZero, OverlapCommDefaultsByStageAndIsHonoured) {
   EXPECT_TRUE(resolved({}, zero_json(R"("stage": 2, "overlap_comm": true)")).zero.overlap_comm);
 }
 
+TEST(TrainConfigZero, OverlapCommSaysWhereItActs) {
+  const std::string key = "zero_optimization.overlap_comm";
+  const std::string world2 = resolved({}, zero_json(R"("stage": 2, "overlap_comm": true)"), 2).describe();
+  EXPECT_NE(
+      line_of(world2, key).find("effective: reductions on a communication stream, overlapping backward"),
+      std::string::npos)
+      << world2;
+  const std::string world1 = resolved({}, zero_json(R"("stage": 2, "overlap_comm": true)")).describe();
+  EXPECT_NE(line_of(world1, key).find("effective: none at world size 1"), std::string::npos) << world1;
+  TrainConfig cpu = resolved({}, zero_json(R"("stage": 2, "overlap_comm": true)"), 2);
+  cpu.device = DeviceChoice::cpu;
+  EXPECT_NE(line_of(cpu.describe(), key).find("effective: none on the CPU backend"), std::string::npos)
+      << cpu.describe();
+  const std::string off = resolved({}, zero_json(R"("stage": 2, "overlap_comm": false)"), 2).describe();
+  EXPECT_EQ(line_of(off, key).find("effective"), std::string::npos) << off;
+}
+
 TEST(TrainConfigZero, ReduceScatterIsHonoured) {
   EXPECT_TRUE(resolved({}, zero_json(R"("stage": 2)")).zero.reduce_scatter);
   EXPECT_FALSE(resolved({}, zero_json(R"("stage": 2, "reduce_scatter": false)")).zero.reduce_scatter);

@@ -84,6 +84,17 @@ INSTANTIATE_TEST_SUITE_P(WorldsAndAccumulation, ZeroTraining,
                                   std::to_string(std::get<1>(info.param));
                          });
 
+// overlap_comm acts on the GPU only (a comm stream per rank); on the CPU backend the in-process host
+// collectives are synchronous and the flag changes nothing: every stage trains the same bits with it on.
+TEST(ZeroTrainingOverlap, OverlapCommChangesNothingOnTheCpu) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    const RunSpec in_order{.stage = stage, .world = 2, .accumulation = 2, .steps = 4};
+    RunSpec overlapped = in_order;
+    overlapped.overlap_comm = true;
+    EXPECT_TRUE(bitwise_equal(run(overlapped), run(in_order))) << "stage " << stage;
+  }
+}
+
 // The trainer hands its init to the engines one tensor at a time (no staging of the whole model): before any
 // step, every stage at world 2, with and without offload, holds exactly init_parameters(seed).
 TEST(ZeroTrainingInit, EveryRankStartsFromTheSeededInit) {

@@ -44,6 +44,35 @@ TEST_P(ZeroTrainingGpu, SharedGpuRanksTrainLikeOneRankAtEveryStage) {
 INSTANTIATE_TEST_SUITE_P(Worlds, ZeroTrainingGpu, ::testing::Values(2, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
+// overlap_comm: each rank's reductions on its communication stream, overlapping backward. The same
+// collectives on the same values as the in-order run; only the embedding backward's float atomics can make
+// two runs differ in the last bits (tests/optim/test_zero_overlap_gpu.cpp checks the engine bit for bit), so
+// the bounds are the one-rank comparison's, against both the in-order run and the one-rank run.
+TEST(ZeroTrainingGpuOverlap, OverlappedReductionsTrainLikeInOrderOnesAtEveryStage) {
+  ZT_SKIP_WITHOUT_GPU();
+  const RunResult single = run({.stage = 0, .world = 1, .accumulation = 2, .steps = kGpuSteps, .gpu = true});
+  for (int stage = 0; stage < 4; ++stage) {
+    const std::string what = "stage " + std::to_string(stage) + " world 2";
+    const RunResult in_order = run({.stage = stage, .world = 2, .steps = kGpuSteps, .gpu = true});
+    const RunResult overlapped =
+        run({.stage = stage, .world = 2, .steps = kGpuSteps, .gpu = true, .overlap_comm = true});
+    expect_close(overlapped, in_order, what + ", overlap_comm vs in order");
+    expect_close(overlapped, single, what + ", overlap_comm vs one rank");
+  }
+  // With accumulation: stages 0/1 reduce at the window's last micro-batch, 2/3 every micro-batch.
+  const RunResult single4 = run({.stage = 0, .world = 1, .accumulation = 4, .steps = kGpuSteps, .gpu = true});
+  for (int stage = 0; stage < 4; ++stage) {
+    const RunResult overlapped = run({.stage = stage,
+                                      .world = 2,
+                                      .accumulation = 2,
+                                      .steps = kGpuSteps,
+                                      .gpu = true,
+                                      .overlap_comm = true});
+    expect_close(overlapped, single4,
+                 "stage " + std::to_string(stage) + " world 2 accumulation 2, overlap_comm");
+  }
+}
+
 TEST(ZeroTrainingGpuBf16, StageThreeAtWorldTwoFollowsTheOneRankCurve) {
   ZT_SKIP_WITHOUT_GPU();
   const RunResult single =

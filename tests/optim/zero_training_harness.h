@@ -61,6 +61,7 @@ struct RunSpec {
   size_t host_memory_limit = 0;            // --host_memory_limit
   bool gpu = false;           // in-process ranks over the one GPU (RankDevice each) instead of the CPU
   std::string dtype = "f32";  // the GPU also trains in bf16
+  bool overlap_comm = false;  // zero_optimization.overlap_comm (GPU, world > 1: reductions on a comm stream)
 };
 
 inline TrainConfig config_for(const RunSpec& r) {
@@ -88,6 +89,7 @@ inline TrainConfig config_for(const RunSpec& r) {
   TrainConfig config = TrainConfig::from_args(args);
   config.resolve({.world_size = r.world, .hidden_size = 16, .num_train_examples = 3668});
   config.zero.stage = r.stage;
+  config.zero.overlap_comm = r.overlap_comm;
   config.zero.offload_optimizer.enabled = r.offload_optimizer;
   config.zero.offload_param.enabled = r.offload_param;
   config.max_grad_norm = r.max_grad_norm;
