@@ -13,6 +13,9 @@
 #                                       # curve beside the exact one (train_mrpc)
 #   scripts/gpu_acceptance.sh disk      # issue 15: scripts/gpu_disk_bench.sh
 #   scripts/gpu_acceptance.sh big       # issue 18: the largest DeBERTa-v2-shaped model with ZeRO-3 + both offloads
+#   scripts/gpu_acceptance.sh validate  # a branch's GPU code: model/attention/trainer/ZeRO GPU tests, zt_bench's
+#                                       # attention, world-2 steps with and without --overlap_comm (where the
+#                                       # tree has it), batch 128 under 24 GiB with offload, the delayed update
 #
 # DeepSpeed comes from .ds/ (a git-ignored copy of ../shared/bench/deepspeed, carried to the device), liburing
 # from .device-deps/ (scripts/device_deps.sh; carry both: carry [".ds", ".device-deps"]). Results
@@ -21,7 +24,7 @@
 # and a call cut at its time limit still returns what it measured.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-part=${1:?usage: scripts/gpu_acceptance.sh zero|offload|limits|disk|big}
+part=${1:?usage: scripts/gpu_acceptance.sh zero|offload|limits|disk|big|validate}
 results=${OUT:-$PWD/gpu-acceptance-out}
 work=/tmp/gpu-acceptance
 out=$work/$part
@@ -39,8 +42,13 @@ start=$(date +%s)
 elapsed() { echo "$(($(date +%s) - start)) s"; }
 
 targets=(train_mrpc bench_train_step bench_cpu_adam bench_disk test_zero_offload_gpu test_zero_training_gpu)
+# validate: the GPU tests of the model and the ZeRO engine (those this tree has).
+validate_tests=(test_disentangled_attention_gpu test_deberta_mixed_precision_gpu test_deberta_golden_gpu
+  test_model_streams_gpu test_trainer_bf16_gpu test_zero_overlap_gpu test_zero_training_gpu test_zero_offload_gpu)
 # shellcheck disable=SC2046  # the flags are words
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release $(scripts/device_cmake_flags.sh) >"$out/configure.log" 2>&1 &&
+  { [[ $part != validate ]] || for t in "${validate_tests[@]}" zt_bench; do
+    grep -q "^$t:" <(cmake --build build-gpu --target help 2>/dev/null) && targets+=("$t"); done; } &&
   cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" -- -k 0 >"$out/build.log" 2>&1 ||
   { grep -B2 -A8 "error" "$out/build.log" | head -60; exit 1; }
 say "build: $(elapsed)"
@@ -140,6 +148,30 @@ if exact and delayed:
     k = min(10, len(exact))
     print(f"mean of the last {k}: exact {sum(exact[-k:]) / k:.5f}, delayed {sum(delayed[-k:]) / k:.5f}")
 PY
+  ;;
+validate)
+  # A branch's GPU code before it merges (the attention's 16-bit probabilities, the communication stream):
+  # the kernel and model tests, the trainer's bf16 curve against PyTorch, the ZeRO engine's; then the step.
+  for t in "${validate_tests[@]}"; do
+    [[ -x $bin/$t ]] || continue
+    timeout 240 $bin/$t >"$out/$t.txt" 2>&1
+    say "$t exit $?: $(grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/$t.txt" | tr '\n' ' ')"
+    grep -B3 -A12 "Failure" "$out/$t.txt" | head -40 >>"$log"
+  done
+  [[ -x $bin/zt_bench ]] && timeout 120 $bin/zt_bench --only attention >"$out/zt_bench_attention.txt" 2>&1
+  step "stage 0 bs40" --batch 40 --zero_stage 0 --steps 10 --profile
+  for stage in 2 3; do
+    for overlap in "" --overlap_comm; do
+      step "world 2 stage $stage bs40 ${overlap:-in order}" --batch 40 --zero_stage $stage --world_size 2 \
+        --gpu_memory_limit 24GiB --steps 5 $overlap
+    done
+  done
+  step "zero2+offload bs128 24GiB" --batch 128 --zero_stage 2 --offload optimizer --pin_memory --steps 1 \
+    --gpu_memory_limit 24GiB
+  step "zero3+both offloads bs128 24GiB" --batch 128 --zero_stage 3 --offload both --pin_memory --steps 1 \
+    --gpu_memory_limit 24GiB
+  step "zero2+offload+dpu bs40" --batch 40 --zero_stage 2 --offload optimizer --pin_memory --delayed_update \
+    --steps 5 --profile
   ;;
 disk)
   ZT_DD_BLOCKS=1024 ZT_DISK_BENCH_SIZE=2GiB ZT_DISK_BENCH_SUB_GROUPS=0 OUT="$out/disk" bash scripts/gpu_disk_bench.sh 2>&1 | tail -30 | tee -a "$log"
