@@ -24,6 +24,7 @@
 #include "optim/cuda/adamw.cuh"
 #include "optim/cuda/grad_norm.cuh"
 #include "runtime/cuda_check.h"
+#include "runtime/device_allocator.h"
 #include "runtime/stream.h"
 #endif
 
@@ -840,6 +841,35 @@ std::vector<double> all_gather_doubles(Communicator& comm, const std::vector<dou
   return out;
 }
 
+// Sum of squares (double) of each gradient slice, and the count of non-finite values over all of them, added
+// to `non_finite`. On the GPU one kernel per slice writes into one device array read back once: a read-back
+// per slice would wait, each time, behind the offload's gradient downloads on the copy engine.
+std::vector<double> sums_of_squares(const std::vector<Tensor>& slices, bool cpu, double& non_finite) {
+  std::vector<double> out(slices.size());
+  if (cpu) {
+    for (size_t i = 0; i < slices.size(); ++i) out[i] = sum_of_squares(host_span(slices[i]));
+    return out;
+  }
+#ifdef ZT_WITH_CUDA
+  const cudaStream_t stream = work_stream();
+  DeviceBuffer results = device_allocator().allocate(slices.size() * sizeof(gpu::GradStats),
+                                                     MemoryCategory::scratch, "gradient norm partials");
+  for (size_t i = 0; i < slices.size(); ++i)
+    gpu::grad_stats_async(slices[i], results.data_as<gpu::GradStats>() + i, stream);
+  std::vector<gpu::GradStats> host(slices.size());
+  ZT_CUDA_CHECK(cudaMemcpyAsync(host.data(), results.data(), host.size() * sizeof(gpu::GradStats),
+                                cudaMemcpyDeviceToHost, stream));
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (size_t i = 0; i < slices.size(); ++i) {
+    out[i] = host[i].sum_of_squares;
+    non_finite += static_cast<double>(host[i].non_finite);
+  }
+  return out;
+#else
+  ZT_FAIL("CUDA training needs a CUDA build");
+#endif
+}
+
 }  // namespace
 
 ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
@@ -874,25 +904,17 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   // 3. Sums of squares per (rank, unit) slice, rank-major. Stage 0 holds every rank's slices itself.
   std::vector<double> sums(static_cast<size_t>(W) * U, 0.0);
   double non_finite = 0;
-  auto slice_stats = [&](const Tensor& g) -> double {
-    if (cpu) return sum_of_squares(host_span(g));
-#ifdef ZT_WITH_CUDA
-    const gpu::GradStats stats = gpu::grad_stats(g, work_stream());
-    non_finite += static_cast<double>(stats.non_finite);
-    return stats.sum_of_squares;
-#else
-    ZT_FAIL("CUDA training needs a CUDA build");
-#endif
-  };
   if (s.stage == 0) {
+    std::vector<Tensor> slices;
     for (int r = 0; r < W; ++r)
       for (size_t u = 0; u < U; ++u)
-        sums[static_cast<size_t>(r) * U + u] =
-            slice_stats(view(*s.grads, DType::f32, partition_.slice_begin(u, r), units[u].slice_numel));
+        slices.push_back(view(*s.grads, DType::f32, partition_.slice_begin(u, r), units[u].slice_numel));
+    sums = sums_of_squares(slices, cpu, non_finite);
   } else {
-    std::vector<double> local(U + 1, 0.0);
-    for (size_t u = 0; u < U; ++u) local[u] = slice_stats(grad_block(s.blocks[u]));
-    local[U] = non_finite;
+    std::vector<Tensor> blocks;
+    for (size_t u = 0; u < U; ++u) blocks.push_back(grad_block(s.blocks[u]));
+    std::vector<double> local = sums_of_squares(blocks, cpu, non_finite);
+    local.push_back(non_finite);
     if (W == 1) {
       sums.assign(local.begin(), local.begin() + static_cast<std::ptrdiff_t>(U));
     } else {

@@ -22,7 +22,8 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // per stream, kernels
 // kernels/cuda/disentangled_attention.cu), taken from the allocator for one call and given back after it,
 // so the larger of forward and backward counts. With P = B N L L and the positional scores [N, B L, W8]
 // (W = the table rows reached, min(2 att_span, 2L - 1), padded to a multiple of 8):
-//   forward   C2P and P2C scores in f32 (2 x 4 N B L W8) + the dropped probabilities P~ in T (with dropout);
+//   forward   C2P and P2C scores in f32 (2 x 4 N B L W8) + the content scores in f32 when P is stored in a
+//             16-bit T (4 P) + the dropped probabilities P~ in T (with dropout);
 //   backward  dP / G in f32 (4 P) + P~ in T (with dropout) + the bucket sums Gc, Gp in T (2 x N B L W8 T).
 // At xlarge, seq 128, bf16 with dropout: 6.6 MiB per sample (0.8 GiB at batch 128), all of it in proportion
 // to the batch; the other kernels' scratch (conv1d's im2col, LayerNorm partials) is smaller and not live at
@@ -35,10 +36,14 @@ size_t attention_scratch_bytes(const DebertaConfig& model, int64_t batch, int64_
   const int64_t pitch = (window + 7) / 8 * 8;
   const auto probs = static_cast<size_t>(batch * model.num_attention_heads * length * length);
   const auto positional = static_cast<size_t>(model.num_attention_heads * batch * length * pitch);
-  const bool dropped = model.attention_probs_dropout_prob > 0 || compute != DType::f32;
-  const size_t dropped_bytes = dropped ? held(probs * t) : 0;
-  const size_t forward = 2 * held(positional * 4) + dropped_bytes;
-  const size_t backward = held(probs * 4) + dropped_bytes + 2 * held(positional * t);
+  const bool dropout = model.attention_probs_dropout_prob > 0;
+  const bool low_precision = compute != DType::f32;
+  // Forward: the content scores in f32 apart from P when P is stored in T; P~ only with dropout.
+  const size_t forward =
+      2 * held(positional * 4) + (low_precision ? held(probs * 4) : 0) + (dropout ? held(probs * t) : 0);
+  // Backward: P~ (then G) in T unless f32 without dropout.
+  const size_t backward =
+      held(probs * 4) + (dropout || low_precision ? held(probs * t) : 0) + 2 * held(positional * t);
   return std::max(forward, backward);
 }
 
