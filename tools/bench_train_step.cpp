@@ -19,7 +19,8 @@
 // one-step-stale update. --nvme_path DIR (with --offload) puts the offloaded optimizer state on the disk
 // tier (offload_optimizer device nvme; --nvme_buffers, --nvme_pipeline for buffer_count and
 // pipeline_read/write; --sub_group_size for zero_optimization.sub_group_size, the disk tier's record):
-// issue 15's "step with the disk tier vs the floor" (bench_disk measures the disk).
+// issue 15's "step with the disk tier vs the floor" (bench_disk measures the disk). --host_memory_limit caps
+// the trainer's host buffers as train_mrpc's flag does (a plan over it fails before allocating).
 //
 // --world_size N runs N in-process ranks over this one GPU (each its own stream and allocator, capped at
 // --gpu_memory_limit like a card of that size; ZeRO stage --zero_stage), each rank taking a batch of --batch:
@@ -61,6 +62,7 @@ struct Options {
   int64_t seq = 128;
   std::string dtype = "bf16";
   int64_t steps = 12;
+  int64_t warmup = 3;  // untimed steps first (plans, caches, first allocations)
   double dropout = 0.1;
   int64_t layers = 0;  // 0: the xlarge depth (24)
   int64_t hidden = 0;  // 0: the xlarge width (1536); else heads of 64, FFN 4x (a DeBERTa-v2-shaped model)
@@ -69,8 +71,9 @@ struct Options {
   double learning_rate = 2e-5;  // print the estimator's plan (device and host) and exit: no GPU needed
   int zero_stage = 0;           // ZeRO stage of the engine (world 1: its overhead over stage 0)
   int world_size = 1;
-  std::string gpu_memory_limit;  // per rank; "" = none
-  std::string offload = "none";  // none | optimizer | both
+  std::string gpu_memory_limit;   // per rank; "" = none
+  std::string host_memory_limit;  // --host_memory_limit: the trainer's host buffers; "" = none
+  std::string offload = "none";   // none | optimizer | both
   bool pin_memory = false;
   bool delayed_update = false;
   bool overlap_comm = false;  // zero_optimization.overlap_comm (world > 1)
@@ -82,12 +85,14 @@ struct Options {
 };
 
 const char* kUsage =
-    "usage: bench_train_step [--batch 40] [--seq 128] [--dtype bf16|fp16|fp32] [--steps 12] [--dropout 0.1]\n"
+    "usage: bench_train_step [--batch 40] [--seq 128] [--dtype bf16|fp16|fp32] [--steps 12] [--warmup 3] "
+    "[--dropout 0.1]\n"
     "                        [--layers N] [--hidden H] [--estimate_only] [--repeat_batch] [--lr 2e-5]\n"
     "                        [--zero_stage 0-3] [--world_size N] "
     "[--gpu_memory_limit SIZE] [--overlap_comm]\n"
     "                        [--offload none|optimizer|both] [--pin_memory] [--delayed_update] [--profile]\n"
-    "                        [--nvme_path DIR [--nvme_buffers 4] [--nvme_pipeline]] [--sub_group_size 1e9]\n";
+    "                        [--nvme_path DIR [--nvme_buffers 4] [--nvme_pipeline]] [--sub_group_size 1e9]\n"
+    "                        [--host_memory_limit SIZE]\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -118,6 +123,8 @@ Options parse(int argc, char** argv) {
         o.seq = std::stoll(value);
       } else if (flag == "--dtype") {
         o.dtype = value;
+      } else if (flag == "--warmup") {
+        o.warmup = std::stoll(value);
       } else if (flag == "--steps") {
         o.steps = std::stoll(value);
       } else if (flag == "--dropout") {
@@ -132,6 +139,8 @@ Options parse(int argc, char** argv) {
         o.zero_stage = std::stoi(value);
       } else if (flag == "--world_size") {
         o.world_size = std::stoi(value);
+      } else if (flag == "--host_memory_limit") {
+        o.host_memory_limit = value;
       } else if (flag == "--gpu_memory_limit") {
         o.gpu_memory_limit = value;
       } else if (flag == "--offload") {
@@ -152,6 +161,7 @@ Options parse(int argc, char** argv) {
   ZT_CHECK(o.batch > 0 && o.seq > 1 && o.steps >= 1 && o.layers >= 0 && o.world_size >= 1 && o.hidden >= 0 &&
                o.hidden % 64 == 0,
            "sizes must be positive (--hidden a multiple of 64)");
+  ZT_CHECK(o.warmup >= 0, "--warmup must be >= 0");
   ZT_CHECK(o.dtype == "bf16" || o.dtype == "fp16" || o.dtype == "fp32", "--dtype must be bf16, fp16 or fp32");
   ZT_CHECK(o.offload == "none" || o.offload == "optimizer" || o.offload == "both",
            "--offload must be none, optimizer or both");
@@ -204,7 +214,10 @@ int run(int argc, char** argv) {
     model.intermediate_size = 4 * o.hidden;
   }
   model.hidden_dropout_prob = model.attention_probs_dropout_prob = o.dropout;
-  const zt::optim::ZeroOffload offload{.optimizer = o.offload != "none", .param = o.offload == "both"};
+  const zt::optim::ZeroOffload offload{.optimizer = o.offload != "none",
+                                       .param = o.offload == "both",
+                                       .disk_buffers = o.nvme_path.empty() ? 0 : o.nvme_buffers,
+                                       .sub_group_size = o.sub_group_size};
   const zt::DType compute = o.dtype == "fp16"   ? zt::DType::f16
                             : o.dtype == "fp32" ? zt::DType::f32
                                                 : zt::DType::bf16;
@@ -245,6 +258,7 @@ int run(int argc, char** argv) {
                                                                  "0",
                                                                  "--world_size",
                                                                  std::to_string(o.world_size)});
+  if (!o.host_memory_limit.empty()) config.host_memory_limit = zt::parse_memory_size(o.host_memory_limit);
   if (!o.gpu_memory_limit.empty()) {
     config.gpu_memory_limit = zt::parse_memory_size(o.gpu_memory_limit);
     if (o.world_size == 1) zt::set_device_memory_limit(config.gpu_memory_limit);  // ranks > 1: per rank
@@ -271,11 +285,11 @@ int run(int argc, char** argv) {
   zt::optim::MrpcTrainer trainer(config, model);
 
   std::mt19937_64 rng(0);
-  constexpr int64_t kWarmup = 3;
+  const int64_t warmup = o.warmup;
   std::vector<double> times, losses;
   std::vector<zt::data::Batch> window;
   double first_step_s = 0;
-  for (int64_t step = 0; step < kWarmup + o.steps; ++step) {
+  for (int64_t step = 0; step < warmup + o.steps; ++step) {
     if (step == 0 || !o.repeat_batch) {
       window.clear();
       for (int r = 0; r < o.world_size; ++r) window.push_back(synthetic_batch(o.batch, o.seq, rng));
@@ -287,10 +301,10 @@ int run(int argc, char** argv) {
     zt::device_synchronize();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (step == 0) first_step_s = seconds;
-    if (step >= kWarmup) times.push_back(seconds);
+    if (step >= warmup) times.push_back(seconds);
     zt::StepProfile& profile = zt::StepProfile::global();
     profile.collect();
-    if (step + 1 == kWarmup) {
+    if (step + 1 == warmup) {
       profile.reset();  // profile the timed steps only
       trainer.reset_memory_peaks();
     }
