@@ -914,8 +914,23 @@ std::vector<EpochRecord> MrpcTrainer::train() {
   }
   // Written last: a model.h5 says the run finished (a resume of it has nothing to do).
   if (!model_path.empty()) {
-    const Arena host = s.consolidated_parameters();  // collective
-    if (s.main_process()) save_model_file(model_path, s.model_config, s.table, host);
+    // Collective, tensor by tensor into the file: the host holds one tensor, not a copy of the model.
+    std::unique_ptr<ModelFileWriter> writer;
+    if (s.main_process()) writer = std::make_unique<ModelFileWriter>(model_path, s.model_config);
+    std::vector<float> values;
+    s.run_ranks([&](int r) {
+      ZeroEngine::TensorSink take;
+      if (r == 0 && writer) {
+        take = [&](size_t k, const Tensor& on_device) {
+          values.resize(static_cast<size_t>(on_device.numel()));
+          const Tensor host(values.data(), on_device.shape(), DType::f32);
+          copy_tensor(on_device, host);
+          writer->write(s.table.entries()[k].name, host);
+        };
+      }
+      s.at(r).engine->gather_full_master(take);
+    });
+    if (writer) writer->commit();
     std::printf("model: %s (load with --model_name_or_path, export with convert_hf export)\n",
                 model_path.c_str());
   }

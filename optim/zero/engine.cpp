@@ -1167,11 +1167,21 @@ void ZeroEngine::load_full_parameters(const Arena& host_f32) {
 }
 
 void ZeroEngine::gather_full_master(const Arena* host_f32) {
+  ZT_CHECK(host_f32 == nullptr || host_f32->device() == DeviceKind::cpu,
+           "gather_full_master needs a host arena");
+  TensorSink into_arena;
+  if (host_f32 != nullptr) {
+    into_arena = [&](size_t k, const Tensor& values) {
+      copy_tensor(values, host_f32->tensor(table_.entries()[k].name));
+    };
+  }
+  gather_full_master(into_arena);
+}
+
+void ZeroEngine::gather_full_master(const TensorSink& take) {
   Impl& s = *impl_;
   finish_delayed_update();
   compute_waits_for_comm();  // overlap_comm: its gathers on the compute stream, after the comm stream's work
-  ZT_CHECK(host_f32 == nullptr || host_f32->device() == DeviceKind::cpu,
-           "gather_full_master needs a host arena");
   const auto& units = partition_.units();
   std::unique_ptr<Arena> unit_buffer, master_upload;
   for (size_t u = 0; u < units.size(); ++u) {
@@ -1208,12 +1218,11 @@ void ZeroEngine::gather_full_master(const Arena* host_f32) {
         comm_.all_gather(mine, full, work_comm_stream());
       }
     }
-    if (host_f32 == nullptr) continue;  // this rank only takes part in the gathers
+    if (!take) continue;  // this rank only takes part in the gathers
     for (size_t k = unit.first_tensor; k < unit.end_tensor; ++k) {
       const ParameterInfo& info = table_.entries()[k];
       const int64_t offset = partition_.tensor_flat_offset(k) - unit.flat_begin;
-      copy_tensor(Tensor(static_cast<float*>(full.data()) + offset, info.shape, DType::f32, full.device()),
-                  host_f32->tensor(info.name));
+      take(k, Tensor(static_cast<float*>(full.data()) + offset, info.shape, DType::f32, full.device()));
     }
   }
 }

@@ -70,6 +70,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -217,6 +218,11 @@ class ZeroEngine final : public DebertaUnitHooks {
   // Collective: the full f32 master gathered unit by unit into `host_f32` (table.layout(f32)); ranks that
   // pass nullptr only take part in the gathers.
   void gather_full_master(const Arena* host_f32);
+  // The same, handing each tensor's full f32 values (a view, on the engine's device, valid during the call)
+  // to `take` in table order instead of filling a whole-model arena: the host then holds one unit at a time
+  // (a model file is written so). Ranks that pass an empty function only take part in the gathers.
+  using TensorSink = std::function<void(size_t tensor, const Tensor& values)>;
+  void gather_full_master(const TensorSink& take);
 
   // Checkpoint access to the state this rank owns (stage 0: everything). kind: 0 master, 1 adam m, 2 adam v.
   // Copies the owned part of tensor `tensor` ([tensor_offset, tensor_offset + numel)) to or from host memory.
