@@ -52,6 +52,7 @@
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
+#include "runtime/dtype.h"
 #include "runtime/memory_size.h"
 #include "runtime/step_profile.h"
 
@@ -184,12 +185,20 @@ zt::data::Batch synthetic_batch(int64_t batch, int64_t seq, std::mt19937_64& rng
   return b;
 }
 
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+double round_to(double x, double unit) {
+  return std::round(x / unit) * unit;
+}
+double gib(
+    size_t bytes) {  // to the MiB (rounded and divided, so the JSON shows 3.304, not 3.3040000000000003)
+  return std::round(static_cast<double>(bytes) / kGiB * 1000) / 1000;
+}
+
 // The estimator's per-rank plan for this run (optim/zero/memory_estimate.h), GiB by category.
 nlohmann::json estimate_json(const zt::DebertaConfig& model, const Options& o, zt::DType compute,
                              zt::optim::ZeroOffload offload) {
   const zt::optim::MemoryEstimate plan =
       zt::optim::estimate_memory(model, o.zero_stage, o.world_size, compute, o.batch, o.seq, offload);
-  auto gib = [](size_t bytes) { return std::round(static_cast<double>(bytes) / (1 << 30) * 1000) / 1000; };
   return {{"parameters", gib(plan.state.compute_copy)},
           {"gradients", gib(plan.state.gradients)},
           {"master", gib(plan.state.master)},
@@ -218,9 +227,7 @@ int run(int argc, char** argv) {
                                        .param = o.offload == "both",
                                        .disk_buffers = o.nvme_path.empty() ? 0 : o.nvme_buffers,
                                        .sub_group_size = o.sub_group_size};
-  const zt::DType compute = o.dtype == "fp16"   ? zt::DType::f16
-                            : o.dtype == "fp32" ? zt::DType::f32
-                                                : zt::DType::bf16;
+  const zt::DType compute = zt::parse_dtype(o.dtype);  // --dtype was checked: bf16, fp16 or fp32
   if (o.estimate_only) {
     std::printf("%s\n", nlohmann::json{{"params", zt::ParameterTable(model).total_numel()},
                                        {"layers", model.num_hidden_layers},
@@ -232,7 +239,7 @@ int run(int argc, char** argv) {
   }
   ZT_CHECK(zt::cuda_available(), "bench_train_step times the GPU step: ", zt::describe_devices());
   if (o.profile) zt::StepProfile::global().enable(true);
-  const std::string dtype_flag = o.dtype == "fp16" ? "f16" : o.dtype == "fp32" ? "f32" : "bf16";
+  const std::string dtype_flag(zt::dtype_name(compute));
   zt::optim::TrainConfig config =
       zt::optim::TrainConfig::from_args(std::vector<std::string>{"--device",
                                                                  "cuda",
@@ -317,9 +324,6 @@ int run(int argc, char** argv) {
   const int64_t embed = model.vocab_size * model.hidden_size;
   const double flops = 6.0 * static_cast<double>(table.total_numel() - embed) *
                        static_cast<double>(o.batch * o.seq) * static_cast<double>(o.world_size);
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  auto round_to = [](double x, double unit) { return std::round(x / unit) * unit; };
-  auto gib = [&](size_t bytes) { return round_to(static_cast<double>(bytes) / kGiB, 0.001); };
   // Every rank's peaks by category next to the estimator's per-rank plan for this stage and world size.
   const std::vector<zt::DeviceMemoryStats> per_rank = trainer.rank_memory();
   zt::DeviceMemoryStats memory = per_rank.front();  // the largest rank's figures (ranks are near equal)

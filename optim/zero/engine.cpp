@@ -932,6 +932,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
 
   const double loss_scale = scaler.scale();
   const double norm = cpu ? std::sqrt(total) : std::sqrt(total) / (loss_scale * W);
+  // Buffers backward accumulates into start the next window at zero (the others are overwritten).
   auto clear_gradients = [&] {
     if (s.gradients_accumulate_in_place()) kernels::fill(s.grads->flat(DType::f32), 0.0f);
   };
@@ -979,7 +980,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
       for (const OwnedBlock& b : s.blocks) s.copies->wait_down(b.unit);
       s.copies->join();
       s.copies->wait_up();
-      if (s.stage == 1 || s.direct_gradients) clear_gradients();
+      clear_gradients();
       std::swap(s.host_grads, s.host_grads_in_update);
       const Arena* gradients = s.host_grads_in_update.get();
       s.pending = std::async(std::launch::async, [this, lr, grad_scale, gradients] {
@@ -989,7 +990,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     }
     update_offloaded_blocks(lr, grad_scale, /*publish_each=*/true, *s.host_grads);
     s.copies->join();  // the all-gather and the next forward read what went up
-    if (s.stage == 1 || s.direct_gradients) clear_gradients();
+    clear_gradients();
   } else if (cpu) {
     if (coef < 1.0)
       for (const OwnedBlock& b : s.blocks) scale_in_place(host_span(grad_block(b)), static_cast<float>(coef));

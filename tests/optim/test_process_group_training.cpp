@@ -5,13 +5,11 @@
 // process 0 alone writes the run's files while every process writes its own checkpoint shard.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <string>
 #include <thread>
 
-#include "model/model_file.h"
 #include "optim/zero/sharded_checkpoint.h"
 #include "runtime/communicator.h"
 #include "tests/optim/zero_training_harness.h"
@@ -77,16 +75,6 @@ INSTANTIATE_TEST_SUITE_P(WorldsAndStages, ProcessGroupTraining,
 // The model file a run ends with holds exactly the trained parameters (written tensor by tensor as the
 // engine gathers them, with no whole-model host copy): from a process group and from in-process ranks with
 // the stage-3 state and parameters offloaded.
-void expect_model_file_holds(const std::string& path, const RunResult& run) {
-  const ModelFile file(path);
-  const ParameterTable table(tiny_model());
-  const Arena stored("stored", table.layout(DType::f32), {.zero_fill = true});
-  for (const ParameterInfo& p : table.entries()) file.read_param(p.name, stored.tensor(p.name));
-  const Tensor flat = stored.flat(DType::f32);
-  ASSERT_EQ(static_cast<size_t>(flat.numel()), run.weights.size());
-  EXPECT_EQ(std::memcmp(flat.data(), run.weights.data(), run.weights.size() * sizeof(float)), 0) << path;
-}
-
 TEST(ProcessGroupTrainingFiles, TheModelFileHoldsTheTrainedParameters) {
   const std::string processes = temp_dir("model_file_processes");
   expect_model_file_holds(processes + "/model.h5",

@@ -27,7 +27,6 @@
 
 #include "model/config.h"
 #include "model/init.h"
-#include "model/model_file.h"
 #include "optim/checkpoint.h"
 #include "optim/swap/swapped_state_store.h"
 #include "optim/trainer/trainer.h"
@@ -246,6 +245,18 @@ TEST_P(ZeroDiskTierTraining, EqualsTrainingWithoutItBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Worlds, ZeroDiskTierTraining, ::testing::Values(1, 2),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
+// World 2, stage 2, accumulation 3, 8 steps, writing to `dir`/a: it checkpoints at step 4 and crashes after
+// it (the offloaded and disk-tier resume tests below add their store to it).
+RunSpec crashing_after_checkpoint(const std::string& dir) {
+  return {.stage = 2,
+          .world = 2,
+          .accumulation = 3,
+          .steps = 8,
+          .output_dir = dir + "/a",
+          .checkpoint_every = 4,
+          .crash_after = 4};
+}
+
 // Checkpoints hold the full state, read back through the swap files: a world-2 run with the disk tier
 // checkpoints, crashes, and resumes with the disk tier at world 3, continuing the curve of a run that never
 // stopped (within the cross-world tolerance). Sub-groups of 1000 elements before and 777 after, so the
@@ -254,17 +265,11 @@ TEST(ZeroDiskTierTrainingCheckpoint, SwappedStateSavesAndResumes) {
   const std::string dir = temp_dir("disk_tier_resume");
   std::filesystem::create_directories(dir + "/nvme");
   const RunResult straight = run({.stage = 2, .world = 2, .accumulation = 3, .steps = 8});
-  const RunSpec crashed{.stage = 2,
-                        .world = 2,
-                        .accumulation = 3,
-                        .steps = 8,
-                        .output_dir = dir + "/a",
-                        .checkpoint_every = 4,
-                        .crash_after = 4,
-                        .nvme_path = dir + "/nvme",
-                        .nvme_buffers = 3,
-                        .nvme_pipeline = true,
-                        .sub_group_size = 1000};
+  RunSpec crashed = crashing_after_checkpoint(dir);
+  crashed.nvme_path = dir + "/nvme";
+  crashed.nvme_buffers = 3;
+  crashed.nvme_pipeline = true;
+  crashed.sub_group_size = 1000;
   run(crashed);
   EXPECT_TRUE(std::filesystem::is_empty(dir + "/nvme")) << "a failed run removes its swap files too";
   expect_resume_continues(straight, crashed,
@@ -284,14 +289,8 @@ TEST(ZeroDiskTierTrainingCheckpoint, SwappedStateSavesAndResumes) {
 TEST(ZeroOffloadTrainingCheckpoint, OffloadedStateSavesAndResumes) {
   const std::string dir = temp_dir("offload_resume");
   const RunResult straight = run({.stage = 2, .world = 2, .accumulation = 3, .steps = 8});
-  const RunSpec crashed{.stage = 2,
-                        .world = 2,
-                        .accumulation = 3,
-                        .steps = 8,
-                        .output_dir = dir + "/a",
-                        .checkpoint_every = 4,
-                        .crash_after = 4,
-                        .offload_optimizer = true};
+  RunSpec crashed = crashing_after_checkpoint(dir);
+  crashed.offload_optimizer = true;
   run(crashed);
   expect_resume_continues(straight, crashed,
                           {.stage = 3,
@@ -353,11 +352,7 @@ TEST(ZeroCheckpoint, ResumesAtAnotherWorldSizeAndConsolidates) {
 
   // Consolidation: the checkpoint's master equals the run's final parameters.
   consolidate_checkpoint(checkpoint, dir + "/consolidated.h5");
-  const ModelFile model(dir + "/consolidated.h5");
-  const ParameterTable table(tiny_model());
-  Arena loaded("loaded", table.layout(DType::f32), {.zero_fill = true});
-  for (const ParameterInfo& p : table.entries()) model.read_param(p.name, loaded.tensor(p.name));
-  EXPECT_EQ(std::memcmp(loaded.data(), half.weights.data(), loaded.bytes()), 0);
+  expect_model_file_holds(dir + "/consolidated.h5", half);
 
   // A 12-step world-2 run (accumulation 3) at `saved_stage` crashes after its step-6 checkpoint and resumes
   // at world 3 (accumulation 2: six micro-batches per step as before) at `resumed_stage`. The crash keeps the

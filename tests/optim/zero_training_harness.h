@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/model_file.h"
 #include "optim/checkpoint.h"
 #include "optim/trainer/trainer.h"
 
@@ -156,6 +157,17 @@ inline void expect_resume_continues(const RunResult& straight, const RunSpec& cr
   const auto done = static_cast<std::ptrdiff_t>(crashed.crash_after);
   const RunResult tail{{straight.losses.begin() + done, straight.losses.end()}, straight.weights};
   expect_close(after, tail, what);
+}
+
+// The model file at `path` (a run's model.h5, a consolidated checkpoint) holds exactly `run`'s final weights
+// (the params arena's flat f32 layout, padding zero).
+inline void expect_model_file_holds(const std::string& path, const RunResult& run) {
+  const ModelFile file(path);
+  const ParameterTable table(tiny_model());
+  const Arena stored("stored", table.layout(DType::f32), {.zero_fill = true});
+  for (const ParameterInfo& p : table.entries()) file.read_param(p.name, stored.tensor(p.name));
+  ASSERT_EQ(stored.bytes(), run.weights.size() * sizeof(float)) << path;
+  EXPECT_EQ(std::memcmp(stored.data(), run.weights.data(), stored.bytes()), 0) << path;
 }
 
 inline std::string temp_dir(const std::string& name) {
