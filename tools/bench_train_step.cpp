@@ -225,6 +225,7 @@ int run(int argc, char** argv) {
   model.hidden_dropout_prob = model.attention_probs_dropout_prob = o.dropout;
   const zt::optim::ZeroOffload offload{.optimizer = o.offload != "none",
                                        .param = o.offload == "both",
+                                       .delayed_update = o.delayed_update,  // a second host gradient shard
                                        .disk_buffers = o.nvme_path.empty() ? 0 : o.nvme_buffers,
                                        .sub_group_size = o.sub_group_size};
   const zt::DType compute = zt::parse_dtype(o.dtype);  // --dtype was checked: bf16, fp16 or fp32
