@@ -98,7 +98,7 @@ std::string_view deepspeed_schedule_name(DeepSpeedSchedule::Type type);
 // The disk-tier keys of an offload section (device "nvme"), DeepSpeed's names and defaults. Note [Disk tier
 // keys] in optim/train_config_aio.cpp says what each does; the disk tier itself is optim/swap/.
 struct NvmeOffloadSettings {
-  bool enabled = false;  // device "nvme" (offload_optimizer only; the section's `enabled` is set too)
+  bool enabled = false;  // device "nvme" (the section's `enabled` is set too)
   std::string nvme_path;
   int64_t buffer_count = 4;            // staging buffers (DeepSpeed: 4 for the optimizer, 5 for parameters)
   int64_t buffer_size = 100'000'000;   // offload_param: elements per buffer

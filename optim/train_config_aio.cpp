@@ -12,19 +12,23 @@
 //   aio.use_gds               false accepted; true refused (GPUDirect Storage is not supported)
 //   <offload>.nvme_path       the directory of the swap files; required with device nvme
 //   <offload>.buffer_count    staging buffers of the swap pipeline; at least what the pipeline flags need
+//                             (offload_param: host buffers of one unit slice each, at least 1; the records
+//                             after the one in use are read ahead into the others)
 //   offload_optimizer.pipeline_read / pipeline_write
 //                             honoured: overlap the reads / writes with the CPU update (Note [The swap
 //                             pipeline]); DeepSpeed's defaults (false) swap synchronously
 //   offload_param.buffer_size, max_in_cpu
-//                             (parsed for offload_param device nvme, which is refused: parameters on disk
-//                             are not implemented)
+//                             accepted, no effect: each buffer holds one unit's slice of the shard (sized to
+//                             the largest), and no parameters stay in host memory beyond the buffers
 //   --host_memory_limit       every rank's engine charges its host buffers to it (host_memory_budget.h);
 //                             with device nvme the optimizer state costs buffer_count records, not the shard
 // The io_uring knobs (single_submit, overlap_events, queue_depth) have no counterpart in the thread-pool
 // backend that runs where io_uring is unavailable; the run says so when it falls back.
 // Disk-tier keys of a section whose device is not nvme, and an aio block without any nvme device, change
 // nothing (DeepSpeed ignores them too): describe() prints them with that effect.
-// offload_optimizer.device nvme is the CPU offload with the state on disk (ZeroEngineOptions::disk).
+// offload_optimizer.device nvme is the CPU offload with the state on disk (ZeroEngineOptions::disk);
+// offload_param.device nvme (stage 3, with offload_optimizer cpu or nvme) the stage-3 parameter shard on disk
+// (ZeroEngineOptions::param_disk, optim/zero/swapped_parameter_shard.h).
 #include "optim/swap/swap_pipeline.h"
 #include "optim/train_config_sections.h"
 #include "runtime/direct_io.h"
@@ -86,9 +90,6 @@ void resolve_nvme_offload(ResolveContext& context, JsonSection& section, std::st
     integer("max_in_cpu", settings.max_in_cpu, 0, std::numeric_limits<int64_t>::max());
   }
   if (!settings.enabled) return;
-  ZT_CHECK(optimizer, context.where(), section.path_of("device"),
-           " nvme: parameters on disk are not implemented (offload_optimizer.device nvme keeps the optimizer "
-           "state on disk); use device cpu or none");
   ZT_CHECK(!settings.nvme_path.empty(), context.where(), section.path_of("nvme_path"),
            " is required with device nvme: the directory (on a fast local disk) for the swap files");
   const int needed = swap::swap_pipeline_min_buffers(
@@ -170,7 +171,15 @@ void describe_nvme_offload(const TrainConfig& c, DescribeWriter& out, std::strin
     const std::string name = prefix + line.name;
     // Without device nvme only the keys the JSON gave are shown, so that none is silently dropped.
     if (settings.enabled) {
-      out.line(name, line.value);
+      if (!optimizer && line.name == "buffer_count") {
+        out.line(name, line.value, "host buffers of one unit slice each; the next units are read ahead");
+      } else if (!optimizer && line.name == "buffer_size") {
+        out.line(name, line.value, "none; each buffer holds one unit's slice (sized to the largest)");
+      } else if (!optimizer && line.name == "max_in_cpu") {
+        out.line(name, line.value, "none; only the buffers are in host memory");
+      } else {
+        out.line(name, line.value);
+      }
     } else if (c.origin_of(name) == Origin::json) {
       out.line(name, line.value, "none; the device is not nvme");
     }

@@ -1,6 +1,6 @@
 // Offload sections of zero_optimization (offload_optimizer, offload_param), DeepSpeed's keys:
-//   device       none | cpu (honoured: optim/zero/engine.h, "CPU offload") | nvme (offload_optimizer: the
-//                CPU offload with the state on disk, optim/train_config_aio.cpp; offload_param: refused)
+//   device       none | cpu (honoured: optim/zero/engine.h, "CPU offload") | nvme (the CPU offload with the
+//                optimizer state / the stage-3 parameter shard on disk, optim/train_config_aio.cpp)
 //   pin_memory   honoured: the offloaded buffers are page-locked on a GPU run (checked against the
 //                locked-memory limit before allocation), pageable when false
 //   nvme_path, buffer_count, pipeline_*, buffer_size, max_in_cpu: the disk tier's keys
@@ -57,8 +57,8 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
                           "pipeline_write", "buffer_size", "max_in_cpu", "fast_init", "ratio"});
   if (key == "offload_param" && settings.enabled) {
     ZT_CHECK(
-        c.zero.offload_optimizer.enabled, context.where(), device.path,
-        " cpu needs zero_optimization.offload_optimizer.device cpu or nvme too (the CPU update writes the "
+        c.zero.offload_optimizer.enabled, context.where(), device.path, " ", device.value,
+        " needs zero_optimization.offload_optimizer.device cpu or nvme too (the CPU update writes the "
         "offloaded parameter shard)");
   }
 }

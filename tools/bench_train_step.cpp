@@ -19,7 +19,9 @@
 // one-step-stale update. --nvme_path DIR (with --offload) puts the offloaded optimizer state on the disk
 // tier (offload_optimizer device nvme; --nvme_buffers, --nvme_pipeline for buffer_count and
 // pipeline_read/write; --sub_group_size for zero_optimization.sub_group_size, the disk tier's record):
-// issue 15's "step with the disk tier vs the floor" (bench_disk measures the disk). --host_memory_limit caps
+// issue 15's "step with the disk tier vs the floor" (bench_disk measures the disk). --nvme_param (with
+// --offload both --nvme_path DIR) puts the stage-3 parameter shard on disk too (offload_param device nvme
+// in DIR, --nvme_param_buffers for its buffer_count, DeepSpeed's default 5). --host_memory_limit caps
 // the trainer's host buffers as train_mrpc's flag does (a plan over it fails before allocating).
 //
 // --world_size N runs N in-process ranks over this one GPU (each its own stream and allocator, capped at
@@ -81,6 +83,8 @@ struct Options {
   bool profile = false;
   std::string nvme_path;  // the disk tier's directory; empty: the offloaded state stays in host memory
   int nvme_buffers = 4;
+  bool nvme_param = false;  // offload_param device nvme (with --offload both and --nvme_path)
+  int nvme_param_buffers = 5;
   bool nvme_pipeline = false;              // pipeline_read and pipeline_write
   int64_t sub_group_size = 1'000'000'000;  // zero_optimization.sub_group_size (offloaded state's sub-groups)
 };
@@ -93,6 +97,7 @@ const char* kUsage =
     "[--gpu_memory_limit SIZE] [--overlap_comm]\n"
     "                        [--offload none|optimizer|both] [--pin_memory] [--delayed_update] [--profile]\n"
     "                        [--nvme_path DIR [--nvme_buffers 4] [--nvme_pipeline]] [--sub_group_size 1e9]\n"
+    "                        [--nvme_param [--nvme_param_buffers 5]]\n"
     "                        [--host_memory_limit SIZE]\n";
 
 Options parse(int argc, char** argv) {
@@ -108,10 +113,11 @@ Options parse(int argc, char** argv) {
       continue;
     }
     if (flag == "--pin_memory" || flag == "--delayed_update" || flag == "--nvme_pipeline" ||
-        flag == "--overlap_comm") {
+        flag == "--overlap_comm" || flag == "--nvme_param") {
       (flag == "--pin_memory"       ? o.pin_memory
        : flag == "--delayed_update" ? o.delayed_update
        : flag == "--overlap_comm"   ? o.overlap_comm
+       : flag == "--nvme_param"     ? o.nvme_param
                                     : o.nvme_pipeline) = true;
       continue;
     }
@@ -150,6 +156,8 @@ Options parse(int argc, char** argv) {
         o.nvme_path = value;
       } else if (flag == "--nvme_buffers") {
         o.nvme_buffers = std::stoi(value);
+      } else if (flag == "--nvme_param_buffers") {
+        o.nvme_param_buffers = std::stoi(value);
       } else if (flag == "--sub_group_size") {
         o.sub_group_size = static_cast<int64_t>(std::stod(value));  // DeepSpeed configs write 1e9
       } else {
@@ -169,6 +177,10 @@ Options parse(int argc, char** argv) {
   ZT_CHECK(o.nvme_path.empty() || o.offload != "none",
            "--nvme_path puts the offloaded optimizer state on disk: it "
            "needs --offload optimizer or both");
+  ZT_CHECK(!o.nvme_param || (o.offload == "both" && !o.nvme_path.empty() && o.zero_stage == 3),
+           "--nvme_param puts the stage-3 parameter shard on disk: it needs --zero_stage 3, --offload both "
+           "and --nvme_path DIR");
+  ZT_CHECK(o.nvme_param_buffers >= 1, "--nvme_param_buffers must be at least 1, got ", o.nvme_param_buffers);
   return o;
 }
 
@@ -227,6 +239,7 @@ int run(int argc, char** argv) {
                                        .param = o.offload == "both",
                                        .delayed_update = o.delayed_update,  // a second host gradient shard
                                        .disk_buffers = o.nvme_path.empty() ? 0 : o.nvme_buffers,
+                                       .param_disk_buffers = o.nvme_param ? o.nvme_param_buffers : 0,
                                        .sub_group_size = o.sub_group_size};
   const zt::DType compute = zt::parse_dtype(o.dtype);  // --dtype was checked: bf16, fp16 or fp32
   if (o.estimate_only) {
@@ -290,6 +303,11 @@ int run(int argc, char** argv) {
                                           .pipeline_read = o.nvme_pipeline,
                                           .pipeline_write = o.nvme_pipeline};
   }
+  if (o.nvme_param) {  // offload_param {"device": "nvme", "nvme_path": ..., "buffer_count": ...}
+    config.zero.offload_param.nvme = {.enabled = true,
+                                      .nvme_path = o.nvme_path,
+                                      .buffer_count = o.nvme_param_buffers};
+  }
   zt::optim::MrpcTrainer trainer(config, model);
 
   std::mt19937_64 rng(0);
@@ -352,6 +370,7 @@ int run(int argc, char** argv) {
       {"delayed_update", o.delayed_update},
       {"overlap_comm", o.overlap_comm},
       {"nvme_path", o.nvme_path},
+      {"nvme_param", o.nvme_param},
       {"params", table.total_numel()},
       {"first_step_s", round_to(first_step_s, 1e-3)},
       {"losses", losses},

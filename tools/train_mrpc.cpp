@@ -116,6 +116,9 @@ int run(int argc, char** argv) {
                   .disk_buffers = config.zero.offload_optimizer.nvme.enabled
                                       ? static_cast<int>(config.zero.offload_optimizer.nvme.buffer_count)
                                       : 0,
+                  .param_disk_buffers = config.zero.offload_param.nvme.enabled
+                                            ? static_cast<int>(config.zero.offload_param.nvme.buffer_count)
+                                            : 0,
                   .sub_group_size = config.zero.sub_group_size},
                  gpu)
                  .c_str(),

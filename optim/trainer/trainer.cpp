@@ -306,6 +306,7 @@ struct MrpcTrainer::Impl {
                             .ranks_sharing_host = world,
                             .host_memory_limits = std::nullopt,
                             .disk = zero_disk_tier(config),
+                            .param_disk = zero_param_disk_tier(config),
                             .host_budget = &host_budget});
       rank.model = std::make_unique<DebertaForSequenceClassification>(model_config, max_batch(),
                                                                       config.max_length, device, compute);

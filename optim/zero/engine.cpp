@@ -121,6 +121,13 @@ std::vector<TensorRange> ranges_within(const std::vector<TensorRange>& ranges, i
   return out;
 }
 
+// The rank's slice of each unit, in unit order: the records of the parameter file (parameters on disk).
+std::vector<int64_t> unit_slices(const ZeroPartition& partition) {
+  std::vector<int64_t> out;
+  for (const ZeroUnit& u : partition.units()) out.push_back(u.slice_numel);
+  return out;
+}
+
 // The largest slice of any unit: the offload_param upload buffer.
 int64_t largest_slice(const ZeroPartition& partition) {
   int64_t n = 0;
@@ -163,6 +170,11 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
     b.host_gradients = (offload.delayed_update ? 2 : 1) * shard * 4;  // delayed: one shard per update
     b.host_parameters = shard * t;
     if (offload.param && stage == 3 && offload.delayed_update) b.host_parameters += shard * t;  // + staging
+    if (offload.param && stage == 3 && offload.param_disk_buffers > 0) {  // the shard's buffers, not it
+      b.host_parameters = SwappedParameterShard::buffer_bytes_for(unit_slices(partition), compute,
+                                                                  offload.param_disk_buffers) +
+                          (offload.delayed_update ? shard * t : 0);
+    }
     if (offload.param && stage == 3) {
       b.compute_copy = 0;
       if (partition.world_size() > 1) b.buffers += static_cast<size_t>(largest_slice(partition)) * t;
@@ -198,7 +210,7 @@ struct ZeroEngine::Impl {
   bool mixed;
   int stage;
   bool offload = false;        // master, m, v in host_state; the CPU AdamW updates them
-  bool offload_param = false;  // stage 3: compute_copy is a host arena
+  bool offload_param = false;  // stage 3: compute_copy is a host arena (or param_file: on disk)
   // Buffers; master_arena is null where the master is the compute copy (f32) or offloaded; with offload
   // exp_avg and exp_avg_sq are null too.
   std::unique_ptr<Arena> compute_copy, master_arena, grads, exp_avg, exp_avg_sq;
@@ -210,6 +222,14 @@ struct ZeroEngine::Impl {
   std::unique_ptr<Arena> host_grads_in_update;
   std::unique_ptr<Arena> host_params;   // offload (not offload_param, unless delayed): compute-dtype staging
   std::unique_ptr<Arena> param_upload;  // offload_param, world > 1: one unit's slice, all-gathered from
+  // Parameters on disk (offload_param with ZeroEngineOptions::param_disk): the stage-3 shard, one record
+  // per unit slice; compute_copy is null.
+  std::unique_ptr<SwappedParameterShard> param_file;
+  // The order the units' parameters are used in, per phase (model/deberta_tensors.h's hook order; the
+  // update goes block by block), and each unit's position in it: what param_file reads ahead.
+  enum class Phase { forward, backward, update };
+  std::vector<size_t> phase_order[3];
+  std::vector<size_t> phase_position[3];
   std::unique_ptr<OffloadCopies> copies;  // offload: the step's D2H / H2D
   bool delayed = false;                   // offload.delayed_update
   bool publish_pending = false;           // a delayed update finished on the host, not yet published
@@ -229,9 +249,50 @@ struct ZeroEngine::Impl {
     return master_arena ? *master_arena : *compute_copy;
   }
   // Offload: block b's compute-dtype values on the host (the staging shard, or the stage-3 shard itself
-  // when the update may write it directly: offload_param without a delayed update).
+  // when the update may write it directly: offload_param without a delayed update). Not with the shard on
+  // disk and no delayed update: begin_params_write.
   Tensor params_on_host(const OwnedBlock& b) const {
     return view(offload_param && !delayed ? *compute_copy : *host_params, compute, b.master, b.numel);
+  }
+  // Offload: where the CPU writes block b's compute-dtype values, until end_params_write(b): params_on_host,
+  // or with the shard on disk (and no delayed update) the buffer of b's record — read first when
+  // `keep_unwritten` (the AdamW writes only the block's tensor ranges, not the padding between units).
+  bool params_in_file() const { return param_file && !delayed; }
+  Tensor begin_params_write(const OwnedBlock& b, bool keep_unwritten) {
+    if (!params_in_file()) return params_on_host(b);
+    const Tensor values = param_file->acquire(b.unit, keep_unwritten);
+    if (keep_unwritten) prefetch_parameters(b.unit, Phase::update);
+    return values;
+  }
+  void end_params_write(const OwnedBlock& b) {
+    if (params_in_file()) param_file->release(b.unit, /*modified=*/true);
+  }
+  // Parameters on disk: reads of the records used after `unit` in `phase` (forward continues with backward,
+  // backward with the update on the window's last micro-batch, else with the next forward; the update with
+  // the next forward), as many as the free buffers take.
+  void prefetch_parameters(size_t unit, Phase phase) {
+    const size_t count = static_cast<size_t>(param_file->buffer_count() - 1);
+    std::vector<size_t> upcoming;
+    auto next_phase = [&](Phase p) {
+      if (p == Phase::forward) return Phase::backward;
+      if (p == Phase::backward && last_micro) return Phase::update;
+      return Phase::forward;
+    };
+    Phase p = phase;
+    size_t position = phase_position[static_cast<int>(p)][unit] + 1;
+    for (int phases = 0; upcoming.size() < count && phases < 3;) {
+      const std::vector<size_t>& order = phase_order[static_cast<int>(p)];
+      if (position >= order.size()) {
+        p = next_phase(p);
+        position = 0;
+        ++phases;
+        continue;
+      }
+      const size_t next = order[position++];
+      if (next != unit && std::find(upcoming.begin(), upcoming.end(), next) == upcoming.end())
+        upcoming.push_back(next);
+    }
+    param_file->prefetch(upcoming);
   }
   // Offload: where block b's gradients are (final after the window's last reduction) and where they go.
   Tensor device_gradients(const OwnedBlock& b) const { return view(*grads, DType::f32, b.grad, b.numel); }
@@ -249,12 +310,19 @@ struct ZeroEngine::Impl {
   void download_final_gradients(size_t unit) {
     if (offload) download(unit);
   }
-  // Offload: block b's updated values to where the model reads them (H2D, or into the stage-3 host shard).
+  // Offload: block b's updated values to where the model reads them (H2D, or into the stage-3 host shard,
+  // or its record in the parameter file). Without a delayed update the stage-3 shard was written in place.
   void publish(const OwnedBlock& b) {
+    if (offload_param && !delayed) return;
+    if (param_file) {  // delayed: the staging slice into the record, whole
+      copy_tensor(params_on_host(b), param_file->acquire(b.unit, /*read=*/false));
+      param_file->release(b.unit, /*modified=*/true);
+      return;
+    }
     const Tensor target = view(*compute_copy, compute, b.compute, b.numel);
     if (!offload_param) {
       copies->up(params_on_host(b), target);
-    } else if (delayed) {
+    } else {
       copy_tensor(params_on_host(b), target);  // host to host
     }
   }
@@ -357,7 +425,28 @@ namespace {
 // count the disk tier's buffers instead of the shard.
 ZeroEngineOptions with_disk_buffers(ZeroEngineOptions options) {
   if (options.disk) options.offload.disk_buffers = options.disk->buffer_count;
+  if (options.param_disk) options.offload.param_disk_buffers = options.param_disk->buffer_count;
   return options;
+}
+
+// One swap directory's share of the disk preflight: the optimizer state's and the parameters' files add up
+// where both offloads use the same nvme_path.
+struct SwapDirectoryNeed {
+  std::string directory;
+  uint64_t bytes = 0;
+  int files = 0;
+  DirectIoMode direct = DirectIoMode::automatic;
+};
+
+void add_swap_need(std::vector<SwapDirectoryNeed>& needs, const SwapDirectoryNeed& need) {
+  for (SwapDirectoryNeed& n : needs) {
+    if (n.directory == need.directory) {
+      n.bytes += need.bytes;
+      n.files += need.files;
+      return;
+    }
+  }
+  needs.push_back(need);
 }
 
 }  // namespace
@@ -398,6 +487,8 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
       options.pin_memory && s.device == DeviceKind::cuda ? MemoryKind::pinned_host : MemoryKind::host;
   ZT_CHECK(!options.disk || s.offload,
            "the disk tier (offload_optimizer device nvme) needs offload.optimizer");
+  ZT_CHECK(!options.param_disk || s.offload_param,
+           "parameters on disk (offload_param device nvme) need offload.param at ZeRO stage 3");
   std::optional<swap::SwappedStateOptions> disk_state;
   std::vector<HostBlockExtent> sub_group_extents;  // offload: the host store's blocks
   if (s.offload) {
@@ -418,6 +509,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
                                                        options.offload.sub_group_size,
                                                        " elements (zero_optimization.sub_group_size)")
                                                  : std::string(),
+                                    options.param_disk ? ", parameters on disk" : "",
                                     ", ", ranks, " rank(s) in this process)")};
     const size_t pinned = host_kind == MemoryKind::pinned_host ? host - disk_buffers * ranks : 0;
     plan.pinned_bytes = pinned;
@@ -430,25 +522,51 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
       s.host_pageable_charge =
           options.host_budget->charge((host - pinned) / ranks, HostMemoryKind::pageable, what);
     }
+    // The disk preflight: each swap directory's files of every rank of this process.
+    std::vector<SwapDirectoryNeed> needs;
     if (options.disk) {
-      const swap::SwapPreflightReport report = swap::preflight_swap_directory(
-          {.directory = options.disk->directory,
-           .bytes_needed = swap::SwappedStateStore::file_bytes_for(*disk_state) * ranks,
-           .files_needed = static_cast<int>(ranks) * (1 + options.disk->io.thread_count),
-           .direct = options.disk->direct,
-           .rank = r});
+      add_swap_need(needs, {.directory = options.disk->directory,
+                            .bytes = swap::SwappedStateStore::file_bytes_for(*disk_state) * ranks,
+                            .files = static_cast<int>(ranks) * (1 + options.disk->io.thread_count),
+                            .direct = options.disk->direct});
+    }
+    if (options.param_disk) {
+      add_swap_need(needs,
+                    {.directory = options.param_disk->directory,
+                     .bytes = SwappedParameterShard::file_bytes_for(unit_slices(partition_), s.compute) * ranks,
+                     .files = static_cast<int>(ranks) * (1 + options.param_disk->io.thread_count),
+                     .direct = options.param_disk->direct});
+    }
+    for (const SwapDirectoryNeed& need : needs) {
+      const swap::SwapPreflightReport report = swap::preflight_swap_directory({.directory = need.directory,
+                                                                               .bytes_needed = need.bytes,
+                                                                               .files_needed = need.files,
+                                                                               .direct = need.direct,
+                                                                               .rank = r});
       if (r == 0) {
         for (const std::string& notice : report.notices) ZT_LOG(warn) << "disk tier: " << notice;
-        ZT_LOG(info) << "disk tier: "
-                     << format_memory_size(swap::SwappedStateStore::file_bytes_for(*disk_state) * ranks)
-                     << " of swap files under " << options.disk->directory << " ("
-                     << format_memory_size(report.free_bytes) << " free), " << options.disk->buffer_count
-                     << " buffers of "
-                     << format_memory_size(disk_buffers / static_cast<size_t>(options.disk->buffer_count))
-                     << " per rank (" << sub_group_extents.size()
-                     << " records: the unit slices cut into sub-groups of at most "
-                     << options.offload.sub_group_size << " elements, zero_optimization.sub_group_size)";
+        ZT_LOG(info) << "disk tier: " << format_memory_size(need.bytes) << " of swap files under "
+                     << need.directory << " (" << format_memory_size(report.free_bytes) << " free)";
       }
+    }
+    if (options.disk && r == 0) {
+      ZT_LOG(info) << "disk tier: optimizer state (fp32 master, m, v) on disk under " << options.disk->directory
+                   << ", " << options.disk->buffer_count << " buffers of "
+                   << format_memory_size(disk_buffers / static_cast<size_t>(options.disk->buffer_count))
+                   << " per rank (" << sub_group_extents.size()
+                   << " records: the unit slices cut into sub-groups of at most "
+                   << options.offload.sub_group_size << " elements, zero_optimization.sub_group_size)";
+    }
+    if (options.param_disk && r == 0) {
+      const std::vector<int64_t> slices = unit_slices(partition_);
+      ZT_LOG(info) << "disk tier: parameters (the " << dtype_name(s.compute) << " stage-3 shard) on disk in "
+                   << SwappedParameterShard::file_directory(options.param_disk->directory) << ", "
+                   << format_memory_size(SwappedParameterShard::file_bytes_for(slices, s.compute))
+                   << " per rank (" << slices.size() << " records: one per unit slice), "
+                   << options.param_disk->buffer_count << " "
+                   << (host_kind == MemoryKind::pinned_host ? "pinned" : "pageable") << " buffers of "
+                   << format_memory_size(SwappedParameterShard::buffer_bytes_for(slices, s.compute, 1))
+                   << " per rank, read ahead in the order the gathers and the update use them";
     }
     if (r == 0) {
       ZT_LOG(info) << plan.what << ": " << format_memory_size(host) << " of "
@@ -468,6 +586,16 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   if (s.stage < 3) {
     s.compute_copy = std::make_unique<Arena>("parameters", partition_.layout(s.compute),
                                              s.options(MemoryCategory::parameters, true));
+  } else if (s.offload_param && options.param_disk) {
+    s.param_file = std::make_unique<SwappedParameterShard>(
+        SwappedParameterShardOptions{.directory = options.param_disk->directory,
+                                     .rank = r,
+                                     .record_numel = unit_slices(partition_),
+                                     .dtype = s.compute,
+                                     .buffer_count = options.param_disk->buffer_count,
+                                     .buffer_kind = host_kind,
+                                     .direct = options.param_disk->direct},
+        options.param_disk->io);
   } else if (s.offload_param) {
     s.compute_copy = std::make_unique<Arena>(
         "parameters (offloaded shard)", flat_layout(shard, s.compute),
@@ -581,6 +709,29 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     s.downloaded.assign(s.blocks.size(), false);
   }
 
+  if (s.param_file) {
+    // The hook order of model/deberta_tensors.h: forward E, S, layers 0..n-1; backward S, layers n-1..0,
+    // E; the update block by block (unit order).
+    using Phase = Impl::Phase;
+    const size_t E = partition_.embeddings_unit(), S = partition_.shared_unit();
+    std::vector<size_t> layers;
+    for (size_t u = 0; u < units.size(); ++u)
+      if (u != E && u != S) layers.push_back(u);
+    std::vector<size_t>& forward = s.phase_order[static_cast<int>(Phase::forward)];
+    forward = {E, S};
+    forward.insert(forward.end(), layers.begin(), layers.end());
+    std::vector<size_t>& backward = s.phase_order[static_cast<int>(Phase::backward)];
+    backward = {S};
+    backward.insert(backward.end(), layers.rbegin(), layers.rend());
+    backward.push_back(E);
+    std::vector<size_t>& update = s.phase_order[static_cast<int>(Phase::update)];
+    for (size_t u = 0; u < units.size(); ++u) update.push_back(u);
+    for (int p = 0; p < 3; ++p) {
+      s.phase_position[p].assign(units.size(), 0);
+      for (size_t i = 0; i < s.phase_order[p].size(); ++i) s.phase_position[p][s.phase_order[p][i]] = i;
+    }
+  }
+
   if (options.overlap_comm && s.device == DeviceKind::cuda && world_size() > 1) {
 #ifdef ZT_WITH_CUDA
     s.overlap = std::make_unique<Impl::CommOverlap>();  // on the device current on the rank's thread
@@ -628,6 +779,10 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
 }
 
 ZeroEngine::~ZeroEngine() = default;
+
+const SwappedParameterStats* ZeroEngine::parameter_swap_stats() const {
+  return impl_->param_file ? &impl_->param_file->stats() : nullptr;
+}
 
 ZeroStateBytes ZeroEngine::state_bytes() const {
   return zero_state_bytes(partition_, options_.stage, options_.compute, options_.offload);
@@ -704,7 +859,7 @@ void ZeroEngine::acquire(size_t unit, Pass pass) {
 #endif
   if (s.stage != 3) return;
   if (!s.overlap) {
-    gather_unit(unit);
+    gather_unit(unit, pass);
     return;
   }
 #ifdef ZT_WITH_CUDA
@@ -715,7 +870,7 @@ void ZeroEngine::acquire(size_t unit, Pass pass) {
   comm_waits_for_compute();
   {
     StreamScope on_comm(o.stream);
-    gather_unit(unit);
+    gather_unit(unit, pass);
   }
   o.gathered.record(o.stream);
   ZT_CUDA_CHECK(cudaStreamWaitEvent(work_stream(), o.gathered.get(), 0));
@@ -723,12 +878,28 @@ void ZeroEngine::acquire(size_t unit, Pass pass) {
 #endif
 }
 
-void ZeroEngine::gather_unit(size_t unit) {
+void ZeroEngine::gather_unit(size_t unit, Pass pass) {
   Impl& s = *impl_;
   const ZeroUnit& u = partition_.units()[unit];
   const Arena& buffer = s.gather_buffer(partition_, unit);
-  const Tensor shard = view(*s.compute_copy, s.compute, u.shard_begin, u.slice_numel);
   const Tensor full = view(buffer, s.compute, 0, u.numel);
+  if (s.param_file) {
+    // The slice from its record (read ahead by the previous gathers, else read now), the next units' records
+    // started, then up and gathered as from the host shard; the buffer is free again once copy_tensor
+    // returns (it waits for the copy).
+    const Tensor slice = s.param_file->acquire(unit);
+    s.prefetch_parameters(unit, pass == Pass::forward ? Impl::Phase::forward : Impl::Phase::backward);
+    if (world_size() == 1) {
+      copy_tensor(slice, full);
+    } else {
+      const Tensor upload = view(*s.param_upload, s.compute, 0, u.slice_numel);
+      copy_tensor(slice, upload);
+      comm_.all_gather(upload, full, work_comm_stream());
+    }
+    s.param_file->release(unit, /*modified=*/false);
+    return;
+  }
+  const Tensor shard = view(*s.compute_copy, s.compute, u.shard_begin, u.slice_numel);
   if (s.offload_param) {
     // The slice lives on the host: up first (synchronous on the rank's stream), then gathered.
     if (world_size() == 1) {
@@ -1032,7 +1203,7 @@ void ZeroEngine::update_offloaded_blocks(double lr, float grad_scale, bool publi
     if (publish_each) s.copies->wait_down(b.unit);
     // Segment marks only on the rank's thread (StepProfile is single-threaded): not in a delayed update.
     if (publish_each) StepProfile::global().mark("optimizer.offload_download_wait");
-    const Tensor staged = s.params_on_host(b);
+    const Tensor staged = s.begin_params_write(b, /*keep_unwritten=*/true);
     // Sub-group by sub-group (AdamW is element-wise: the same bits as one pass over the block).
     for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
       const SubGroup& sub = s.sub_groups[g];
@@ -1044,6 +1215,7 @@ void ZeroEngine::update_offloaded_blocks(double lr, float grad_scale, bool publi
       if (!s.mixed) write_compute_values(state.master, out);
       s.host_state->release(g, /*modified=*/true);
     }
+    s.end_params_write(b);
     if (publish_each) {
       s.publish(b);
       StepProfile::global().mark("optimizer.offload_cpu_adamw");
@@ -1129,13 +1301,15 @@ void ZeroEngine::refresh_compute_copy() {
     s.wait_for_delayed_update();
     s.publish_pending = false;  // everything is published from the master below
     for (const OwnedBlock& b : s.blocks) {
-      const Tensor staged = s.params_on_host(b);
+      // Every element of the block is written (the master's padding is zero).
+      const Tensor staged = s.begin_params_write(b, /*keep_unwritten=*/false);
       for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
         const SubGroup& sub = s.sub_groups[g];
         write_compute_values(s.host_state->acquire(g).master,
                              staged.slice_rows(sub.begin, sub.begin + sub.numel));
         s.host_state->release(g, false);
       }
+      s.end_params_write(b);
       s.publish(b);
     }
     s.copies->join();

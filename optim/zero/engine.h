@@ -47,7 +47,10 @@
 //     The math is the non-offloaded step's (same norm, same factor, the GPU AdamW's arithmetic), so an
 //     offloaded run equals the non-offloaded one bit for bit.
 //   offload.param (stage 3, needs offload.optimizer): the rank's compute-copy shard lives on the host;
-//     acquire() copies the unit's slice up (H2D) into an upload buffer and all-gathers from there.
+//     acquire() copies the unit's slice up (H2D) into an upload buffer and all-gathers from there. With
+//     the shard on disk (ZeroEngineOptions::param_disk) the slice is first read from its record in the
+//     parameter file into a host buffer (the next units' records read ahead), and the CPU update writes
+//     each unit's updated values back into its record.
 // overlap_comm (DeepSpeed's zero_optimization.overlap_comm; GPU at world size > 1, else nothing changes):
 //   the gradient reductions and what follows them (stage 2/3: the fold into the shard accumulator and the
 //   bucket's zero fill; the offload download) run on the rank's communication stream while backward goes on
@@ -82,6 +85,7 @@
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 #include "optim/zero/partition.h"
+#include "optim/zero/swapped_parameter_shard.h"
 #include "runtime/arena.h"
 #include "runtime/communicator.h"
 #include "runtime/direct_io.h"
@@ -106,6 +110,9 @@ struct ZeroOffload {
   // > 0: the master, m and v on the disk tier (ZeroEngineOptions::disk, which sets it) with this many host
   // buffers of the largest sub-group, instead of the shard in host memory.
   int disk_buffers = 0;
+  // > 0: offload.param's stage-3 shard on disk (ZeroEngineOptions::param_disk, which sets it) with this many
+  // host buffers of the largest unit slice, instead of the shard in host memory.
+  int param_disk_buffers = 0;
   // DeepSpeed's zero_optimization.sub_group_size: the offloaded state is kept and updated in sub-groups of
   // at most this many elements (each owned block, a unit's slice, cut by cut_into_sub_groups in
   // optim/zero/host_optimizer_store.h). The CPU AdamW, checkpoint reads and writes and the disk tier's
@@ -128,6 +135,18 @@ struct ZeroDiskTier {
   DirectIoMode direct = DirectIoMode::automatic;
 };
 
+// Parameters on disk (DeepSpeed's offload_param device nvme, stage 3 with offload.param): the rank's
+// compute-dtype shard in a swap file under `directory` (optim/zero/swapped_parameter_shard.h, Note [Parameters
+// on disk]), one record per unit slice, read into one of buffer_count host buffers for each stage-3 gather
+// (the next units' records read ahead into the others) and written back by the CPU update. Same values, so
+// a run equals offload_param cpu bit for bit.
+struct ZeroParamDiskTier {
+  std::string directory;  // offload_param.nvme_path
+  int buffer_count = 5;   // offload_param.buffer_count (DeepSpeed's default)
+  IoOptions io;           // DeepSpeed's aio block
+  DirectIoMode direct = DirectIoMode::automatic;
+};
+
 struct ZeroEngineOptions {
   int stage = 0;                        // 0..3
   DeviceKind device = DeviceKind::cpu;  // where state and compute live
@@ -143,6 +162,7 @@ struct ZeroEngineOptions {
   int ranks_sharing_host = 1;  // ranks of this process (in-process ranks): the host preflight counts them all
   std::optional<HostMemoryLimits> host_memory_limits;  // nullopt: read from the OS (tests pass fake ones)
   std::optional<ZeroDiskTier> disk;                    // offload.optimizer's state on disk
+  std::optional<ZeroParamDiskTier> param_disk;         // offload.param's shard on disk (stage 3)
   // Charged with this rank's host buffers of the offload for the engine's lifetime (--host_memory_limit);
   // must outlive the engine. nullptr: no cap.
   HostMemoryBudget* host_budget = nullptr;
@@ -163,7 +183,8 @@ struct ZeroStateBytes {
   size_t buffers = 0;          // gradient buckets, stage-3 gather buffers, the offload_param upload buffer
   size_t host_optimizer = 0;   // offload: fp32 master, m and v of the shard (disk tier: its buffers)
   size_t host_gradients = 0;   // offload: the f32 gradient shard copied down for the CPU update
-  size_t host_parameters = 0;  // offload: the compute-dtype staging shard (offload.param: the shard itself)
+  size_t host_parameters = 0;  // offload: the compute-dtype staging shard (offload.param: the shard itself;
+                               // on disk: its buffers, plus the staging shard with a delayed update)
   size_t total() const { return compute_copy + gradients + master + optimizer + buffers; }  // device
   size_t host_total() const { return host_optimizer + host_gradients + host_parameters; }
 };
@@ -239,6 +260,9 @@ class ZeroEngine final : public DebertaUnitHooks {
   // After write_state of masters: re-derive the compute copy (collective for stages 1/2).
   void refresh_compute_copy();
 
+  // Parameters on disk: the parameter file's traffic so far; nullptr without it.
+  const SwappedParameterStats* parameter_swap_stats() const;
+
   AdamW& adamw() { return adamw_; }
   const AdamW& adamw() const { return adamw_; }
   ZeroStateBytes state_bytes() const;
@@ -254,7 +278,9 @@ class ZeroEngine final : public DebertaUnitHooks {
   void reduce_on_comm(size_t unit);
   void reduce_deferred_on_comm();
   void compute_waits_for_comm();
-  void gather_unit(size_t unit);  // stage 3: the unit's parameters into its gather buffer, current stream
+  // Stage 3: the unit's parameters into its gather buffer, current stream (`pass` orders the read ahead of
+  // parameters on disk).
+  void gather_unit(size_t unit, Pass pass);
   void gather_updated_compute_copy();  // stages 1/2, world > 1: every rank's updated slices to everyone
   void update_offloaded_blocks(double lr, float grad_scale, bool publish_each, const Arena& gradients);
   const ParameterTable& table_;

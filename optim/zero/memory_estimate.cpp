@@ -185,9 +185,12 @@ std::string describe_memory_estimates(const DebertaConfig& model, int run_stage,
     ZeroOffload offload;
     const char* label;
   };
-  // The disk tier's row (offload_optimizer nvme) only for a run that uses it: its host column depends on
-  // the run's buffer count.
-  const std::string disk_label = str(run_stage, " +offload nvme");
+  // The disk tier's row (offload_optimizer and/or offload_param nvme) only for a run that uses it: its host
+  // column depends on the run's buffer counts.
+  const bool param_disk = run_offload.param_disk_buffers > 0;
+  const std::string disk_label = !param_disk                    ? str(run_stage, " +offload nvme")
+                                 : run_offload.disk_buffers > 0 ? str(run_stage, " +nvme both")
+                                                                : str(run_stage, " +nvme params");
   const Row disk_row{run_stage, run_offload, disk_label.c_str()};
   const Row rows[] = {{0, {}, "0"},
                       {1, {}, "1"},
@@ -198,13 +201,14 @@ std::string describe_memory_estimates(const DebertaConfig& model, int run_stage,
                       {3, {.optimizer = true}, "3 +offload opt"},
                       {3, {.optimizer = true, .param = true}, "3 +offload both"}};
   std::vector<Row> all(std::begin(rows), std::end(rows));
-  if (run_offload.disk_buffers > 0) all.push_back(disk_row);
+  if (run_offload.disk_buffers > 0 || param_disk) all.push_back(disk_row);
   for (const Row& row : all) {
     const MemoryEstimate e =
         estimate_memory(model, row.stage, world_size, compute, max_batch, max_length, row.offload, device);
     const bool is_run = row.stage == run_stage && row.offload.optimizer == run_offload.optimizer &&
                         row.offload.param == run_offload.param &&
-                        row.offload.disk_buffers == run_offload.disk_buffers;
+                        row.offload.disk_buffers == run_offload.disk_buffers &&
+                        row.offload.param_disk_buffers == run_offload.param_disk_buffers;
     std::snprintf(line, sizeof line, "  %-18s %11s %11s %11s %11s %11s %11s %11s %11s\n",
                   (std::string(row.label) + (is_run ? " (run)" : "")).c_str(),
                   format_memory_size(e.state.compute_copy).c_str(),

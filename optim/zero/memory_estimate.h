@@ -24,7 +24,9 @@
 //   host             master + m + v + gradient shard + parameter shard              zero_state_bytes
 // reported in its own column, since it is checked against the host's RAM, not the GPU's. With the disk tier
 // (ZeroOffload::disk_buffers) master + m + v become buffer_count records of the largest sub-group
-// (ZeroOffload::sub_group_size): buffer_count x sub-group x 12 bytes at most.
+// (ZeroOffload::sub_group_size): buffer_count x sub-group x 12 bytes at most; with parameters on disk
+// (ZeroOffload::param_disk_buffers) the parameter shard becomes buffer_count records of the largest unit
+// slice in the compute dtype (plus the staging shard with a delayed update).
 #pragma once
 
 #include <cstddef>

@@ -13,6 +13,19 @@ swap::SwappedStateOptions swapped_state_options(const ZeroDiskTier& disk, int ra
           .direct = disk.direct};
 }
 
+namespace {
+
+IoOptions io_options_of(const TrainConfig& config) {
+  return {.backend = IoBackendChoice::automatic,
+          .block_size = static_cast<size_t>(config.aio.block_size),
+          .queue_depth = static_cast<int>(config.aio.queue_depth),
+          .thread_count = static_cast<int>(config.aio.thread_count),
+          .single_submit = config.aio.single_submit,
+          .overlap_events = config.aio.overlap_events};
+}
+
+}  // namespace
+
 std::optional<ZeroDiskTier> zero_disk_tier(const TrainConfig& config) {
   const NvmeOffloadSettings& nvme = config.zero.offload_optimizer.nvme;
   if (!nvme.enabled) return std::nullopt;
@@ -20,13 +33,17 @@ std::optional<ZeroDiskTier> zero_disk_tier(const TrainConfig& config) {
                       .buffer_count = static_cast<int>(nvme.buffer_count),
                       .pipeline_read = nvme.pipeline_read,
                       .pipeline_write = nvme.pipeline_write,
-                      .io = {.backend = IoBackendChoice::automatic,
-                             .block_size = static_cast<size_t>(config.aio.block_size),
-                             .queue_depth = static_cast<int>(config.aio.queue_depth),
-                             .thread_count = static_cast<int>(config.aio.thread_count),
-                             .single_submit = config.aio.single_submit,
-                             .overlap_events = config.aio.overlap_events},
+                      .io = io_options_of(config),
                       .direct = DirectIoMode::automatic};
+}
+
+std::optional<ZeroParamDiskTier> zero_param_disk_tier(const TrainConfig& config) {
+  const NvmeOffloadSettings& nvme = config.zero.offload_param.nvme;
+  if (!nvme.enabled) return std::nullopt;
+  return ZeroParamDiskTier{.directory = nvme.nvme_path,
+                           .buffer_count = static_cast<int>(nvme.buffer_count),
+                           .io = io_options_of(config),
+                           .direct = DirectIoMode::automatic};
 }
 
 }  // namespace zt::optim

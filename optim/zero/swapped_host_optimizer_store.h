@@ -36,5 +36,7 @@ swap::SwappedStateOptions swapped_state_options(const ZeroDiskTier& disk, int ra
 
 // ZeroEngineOptions::disk for a resolved configuration: set for offload_optimizer device nvme.
 std::optional<ZeroDiskTier> zero_disk_tier(const TrainConfig& config);
+// ZeroEngineOptions::param_disk for a resolved configuration: set for offload_param device nvme.
+std::optional<ZeroParamDiskTier> zero_param_disk_tier(const TrainConfig& config);
 
 }  // namespace zt::optim

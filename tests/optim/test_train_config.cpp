@@ -554,7 +554,7 @@ TEST(TrainConfigJson, StageAndOffloadRules) {
       "offload_optimizer", "stage is 0");
   EXPECT_ERROR_HAS(
       resolved({}, R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})"),
-      "zero_optimization.offload_param.device", "nvme");
+      "zero_optimization.offload_param.nvme_path", "required with device nvme");
   // Off is fine at any stage.
   EXPECT_FALSE(resolved({}, R"({"zero_optimization": {"stage": 1, "offload_param": {"device": "none"}}})")
                    .zero.offload_param.enabled);

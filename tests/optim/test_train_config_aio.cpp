@@ -51,11 +51,54 @@ const std::string kNvmeOptimizer = R"({"zero_optimization": {"stage": 3, "offloa
     "pipeline_write": true}}, "aio": {"block_size": 262144, "queue_depth": 16, "thread_count": 2,
     "single_submit": true, "overlap_events": false}})";
 
-TEST(TrainConfigDiskTier, ParametersOnDiskAreRefused) {
+// offload_param device nvme: the stage-3 parameter shard on disk (with offload_optimizer cpu or nvme, as
+// DeepSpeed). buffer_size and max_in_cpu are read but change nothing, which describe() says.
+TEST(TrainConfigDiskTier, ParametersOnDiskAtStage3) {
+  for (const std::string optimizer : {"cpu", "nvme"}) {
+    const TrainConfig c = resolve_json(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": ")" +
+                                       optimizer + R"(", "nvme_path": "/n"},
+        "offload_param": {"device": "nvme", "nvme_path": "/p", "buffer_count": 3, "pin_memory": true,
+                          "buffer_size": 1000, "max_in_cpu": 0}}})");
+    const OffloadSettings& param = c.zero.offload_param;
+    EXPECT_TRUE(param.enabled) << optimizer;
+    EXPECT_TRUE(param.pin_memory) << optimizer;
+    EXPECT_TRUE(param.nvme.enabled) << optimizer;
+    EXPECT_EQ(param.nvme.nvme_path, "/p");
+    EXPECT_EQ(param.nvme.buffer_count, 3);
+    EXPECT_EQ(c.zero.offload_optimizer.nvme.enabled, optimizer == "nvme");
+    const std::string text = c.describe();
+    EXPECT_NE(line_of(text, "zero_optimization.offload_param.device").find("nvme"), std::string::npos)
+        << text;
+    EXPECT_NE(line_of(text, "zero_optimization.offload_param.nvme_path").find("/p"), std::string::npos)
+        << text;
+    EXPECT_NE(line_of(text, "zero_optimization.offload_param.buffer_size").find("none"), std::string::npos)
+        << text;
+    EXPECT_NE(line_of(text, "zero_optimization.offload_param.max_in_cpu").find("none"), std::string::npos)
+        << text;
+  }
+  // DeepSpeed's default buffer_count for parameters.
+  EXPECT_EQ(resolve_json(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                   "offload_param": {"device": "nvme", "nvme_path": "/p"}}})")
+                .zero.offload_param.nvme.buffer_count,
+            5);
+}
+
+TEST(TrainConfigDiskTier, ParametersOnDiskRefusedWhereTheyCannotRun) {
+  // Below stage 3 parameters are not partitioned.
   expect_error(
-      {}, R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/n"},
+      {}, R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/n"},
                    "offload_param": {"device": "nvme", "nvme_path": "/n"}}})",
-      {"test.json", "zero_optimization.offload_param.device nvme: parameters on disk are not implemented"});
+      {"test.json", "zero_optimization.offload_param needs stage 3", "zero_optimization.stage is 2"});
+  // The CPU update writes the shard: offload_optimizer is needed.
+  expect_error({}, R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/n"}}})",
+               {"zero_optimization.offload_param.device nvme needs zero_optimization.offload_optimizer.device "
+                "cpu or nvme"});
+  expect_error({}, R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                   "offload_param": {"device": "nvme"}}})",
+               {"zero_optimization.offload_param.nvme_path is required with device nvme"});
+  expect_error({}, R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                   "offload_param": {"device": "nvme", "nvme_path": "/n", "buffer_count": 0}}})",
+               {"zero_optimization.offload_param.buffer_count", "got 0"});
 }
 
 TEST(TrainConfigDiskTier, EveryKeyReachesTheSettings) {

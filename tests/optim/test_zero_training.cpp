@@ -33,6 +33,7 @@
 #include "optim/zero/engine.h"
 #include "optim/zero/partition.h"
 #include "optim/zero/sharded_checkpoint.h"
+#include "optim/zero/swapped_parameter_shard.h"
 #include "runtime/check.h"
 
 #include "tests/optim/zero_training_harness.h"
@@ -244,6 +245,130 @@ TEST_P(ZeroDiskTierTraining, EqualsTrainingWithoutItBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, ZeroDiskTierTraining, ::testing::Values(1, 2),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
+
+// Parameters on disk (offload_param device nvme, issue 15): stage 3 with the parameter shard in a swap file
+// equals offload_param cpu bit for bit at worlds 1 and 2 — with DeepSpeed's 5 buffers (the gathers and the
+// update read the next units ahead), with one buffer (every read synchronous), with the optimizer state on
+// disk in the same nvme_path too, with sub-groups of 1000 elements, and with the delayed update (whose
+// staging shard is written into the file when the update lands). A --host_memory_limit that the parameter
+// shard on the host exceeds admits it on disk. The swap files are gone afterwards (the parameters'
+// subdirectory stays, empty).
+class ZeroParamDiskTraining : public ::testing::TestWithParam<int> {};
+
+TEST_P(ZeroParamDiskTraining, EqualsParametersOnTheHostBitForBit) {
+  const int world = GetParam();
+  const std::string dir = temp_dir("param_disk_" + std::to_string(world));
+  std::filesystem::create_directories(dir);
+  const RunSpec host{.stage = 3,
+                     .world = world,
+                     .accumulation = 2,
+                     .steps = 6,
+                     .offload_optimizer = true,
+                     .offload_param = true,
+                     .max_grad_norm = 0.01};
+  const RunResult expected = run(host);
+  ASSERT_EQ(expected.losses.size(), 6u);
+  for (const int buffers : {5, 1}) {
+    RunSpec on_disk = host;
+    on_disk.param_nvme_path = dir;
+    on_disk.param_nvme_buffers = buffers;
+    EXPECT_TRUE(bitwise_equal(expected, run(on_disk))) << "world " << world << ", " << buffers << " buffers";
+  }
+  RunSpec both = host;
+  both.param_nvme_path = dir;
+  both.nvme_path = dir;
+  both.nvme_buffers = 3;
+  both.nvme_pipeline = true;
+  EXPECT_TRUE(bitwise_equal(expected, run(both))) << "world " << world << ", optimizer state on disk too";
+  RunSpec sub_grouped = host;
+  sub_grouped.sub_group_size = 1000;
+  RunSpec sub_grouped_disk = sub_grouped;
+  sub_grouped_disk.param_nvme_path = dir;
+  sub_grouped_disk.param_nvme_buffers = 2;
+  EXPECT_TRUE(bitwise_equal(run(sub_grouped), run(sub_grouped_disk))) << "world " << world
+                                                                      << ", sub_group_size 1000";
+  RunSpec delayed = host;
+  delayed.delayed_update = true;
+  RunSpec delayed_disk = delayed;
+  delayed_disk.param_nvme_path = dir;
+  delayed_disk.param_nvme_buffers = 3;
+  EXPECT_TRUE(bitwise_equal(run(delayed), run(delayed_disk))) << "world " << world << ", delayed update";
+
+  // Host bytes per rank: the parameter shard on the host, and one buffer of the largest slice instead.
+  const ParameterTable table(tiny_model());
+  const ZeroPartition partition(table, world);
+  const size_t on_host =
+      zero_state_bytes(partition, 3, DType::f32, {.optimizer = true, .param = true}).host_total();
+  const size_t one_buffer =
+      zero_state_bytes(partition, 3, DType::f32, {.optimizer = true, .param = true, .param_disk_buffers = 1})
+          .host_total();
+  ASSERT_LT(one_buffer, on_host);
+  RunSpec capped = host;
+  capped.host_memory_limit = one_buffer * static_cast<size_t>(world);
+  try {
+    run(capped);
+    ADD_FAILURE() << "the parameter shard on the host should exceed --host_memory_limit, world " << world;
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("host memory limit exceeded"), std::string::npos) << e.message();
+  }
+  capped.param_nvme_path = dir;
+  capped.param_nvme_buffers = 1;
+  EXPECT_TRUE(bitwise_equal(expected, run(capped))) << "world " << world << ", capped";
+
+  const std::string files = SwappedParameterShard::file_directory(dir);
+  EXPECT_TRUE(std::filesystem::is_directory(files)) << files;
+  EXPECT_TRUE(std::filesystem::is_empty(files)) << "parameter swap files left in " << files;
+  std::filesystem::remove(files);
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "swap files left in " << dir;
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, ZeroParamDiskTraining, ::testing::Values(1, 2),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+// A stage-3 world-2 run with the parameters (and the optimizer state) on disk checkpoints at step 4 and
+// crashes; resumed with the parameters on disk, it continues bit for bit as the same run on the host does
+// (crashed and resumed with both offloads in host memory), and the curve of the run that never stopped; its
+// model.h5 holds its final weights.
+TEST(ZeroParamDiskTrainingCheckpoint, ParametersOnDiskSaveAndResume) {
+  const std::string dir = temp_dir("param_disk_resume");
+  std::filesystem::create_directories(dir + "/nvme");
+  const RunSpec base{.stage = 3,
+                     .world = 2,
+                     .accumulation = 3,
+                     .steps = 8,
+                     .checkpoint_every = 4,
+                     .offload_optimizer = true,
+                     .offload_param = true};
+  const RunResult straight = run({.stage = 3, .world = 2, .accumulation = 3, .steps = 8});
+  RunSpec crashed_host = base;
+  crashed_host.output_dir = dir + "/host";
+  crashed_host.crash_after = 4;
+  run(crashed_host);
+  RunSpec crashed_disk = base;
+  crashed_disk.output_dir = dir + "/disk";
+  crashed_disk.crash_after = 4;
+  crashed_disk.param_nvme_path = dir + "/nvme";
+  crashed_disk.nvme_path = dir + "/nvme";
+  run(crashed_disk);
+
+  RunSpec resumed_host = base;
+  resumed_host.output_dir = dir + "/host_resumed";
+  resumed_host.resume = resolve_checkpoint_path(crashed_host.output_dir);
+  RunSpec resumed_disk = base;
+  resumed_disk.output_dir = dir + "/disk_resumed";
+  resumed_disk.resume = resolve_checkpoint_path(crashed_disk.output_dir);
+  resumed_disk.param_nvme_path = dir + "/nvme";
+  resumed_disk.param_nvme_buffers = 2;
+  const RunResult host_after = run(resumed_host);
+  const RunResult disk_after = run(resumed_disk);
+  ASSERT_EQ(disk_after.losses.size(), 4u);
+  EXPECT_TRUE(bitwise_equal(host_after, disk_after));
+  const RunResult tail{{straight.losses.begin() + 4, straight.losses.end()}, straight.weights};
+  expect_close(disk_after, tail, "parameters on disk, resumed at world 2");
+  expect_model_file_holds(resumed_disk.output_dir + "/model.h5", disk_after);
+  std::filesystem::remove_all(dir);
+}
 
 // World 2, stage 2, accumulation 3, 8 steps, writing to `dir`/a: it checkpoints at step 4 and crashes after
 // it (the offloaded and disk-tier resume tests below add their store to it).

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "model/config.h"
@@ -52,9 +53,42 @@ inline void write_layer(const DebertaLayerTensors& l, double seed, double a) {
     write_gradient(*t, seed += 1.0, a);
 }
 
+// Backward's hooks of one step with synthetic gradients (seeded by `step`, scaled by `scale`), then the step.
+inline ZeroStepResult synthetic_step(ZeroEngine& engine, const DebertaConfig& config, int step, double scale,
+                                     LossScaler& scaler) {
+  engine.begin_backward(true, true);
+  const DebertaTensors& g = engine.gradient_handles();
+  const double seed = 100.0 * step;
+  for (int l = config.num_hidden_layers - 1; l >= 0; --l) {
+    write_layer(g.layers[static_cast<size_t>(l)], seed + 20.0 * l, 0.3 * scale);
+    engine.gradients_ready(layer_unit(l));
+  }
+  for (const Tensor* t : {&g.embeddings.word_embeddings, &g.embeddings.ln_weight, &g.embeddings.ln_bias})
+    write_gradient(*t, seed + 7.0, 0.2 * scale);
+  engine.gradients_ready(kEmbeddingsUnit);
+  const DebertaSharedTensors& s = g.shared;
+  for (const Tensor* t : {&s.rel_embeddings, &s.encoder_ln_weight, &s.encoder_ln_bias, &s.conv_weight,
+                          &s.conv_bias, &s.conv_ln_weight, &s.conv_ln_bias, &s.pooler_weight, &s.pooler_bias,
+                          &s.classifier_weight, &s.classifier_bias})
+    write_gradient(*t, seed + 3.0, 0.1 * scale);
+  engine.gradients_ready(shared_unit(config));
+  return engine.step(1e-2, scaler);
+}
+
+// The initial parameters of the synthetic runs: 0.05 cos(0.11 i) over the flat f32 layout.
+inline Arena synthetic_initial_parameters(const ParameterTable& table) {
+  Arena init("initial parameters", table.layout(DType::f32), {.zero_fill = true});
+  const Tensor flat = init.flat(DType::f32);
+  for (int64_t i = 0; i < flat.numel(); ++i)
+    flat.data_as<float>()[i] = 0.05f * static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
+  return init;
+}
+
 // `steps` steps of world-1 training with synthetic gradients; max_grad_norm small enough to clip.
+// `param_disk`: offload.param's shard on disk (ZeroEngineOptions::param_disk).
 inline std::vector<float> train_with_synthetic_gradients(DeviceKind device, DType compute, int stage,
-                                                         ZeroOffload offload, int steps, bool pin = false) {
+                                                         ZeroOffload offload, int steps, bool pin = false,
+                                                         std::optional<ZeroParamDiskTier> param_disk = {}) {
   const DebertaConfig config = offload_tiny_config();
   const ParameterTable table(config);
   auto comms = make_in_process_group(1);
@@ -65,36 +99,14 @@ inline std::vector<float> train_with_synthetic_gradients(DeviceKind device, DTyp
   options.max_grad_norm = 0.5;
   options.offload = offload;
   options.pin_memory = pin;
+  options.param_disk = std::move(param_disk);
   ZeroEngine engine(table, config, *comms[0], options);
-  Arena init("initial parameters", table.layout(DType::f32), {.zero_fill = true});
-  {
-    const Tensor flat = init.flat(DType::f32);
-    for (int64_t i = 0; i < flat.numel(); ++i)
-      flat.data_as<float>()[i] = 0.05f * static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
-  }
-  engine.load_full_parameters(init);
+  engine.load_full_parameters(synthetic_initial_parameters(table));
   LossScaler scaler =
       compute == DType::f16 ? LossScaler(LossScalerConfig{.initial_scale_power = 4}) : LossScaler::disabled();
   const double scale = compute == DType::f16 ? scaler.scale() : 1.0;
   for (int step = 0; step < steps; ++step) {
-    engine.begin_backward(true, true);
-    const DebertaTensors& g = engine.gradient_handles();
-    const double seed = 100.0 * step;
-    for (int l = config.num_hidden_layers - 1; l >= 0; --l) {
-      write_layer(g.layers[static_cast<size_t>(l)], seed + 20.0 * l, 0.3 * scale);
-      engine.gradients_ready(layer_unit(l));
-    }
-    for (const Tensor* t : {&g.embeddings.word_embeddings, &g.embeddings.ln_weight, &g.embeddings.ln_bias})
-      write_gradient(*t, seed + 7.0, 0.2 * scale);
-    engine.gradients_ready(kEmbeddingsUnit);
-    const DebertaSharedTensors& s = g.shared;
-    for (const Tensor* t : {&s.rel_embeddings, &s.encoder_ln_weight, &s.encoder_ln_bias, &s.conv_weight,
-                            &s.conv_bias, &s.conv_ln_weight, &s.conv_ln_bias, &s.pooler_weight,
-                            &s.pooler_bias, &s.classifier_weight, &s.classifier_bias})
-      write_gradient(*t, seed + 3.0, 0.1 * scale);
-    engine.gradients_ready(shared_unit(config));
-    const ZeroStepResult r = engine.step(1e-2, scaler);
-    if (!r.applied) return {};
+    if (!synthetic_step(engine, config, step, scale, scaler).applied) return {};
   }
   Arena out("final master", table.layout(DType::f32), {.zero_fill = true});
   engine.gather_full_master(&out);

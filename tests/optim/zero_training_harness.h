@@ -59,6 +59,10 @@ struct RunSpec {
   int nvme_buffers = 4;
   bool nvme_pipeline = false;              // pipeline_read and pipeline_write
   int64_t sub_group_size = 1'000'000'000;  // zero_optimization.sub_group_size (the offloaded state's cut)
+  // zero_optimization.offload_param.device nvme with this nvme_path (the stage-3 parameter shard on disk;
+  // sets offload_param, and needs offload_optimizer or nvme_path); empty: none.
+  std::string param_nvme_path;
+  int param_nvme_buffers = 5;
   size_t host_memory_limit = 0;            // --host_memory_limit
   bool gpu = false;           // in-process ranks over the one GPU (RankDevice each) instead of the CPU
   std::string dtype = "f32";  // the GPU also trains in bf16
@@ -102,6 +106,11 @@ inline TrainConfig config_for(const RunSpec& r) {
                                           .buffer_count = r.nvme_buffers,
                                           .pipeline_read = r.nvme_pipeline,
                                           .pipeline_write = r.nvme_pipeline};
+  }
+  if (!r.param_nvme_path.empty()) {
+    config.zero.offload_param.enabled = true;
+    config.zero.offload_param.nvme = {
+        .enabled = true, .nvme_path = r.param_nvme_path, .buffer_count = r.param_nvme_buffers};
   }
   config.zero.sub_group_size = r.sub_group_size;
   config.host_memory_limit = r.host_memory_limit;

@@ -1,0 +1,127 @@
+// Stage 3 with offload_param device nvme (ZeRO-Infinity's parameter offload): the rank's compute-dtype
+// parameter shard lives in a swap file, one record per unit slice, and the host keeps only `buffer_count`
+// buffers of one record each (pinned on a GPU with pin_memory) instead of a host arena of the shard.
+//
+// Note [Parameters on disk]
+// Record u is unit u's slice of the rank's shard in the compute dtype (slice_numel x 2 bytes in bf16/f16,
+// 4 in f32), each record padded to the largest slice and to the direct-I/O alignment (optim/swap/
+// swap_store.h). The file is "<nvme_path>/zerotrain-parameters/zerotrain-swap.<host>.<pid>.rank<r>": a
+// subdirectory, so that it never collides with the optimizer state's swap file of the same rank when both
+// offloads share nvme_path (the store names its file by rank alone). The subdirectory stays (empty) after
+// the run; stale files of dead processes in it are removed as in nvme_path.
+// The buffers are a small cache of records; each holds one record in one state:
+//   empty     nothing
+//   reading   a read of the record is in flight (a prefetch, or acquire's own read)
+//   clean     the buffer equals the record on disk
+//   writing   a write of the record is in flight; the buffer equals what is being written
+//   held      acquired by the caller (one at a time)
+// A record is in at most one buffer, so a read never races a write of the same record: acquire and
+// prefetch find the buffer that has it first. acquire(u) takes u's buffer if one has it (waiting for its
+// transfer) or reads u into a free buffer (empty first, then the least recently used clean one, then a
+// writing one after its write, then an unwanted read ahead after its read) and waits; prefetch(next) starts
+// reads of the records the caller will acquire next into buffers that hold none of them nor the held one,
+// as far as the buffers allow (buffer_count - 1 records ahead). release(u, modified) writes u back
+// (asynchronously: waited for when its buffer is needed again, or at destruction) or marks it clean.
+// The ZeRO engine acquires a record per stage-3 gather (forward and backward) and per CPU update of a unit,
+// and prefetches in the order the model's hooks and the update use the units (engine.cpp, "upcoming").
+//
+//   SwappedParameterShard shard({.directory = nvme_path, .rank = r, .record_numel = slices,
+//                                .dtype = DType::bf16, .buffer_count = 5}, io_options);
+//   Tensor values = shard.acquire(u);      // the slice, host memory, valid until release(u)
+//   shard.prefetch(next_units);
+//   ... copy values to the device ...
+//   shard.release(u, /*modified=*/false);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "optim/swap/swap_store.h"
+#include "runtime/arena.h"
+#include "runtime/direct_io.h"
+#include "runtime/tensor.h"
+
+namespace zt::optim {
+
+struct SwappedParameterShardOptions {
+  std::string directory;              // offload_param.nvme_path (the file goes into its subdirectory)
+  int rank = 0;
+  std::vector<int64_t> record_numel;  // elements of each record: the rank's slice of each unit
+  DType dtype = DType::f32;           // the compute dtype
+  int buffer_count = 5;               // DeepSpeed's offload_param.buffer_count
+  MemoryKind buffer_kind = MemoryKind::host;  // pinned_host: page-locked buffers (GPU, pin_memory)
+  DirectIoMode direct = DirectIoMode::automatic;
+};
+
+// Traffic since the shard was made.
+struct SwappedParameterStats {
+  uint64_t records_read = 0;     // every read started (acquire's own and prefetches)
+  uint64_t records_prefetched = 0;  // reads started by prefetch
+  uint64_t prefetch_hits = 0;    // acquires that found their record read (or being read) ahead
+  uint64_t records_written = 0;
+  double io_wait_seconds = 0;  // acquire, prefetch and the destructor waiting for transfers
+};
+
+class SwappedParameterShard {
+ public:
+  // Creates the subdirectory and the swap file (zeros), and the buffers. Throws zt::Error for no records,
+  // fewer than one buffer, and whatever SwapStore and AsyncFileIo throw (naming the path).
+  SwappedParameterShard(const SwappedParameterShardOptions& options, const IoOptions& io_options);
+  // Waits for every transfer (quietly), then removes the file.
+  ~SwappedParameterShard();
+  SwappedParameterShard(const SwappedParameterShard&) = delete;
+  SwappedParameterShard& operator=(const SwappedParameterShard&) = delete;
+
+  // Record `record`'s values (a 1-D host tensor of record_numel[record] elements of the dtype), valid until
+  // release(record). `read` false: the caller overwrites all of it, so nothing is read from the file.
+  Tensor acquire(size_t record, bool read = true);
+  // Ends the hold; `modified` writes the buffer back to the record.
+  void release(size_t record, bool modified);
+  // Starts reads of `upcoming` (in the order given: the records the caller acquires next) that no buffer
+  // has yet, while buffers that hold none of them (nor the held record) are left.
+  void prefetch(std::span<const size_t> upcoming);
+
+  size_t record_count() const { return record_numel_.size(); }
+  int buffer_count() const { return static_cast<int>(slots_.size()); }
+  const std::string& path() const { return store_->path(); }
+  bool pinned() const { return buffers_.pinned(); }
+  const SwappedParameterStats& stats() const { return stats_; }
+
+  // Host bytes of the buffers and disk bytes of the file a shard with these records takes (preflights,
+  // zero_state_bytes).
+  static size_t buffer_bytes_for(const std::vector<int64_t>& record_numel, DType dtype, int buffer_count);
+  static uint64_t file_bytes_for(const std::vector<int64_t>& record_numel, DType dtype);
+  // Where the file goes: "<nvme_path>/zerotrain-parameters".
+  static std::string file_directory(const std::string& nvme_path);
+
+ private:
+  enum class SlotState { empty, reading, clean, writing, held };
+  struct Slot {
+    std::byte* data = nullptr;
+    SlotState state = SlotState::empty;
+    size_t record = 0;
+    IoTicket io;
+    uint64_t last_use = 0;
+    bool prefetched = false;  // the read in this buffer was started by prefetch
+  };
+
+  int find(size_t record) const;
+  void settle(Slot& slot);
+  Slot* free_slot(std::span<const size_t> keep, bool wait);
+  void start_read(Slot& slot, size_t record, bool prefetched);
+
+  std::vector<int64_t> record_numel_;
+  DType dtype_;
+  std::unique_ptr<AsyncFileIo> io_;
+  std::unique_ptr<swap::SwapStore> store_;
+  Arena buffers_;  // buffer_count records, each record_stride() bytes at an aligned offset
+  std::vector<Slot> slots_;
+  uint64_t clock_ = 0;
+  SwappedParameterStats stats_;
+};
+
+}  // namespace zt::optim
