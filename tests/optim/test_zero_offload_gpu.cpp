@@ -5,6 +5,10 @@
 // arithmetic is the GPU kernel's.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include "tests/optim/zero_offload_harness.h"
@@ -32,6 +36,17 @@ TEST(ZeroOffloadGpu, OffloadedStepsEqualDeviceStepsBitForBit) {
         EXPECT_EQ(device, testing::train_with_synthetic_gradients(
                               DeviceKind::cuda, compute, 3, {.optimizer = true, .param = true}, 5, true))
             << dtype_name(compute) << " stage 3 with offload_param";
+        // Parameters on disk: the CPU update writes the 16-bit values into the records (pinned buffers).
+        const auto dir = std::filesystem::temp_directory_path() /
+                         ("zt_test_offload_gpu_param_disk_" + std::to_string(::getpid()));
+        std::filesystem::create_directories(dir);
+        ZeroParamDiskTier disk;
+        disk.directory = dir.string();
+        disk.buffer_count = 2;
+        EXPECT_EQ(device, testing::train_with_synthetic_gradients(
+                              DeviceKind::cuda, compute, 3, {.optimizer = true, .param = true}, 5, true, disk))
+            << dtype_name(compute) << " stage 3 with offload_param nvme";
+        std::filesystem::remove_all(dir);
       }
       // sub_group_size: the CPU update sub-group by sub-group writes the 16-bit staging in slices (the
       // CPU backend trains in f32 only, so only here are the bf16/f16 slices checked).
