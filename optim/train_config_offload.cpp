@@ -56,10 +56,9 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
   section->reject_unread({"device", "pin_memory", "nvme_path", "buffer_count", "pipeline_read",
                           "pipeline_write", "buffer_size", "max_in_cpu", "fast_init", "ratio"});
   if (key == "offload_param" && settings.enabled) {
-    ZT_CHECK(
-        c.zero.offload_optimizer.enabled, context.where(), device.path, " ", device.value,
-        " needs zero_optimization.offload_optimizer.device cpu or nvme too (the CPU update writes the "
-        "offloaded parameter shard)");
+    ZT_CHECK(c.zero.offload_optimizer.enabled, context.where(), device.path, " ", device.value,
+             " needs zero_optimization.offload_optimizer.device cpu or nvme too (the CPU update writes the "
+             "offloaded parameter shard)");
   }
 }
 

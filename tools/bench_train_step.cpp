@@ -304,9 +304,8 @@ int run(int argc, char** argv) {
                                           .pipeline_write = o.nvme_pipeline};
   }
   if (o.nvme_param) {  // offload_param {"device": "nvme", "nvme_path": ..., "buffer_count": ...}
-    config.zero.offload_param.nvme = {.enabled = true,
-                                      .nvme_path = o.nvme_path,
-                                      .buffer_count = o.nvme_param_buffers};
+    config.zero.offload_param.nvme = {
+        .enabled = true, .nvme_path = o.nvme_path, .buffer_count = o.nvme_param_buffers};
   }
   zt::optim::MrpcTrainer trainer(config, model);
 

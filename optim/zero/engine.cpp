@@ -509,8 +509,8 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
                                                        options.offload.sub_group_size,
                                                        " elements (zero_optimization.sub_group_size)")
                                                  : std::string(),
-                                    options.param_disk ? ", parameters on disk" : "",
-                                    ", ", ranks, " rank(s) in this process)")};
+                                    options.param_disk ? ", parameters on disk" : "", ", ", ranks,
+                                    " rank(s) in this process)")};
     const size_t pinned = host_kind == MemoryKind::pinned_host ? host - disk_buffers * ranks : 0;
     plan.pinned_bytes = pinned;
     plan.pageable_bytes = host - pinned;
@@ -531,11 +531,11 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
                             .direct = options.disk->direct});
     }
     if (options.param_disk) {
-      add_swap_need(needs,
-                    {.directory = options.param_disk->directory,
-                     .bytes = SwappedParameterShard::file_bytes_for(unit_slices(partition_), s.compute) * ranks,
-                     .files = static_cast<int>(ranks) * (1 + options.param_disk->io.thread_count),
-                     .direct = options.param_disk->direct});
+      add_swap_need(
+          needs, {.directory = options.param_disk->directory,
+                  .bytes = SwappedParameterShard::file_bytes_for(unit_slices(partition_), s.compute) * ranks,
+                  .files = static_cast<int>(ranks) * (1 + options.param_disk->io.thread_count),
+                  .direct = options.param_disk->direct});
     }
     for (const SwapDirectoryNeed& need : needs) {
       const swap::SwapPreflightReport report = swap::preflight_swap_directory({.directory = need.directory,
@@ -550,8 +550,8 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
       }
     }
     if (options.disk && r == 0) {
-      ZT_LOG(info) << "disk tier: optimizer state (fp32 master, m, v) on disk under " << options.disk->directory
-                   << ", " << options.disk->buffer_count << " buffers of "
+      ZT_LOG(info) << "disk tier: optimizer state (fp32 master, m, v) on disk under "
+                   << options.disk->directory << ", " << options.disk->buffer_count << " buffers of "
                    << format_memory_size(disk_buffers / static_cast<size_t>(options.disk->buffer_count))
                    << " per rank (" << sub_group_extents.size()
                    << " records: the unit slices cut into sub-groups of at most "
@@ -883,32 +883,30 @@ void ZeroEngine::gather_unit(size_t unit, Pass pass) {
   const ZeroUnit& u = partition_.units()[unit];
   const Arena& buffer = s.gather_buffer(partition_, unit);
   const Tensor full = view(buffer, s.compute, 0, u.numel);
-  if (s.param_file) {
-    // The slice from its record (read ahead by the previous gathers, else read now), the next units' records
-    // started, then up and gathered as from the host shard; the buffer is free again once copy_tensor
-    // returns (it waits for the copy).
-    const Tensor slice = s.param_file->acquire(unit);
-    s.prefetch_parameters(unit, pass == Pass::forward ? Impl::Phase::forward : Impl::Phase::backward);
+  // offload_param: the slice lives on the host (the shard arena or a record buffer): up first (synchronous
+  // on the rank's stream: copy_tensor waits for the copy, so the host slice is free afterwards), then
+  // gathered.
+  auto upload_and_gather = [&](const Tensor& host_slice) {
     if (world_size() == 1) {
-      copy_tensor(slice, full);
+      copy_tensor(host_slice, full);
     } else {
       const Tensor upload = view(*s.param_upload, s.compute, 0, u.slice_numel);
-      copy_tensor(slice, upload);
+      copy_tensor(host_slice, upload);
       comm_.all_gather(upload, full, work_comm_stream());
     }
+  };
+  if (s.param_file) {
+    // The slice from its record (read ahead by the previous gathers, else read now); the next units'
+    // records start before it goes up.
+    const Tensor slice = s.param_file->acquire(unit);
+    s.prefetch_parameters(unit, pass == Pass::forward ? Impl::Phase::forward : Impl::Phase::backward);
+    upload_and_gather(slice);
     s.param_file->release(unit, /*modified=*/false);
     return;
   }
   const Tensor shard = view(*s.compute_copy, s.compute, u.shard_begin, u.slice_numel);
   if (s.offload_param) {
-    // The slice lives on the host: up first (synchronous on the rank's stream), then gathered.
-    if (world_size() == 1) {
-      copy_tensor(shard, full);
-    } else {
-      const Tensor upload = view(*s.param_upload, s.compute, 0, u.slice_numel);
-      copy_tensor(shard, upload);
-      comm_.all_gather(upload, full, work_comm_stream());
-    }
+    upload_and_gather(shard);
     return;
   }
   if (world_size() == 1) {

@@ -136,10 +136,10 @@ struct ZeroDiskTier {
 };
 
 // Parameters on disk (DeepSpeed's offload_param device nvme, stage 3 with offload.param): the rank's
-// compute-dtype shard in a swap file under `directory` (optim/zero/swapped_parameter_shard.h, Note [Parameters
-// on disk]), one record per unit slice, read into one of buffer_count host buffers for each stage-3 gather
-// (the next units' records read ahead into the others) and written back by the CPU update. Same values, so
-// a run equals offload_param cpu bit for bit.
+// compute-dtype shard in a swap file under `directory` (optim/zero/swapped_parameter_shard.h, Note
+// [Parameters on disk]), one record per unit slice, read into one of buffer_count host buffers for each
+// stage-3 gather (the next units' records read ahead into the others) and written back by the CPU update.
+// Same values, so a run equals offload_param cpu bit for bit.
 struct ZeroParamDiskTier {
   std::string directory;  // offload_param.nvme_path
   int buffer_count = 5;   // offload_param.buffer_count (DeepSpeed's default)

@@ -67,8 +67,8 @@ SwappedParameterShard::SwappedParameterShard(const SwappedParameterShardOptions&
   ZT_CHECK(std::filesystem::is_directory(options.directory, error), "offload_param.nvme_path ",
            options.directory, " is not a directory (create it first)");
   std::filesystem::create_directories(file_directory(options.directory), error);
-  ZT_CHECK(!error, "cannot create ", file_directory(options.directory), " for the parameter swap file: ",
-           error.message());
+  ZT_CHECK(!error, "cannot create ", file_directory(options.directory),
+           " for the parameter swap file: ", error.message());
   io_ = std::make_unique<AsyncFileIo>(io_options);
   store_ = open_parameter_swap_store(options, *io_);
   slots_.resize(static_cast<size_t>(options.buffer_count));
@@ -145,7 +145,8 @@ void SwappedParameterShard::start_read(Slot& slot, size_t record, bool prefetche
 }
 
 Tensor SwappedParameterShard::acquire(size_t record, bool read) {
-  ZT_CHECK(record < record_numel_.size(), "parameters on disk: record ", record, " of ", record_numel_.size());
+  ZT_CHECK(record < record_numel_.size(), "parameters on disk: record ", record, " of ",
+           record_numel_.size());
   for (const Slot& s : slots_) {
     ZT_CHECK(s.state != SlotState::held, "parameters on disk: record ", record, " acquired while record ",
              s.record, " is still held");

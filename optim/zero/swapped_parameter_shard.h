@@ -48,20 +48,20 @@
 namespace zt::optim {
 
 struct SwappedParameterShardOptions {
-  std::string directory;              // offload_param.nvme_path (the file goes into its subdirectory)
+  std::string directory;  // offload_param.nvme_path (the file goes into its subdirectory)
   int rank = 0;
-  std::vector<int64_t> record_numel;  // elements of each record: the rank's slice of each unit
-  DType dtype = DType::f32;           // the compute dtype
-  int buffer_count = 5;               // DeepSpeed's offload_param.buffer_count
+  std::vector<int64_t> record_numel;          // elements of each record: the rank's slice of each unit
+  DType dtype = DType::f32;                   // the compute dtype
+  int buffer_count = 5;                       // DeepSpeed's offload_param.buffer_count
   MemoryKind buffer_kind = MemoryKind::host;  // pinned_host: page-locked buffers (GPU, pin_memory)
   DirectIoMode direct = DirectIoMode::automatic;
 };
 
 // Traffic since the shard was made.
 struct SwappedParameterStats {
-  uint64_t records_read = 0;     // every read started (acquire's own and prefetches)
+  uint64_t records_read = 0;        // every read started (acquire's own and prefetches)
   uint64_t records_prefetched = 0;  // reads started by prefetch
-  uint64_t prefetch_hits = 0;    // acquires that found their record read (or being read) ahead
+  uint64_t prefetch_hits = 0;       // acquires that found their record read (or being read) ahead
   uint64_t records_written = 0;
   double io_wait_seconds = 0;  // acquire, prefetch and the destructor waiting for transfers
 };

@@ -55,8 +55,9 @@ const std::string kNvmeOptimizer = R"({"zero_optimization": {"stage": 3, "offloa
 // DeepSpeed). buffer_size and max_in_cpu are read but change nothing, which describe() says.
 TEST(TrainConfigDiskTier, ParametersOnDiskAtStage3) {
   for (const std::string optimizer : {"cpu", "nvme"}) {
-    const TrainConfig c = resolve_json(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": ")" +
-                                       optimizer + R"(", "nvme_path": "/n"},
+    const TrainConfig c =
+        resolve_json(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": ")" + optimizer +
+                     R"(", "nvme_path": "/n"},
         "offload_param": {"device": "nvme", "nvme_path": "/p", "buffer_count": 3, "pin_memory": true,
                           "buffer_size": 1000, "max_in_cpu": 0}}})");
     const OffloadSettings& param = c.zero.offload_param;
@@ -90,9 +91,10 @@ TEST(TrainConfigDiskTier, ParametersOnDiskRefusedWhereTheyCannotRun) {
                    "offload_param": {"device": "nvme", "nvme_path": "/n"}}})",
       {"test.json", "zero_optimization.offload_param needs stage 3", "zero_optimization.stage is 2"});
   // The CPU update writes the shard: offload_optimizer is needed.
-  expect_error({}, R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/n"}}})",
-               {"zero_optimization.offload_param.device nvme needs zero_optimization.offload_optimizer.device "
-                "cpu or nvme"});
+  expect_error(
+      {}, R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/n"}}})",
+      {"zero_optimization.offload_param.device nvme needs zero_optimization.offload_optimizer.device "
+       "cpu or nvme"});
   expect_error({}, R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
                    "offload_param": {"device": "nvme"}}})",
                {"zero_optimization.offload_param.nvme_path is required with device nvme"});

@@ -43,8 +43,9 @@ TEST(ZeroOffloadGpu, OffloadedStepsEqualDeviceStepsBitForBit) {
         ZeroParamDiskTier disk;
         disk.directory = dir.string();
         disk.buffer_count = 2;
-        EXPECT_EQ(device, testing::train_with_synthetic_gradients(
-                              DeviceKind::cuda, compute, 3, {.optimizer = true, .param = true}, 5, true, disk))
+        EXPECT_EQ(device,
+                  testing::train_with_synthetic_gradients(DeviceKind::cuda, compute, 3,
+                                                          {.optimizer = true, .param = true}, 5, true, disk))
             << dtype_name(compute) << " stage 3 with offload_param nvme";
         std::filesystem::remove_all(dir);
       }

@@ -54,7 +54,8 @@ TEST(SwappedParameterShard, RecordsRoundTripThroughFewerBuffers) {
     EXPECT_EQ(std::filesystem::path(path).parent_path().string(), SwappedParameterShard::file_directory(dir));
     EXPECT_TRUE(std::filesystem::exists(path));
     EXPECT_EQ(std::filesystem::file_size(path), SwappedParameterShard::file_bytes_for(numel, DType::bf16));
-    EXPECT_EQ(SwappedParameterShard::buffer_bytes_for(numel, DType::bf16, 2), 2 * round_up_to_alignment(8192));
+    EXPECT_EQ(SwappedParameterShard::buffer_bytes_for(numel, DType::bf16, 2),
+              2 * round_up_to_alignment(8192));
     for (size_t r = 0; r < numel.size(); ++r) {
       const Tensor t = shard.acquire(r, /*read=*/false);
       ASSERT_EQ(t.numel(), numel[r]);
@@ -96,7 +97,8 @@ TEST(SwappedParameterShard, PrefetchReadsAheadIntoTheFreeBuffers) {
     const uint64_t reads_before = shard.stats().records_read;
     for (size_t r = 0; r < numel.size(); ++r) {
       const Tensor t = shard.acquire(r);
-      const std::vector<size_t> upcoming = {r + 1 < numel.size() ? r + 1 : 0, r + 2 < numel.size() ? r + 2 : 1,
+      const std::vector<size_t> upcoming = {r + 1 < numel.size() ? r + 1 : 0,
+                                            r + 2 < numel.size() ? r + 2 : 1,
                                             r + 3 < numel.size() ? r + 3 : 2};
       shard.prefetch(upcoming);
       for (int64_t i = 0; i < t.numel(); ++i)
@@ -135,7 +137,8 @@ std::vector<std::vector<char>> gather_a_step(ZeroEngine& engine, const Parameter
   std::vector<std::pair<size_t, Pass>> order = {{E, Pass::forward}, {S, Pass::forward}};
   for (int l = 0; l < config.num_hidden_layers; ++l) order.push_back({part.layer_unit(l), Pass::forward});
   order.push_back({S, Pass::backward});
-  for (int l = config.num_hidden_layers - 1; l >= 0; --l) order.push_back({part.layer_unit(l), Pass::backward});
+  for (int l = config.num_hidden_layers - 1; l >= 0; --l)
+    order.push_back({part.layer_unit(l), Pass::backward});
   order.push_back({E, Pass::backward});
   const DebertaTensors& p = engine.parameter_handles();
   std::vector<std::vector<char>> out;
@@ -143,15 +146,16 @@ std::vector<std::vector<char>> gather_a_step(ZeroEngine& engine, const Parameter
     engine.acquire(unit, pass);
     const ZeroUnit& u = part.units()[unit];
     const int layer = u.layer;
-    const std::string name = unit == E   ? "deberta.embeddings.word_embeddings.weight"
-                             : unit == S ? "deberta.encoder.rel_embeddings.weight"
-                                         : str("deberta.encoder.layer.", layer,
-                                               ".attention.self.query_proj.weight");
+    const std::string name = unit == E ? "deberta.embeddings.word_embeddings.weight"
+                             : unit == S
+                                 ? "deberta.encoder.rel_embeddings.weight"
+                                 : str("deberta.encoder.layer.", layer, ".attention.self.query_proj.weight");
     const Tensor handle = unit == E   ? p.embeddings.word_embeddings
                           : unit == S ? p.shared.rel_embeddings
                                       : p.layers[static_cast<size_t>(layer)].query_weight;
     const auto k = static_cast<size_t>(&table.at(name) - table.entries().data());
-    const char* base = static_cast<const char*>(handle.data()) - (part.tensor_flat_offset(k) - u.flat_begin) * 4;
+    const char* base =
+        static_cast<const char*>(handle.data()) - (part.tensor_flat_offset(k) - u.flat_begin) * 4;
     out.emplace_back(base, base + u.numel * 4);
     engine.release(unit, pass);
   }
@@ -173,7 +177,8 @@ TEST(ZeroParamDisk, GathersEqualTheHostShardAndReadAhead) {
     options.stage = 3;
     options.max_grad_norm = 0.5;
     options.offload = {.optimizer = true, .param = true};
-    if (disk_buffers > 0) options.param_disk = ZeroParamDiskTier{.directory = dir, .buffer_count = disk_buffers};
+    if (disk_buffers > 0)
+      options.param_disk = ZeroParamDiskTier{.directory = dir, .buffer_count = disk_buffers};
     ZeroEngine engine(table, config, *comms[0], options);
     EXPECT_EQ(engine.parameter_swap_stats() != nullptr, disk_buffers > 0);
     engine.load_full_parameters(init);

@@ -285,8 +285,8 @@ TEST_P(ZeroParamDiskTraining, EqualsParametersOnTheHostBitForBit) {
   RunSpec sub_grouped_disk = sub_grouped;
   sub_grouped_disk.param_nvme_path = dir;
   sub_grouped_disk.param_nvme_buffers = 2;
-  EXPECT_TRUE(bitwise_equal(run(sub_grouped), run(sub_grouped_disk))) << "world " << world
-                                                                      << ", sub_group_size 1000";
+  EXPECT_TRUE(bitwise_equal(run(sub_grouped), run(sub_grouped_disk)))
+      << "world " << world << ", sub_group_size 1000";
   RunSpec delayed = host;
   delayed.delayed_update = true;
   RunSpec delayed_disk = delayed;

@@ -63,9 +63,9 @@ struct RunSpec {
   // sets offload_param, and needs offload_optimizer or nvme_path); empty: none.
   std::string param_nvme_path;
   int param_nvme_buffers = 5;
-  size_t host_memory_limit = 0;            // --host_memory_limit
-  bool gpu = false;           // in-process ranks over the one GPU (RankDevice each) instead of the CPU
-  std::string dtype = "f32";  // the GPU also trains in bf16
+  size_t host_memory_limit = 0;  // --host_memory_limit
+  bool gpu = false;              // in-process ranks over the one GPU (RankDevice each) instead of the CPU
+  std::string dtype = "f32";     // the GPU also trains in bf16
   bool overlap_comm = false;  // zero_optimization.overlap_comm (GPU, world > 1: reductions on a comm stream)
 };
 
