@@ -124,8 +124,8 @@ SwapStore::~SwapStore() {
 }
 
 size_t SwapStore::record_bytes(int64_t record) const {
-  ZT_CHECK(record >= 0 && record < record_count(), "swap record ", record, " out of range [0, ", record_count(),
-           ") of ", path());
+  ZT_CHECK(record >= 0 && record < record_count(), "swap record ", record, " out of range [0, ",
+           record_count(), ") of ", path());
   return record_bytes_[static_cast<size_t>(record)];
 }
 

@@ -14,21 +14,24 @@ namespace {
 std::vector<size_t> record_bytes_for(const std::vector<int64_t>& numel) {
   std::vector<size_t> bytes;
   bytes.reserve(numel.size());
-  for (const int64_t n : numel) bytes.push_back(3 * static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
+  for (const int64_t n : numel)
+    bytes.push_back(3 * static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
   return bytes;
 }
 
 // A buffer holds any record: the largest, aligned.
 size_t buffer_bytes_for_records(const std::vector<int64_t>& numel) {
   size_t largest = 0;
-  for (const size_t bytes : record_bytes_for(numel)) largest = std::max(largest, round_up_to_alignment(bytes));
+  for (const size_t bytes : record_bytes_for(numel))
+    largest = std::max(largest, round_up_to_alignment(bytes));
   return largest;
 }
 
 }  // namespace
 
 size_t SwappedStateStore::buffer_bytes_for(const SwappedStateOptions& options) {
-  return static_cast<size_t>(std::max(options.buffer_count, 0)) * buffer_bytes_for_records(options.block_numel);
+  return static_cast<size_t>(std::max(options.buffer_count, 0)) *
+         buffer_bytes_for_records(options.block_numel);
 }
 
 uint64_t SwappedStateStore::file_bytes_for(const SwappedStateOptions& options) {

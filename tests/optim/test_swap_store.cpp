@@ -107,8 +107,8 @@ TEST_P(SwapStoreTest, PipelineEqualsTheUpdatesInMemory) {
         SwapStore store(store_options(kRecords), io);
         const SwapPipelineOptions update_pass{.pipeline_read = pipeline_read,
                                               .pipeline_write = pipeline_write};
-        std::vector<AlignedBuffer> buffers =
-            make_buffers(swap_pipeline_min_buffers(update_pass) + extra_buffers, store.largest_transfer_bytes());
+        std::vector<AlignedBuffer> buffers = make_buffers(
+            swap_pipeline_min_buffers(update_pass) + extra_buffers, store.largest_transfer_bytes());
         std::vector<int64_t> order;
         SwapPipelineOptions fill = update_pass;
         fill.read = false;
@@ -147,8 +147,8 @@ TEST_P(SwapStoreTest, PipelineEqualsTheUpdatesInMemory) {
 // takes its own aligned size at the sum of the sizes before it, the file is the sum (not count x the
 // largest), and a transfer moves exactly its record's aligned bytes, so neither a write through a buffer
 // of the largest size nor a read into one touches a neighbour or the buffer past the record.
-const std::vector<size_t> kUnequalRecords = {5 * kDirectIoAlignment + 100, 100, 0, 3 * kDirectIoAlignment,
-                                             kRecordBytes, 1, 40 * kDirectIoAlignment};
+const std::vector<size_t> kUnequalRecords = {
+    5 * kDirectIoAlignment + 100, 100, 0, 3 * kDirectIoAlignment, kRecordBytes, 1, 40 * kDirectIoAlignment};
 
 std::byte pattern_of(int64_t record) {
   return static_cast<std::byte>(0x11 * (record + 1));
@@ -295,9 +295,8 @@ TEST_F(SwapStoreLifecycle, StaleFilesOfDeadProcessesAreRemovedAtStart) {
 
 TEST_F(SwapStoreLifecycle, MissingDirectoryIsAnError) {
   AsyncFileIo io({});
-  expect_error(
-      [&] { SwapStore store({.directory = path("none"), .record_bytes = {8}}, io); },
-      {"nvme_path " + path("none"), "not a directory"});
+  expect_error([&] { SwapStore store({.directory = path("none"), .record_bytes = {8}}, io); },
+               {"nvme_path " + path("none"), "not a directory"});
 }
 
 TEST_F(SwapStoreLifecycle, PipelineChecksItsBuffersAndFinishesTransfersWhenAnUpdateThrows) {

@@ -193,7 +193,8 @@ TEST(SwappedStateStoreBytes, BuffersAndFileSizes) {
   EXPECT_EQ(SwappedStateStore::file_bytes_for({.directory = "", .block_numel = kBlocks}), kFileBytes);
   // A shard of empty slices has an empty file and empty buffers.
   EXPECT_EQ(SwappedStateStore::file_bytes_for({.directory = "", .block_numel = {0, 0}}), 0u);
-  EXPECT_EQ(SwappedStateStore::buffer_bytes_for({.directory = "", .block_numel = {0, 0}, .buffer_count = 2}), 0u);
+  EXPECT_EQ(SwappedStateStore::buffer_bytes_for({.directory = "", .block_numel = {0, 0}, .buffer_count = 2}),
+            0u);
 }
 
 }  // namespace

@@ -142,12 +142,18 @@ TEST(ZeroDiskTierBytes, SwapFileIsTheSumOfUnequalRecords) {
     EXPECT_EQ(records, 26u);
     EXPECT_EQ(b.disk_file, sum);
     EXPECT_EQ(b.host_optimizer, 4 * largest);  // the buffers stay the largest record's size
+    // The estimator (bench_train_step --estimate_only's "disk") reports the same file.
+    EXPECT_EQ(estimate_memory(deberta_v2_xlarge_config(), 2, 1, DType::bf16, 8, 128,
+                              {.optimizer = true, .disk_buffers = 4}, false)
+                  .state.disk_file,
+              sum);
     // Close to 12 bytes a parameter (the padding is under 4 KiB a record), far from 26 x the largest.
     EXPECT_LT(b.disk_file, 12 * static_cast<uint64_t>(part.shard_numel()) + 26 * kDirectIoAlignment);
     EXPECT_GT(records * largest, 5 * b.disk_file);
-    std::printf("xlarge bf16 world 1, disk tier swap file: %.2f GiB (sum of %zu records; %.2f GiB as %zu x "
-                "the largest record of %.2f GiB)\n",
-                gib(b.disk_file), records, gib(records * largest), records, gib(largest));
+    std::printf(
+        "xlarge bf16 world 1, disk tier swap file: %.2f GiB (sum of %zu records; %.2f GiB as %zu x "
+        "the largest record of %.2f GiB)\n",
+        gib(b.disk_file), records, gib(records * largest), records, gib(largest));
   }
   const DebertaConfig model = deberta_small_cpu_config();
   const ParameterTable table(model);
@@ -160,7 +166,8 @@ TEST(ZeroDiskTierBytes, SwapFileIsTheSumOfUnequalRecords) {
       for (int stage = 1; stage <= 3; ++stage) {
         const ZeroStateBytes b = zero_state_bytes(part, stage, DType::f32, disk);
         EXPECT_EQ(b.disk_file, sum) << "world " << world << " sub_group_size " << sub_group_size;
-        EXPECT_LT(b.disk_file, records * largest) << "world " << world << " sub_group_size " << sub_group_size;
+        EXPECT_LT(b.disk_file, records * largest)
+            << "world " << world << " sub_group_size " << sub_group_size;
       }
     }
     // Without the disk tier there is no file.
