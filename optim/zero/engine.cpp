@@ -154,11 +154,13 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
     b.optimizer = 0;
     b.host_optimizer = 3 * shard * 4;  // a separate master even in f32: the device copy stays the model's
     if (offload.disk_buffers > 0) {    // the disk tier: buffers of one sub-group each (master | m | v)
-      b.host_optimizer = swap::SwappedStateStore::buffer_bytes_for(
-          {.directory = "",
-           .rank = 0,
-           .block_numel = numel_of(offloaded_sub_groups(partition, offload.sub_group_size)),
-           .buffer_count = offload.disk_buffers});
+      const swap::SwappedStateOptions disk{
+          .directory = "",
+          .rank = 0,
+          .block_numel = numel_of(offloaded_sub_groups(partition, offload.sub_group_size)),
+          .buffer_count = offload.disk_buffers};
+      b.host_optimizer = swap::SwappedStateStore::buffer_bytes_for(disk);
+      b.disk_file = swap::SwappedStateStore::file_bytes_for(disk);
     }
     b.host_gradients = (offload.delayed_update ? 2 : 1) * shard * 4;  // delayed: one shard per update
     b.host_parameters = shard * t;
@@ -442,12 +444,13 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
         ZT_LOG(info) << "disk tier: "
                      << format_memory_size(swap::SwappedStateStore::file_bytes_for(*disk_state) * ranks)
                      << " of swap files under " << options.disk->directory << " ("
-                     << format_memory_size(report.free_bytes) << " free), " << options.disk->buffer_count
-                     << " buffers of "
-                     << format_memory_size(disk_buffers / static_cast<size_t>(options.disk->buffer_count))
-                     << " per rank (" << sub_group_extents.size()
+                     << format_memory_size(report.free_bytes) << " free; each rank's file is the sum of its "
+                     << sub_group_extents.size()
                      << " records: the unit slices cut into sub-groups of at most "
-                     << options.offload.sub_group_size << " elements, zero_optimization.sub_group_size)";
+                     << options.offload.sub_group_size << " elements, zero_optimization.sub_group_size), "
+                     << options.disk->buffer_count << " buffers of "
+                     << format_memory_size(disk_buffers / static_cast<size_t>(options.disk->buffer_count))
+                     << " (the largest record) per rank";
       }
     }
     if (r == 0) {

@@ -164,6 +164,9 @@ struct ZeroStateBytes {
   size_t host_optimizer = 0;   // offload: fp32 master, m and v of the shard (disk tier: its buffers)
   size_t host_gradients = 0;   // offload: the f32 gradient shard copied down for the CPU update
   size_t host_parameters = 0;  // offload: the compute-dtype staging shard (offload.param: the shard itself)
+  // The disk tier: this rank's swap file, on disk (not memory): the sum of its records, one per sub-group
+  // (master | m | v, each aligned; Note [The swap store]).
+  uint64_t disk_file = 0;
   size_t total() const { return compute_copy + gradients + master + optimizer + buffers; }  // device
   size_t host_total() const { return host_optimizer + host_gradients + host_parameters; }
 };

@@ -24,7 +24,8 @@
 //   host             master + m + v + gradient shard + parameter shard              zero_state_bytes
 // reported in its own column, since it is checked against the host's RAM, not the GPU's. With the disk tier
 // (ZeroOffload::disk_buffers) master + m + v become buffer_count records of the largest sub-group
-// (ZeroOffload::sub_group_size): buffer_count x sub-group x 12 bytes at most.
+// (ZeroOffload::sub_group_size): buffer_count x sub-group x 12 bytes at most; the swap file
+// (state.disk_file, on disk, in neither total) is every sub-group's record, 12 bytes an element of the shard.
 #pragma once
 
 #include <cstddef>
