@@ -14,8 +14,8 @@
 #   ZT_DISK_BENCH_SYNC=1 ...                                   # also the disk tier with 1 buffer, no overlap
 #   ZT_DISK_STEPS=1 (timed steps after 3 warm-up ones), ZT_DISK_BENCH_SUB_GROUPS=0 (skip the sub-group run)
 #   ZT_DISK_BENCH_DEEPSPEED=1 ...   # then DeepSpeed's NVMe offload in the same call (scripts/ds_nvme_anchor.sh,
-#                                   # ~4 more minutes; carry [".ds", ".device-deps"]): its async_io op built against
-#                                   # the carried libaio, its own disk rates, ZeRO-3 and ZeRO-2 with
+#                                   # ~5 more minutes; carry [".ds", ".device-deps"]): its async_io op built against
+#                                   # the carried libaio, its own disk rates, ZeRO-2 and ZeRO-3 with
 #                                   # offload_optimizer nvme at batch 40; results in deepspeed/ and the summary
 # The H200 machine's disk (2026-12-03): 1.6-1.9 GB/s write, 1.2-1.6 GB/s read with O_DIRECT, so the xlarge
 # state (10.6 GB read and written) costs ~12 s a step there: each disk-tier run is ~1 minute per step.
