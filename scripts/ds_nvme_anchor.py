@@ -298,7 +298,7 @@ def phase_aio():
     path = os.path.join(args.nvme_dir, "aio_probe.bin")
     n = args.aio_mib << 20
     buf = torch.empty(n, dtype=torch.uint8).pin_memory()
-    buf.copy_(torch.randint(0, 256, (n,), dtype=torch.uint8))
+    buf.view(torch.int32).random_()  # random bytes: a misplaced block shows in the read-back check
     back = torch.zeros(n, dtype=torch.uint8).pin_memory()
     try:
         t = time.perf_counter()
