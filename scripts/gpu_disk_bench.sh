@@ -13,6 +13,10 @@
 #   ZT_NVME_DIR=/local_nvme scripts/gpu_disk_bench.sh        # default dir: /tmp/zt-nvme
 #   ZT_DISK_BENCH_SYNC=1 ...                                   # also the disk tier with 1 buffer, no overlap
 #   ZT_DISK_STEPS=1 (timed steps after 3 warm-up ones), ZT_DISK_BENCH_SUB_GROUPS=0 (skip the sub-group run)
+#   ZT_DISK_BENCH_DEEPSPEED=1 ...   # then DeepSpeed's NVMe offload in the same call (scripts/ds_nvme_anchor.sh,
+#                                   # ~5 more minutes; carry [".ds", ".device-deps"]): its async_io op built against
+#                                   # the carried libaio, its own disk rates, ZeRO-2 and ZeRO-3 with
+#                                   # offload_optimizer nvme at batch 40; results in deepspeed/ and the summary
 # The H200 machine's disk (2026-12-03): 1.6-1.9 GB/s write, 1.2-1.6 GB/s read with O_DIRECT, so the xlarge
 # state (10.6 GB read and written) costs ~12 s a step there: each disk-tier run is ~1 minute per step.
 set -uo pipefail
@@ -56,7 +60,13 @@ step step_offload_nvme --nvme_path "$dir" --nvme_buffers 4 --nvme_pipeline
   step step_offload_nvme_sub_groups --nvme_path "$dir" --nvme_buffers 4 --nvme_pipeline --sub_group_size 2e7
 [[ ${ZT_DISK_BENCH_SYNC:-0} == 1 ]] && step step_offload_nvme_sync --nvme_path "$dir" --nvme_buffers 1
 
-# 4. The summary.
+# 4. Optional: DeepSpeed's NVMe offload on the same disk, after ours (its swap folder is $dir/deepspeed).
+if [[ ${ZT_DISK_BENCH_DEEPSPEED:-0} == 1 ]]; then
+  OUT="$out/deepspeed" ZT_NVME_DIR="$dir" bash scripts/ds_nvme_anchor.sh >"$out/deepspeed.txt" 2>&1
+  tail -3 "$out/deepspeed.txt"
+fi
+
+# 5. The summary.
 python3 - "$out" <<'EOF'
 import json, re, sys, pathlib
 out = pathlib.Path(sys.argv[1])
@@ -93,6 +103,21 @@ summary = {
 if host.get("step_ms") and nvme.get("step_ms") and floor_s:
     # The disk tier adds the swap traffic to the host-offload step; its optimizer part is compared with the floor.
     summary["nvme_optimizer_s_vs_floor"] = round(((nvme["step_ms"] - host["step_ms"]) / 1e3 + adam_s) / floor_s, 3)
+ds_path = out / "deepspeed" / "ds_nvme_anchor.json"
+if ds_path.exists():  # ZT_DISK_BENCH_DEEPSPEED=1: DeepSpeed's figures beside ours
+    ds = load("deepspeed/ds_nvme_anchor.json")
+    build, aio, z3, z2 = (ds.get(k, {}) for k in ("build", "aio", "z3", "z2"))
+    summary.update({
+        "deepspeed_async_io_build": build.get("async_io", {}).get("status"),
+        "deepspeed_aio_write_gbps": aio.get("write_gbps"), "deepspeed_aio_read_gbps": aio.get("read_gbps"),
+        "step_ms_deepspeed_zero3_nvme": z3.get("step_ms"), "deepspeed_zero3_nvme_status": z3.get("status"),
+        "deepspeed_zero3_nvme_engine_step_ms": (z3.get("phase_ms_fwd_bwd_step") or [None] * 3)[2],
+        "deepspeed_zero3_nvme_timers_ms": z3.get("ds_timers_ms_median"),
+        "deepspeed_zero3_nvme_peak_gib": z3.get("max_alloc_gib"), "deepspeed_zero3_swap_gb": z3.get("swap_gb_after_steps"),
+        "step_ms_deepspeed_zero2_nvme_runs_as_cpu": z2.get("step_ms"), "deepspeed_zero2_swap_gb": z2.get("swap_gb_after_steps"),
+    })
+    if ds.get("errors"):
+        summary["deepspeed_errors_in"] = sorted(ds["errors"])
 for name, d in [("bench_disk", disk), ("bench_cpu_adam", adam), ("host", host), ("nvme", nvme),
                 ("nvme_sub_groups", sub_groups)]:
     if "error" in d:

@@ -144,14 +144,14 @@ nlohmann::ordered_json measure(const Options& o, size_t block_size, int queue_de
                       .single_submit = false,
                       .overlap_events = true});
   const auto records = static_cast<int64_t>(o.bytes / o.record_bytes);
-  zt::swap::SwapStore store({.directory = o.dir,
-                             .rank = 0,
-                             .record_bytes = o.record_bytes,
-                             .record_count = records,
-                             .direct = o.direct},
-                            io);
+  zt::swap::SwapStore store(
+      {.directory = o.dir,
+       .rank = 0,
+       .record_bytes = std::vector<size_t>(static_cast<size_t>(records), o.record_bytes),
+       .direct = o.direct},
+      io);
   std::vector<zt::AlignedBuffer> buffers;
-  for (int i = 0; i < o.buffers; ++i) buffers.emplace_back(store.record_stride());
+  for (int i = 0; i < o.buffers; ++i) buffers.emplace_back(store.largest_transfer_bytes());
   const auto no_update = [](int64_t, std::span<std::byte>) {};
   const double bytes = static_cast<double>(store.file_bytes());
   SwapPipelineStats write, read, update;

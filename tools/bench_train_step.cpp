@@ -33,9 +33,10 @@
 // does not fit ends with the allocator's out-of-memory error (exit 1): scripts search the largest batch so.
 //
 // --hidden H widens the model (heads of 64, FFN 4H) and --layers N deepens it: the largest model that trains
-// with ZeRO-3 and both offloads. --estimate_only prints the estimator's plan (device and host GiB) for the
-// flags and exits, without a GPU. --repeat_batch trains every step on the same batch and --lr sets the
-// learning rate, so a few steps of a big model show its loss falling ("losses" lists every step's loss).
+// with ZeRO-3 and both offloads. --estimate_only prints the estimator's plan (device and host GiB; "disk":
+// the swap file with --nvme_path) for the flags and exits, without a GPU. --repeat_batch trains every step
+// on the same batch and --lr sets the learning rate, so a few steps of a big model show its loss falling
+// ("losses" lists every step's loss).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -222,7 +223,8 @@ nlohmann::json estimate_json(const zt::DebertaConfig& model, const Options& o, z
           {"host", gib(plan.host())},
           {"host_optimizer", gib(plan.state.host_optimizer)},
           {"host_gradients", gib(plan.state.host_gradients)},
-          {"host_parameters", gib(plan.state.host_parameters)}};
+          {"host_parameters", gib(plan.state.host_parameters)},
+          {"disk", gib(plan.state.disk_file)}};  // --nvme_path: the swap file (sum of the records)
 }
 
 int run(int argc, char** argv) {

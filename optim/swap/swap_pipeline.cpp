@@ -49,12 +49,18 @@ void run_swap_pipeline(SwapStore& store, std::span<AlignedBuffer> buffers, int64
   ZT_CHECK(buffer_count >= needed, "the swap pipeline over ", store.path(), " needs at least ", needed,
            " buffers (", options.pipeline_read ? "read ahead, " : "",
            options.pipeline_write ? "write behind, " : "", "one being updated), got ", buffer_count);
-  for (const AlignedBuffer& b : buffers) {
-    ZT_CHECK(b.size() >= store.record_stride(), "swap buffer of ", b.size(),
-             " bytes is smaller than a record of ", store.path(), " (", store.record_stride(), " bytes)");
-  }
   ZT_CHECK(first >= 0 && count >= 0 && first + count <= store.record_count(), "swap records [", first, ", ",
            first + count, ") out of range [0, ", store.record_count(), ") of ", store.path());
+  // Any buffer may get any record of the pass: each must hold the largest.
+  int64_t largest = first;
+  for (int64_t k = first; k < first + count; ++k) {
+    if (store.transfer_bytes(k) > store.transfer_bytes(largest)) largest = k;
+  }
+  const size_t needed_bytes = count > 0 ? store.transfer_bytes(largest) : 0;
+  for (const AlignedBuffer& b : buffers) {
+    ZT_CHECK(b.size() >= needed_bytes, "swap buffer of ", b.size(), " bytes is smaller than record ", largest,
+             " of ", store.path(), " (", needed_bytes, " bytes)");
+  }
 
   const bool writes_behind = options.write && options.pipeline_write;
   const int64_t lookahead = !(options.read && options.pipeline_read)
@@ -77,7 +83,7 @@ void run_swap_pipeline(SwapStore& store, std::span<AlignedBuffer> buffers, int64
     const size_t b = buffer_of(j);
     wait(tickets.write(b));
     tickets.read(b) = store.read(first + j, buffers[b].bytes());
-    s.bytes_read += store.record_stride();
+    s.bytes_read += store.transfer_bytes(first + j);
   };
 
   if (options.read) {
@@ -93,11 +99,11 @@ void run_swap_pipeline(SwapStore& store, std::span<AlignedBuffer> buffers, int64
       wait(tickets.write(b));
     }
     const Clock::time_point update_start = Clock::now();
-    update(first + k, buffers[b].bytes().first(store.record_bytes()));
+    update(first + k, buffers[b].bytes().first(store.record_bytes(first + k)));
     s.update_seconds += seconds_since(update_start);
     if (options.write) {
       tickets.write(b) = store.write(first + k, buffers[b].bytes());
-      s.bytes_written += store.record_stride();
+      s.bytes_written += store.transfer_bytes(first + k);
       if (!options.pipeline_write) wait(tickets.write(b));
     }
   }

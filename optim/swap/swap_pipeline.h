@@ -17,7 +17,7 @@
 // are the same loop with the other direction off. Every transfer is waited for before run_swap_pipeline
 // returns or throws (an update or a transfer failed), so the buffers are free afterwards.
 //
-//   std::vector<AlignedBuffer> buffers;   // 3 x store.record_stride()
+//   std::vector<AlignedBuffer> buffers;   // 3 x store.largest_transfer_bytes()
 //   run_swap_pipeline(store, buffers, 0, store.record_count(), {},
 //                     [&](int64_t k, std::span<std::byte> record) { adamw_step(k, record); });
 #pragma once
@@ -52,8 +52,9 @@ struct SwapPipelineStats {
 int swap_pipeline_min_buffers(const SwapPipelineOptions& options);
 
 // Calls update(record, bytes) for record = first .. first + count - 1 in order, `bytes` being the record's
-// record_bytes() in one of `buffers` (each aligned, at least store.record_stride() bytes), read from the
-// store before (options.read) and written back after (options.write) — Note [The swap pipeline]. Throws
+// record_bytes(record) in one of `buffers` (each aligned, at least the pass's largest transfer_bytes; a
+// transfer moves only its record's transfer_bytes), read from the store before (options.read) and written
+// back after (options.write) — Note [The swap pipeline]. Throws
 // zt::Error for too few or too small buffers, and rethrows an update's or a transfer's error once every
 // transfer has finished.
 void run_swap_pipeline(SwapStore& store, std::span<AlignedBuffer> buffers, int64_t first, int64_t count,

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -64,14 +65,27 @@ std::vector<std::string> remove_stale_swap_files(const std::string& directory) {
   return removed;
 }
 
+uint64_t swap_file_bytes(const std::vector<size_t>& record_bytes) {
+  uint64_t total = 0;
+  for (const size_t bytes : record_bytes) {
+    ZT_CHECK(!__builtin_add_overflow(total, static_cast<uint64_t>(round_up_to_alignment(bytes)), &total),
+             "swap store size overflows: ", record_bytes.size(), " records");
+  }
+  return total;
+}
+
 SwapStore::SwapStore(const SwapStoreOptions& options, AsyncFileIo& io)
-    : io_(io),
-      record_bytes_(options.record_bytes),
-      stride_(round_up_to_alignment(options.record_bytes)),
-      record_count_(options.record_count) {
-  ZT_CHECK(options.record_bytes > 0, "a swap store needs records of at least one byte");
-  ZT_CHECK(options.record_count > 0, "a swap store needs at least one record, got ", options.record_count);
+    : io_(io), record_bytes_(options.record_bytes) {
+  ZT_CHECK(!record_bytes_.empty(), "a swap store needs at least one record");
   ZT_CHECK(options.rank >= 0, "swap store rank must be >= 0, got ", options.rank);
+  const uint64_t bytes = swap_file_bytes(record_bytes_);  // checks the sum first
+  offsets_.reserve(record_bytes_.size() + 1);
+  offsets_.push_back(0);
+  for (const size_t record : record_bytes_) {
+    const size_t aligned = round_up_to_alignment(record);
+    offsets_.push_back(offsets_.back() + aligned);
+    largest_transfer_ = std::max(largest_transfer_, aligned);
+  }
   std::error_code error;
   ZT_CHECK(fs::is_directory(options.directory, error), "nvme_path ", options.directory,
            " is not a directory (create it first)");
@@ -81,14 +95,11 @@ SwapStore::SwapStore(const SwapStoreOptions& options, AsyncFileIo& io)
   const std::string path = swap_file_path(options.directory, options.rank, static_cast<long>(::getpid()));
   ZT_CHECK(!fs::exists(path, error), "swap file ", path, " is already in use by this process (rank ",
            options.rank, " has two stores)");
-  uint64_t bytes = 0;
-  ZT_CHECK(
-      !__builtin_mul_overflow(static_cast<uint64_t>(stride_), static_cast<uint64_t>(record_count_), &bytes),
-      "swap store size overflows: ", record_count_, " records of ", stride_, " bytes");
   file_ = IoFile::open(path, options.direct, /*create=*/true, &notice_);
   signal_removal_ = std::make_unique<RemoveOnSignalExit>(path);
-  // Reserve the whole file now: a full disk is an error here, naming the path, not during a step.
-  const int rc = ::posix_fallocate(file_.fd(), 0, static_cast<off_t>(bytes));
+  // Reserve the whole file now: a full disk is an error here, naming the path, not during a step. (A store
+  // of empty records has nothing to reserve, and posix_fallocate refuses a length of 0.)
+  const int rc = bytes == 0 ? 0 : ::posix_fallocate(file_.fd(), 0, static_cast<off_t>(bytes));
   if (rc != 0) {
     file_ = IoFile();
     fs::remove(path, error);
@@ -112,14 +123,27 @@ SwapStore::~SwapStore() {
   }
 }
 
-uint64_t SwapStore::offset_of(int64_t record, size_t buffer_bytes, const std::byte* data) const {
-  ZT_CHECK(record >= 0 && record < record_count_, "swap record ", record, " out of range [0, ", record_count_,
-           ") of ", path());
-  ZT_CHECK(buffer_bytes >= stride_, "swap buffer of ", buffer_bytes, " bytes is smaller than a record of ",
-           path(), " (", stride_, " bytes)");
+size_t SwapStore::record_bytes(int64_t record) const {
+  ZT_CHECK(record >= 0 && record < record_count(), "swap record ", record, " out of range [0, ",
+           record_count(), ") of ", path());
+  return record_bytes_[static_cast<size_t>(record)];
+}
+
+size_t SwapStore::transfer_bytes(int64_t record) const {
+  return round_up_to_alignment(record_bytes(record));
+}
+
+uint64_t SwapStore::record_offset(int64_t record) const {
+  record_bytes(record);  // the range check
+  return offsets_[static_cast<size_t>(record)];
+}
+
+void SwapStore::check_transfer(int64_t record, size_t buffer_bytes, const std::byte* data) const {
+  const size_t needed = transfer_bytes(record);
+  ZT_CHECK(buffer_bytes >= needed, "swap buffer of ", buffer_bytes, " bytes is smaller than record ", record,
+           " of ", path(), " (", needed, " bytes)");
   ZT_CHECK(reinterpret_cast<uintptr_t>(data) % kDirectIoAlignment == 0, "swap buffer for ", path(),
            " is not aligned to ", kDirectIoAlignment, " bytes");
-  return static_cast<uint64_t>(record) * stride_;
 }
 
 void SwapStore::track(const IoTicket& ticket) {
@@ -128,15 +152,15 @@ void SwapStore::track(const IoTicket& ticket) {
 }
 
 IoTicket SwapStore::read(int64_t record, std::span<std::byte> buffer) {
-  const uint64_t offset = offset_of(record, buffer.size(), buffer.data());
-  IoTicket ticket = io_.read(file_, buffer.first(stride_), offset);
+  check_transfer(record, buffer.size(), buffer.data());
+  IoTicket ticket = io_.read(file_, buffer.first(transfer_bytes(record)), record_offset(record));
   track(ticket);
   return ticket;
 }
 
 IoTicket SwapStore::write(int64_t record, std::span<const std::byte> buffer) {
-  const uint64_t offset = offset_of(record, buffer.size(), buffer.data());
-  IoTicket ticket = io_.write(file_, buffer.first(stride_), offset);
+  check_transfer(record, buffer.size(), buffer.data());
+  IoTicket ticket = io_.write(file_, buffer.first(transfer_bytes(record)), record_offset(record));
   track(ticket);
   return ticket;
 }

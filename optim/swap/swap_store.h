@@ -1,12 +1,17 @@
-// The disk tier's working store: one file per rank under nvme_path holding N fixed-size records (e.g. the
-// fp32 master, Adam m and v of one block of a rank's optimizer shard), read and written asynchronously with
-// direct I/O (runtime/direct_io.h).
+// The disk tier's working store: one file per rank under nvme_path holding N records of their own sizes
+// (e.g. the fp32 master, Adam m and v of one sub-group of a rank's optimizer shard), read and written
+// asynchronously with direct I/O (runtime/direct_io.h).
 //
 // Note [The swap store]
-// Layout: record k occupies [k * stride, k * stride + record_bytes) of the file, stride = record_bytes
-// rounded up to kDirectIoAlignment, so every record starts and ends where O_DIRECT can transfer it; a
-// record is moved whole, through a buffer of at least `stride` bytes (the tail past record_bytes is
-// padding). The record's meaning is the caller's: the store moves bytes.
+// Layout: record k has its own size bytes_k (SwapStoreOptions::record_bytes) and occupies
+// [offset_k, offset_k + bytes_k) of the file, offset_k = the sum of aligned(bytes_j) for j < k, aligned()
+// rounding up to kDirectIoAlignment; the file is the sum of every aligned(bytes_k). So every record starts
+// and ends where O_DIRECT can transfer it, and a record is moved whole: aligned(bytes_k) bytes, no more,
+// through a buffer of at least that many (the tail past bytes_k is padding). Records are of their own
+// sizes because the ZeRO shard's units are: DeBERTa-v2-xlarge's embeddings slice is ~197M elements, each
+// layer's ~29M, and sizing every record as the largest made the file (and each pass's traffic) 26 x the
+// largest instead of the state (57 GiB for 9.9 GiB). A record of 0 bytes (a rank's empty slice) takes no
+// space and moves nothing. The record's meaning is the caller's: the store moves bytes.
 // Lifetime (issue 15: "a crash leaves nothing the next run trips on"):
 //   - the file "zerotrain-swap.<host>.<pid>.rank<r>" is created and its whole size reserved with
 //     posix_fallocate when the store is made, so a disk that is too small fails then, naming the path and
@@ -19,10 +24,11 @@
 // Checkpoints never point into the store: it is a working copy (the trainer writes the full state out).
 //
 //   AsyncFileIo io(aio_options);
-//   SwapStore store({.directory = nvme_path, .rank = rank, .record_bytes = 3 * block_floats * 4,
-//                    .record_count = blocks}, io);
-//   AlignedBuffer buffer(store.record_stride());
-//   store.write(k, buffer.bytes()).wait();
+//   // master | m | v of sub-groups of 197M and 29M elements: 2.2 + 0.32 GiB of file, not 2 x 2.2 GiB
+//   SwapStore store({.directory = nvme_path, .rank = rank,
+//                    .record_bytes = {size_t{12} * 197'000'000, size_t{12} * 29'000'000}}, io);
+//   AlignedBuffer buffer(store.largest_transfer_bytes());   // holds any record
+//   store.write(k, buffer.bytes()).wait();                  // moves store.transfer_bytes(k)
 #pragma once
 
 #include <cstddef>
@@ -39,8 +45,7 @@ namespace zt::swap {
 struct SwapStoreOptions {
   std::string directory;  // nvme_path; must exist
   int rank = 0;
-  size_t record_bytes = 0;  // > 0
-  int64_t record_count = 0;
+  std::vector<size_t> record_bytes;  // each record's size; at least one record (a record may be empty)
   DirectIoMode direct = DirectIoMode::automatic;
 };
 
@@ -58,32 +63,40 @@ class SwapStore {
   bool direct() const { return file_.direct(); }
   // Why the file is not direct although direct I/O was asked for, or empty (IoFile::open's notice).
   const std::string& notice() const { return notice_; }
-  int64_t record_count() const { return record_count_; }
-  size_t record_bytes() const { return record_bytes_; }
-  size_t record_stride() const { return stride_; }
-  uint64_t file_bytes() const {
-    return static_cast<uint64_t>(stride_) * static_cast<uint64_t>(record_count_);
-  }
+  int64_t record_count() const { return static_cast<int64_t>(record_bytes_.size()); }
+  // Record `record`'s own bytes (SwapStoreOptions::record_bytes).
+  size_t record_bytes(int64_t record) const;
+  // What read/write of `record` move: its bytes rounded up to kDirectIoAlignment.
+  size_t transfer_bytes(int64_t record) const;
+  // Where `record` starts in the file: the sum of transfer_bytes of the records before it.
+  uint64_t record_offset(int64_t record) const;
+  // The largest transfer_bytes: a buffer of this many bytes holds any record.
+  size_t largest_transfer_bytes() const { return largest_transfer_; }
+  uint64_t file_bytes() const { return offsets_.back(); }
   AsyncFileIo& io() const { return io_; }
 
-  // Moves record `record` between the file and the first record_stride() bytes of `buffer` (aligned, at
-  // least record_stride() bytes). The buffer must stay untouched until the ticket is waited for.
+  // Moves record `record` between the file and the first transfer_bytes(record) bytes of `buffer` (aligned,
+  // at least that many bytes). The buffer must stay untouched until the ticket is waited for.
   IoTicket read(int64_t record, std::span<std::byte> buffer);
   IoTicket write(int64_t record, std::span<const std::byte> buffer);
 
  private:
-  uint64_t offset_of(int64_t record, size_t buffer_bytes, const std::byte* data) const;
+  void check_transfer(int64_t record, size_t buffer_bytes, const std::byte* data) const;
   void track(const IoTicket& ticket);
 
   AsyncFileIo& io_;
-  size_t record_bytes_ = 0;
-  size_t stride_ = 0;
-  int64_t record_count_ = 0;
+  std::vector<size_t> record_bytes_;
+  std::vector<uint64_t> offsets_;  // offsets_[k]: record k's offset; offsets_.back(): the file's size
+  size_t largest_transfer_ = 0;
   std::string notice_;
   IoFile file_;
   std::unique_ptr<RemoveOnSignalExit> signal_removal_;
   std::vector<IoTicket> outstanding_;  // waited for by the destructor, so no request outlives the file
 };
+
+// The size of a swap file of records of these sizes (Note [The swap store]): the sum of each rounded up to
+// kDirectIoAlignment. Throws zt::Error when the sum overflows.
+uint64_t swap_file_bytes(const std::vector<size_t>& record_bytes);
 
 // "<directory>/zerotrain-swap.<host>.<pid>.rank<rank>".
 std::string swap_file_path(const std::string& directory, int rank, long pid);

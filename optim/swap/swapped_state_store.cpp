@@ -10,26 +10,32 @@ namespace zt::swap {
 
 namespace {
 
-int64_t largest_block(const std::vector<int64_t>& numel) {
-  int64_t largest = 1;  // a record of at least one element, so that a shard of empty blocks still has a file
-  for (const int64_t n : numel) largest = std::max(largest, n);
-  return largest;
+// Record k: master | m | v of block k, 12 bytes an element (Note [Swapped optimizer state]).
+std::vector<size_t> record_bytes_for(const std::vector<int64_t>& numel) {
+  std::vector<size_t> bytes;
+  bytes.reserve(numel.size());
+  for (const int64_t n : numel)
+    bytes.push_back(3 * static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(float));
+  return bytes;
 }
 
-size_t record_bytes_for(const std::vector<int64_t>& numel) {
-  return 3 * static_cast<size_t>(largest_block(numel)) * sizeof(float);
+// A buffer holds any record: the largest, aligned.
+size_t buffer_bytes_for_records(const std::vector<int64_t>& numel) {
+  size_t largest = 0;
+  for (const size_t bytes : record_bytes_for(numel))
+    largest = std::max(largest, round_up_to_alignment(bytes));
+  return largest;
 }
 
 }  // namespace
 
 size_t SwappedStateStore::buffer_bytes_for(const SwappedStateOptions& options) {
   return static_cast<size_t>(std::max(options.buffer_count, 0)) *
-         round_up_to_alignment(record_bytes_for(options.block_numel));
+         buffer_bytes_for_records(options.block_numel);
 }
 
 uint64_t SwappedStateStore::file_bytes_for(const SwappedStateOptions& options) {
-  return static_cast<uint64_t>(options.block_numel.size()) *
-         round_up_to_alignment(record_bytes_for(options.block_numel));
+  return swap_file_bytes(record_bytes_for(options.block_numel));
 }
 
 SwappedStateStore::SwappedStateStore(const SwappedStateOptions& options, const IoOptions& io_options)
@@ -51,11 +57,10 @@ SwappedStateStore::SwappedStateStore(const SwappedStateOptions& options, const I
   store_ = std::make_unique<SwapStore>(SwapStoreOptions{.directory = options.directory,
                                                         .rank = options.rank,
                                                         .record_bytes = record_bytes_for(block_numel_),
-                                                        .record_count = blocks,
                                                         .direct = options.direct},
                                        *io_);
   slots_.resize(static_cast<size_t>(options.buffer_count));
-  for (Slot& slot : slots_) slot.buffer = AlignedBuffer(store_->record_stride());
+  for (Slot& slot : slots_) slot.buffer = AlignedBuffer(store_->largest_transfer_bytes());
 }
 
 SwappedStateStore::~SwappedStateStore() {
@@ -63,7 +68,7 @@ SwappedStateStore::~SwappedStateStore() {
 }
 
 size_t SwappedStateStore::buffer_bytes() const {
-  return slots_.size() * store_->record_stride();
+  return slots_.size() * store_->largest_transfer_bytes();
 }
 
 int SwappedStateStore::find(size_t block) const {
@@ -123,7 +128,7 @@ void SwappedStateStore::start_read(Slot& slot, size_t block) {
   slot.state = SlotState::reading;
   slot.io = store_->read(static_cast<int64_t>(block), slot.buffer.bytes());
   slot.last_use = ++clock_;
-  stats_.bytes_read += store_->record_stride();
+  stats_.bytes_read += store_->transfer_bytes(static_cast<int64_t>(block));
   ++stats_.blocks_read;
 }
 
@@ -170,7 +175,7 @@ void SwappedStateStore::release(size_t block, bool modified) {
   }
   slot.state = SlotState::writing;
   slot.io = store_->write(static_cast<int64_t>(block), slot.buffer.bytes());
-  stats_.bytes_written += store_->record_stride();
+  stats_.bytes_written += store_->transfer_bytes(static_cast<int64_t>(block));
   ++stats_.blocks_written;
   if (!pipeline_write_) settle(slot);
 }

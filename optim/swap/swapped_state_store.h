@@ -5,8 +5,9 @@
 //
 // Note [Swapped optimizer state]
 // Each block is one record of a swap store (optim/swap/swap_store.h): master | m | v of the block's numel
-// elements, the record sized for the largest block. `buffer_count` aligned host buffers form a small cache
-// of records; each holds one block in one state:
+// elements, 12 x numel bytes, so the file is the sum of the blocks (each aligned), and a transfer moves only
+// its block's bytes. `buffer_count` aligned host buffers, each sized for the largest block (any block may
+// land in any buffer), form a small cache of records; each holds one block in one state:
 //   empty     nothing
 //   reading   a read of the block is in flight (a read ahead)
 //   clean     the buffer equals the block on disk
@@ -60,7 +61,7 @@ struct SwappedStateBlock {
 
 // Traffic of the store since it was made.
 struct SwappedStateStats {
-  uint64_t bytes_read = 0;
+  uint64_t bytes_read = 0;  // each block's transfer_bytes, not the buffer's size
   uint64_t bytes_written = 0;
   uint64_t blocks_read = 0;
   uint64_t blocks_written = 0;
@@ -89,7 +90,8 @@ class SwappedStateStore {
   const SwappedStateStats& stats() const { return stats_; }
   // Host bytes of the buffers: what the store keeps in memory whatever the shard's size.
   size_t buffer_bytes() const;
-  // Bytes of host memory and of disk a store with these options takes, for preflights and plans.
+  // Bytes of host memory (buffer_count x the largest record) and of disk (the sum of the records) a store
+  // with these options takes, for preflights and plans.
   static size_t buffer_bytes_for(const SwappedStateOptions& options);
   static uint64_t file_bytes_for(const SwappedStateOptions& options);
 

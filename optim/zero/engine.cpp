@@ -161,11 +161,13 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
     b.optimizer = 0;
     b.host_optimizer = 3 * shard * 4;  // a separate master even in f32: the device copy stays the model's
     if (offload.disk_buffers > 0) {    // the disk tier: buffers of one sub-group each (master | m | v)
-      b.host_optimizer = swap::SwappedStateStore::buffer_bytes_for(
-          {.directory = "",
-           .rank = 0,
-           .block_numel = numel_of(offloaded_sub_groups(partition, offload.sub_group_size)),
-           .buffer_count = offload.disk_buffers});
+      const swap::SwappedStateOptions disk{
+          .directory = "",
+          .rank = 0,
+          .block_numel = numel_of(offloaded_sub_groups(partition, offload.sub_group_size)),
+          .buffer_count = offload.disk_buffers};
+      b.host_optimizer = swap::SwappedStateStore::buffer_bytes_for(disk);
+      b.disk_file = swap::SwappedStateStore::file_bytes_for(disk);
     }
     b.host_gradients = (offload.delayed_update ? 2 : 1) * shard * 4;  // delayed: one shard per update
     b.host_parameters = shard * t;
@@ -174,6 +176,7 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
       b.host_parameters = SwappedParameterShard::buffer_bytes_for(unit_slices(partition), compute,
                                                                   offload.param_disk_buffers) +
                           (offload.delayed_update ? shard * t : 0);
+      b.disk_file += SwappedParameterShard::file_bytes_for(unit_slices(partition), compute);
     }
     if (offload.param && stage == 3) {
       b.compute_copy = 0;
@@ -551,11 +554,14 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     }
     if (options.disk && r == 0) {
       ZT_LOG(info) << "disk tier: optimizer state (fp32 master, m, v) on disk under "
-                   << options.disk->directory << ", " << options.disk->buffer_count << " buffers of "
-                   << format_memory_size(disk_buffers / static_cast<size_t>(options.disk->buffer_count))
-                   << " per rank (" << sub_group_extents.size()
+                   << options.disk->directory << ", "
+                   << format_memory_size(swap::SwappedStateStore::file_bytes_for(*disk_state))
+                   << " per rank (each rank's file is the sum of its " << sub_group_extents.size()
                    << " records: the unit slices cut into sub-groups of at most "
-                   << options.offload.sub_group_size << " elements, zero_optimization.sub_group_size)";
+                   << options.offload.sub_group_size << " elements, zero_optimization.sub_group_size), "
+                   << options.disk->buffer_count << " buffers of "
+                   << format_memory_size(disk_buffers / static_cast<size_t>(options.disk->buffer_count))
+                   << " (the largest record) per rank";
     }
     if (options.param_disk && r == 0) {
       const std::vector<int64_t> slices = unit_slices(partition_);
@@ -566,7 +572,8 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
                    << options.param_disk->buffer_count << " "
                    << (host_kind == MemoryKind::pinned_host ? "pinned" : "pageable") << " buffers of "
                    << format_memory_size(SwappedParameterShard::buffer_bytes_for(slices, s.compute, 1))
-                   << " per rank, read ahead in the order the gathers and the update use them";
+                   << " (the largest record) per rank, read ahead in the order the gathers and the update "
+                      "use them";
     }
     if (r == 0) {
       ZT_LOG(info) << plan.what << ": " << format_memory_size(host) << " of "

@@ -185,6 +185,10 @@ struct ZeroStateBytes {
   size_t host_gradients = 0;   // offload: the f32 gradient shard copied down for the CPU update
   size_t host_parameters = 0;  // offload: the compute-dtype staging shard (offload.param: the shard itself;
                                // on disk: its buffers, plus the staging shard with a delayed update)
+  // The disk tier: this rank's swap files, on disk (not memory): the sum of their records (the optimizer
+  // state's, one per sub-group: master | m | v; the parameters', one per unit slice; each aligned, Note
+  // [The swap store]).
+  uint64_t disk_file = 0;
   size_t total() const { return compute_copy + gradients + master + optimizer + buffers; }  // device
   size_t host_total() const { return host_optimizer + host_gradients + host_parameters; }
 };

@@ -42,7 +42,7 @@ struct HostBlockExtent {
 // DeepSpeed's sub_group_size: each block cut into the fewest pieces of at most `sub_group_size` elements,
 // of near-equal size (the first numel % pieces one element longer), in order; an empty block stays one empty
 // piece, so every block has at least one. Near-equal rather than full pieces and a remainder, because the
-// disk tier's records are all the size of the largest piece: equal pieces waste the least disk.
+// disk tier's host buffers are all the size of the largest piece: equal pieces make the largest smallest.
 std::vector<HostBlockExtent> cut_into_sub_groups(const std::vector<HostBlockExtent>& blocks,
                                                  int64_t sub_group_size);
 // How many pieces cut_into_sub_groups makes of a block of `numel` elements.

@@ -85,6 +85,7 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
   e.state.host_optimizer = exact.host_optimizer;
   e.state.host_gradients = exact.host_gradients;
   e.state.host_parameters = exact.host_parameters;
+  e.state.disk_file = exact.disk_file;  // the disk tier's swap file: disk, in neither total
   if (offload.optimizer && stage >= 1) {
     e.state.master = 0;
     e.state.optimizer = 0;

@@ -24,9 +24,11 @@
 //   host             master + m + v + gradient shard + parameter shard              zero_state_bytes
 // reported in its own column, since it is checked against the host's RAM, not the GPU's. With the disk tier
 // (ZeroOffload::disk_buffers) master + m + v become buffer_count records of the largest sub-group
-// (ZeroOffload::sub_group_size): buffer_count x sub-group x 12 bytes at most; with parameters on disk
-// (ZeroOffload::param_disk_buffers) the parameter shard becomes buffer_count records of the largest unit
-// slice in the compute dtype (plus the staging shard with a delayed update).
+// (ZeroOffload::sub_group_size): buffer_count x sub-group x 12 bytes at most; the swap file
+// (state.disk_file, on disk, in neither total) is every sub-group's record, 12 bytes an element of the shard.
+// With parameters on disk (ZeroOffload::param_disk_buffers) the parameter shard becomes buffer_count records
+// of the largest unit slice in the compute dtype (plus the staging shard with a delayed update), and
+// disk_file adds the parameter file (the shard in the compute dtype).
 #pragma once
 
 #include <cstddef>

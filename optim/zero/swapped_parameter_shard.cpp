@@ -10,21 +10,29 @@ namespace zt::optim {
 
 namespace {
 
-// Bytes of the largest record (at least one element, so that a shard of empty slices still has a file).
-size_t largest_record_bytes(const std::vector<int64_t>& record_numel, DType dtype) {
-  int64_t largest = 1;
-  for (const int64_t n : record_numel) largest = std::max(largest, n);
-  return static_cast<size_t>(largest) * dtype_size(dtype);
+// Each record's bytes: its slice in the dtype (the swap store aligns each; an empty slice takes no space).
+std::vector<size_t> record_bytes_of(const std::vector<int64_t>& record_numel, DType dtype) {
+  std::vector<size_t> bytes;
+  for (const int64_t n : record_numel)
+    bytes.push_back(static_cast<size_t>(std::max<int64_t>(n, 0)) * dtype_size(dtype));
+  return bytes;
 }
 
-// The one place the parameter file's swap store is made: every record the size of the largest slice.
+// A buffer's bytes: the largest record, aligned (at least one alignment unit, so that a shard of empty
+// slices still has buffers).
+size_t buffer_stride(const std::vector<int64_t>& record_numel, DType dtype) {
+  size_t largest = 1;
+  for (const size_t b : record_bytes_of(record_numel, dtype)) largest = std::max(largest, b);
+  return round_up_to_alignment(largest);
+}
+
+// The one place the parameter file's swap store is made: one record per unit slice, of its own size.
 std::unique_ptr<swap::SwapStore> open_parameter_swap_store(const SwappedParameterShardOptions& options,
                                                            AsyncFileIo& io) {
   return std::make_unique<swap::SwapStore>(
       swap::SwapStoreOptions{.directory = SwappedParameterShard::file_directory(options.directory),
                              .rank = options.rank,
-                             .record_bytes = largest_record_bytes(options.record_numel, options.dtype),
-                             .record_count = static_cast<int64_t>(options.record_numel.size()),
+                             .record_bytes = record_bytes_of(options.record_numel, options.dtype),
                              .direct = options.direct},
       io);
 }
@@ -43,13 +51,11 @@ std::string SwappedParameterShard::file_directory(const std::string& nvme_path) 
 
 size_t SwappedParameterShard::buffer_bytes_for(const std::vector<int64_t>& record_numel, DType dtype,
                                                int buffer_count) {
-  return static_cast<size_t>(std::max(buffer_count, 0)) *
-         round_up_to_alignment(largest_record_bytes(record_numel, dtype));
+  return static_cast<size_t>(std::max(buffer_count, 0)) * buffer_stride(record_numel, dtype);
 }
 
 uint64_t SwappedParameterShard::file_bytes_for(const std::vector<int64_t>& record_numel, DType dtype) {
-  return static_cast<uint64_t>(record_numel.size()) *
-         round_up_to_alignment(largest_record_bytes(record_numel, dtype));
+  return swap::swap_file_bytes(record_bytes_of(record_numel, dtype));
 }
 
 SwappedParameterShard::SwappedParameterShard(const SwappedParameterShardOptions& options,
@@ -71,9 +77,13 @@ SwappedParameterShard::SwappedParameterShard(const SwappedParameterShardOptions&
            " for the parameter swap file: ", error.message());
   io_ = std::make_unique<AsyncFileIo>(io_options);
   store_ = open_parameter_swap_store(options, *io_);
+  stride_ = buffer_stride(record_numel_, dtype_);
+  ZT_CHECK(stride_ >= store_->largest_transfer_bytes(), "parameters on disk: buffers of ", stride_,
+           " bytes cannot hold the largest record of ", path(), " (", store_->largest_transfer_bytes(),
+           " bytes)");
   slots_.resize(static_cast<size_t>(options.buffer_count));
   for (size_t i = 0; i < slots_.size(); ++i)
-    slots_[i].data = static_cast<std::byte*>(buffers_.data()) + i * store_->record_stride();
+    slots_[i].data = static_cast<std::byte*>(buffers_.data()) + i * stride_;
 }
 
 SwappedParameterShard::~SwappedParameterShard() {
@@ -138,7 +148,7 @@ void SwappedParameterShard::start_read(Slot& slot, size_t record, bool prefetche
   slot.record = record;
   slot.state = SlotState::reading;
   slot.prefetched = prefetched;
-  slot.io = store_->read(static_cast<int64_t>(record), {slot.data, store_->record_stride()});
+  slot.io = store_->read(static_cast<int64_t>(record), {slot.data, stride_});
   slot.last_use = ++clock_;
   ++stats_.records_read;
   if (prefetched) ++stats_.records_prefetched;
@@ -178,7 +188,7 @@ void SwappedParameterShard::release(size_t record, bool modified) {
     return;
   }
   slot.state = SlotState::writing;
-  slot.io = store_->write(static_cast<int64_t>(record), {slot.data, store_->record_stride()});
+  slot.io = store_->write(static_cast<int64_t>(record), {slot.data, stride_});
   ++stats_.records_written;
 }
 

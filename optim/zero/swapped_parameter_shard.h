@@ -4,8 +4,8 @@
 //
 // Note [Parameters on disk]
 // Record u is unit u's slice of the rank's shard in the compute dtype (slice_numel x 2 bytes in bf16/f16,
-// 4 in f32), each record padded to the largest slice and to the direct-I/O alignment (optim/swap/
-// swap_store.h). The file is "<nvme_path>/zerotrain-parameters/zerotrain-swap.<host>.<pid>.rank<r>": a
+// 4 in f32), each of its own size padded to the direct-I/O alignment (optim/swap/swap_store.h), so the file
+// is the shard; each buffer holds the largest record. The file is "<nvme_path>/zerotrain-parameters/zerotrain-swap.<host>.<pid>.rank<r>": a
 // subdirectory, so that it never collides with the optimizer state's swap file of the same rank when both
 // offloads share nvme_path (the store names its file by rank alone). The subdirectory stays (empty) after
 // the run; stale files of dead processes in it are removed as in nvme_path.
@@ -118,7 +118,8 @@ class SwappedParameterShard {
   DType dtype_;
   std::unique_ptr<AsyncFileIo> io_;
   std::unique_ptr<swap::SwapStore> store_;
-  Arena buffers_;  // buffer_count records, each record_stride() bytes at an aligned offset
+  Arena buffers_;      // buffer_count buffers of stride_ bytes each
+  size_t stride_ = 0;  // the largest record, aligned: any record fits any buffer
   std::vector<Slot> slots_;
   uint64_t clock_ = 0;
   SwappedParameterStats stats_;

@@ -76,11 +76,11 @@ TEST(MemoryEstimate, EqualsTheH200PeaksIncludingTheAttentionScratch) {
     ZeroOffload offload;
     int64_t batch;
     double scratch_gib, total_gib;
-  } measured[] = {{0, 1, none, 40, 0.354, 21.041},      {0, 1, none, 56, 0.482, 23.170},
-                  {2, 1, none, 48, 0.418, 22.106},      {2, 2, none, 40, 0.354, 15.299},
-                  {3, 2, none, 40, 0.354, 14.959},      {2, 1, optimizer, 40, 0.354, 10.916},
+  } measured[] = {{0, 1, none, 40, 0.354, 21.041},       {0, 1, none, 56, 0.482, 23.170},
+                  {2, 1, none, 48, 0.418, 22.106},       {2, 2, none, 40, 0.354, 15.299},
+                  {3, 2, none, 40, 0.354, 14.959},       {2, 1, optimizer, 40, 0.354, 10.916},
                   {2, 1, optimizer, 128, 1.063, 23.125}, {3, 1, both, 40, 0.354, 9.733},
-                  {3, 1, both, 120, 1.020, 20.899},     {3, 1, both, 136, 1.149, 23.028}};
+                  {3, 1, both, 120, 1.020, 20.899},      {3, 1, both, 136, 1.149, 23.028}};
   for (const auto& m : measured) {
     const MemoryEstimate e = estimate_memory(model, m.stage, m.world, DType::bf16, m.batch, 128, m.offload);
     const std::string row = str("stage ", m.stage, ", world ", m.world, ", batch ", m.batch);

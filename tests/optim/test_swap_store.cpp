@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -42,6 +43,11 @@ std::span<float> as_floats(std::span<std::byte> bytes) {
   return {reinterpret_cast<float*>(bytes.data()), bytes.size() / sizeof(float)};
 }
 
+// `count` records of `bytes` each.
+std::vector<size_t> equal_records(int64_t count, size_t bytes) {
+  return std::vector<size_t>(static_cast<size_t>(count), bytes);
+}
+
 std::vector<AlignedBuffer> make_buffers(int count, size_t bytes) {
   std::vector<AlignedBuffer> buffers;
   for (int i = 0; i < count; ++i) buffers.emplace_back(bytes);
@@ -56,8 +62,7 @@ class SwapStoreTest : public test::IoBackendTest {
   SwapStoreOptions store_options(int64_t records) const {
     return {.directory = dir_.string(),
             .rank = 1,
-            .record_bytes = kRecordBytes,
-            .record_count = records,
+            .record_bytes = equal_records(records, kRecordBytes),
             .direct = mode()};
   }
 };
@@ -66,9 +71,10 @@ TEST_P(SwapStoreTest, RecordsRoundTripBitwise) {
   AsyncFileIo io(io_options());
   SwapStore store(store_options(7), io);
   EXPECT_EQ(store.direct(), mode() != DirectIoMode::off);
-  EXPECT_EQ(store.record_stride(), round_up_to_alignment(kRecordBytes));
+  EXPECT_EQ(store.largest_transfer_bytes(), round_up_to_alignment(kRecordBytes));
+  EXPECT_EQ(store.file_bytes(), 7 * round_up_to_alignment(kRecordBytes));
   EXPECT_EQ(fs::file_size(store.path()), store.file_bytes());  // reserved up front
-  std::vector<AlignedBuffer> out = make_buffers(7, store.record_stride());
+  std::vector<AlignedBuffer> out = make_buffers(7, store.largest_transfer_bytes());
   std::vector<IoTicket> tickets;
   for (int64_t k : {3, 0, 6, 1, 5, 2, 4}) {
     std::span<float> x = as_floats(out[k].bytes().first(kRecordBytes));
@@ -76,7 +82,7 @@ TEST_P(SwapStoreTest, RecordsRoundTripBitwise) {
     tickets.push_back(store.write(k, out[k].bytes()));
   }
   for (IoTicket& t : tickets) t.wait();
-  AlignedBuffer in(store.record_stride());
+  AlignedBuffer in(store.largest_transfer_bytes());
   for (int64_t k = 0; k < 7; ++k) {
     store.read(k, in.bytes()).wait();
     EXPECT_EQ(std::memcmp(in.data(), out[k].data(), kRecordBytes), 0) << "record " << k;
@@ -101,8 +107,8 @@ TEST_P(SwapStoreTest, PipelineEqualsTheUpdatesInMemory) {
         SwapStore store(store_options(kRecords), io);
         const SwapPipelineOptions update_pass{.pipeline_read = pipeline_read,
                                               .pipeline_write = pipeline_write};
-        std::vector<AlignedBuffer> buffers =
-            make_buffers(swap_pipeline_min_buffers(update_pass) + extra_buffers, store.record_stride());
+        std::vector<AlignedBuffer> buffers = make_buffers(
+            swap_pipeline_min_buffers(update_pass) + extra_buffers, store.largest_transfer_bytes());
         std::vector<int64_t> order;
         SwapPipelineOptions fill = update_pass;
         fill.read = false;
@@ -120,8 +126,8 @@ TEST_P(SwapStoreTest, PipelineEqualsTheUpdatesInMemory) {
                 transform(as_floats(bytes), k, pass);
               },
               &stats);
-          EXPECT_EQ(stats.bytes_read, kRecords * store.record_stride());
-          EXPECT_EQ(stats.bytes_written, kRecords * store.record_stride());
+          EXPECT_EQ(stats.bytes_read, store.file_bytes());
+          EXPECT_EQ(stats.bytes_written, store.file_bytes());
         }
         for (int64_t i = 0; i < static_cast<int64_t>(order.size()); ++i) ASSERT_EQ(order[i], i % kRecords);
         SwapPipelineOptions read_only = update_pass;
@@ -137,6 +143,86 @@ TEST_P(SwapStoreTest, PipelineEqualsTheUpdatesInMemory) {
   }
 }
 
+// Records of unequal sizes (a rank's sub-groups: the embeddings' slice and the layers'), one empty: each
+// takes its own aligned size at the sum of the sizes before it, the file is the sum (not count x the
+// largest), and a transfer moves exactly its record's aligned bytes, so neither a write through a buffer
+// of the largest size nor a read into one touches a neighbour or the buffer past the record.
+const std::vector<size_t> kUnequalRecords = {
+    5 * kDirectIoAlignment + 100, 100, 0, 3 * kDirectIoAlignment, kRecordBytes, 1, 40 * kDirectIoAlignment};
+
+std::byte pattern_of(int64_t record) {
+  return static_cast<std::byte>(0x11 * (record + 1));
+}
+
+TEST_P(SwapStoreTest, UnequalRecordsTakeTheirOwnSpaceAndMoveOnlyTheirBytes) {
+  AsyncFileIo io(io_options());
+  SwapStore store({.directory = dir_.string(), .rank = 1, .record_bytes = kUnequalRecords, .direct = mode()},
+                  io);
+  const auto records = static_cast<int64_t>(kUnequalRecords.size());
+  ASSERT_EQ(store.record_count(), records);
+  uint64_t sum = 0;
+  size_t largest = 0;
+  for (int64_t k = 0; k < records; ++k) {
+    const size_t aligned = round_up_to_alignment(kUnequalRecords[k]);
+    EXPECT_EQ(store.record_bytes(k), kUnequalRecords[k]);
+    EXPECT_EQ(store.transfer_bytes(k), aligned);
+    EXPECT_EQ(store.record_offset(k), sum) << "record " << k;
+    sum += aligned;
+    largest = std::max(largest, aligned);
+  }
+  EXPECT_EQ(sum, (5 + 1 + 1 + 0 + 3 + 3 + 1 + 40) * kDirectIoAlignment);
+  EXPECT_EQ(store.file_bytes(), sum);
+  EXPECT_EQ(swap_file_bytes(kUnequalRecords), sum);
+  EXPECT_LT(store.file_bytes(), records * largest);
+  EXPECT_EQ(store.largest_transfer_bytes(), largest);
+  EXPECT_EQ(fs::file_size(store.path()), sum);  // reserved up front
+
+  // Last record first: a write longer than its record would overwrite the start of the one written before.
+  std::vector<AlignedBuffer> out = make_buffers(static_cast<int>(records), largest);
+  for (int64_t k = records; k-- > 0;) {
+    std::memset(out[k].data(), static_cast<int>(pattern_of(k)), largest);
+    store.write(k, out[k].bytes()).wait();
+  }
+  // The file: each record's aligned span holds its pattern, the padding included, and nothing else.
+  std::vector<char> file(sum);
+  std::ifstream(store.path(), std::ios::binary).read(file.data(), static_cast<std::streamsize>(sum));
+  for (int64_t k = 0; k < records; ++k) {
+    const uint64_t begin = store.record_offset(k);
+    for (uint64_t i = begin; i < begin + store.transfer_bytes(k); ++i)
+      ASSERT_EQ(static_cast<std::byte>(file[i]), pattern_of(k)) << "record " << k << " byte " << i - begin;
+  }
+  AlignedBuffer in(largest);
+  for (int64_t k = 0; k < records; ++k) {
+    std::memset(in.data(), 0xee, largest);
+    store.read(k, in.bytes()).wait();
+    const size_t moved = store.transfer_bytes(k);
+    for (size_t i = 0; i < largest; ++i) {
+      ASSERT_EQ(in.data()[i], i < moved ? pattern_of(k) : std::byte{0xee}) << "record " << k << " byte " << i;
+    }
+  }
+
+  // A pass moves each record's bytes once: the file's size each way, and every update sees its own size.
+  std::vector<AlignedBuffer> buffers = make_buffers(3, largest);
+  SwapPipelineStats stats;
+  std::vector<size_t> seen;
+  run_swap_pipeline(
+      store, buffers, 0, records, {},
+      [&](int64_t k, std::span<std::byte> bytes) {
+        seen.push_back(bytes.size());
+        for (const std::byte b : bytes) ASSERT_EQ(b, pattern_of(k)) << "record " << k;
+        std::memset(bytes.data(), static_cast<int>(pattern_of(k + 7)), bytes.size());
+      },
+      &stats);
+  EXPECT_EQ(seen, kUnequalRecords);
+  EXPECT_EQ(stats.bytes_read, sum);
+  EXPECT_EQ(stats.bytes_written, sum);
+  for (int64_t k = 0; k < records; ++k) {
+    store.read(k, in.bytes()).wait();
+    for (size_t i = 0; i < kUnequalRecords[k]; ++i)
+      ASSERT_EQ(in.data()[i], pattern_of(k + 7)) << "record " << k << " byte " << i;
+  }
+}
+
 ZT_INSTANTIATE_IO_BACKEND_TESTS(SwapStoreTest);
 
 using SwapStoreLifecycle = test::TempDirTest;
@@ -145,7 +231,7 @@ TEST_F(SwapStoreLifecycle, FileLivesAsLongAsTheStore) {
   AsyncFileIo io({});
   std::string path;
   {
-    SwapStore store({.directory = dir_.string(), .rank = 3, .record_bytes = 100, .record_count = 5}, io);
+    SwapStore store({.directory = dir_.string(), .rank = 3, .record_bytes = equal_records(5, 100)}, io);
     path = store.path();
     EXPECT_EQ(path, swap_file_path(dir_.string(), 3, getpid()));
     EXPECT_NE(path.find("zerotrain-swap."), std::string::npos);
@@ -154,15 +240,38 @@ TEST_F(SwapStoreLifecycle, FileLivesAsLongAsTheStore) {
     // A second store of the same rank in the same process is a mistake, not a shared file.
     expect_error(
         [&] {
-          SwapStore again({.directory = dir_.string(), .rank = 3, .record_bytes = 100, .record_count = 5},
-                          io);
+          SwapStore again({.directory = dir_.string(), .rank = 3, .record_bytes = equal_records(5, 100)}, io);
         },
         {path, "already in use"});
     // A write still in flight when the store goes away is finished first.
-    AlignedBuffer buffer(store.record_stride());
+    AlignedBuffer buffer(store.largest_transfer_bytes());
     store.write(4, buffer.bytes());
   }
   EXPECT_FALSE(fs::exists(path));
+}
+
+// A buffer must hold the record it moves, not more: one of the small record's size moves the small record
+// and is refused for the large one, naming it. A store of empty records (a rank whose slices are all
+// empty) is an empty file.
+TEST_F(SwapStoreLifecycle, BuffersAreCheckedAgainstTheirRecord) {
+  AsyncFileIo io({});
+  SwapStore store({.directory = dir_.string(), .record_bytes = {100, 3 * kDirectIoAlignment}}, io);
+  AlignedBuffer small(kDirectIoAlignment);
+  std::memset(small.data(), 7, small.size());
+  store.write(0, small.bytes()).wait();
+  store.read(0, small.bytes()).wait();
+  EXPECT_EQ(small.data()[99], std::byte{7});
+  expect_error([&] { store.write(1, small.bytes()); },
+               {"swap buffer of 4096 bytes is smaller than record 1", "(12288 bytes)"});
+  expect_error([&] { store.read(2, small.bytes()); }, {"swap record 2 out of range [0, 2)"});
+  expect_error([&] { SwapStore none({.directory = dir_.string(), .rank = 1, .record_bytes = {}}, io); },
+               {"at least one record"});
+  SwapStore empty({.directory = dir_.string(), .rank = 2, .record_bytes = {0, 0}}, io);
+  EXPECT_EQ(empty.file_bytes(), 0u);
+  EXPECT_EQ(fs::file_size(empty.path()), 0u);
+  AlignedBuffer nothing(0);
+  empty.write(1, nothing.bytes()).wait();
+  empty.read(0, nothing.bytes()).wait();
 }
 
 TEST_F(SwapStoreLifecycle, StaleFilesOfDeadProcessesAreRemovedAtStart) {
@@ -177,7 +286,7 @@ TEST_F(SwapStoreLifecycle, StaleFilesOfDeadProcessesAreRemovedAtStart) {
   const std::string unrelated = path(str("notes.", child, ".rank0"));
   for (const std::string& p : {dead, live, other_host, unrelated}) std::ofstream(p) << "x";
   AsyncFileIo io({});
-  SwapStore store({.directory = dir_.string(), .rank = 0, .record_bytes = 8, .record_count = 1}, io);
+  SwapStore store({.directory = dir_.string(), .rank = 0, .record_bytes = {8}}, io);
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_TRUE(fs::exists(live));
   EXPECT_TRUE(fs::exists(other_host));
@@ -186,20 +295,19 @@ TEST_F(SwapStoreLifecycle, StaleFilesOfDeadProcessesAreRemovedAtStart) {
 
 TEST_F(SwapStoreLifecycle, MissingDirectoryIsAnError) {
   AsyncFileIo io({});
-  expect_error(
-      [&] { SwapStore store({.directory = path("none"), .record_bytes = 8, .record_count = 1}, io); },
-      {"nvme_path " + path("none"), "not a directory"});
+  expect_error([&] { SwapStore store({.directory = path("none"), .record_bytes = {8}}, io); },
+               {"nvme_path " + path("none"), "not a directory"});
 }
 
 TEST_F(SwapStoreLifecycle, PipelineChecksItsBuffersAndFinishesTransfersWhenAnUpdateThrows) {
   AsyncFileIo io({});
-  SwapStore store({.directory = dir_.string(), .record_bytes = 4096, .record_count = 8}, io);
+  SwapStore store({.directory = dir_.string(), .record_bytes = equal_records(8, 4096)}, io);
   std::vector<AlignedBuffer> two = make_buffers(2, 4096);
   expect_error([&] { run_swap_pipeline(store, two, 0, 8, {}, [](int64_t, std::span<std::byte>) {}); },
                {"needs at least 3 buffers", store.path()});
   std::vector<AlignedBuffer> small = make_buffers(3, 0);
   expect_error([&] { run_swap_pipeline(store, small, 0, 8, {}, [](int64_t, std::span<std::byte>) {}); },
-               {"smaller than a record"});
+               {"smaller than record 0"});
   std::vector<AlignedBuffer> buffers = make_buffers(4, 4096);
   // Fill record k with byte k, then a pass that fails at record 5: records before it are written back.
   run_swap_pipeline(store, buffers, 0, 8, {.read = false},
@@ -239,7 +347,7 @@ TEST_F(SwapStoreLifecycle, DiskTooSmallIsAnErrorNamingThePath) {
     }
     try {
       AsyncFileIo io({});
-      SwapStore store({.directory = mount_point, .record_bytes = 1 << 20, .record_count = 1}, io);
+      SwapStore store({.directory = mount_point, .record_bytes = {size_t{1} << 20}}, io);
     } catch (const Error& e) {
       messages += e.message() + "\n";
     }

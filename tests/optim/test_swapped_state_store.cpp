@@ -20,6 +20,10 @@ namespace {
 
 // Units of a ZeRO shard are uneven, and a rank may own an empty slice.
 const std::vector<int64_t> kBlocks = {1000, 0, 4096, 333, 5000, 1, 2048};
+// Their records, master | m | v at 12 bytes an element, each rounded up to 4 KiB: 12288 + 0 + 49152 + 4096 +
+// 61440 + 4096 + 24576 bytes of file, not 7 records of the largest (430080); buffers hold the largest.
+constexpr uint64_t kFileBytes = 155648;
+constexpr size_t kLargestRecord = 61440;
 constexpr int kSteps = 4;
 
 struct State {
@@ -82,7 +86,8 @@ TEST_P(SwappedStateStoreTest, AdamWThroughTheDiskEqualsResidentBitwise) {
                                  .pipeline_write = pipeline_write,
                                  .direct = mode()},
                                 io());
-        EXPECT_EQ(store.buffer_bytes(), static_cast<size_t>(buffers) * store.store().record_stride());
+        EXPECT_EQ(store.buffer_bytes(), static_cast<size_t>(buffers) * kLargestRecord);
+        EXPECT_EQ(std::filesystem::file_size(store.store().path()), kFileBytes);
         // Load the master (m and v start at zero: the reserved file reads as zeros).
         for (size_t b = 0; b < kBlocks.size(); ++b) {
           const SwappedStateBlock block = store.acquire(b);
@@ -114,6 +119,8 @@ TEST_P(SwappedStateStoreTest, AdamWThroughTheDiskEqualsResidentBitwise) {
         const auto blocks = static_cast<uint64_t>(kBlocks.size());
         EXPECT_GE(store.stats().blocks_read, blocks * kSteps);
         EXPECT_EQ(store.stats().blocks_written, blocks * (kSteps + 1));
+        // Each block moved its own bytes: kSteps + 1 writes of every block are that many files.
+        EXPECT_EQ(store.stats().bytes_written, (kSteps + 1) * kFileBytes);
         store.flush();
       }
     }
@@ -179,9 +186,15 @@ TEST_F(SwappedStateStoreRules, MisuseIsAnError) {
 
 TEST(SwappedStateStoreBytes, BuffersAndFileSizes) {
   const SwappedStateOptions options{.directory = "/x", .block_numel = {1000, 3000, 10}, .buffer_count = 4};
-  // Records hold master, m and v of the largest block: 3 * 3000 * 4 = 36000 bytes -> 36864 aligned.
+  // A buffer holds master, m and v of the largest block: 3 * 3000 * 4 = 36000 bytes -> 36864 aligned.
   EXPECT_EQ(SwappedStateStore::buffer_bytes_for(options), 4u * 36864u);
-  EXPECT_EQ(SwappedStateStore::file_bytes_for(options), 3u * 36864u);
+  // The file holds each block's own record: 12000 -> 12288, 36000 -> 36864, 120 -> 4096.
+  EXPECT_EQ(SwappedStateStore::file_bytes_for(options), 12288u + 36864u + 4096u);
+  EXPECT_EQ(SwappedStateStore::file_bytes_for({.directory = "", .block_numel = kBlocks}), kFileBytes);
+  // A shard of empty slices has an empty file and empty buffers.
+  EXPECT_EQ(SwappedStateStore::file_bytes_for({.directory = "", .block_numel = {0, 0}}), 0u);
+  EXPECT_EQ(SwappedStateStore::buffer_bytes_for({.directory = "", .block_numel = {0, 0}, .buffer_count = 2}),
+            0u);
 }
 
 }  // namespace

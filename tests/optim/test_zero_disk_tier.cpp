@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/config.h"
@@ -111,6 +112,66 @@ TEST(ZeroDiskTierBytes, XlargeBuffersFallWithTheSubGroup) {
     EXPECT_LT(b.host_total(), previous) << sub_group_size;
     EXPECT_EQ(b.host_gradients + b.host_parameters, resident.host_gradients + resident.host_parameters);
     previous = b.host_total();
+  }
+}
+
+// The swap file is the sum of the rank's records, each its own sub-group's master | m | v (aligned), not
+// records x the largest: the unit slices are unequal (the embeddings vs each layer). DeBERTa-v2-xlarge,
+// world 1, the default sub_group_size 1e9 (no unit is cut): 26 records, the embeddings' 197M elements and 24
+// layers of 29M; sizing every record as the embeddings' made a 57 GiB file for 9.9 GiB of state.
+TEST(ZeroDiskTierBytes, SwapFileIsTheSumOfUnequalRecords) {
+  auto sum_of_records = [](const ZeroPartition& part, int64_t sub_group_size) {
+    std::vector<HostBlockExtent> slices;
+    for (const ZeroUnit& unit : part.units()) slices.push_back({unit.shard_begin, unit.slice_numel});
+    uint64_t sum = 0;
+    size_t largest = 0;
+    const std::vector<HostBlockExtent> groups = cut_into_sub_groups(slices, sub_group_size);
+    for (const HostBlockExtent& g : groups) {
+      const size_t record = round_up_to_alignment(12 * static_cast<size_t>(g.numel));
+      sum += record;
+      largest = std::max(largest, record);
+    }
+    return std::tuple{sum, largest, groups.size()};
+  };
+  auto gib = [](uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); };
+  {
+    const ParameterTable xlarge(deberta_v2_xlarge_config());
+    const ZeroPartition part(xlarge, 1);
+    const ZeroStateBytes b = zero_state_bytes(part, 2, DType::bf16, {.optimizer = true, .disk_buffers = 4});
+    const auto [sum, largest, records] = sum_of_records(part, 1'000'000'000);
+    EXPECT_EQ(records, 26u);
+    EXPECT_EQ(b.disk_file, sum);
+    EXPECT_EQ(b.host_optimizer, 4 * largest);  // the buffers stay the largest record's size
+    // The estimator (bench_train_step --estimate_only's "disk") reports the same file.
+    EXPECT_EQ(estimate_memory(deberta_v2_xlarge_config(), 2, 1, DType::bf16, 8, 128,
+                              {.optimizer = true, .disk_buffers = 4}, false)
+                  .state.disk_file,
+              sum);
+    // Close to 12 bytes a parameter (the padding is under 4 KiB a record), far from 26 x the largest.
+    EXPECT_LT(b.disk_file, 12 * static_cast<uint64_t>(part.shard_numel()) + 26 * kDirectIoAlignment);
+    EXPECT_GT(records * largest, 5 * b.disk_file);
+    std::printf(
+        "xlarge bf16 world 1, disk tier swap file: %.2f GiB (sum of %zu records; %.2f GiB as %zu x "
+        "the largest record of %.2f GiB)\n",
+        gib(b.disk_file), records, gib(records * largest), records, gib(largest));
+  }
+  const DebertaConfig model = deberta_small_cpu_config();
+  const ParameterTable table(model);
+  for (const int world : {1, 2, 3}) {
+    const ZeroPartition part(table, world);
+    for (const int64_t sub_group_size : {int64_t{1'000'000'000}, int64_t{30'001}}) {
+      ZeroOffload disk{.optimizer = true, .disk_buffers = 2};
+      disk.sub_group_size = sub_group_size;
+      const auto [sum, largest, records] = sum_of_records(part, sub_group_size);
+      for (int stage = 1; stage <= 3; ++stage) {
+        const ZeroStateBytes b = zero_state_bytes(part, stage, DType::f32, disk);
+        EXPECT_EQ(b.disk_file, sum) << "world " << world << " sub_group_size " << sub_group_size;
+        EXPECT_LT(b.disk_file, records * largest)
+            << "world " << world << " sub_group_size " << sub_group_size;
+      }
+    }
+    // Without the disk tier there is no file.
+    EXPECT_EQ(zero_state_bytes(part, 2, DType::f32, {.optimizer = true}).disk_file, 0u);
   }
 }
 

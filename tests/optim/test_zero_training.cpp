@@ -31,6 +31,7 @@
 #include "optim/swap/swapped_state_store.h"
 #include "optim/trainer/trainer.h"
 #include "optim/zero/engine.h"
+#include "optim/zero/host_optimizer_store.h"
 #include "optim/zero/partition.h"
 #include "optim/zero/sharded_checkpoint.h"
 #include "optim/zero/swapped_parameter_shard.h"
@@ -367,6 +368,45 @@ TEST(ZeroParamDiskTrainingCheckpoint, ParametersOnDiskSaveAndResume) {
   const RunResult tail{{straight.losses.begin() + 4, straight.losses.end()}, straight.weights};
   expect_close(disk_after, tail, "parameters on disk, resumed at world 2");
   expect_model_file_holds(resumed_disk.output_dir + "/model.h5", disk_after);
+  std::filesystem::remove_all(dir);
+}
+
+// The engine's swap files while it trains (world 2, stage 2): one per rank, each the size of the estimator's
+// disk_file — the sum of the rank's records, which test_zero_disk_tier.cpp checks record by record — for
+// unequal records: the unit slices (the embeddings' 8000 x 16 vs each layer's few thousand elements), or
+// with sub_group_size 1000 their unequal pieces; less than records x the largest (a buffer's size).
+TEST(ZeroDiskTierFiles, SwapFilesAreTheSumOfUnequalRecords) {
+  const std::string dir = temp_dir("disk_tier_files");
+  std::filesystem::create_directories(dir);
+  constexpr int kWorld = 2;
+  const ParameterTable table(tiny_model());
+  const ZeroPartition partition(table, kWorld);
+  std::vector<HostBlockExtent> slices;
+  for (const ZeroUnit& unit : partition.units()) slices.push_back({unit.shard_begin, unit.slice_numel});
+  for (const int64_t sub_group_size : {int64_t{1'000'000'000}, int64_t{1000}}) {
+    SCOPED_TRACE(str("sub_group_size ", sub_group_size));
+    ZeroOffload disk{.optimizer = true, .disk_buffers = 1};
+    disk.sub_group_size = sub_group_size;
+    const ZeroStateBytes bytes = zero_state_bytes(partition, 2, DType::f32, disk);
+    const uint64_t sum = bytes.disk_file;
+    ASSERT_LT(sum, cut_into_sub_groups(slices, sub_group_size).size() * bytes.host_optimizer);
+
+    RunSpec spec{.stage = 2, .world = kWorld, .steps = 2, .nvme_path = dir, .nvme_buffers = 2};
+    spec.sub_group_size = sub_group_size;
+    int checked = 0;
+    {
+      MrpcTrainer trainer(config_for(spec), tiny_model());
+      trainer.set_step_callback([&](const StepRecord&) {
+        std::vector<uintmax_t> sizes;
+        for (const auto& entry : std::filesystem::directory_iterator(dir)) sizes.push_back(entry.file_size());
+        EXPECT_EQ(sizes, std::vector<uintmax_t>(kWorld, sum));
+        ++checked;
+      });
+      trainer.train();
+    }
+    EXPECT_EQ(checked, 2);
+    EXPECT_TRUE(std::filesystem::is_empty(dir)) << "swap files left in " << dir;  // the engines removed them
+  }
   std::filesystem::remove_all(dir);
 }
 
