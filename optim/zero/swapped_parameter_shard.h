@@ -5,10 +5,11 @@
 // Note [Parameters on disk]
 // Record u is unit u's slice of the rank's shard in the compute dtype (slice_numel x 2 bytes in bf16/f16,
 // 4 in f32), each of its own size padded to the direct-I/O alignment (optim/swap/swap_store.h), so the file
-// is the shard; each buffer holds the largest record. The file is "<nvme_path>/zerotrain-parameters/zerotrain-swap.<host>.<pid>.rank<r>": a
-// subdirectory, so that it never collides with the optimizer state's swap file of the same rank when both
-// offloads share nvme_path (the store names its file by rank alone). The subdirectory stays (empty) after
-// the run; stale files of dead processes in it are removed as in nvme_path.
+// is the shard; each buffer holds the largest record. The file is
+// "<nvme_path>/zerotrain-parameters/zerotrain-swap.<host>.<pid>.rank<r>": a subdirectory, so that it never
+// collides with the optimizer state's swap file of the same rank when both offloads share nvme_path (the
+// store names its file by rank alone). The subdirectory stays (empty) after the run; stale files of dead
+// processes in it are removed as in nvme_path.
 // The buffers are a small cache of records; each holds one record in one state:
 //   empty     nothing
 //   reading   a read of the record is in flight (a prefetch, or acquire's own read)
