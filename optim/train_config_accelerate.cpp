@@ -12,9 +12,10 @@
 //   use_cpu            true -> device cpu
 //   debug              -> debug_collectives (Accelerate's debug mode checks collectives across ranks too)
 //   deepspeed_config   zero_stage, offload_optimizer_device, offload_param_device,
-//   gradient_accumulation_steps,
-//                      gradient_clipping, zero3_save_16bit_model become the DeepSpeed JSON Accelerate builds
-//                      from them (zero_optimization.stage, .offload_*.device, gradient_accumulation_steps,
+//                      offload_optimizer_nvme_path, offload_param_nvme_path (none: no disk offload),
+//                      gradient_accumulation_steps, gradient_clipping, zero3_save_16bit_model become the
+//                      DeepSpeed JSON Accelerate builds from them (zero_optimization.stage,
+//                      .offload_*.device, .offload_*.nvme_path, gradient_accumulation_steps,
 //                      gradient_clipping, .stage3_gather_16bit_weights_on_model_save), resolved by the
 //                      DeepSpeed reader like a --deepspeed_config file, so the same checks apply (offload
 //                      devices included); deepspeed_config_file -> --deepspeed_config. As in Accelerate, a
@@ -351,8 +352,16 @@ void AccelerateReader::apply_deepspeed(const YAML::Node& ds, const std::string& 
       json["zero_optimization"][section]["device"] = text_of(node);
       record(full, node, str("zero_optimization.", section, ".device"));
     } else if (key == "offload_optimizer_nvme_path" || key == "offload_param_nvme_path") {
-      only_default(full, node, is_null(node) || lower(text_of(node)) == "none",
-                   "disk offload is not supported (set it to none)", "none");
+      // Accelerate writes "none" where there is no disk offload; a directory is the section's nvme_path
+      // (used with device nvme, ignored otherwise, as in DeepSpeed).
+      if (is_null(node) || lower(text_of(node)) == "none") {
+        record(full, node, "none");
+      } else {
+        const std::string section =
+            key == "offload_optimizer_nvme_path" ? "offload_optimizer" : "offload_param";
+        json["zero_optimization"][section]["nvme_path"] = text_of(node);
+        record(full, node, str("zero_optimization.", section, ".nvme_path"));
+      }
     } else if (key == "gradient_accumulation_steps") {
       json["gradient_accumulation_steps"] = integer(full, node, 1);
       record(full, node, "gradient_accumulation_steps");

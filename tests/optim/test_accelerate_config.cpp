@@ -182,6 +182,14 @@ TEST(AccelerateConfig, KeysThatDoNotApplyAreRefusedByName) {
       "distributed_type: DEEPSPEED\n");
   EXPECT_ERROR_HAS(nvme.resolve(inputs()), "deepspeed_config.offload_optimizer_nvme_path",
                    "nvme_path is required with device nvme");
+  // Parameters on disk at stage 3 (offload_param_device nvme with its nvme_path).
+  TrainConfig params = from_yaml(
+      "deepspeed_config:\n  offload_optimizer_device: cpu\n  offload_param_device: nvme\n"
+      "  offload_param_nvme_path: /local_nvme\n  zero_stage: 3\ndistributed_type: DEEPSPEED\n");
+  params.resolve(inputs());
+  EXPECT_TRUE(params.zero.offload_param.enabled);
+  EXPECT_TRUE(params.zero.offload_param.nvme.enabled);
+  EXPECT_EQ(params.zero.offload_param.nvme.nvme_path, "/local_nvme");
 }
 
 TEST(AccelerateConfig, ConflictsWithFlagsOrTheDeepSpeedJsonAreErrors) {
