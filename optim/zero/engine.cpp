@@ -571,7 +571,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
                    << " per rank (" << slices.size() << " records: one per unit slice), "
                    << options.param_disk->buffer_count << " "
                    << (host_kind == MemoryKind::pinned_host ? "pinned" : "pageable") << " buffers of "
-                   << format_memory_size(SwappedParameterShard::buffer_bytes_for(slices, s.compute, 1))
+                   << format_memory_size(SwappedParameterShard::record_buffer_bytes(slices, s.compute))
                    << " (the largest record) per rank, read ahead in the order the gathers and the update "
                       "use them";
     }

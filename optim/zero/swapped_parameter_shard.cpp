@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 
 #include "runtime/check.h"
@@ -37,6 +38,9 @@ std::unique_ptr<swap::SwapStore> open_parameter_swap_store(const SwappedParamete
       io);
 }
 
+// The buffers' arena of `bytes` (SwappedParameterShard::buffer_bytes_for: the buffers plus one alignment
+// unit, so that the first buffer can start at an aligned address whatever the allocator returns;
+// cudaHostAlloc for pinned buffers promises no alignment).
 ArenaLayout buffer_layout(size_t bytes) {
   ArenaLayout layout(kDirectIoAlignment);  // O_DIRECT transfers from aligned addresses
   layout.add({"parameter swap buffers", Shape{static_cast<int64_t>(bytes / 4)}, DType::i32});
@@ -51,7 +55,12 @@ std::string SwappedParameterShard::file_directory(const std::string& nvme_path) 
 
 size_t SwappedParameterShard::buffer_bytes_for(const std::vector<int64_t>& record_numel, DType dtype,
                                                int buffer_count) {
-  return static_cast<size_t>(std::max(buffer_count, 0)) * buffer_stride(record_numel, dtype);
+  if (buffer_count <= 0) return 0;
+  return static_cast<size_t>(buffer_count) * buffer_stride(record_numel, dtype) + kDirectIoAlignment;
+}
+
+size_t SwappedParameterShard::record_buffer_bytes(const std::vector<int64_t>& record_numel, DType dtype) {
+  return buffer_stride(record_numel, dtype);
 }
 
 uint64_t SwappedParameterShard::file_bytes_for(const std::vector<int64_t>& record_numel, DType dtype) {
@@ -82,8 +91,9 @@ SwappedParameterShard::SwappedParameterShard(const SwappedParameterShardOptions&
            " bytes cannot hold the largest record of ", path(), " (", store_->largest_transfer_bytes(),
            " bytes)");
   slots_.resize(static_cast<size_t>(options.buffer_count));
-  for (size_t i = 0; i < slots_.size(); ++i)
-    slots_[i].data = static_cast<std::byte*>(buffers_.data()) + i * stride_;
+  const auto address = reinterpret_cast<uintptr_t>(buffers_.data());
+  std::byte* first = static_cast<std::byte*>(buffers_.data()) + (round_up_to_alignment(address) - address);
+  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].data = first + i * stride_;
 }
 
 SwappedParameterShard::~SwappedParameterShard() {

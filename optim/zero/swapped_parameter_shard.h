@@ -92,10 +92,12 @@ class SwappedParameterShard {
   bool pinned() const { return buffers_.pinned(); }
   const SwappedParameterStats& stats() const { return stats_; }
 
-  // Host bytes of the buffers and disk bytes of the file a shard with these records takes (preflights,
-  // zero_state_bytes).
+  // Host bytes of the buffers (buffer_count x the largest record, plus one alignment unit) and disk bytes
+  // of the file (the sum of the records) a shard with these records takes (preflights, zero_state_bytes).
   static size_t buffer_bytes_for(const std::vector<int64_t>& record_numel, DType dtype, int buffer_count);
   static uint64_t file_bytes_for(const std::vector<int64_t>& record_numel, DType dtype);
+  // One buffer's bytes: the largest record, aligned.
+  static size_t record_buffer_bytes(const std::vector<int64_t>& record_numel, DType dtype);
   // Where the file goes: "<nvme_path>/zerotrain-parameters".
   static std::string file_directory(const std::string& nvme_path);
 

@@ -54,8 +54,10 @@ TEST(SwappedParameterShard, RecordsRoundTripThroughFewerBuffers) {
     EXPECT_EQ(std::filesystem::path(path).parent_path().string(), SwappedParameterShard::file_directory(dir));
     EXPECT_TRUE(std::filesystem::exists(path));
     EXPECT_EQ(std::filesystem::file_size(path), SwappedParameterShard::file_bytes_for(numel, DType::bf16));
+    // Two buffers of the largest record (4096 bf16), and one alignment unit to align the first.
+    EXPECT_EQ(SwappedParameterShard::record_buffer_bytes(numel, DType::bf16), round_up_to_alignment(8192));
     EXPECT_EQ(SwappedParameterShard::buffer_bytes_for(numel, DType::bf16, 2),
-              2 * round_up_to_alignment(8192));
+              2 * round_up_to_alignment(8192) + kDirectIoAlignment);
     for (size_t r = 0; r < numel.size(); ++r) {
       const Tensor t = shard.acquire(r, /*read=*/false);
       ASSERT_EQ(t.numel(), numel[r]);
