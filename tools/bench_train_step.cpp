@@ -242,7 +242,9 @@ int run(int argc, char** argv) {
                                        .delayed_update = o.delayed_update,  // a second host gradient shard
                                        .disk_buffers = o.nvme_path.empty() ? 0 : o.nvme_buffers,
                                        .param_disk_buffers = o.nvme_param ? o.nvme_param_buffers : 0,
-                                       .sub_group_size = o.sub_group_size};
+                                       .sub_group_size = o.sub_group_size,
+                                       // no accumulation here: the trainer streams them (zero_offload)
+                                       .stream_gradients = o.offload != "none" && o.zero_stage >= 2};
   const zt::DType compute = zt::parse_dtype(o.dtype);  // --dtype was checked: bf16, fp16 or fp32
   if (o.estimate_only) {
     std::printf("%s\n", nlohmann::json{{"params", zt::ParameterTable(model).total_numel()},

@@ -17,6 +17,7 @@
 #include "optim/train_config.h"
 #include "optim/trainer/trainer.h"
 #include "optim/zero/memory_estimate.h"
+#include "optim/zero/swapped_host_optimizer_store.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
@@ -109,20 +110,11 @@ int run(int argc, char** argv) {
               static_cast<long long>(model_config.num_hidden_layers),
               static_cast<long long>(model_config.hidden_size));
   // The memory plan of every stage at this world size, from the layout the run allocates.
-  std::fputs(zt::optim::describe_memory_estimates(
-                 model_config, config.zero.stage, config.world_size, compute, max_batch, config.max_length,
-                 {.optimizer = config.zero.offload_optimizer.enabled,
-                  .param = config.zero.offload_param.enabled,
-                  .disk_buffers = config.zero.offload_optimizer.nvme.enabled
-                                      ? static_cast<int>(config.zero.offload_optimizer.nvme.buffer_count)
-                                      : 0,
-                  .param_disk_buffers = config.zero.offload_param.nvme.enabled
-                                            ? static_cast<int>(config.zero.offload_param.nvme.buffer_count)
-                                            : 0,
-                  .sub_group_size = config.zero.sub_group_size},
-                 gpu)
-                 .c_str(),
-             stdout);
+  std::fputs(
+      zt::optim::describe_memory_estimates(model_config, config.zero.stage, config.world_size, compute,
+                                           max_batch, config.max_length, zt::optim::zero_offload(config), gpu)
+          .c_str(),
+      stdout);
   if (config.estimate_memory) return 0;
   const char* backend = launch.under_mpi         ? (gpu ? "processes started by mpirun, one GPU each, NCCL"
                                                         : "processes started by mpirun: one, on the CPU")
@@ -154,8 +146,7 @@ int run(int argc, char** argv) {
                      zt::optim::fitting_settings_hint(model_config, config.zero.stage, config.world_size,
                                                       compute, config.per_device_train_batch_size,
                                                       config.max_length, rank_cap,
-                                                      {.optimizer = config.zero.offload_optimizer.enabled,
-                                                       .param = config.zero.offload_param.enabled}));
+                                                      zt::optim::zero_offload(config)));
   };
   std::vector<zt::optim::EpochRecord> epochs;
   try {

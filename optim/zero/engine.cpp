@@ -148,13 +148,15 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
       static_cast<size_t>(units.front().numel + units.back().numel + 2 * partition.largest_layer_unit());
   ZeroStateBytes b;
   b.compute_copy = (stage == 3 ? shard : psi) * t;
-  b.gradients = (stage <= 1 ? psi : shard) * 4;
+  const bool streamed = offload.optimizer && offload.stream_gradients && stage >= 2;
+  b.gradients = streamed ? 0 : (stage <= 1 ? psi : shard) * 4;
   const size_t master_elems = stage == 0 ? psi : shard;
   // f32 training: the master is the compute copy (stages 0-2: its full buffer, stage 3: its shard).
   b.master = mixed ? master_elems * 4 : 0;
   b.optimizer = 2 * (stage == 0 ? psi : shard) * 4;
-  // World size 1: the reduce-scatter is the identity and backward accumulates into the shard itself.
-  if (stage >= 2 && partition.world_size() > 1) b.buffers += bucket_elems * 4;
+  // World size 1: the reduce-scatter is the identity and backward accumulates into the shard itself, unless
+  // the gradients stream down from the buckets.
+  if (stage >= 2 && (partition.world_size() > 1 || streamed)) b.buffers += bucket_elems * 4;
   if (stage == 3) b.buffers += bucket_elems * t;
   if (offload.optimizer && stage >= 1) {
     b.master = 0;
@@ -244,8 +246,18 @@ struct ZeroEngine::Impl {
   // Stages 2/3 at world size 1: no gradient buckets. The shard is the whole model, so backward accumulates
   // straight into it (as stage 0 does into its full buffer) and the shard is cleared after each step.
   bool direct_gradients = false;
+  // ZeroOffload::stream_gradients (stages 2/3 with offload): no device gradient shard (grads is null); each
+  // unit's final slice goes down from its bucket. On the GPU its sum of squares and non-finite count are
+  // taken then, into unit_stats (one entry per unit, read back once by step()); the CPU backend takes them
+  // in step() from the host copy (after the mean over ranks, as the shard path does).
+  bool streamed = false;
+#ifdef ZT_WITH_CUDA
+  DeviceBuffer unit_stats;
+#endif
   // Whether the gradient buffer is accumulated into by backward and must be zeroed once the step read it.
-  bool gradients_accumulate_in_place() const { return stage <= 1 || direct_gradients; }
+  bool gradients_accumulate_in_place() const {
+    return stage <= 1 || direct_gradients;
+  }
 
   const Arena& master() const {
     ZT_CHECK(!offload, "ZeRO engine: the offloaded master lives in the host store");
@@ -298,7 +310,9 @@ struct ZeroEngine::Impl {
     param_file->prefetch(upcoming);
   }
   // Offload: where block b's gradients are (final after the window's last reduction) and where they go.
-  Tensor device_gradients(const OwnedBlock& b) const { return view(*grads, DType::f32, b.grad, b.numel); }
+  Tensor device_gradients(const OwnedBlock& b) const {
+    return view(*grads, DType::f32, b.grad, b.numel);
+  }
   Tensor host_gradients(const OwnedBlock& b) const {
     return view(*host_grads, DType::f32, b.master, b.numel);
   }
@@ -307,7 +321,10 @@ struct ZeroEngine::Impl {
   // read (host_grads_in_update).
   std::vector<bool> downloaded;  // per unit: its final gradients went down this step
   void download(size_t unit) {
-    copies->down(unit, device_gradients(blocks[unit]), host_gradients(blocks[unit]));
+    download(unit, device_gradients(blocks[unit]));
+  }
+  void download(size_t unit, const Tensor& final_gradients) {
+    copies->down(unit, final_gradients, host_gradients(blocks[unit]));
     downloaded[unit] = true;
   }
   void download_final_gradients(size_t unit) {
@@ -638,10 +655,23 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
           std::make_unique<Arena>("parameter upload", flat_layout(largest_slice(partition_), s.compute),
                                   s.options(MemoryCategory::communication, true));
   }
-  s.grads = std::make_unique<Arena>(
-      "gradients", s.stage <= 1 ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
-      s.options(MemoryCategory::gradients, true));
-  s.direct_gradients = s.stage >= 2 && world_size() == 1;
+  ZT_CHECK(!options.offload.stream_gradients || (s.offload && s.stage >= 2),
+           "stream_gradients needs ZeRO stage 2 or 3 with offload_optimizer (it streams the gradient shard "
+           "to the host), got stage ",
+           s.stage, s.offload ? "" : " without offload");
+  s.streamed = options.offload.stream_gradients;
+  if (!s.streamed) {
+    s.grads = std::make_unique<Arena>(
+        "gradients", s.stage <= 1 ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
+        s.options(MemoryCategory::gradients, true));
+  }
+#ifdef ZT_WITH_CUDA
+  if (s.streamed && s.device == DeviceKind::cuda) {
+    s.unit_stats = device_allocator().allocate(units.size() * sizeof(gpu::GradStats), MemoryCategory::scratch,
+                                               "streamed gradient norm partials");
+  }
+#endif
+  s.direct_gradients = s.stage >= 2 && world_size() == 1 && !s.streamed;
   if (s.stage >= 2 && !s.direct_gradients) {
     auto bucket = [&](const char* name, int64_t n) {
       return std::make_unique<Arena>(name, flat_layout(n, DType::f32),
@@ -804,6 +834,9 @@ void ZeroEngine::begin_backward(bool first, bool last) {
   // Stages 0/1 reduce the gradient buffer in place, which this backward accumulates into (step() waited
   // already after a window's last micro-batch; this covers a backward without a step in between).
   if (impl_->stage <= 1) compute_waits_for_comm();
+  ZT_CHECK(!impl_->streamed || (first && last),
+           "ZeRO offload with streamed gradients (stream_gradients) takes one micro-batch per step; with "
+           "gradient accumulation the gradient shard must stay on the device (stream_gradients false)");
   impl_->first_micro = first;
   impl_->last_micro = last;
 }
@@ -978,6 +1011,17 @@ void ZeroEngine::reduce_unit_gradients(size_t unit) {
       comm_.all_reduce_sum(all, work_comm_stream());
     }
   }
+  if (s.streamed) {  // one micro-batch: the slice is final; down from the bucket, which is zeroed once it
+                     // landed
+#ifdef ZT_WITH_CUDA
+    if (s.device == DeviceKind::cuda)
+      gpu::grad_stats_async(mine, s.unit_stats.data_as<gpu::GradStats>() + unit, work_stream());
+#endif
+    s.download(unit, mine);
+    s.copies->current_stream_waits_down(unit);
+    kernels::fill(all, 0.0f);
+    return;
+  }
   const Tensor accumulator = view(*s.grads, DType::f32, u.shard_begin, u.slice_numel);
   if (s.first_micro) {
     kernels::copy(mine, accumulator);
@@ -1020,27 +1064,36 @@ std::vector<double> all_gather_doubles(Communicator& comm, const std::vector<dou
 // Sum of squares (double) of each gradient slice, and the count of non-finite values over all of them, added
 // to `non_finite`. On the GPU one kernel per slice writes into one device array read back once: a read-back
 // per slice would wait, each time, behind the offload's gradient downloads on the copy engine.
-std::vector<double> sums_of_squares(const std::vector<Tensor>& slices, bool cpu, double& non_finite) {
-  std::vector<double> out(slices.size());
-  if (cpu) {
-    for (size_t i = 0; i < slices.size(); ++i) out[i] = sum_of_squares(host_span(slices[i]));
-    return out;
-  }
 #ifdef ZT_WITH_CUDA
+// The first n per-slice statistics of `results` (written on the rank's stream), read back with one copy;
+// their non-finite counts added to `non_finite`.
+std::vector<double> read_back_grad_stats(const DeviceBuffer& results, size_t n, double& non_finite) {
   const cudaStream_t stream = work_stream();
-  DeviceBuffer results = device_allocator().allocate(slices.size() * sizeof(gpu::GradStats),
-                                                     MemoryCategory::scratch, "gradient norm partials");
-  for (size_t i = 0; i < slices.size(); ++i)
-    gpu::grad_stats_async(slices[i], results.data_as<gpu::GradStats>() + i, stream);
-  std::vector<gpu::GradStats> host(slices.size());
-  ZT_CUDA_CHECK(cudaMemcpyAsync(host.data(), results.data(), host.size() * sizeof(gpu::GradStats),
+  std::vector<gpu::GradStats> host(n);
+  ZT_CUDA_CHECK(cudaMemcpyAsync(host.data(), results.data(), n * sizeof(gpu::GradStats),
                                 cudaMemcpyDeviceToHost, stream));
   ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  for (size_t i = 0; i < slices.size(); ++i) {
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) {
     out[i] = host[i].sum_of_squares;
     non_finite += static_cast<double>(host[i].non_finite);
   }
   return out;
+}
+#endif
+
+std::vector<double> sums_of_squares(const std::vector<Tensor>& slices, bool cpu, double& non_finite) {
+  if (cpu) {
+    std::vector<double> out(slices.size());
+    for (size_t i = 0; i < slices.size(); ++i) out[i] = sum_of_squares(host_span(slices[i]));
+    return out;
+  }
+#ifdef ZT_WITH_CUDA
+  DeviceBuffer results = device_allocator().allocate(slices.size() * sizeof(gpu::GradStats),
+                                                     MemoryCategory::scratch, "gradient norm partials");
+  for (size_t i = 0; i < slices.size(); ++i)
+    gpu::grad_stats_async(slices[i], results.data_as<gpu::GradStats>() + i, work_stream());
+  return read_back_grad_stats(results, slices.size(), non_finite);
 #else
   ZT_FAIL("CUDA training needs a CUDA build");
 #endif
@@ -1068,8 +1121,10 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   if (cpu && W > 1) {
     const auto w = static_cast<float>(W);
     for (const OwnedBlock& b : s.blocks) {
-      const Tensor grad = grad_block(b);
-      for (float& x : host_span(grad)) x /= w;
+      if (!s.streamed) {
+        const Tensor grad = grad_block(b);
+        for (float& x : host_span(grad)) x /= w;
+      }
       if (s.offload && s.downloaded[b.unit]) {
         const Tensor host_grad = s.host_gradients(b);
         for (float& x : host_span(host_grad)) x /= w;
@@ -1087,9 +1142,23 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
         slices.push_back(view(*s.grads, DType::f32, partition_.slice_begin(u, r), units[u].slice_numel));
     sums = sums_of_squares(slices, cpu, non_finite);
   } else {
-    std::vector<Tensor> blocks;
-    for (size_t u = 0; u < U; ++u) blocks.push_back(grad_block(s.blocks[u]));
-    std::vector<double> local = sums_of_squares(blocks, cpu, non_finite);
+    std::vector<double> local;
+    if (s.streamed) {  // the slices went down from the buckets: the host copies, or the partials taken then
+      // (step 5 checks that every unit's went down)
+      if (cpu) {
+        std::vector<Tensor> host_blocks;
+        for (const OwnedBlock& b : s.blocks) host_blocks.push_back(s.host_gradients(b));
+        local = sums_of_squares(host_blocks, true, non_finite);
+      } else {
+#ifdef ZT_WITH_CUDA
+        local = read_back_grad_stats(s.unit_stats, U, non_finite);
+#endif
+      }
+    } else {
+      std::vector<Tensor> blocks;
+      for (size_t u = 0; u < U; ++u) blocks.push_back(grad_block(s.blocks[u]));
+      local = sums_of_squares(blocks, cpu, non_finite);
+    }
     local.push_back(non_finite);
     if (W == 1) {
       sums.assign(local.begin(), local.begin() + static_cast<std::ptrdiff_t>(U));

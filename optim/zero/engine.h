@@ -119,6 +119,13 @@ struct ZeroOffload {
   // records go sub-group by sub-group, so the disk tier's host buffers are buffer_count x the largest
   // sub-group x 12 bytes. Element-wise AdamW: the cut changes no result. Nothing without offload.optimizer.
   int64_t sub_group_size = 1'000'000'000;
+  // Stages 2/3 with optimizer offload and one micro-batch per step (no gradient accumulation): each unit's
+  // final gradient slice goes down to the host straight from its gradient bucket, its sum of squares taken
+  // on the way, and the bucket is zeroed for reuse once the copy has landed — the device keeps no f32
+  // gradient shard (3.3 GiB at xlarge, 23 GiB at 6.2 B parameters), only the buckets (the embeddings',
+  // the shared unit's and two layers'), also at world size 1. Same values and the same norm as the shard
+  // path, bit for bit. With accumulation the shard sums the micro-batches on the device (false).
+  bool stream_gradients = false;
 };
 
 // The disk tier (DeepSpeed's offload_optimizer device nvme, ZeRO-Infinity): with offload.optimizer, the

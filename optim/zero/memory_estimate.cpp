@@ -138,6 +138,18 @@ int64_t largest_fitting_batch(const DebertaConfig& model, int stage, int world_s
 
 }  // namespace
 
+// The run's offload as it would apply at `stage`: nothing at stage 0, parameters only at stage 3, the
+// streamed gradients only at stages 2/3 (the disk tier and the delayed update change only the host side).
+namespace {
+ZeroOffload offload_at_stage(const ZeroOffload& run, int stage) {
+  if (stage == 0) return {};
+  ZeroOffload at = run;
+  at.param = run.param && stage == 3;
+  at.stream_gradients = run.optimizer && run.stream_gradients && stage >= 2;
+  return at;
+}
+}  // namespace
+
 std::string fitting_settings_hint(const DebertaConfig& model, int stage, int world_size, DType compute,
                                   int64_t batch, int64_t max_length, size_t cap_bytes, ZeroOffload offload) {
   const double budget = static_cast<double>(cap_bytes) * (1.0 - kOomHeadroom);
@@ -148,8 +160,7 @@ std::string fitting_settings_hint(const DebertaConfig& model, int stage, int wor
   const int64_t limit = std::max<int64_t>(4 * batch, 1024);
   int64_t previous = -1;
   for (int s = stage; s <= 3; ++s) {
-    const ZeroOffload at_stage =
-        s == 0 ? ZeroOffload{} : ZeroOffload{offload.optimizer, offload.param && s == 3};
+    const ZeroOffload at_stage = offload_at_stage(offload, s);
     const int64_t b =
         largest_fitting_batch(model, s, world_size, compute, max_length, at_stage, budget, limit);
     if (s > stage && b <= previous) continue;  // a higher stage that allows no larger batch is no advice
@@ -158,8 +169,7 @@ std::string fitting_settings_hint(const DebertaConfig& model, int stage, int wor
     previous = b;
   }
   for (int s = 0; s <= 3; ++s) {
-    const ZeroOffload at_stage =
-        s == 0 ? ZeroOffload{} : ZeroOffload{offload.optimizer, offload.param && s == 3};
+    const ZeroOffload at_stage = offload_at_stage(offload, s);
     if (static_cast<double>(
             estimate_memory(model, s, world_size, compute, batch, max_length, at_stage).total()) <= budget) {
       if (s != stage) out << "\n    batch " << batch << " fits from ZeRO stage " << s;
@@ -193,14 +203,18 @@ std::string describe_memory_estimates(const DebertaConfig& model, int run_stage,
                                  : run_offload.disk_buffers > 0 ? str(run_stage, " +nvme both")
                                                                 : str(run_stage, " +nvme params");
   const Row disk_row{run_stage, run_offload, disk_label.c_str()};
+  // The offload rows stream gradients as the run would (no accumulation).
+  const ZeroOffload opt{.optimizer = true, .stream_gradients = run_offload.stream_gradients};
+  ZeroOffload both = opt;
+  both.param = true;
   const Row rows[] = {{0, {}, "0"},
                       {1, {}, "1"},
                       {2, {}, "2"},
                       {3, {}, "3"},
-                      {1, {.optimizer = true}, "1 +offload opt"},
-                      {2, {.optimizer = true}, "2 +offload opt"},
-                      {3, {.optimizer = true}, "3 +offload opt"},
-                      {3, {.optimizer = true, .param = true}, "3 +offload both"}};
+                      {1, offload_at_stage(opt, 1), "1 +offload opt"},
+                      {2, offload_at_stage(opt, 2), "2 +offload opt"},
+                      {3, offload_at_stage(opt, 3), "3 +offload opt"},
+                      {3, offload_at_stage(both, 3), "3 +offload both"}};
   std::vector<Row> all(std::begin(rows), std::end(rows));
   if (run_offload.disk_buffers > 0 || param_disk) all.push_back(disk_row);
   for (const Row& row : all) {

@@ -74,6 +74,13 @@ void OffloadCopies::wait_down(size_t block) {
 #endif
 }
 
+void OffloadCopies::current_stream_waits_down(size_t block) {
+  if (!streams_) return;  // synchronous: the copy is done
+#ifdef ZT_WITH_CUDA
+  ZT_CUDA_CHECK(cudaStreamWaitEvent(current_stream(), streams_->block_arrived.at(block).get(), 0));
+#endif
+}
+
 void OffloadCopies::up(const Tensor& host_src, const Tensor& device_dst) {
   if (!streams_) {
     copy_tensor(host_src, device_dst);

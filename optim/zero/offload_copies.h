@@ -7,6 +7,9 @@
 //                                (block k's reduction), queues the copy, records block k's event; called
 //                                from gradients_ready, so downloads overlap the rest of backward
 //                  wait_down(k)  the host blocks until block k's gradients are in host memory
+//                  current_stream_waits_down(k)
+//                                the calling thread's stream waits for block k's download (without the
+//                                host): the streamed gradients' bucket is zeroed for reuse only after it
 //                  up(...)       queued on the up stream (H2D engines run beside the D2H ones)
 //                  join()        the rank's stream waits for both copy streams: nothing reads the
 //                                parameters or rewrites the gradients before the copies are done
@@ -36,6 +39,7 @@ class OffloadCopies {
   bool pipelined() const { return streams_ != nullptr; }
   void down(size_t block, const Tensor& device_src, const Tensor& host_dst);
   void wait_down(size_t block);
+  void current_stream_waits_down(size_t block);
   void up(const Tensor& host_src, const Tensor& device_dst);
   void join();
   // The host waits for the up copies queued so far (their host sources may then be rewritten).

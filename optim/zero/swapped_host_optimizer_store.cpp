@@ -46,4 +46,19 @@ std::optional<ZeroParamDiskTier> zero_param_disk_tier(const TrainConfig& config)
                            .direct = DirectIoMode::automatic};
 }
 
+ZeroOffload zero_offload(const TrainConfig& config) {
+  const bool optimizer = config.zero.offload_optimizer.enabled;
+  const NvmeOffloadSettings& nvme = config.zero.offload_optimizer.nvme;
+  return {.optimizer = optimizer,
+          .param = config.zero.offload_param.enabled,
+          .pipelined = true,
+          .delayed_update = config.offload_delayed_update,
+          .disk_buffers = nvme.enabled ? static_cast<int>(nvme.buffer_count) : 0,
+          .param_disk_buffers = config.zero.offload_param.nvme.enabled
+                                    ? static_cast<int>(config.zero.offload_param.nvme.buffer_count)
+                                    : 0,
+          .sub_group_size = config.zero.sub_group_size,
+          .stream_gradients = optimizer && config.zero.stage >= 2 && config.gradient_accumulation_steps == 1};
+}
+
 }  // namespace zt::optim

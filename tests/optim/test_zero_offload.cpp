@@ -60,6 +60,18 @@ TEST(ZeroOffload, StateBytesMoveMasterAndMomentsToTheHost) {
     const ZeroStateBytes both = zero_state_bytes(part, 3, DType::bf16, {.optimizer = true, .param = true});
     EXPECT_EQ(both.compute_copy, 0u);
     EXPECT_EQ(both.host_parameters, 2 * shard);
+    // Streamed gradients: no device gradient shard, the four buckets instead (also at world size 1).
+    for (int stage = 2; stage <= 3; ++stage) {
+      const ZeroStateBytes kept = zero_state_bytes(part, stage, DType::bf16, {.optimizer = true});
+      const ZeroStateBytes streamed =
+          zero_state_bytes(part, stage, DType::bf16, {.optimizer = true, .stream_gradients = true});
+      const auto& units = part.units();
+      const auto buckets =
+          4 * static_cast<size_t>(units.front().numel + units.back().numel + 2 * part.largest_layer_unit());
+      EXPECT_EQ(streamed.gradients, 0u);
+      EXPECT_EQ(streamed.buffers, kept.buffers + (world == 1 ? buckets : 0)) << "stage " << stage;
+      EXPECT_EQ(streamed.host_total(), kept.host_total());
+    }
   }
 }
 
@@ -105,6 +117,18 @@ TEST(ZeroOffload, EngineStepEqualsTheNonOffloadedStep) {
                            DeviceKind::cpu, DType::f32, 3,
                            {.optimizer = true, .param = true, .delayed_update = true}, 4))
           << "stage 3 delayed with offload_param";
+    }
+    // Streamed gradients (stages 2/3): down from the buckets, the norm from the host copy; with the delayed
+    // update, offload_param and sub-groups that cut everything.
+    if (stage >= 2) {
+      for (ZeroOffload streamed :
+           {ZeroOffload{.optimizer = true, .param = stage == 3},
+            ZeroOffload{.optimizer = true, .delayed_update = true, .sub_group_size = 7}}) {
+        streamed.stream_gradients = true;
+        EXPECT_EQ(plain,
+                  testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, stage, streamed, 4))
+            << "stage " << stage << " streamed gradients, delayed " << streamed.delayed_update;
+      }
     }
     // sub_group_size: the CPU update (and the load and gather of the master) sub-group by sub-group, with
     // sub-groups that cut tensors, weight-decay ranges and units anywhere (7 elements), or a few per unit.
@@ -205,6 +229,26 @@ TEST(ZeroOffload, ResidentStoreHandsOutOneBlockAtATime) {
   store.release(1, false);
   EXPECT_THROW(store.acquire(2), Error);
   EXPECT_THROW(ResidentHostOptimizerStore({{30, 6}}, 32, MemoryKind::host), Error);
+}
+
+// Streamed gradients need a sharded gradient at stage 2/3 with offload, and one micro-batch per step.
+TEST(ZeroOffload, StreamedGradientsRefuseStageOneAndAccumulation) {
+  EXPECT_NE(engine_error({.stage = 1, .offload = {.optimizer = true, .stream_gradients = true}})
+                .find("stream_gradients needs ZeRO stage 2 or 3 with offload_optimizer"),
+            std::string::npos);
+  EXPECT_NE(engine_error({.stage = 2, .offload = {.stream_gradients = true}}).find("without offload"),
+            std::string::npos);
+  const DebertaConfig config = tiny_config();
+  const ParameterTable table(config);
+  auto comms = make_in_process_group(1);
+  ZeroEngine engine(table, config, *comms[0],
+                    {.stage = 2, .offload = {.optimizer = true, .stream_gradients = true}});
+  try {
+    engine.begin_backward(true, false);
+    ADD_FAILURE() << "accumulation with streamed gradients should be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("one micro-batch per step"), std::string::npos) << e.message();
+  }
 }
 
 TEST(ZeroOffload, BadPlansAreRefusedBeforeAllocation) {

@@ -49,6 +49,17 @@ TEST(ZeroOffloadGpu, OffloadedStepsEqualDeviceStepsBitForBit) {
             << dtype_name(compute) << " stage 3 with offload_param nvme";
         std::filesystem::remove_all(dir);
       }
+      // Streamed gradients (stages 2/3): each unit's slice goes down from its bucket (the copy stream waits
+      // for the bucket's writes; the bucket is zeroed only after the copy landed), the norm from the
+      // per-unit partials taken on the way: the same bits, pipelined or not.
+      for (const bool pipelined : {false, true}) {
+        if (stage < 2) break;
+        ZeroOffload streamed{.optimizer = true, .param = stage == 3, .pipelined = pipelined};
+        streamed.stream_gradients = true;
+        EXPECT_EQ(device, testing::train_with_synthetic_gradients(DeviceKind::cuda, compute, stage, streamed,
+                                                                  5, true))
+            << dtype_name(compute) << " stage " << stage << " streamed gradients, pipelined " << pipelined;
+      }
       // sub_group_size: the CPU update sub-group by sub-group writes the 16-bit staging in slices (the
       // CPU backend trains in f32 only, so only here are the bf16/f16 slices checked).
       ZeroOffload sub_grouped{.optimizer = true, .param = stage == 3};

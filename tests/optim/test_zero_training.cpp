@@ -159,6 +159,18 @@ TEST_P(ZeroOffloadTraining, EqualsTheSameStageWithoutOffloadBitForBit) {
                                   .max_grad_norm = 0.01});
       EXPECT_TRUE(bitwise_equal(plain, both)) << "stage 3 with offload_param, world " << world;
     }
+    // One micro-batch per step: at stages 2/3 the gradients stream down from the buckets (no device
+    // shard; ZeroOffload::stream_gradients, which the trainer sets without accumulation).
+    if (stage >= 2) {
+      const RunResult single = run({.stage = stage, .world = world, .steps = 6, .max_grad_norm = 0.01});
+      const RunResult streamed = run({.stage = stage,
+                                      .world = world,
+                                      .steps = 6,
+                                      .offload_optimizer = true,
+                                      .offload_param = stage == 3,
+                                      .max_grad_norm = 0.01});
+      EXPECT_TRUE(bitwise_equal(single, streamed)) << "stage " << stage << " world " << world << ", streamed";
+    }
   }
 }
 
