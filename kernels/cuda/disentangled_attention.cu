@@ -31,19 +31,33 @@
 //             uses the f32 buffers directly; without dropout P~ is probs itself); Gc and Gp,
 //             N*B*L*Wp*sizeof(T) each
 //   plus the mask as bytes [B, L]; the index tables (int32, 2L - 1 + 2W) are cached per length.
+//
+// The fused forward (fused_disentangled_attention.cuh) replaces the forward's GEMMs, scratch and softmax
+// kernel by one kernel per (b, h, 32-query tile) for bf16/f16 with d in {16, 32, 64, 128} and L <= 512;
+// its scratch is the mask bytes only. disentangled_attention_forward takes it when ZT_FUSED_ATTENTION=1
+// (off by default: not yet run on a GPU) and it supports the arguments; the backward is the same for both.
 #include "kernels/cuda/disentangled_attention.cuh"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <string_view>
+#include <tuple>
 #include <type_traits>
+#include <vector>
 
+#include "kernels/cuda/fused_disentangled_attention.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/relative_position.cuh"
 #include "kernels/gemm.h"
 #include "kernels/philox.h"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
+#include "runtime/log.h"
 #include "runtime/step_profile.h"
 
 namespace zt::kernels::gpu {
@@ -594,7 +608,119 @@ size_t positional_elements(const AttentionShape& s) {
   return static_cast<size_t>(s.heads * s.batch * s.length * s.window_pitch);
 }
 
+// ---- the fused forward's host side (kernel: fused_disentangled_attention.cu) ----
+
+// Whether every (32-query tile, 32-key chunk) of the fused kernel reaches at most kFusedSliceRows window
+// rows: c(i, j) over any 63 consecutive relative positions spans at most 64 rows. True whenever the
+// bucketing moves by at most one row per unit of i - j; evaluated with the host's c2p_index (the fp32 logs
+// the index tables use), once per (bucketing, L) and cached.
+bool fused_slices_cover_chunks(const RelativePositionConfig& positions, int64_t length) {
+  using Key = std::tuple<int64_t, int64_t, int64_t>;
+  static std::mutex mutex;
+  static auto* cache = new std::map<Key, bool>;  // never destroyed, like the index-table cache
+  const std::lock_guard<std::mutex> lock(mutex);
+  const Key key{positions.position_buckets, positions.max_relative_positions, length};
+  if (const auto it = cache->find(key); it != cache->end()) return it->second;
+  const int64_t diagonals = 2 * length - 1;
+  std::vector<int64_t> row(static_cast<size_t>(diagonals));
+  for (int64_t t = 0; t < diagonals; ++t) row[static_cast<size_t>(t)] = c2p_index(t - (length - 1), 0, positions);
+  constexpr int64_t kWidest = kFusedTileRows + kFusedKeyChunk - 2;  // largest i - j difference in a chunk
+  bool covers = true;
+  for (int64_t t = 0; t < diagonals && covers; ++t) {
+    const int64_t last = t + kWidest < diagonals - 1 ? t + kWidest : diagonals - 1;
+    covers = row[static_cast<size_t>(last)] - row[static_cast<size_t>(t)] < kFusedSliceRows;
+  }
+  cache->emplace(key, covers);
+  return covers;
+}
+
+// The fused forward for arguments that passed plan_attention and fused_attention_forward_unsupported.
+void run_fused_forward(const Plan& plan, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+                       const Tensor& pos_query, const Tensor& attention_mask,
+                       const DisentangledAttentionConfig& config, const Tensor& context, const Tensor& probs,
+                       cudaStream_t stream) {
+  const AttentionShape& s = plan.shape;
+  const DeviceBuffer keep = make_keep(attention_mask, s.batch * s.length, stream);
+  FusedAttentionParams p;
+  if (s.c2p || s.p2c) {
+    const RelativeIndexTables tables = relative_index_tables(config.positions, s.length, stream);
+    p.diagonal = tables.diagonal;
+    p.window = static_cast<int>(tables.window);
+    const int64_t row_offset = tables.window_begin * s.features * static_cast<int64_t>(dtype_size(plan.dtype));
+    if (s.c2p) p.pos_key_window = static_cast<const char*>(pos_key.data()) + row_offset;
+    if (s.p2c) p.pos_query_window = static_cast<const char*>(pos_query.data()) + row_offset;
+  }
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.keep = keep.data_as<uint8_t>();
+  p.context = context.data();
+  p.probs = probs.data();
+  p.batch = static_cast<int>(s.batch);
+  p.length = static_cast<int>(s.length);
+  p.features = static_cast<int>(s.features);
+  p.heads = static_cast<int>(s.heads);
+  p.head_size = static_cast<int>(s.head_size);
+  p.c2p = s.c2p;
+  p.p2c = s.p2c;
+  p.dropout = s.dropout;
+  p.inverse_scale = s.inverse_scale;
+  p.dropout_p = s.dropout_p;
+  p.kept_scale = s.kept_scale;
+  p.seed = s.seed;
+  p.site_id = s.site_id;
+  launch_fused_attention_forward(p, plan.dtype, stream);
+}
+
 }  // namespace
+
+const char* fused_attention_forward_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const Tensor& pos_key, const Tensor& pos_query,
+                                                const Tensor& context, const DisentangledAttentionConfig& config) {
+  if (q.dtype() != DType::bf16 && q.dtype() != DType::f16) return "the storage dtype is not bf16 or f16";
+  if (q.rank() != 3 || config.num_heads <= 0 || q.dim(2) % config.num_heads != 0)
+    return "q is not [B, L, D] with D a multiple of num_heads";
+  const int64_t length = q.dim(1), head_size = q.dim(2) / config.num_heads;
+  if (!fused_attention_head_size_supported(head_size)) return "the head size is not 16, 32, 64 or 128";
+  if (length > kFusedMaxLength) return "the sequence length is over 512";
+  if (q.dim(0) * config.num_heads > 65535) return "B * num_heads is over 65535";
+  if (fused_attention_shared_bytes(length, head_size, q.dtype()) > kFusedMaxSharedBytes)
+    return "the CTA's shared memory is over its budget";
+  using cuda_detail::is_aligned16;
+  if (!is_aligned16(q.data()) || !is_aligned16(k.data()) || !is_aligned16(v.data()) ||
+      !is_aligned16(context.data()) || (config.c2p && !is_aligned16(pos_key.data())) ||
+      (config.p2c && !is_aligned16(pos_query.data())))
+    return "a tensor is not 16-byte aligned";
+  if ((config.c2p || config.p2c) && length >= 1 && !fused_slices_cover_chunks(config.positions, length))
+    return "the bucketing reaches more than 64 table rows over 63 relative positions";
+  return nullptr;
+}
+
+bool fused_attention_forward_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("ZT_FUSED_ATTENTION");
+    const std::string_view text = value == nullptr ? std::string_view() : std::string_view(value);
+    ZT_CHECK(text.empty() || text == "0" || text == "1", "ZT_FUSED_ATTENTION must be 0 or 1, got '", text,
+             "'");
+    if (text == "1") ZT_LOG(info) << "ZT_FUSED_ATTENTION=1: the fused attention forward runs where supported";
+    return text == "1";
+  }();
+  return enabled;
+}
+
+void fused_disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& pos_key, const Tensor& pos_query,
+                                          const Tensor& attention_mask, const DisentangledAttentionConfig& config,
+                                          const Tensor& context, const Tensor& probs, cudaStream_t stream) {
+  constexpr const char* op = "fused_disentangled_attention_forward";
+  const Plan plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
+  check_tensor(context, plan.dtype, q.shape(), op, "context");
+  check_probs(probs, plan.dtype, plan.shape, op);
+  if (plan.shape.batch == 0 || plan.shape.length == 0 || plan.shape.features == 0) return;
+  const char* unsupported = fused_attention_forward_unsupported(q, k, v, pos_key, pos_query, context, config);
+  ZT_CHECK(unsupported == nullptr, op, ": not supported here: ", unsupported);
+  run_fused_forward(plan, q, k, v, pos_key, pos_query, attention_mask, config, context, probs, stream);
+}
 
 void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
                                     const Tensor& pos_query, const Tensor& attention_mask,
@@ -607,6 +733,21 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   check_tensor(context, T, q.shape(), op, "context");
   check_probs(probs, T, s, op);
   if (s.batch == 0 || s.length == 0 || s.features == 0) return;
+  // The fused forward where it is switched on (ZT_FUSED_ATTENTION=1; off by default until it has been
+  // validated and timed on a GPU) and supports the arguments (bf16/f16, d in {16, 32, 64, 128}, L <= 512,
+  // ...): everything below is the unfused path, kept intact for f32, other shapes and the A/B comparison.
+  if (fused_attention_forward_enabled()) {
+    const char* unsupported = fused_attention_forward_unsupported(q, k, v, pos_key, pos_query, context, config);
+    if (unsupported == nullptr) {
+      run_fused_forward(plan, q, k, v, pos_key, pos_query, attention_mask, config, context, probs, stream);
+      StepProfile::global().mark("attn.fwd.fused");
+      return;
+    }
+    static std::atomic<bool> told{false};
+    if (!told.exchange(true))
+      ZT_LOG(info) << "ZT_FUSED_ATTENTION=1 but " << unsupported << " (" << q.describe()
+                   << "): the unfused attention forward runs (said once)";
+  }
   const int64_t L = s.length, d = s.head_size, BL = s.batch * s.length;
 
   const DeviceBuffer keep = make_keep(attention_mask, BL, stream);

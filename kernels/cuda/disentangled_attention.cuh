@@ -16,6 +16,25 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
                                     const DisentangledAttentionConfig& config, const Tensor& context,
                                     const Tensor& probs, cudaStream_t stream);
 
+// The fused forward (kernels/cuda/fused_disentangled_attention.cuh): the same contract and results as
+// disentangled_attention_forward (P within the dtype's tolerance, the identical dropout keep pattern) with
+// one kernel per (b, h, 32-query tile) and no score scratch in HBM. Supported: bf16/f16 storage, head size
+// 16, 32, 64 or 128, 1 <= L <= 512, 16-byte aligned tensors, B * N <= 65535 and a bucketing whose 63
+// consecutive relative positions reach at most 64 table rows. fused_attention_forward_unsupported returns
+// why not (a phrase) or nullptr; fused_disentangled_attention_forward throws with that reason.
+const char* fused_attention_forward_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const Tensor& pos_key, const Tensor& pos_query,
+                                                const Tensor& context, const DisentangledAttentionConfig& config);
+void fused_disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& pos_key, const Tensor& pos_query,
+                                          const Tensor& attention_mask, const DisentangledAttentionConfig& config,
+                                          const Tensor& context, const Tensor& probs, cudaStream_t stream);
+
+// Whether disentangled_attention_forward routes supported shapes through the fused forward: the environment
+// variable ZT_FUSED_ATTENTION, read once per process — "1" on; unset, empty or "0" off (the default until
+// the fused kernel has been validated and timed on a GPU); anything else is an error naming the value.
+bool fused_attention_forward_enabled();
+
 void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
                                      const Tensor& pos_query, const Tensor& attention_mask,
                                      const Tensor& probs, const Tensor& dcontext,
