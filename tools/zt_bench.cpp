@@ -61,6 +61,7 @@
 #include "kernels/arg_checks.h"
 #include "kernels/conv1d.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/cuda/disentangled_attention.cuh"
 #include "kernels/disentangled_attention.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
@@ -580,6 +581,12 @@ struct Attention {
     kernels::disentangled_attention_forward(t[q], t[k], t[v], t[pos_key], t[pos_query], t[mask], config,
                                             t[context], t[probs]);
   }
+  // The fused kernel on the GPU whatever ZT_FUSED_ATTENTION says; the CPU reference on the CPU side.
+  void forward_fused(const Args& t, bool on_gpu) const {
+    if (!on_gpu) return forward(t);
+    kernels::gpu::fused_disentangled_attention_forward(t[q], t[k], t[v], t[pos_key], t[pos_query], t[mask], config,
+                                                       t[context], t[probs], kStream);
+  }
 };
 
 // flops = B N (4 L^2 d + 2 * 2 L W d): Q K^T and P~ V, and the c2p and p2c score GEMMs.
@@ -590,6 +597,18 @@ Setup attention_forward(Env& e, const Dims& d) {
                2.0 * (4.0 * d.R() * d.D + a.tables) + 8.0 * d.R() + 2.0 * a.bn * a.L * a.L,
                a.bn * (4.0 * a.L * a.L * a.d + 4.0 * a.L * a.W * a.d),
                [=](const Args& t, bool) { a.forward(t); });
+}
+
+// The fused forward (kernels/cuda/fused_disentangled_attention.cuh) at the same shape, traffic and flops
+// (the flops it spends on the table slices each chunk reaches are not counted, as the unfused path's
+// padded window is not). Beside attention_forward so that --only attention shows both; attention_forward
+// itself takes the fused path too when ZT_FUSED_ATTENTION=1.
+Setup attention_forward_fused(Env& e, const Dims& d) {
+  const Attention a(e, d, false);
+  return Setup(str(e.desc("q", a.q), " ", e.desc("rel", a.pos_key), " h", d.N),
+               2.0 * (4.0 * d.R() * d.D + a.tables) + 8.0 * d.R() + 2.0 * a.bn * a.L * a.L,
+               a.bn * (4.0 * a.L * a.L * a.d + 4.0 * a.L * a.W * a.d),
+               [=](const Args& t, bool on_gpu) { a.forward_fused(t, on_gpu); });
 }
 
 // flops = B N (8 L^2 d + 4 * 2 L W d): dV, dP, dQ, dK (one L^2 d GEMM each way), and per positional term
@@ -725,6 +744,7 @@ const Kernel kKernels[] = {
     {"cross_entropy_forward", "f32", f32, cross_entropy_forward},
     {"cross_entropy_backward", "f32", f32, cross_entropy_backward},
     {"attention_forward", "bf16", bf16, attention_forward},
+    {"attention_forward_fused", "bf16", bf16, attention_forward_fused},
     {"attention_backward", "bf16", bf16, attention_backward},
     {"conv1d_forward", "bf16", bf16, conv1d_forward},
     {"conv1d_backward", "bf16/f32 dW", bf16, conv1d_backward},
