@@ -584,8 +584,8 @@ struct Attention {
   // The fused kernel on the GPU whatever ZT_FUSED_ATTENTION says; the CPU reference on the CPU side.
   void forward_fused(const Args& t, bool on_gpu) const {
     if (!on_gpu) return forward(t);
-    kernels::gpu::fused_disentangled_attention_forward(t[q], t[k], t[v], t[pos_key], t[pos_query], t[mask], config,
-                                                       t[context], t[probs], kStream);
+    kernels::gpu::fused_disentangled_attention_forward(t[q], t[k], t[v], t[pos_key], t[pos_query], t[mask],
+                                                       config, t[context], t[probs], kStream);
   }
 };
 

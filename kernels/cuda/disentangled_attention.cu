@@ -623,7 +623,8 @@ bool fused_slices_cover_chunks(const RelativePositionConfig& positions, int64_t 
   if (const auto it = cache->find(key); it != cache->end()) return it->second;
   const int64_t diagonals = 2 * length - 1;
   std::vector<int64_t> row(static_cast<size_t>(diagonals));
-  for (int64_t t = 0; t < diagonals; ++t) row[static_cast<size_t>(t)] = c2p_index(t - (length - 1), 0, positions);
+  for (int64_t t = 0; t < diagonals; ++t)
+    row[static_cast<size_t>(t)] = c2p_index(t - (length - 1), 0, positions);
   constexpr int64_t kWidest = kFusedTileRows + kFusedKeyChunk - 2;  // largest i - j difference in a chunk
   bool covers = true;
   for (int64_t t = 0; t < diagonals && covers; ++t) {
@@ -635,8 +636,8 @@ bool fused_slices_cover_chunks(const RelativePositionConfig& positions, int64_t 
 }
 
 // The fused forward for arguments that passed plan_attention and fused_attention_forward_unsupported.
-void run_fused_forward(const Plan& plan, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
-                       const Tensor& pos_query, const Tensor& attention_mask,
+void run_fused_forward(const Plan& plan, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Tensor& pos_key, const Tensor& pos_query, const Tensor& attention_mask,
                        const DisentangledAttentionConfig& config, const Tensor& context, const Tensor& probs,
                        cudaStream_t stream) {
   const AttentionShape& s = plan.shape;
@@ -646,7 +647,8 @@ void run_fused_forward(const Plan& plan, const Tensor& q, const Tensor& k, const
     const RelativeIndexTables tables = relative_index_tables(config.positions, s.length, stream);
     p.diagonal = tables.diagonal;
     p.window = static_cast<int>(tables.window);
-    const int64_t row_offset = tables.window_begin * s.features * static_cast<int64_t>(dtype_size(plan.dtype));
+    const int64_t row_offset =
+        tables.window_begin * s.features * static_cast<int64_t>(dtype_size(plan.dtype));
     if (s.c2p) p.pos_key_window = static_cast<const char*>(pos_key.data()) + row_offset;
     if (s.p2c) p.pos_query_window = static_cast<const char*>(pos_query.data()) + row_offset;
   }
@@ -676,7 +678,8 @@ void run_fused_forward(const Plan& plan, const Tensor& q, const Tensor& k, const
 
 const char* fused_attention_forward_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
                                                 const Tensor& pos_key, const Tensor& pos_query,
-                                                const Tensor& context, const DisentangledAttentionConfig& config) {
+                                                const Tensor& context,
+                                                const DisentangledAttentionConfig& config) {
   if (q.dtype() != DType::bf16 && q.dtype() != DType::f16) return "the storage dtype is not bf16 or f16";
   if (q.rank() != 3 || config.num_heads <= 0 || q.dim(2) % config.num_heads != 0)
     return "q is not [B, L, D] with D a multiple of num_heads";
@@ -710,8 +713,9 @@ bool fused_attention_forward_enabled() {
 
 void fused_disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                           const Tensor& pos_key, const Tensor& pos_query,
-                                          const Tensor& attention_mask, const DisentangledAttentionConfig& config,
-                                          const Tensor& context, const Tensor& probs, cudaStream_t stream) {
+                                          const Tensor& attention_mask,
+                                          const DisentangledAttentionConfig& config, const Tensor& context,
+                                          const Tensor& probs, cudaStream_t stream) {
   constexpr const char* op = "fused_disentangled_attention_forward";
   const Plan plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
   check_tensor(context, plan.dtype, q.shape(), op, "context");
@@ -737,7 +741,8 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   // validated and timed on a GPU) and supports the arguments (bf16/f16, d in {16, 32, 64, 128}, L <= 512,
   // ...): everything below is the unfused path, kept intact for f32, other shapes and the A/B comparison.
   if (fused_attention_forward_enabled()) {
-    const char* unsupported = fused_attention_forward_unsupported(q, k, v, pos_key, pos_query, context, config);
+    const char* unsupported =
+        fused_attention_forward_unsupported(q, k, v, pos_key, pos_query, context, config);
     if (unsupported == nullptr) {
       run_fused_forward(plan, q, k, v, pos_key, pos_query, attention_mask, config, context, probs, stream);
       StepProfile::global().mark("attn.fwd.fused");

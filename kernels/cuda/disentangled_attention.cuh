@@ -24,11 +24,13 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
 // why not (a phrase) or nullptr; fused_disentangled_attention_forward throws with that reason.
 const char* fused_attention_forward_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
                                                 const Tensor& pos_key, const Tensor& pos_query,
-                                                const Tensor& context, const DisentangledAttentionConfig& config);
+                                                const Tensor& context,
+                                                const DisentangledAttentionConfig& config);
 void fused_disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                           const Tensor& pos_key, const Tensor& pos_query,
-                                          const Tensor& attention_mask, const DisentangledAttentionConfig& config,
-                                          const Tensor& context, const Tensor& probs, cudaStream_t stream);
+                                          const Tensor& attention_mask,
+                                          const DisentangledAttentionConfig& config, const Tensor& context,
+                                          const Tensor& probs, cudaStream_t stream);
 
 // Whether disentangled_attention_forward routes supported shapes through the fused forward: the environment
 // variable ZT_FUSED_ATTENTION, read once per process — "1" on; unset, empty or "0" off (the default until

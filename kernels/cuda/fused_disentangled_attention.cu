@@ -5,7 +5,8 @@
 //        S[t, j]   = Q_t . K_j                         (wmma, into the tile's f32 score rows)
 //        C2P[t, r] = Q_t . PK_{r_lo + r}               (wmma, [32, 64] f32, r < 64)
 //        P2C[u, r] = K_{j0 + u} . PQ_{r_lo + r}        (wmma, [32, 64] f32)
-//      with r_lo = c(i0, j_last), the lowest window row the chunk reaches (c(i, j) is monotone in i - j), then
+//      with r_lo = c(i0, j_last), the lowest window row the chunk reaches (c(i, j) is monotone in i - j),
+//      then
 //        a(i, j) = ((S + C2P[t, c(i,j) - r_lo]) + P2C[j - j0, c(i,j) - r_lo]) / s, or finfo(f32).min unless
 //        m_i m_j — the unfused kernel's sum, in its order.
 //   2. Softmax, a warp per row (lane: keys 128 c + 4 lane + q, as the unfused kernel, so one Philox block
@@ -115,8 +116,8 @@ __device__ __forceinline__ void load_rows(T* __restrict__ dst, int pitch, const 
   constexpr int kPacksPerRow = kD * static_cast<int>(sizeof(T)) / 16;
   for (int idx = static_cast<int>(threadIdx.x); idx < total_rows * kPacksPerRow; idx += kFusedThreads) {
     const int row = idx / kPacksPerRow, column = (idx % kPacksPerRow) * (16 / static_cast<int>(sizeof(T)));
-    const uint4 value =
-        row < valid_rows ? *reinterpret_cast<const uint4*>(src + row * stride + column) : make_uint4(0, 0, 0, 0);
+    const uint4 value = row < valid_rows ? *reinterpret_cast<const uint4*>(src + row * stride + column)
+                                         : make_uint4(0, 0, 0, 0);
     *reinterpret_cast<uint4*>(dst + row * pitch + column) = value;
   }
 }
@@ -132,7 +133,8 @@ __device__ __forceinline__ void product_abt(const T* a, int lda, const T* b, int
     wmma::fragment<wmma::matrix_a, kFragment, kFragment, kFragment, T, wmma::row_major> fa;
     wmma::fragment<wmma::matrix_b, kFragment, kFragment, kFragment, T, wmma::col_major> fb;
     wmma::load_matrix_sync(fa, a + kk, lda);
-    wmma::load_matrix_sync(fb, b + kk, ldb);  // element (k, n) at b[n * ldb + k]: the row-major rows, transposed
+    wmma::load_matrix_sync(fb, b + kk,
+                           ldb);  // element (k, n) at b[n * ldb + k]: the row-major rows, transposed
     wmma::mma_sync(acc, fa, fb, acc);
   }
   wmma::store_matrix_sync(out, acc, ldo, wmma::mem_row_major);
@@ -192,16 +194,18 @@ __global__ void __launch_bounds__(kFusedThreads) fused_attention_forward_kernel(
     {
       // Q K^T for the chunk: 2 x 2 tiles of 16, one per warp, into score columns j0 .. j0 + 31 (< Lp).
       const int mt = warp / 2, nt = warp % 2;
-      product_abt<T, kD>(q_tile + mt * kFragment * row_pitch, row_pitch, kv_chunk + nt * kFragment * row_pitch,
-                         row_pitch, scores + mt * kFragment * score_pitch + j0 + nt * kFragment, score_pitch);
+      product_abt<T, kD>(q_tile + mt * kFragment * row_pitch, row_pitch,
+                         kv_chunk + nt * kFragment * row_pitch, row_pitch,
+                         scores + mt * kFragment * score_pitch + j0 + nt * kFragment, score_pitch);
     }
     // C2P and P2C: 2 x 4 tiles each, two per warp.
     constexpr int kSliceTiles = (kFusedTileRows / kFragment) * (kFusedSliceRows / kFragment);
     for (int tile = warp; tile < kSliceTiles; tile += kFusedWarps) {
       const int mt = tile / (kFusedSliceRows / kFragment), nt = tile % (kFusedSliceRows / kFragment);
       if (p.c2p)
-        product_abt<T, kD>(q_tile + mt * kFragment * row_pitch, row_pitch, pk_slice + nt * kFragment * row_pitch,
-                           row_pitch, c2p + mt * kFragment * kSlicePitch + nt * kFragment, kSlicePitch);
+        product_abt<T, kD>(q_tile + mt * kFragment * row_pitch, row_pitch,
+                           pk_slice + nt * kFragment * row_pitch, row_pitch,
+                           c2p + mt * kFragment * kSlicePitch + nt * kFragment, kSlicePitch);
       if (p.p2c)
         product_abt<T, kD>(kv_chunk + mt * kFragment * row_pitch, row_pitch,
                            pq_slice + nt * kFragment * row_pitch, row_pitch,
@@ -274,7 +278,8 @@ __global__ void __launch_bounds__(kFusedThreads) fused_attention_forward_kernel(
         const T prob = from_float<T>(x[j] * inverse);  // the one rounding of P
         probs_row[j] = prob;
         float kept = to_float(prob);
-        if (p.dropout) kept = mask_op(aligned ? block : mask_op.group((e + q4) >> 2), static_cast<int64_t>(e + q4), kept);
+        if (p.dropout)
+          kept = mask_op(aligned ? block : mask_op.group((e + q4) >> 2), static_cast<int64_t>(e + q4), kept);
         p_row[j] = from_float<T>(kept);
       }
     }
@@ -371,7 +376,8 @@ void launch_fused_attention_forward(const FusedAttentionParams& params, DType dt
   ZT_CHECK(shared <= kFusedMaxSharedBytes, "fused attention: ", shared, " bytes of shared memory over the ",
            kFusedMaxSharedBytes, "-byte budget");
   const int64_t blocks = static_cast<int64_t>(params.batch) * params.heads;
-  ZT_CHECK(blocks >= 1 && blocks <= 65535, "fused attention: B * N = ", blocks, " outside the grid's y range");
+  ZT_CHECK(blocks >= 1 && blocks <= 65535, "fused attention: B * N = ", blocks,
+           " outside the grid's y range");
   const dim3 grid(static_cast<unsigned>((params.length + kFusedTileRows - 1) / kFusedTileRows),
                   static_cast<unsigned>(blocks));
   dispatch_storage(dtype, "fused attention", [&](auto tag) {
@@ -379,8 +385,8 @@ void launch_fused_attention_forward(const FusedAttentionParams& params, DType dt
     if constexpr (!std::is_same_v<S, float>) {
       dispatch_head_size(params.head_size, [&](auto head) {
         const auto kernel = fused_attention_forward_kernel<S, decltype(head)::value>;
-        ZT_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+        ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(shared)));
         kernel<<<grid, kFusedThreads, shared, stream>>>(params);
         ZT_CUDA_CHECK_LAUNCH("fused_attention_forward");
       });

@@ -11,10 +11,10 @@
 //
 // Supported (fused_attention_head_size_supported and the entry point's checks): T bf16 or f16 (wmma
 // 16x16x16 fragments, f32 accumulation; f32 storage keeps the unfused path), head size d in {16, 32, 64,
-// 128}, 1 <= L <= 512 (the tile's score rows [32, L] live in shared memory, see fused_attention_shared_bytes),
-// and a bucketing under which 63 consecutive relative positions reach at most 64 table rows (true for
-// every log bucketing with max_position - 1 > e * buckets / 2, e.g. DeBERTa-v2's 256 over 512; checked on
-// the host per (bucketing, L)).
+// 128}, 1 <= L <= 512 (the tile's score rows [32, L] live in shared memory, see
+// fused_attention_shared_bytes), and a bucketing under which 63 consecutive relative positions reach at most
+// 64 table rows (true for every log bucketing with max_position - 1 > e * buckets / 2, e.g. DeBERTa-v2's 256
+// over 512; checked on the host per (bucketing, L)).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,14 +48,15 @@ struct FusedAttentionParams {
   // r < window. Null when that term is off.
   const void* pos_key_window = nullptr;
   const void* pos_query_window = nullptr;
-  const uint8_t* keep = nullptr;       // [B, L], 1 = real token
-  const int32_t* diagonal = nullptr;   // [2L - 1]: window row of c(i, j) at i - j + L - 1; null without c2p/p2c
-  void* context = nullptr;             // [B, L, D] out
-  void* probs = nullptr;               // [B, N, L, L] out, P in T
+  const uint8_t* keep = nullptr;  // [B, L], 1 = real token
+  const int32_t* diagonal =
+      nullptr;              // [2L - 1]: window row of c(i, j) at i - j + L - 1; null without c2p/p2c
+  void* context = nullptr;  // [B, L, D] out
+  void* probs = nullptr;    // [B, N, L, L] out, P in T
   int batch = 0, length = 0, features = 0, heads = 0, head_size = 0;
-  int window = 0;                      // W, rows of the window
+  int window = 0;  // W, rows of the window
   bool c2p = false, p2c = false, dropout = false;
-  float inverse_scale = 1.0f;          // 1 / s
+  float inverse_scale = 1.0f;  // 1 / s
   float dropout_p = 0.0f, kept_scale = 1.0f;
   uint64_t seed = 0, site_id = 0;
 };

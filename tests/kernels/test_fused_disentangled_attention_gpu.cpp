@@ -89,7 +89,8 @@ struct Problem {
     if (identity_v) {
       for (int64_t b = 0; b < B; ++b)
         for (int64_t j = 0; j < L; ++j)
-          for (int64_t f = 0; f < D; ++f) v[static_cast<size_t>((b * L + j) * D + f)] = (f % c.head_size) == j ? 1.0f : 0.0f;
+          for (int64_t f = 0; f < D; ++f)
+            v[static_cast<size_t>((b * L + j) * D + f)] = (f % c.head_size) == j ? 1.0f : 0.0f;
     }
     pk = round_to(test::random_uniform(table.numel(), 54), c.dtype);
     pq = round_to(test::random_uniform(table.numel(), 55), c.dtype);
@@ -111,8 +112,9 @@ struct Problem {
     test::DeviceTensor context, probs;
   };
   Outputs fresh_outputs() const {
-    return {to_device(std::vector<float>(static_cast<size_t>(features.numel()), 9.0f), features, c.dtype),
-            to_device(std::vector<float>(static_cast<size_t>(probs_shape.numel()), 9.0f), probs_shape, c.dtype)};
+    return {
+        to_device(std::vector<float>(static_cast<size_t>(features.numel()), 9.0f), features, c.dtype),
+        to_device(std::vector<float>(static_cast<size_t>(probs_shape.numel()), 9.0f), probs_shape, c.dtype)};
   }
   Outputs fused() const {
     Outputs out = fresh_outputs();
@@ -125,8 +127,8 @@ struct Problem {
   // path skip themselves then).
   Outputs unfused() const {
     Outputs out = fresh_outputs();
-    disentangled_attention_forward(gq.tensor, gk.tensor, gv.tensor, pos_key(), pos_query(), gmask.tensor, config,
-                                   out.context.tensor, out.probs.tensor);
+    disentangled_attention_forward(gq.tensor, gk.tensor, gv.tensor, pos_key(), pos_query(), gmask.tensor,
+                                   config, out.context.tensor, out.probs.tensor);
     return out;
   }
 };
@@ -156,7 +158,8 @@ TEST_P(FusedAttentionGpu, MatchesCpuReference) {
 
 TEST_P(FusedAttentionGpu, MatchesUnfusedGpuPath) {
   ZT_SKIP_WITHOUT_GPU();
-  if (gpu::fused_attention_forward_enabled()) GTEST_SKIP() << "ZT_FUSED_ATTENTION=1: no unfused path to compare";
+  if (gpu::fused_attention_forward_enabled())
+    GTEST_SKIP() << "ZT_FUSED_ATTENTION=1: no unfused path to compare";
   const Problem p(GetParam());
   const Problem::Outputs fused = p.fused(), unfused = p.unfused();
   const test::Tolerance tol = test::tolerance_for(p.c.dtype);
@@ -172,7 +175,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"bf16_L7_both_dropout", DType::bf16, 2, 7, 3, 64, tiny_buckets(), true, true, 0.1f},
         Case{"f16_L7_c2p_only", DType::f16, 2, 7, 3, 64, tiny_buckets(), true, false, 0.0f},
         Case{"bf16_L64_p2c_only_unbucketed", DType::bf16, 2, 64, 2, 64, unbucketed(), false, true, 0.0f},
-        Case{"bf16_L64_content_only_dropout", DType::bf16, 2, 64, 2, 64, xlarge_buckets(), false, false, 0.1f},
+        Case{"bf16_L64_content_only_dropout", DType::bf16, 2, 64, 2, 64, xlarge_buckets(), false, false,
+             0.1f},
         Case{"bf16_L128_xlarge_dropout", DType::bf16, 2, 128, 3, 64, xlarge_buckets(), true, true, 0.1f},
         Case{"f16_L128_xlarge", DType::f16, 2, 128, 3, 64, xlarge_buckets(), true, true, 0.0f},
         Case{"bf16_L137_clamped_dropout", DType::bf16, 2, 137, 2, 64, clamped_buckets(), true, true, 0.1f},
@@ -198,8 +202,8 @@ INSTANTIATE_TEST_SUITE_P(
       for (int64_t i = 0; i < L; ++i)
         for (int64_t j = 0; j < L; ++j) {
           const int64_t e = ((b * N + h) * L + i) * L + j;
-          const bool keep = dropout_keep(p.config.seed, p.config.site_id, static_cast<uint64_t>(e),
-                                         p.config.dropout_p);
+          const bool keep =
+              dropout_keep(p.config.seed, p.config.site_id, static_cast<uint64_t>(e), p.config.dropout_p);
           dropped += keep ? 0 : 1;
           const float want = keep ? round_to({probs[static_cast<size_t>(e)] * scale}, p.c.dtype)[0] : 0.0f;
           const float got = context[static_cast<size_t>((b * L + i) * D + h * d + j)];
@@ -229,7 +233,8 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, FusedAttentionDropoutGpu,
     ::testing::Values(Case{"bf16_L7_d16", DType::bf16, 2, 7, 2, 16, tiny_buckets(), true, true, 0.25f},
                       Case{"f16_L64_d64", DType::f16, 2, 64, 3, 64, xlarge_buckets(), true, true, 0.1f},
-                      Case{"bf16_L128_d128", DType::bf16, 1, 128, 2, 128, xlarge_buckets(), true, true, 0.1f}),
+                      Case{"bf16_L128_d128", DType::bf16, 1, 128, 2, 128, xlarge_buckets(), true, true,
+                           0.1f}),
     [](const auto& info) { return info.param.name; });
 
 // The support check looks at dtypes, shapes, pointers and the bucketing only (no device access), so it
@@ -244,8 +249,8 @@ TEST(FusedAttentionSupport, SaysWhyNot) {
   config.positions = xlarge_buckets();
   const auto why = [&](DType dtype, int64_t L, int64_t D, int64_t offset = 0) {
     const Tensor x = tensor(dtype, Shape{40, L, D}), table = tensor(dtype, Shape{512, D});
-    const char* reason = gpu::fused_attention_forward_unsupported(tensor(dtype, Shape{40, L, D}, offset), x, x,
-                                                                  table, table, x, config);
+    const char* reason = gpu::fused_attention_forward_unsupported(tensor(dtype, Shape{40, L, D}, offset), x,
+                                                                  x, table, table, x, config);
     return std::string(reason == nullptr ? "" : reason);
   };
   EXPECT_EQ(why(DType::bf16, 128, 1536), "");  // deberta-v2-xlarge, d 64
