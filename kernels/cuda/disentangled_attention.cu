@@ -699,16 +699,42 @@ const char* fused_attention_forward_unsupported(const Tensor& q, const Tensor& k
   return nullptr;
 }
 
+namespace {
+// An on/off environment switch: "1" on; unset, empty or "0" off; anything else an error naming it.
+bool read_switch(const char* name, const char* what) {
+  const char* value = std::getenv(name);
+  const std::string_view text = value == nullptr ? std::string_view() : std::string_view(value);
+  ZT_CHECK(text.empty() || text == "0" || text == "1", name, " must be 0 or 1, got '", text, "'");
+  if (text == "1") ZT_LOG(info) << name << "=1: the fused attention " << what << " runs where supported";
+  return text == "1";
+}
+}  // namespace
+
 bool fused_attention_forward_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("ZT_FUSED_ATTENTION");
-    const std::string_view text = value == nullptr ? std::string_view() : std::string_view(value);
-    ZT_CHECK(text.empty() || text == "0" || text == "1", "ZT_FUSED_ATTENTION must be 0 or 1, got '", text,
-             "'");
-    if (text == "1") ZT_LOG(info) << "ZT_FUSED_ATTENTION=1: the fused attention forward runs where supported";
-    return text == "1";
-  }();
+  static const bool enabled = read_switch("ZT_FUSED_ATTENTION", "forward");
   return enabled;
+}
+
+bool fused_attention_backward_enabled() {
+  static const bool enabled = read_switch("ZT_FUSED_ATTENTION_BACKWARD", "backward");
+  return enabled;
+}
+
+const char* fused_attention_backward_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const Tensor& pos_key, const Tensor& pos_query,
+                                                 const Tensor& dcontext, const Tensor& dq, const Tensor& dk,
+                                                 const Tensor& dv,
+                                                 const DisentangledAttentionConfig& config) {
+  if (const char* unsupported =
+          fused_attention_forward_unsupported(q, k, v, pos_key, pos_query, dcontext, config))
+    return unsupported;
+  using cuda_detail::is_aligned16;
+  if (!is_aligned16(dq.data()) || !is_aligned16(dk.data()) || !is_aligned16(dv.data()))
+    return "a gradient tensor is not 16-byte aligned";
+  if (fused_attention_backward_shared_bytes(q.dim(1), q.dim(2) / config.num_heads, q.dtype()) >
+      kFusedMaxSharedBytes)
+    return "the backward CTA's shared memory is over its budget";
+  return nullptr;
 }
 
 void fused_disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -865,6 +891,108 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     tables = relative_index_tables(config.positions, L, stream);
     set_window(s, tables.window);
   }
+  // The positional terms, shared by the fused and the unfused path: with Gx = Gc (c2p) or Gp (p2c)
+  // [N, B*L, Wp] in T, d(rows) += Gx table_w and d(table_w) += Gx^T rows.
+  auto positional_grads = [&](const DeviceBuffer& bucket_grad, const Tensor& rows, const Tensor& table,
+                              const Tensor& drows, const Tensor& dtable) {
+    const int64_t table_row = tables.window_begin;
+    const DeviceBuffer window = padded_table_window(table, table_row, s, stream);
+    GemmProblem into_rows = head_gemm(BL, d, s.window_pitch, T, s);
+    into_rows.a = {bucket_grad.data(), s.window_pitch, BL * s.window_pitch};
+    into_rows.b = head_operand(window.data(), T, 0, s);
+    into_rows.c = head_output(drows.data(), T, 0, s);
+    into_rows.beta = 1.0f;
+    gemm(into_rows, stream);
+    // d(table_w) += Gx^T rows: per head a [W, d] output (255 x 64 at L = 128) summed over k = B*L rows. As
+    // one GEMM per head that is 24 heads x a few output tiles for 132 SMs: the two tables took 9.9 ms of the
+    // 91.5 ms bs-40 step (H200). So k is split into slices, the inner level of a two-level batch (outer:
+    // heads), partial products go to f32 scratch [N, slices, W, d], and one kernel adds the slices in order
+    // into dtable (deterministic).
+    const int64_t slices = split_k_slices(BL);
+    if (slices == 1) {
+      GemmProblem into_table = head_gemm(s.window, d, BL, T, s);
+      into_table.a = {bucket_grad.data(), s.window_pitch, BL * s.window_pitch};
+      into_table.transpose_a = true;
+      into_table.b = head_operand(rows.data(), T, 0, s);
+      into_table.c = head_output(dtable.data(), dtable.dtype(), table_row, s);
+      into_table.beta = 1.0f;
+      gemm(into_table, stream);
+      return;
+    }
+    const int64_t slice_rows = BL / slices;
+    DeviceBuffer partial =
+        scratch_buffer(static_cast<size_t>(s.heads * slices * s.window_pitch * d) * sizeof(float),
+                       "attention.table_grad_partials");
+    GemmProblem into_partials = head_gemm(s.window_pitch, d, slice_rows, T, s);
+    into_partials.batch = slices;  // inner: k slices of one head
+    into_partials.outer = s.heads;
+    into_partials.a = {bucket_grad.data(), s.window_pitch, slice_rows * s.window_pitch, BL * s.window_pitch};
+    into_partials.transpose_a = true;
+    into_partials.b = {rows.data(), s.features, slice_rows * s.features, s.head_size};
+    into_partials.c = {partial.data(), DType::f32, d, s.window_pitch * d, slices * s.window_pitch * d};
+    gemm(into_partials, stream);
+    const int64_t outputs = s.heads * s.window * d;
+    dispatch_storage(dtable.dtype(), op, [&](auto tag) {
+      using D = typename decltype(tag)::type;
+      add_slice_partials_kernel<D><<<grid_for(outputs), kThreads, 0, stream>>>(
+          partial.data_as<float>(), static_cast<D*>(dtable.data()), slices, table_row, s);
+      ZT_CUDA_CHECK_LAUNCH("attention_add_slice_partials");
+    });
+  };
+
+  // The fused backward where switched on (ZT_FUSED_ATTENTION_BACKWARD=1; off by default until it has run on
+  // a GPU) and supported: dq, dk, dv and Gc, Gp from two kernels, then the positional GEMMs above. Everything
+  // after this block is the unfused path, unchanged.
+  if (fused_attention_backward_enabled()) {
+    const char* unsupported =
+        fused_attention_backward_unsupported(q, k, v, pos_key, pos_query, dcontext, dq, dk, dv, config);
+    if (unsupported == nullptr) {
+      DeviceBuffer c2p_grad, p2c_grad;
+      if (s.c2p) c2p_grad = scratch_buffer(positional_elements(s) * element, "attention.c2p_grad");
+      if (s.p2c) p2c_grad = scratch_buffer(positional_elements(s) * element, "attention.p2c_grad");
+      const DeviceBuffer row_dot =
+          scratch_buffer(static_cast<size_t>(s.batch * s.heads * L) * sizeof(float), "attention.row_dot");
+      FusedAttentionBackwardParams p;
+      p.q = q.data();
+      p.k = k.data();
+      p.v = v.data();
+      p.dcontext = dcontext.data();
+      p.probs = probs.data();
+      p.keep = keep.data_as<uint8_t>();
+      p.rel_first = tables.rel_first;
+      p.rel_last = tables.rel_last;
+      p.dq = dq.data();
+      p.dk = dk.data();
+      p.dv = dv.data();
+      p.gc = c2p_grad.data();
+      p.gp = p2c_grad.data();
+      p.row_dot = row_dot.data_as<float>();
+      p.batch = static_cast<int>(s.batch);
+      p.length = static_cast<int>(L);
+      p.features = static_cast<int>(s.features);
+      p.heads = static_cast<int>(s.heads);
+      p.head_size = static_cast<int>(d);
+      p.window = static_cast<int>(s.window);
+      p.window_pitch = static_cast<int>(s.window_pitch);
+      p.dropout = s.dropout;
+      p.inverse_scale = s.inverse_scale;
+      p.dropout_p = s.dropout_p;
+      p.kept_scale = s.kept_scale;
+      p.seed = s.seed;
+      p.site_id = s.site_id;
+      launch_fused_attention_backward(p, T, stream);
+      StepProfile& prof = StepProfile::global();
+      prof.mark("attn.bwd.fused");
+      if (s.c2p) positional_grads(c2p_grad, q, pos_key, dq, dpos_key);
+      if (s.p2c) positional_grads(p2c_grad, k, pos_query, dk, dpos_query);
+      prof.mark("attn.bwd.positional_gemm");
+      return;
+    }
+    static std::atomic<bool> told{false};
+    if (!told.exchange(true))
+      ZT_LOG(info) << "ZT_FUSED_ATTENTION_BACKWARD=1 but " << unsupported << " (" << q.describe()
+                   << "): the unfused attention backward runs (said once)";
+  }
   // P~ in T with dropout (without it P~ = P: probs itself, already in T); the buffer is later reused for
   // G in T (16-bit storage).
   const bool f32_storage = T == DType::f32;
@@ -962,52 +1090,6 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     });
   }
   prof.mark("attn.bwd.bucket_gather");
-  auto positional_grads = [&](const DeviceBuffer& bucket_grad, const Tensor& rows, const Tensor& table,
-                              const Tensor& drows, const Tensor& dtable) {
-    const int64_t table_row = tables.window_begin;
-    const DeviceBuffer window = padded_table_window(table, table_row, s, stream);
-    GemmProblem into_rows = head_gemm(BL, d, s.window_pitch, T, s);
-    into_rows.a = {bucket_grad.data(), s.window_pitch, BL * s.window_pitch};
-    into_rows.b = head_operand(window.data(), T, 0, s);
-    into_rows.c = head_output(drows.data(), T, 0, s);
-    into_rows.beta = 1.0f;
-    gemm(into_rows, stream);
-    // d(table_w) += Gx^T rows: per head a [W, d] output (255 x 64 at L = 128) summed over k = B*L rows. As
-    // one GEMM per head that is 24 heads x a few output tiles for 132 SMs: the two tables took 9.9 ms of the
-    // 91.5 ms bs-40 step (H200). So k is split into slices, the inner level of a two-level batch (outer:
-    // heads), partial products go to f32 scratch [N, slices, W, d], and one kernel adds the slices in order
-    // into dtable (deterministic).
-    const int64_t slices = split_k_slices(BL);
-    if (slices == 1) {
-      GemmProblem into_table = head_gemm(s.window, d, BL, T, s);
-      into_table.a = {bucket_grad.data(), s.window_pitch, BL * s.window_pitch};
-      into_table.transpose_a = true;
-      into_table.b = head_operand(rows.data(), T, 0, s);
-      into_table.c = head_output(dtable.data(), dtable.dtype(), table_row, s);
-      into_table.beta = 1.0f;
-      gemm(into_table, stream);
-      return;
-    }
-    const int64_t slice_rows = BL / slices;
-    DeviceBuffer partial =
-        scratch_buffer(static_cast<size_t>(s.heads * slices * s.window_pitch * d) * sizeof(float),
-                       "attention.table_grad_partials");
-    GemmProblem into_partials = head_gemm(s.window_pitch, d, slice_rows, T, s);
-    into_partials.batch = slices;  // inner: k slices of one head
-    into_partials.outer = s.heads;
-    into_partials.a = {bucket_grad.data(), s.window_pitch, slice_rows * s.window_pitch, BL * s.window_pitch};
-    into_partials.transpose_a = true;
-    into_partials.b = {rows.data(), s.features, slice_rows * s.features, s.head_size};
-    into_partials.c = {partial.data(), DType::f32, d, s.window_pitch * d, slices * s.window_pitch * d};
-    gemm(into_partials, stream);
-    const int64_t outputs = s.heads * s.window * d;
-    dispatch_storage(dtable.dtype(), op, [&](auto tag) {
-      using D = typename decltype(tag)::type;
-      add_slice_partials_kernel<D><<<grid_for(outputs), kThreads, 0, stream>>>(
-          partial.data_as<float>(), static_cast<D*>(dtable.data()), slices, table_row, s);
-      ZT_CUDA_CHECK_LAUNCH("attention_add_slice_partials");
-    });
-  };
   if (s.c2p) positional_grads(c2p_grad, q, pos_key, dq, dpos_key);
   if (s.p2c) positional_grads(p2c_grad, k, pos_query, dk, dpos_query);
   prof.mark("attn.bwd.positional_gemm");

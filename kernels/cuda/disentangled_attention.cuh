@@ -37,6 +37,17 @@ void fused_disentangled_attention_forward(const Tensor& q, const Tensor& k, cons
 // the fused kernel has been validated and timed on a GPU); anything else is an error naming the value.
 bool fused_attention_forward_enabled();
 
+// The fused backward (fused_disentangled_attention.cuh: a rows kernel for dQ and Gc, a keys kernel for dK, dV
+// and Gp, the positional GEMMs unchanged), taken by disentangled_attention_backward when
+// ZT_FUSED_ATTENTION_BACKWARD=1 (read once; same values as ZT_FUSED_ATTENTION; off by default until it has
+// run on a GPU) and supported: the forward's conditions (with dcontext in place of context) and 16-byte
+// aligned dq, dk, dv. Independent of the forward switch, so each can be A/B-tested alone.
+bool fused_attention_backward_enabled();
+const char* fused_attention_backward_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const Tensor& pos_key, const Tensor& pos_query,
+                                                 const Tensor& dcontext, const Tensor& dq, const Tensor& dk,
+                                                 const Tensor& dv, const DisentangledAttentionConfig& config);
+
 void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
                                      const Tensor& pos_query, const Tensor& attention_mask,
                                      const Tensor& probs, const Tensor& dcontext,

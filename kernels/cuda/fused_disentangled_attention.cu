@@ -336,6 +336,388 @@ __global__ void __launch_bounds__(kFusedThreads) fused_attention_forward_kernel(
   }
 }
 
+// ---- the fused backward (fused_disentangled_attention.cuh) ----
+//
+// Shared memory of the rows kernel (per (b, h, 32 query rows); Lp and pitches as the forward's):
+//   dc_tile   [32, d + 8] T
+//   kv_chunk  [32, d + 8] T                  V chunks, then K chunks
+//   grad      [32, max(Lp, d) + 4] f32       dP~, then dP, then G; the dQ tile [32, d + 4] at the end
+//   g_lowp    [32, Lp + 8] T                 G rounded to T, the dQ product's A operand
+// and of the keys kernel (per (b, h, 32 keys j0 .. j0 + 31)):
+//   v_tile, dc_chunk, q_chunk [32, d + 8] T
+//   dp_chunk  [32 queries, 36] f32           dP~ of one query chunk
+//   p_chunk, g_chunk [32 queries, 40] T      P~ and G of the chunk, the A operands (transposed) of dV, dK
+//   union of  g_columns [Lp, 33] f32         G[i, j0 + u] for every i, for Gp (pitch 33: column walks
+//                                            conflict-free)
+//             the dV / dK tile [32, d + 4] f32, staged one after the other at the end
+constexpr int kChunkPitchF32 = kFusedKeyChunk + 4;  // dp_chunk
+constexpr int kChunkPitchT = kFusedKeyChunk + 8;    // p_chunk, g_chunk
+constexpr int kColumnPitch = kFusedKeyChunk + 1;    // g_columns
+
+struct RowsLayout {
+  int row_pitch = 0, grad_pitch = 0, g_pitch = 0;
+  size_t dc_tile = 0, kv_chunk = 0, grad = 0, g_lowp = 0, total = 0;
+};
+
+__host__ __device__ constexpr RowsLayout rows_layout(int padded, int head_size, int element_bytes) {
+  RowsLayout l;
+  l.row_pitch = head_size + 8;
+  l.grad_pitch = (padded > head_size ? padded : head_size) + 4;
+  l.g_pitch = padded + 8;
+  const size_t t_rows = static_cast<size_t>(l.row_pitch) * element_bytes;
+  size_t at = 0;
+  l.dc_tile = at;
+  at += align_up(kFusedTileRows * t_rows);
+  l.kv_chunk = at;
+  at += align_up(kFusedKeyChunk * t_rows);
+  l.grad = at;
+  at += align_up(static_cast<size_t>(kFusedTileRows) * l.grad_pitch * sizeof(float));
+  l.g_lowp = at;
+  at += align_up(static_cast<size_t>(kFusedTileRows) * l.g_pitch * element_bytes);
+  l.total = at;
+  return l;
+}
+
+struct KeysLayout {
+  int row_pitch = 0;
+  size_t v_tile = 0, dc_chunk = 0, q_chunk = 0, dp_chunk = 0, p_chunk = 0, g_chunk = 0, g_columns = 0,
+         total = 0;
+};
+
+__host__ __device__ constexpr KeysLayout keys_layout(int padded, int head_size, int element_bytes) {
+  KeysLayout l;
+  l.row_pitch = head_size + 8;
+  const size_t t_rows = static_cast<size_t>(l.row_pitch) * element_bytes;
+  size_t at = 0;
+  l.v_tile = at;
+  at += align_up(kFusedKeyChunk * t_rows);
+  l.dc_chunk = at;
+  at += align_up(kFusedTileRows * t_rows);
+  l.q_chunk = at;
+  at += align_up(kFusedTileRows * t_rows);
+  l.dp_chunk = at;
+  at += align_up(static_cast<size_t>(kFusedTileRows) * kChunkPitchF32 * sizeof(float));
+  l.p_chunk = at;
+  at += align_up(static_cast<size_t>(kFusedTileRows) * kChunkPitchT * element_bytes);
+  l.g_chunk = at;
+  at += align_up(static_cast<size_t>(kFusedTileRows) * kChunkPitchT * element_bytes);
+  l.g_columns = at;
+  const size_t columns = align_up(static_cast<size_t>(padded) * kColumnPitch * sizeof(float));
+  const size_t staging = align_up(static_cast<size_t>(kFusedKeyChunk) * (head_size + 4) * sizeof(float));
+  at += columns > staging ? columns : staging;
+  l.total = at;
+  return l;
+}
+
+static_assert(rows_layout(128, 64, 2).total == 34816, "update the backward's shared-memory figures");
+static_assert(keys_layout(128, 64, 2).total == 40448, "update the backward's shared-memory figures");
+
+// Sums G over the contiguous index range [begin, end] (clipped to [0, L - 1]) in increasing index order,
+// reading element x at values[x * stride]: the bucket sums of bucket_gather_block_kernel, in its order.
+__device__ __forceinline__ float sum_range(const float* values, int stride, int begin, int end, int L) {
+  begin = max(begin, 0);
+  end = min(end, L - 1);
+  float sum = 0.0f;
+  for (int x = begin; x <= end; ++x) sum += values[x * stride];
+  return sum;
+}
+
+// Writes the f32 [32, kD + 4] tile `staged` (rows < valid_rows) as T rows of a [*, D] head slice.
+template <typename T, int kD>
+__device__ __forceinline__ void store_tile(T* dst, int64_t stride, const float* staged, int valid_rows) {
+  constexpr int kPerPack = 16 / static_cast<int>(sizeof(T));
+  constexpr int kPacksPerRow = kD / kPerPack;
+  constexpr int kPitch = kD + 4;
+  for (int idx = static_cast<int>(threadIdx.x); idx < valid_rows * kPacksPerRow; idx += kFusedThreads) {
+    const int t = idx / kPacksPerRow, column = (idx % kPacksPerRow) * kPerPack;
+    cuda_detail::Pack128<T> pack;
+#pragma unroll
+    for (int e = 0; e < kPerPack; ++e) pack.v[e] = from_float<T>(staged[t * kPitch + column + e]);
+    cuda_detail::store128(dst + t * stride + column, pack);
+  }
+}
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(kFusedThreads)
+    fused_attention_backward_rows_kernel(FusedAttentionBackwardParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int L = p.length, Lp = padded_length(L);
+  const int64_t D = p.features;
+  const RowsLayout layout = rows_layout(Lp, kD, static_cast<int>(sizeof(T)));
+  const int row_pitch = layout.row_pitch, grad_pitch = layout.grad_pitch, g_pitch = layout.g_pitch;
+  T* dc_tile = reinterpret_cast<T*>(smem + layout.dc_tile);
+  T* kv_chunk = reinterpret_cast<T*>(smem + layout.kv_chunk);
+  float* grad = reinterpret_cast<float*>(smem + layout.grad);
+  T* g_lowp = reinterpret_cast<T*>(smem + layout.g_lowp);
+
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int i0 = static_cast<int>(blockIdx.x) * kFusedTileRows;
+  const int tile_rows = min(kFusedTileRows, L - i0);
+  const int64_t bh = blockIdx.y, h = bh % p.heads, b = bh / p.heads;
+  const int64_t head_base = b * L * D + h * kD;  // element (b, 0, h*d) of a [B, L, D] tensor
+  const T* k = static_cast<const T*>(p.k) + head_base;
+  const T* v = static_cast<const T*>(p.v) + head_base;
+  const uint8_t* key_keep = p.keep + b * L;
+
+  load_rows<T, kD>(dc_tile, row_pitch,
+                   static_cast<const T*>(p.dcontext) + head_base + static_cast<int64_t>(i0) * D, D, tile_rows,
+                   kFusedTileRows);
+  // dP~ = dC_tile V^T, chunk by chunk into the grad rows.
+  for (int j0 = 0; j0 < L; j0 += kFusedKeyChunk) {
+    const int keys = min(kFusedKeyChunk, L - j0);
+    load_rows<T, kD>(kv_chunk, row_pitch, v + static_cast<int64_t>(j0) * D, D, keys, kFusedKeyChunk);
+    __syncthreads();
+    const int mt = warp / 2, nt = warp % 2;
+    product_abt<T, kD>(dc_tile + mt * kFragment * row_pitch, row_pitch, kv_chunk + nt * kFragment * row_pitch,
+                       row_pitch, grad + mt * kFragment * grad_pitch + j0 + nt * kFragment, grad_pitch);
+    __syncthreads();
+  }
+  // G per row, a warp per row (the unfused softmax backward's lane layout, Philox grouping and sum order).
+  const DropoutMaskOp mask_op{p.dropout_p, p.kept_scale, p.seed, p.site_id};
+  const int chunks = (L + 127) / 128;
+  for (int t = warp; t < kFusedTileRows; t += kFusedWarps) {
+    T* g_row = g_lowp + t * g_pitch;
+    if (t >= tile_rows) {
+      for (int j = lane; j < Lp; j += 32) g_row[j] = from_float<T>(0.0f);
+      continue;
+    }
+    const int i = i0 + t;
+    const int64_t row = bh * L + i;
+    const T* probs_row = static_cast<const T*>(p.probs) + row * L;
+    const bool query_kept = key_keep[i] != 0;
+    float* g = grad + t * grad_pitch;
+    float weighted = 0.0f;
+    for (int c = 0; c < chunks; ++c) {
+      const int j4 = 128 * c + 4 * lane;
+      const uint64_t e = static_cast<uint64_t>(row * L + j4);
+      const bool aligned = (e & 3) == 0;
+      PhiloxCounter block{};
+      if (p.dropout && j4 < L && aligned) block = mask_op.group(e >> 2);
+#pragma unroll
+      for (int q4 = 0; q4 < 4; ++q4) {
+        const int j = j4 + q4;
+        if (j >= L) break;
+        float dp = g[j];
+        if (p.dropout)
+          dp = mask_op(aligned ? block : mask_op.group((e + q4) >> 2), static_cast<int64_t>(e + q4), dp);
+        g[j] = dp;  // a lane rewrites only its own keys
+        if (query_kept && key_keep[j] != 0) weighted += to_float(probs_row[j]) * dp;
+      }
+    }
+    weighted = cuda_detail::warp_sum(weighted);
+    if (lane == 0) p.row_dot[row] = weighted;
+    for (int c = 0; c < chunks; ++c) {
+#pragma unroll
+      for (int q4 = 0; q4 < 4; ++q4) {
+        const int j = 128 * c + 4 * lane + q4;
+        if (j >= L) {
+          if (j < Lp) g_row[j] = from_float<T>(0.0f);
+          continue;
+        }
+        const bool kept = query_kept && key_keep[j] != 0;
+        const float value = kept ? to_float(probs_row[j]) * (g[j] - weighted) * p.inverse_scale : 0.0f;
+        g[j] = value;
+        g_row[j] = from_float<T>(value);
+      }
+    }
+  }
+  __syncthreads();
+  // Gc rows: a warp per query row, lanes along r, padding columns r >= W zero.
+  if (p.gc != nullptr) {
+    for (int t = warp; t < tile_rows; t += kFusedWarps) {
+      const int i = i0 + t;
+      T* gc_row = static_cast<T*>(p.gc) + ((h * p.batch + b) * L + i) * static_cast<int64_t>(p.window_pitch);
+      for (int r = lane; r < p.window_pitch; r += 32) {
+        float sum = 0.0f;
+        if (r < p.window) {
+          const int first = p.rel_first[r], last = p.rel_last[r];
+          if (first <= last) sum = sum_range(grad + t * grad_pitch, 1, i - last, i - first, L);
+        }
+        gc_row[r] = from_float<T>(sum);
+      }
+    }
+  }
+  // dQ_tile = G K over key chunks.
+  constexpr int kOutTiles = (kFusedTileRows / kFragment) * (kD / kFragment);
+  constexpr int kTilesPerWarp = (kOutTiles + kFusedWarps - 1) / kFusedWarps;
+  wmma::fragment<wmma::accumulator, kFragment, kFragment, kFragment, float> acc[kTilesPerWarp];
+#pragma unroll
+  for (int w = 0; w < kTilesPerWarp; ++w) wmma::fill_fragment(acc[w], 0.0f);
+  for (int j0 = 0; j0 < L; j0 += kFusedKeyChunk) {
+    const int keys = min(kFusedKeyChunk, L - j0);
+    load_rows<T, kD>(kv_chunk, row_pitch, k + static_cast<int64_t>(j0) * D, D, keys, kFusedKeyChunk);
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kTilesPerWarp; ++w) {
+      const int tile = warp + w * kFusedWarps;  // warp-uniform
+      if (tile >= kOutTiles) continue;
+      const int mt = tile / (kD / kFragment), nt = tile % (kD / kFragment);
+#pragma unroll
+      for (int kk = 0; kk < kFusedKeyChunk; kk += kFragment) {
+        wmma::fragment<wmma::matrix_a, kFragment, kFragment, kFragment, T, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, kFragment, kFragment, kFragment, T, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, g_lowp + mt * kFragment * g_pitch + j0 + kk, g_pitch);
+        wmma::load_matrix_sync(fb, kv_chunk + kk * row_pitch + nt * kFragment, row_pitch);
+        wmma::mma_sync(acc[w], fa, fb, acc[w]);
+      }
+    }
+    __syncthreads();
+  }
+  // The grad rows are dead (the Gc reads ended before the first barrier of the loop above): stage dQ there.
+  constexpr int kOutPitch = kD + 4;
+#pragma unroll
+  for (int w = 0; w < kTilesPerWarp; ++w) {
+    const int tile = warp + w * kFusedWarps;
+    if (tile >= kOutTiles) continue;
+    const int mt = tile / (kD / kFragment), nt = tile % (kD / kFragment);
+    wmma::store_matrix_sync(grad + mt * kFragment * kOutPitch + nt * kFragment, acc[w], kOutPitch,
+                            wmma::mem_row_major);
+  }
+  __syncthreads();
+  store_tile<T, kD>(static_cast<T*>(p.dq) + head_base + static_cast<int64_t>(i0) * D, D, grad, tile_rows);
+}
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(kFusedThreads)
+    fused_attention_backward_keys_kernel(FusedAttentionBackwardParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int L = p.length, Lp = padded_length(L);
+  const int64_t D = p.features;
+  const KeysLayout layout = keys_layout(Lp, kD, static_cast<int>(sizeof(T)));
+  const int row_pitch = layout.row_pitch;
+  T* v_tile = reinterpret_cast<T*>(smem + layout.v_tile);
+  T* dc_chunk = reinterpret_cast<T*>(smem + layout.dc_chunk);
+  T* q_chunk = reinterpret_cast<T*>(smem + layout.q_chunk);
+  float* dp_chunk = reinterpret_cast<float*>(smem + layout.dp_chunk);
+  T* p_chunk = reinterpret_cast<T*>(smem + layout.p_chunk);
+  T* g_chunk = reinterpret_cast<T*>(smem + layout.g_chunk);
+  float* g_columns = reinterpret_cast<float*>(smem + layout.g_columns);
+
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int j0 = static_cast<int>(blockIdx.x) * kFusedKeyChunk;
+  const int tile_keys = min(kFusedKeyChunk, L - j0);
+  const int64_t bh = blockIdx.y, h = bh % p.heads, b = bh / p.heads;
+  const int64_t head_base = b * L * D + h * kD;
+  const T* q = static_cast<const T*>(p.q) + head_base;
+  const T* dc = static_cast<const T*>(p.dcontext) + head_base;
+  const T* probs = static_cast<const T*>(p.probs) + bh * L * L;  // P[b, h] [L, L]
+  const uint8_t* key_keep = p.keep + b * L;
+  const DropoutMaskOp mask_op{p.dropout_p, p.kept_scale, p.seed, p.site_id};
+
+  load_rows<T, kD>(v_tile, row_pitch, static_cast<const T*>(p.v) + head_base + static_cast<int64_t>(j0) * D,
+                   D, tile_keys, kFusedKeyChunk);
+  // Output tiles [32 keys, d]: the same tiles of dV and dK per warp.
+  constexpr int kOutTiles = (kFusedKeyChunk / kFragment) * (kD / kFragment);
+  constexpr int kTilesPerWarp = (kOutTiles + kFusedWarps - 1) / kFusedWarps;
+  wmma::fragment<wmma::accumulator, kFragment, kFragment, kFragment, float> dv_acc[kTilesPerWarp],
+      dk_acc[kTilesPerWarp];
+#pragma unroll
+  for (int w = 0; w < kTilesPerWarp; ++w) {
+    wmma::fill_fragment(dv_acc[w], 0.0f);
+    wmma::fill_fragment(dk_acc[w], 0.0f);
+  }
+  for (int i0 = 0; i0 < L; i0 += kFusedTileRows) {
+    const int rows = min(kFusedTileRows, L - i0);
+    load_rows<T, kD>(dc_chunk, row_pitch, dc + static_cast<int64_t>(i0) * D, D, rows, kFusedTileRows);
+    load_rows<T, kD>(q_chunk, row_pitch, q + static_cast<int64_t>(i0) * D, D, rows, kFusedTileRows);
+    __syncthreads();
+    {
+      // dP~ [32 queries, 32 keys] = dC_chunk V_tile^T: 2 x 2 tiles, one per warp.
+      const int mt = warp / 2, nt = warp % 2;
+      product_abt<T, kD>(dc_chunk + mt * kFragment * row_pitch, row_pitch,
+                         v_tile + nt * kFragment * row_pitch, row_pitch,
+                         dp_chunk + mt * kFragment * kChunkPitchF32 + nt * kFragment, kChunkPitchF32);
+    }
+    __syncthreads();
+    // P~ and G of the chunk: a thread per 4 consecutive keys of a query row (one Philox block when aligned).
+    for (int item = static_cast<int>(threadIdx.x); item < kFusedTileRows * (kFusedKeyChunk / 4);
+         item += kFusedThreads) {
+      const int t = item / (kFusedKeyChunk / 4), u4 = (item % (kFusedKeyChunk / 4)) * 4;
+      const int i = i0 + t;
+      const bool row_valid = t < rows;
+      const int64_t row = bh * L + i;
+      const uint64_t e = row_valid ? static_cast<uint64_t>(row * L + j0 + u4) : 0;
+      const bool aligned = (e & 3) == 0;
+      PhiloxCounter block{};
+      if (p.dropout && row_valid && u4 < tile_keys && aligned) block = mask_op.group(e >> 2);
+      const float row_dot = row_valid ? p.row_dot[row] : 0.0f;
+      const bool query_kept = row_valid && key_keep[i] != 0;
+#pragma unroll
+      for (int q4 = 0; q4 < 4; ++q4) {
+        const int u = u4 + q4, j = j0 + u;
+        float p_tilde = 0.0f, g = 0.0f;
+        if (row_valid && u < tile_keys) {
+          const float prob = to_float(probs[static_cast<int64_t>(i) * L + j]);
+          float dp = dp_chunk[t * kChunkPitchF32 + u];
+          p_tilde = prob;
+          if (p.dropout) {
+            const PhiloxCounter bits = aligned ? block : mask_op.group((e + q4) >> 2);
+            p_tilde = mask_op(bits, static_cast<int64_t>(e + q4), prob);
+            dp = mask_op(bits, static_cast<int64_t>(e + q4), dp);
+          }
+          if (query_kept && key_keep[j] != 0) g = prob * (dp - row_dot) * p.inverse_scale;
+          g_columns[i * kColumnPitch + u] = g;
+        }
+        p_chunk[t * kChunkPitchT + u] = from_float<T>(p_tilde);
+        g_chunk[t * kChunkPitchT + u] = from_float<T>(g);
+      }
+    }
+    __syncthreads();
+    // dV_tile += P~^T dC_chunk, dK_tile += G^T Q_chunk: A = the chunk's [queries, keys] tile read transposed
+    // (col_major: element (key m, query k) at chunk[k * pitch + m]).
+#pragma unroll
+    for (int w = 0; w < kTilesPerWarp; ++w) {
+      const int tile = warp + w * kFusedWarps;  // warp-uniform
+      if (tile >= kOutTiles) continue;
+      const int mt = tile / (kD / kFragment), nt = tile % (kD / kFragment);
+#pragma unroll
+      for (int kk = 0; kk < kFusedTileRows; kk += kFragment) {
+        wmma::fragment<wmma::matrix_a, kFragment, kFragment, kFragment, T, wmma::col_major> fa;
+        wmma::fragment<wmma::matrix_b, kFragment, kFragment, kFragment, T, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, p_chunk + kk * kChunkPitchT + mt * kFragment, kChunkPitchT);
+        wmma::load_matrix_sync(fb, dc_chunk + kk * row_pitch + nt * kFragment, row_pitch);
+        wmma::mma_sync(dv_acc[w], fa, fb, dv_acc[w]);
+        wmma::load_matrix_sync(fa, g_chunk + kk * kChunkPitchT + mt * kFragment, kChunkPitchT);
+        wmma::load_matrix_sync(fb, q_chunk + kk * row_pitch + nt * kFragment, row_pitch);
+        wmma::mma_sync(dk_acc[w], fa, fb, dk_acc[w]);
+      }
+    }
+    __syncthreads();
+  }
+  // Gp rows: a warp per key, lanes along r; G[i, j] for every i is in g_columns.
+  if (p.gp != nullptr) {
+    for (int u = warp; u < tile_keys; u += kFusedWarps) {
+      const int j = j0 + u;
+      T* gp_row = static_cast<T*>(p.gp) + ((h * p.batch + b) * L + j) * static_cast<int64_t>(p.window_pitch);
+      for (int r = lane; r < p.window_pitch; r += 32) {
+        float sum = 0.0f;
+        if (r < p.window) {
+          const int first = p.rel_first[r], last = p.rel_last[r];
+          if (first <= last) sum = sum_range(g_columns + u, kColumnPitch, j + first, j + last, L);
+        }
+        gp_row[r] = from_float<T>(sum);
+      }
+    }
+  }
+  __syncthreads();  // the Gp reads end before the staging overwrites g_columns
+  constexpr int kOutPitch = kD + 4;
+  float* staged = g_columns;
+  for (int which = 0; which < 2; ++which) {
+#pragma unroll
+    for (int w = 0; w < kTilesPerWarp; ++w) {
+      const int tile = warp + w * kFusedWarps;
+      if (tile >= kOutTiles) continue;
+      const int mt = tile / (kD / kFragment), nt = tile % (kD / kFragment);
+      wmma::store_matrix_sync(staged + mt * kFragment * kOutPitch + nt * kFragment,
+                              which == 0 ? dv_acc[w] : dk_acc[w], kOutPitch, wmma::mem_row_major);
+    }
+    __syncthreads();
+    T* out = static_cast<T*>(which == 0 ? p.dv : p.dk) + head_base + static_cast<int64_t>(j0) * D;
+    store_tile<T, kD>(out, D, staged, tile_keys);
+    __syncthreads();  // before the second tile overwrites the staging
+  }
+}
+
 // Calls f(std::integral_constant<int, d>) for a supported head size.
 template <typename F>
 void dispatch_head_size(int64_t head_size, F&& f) {
@@ -363,6 +745,58 @@ size_t fused_attention_shared_bytes(int64_t length, int64_t head_size, DType dty
   return fused_layout(padded_length(static_cast<int>(length)), static_cast<int>(head_size),
                       static_cast<int>(dtype_size(dtype)))
       .total;
+}
+
+size_t fused_attention_backward_shared_bytes(int64_t length, int64_t head_size, DType dtype) {
+  const int padded = padded_length(static_cast<int>(length)), d = static_cast<int>(head_size),
+            element = static_cast<int>(dtype_size(dtype));
+  const size_t rows = rows_layout(padded, d, element).total, keys = keys_layout(padded, d, element).total;
+  return rows > keys ? rows : keys;
+}
+
+void launch_fused_attention_backward(const FusedAttentionBackwardParams& params, DType dtype,
+                                     cudaStream_t stream) {
+  ZT_CHECK(dtype == DType::bf16 || dtype == DType::f16,
+           "fused attention backward: storage must be bf16 or f16, got ", dtype_name(dtype));
+  ZT_CHECK(params.length >= 1 && params.length <= kFusedMaxLength, "fused attention backward: length ",
+           params.length, " outside [1, ", kFusedMaxLength, "]");
+  ZT_CHECK(fused_attention_head_size_supported(params.head_size), "fused attention backward: head size ",
+           params.head_size, " is not one of 16, 32, 64, 128");
+  ZT_CHECK(params.row_dot != nullptr, "fused attention backward: no row_dot scratch");
+  ZT_CHECK((params.gc == nullptr && params.gp == nullptr) ||
+               (params.rel_first != nullptr && params.rel_last != nullptr && params.window >= 1 &&
+                params.window_pitch >= params.window),
+           "fused attention backward: bucket outputs without index tables");
+  const int padded = padded_length(params.length), element = static_cast<int>(dtype_size(dtype));
+  const size_t rows_shared = rows_layout(padded, params.head_size, element).total;
+  const size_t keys_shared = keys_layout(padded, params.head_size, element).total;
+  ZT_CHECK(rows_shared <= kFusedMaxSharedBytes && keys_shared <= kFusedMaxSharedBytes,
+           "fused attention backward: ", rows_shared, " / ", keys_shared, " bytes of shared memory over the ",
+           kFusedMaxSharedBytes, "-byte budget");
+  const int64_t blocks = static_cast<int64_t>(params.batch) * params.heads;
+  ZT_CHECK(blocks >= 1 && blocks <= 65535, "fused attention backward: B * N = ", blocks,
+           " outside the grid's y range");
+  const dim3 grid(static_cast<unsigned>((params.length + kFusedTileRows - 1) / kFusedTileRows),
+                  static_cast<unsigned>(blocks));
+  dispatch_storage(dtype, "fused attention backward", [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<S, float>) {
+      dispatch_head_size(params.head_size, [&](auto head) {
+        constexpr int kD = decltype(head)::value;
+        const auto rows_kernel = fused_attention_backward_rows_kernel<S, kD>;
+        ZT_CUDA_CHECK(cudaFuncSetAttribute(rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(rows_shared)));
+        rows_kernel<<<grid, kFusedThreads, rows_shared, stream>>>(params);
+        ZT_CUDA_CHECK_LAUNCH("fused_attention_backward_rows");
+        // Stream order: the keys kernel reads the rows kernel's row_dot.
+        const auto keys_kernel = fused_attention_backward_keys_kernel<S, kD>;
+        ZT_CUDA_CHECK(cudaFuncSetAttribute(keys_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(keys_shared)));
+        keys_kernel<<<grid, kFusedThreads, keys_shared, stream>>>(params);
+        ZT_CUDA_CHECK_LAUNCH("fused_attention_backward_keys");
+      });
+    }
+  });
 }
 
 void launch_fused_attention_forward(const FusedAttentionParams& params, DType dtype, cudaStream_t stream) {

@@ -71,4 +71,48 @@ size_t fused_attention_shared_bytes(int64_t length, int64_t head_size, DType dty
 // the shapes, the alignment, L <= kFusedMaxLength, the bucketing span and B * N <= 65535.
 void launch_fused_attention_forward(const FusedAttentionParams& params, DType dtype, cudaStream_t stream);
 
+// ---- the fused backward (optional: ZT_FUSED_ATTENTION_BACKWARD, disentangled_attention.cu) ----
+//
+// Two kernels replace the unfused backward's P~ pass, the four L x L GEMMs, the softmax backward and the
+// bucket gathers (the f32 [B, N, L, L] dP/G scratch and P~/G in T disappear); the positional GEMMs
+// dQ += Gc PK, dK += Gp PQ, dPK += Gc^T Q, dPQ += Gp^T K stay outside, unchanged. With P read from probs
+// (no score recompute), f = keep(e) / (1 - p) and D_i = sum over kept j of P dP:
+//   rows kernel, per (b, h, 32 query rows): dP~ = dC_tile V^T (wmma), dP = f dP~, D_i (to row_dot),
+//     G = m_i m_j P (dP - D_i) / s, Gc[i, r] = sum_{j: c(i,j) = r} G (from the f32 G rows in shared memory,
+//     the unfused gather's order), dQ_tile = G K (wmma, G rounded to T as the unfused GEMM reads it);
+//   keys kernel, per (b, h, 32 keys), after the rows kernel (it reads row_dot): per chunk of 32 queries
+//     dP~ = dC_chunk V_tile^T, P~ = T(P f), G as above, dV_tile += P~^T dC_chunk and dK_tile += G^T Q_chunk
+//     (wmma fragments across chunks), G columns kept in shared memory for Gp[j, r] = sum_{i: c(i,j) = r} G.
+// dq, dk, dv are overwritten; gc / gp ([N, B*L, window_pitch] in T, zero columns past W) may be null when
+// that term is off. Same support as the forward (bf16/f16, d in {16, 32, 64, 128}, L <= 512).
+struct FusedAttentionBackwardParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* dcontext = nullptr;
+  const void* probs = nullptr;         // [B, N, L, L], P in T
+  const uint8_t* keep = nullptr;       // [B, L]
+  const int32_t* rel_first = nullptr;  // [W]: the i - j range of window row r (first > last: none)
+  const int32_t* rel_last = nullptr;   // [W]
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  void* gc = nullptr;        // [N, B*L, window_pitch] T, or null
+  void* gp = nullptr;        // [N, B*L, window_pitch] T, or null
+  float* row_dot = nullptr;  // [B*N*L] f32 scratch: D_i, written by the rows kernel
+  int batch = 0, length = 0, features = 0, heads = 0, head_size = 0;
+  int window = 0, window_pitch = 0;
+  bool dropout = false;
+  float inverse_scale = 1.0f, dropout_p = 0.0f, kept_scale = 1.0f;
+  uint64_t seed = 0, site_id = 0;
+};
+
+// The larger of the two kernels' dynamic shared memory (both <= kFusedMaxSharedBytes for L <= 512,
+// d <= 128); at L = 128, d = 64, bf16 the rows kernel takes 35,840 bytes and the keys kernel 37,376.
+size_t fused_attention_backward_shared_bytes(int64_t length, int64_t head_size, DType dtype);
+
+// Queues the rows kernel, then the keys kernel, on `stream` (grid (ceil(L / 32), B * N) each).
+void launch_fused_attention_backward(const FusedAttentionBackwardParams& params, DType dtype,
+                                     cudaStream_t stream);
+
 }  // namespace zt::kernels::gpu
