@@ -857,13 +857,20 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   prof.mark("attn.fwd.pv_gemm");
 }
 
-void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
-                                     const Tensor& pos_query, const Tensor& attention_mask,
-                                     const Tensor& probs, const Tensor& dcontext,
-                                     const DisentangledAttentionConfig& config, const Tensor& dq,
-                                     const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
-                                     const Tensor& dpos_query, cudaStream_t stream) {
-  constexpr const char* op = "disentangled_attention_backward";
+namespace {
+
+// Which backward runs: the unfused one, the fused one where supported (else the unfused one, said once),
+// or the fused one only (unsupported arguments are an error).
+enum class BackwardPath { unfused, fused_where_supported, fused_only };
+
+void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& pos_key, const Tensor& pos_query, const Tensor& attention_mask,
+                        const Tensor& probs, const Tensor& dcontext,
+                        const DisentangledAttentionConfig& config, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv, const Tensor& dpos_key, const Tensor& dpos_query,
+                        cudaStream_t stream) {
+  const char* op = path == BackwardPath::fused_only ? "fused_disentangled_attention_backward"
+                                                    : "disentangled_attention_backward";
   Plan plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
   AttentionShape& s = plan.shape;
   const DType T = plan.dtype;
@@ -940,10 +947,10 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     });
   };
 
-  // The fused backward where switched on (ZT_FUSED_ATTENTION_BACKWARD=1; off by default until it has run on
-  // a GPU) and supported: dq, dk, dv and Gc, Gp from two kernels, then the positional GEMMs above. Everything
-  // after this block is the unfused path, unchanged.
-  if (fused_attention_backward_enabled()) {
+  // The fused backward where chosen (ZT_FUSED_ATTENTION_BACKWARD=1, off by default until it has run on a GPU,
+  // or fused_disentangled_attention_backward) and supported: dq, dk, dv and Gc, Gp from two kernels, then the
+  // positional GEMMs above. Everything after this block is the unfused path, unchanged.
+  if (path != BackwardPath::unfused) {
     const char* unsupported =
         fused_attention_backward_unsupported(q, k, v, pos_key, pos_query, dcontext, dq, dk, dv, config);
     if (unsupported == nullptr) {
@@ -988,6 +995,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
       prof.mark("attn.bwd.positional_gemm");
       return;
     }
+    ZT_CHECK(path != BackwardPath::fused_only, op, ": not supported here: ", unsupported);
     static std::atomic<bool> told{false};
     if (!told.exchange(true))
       ZT_LOG(info) << "ZT_FUSED_ATTENTION_BACKWARD=1 but " << unsupported << " (" << q.describe()
@@ -1093,6 +1101,31 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   if (s.c2p) positional_grads(c2p_grad, q, pos_key, dq, dpos_key);
   if (s.p2c) positional_grads(p2c_grad, k, pos_query, dk, dpos_query);
   prof.mark("attn.bwd.positional_gemm");
+}
+
+}  // namespace
+
+void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+                                     const Tensor& pos_query, const Tensor& attention_mask,
+                                     const Tensor& probs, const Tensor& dcontext,
+                                     const DisentangledAttentionConfig& config, const Tensor& dq,
+                                     const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
+                                     const Tensor& dpos_query, cudaStream_t stream) {
+  attention_backward(
+      fused_attention_backward_enabled() ? BackwardPath::fused_where_supported : BackwardPath::unfused, q, k,
+      v, pos_key, pos_query, attention_mask, probs, dcontext, config, dq, dk, dv, dpos_key, dpos_query,
+      stream);
+}
+
+void fused_disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const Tensor& pos_key, const Tensor& pos_query,
+                                           const Tensor& attention_mask, const Tensor& probs,
+                                           const Tensor& dcontext, const DisentangledAttentionConfig& config,
+                                           const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                           const Tensor& dpos_key, const Tensor& dpos_query,
+                                           cudaStream_t stream) {
+  attention_backward(BackwardPath::fused_only, q, k, v, pos_key, pos_query, attention_mask, probs, dcontext,
+                     config, dq, dk, dv, dpos_key, dpos_query, stream);
 }
 
 }  // namespace zt::kernels::gpu

@@ -43,6 +43,14 @@ bool fused_attention_forward_enabled();
 // run on a GPU) and supported: the forward's conditions (with dcontext in place of context) and 16-byte
 // aligned dq, dk, dv. Independent of the forward switch, so each can be A/B-tested alone.
 bool fused_attention_backward_enabled();
+// The backward through the fused kernels whatever the switch says; throws (with the reason) when unsupported.
+void fused_disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const Tensor& pos_key, const Tensor& pos_query,
+                                           const Tensor& attention_mask, const Tensor& probs,
+                                           const Tensor& dcontext, const DisentangledAttentionConfig& config,
+                                           const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                           const Tensor& dpos_key, const Tensor& dpos_query,
+                                           cudaStream_t stream);
 const char* fused_attention_backward_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const Tensor& pos_key, const Tensor& pos_query,
                                                  const Tensor& dcontext, const Tensor& dq, const Tensor& dk,

@@ -1,10 +1,11 @@
-// The fused disentangled-attention forward (kernels/cuda/fused_disentangled_attention.cuh) against the CPU
-// reference and against the unfused CUDA forward, with test_disentangled_attention_gpu.cpp's policy: inputs
-// rounded to the storage dtype, probs compared with the reference's probs rounded to it, the per-dtype
-// tolerance of tests/support/tolerance.h. The dropout keep pattern is checked bit for bit: with V the
-// identity per head (L <= d), context row i is P~ row i exactly (one product per output), so every entry
-// must be T(P * 1/(1 - p)) where the host's Philox keeps e = ((b*N + h)*L + i)*L + j and 0 where it drops
-// it — for the fused and the unfused path alike.
+// The fused disentangled-attention forward and backward (kernels/cuda/fused_disentangled_attention.cuh)
+// against the CPU reference and against the unfused CUDA path, with test_disentangled_attention_gpu.cpp's
+// policy: inputs rounded to the storage dtype, probs compared with the reference's probs rounded to it, the
+// per-dtype tolerance of tests/support/tolerance.h (the backward reads the GPU's probs in T, one more
+// rounding of P, as the unfused backward's test explains). The dropout keep pattern is checked bit for bit:
+// with V the identity per head (L <= d), context row i is P~ row i exactly (one product per output), so
+// every entry must be T(P * 1/(1 - p)) where the host's Philox keeps e = ((b*N + h)*L + i)*L + j and 0
+// where it drops it, for the fused and the unfused forward alike.
 #include <gtest/gtest.h>
 
 #ifdef ZT_WITH_CUDA
@@ -167,6 +168,98 @@ TEST_P(FusedAttentionGpu, MatchesUnfusedGpuPath) {
   EXPECT_TRUE(all_close("context", to_host(fused.context.tensor), to_host(unfused.context.tensor), tol));
 }
 
+// The backward's inputs and outputs beyond Problem's: dcontext, and the table gradients' starting values
+// (accumulated into); dq, dk, dv start as 9.
+struct BackwardRun {
+  std::vector<float> dc, dpk_initial, dpq_initial;
+  test::DeviceTensor gdc, dq, dk, dv, dpk, dpq;
+  explicit BackwardRun(const Problem& p)
+      : dc(round_to(test::random_uniform(p.features.numel(), 56), p.c.dtype)),
+        dpk_initial(test::random_uniform(p.table.numel(), 57)),
+        dpq_initial(test::random_uniform(p.table.numel(), 58)) {
+    gdc = to_device(dc, p.features, p.c.dtype);
+    const std::vector<float> nines(static_cast<size_t>(p.features.numel()), 9.0f);
+    dq = to_device(nines, p.features, p.c.dtype);
+    dk = to_device(nines, p.features, p.c.dtype);
+    dv = to_device(nines, p.features, p.c.dtype);
+    dpk = to_device(dpk_initial, p.table, DType::f32);
+    dpq = to_device(dpq_initial, p.table, DType::f32);
+  }
+  // fused: gpu::fused_disentangled_attention_backward; else the public entry point (unfused unless
+  // ZT_FUSED_ATTENTION_BACKWARD=1).
+  void run(const Problem& p, const Tensor& probs, bool fused) const {
+    const Tensor dpos_key = p.c.c2p ? dpk.tensor : Tensor(), dpos_query = p.c.p2c ? dpq.tensor : Tensor();
+    if (fused) {
+      gpu::fused_disentangled_attention_backward(
+          p.gq.tensor, p.gk.tensor, p.gv.tensor, p.pos_key(), p.pos_query(), p.gmask.tensor, probs,
+          gdc.tensor, p.config, dq.tensor, dk.tensor, dv.tensor, dpos_key, dpos_query, current_stream());
+    } else {
+      disentangled_attention_backward(p.gq.tensor, p.gk.tensor, p.gv.tensor, p.pos_key(), p.pos_query(),
+                                      p.gmask.tensor, probs, gdc.tensor, p.config, dq.tensor, dk.tensor,
+                                      dv.tensor, dpos_key, dpos_query);
+    }
+  }
+};
+
+// The fused backward on the GPU's probs against the CPU reference backward on its own (f32) probs, as
+// test_disentangled_attention_gpu.cpp compares the unfused one.
+TEST_P(FusedAttentionGpu, BackwardMatchesCpuReference) {
+  ZT_SKIP_WITHOUT_GPU();
+  const Problem p(GetParam());
+  const BackwardRun run(p);
+  std::vector<float> q = p.q, k = p.k, v = p.v, pk = p.pk, pq = p.pq, dc = run.dc;
+  std::vector<int64_t> mask = p.mask;
+  std::vector<float> context_ref(static_cast<size_t>(p.features.numel()));
+  std::vector<float> probs_ref(static_cast<size_t>(p.probs_shape.numel()));
+  std::vector<float> dq_ref(context_ref.size()), dk_ref(context_ref.size()), dv_ref(context_ref.size());
+  std::vector<float> dpk_ref = run.dpk_initial, dpq_ref = run.dpq_initial;
+  const auto f32 = [](std::vector<float>& x, Shape s) { return Tensor(x.data(), s, DType::f32); };
+  const Tensor pk_cpu = p.c.c2p ? f32(pk, p.table) : Tensor(), pq_cpu = p.c.p2c ? f32(pq, p.table) : Tensor();
+  const Tensor mask_cpu(mask.data(), Shape{p.c.batch, p.c.length}, DType::i64);
+  disentangled_attention_forward(f32(q, p.features), f32(k, p.features), f32(v, p.features), pk_cpu, pq_cpu,
+                                 mask_cpu, p.config, f32(context_ref, p.features),
+                                 f32(probs_ref, p.probs_shape));
+  disentangled_attention_backward(f32(q, p.features), f32(k, p.features), f32(v, p.features), pk_cpu, pq_cpu,
+                                  mask_cpu, f32(probs_ref, p.probs_shape), f32(dc, p.features), p.config,
+                                  f32(dq_ref, p.features), f32(dk_ref, p.features), f32(dv_ref, p.features),
+                                  p.c.c2p ? f32(dpk_ref, p.table) : Tensor(),
+                                  p.c.p2c ? f32(dpq_ref, p.table) : Tensor());
+  const Problem::Outputs forward = p.unfused();  // the backward alone under test
+  run.run(p, forward.probs.tensor, /*fused=*/true);
+  const test::Tolerance tol = test::tolerance_for(p.c.dtype);
+  EXPECT_TRUE(all_close("dv", to_host(run.dv.tensor), dv_ref, tol));
+  EXPECT_TRUE(all_close("dq", to_host(run.dq.tensor), dq_ref, tol));
+  EXPECT_TRUE(all_close("dk", to_host(run.dk.tensor), dk_ref, tol));
+  if (p.c.c2p) {
+    EXPECT_TRUE(all_close("dpos_key", to_host(run.dpk.tensor), dpk_ref, tol));
+  }
+  if (p.c.p2c) {
+    EXPECT_TRUE(all_close("dpos_query", to_host(run.dpq.tensor), dpq_ref, tol));
+  }
+}
+
+// Fused and unfused backward on the same probs (the unfused forward's).
+TEST_P(FusedAttentionGpu, BackwardMatchesUnfusedGpuPath) {
+  ZT_SKIP_WITHOUT_GPU();
+  if (gpu::fused_attention_forward_enabled() || gpu::fused_attention_backward_enabled())
+    GTEST_SKIP() << "a ZT_FUSED_ATTENTION* switch is on: no unfused path to compare";
+  const Problem p(GetParam());
+  const Problem::Outputs forward = p.unfused();
+  const BackwardRun fused(p), unfused(p);
+  fused.run(p, forward.probs.tensor, true);
+  unfused.run(p, forward.probs.tensor, false);
+  const test::Tolerance tol = test::tolerance_for(p.c.dtype);
+  EXPECT_TRUE(all_close("dv", to_host(fused.dv.tensor), to_host(unfused.dv.tensor), tol));
+  EXPECT_TRUE(all_close("dq", to_host(fused.dq.tensor), to_host(unfused.dq.tensor), tol));
+  EXPECT_TRUE(all_close("dk", to_host(fused.dk.tensor), to_host(unfused.dk.tensor), tol));
+  if (p.c.c2p) {
+    EXPECT_TRUE(all_close("dpos_key", to_host(fused.dpk.tensor), to_host(unfused.dpk.tensor), tol));
+  }
+  if (p.c.p2c) {
+    EXPECT_TRUE(all_close("dpos_query", to_host(fused.dpq.tensor), to_host(unfused.dpq.tensor), tol));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, FusedAttentionGpu,
     ::testing::Values(
@@ -263,9 +356,21 @@ TEST(FusedAttentionSupport, SaysWhyNot) {
   config.positions = RelativePositionConfig::from_model_config(256, 260, 512);
   EXPECT_EQ(why(DType::bf16, 128, 1536), "");  // |i - j| < 128: identity buckets
   EXPECT_NE(why(DType::bf16, 256, 1536).find("more than 64 table rows"), std::string::npos);
-  // The budget quoted in the kernel's comments.
+  // The backward adds the gradients' alignment.
+  {
+    config.positions = xlarge_buckets();
+    const Tensor x = tensor(DType::bf16, Shape{40, 128, 1536}), table = tensor(DType::bf16, Shape{512, 1536});
+    const Tensor shifted = tensor(DType::bf16, Shape{40, 128, 1536}, 2);
+    EXPECT_EQ(gpu::fused_attention_backward_unsupported(x, x, x, table, table, x, x, x, x, config), nullptr);
+    const char* reason =
+        gpu::fused_attention_backward_unsupported(x, x, x, table, table, x, x, shifted, x, config);
+    EXPECT_NE(std::string(reason == nullptr ? "" : reason).find("gradient"), std::string::npos);
+  }
+  // The budgets quoted in the kernels' comments.
   EXPECT_EQ(gpu::fused_attention_shared_bytes(128, 64, DType::bf16), size_t{62208});
   EXPECT_LE(gpu::fused_attention_shared_bytes(512, 128, DType::f16), gpu::kFusedMaxSharedBytes);
+  EXPECT_EQ(gpu::fused_attention_backward_shared_bytes(128, 64, DType::bf16), size_t{40448});
+  EXPECT_LE(gpu::fused_attention_backward_shared_bytes(512, 128, DType::f16), gpu::kFusedMaxSharedBytes);
 }
 
 }  // namespace
