@@ -634,6 +634,33 @@ Setup attention_backward(Env& e, const Dims& d) {
       [=](const Args& t, bool) { a.forward(t); });
 }
 
+// The fused backward (two kernels and the positional GEMMs) at attention_backward's shape, traffic and flops;
+// the backward of the GPU side whatever ZT_FUSED_ATTENTION_BACKWARD says, after the (switch-chosen) forward.
+Setup attention_backward_fused(Env& e, const Dims& d) {
+  const Attention a(e, d, true);
+  const int dc = e.in(bf16, {d.B, d.L, d.D}), dq = e.out("dq", bf16, {d.B, d.L, d.D});
+  const int dk = e.out("dk", bf16, {d.B, d.L, d.D}), dv = e.out("dv", bf16, {d.B, d.L, d.D});
+  const int dpk = e.acc("dpk", bf16, e.gpu()[a.pos_key].shape()),
+            dpq = e.acc("dpq", bf16, e.gpu()[a.pos_query].shape());
+  return Setup(
+      str(e.desc("q", a.q), " ", e.desc("rel", a.pos_key), " h", d.N),
+      2.0 * (4.0 * d.R() * d.D + a.tables) + 8.0 * d.R() + 2.0 * a.bn * a.L * a.L + 6.0 * d.R() * d.D +
+          4.0 * a.tables,
+      a.bn * (8.0 * a.L * a.L * a.d + 8.0 * a.L * a.W * a.d),
+      [=](const Args& t, bool on_gpu) {
+        if (!on_gpu) {
+          kernels::disentangled_attention_backward(t[a.q], t[a.k], t[a.v], t[a.pos_key], t[a.pos_query],
+                                                   t[a.mask], t[a.probs], t[dc], a.config, t[dq], t[dk],
+                                                   t[dv], t[dpk], t[dpq]);
+          return;
+        }
+        kernels::gpu::fused_disentangled_attention_backward(
+            t[a.q], t[a.k], t[a.v], t[a.pos_key], t[a.pos_query], t[a.mask], t[a.probs], t[dc], a.config,
+            t[dq], t[dk], t[dv], t[dpk], t[dpq], kStream);
+      },
+      [=](const Args& t, bool) { a.forward(t); });
+}
+
 // The encoder's ConvLayer (D -> D, same padding). flops = 2 R D D k;
 // bytes = 2 (2 R D + D D k + D): x, W, bias read, y written (the im2col scratch is not minimal traffic).
 Setup conv1d_forward(Env& e, const Dims& d) {
@@ -746,6 +773,7 @@ const Kernel kKernels[] = {
     {"attention_forward", "bf16", bf16, attention_forward},
     {"attention_forward_fused", "bf16", bf16, attention_forward_fused},
     {"attention_backward", "bf16", bf16, attention_backward},
+    {"attention_backward_fused", "bf16", bf16, attention_backward_fused},
     {"conv1d_forward", "bf16", bf16, conv1d_forward},
     {"conv1d_backward", "bf16/f32 dW", bf16, conv1d_backward},
     {"adamw_update", "f32+bf16", f32, adamw_update},
