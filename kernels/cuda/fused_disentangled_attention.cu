@@ -140,6 +140,77 @@ __device__ __forceinline__ void product_abt(const T* a, int lda, const T* b, int
   wmma::store_matrix_sync(out, acc, ldo, wmma::mem_row_major);
 }
 
+// The output tiles [32, kD] of a CTA's products A[32, L] B[L, kD], 16 x 16 each; warp w owns tiles w, w + 4,
+// ...
+template <int kD>
+struct OutputTiles {
+  static constexpr int kCount = (kFusedTileRows / kFragment) * (kD / kFragment);
+  static constexpr int kPerWarp = (kCount + kFusedWarps - 1) / kFusedWarps;
+  using Accumulator = wmma::fragment<wmma::accumulator, kFragment, kFragment, kFragment, float>;
+};
+
+// acc (this warp's tiles of [32, kD]) += A B with A [32, L] in shared memory (T, row-major, pitch a_pitch,
+// zero in columns L .. Lp - 1) and B = rows 0 .. L - 1 of a [*, kD] head slice in global memory (row stride
+// `stride`), streamed through `chunk` ([32, kD + 8] T) 32 rows at a time: load -> barrier -> products ->
+// barrier per chunk, so the caller may overwrite `chunk` and read A's buffer's neighbours after it returns.
+// Called by every thread of the CTA.
+template <typename T, int kD>
+__device__ __forceinline__ void accumulate_a_times_rows(typename OutputTiles<kD>::Accumulator* acc,
+                                                        const T* a, int a_pitch, const T* b_rows,
+                                                        int64_t stride, int L, T* chunk, int row_pitch) {
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  for (int j0 = 0; j0 < L; j0 += kFusedKeyChunk) {
+    const int rows = min(kFusedKeyChunk, L - j0);
+    load_rows<T, kD>(chunk, row_pitch, b_rows + static_cast<int64_t>(j0) * stride, stride, rows,
+                     kFusedKeyChunk);
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < OutputTiles<kD>::kPerWarp; ++w) {
+      const int tile = warp + w * kFusedWarps;  // warp-uniform
+      if (tile >= OutputTiles<kD>::kCount) continue;
+      const int mt = tile / (kD / kFragment), nt = tile % (kD / kFragment);
+#pragma unroll
+      for (int kk = 0; kk < kFusedKeyChunk; kk += kFragment) {
+        wmma::fragment<wmma::matrix_a, kFragment, kFragment, kFragment, T, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, kFragment, kFragment, kFragment, T, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, a + mt * kFragment * a_pitch + j0 + kk, a_pitch);
+        wmma::load_matrix_sync(fb, chunk + kk * row_pitch + nt * kFragment, row_pitch);
+        wmma::mma_sync(acc[w], fa, fb, acc[w]);
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Stores this warp's tiles of a [32, kD] f32 result in T: staged through `staged` ([32, kD + 4] f32, free
+// shared memory), then rows 0 .. valid_rows - 1 to dst (row stride `stride`, 16-byte aligned), 16 bytes per
+// thread. Called by every thread; ends with a barrier, so `staged` may be reused at once.
+template <typename T, int kD>
+__device__ __forceinline__ void store_output_tiles(const typename OutputTiles<kD>::Accumulator* acc,
+                                                   float* staged, T* dst, int64_t stride, int valid_rows) {
+  constexpr int kPitch = kD + 4;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+#pragma unroll
+  for (int w = 0; w < OutputTiles<kD>::kPerWarp; ++w) {
+    const int tile = warp + w * kFusedWarps;
+    if (tile >= OutputTiles<kD>::kCount) continue;
+    const int mt = tile / (kD / kFragment), nt = tile % (kD / kFragment);
+    wmma::store_matrix_sync(staged + mt * kFragment * kPitch + nt * kFragment, acc[w], kPitch,
+                            wmma::mem_row_major);
+  }
+  __syncthreads();
+  constexpr int kPerPack = 16 / static_cast<int>(sizeof(T));
+  constexpr int kPacksPerRow = kD / kPerPack;
+  for (int idx = static_cast<int>(threadIdx.x); idx < valid_rows * kPacksPerRow; idx += kFusedThreads) {
+    const int t = idx / kPacksPerRow, column = (idx % kPacksPerRow) * kPerPack;
+    cuda_detail::Pack128<T> pack;
+#pragma unroll
+    for (int e = 0; e < kPerPack; ++e) pack.v[e] = from_float<T>(staged[t * kPitch + column + e]);
+    cuda_detail::store128(dst + t * stride + column, pack);
+  }
+  __syncthreads();
+}
+
 template <typename T, int kD>
 __global__ void __launch_bounds__(kFusedThreads) fused_attention_forward_kernel(FusedAttentionParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -286,54 +357,14 @@ __global__ void __launch_bounds__(kFusedThreads) fused_attention_forward_kernel(
   }
   __syncthreads();
 
-  // ---- phase 3: context tile = P~ V ----
-  constexpr int kOutTiles = (kFusedTileRows / kFragment) * (kD / kFragment);
-  constexpr int kTilesPerWarp = (kOutTiles + kFusedWarps - 1) / kFusedWarps;
-  wmma::fragment<wmma::accumulator, kFragment, kFragment, kFragment, float> acc[kTilesPerWarp];
+  // ---- phase 3: context tile = P~ V, staged in the (dead) score rows ----
+  typename OutputTiles<kD>::Accumulator acc[OutputTiles<kD>::kPerWarp];
 #pragma unroll
-  for (int w = 0; w < kTilesPerWarp; ++w) wmma::fill_fragment(acc[w], 0.0f);
-  for (int j0 = 0; j0 < L; j0 += kFusedKeyChunk) {
-    const int keys = min(kFusedKeyChunk, L - j0);
-    load_rows<T, kD>(kv_chunk, row_pitch, v + static_cast<int64_t>(j0) * D, D, keys, kFusedKeyChunk);
-    __syncthreads();
-#pragma unroll
-    for (int w = 0; w < kTilesPerWarp; ++w) {
-      const int tile = warp + w * kFusedWarps;  // warp-uniform
-      if (tile >= kOutTiles) continue;
-      const int mt = tile / (kD / kFragment), nt = tile % (kD / kFragment);
-#pragma unroll
-      for (int kk = 0; kk < kFusedKeyChunk; kk += kFragment) {
-        wmma::fragment<wmma::matrix_a, kFragment, kFragment, kFragment, T, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, kFragment, kFragment, kFragment, T, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, p_tilde + mt * kFragment * p_pitch + j0 + kk, p_pitch);
-        wmma::load_matrix_sync(fb, kv_chunk + kk * row_pitch + nt * kFragment, row_pitch);
-        wmma::mma_sync(acc[w], fa, fb, acc[w]);
-      }
-    }
-    __syncthreads();
-  }
-  // Stage the f32 tile in the (dead) score rows, then store T rows of the context, 16 bytes per thread.
-  constexpr int kOutPitch = kD + 4;
-  float* out = scores;
-#pragma unroll
-  for (int w = 0; w < kTilesPerWarp; ++w) {
-    const int tile = warp + w * kFusedWarps;
-    if (tile >= kOutTiles) continue;
-    const int mt = tile / (kD / kFragment), nt = tile % (kD / kFragment);
-    wmma::store_matrix_sync(out + mt * kFragment * kOutPitch + nt * kFragment, acc[w], kOutPitch,
-                            wmma::mem_row_major);
-  }
-  __syncthreads();
-  constexpr int kPerPack = 16 / static_cast<int>(sizeof(T));
-  constexpr int kPacksPerRow = kD / kPerPack;
-  T* context = static_cast<T*>(p.context) + b * L * D + head_column;
-  for (int idx = static_cast<int>(threadIdx.x); idx < tile_rows * kPacksPerRow; idx += kFusedThreads) {
-    const int t = idx / kPacksPerRow, column = (idx % kPacksPerRow) * kPerPack;
-    cuda_detail::Pack128<T> pack;
-#pragma unroll
-    for (int e = 0; e < kPerPack; ++e) pack.v[e] = from_float<T>(out[t * kOutPitch + column + e]);
-    cuda_detail::store128(context + static_cast<int64_t>(i0 + t) * D + column, pack);
-  }
+  for (int w = 0; w < OutputTiles<kD>::kPerWarp; ++w) wmma::fill_fragment(acc[w], 0.0f);
+  accumulate_a_times_rows<T, kD>(acc, p_tilde, p_pitch, v, D, L, kv_chunk, row_pitch);
+  store_output_tiles<T, kD>(
+      acc, scores, static_cast<T*>(p.context) + b * L * D + head_column + static_cast<int64_t>(i0) * D, D,
+      tile_rows);
 }
 
 // ---- the fused backward (fused_disentangled_attention.cuh) ----
@@ -420,21 +451,6 @@ __device__ __forceinline__ float sum_range(const float* values, int stride, int 
   float sum = 0.0f;
   for (int x = begin; x <= end; ++x) sum += values[x * stride];
   return sum;
-}
-
-// Writes the f32 [32, kD + 4] tile `staged` (rows < valid_rows) as T rows of a [*, D] head slice.
-template <typename T, int kD>
-__device__ __forceinline__ void store_tile(T* dst, int64_t stride, const float* staged, int valid_rows) {
-  constexpr int kPerPack = 16 / static_cast<int>(sizeof(T));
-  constexpr int kPacksPerRow = kD / kPerPack;
-  constexpr int kPitch = kD + 4;
-  for (int idx = static_cast<int>(threadIdx.x); idx < valid_rows * kPacksPerRow; idx += kFusedThreads) {
-    const int t = idx / kPacksPerRow, column = (idx % kPacksPerRow) * kPerPack;
-    cuda_detail::Pack128<T> pack;
-#pragma unroll
-    for (int e = 0; e < kPerPack; ++e) pack.v[e] = from_float<T>(staged[t * kPitch + column + e]);
-    cuda_detail::store128(dst + t * stride + column, pack);
-  }
 }
 
 template <typename T, int kD>
@@ -537,44 +553,13 @@ __global__ void __launch_bounds__(kFusedThreads)
       }
     }
   }
-  // dQ_tile = G K over key chunks.
-  constexpr int kOutTiles = (kFusedTileRows / kFragment) * (kD / kFragment);
-  constexpr int kTilesPerWarp = (kOutTiles + kFusedWarps - 1) / kFusedWarps;
-  wmma::fragment<wmma::accumulator, kFragment, kFragment, kFragment, float> acc[kTilesPerWarp];
+  // dQ_tile = G K over key chunks, staged in the grad rows (their Gc reads end before the first barrier).
+  typename OutputTiles<kD>::Accumulator acc[OutputTiles<kD>::kPerWarp];
 #pragma unroll
-  for (int w = 0; w < kTilesPerWarp; ++w) wmma::fill_fragment(acc[w], 0.0f);
-  for (int j0 = 0; j0 < L; j0 += kFusedKeyChunk) {
-    const int keys = min(kFusedKeyChunk, L - j0);
-    load_rows<T, kD>(kv_chunk, row_pitch, k + static_cast<int64_t>(j0) * D, D, keys, kFusedKeyChunk);
-    __syncthreads();
-#pragma unroll
-    for (int w = 0; w < kTilesPerWarp; ++w) {
-      const int tile = warp + w * kFusedWarps;  // warp-uniform
-      if (tile >= kOutTiles) continue;
-      const int mt = tile / (kD / kFragment), nt = tile % (kD / kFragment);
-#pragma unroll
-      for (int kk = 0; kk < kFusedKeyChunk; kk += kFragment) {
-        wmma::fragment<wmma::matrix_a, kFragment, kFragment, kFragment, T, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, kFragment, kFragment, kFragment, T, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, g_lowp + mt * kFragment * g_pitch + j0 + kk, g_pitch);
-        wmma::load_matrix_sync(fb, kv_chunk + kk * row_pitch + nt * kFragment, row_pitch);
-        wmma::mma_sync(acc[w], fa, fb, acc[w]);
-      }
-    }
-    __syncthreads();
-  }
-  // The grad rows are dead (the Gc reads ended before the first barrier of the loop above): stage dQ there.
-  constexpr int kOutPitch = kD + 4;
-#pragma unroll
-  for (int w = 0; w < kTilesPerWarp; ++w) {
-    const int tile = warp + w * kFusedWarps;
-    if (tile >= kOutTiles) continue;
-    const int mt = tile / (kD / kFragment), nt = tile % (kD / kFragment);
-    wmma::store_matrix_sync(grad + mt * kFragment * kOutPitch + nt * kFragment, acc[w], kOutPitch,
-                            wmma::mem_row_major);
-  }
-  __syncthreads();
-  store_tile<T, kD>(static_cast<T*>(p.dq) + head_base + static_cast<int64_t>(i0) * D, D, grad, tile_rows);
+  for (int w = 0; w < OutputTiles<kD>::kPerWarp; ++w) wmma::fill_fragment(acc[w], 0.0f);
+  accumulate_a_times_rows<T, kD>(acc, g_lowp, g_pitch, k, D, L, kv_chunk, row_pitch);
+  store_output_tiles<T, kD>(acc, grad, static_cast<T*>(p.dq) + head_base + static_cast<int64_t>(i0) * D, D,
+                            tile_rows);
 }
 
 template <typename T, int kD>
@@ -606,11 +591,11 @@ __global__ void __launch_bounds__(kFusedThreads)
 
   load_rows<T, kD>(v_tile, row_pitch, static_cast<const T*>(p.v) + head_base + static_cast<int64_t>(j0) * D,
                    D, tile_keys, kFusedKeyChunk);
-  // Output tiles [32 keys, d]: the same tiles of dV and dK per warp.
-  constexpr int kOutTiles = (kFusedKeyChunk / kFragment) * (kD / kFragment);
-  constexpr int kTilesPerWarp = (kOutTiles + kFusedWarps - 1) / kFusedWarps;
-  wmma::fragment<wmma::accumulator, kFragment, kFragment, kFragment, float> dv_acc[kTilesPerWarp],
-      dk_acc[kTilesPerWarp];
+  // Output tiles [32 keys, d] (kFusedKeyChunk == kFusedTileRows): the same tiles of dV and dK per warp.
+  static_assert(kFusedKeyChunk == kFusedTileRows, "OutputTiles counts 32 rows");
+  constexpr int kOutTiles = OutputTiles<kD>::kCount;
+  constexpr int kTilesPerWarp = OutputTiles<kD>::kPerWarp;
+  typename OutputTiles<kD>::Accumulator dv_acc[kTilesPerWarp], dk_acc[kTilesPerWarp];
 #pragma unroll
   for (int w = 0; w < kTilesPerWarp; ++w) {
     wmma::fill_fragment(dv_acc[w], 0.0f);
@@ -700,22 +685,9 @@ __global__ void __launch_bounds__(kFusedThreads)
     }
   }
   __syncthreads();  // the Gp reads end before the staging overwrites g_columns
-  constexpr int kOutPitch = kD + 4;
-  float* staged = g_columns;
-  for (int which = 0; which < 2; ++which) {
-#pragma unroll
-    for (int w = 0; w < kTilesPerWarp; ++w) {
-      const int tile = warp + w * kFusedWarps;
-      if (tile >= kOutTiles) continue;
-      const int mt = tile / (kD / kFragment), nt = tile % (kD / kFragment);
-      wmma::store_matrix_sync(staged + mt * kFragment * kOutPitch + nt * kFragment,
-                              which == 0 ? dv_acc[w] : dk_acc[w], kOutPitch, wmma::mem_row_major);
-    }
-    __syncthreads();
-    T* out = static_cast<T*>(which == 0 ? p.dv : p.dk) + head_base + static_cast<int64_t>(j0) * D;
-    store_tile<T, kD>(out, D, staged, tile_keys);
-    __syncthreads();  // before the second tile overwrites the staging
-  }
+  const int64_t tile_offset = head_base + static_cast<int64_t>(j0) * D;
+  store_output_tiles<T, kD>(dv_acc, g_columns, static_cast<T*>(p.dv) + tile_offset, D, tile_keys);
+  store_output_tiles<T, kD>(dk_acc, g_columns, static_cast<T*>(p.dk) + tile_offset, D, tile_keys);
 }
 
 // Calls f(std::integral_constant<int, d>) for a supported head size.
