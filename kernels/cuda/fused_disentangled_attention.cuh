@@ -7,14 +7,15 @@
 //
 // Raw-pointer launcher; the checked tensor-level entry point (gpu::fused_disentangled_attention_forward) is
 // in disentangled_attention.cu, beside the planning, mask and index-table helpers it shares with the
-// unfused path. Internal to kernels/cuda; include only from .cu files.
+// unfused path. Plain C++ declarations (the kernels are in the .cu), included by the CUDA path and its tests.
 //
 // Supported (fused_attention_head_size_supported and the entry point's checks): T bf16 or f16 (wmma
 // 16x16x16 fragments, f32 accumulation; f32 storage keeps the unfused path), head size d in {16, 32, 64,
 // 128}, 1 <= L <= 512 (the tile's score rows [32, L] live in shared memory, see
 // fused_attention_shared_bytes), and a bucketing under which 63 consecutive relative positions reach at most
-// 64 table rows (true for every log bucketing with max_position - 1 > e * buckets / 2, e.g. DeBERTa-v2's 256
-// over 512; checked on the host per (bucketing, L)).
+// 64 table rows (a bucket step of at most one row per position: the log buckets' slope is below 1 when
+// max_position - 1 > e * buckets / 2, as for DeBERTa-v2's 256 over 512; checked on the host per
+// (bucketing, L), not assumed).
 #pragma once
 
 #include <cuda_runtime.h>
