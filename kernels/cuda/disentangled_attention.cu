@@ -31,19 +31,36 @@
 //             uses the f32 buffers directly; without dropout P~ is probs itself); Gc and Gp,
 //             N*B*L*Wp*sizeof(T) each
 //   plus the mask as bytes [B, L]; the index tables (int32, 2L - 1 + 2W) are cached per length.
+//
+// The fused forward (fused_disentangled_attention.cuh) replaces the forward's GEMMs, scratch and softmax
+// kernel by one kernel per (b, h, 32-query tile) for bf16/f16 with d in {16, 32, 64, 128} and L <= 512;
+// its scratch is the mask bytes only. disentangled_attention_forward takes it when ZT_FUSED_ATTENTION=1
+// (off by default: not yet run on a GPU) and it supports the arguments. Likewise the fused backward (a rows
+// kernel for dQ and Gc, a keys kernel for dK, dV and Gp; scratch Gc, Gp and D_i [B N L] f32) replaces
+// everything before the positional GEMMs when ZT_FUSED_ATTENTION_BACKWARD=1. Either backward reads the
+// stored P, so the two switches are independent.
 #include "kernels/cuda/disentangled_attention.cuh"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <string_view>
+#include <tuple>
 #include <type_traits>
+#include <vector>
 
+#include "kernels/cuda/fused_disentangled_attention.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/relative_position.cuh"
 #include "kernels/gemm.h"
 #include "kernels/philox.h"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
+#include "runtime/log.h"
 #include "runtime/step_profile.h"
 
 namespace zt::kernels::gpu {
@@ -594,7 +611,149 @@ size_t positional_elements(const AttentionShape& s) {
   return static_cast<size_t>(s.heads * s.batch * s.length * s.window_pitch);
 }
 
+// ---- the fused forward's host side (kernel: fused_disentangled_attention.cu) ----
+
+// Whether every (32-query tile, 32-key chunk) of the fused kernel reaches at most kFusedSliceRows window
+// rows: c(i, j) over any 63 consecutive relative positions spans at most 64 rows. True whenever the
+// bucketing moves by at most one row per unit of i - j; evaluated with the host's c2p_index (the fp32 logs
+// the index tables use), once per (bucketing, L) and cached.
+bool fused_slices_cover_chunks(const RelativePositionConfig& positions, int64_t length) {
+  using Key = std::tuple<int64_t, int64_t, int64_t>;
+  static std::mutex mutex;
+  static auto* cache = new std::map<Key, bool>;  // never destroyed, like the index-table cache
+  const std::lock_guard<std::mutex> lock(mutex);
+  const Key key{positions.position_buckets, positions.max_relative_positions, length};
+  if (const auto it = cache->find(key); it != cache->end()) return it->second;
+  const int64_t diagonals = 2 * length - 1;
+  std::vector<int64_t> row(static_cast<size_t>(diagonals));
+  for (int64_t t = 0; t < diagonals; ++t)
+    row[static_cast<size_t>(t)] = c2p_index(t - (length - 1), 0, positions);
+  constexpr int64_t kWidest = kFusedTileRows + kFusedKeyChunk - 2;  // largest i - j difference in a chunk
+  bool covers = true;
+  for (int64_t t = 0; t < diagonals && covers; ++t) {
+    const int64_t last = t + kWidest < diagonals - 1 ? t + kWidest : diagonals - 1;
+    covers = row[static_cast<size_t>(last)] - row[static_cast<size_t>(t)] < kFusedSliceRows;
+  }
+  cache->emplace(key, covers);
+  return covers;
+}
+
+// The fused forward for arguments that passed plan_attention and fused_attention_forward_unsupported.
+void run_fused_forward(const Plan& plan, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Tensor& pos_key, const Tensor& pos_query, const Tensor& attention_mask,
+                       const DisentangledAttentionConfig& config, const Tensor& context, const Tensor& probs,
+                       cudaStream_t stream) {
+  const AttentionShape& s = plan.shape;
+  const DeviceBuffer keep = make_keep(attention_mask, s.batch * s.length, stream);
+  FusedAttentionParams p;
+  if (s.c2p || s.p2c) {
+    const RelativeIndexTables tables = relative_index_tables(config.positions, s.length, stream);
+    p.diagonal = tables.diagonal;
+    p.window = static_cast<int>(tables.window);
+    const int64_t row_offset =
+        tables.window_begin * s.features * static_cast<int64_t>(dtype_size(plan.dtype));
+    if (s.c2p) p.pos_key_window = static_cast<const char*>(pos_key.data()) + row_offset;
+    if (s.p2c) p.pos_query_window = static_cast<const char*>(pos_query.data()) + row_offset;
+  }
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.keep = keep.data_as<uint8_t>();
+  p.context = context.data();
+  p.probs = probs.data();
+  p.batch = static_cast<int>(s.batch);
+  p.length = static_cast<int>(s.length);
+  p.features = static_cast<int>(s.features);
+  p.heads = static_cast<int>(s.heads);
+  p.head_size = static_cast<int>(s.head_size);
+  p.c2p = s.c2p;
+  p.p2c = s.p2c;
+  p.dropout = s.dropout;
+  p.inverse_scale = s.inverse_scale;
+  p.dropout_p = s.dropout_p;
+  p.kept_scale = s.kept_scale;
+  p.seed = s.seed;
+  p.site_id = s.site_id;
+  launch_fused_attention_forward(p, plan.dtype, stream);
+}
+
 }  // namespace
+
+const char* fused_attention_forward_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const Tensor& pos_key, const Tensor& pos_query,
+                                                const Tensor& context,
+                                                const DisentangledAttentionConfig& config) {
+  if (q.dtype() != DType::bf16 && q.dtype() != DType::f16) return "the storage dtype is not bf16 or f16";
+  if (q.rank() != 3 || config.num_heads <= 0 || q.dim(2) % config.num_heads != 0)
+    return "q is not [B, L, D] with D a multiple of num_heads";
+  const int64_t length = q.dim(1), head_size = q.dim(2) / config.num_heads;
+  if (!fused_attention_head_size_supported(head_size)) return "the head size is not 16, 32, 64 or 128";
+  if (length > kFusedMaxLength) return "the sequence length is over 512";
+  if (q.dim(0) * config.num_heads > 65535) return "B * num_heads is over 65535";
+  if (fused_attention_shared_bytes(length, head_size, q.dtype()) > kFusedMaxSharedBytes)
+    return "the CTA's shared memory is over its budget";
+  using cuda_detail::is_aligned16;
+  if (!is_aligned16(q.data()) || !is_aligned16(k.data()) || !is_aligned16(v.data()) ||
+      !is_aligned16(context.data()) || (config.c2p && !is_aligned16(pos_key.data())) ||
+      (config.p2c && !is_aligned16(pos_query.data())))
+    return "a tensor is not 16-byte aligned";
+  if ((config.c2p || config.p2c) && length >= 1 && !fused_slices_cover_chunks(config.positions, length))
+    return "the bucketing reaches more than 64 table rows over 63 relative positions";
+  return nullptr;
+}
+
+namespace {
+// An on/off environment switch: "1" on; unset, empty or "0" off; anything else an error naming it.
+bool read_switch(const char* name, const char* what) {
+  const char* value = std::getenv(name);
+  const std::string_view text = value == nullptr ? std::string_view() : std::string_view(value);
+  ZT_CHECK(text.empty() || text == "0" || text == "1", name, " must be 0 or 1, got '", text, "'");
+  if (text == "1") ZT_LOG(info) << name << "=1: the fused attention " << what << " runs where supported";
+  return text == "1";
+}
+}  // namespace
+
+bool fused_attention_forward_enabled() {
+  static const bool enabled = read_switch("ZT_FUSED_ATTENTION", "forward");
+  return enabled;
+}
+
+bool fused_attention_backward_enabled() {
+  static const bool enabled = read_switch("ZT_FUSED_ATTENTION_BACKWARD", "backward");
+  return enabled;
+}
+
+const char* fused_attention_backward_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const Tensor& pos_key, const Tensor& pos_query,
+                                                 const Tensor& dcontext, const Tensor& dq, const Tensor& dk,
+                                                 const Tensor& dv,
+                                                 const DisentangledAttentionConfig& config) {
+  if (const char* unsupported =
+          fused_attention_forward_unsupported(q, k, v, pos_key, pos_query, dcontext, config))
+    return unsupported;
+  using cuda_detail::is_aligned16;
+  if (!is_aligned16(dq.data()) || !is_aligned16(dk.data()) || !is_aligned16(dv.data()))
+    return "a gradient tensor is not 16-byte aligned";
+  if (fused_attention_backward_shared_bytes(q.dim(1), q.dim(2) / config.num_heads, q.dtype()) >
+      kFusedMaxSharedBytes)
+    return "the backward CTA's shared memory is over its budget";
+  return nullptr;
+}
+
+void fused_disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& pos_key, const Tensor& pos_query,
+                                          const Tensor& attention_mask,
+                                          const DisentangledAttentionConfig& config, const Tensor& context,
+                                          const Tensor& probs, cudaStream_t stream) {
+  constexpr const char* op = "fused_disentangled_attention_forward";
+  const Plan plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
+  check_tensor(context, plan.dtype, q.shape(), op, "context");
+  check_probs(probs, plan.dtype, plan.shape, op);
+  if (plan.shape.batch == 0 || plan.shape.length == 0 || plan.shape.features == 0) return;
+  const char* unsupported = fused_attention_forward_unsupported(q, k, v, pos_key, pos_query, context, config);
+  ZT_CHECK(unsupported == nullptr, op, ": not supported here: ", unsupported);
+  run_fused_forward(plan, q, k, v, pos_key, pos_query, attention_mask, config, context, probs, stream);
+}
 
 void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
                                     const Tensor& pos_query, const Tensor& attention_mask,
@@ -607,6 +766,22 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   check_tensor(context, T, q.shape(), op, "context");
   check_probs(probs, T, s, op);
   if (s.batch == 0 || s.length == 0 || s.features == 0) return;
+  // The fused forward where it is switched on (ZT_FUSED_ATTENTION=1; off by default until it has been
+  // validated and timed on a GPU) and supports the arguments (bf16/f16, d in {16, 32, 64, 128}, L <= 512,
+  // ...): everything below is the unfused path, kept intact for f32, other shapes and the A/B comparison.
+  if (fused_attention_forward_enabled()) {
+    const char* unsupported =
+        fused_attention_forward_unsupported(q, k, v, pos_key, pos_query, context, config);
+    if (unsupported == nullptr) {
+      run_fused_forward(plan, q, k, v, pos_key, pos_query, attention_mask, config, context, probs, stream);
+      StepProfile::global().mark("attn.fwd.fused");
+      return;
+    }
+    static std::atomic<bool> told{false};
+    if (!told.exchange(true))
+      ZT_LOG(info) << "ZT_FUSED_ATTENTION=1 but " << unsupported << " (" << q.describe()
+                   << "): the unfused attention forward runs (said once)";
+  }
   const int64_t L = s.length, d = s.head_size, BL = s.batch * s.length;
 
   const DeviceBuffer keep = make_keep(attention_mask, BL, stream);
@@ -685,13 +860,20 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   prof.mark("attn.fwd.pv_gemm");
 }
 
-void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
-                                     const Tensor& pos_query, const Tensor& attention_mask,
-                                     const Tensor& probs, const Tensor& dcontext,
-                                     const DisentangledAttentionConfig& config, const Tensor& dq,
-                                     const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
-                                     const Tensor& dpos_query, cudaStream_t stream) {
-  constexpr const char* op = "disentangled_attention_backward";
+namespace {
+
+// Which backward runs: the unfused one, the fused one where supported (else the unfused one, said once),
+// or the fused one only (unsupported arguments are an error).
+enum class BackwardPath { unfused, fused_where_supported, fused_only };
+
+void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& pos_key, const Tensor& pos_query, const Tensor& attention_mask,
+                        const Tensor& probs, const Tensor& dcontext,
+                        const DisentangledAttentionConfig& config, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv, const Tensor& dpos_key, const Tensor& dpos_query,
+                        cudaStream_t stream) {
+  const char* op = path == BackwardPath::fused_only ? "fused_disentangled_attention_backward"
+                                                    : "disentangled_attention_backward";
   Plan plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
   AttentionShape& s = plan.shape;
   const DType T = plan.dtype;
@@ -718,6 +900,109 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   if (s.c2p || s.p2c) {
     tables = relative_index_tables(config.positions, L, stream);
     set_window(s, tables.window);
+  }
+  // The positional terms, shared by the fused and the unfused path: with Gx = Gc (c2p) or Gp (p2c)
+  // [N, B*L, Wp] in T, d(rows) += Gx table_w and d(table_w) += Gx^T rows.
+  auto positional_grads = [&](const DeviceBuffer& bucket_grad, const Tensor& rows, const Tensor& table,
+                              const Tensor& drows, const Tensor& dtable) {
+    const int64_t table_row = tables.window_begin;
+    const DeviceBuffer window = padded_table_window(table, table_row, s, stream);
+    GemmProblem into_rows = head_gemm(BL, d, s.window_pitch, T, s);
+    into_rows.a = {bucket_grad.data(), s.window_pitch, BL * s.window_pitch};
+    into_rows.b = head_operand(window.data(), T, 0, s);
+    into_rows.c = head_output(drows.data(), T, 0, s);
+    into_rows.beta = 1.0f;
+    gemm(into_rows, stream);
+    // d(table_w) += Gx^T rows: per head a [W, d] output (255 x 64 at L = 128) summed over k = B*L rows. As
+    // one GEMM per head that is 24 heads x a few output tiles for 132 SMs: the two tables took 9.9 ms of the
+    // 91.5 ms bs-40 step (H200). So k is split into slices, the inner level of a two-level batch (outer:
+    // heads), partial products go to f32 scratch [N, slices, W, d], and one kernel adds the slices in order
+    // into dtable (deterministic).
+    const int64_t slices = split_k_slices(BL);
+    if (slices == 1) {
+      GemmProblem into_table = head_gemm(s.window, d, BL, T, s);
+      into_table.a = {bucket_grad.data(), s.window_pitch, BL * s.window_pitch};
+      into_table.transpose_a = true;
+      into_table.b = head_operand(rows.data(), T, 0, s);
+      into_table.c = head_output(dtable.data(), dtable.dtype(), table_row, s);
+      into_table.beta = 1.0f;
+      gemm(into_table, stream);
+      return;
+    }
+    const int64_t slice_rows = BL / slices;
+    DeviceBuffer partial =
+        scratch_buffer(static_cast<size_t>(s.heads * slices * s.window_pitch * d) * sizeof(float),
+                       "attention.table_grad_partials");
+    GemmProblem into_partials = head_gemm(s.window_pitch, d, slice_rows, T, s);
+    into_partials.batch = slices;  // inner: k slices of one head
+    into_partials.outer = s.heads;
+    into_partials.a = {bucket_grad.data(), s.window_pitch, slice_rows * s.window_pitch, BL * s.window_pitch};
+    into_partials.transpose_a = true;
+    into_partials.b = {rows.data(), s.features, slice_rows * s.features, s.head_size};
+    into_partials.c = {partial.data(), DType::f32, d, s.window_pitch * d, slices * s.window_pitch * d};
+    gemm(into_partials, stream);
+    const int64_t outputs = s.heads * s.window * d;
+    dispatch_storage(dtable.dtype(), op, [&](auto tag) {
+      using D = typename decltype(tag)::type;
+      add_slice_partials_kernel<D><<<grid_for(outputs), kThreads, 0, stream>>>(
+          partial.data_as<float>(), static_cast<D*>(dtable.data()), slices, table_row, s);
+      ZT_CUDA_CHECK_LAUNCH("attention_add_slice_partials");
+    });
+  };
+
+  // The fused backward where chosen (ZT_FUSED_ATTENTION_BACKWARD=1, off by default until it has run on a GPU,
+  // or fused_disentangled_attention_backward) and supported: dq, dk, dv and Gc, Gp from two kernels, then the
+  // positional GEMMs above. Everything after this block is the unfused path, unchanged.
+  if (path != BackwardPath::unfused) {
+    const char* unsupported =
+        fused_attention_backward_unsupported(q, k, v, pos_key, pos_query, dcontext, dq, dk, dv, config);
+    if (unsupported == nullptr) {
+      DeviceBuffer c2p_grad, p2c_grad;
+      if (s.c2p) c2p_grad = scratch_buffer(positional_elements(s) * element, "attention.c2p_grad");
+      if (s.p2c) p2c_grad = scratch_buffer(positional_elements(s) * element, "attention.p2c_grad");
+      const DeviceBuffer row_dot =
+          scratch_buffer(static_cast<size_t>(s.batch * s.heads * L) * sizeof(float), "attention.row_dot");
+      FusedAttentionBackwardParams p;
+      p.q = q.data();
+      p.k = k.data();
+      p.v = v.data();
+      p.dcontext = dcontext.data();
+      p.probs = probs.data();
+      p.keep = keep.data_as<uint8_t>();
+      p.rel_first = tables.rel_first;
+      p.rel_last = tables.rel_last;
+      p.dq = dq.data();
+      p.dk = dk.data();
+      p.dv = dv.data();
+      p.gc = c2p_grad.data();
+      p.gp = p2c_grad.data();
+      p.row_dot = row_dot.data_as<float>();
+      p.batch = static_cast<int>(s.batch);
+      p.length = static_cast<int>(L);
+      p.features = static_cast<int>(s.features);
+      p.heads = static_cast<int>(s.heads);
+      p.head_size = static_cast<int>(d);
+      p.window = static_cast<int>(s.window);
+      p.window_pitch = static_cast<int>(s.window_pitch);
+      p.dropout = s.dropout;
+      p.inverse_scale = s.inverse_scale;
+      p.dropout_p = s.dropout_p;
+      p.kept_scale = s.kept_scale;
+      p.seed = s.seed;
+      p.site_id = s.site_id;
+      launch_fused_attention_backward(p, T, stream);
+      StepProfile& prof = StepProfile::global();
+      prof.mark("attn.bwd.fused");
+      if (s.c2p) positional_grads(c2p_grad, q, pos_key, dq, dpos_key);
+      if (s.p2c) positional_grads(p2c_grad, k, pos_query, dk, dpos_query);
+      prof.mark("attn.bwd.positional_gemm");
+      return;
+    }
+    ZT_CHECK(path != BackwardPath::fused_only, op, ": not supported here: ", unsupported);
+    static std::atomic<bool> told{false};
+    if (!told.exchange(true))
+      ZT_LOG(info) << "ZT_FUSED_ATTENTION_BACKWARD=1 but " << unsupported << " (" << q.describe()
+                   << "): the unfused attention backward runs (said once)";
   }
   // P~ in T with dropout (without it P~ = P: probs itself, already in T); the buffer is later reused for
   // G in T (16-bit storage).
@@ -816,55 +1101,34 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     });
   }
   prof.mark("attn.bwd.bucket_gather");
-  auto positional_grads = [&](const DeviceBuffer& bucket_grad, const Tensor& rows, const Tensor& table,
-                              const Tensor& drows, const Tensor& dtable) {
-    const int64_t table_row = tables.window_begin;
-    const DeviceBuffer window = padded_table_window(table, table_row, s, stream);
-    GemmProblem into_rows = head_gemm(BL, d, s.window_pitch, T, s);
-    into_rows.a = {bucket_grad.data(), s.window_pitch, BL * s.window_pitch};
-    into_rows.b = head_operand(window.data(), T, 0, s);
-    into_rows.c = head_output(drows.data(), T, 0, s);
-    into_rows.beta = 1.0f;
-    gemm(into_rows, stream);
-    // d(table_w) += Gx^T rows: per head a [W, d] output (255 x 64 at L = 128) summed over k = B*L rows. As
-    // one GEMM per head that is 24 heads x a few output tiles for 132 SMs: the two tables took 9.9 ms of the
-    // 91.5 ms bs-40 step (H200). So k is split into slices, the inner level of a two-level batch (outer:
-    // heads), partial products go to f32 scratch [N, slices, W, d], and one kernel adds the slices in order
-    // into dtable (deterministic).
-    const int64_t slices = split_k_slices(BL);
-    if (slices == 1) {
-      GemmProblem into_table = head_gemm(s.window, d, BL, T, s);
-      into_table.a = {bucket_grad.data(), s.window_pitch, BL * s.window_pitch};
-      into_table.transpose_a = true;
-      into_table.b = head_operand(rows.data(), T, 0, s);
-      into_table.c = head_output(dtable.data(), dtable.dtype(), table_row, s);
-      into_table.beta = 1.0f;
-      gemm(into_table, stream);
-      return;
-    }
-    const int64_t slice_rows = BL / slices;
-    DeviceBuffer partial =
-        scratch_buffer(static_cast<size_t>(s.heads * slices * s.window_pitch * d) * sizeof(float),
-                       "attention.table_grad_partials");
-    GemmProblem into_partials = head_gemm(s.window_pitch, d, slice_rows, T, s);
-    into_partials.batch = slices;  // inner: k slices of one head
-    into_partials.outer = s.heads;
-    into_partials.a = {bucket_grad.data(), s.window_pitch, slice_rows * s.window_pitch, BL * s.window_pitch};
-    into_partials.transpose_a = true;
-    into_partials.b = {rows.data(), s.features, slice_rows * s.features, s.head_size};
-    into_partials.c = {partial.data(), DType::f32, d, s.window_pitch * d, slices * s.window_pitch * d};
-    gemm(into_partials, stream);
-    const int64_t outputs = s.heads * s.window * d;
-    dispatch_storage(dtable.dtype(), op, [&](auto tag) {
-      using D = typename decltype(tag)::type;
-      add_slice_partials_kernel<D><<<grid_for(outputs), kThreads, 0, stream>>>(
-          partial.data_as<float>(), static_cast<D*>(dtable.data()), slices, table_row, s);
-      ZT_CUDA_CHECK_LAUNCH("attention_add_slice_partials");
-    });
-  };
   if (s.c2p) positional_grads(c2p_grad, q, pos_key, dq, dpos_key);
   if (s.p2c) positional_grads(p2c_grad, k, pos_query, dk, dpos_query);
   prof.mark("attn.bwd.positional_gemm");
+}
+
+}  // namespace
+
+void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+                                     const Tensor& pos_query, const Tensor& attention_mask,
+                                     const Tensor& probs, const Tensor& dcontext,
+                                     const DisentangledAttentionConfig& config, const Tensor& dq,
+                                     const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
+                                     const Tensor& dpos_query, cudaStream_t stream) {
+  attention_backward(
+      fused_attention_backward_enabled() ? BackwardPath::fused_where_supported : BackwardPath::unfused, q, k,
+      v, pos_key, pos_query, attention_mask, probs, dcontext, config, dq, dk, dv, dpos_key, dpos_query,
+      stream);
+}
+
+void fused_disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const Tensor& pos_key, const Tensor& pos_query,
+                                           const Tensor& attention_mask, const Tensor& probs,
+                                           const Tensor& dcontext, const DisentangledAttentionConfig& config,
+                                           const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                           const Tensor& dpos_key, const Tensor& dpos_query,
+                                           cudaStream_t stream) {
+  attention_backward(BackwardPath::fused_only, q, k, v, pos_key, pos_query, attention_mask, probs, dcontext,
+                     config, dq, dk, dv, dpos_key, dpos_query, stream);
 }
 
 }  // namespace zt::kernels::gpu
