@@ -66,16 +66,18 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
   e.world_size = world_size;
   e.offload = offload;
   e.state.compute_copy = held(stage == 3 ? shard * t : partition.layout(compute).total_bytes());
-  e.state.gradients = held(stage <= 1 ? full_f32 : shard * 4);
+  // Streamed gradients (offload, stages 2/3, no accumulation): no device shard, the buckets even at world 1.
+  const bool streamed = offload.optimizer && offload.stream_gradients && stage >= 2;
+  e.state.gradients = streamed ? 0 : held(stage <= 1 ? full_f32 : shard * 4);
   // f32 training: the master is the compute copy.
   e.state.master = compute != DType::f32 ? held(stage == 0 ? full_f32 : shard * 4) : 0;
   e.state.optimizer = 2 * held(stage == 0 ? full_f32 : shard * 4);
   const auto embeddings = static_cast<size_t>(units.front().numel);
   const auto shared = static_cast<size_t>(units.back().numel);
   const auto layer = static_cast<size_t>(partition.largest_layer_unit());
-  // f32 buckets (stages 2, 3; none at world size 1, where backward accumulates into the shard), gather
-  // buffers (stage 3).
-  for (size_t bytes : {world_size > 1 ? size_t{4} : size_t{0}, stage == 3 ? t : size_t{0}}) {
+  // f32 buckets (stages 2, 3; none at world size 1, where backward accumulates into the shard, unless the
+  // gradients stream), gather buffers (stage 3).
+  for (size_t bytes : {world_size > 1 || streamed ? size_t{4} : size_t{0}, stage == 3 ? t : size_t{0}}) {
     if (stage < 2 || bytes == 0) continue;
     e.state.buffers += held(embeddings * bytes) + held(shared * bytes) + 2 * held(layer * bytes);
   }

@@ -75,6 +75,26 @@ TEST(ZeroOffload, StateBytesMoveMasterAndMomentsToTheHost) {
   }
 }
 
+// The estimator's device formula (allocator size classes aside: device = false) agrees with the engine's
+// bytes with and without streamed gradients.
+TEST(ZeroOffload, EstimatorCountsStreamedGradientsAsTheEngineDoes) {
+  const DebertaConfig model = tiny_config();
+  const ParameterTable table(model);
+  for (int world : {1, 2}) {
+    for (int stage = 2; stage <= 3; ++stage) {
+      for (const bool streamed : {false, true}) {
+        const ZeroOffload offload{.optimizer = true, .param = stage == 3, .stream_gradients = streamed};
+        const ZeroStateBytes engine =
+            zero_state_bytes(ZeroPartition(table, world), stage, DType::bf16, offload);
+        const MemoryEstimate e = estimate_memory(model, stage, world, DType::bf16, 4, 16, offload, false);
+        EXPECT_EQ(e.state.gradients, engine.gradients) << "stage " << stage << " world " << world << streamed;
+        EXPECT_EQ(e.state.buffers, engine.buffers) << "stage " << stage << " world " << world << streamed;
+        EXPECT_EQ(e.state.total(), engine.total()) << "stage " << stage << " world " << world << streamed;
+      }
+    }
+  }
+}
+
 TEST(ZeroOffload, EstimatorReportsDeviceAndHostSeparately) {
   const DebertaConfig model = tiny_config();
   const MemoryEstimate plain = estimate_memory(model, 2, 2, DType::bf16, 4, 16);
