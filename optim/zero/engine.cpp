@@ -272,7 +272,9 @@ struct ZeroEngine::Impl {
   // Offload: where the CPU writes block b's compute-dtype values, until end_params_write(b): params_on_host,
   // or with the shard on disk (and no delayed update) the buffer of b's record — read first when
   // `keep_unwritten` (the AdamW writes only the block's tensor ranges, not the padding between units).
-  bool params_in_file() const { return param_file && !delayed; }
+  bool params_in_file() const {
+    return param_file && !delayed;
+  }
   Tensor begin_params_write(const OwnedBlock& b, bool keep_unwritten) {
     if (!params_in_file()) return params_on_host(b);
     const Tensor values = param_file->acquire(b.unit, keep_unwritten);
