@@ -43,8 +43,9 @@ elapsed() { echo "$(($(date +%s) - start)) s"; }
 
 targets=(train_mrpc bench_train_step bench_cpu_adam bench_disk test_zero_offload_gpu test_zero_training_gpu)
 # validate: the GPU tests of the model and the ZeRO engine (those this tree has).
-validate_tests=(test_disentangled_attention_gpu test_deberta_mixed_precision_gpu test_deberta_golden_gpu
-  test_model_streams_gpu test_trainer_bf16_gpu test_zero_overlap_gpu test_zero_training_gpu test_zero_offload_gpu)
+validate_tests=(test_zero_offload_gpu test_zero_training_gpu test_fused_disentangled_attention_gpu
+  test_disentangled_attention_gpu test_deberta_mixed_precision_gpu test_deberta_golden_gpu test_model_streams_gpu
+  test_trainer_bf16_gpu test_zero_overlap_gpu)
 # shellcheck disable=SC2046  # the flags are words
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release $(scripts/device_cmake_flags.sh) >"$out/configure.log" 2>&1 &&
   { [[ $part != validate ]] || for t in "${validate_tests[@]}" zt_bench; do
@@ -150,8 +151,9 @@ if exact and delayed:
 PY
   ;;
 validate)
-  # A branch's GPU code before it merges (the attention's 16-bit probabilities, the communication stream):
-  # the kernel and model tests, the trainer's bf16 curve against PyTorch, the ZeRO engine's; then the step.
+  # GPU code that has not run yet (the streamed offload gradients, parameters on disk, the fused attention):
+  # the engine's and the kernels' GPU tests, the model's and the trainer's bf16 curve against PyTorch; then
+  # the steps (streamed offload steps plan 2.4 GiB less than the ones measured before).
   for t in "${validate_tests[@]}"; do
     [[ -x $bin/$t ]] || continue
     timeout 240 $bin/$t >"$out/$t.txt" 2>&1
@@ -160,6 +162,12 @@ validate)
   done
   [[ -x $bin/zt_bench ]] && timeout 120 $bin/zt_bench --only attention >"$out/zt_bench_attention.txt" 2>&1
   step "stage 0 bs40" --batch 40 --zero_stage 0 --steps 10 --profile
+  # The fused attention kernels (off by default until they ran here): forward alone, then both.
+  export ZT_FUSED_ATTENTION=1
+  step "stage 0 bs40 fused attention forward" --batch 40 --zero_stage 0 --steps 10 --profile
+  export ZT_FUSED_ATTENTION_BACKWARD=1
+  step "stage 0 bs40 fused attention forward+backward" --batch 40 --zero_stage 0 --steps 10 --profile
+  unset ZT_FUSED_ATTENTION ZT_FUSED_ATTENTION_BACKWARD
   for stage in 2 3; do
     for overlap in "" --overlap_comm; do
       step "world 2 stage $stage bs40 ${overlap:-in order}" --batch 40 --zero_stage $stage --world_size 2 \
