@@ -323,15 +323,15 @@ struct ZeroEngine::Impl {
   // read (host_grads_in_update).
   std::vector<bool> downloaded;  // per unit: its final gradients went down this step
   void download(size_t unit) {
-    download(unit, device_gradients(blocks[unit]));
-  }
-  void download(size_t unit, const Tensor& final_gradients) {
-    copies->down(unit, final_gradients, host_gradients(blocks[unit]));
+    copies->down(unit, device_gradients(blocks[unit]), host_gradients(blocks[unit]));
     downloaded[unit] = true;
   }
   void download_final_gradients(size_t unit) {
     if (offload) download(unit);
   }
+  // Streamed gradients: the unit whose slice last went down from each bucket (bucket_slot), whose copy and
+  // zero fill backward waits for before it writes that bucket again (acquire).
+  std::optional<size_t> bucket_last_unit[4];
   // Offload: block b's updated values to where the model reads them (H2D, or into the stage-3 host shard,
   // or its record in the parameter file). Without a delayed update the stage-3 shard was written in place.
   void publish(const OwnedBlock& b) {
@@ -348,6 +348,12 @@ struct ZeroEngine::Impl {
       copy_tensor(params_on_host(b), target);  // host to host
     }
   }
+  // The bucket's index in bucket_free: embeddings, shared, then the two layer buckets (layer l: l % 2).
+  static size_t bucket_slot(const ZeroPartition& part, size_t unit) {
+    if (unit == part.embeddings_unit()) return 0;
+    if (unit == part.shared_unit()) return 1;
+    return 2 + static_cast<size_t>(part.units()[unit].layer % 2);
+  }
   // overlap_comm (GPU, world > 1; see the top of engine.h): the rank's communication stream and the events
   // that order it with the compute stream (the calling thread's current stream).
 #ifdef ZT_WITH_CUDA
@@ -360,12 +366,6 @@ struct ZeroEngine::Impl {
     // Queued comm work must end before the buffers it reads and writes go back to the allocator.
     ~CommOverlap() { (void)cudaStreamSynchronize(stream.get()); }
   };
-  // The bucket's index in bucket_free: embeddings, shared, then the two layer buckets (layer l: l % 2).
-  static size_t bucket_slot(const ZeroPartition& part, size_t unit) {
-    if (unit == part.embeddings_unit()) return 0;
-    if (unit == part.shared_unit()) return 1;
-    return 2 + static_cast<size_t>(part.units()[unit].layer % 2);
-  }
 #else
   struct CommOverlap {};
 #endif
@@ -891,6 +891,12 @@ void ZeroEngine::compute_waits_for_comm() {
 
 void ZeroEngine::acquire(size_t unit, Pass pass) {
   Impl& s = *impl_;
+  // Streamed gradients: the bucket's previous slice has gone down and the bucket is zeroed (on the copy
+  // stream: backward runs on while the copy of the layer before last is in flight).
+  if (s.streamed && pass == Pass::backward) {
+    if (const std::optional<size_t> previous = s.bucket_last_unit[Impl::bucket_slot(partition_, unit)])
+      s.copies->current_stream_waits_down(*previous);
+  }
 #ifdef ZT_WITH_CUDA
   // Backward is about to write the unit's bucket: its previous reduction must have read and zeroed it.
   if (s.overlap && pass == Pass::backward && s.stage >= 2)
@@ -1019,9 +1025,9 @@ void ZeroEngine::reduce_unit_gradients(size_t unit) {
     if (s.device == DeviceKind::cuda)
       gpu::grad_stats_async(mine, s.unit_stats.data_as<gpu::GradStats>() + unit, work_stream());
 #endif
-    s.download(unit, mine);
-    s.copies->current_stream_waits_down(unit);
-    kernels::fill(all, 0.0f);
+    s.copies->down_and_zero(unit, mine, s.host_gradients(s.blocks[unit]), all);
+    s.downloaded[unit] = true;
+    s.bucket_last_unit[Impl::bucket_slot(partition_, unit)] = unit;
     return;
   }
   const Tensor accumulator = view(*s.grads, DType::f32, u.shard_begin, u.slice_numel);

@@ -7,9 +7,13 @@
 //                                (block k's reduction), queues the copy, records block k's event; called
 //                                from gradients_ready, so downloads overlap the rest of backward
 //                  wait_down(k)  the host blocks until block k's gradients are in host memory
+//                  down_and_zero(k, src, dst, zero)
+//                                down(k), then `zero` (the source's buffer) set to 0 on the same copy
+//                                stream once the copy has read it: streamed gradients leave their bucket
+//                                zeroed for its next layer without the rank's stream waiting for the copy
 //                  current_stream_waits_down(k)
-//                                the calling thread's stream waits for block k's download (without the
-//                                host): the streamed gradients' bucket is zeroed for reuse only after it
+//                                the calling thread's stream waits for block k's download (and zero fill)
+//                                without the host: before backward writes that bucket again
 //                  up(...)       queued on the up stream (H2D engines run beside the D2H ones)
 //                  join()        the rank's stream waits for both copy streams: nothing reads the
 //                                parameters or rewrites the gradients before the copies are done
@@ -38,6 +42,8 @@ class OffloadCopies {
 
   bool pipelined() const { return streams_ != nullptr; }
   void down(size_t block, const Tensor& device_src, const Tensor& host_dst);
+  void down_and_zero(size_t block, const Tensor& device_src, const Tensor& host_dst,
+                     const Tensor& device_zero);
   void wait_down(size_t block);
   void current_stream_waits_down(size_t block);
   void up(const Tensor& host_src, const Tensor& device_dst);

@@ -53,25 +53,35 @@ inline void write_layer(const DebertaLayerTensors& l, double seed, double a) {
     write_gradient(*t, seed += 1.0, a);
 }
 
-// Backward's hooks of one step with synthetic gradients (seeded by `step`, scaled by `scale`), then the step.
+// Backward's hooks of one step with synthetic gradients (seeded by `step`, scaled by `scale`), then the step;
+// the hooks in the model's order (model/deberta.cpp's backward: the shared unit held throughout, each unit
+// acquired before its gradients are written, released, then reported ready).
 inline ZeroStepResult synthetic_step(ZeroEngine& engine, const DebertaConfig& config, int step, double scale,
                                      LossScaler& scaler) {
+  using Pass = DebertaUnitHooks::Pass;
   engine.begin_backward(true, true);
   const DebertaTensors& g = engine.gradient_handles();
   const double seed = 100.0 * step;
+  const size_t shared = shared_unit(config);
+  engine.acquire(shared, Pass::backward);
   for (int l = config.num_hidden_layers - 1; l >= 0; --l) {
+    engine.acquire(layer_unit(l), Pass::backward);
     write_layer(g.layers[static_cast<size_t>(l)], seed + 20.0 * l, 0.3 * scale);
+    engine.release(layer_unit(l), Pass::backward);
     engine.gradients_ready(layer_unit(l));
   }
+  engine.acquire(kEmbeddingsUnit, Pass::backward);
   for (const Tensor* t : {&g.embeddings.word_embeddings, &g.embeddings.ln_weight, &g.embeddings.ln_bias})
     write_gradient(*t, seed + 7.0, 0.2 * scale);
+  engine.release(kEmbeddingsUnit, Pass::backward);
   engine.gradients_ready(kEmbeddingsUnit);
   const DebertaSharedTensors& s = g.shared;
   for (const Tensor* t : {&s.rel_embeddings, &s.encoder_ln_weight, &s.encoder_ln_bias, &s.conv_weight,
                           &s.conv_bias, &s.conv_ln_weight, &s.conv_ln_bias, &s.pooler_weight, &s.pooler_bias,
                           &s.classifier_weight, &s.classifier_bias})
     write_gradient(*t, seed + 3.0, 0.1 * scale);
-  engine.gradients_ready(shared_unit(config));
+  engine.release(shared, Pass::backward);
+  engine.gradients_ready(shared);
   return engine.step(1e-2, scaler);
 }
 
