@@ -83,7 +83,9 @@ TEST_P(SwapRecordCacheTest, PrefetchIntoAFullCacheWritesTheDirtyRecordFirst) {
   EXPECT_EQ(cache.has(0), !started);
   EXPECT_EQ(cache.has(2), started);
   // Waiting: takes it after the write.
-  if (!started) EXPECT_TRUE(cache.prefetch(2, keep, /*wait=*/true));
+  if (!started) {
+    EXPECT_TRUE(cache.prefetch(2, keep, /*wait=*/true));
+  }
   EXPECT_FALSE(cache.has(0));
   EXPECT_TRUE(cache.has(2));
   EXPECT_EQ(mismatch(on_disk(0), 0, 1), -1);
