@@ -14,9 +14,9 @@
 namespace zt::swap {
 namespace {
 
-// Uneven records, one empty; record 0 is large, so that its write is many requests and still in flight
-// when the next call wants its buffer.
-const std::vector<size_t> kRecordBytes = {size_t{8} << 20, 100, 3 * 4096 + 5, 0, 9000};
+// Uneven records, one empty; records 0 and 5 are large, so that a write of one is many requests and still
+// in flight when the next call wants its buffer.
+const std::vector<size_t> kRecordBytes = {size_t{8} << 20, 100, 3 * 4096 + 5, 0, 9000, size_t{8} << 20};
 
 std::byte pattern(size_t record, size_t i, int version) {
   return static_cast<std::byte>((record * 31 + i * 7 + static_cast<size_t>(version) * 13 + 1) % 251);
@@ -60,16 +60,21 @@ TEST_P(SwapRecordCacheTest, ReusingABufferWaitsForItsWriteBack) {
   SwapRecordCache cache(*store_, 1, {.what = "test cache"});
   fill(cache.acquire(0, /*read=*/false), 0, 1);
   cache.release(0, /*dirty=*/true);  // written behind: in flight
-  // The one buffer is wanted for record 1: the write of record 0 ends before record 1 is read into it.
+  // The one buffer is wanted for record 5, which the caller overwrites at once: record 0's write must be
+  // done before the buffer is handed out, or record 5's bytes would land in record 0 on the disk.
+  fill(cache.acquire(5, /*read=*/false), 5, 1);
+  cache.release(5, /*dirty=*/true);
+  // Wanted again for a read of record 1: record 5's write is done before the read fills the buffer.
   std::span<std::byte> one = cache.acquire(1);
-  EXPECT_EQ(mismatch(on_disk(0), 0, 1), -1);
   EXPECT_EQ(one[0], std::byte{0});  // the reserved file reads as zeros
+  EXPECT_EQ(mismatch(on_disk(0), 0, 1), -1);
+  EXPECT_EQ(mismatch(on_disk(5), 5, 1), -1);
   cache.release(1, false);
   EXPECT_EQ(mismatch(cache.acquire(0), 0, 1), -1);  // read back from the disk
   cache.release(0, false);
-  EXPECT_EQ(cache.stats().records_written, 1u);
-  EXPECT_EQ(cache.stats().records_read, 2u);  // records 1 and 0; acquire(0, false) read nothing
-  EXPECT_EQ(cache.stats().bytes_written, store_->transfer_bytes(0));
+  EXPECT_EQ(cache.stats().records_written, 2u);
+  EXPECT_EQ(cache.stats().records_read, 2u);  // records 1 and 0; acquire(r, false) reads nothing
+  EXPECT_EQ(cache.stats().bytes_written, store_->transfer_bytes(0) + store_->transfer_bytes(5));
 }
 
 TEST_P(SwapRecordCacheTest, PrefetchIntoAFullCacheWritesTheDirtyRecordFirst) {
@@ -136,8 +141,8 @@ TEST_P(SwapRecordCacheTest, RefusesMisuse) {
       {"test cache: buffer 0 of 4096 bytes"});
   const std::vector<std::span<std::byte>> one = {{memory.data(), store_->largest_transfer_bytes()}};
   SwapRecordCache cache(*store_, one, {.what = "test cache", .unit = "block"});
-  expect_error([&] { cache.acquire(9); }, {"test cache: block 9 of 5"});
-  expect_error([&] { cache.prefetch(5, {}, false); }, {"test cache: prefetch of block 5 of 5"});
+  expect_error([&] { cache.acquire(9); }, {"test cache: block 9 of 6"});
+  expect_error([&] { cache.prefetch(6, {}, false); }, {"test cache: prefetch of block 6 of 6"});
   cache.acquire(1);
   expect_error([&] { cache.acquire(2); }, {"block 2 acquired while block 1 is still held"});
   expect_error([&] { cache.release(2, false); }, {"release of block 2 which is not held"});
