@@ -63,7 +63,8 @@ class SwapRecordCache {
   SwapRecordCache(SwapStore& store, int buffer_count, SwapRecordCacheOptions options);
   // The caller's buffers (e.g. pinned ones of an arena): each aligned to kDirectIoAlignment, of at least
   // store.largest_transfer_bytes(), and outliving the cache. Throws zt::Error for a buffer that is not.
-  SwapRecordCache(SwapStore& store, std::vector<std::span<std::byte>> buffers, SwapRecordCacheOptions options);
+  SwapRecordCache(SwapStore& store, std::vector<std::span<std::byte>> buffers,
+                  SwapRecordCacheOptions options);
   // Waits for every transfer (quietly).
   ~SwapRecordCache();
   SwapRecordCache(const SwapRecordCache&) = delete;

@@ -58,10 +58,10 @@ SwappedStateStore::SwappedStateStore(const SwappedStateOptions& options, const I
                                                         .record_bytes = record_bytes_for(block_numel_),
                                                         .direct = options.direct},
                                        *io_);
-  cache_ = std::make_unique<SwapRecordCache>(*store_, options.buffer_count,
-                                             SwapRecordCacheOptions{.what = "swapped optimizer state",
-                                                                    .unit = "block",
-                                                                    .write_behind = options.pipeline_write});
+  cache_ = std::make_unique<SwapRecordCache>(
+      *store_, options.buffer_count,
+      SwapRecordCacheOptions{
+          .what = "swapped optimizer state", .unit = "block", .write_behind = options.pipeline_write});
 }
 
 // The cache waits for its transfers when it goes, before the store closes the file.
@@ -99,8 +99,12 @@ SwappedStateBlock SwappedStateStore::acquire(size_t block) {
   return view(block, buffer);
 }
 
-void SwappedStateStore::release(size_t block, bool modified) { cache_->release(block, modified); }
+void SwappedStateStore::release(size_t block, bool modified) {
+  cache_->release(block, modified);
+}
 
-void SwappedStateStore::flush() { cache_->flush(); }
+void SwappedStateStore::flush() {
+  cache_->flush();
+}
 
 }  // namespace zt::swap

@@ -95,7 +95,8 @@ SwappedParameterShard::SwappedParameterShard(const SwappedParameterShardOptions&
   std::byte* first = static_cast<std::byte*>(buffers_.data()) + (round_up_to_alignment(address) - address);
   for (size_t i = 0; i < buffers.size(); ++i) buffers[i] = {first + i * stride_, stride_};
   cache_ = std::make_unique<swap::SwapRecordCache>(
-      *store_, std::move(buffers), swap::SwapRecordCacheOptions{.what = "parameters on disk", .unit = "record"});
+      *store_, std::move(buffers),
+      swap::SwapRecordCacheOptions{.what = "parameters on disk", .unit = "record"});
 }
 
 // The cache waits for its transfers when it goes, before the buffers and the file go.
@@ -116,10 +117,13 @@ Tensor SwappedParameterShard::acquire(size_t record, bool read) {
   return Tensor(buffer.data(), Shape{record_numel_[record]}, dtype_);
 }
 
-void SwappedParameterShard::release(size_t record, bool modified) { cache_->release(record, modified); }
+void SwappedParameterShard::release(size_t record, bool modified) {
+  cache_->release(record, modified);
+}
 
 void SwappedParameterShard::prefetch(std::span<const size_t> upcoming) {
-  const size_t ahead = std::min(upcoming.size(), static_cast<size_t>(buffer_count() - 1));  // one is the caller's
+  const size_t ahead =
+      std::min(upcoming.size(), static_cast<size_t>(buffer_count() - 1));  // one is the caller's
   const std::span<const size_t> window = upcoming.first(ahead);
   for (const size_t record : window) {
     if (cache_->has(record)) continue;

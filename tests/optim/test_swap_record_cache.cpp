@@ -98,7 +98,7 @@ TEST_P(SwapRecordCacheTest, PrefetchIntoAFullCacheWritesTheDirtyRecordFirst) {
   // A buffer holding a kept record is not free; with wait, having none is an error.
   EXPECT_FALSE(cache.prefetch(1, keep, /*wait=*/false));
   expect_error([&] { cache.prefetch(1, keep, /*wait=*/true); },
-                                  {"test cache: no free buffer in ", "(2 buffers)"});
+               {"test cache: no free buffer in ", "(2 buffers)"});
   cache.release(4, false);
   cache.acquire(2);
   EXPECT_EQ(cache.stats().prefetch_hits, 1u);
@@ -129,7 +129,8 @@ TEST_P(SwapRecordCacheTest, RefusesMisuse) {
   AlignedBuffer memory(2 * store_->largest_transfer_bytes() + kDirectIoAlignment);
   expect_error(
       [&] {
-        const std::vector<std::span<std::byte>> misaligned = {{memory.data() + 1, store_->largest_transfer_bytes()}};
+        const std::vector<std::span<std::byte>> misaligned = {
+            {memory.data() + 1, store_->largest_transfer_bytes()}};
         SwapRecordCache cache(*store_, misaligned, {.what = "test cache"});
       },
       {"test cache: buffer 0 of ", "cannot hold the largest record of "});
