@@ -87,13 +87,11 @@ SwappedParameterShard::SwappedParameterShard(const SwappedParameterShardOptions&
   io_ = std::make_unique<AsyncFileIo>(io_options);
   store_ = open_parameter_swap_store(options, *io_);
   stride_ = buffer_stride(record_numel_, dtype_);
-  ZT_CHECK(stride_ >= store_->largest_transfer_bytes(), "parameters on disk: buffers of ", stride_,
-           " bytes cannot hold the largest record of ", path(), " (", store_->largest_transfer_bytes(),
-           " bytes)");
   std::vector<std::span<std::byte>> buffers(static_cast<size_t>(options.buffer_count));
   const auto address = reinterpret_cast<uintptr_t>(buffers_.data());
   std::byte* first = static_cast<std::byte*>(buffers_.data()) + (round_up_to_alignment(address) - address);
   for (size_t i = 0; i < buffers.size(); ++i) buffers[i] = {first + i * stride_, stride_};
+  // The cache checks that each buffer is aligned and holds the largest record.
   cache_ = std::make_unique<swap::SwapRecordCache>(
       *store_, std::move(buffers),
       swap::SwapRecordCacheOptions{.what = "parameters on disk", .unit = "record"});
