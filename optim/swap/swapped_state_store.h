@@ -6,21 +6,15 @@
 // Note [Swapped optimizer state]
 // Each block is one record of a swap store (optim/swap/swap_store.h): master | m | v of the block's numel
 // elements, 12 x numel bytes, so the file is the sum of the blocks (each aligned), and a transfer moves only
-// its block's bytes. `buffer_count` aligned host buffers, each sized for the largest block (any block may
-// land in any buffer), form a small cache of records; each holds one block in one state:
-//   empty     nothing
-//   reading   a read of the block is in flight (a read ahead)
-//   clean     the buffer equals the block on disk
-//   writing   a write of the block is in flight (a write behind); the buffer equals what is being written
-//   held      acquired by the caller (at most one at a time)
-// acquire(k) takes k's buffer if one has it (waiting for its transfer), else reads k into a free buffer:
-// empty first, then the least recently used clean one, then the least recently used writing one (after
-// its write). Then, with pipeline_read, it starts reads of k+1 .. k+L (wrapping at the end, since the next
-// step starts again at block 0) into buffers that do not hold the blocks of that window — Note [The swap
-// pipeline]'s lookahead: L = buffers - 2 with pipeline_write (one buffer stays for the write behind),
-// buffers - 1 without. release(k, modified) writes k back if modified (waited for at once unless
-// pipeline_write) or marks it clean. A block is never read while its write is in flight in another
-// buffer: the buffer that holds it is found first. Blocks start as zeros (the reserved file).
+// its block's bytes. `buffer_count` aligned host buffers, each sized for the largest block, form a swap
+// record cache (Note [The swap record cache], optim/swap/swap_record_cache.h: the buffer states, which
+// buffer a new read takes, a buffer reused only after its transfer); this store is its block-order policy.
+// acquire(k) takes k from the cache (reading it now if no buffer has it). Then, with pipeline_read, it
+// starts reads of k+1 .. k+L (wrapping at the end, since the next step starts again at block 0) into
+// buffers that do not hold the blocks of that window, waiting for a transfer to free one if need be —
+// Note [The swap pipeline]'s lookahead: L = buffers - 2 with pipeline_write (one buffer stays for the
+// write behind), buffers - 1 without. release(k, modified) writes k back if modified (waited for at once
+// unless pipeline_write) or marks it clean. Blocks start as zeros (the reserved file).
 // With more blocks than buffers, a sequential pass reads every block from disk and writes every modified
 // one back: the host holds buffer_count records, not the shard.
 //
@@ -38,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/swap/swap_record_cache.h"
 #include "optim/swap/swap_store.h"
 #include "runtime/direct_io.h"
 
@@ -87,7 +82,7 @@ class SwappedStateStore {
   void flush();
 
   const SwapStore& store() const { return *store_; }
-  const SwappedStateStats& stats() const { return stats_; }
+  const SwappedStateStats& stats() const;
   // Host bytes of the buffers: what the store keeps in memory whatever the shard's size.
   size_t buffer_bytes() const;
   // Bytes of host memory (buffer_count x the largest record) and of disk (the sum of the records) a store
@@ -96,30 +91,14 @@ class SwappedStateStore {
   static uint64_t file_bytes_for(const SwappedStateOptions& options);
 
  private:
-  enum class SlotState { empty, reading, clean, writing, held };
-  struct Slot {
-    AlignedBuffer buffer;
-    SlotState state = SlotState::empty;
-    size_t block = 0;
-    IoTicket io;
-    uint64_t last_use = 0;
-  };
-
-  int find(size_t block) const;
-  void settle(Slot& slot);
-  // A slot to read a new block into, none of whose block is in `keep` (blocks the caller still needs).
-  Slot& free_slot(const std::vector<size_t>& keep);
-  void start_read(Slot& slot, size_t block);
-  SwappedStateBlock view(Slot& slot) const;
+  SwappedStateBlock view(size_t block, std::span<std::byte> buffer) const;
 
   std::vector<int64_t> block_numel_;
-  bool pipeline_write_ = false;
   int64_t lookahead_ = 0;
   std::unique_ptr<AsyncFileIo> io_;
   std::unique_ptr<SwapStore> store_;
-  std::vector<Slot> slots_;
-  uint64_t clock_ = 0;
-  SwappedStateStats stats_;
+  std::unique_ptr<SwapRecordCache> cache_;
+  mutable SwappedStateStats stats_;  // the cache's counters under this store's names (stats())
 };
 
 }  // namespace zt::swap

@@ -1,9 +1,9 @@
 #include "optim/zero/swapped_parameter_shard.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <utility>
 
 #include "runtime/check.h"
 
@@ -87,131 +87,46 @@ SwappedParameterShard::SwappedParameterShard(const SwappedParameterShardOptions&
   io_ = std::make_unique<AsyncFileIo>(io_options);
   store_ = open_parameter_swap_store(options, *io_);
   stride_ = buffer_stride(record_numel_, dtype_);
-  ZT_CHECK(stride_ >= store_->largest_transfer_bytes(), "parameters on disk: buffers of ", stride_,
-           " bytes cannot hold the largest record of ", path(), " (", store_->largest_transfer_bytes(),
-           " bytes)");
-  slots_.resize(static_cast<size_t>(options.buffer_count));
+  std::vector<std::span<std::byte>> buffers(static_cast<size_t>(options.buffer_count));
   const auto address = reinterpret_cast<uintptr_t>(buffers_.data());
   std::byte* first = static_cast<std::byte*>(buffers_.data()) + (round_up_to_alignment(address) - address);
-  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].data = first + i * stride_;
+  for (size_t i = 0; i < buffers.size(); ++i) buffers[i] = {first + i * stride_, stride_};
+  // The cache checks that each buffer is aligned and holds the largest record.
+  cache_ = std::make_unique<swap::SwapRecordCache>(
+      *store_, std::move(buffers),
+      swap::SwapRecordCacheOptions{.what = "parameters on disk", .unit = "record"});
 }
 
-SwappedParameterShard::~SwappedParameterShard() {
-  for (const Slot& slot : slots_) slot.io.wait_quietly();
-}
+// The cache waits for its transfers when it goes, before the buffers and the file go.
+SwappedParameterShard::~SwappedParameterShard() = default;
 
-int SwappedParameterShard::find(size_t record) const {
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    if (slots_[i].state != SlotState::empty && slots_[i].record == record) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-void SwappedParameterShard::settle(Slot& slot) {
-  if (slot.state != SlotState::reading && slot.state != SlotState::writing) return;
-  const auto start = std::chrono::steady_clock::now();
-  IoTicket io = std::exchange(slot.io, IoTicket());
-  const bool was_read = slot.state == SlotState::reading;
-  const std::string failure = io.wait_quietly();
-  stats_.io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  // A failed read leaves nothing in the buffer; a failed write leaves the record's only up-to-date copy in
-  // it, so the buffer stays clean (the error still ends the run).
-  slot.state = was_read && !failure.empty() ? SlotState::empty : SlotState::clean;
-  if (!failure.empty()) throw Error(failure);
-}
-
-SwappedParameterShard::Slot* SwappedParameterShard::free_slot(std::span<const size_t> keep, bool wait) {
-  auto kept = [&](const Slot& s) { return std::find(keep.begin(), keep.end(), s.record) != keep.end(); };
-  auto rank = [](SlotState state) {
-    switch (state) {
-      case SlotState::empty:
-        return 0;
-      case SlotState::clean:
-        return 1;
-      case SlotState::writing:
-        return 2;
-      case SlotState::reading:
-        return 3;  // a read ahead that is no longer wanted
-      case SlotState::held:
-        break;
-    }
-    return 4;
-  };
-  Slot* best = nullptr;
-  for (Slot& s : slots_) {
-    if (s.state == SlotState::held || (s.state != SlotState::empty && kept(s))) continue;
-    // A prefetch does not wait for a transfer to free a buffer: the rank thread has a gather to do.
-    const bool in_flight = s.state == SlotState::reading || s.state == SlotState::writing;
-    if (!wait && in_flight && !s.io.done()) continue;
-    if (best == nullptr || rank(s.state) < rank(best->state) ||
-        (rank(s.state) == rank(best->state) && s.last_use < best->last_use)) {
-      best = &s;
-    }
-  }
-  if (best == nullptr) return nullptr;
-  settle(*best);
-  best->state = SlotState::empty;
-  return best;
-}
-
-void SwappedParameterShard::start_read(Slot& slot, size_t record, bool prefetched) {
-  slot.record = record;
-  slot.state = SlotState::reading;
-  slot.prefetched = prefetched;
-  slot.io = store_->read(static_cast<int64_t>(record), {slot.data, stride_});
-  slot.last_use = ++clock_;
-  ++stats_.records_read;
-  if (prefetched) ++stats_.records_prefetched;
+const SwappedParameterStats& SwappedParameterShard::stats() const {
+  const swap::SwapRecordCacheStats& s = cache_->stats();
+  stats_ = {.records_read = s.records_read,
+            .records_prefetched = s.records_prefetched,
+            .prefetch_hits = s.prefetch_hits,
+            .records_written = s.records_written,
+            .io_wait_seconds = s.io_wait_seconds};
+  return stats_;
 }
 
 Tensor SwappedParameterShard::acquire(size_t record, bool read) {
-  ZT_CHECK(record < record_numel_.size(), "parameters on disk: record ", record, " of ",
-           record_numel_.size());
-  for (const Slot& s : slots_) {
-    ZT_CHECK(s.state != SlotState::held, "parameters on disk: record ", record, " acquired while record ",
-             s.record, " is still held");
-  }
-  const int found = find(record);
-  Slot* slot = found >= 0 ? &slots_[static_cast<size_t>(found)] : free_slot({}, /*wait=*/true);
-  ZT_CHECK(slot != nullptr, "parameters on disk: no free buffer in ", path());
-  if (found >= 0) {
-    if (read && slot->prefetched) ++stats_.prefetch_hits;
-  } else {
-    slot->record = record;
-    if (read) start_read(*slot, record, /*prefetched=*/false);
-  }
-  settle(*slot);
-  slot->state = SlotState::held;
-  slot->prefetched = false;
-  slot->last_use = ++clock_;
-  return Tensor(slot->data, Shape{record_numel_[record]}, dtype_);
+  const std::span<std::byte> buffer = cache_->acquire(record, read);
+  return Tensor(buffer.data(), Shape{record_numel_[record]}, dtype_);
 }
 
 void SwappedParameterShard::release(size_t record, bool modified) {
-  const int found = find(record);
-  ZT_CHECK(found >= 0 && slots_[static_cast<size_t>(found)].state == SlotState::held,
-           "parameters on disk: release of record ", record, " which is not held");
-  Slot& slot = slots_[static_cast<size_t>(found)];
-  slot.last_use = ++clock_;
-  if (!modified) {
-    slot.state = SlotState::clean;
-    return;
-  }
-  slot.state = SlotState::writing;
-  slot.io = store_->write(static_cast<int64_t>(record), {slot.data, stride_});
-  ++stats_.records_written;
+  cache_->release(record, modified);
 }
 
 void SwappedParameterShard::prefetch(std::span<const size_t> upcoming) {
-  const size_t ahead = std::min(upcoming.size(), slots_.size() - 1);  // one buffer is the caller's
+  const size_t ahead =
+      std::min(upcoming.size(), static_cast<size_t>(buffer_count() - 1));  // one is the caller's
   const std::span<const size_t> window = upcoming.first(ahead);
   for (const size_t record : window) {
-    ZT_CHECK(record < record_numel_.size(), "parameters on disk: prefetch of record ", record, " of ",
-             record_numel_.size());
-    if (find(record) >= 0) continue;
-    Slot* slot = free_slot(window, /*wait=*/false);
-    if (slot == nullptr) return;
-    start_read(*slot, record, /*prefetched=*/true);
+    if (cache_->has(record)) continue;
+    // Without waiting: a buffer whose transfer is in flight is passed over.
+    if (!cache_->prefetch(record, window, /*wait=*/false)) return;
   }
 }
 

@@ -10,19 +10,14 @@
 // collides with the optimizer state's swap file of the same rank when both offloads share nvme_path (the
 // store names its file by rank alone). The subdirectory stays (empty) after the run; stale files of dead
 // processes in it are removed as in nvme_path.
-// The buffers are a small cache of records; each holds one record in one state:
-//   empty     nothing
-//   reading   a read of the record is in flight (a prefetch, or acquire's own read)
-//   clean     the buffer equals the record on disk
-//   writing   a write of the record is in flight; the buffer equals what is being written
-//   held      acquired by the caller (one at a time)
-// A record is in at most one buffer, so a read never races a write of the same record: acquire and
-// prefetch find the buffer that has it first. acquire(u) takes u's buffer if one has it (waiting for its
-// transfer) or reads u into a free buffer (empty first, then the least recently used clean one, then a
-// writing one after its write, then an unwanted read ahead after its read) and waits; prefetch(next) starts
-// reads of the records the caller will acquire next into buffers that hold none of them nor the held one,
-// as far as the buffers allow (buffer_count - 1 records ahead). release(u, modified) writes u back
-// (asynchronously: waited for when its buffer is needed again, or at destruction) or marks it clean.
+// The buffers are a swap record cache (Note [The swap record cache], optim/swap/swap_record_cache.h: the
+// buffer states, which buffer a new read takes, a buffer reused only after its transfer); this shard is
+// its hook-order policy. acquire(u) takes u from the cache (reading it now if no buffer has it, or, with
+// read false, reading nothing); prefetch(next) starts reads of the records the caller will acquire next into
+// buffers that hold none of them nor the held one, as far as the buffers allow (buffer_count - 1 records
+// ahead), never waiting for a transfer in flight to free a buffer (the rank thread has a gather to do).
+// release(u, modified) writes u back asynchronously (waited for when its buffer is needed again, or at
+// destruction) or marks it clean.
 // The ZeRO engine acquires a record per stage-3 gather (forward and backward) and per CPU update of a unit,
 // and prefetches in the order the model's hooks and the update use the units (engine.cpp, "upcoming").
 //
@@ -41,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/swap/swap_record_cache.h"
 #include "optim/swap/swap_store.h"
 #include "runtime/arena.h"
 #include "runtime/direct_io.h"
@@ -87,10 +83,10 @@ class SwappedParameterShard {
   void prefetch(std::span<const size_t> upcoming);
 
   size_t record_count() const { return record_numel_.size(); }
-  int buffer_count() const { return static_cast<int>(slots_.size()); }
+  int buffer_count() const { return cache_->buffer_count(); }
   const std::string& path() const { return store_->path(); }
   bool pinned() const { return buffers_.pinned(); }
-  const SwappedParameterStats& stats() const { return stats_; }
+  const SwappedParameterStats& stats() const;
 
   // Host bytes of the buffers (buffer_count x the largest record, plus one alignment unit) and disk bytes
   // of the file (the sum of the records) a shard with these records takes (preflights, zero_state_bytes).
@@ -102,30 +98,14 @@ class SwappedParameterShard {
   static std::string file_directory(const std::string& nvme_path);
 
  private:
-  enum class SlotState { empty, reading, clean, writing, held };
-  struct Slot {
-    std::byte* data = nullptr;
-    SlotState state = SlotState::empty;
-    size_t record = 0;
-    IoTicket io;
-    uint64_t last_use = 0;
-    bool prefetched = false;  // the read in this buffer was started by prefetch
-  };
-
-  int find(size_t record) const;
-  void settle(Slot& slot);
-  Slot* free_slot(std::span<const size_t> keep, bool wait);
-  void start_read(Slot& slot, size_t record, bool prefetched);
-
   std::vector<int64_t> record_numel_;
   DType dtype_;
   std::unique_ptr<AsyncFileIo> io_;
   std::unique_ptr<swap::SwapStore> store_;
   Arena buffers_;      // buffer_count buffers of stride_ bytes each
   size_t stride_ = 0;  // the largest record, aligned: any record fits any buffer
-  std::vector<Slot> slots_;
-  uint64_t clock_ = 0;
-  SwappedParameterStats stats_;
+  std::unique_ptr<swap::SwapRecordCache> cache_;
+  mutable SwappedParameterStats stats_;  // the cache's counters under this shard's names (stats())
 };
 
 }  // namespace zt::optim
