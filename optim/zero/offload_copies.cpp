@@ -52,8 +52,18 @@ OffloadCopies::OffloadCopies(DeviceKind device, bool pipelined, size_t blocks) {
 OffloadCopies::~OffloadCopies() = default;
 
 void OffloadCopies::down(size_t block, const Tensor& device_src, const Tensor& host_dst) {
-  if (!streams_) {
+  down_and_zero(block, device_src, host_dst, Tensor());
+}
+
+// An undefined `device_zero` (Tensor()): nothing to zero (down()).
+void OffloadCopies::down_and_zero(size_t block, const Tensor& device_src, const Tensor& host_dst,
+                                  const Tensor& device_zero) {
+  const bool zero = device_zero.defined();
+  ZT_CHECK(!zero || (device_zero.dtype() == DType::f32 && device_zero.is_contiguous()),
+           "offload copy: the buffer to zero, ", device_zero.describe(), ", must be contiguous f32");
+  if (!streams_) {  // synchronous: the copy has landed
     copy_tensor(device_src, host_dst);
+    if (zero) kernels::fill(device_zero, 0.0f);
     return;
   }
 #ifdef ZT_WITH_CUDA
@@ -64,26 +74,8 @@ void OffloadCopies::down(size_t block, const Tensor& device_src, const Tensor& h
   s.work_done.record(current_stream());
   s.down.wait(s.work_done);
   copy_async(device_src, host_dst, s.down);
-  s.block_arrived[block].record(s.down);
-#endif
-}
-
-void OffloadCopies::down_and_zero(size_t block, const Tensor& device_src, const Tensor& host_dst,
-                                  const Tensor& device_zero) {
-  ZT_CHECK(device_zero.dtype() == DType::f32 && device_zero.is_contiguous(),
-           "offload copy: the buffer to zero, ", device_zero.describe(), ", must be contiguous f32");
-  if (!streams_) {  // synchronous: the copy has landed
-    copy_tensor(device_src, host_dst);
-    kernels::fill(device_zero, 0.0f);
-    return;
-  }
-#ifdef ZT_WITH_CUDA
-  Streams& s = *streams_;
-  ZT_CHECK(block < s.block_arrived.size(), "offload copy: block ", block, " of ", s.block_arrived.size());
-  s.work_done.record(current_stream());
-  s.down.wait(s.work_done);
-  copy_async(device_src, host_dst, s.down);
-  ZT_CUDA_CHECK(cudaMemsetAsync(device_zero.data(), 0, device_zero.nbytes(), s.down));  // 0 bits = 0.0f
+  if (zero)
+    ZT_CUDA_CHECK(cudaMemsetAsync(device_zero.data(), 0, device_zero.nbytes(), s.down));  // 0 bits = 0.0f
   s.block_arrived[block].record(s.down);
 #endif
 }
