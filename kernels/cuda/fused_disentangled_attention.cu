@@ -283,6 +283,33 @@ struct DropoutQuad {
   }
 };
 
+// The unfused kernels' lane layout of a softmax row, a warp per row: lane `lane` takes keys j4 .. j4 + 3 for
+// j4 = 128 c + 4 lane, c = 0 .. ceil(L / 128) - 1 (one Philox block per 4 keys when aligned). Calls key(j)
+// for the lane's keys in that order, j up to ceil(L / 128) * 128 - 1: the caller bounds j by L.
+template <typename F>
+__device__ __forceinline__ void for_lane_keys(int L, int lane, F&& key) {
+  const int chunks = (L + 127) / 128;
+  for (int c = 0; c < chunks; ++c) {
+#pragma unroll
+    for (int q4 = 0; q4 < 4; ++q4) key(128 * c + 4 * lane + q4);
+  }
+}
+
+// for_lane_keys with the keys' dropout decisions: key(quad, q4, j) for j = j4 + q4, where quad holds entries
+// e = row * L + j4 .. e + 3 (row = (b*N + h)*L + i, so e is the flat index of P[b, h, i, j4]), its Philox
+// block drawn once per 4 keys when `dropout` is on and j4 < L.
+template <typename F>
+__device__ __forceinline__ void for_lane_key_quads(int L, int lane, const DropoutMaskOp& op, bool dropout,
+                                                   int64_t row, F&& key) {
+  const int chunks = (L + 127) / 128;
+  for (int c = 0; c < chunks; ++c) {
+    const int j4 = 128 * c + 4 * lane;
+    const DropoutQuad quad(op, dropout && j4 < L, static_cast<uint64_t>(row * L + j4));
+#pragma unroll
+    for (int q4 = 0; q4 < 4; ++q4) key(quad, q4, j4 + q4);
+  }
+}
+
 // The CTA's head (b, h) = (bh / N, bh % N) and its block of rows (query rows, or keys) first .. first +
 // count - 1, for the grid (ceil(L / 32), B * N); L, Lp = L rounded up to 32, D, and the thread's warp, lane.
 struct HeadBlock {
@@ -408,7 +435,6 @@ __global__ void __launch_bounds__(kFusedThreads) fused_attention_forward_kernel(
 
   // ---- phase 2: softmax, P to HBM, P~ to shared memory ----
   const DropoutMaskOp mask_op{p.dropout_p, p.kept_scale, p.seed, p.site_id};
-  const int chunks = (L + 127) / 128;
   for (int t = warp; t < kFusedTileRows; t += kFusedWarps) {
     T* p_row = p_tilde + t * p_pitch;
     if (t >= tile_rows) {  // rows past L: zeros, so the P~ V fragments read defined values
@@ -417,46 +443,31 @@ __global__ void __launch_bounds__(kFusedThreads) fused_attention_forward_kernel(
     }
     float* x = scores + t * score_pitch;
     float row_max = kMasked;
-    for (int c = 0; c < chunks; ++c) {
-#pragma unroll
-      for (int q4 = 0; q4 < 4; ++q4) {
-        const int j = 128 * c + 4 * lane + q4;
-        if (j < L) row_max = fmaxf(row_max, x[j]);
-      }
-    }
+    for_lane_keys(L, lane, [&](int j) {
+      if (j < L) row_max = fmaxf(row_max, x[j]);
+    });
     row_max = cuda_detail::warp_max(row_max);
     float sum = 0.0f;
-    for (int c = 0; c < chunks; ++c) {
-#pragma unroll
-      for (int q4 = 0; q4 < 4; ++q4) {
-        const int j = 128 * c + 4 * lane + q4;
-        if (j < L) {
-          x[j] = expf(x[j] - row_max);  // a lane rewrites only its own keys
-          sum += x[j];
-        }
+    for_lane_keys(L, lane, [&](int j) {
+      if (j < L) {
+        x[j] = expf(x[j] - row_max);  // a lane rewrites only its own keys
+        sum += x[j];
       }
-    }
+    });
     const float inverse = 1.0f / cuda_detail::warp_sum(sum);
     const int64_t row = bh * L + i0 + t;  // (b*N + h)*L + i
     T* probs_row = static_cast<T*>(p.probs) + row * L;
-    for (int c = 0; c < chunks; ++c) {
-      const int j4 = 128 * c + 4 * lane;
-      // e: the flat index of P[b, h, i, j4]
-      const DropoutQuad quad(mask_op, p.dropout && j4 < L, static_cast<uint64_t>(row * L + j4));
-#pragma unroll
-      for (int q4 = 0; q4 < 4; ++q4) {
-        const int j = j4 + q4;
-        if (j >= L) {
-          if (j < Lp) p_row[j] = from_float<T>(0.0f);
-          continue;
-        }
-        const T prob = from_float<T>(x[j] * inverse);  // the one rounding of P
-        probs_row[j] = prob;
-        float kept = to_float(prob);
-        if (p.dropout) kept = quad.apply(mask_op, q4, kept);
-        p_row[j] = from_float<T>(kept);
+    for_lane_key_quads(L, lane, mask_op, p.dropout, row, [&](const DropoutQuad& quad, int q4, int j) {
+      if (j >= L) {
+        if (j < Lp) p_row[j] = from_float<T>(0.0f);
+        return;
       }
-    }
+      const T prob = from_float<T>(x[j] * inverse);  // the one rounding of P
+      probs_row[j] = prob;
+      float kept = to_float(prob);
+      if (p.dropout) kept = quad.apply(mask_op, q4, kept);
+      p_row[j] = from_float<T>(kept);
+    });
   }
   __syncthreads();
 
@@ -587,7 +598,6 @@ __global__ void __launch_bounds__(kFusedThreads)
   }
   // G per row, a warp per row (the unfused softmax backward's lane layout, Philox grouping and sum order).
   const DropoutMaskOp mask_op{p.dropout_p, p.kept_scale, p.seed, p.site_id};
-  const int chunks = (L + 127) / 128;
   for (int t = warp; t < kFusedTileRows; t += kFusedWarps) {
     T* g_row = g_lowp + t * g_pitch;
     if (t >= tile_rows) {
@@ -600,35 +610,25 @@ __global__ void __launch_bounds__(kFusedThreads)
     const bool query_kept = key_keep[i] != 0;
     float* g = grad + t * grad_pitch;
     float weighted = 0.0f;
-    for (int c = 0; c < chunks; ++c) {
-      const int j4 = 128 * c + 4 * lane;
-      const DropoutQuad quad(mask_op, p.dropout && j4 < L, static_cast<uint64_t>(row * L + j4));
-#pragma unroll
-      for (int q4 = 0; q4 < 4; ++q4) {
-        const int j = j4 + q4;
-        if (j >= L) break;
-        float dp = g[j];
-        if (p.dropout) dp = quad.apply(mask_op, q4, dp);
-        g[j] = dp;  // a lane rewrites only its own keys
-        if (query_kept && key_keep[j] != 0) weighted += to_float(probs_row[j]) * dp;
-      }
-    }
+    for_lane_key_quads(L, lane, mask_op, p.dropout, row, [&](const DropoutQuad& quad, int q4, int j) {
+      if (j >= L) return;  // so are the lane's later keys of these 4
+      float dp = g[j];
+      if (p.dropout) dp = quad.apply(mask_op, q4, dp);
+      g[j] = dp;  // a lane rewrites only its own keys
+      if (query_kept && key_keep[j] != 0) weighted += to_float(probs_row[j]) * dp;
+    });
     weighted = cuda_detail::warp_sum(weighted);
     if (lane == 0) p.row_dot[row] = weighted;
-    for (int c = 0; c < chunks; ++c) {
-#pragma unroll
-      for (int q4 = 0; q4 < 4; ++q4) {
-        const int j = 128 * c + 4 * lane + q4;
-        if (j >= L) {
-          if (j < Lp) g_row[j] = from_float<T>(0.0f);
-          continue;
-        }
-        const bool kept = query_kept && key_keep[j] != 0;
-        const float value = kept ? to_float(probs_row[j]) * (g[j] - weighted) * p.inverse_scale : 0.0f;
-        g[j] = value;
-        g_row[j] = from_float<T>(value);
+    for_lane_keys(L, lane, [&](int j) {
+      if (j >= L) {
+        if (j < Lp) g_row[j] = from_float<T>(0.0f);
+        return;
       }
-    }
+      const bool kept = query_kept && key_keep[j] != 0;
+      const float value = kept ? to_float(probs_row[j]) * (g[j] - weighted) * p.inverse_scale : 0.0f;
+      g[j] = value;
+      g_row[j] = from_float<T>(value);
+    });
   }
   __syncthreads();
   // Gc rows: a warp per query row, lanes along r, padding columns r >= W zero.
