@@ -638,6 +638,22 @@ bool fused_slices_cover_chunks(const RelativePositionConfig& positions, int64_t 
   return covers;
 }
 
+// The fields FusedAttentionParams and FusedAttentionBackwardParams share: shape and dropout, from the plan.
+template <typename FusedParams>
+void set_shape_and_dropout(FusedParams& p, const AttentionShape& s) {
+  p.batch = static_cast<int>(s.batch);
+  p.length = static_cast<int>(s.length);
+  p.features = static_cast<int>(s.features);
+  p.heads = static_cast<int>(s.heads);
+  p.head_size = static_cast<int>(s.head_size);
+  p.dropout = s.dropout;
+  p.inverse_scale = s.inverse_scale;
+  p.dropout_p = s.dropout_p;
+  p.kept_scale = s.kept_scale;
+  p.seed = s.seed;
+  p.site_id = s.site_id;
+}
+
 // The fused forward for arguments that passed plan_attention and fused_attention_forward_unsupported.
 void run_fused_forward(const Plan& plan, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& pos_key, const Tensor& pos_query, const Tensor& attention_mask,
@@ -661,19 +677,9 @@ void run_fused_forward(const Plan& plan, const Tensor& q, const Tensor& k, const
   p.keep = keep.data_as<uint8_t>();
   p.context = context.data();
   p.probs = probs.data();
-  p.batch = static_cast<int>(s.batch);
-  p.length = static_cast<int>(s.length);
-  p.features = static_cast<int>(s.features);
-  p.heads = static_cast<int>(s.heads);
-  p.head_size = static_cast<int>(s.head_size);
+  set_shape_and_dropout(p, s);
   p.c2p = s.c2p;
   p.p2c = s.p2c;
-  p.dropout = s.dropout;
-  p.inverse_scale = s.inverse_scale;
-  p.dropout_p = s.dropout_p;
-  p.kept_scale = s.kept_scale;
-  p.seed = s.seed;
-  p.site_id = s.site_id;
   launch_fused_attention_forward(p, plan.dtype, stream);
 }
 
@@ -977,19 +983,9 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
       p.gc = c2p_grad.data();
       p.gp = p2c_grad.data();
       p.row_dot = row_dot.data_as<float>();
-      p.batch = static_cast<int>(s.batch);
-      p.length = static_cast<int>(L);
-      p.features = static_cast<int>(s.features);
-      p.heads = static_cast<int>(s.heads);
-      p.head_size = static_cast<int>(d);
+      set_shape_and_dropout(p, s);  // L = s.length, d = s.head_size
       p.window = static_cast<int>(s.window);
       p.window_pitch = static_cast<int>(s.window_pitch);
-      p.dropout = s.dropout;
-      p.inverse_scale = s.inverse_scale;
-      p.dropout_p = s.dropout_p;
-      p.kept_scale = s.kept_scale;
-      p.seed = s.seed;
-      p.site_id = s.site_id;
       launch_fused_attention_backward(p, T, stream);
       StepProfile& prof = StepProfile::global();
       prof.mark("attn.bwd.fused");

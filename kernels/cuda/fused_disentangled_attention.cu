@@ -63,43 +63,61 @@ __host__ __device__ constexpr int padded_length(int length) {
   return (length + kFusedKeyChunk - 1) / kFusedKeyChunk * kFusedKeyChunk;
 }
 
+// Places a region of `bytes` at offset `at` and moves `at` past it (rounded up to kRegionAlign); returns
+// the region's offset. The layouts below are sequences of these, in the order of their header comments.
+__host__ __device__ constexpr size_t take_region(size_t& at, size_t bytes) {
+  const size_t begin = at;
+  at += align_up(bytes);
+  return begin;
+}
+
+// The leading regions of the forward and of the backward rows kernel, from offset 0: a [32, d + 8] T tile
+// (Q, dC), a [32, d + 8] T chunk (K / V), [32, max(Lp, d) + 4] f32 rows (scores, grad); plus the pitch of
+// their [32, Lp + 8] T rows (P~, G in T). `end` is the offset after the f32 rows.
+struct QueryTileLayout {
+  int row_pitch = 0;   // elements of a T row: d + 8
+  int f32_pitch = 0;   // elements of an f32 row: max(Lp, d) + 4
+  int lowp_pitch = 0;  // elements of a [32, Lp] T row: Lp + 8
+  size_t tile = 0, chunk = 0, f32_rows = 0, end = 0;
+};
+
+__host__ __device__ constexpr QueryTileLayout query_tile_layout(int padded, int head_size,
+                                                                int element_bytes) {
+  QueryTileLayout l;
+  l.row_pitch = head_size + 8;
+  l.f32_pitch = (padded > head_size ? padded : head_size) + 4;
+  l.lowp_pitch = padded + 8;
+  const size_t t_rows = static_cast<size_t>(l.row_pitch) * element_bytes;
+  size_t at = 0;
+  l.tile = take_region(at, kFusedTileRows * t_rows);
+  l.chunk = take_region(at, kFusedKeyChunk * t_rows);
+  l.f32_rows = take_region(at, static_cast<size_t>(kFusedTileRows) * l.f32_pitch * sizeof(float));
+  l.end = at;
+  return l;
+}
+
 // Byte offsets of the shared-memory regions (header comment) for padded length Lp, head size d and
-// element size of T; computed the same way by the host (budget) and the kernel (pointers).
+// element size of T; computed the same way by the host (budget) and the kernel (pointers). The query tile
+// layout's tile, chunk and f32 rows are q_tile, kv_chunk and scores.
 struct FusedLayout {
-  int row_pitch = 0;    // elements of a T row: d + 8
-  int score_pitch = 0;  // elements of an f32 score row: max(Lp, d) + 4
-  int p_pitch = 0;      // elements of a P~ row: Lp + 8
-  size_t q_tile = 0, kv_chunk = 0, scores = 0, diagonal = 0, pk_slice = 0, pq_slice = 0, c2p = 0, p2c = 0,
-         p_tilde = 0, total = 0;
+  QueryTileLayout head;
+  size_t diagonal = 0, pk_slice = 0, pq_slice = 0, c2p = 0, p2c = 0, p_tilde = 0, total = 0;
 };
 
 __host__ __device__ constexpr FusedLayout fused_layout(int padded, int head_size, int element_bytes) {
   FusedLayout l;
-  l.row_pitch = head_size + 8;
-  l.score_pitch = (padded > head_size ? padded : head_size) + 4;
-  l.p_pitch = padded + 8;
-  const size_t t_rows = static_cast<size_t>(l.row_pitch) * element_bytes;
-  size_t at = 0;
-  l.q_tile = at;
-  at += align_up(kFusedTileRows * t_rows);
-  l.kv_chunk = at;
-  at += align_up(kFusedKeyChunk * t_rows);
-  l.scores = at;
-  at += align_up(static_cast<size_t>(kFusedTileRows) * l.score_pitch * sizeof(float));
-  l.diagonal = at;
-  at += align_up(kFusedSliceRows * sizeof(int32_t));
+  l.head = query_tile_layout(padded, head_size, element_bytes);
+  const size_t t_rows = static_cast<size_t>(l.head.row_pitch) * element_bytes;
+  size_t at = l.head.end;
+  l.diagonal = take_region(at, kFusedSliceRows * sizeof(int32_t));
   // The union: the phase-1 slices and products, or P~.
   const size_t union_begin = at;
-  l.pk_slice = at;
-  at += align_up(kFusedSliceRows * t_rows);
-  l.pq_slice = at;
-  at += align_up(kFusedSliceRows * t_rows);
-  l.c2p = at;
-  at += align_up(static_cast<size_t>(kFusedTileRows) * kSlicePitch * sizeof(float));
-  l.p2c = at;
-  at += align_up(static_cast<size_t>(kFusedTileRows) * kSlicePitch * sizeof(float));
+  l.pk_slice = take_region(at, kFusedSliceRows * t_rows);
+  l.pq_slice = take_region(at, kFusedSliceRows * t_rows);
+  l.c2p = take_region(at, static_cast<size_t>(kFusedTileRows) * kSlicePitch * sizeof(float));
+  l.p2c = take_region(at, static_cast<size_t>(kFusedTileRows) * kSlicePitch * sizeof(float));
   l.p_tilde = union_begin;
-  const size_t p_bytes = align_up(static_cast<size_t>(kFusedTileRows) * l.p_pitch * element_bytes);
+  const size_t p_bytes = align_up(static_cast<size_t>(kFusedTileRows) * l.head.lowp_pitch * element_bytes);
   l.total = union_begin + (at - union_begin > p_bytes ? at - union_begin : p_bytes);
   return l;
 }
@@ -138,6 +156,22 @@ __device__ __forceinline__ void product_abt(const T* a, int lda, const T* b, int
     wmma::mma_sync(acc, fa, fb, acc);
   }
   wmma::store_matrix_sync(out, acc, ldo, wmma::mem_row_major);
+}
+
+// Output tile (mt, nt) of A B^T for row blocks A, B of pitch row_pitch: rows mt * 16 .. of A against rows
+// nt * 16 .. of B, into out[mt * 16 .., nt * 16 ..] (pitch out_pitch).
+template <typename T, int kD>
+__device__ __forceinline__ void product_abt_tile(const T* a, const T* b, int row_pitch, float* out,
+                                                 int out_pitch, int mt, int nt) {
+  product_abt<T, kD>(a + mt * kFragment * row_pitch, row_pitch, b + nt * kFragment * row_pitch, row_pitch,
+                     out + mt * kFragment * out_pitch + nt * kFragment, out_pitch);
+}
+
+// The [32, 32] product A B^T of two [32, kD] row blocks: 2 x 2 tiles of 16, warp w owning (w / 2, w % 2).
+template <typename T, int kD>
+__device__ __forceinline__ void product_abt_32x32(const T* a, const T* b, int row_pitch, float* out,
+                                                  int out_pitch, int warp) {
+  product_abt_tile<T, kD>(a, b, row_pitch, out, out_pitch, warp / 2, warp % 2);
 }
 
 // The output tiles [32, kD] of a CTA's products A[32, L] B[L, kD], 16 x 16 each; warp w owns tiles w, w + 4,
@@ -211,27 +245,137 @@ __device__ __forceinline__ void store_output_tiles(const typename OutputTiles<kD
   __syncthreads();
 }
 
+template <int kD>
+__device__ __forceinline__ void zero_tiles(typename OutputTiles<kD>::Accumulator* acc) {
+#pragma unroll
+  for (int w = 0; w < OutputTiles<kD>::kPerWarp; ++w) wmma::fill_fragment(acc[w], 0.0f);
+}
+
+// dst rows 0 .. valid_rows - 1 (row stride `stride`) = A B: accumulate_a_times_rows from zero, then
+// store_output_tiles through `staged`. Called by every thread of the CTA.
+template <typename T, int kD>
+__device__ __forceinline__ void store_a_times_rows(const T* a, int a_pitch, const T* b_rows, int64_t stride,
+                                                   int L, T* chunk, int row_pitch, float* staged, T* dst,
+                                                   int valid_rows) {
+  typename OutputTiles<kD>::Accumulator acc[OutputTiles<kD>::kPerWarp];
+  zero_tiles<kD>(acc);
+  accumulate_a_times_rows<T, kD>(acc, a, a_pitch, b_rows, stride, L, chunk, row_pitch);
+  store_output_tiles<T, kD>(acc, staged, dst, stride, valid_rows);
+}
+
+// The keep decisions of 4 consecutive entries e .. e + 3 of P (flat index): one Philox block drawn up front
+// when e is a multiple of 4 and `draw` holds, otherwise each entry's own block, drawn when asked.
+struct DropoutQuad {
+  uint64_t e = 0;
+  bool aligned = false;
+  PhiloxCounter block{};
+
+  __device__ DropoutQuad(const DropoutMaskOp& op, bool draw, uint64_t first)
+      : e(first), aligned((first & 3) == 0) {
+    if (draw && aligned) block = op.group(e >> 2);
+  }
+  __device__ PhiloxCounter bits(const DropoutMaskOp& op, int q4) const {
+    return aligned ? block : op.group((e + q4) >> 2);
+  }
+  // x kept and scaled, or 0, as entry e + q4 decides.
+  __device__ float apply(const DropoutMaskOp& op, int q4, float x) const {
+    return op(bits(op, q4), static_cast<int64_t>(e + q4), x);
+  }
+};
+
+// The unfused kernels' lane layout of a softmax row, a warp per row: lane `lane` takes keys j4 .. j4 + 3 for
+// j4 = 128 c + 4 lane, c = 0 .. ceil(L / 128) - 1 (one Philox block per 4 keys when aligned). Calls key(j)
+// for the lane's keys in that order, j up to ceil(L / 128) * 128 - 1: the caller bounds j by L.
+template <typename F>
+__device__ __forceinline__ void for_lane_keys(int L, int lane, F&& key) {
+  const int chunks = (L + 127) / 128;
+  for (int c = 0; c < chunks; ++c) {
+#pragma unroll
+    for (int q4 = 0; q4 < 4; ++q4) key(128 * c + 4 * lane + q4);
+  }
+}
+
+// for_lane_keys with the keys' dropout decisions: key(quad, q4, j) for j = j4 + q4, where quad holds entries
+// e = row * L + j4 .. e + 3 (row = (b*N + h)*L + i, so e is the flat index of P[b, h, i, j4]), its Philox
+// block drawn once per 4 keys when `dropout` is on and j4 < L.
+template <typename F>
+__device__ __forceinline__ void for_lane_key_quads(int L, int lane, const DropoutMaskOp& op, bool dropout,
+                                                   int64_t row, F&& key) {
+  const int chunks = (L + 127) / 128;
+  for (int c = 0; c < chunks; ++c) {
+    const int j4 = 128 * c + 4 * lane;
+    const DropoutQuad quad(op, dropout && j4 < L, static_cast<uint64_t>(row * L + j4));
+#pragma unroll
+    for (int q4 = 0; q4 < 4; ++q4) key(quad, q4, j4 + q4);
+  }
+}
+
+// The CTA's head (b, h) = (bh / N, bh % N) and its block of rows (query rows, or keys) first .. first +
+// count - 1, for the grid (ceil(L / 32), B * N); L, Lp = L rounded up to 32, D, and the thread's warp, lane.
+struct HeadBlock {
+  int L = 0, Lp = 0;
+  int64_t D = 0;
+  int warp = 0, lane = 0, first = 0, count = 0;
+  int64_t bh = 0, h = 0, b = 0;
+};
+
+__device__ __forceinline__ HeadBlock head_block(int length, int features, int heads) {
+  static_assert(kFusedKeyChunk == kFusedTileRows, "a CTA's block of keys is a tile of query rows");
+  HeadBlock c;
+  c.L = length;
+  c.Lp = padded_length(length);
+  c.D = features;
+  c.warp = static_cast<int>(threadIdx.x) / 32;
+  c.lane = static_cast<int>(threadIdx.x) % 32;
+  c.first = static_cast<int>(blockIdx.x) * kFusedTileRows;
+  c.count = min(kFusedTileRows, c.L - c.first);
+  c.bh = blockIdx.y;
+  c.h = c.bh % heads;
+  c.b = c.bh / heads;
+  return c;
+}
+
+template <typename U>
+__device__ __forceinline__ U* region(unsigned char* smem, size_t offset) {
+  return reinterpret_cast<U*>(smem + offset);
+}
+
+// A QueryTileLayout's pitches and regions as pointers into the CTA's shared memory.
+template <typename T>
+struct QueryTileRegions {
+  int row_pitch = 0, f32_pitch = 0, lowp_pitch = 0;
+  T* tile = nullptr;
+  T* chunk = nullptr;
+  float* f32_rows = nullptr;
+};
+
+template <typename T>
+__device__ __forceinline__ QueryTileRegions<T> query_tile_regions(unsigned char* smem,
+                                                                  const QueryTileLayout& l) {
+  QueryTileRegions<T> r;
+  r.row_pitch = l.row_pitch;
+  r.f32_pitch = l.f32_pitch;
+  r.lowp_pitch = l.lowp_pitch;
+  r.tile = region<T>(smem, l.tile);
+  r.chunk = region<T>(smem, l.chunk);
+  r.f32_rows = region<float>(smem, l.f32_rows);
+  return r;
+}
+
 template <typename T, int kD>
 __global__ void __launch_bounds__(kFusedThreads) fused_attention_forward_kernel(FusedAttentionParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const int L = p.length, Lp = padded_length(L);
-  const int64_t D = p.features;
+  const auto [L, Lp, D, warp, lane, i0, tile_rows, bh, h, b] = head_block(p.length, p.features, p.heads);
   const FusedLayout layout = fused_layout(Lp, kD, static_cast<int>(sizeof(T)));
-  const int row_pitch = layout.row_pitch, score_pitch = layout.score_pitch, p_pitch = layout.p_pitch;
-  T* q_tile = reinterpret_cast<T*>(smem + layout.q_tile);
-  T* kv_chunk = reinterpret_cast<T*>(smem + layout.kv_chunk);
-  float* scores = reinterpret_cast<float*>(smem + layout.scores);
-  int32_t* diagonal = reinterpret_cast<int32_t*>(smem + layout.diagonal);
-  T* pk_slice = reinterpret_cast<T*>(smem + layout.pk_slice);
-  T* pq_slice = reinterpret_cast<T*>(smem + layout.pq_slice);
-  float* c2p = reinterpret_cast<float*>(smem + layout.c2p);
-  float* p2c = reinterpret_cast<float*>(smem + layout.p2c);
-  T* p_tilde = reinterpret_cast<T*>(smem + layout.p_tilde);
+  const auto [row_pitch, score_pitch, p_pitch, q_tile, kv_chunk, scores] =
+      query_tile_regions<T>(smem, layout.head);
+  int32_t* diagonal = region<int32_t>(smem, layout.diagonal);
+  T* pk_slice = region<T>(smem, layout.pk_slice);
+  T* pq_slice = region<T>(smem, layout.pq_slice);
+  float* c2p = region<float>(smem, layout.c2p);
+  float* p2c = region<float>(smem, layout.p2c);
+  T* p_tilde = region<T>(smem, layout.p_tilde);
 
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int i0 = static_cast<int>(blockIdx.x) * kFusedTileRows;
-  const int tile_rows = min(kFusedTileRows, L - i0);
-  const int64_t bh = blockIdx.y, h = bh % p.heads, b = bh / p.heads;
   const int64_t head_column = h * kD;
   const T* q = static_cast<const T*>(p.q) + b * L * D + head_column;  // row i at q + i * D
   const T* k = static_cast<const T*>(p.k) + b * L * D + head_column;
@@ -262,25 +406,14 @@ __global__ void __launch_bounds__(kFusedThreads) fused_attention_forward_kernel(
       if (p.p2c) load_rows<T, kD>(pq_slice, row_pitch, pq + r_lo * D, D, slice_rows, kFusedSliceRows);
     }
     __syncthreads();
-    {
-      // Q K^T for the chunk: 2 x 2 tiles of 16, one per warp, into score columns j0 .. j0 + 31 (< Lp).
-      const int mt = warp / 2, nt = warp % 2;
-      product_abt<T, kD>(q_tile + mt * kFragment * row_pitch, row_pitch,
-                         kv_chunk + nt * kFragment * row_pitch, row_pitch,
-                         scores + mt * kFragment * score_pitch + j0 + nt * kFragment, score_pitch);
-    }
+    // Q K^T for the chunk into score columns j0 .. j0 + 31 (< Lp).
+    product_abt_32x32<T, kD>(q_tile, kv_chunk, row_pitch, scores + j0, score_pitch, warp);
     // C2P and P2C: 2 x 4 tiles each, two per warp.
     constexpr int kSliceTiles = (kFusedTileRows / kFragment) * (kFusedSliceRows / kFragment);
     for (int tile = warp; tile < kSliceTiles; tile += kFusedWarps) {
       const int mt = tile / (kFusedSliceRows / kFragment), nt = tile % (kFusedSliceRows / kFragment);
-      if (p.c2p)
-        product_abt<T, kD>(q_tile + mt * kFragment * row_pitch, row_pitch,
-                           pk_slice + nt * kFragment * row_pitch, row_pitch,
-                           c2p + mt * kFragment * kSlicePitch + nt * kFragment, kSlicePitch);
-      if (p.p2c)
-        product_abt<T, kD>(kv_chunk + mt * kFragment * row_pitch, row_pitch,
-                           pq_slice + nt * kFragment * row_pitch, row_pitch,
-                           p2c + mt * kFragment * kSlicePitch + nt * kFragment, kSlicePitch);
+      if (p.c2p) product_abt_tile<T, kD>(q_tile, pk_slice, row_pitch, c2p, kSlicePitch, mt, nt);
+      if (p.p2c) product_abt_tile<T, kD>(kv_chunk, pq_slice, row_pitch, p2c, kSlicePitch, mt, nt);
     }
     __syncthreads();
     // a(i, j) in place of the content score, for the chunk's valid (i, j).
@@ -302,7 +435,6 @@ __global__ void __launch_bounds__(kFusedThreads) fused_attention_forward_kernel(
 
   // ---- phase 2: softmax, P to HBM, P~ to shared memory ----
   const DropoutMaskOp mask_op{p.dropout_p, p.kept_scale, p.seed, p.site_id};
-  const int chunks = (L + 127) / 128;
   for (int t = warp; t < kFusedTileRows; t += kFusedWarps) {
     T* p_row = p_tilde + t * p_pitch;
     if (t >= tile_rows) {  // rows past L: zeros, so the P~ V fragments read defined values
@@ -311,60 +443,38 @@ __global__ void __launch_bounds__(kFusedThreads) fused_attention_forward_kernel(
     }
     float* x = scores + t * score_pitch;
     float row_max = kMasked;
-    for (int c = 0; c < chunks; ++c) {
-#pragma unroll
-      for (int q4 = 0; q4 < 4; ++q4) {
-        const int j = 128 * c + 4 * lane + q4;
-        if (j < L) row_max = fmaxf(row_max, x[j]);
-      }
-    }
+    for_lane_keys(L, lane, [&](int j) {
+      if (j < L) row_max = fmaxf(row_max, x[j]);
+    });
     row_max = cuda_detail::warp_max(row_max);
     float sum = 0.0f;
-    for (int c = 0; c < chunks; ++c) {
-#pragma unroll
-      for (int q4 = 0; q4 < 4; ++q4) {
-        const int j = 128 * c + 4 * lane + q4;
-        if (j < L) {
-          x[j] = expf(x[j] - row_max);  // a lane rewrites only its own keys
-          sum += x[j];
-        }
+    for_lane_keys(L, lane, [&](int j) {
+      if (j < L) {
+        x[j] = expf(x[j] - row_max);  // a lane rewrites only its own keys
+        sum += x[j];
       }
-    }
+    });
     const float inverse = 1.0f / cuda_detail::warp_sum(sum);
     const int64_t row = bh * L + i0 + t;  // (b*N + h)*L + i
     T* probs_row = static_cast<T*>(p.probs) + row * L;
-    for (int c = 0; c < chunks; ++c) {
-      const int j4 = 128 * c + 4 * lane;
-      const uint64_t e = static_cast<uint64_t>(row * L + j4);  // the flat index of P[b, h, i, j4]
-      const bool aligned = (e & 3) == 0;
-      PhiloxCounter block{};
-      if (p.dropout && j4 < L && aligned) block = mask_op.group(e >> 2);
-#pragma unroll
-      for (int q4 = 0; q4 < 4; ++q4) {
-        const int j = j4 + q4;
-        if (j >= L) {
-          if (j < Lp) p_row[j] = from_float<T>(0.0f);
-          continue;
-        }
-        const T prob = from_float<T>(x[j] * inverse);  // the one rounding of P
-        probs_row[j] = prob;
-        float kept = to_float(prob);
-        if (p.dropout)
-          kept = mask_op(aligned ? block : mask_op.group((e + q4) >> 2), static_cast<int64_t>(e + q4), kept);
-        p_row[j] = from_float<T>(kept);
+    for_lane_key_quads(L, lane, mask_op, p.dropout, row, [&](const DropoutQuad& quad, int q4, int j) {
+      if (j >= L) {
+        if (j < Lp) p_row[j] = from_float<T>(0.0f);
+        return;
       }
-    }
+      const T prob = from_float<T>(x[j] * inverse);  // the one rounding of P
+      probs_row[j] = prob;
+      float kept = to_float(prob);
+      if (p.dropout) kept = quad.apply(mask_op, q4, kept);
+      p_row[j] = from_float<T>(kept);
+    });
   }
   __syncthreads();
 
   // ---- phase 3: context tile = P~ V, staged in the (dead) score rows ----
-  typename OutputTiles<kD>::Accumulator acc[OutputTiles<kD>::kPerWarp];
-#pragma unroll
-  for (int w = 0; w < OutputTiles<kD>::kPerWarp; ++w) wmma::fill_fragment(acc[w], 0.0f);
-  accumulate_a_times_rows<T, kD>(acc, p_tilde, p_pitch, v, D, L, kv_chunk, row_pitch);
-  store_output_tiles<T, kD>(
-      acc, scores, static_cast<T*>(p.context) + b * L * D + head_column + static_cast<int64_t>(i0) * D, D,
-      tile_rows);
+  store_a_times_rows<T, kD>(
+      p_tilde, p_pitch, v, D, L, kv_chunk, row_pitch, scores,
+      static_cast<T*>(p.context) + b * L * D + head_column + static_cast<int64_t>(i0) * D, tile_rows);
 }
 
 // ---- the fused backward (fused_disentangled_attention.cuh) ----
@@ -385,26 +495,17 @@ constexpr int kChunkPitchF32 = kFusedKeyChunk + 4;  // dp_chunk
 constexpr int kChunkPitchT = kFusedKeyChunk + 8;    // p_chunk, g_chunk
 constexpr int kColumnPitch = kFusedKeyChunk + 1;    // g_columns
 
+// The query tile layout's tile, chunk and f32 rows are dc_tile, kv_chunk and grad.
 struct RowsLayout {
-  int row_pitch = 0, grad_pitch = 0, g_pitch = 0;
-  size_t dc_tile = 0, kv_chunk = 0, grad = 0, g_lowp = 0, total = 0;
+  QueryTileLayout head;
+  size_t g_lowp = 0, total = 0;
 };
 
 __host__ __device__ constexpr RowsLayout rows_layout(int padded, int head_size, int element_bytes) {
   RowsLayout l;
-  l.row_pitch = head_size + 8;
-  l.grad_pitch = (padded > head_size ? padded : head_size) + 4;
-  l.g_pitch = padded + 8;
-  const size_t t_rows = static_cast<size_t>(l.row_pitch) * element_bytes;
-  size_t at = 0;
-  l.dc_tile = at;
-  at += align_up(kFusedTileRows * t_rows);
-  l.kv_chunk = at;
-  at += align_up(kFusedKeyChunk * t_rows);
-  l.grad = at;
-  at += align_up(static_cast<size_t>(kFusedTileRows) * l.grad_pitch * sizeof(float));
-  l.g_lowp = at;
-  at += align_up(static_cast<size_t>(kFusedTileRows) * l.g_pitch * element_bytes);
+  l.head = query_tile_layout(padded, head_size, element_bytes);
+  size_t at = l.head.end;
+  l.g_lowp = take_region(at, static_cast<size_t>(kFusedTileRows) * l.head.lowp_pitch * element_bytes);
   l.total = at;
   return l;
 }
@@ -420,18 +521,12 @@ __host__ __device__ constexpr KeysLayout keys_layout(int padded, int head_size, 
   l.row_pitch = head_size + 8;
   const size_t t_rows = static_cast<size_t>(l.row_pitch) * element_bytes;
   size_t at = 0;
-  l.v_tile = at;
-  at += align_up(kFusedKeyChunk * t_rows);
-  l.dc_chunk = at;
-  at += align_up(kFusedTileRows * t_rows);
-  l.q_chunk = at;
-  at += align_up(kFusedTileRows * t_rows);
-  l.dp_chunk = at;
-  at += align_up(static_cast<size_t>(kFusedTileRows) * kChunkPitchF32 * sizeof(float));
-  l.p_chunk = at;
-  at += align_up(static_cast<size_t>(kFusedTileRows) * kChunkPitchT * element_bytes);
-  l.g_chunk = at;
-  at += align_up(static_cast<size_t>(kFusedTileRows) * kChunkPitchT * element_bytes);
+  l.v_tile = take_region(at, kFusedKeyChunk * t_rows);
+  l.dc_chunk = take_region(at, kFusedTileRows * t_rows);
+  l.q_chunk = take_region(at, kFusedTileRows * t_rows);
+  l.dp_chunk = take_region(at, static_cast<size_t>(kFusedTileRows) * kChunkPitchF32 * sizeof(float));
+  l.p_chunk = take_region(at, static_cast<size_t>(kFusedTileRows) * kChunkPitchT * element_bytes);
+  l.g_chunk = take_region(at, static_cast<size_t>(kFusedTileRows) * kChunkPitchT * element_bytes);
   l.g_columns = at;
   const size_t columns = align_up(static_cast<size_t>(padded) * kColumnPitch * sizeof(float));
   const size_t staging = align_up(static_cast<size_t>(kFusedKeyChunk) * (head_size + 4) * sizeof(float));
@@ -453,23 +548,38 @@ __device__ __forceinline__ float sum_range(const float* values, int stride, int 
   return sum;
 }
 
+// Row `row` of a bucket-gradient table ([N, B*L, window_pitch] T, head h, batch b), lanes along r: the sum of
+// G over window row r's i - j range [first, last] along one line of G through `at` — for a query row
+// (kQueryRow, Gc) j = at - (i - j) over values[j], for a key (Gp) i = at + (i - j) over values[i * stride] —
+// and zero in the padding columns r >= W. Called by one warp.
+template <bool kQueryRow, typename T>
+__device__ __forceinline__ void store_bucket_row(void* table, const FusedAttentionBackwardParams& p,
+                                                 int64_t h, int64_t b, int at, const float* values,
+                                                 int stride, int lane) {
+  const int L = p.length;
+  T* out = static_cast<T*>(table) + ((h * p.batch + b) * L + at) * static_cast<int64_t>(p.window_pitch);
+  for (int r = lane; r < p.window_pitch; r += 32) {
+    float sum = 0.0f;
+    if (r < p.window) {
+      const int first = p.rel_first[r], last = p.rel_last[r];
+      if (first <= last)
+        sum = kQueryRow ? sum_range(values, stride, at - last, at - first, L)
+                        : sum_range(values, stride, at + first, at + last, L);
+    }
+    out[r] = from_float<T>(sum);
+  }
+}
+
 template <typename T, int kD>
 __global__ void __launch_bounds__(kFusedThreads)
     fused_attention_backward_rows_kernel(FusedAttentionBackwardParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const int L = p.length, Lp = padded_length(L);
-  const int64_t D = p.features;
+  const auto [L, Lp, D, warp, lane, i0, tile_rows, bh, h, b] = head_block(p.length, p.features, p.heads);
   const RowsLayout layout = rows_layout(Lp, kD, static_cast<int>(sizeof(T)));
-  const int row_pitch = layout.row_pitch, grad_pitch = layout.grad_pitch, g_pitch = layout.g_pitch;
-  T* dc_tile = reinterpret_cast<T*>(smem + layout.dc_tile);
-  T* kv_chunk = reinterpret_cast<T*>(smem + layout.kv_chunk);
-  float* grad = reinterpret_cast<float*>(smem + layout.grad);
-  T* g_lowp = reinterpret_cast<T*>(smem + layout.g_lowp);
+  const auto [row_pitch, grad_pitch, g_pitch, dc_tile, kv_chunk, grad] =
+      query_tile_regions<T>(smem, layout.head);
+  T* g_lowp = region<T>(smem, layout.g_lowp);
 
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int i0 = static_cast<int>(blockIdx.x) * kFusedTileRows;
-  const int tile_rows = min(kFusedTileRows, L - i0);
-  const int64_t bh = blockIdx.y, h = bh % p.heads, b = bh / p.heads;
   const int64_t head_base = b * L * D + h * kD;  // element (b, 0, h*d) of a [B, L, D] tensor
   const T* k = static_cast<const T*>(p.k) + head_base;
   const T* v = static_cast<const T*>(p.v) + head_base;
@@ -483,14 +593,11 @@ __global__ void __launch_bounds__(kFusedThreads)
     const int keys = min(kFusedKeyChunk, L - j0);
     load_rows<T, kD>(kv_chunk, row_pitch, v + static_cast<int64_t>(j0) * D, D, keys, kFusedKeyChunk);
     __syncthreads();
-    const int mt = warp / 2, nt = warp % 2;
-    product_abt<T, kD>(dc_tile + mt * kFragment * row_pitch, row_pitch, kv_chunk + nt * kFragment * row_pitch,
-                       row_pitch, grad + mt * kFragment * grad_pitch + j0 + nt * kFragment, grad_pitch);
+    product_abt_32x32<T, kD>(dc_tile, kv_chunk, row_pitch, grad + j0, grad_pitch, warp);
     __syncthreads();
   }
   // G per row, a warp per row (the unfused softmax backward's lane layout, Philox grouping and sum order).
   const DropoutMaskOp mask_op{p.dropout_p, p.kept_scale, p.seed, p.site_id};
-  const int chunks = (L + 127) / 128;
   for (int t = warp; t < kFusedTileRows; t += kFusedWarps) {
     T* g_row = g_lowp + t * g_pitch;
     if (t >= tile_rows) {
@@ -503,85 +610,52 @@ __global__ void __launch_bounds__(kFusedThreads)
     const bool query_kept = key_keep[i] != 0;
     float* g = grad + t * grad_pitch;
     float weighted = 0.0f;
-    for (int c = 0; c < chunks; ++c) {
-      const int j4 = 128 * c + 4 * lane;
-      const uint64_t e = static_cast<uint64_t>(row * L + j4);
-      const bool aligned = (e & 3) == 0;
-      PhiloxCounter block{};
-      if (p.dropout && j4 < L && aligned) block = mask_op.group(e >> 2);
-#pragma unroll
-      for (int q4 = 0; q4 < 4; ++q4) {
-        const int j = j4 + q4;
-        if (j >= L) break;
-        float dp = g[j];
-        if (p.dropout)
-          dp = mask_op(aligned ? block : mask_op.group((e + q4) >> 2), static_cast<int64_t>(e + q4), dp);
-        g[j] = dp;  // a lane rewrites only its own keys
-        if (query_kept && key_keep[j] != 0) weighted += to_float(probs_row[j]) * dp;
-      }
-    }
+    for_lane_key_quads(L, lane, mask_op, p.dropout, row, [&](const DropoutQuad& quad, int q4, int j) {
+      if (j >= L) return;  // so are the lane's later keys of these 4
+      float dp = g[j];
+      if (p.dropout) dp = quad.apply(mask_op, q4, dp);
+      g[j] = dp;  // a lane rewrites only its own keys
+      if (query_kept && key_keep[j] != 0) weighted += to_float(probs_row[j]) * dp;
+    });
     weighted = cuda_detail::warp_sum(weighted);
     if (lane == 0) p.row_dot[row] = weighted;
-    for (int c = 0; c < chunks; ++c) {
-#pragma unroll
-      for (int q4 = 0; q4 < 4; ++q4) {
-        const int j = 128 * c + 4 * lane + q4;
-        if (j >= L) {
-          if (j < Lp) g_row[j] = from_float<T>(0.0f);
-          continue;
-        }
-        const bool kept = query_kept && key_keep[j] != 0;
-        const float value = kept ? to_float(probs_row[j]) * (g[j] - weighted) * p.inverse_scale : 0.0f;
-        g[j] = value;
-        g_row[j] = from_float<T>(value);
+    for_lane_keys(L, lane, [&](int j) {
+      if (j >= L) {
+        if (j < Lp) g_row[j] = from_float<T>(0.0f);
+        return;
       }
-    }
+      const bool kept = query_kept && key_keep[j] != 0;
+      const float value = kept ? to_float(probs_row[j]) * (g[j] - weighted) * p.inverse_scale : 0.0f;
+      g[j] = value;
+      g_row[j] = from_float<T>(value);
+    });
   }
   __syncthreads();
   // Gc rows: a warp per query row, lanes along r, padding columns r >= W zero.
   if (p.gc != nullptr) {
-    for (int t = warp; t < tile_rows; t += kFusedWarps) {
-      const int i = i0 + t;
-      T* gc_row = static_cast<T*>(p.gc) + ((h * p.batch + b) * L + i) * static_cast<int64_t>(p.window_pitch);
-      for (int r = lane; r < p.window_pitch; r += 32) {
-        float sum = 0.0f;
-        if (r < p.window) {
-          const int first = p.rel_first[r], last = p.rel_last[r];
-          if (first <= last) sum = sum_range(grad + t * grad_pitch, 1, i - last, i - first, L);
-        }
-        gc_row[r] = from_float<T>(sum);
-      }
-    }
+    for (int t = warp; t < tile_rows; t += kFusedWarps)
+      store_bucket_row<true, T>(p.gc, p, h, b, i0 + t, grad + t * grad_pitch, 1, lane);
   }
   // dQ_tile = G K over key chunks, staged in the grad rows (their Gc reads end before the first barrier).
-  typename OutputTiles<kD>::Accumulator acc[OutputTiles<kD>::kPerWarp];
-#pragma unroll
-  for (int w = 0; w < OutputTiles<kD>::kPerWarp; ++w) wmma::fill_fragment(acc[w], 0.0f);
-  accumulate_a_times_rows<T, kD>(acc, g_lowp, g_pitch, k, D, L, kv_chunk, row_pitch);
-  store_output_tiles<T, kD>(acc, grad, static_cast<T*>(p.dq) + head_base + static_cast<int64_t>(i0) * D, D,
-                            tile_rows);
+  store_a_times_rows<T, kD>(g_lowp, g_pitch, k, D, L, kv_chunk, row_pitch, grad,
+                            static_cast<T*>(p.dq) + head_base + static_cast<int64_t>(i0) * D, tile_rows);
 }
 
 template <typename T, int kD>
 __global__ void __launch_bounds__(kFusedThreads)
     fused_attention_backward_keys_kernel(FusedAttentionBackwardParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const int L = p.length, Lp = padded_length(L);
-  const int64_t D = p.features;
+  const auto [L, Lp, D, warp, lane, j0, tile_keys, bh, h, b] = head_block(p.length, p.features, p.heads);
   const KeysLayout layout = keys_layout(Lp, kD, static_cast<int>(sizeof(T)));
   const int row_pitch = layout.row_pitch;
-  T* v_tile = reinterpret_cast<T*>(smem + layout.v_tile);
-  T* dc_chunk = reinterpret_cast<T*>(smem + layout.dc_chunk);
-  T* q_chunk = reinterpret_cast<T*>(smem + layout.q_chunk);
-  float* dp_chunk = reinterpret_cast<float*>(smem + layout.dp_chunk);
-  T* p_chunk = reinterpret_cast<T*>(smem + layout.p_chunk);
-  T* g_chunk = reinterpret_cast<T*>(smem + layout.g_chunk);
-  float* g_columns = reinterpret_cast<float*>(smem + layout.g_columns);
+  T* v_tile = region<T>(smem, layout.v_tile);
+  T* dc_chunk = region<T>(smem, layout.dc_chunk);
+  T* q_chunk = region<T>(smem, layout.q_chunk);
+  float* dp_chunk = region<float>(smem, layout.dp_chunk);
+  T* p_chunk = region<T>(smem, layout.p_chunk);
+  T* g_chunk = region<T>(smem, layout.g_chunk);
+  float* g_columns = region<float>(smem, layout.g_columns);
 
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int j0 = static_cast<int>(blockIdx.x) * kFusedKeyChunk;
-  const int tile_keys = min(kFusedKeyChunk, L - j0);
-  const int64_t bh = blockIdx.y, h = bh % p.heads, b = bh / p.heads;
   const int64_t head_base = b * L * D + h * kD;
   const T* q = static_cast<const T*>(p.q) + head_base;
   const T* dc = static_cast<const T*>(p.dcontext) + head_base;
@@ -596,23 +670,15 @@ __global__ void __launch_bounds__(kFusedThreads)
   constexpr int kOutTiles = OutputTiles<kD>::kCount;
   constexpr int kTilesPerWarp = OutputTiles<kD>::kPerWarp;
   typename OutputTiles<kD>::Accumulator dv_acc[kTilesPerWarp], dk_acc[kTilesPerWarp];
-#pragma unroll
-  for (int w = 0; w < kTilesPerWarp; ++w) {
-    wmma::fill_fragment(dv_acc[w], 0.0f);
-    wmma::fill_fragment(dk_acc[w], 0.0f);
-  }
+  zero_tiles<kD>(dv_acc);
+  zero_tiles<kD>(dk_acc);
   for (int i0 = 0; i0 < L; i0 += kFusedTileRows) {
     const int rows = min(kFusedTileRows, L - i0);
     load_rows<T, kD>(dc_chunk, row_pitch, dc + static_cast<int64_t>(i0) * D, D, rows, kFusedTileRows);
     load_rows<T, kD>(q_chunk, row_pitch, q + static_cast<int64_t>(i0) * D, D, rows, kFusedTileRows);
     __syncthreads();
-    {
-      // dP~ [32 queries, 32 keys] = dC_chunk V_tile^T: 2 x 2 tiles, one per warp.
-      const int mt = warp / 2, nt = warp % 2;
-      product_abt<T, kD>(dc_chunk + mt * kFragment * row_pitch, row_pitch,
-                         v_tile + nt * kFragment * row_pitch, row_pitch,
-                         dp_chunk + mt * kFragment * kChunkPitchF32 + nt * kFragment, kChunkPitchF32);
-    }
+    // dP~ [32 queries, 32 keys] = dC_chunk V_tile^T.
+    product_abt_32x32<T, kD>(dc_chunk, v_tile, row_pitch, dp_chunk, kChunkPitchF32, warp);
     __syncthreads();
     // P~ and G of the chunk: a thread per 4 consecutive keys of a query row (one Philox block when aligned).
     for (int item = static_cast<int>(threadIdx.x); item < kFusedTileRows * (kFusedKeyChunk / 4);
@@ -621,10 +687,8 @@ __global__ void __launch_bounds__(kFusedThreads)
       const int i = i0 + t;
       const bool row_valid = t < rows;
       const int64_t row = bh * L + i;
-      const uint64_t e = row_valid ? static_cast<uint64_t>(row * L + j0 + u4) : 0;
-      const bool aligned = (e & 3) == 0;
-      PhiloxCounter block{};
-      if (p.dropout && row_valid && u4 < tile_keys && aligned) block = mask_op.group(e >> 2);
+      const DropoutQuad quad(mask_op, p.dropout && row_valid && u4 < tile_keys,
+                             row_valid ? static_cast<uint64_t>(row * L + j0 + u4) : 0);
       const float row_dot = row_valid ? p.row_dot[row] : 0.0f;
       const bool query_kept = row_valid && key_keep[i] != 0;
 #pragma unroll
@@ -636,9 +700,9 @@ __global__ void __launch_bounds__(kFusedThreads)
           float dp = dp_chunk[t * kChunkPitchF32 + u];
           p_tilde = prob;
           if (p.dropout) {
-            const PhiloxCounter bits = aligned ? block : mask_op.group((e + q4) >> 2);
-            p_tilde = mask_op(bits, static_cast<int64_t>(e + q4), prob);
-            dp = mask_op(bits, static_cast<int64_t>(e + q4), dp);
+            const PhiloxCounter bits = quad.bits(mask_op, q4);
+            p_tilde = mask_op(bits, static_cast<int64_t>(quad.e + q4), prob);
+            dp = mask_op(bits, static_cast<int64_t>(quad.e + q4), dp);
           }
           if (query_kept && key_keep[j] != 0) g = prob * (dp - row_dot) * p.inverse_scale;
           g_columns[i * kColumnPitch + u] = g;
@@ -671,18 +735,8 @@ __global__ void __launch_bounds__(kFusedThreads)
   }
   // Gp rows: a warp per key, lanes along r; G[i, j] for every i is in g_columns.
   if (p.gp != nullptr) {
-    for (int u = warp; u < tile_keys; u += kFusedWarps) {
-      const int j = j0 + u;
-      T* gp_row = static_cast<T*>(p.gp) + ((h * p.batch + b) * L + j) * static_cast<int64_t>(p.window_pitch);
-      for (int r = lane; r < p.window_pitch; r += 32) {
-        float sum = 0.0f;
-        if (r < p.window) {
-          const int first = p.rel_first[r], last = p.rel_last[r];
-          if (first <= last) sum = sum_range(g_columns + u, kColumnPitch, j + first, j + last, L);
-        }
-        gp_row[r] = from_float<T>(sum);
-      }
-    }
+    for (int u = warp; u < tile_keys; u += kFusedWarps)
+      store_bucket_row<false, T>(p.gp, p, h, b, j0 + u, g_columns + u, kColumnPitch, lane);
   }
   __syncthreads();  // the Gp reads end before the staging overwrites g_columns
   const int64_t tile_offset = head_base + static_cast<int64_t>(j0) * D;
@@ -726,14 +780,52 @@ size_t fused_attention_backward_shared_bytes(int64_t length, int64_t head_size, 
   return rows > keys ? rows : keys;
 }
 
+namespace {
+
+// The argument checks both launchers start with; `op` names the caller in the messages.
+void check_fused_arguments(DType dtype, int length, int head_size, const char* op) {
+  ZT_CHECK(dtype == DType::bf16 || dtype == DType::f16, op, ": storage must be bf16 or f16, got ",
+           dtype_name(dtype));
+  ZT_CHECK(length >= 1 && length <= kFusedMaxLength, op, ": length ", length, " outside [1, ",
+           kFusedMaxLength, "]");
+  ZT_CHECK(fused_attention_head_size_supported(head_size), op, ": head size ", head_size,
+           " is not one of 16, 32, 64, 128");
+}
+
+// The grid of every fused kernel: (ceil(L / 32) tiles, B * N heads).
+dim3 fused_grid(int length, int batch, int heads, const char* op) {
+  const int64_t blocks = static_cast<int64_t>(batch) * heads;
+  ZT_CHECK(blocks >= 1 && blocks <= 65535, op, ": B * N = ", blocks, " outside the grid's y range");
+  return dim3(static_cast<unsigned>((length + kFusedTileRows - 1) / kFusedTileRows),
+              static_cast<unsigned>(blocks));
+}
+
+// Calls f(StorageTag<S>, std::integral_constant<int, d>) for 16-bit storage S and a supported head size d.
+template <typename F>
+void dispatch_fused(DType dtype, int64_t head_size, const char* op, F&& f) {
+  dispatch_storage(dtype, op, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<S, float>) {
+      dispatch_head_size(head_size, [&](auto head) { f(tag, head); });
+    }
+  });
+}
+
+// Launches one fused kernel with `shared` bytes of dynamic shared memory (raising its limit first).
+template <typename Params>
+void launch_with_shared(void (*kernel)(Params), dim3 grid, size_t shared, cudaStream_t stream,
+                        const Params& params, const char* name) {
+  ZT_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  kernel<<<grid, kFusedThreads, shared, stream>>>(params);
+  ZT_CUDA_CHECK_LAUNCH(name);
+}
+
+}  // namespace
+
 void launch_fused_attention_backward(const FusedAttentionBackwardParams& params, DType dtype,
                                      cudaStream_t stream) {
-  ZT_CHECK(dtype == DType::bf16 || dtype == DType::f16,
-           "fused attention backward: storage must be bf16 or f16, got ", dtype_name(dtype));
-  ZT_CHECK(params.length >= 1 && params.length <= kFusedMaxLength, "fused attention backward: length ",
-           params.length, " outside [1, ", kFusedMaxLength, "]");
-  ZT_CHECK(fused_attention_head_size_supported(params.head_size), "fused attention backward: head size ",
-           params.head_size, " is not one of 16, 32, 64, 128");
+  check_fused_arguments(dtype, params.length, params.head_size, "fused attention backward");
   ZT_CHECK(params.row_dot != nullptr, "fused attention backward: no row_dot scratch");
   ZT_CHECK((params.gc == nullptr && params.gp == nullptr) ||
                (params.rel_first != nullptr && params.rel_last != nullptr && params.window >= 1 &&
@@ -745,58 +837,28 @@ void launch_fused_attention_backward(const FusedAttentionBackwardParams& params,
   ZT_CHECK(rows_shared <= kFusedMaxSharedBytes && keys_shared <= kFusedMaxSharedBytes,
            "fused attention backward: ", rows_shared, " / ", keys_shared, " bytes of shared memory over the ",
            kFusedMaxSharedBytes, "-byte budget");
-  const int64_t blocks = static_cast<int64_t>(params.batch) * params.heads;
-  ZT_CHECK(blocks >= 1 && blocks <= 65535, "fused attention backward: B * N = ", blocks,
-           " outside the grid's y range");
-  const dim3 grid(static_cast<unsigned>((params.length + kFusedTileRows - 1) / kFusedTileRows),
-                  static_cast<unsigned>(blocks));
-  dispatch_storage(dtype, "fused attention backward", [&](auto tag) {
+  const dim3 grid = fused_grid(params.length, params.batch, params.heads, "fused attention backward");
+  dispatch_fused(dtype, params.head_size, "fused attention backward", [&](auto tag, auto head) {
     using S = typename decltype(tag)::type;
-    if constexpr (!std::is_same_v<S, float>) {
-      dispatch_head_size(params.head_size, [&](auto head) {
-        constexpr int kD = decltype(head)::value;
-        const auto rows_kernel = fused_attention_backward_rows_kernel<S, kD>;
-        ZT_CUDA_CHECK(cudaFuncSetAttribute(rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(rows_shared)));
-        rows_kernel<<<grid, kFusedThreads, rows_shared, stream>>>(params);
-        ZT_CUDA_CHECK_LAUNCH("fused_attention_backward_rows");
-        // Stream order: the keys kernel reads the rows kernel's row_dot.
-        const auto keys_kernel = fused_attention_backward_keys_kernel<S, kD>;
-        ZT_CUDA_CHECK(cudaFuncSetAttribute(keys_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(keys_shared)));
-        keys_kernel<<<grid, kFusedThreads, keys_shared, stream>>>(params);
-        ZT_CUDA_CHECK_LAUNCH("fused_attention_backward_keys");
-      });
-    }
+    constexpr int kD = decltype(head)::value;
+    launch_with_shared(fused_attention_backward_rows_kernel<S, kD>, grid, rows_shared, stream, params,
+                       "fused_attention_backward_rows");
+    // Stream order: the keys kernel reads the rows kernel's row_dot.
+    launch_with_shared(fused_attention_backward_keys_kernel<S, kD>, grid, keys_shared, stream, params,
+                       "fused_attention_backward_keys");
   });
 }
 
 void launch_fused_attention_forward(const FusedAttentionParams& params, DType dtype, cudaStream_t stream) {
-  ZT_CHECK(dtype == DType::bf16 || dtype == DType::f16, "fused attention: storage must be bf16 or f16, got ",
-           dtype_name(dtype));
-  ZT_CHECK(params.length >= 1 && params.length <= kFusedMaxLength, "fused attention: length ", params.length,
-           " outside [1, ", kFusedMaxLength, "]");
-  ZT_CHECK(fused_attention_head_size_supported(params.head_size), "fused attention: head size ",
-           params.head_size, " is not one of 16, 32, 64, 128");
+  check_fused_arguments(dtype, params.length, params.head_size, "fused attention");
   const size_t shared = fused_attention_shared_bytes(params.length, params.head_size, dtype);
   ZT_CHECK(shared <= kFusedMaxSharedBytes, "fused attention: ", shared, " bytes of shared memory over the ",
            kFusedMaxSharedBytes, "-byte budget");
-  const int64_t blocks = static_cast<int64_t>(params.batch) * params.heads;
-  ZT_CHECK(blocks >= 1 && blocks <= 65535, "fused attention: B * N = ", blocks,
-           " outside the grid's y range");
-  const dim3 grid(static_cast<unsigned>((params.length + kFusedTileRows - 1) / kFusedTileRows),
-                  static_cast<unsigned>(blocks));
-  dispatch_storage(dtype, "fused attention", [&](auto tag) {
+  const dim3 grid = fused_grid(params.length, params.batch, params.heads, "fused attention");
+  dispatch_fused(dtype, params.head_size, "fused attention", [&](auto tag, auto head) {
     using S = typename decltype(tag)::type;
-    if constexpr (!std::is_same_v<S, float>) {
-      dispatch_head_size(params.head_size, [&](auto head) {
-        const auto kernel = fused_attention_forward_kernel<S, decltype(head)::value>;
-        ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(shared)));
-        kernel<<<grid, kFusedThreads, shared, stream>>>(params);
-        ZT_CUDA_CHECK_LAUNCH("fused_attention_forward");
-      });
-    }
+    launch_with_shared(fused_attention_forward_kernel<S, decltype(head)::value>, grid, shared, stream, params,
+                       "fused_attention_forward");
   });
 }
 

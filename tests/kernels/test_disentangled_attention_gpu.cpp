@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/disentangled_attention.h"
+#include "tests/kernels/attention_gpu_cases.h"
 #include "tests/kernels/gemm_gpu_test_util.h"
 #include "tests/support/finite_difference.h"
 #include "tests/support/gpu.h"
@@ -29,34 +30,9 @@ using test::round_to;
 using test::to_device;
 using test::to_host;
 
-struct Case {
-  std::string name;
-  DType dtype;
-  int64_t batch, length, heads, head_size;
-  RelativePositionConfig positions;
-  bool c2p, p2c;
-  float dropout_p;
-};
-
-void PrintTo(const Case& c, std::ostream* out) {
-  *out << c.name;
-}
-
-// buckets 8, max_position 64: L = 11 runs past the midpoint 4 into the log buckets.
-RelativePositionConfig tiny_buckets() {
-  return RelativePositionConfig::from_model_config(8, -1, 64);
-}
-// buckets 16, max_relative_positions 64: L = 137 > 64, so the outer diagonals are clamped.
-RelativePositionConfig clamped_buckets() {
-  return RelativePositionConfig::from_model_config(16, 64, 512);
-}
-RelativePositionConfig unbucketed() {
-  return RelativePositionConfig::from_model_config(-1, 4, 512);
-}
-// deberta-v2-xlarge: 256 buckets over 512 positions.
-RelativePositionConfig xlarge_buckets() {
-  return RelativePositionConfig::from_model_config(256, -1, 512);
-}
+// tiny_buckets at L = 11 runs into the log buckets; clamped_buckets at L = 137 > 64 clamps the outer
+// diagonals.
+using Case = test::AttentionCase;
 
 class DisentangledAttentionGpu : public ::testing::TestWithParam<Case> {};
 
@@ -65,14 +41,7 @@ TEST_P(DisentangledAttentionGpu, MatchesCpuReference) {
   const Case c = GetParam();
   const int64_t B = c.batch, L = c.length, N = c.heads, D = c.heads * c.head_size;
   const int64_t rows = 2 * c.positions.att_span();
-  DisentangledAttentionConfig config;
-  config.num_heads = N;
-  config.positions = c.positions;
-  config.c2p = c.c2p;
-  config.p2c = c.p2c;
-  config.dropout_p = c.dropout_p;
-  config.seed = 0x5eed1234u;
-  config.site_id = 7;
+  const DisentangledAttentionConfig config = test::attention_config(c, 7);
 
   const Shape features{B, L, D}, table{rows, D}, probs_shape{B, N, L, L};
   const int64_t n = features.numel(), nt = table.numel(), np = probs_shape.numel();
@@ -135,28 +104,30 @@ TEST_P(DisentangledAttentionGpu, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, DisentangledAttentionGpu,
     ::testing::Values(
-        Case{"f32_L11_both", DType::f32, 2, 11, 3, 5, tiny_buckets(), true, true, 0.0f},
-        Case{"bf16_L11_both", DType::bf16, 2, 11, 3, 5, tiny_buckets(), true, true, 0.0f},
-        Case{"f16_L11_both", DType::f16, 2, 11, 3, 5, tiny_buckets(), true, true, 0.0f},
-        Case{"f32_L11_both_dropout", DType::f32, 2, 11, 3, 5, tiny_buckets(), true, true, 0.1f},
-        Case{"bf16_L11_both_dropout", DType::bf16, 2, 11, 3, 5, tiny_buckets(), true, true, 0.1f},
-        Case{"f32_L11_c2p_only", DType::f32, 2, 11, 3, 5, tiny_buckets(), true, false, 0.0f},
-        Case{"f32_L11_p2c_only_unbucketed", DType::f32, 2, 11, 3, 5, unbucketed(), false, true, 0.0f},
-        Case{"f32_L11_content_only", DType::f32, 2, 11, 3, 5, tiny_buckets(), false, false, 0.0f},
-        Case{"f32_L137_clamped_dropout", DType::f32, 2, 137, 3, 5, clamped_buckets(), true, true, 0.1f},
-        Case{"bf16_L137_clamped_dropout", DType::bf16, 2, 137, 3, 5, clamped_buckets(), true, true, 0.1f},
-        Case{"f16_L137_clamped", DType::f16, 3, 137, 3, 5, clamped_buckets(), true, true, 0.0f},
-        // B*L >= 512: the table gradients take the k-split path (2 and 3 slices).
-        Case{"f32_B4_L137_split_k", DType::f32, 4, 137, 3, 5, clamped_buckets(), true, true, 0.0f},
-        Case{"bf16_B6_L128_split_k_dropout", DType::bf16, 6, 128, 4, 16, clamped_buckets(), true, true, 0.1f},
-        Case{"bf16_L137_24heads_d64_dropout", DType::bf16, 2, 137, 24, 64, xlarge_buckets(), true, true,
+        Case{"f32_L11_both", DType::f32, 2, 11, 3, 5, test::tiny_buckets(), true, true, 0.0f},
+        Case{"bf16_L11_both", DType::bf16, 2, 11, 3, 5, test::tiny_buckets(), true, true, 0.0f},
+        Case{"f16_L11_both", DType::f16, 2, 11, 3, 5, test::tiny_buckets(), true, true, 0.0f},
+        Case{"f32_L11_both_dropout", DType::f32, 2, 11, 3, 5, test::tiny_buckets(), true, true, 0.1f},
+        Case{"bf16_L11_both_dropout", DType::bf16, 2, 11, 3, 5, test::tiny_buckets(), true, true, 0.1f},
+        Case{"f32_L11_c2p_only", DType::f32, 2, 11, 3, 5, test::tiny_buckets(), true, false, 0.0f},
+        Case{"f32_L11_p2c_only_unbucketed", DType::f32, 2, 11, 3, 5, test::unbucketed(), false, true, 0.0f},
+        Case{"f32_L11_content_only", DType::f32, 2, 11, 3, 5, test::tiny_buckets(), false, false, 0.0f},
+        Case{"f32_L137_clamped_dropout", DType::f32, 2, 137, 3, 5, test::clamped_buckets(), true, true, 0.1f},
+        Case{"bf16_L137_clamped_dropout", DType::bf16, 2, 137, 3, 5, test::clamped_buckets(), true, true,
              0.1f},
-        Case{"f32_L137_24heads_d64", DType::f32, 2, 137, 24, 64, xlarge_buckets(), true, true, 0.0f},
+        Case{"f16_L137_clamped", DType::f16, 3, 137, 3, 5, test::clamped_buckets(), true, true, 0.0f},
+        // B*L >= 512: the table gradients take the k-split path (2 and 3 slices).
+        Case{"f32_B4_L137_split_k", DType::f32, 4, 137, 3, 5, test::clamped_buckets(), true, true, 0.0f},
+        Case{"bf16_B6_L128_split_k_dropout", DType::bf16, 6, 128, 4, 16, test::clamped_buckets(), true, true,
+             0.1f},
+        Case{"bf16_L137_24heads_d64_dropout", DType::bf16, 2, 137, 24, 64, test::xlarge_buckets(), true, true,
+             0.1f},
+        Case{"f32_L137_24heads_d64", DType::f32, 2, 137, 24, 64, test::xlarge_buckets(), true, true, 0.0f},
         // Score rows of 3 and 5 register chunks (L > 256, > 512); past the bucket midpoint, so the bucket
         // gathers sum several diagonals; [L, L] blocks too large for the shared-memory gather.
-        Case{"bf16_L300_xlarge_buckets_dropout", DType::bf16, 1, 300, 2, 8, xlarge_buckets(), true, true,
-             0.1f},
-        Case{"f32_L600_xlarge_buckets", DType::f32, 1, 600, 2, 8, xlarge_buckets(), true, true, 0.0f}),
+        Case{"bf16_L300_xlarge_buckets_dropout", DType::bf16, 1, 300, 2, 8, test::xlarge_buckets(), true,
+             true, 0.1f},
+        Case{"f32_L600_xlarge_buckets", DType::f32, 1, 600, 2, 8, test::xlarge_buckets(), true, true, 0.0f}),
     [](const auto& info) { return info.param.name; });
 
 // One head of width 4 over a [1, L] batch, every input 0.5, for the argument checks below: q = k = v, one
@@ -191,7 +162,7 @@ struct SmallCall {
 // The softmax kernels hold a score row in registers: lengths past 1024 are refused with a clear error.
 TEST(DisentangledAttentionGpuLimits, RejectsSequencesLongerThan1024) {
   ZT_SKIP_WITHOUT_GPU();
-  const SmallCall call(1025, DType::f32, DType::f32, xlarge_buckets());
+  const SmallCall call(1025, DType::f32, DType::f32, test::xlarge_buckets());
   try {
     call.forward();
     FAIL() << "expected an error for L = 1025";
@@ -204,7 +175,7 @@ TEST(DisentangledAttentionGpuLimits, RejectsSequencesLongerThan1024) {
 // before the 16-bit probs) is refused by forward and backward with an error naming probs and the dtype.
 TEST(DisentangledAttentionGpuLimits, RejectsProbsNotInTheStorageDtype) {
   ZT_SKIP_WITHOUT_GPU();
-  const SmallCall call(8, DType::bf16, DType::f32, tiny_buckets());
+  const SmallCall call(8, DType::bf16, DType::f32, test::tiny_buckets());
   const auto expect_probs_error = [](const std::exception& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("probs must be bf16"), std::string::npos) << what;

@@ -22,6 +22,7 @@
 #include "kernels/dropout.h"
 #include "kernels/philox.h"
 #include "runtime/stream.h"
+#include "tests/kernels/attention_gpu_cases.h"
 #include "tests/kernels/gemm_gpu_test_util.h"
 #include "tests/support/finite_difference.h"
 #include "tests/support/gpu.h"
@@ -35,31 +36,8 @@ using test::round_to;
 using test::to_device;
 using test::to_host;
 
-struct Case {
-  std::string name;
-  DType dtype;
-  int64_t batch, length, heads, head_size;
-  RelativePositionConfig positions;
-  bool c2p, p2c;
-  float dropout_p;
-};
-
-void PrintTo(const Case& c, std::ostream* out) {
-  *out << c.name;
-}
-
-RelativePositionConfig tiny_buckets() {  // buckets 8 over 64: L 7 reaches the log buckets past 4
-  return RelativePositionConfig::from_model_config(8, -1, 64);
-}
-RelativePositionConfig clamped_buckets() {  // buckets 16, max_relative_positions 64: clamped past 64
-  return RelativePositionConfig::from_model_config(16, 64, 512);
-}
-RelativePositionConfig unbucketed() {
-  return RelativePositionConfig::from_model_config(-1, 4, 512);
-}
-RelativePositionConfig xlarge_buckets() {  // deberta-v2-xlarge: 256 buckets over 512 positions
-  return RelativePositionConfig::from_model_config(256, -1, 512);
-}
+// tiny_buckets at L 7 reaches the log buckets past 4; clamped_buckets at L 137 clamps past 64.
+using Case = test::AttentionCase;
 
 // The inputs of one case on the host (rounded to the storage dtype) and on the device, and the outputs
 // of one GPU forward (context and probs start as 9, so an element the kernel skips shows).
@@ -74,13 +52,7 @@ struct Problem {
   // identity_v: V[b, j, h*d + k] = [j == k] (needs L <= d), for the keep-pattern check.
   explicit Problem(const Case& c_, bool identity_v = false) : c(c_) {
     const int64_t B = c.batch, L = c.length, N = c.heads, D = c.heads * c.head_size;
-    config.num_heads = N;
-    config.positions = c.positions;
-    config.c2p = c.c2p;
-    config.p2c = c.p2c;
-    config.dropout_p = c.dropout_p;
-    config.seed = 0x5eed1234u;
-    config.site_id = dropout_site_id(3, 5, 1);
+    config = test::attention_config(c, dropout_site_id(3, 5, 1));
     features = Shape{B, L, D};
     table = Shape{2 * c.positions.att_span(), D};
     probs_shape = Shape{B, N, L, L};
@@ -263,24 +235,27 @@ TEST_P(FusedAttentionGpu, BackwardMatchesUnfusedGpuPath) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, FusedAttentionGpu,
     ::testing::Values(
-        Case{"bf16_L1_both", DType::bf16, 2, 1, 2, 64, xlarge_buckets(), true, true, 0.0f},
-        Case{"bf16_L1_both_dropout", DType::bf16, 2, 1, 2, 64, xlarge_buckets(), true, true, 0.1f},
-        Case{"bf16_L7_both_dropout", DType::bf16, 2, 7, 3, 64, tiny_buckets(), true, true, 0.1f},
-        Case{"f16_L7_c2p_only", DType::f16, 2, 7, 3, 64, tiny_buckets(), true, false, 0.0f},
-        Case{"bf16_L64_p2c_only_unbucketed", DType::bf16, 2, 64, 2, 64, unbucketed(), false, true, 0.0f},
-        Case{"bf16_L64_content_only_dropout", DType::bf16, 2, 64, 2, 64, xlarge_buckets(), false, false,
+        Case{"bf16_L1_both", DType::bf16, 2, 1, 2, 64, test::xlarge_buckets(), true, true, 0.0f},
+        Case{"bf16_L1_both_dropout", DType::bf16, 2, 1, 2, 64, test::xlarge_buckets(), true, true, 0.1f},
+        Case{"bf16_L7_both_dropout", DType::bf16, 2, 7, 3, 64, test::tiny_buckets(), true, true, 0.1f},
+        Case{"f16_L7_c2p_only", DType::f16, 2, 7, 3, 64, test::tiny_buckets(), true, false, 0.0f},
+        Case{"bf16_L64_p2c_only_unbucketed", DType::bf16, 2, 64, 2, 64, test::unbucketed(), false, true,
+             0.0f},
+        Case{"bf16_L64_content_only_dropout", DType::bf16, 2, 64, 2, 64, test::xlarge_buckets(), false, false,
              0.1f},
-        Case{"bf16_L128_xlarge_dropout", DType::bf16, 2, 128, 3, 64, xlarge_buckets(), true, true, 0.1f},
-        Case{"f16_L128_xlarge", DType::f16, 2, 128, 3, 64, xlarge_buckets(), true, true, 0.0f},
-        Case{"bf16_L137_clamped_dropout", DType::bf16, 2, 137, 2, 64, clamped_buckets(), true, true, 0.1f},
+        Case{"bf16_L128_xlarge_dropout", DType::bf16, 2, 128, 3, 64, test::xlarge_buckets(), true, true,
+             0.1f},
+        Case{"f16_L128_xlarge", DType::f16, 2, 128, 3, 64, test::xlarge_buckets(), true, true, 0.0f},
+        Case{"bf16_L137_clamped_dropout", DType::bf16, 2, 137, 2, 64, test::clamped_buckets(), true, true,
+             0.1f},
         // Past the bucket midpoint 128: the log buckets, several key chunks per 128-key softmax chunk.
-        Case{"bf16_L300_xlarge_buckets_dropout", DType::bf16, 1, 300, 2, 64, xlarge_buckets(), true, true,
-             0.1f},
-        Case{"f16_L512_xlarge_buckets", DType::f16, 1, 512, 2, 64, xlarge_buckets(), true, true, 0.0f},
+        Case{"bf16_L300_xlarge_buckets_dropout", DType::bf16, 1, 300, 2, 64, test::xlarge_buckets(), true,
+             true, 0.1f},
+        Case{"f16_L512_xlarge_buckets", DType::f16, 1, 512, 2, 64, test::xlarge_buckets(), true, true, 0.0f},
         // The other head sizes (16: zt_bench's validation shape).
-        Case{"bf16_L40_d16_dropout", DType::bf16, 3, 40, 3, 16, tiny_buckets(), true, true, 0.1f},
-        Case{"f16_L40_d32", DType::f16, 2, 40, 2, 32, tiny_buckets(), true, true, 0.0f},
-        Case{"bf16_L40_d128_dropout", DType::bf16, 2, 40, 2, 128, xlarge_buckets(), true, true, 0.1f}),
+        Case{"bf16_L40_d16_dropout", DType::bf16, 3, 40, 3, 16, test::tiny_buckets(), true, true, 0.1f},
+        Case{"f16_L40_d32", DType::f16, 2, 40, 2, 32, test::tiny_buckets(), true, true, 0.0f},
+        Case{"bf16_L40_d128_dropout", DType::bf16, 2, 40, 2, 128, test::xlarge_buckets(), true, true, 0.1f}),
     [](const auto& info) { return info.param.name; });
 
 // Every entry of P~ (read through V = identity) is T(P * 1/(1 - p)) or 0, as the host's Philox says.
@@ -324,9 +299,9 @@ TEST_P(FusedAttentionDropoutGpu, KeepsTheHostsEntries) {
 // L 7: rows start mid Philox block (e % 4 != 0), the per-element path; L 64: whole blocks.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, FusedAttentionDropoutGpu,
-    ::testing::Values(Case{"bf16_L7_d16", DType::bf16, 2, 7, 2, 16, tiny_buckets(), true, true, 0.25f},
-                      Case{"f16_L64_d64", DType::f16, 2, 64, 3, 64, xlarge_buckets(), true, true, 0.1f},
-                      Case{"bf16_L128_d128", DType::bf16, 1, 128, 2, 128, xlarge_buckets(), true, true,
+    ::testing::Values(Case{"bf16_L7_d16", DType::bf16, 2, 7, 2, 16, test::tiny_buckets(), true, true, 0.25f},
+                      Case{"f16_L64_d64", DType::f16, 2, 64, 3, 64, test::xlarge_buckets(), true, true, 0.1f},
+                      Case{"bf16_L128_d128", DType::bf16, 1, 128, 2, 128, test::xlarge_buckets(), true, true,
                            0.1f}),
     [](const auto& info) { return info.param.name; });
 
@@ -339,7 +314,7 @@ TEST(FusedAttentionSupport, SaysWhyNot) {
   };
   DisentangledAttentionConfig config;
   config.num_heads = 24;
-  config.positions = xlarge_buckets();
+  config.positions = test::xlarge_buckets();
   const auto why = [&](DType dtype, int64_t L, int64_t D, int64_t offset = 0) {
     const Tensor x = tensor(dtype, Shape{40, L, D}), table = tensor(dtype, Shape{512, D});
     const char* reason = gpu::fused_attention_forward_unsupported(tensor(dtype, Shape{40, L, D}, offset), x,
@@ -358,7 +333,7 @@ TEST(FusedAttentionSupport, SaysWhyNot) {
   EXPECT_NE(why(DType::bf16, 256, 1536).find("more than 64 table rows"), std::string::npos);
   // The backward adds the gradients' alignment.
   {
-    config.positions = xlarge_buckets();
+    config.positions = test::xlarge_buckets();
     const Tensor x = tensor(DType::bf16, Shape{40, 128, 1536}), table = tensor(DType::bf16, Shape{512, 1536});
     const Tensor shifted = tensor(DType::bf16, Shape{40, 128, 1536}, 2);
     EXPECT_EQ(gpu::fused_attention_backward_unsupported(x, x, x, table, table, x, x, x, x, config), nullptr);
