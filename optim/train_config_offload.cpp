@@ -2,8 +2,7 @@
 //   device       none | cpu (honoured: optim/zero/engine.h, "CPU offload") | nvme (the CPU offload with the
 //                optimizer state / the stage-3 parameter shard on disk, optim/train_config_aio.cpp)
 //   pin_memory   honoured: the offloaded buffers are page-locked on a GPU run (checked against the
-//                locked-memory limit before allocation), pageable when false; offload_param's, when given,
-//                must equal offload_optimizer's (the engine pins all of a rank's offloaded buffers alike)
+//                locked-memory limit before allocation), pageable when false
 //   nvme_path, buffer_count, pipeline_*, buffer_size, max_in_cpu: the disk tier's keys
 //                (optim/train_config_aio.cpp, Note [Disk tier keys])
 //   fast_init    false accepted; true refused (not implemented)
@@ -39,11 +38,9 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
   resolve_nvme_offload(context, *section, key, device.given() ? device.value : "none", settings.nvme);
   // Offloaded off the device: to host memory (cpu) or, through host buffers, to disk (nvme).
   settings.enabled = device.given() && (device.value == "cpu" || device.value == "nvme");
-  std::string pin_memory_path;  // set when the JSON gave the key
   if (const JsonValue<bool> v = section->boolean("pin_memory", false); v.given()) {
     settings.pin_memory = v.value;
     set_json_origin(c, v.path, v.path);
-    pin_memory_path = v.path;
   }
   if (const JsonValue<bool> v = section->boolean("fast_init", false); v.given()) {
     ZT_CHECK(!v.value, context.where(), v.path,
@@ -62,13 +59,6 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
     ZT_CHECK(c.zero.offload_optimizer.enabled, context.where(), device.path, " ", device.value,
              " needs zero_optimization.offload_optimizer.device cpu or nvme too (the CPU update writes the "
              "offloaded parameter shard)");
-    // The engine pins all of a rank's offloaded buffers alike (ZeroEngineOptions::pin_memory, from
-    // offload_optimizer): a different value here would be shown and not applied.
-    ZT_CHECK(pin_memory_path.empty() || settings.pin_memory == c.zero.offload_optimizer.pin_memory,
-             context.where(), pin_memory_path, " ", show_bool(settings.pin_memory),
-             " differs from zero_optimization.offload_optimizer.pin_memory ",
-             show_bool(c.zero.offload_optimizer.pin_memory),
-             ": all offloaded buffers are page-locked or all pageable; set the same value or remove the key");
   }
 }
 
