@@ -227,6 +227,28 @@ nlohmann::json estimate_json(const zt::DebertaConfig& model, const Options& o, z
           {"disk", gib(plan.state.disk_file)}};  // --nvme_path: the swap file (sum of the records)
 }
 
+// The zero_optimization section of the DeepSpeed config that the flags stand for.
+nlohmann::json deepspeed_zero_json(const Options& o) {
+  const std::string device = o.nvme_path.empty() ? "cpu" : "nvme";
+  nlohmann::json zero{
+      {"stage", o.zero_stage}, {"overlap_comm", o.overlap_comm}, {"sub_group_size", o.sub_group_size}};
+  if (o.offload != "none") {
+    zero["offload_optimizer"] = {{"device", device}, {"pin_memory", o.pin_memory}};
+    if (!o.nvme_path.empty()) {
+      zero["offload_optimizer"].update({{"nvme_path", o.nvme_path},
+                                        {"buffer_count", o.nvme_buffers},
+                                        {"pipeline_read", o.nvme_pipeline},
+                                        {"pipeline_write", o.nvme_pipeline}});
+    }
+  }
+  if (o.offload == "both") {
+    zero["offload_param"] = {{"device", o.nvme_param ? "nvme" : "cpu"}, {"pin_memory", o.pin_memory}};
+    if (o.nvme_param)
+      zero["offload_param"].update({{"nvme_path", o.nvme_path}, {"buffer_count", o.nvme_param_buffers}});
+  }
+  return {{"zero_optimization", zero}};
+}
+
 int run(int argc, char** argv) {
   const Options o = parse(argc, argv);
   zt::DebertaConfig model = zt::deberta_v2_xlarge_config();
@@ -255,8 +277,6 @@ int run(int argc, char** argv) {
                             .c_str());
     return 0;
   }
-  ZT_CHECK(zt::cuda_available(), "bench_train_step times the GPU step: ", zt::describe_devices());
-  if (o.profile) zt::StepProfile::global().enable(true);
   const std::string dtype_flag(zt::dtype_name(compute));
   zt::optim::TrainConfig config =
       zt::optim::TrainConfig::from_args(std::vector<std::string>{"--device",
@@ -288,29 +308,18 @@ int run(int argc, char** argv) {
     config.gpu_memory_limit = zt::parse_memory_size(o.gpu_memory_limit);
     if (o.world_size == 1) zt::set_device_memory_limit(config.gpu_memory_limit);  // ranks > 1: per rank
   }
-  config.resolve({.world_size = 1,
-                  .hidden_size = model.hidden_size,
-                  .num_train_examples = o.batch * o.steps * o.world_size});
-  ZT_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, "--zero_stage must be 0, 1, 2 or 3");
-  config.zero.stage = o.zero_stage;
-  config.zero.overlap_comm = o.overlap_comm;
-  config.zero.offload_optimizer.enabled = o.offload != "none";
-  config.zero.offload_optimizer.pin_memory = o.pin_memory;
-  config.zero.offload_param.enabled = o.offload == "both";
   config.offload_delayed_update = o.delayed_update;
-  ZT_CHECK(o.sub_group_size >= 1, "--sub_group_size must be at least 1, got ", o.sub_group_size);
-  config.zero.sub_group_size = o.sub_group_size;
-  if (!o.nvme_path.empty()) {  // offload_optimizer {"device": "nvme", "nvme_path": ..., ...}
-    config.zero.offload_optimizer.nvme = {.enabled = true,
-                                          .nvme_path = o.nvme_path,
-                                          .buffer_count = o.nvme_buffers,
-                                          .pipeline_read = o.nvme_pipeline,
-                                          .pipeline_write = o.nvme_pipeline};
-  }
-  if (o.nvme_param) {  // offload_param {"device": "nvme", "nvme_path": ..., "buffer_count": ...}
-    config.zero.offload_param.nvme = {
-        .enabled = true, .nvme_path = o.nvme_path, .buffer_count = o.nvme_param_buffers};
-  }
+  // The ZeRO flags as the DeepSpeed JSON a user would write, resolved by the same code as train_mrpc's
+  // --deepspeed_config: every check the trainer's users get (stage rules, the disk-tier preflight,
+  // --host_memory_limit against what is offloaded) applies to the benchmark too.
+  const std::string zero_json = deepspeed_zero_json(o).dump();
+  config.resolve_with_json_text(zero_json, "bench_train_step's flags",
+                                {.world_size = 1,
+                                 .hidden_size = model.hidden_size,
+                                 .num_train_examples = o.batch * o.steps * o.world_size});
+  // The configuration is checked first, so that a wrong flag is told on any machine.
+  ZT_CHECK(zt::cuda_available(), "bench_train_step times the GPU step: ", zt::describe_devices());
+  if (o.profile) zt::StepProfile::global().enable(true);
   zt::optim::MrpcTrainer trainer(config, model);
 
   std::mt19937_64 rng(0);
