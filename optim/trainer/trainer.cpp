@@ -299,6 +299,7 @@ struct MrpcTrainer::Impl {
                             .max_grad_norm = config.max_grad_norm,
                             .offload = zero_offload(config),
                             .pin_memory = config.zero.offload_optimizer.pin_memory,
+                            .pin_param_memory = config.zero.offload_param.pin_memory,
                             .ranks_sharing_host = world,
                             .host_memory_limits = std::nullopt,
                             .disk = zero_disk_tier(config),

@@ -174,10 +174,11 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
     b.host_gradients = (offload.delayed_update ? 2 : 1) * shard * 4;  // delayed: one shard per update
     b.host_parameters = shard * t;
     if (offload.param && stage == 3 && offload.delayed_update) b.host_parameters += shard * t;  // + staging
+    if (offload.param && stage == 3) b.host_offloaded_parameters = shard * t;
     if (offload.param && stage == 3 && offload.param_disk_buffers > 0) {  // the shard's buffers, not it
-      b.host_parameters = SwappedParameterShard::buffer_bytes_for(unit_slices(partition), compute,
-                                                                  offload.param_disk_buffers) +
-                          (offload.delayed_update ? shard * t : 0);
+      b.host_offloaded_parameters = SwappedParameterShard::buffer_bytes_for(unit_slices(partition), compute,
+                                                                            offload.param_disk_buffers);
+      b.host_parameters = b.host_offloaded_parameters + (offload.delayed_update ? shard * t : 0);
       b.disk_file += SwappedParameterShard::file_bytes_for(unit_slices(partition), compute);
     }
     if (offload.param && stage == 3) {
@@ -186,6 +187,12 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
     }
   }
   return b;
+}
+
+size_t pinned_host_bytes(const ZeroStateBytes& bytes, bool pin_optimizer, bool pin_param, bool disk_tier) {
+  const size_t param = bytes.host_offloaded_parameters;
+  const size_t optimizer_section = bytes.host_total() - param - (disk_tier ? bytes.host_optimizer : 0);
+  return (pin_optimizer ? optimizer_section : 0) + (pin_param ? param : 0);
 }
 
 // Where the rank's state for one unit lives: element offsets into each buffer, and the tensors it updates.
@@ -505,8 +512,9 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   const int64_t shard = partition_.shard_numel();
   const auto& units = partition_.units();
   // Pinned only where a GPU copies from it; the CPU backend's "device" is the host already.
-  const MemoryKind host_kind =
-      options.pin_memory && s.device == DeviceKind::cuda ? MemoryKind::pinned_host : MemoryKind::host;
+  const bool gpu = s.device == DeviceKind::cuda;
+  const MemoryKind host_kind = options.pin_memory && gpu ? MemoryKind::pinned_host : MemoryKind::host;
+  const MemoryKind param_kind = options.pin_param_memory && gpu ? MemoryKind::pinned_host : MemoryKind::host;
   ZT_CHECK(!options.disk || s.offload,
            "the disk tier (offload_optimizer device nvme) needs offload.optimizer");
   ZT_CHECK(!options.param_disk || s.offload_param,
@@ -519,11 +527,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     // its buffers, and its swap file on disk).
     const ZeroStateBytes bytes = zero_state_bytes(partition_, s.stage, s.compute, options_.offload);
     const auto ranks = static_cast<size_t>(std::max(1, options.ranks_sharing_host));
-    size_t disk_buffers = 0;  // pageable: only the CPU AdamW reads them
-    if (options.disk) {
-      disk_state = swapped_state_options(*options.disk, r, numel_of(sub_group_extents));
-      disk_buffers = bytes.host_optimizer;
-    }
+    if (options.disk) disk_state = swapped_state_options(*options.disk, r, numel_of(sub_group_extents));
     const size_t host = bytes.host_total() * ranks;
     HostMemoryPlan plan{.what = str("ZeRO-", s.stage, " CPU offload (",
                                     options.offload.param ? "optimizer and parameters" : "optimizer",
@@ -533,7 +537,9 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
                                                  : std::string(),
                                     options.param_disk ? ", parameters on disk" : "", ", ", ranks,
                                     " rank(s) in this process)")};
-    const size_t pinned = host_kind == MemoryKind::pinned_host ? host - disk_buffers * ranks : 0;
+    const size_t pinned = pinned_host_bytes(bytes, host_kind == MemoryKind::pinned_host,
+                                            param_kind == MemoryKind::pinned_host, options.disk.has_value()) *
+                          ranks;
     plan.pinned_bytes = pinned;
     plan.pageable_bytes = host - pinned;
     check_host_memory_plan(
@@ -579,7 +585,8 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
                    << " records: the unit slices cut into sub-groups of at most "
                    << options.offload.sub_group_size << " elements, zero_optimization.sub_group_size), "
                    << options.disk->buffer_count << " buffers of "
-                   << format_memory_size(disk_buffers / static_cast<size_t>(options.disk->buffer_count))
+                   << format_memory_size(bytes.host_optimizer /
+                                         static_cast<size_t>(options.disk->buffer_count))
                    << " (the largest record) per rank";
     }
     if (options.param_disk && r == 0) {
@@ -589,17 +596,19 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
                    << format_memory_size(SwappedParameterShard::file_bytes_for(slices, s.compute))
                    << " per rank (" << slices.size() << " records: one per unit slice), "
                    << options.param_disk->buffer_count << " "
-                   << (host_kind == MemoryKind::pinned_host ? "pinned" : "pageable") << " buffers of "
+                   << (param_kind == MemoryKind::pinned_host ? "pinned" : "pageable") << " buffers of "
                    << format_memory_size(SwappedParameterShard::record_buffer_bytes(slices, s.compute))
                    << " (the largest record) per rank, read ahead in the order the gathers and the update "
                       "use them";
     }
     if (r == 0) {
-      ZT_LOG(info) << plan.what << ": " << format_memory_size(host) << " of "
-                   << (host_kind == MemoryKind::pinned_host ? "pinned" : "pageable") << " host memory"
-                   << (s.device == DeviceKind::cuda && host_kind == MemoryKind::host
-                           ? " (pin_memory false: host<->device copies run at pageable speed)"
-                           : "");
+      const bool pageable_copies =
+          gpu && (host_kind == MemoryKind::host || (s.offload_param && param_kind == MemoryKind::host));
+      ZT_LOG(info) << plan.what << ": " << format_memory_size(host) << " of host memory, "
+                   << format_memory_size(pinned) << " of it pinned"
+                   << (pageable_copies ? " (a pin_memory is false: the host<->device copies of that section "
+                                         "run at pageable speed)"
+                                       : "");
       if (s.delayed) {
         ZT_LOG(info) << "delayed parameter update ON: each step's CPU update overlaps the next step's "
                         "forward and backward, which use parameters one update old";
@@ -619,13 +628,13 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
                                      .record_numel = unit_slices(partition_),
                                      .dtype = s.compute,
                                      .buffer_count = options.param_disk->buffer_count,
-                                     .buffer_kind = host_kind,
+                                     .buffer_kind = param_kind,
                                      .direct = options.param_disk->direct},
         options.param_disk->io);
   } else if (s.offload_param) {
     s.compute_copy = std::make_unique<Arena>(
         "parameters (offloaded shard)", flat_layout(shard, s.compute),
-        ArenaOptions{.kind = host_kind, .category = MemoryCategory::parameters, .zero_fill = true});
+        ArenaOptions{.kind = param_kind, .category = MemoryCategory::parameters, .zero_fill = true});
   } else {
     s.compute_copy = std::make_unique<Arena>("parameters (shard)", flat_layout(shard, s.compute),
                                              s.options(MemoryCategory::parameters, true));

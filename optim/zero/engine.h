@@ -165,7 +165,12 @@ struct ZeroEngineOptions {
   AdamWHyper hyper;
   double max_grad_norm = 1.0;  // 0: no clipping
   ZeroOffload offload;
-  bool pin_memory = false;     // offloaded buffers page-locked (GPU runs); false: pageable
+  // Page-locked host buffers (GPU runs; false: pageable), per DeepSpeed section: pin_memory for
+  // offload_optimizer's (the state, the gradient shard, the parameter staging, the disk tier's buffers are
+  // pageable either way: only the CPU AdamW reads them), pin_param_memory for offload_param's (the stage-3
+  // parameter shard in host memory, or its disk buffers).
+  bool pin_memory = false;
+  bool pin_param_memory = false;
   int ranks_sharing_host = 1;  // ranks of this process (in-process ranks): the host preflight counts them all
   std::optional<HostMemoryLimits> host_memory_limits;  // nullopt: read from the OS (tests pass fake ones)
   std::optional<ZeroDiskTier> disk;                    // offload.optimizer's state on disk
@@ -196,11 +201,18 @@ struct ZeroStateBytes {
   // state's, one per sub-group: master | m | v; the parameters', one per unit slice; each aligned, Note
   // [The swap store]).
   uint64_t disk_file = 0;
+  // Of host_parameters, what offload_param holds (the stage-3 shard, or its disk buffers; pinned by
+  // offload_param.pin_memory); the rest is the CPU update's staging (offload_optimizer's).
+  size_t host_offloaded_parameters = 0;
   size_t total() const { return compute_copy + gradients + master + optimizer + buffers; }  // device
   size_t host_total() const { return host_optimizer + host_gradients + host_parameters; }
 };
 ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute,
                                 ZeroOffload offload = {});
+// The page-locked part of `bytes`' host memory, each DeepSpeed section pinned by its own pin_memory (see
+// ZeroEngineOptions): offload_param's parameters by pin_param, the rest by pin_optimizer, less the disk
+// tier's optimizer buffers (pageable whatever the key).
+size_t pinned_host_bytes(const ZeroStateBytes& bytes, bool pin_optimizer, bool pin_param, bool disk_tier);
 
 class ZeroEngine final : public DebertaUnitHooks {
  public:

@@ -75,6 +75,38 @@ TEST(ZeroOffload, StateBytesMoveMasterAndMomentsToTheHost) {
   }
 }
 
+// Each DeepSpeed section's pin_memory pins its own buffers: offload_param's the stage-3 parameter shard (or
+// its disk buffers), offload_optimizer's everything else but the disk tier's optimizer buffers.
+TEST(ZeroOffload, PinnedHostBytesFollowEachSectionsPinMemory) {
+  const ParameterTable table(tiny_config());
+  const ZeroPartition part(table, 2);
+  const auto shard = static_cast<size_t>(part.shard_numel());
+  const ZeroStateBytes both = zero_state_bytes(part, 3, DType::bf16, {.optimizer = true, .param = true});
+  EXPECT_EQ(both.host_offloaded_parameters, 2 * shard);
+  EXPECT_EQ(pinned_host_bytes(both, true, true, false), 18 * shard);
+  EXPECT_EQ(pinned_host_bytes(both, true, false, false), 16 * shard);
+  EXPECT_EQ(pinned_host_bytes(both, false, true, false), 2 * shard);
+  EXPECT_EQ(pinned_host_bytes(both, false, false, false), 0u);
+  // The delayed update's staging shard is the CPU update's (offload_optimizer's), not offload_param's.
+  const ZeroStateBytes delayed =
+      zero_state_bytes(part, 3, DType::bf16, {.optimizer = true, .param = true, .delayed_update = true});
+  EXPECT_EQ(delayed.host_parameters, 4 * shard);
+  EXPECT_EQ(pinned_host_bytes(delayed, true, false, false), 22 * shard);
+  EXPECT_EQ(pinned_host_bytes(delayed, false, true, false), 2 * shard);
+  // Parameters on disk: their buffers are offload_param's; optimizer state on disk: its buffers pageable.
+  const ZeroStateBytes on_disk = zero_state_bytes(
+      part, 3, DType::bf16, {.optimizer = true, .param = true, .disk_buffers = 3, .param_disk_buffers = 2});
+  EXPECT_EQ(on_disk.host_offloaded_parameters, on_disk.host_parameters);  // 2 aligned buffers, no staging
+  EXPECT_NE(on_disk.host_offloaded_parameters, 2 * shard);
+  EXPECT_EQ(pinned_host_bytes(on_disk, false, true, true), on_disk.host_offloaded_parameters);
+  EXPECT_EQ(pinned_host_bytes(on_disk, true, true, true), on_disk.host_total() - on_disk.host_optimizer);
+  // Below stage 3 offload_param holds nothing.
+  const ZeroStateBytes stage2 = zero_state_bytes(part, 2, DType::bf16, {.optimizer = true});
+  EXPECT_EQ(stage2.host_offloaded_parameters, 0u);
+  EXPECT_EQ(pinned_host_bytes(stage2, false, true, false), 0u);
+  EXPECT_EQ(pinned_host_bytes(stage2, true, false, false), stage2.host_total());
+}
+
 // The estimator's device formula (allocator size classes aside: device = false) agrees with the engine's
 // bytes with and without streamed gradients.
 TEST(ZeroOffload, EstimatorCountsStreamedGradientsAsTheEngineDoes) {

@@ -109,6 +109,7 @@ inline std::vector<float> train_with_synthetic_gradients(DeviceKind device, DTyp
   options.max_grad_norm = 0.5;
   options.offload = offload;
   options.pin_memory = pin;
+  options.pin_param_memory = pin;
   options.param_disk = std::move(param_disk);
   ZeroEngine engine(table, config, *comms[0], options);
   engine.load_full_parameters(synthetic_initial_parameters(table));
