@@ -52,6 +52,7 @@
 #include "optim/train_config.h"
 #include "optim/trainer/trainer.h"
 #include "optim/zero/memory_estimate.h"
+#include "optim/zero/swapped_host_optimizer_store.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
@@ -249,34 +250,8 @@ nlohmann::json deepspeed_zero_json(const Options& o) {
   return {{"zero_optimization", zero}};
 }
 
-int run(int argc, char** argv) {
-  const Options o = parse(argc, argv);
-  zt::DebertaConfig model = zt::deberta_v2_xlarge_config();
-  if (o.layers > 0) model.num_hidden_layers = o.layers;
-  if (o.hidden > 0) {  // wider: heads of 64, FFN 4x, as xlarge is at 1536
-    model.hidden_size = model.embedding_size = model.pooler_hidden_size = o.hidden;
-    model.num_attention_heads = o.hidden / 64;
-    model.intermediate_size = 4 * o.hidden;
-  }
-  model.hidden_dropout_prob = model.attention_probs_dropout_prob = o.dropout;
-  const zt::optim::ZeroOffload offload{.optimizer = o.offload != "none",
-                                       .param = o.offload == "both",
-                                       .delayed_update = o.delayed_update,  // a second host gradient shard
-                                       .disk_buffers = o.nvme_path.empty() ? 0 : o.nvme_buffers,
-                                       .param_disk_buffers = o.nvme_param ? o.nvme_param_buffers : 0,
-                                       .sub_group_size = o.sub_group_size,
-                                       // no accumulation here: the trainer streams them (zero_offload)
-                                       .stream_gradients = o.offload != "none" && o.zero_stage >= 2};
-  const zt::DType compute = zt::parse_dtype(o.dtype);  // --dtype was checked: bf16, fp16 or fp32
-  if (o.estimate_only) {
-    std::printf("%s\n", nlohmann::json{{"params", zt::ParameterTable(model).total_numel()},
-                                       {"layers", model.num_hidden_layers},
-                                       {"hidden", model.hidden_size},
-                                       {"estimate_gib", estimate_json(model, o, compute, offload)}}
-                            .dump()
-                            .c_str());
-    return 0;
-  }
+// The trainer's configuration for the flags, resolved (checked) as train_mrpc's is; needs no GPU.
+zt::optim::TrainConfig bench_config(const Options& o, const zt::DebertaConfig& model, zt::DType compute) {
   const std::string dtype_flag(zt::dtype_name(compute));
   zt::optim::TrainConfig config =
       zt::optim::TrainConfig::from_args(std::vector<std::string>{"--device",
@@ -304,10 +279,7 @@ int run(int argc, char** argv) {
                                                                  "--world_size",
                                                                  std::to_string(o.world_size)});
   if (!o.host_memory_limit.empty()) config.host_memory_limit = zt::parse_memory_size(o.host_memory_limit);
-  if (!o.gpu_memory_limit.empty()) {
-    config.gpu_memory_limit = zt::parse_memory_size(o.gpu_memory_limit);
-    if (o.world_size == 1) zt::set_device_memory_limit(config.gpu_memory_limit);  // ranks > 1: per rank
-  }
+  if (!o.gpu_memory_limit.empty()) config.gpu_memory_limit = zt::parse_memory_size(o.gpu_memory_limit);
   config.offload_delayed_update = o.delayed_update;
   // The ZeRO flags as the DeepSpeed JSON a user would write, resolved by the same code as train_mrpc's
   // --deepspeed_config: every check the trainer's users get (stage rules, the disk-tier preflight,
@@ -317,8 +289,36 @@ int run(int argc, char** argv) {
                                 {.world_size = 1,
                                  .hidden_size = model.hidden_size,
                                  .num_train_examples = o.batch * o.steps * o.world_size});
-  // The configuration is checked first, so that a wrong flag is told on any machine.
+  return config;
+}
+
+int run(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  zt::DebertaConfig model = zt::deberta_v2_xlarge_config();
+  if (o.layers > 0) model.num_hidden_layers = o.layers;
+  if (o.hidden > 0) {  // wider: heads of 64, FFN 4x, as xlarge is at 1536
+    model.hidden_size = model.embedding_size = model.pooler_hidden_size = o.hidden;
+    model.num_attention_heads = o.hidden / 64;
+    model.intermediate_size = 4 * o.hidden;
+  }
+  model.hidden_dropout_prob = model.attention_probs_dropout_prob = o.dropout;
+  const zt::DType compute = zt::parse_dtype(o.dtype);  // --dtype was checked: bf16, fp16 or fp32
+  // The configuration is checked first, so that a wrong flag is told on any machine; the estimate plans the
+  // offload the trainer builds from it (zero_offload: streamed gradients, disk buffers, sub-groups).
+  zt::optim::TrainConfig config = bench_config(o, model, compute);
+  const zt::optim::ZeroOffload offload = zt::optim::zero_offload(config);
+  if (o.estimate_only) {
+    std::printf("%s\n", nlohmann::json{{"params", zt::ParameterTable(model).total_numel()},
+                                       {"layers", model.num_hidden_layers},
+                                       {"hidden", model.hidden_size},
+                                       {"estimate_gib", estimate_json(model, o, compute, offload)}}
+                            .dump()
+                            .c_str());
+    return 0;
+  }
   ZT_CHECK(zt::cuda_available(), "bench_train_step times the GPU step: ", zt::describe_devices());
+  if (config.gpu_memory_limit > 0 && o.world_size == 1)
+    zt::set_device_memory_limit(config.gpu_memory_limit);  // ranks > 1: per rank, by the trainer
   if (o.profile) zt::StepProfile::global().enable(true);
   zt::optim::MrpcTrainer trainer(config, model);
 
