@@ -11,8 +11,8 @@ rewritten after every one:
          (sync_pwrite / sync_pread), read back checked: DeepSpeed's disk rates beside bench_disk's.
   z2     ZeRO-2, offload_optimizer nvme. DeepSpeed 0.19.8's ZeRO-1/2 optimizer (runtime/zero/stage_1_and_2.py)
          has no swapper: any offload_optimizer device but none sets cpu_offload, so "nvme" runs as CPU offload
-         and writes no file (the swap folder's size, 0, shows it). First: short, and the order .ds/ds_anchor.py
-         already ran in one process (ZeRO-2 engines, then ZeRO-3).
+         and writes no file (the swap folder's size, 0, shows it). Last: on the H200 (session 3) its first step
+         crashed the process (SIGSEGV) right after the engine was built, which took the ZeRO-3 parts with it.
   z3     ZeRO-3 with the same offload_optimizer block (parameters stay on the GPU): the optimizer state (fp32
          master, m, v) is swapped in and out every step (ZeRO-Infinity's PartitionedOptimizerSwapper).
   z3p    ZeRO-3 with offload_param nvme as well, only if time is left.
@@ -61,7 +61,7 @@ ap.add_argument("--out", required=True, help="folder of ds_nvme_anchor.json")
 ap.add_argument("--nvme-dir", required=True,
                 help="DeepSpeed's nvme_path, a folder of its own: removed with its contents before and after each run")
 ap.add_argument("--libaio", required=True, help="folder with include/libaio.h, lib/libaio.a, libaio.map")
-ap.add_argument("--parts", default="aio,z2,z3,z3p", help="comma list of aio,z2,z3,z3p, run in this order")
+ap.add_argument("--parts", default="aio,z3,z3p,z2", help="comma list of aio,z2,z3,z3p, run in this order")
 ap.add_argument("--budget-s", type=float, default=270.0, help="soft wall-time budget of the whole script")
 ap.add_argument("--build-timeout-s", type=float, default=150.0)
 ap.add_argument("--aio-mib", type=int, default=1024, help="size of the aio phase's file")
