@@ -35,10 +35,10 @@
 // The fused forward (fused_disentangled_attention.cuh) replaces the forward's GEMMs, scratch and softmax
 // kernel by one kernel per (b, h, 32-query tile) for bf16/f16 with d in {16, 32, 64, 128} and L <= 512;
 // its scratch is the mask bytes only. disentangled_attention_forward takes it when ZT_FUSED_ATTENTION=1
-// (off by default: not yet run on a GPU) and it supports the arguments. Likewise the fused backward (a rows
-// kernel for dQ and Gc, a keys kernel for dK, dV and Gp; scratch Gc, Gp and D_i [B N L] f32) replaces
-// everything before the positional GEMMs when ZT_FUSED_ATTENTION_BACKWARD=1. Either backward reads the
-// stored P, so the two switches are independent.
+// (off by default: it ran correct and slower on the H200) and it supports the arguments. Likewise the fused
+// backward (a rows kernel for dQ and Gc, a keys kernel for dK, dV and Gp; scratch Gc, Gp and D_i [B N L] f32)
+// replaces everything before the positional GEMMs when ZT_FUSED_ATTENTION_BACKWARD=1. Either backward reads
+// the stored P, so the two switches are independent.
 #include "kernels/cuda/disentangled_attention.cuh"
 
 #include <atomic>
@@ -956,9 +956,9 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
     });
   };
 
-  // The fused backward where chosen (ZT_FUSED_ATTENTION_BACKWARD=1, off by default until it has run on a GPU,
-  // or fused_disentangled_attention_backward) and supported: dq, dk, dv and Gc, Gp from two kernels, then the
-  // positional GEMMs above. Everything after this block is the unfused path, unchanged.
+  // The fused backward where chosen (ZT_FUSED_ATTENTION_BACKWARD=1, off by default: correct and slower on the
+  // H200, or fused_disentangled_attention_backward) and supported: dq, dk, dv and Gc, Gp from two kernels,
+  // then the positional GEMMs above. Everything after this block is the unfused path, unchanged.
   if (path != BackwardPath::unfused) {
     const char* unsupported =
         fused_attention_backward_unsupported(q, k, v, pos_key, pos_query, dcontext, dq, dk, dv, config);
