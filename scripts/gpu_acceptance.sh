@@ -13,6 +13,8 @@
 #                                       # curve beside the exact one (train_mrpc)
 #   scripts/gpu_acceptance.sh disk      # issue 15: scripts/gpu_disk_bench.sh
 #   scripts/gpu_acceptance.sh big       # issue 18: the largest DeBERTa-v2-shaped model with ZeRO-3 + both offloads
+#   scripts/gpu_acceptance.sh attention # issue 16: ncu's full set on the attention kernels (fused and not),
+#                                       # the bs-8 step's profile (and nsys where present)
 #   scripts/gpu_acceptance.sh validate  # a branch's GPU code: model/attention/trainer/ZeRO GPU tests, zt_bench's
 #                                       # attention, world-2 steps with and without --overlap_comm (where the
 #                                       # tree has it), batch 128 under 24 GiB with offload, the delayed update
@@ -24,14 +26,14 @@
 # and a call cut at its time limit still returns what it measured.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-part=${1:?usage: scripts/gpu_acceptance.sh zero|offload|limits|disk|big|validate}
+part=${1:?usage: scripts/gpu_acceptance.sh zero|offload|limits|disk|big|validate|attention}
 results=${OUT:-$PWD/gpu-acceptance-out}
 work=/tmp/gpu-acceptance
 out=$work/$part
 mkdir -p "$out" "$results"
 log="$out/acceptance.log"
 export NCCL_NVLS_ENABLE=0
-pack() { tar czf "$results/$part.tgz.tmp" -C "$work" --exclude='*.h5' --exclude='*.zero' "$part" 2>/dev/null &&
+pack() { tar czf "$results/$part.tgz.tmp" -C "$work" --exclude='*.h5' --exclude='*.zero' --exclude='*.ncu-rep' --exclude='*.nsys-rep' --exclude='*.sqlite' "$part" 2>/dev/null &&
   mv "$results/$part.tgz.tmp" "$results/$part.tgz"; }
 say() {
   echo "$*" | tee -a "$log"
@@ -48,7 +50,7 @@ validate_tests=(test_zero_offload_gpu test_zero_training_gpu test_fused_disentan
   test_trainer_bf16_gpu test_zero_overlap_gpu)
 # shellcheck disable=SC2046  # the flags are words
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release $(scripts/device_cmake_flags.sh) >"$out/configure.log" 2>&1 &&
-  { [[ $part != validate ]] || for t in "${validate_tests[@]}" zt_bench; do
+  { [[ $part != validate && $part != attention ]] || for t in "${validate_tests[@]}" zt_bench; do
     grep -q "^$t:" <(cmake --build build-gpu --target help 2>/dev/null) && targets+=("$t"); done; } &&
   cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" -- -k 0 >"$out/build.log" 2>&1 ||
   { grep -B2 -A8 "error" "$out/build.log" | head -60; exit 1; }
@@ -201,6 +203,42 @@ big)
   step "6.2B zero3+both offloads" --batch 8 --zero_stage 3 --offload both --pin_memory --hidden 4096 --layers 28 \
     --steps 3 --repeat_batch --lr 1e-4 --profile ||
     step "6.2B zero3+both offloads (pageable)" --batch 8 --zero_stage 3 --offload both --hidden 4096 --layers 28 --steps 3 --repeat_batch --lr 1e-4
+  ;;
+attention)
+  # Issue 16: why the fused attention kernels (correct) are slower than the unfused path — Nsight Compute's
+  # full set on every attention kernel of zt_bench's four attention rows (bs 40, seq 128, bf16), exported as
+  # the details page (occupancy, memory and pipe throughput, warp stall reasons, shared-memory conflicts);
+  # then where a bs-8 step's time goes (the step profile; nsys's GPU idle gaps where the machine has nsys).
+  if command -v ncu >/dev/null; then
+    timeout 400 ncu --set full --kernel-name regex:'attention|softmax|gather|dropped' --launch-count 80 \
+      -f -o "$out/attention" $bin/zt_bench --only attention --reps 1 >"$out/ncu_stdout.txt" 2>&1
+    say "ncu exit $? ($(elapsed))"
+    ncu --import "$out/attention.ncu-rep" --page details --csv >"$out/attention_details.csv" 2>&1
+    python3 - "$out/attention_details.csv" <<'PY' | tee -a "$log"
+import csv, sys, collections
+rows = list(csv.DictReader(open(sys.argv[1])))
+want = ("Duration", "Achieved Occupancy", "Registers Per Thread", "Dynamic Shared Memory Per Block",
+        "Memory Throughput", "Compute (SM) Throughput", "Block Limit Shared Mem", "Block Limit Registers")
+seen = collections.OrderedDict()
+for r in rows:
+    name = r.get("Kernel Name", "")[:60]
+    if r.get("Metric Name") in want and (name, r["Metric Name"]) not in seen:
+        seen[(name, r["Metric Name"])] = f'{r["Metric Value"]} {r.get("Metric Unit", "")}'
+for (name, metric), value in seen.items():
+    print(f"{name:60s} {metric:34s} {value}")
+PY
+  else
+    say "ncu: not on this machine"
+  fi
+  step "stage 0 bs8 profile" --batch 8 --zero_stage 0 --steps 10 --profile
+  grep -vE "^\s*$" "$out/err.txt" | tail -40 >"$out/profile_bs8.txt"
+  if command -v nsys >/dev/null; then
+    timeout 200 nsys profile -o "$out/bs8" -f true --stats=true $bin/bench_train_step --seq 128 --dtype bf16 \
+      --batch 8 --steps 5 >"$out/nsys_bs8.txt" 2>&1
+    say "nsys exit $? ($(elapsed)); $(grep -A12 'cuda_gpu_kern_sum' "$out/nsys_bs8.txt" | head -14 | tr '\n' ' ' | head -c 1500)"
+  else
+    say "nsys: not on this machine"
+  fi
   ;;
 *)
   echo "unknown part $part" >&2
