@@ -137,27 +137,32 @@ int64_t largest_slice(const ZeroPartition& partition) {
 
 }  // namespace
 
-ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute,
-                                ZeroOffload offload) {
+ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute, ZeroOffload offload,
+                                const std::function<size_t(size_t)>& held_by_allocator) {
+  auto held = [&](size_t bytes) { return held_by_allocator && bytes > 0 ? held_by_allocator(bytes) : bytes; };
   const auto psi = static_cast<size_t>(partition.total_numel());
   const auto shard = static_cast<size_t>(partition.shard_numel());
   const size_t t = dtype_size(compute);
   const bool mixed = compute != DType::f32;
   const auto& units = partition.units();
-  const auto bucket_elems =
-      static_cast<size_t>(units.front().numel + units.back().numel + 2 * partition.largest_layer_unit());
   ZeroStateBytes b;
-  b.compute_copy = (stage == 3 ? shard : psi) * t;
+  b.compute_copy = held((stage == 3 ? shard : psi) * t);
   const bool streamed = offload.optimizer && offload.stream_gradients && stage >= 2;
-  b.gradients = streamed ? 0 : (stage <= 1 ? psi : shard) * 4;
+  b.gradients = streamed ? 0 : held((stage <= 1 ? psi : shard) * 4);
   const size_t master_elems = stage == 0 ? psi : shard;
   // f32 training: the master is the compute copy (stages 0-2: its full buffer, stage 3: its shard).
-  b.master = mixed ? master_elems * 4 : 0;
-  b.optimizer = 2 * (stage == 0 ? psi : shard) * 4;
-  // World size 1: the reduce-scatter is the identity and backward accumulates into the shard itself, unless
-  // the gradients stream down from the buckets.
-  if (stage >= 2 && (partition.world_size() > 1 || streamed)) b.buffers += bucket_elems * 4;
-  if (stage == 3) b.buffers += bucket_elems * t;
+  b.master = mixed ? held(master_elems * 4) : 0;
+  b.optimizer = 2 * held((stage == 0 ? psi : shard) * 4);
+  // The buckets (f32; stages 2, 3) and the gather buffers (T; stage 3), each allocated on its own: the
+  // embeddings', the shared unit's and two layers'. World size 1: the reduce-scatter is the identity and
+  // backward accumulates into the shard itself, unless the gradients stream down from the buckets.
+  auto bucket_set = [&](size_t element) {
+    return held(static_cast<size_t>(units.front().numel) * element) +
+           held(static_cast<size_t>(units.back().numel) * element) +
+           2 * held(static_cast<size_t>(partition.largest_layer_unit()) * element);
+  };
+  if (stage >= 2 && (partition.world_size() > 1 || streamed)) b.buffers += bucket_set(4);
+  if (stage == 3) b.buffers += bucket_set(t);
   if (offload.optimizer && stage >= 1) {
     b.master = 0;
     b.optimizer = 0;
@@ -181,9 +186,9 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
       b.host_parameters = b.host_offloaded_parameters + (offload.delayed_update ? shard * t : 0);
       b.disk_file += SwappedParameterShard::file_bytes_for(unit_slices(partition), compute);
     }
-    if (offload.param && stage == 3) {
+    if (offload.param && stage == 3) {  // the shard lives on the host, uploaded through a slice buffer
       b.compute_copy = 0;
-      if (partition.world_size() > 1) b.buffers += static_cast<size_t>(largest_slice(partition)) * t;
+      if (partition.world_size() > 1) b.buffers += held(static_cast<size_t>(largest_slice(partition)) * t);
     }
   }
   return b;
@@ -604,8 +609,8 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     if (r == 0) {
       const bool pageable_copies =
           gpu && (host_kind == MemoryKind::host || (s.offload_param && param_kind == MemoryKind::host));
-      ZT_LOG(info) << plan.what << ": " << format_memory_size(host) << " of host memory, "
-                   << format_memory_size(pinned) << " of it pinned"
+      ZT_LOG(info) << plan.what << ": " << format_memory_size(host) << " of host memory"
+                   << (gpu ? str(", ", format_memory_size(pinned), " of it pinned") : std::string())
                    << (pageable_copies ? " (a pin_memory is false: the host<->device copies of that section "
                                          "run at pageable speed)"
                                        : "");

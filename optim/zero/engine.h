@@ -207,8 +207,11 @@ struct ZeroStateBytes {
   size_t total() const { return compute_copy + gradients + master + optimizer + buffers; }  // device
   size_t host_total() const { return host_optimizer + host_gradients + host_parameters; }
 };
+// `held` maps the bytes asked for one device buffer to the bytes it takes (the estimator passes the caching
+// allocator's size class, optim/zero/memory_estimate.h; nullptr: as asked). Host and disk bytes are exact.
 ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute,
-                                ZeroOffload offload = {});
+                                ZeroOffload offload = {},
+                                const std::function<size_t(size_t)>& held = nullptr);
 // The page-locked part of `bytes`' host memory, each DeepSpeed section pinned by its own pin_memory (see
 // ZeroEngineOptions): offload_param's parameters by pin_param, the rest by pin_optimizer, less the disk
 // tier's optimizer buffers (pageable whatever the key).

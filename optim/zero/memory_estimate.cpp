@@ -74,46 +74,12 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
   // (up to ~6 % more than asked, runtime/device_allocator.h), so each buffer is rounded on its own, as the
   // engine (optim/zero/engine.cpp) and the model allocate them.
   auto held = [&](size_t bytes) { return device && bytes > 0 ? DeviceAllocator::size_class(bytes) : bytes; };
-  const size_t t = dtype_size(compute);
-  const auto shard = static_cast<size_t>(partition.shard_numel());
-  const size_t full_f32 = partition.layout(DType::f32).total_bytes();
   MemoryEstimate e;
   e.stage = stage;
   e.world_size = world_size;
   e.offload = offload;
-  e.state.compute_copy = held(stage == 3 ? shard * t : partition.layout(compute).total_bytes());
-  // Streamed gradients (offload, stages 2/3, no accumulation): no device shard, the buckets even at world 1.
-  const bool streamed = offload.optimizer && offload.stream_gradients && stage >= 2;
-  e.state.gradients = streamed ? 0 : held(stage <= 1 ? full_f32 : shard * 4);
-  // f32 training: the master is the compute copy.
-  e.state.master = compute != DType::f32 ? held(stage == 0 ? full_f32 : shard * 4) : 0;
-  e.state.optimizer = 2 * held(stage == 0 ? full_f32 : shard * 4);
-  const auto embeddings = static_cast<size_t>(units.front().numel);
-  const auto shared = static_cast<size_t>(units.back().numel);
-  const auto layer = static_cast<size_t>(partition.largest_layer_unit());
-  // f32 buckets (stages 2, 3; none at world size 1, where backward accumulates into the shard, unless the
-  // gradients stream), gather buffers (stage 3).
-  for (size_t bytes : {world_size > 1 || streamed ? size_t{4} : size_t{0}, stage == 3 ? t : size_t{0}}) {
-    if (stage < 2 || bytes == 0) continue;
-    e.state.buffers += held(embeddings * bytes) + held(shared * bytes) + 2 * held(layer * bytes);
-  }
-  // Offload (zero_state_bytes says what moves to the host): no master, m, v on the device; offload_param
-  // also moves the stage-3 shard, uploaded through a buffer of the largest slice.
-  const ZeroStateBytes exact = zero_state_bytes(partition, stage, compute, offload);
-  e.state.host_optimizer = exact.host_optimizer;
-  e.state.host_gradients = exact.host_gradients;
-  e.state.host_parameters = exact.host_parameters;
-  e.state.disk_file = exact.disk_file;  // the disk tier's swap file: disk, in neither total
-  if (offload.optimizer && stage >= 1) {
-    e.state.master = 0;
-    e.state.optimizer = 0;
-    if (offload.param && stage == 3) {
-      e.state.compute_copy = 0;
-      int64_t largest_slice = 0;
-      for (const ZeroUnit& u : units) largest_slice = std::max(largest_slice, u.slice_numel);
-      if (world_size > 1) e.state.buffers += held(static_cast<size_t>(largest_slice) * t);
-    }
-  }
+  // The engine's buffers, each rounded as the allocator holds it (host and disk bytes exact).
+  e.state = zero_state_bytes(partition, stage, compute, offload, held);
   // Stage 0 reduces whole units with all_reduce, which in-process GPU ranks run through a per-rank scratch
   // as large as the largest unit's f32 gradients (stage 1 reduce-scatters into place).
   if (world_size > 1 && stage == 0) {
