@@ -205,6 +205,17 @@ void TrainConfig::resolve_impl(const json* ds, std::string_view source, const Re
   resolve_precision(context);
   resolve_zero(context);
   resolve_disk_tier(context);
+  ZT_CHECK(
+      !offload_overlap_update ||
+          (zero.offload_optimizer.enabled && !offload_delayed_update && world_size == 1 &&
+           !zero.offload_optimizer.nvme.enabled && !zero.offload_param.nvme.enabled),
+      "--offload_overlap_update needs zero_optimization.offload_optimizer.device cpu, world size 1 and no "
+      "--offload_delayed_update (which overlaps the update already); got offload_optimizer ",
+      zero.offload_optimizer.nvme.enabled ? "nvme"
+      : zero.offload_optimizer.enabled    ? "cpu"
+                                          : "none",
+      zero.offload_param.nvme.enabled ? ", offload_param nvme" : "", ", world size ", world_size,
+      offload_delayed_update ? ", --offload_delayed_update" : "");
   ZT_CHECK(!offload_delayed_update || zero.offload_optimizer.enabled,
            "--offload_delayed_update needs zero_optimization.offload_optimizer.device cpu (or nvme) in the "
            "DeepSpeed config (it delays the CPU optimizer update)");

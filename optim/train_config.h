@@ -206,6 +206,9 @@ struct TrainConfig {
   // --offload_delayed_update: ZeRO-Offload's delayed parameter update (one step stale; needs
   // zero_optimization.offload_optimizer.device cpu).
   bool offload_delayed_update = false;
+  // --offload_overlap_update: the exact CPU update overlapping the next forward (ZeroOffload::overlap_update;
+  // needs offload_optimizer cpu, world size 1, no delayed update, the state not on disk).
+  bool offload_overlap_update = false;
   // --collective_timeout: a rank waiting longer than this in a collective aborts the group, naming the ranks
   // that never arrived, instead of hanging; 0 = wait forever.
   int64_t collective_timeout_seconds = 600;

@@ -227,6 +227,11 @@ const std::vector<FlagSpec>& flag_table() {
        "which then use parameters one update old (ZeRO-Offload's delayed parameter update)",
        [](C& c, F, V) { c.offload_delayed_update = true; },
        [](const C& c) { return show_bool(c.offload_delayed_update); }},
+      {"offload_overlap_update", "",
+       "with CPU optimizer offload: run each step's (exact) CPU update on a host thread while the next "
+       "forward starts, which waits for each layer's update before it uses that layer (world size 1)",
+       [](C& c, F, V) { c.offload_overlap_update = true; },
+       [](const C& c) { return show_bool(c.offload_overlap_update); }},
       {"estimate_memory", "", "print the memory estimate of the run and exit without training",
        [](C& c, F, V) { c.estimate_memory = true; }, [](const C& c) { return show_bool(c.estimate_memory); }},
       {"overwrite_output_dir", "", "write into --output_dir even when it already holds files (HF's flag)",

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <future>
 #include <limits>
+#include <mutex>
 #include <optional>
 
 #include "kernels/elementwise.h"
@@ -385,6 +387,36 @@ struct ZeroEngine::Impl {
   // Stage 3 with overlap: the layer whose gradients are ready but whose reduction waits for the next
   // gather to be queued (acquire), so that the gather the compute stream waits for is not behind it.
   std::optional<size_t> deferred_reduction;
+  // overlap_update (ZeroOffload): the exact update in flight on a host thread, unit by unit in the forward's
+  // order. updated[u]: the CPU is done with unit u (under overlap_mutex); landed[u]: its parameters went
+  // where the model reads them (the rank's thread only). failed: the thread threw (overlapped.get rethrows).
+  bool overlap_update = false;
+  std::mutex overlap_mutex;
+  std::condition_variable overlap_changed;
+  std::vector<char> updated, landed;
+  bool overlap_failed = false;
+  std::future<void> overlapped;
+  // overlap_update: the host waits until unit `unit`'s update is done, then (once) puts its parameters where
+  // the model reads them and the current stream waits for that; land_overlapped_update: every unit, in the
+  // forward's order. No-ops when no overlapped update is in flight.
+  void land_overlapped_unit(size_t unit) {
+    if (!overlapped.valid() || landed[unit]) return;
+    {
+      std::unique_lock<std::mutex> lock(overlap_mutex);
+      overlap_changed.wait(lock, [&] { return updated[unit] || overlap_failed; });
+    }
+    if (overlap_failed) {
+      landed.assign(landed.size(), 1);
+      overlapped.get();  // rethrows the update's error
+    }
+    publish(blocks[unit]);
+    copies->join();  // the compute stream waits for the upload
+    landed[unit] = 1;
+    if (std::all_of(landed.begin(), landed.end(), [](char x) { return x != 0; })) overlapped.get();
+  }
+  void land_overlapped_update() {
+    for (const size_t unit : phase_order[static_cast<int>(Phase::forward)]) land_overlapped_unit(unit);
+  }
   // The delayed update in flight (declared last: destroyed first, so it finishes before the buffers go).
   std::future<void> pending;
   // Waits for the delayed update: the host state is complete. Its parameters still have to go where the
@@ -399,6 +431,7 @@ struct ZeroEngine::Impl {
   // offset + host.size()) of unit `unit`, through the host store.
   void copy_offloaded_state(size_t unit, int kind, int64_t offset, std::span<float> host, bool write) {
     ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
+    land_overlapped_update();
     wait_for_delayed_update();
     const OwnedBlock& b = blocks[unit];
     // Block elements [lo, hi), through each sub-group they touch.
@@ -760,11 +793,29 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     }
     s.copies = std::make_unique<OffloadCopies>(s.device, options.offload.pipelined, s.blocks.size());
     s.downloaded.assign(s.blocks.size(), false);
+    if (options.offload.overlap_update) {
+      // What the overlapped update does not cover runs the update inside step(), and says so.
+      const char* why = s.delayed            ? "the delayed update overlaps it already"
+                        : world_size() > 1   ? "world size > 1 (the ranks' all-gathers follow the update)"
+                        : options.disk       ? "the optimizer state is on disk"
+                        : options.param_disk ? "the parameters are on disk"
+                        : s.device == DeviceKind::cuda && !s.copies->pipelined()
+                            ? "the copies are not pipelined"
+                            : nullptr;
+      s.overlap_update = why == nullptr;
+      if (why != nullptr && r == 0) {
+        ZT_LOG(warn) << "overlap_update: not with this run (" << why
+                     << "); the CPU update runs inside step()";
+      }
+      s.updated.assign(s.blocks.size(), 1);
+      s.landed.assign(s.blocks.size(), 1);
+    }
   }
 
-  if (s.param_file) {
+  {
     // The hook order of model/deberta_tensors.h: forward E, S, layers 0..n-1; backward S, layers n-1..0,
-    // E; the update block by block (unit order).
+    // E; the update block by block (unit order). Parameters on disk read ahead in it; overlap_update
+    // updates in the forward's order.
     using Phase = Impl::Phase;
     const size_t E = partition_.embeddings_unit(), S = partition_.shared_unit();
     std::vector<size_t> layers;
@@ -905,6 +956,7 @@ void ZeroEngine::compute_waits_for_comm() {
 
 void ZeroEngine::acquire(size_t unit, Pass pass) {
   Impl& s = *impl_;
+  s.land_overlapped_unit(unit);  // overlap_update: this unit's update, before anything reads its parameters
   // Streamed gradients: the bucket's previous slice has gone down and the bucket is zeroed (on the copy
   // stream: backward runs on while the copy of the layer before last is in flight).
   if (s.streamed && pass == Pass::backward) {
@@ -982,6 +1034,7 @@ void ZeroEngine::release(size_t, Pass) {}
 
 void ZeroEngine::gradients_ready(size_t unit) {
   Impl& s = *impl_;
+  s.land_overlapped_unit(unit);  // overlap_update: the update no longer reads the unit's host gradients
   if (!s.overlap) {
     reduce_unit_gradients(unit);
     return;
@@ -1132,6 +1185,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   auto grad_block = [&](const OwnedBlock& b) { return view(*s.grads, DType::f32, b.grad, b.numel); };
   StepProfile& prof = StepProfile::global();  // offload segment marks: no-ops unless profiling is on
   compute_waits_for_comm();                   // overlap_comm: every reduction before the norm reads them
+  s.land_overlapped_update();                 // overlap_update: a step without a forward since the last
   if (s.delayed) {
     finish_delayed_update();  // the previous step's delayed update before this step's
     prof.mark("optimizer.offload_delayed_land");
@@ -1255,6 +1309,35 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
       });
       return {norm, true};
     }
+    if (s.overlap_update) {
+      // Every gradient on the host and the device's gradients cleared before the update leaves this thread;
+      // the next forward lands each unit (acquire), the rest lands at finish_delayed_update.
+      for (const OwnedBlock& b : s.blocks) s.copies->wait_down(b.unit);
+      s.copies->join();
+      clear_gradients();
+      s.updated.assign(s.blocks.size(), 0);
+      s.landed.assign(s.blocks.size(), 0);
+      s.overlap_failed = false;
+      const std::vector<size_t> order = s.phase_order[static_cast<int>(Impl::Phase::forward)];
+      const Arena* gradients = s.host_grads.get();
+      s.overlapped = std::async(std::launch::async, [this, lr, grad_scale, gradients, order] {
+        Impl& t = *impl_;
+        try {
+          for (const size_t unit : order) {
+            update_offloaded_block(unit, lr, grad_scale, *gradients);
+            const std::lock_guard<std::mutex> lock(t.overlap_mutex);
+            t.updated[unit] = 1;
+            t.overlap_changed.notify_all();
+          }
+        } catch (...) {
+          const std::lock_guard<std::mutex> lock(t.overlap_mutex);
+          t.overlap_failed = true;
+          t.overlap_changed.notify_all();
+          throw;
+        }
+      });
+      return {norm, true};
+    }
     update_offloaded_blocks(lr, grad_scale, /*publish_each=*/true, *s.host_grads);
     s.copies->join();  // the all-gather and the next forward read what went up
     clear_gradients();
@@ -1294,29 +1377,35 @@ void ZeroEngine::update_offloaded_blocks(double lr, float grad_scale, bool publi
                                          const Arena& gradients) {
   Impl& s = *impl_;
   for (const OwnedBlock& b : s.blocks) {
-    const Tensor host_grads = view(gradients, DType::f32, b.master, b.numel);
     // A delayed update (on its own thread) starts with every block on the host: step() waited for them.
     if (publish_each) s.copies->wait_down(b.unit);
     // Segment marks only on the rank's thread (StepProfile is single-threaded): not in a delayed update.
     if (publish_each) StepProfile::global().mark("optimizer.offload_download_wait");
-    const Tensor staged = s.begin_params_write(b, /*keep_unwritten=*/true);
-    // Sub-group by sub-group (AdamW is element-wise: the same bits as one pass over the block).
-    for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
-      const SubGroup& sub = s.sub_groups[g];
-      const HostStateBlock state = s.host_state->acquire(g);
-      const Tensor grads = host_grads.slice_rows(sub.begin, sub.begin + sub.numel);
-      const Tensor out = staged.slice_rows(sub.begin, sub.begin + sub.numel);
-      adamw_.update({state.master, host_span(grads), state.exp_avg, state.exp_avg_sq}, sub.ranges, lr,
-                    params16_of(out), grad_scale);
-      if (!s.mixed) write_compute_values(state.master, out);
-      s.host_state->release(g, /*modified=*/true);
-    }
-    s.end_params_write(b);
+    update_offloaded_block(b.unit, lr, grad_scale, gradients);
     if (publish_each) {
       s.publish(b);
       StepProfile::global().mark("optimizer.offload_cpu_adamw");
     }
   }
+}
+
+void ZeroEngine::update_offloaded_block(size_t unit, double lr, float grad_scale, const Arena& gradients) {
+  Impl& s = *impl_;
+  const OwnedBlock& b = s.blocks[unit];
+  const Tensor host_grads = view(gradients, DType::f32, b.master, b.numel);
+  const Tensor staged = s.begin_params_write(b, /*keep_unwritten=*/true);
+  // Sub-group by sub-group (AdamW is element-wise: the same bits as one pass over the block).
+  for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
+    const SubGroup& sub = s.sub_groups[g];
+    const HostStateBlock state = s.host_state->acquire(g);
+    const Tensor grads = host_grads.slice_rows(sub.begin, sub.begin + sub.numel);
+    const Tensor out = staged.slice_rows(sub.begin, sub.begin + sub.numel);
+    adamw_.update({state.master, host_span(grads), state.exp_avg, state.exp_avg_sq}, sub.ranges, lr,
+                  params16_of(out), grad_scale);
+    if (!s.mixed) write_compute_values(state.master, out);
+    s.host_state->release(g, /*modified=*/true);
+  }
+  s.end_params_write(b);
 }
 
 void ZeroEngine::gather_updated_compute_copy() {
@@ -1334,6 +1423,7 @@ void ZeroEngine::gather_updated_compute_copy() {
 
 void ZeroEngine::finish_delayed_update() {
   Impl& s = *impl_;
+  s.land_overlapped_update();
   s.wait_for_delayed_update();
   if (!s.publish_pending) return;
   s.publish_pending = false;
@@ -1394,6 +1484,7 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
 void ZeroEngine::refresh_compute_copy() {
   Impl& s = *impl_;
   if (s.offload) {
+    s.land_overlapped_update();
     s.wait_for_delayed_update();
     s.publish_pending = false;  // everything is published from the master below
     for (const OwnedBlock& b : s.blocks) {

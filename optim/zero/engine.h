@@ -126,6 +126,14 @@ struct ZeroOffload {
   // the shared unit's and two layers'), also at world size 1. Same values and the same norm as the shard
   // path, bit for bit. With accumulation the shard sums the micro-batches on the device (false).
   bool stream_gradients = false;
+  // The exact update overlapping the next forward (world size 1; not with a delayed update or a disk tier;
+  // GPU: pipelined copies). step() takes the norm and the clip factor as always, then runs the CPU AdamW on
+  // a host thread unit by unit in the forward's order (embeddings, shared, layers) and returns; the next
+  // forward's acquire(u) waits for unit u's update, queues its upload and makes the compute stream wait for
+  // it, so the forward of the first units runs while the CPU updates the later ones. The same values as the
+  // update inside step(), bit for bit (the same AdamW on the same gradients); what reads the parameters or
+  // the state outside a forward (finish_delayed_update, checkpoints, gather_full_master) waits for it all.
+  bool overlap_update = false;
 };
 
 // The disk tier (DeepSpeed's offload_optimizer device nvme, ZeRO-Infinity): with offload.optimizer, the
@@ -309,6 +317,8 @@ class ZeroEngine final : public DebertaUnitHooks {
   void gather_unit(size_t unit, Pass pass);
   void gather_updated_compute_copy();  // stages 1/2, world > 1: every rank's updated slices to everyone
   void update_offloaded_blocks(double lr, float grad_scale, bool publish_each, const Arena& gradients);
+  void update_offloaded_block(size_t unit, double lr, float grad_scale, const Arena& gradients);
+
   const ParameterTable& table_;
   Communicator& comm_;
   ZeroEngineOptions options_;

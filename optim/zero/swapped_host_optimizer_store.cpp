@@ -58,7 +58,8 @@ ZeroOffload zero_offload(const TrainConfig& config) {
                                     ? static_cast<int>(config.zero.offload_param.nvme.buffer_count)
                                     : 0,
           .sub_group_size = config.zero.sub_group_size,
-          .stream_gradients = optimizer && config.zero.stage >= 2 && config.gradient_accumulation_steps == 1};
+          .stream_gradients = optimizer && config.zero.stage >= 2 && config.gradient_accumulation_steps == 1,
+          .overlap_update = config.offload_overlap_update};
 }
 
 }  // namespace zt::optim

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "optim/zero/swapped_host_optimizer_store.h"
 #include "runtime/check.h"
 #include "tests/optim/config_test_support.h"
 #include "tests/support/error_matchers.h"
@@ -916,6 +917,23 @@ TEST(TrainConfigZero, OffloadKeysAreHonouredOrRefusedWithTheReason) {
   EXPECT_TRUE(delayed.offload_delayed_update);
   EXPECT_NE(line_of(delayed.describe(), "offload_delayed_update").find("one step stale"), std::string::npos)
       << delayed.describe();
+  // The overlapped (exact) update: a flag, with the optimizer offloaded, world size 1, not with the delayed
+  // update or the state on disk.
+  EXPECT_ERROR_HAS(resolved({"--offload_overlap_update"}, zero_json(R"("stage": 2)")),
+                   "--offload_overlap_update needs zero_optimization.offload_optimizer.device cpu",
+                   "offload_optimizer none");
+  EXPECT_ERROR_HAS(resolved({"--offload_overlap_update", "--offload_delayed_update"},
+                            zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu"})")),
+                   "--offload_overlap_update", ", --offload_delayed_update");
+  EXPECT_ERROR_HAS(resolved({"--offload_overlap_update", "--world_size", "2"},
+                            zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu"})")),
+                   "--offload_overlap_update", "world size 2");
+  const TrainConfig overlapped = resolved({"--offload_overlap_update"},
+                                          zero_json(R"("stage": 3, "offload_optimizer": {"device": "cpu"})"));
+  EXPECT_TRUE(overlapped.offload_overlap_update);
+  EXPECT_TRUE(zero_offload(overlapped).overlap_update);
+  EXPECT_NE(line_of(overlapped.describe(), "offload_overlap_update").find("exact"), std::string::npos)
+      << overlapped.describe();
   EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "gpu"})")),
                    "must be none, cpu or nvme", "'gpu'");
   const TrainConfig none =

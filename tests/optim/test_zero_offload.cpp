@@ -202,6 +202,35 @@ TEST(ZeroOffload, EngineStepEqualsTheNonOffloadedStep) {
             testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 2, {.optimizer = true}, 3));
 }
 
+// overlap_update: the exact CPU update on a host thread in the forward's unit order, each unit landed when
+// the next pass first touches it (here the synthetic backward: shared unit first, then layers, embeddings;
+// gather_full_master lands the last step's) — the same bits as the update inside step(), with streamed
+// gradients, offload_param and sub-groups; runs it does not cover fall back and still agree. (The CPU
+// backend trains in f32; test_zero_offload_gpu.cpp has bf16/f16.)
+TEST(ZeroOffload, OverlappedUpdateEqualsTheUpdateInsideStep) {
+  for (const DType compute : {DType::f32}) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      for (ZeroOffload offload :
+           {ZeroOffload{.optimizer = true}, ZeroOffload{.optimizer = true, .param = true},
+            ZeroOffload{.optimizer = true, .stream_gradients = true},
+            ZeroOffload{.optimizer = true, .sub_group_size = 7},
+            ZeroOffload{.optimizer = true, .delayed_update = true}}) {
+        if (offload.param && stage != 3) continue;
+        if (offload.stream_gradients && stage < 2) continue;
+        const std::vector<float> inside =
+            testing::train_with_synthetic_gradients(DeviceKind::cpu, compute, stage, offload, 4);
+        ASSERT_FALSE(inside.empty());
+        offload.overlap_update = true;
+        EXPECT_EQ(inside,
+                  testing::train_with_synthetic_gradients(DeviceKind::cpu, compute, stage, offload, 4))
+            << dtype_name(compute) << " stage " << stage << " param " << offload.param << " streamed "
+            << offload.stream_gradients << " sub-groups " << offload.sub_group_size << " delayed "
+            << offload.delayed_update;
+      }
+    }
+  }
+}
+
 // The delayed update is one step stale: after step() the model still reads the old parameters, and they
 // change only when the update lands (finish_delayed_update, or the next step()).
 TEST(ZeroOffload, DelayedUpdateLandsOneStepLater) {

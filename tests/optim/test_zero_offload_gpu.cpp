@@ -60,6 +60,17 @@ TEST(ZeroOffloadGpu, OffloadedStepsEqualDeviceStepsBitForBit) {
                                                                   5, true))
             << dtype_name(compute) << " stage " << stage << " streamed gradients, pipelined " << pipelined;
       }
+      // overlap_update: the CPU update on a host thread, each unit's upload queued when the next pass
+      // first touches the unit, the compute stream waiting for it there.
+      for (const bool streamed : {false, true}) {
+        if (streamed && stage < 2) continue;
+        ZeroOffload overlapped{.optimizer = true, .param = stage == 3};
+        overlapped.stream_gradients = streamed;
+        overlapped.overlap_update = true;
+        EXPECT_EQ(device, testing::train_with_synthetic_gradients(DeviceKind::cuda, compute, stage,
+                                                                  overlapped, 5, true))
+            << dtype_name(compute) << " stage " << stage << " overlap_update, streamed " << streamed;
+      }
       // sub_group_size: the CPU update sub-group by sub-group writes the 16-bit staging in slices (the
       // CPU backend trains in f32 only, so only here are the bf16/f16 slices checked).
       ZeroOffload sub_grouped{.optimizer = true, .param = stage == 3};

@@ -480,6 +480,25 @@ TEST(ZeroOffloadTrainingCheckpoint, OffloadedStateSavesAndResumes) {
   std::filesystem::remove_all(dir);
 }
 
+// --offload_overlap_update: the exact CPU update on a host thread, the next forward landing each unit as it
+// reaches it (here with real forwards, evaluation and the final parameters read between steps) — the
+// same losses and weights, bit for bit, as the update inside step(), at stages 1-3, with offload_param, with
+// accumulation (the gradient shard) and streamed gradients.
+TEST(ZeroOffloadTraining, OverlappedUpdateEqualsTheUpdateInsideStep) {
+  for (const RunSpec& spec :
+       {RunSpec{.stage = 1, .steps = 5, .offload_optimizer = true},
+        RunSpec{.stage = 2, .steps = 5, .offload_optimizer = true},
+        RunSpec{.stage = 2, .accumulation = 2, .steps = 4, .offload_optimizer = true},
+        RunSpec{.stage = 3, .steps = 5, .offload_optimizer = true, .offload_param = true}}) {
+    const RunResult inside = run(spec);
+    RunSpec overlapped = spec;
+    overlapped.overlap_update = true;
+    EXPECT_TRUE(bitwise_equal(inside, run(overlapped)))
+        << "stage " << spec.stage << ", accumulation " << spec.accumulation << ", offload_param "
+        << spec.offload_param;
+  }
+}
+
 // The delayed parameter update trains one step stale: step 0's loss is the exact run's, step 1's is computed
 // before step 0's update lands (so it differs), and the curve stays close to the exact one. The
 // evaluation at the end (rank 0 alone, below stage 3) sees the landed update on every rank.

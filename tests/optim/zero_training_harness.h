@@ -54,6 +54,7 @@ struct RunSpec {
   bool offload_param = false;      // zero_optimization.offload_param.device cpu (stage 3)
   double max_grad_norm = 1.0;      // small: every step clips
   bool delayed_update = false;     // --offload_delayed_update
+  bool overlap_update = false;     // --offload_overlap_update
   // zero_optimization.offload_optimizer.device nvme with this nvme_path (the disk tier); empty: none.
   std::string nvme_path;
   int nvme_buffers = 4;
@@ -99,6 +100,7 @@ inline TrainConfig config_for(const RunSpec& r) {
   config.zero.offload_param.enabled = r.offload_param;
   config.max_grad_norm = r.max_grad_norm;
   config.offload_delayed_update = r.delayed_update;
+  config.offload_overlap_update = r.overlap_update;
   if (!r.nvme_path.empty()) {
     config.zero.offload_optimizer.enabled = true;
     config.zero.offload_optimizer.nvme = {.enabled = true,
