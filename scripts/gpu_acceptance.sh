@@ -182,6 +182,13 @@ validate)
     --gpu_memory_limit 24GiB
   step "zero2+offload+dpu bs40" --batch 40 --zero_stage 2 --offload optimizer --pin_memory --delayed_update \
     --steps 5 --profile
+  # The exact update overlapping the next forward, beside the update inside step() (test_zero_offload_gpu
+  # checked it bit for bit above).
+  for b in 40 128; do
+    step "zero2+offload bs$b" --batch $b --zero_stage 2 --offload optimizer --pin_memory --steps 5 --profile
+    step "zero2+offload+overlap_update bs$b" --batch $b --zero_stage 2 --offload optimizer --pin_memory \
+      --overlap_update --steps 5 --profile
+  done
   ;;
 disk)
   ZT_DD_BLOCKS=1024 ZT_DISK_BENCH_SIZE=2GiB ZT_DISK_BENCH_SUB_GROUPS=0 OUT="$out/disk" bash scripts/gpu_disk_bench.sh 2>&1 | tail -30 | tee -a "$log"

@@ -16,10 +16,11 @@
 // the offload's segments: optimizer.grad_norm, optimizer.offload_download_wait, optimizer.offload_cpu_adamw,
 // optimizer.offload_delayed_land). CPU offload: --offload optimizer (stages 1-3) or both (stage 3: the
 // parameter shard too), --pin_memory for page-locked host buffers, --delayed_update for ZeRO-Offload's
-// one-step-stale update. --nvme_path DIR (with --offload) puts the offloaded optimizer state on the disk
-// tier (offload_optimizer device nvme; --nvme_buffers, --nvme_pipeline for buffer_count and
-// pipeline_read/write; --sub_group_size for zero_optimization.sub_group_size, the disk tier's record):
-// issue 15's "step with the disk tier vs the floor" (bench_disk measures the disk). --nvme_param (with
+// one-step-stale update, --overlap_update for the exact update overlapping the next forward. --nvme_path DIR
+// (with --offload) puts the offloaded optimizer state on the disk tier (offload_optimizer device nvme;
+// --nvme_buffers, --nvme_pipeline for buffer_count and pipeline_read/write; --sub_group_size for
+// zero_optimization.sub_group_size, the disk tier's record): issue 15's "step with the disk tier vs the
+// floor" (bench_disk measures the disk). --nvme_param (with
 // --offload both --nvme_path DIR) puts the stage-3 parameter shard on disk too (offload_param device nvme
 // in DIR, --nvme_param_buffers for its buffer_count, DeepSpeed's default 5). --host_memory_limit caps
 // the trainer's host buffers as train_mrpc's flag does (a plan over it fails before allocating).
@@ -81,7 +82,8 @@ struct Options {
   std::string offload = "none";   // none | optimizer | both
   bool pin_memory = false;
   bool delayed_update = false;
-  bool overlap_comm = false;  // zero_optimization.overlap_comm (world > 1)
+  bool overlap_update = false;  // --offload_overlap_update
+  bool overlap_comm = false;    // zero_optimization.overlap_comm (world > 1)
   bool profile = false;
   std::string nvme_path;  // the disk tier's directory; empty: the offloaded state stays in host memory
   int nvme_buffers = 4;
@@ -97,7 +99,9 @@ const char* kUsage =
     "                        [--layers N] [--hidden H] [--estimate_only] [--repeat_batch] [--lr 2e-5]\n"
     "                        [--zero_stage 0-3] [--world_size N] "
     "[--gpu_memory_limit SIZE] [--overlap_comm]\n"
-    "                        [--offload none|optimizer|both] [--pin_memory] [--delayed_update] [--profile]\n"
+    "                        [--offload none|optimizer|both] [--pin_memory] [--delayed_update] "
+    "[--overlap_update]\n"
+    "                        [--profile]\n"
     "                        [--nvme_path DIR [--nvme_buffers 4] [--nvme_pipeline]] [--sub_group_size 1e9]\n"
     "                        [--nvme_param [--nvme_param_buffers 5]]\n"
     "                        [--host_memory_limit SIZE]\n";
@@ -115,9 +119,10 @@ Options parse(int argc, char** argv) {
       continue;
     }
     if (flag == "--pin_memory" || flag == "--delayed_update" || flag == "--nvme_pipeline" ||
-        flag == "--overlap_comm" || flag == "--nvme_param") {
+        flag == "--overlap_comm" || flag == "--nvme_param" || flag == "--overlap_update") {
       (flag == "--pin_memory"       ? o.pin_memory
        : flag == "--delayed_update" ? o.delayed_update
+       : flag == "--overlap_update" ? o.overlap_update
        : flag == "--overlap_comm"   ? o.overlap_comm
        : flag == "--nvme_param"     ? o.nvme_param
                                     : o.nvme_pipeline) = true;
@@ -281,6 +286,7 @@ zt::optim::TrainConfig bench_config(const Options& o, const zt::DebertaConfig& m
   if (!o.host_memory_limit.empty()) config.host_memory_limit = zt::parse_memory_size(o.host_memory_limit);
   if (!o.gpu_memory_limit.empty()) config.gpu_memory_limit = zt::parse_memory_size(o.gpu_memory_limit);
   config.offload_delayed_update = o.delayed_update;
+  config.offload_overlap_update = o.overlap_update;
   // The ZeRO flags as the DeepSpeed JSON a user would write, resolved by the same code as train_mrpc's
   // --deepspeed_config: every check the trainer's users get (stage rules, the disk-tier preflight,
   // --host_memory_limit against what is offloaded) applies to the benchmark too.
@@ -380,6 +386,7 @@ int run(int argc, char** argv) {
       {"offload", o.offload},
       {"pin_memory", o.pin_memory},
       {"delayed_update", o.delayed_update},
+      {"overlap_update", o.overlap_update},
       {"overlap_comm", o.overlap_comm},
       {"nvme_path", o.nvme_path},
       {"nvme_param", o.nvme_param},
