@@ -14,7 +14,8 @@
 #   scripts/gpu_acceptance.sh disk      # issue 15: scripts/gpu_disk_bench.sh
 #   scripts/gpu_acceptance.sh big       # issue 18: the largest DeBERTa-v2-shaped model with ZeRO-3 + both offloads
 #   scripts/gpu_acceptance.sh attention # issue 16: ncu's full set on the attention kernels (fused and not),
-#                                       # the bs-8 step's profile (and nsys where present)
+#                                       # the attention per layer against disentangled-flash's kernels
+#                                       # (carry .whl), the bs-8 step's profile (and nsys where present)
 #   scripts/gpu_acceptance.sh validate  # a branch's GPU code: model/attention/trainer/ZeRO GPU tests, zt_bench's
 #                                       # attention, world-2 steps with and without --overlap_comm (where the
 #                                       # tree has it), batch 128 under 24 GiB with offload, the delayed update
@@ -258,6 +259,11 @@ PY
   else
     say "ncu: not on this machine"
   fi
+  # The per-layer attention against disentangled-flash's Triton training kernels (issue 16's goal), one run.
+  timeout 240 python3 scripts/bench_attention_vs_df.py --zt-bench $bin/zt_bench --shapes 40x128,8x512,16x512 \
+    >"$out/attention_vs_df.txt" 2>&1
+  say "attention vs df exit $?: $(grep -E '^GOAL' "$out/attention_vs_df.txt" | tr '\n' ' ')"
+  tail -8 "$out/attention_vs_df.txt" >>"$log"
   step "stage 0 bs8 profile" --batch 8 --zero_stage 0 --steps 10 --profile
   grep -vE "^\s*$" "$out/err.txt" | tail -40 >"$out/profile_bs8.txt"
   if command -v nsys >/dev/null; then

@@ -17,7 +17,8 @@
 //      f32 outputs (dW) carry bf16 accuracy only. Outputs start as NaN on the GPU, so a skipped element
 //      fails. Feature widths are multiples of 8, so 16-bit rows stay 16-byte aligned and the vectorized and
 //      cuBLASLt paths checked are the paths timed. A kernel that fails is reported FAIL and not timed.
-//   3. Timing at B 40, L 128 (hidden 1536, 24 heads, intermediate 6144, vocab 128100, relative table
+//   3. Timing at B 40, L 128 (or --batch, --seq; hidden 1536, 24 heads, intermediate 6144, vocab 128100,
+//   relative table
 //      2 x 256 rows, conv k 3, the xlarge parameter arena): 3 warm-up calls, then --reps calls, each after
 //      a memset of max(256 MiB, 4 x L2) so no input is still cached, timed by CUDA events around the call
 //      alone on the legacy default stream (the entry points' current stream here). Host work inside a call
@@ -87,12 +88,13 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: zt_bench [--only SUBSTRING] [--reps N] [--json PATH] [--help]\n"
+    "usage: zt_bench [--only SUBSTRING] [--reps N] [--batch B] [--seq L] [--json PATH] [--help]\n"
     "  Kernel microbenchmarks at the DeBERTa-v2-xlarge training shapes (B 40, L 128): each kernel is\n"
     "  validated against its CPU reference, then timed with the L2 flushed; reports GB/s or TFLOP/s and\n"
     "  the fraction of the HBM copy bandwidth / bf16 GEMM throughput measured in the same run.\n"
     "  --only SUBSTRING  run only kernels whose name contains SUBSTRING (the ceilings always run)\n"
     "  --reps N          timed calls per kernel, N >= 1 (default 20)\n"
+    "  --batch B, --seq L  the timed shape's batch and sequence length (default 40 and 128; L <= 512)\n"
     "  --json PATH       also write every result as JSON to PATH\n"
     "  --help            print this and exit\n";
 
@@ -104,7 +106,8 @@ struct Options {
   bool help = false;
   std::string only;  // empty: every kernel
   int reps = 20;
-  std::string json_path;  // empty: no JSON
+  int64_t batch = 40, seq = 128;  // the timed (xlarge) shape
+  std::string json_path;          // empty: no JSON
 };
 
 // Accepts "--flag value" and "--flag=value"; anything else is a UsageError (exit 2).
@@ -124,11 +127,16 @@ Options parse_options(int argc, char** argv) {
       options.help = true;
     } else if (flag == "--only") {
       options.only = value();
-    } else if (flag == "--reps") {
+    } else if (flag == "--reps" || flag == "--batch" || flag == "--seq") {
       const std::string text = value();
-      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), options.reps);
-      if (ec != std::errc{} || end != text.data() + text.size() || options.reps < 1)
-        throw UsageError(zt::str("--reps needs a whole number >= 1, got '", text, "'"));
+      int64_t number = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
+      const int64_t most = flag == "--seq" ? 512 : 1 << 20;  // the model's max_position_embeddings
+      if (ec != std::errc{} || end != text.data() + text.size() || number < 1 || number > most)
+        throw UsageError(zt::str(flag, " needs a whole number in [1, ", most, "], got '", text, "'"));
+      if (flag == "--reps") options.reps = static_cast<int>(number);
+      if (flag == "--batch") options.batch = number;
+      if (flag == "--seq") options.seq = number;
     } else if (flag == "--json") {
       options.json_path = value();
     } else {
@@ -384,13 +392,13 @@ struct Dims {
   int64_t R() const { return B * L; }
 };
 
-Dims xlarge_dims() {
+Dims xlarge_dims(int64_t batch, int64_t seq) {
   const zt::DebertaConfig c = zt::deberta_v2_xlarge_config();
   const auto positions = kernels::RelativePositionConfig::from_model_config(
       c.position_buckets, c.max_relative_positions, c.max_position_embeddings);
   const auto f = [](double x) { return static_cast<float>(x); };
-  return {40,
-          128,
+  return {batch,
+          seq,
           c.hidden_size,
           c.num_attention_heads,
           c.intermediate_size,
@@ -946,7 +954,7 @@ int run_benchmarks(const Options& options) {
   std::fprintf(stderr, "zt_bench: %s, L2 %.0f MiB; flush %.0f MiB; %d warm-up + %d timed calls per kernel\n",
                zt::describe_devices().c_str(), timer.l2_bytes / 1048576.0, timer.flush_bytes / 1048576.0,
                kWarmup, options.reps);
-  const Dims xlarge = xlarge_dims(), small = validation_dims();
+  const Dims xlarge = xlarge_dims(options.batch, options.seq), small = validation_dims();
   std::vector<Result> rows = {Result("ceiling: hbm_copy", "-", "ceiling"),
                               Result("ceiling: gemm_bf16", "bf16", "ceiling")};
   time_kernel(timer, hbm_copy, xlarge, rows[0]);
