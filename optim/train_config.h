@@ -209,6 +209,9 @@ struct TrainConfig {
   // --offload_overlap_update: the exact CPU update overlapping the next forward (ZeroOffload::overlap_update;
   // needs offload_optimizer cpu, world size 1, no delayed update, the state not on disk).
   bool offload_overlap_update = false;
+  // --overlap_optimizer: the GPU AdamW on its own stream overlapping the next forward
+  // (ZeroEngineOptions::overlap_optimizer; stage 0 or world size 1, no optimizer offload).
+  bool overlap_optimizer = false;
   // --collective_timeout: a rank waiting longer than this in a collective aborts the group, naming the ranks
   // that never arrived, instead of hanging; 0 = wait forever.
   int64_t collective_timeout_seconds = 600;

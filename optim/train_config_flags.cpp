@@ -232,6 +232,11 @@ const std::vector<FlagSpec>& flag_table() {
        "forward starts, which waits for each layer's update before it uses that layer (world size 1)",
        [](C& c, F, V) { c.offload_overlap_update = true; },
        [](const C& c) { return show_bool(c.offload_overlap_update); }},
+      {"overlap_optimizer", "",
+       "GPU: queue each step's AdamW on its own stream, layer by layer in the forward's order, so that the "
+       "next forward starts beside it (stage 0, or world size 1; the same results)",
+       [](C& c, F, V) { c.overlap_optimizer = true; },
+       [](const C& c) { return show_bool(c.overlap_optimizer); }},
       {"estimate_memory", "", "print the memory estimate of the run and exit without training",
        [](C& c, F, V) { c.estimate_memory = true; }, [](const C& c) { return show_bool(c.estimate_memory); }},
       {"overwrite_output_dir", "", "write into --output_dir even when it already holds files (HF's flag)",

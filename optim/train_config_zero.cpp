@@ -182,6 +182,8 @@ void describe_zero(const TrainConfig& c, DescribeWriter& out) {
            c.offload_delayed_update
                ? "one step stale: forward/backward use the parameters before the last update"
                : "");
+  out.line("overlap_optimizer", show_bool(c.overlap_optimizer),
+           c.overlap_optimizer ? "the AdamW on its own stream, the next forward beside it (GPU)" : "");
   out.line("offload_overlap_update", show_bool(c.offload_overlap_update),
            c.offload_overlap_update ? "exact: the next forward waits for each layer's CPU update" : "");
   // sub_group_size: where it acts (offloaded optimizer state), at stage 3, or where the JSON gave it.

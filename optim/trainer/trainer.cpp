@@ -294,6 +294,7 @@ struct MrpcTrainer::Impl {
                             .compute = compute,
                             .reduce_scatter = config.zero.reduce_scatter,
                             .overlap_comm = config.zero.overlap_comm,
+                            .overlap_optimizer = config.overlap_optimizer,
                             .hyper = AdamWHyper{config.learning_rate, config.adam_beta1, config.adam_beta2,
                                                 config.adam_epsilon, config.weight_decay},
                             .max_grad_norm = config.max_grad_norm,

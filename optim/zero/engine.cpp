@@ -384,6 +384,33 @@ struct ZeroEngine::Impl {
   struct CommOverlap {};
 #endif
   std::unique_ptr<CommOverlap> overlap;  // null: every collective in order on the compute stream
+  // overlap_optimizer (ZeroEngineOptions): the AdamW's stream and, per unit, the event its update ends at;
+  // optimizer_pending[u]: the compute stream has not waited for unit u's update yet.
+#ifdef ZT_WITH_CUDA
+  struct OptimizerOverlap {
+    Stream stream;     // non-blocking, on the rank's device
+    Event step_ready;  // on the compute stream: the gradients and the norm are final
+    std::vector<Event> unit_updated;
+    ~OptimizerOverlap() { (void)cudaStreamSynchronize(stream.get()); }
+  };
+#else
+  struct OptimizerOverlap {};
+#endif
+  std::unique_ptr<OptimizerOverlap> optimizer_overlap;
+  std::vector<char> optimizer_pending;
+  // The compute stream waits for unit `unit`'s overlapped AdamW (once); for every unit.
+  void compute_waits_for_update(size_t unit) {
+#ifdef ZT_WITH_CUDA
+    if (!optimizer_overlap || !optimizer_pending[unit]) return;
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(current_stream(), optimizer_overlap->unit_updated[unit].get(), 0));
+    optimizer_pending[unit] = 0;
+#else
+    (void)unit;
+#endif
+  }
+  void compute_waits_for_all_updates() {
+    for (size_t u = 0; u < optimizer_pending.size(); ++u) compute_waits_for_update(u);
+  }
   // Stage 3 with overlap: the layer whose gradients are ready but whose reduction waits for the next
   // gather to be queued (acquire), so that the gather the compute stream waits for is not behind it.
   std::optional<size_t> deferred_reduction;
@@ -836,6 +863,22 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     }
   }
 
+  if (options.overlap_optimizer && s.device == DeviceKind::cuda && !s.offload) {
+    // Not where a collective follows the update (stages 1/2 all-gather the slices at world size > 1, and
+    // stage 3 gathers from the shard the update writes at any world size > 1) nor stage 1's clearing.
+    const char* why = s.stage == 1 ? "stage 1 clears its gradient shard after the update"
+                      : s.stage != 0 && world_size() > 1 ? "world size > 1 (the ranks' all-gathers follow it)"
+                                                         : nullptr;
+    if (why == nullptr) {
+#ifdef ZT_WITH_CUDA
+      s.optimizer_overlap = std::make_unique<Impl::OptimizerOverlap>();  // on the rank's current device
+      s.optimizer_overlap->unit_updated.resize(units.size());
+      s.optimizer_pending.assign(units.size(), 0);
+#endif
+    } else if (r == 0) {
+      ZT_LOG(warn) << "overlap_optimizer: not with this run (" << why << "); the AdamW runs inside step()";
+    }
+  }
   if (options.overlap_comm && s.device == DeviceKind::cuda && world_size() > 1) {
 #ifdef ZT_WITH_CUDA
     s.overlap = std::make_unique<Impl::CommOverlap>();  // on the device current on the rank's thread
@@ -957,6 +1000,7 @@ void ZeroEngine::compute_waits_for_comm() {
 void ZeroEngine::acquire(size_t unit, Pass pass) {
   Impl& s = *impl_;
   s.land_overlapped_unit(unit);  // overlap_update: this unit's update, before anything reads its parameters
+  s.compute_waits_for_update(unit);  // overlap_optimizer: likewise, on the device
   // Streamed gradients: the bucket's previous slice has gone down and the bucket is zeroed (on the copy
   // stream: backward runs on while the copy of the layer before last is in flight).
   if (s.streamed && pass == Pass::backward) {
@@ -1035,6 +1079,7 @@ void ZeroEngine::release(size_t, Pass) {}
 void ZeroEngine::gradients_ready(size_t unit) {
   Impl& s = *impl_;
   s.land_overlapped_unit(unit);  // overlap_update: the update no longer reads the unit's host gradients
+  s.compute_waits_for_update(unit);
   if (!s.overlap) {
     reduce_unit_gradients(unit);
     return;
@@ -1186,6 +1231,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   StepProfile& prof = StepProfile::global();  // offload segment marks: no-ops unless profiling is on
   compute_waits_for_comm();                   // overlap_comm: every reduction before the norm reads them
   s.land_overlapped_update();                 // overlap_update: a step without a forward since the last
+  s.compute_waits_for_all_updates();          // overlap_optimizer: likewise
   if (s.delayed) {
     finish_delayed_update();  // the previous step's delayed update before this step's
     prof.mark("optimizer.offload_delayed_land");
@@ -1357,6 +1403,25 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     if (W > 1) factor /= W;
     factor *= std::min(1.0, coef);
     const AdamWStepScalars scalars = adamw_step_scalars(adamw_.hyper(), lr, adamw_.step_count());
+    if (s.optimizer_overlap) {
+      // Unit by unit in the forward's order on the optimizer stream, after everything the compute stream
+      // queued (backward, the norm); the next pass waits per unit (acquire).
+      Impl::OptimizerOverlap& o = *s.optimizer_overlap;
+      o.step_ready.record(work_stream());
+      o.stream.wait(o.step_ready);
+      for (const size_t u : s.phase_order[static_cast<int>(Impl::Phase::forward)]) {
+        const OwnedBlock& b = s.blocks[u];
+        gpu::adamw_update(scalars, view(s.master(), DType::f32, b.master, b.numel), grad_block(b),
+                          view(*s.exp_avg, DType::f32, b.moments, b.numel),
+                          view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges,
+                          s.mixed ? view(*s.compute_copy, s.compute, b.compute, b.numel) : Tensor(),
+                          o.stream.get(), static_cast<float>(factor),
+                          /*zero_grads=*/s.stage == 0 || s.direct_gradients);
+        o.unit_updated[u].record(o.stream.get());
+        s.optimizer_pending[u] = 1;
+      }
+      return {norm, true};
+    }
     for (const OwnedBlock& b : s.blocks) {
       gpu::adamw_update(scalars, view(s.master(), DType::f32, b.master, b.numel), grad_block(b),
                         view(*s.exp_avg, DType::f32, b.moments, b.numel),
@@ -1424,6 +1489,7 @@ void ZeroEngine::gather_updated_compute_copy() {
 void ZeroEngine::finish_delayed_update() {
   Impl& s = *impl_;
   s.land_overlapped_update();
+  s.compute_waits_for_all_updates();
   s.wait_for_delayed_update();
   if (!s.publish_pending) return;
   s.publish_pending = false;
@@ -1457,6 +1523,7 @@ static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mix
 }
 
 void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> host) const {
+  impl_->compute_waits_for_all_updates();  // overlap_optimizer: the state the AdamW in flight writes
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: read_state size mismatch");
   const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
@@ -1469,6 +1536,7 @@ void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> 
 }
 
 void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const float> host) {
+  impl_->compute_waits_for_all_updates();
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: write_state size mismatch");
   const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
@@ -1483,6 +1551,7 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
 
 void ZeroEngine::refresh_compute_copy() {
   Impl& s = *impl_;
+  s.compute_waits_for_all_updates();
   if (s.offload) {
     s.land_overlapped_update();
     s.wait_for_delayed_update();
@@ -1509,6 +1578,7 @@ void ZeroEngine::refresh_compute_copy() {
 }
 
 void ZeroEngine::load_parameter(size_t tensor, std::span<const float> values) {
+  impl_->compute_waits_for_all_updates();
   ZT_CHECK(tensor < table_.size(), "load_parameter: tensor ", tensor, " outside the table (", table_.size(),
            " tensors)");
   ZT_CHECK(static_cast<int64_t>(values.size()) == tensor_numel(tensor),

@@ -170,6 +170,13 @@ struct ZeroEngineOptions {
   // GPU, world size > 1: reductions on a communication stream, overlapping backward (see the top of this
   // file). Nothing on the CPU backend (the in-process host collectives are synchronous) or at world size 1.
   bool overlap_comm = false;
+  // GPU, the AdamW on the device (no optimizer offload) where no collective follows it (stage 0, or world
+  // size 1): step() queues the AdamW unit by unit in the forward's order (embeddings, shared, layers) on an
+  // optimizer stream and returns; the next forward's acquire(u) makes the compute stream wait for unit u's
+  // update only, so the first layers' forward runs beside the later layers' AdamW (memory-bound beside
+  // compute-bound, and at small batches beside launch gaps). The same kernel on the same data: bit for bit
+  // the in-order update. Whatever reads parameters or state outside a pass waits for all of it.
+  bool overlap_optimizer = false;
   AdamWHyper hyper;
   double max_grad_norm = 1.0;  // 0: no clipping
   ZeroOffload offload;

@@ -934,6 +934,19 @@ TEST(TrainConfigZero, OffloadKeysAreHonouredOrRefusedWithTheReason) {
   EXPECT_TRUE(zero_offload(overlapped).overlap_update);
   EXPECT_NE(line_of(overlapped.describe(), "offload_overlap_update").find("exact"), std::string::npos)
       << overlapped.describe();
+  // --overlap_optimizer: the AdamW on the device, where no collective follows it.
+  EXPECT_ERROR_HAS(
+      resolved({"--overlap_optimizer"}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu"})")),
+      "--overlap_optimizer", "offload_optimizer");
+  EXPECT_ERROR_HAS(resolved({"--overlap_optimizer"}, zero_json(R"("stage": 1)")), "--overlap_optimizer",
+                   "stage 1");
+  EXPECT_ERROR_HAS(resolved({"--overlap_optimizer", "--world_size", "2"}, zero_json(R"("stage": 2)")),
+                   "--overlap_optimizer", "world size 2");
+  EXPECT_TRUE(
+      resolved({"--overlap_optimizer", "--world_size", "2"}, zero_json(R"("stage": 0)")).overlap_optimizer);
+  const TrainConfig on_device = resolved({"--overlap_optimizer"}, zero_json(R"("stage": 3)"));
+  EXPECT_NE(line_of(on_device.describe(), "overlap_optimizer").find("own stream"), std::string::npos)
+      << on_device.describe();
   EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "gpu"})")),
                    "must be none, cpu or nvme", "'gpu'");
   const TrainConfig none =

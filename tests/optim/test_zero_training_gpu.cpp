@@ -74,6 +74,25 @@ TEST(ZeroTrainingGpuOverlap, OverlappedReductionsTrainLikeInOrderOnesAtEveryStag
   }
 }
 
+// --overlap_optimizer: the AdamW on its own stream, layer by layer, the next forward waiting per layer — the
+// in-order curve (a forward that read a layer before its update landed would be off by ~lr per weight,
+// far outside the bounds), at stage 0 (worlds 1, 2) and stages 2, 3 at world 1, with evaluation and the
+// final parameters read between steps.
+TEST(ZeroTrainingGpuOverlap, OverlappedOptimizerTrainsLikeTheInOrderOne) {
+  ZT_SKIP_WITHOUT_GPU();
+  for (const RunSpec& spec : {RunSpec{.stage = 0, .steps = kGpuSteps, .gpu = true},
+                              RunSpec{.stage = 0, .world = 2, .steps = kGpuSteps, .gpu = true},
+                              RunSpec{.stage = 2, .steps = kGpuSteps, .gpu = true},
+                              RunSpec{.stage = 3, .steps = kGpuSteps, .gpu = true}}) {
+    const RunResult in_order = run(spec);
+    RunSpec overlapped = spec;
+    overlapped.overlap_optimizer = true;
+    expect_close(run(overlapped), in_order,
+                 "stage " + std::to_string(spec.stage) + " world " + std::to_string(spec.world) +
+                     ", overlap_optimizer vs in order");
+  }
+}
+
 TEST(ZeroTrainingGpuBf16, StageThreeAtWorldTwoFollowsTheOneRankCurve) {
   ZT_SKIP_WITHOUT_GPU();
   const RunResult single =

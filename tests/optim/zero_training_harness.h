@@ -68,6 +68,7 @@ struct RunSpec {
   bool gpu = false;              // in-process ranks over the one GPU (RankDevice each) instead of the CPU
   std::string dtype = "f32";     // the GPU also trains in bf16
   bool overlap_comm = false;  // zero_optimization.overlap_comm (GPU, world > 1: reductions on a comm stream)
+  bool overlap_optimizer = false;  // --overlap_optimizer (GPU: the AdamW on its own stream)
 };
 
 inline TrainConfig config_for(const RunSpec& r) {
@@ -101,6 +102,7 @@ inline TrainConfig config_for(const RunSpec& r) {
   config.max_grad_norm = r.max_grad_norm;
   config.offload_delayed_update = r.delayed_update;
   config.offload_overlap_update = r.overlap_update;
+  config.overlap_optimizer = r.overlap_optimizer;
   if (!r.nvme_path.empty()) {
     config.zero.offload_optimizer.enabled = true;
     config.zero.offload_optimizer.nvme = {.enabled = true,
