@@ -83,16 +83,23 @@ def worker_train(args):
     labels = torch.randint(0, 2, (args.batch,), device=dev)
     warmup = WARMUP[args.worker]
     times = []
-    for _ in range(warmup + args.steps):
-        sync(); t = time.perf_counter()
+    window = None
+    for i in range(warmup + args.steps):
+        each = not args.back_to_back or i < warmup  # --back-to-back: one sync around the timed window
+        if each or i == warmup: sync()
+        t = time.perf_counter()
+        if i == warmup: window = t
         with torch.autocast(dev, dtype=dtype, enabled=(dtype != torch.float32)):
             loss = fwd(input_ids=ids, attention_mask=mask, labels=labels).loss
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)
-        sync(); times.append(time.perf_counter() - t)
+        if each: sync()
+        times.append(time.perf_counter() - t)
     step = statistics.median(times[warmup:])
+    if args.back_to_back:
+        sync(); step = (time.perf_counter() - window) / args.steps
     flops = 6 * (nparam - XLARGE["vocab_size"] * XLARGE["hidden_size"]) * args.batch * args.seq
     peak = torch.cuda.max_memory_allocated() if cuda else 0
     return dict(impl=LABELS[args.worker], dtype=args.dtype, batch=args.batch, seq=args.seq, params=nparam,
@@ -165,7 +172,9 @@ def child_env(args, impl):
 def child_cmd(args, impl, batch, dtype):
     common = ["--batch", str(batch), "--seq", str(args.seq), "--dtype", dtype, "--steps", str(args.steps),
               "--dropout", str(args.dropout)] + (["--layers", str(args.layers)] if args.layers else [])
-    if impl == "zerotrain": return [args.zt_bin] + common
+    if impl == "zerotrain":
+        return [args.zt_bin] + common + (["--back_to_back"] if args.back_to_back else []) + shlex.split(args.zt_args)
+    if args.back_to_back: common.append("--back-to-back")
     return [sys.executable, os.path.abspath(__file__), "--worker", impl] + common
 
 
@@ -314,6 +323,10 @@ def main():
     p.add_argument("--layers", type=int, default=0, help="override num_hidden_layers (24)")
     p.add_argument("--dropout", type=float, default=0.1, help="hidden, attention and pooler dropout")
     p.add_argument("--json-out", default="", help="write meta, every result and the verdict here")
+    p.add_argument("--back-to-back", action="store_true",
+                   help="every implementation: no device sync between the timed steps, the window's mean "
+                        "(what training runs; lets a step's tail overlap the next step's start)")
+    p.add_argument("--zt-args", default="", help="extra flags for the zerotrain binary, e.g. --overlap_optimizer")
     p.add_argument("--timeout-s", type=int, default=480, help="limit for each run, seconds")
     p.add_argument("--worker", choices=["info", "eager", "compile", "df", "compile-df"], help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, default=40, help=argparse.SUPPRESS)

@@ -183,6 +183,13 @@ validate)
     --gpu_memory_limit 24GiB
   step "zero2+offload+dpu bs40" --batch 40 --zero_stage 2 --offload optimizer --pin_memory --delayed_update \
     --steps 5 --profile
+  # The GPU AdamW on its own stream beside the next forward (test_zero_training_gpu compared the curves above),
+  # timed back to back (one sync around the window) with and without it.
+  for b in 40 8; do
+    step "stage 0 bs$b back to back" --batch $b --zero_stage 0 --steps 20 --back_to_back
+    step "stage 0 bs$b back to back, overlap_optimizer" --batch $b --zero_stage 0 --steps 20 --back_to_back \
+      --overlap_optimizer
+  done
   # The exact update overlapping the next forward, beside the update inside step() (test_zero_offload_gpu
   # checked it bit for bit above).
   for b in 40 128; do
