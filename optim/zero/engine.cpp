@@ -863,6 +863,12 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     }
   }
 
+  if (options.overlap_optimizer && (s.device != DeviceKind::cuda || s.offload) && r == 0) {
+    ZT_LOG(warn) << "overlap_optimizer: not with this run ("
+                 << (s.offload ? "the optimizer is offloaded: --offload_overlap_update is its overlap"
+                               : "the CPU backend has no streams")
+                 << "); the AdamW runs inside step()";
+  }
   if (options.overlap_optimizer && s.device == DeviceKind::cuda && !s.offload) {
     // Not where a collective follows the update (stages 1/2 all-gather the slices at world size > 1, and
     // stage 3 gathers from the shard the update writes at any world size > 1) nor stage 1's clearing.
