@@ -391,6 +391,11 @@ struct ZeroEngine::Impl {
     Stream stream;     // non-blocking, on the rank's device
     Event step_ready;  // on the compute stream: the gradients and the norm are final
     std::vector<Event> unit_updated;
+    // World size 1: each unit's sum of squares taken on this stream as soon as its gradients are final
+    // (gradients_ready on the window's last micro-batch), beside the rest of backward, into unit_stats;
+    // `early_stats` counts the units queued this step (all of them: step() reads those instead).
+    Event unit_final, stats_done;
+    size_t early_stats = 0;
     ~OptimizerOverlap() { (void)cudaStreamSynchronize(stream.get()); }
   };
 #else
@@ -880,6 +885,9 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
       s.optimizer_overlap = std::make_unique<Impl::OptimizerOverlap>();  // on the rank's current device
       s.optimizer_overlap->unit_updated.resize(units.size());
       s.optimizer_pending.assign(units.size(), 0);
+      if (world_size() == 1)
+        s.unit_stats = device_allocator().allocate(units.size() * sizeof(gpu::GradStats),
+                                                   MemoryCategory::scratch, "gradient norm partials (early)");
 #endif
     } else if (r == 0) {
       ZT_LOG(warn) << "overlap_optimizer: not with this run (" << why << "); the AdamW runs inside step()";
@@ -1086,6 +1094,21 @@ void ZeroEngine::gradients_ready(size_t unit) {
   Impl& s = *impl_;
   s.land_overlapped_unit(unit);  // overlap_update: the update no longer reads the unit's host gradients
   s.compute_waits_for_update(unit);
+#ifdef ZT_WITH_CUDA
+  // overlap_optimizer at world size 1: the unit's gradients are final on the last micro-batch; its sum of
+  // squares (the slice step() would take) goes on the optimizer stream beside the rest of backward.
+  if (s.optimizer_overlap && world_size() == 1 && s.last_micro) {
+    Impl::OptimizerOverlap& o = *s.optimizer_overlap;
+    const ZeroUnit& u = partition_.units()[unit];
+    const Tensor slice = s.stage == 0
+                             ? view(*s.grads, DType::f32, partition_.slice_begin(unit, 0), u.slice_numel)
+                             : view(*s.grads, DType::f32, s.blocks[unit].grad, s.blocks[unit].numel);
+    o.unit_final.record(work_stream());
+    o.stream.wait(o.unit_final);
+    gpu::grad_stats_async(slice, s.unit_stats.data_as<gpu::GradStats>() + unit, o.stream.get());
+    ++o.early_stats;
+  }
+#endif
   if (!s.overlap) {
     reduce_unit_gradients(unit);
     return;
@@ -1263,7 +1286,24 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   // 3. Sums of squares per (rank, unit) slice, rank-major. Stage 0 holds every rank's slices itself.
   std::vector<double> sums(static_cast<size_t>(W) * U, 0.0);
   double non_finite = 0;
-  if (s.stage == 0) {
+  bool early_stats = false;
+#ifdef ZT_WITH_CUDA
+  // overlap_optimizer at world size 1: the partials gradients_ready queued (the same slices, the same
+  // kernel).
+  if (s.optimizer_overlap) {
+    Impl::OptimizerOverlap& o = *s.optimizer_overlap;
+    early_stats = W == 1 && o.early_stats == U;
+    o.early_stats = 0;
+    if (early_stats) {
+      o.stats_done.record(o.stream.get());
+      ZT_CUDA_CHECK(cudaStreamWaitEvent(work_stream(), o.stats_done.get(), 0));
+      sums = read_back_grad_stats(s.unit_stats, U, non_finite);
+    }
+  }
+#endif
+  if (early_stats) {
+    // sums and non_finite are read back above
+  } else if (s.stage == 0) {
     std::vector<Tensor> slices;
     for (int r = 0; r < W; ++r)
       for (size_t u = 0; u < U; ++u)
