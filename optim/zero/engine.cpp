@@ -449,6 +449,17 @@ struct ZeroEngine::Impl {
   void land_overlapped_update() {
     for (const size_t unit : phase_order[static_cast<int>(Phase::forward)]) land_overlapped_unit(unit);
   }
+  // Either overlapped update (overlap_update on the host, overlap_optimizer on the device) of unit `unit`
+  // landed where the model reads it, before a pass touches the unit; land_all: of every unit, before
+  // anything reads parameters or state outside a pass.
+  void land_unit(size_t unit) {
+    land_overlapped_unit(unit);
+    compute_waits_for_update(unit);
+  }
+  void land_all() {
+    land_overlapped_update();
+    compute_waits_for_all_updates();
+  }
   // The delayed update in flight (declared last: destroyed first, so it finishes before the buffers go).
   std::future<void> pending;
   // Waits for the delayed update: the host state is complete. Its parameters still have to go where the
@@ -463,7 +474,6 @@ struct ZeroEngine::Impl {
   // offset + host.size()) of unit `unit`, through the host store.
   void copy_offloaded_state(size_t unit, int kind, int64_t offset, std::span<float> host, bool write) {
     ZT_CHECK(kind >= 0 && kind <= 2, "ZeRO engine: state kind ", kind);
-    land_overlapped_update();
     wait_for_delayed_update();
     const OwnedBlock& b = blocks[unit];
     // Block elements [lo, hi), through each sub-group they touch.
@@ -839,8 +849,6 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
         ZT_LOG(warn) << "overlap_update: not with this run (" << why
                      << "); the CPU update runs inside step()";
       }
-      s.updated.assign(s.blocks.size(), 1);
-      s.landed.assign(s.blocks.size(), 1);
     }
   }
 
@@ -1013,8 +1021,7 @@ void ZeroEngine::compute_waits_for_comm() {
 
 void ZeroEngine::acquire(size_t unit, Pass pass) {
   Impl& s = *impl_;
-  s.land_overlapped_unit(unit);  // overlap_update: this unit's update, before anything reads its parameters
-  s.compute_waits_for_update(unit);  // overlap_optimizer: likewise, on the device
+  s.land_unit(unit);  // an overlapped update of this unit, before anything reads its parameters
   // Streamed gradients: the bucket's previous slice has gone down and the bucket is zeroed (on the copy
   // stream: backward runs on while the copy of the layer before last is in flight).
   if (s.streamed && pass == Pass::backward) {
@@ -1092,8 +1099,7 @@ void ZeroEngine::release(size_t, Pass) {}
 
 void ZeroEngine::gradients_ready(size_t unit) {
   Impl& s = *impl_;
-  s.land_overlapped_unit(unit);  // overlap_update: the update no longer reads the unit's host gradients
-  s.compute_waits_for_update(unit);
+  s.land_unit(unit);  // an overlapped update no longer reads the gradients this reduction rewrites
 #ifdef ZT_WITH_CUDA
   // overlap_optimizer at world size 1: the unit's gradients are final on the last micro-batch; its sum of
   // squares (the slice step() would take) goes on the optimizer stream beside the rest of backward.
@@ -1259,8 +1265,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   auto grad_block = [&](const OwnedBlock& b) { return view(*s.grads, DType::f32, b.grad, b.numel); };
   StepProfile& prof = StepProfile::global();  // offload segment marks: no-ops unless profiling is on
   compute_waits_for_comm();                   // overlap_comm: every reduction before the norm reads them
-  s.land_overlapped_update();                 // overlap_update: a step without a forward since the last
-  s.compute_waits_for_all_updates();          // overlap_optimizer: likewise
+  s.land_all();                               // a step without a forward since the last
   if (s.delayed) {
     finish_delayed_update();  // the previous step's delayed update before this step's
     prof.mark("optimizer.offload_delayed_land");
@@ -1449,33 +1454,31 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     if (W > 1) factor /= W;
     factor *= std::min(1.0, coef);
     const AdamWStepScalars scalars = adamw_step_scalars(adamw_.hyper(), lr, adamw_.step_count());
-    if (s.optimizer_overlap) {
-      // Unit by unit in the forward's order on the optimizer stream, after everything the compute stream
-      // queued (backward, the norm); the next pass waits per unit (acquire).
-      Impl::OptimizerOverlap& o = *s.optimizer_overlap;
-      o.step_ready.record(work_stream());
-      o.stream.wait(o.step_ready);
-      for (const size_t u : s.phase_order[static_cast<int>(Impl::Phase::forward)]) {
-        const OwnedBlock& b = s.blocks[u];
-        gpu::adamw_update(scalars, view(s.master(), DType::f32, b.master, b.numel), grad_block(b),
-                          view(*s.exp_avg, DType::f32, b.moments, b.numel),
-                          view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges,
-                          s.mixed ? view(*s.compute_copy, s.compute, b.compute, b.numel) : Tensor(),
-                          o.stream.get(), static_cast<float>(factor),
-                          /*zero_grads=*/s.stage == 0 || s.direct_gradients);
-        o.unit_updated[u].record(o.stream.get());
-        s.optimizer_pending[u] = 1;
-      }
-      return {norm, true};
+    // In unit order on the compute stream; with overlap_optimizer in the forward's order on the optimizer
+    // stream, after everything the compute stream queued (backward, the norm), each unit's end recorded for
+    // the next pass to wait for (acquire).
+    Impl::OptimizerOverlap* o = s.optimizer_overlap.get();
+    cudaStream_t stream = work_stream();
+    if (o != nullptr) {
+      o->step_ready.record(stream);
+      o->stream.wait(o->step_ready);
+      stream = o->stream.get();
     }
-    for (const OwnedBlock& b : s.blocks) {
+    using Phase = Impl::Phase;
+    for (const size_t u : s.phase_order[static_cast<int>(o != nullptr ? Phase::forward : Phase::update)]) {
+      const OwnedBlock& b = s.blocks[u];
       gpu::adamw_update(scalars, view(s.master(), DType::f32, b.master, b.numel), grad_block(b),
                         view(*s.exp_avg, DType::f32, b.moments, b.numel),
                         view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges,
-                        s.mixed ? view(*s.compute_copy, s.compute, b.compute, b.numel) : Tensor(),
-                        work_stream(), static_cast<float>(factor),
+                        s.mixed ? view(*s.compute_copy, s.compute, b.compute, b.numel) : Tensor(), stream,
+                        static_cast<float>(factor),
                         /*zero_grads=*/s.stage == 0 || s.direct_gradients);
+      if (o != nullptr) {
+        o->unit_updated[u].record(stream);
+        s.optimizer_pending[u] = 1;
+      }
     }
+    if (o != nullptr) return {norm, true};  // no stage 1, no all-gather below with overlap_optimizer
     if (s.stage == 1) clear_gradients();
 #endif
   }
@@ -1534,8 +1537,7 @@ void ZeroEngine::gather_updated_compute_copy() {
 
 void ZeroEngine::finish_delayed_update() {
   Impl& s = *impl_;
-  s.land_overlapped_update();
-  s.compute_waits_for_all_updates();
+  s.land_all();
   s.wait_for_delayed_update();
   if (!s.publish_pending) return;
   s.publish_pending = false;
@@ -1569,7 +1571,7 @@ static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mix
 }
 
 void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> host) const {
-  impl_->compute_waits_for_all_updates();  // overlap_optimizer: the state the AdamW in flight writes
+  impl_->land_all();  // the state an overlapped update writes
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: read_state size mismatch");
   const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
@@ -1582,7 +1584,7 @@ void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> 
 }
 
 void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const float> host) {
-  impl_->compute_waits_for_all_updates();
+  impl_->land_all();
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: write_state size mismatch");
   const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
@@ -1597,9 +1599,8 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
 
 void ZeroEngine::refresh_compute_copy() {
   Impl& s = *impl_;
-  s.compute_waits_for_all_updates();
+  s.land_all();
   if (s.offload) {
-    s.land_overlapped_update();
     s.wait_for_delayed_update();
     s.publish_pending = false;  // everything is published from the master below
     for (const OwnedBlock& b : s.blocks) {
@@ -1624,7 +1625,7 @@ void ZeroEngine::refresh_compute_copy() {
 }
 
 void ZeroEngine::load_parameter(size_t tensor, std::span<const float> values) {
-  impl_->compute_waits_for_all_updates();
+  impl_->land_all();
   ZT_CHECK(tensor < table_.size(), "load_parameter: tensor ", tensor, " outside the table (", table_.size(),
            " tensors)");
   ZT_CHECK(static_cast<int64_t>(values.size()) == tensor_numel(tensor),
