@@ -217,12 +217,13 @@ void TrainConfig::resolve_impl(const json* ds, std::string_view source, const Re
       zero.offload_param.nvme.enabled ? ", offload_param nvme" : "", ", world size ", world_size,
       offload_delayed_update ? ", --offload_delayed_update" : "");
   ZT_CHECK(
-      !overlap_optimizer ||
-          (!zero.offload_optimizer.enabled && zero.stage != 1 && (zero.stage == 0 || world_size == 1)),
-      "--overlap_optimizer overlaps the GPU AdamW with the next forward: it needs the optimizer on the "
-      "device (no offload_optimizer; --offload_overlap_update is the offload's) and stage 0, or stage 2/3 "
-      "at world size 1; got stage ",
-      zero.stage, ", world size ", world_size, zero.offload_optimizer.enabled ? ", offload_optimizer" : "");
+      !overlap_optimizer || (device != DeviceChoice::cpu && !zero.offload_optimizer.enabled &&
+                             zero.stage != 1 && (zero.stage == 0 || world_size == 1)),
+      "--overlap_optimizer overlaps the GPU AdamW with the next forward: it needs a GPU run, the optimizer "
+      "on the device (no offload_optimizer; --offload_overlap_update is the offload's) and stage 0, or "
+      "stage 2/3 at world size 1; got stage ",
+      zero.stage, ", world size ", world_size, zero.offload_optimizer.enabled ? ", offload_optimizer" : "",
+      device == DeviceChoice::cpu ? ", device cpu (the CPU backend has no streams)" : "");
   ZT_CHECK(!offload_delayed_update || zero.offload_optimizer.enabled,
            "--offload_delayed_update needs zero_optimization.offload_optimizer.device cpu (or nvme) in the "
            "DeepSpeed config (it delays the CPU optimizer update)");

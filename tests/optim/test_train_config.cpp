@@ -944,6 +944,8 @@ TEST(TrainConfigZero, OffloadKeysAreHonouredOrRefusedWithTheReason) {
                    "--overlap_optimizer", "world size 2");
   EXPECT_TRUE(
       resolved({"--overlap_optimizer", "--world_size", "2"}, zero_json(R"("stage": 0)")).overlap_optimizer);
+  EXPECT_ERROR_HAS(resolved({"--overlap_optimizer", "--device", "cpu"}, zero_json(R"("stage": 0)")),
+                   "--overlap_optimizer", "device cpu (the CPU backend has no streams)");
   const TrainConfig on_device = resolved({"--overlap_optimizer"}, zero_json(R"("stage": 3)"));
   EXPECT_NE(line_of(on_device.describe(), "overlap_optimizer").find("own stream"), std::string::npos)
       << on_device.describe();
