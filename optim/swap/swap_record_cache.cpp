@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "runtime/check.h"
@@ -71,38 +72,56 @@ SwapRecordCache::Slot* SwapRecordCache::free_slot(std::span<const size_t> keep, 
         return 1;
       case SlotState::writing:
         return 2;
+      case SlotState::dirty:
+        return 3;  // its write is still to make
       case SlotState::reading:
-        return 3;  // a read ahead that is no longer wanted
+        return 4;  // a read ahead that is no longer wanted
       case SlotState::held:
         break;
     }
-    return 4;
+    return 5;
   };
   Slot* best = nullptr;
   for (Slot& s : slots_) {
     if (s.state == SlotState::held || (s.state != SlotState::empty && kept(s))) continue;
     const bool in_flight = s.state == SlotState::reading || s.state == SlotState::writing;
-    if (!wait && in_flight && !s.io.done()) continue;
+    if (!wait && ((in_flight && !s.io.done()) || s.state == SlotState::dirty)) continue;
     if (best == nullptr || rank(s.state) < rank(best->state) ||
         (rank(s.state) == rank(best->state) && s.last_use < best->last_use)) {
       best = &s;
     }
   }
   if (best == nullptr) return nullptr;
+  if (best->state == SlotState::dirty) start_write(*best);
   settle(*best);  // a dirty record's write is done before its buffer takes another record
   best->state = SlotState::empty;
   return best;
 }
 
 void SwapRecordCache::start_read(Slot& slot, size_t record, bool prefetched) {
+  const auto r = static_cast<int64_t>(record);
   slot.record = record;
-  slot.state = SlotState::reading;
   slot.prefetched = prefetched;
-  slot.io = store_.read(static_cast<int64_t>(record), slot.buffer);
   slot.last_use = ++clock_;
+  if (!store_.written(r)) {  // zeros on disk: nothing to move
+    std::memset(slot.buffer.data(), 0, store_.transfer_bytes(r));
+    slot.state = SlotState::clean;
+    ++stats_.records_zero_filled;
+    return;
+  }
+  slot.state = SlotState::reading;
+  slot.io = store_.read(r, slot.buffer);
   ++stats_.records_read;
-  stats_.bytes_read += store_.transfer_bytes(static_cast<int64_t>(record));
+  stats_.bytes_read += store_.transfer_bytes(r);
   if (prefetched) ++stats_.records_prefetched;
+}
+
+void SwapRecordCache::start_write(Slot& slot) {
+  const auto r = static_cast<int64_t>(slot.record);
+  slot.state = SlotState::writing;
+  slot.io = store_.write(r, slot.buffer);
+  ++stats_.records_written;
+  stats_.bytes_written += store_.transfer_bytes(r);
 }
 
 void SwapRecordCache::no_free_buffer() const {
@@ -119,6 +138,7 @@ std::span<std::byte> SwapRecordCache::acquire(size_t record, bool read) {
   const int found = find(record);
   Slot* slot = found >= 0 ? &slots_[static_cast<size_t>(found)] : free_slot({}, /*wait=*/true);
   if (slot == nullptr) no_free_buffer();
+  slot->unwritten = found >= 0 && slot->state == SlotState::dirty;
   if (found >= 0) {
     if (read && slot->prefetched) ++stats_.prefetch_hits;
   } else {
@@ -132,20 +152,22 @@ std::span<std::byte> SwapRecordCache::acquire(size_t record, bool read) {
   return slot->buffer;
 }
 
-void SwapRecordCache::release(size_t record, bool dirty) {
+void SwapRecordCache::release(size_t record, bool dirty, WriteBack when) {
   const int found = find(record);
   ZT_CHECK(found >= 0 && slots_[static_cast<size_t>(found)].state == SlotState::held, options_.what,
            ": release of ", options_.unit, " ", record, " which is not held");
   Slot& slot = slots_[static_cast<size_t>(found)];
   slot.last_use = ++clock_;
-  if (!dirty) {
-    slot.state = SlotState::clean;
+  const bool was_dirty = std::exchange(slot.unwritten, false);
+  if (!dirty) {  // unchanged by this hold: as it was before it
+    slot.state = was_dirty ? SlotState::dirty : SlotState::clean;
     return;
   }
-  slot.state = SlotState::writing;
-  slot.io = store_.write(static_cast<int64_t>(record), slot.buffer);
-  ++stats_.records_written;
-  stats_.bytes_written += store_.transfer_bytes(static_cast<int64_t>(record));
+  if (when == WriteBack::later) {
+    slot.state = SlotState::dirty;
+    return;
+  }
+  start_write(slot);
   if (!options_.write_behind) settle(slot);
 }
 
@@ -163,11 +185,15 @@ bool SwapRecordCache::prefetch(size_t record, std::span<const size_t> keep, bool
 
 void SwapRecordCache::flush() {
   for (Slot& s : slots_) {
+    if (s.state == SlotState::dirty) start_write(s);  // all started before any is waited for
+  }
+  for (Slot& s : slots_) {
     if (s.state == SlotState::writing) settle(s);
   }
 }
 
 void SwapRecordCache::wait_all() {
+  flush();
   for (Slot& s : slots_) settle(s);
 }
 

@@ -9,19 +9,26 @@
 //   empty     nothing
 //   reading   a read of the record is in flight (acquire's own read, or a read ahead)
 //   clean     the buffer equals the record on disk
+//   dirty     the buffer is newer than the record on disk; its write is not started yet (WriteBack::later)
 //   writing   a write of the record is in flight; the buffer equals what is being written
 //   held      acquired by the caller (at most one at a time)
 // A record is in at most one buffer, so a read never races a write of the same record: acquire and
 // prefetch find the buffer that has it first. A buffer is reused only after its transfer is waited for.
 // acquire(r) takes r's buffer if one has it (waiting for its transfer) or reads r into a free buffer and
-// waits. A free buffer is, in this order: an empty one, the least recently used clean one, the least
-// recently used writing one (after its write), an unwanted read ahead (after its read) — never a held one
+// waits; a record the store has never written is zeros (SwapStore::written), so its "read" zero-fills the
+// buffer and moves nothing. A free buffer is, in this order: an empty one, the least recently used clean
+// one, the least recently used writing one (after its write), the least recently used dirty one (after
+// writing it; only for a caller that may wait), an unwanted read ahead (after its read) — never a held one
 // nor one holding a record the caller still wants (prefetch's `keep`). So a dirty record leaves its buffer
 // only after its write-back is done. prefetch(r, keep, wait) starts a read of r into a free buffer;
-// without `wait` it passes over buffers whose transfer is still in flight (and reads nothing if none is
-// left). release(r, dirty) writes r back (with write_behind, waited for when its buffer is needed again,
-// by flush, or at destruction; without, at once) or marks it clean. A failed read leaves its buffer empty;
-// a failed write leaves the record's only up-to-date copy in its buffer (clean); both throw.
+// without `wait` it passes over buffers whose transfer is still in flight or not started (and reads nothing
+// if none is left). release(r, dirty, when) writes r back — WriteBack::now starts the write (with
+// write_behind, waited for when its buffer is needed again, by flush, or at destruction; without, at once),
+// WriteBack::later leaves the buffer dirty, so that a caller that changes one record piece by piece (loading
+// the state one tensor at a time: a sub-group holds a dozen tensors) writes it once, when its buffer is
+// needed or at flush — or marks it clean (a record released unmodified stays dirty if it was). A failed
+// read leaves its buffer empty; a failed write leaves the record's only up-to-date copy in its buffer
+// (clean); both throw. The destructor does not write dirty buffers: flush first to keep them.
 //
 //   SwapRecordCache cache(store, /*buffer_count=*/4, {.what = "swapped optimizer state", .unit = "block"});
 //   std::span<std::byte> bytes = cache.acquire(k);   // store.transfer_bytes(k) of it are record k's
@@ -46,13 +53,20 @@ struct SwapRecordCacheOptions {
   bool write_behind = true;         // release's write is waited for later (true) or at once (false)
 };
 
+// When release writes a modified record back (Note [The swap record cache]).
+enum class WriteBack {
+  now,    // start the write at release: the caller is done with the record (the optimizer's pass)
+  later,  // when the buffer is needed or at flush: the caller may change the record again soon (loading)
+};
+
 // Traffic since the cache was made.
 struct SwapRecordCacheStats {
   uint64_t records_read = 0;        // every read started (acquire's own and prefetches)
   uint64_t records_prefetched = 0;  // reads started by prefetch
   uint64_t prefetch_hits = 0;       // acquires (with read) that found their record read (or being read) ahead
   uint64_t records_written = 0;
-  uint64_t bytes_read = 0;  // each record's transfer_bytes, not the buffer's size
+  uint64_t records_zero_filled = 0;  // "reads" of records never written: zeros, nothing moved
+  uint64_t bytes_read = 0;           // each record's transfer_bytes, not the buffer's size
   uint64_t bytes_written = 0;
   double io_wait_seconds = 0;  // waiting for transfers
 };
@@ -75,8 +89,9 @@ class SwapRecordCache {
   // reads nothing. Throws for a record out of range, a record acquired while another is held, a failed
   // transfer.
   std::span<std::byte> acquire(size_t record, bool read = true);
-  // Ends the hold; `dirty` writes the buffer back to the record (Note [The swap record cache]).
-  void release(size_t record, bool dirty);
+  // Ends the hold; `dirty` (the caller changed the buffer) writes it back to the record, now or later
+  // (Note [The swap record cache]).
+  void release(size_t record, bool dirty, WriteBack when = WriteBack::now);
   // Starts a read of `record` into a free buffer holding none of `keep` (the records the caller still
   // wants; the held one is never taken). Returns false when a buffer has the record already or, without
   // `wait`, when every free buffer's transfer is in flight. With `wait`, waits for a transfer to free a
@@ -84,9 +99,9 @@ class SwapRecordCache {
   bool prefetch(size_t record, std::span<const size_t> keep, bool wait);
   // Whether a buffer has `record` (in any state but empty).
   bool has(size_t record) const { return find(record) >= 0; }
-  // Waits for every write in flight (rethrowing the first failure).
+  // Writes every dirty buffer and waits for every write in flight (rethrowing the first failure).
   void flush();
-  // Waits for every transfer in flight, reads too (rethrowing the first failure).
+  // flush(), and waits for the reads in flight too (rethrowing the first failure).
   void wait_all();
 
   int buffer_count() const { return static_cast<int>(slots_.size()); }
@@ -94,7 +109,7 @@ class SwapRecordCache {
   const SwapRecordCacheStats& stats() const { return stats_; }
 
  private:
-  enum class SlotState { empty, reading, clean, writing, held };
+  enum class SlotState { empty, reading, clean, dirty, writing, held };
   struct Slot {
     std::span<std::byte> buffer;
     SlotState state = SlotState::empty;
@@ -102,6 +117,7 @@ class SwapRecordCache {
     IoTicket io;
     uint64_t last_use = 0;
     bool prefetched = false;  // the read in this buffer was started by prefetch
+    bool unwritten = false;   // held: the buffer was dirty when acquired (its release keeps it dirty)
   };
 
   void check_record(size_t record, const char* action) const;
@@ -111,6 +127,7 @@ class SwapRecordCache {
   // transfer is done.
   Slot* free_slot(std::span<const size_t> keep, bool wait);
   void start_read(Slot& slot, size_t record, bool prefetched);
+  void start_write(Slot& slot);
   [[noreturn]] void no_free_buffer() const;
 
   SwapStore& store_;

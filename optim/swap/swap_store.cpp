@@ -109,6 +109,7 @@ SwapStore::SwapStore(const SwapStoreOptions& options, AsyncFileIo& io)
   if (!notice_.empty()) {
     ZT_LOG(warn) << notice_;
   }
+  written_.assign(record_bytes_.size(), false);
 }
 
 SwapStore::~SwapStore() {
@@ -138,6 +139,11 @@ uint64_t SwapStore::record_offset(int64_t record) const {
   return offsets_[static_cast<size_t>(record)];
 }
 
+bool SwapStore::written(int64_t record) const {
+  record_bytes(record);  // the range check
+  return written_[static_cast<size_t>(record)];
+}
+
 void SwapStore::check_transfer(int64_t record, size_t buffer_bytes, const std::byte* data) const {
   const size_t needed = transfer_bytes(record);
   ZT_CHECK(buffer_bytes >= needed, "swap buffer of ", buffer_bytes, " bytes is smaller than record ", record,
@@ -160,6 +166,7 @@ IoTicket SwapStore::read(int64_t record, std::span<std::byte> buffer) {
 
 IoTicket SwapStore::write(int64_t record, std::span<const std::byte> buffer) {
   check_transfer(record, buffer.size(), buffer.data());
+  written_[static_cast<size_t>(record)] = true;
   IoTicket ticket = io_.write(file_, buffer.first(transfer_bytes(record)), record_offset(record));
   track(ticket);
   return ticket;

@@ -79,6 +79,10 @@ class SwapStore {
   // at least that many bytes). The buffer must stay untouched until the ticket is waited for.
   IoTicket read(int64_t record, std::span<std::byte> buffer);
   IoTicket write(int64_t record, std::span<const std::byte> buffer);
+  // Whether `record` has been written since the file was made. One that has not holds zeros (the file is
+  // new and its space reserved, not written), so a reader may zero its buffer instead of reading it: the
+  // first pass over a fresh store (loading the initial parameters) then moves each record once, not twice.
+  bool written(int64_t record) const;
 
  private:
   void check_transfer(int64_t record, size_t buffer_bytes, const std::byte* data) const;
@@ -92,6 +96,7 @@ class SwapStore {
   IoFile file_;
   std::unique_ptr<RemoveOnSignalExit> signal_removal_;
   std::vector<IoTicket> outstanding_;  // waited for by the destructor, so no request outlives the file
+  std::vector<bool> written_;          // written_[k]: record k has been written (written())
 };
 
 // The size of a swap file of records of these sizes (Note [The swap store]): the sum of each rounded up to

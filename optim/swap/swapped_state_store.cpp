@@ -99,8 +99,8 @@ SwappedStateBlock SwappedStateStore::acquire(size_t block) {
   return view(block, buffer);
 }
 
-void SwappedStateStore::release(size_t block, bool modified) {
-  cache_->release(block, modified);
+void SwappedStateStore::release(size_t block, bool modified, WriteBack when) {
+  cache_->release(block, modified, when);
 }
 
 void SwappedStateStore::flush() {

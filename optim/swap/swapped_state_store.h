@@ -14,7 +14,10 @@
 // buffers that do not hold the blocks of that window, waiting for a transfer to free one if need be —
 // Note [The swap pipeline]'s lookahead: L = buffers - 2 with pipeline_write (one buffer stays for the
 // write behind), buffers - 1 without. release(k, modified) writes k back if modified (waited for at once
-// unless pipeline_write) or marks it clean. Blocks start as zeros (the reserved file).
+// unless pipeline_write) or marks it clean; release(k, modified, WriteBack::later) leaves it dirty in its
+// buffer until the buffer is needed or flush() — the loading path, which changes a block one tensor at a
+// time and would otherwise write it once per tensor (a dozen times a layer). Blocks start as zeros (the
+// reserved file), and a block never written is zero-filled in its buffer instead of read.
 // With more blocks than buffers, a sequential pass reads every block from disk and writes every modified
 // one back: the host holds buffer_count records, not the shard.
 //
@@ -75,10 +78,10 @@ class SwappedStateStore {
 
   // Block `block`'s master, m and v, valid until release(block). One block at a time.
   SwappedStateBlock acquire(size_t block);
-  // Ends the hold; `modified` writes the block back (the caller changed the spans).
-  void release(size_t block, bool modified);
+  // Ends the hold; `modified` (the caller changed the spans) writes the block back, now or later.
+  void release(size_t block, bool modified, WriteBack when = WriteBack::now);
   size_t block_count() const { return block_numel_.size(); }
-  // Waits for every write in flight (rethrowing the first failure).
+  // Writes every block left dirty and waits for every write in flight (rethrowing the first failure).
   void flush();
 
   const SwapStore& store() const { return *store_; }

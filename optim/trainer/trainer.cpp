@@ -475,6 +475,14 @@ struct MrpcTrainer::Impl {
     int64_t largest = 0;
     for (const ParameterInfo& info : table.entries()) largest = std::max(largest, info.numel());
     std::vector<float> staging(static_cast<size_t>(largest));
+    // With the disk tier the loading writes the whole optimizer state to disk (tens of GiB for billions of
+    // parameters: minutes at a disk's 1-2 GB/s), so it shows its progress.
+    std::optional<Progress> progress;
+    if (config.zero.offload_optimizer.nvme.enabled || config.zero.offload_param.nvme.enabled) {
+      ProgressOptions shown;
+      shown.unit = "params";
+      progress.emplace("loading the parameters into the disk tier", table.total_numel(), shown);
+    }
     for (size_t k = 0; k < table.size(); ++k) {
       const ParameterInfo& info = table.entries()[k];
       const Tensor values(staging.data(), info.shape, DType::f32);
@@ -484,8 +492,10 @@ struct MrpcTrainer::Impl {
         file->read_param(info.name, values);
       const std::span<const float> span(staging.data(), static_cast<size_t>(info.numel()));
       run_ranks([&](int r) { at(r).engine->load_parameter(k, span); });
+      if (progress) progress->update(info.numel());
     }
     run_ranks([&](int r) { at(r).engine->finish_loading(); });
+    if (progress) progress->finish();
     if (!file) return;
     const DebertaConfig& stored = file->config();
     std::printf("loaded %s (%lld tensors)%s\n", file->path().c_str(), static_cast<long long>(table.size()),

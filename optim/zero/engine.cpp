@@ -234,6 +234,7 @@ struct ZeroEngine::Impl {
   // exp_avg and exp_avg_sq are null too.
   std::unique_ptr<Arena> compute_copy, master_arena, grads, exp_avg, exp_avg_sq;
   std::unique_ptr<HostOptimizerStore> host_state;
+  SwappedHostOptimizerStore* swapped_state = nullptr;                 // host_state when it is the disk tier
   HostMemoryBudget::Charge host_pinned_charge, host_pageable_charge;  // options.host_budget
   std::unique_ptr<Arena> host_grads;  // offload: the f32 gradient shard, copied down per block
   // Delayed update: the gradient shard the update in flight reads, while the next step's backward
@@ -493,10 +494,11 @@ struct ZeroEngine::Impl {
       const std::span<float> part = host.subspan(static_cast<size_t>(from - lo), state.size());
       if (write) {
         std::copy(part.begin(), part.end(), state.begin());
+        host_state->release_deferred(g);  // the next tensor is likely in the same sub-group
       } else {
         std::copy(state.begin(), state.end(), part.begin());
+        host_state->release(g, false);
       }
-      host_state->release(g, write);
     }
   }
   const Arena& state(int kind) const {
@@ -828,7 +830,9 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     ZT_CHECK(g == sub_group_extents.size(), "ZeRO engine: ", sub_group_extents.size() - g,
              " sub-groups past the last unit");
     if (disk_state) {
-      s.host_state = std::make_unique<SwappedHostOptimizerStore>(*disk_state, options.disk->io);
+      auto swapped = std::make_unique<SwappedHostOptimizerStore>(*disk_state, options.disk->io);
+      s.swapped_state = swapped.get();
+      s.host_state = std::move(swapped);
     } else {
       s.host_state =
           std::make_unique<ResidentHostOptimizerStore>(std::move(sub_group_extents), shard, host_kind);
@@ -951,6 +955,10 @@ ZeroEngine::~ZeroEngine() = default;
 
 const SwappedParameterStats* ZeroEngine::parameter_swap_stats() const {
   return impl_->param_file ? &impl_->param_file->stats() : nullptr;
+}
+
+const swap::SwappedStateStats* ZeroEngine::optimizer_swap_stats() const {
+  return impl_->swapped_state ? &impl_->swapped_state->store().stats() : nullptr;
 }
 
 ZeroStateBytes ZeroEngine::state_bytes() const {
@@ -1615,6 +1623,7 @@ void ZeroEngine::refresh_compute_copy() {
       s.end_params_write(b);
       s.publish(b);
     }
+    s.host_state->flush();  // the loading's deferred writes (copy_offloaded_state) reach the disk tier now
     s.copies->join();
   } else if (s.mixed) {
     for (const OwnedBlock& b : s.blocks)

@@ -84,6 +84,7 @@
 #include "model/parameters.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
+#include "optim/swap/swapped_state_store.h"
 #include "optim/zero/partition.h"
 #include "optim/zero/swapped_parameter_shard.h"
 #include "runtime/arena.h"
@@ -303,6 +304,8 @@ class ZeroEngine final : public DebertaUnitHooks {
 
   // Parameters on disk: the parameter file's traffic so far; nullptr without it.
   const SwappedParameterStats* parameter_swap_stats() const;
+  // The disk tier (optimizer state on disk): its traffic so far; nullptr without it.
+  const swap::SwappedStateStats* optimizer_swap_stats() const;
 
   AdamW& adamw() { return adamw_; }
   const AdamW& adamw() const { return adamw_; }

@@ -7,6 +7,9 @@
 //
 // Contract: at most one block is acquired at a time per store (the engine's loops are sequential per
 // rank); the spans stay valid until release; `modified` says whether the caller wrote them.
+// release_deferred(k) is release(k, true) for a caller that is likely to change block k again next (loading
+// parameters or a checkpoint one tensor at a time: a block holds many tensors): a store that writes back may
+// write the block once, later — at the latest at flush(), which the engine calls when the loading is done.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +33,8 @@ class HostOptimizerStore {
   virtual ~HostOptimizerStore() = default;
   virtual HostStateBlock acquire(size_t block) = 0;
   virtual void release(size_t block, bool modified) = 0;
+  virtual void release_deferred(size_t block) { release(block, true); }
+  virtual void flush() {}
   virtual size_t block_count() const = 0;
 };
 

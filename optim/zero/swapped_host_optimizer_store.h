@@ -23,6 +23,8 @@ class SwappedHostOptimizerStore final : public HostOptimizerStore {
     return {b.master, b.exp_avg, b.exp_avg_sq};
   }
   void release(size_t block, bool modified) override { store_.release(block, modified); }
+  void release_deferred(size_t block) override { store_.release(block, true, swap::WriteBack::later); }
+  void flush() override { store_.flush(); }
   size_t block_count() const override { return store_.block_count(); }
   const swap::SwappedStateStore& store() const { return store_; }
 
