@@ -11,7 +11,9 @@
 #   scripts/gpu_acceptance.sh limits    # issue 18: DeepSpeed ZeRO-3 + both offloads (part c) beside ours; our
 #                                       # largest batch under 24 GiB per configuration; the delayed update's loss
 #                                       # curve beside the exact one (train_mrpc)
-#   scripts/gpu_acceptance.sh disk      # issue 15: scripts/gpu_disk_bench.sh
+#   scripts/gpu_acceptance.sh disk      # issue 15: scripts/gpu_disk_bench.sh, then the largest model under a
+#                                       # 32 GiB host cap with and without the disk tier
+#   scripts/gpu_acceptance.sh ds_nvme   # issue 15: DeepSpeed's NVMe offload (scripts/ds_nvme_anchor.sh)
 #   scripts/gpu_acceptance.sh big       # issue 18: the largest DeBERTa-v2-shaped model with ZeRO-3 + both offloads
 #   scripts/gpu_acceptance.sh attention # issue 16: ncu's full set on the attention kernels (fused and not),
 #                                       # the attention per layer against disentangled-flash's kernels
@@ -27,7 +29,7 @@
 # and a call cut at its time limit still returns what it measured.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-part=${1:?usage: scripts/gpu_acceptance.sh zero|offload|limits|disk|big|validate|attention}
+part=${1:?usage: scripts/gpu_acceptance.sh zero|offload|limits|disk|ds_nvme|big|validate|attention}
 results=${OUT:-$PWD/gpu-acceptance-out}
 work=/tmp/gpu-acceptance
 out=$work/$part
@@ -239,6 +241,14 @@ big)
   step "6.2B zero3+both offloads" --batch 8 --zero_stage 3 --offload both --pin_memory --hidden 4096 --layers 28 \
     --steps 3 --repeat_batch --lr 1e-4 --profile ||
     step "6.2B zero3+both offloads (pageable)" --batch 8 --zero_stage 3 --offload both --hidden 4096 --layers 28 --steps 3 --repeat_batch --lr 1e-4
+  ;;
+ds_nvme)
+  # Issue 15's anchor beside `disk` (run it in the next call on the same machine): DeepSpeed's async_io op,
+  # its ZeRO-3 with offload_optimizer nvme (then offload_param nvme, then ZeRO-2 last: it crashed twice).
+  # Its JIT builds take ~70 s of the budget.
+  ZT_DS_NVME_BUDGET_S=${ZT_DS_NVME_BUDGET_S:-330} OUT="$out/ds_nvme" timeout 520 bash scripts/ds_nvme_anchor.sh \
+    >"$out/ds_nvme.txt" 2>&1
+  say "ds_nvme_anchor exit $?: $(grep -A1 'ds_nvme_anchor summary' "$out/ds_nvme.txt" | tail -1 | head -c 1500)"
   ;;
 attention)
   # Issue 16: why the fused attention kernels (correct) are slower than the unfused path — Nsight Compute's
