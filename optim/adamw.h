@@ -117,6 +117,8 @@ class AdamW {
   void set_step_count(int64_t t);                     // when resuming from a checkpoint
   const AdamWHyper& hyper() const { return hyper_; }
   int num_threads() const { return num_threads_; }
+  // The same results at any count (the blocks are elementwise; test ResultDoesNotDependOnThreadCount).
+  void set_num_threads(int num_threads);
   // The inner-loop body (best_cpu_isa() at construction). set_isa refuses a body this CPU cannot run; tests
   // force each body through it.
   CpuIsa isa() const { return isa_; }

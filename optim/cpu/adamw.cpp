@@ -218,6 +218,11 @@ AdamW::AdamW(AdamWHyper hyper, int num_threads)
   check_hyper(hyper_);
 }
 
+void AdamW::set_num_threads(int num_threads) {
+  ZT_CHECK(num_threads >= 0, "AdamW: ", num_threads, " threads");
+  num_threads_ = zt::detail::resolve_thread_count(num_threads);
+}
+
 void AdamW::set_isa(CpuIsa isa) {
   ZT_CHECK(cpu_supports(isa), "AdamW: this CPU cannot run the ", cpu_isa_name(isa), " body");
   isa_ = isa;

@@ -853,6 +853,13 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
         ZT_LOG(warn) << "overlap_update: not with this run (" << why
                      << "); the CPU update runs inside step()";
       }
+      // The update's threads run beside the rank's thread, which launches the forward meanwhile; with
+      // every hardware thread in the AdamW that thread likely waits for a time slice between launches (on
+      // the H200's 16 cores the overlap hid 40 ms at bs 128 and nothing at bs 40, where the forward's
+      // kernels are shorter; not yet timed with this). One core stays free: the AdamW is memory-bound, and
+      // its results do not depend on the thread count.
+      if (s.overlap_update && s.device == DeviceKind::cuda && adamw_.num_threads() > 2)
+        adamw_.set_num_threads(adamw_.num_threads() - 1);
     }
   }
 
