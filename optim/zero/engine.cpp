@@ -234,7 +234,6 @@ struct ZeroEngine::Impl {
   // exp_avg and exp_avg_sq are null too.
   std::unique_ptr<Arena> compute_copy, master_arena, grads, exp_avg, exp_avg_sq;
   std::unique_ptr<HostOptimizerStore> host_state;
-  SwappedHostOptimizerStore* swapped_state = nullptr;                 // host_state when it is the disk tier
   HostMemoryBudget::Charge host_pinned_charge, host_pageable_charge;  // options.host_budget
   std::unique_ptr<Arena> host_grads;  // offload: the f32 gradient shard, copied down per block
   // Delayed update: the gradient shard the update in flight reads, while the next step's backward
@@ -830,9 +829,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     ZT_CHECK(g == sub_group_extents.size(), "ZeRO engine: ", sub_group_extents.size() - g,
              " sub-groups past the last unit");
     if (disk_state) {
-      auto swapped = std::make_unique<SwappedHostOptimizerStore>(*disk_state, options.disk->io);
-      s.swapped_state = swapped.get();
-      s.host_state = std::move(swapped);
+      s.host_state = std::make_unique<SwappedHostOptimizerStore>(*disk_state, options.disk->io);
     } else {
       s.host_state =
           std::make_unique<ResidentHostOptimizerStore>(std::move(sub_group_extents), shard, host_kind);
@@ -965,7 +962,8 @@ const SwappedParameterStats* ZeroEngine::parameter_swap_stats() const {
 }
 
 const swap::SwappedStateStats* ZeroEngine::optimizer_swap_stats() const {
-  return impl_->swapped_state ? &impl_->swapped_state->store().stats() : nullptr;
+  const auto* swapped = dynamic_cast<const SwappedHostOptimizerStore*>(impl_->host_state.get());
+  return swapped != nullptr ? &swapped->store().stats() : nullptr;
 }
 
 ZeroStateBytes ZeroEngine::state_bytes() const {

@@ -1,15 +1,12 @@
 // The disk tier in the ZeRO engine's accounting (optim/zero/engine.h, ZeroOffload::disk_buffers): the host
 // column counts the disk tier's buffers (one sub-group each: a unit's slice, cut by sub_group_size), not the
-// shard, and the memory plan shows the run's disk-tier row. Training through it: test_zero_training.cpp,
-// ZeroDiskTierTraining.
+// shard, and the memory plan shows the run's disk-tier row; loading into it moves each record once. Training
+// through it: test_zero_training.cpp, ZeroDiskTierTraining.
 #include <gtest/gtest.h>
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -24,6 +21,7 @@
 #include "runtime/communicator.h"
 #include "runtime/direct_io.h"
 #include "tests/optim/zero_offload_harness.h"
+#include "tests/support/temp_dir_test.h"
 
 namespace zt::optim {
 namespace {
@@ -31,14 +29,12 @@ namespace {
 // Loading the parameters into the disk tier (load_full_parameters: one tensor at a time, a dozen tensors a
 // sub-group) writes each record once: a record is written when its buffer is needed or at the end of the
 // loading, and a record never written is zeros without a read; the compute copy's pass after it reads each
-// evicted record back once. Writing each record once per
-// tensor made the initial load of a 5.3 B-parameter model (57 GiB of state, 20M-element sub-groups) move
-// ~10x the file and outlast a 5-minute run before its first step. The master read back is the one loaded.
-TEST(ZeroDiskTierLoading, WritesEachRecordOnce) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("zt_test_disk_load_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+// evicted record back once. Writing each record once per tensor made the initial load of a 5.3 B-parameter
+// model (57 GiB of state, 20M-element sub-groups) move ~10x the file and outlast a 5-minute run before its
+// first step. The master read back is the one loaded.
+class ZeroDiskTierLoading : public test::TempDirTest {};
+
+TEST_F(ZeroDiskTierLoading, WritesEachRecordOnce) {
   const DebertaConfig config = testing::offload_tiny_config();
   const ParameterTable table(config);
   const Arena init = testing::synthetic_initial_parameters(table);
@@ -49,7 +45,7 @@ TEST(ZeroDiskTierLoading, WritesEachRecordOnce) {
     options.offload = {.optimizer = true, .param = stage == 3};
     options.offload.sub_group_size = 200;  // a few tensors a record; more records than buffers
     options.disk = ZeroDiskTier{};
-    options.disk->directory = dir.string();
+    options.disk->directory = dir_.string();
     options.disk->buffer_count = 4;
     ZeroEngine engine(table, config, *comms[0], options);
     ASSERT_NE(engine.optimizer_swap_stats(), nullptr);
@@ -72,7 +68,6 @@ TEST(ZeroDiskTierLoading, WritesEachRecordOnce) {
     }
     EXPECT_GT(engine.optimizer_swap_stats()->blocks_read, 0u) << "the master came back from the disk";
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(ZeroDiskTierBytes, HostOptimizerIsTheBuffersNotTheShard) {
