@@ -11,11 +11,15 @@ rewritten after every one:
          (sync_pwrite / sync_pread), read back checked: DeepSpeed's disk rates beside bench_disk's.
   z2     ZeRO-2, offload_optimizer nvme. DeepSpeed 0.19.8's ZeRO-1/2 optimizer (runtime/zero/stage_1_and_2.py)
          has no swapper: any offload_optimizer device but none sets cpu_offload, so "nvme" runs as CPU offload
-         and writes no file (the swap folder's size, 0, shows it). Last: on the H200 (session 3) its first step
-         crashed the process (SIGSEGV) right after the engine was built, which took the ZeRO-3 parts with it.
+         and writes no file (the swap folder's size, 0, shows it).
   z3     ZeRO-3 with the same offload_optimizer block (parameters stay on the GPU): the optimizer state (fp32
          master, m, v) is swapped in and out every step (ZeRO-Infinity's PartitionedOptimizerSwapper).
   z3p    ZeRO-3 with offload_param nvme as well, only if time is left.
+cuDNN: once the async_io op is loaded, the process's first cuDNN convolution crashes it (SIGSEGV; the H200,
+sessions 3-5: every z2/z3 run died at its first forward, in DeBERTa's encoder conv). A probe there showed the op
+alone does it (torch, deepspeed, cpu_adam loaded: the conv runs; async_io loaded: SIGSEGV), also with libaio's
+symbols kept private to the op. So cuDNN is off unless --cudnn (torch.backends.cudnn.enabled, in the JSON's
+meta): every phase then runs, the conv on PyTorch's own kernel, a small share of the step.
 Model: HF DebertaV2ForSequenceClassification, DeBERTa-v2-xlarge shapes (those of .ds/ds_anchor.py), random init,
 2 labels, batch 40, seq 128, bf16, AdamW(lr 2e-5, wd 0.01), clip 1.0. Per run: step ms (median of the measured
 steps), the forward / backward / engine.step split, DeepSpeed's own optimizer timers (wall_clock_breakdown:
@@ -71,6 +75,9 @@ ap.add_argument("--sub-group-size", type=float, default=None,
                 help="zero_optimization.sub_group_size (DeepSpeed's default 1e9 when not given)")
 ap.add_argument("--pipeline", action="store_true", help="offload_optimizer pipeline_read/pipeline_write true")
 ap.add_argument("--no-breakdown", action="store_true", help="wall_clock_breakdown false (no DeepSpeed timers)")
+ap.add_argument("--cudnn", action="store_true",
+                help="leave cuDNN on (off by default: with DeepSpeed's async_io op loaded, the first cuDNN "
+                     "convolution of the process crashes it, SIGSEGV on the H200, and DeBERTa's encoder has one)")
 ap.add_argument("--threads", type=int, default=os.cpu_count() or 16)
 ap.add_argument("--build-child", choices=["async_io", "cpu_adam"], help=argparse.SUPPRESS)
 args = ap.parse_args()
@@ -219,6 +226,8 @@ try:
     pr = torch.cuda.get_device_properties(0)
     RES["meta"].update(gpu=pr.name, gpu_total_gib=r3(pr.total_memory / GIB, 2), host_cpus=os.cpu_count())
     torch.set_num_threads(args.threads)
+    torch.backends.cudnn.enabled = args.cudnn
+    RES["meta"]["cudnn_enabled"] = torch.backends.cudnn.enabled
     RES["meta"]["torch_threads"] = torch.get_num_threads()
 except Exception:
     err("cuda")

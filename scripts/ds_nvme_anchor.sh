@@ -32,7 +32,9 @@ python3 -c "import pydantic" 2>/dev/null ||
     >>"$out/pip.log" 2>&1 || fail "pip install of $ds/wheels/extra failed: $(tail -c 600 "$out/pip.log")"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCH_EXTENSIONS_DIR=/tmp/tx DS_ACCELERATOR=cuda TORCH_CUDA_ARCH_LIST=9.0 DS_SKIP_CUDA_CHECK=1
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# PYTHONFAULTHANDLER: a crash inside DeepSpeed (a SIGSEGV at the first step, sessions 3-5) prints every thread's
+# Python stack into the log, so the report can say where it died.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # DeepSpeed's libaio probe (AsyncIOBuilder.is_compatible: compile and link a call of io_submit with -laio) reads
 # CFLAGS and LDFLAGS; the op's own build gets the paths from ds_nvme_anchor.py.
 export CFLAGS="-I$libaio/include${CFLAGS:+ $CFLAGS}" LDFLAGS="-L$libaio/lib${LDFLAGS:+ $LDFLAGS}"

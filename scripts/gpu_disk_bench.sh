@@ -89,8 +89,10 @@ adam_s = adam.get("adamw_seconds_median", 0)
 disk_s = 12 * params / 1e9 / best_read + 12 * params / 1e9 / best_write if best_read and best_write else None
 host = load("step_offload_host.json")
 nvme = load("step_offload_nvme.json")
-sync = load("step_offload_nvme_sync.json")
-sub_groups = load("step_offload_nvme_sub_groups.json")
+def optional(name):  # ZT_DISK_BENCH_SYNC, ZT_DISK_BENCH_SUB_GROUPS: a run not asked for is absent, not an error
+    return load(name) if (out / name).exists() else {}
+sync = optional("step_offload_nvme_sync.json")
+sub_groups = optional("step_offload_nvme_sub_groups.json")
 floor_s = max(disk_s or 0, adam_s)
 summary = {
     "dir": str(disk.get("dir")), "dd_write": dd_rate("dd_write.txt"), "dd_read": dd_rate("dd_read.txt"),
