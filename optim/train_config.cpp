@@ -205,6 +205,8 @@ void TrainConfig::resolve_impl(const json* ds, std::string_view source, const Re
   resolve_precision(context);
   resolve_zero(context);
   resolve_disk_tier(context);
+  ZT_CHECK(!(offload_overlap_update && no_offload_overlap_update),
+           "--offload_overlap_update and --no_offload_overlap_update contradict each other: give one");
   ZT_CHECK(
       !offload_overlap_update ||
           (zero.offload_optimizer.enabled && !offload_delayed_update && world_size == 1 &&

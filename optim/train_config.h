@@ -207,8 +207,11 @@ struct TrainConfig {
   // zero_optimization.offload_optimizer.device cpu).
   bool offload_delayed_update = false;
   // --offload_overlap_update: the exact CPU update overlapping the next forward (ZeroOffload::overlap_update;
-  // needs offload_optimizer cpu, world size 1, no delayed update, the state not on disk).
+  // needs offload_optimizer cpu, world size 1, no delayed update, the state not on disk). Without either flag
+  // it is on for GPU runs where those hold (ZeroOffload::overlap_update_where_it_applies);
+  // --no_offload_overlap_update turns that off.
   bool offload_overlap_update = false;
+  bool no_offload_overlap_update = false;
   // --overlap_optimizer: the GPU AdamW on its own stream overlapping the next forward
   // (ZeroEngineOptions::overlap_optimizer; stage 0 or world size 1, no optimizer offload).
   bool overlap_optimizer = false;

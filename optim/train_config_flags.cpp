@@ -232,6 +232,11 @@ const std::vector<FlagSpec>& flag_table() {
        "forward starts, which waits for each layer's update before it uses that layer (world size 1)",
        [](C& c, F, V) { c.offload_overlap_update = true; },
        [](const C& c) { return show_bool(c.offload_overlap_update); }},
+      {"no_offload_overlap_update", "",
+       "with CPU optimizer offload on a GPU: run the CPU update inside each step instead of beside the next "
+       "forward (the overlap is on by default where --offload_overlap_update's conditions hold)",
+       [](C& c, F, V) { c.no_offload_overlap_update = true; },
+       [](const C& c) { return show_bool(c.no_offload_overlap_update); }},
       {"overlap_optimizer", "",
        "GPU: queue each step's AdamW on its own stream, layer by layer in the forward's order, so that the "
        "next forward starts beside it (stage 0, or world size 1; the same results)",

@@ -184,8 +184,20 @@ void describe_zero(const TrainConfig& c, DescribeWriter& out) {
                : "");
   out.line("overlap_optimizer", show_bool(c.overlap_optimizer),
            c.overlap_optimizer ? "the AdamW on its own stream, the next forward beside it (GPU)" : "");
-  out.line("offload_overlap_update", show_bool(c.offload_overlap_update),
-           c.offload_overlap_update ? "exact: the next forward waits for each layer's CPU update" : "");
+  // Unasked, the overlap is on where its conditions hold on a GPU
+  // (ZeroOffload::overlap_update_where_it_applies).
+  const bool overlap_applies = zero.offload_optimizer.enabled && !zero.offload_optimizer.nvme.enabled &&
+                               !zero.offload_param.nvme.enabled && !c.offload_delayed_update &&
+                               c.world_size == 1 && c.device != DeviceChoice::cpu;
+  if (c.offload_overlap_update || c.no_offload_overlap_update || !overlap_applies) {
+    out.line("offload_overlap_update", show_bool(c.offload_overlap_update),
+             c.offload_overlap_update      ? "exact: the next forward waits for each layer's CPU update"
+             : c.no_offload_overlap_update ? "off (--no_offload_overlap_update)"
+                                           : "");
+  } else {
+    out.line("offload_overlap_update", "auto",
+             "on when the run has a GPU: exact, the next forward waits for each layer's CPU update");
+  }
   // sub_group_size: where it acts (offloaded optimizer state), at stage 3, or where the JSON gave it.
   if (zero.offload_optimizer.enabled) {
     out.line(kZero + "sub_group_size", i(zero.sub_group_size),

@@ -16,7 +16,9 @@
 // the offload's segments: optimizer.grad_norm, optimizer.offload_download_wait, optimizer.offload_cpu_adamw,
 // optimizer.offload_delayed_land). CPU offload: --offload optimizer (stages 1-3) or both (stage 3: the
 // parameter shard too), --pin_memory for page-locked host buffers, --delayed_update for ZeRO-Offload's
-// one-step-stale update, --overlap_update for the exact update overlapping the next forward. --nvme_path DIR
+// one-step-stale update; the exact update overlapping the next forward is on where it applies (as in
+// train_mrpc), --overlap_update asks for it (an error where it cannot run), --no_overlap_update turns it off
+// (the JSON's overlap_update says what ran). --nvme_path DIR
 // (with --offload) puts the offloaded optimizer state on the disk tier (offload_optimizer device nvme;
 // --nvme_buffers, --nvme_pipeline for buffer_count and pipeline_read/write; --sub_group_size for
 // zero_optimization.sub_group_size, the disk tier's record): issue 15's "step with the disk tier vs the
@@ -82,7 +84,8 @@ struct Options {
   std::string offload = "none";   // none | optimizer | both
   bool pin_memory = false;
   bool delayed_update = false;
-  bool overlap_update = false;     // --offload_overlap_update
+  bool overlap_update = false;     // --offload_overlap_update (asked: refused where it cannot run)
+  bool no_overlap_update = false;  // --no_offload_overlap_update (it is on by default where it applies)
   bool overlap_optimizer = false;  // --overlap_optimizer
   bool back_to_back = false;       // timed steps without a device sync between them: step_ms = window / steps
   bool overlap_comm = false;       // zero_optimization.overlap_comm (world > 1)
@@ -102,7 +105,7 @@ const char* kUsage =
     "                        [--zero_stage 0-3] [--world_size N] "
     "[--gpu_memory_limit SIZE] [--overlap_comm]\n"
     "                        [--offload none|optimizer|both] [--pin_memory] [--delayed_update] "
-    "[--overlap_update]\n"
+    "[--overlap_update|--no_overlap_update]\n"
     "                        [--overlap_optimizer] [--back_to_back] [--profile]\n"
     "                        [--nvme_path DIR [--nvme_buffers 4] [--nvme_pipeline]] [--sub_group_size 1e9]\n"
     "                        [--nvme_param [--nvme_param_buffers 5]]\n"
@@ -122,10 +125,11 @@ Options parse(int argc, char** argv) {
     }
     if (flag == "--pin_memory" || flag == "--delayed_update" || flag == "--nvme_pipeline" ||
         flag == "--overlap_comm" || flag == "--nvme_param" || flag == "--overlap_update" ||
-        flag == "--overlap_optimizer" || flag == "--back_to_back") {
+        flag == "--no_overlap_update" || flag == "--overlap_optimizer" || flag == "--back_to_back") {
       (flag == "--pin_memory"          ? o.pin_memory
        : flag == "--delayed_update"    ? o.delayed_update
        : flag == "--overlap_update"    ? o.overlap_update
+       : flag == "--no_overlap_update" ? o.no_overlap_update
        : flag == "--overlap_optimizer" ? o.overlap_optimizer
        : flag == "--back_to_back"      ? o.back_to_back
        : flag == "--overlap_comm"      ? o.overlap_comm
@@ -292,6 +296,7 @@ zt::optim::TrainConfig bench_config(const Options& o, const zt::DebertaConfig& m
   if (!o.gpu_memory_limit.empty()) config.gpu_memory_limit = zt::parse_memory_size(o.gpu_memory_limit);
   config.offload_delayed_update = o.delayed_update;
   config.offload_overlap_update = o.overlap_update;
+  config.no_offload_overlap_update = o.no_overlap_update;
   config.overlap_optimizer = o.overlap_optimizer;
   // The ZeRO flags as the DeepSpeed JSON a user would write, resolved by the same code as train_mrpc's
   // --deepspeed_config: every check the trainer's users get (stage rules, the disk-tier preflight,
@@ -402,7 +407,7 @@ int run(int argc, char** argv) {
       {"offload", o.offload},
       {"pin_memory", o.pin_memory},
       {"delayed_update", o.delayed_update},
-      {"overlap_update", o.overlap_update},
+      {"overlap_update", trainer.overlaps_offloaded_update()},  // as the engine decided (on where it applies)
       {"overlap_optimizer", o.overlap_optimizer},
       {"back_to_back", o.back_to_back},
       {"overlap_comm", o.overlap_comm},

@@ -619,6 +619,11 @@ std::vector<DeviceMemoryStats> MrpcTrainer::rank_memory() const {
   return out;
 }
 
+bool MrpcTrainer::overlaps_offloaded_update() const {
+  // One decision for every rank: the overlap runs at world size 1 only.
+  return impl_->ranks.front().engine->overlaps_offloaded_update();
+}
+
 void MrpcTrainer::reset_memory_peaks() {
   Impl& s = *impl_;
   if (s.device != DeviceKind::cuda) return;

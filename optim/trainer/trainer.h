@@ -120,6 +120,9 @@ class MrpcTrainer {
   // Each rank's device memory (in use, peaks by category, cap): in-process ranks sharing a GPU have their
   // own allocators; a single GPU rank reports the process allocator. Empty on the CPU.
   std::vector<DeviceMemoryStats> rank_memory() const;
+  // Whether the ranks' offloaded CPU update overlaps the next forward
+  // (ZeroEngine::overlaps_offloaded_update).
+  bool overlaps_offloaded_update() const;
   // Restarts every rank's peaks from its current in-use bytes (measure a steady state after warm-up).
   void reset_memory_peaks();
   // Called after every optimizer step (progress, tests stopping a run early).

@@ -59,7 +59,8 @@ ZeroOffload zero_offload(const TrainConfig& config) {
                                     : 0,
           .sub_group_size = config.zero.sub_group_size,
           .stream_gradients = optimizer && config.zero.stage >= 2 && config.gradient_accumulation_steps == 1,
-          .overlap_update = config.offload_overlap_update};
+          .overlap_update = config.offload_overlap_update,
+          .overlap_update_where_it_applies = optimizer && !config.no_offload_overlap_update};
 }
 
 }  // namespace zt::optim

@@ -934,6 +934,27 @@ TEST(TrainConfigZero, OffloadKeysAreHonouredOrRefusedWithTheReason) {
   EXPECT_TRUE(zero_offload(overlapped).overlap_update);
   EXPECT_NE(line_of(overlapped.describe(), "offload_overlap_update").find("exact"), std::string::npos)
       << overlapped.describe();
+  // Unasked, the overlap is on where it applies on a GPU (the engine decides: it knows the device);
+  // --no_offload_overlap_update turns that off, and contradicting flags are refused.
+  const std::string cpu_offload = zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu"})");
+  const TrainConfig by_default = resolved({"--device", "auto"}, cpu_offload);
+  EXPECT_FALSE(zero_offload(by_default).overlap_update);
+  EXPECT_TRUE(zero_offload(by_default).overlap_update_where_it_applies);
+  EXPECT_NE(line_of(by_default.describe(), "offload_overlap_update").find("auto"), std::string::npos)
+      << by_default.describe();
+  const TrainConfig turned_off = resolved({"--no_offload_overlap_update"}, cpu_offload);
+  EXPECT_FALSE(zero_offload(turned_off).overlap_update_where_it_applies);
+  EXPECT_NE(line_of(turned_off.describe(), "offload_overlap_update").find("off"), std::string::npos)
+      << turned_off.describe();
+  EXPECT_EQ(
+      line_of(resolved({"--device", "cpu"}, cpu_offload).describe(), "offload_overlap_update").find("auto"),
+      std::string::npos);
+  EXPECT_EQ(line_of(resolved({"--offload_delayed_update"}, cpu_offload).describe(), "offload_overlap_update")
+                .find("auto"),
+            std::string::npos);
+  EXPECT_ERROR_HAS(resolved({"--offload_overlap_update", "--no_offload_overlap_update"}, cpu_offload),
+                   "contradict");
+  EXPECT_FALSE(zero_offload(resolved({}, zero_json(R"("stage": 2)"))).overlap_update_where_it_applies);
   // --overlap_optimizer: the AdamW on the device, where no collective follows it.
   EXPECT_ERROR_HAS(
       resolved({"--overlap_optimizer"}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu"})")),
