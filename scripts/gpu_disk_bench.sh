@@ -4,7 +4,7 @@
 #      and read+write per block size and queue depth);
 #   2. the CPU AdamW over the xlarge shard (bench_cpu_adam);
 #   3. the xlarge bf16 step at ZeRO-2 with the optimizer offloaded to host memory and to the disk tier
-#      (bench_train_step --offload optimizer [--nvme_path]);
+#      (bench_train_step --offload optimizer [--nvme_path]), and the disk tier at ZeRO-3 (DeepSpeed's row);
 #   4. the floor max(disk time of the shard's bytes, CPU AdamW): the state (12 bytes per parameter: master,
 #      m, v) is read and written once per step, so the disk time is 12 P / read + 12 P / write at bench_disk's
 #      best rates, and the disk-tier step's excess over the host-offload step is compared with it.
@@ -12,7 +12,8 @@
 #
 #   ZT_NVME_DIR=/local_nvme scripts/gpu_disk_bench.sh        # default dir: /tmp/zt-nvme
 #   ZT_DISK_BENCH_SYNC=1 ...                                   # also the disk tier with 1 buffer, no overlap
-#   ZT_DISK_STEPS=1 (timed steps after 3 warm-up ones), ZT_DISK_BENCH_SUB_GROUPS=0 (skip the sub-group run)
+#   ZT_DISK_STEPS=1 (timed steps after 3 warm-up ones), ZT_DISK_BENCH_SUB_GROUPS=0 (skip the sub-group run),
+#   ZT_DISK_BENCH_ZERO3=0 (skip the ZeRO-3 run)
 #   ZT_DISK_BENCH_DEEPSPEED=1 ...   # then DeepSpeed's NVMe offload in the same call (scripts/ds_nvme_anchor.sh,
 #                                   # ~5 more minutes; carry [".ds", ".device-deps"]): its async_io op built against
 #                                   # the carried libaio, its own disk rates, ZeRO-2 and ZeRO-3 with
@@ -56,6 +57,10 @@ step() {  # name, then bench_train_step arguments
 # (which cannot overlap the update) is the difference of the two plus the CPU AdamW.
 step step_offload_host --no_overlap_update
 step step_offload_nvme --nvme_path "$dir" --nvme_buffers 4 --nvme_pipeline
+# The same state on disk at ZeRO-3 (parameters on the GPU): DeepSpeed swaps optimizer state only at stage 3,
+# so this is the row beside its ZeRO-3 nvme run.
+[[ ${ZT_DISK_BENCH_ZERO3:-1} == 1 ]] &&
+  step step_offload_nvme_zero3 --nvme_path "$dir" --nvme_buffers 4 --nvme_pipeline --zero_stage 3
 # The same with zero_optimization.sub_group_size 2e7: records of at most 20M elements (host buffers 0.9 GiB
 # instead of the embeddings' 8.8 GiB), the update in 20M-element pieces.
 [[ ${ZT_DISK_BENCH_SUB_GROUPS:-1} == 1 ]] &&
@@ -95,6 +100,7 @@ def optional(name):  # ZT_DISK_BENCH_SYNC, ZT_DISK_BENCH_SUB_GROUPS: a run not a
     return load(name) if (out / name).exists() else {}
 sync = optional("step_offload_nvme_sync.json")
 sub_groups = optional("step_offload_nvme_sub_groups.json")
+zero3 = optional("step_offload_nvme_zero3.json")
 floor_s = max(disk_s or 0, adam_s)
 summary = {
     "dir": str(disk.get("dir")), "dd_write": dd_rate("dd_write.txt"), "dd_read": dd_rate("dd_read.txt"),
@@ -103,6 +109,7 @@ summary = {
     "step_ms_offload_host": host.get("step_ms"), "step_ms_offload_nvme": nvme.get("step_ms"),
     "step_ms_offload_nvme_1_buffer": sync.get("step_ms"),
     "step_ms_offload_nvme_sub_group_2e7": sub_groups.get("step_ms"),
+    "step_ms_offload_nvme_zero3": zero3.get("step_ms"),
 }
 if host.get("step_ms") and nvme.get("step_ms") and floor_s:
     # The disk tier adds the swap traffic to the host-offload step; its optimizer part is compared with the floor.
@@ -123,7 +130,7 @@ if ds_path.exists():  # ZT_DISK_BENCH_DEEPSPEED=1: DeepSpeed's figures beside ou
     if ds.get("errors"):
         summary["deepspeed_errors_in"] = sorted(ds["errors"])
 for name, d in [("bench_disk", disk), ("bench_cpu_adam", adam), ("host", host), ("nvme", nvme),
-                ("nvme_sub_groups", sub_groups)]:
+                ("nvme_sub_groups", sub_groups), ("nvme_zero3", zero3)]:
     if "error" in d:
         summary[f"{name}_error"] = d["error"]
 print(json.dumps(summary, indent=1))
