@@ -208,9 +208,7 @@ void TrainConfig::resolve_impl(const json* ds, std::string_view source, const Re
   ZT_CHECK(!(offload_overlap_update && no_offload_overlap_update),
            "--offload_overlap_update and --no_offload_overlap_update contradict each other: give one");
   ZT_CHECK(
-      !offload_overlap_update ||
-          (zero.offload_optimizer.enabled && !offload_delayed_update && world_size == 1 &&
-           !zero.offload_optimizer.nvme.enabled && !zero.offload_param.nvme.enabled),
+      !offload_overlap_update || offload_overlap_update_applies(),
       "--offload_overlap_update needs zero_optimization.offload_optimizer.device cpu, world size 1 and no "
       "--offload_delayed_update (which overlaps the update already); got offload_optimizer ",
       zero.offload_optimizer.nvme.enabled ? "nvme"
@@ -240,6 +238,11 @@ void TrainConfig::resolve_impl(const json* ds, std::string_view source, const Re
 
 // ---------------------------------------------------------------------------------------------------------
 // describe()
+
+bool TrainConfig::offload_overlap_update_applies() const {
+  return zero.offload_optimizer.enabled && !zero.offload_optimizer.nvme.enabled &&
+         !zero.offload_param.nvme.enabled && !offload_delayed_update && world_size == 1;
+}
 
 std::string TrainConfig::describe() const {
   std::ostringstream text;

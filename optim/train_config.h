@@ -275,6 +275,11 @@ struct TrainConfig {
   // The HF schedule built from the flags (valid when deepspeed_schedule is empty).
   LrSchedule hf_schedule() const;
 
+  // Whether the overlapped CPU update can run, the device aside (resolved): the optimizer offloaded to host
+  // memory, world size 1, no delayed update, nothing on disk. --offload_overlap_update needs it; without
+  // either flag the overlap is on where it holds on a GPU.
+  bool offload_overlap_update_applies() const;
+
   std::map<std::string, Origin, std::less<>> origins;            // key -> where its value came from
   std::map<std::string, std::string, std::less<>> origin_notes;  // key -> e.g. "optimizer.params.lr"
 

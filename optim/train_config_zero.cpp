@@ -186,9 +186,7 @@ void describe_zero(const TrainConfig& c, DescribeWriter& out) {
            c.overlap_optimizer ? "the AdamW on its own stream, the next forward beside it (GPU)" : "");
   // Unasked, the overlap is on where its conditions hold on a GPU
   // (ZeroOffload::overlap_update_where_it_applies).
-  const bool overlap_applies = zero.offload_optimizer.enabled && !zero.offload_optimizer.nvme.enabled &&
-                               !zero.offload_param.nvme.enabled && !c.offload_delayed_update &&
-                               c.world_size == 1 && c.device != DeviceChoice::cpu;
+  const bool overlap_applies = c.offload_overlap_update_applies() && c.device != DeviceChoice::cpu;
   if (c.offload_overlap_update || c.no_offload_overlap_update || !overlap_applies) {
     out.line("offload_overlap_update", show_bool(c.offload_overlap_update),
              c.offload_overlap_update      ? "exact: the next forward waits for each layer's CPU update"
