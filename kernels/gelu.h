@@ -16,4 +16,12 @@ void gelu_forward(const Tensor& x, const Tensor& y);
 // in: dy, x (the forward input); out: dx = dy * gelu'(x) (overwritten; may alias dy).
 void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx);
 
+// The FFN backward's GELU step in one pass over x (the FFN recomputes gelu(x) instead of storing it, and
+// both values need erf(x / sqrt 2)):
+//   y  = gelu(x)              the forward's output again, for the output projection's weight gradient
+//   dx = dy * gelu'(x)        (overwritten; may alias dy)
+// Bitwise gelu_forward(x, y) followed by gelu_backward(dy, x, dx), on every backend and storage dtype.
+// y must not overlap x, dy or dx.
+void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& dx);
+
 }  // namespace zt::kernels

@@ -39,4 +39,15 @@ void dropout_add_layernorm_forward(const Tensor& s, const Tensor& residual, cons
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
 
+// The residual block tail's backward (the reverse of dropout_add_layernorm_forward) in one pass:
+//   dx = LayerNorm backward of dy  (overwritten; may alias dy): the gradient of s, which the residual input
+//                                  receives as it is
+//   ds = Drop'(dx) at `site`       (overwritten): the gradient of the sub-layer's output before its dropout
+//   dgamma, dbeta                  accumulated
+// Bitwise layernorm_backward(dy, x, ..., dx, ...) followed by dropout_backward(dx, ds, site), for every
+// storage dtype. ds must not overlap dy, x or dx.
+void layernorm_dropout_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                const Tensor& rstd, const DropoutSite& site, const Tensor& dx,
+                                const Tensor& ds, const Tensor& dgamma, const Tensor& dbeta);
+
 }  // namespace zt::kernels

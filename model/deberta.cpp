@@ -474,30 +474,33 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
                                grads.shared.conv_weight, grads.shared.conv_bias);
       prof.mark("bwd.conv");
     }
-    // z = LN_o(s2), s2 = Drop(g1 Wo2' + bo2) + y.
+    // z = LN_o(s2), s2 = Drop(g1 Wo2' + bo2) + y: dy = dLN (the residual's share, accumulated into below) and
+    // ds2 = Drop'(dy) from one kernel.
     Tensor ds2 = t1;
-    kernels::layernorm_backward(dz, A(layer_slot(l, "s2"), bld), P.output_ln_weight,
-                                A(layer_slot(l, "ln_o.mean"), {B, L}), A(layer_slot(l, "ln_o.rstd"), {B, L}),
-                                ds2, GP.output_ln_weight, GP.output_ln_bias);
     Tensor dy = A("grad.h_next", bld);
-    kernels::copy(ds2, dy);
-    kernels::dropout_backward(ds2, ds2, site(l, kSiteFfnOutput, hidden_p));
-    Tensor df = A("grad.f", {B, L, I}), g1 = A("grad.g1", {B, L, I});
-    kernels::gelu_forward(A(layer_slot(l, "f1"), {B, L, I}), g1);  // recomputed, not stored
-    kernels::linear_backward(ds2, g1, P.output_weight, df, GP.output_weight, GP.output_bias);
-    kernels::gelu_backward(df, A(layer_slot(l, "f1"), {B, L, I}), df);
+    kernels::layernorm_dropout_backward(
+        dz, A(layer_slot(l, "s2"), bld), P.output_ln_weight, A(layer_slot(l, "ln_o.mean"), {B, L}),
+        A(layer_slot(l, "ln_o.rstd"), {B, L}), site(l, kSiteFfnOutput, hidden_p), dy, ds2,
+        GP.output_ln_weight, GP.output_ln_bias);
+    // g1 = gelu(f1) is recomputed, not stored. The output projection's dx GEMM (dg1 = ds2 Wo2, which reads
+    // only g1's shape) goes first, so that one pass over f1 gives both g1 for the weight gradient and
+    // df = dg1 * gelu'(f1).
+    Tensor df = A("grad.f", {B, L, I}), g1 = A("grad.g1", {B, L, I}), f1 = A(layer_slot(l, "f1"), {B, L, I});
+    kernels::linear_backward(ds2, g1, P.output_weight, df, Tensor(), Tensor());
+    kernels::gelu_recompute_and_backward(df, f1, g1, df);
+    kernels::linear_backward(ds2, g1, P.output_weight, Tensor(), GP.output_weight, GP.output_bias);
     kernels::linear_backward(df, A(layer_slot(l, "y"), bld), P.intermediate_weight, dy,
                              GP.intermediate_weight, GP.intermediate_bias,
                              /*accumulate_dx=*/true);
     prof.mark("bwd.ffn");
     // y = LN_a(s1), s1 = Drop(ctx Wo' + bo) + x.
+    // dx = dLN (the layer-input gradient's residual part, written over dy) and ds1 = Drop'(dx), one kernel.
     Tensor ds1 = dh;  // dh is free again: dz was consumed above
-    kernels::layernorm_backward(dy, A(layer_slot(l, "s1"), bld), P.attention_ln_weight,
-                                A(layer_slot(l, "ln_a.mean"), {B, L}), A(layer_slot(l, "ln_a.rstd"), {B, L}),
-                                ds1, GP.attention_ln_weight, GP.attention_ln_bias);
-    Tensor dx = dy;  // the layer-input gradient: residual part first
-    kernels::copy(ds1, dx);
-    kernels::dropout_backward(ds1, ds1, site(l, kSiteAttentionOutput, hidden_p));
+    Tensor dx = dy;
+    kernels::layernorm_dropout_backward(
+        dy, A(layer_slot(l, "s1"), bld), P.attention_ln_weight, A(layer_slot(l, "ln_a.mean"), {B, L}),
+        A(layer_slot(l, "ln_a.rstd"), {B, L}), site(l, kSiteAttentionOutput, hidden_p), dx, ds1,
+        GP.attention_ln_weight, GP.attention_ln_bias);
     Tensor dctx = t1;
     kernels::linear_backward(ds1, A(layer_slot(l, "ctx"), bld), P.attention_output_weight, dctx,
                              GP.attention_output_weight, GP.attention_output_bias);

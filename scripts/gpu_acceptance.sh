@@ -287,6 +287,18 @@ PY
   tail -8 "$out/attention_vs_df.txt" >>"$log"
   step "stage 0 bs8 profile" --batch 8 --zero_stage 0 --steps 10 --profile
   grep -vE "^\s*$" "$out/err.txt" | tail -40 >"$out/profile_bs8.txt"
+  # Is the bs-8 step launch-bound? The kernels' own time (ncu, serialized) of a 2- and a 4-layer step against
+  # the wall time of the same steps: per layer, (4 - 2) / 2 of each.
+  for layers in 2 4; do
+    step "stage 0 bs8 $layers layers" --batch 8 --zero_stage 0 --steps 20 --layers $layers
+    if command -v ncu >/dev/null; then
+      timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv $bin/bench_train_step --seq 128 \
+        --dtype bf16 --batch 8 --steps 1 --layers $layers >"$out/ncu_bs8_${layers}layers.csv" 2>/dev/null
+      python3 scripts/ncu_kernel_times.py "$out/ncu_bs8_${layers}layers.csv" >"$out/ncu_bs8_${layers}layers.txt" 2>&1
+      say "ncu bs8 $layers layers: $(tail -1 "$out/ncu_bs8_${layers}layers.txt")"
+    fi
+  done
+  step "stage 0 bs8 24 layers" --batch 8 --zero_stage 0 --steps 20
   if command -v nsys >/dev/null; then
     timeout 200 nsys profile -o "$out/bs8" -f true --stats=true $bin/bench_train_step --seq 128 --dtype bf16 \
       --batch 8 --steps 5 >"$out/nsys_bs8.txt" 2>&1

@@ -11,7 +11,7 @@ kernel inside it, and which cuBLAS kernel a GEMM landed on (an `align1` CUTLASS 
 
 bench_train_step runs warmup steps before the timed ones, every step launching the same kernels after some
 one-time launches (initialization), so the last step is the shortest tail of launches that repeats the
-launches just before it (the optimizer's kernel ends each step and runs once per step). Prints the kernels
+launches just before it and holds more than one kernel (the optimizer's kernels end each step). Prints the kernels
 of that step in launch order with their times, then the total. ncu serializes kernels, so the times are each
 kernel alone on the GPU (no overlap), at unlocked clocks.
 """
@@ -54,7 +54,10 @@ def main():
     args = p.parse_args()
     times = read_kernel_times(args.csv)
     names = [name for name, _ in times]
-    period = next((n for n in range(1, len(names) // 2 + 1) if names[-n:] == names[-2 * n:-n]), None)
+    # A window of one kernel name repeats trivially when a step ends in several launches of one kernel (the
+    # multi-tensor AdamW's chunks): the step is the shortest repeating tail with more than one name in it.
+    period = next((n for n in range(1, len(names) // 2 + 1)
+                   if names[-n:] == names[-2 * n:-n] and len(set(names[-n:])) > 1), None)
     if period is None:
         sys.exit(f"{len(times)} kernel launches: no repeating step at the end (profile at least 2 steps)")
     step = times[-period:]

@@ -54,4 +54,18 @@ void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx) {
   gelu_backward_cpu(dy.data_as<float>(), x.data_as<float>(), dx.data_as<float>(), x.numel());
 }
 
+void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& dx) {
+#ifdef ZT_WITH_CUDA
+  if (x.device() == DeviceKind::cuda) return gpu::gelu_recompute_and_backward(dy, x, y, dx, current_stream());
+#endif
+  constexpr const char* op = "gelu_recompute_and_backward";
+  if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
+  check_cpu_arg(y, DType::f32, op, "y");
+  check_same_shape(y, x, op, "y", "x");
+  ZT_CHECK(!overlaps(y, x) && !overlaps(y, dy) && !overlaps(y, dx), op, ": y must not overlap x, dy or dx");
+  // The reference is the two passes it fuses (gelu_backward checks the rest).
+  gelu_forward(x, y);
+  gelu_backward(dy, x, dx);
+}
+
 }  // namespace zt::kernels

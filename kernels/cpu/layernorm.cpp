@@ -161,4 +161,26 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
                          dgamma.data_as<float>(), dbeta.data_as<float>());
 }
 
+void layernorm_dropout_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                const Tensor& rstd, const DropoutSite& site, const Tensor& dx,
+                                const Tensor& ds, const Tensor& dgamma, const Tensor& dbeta) {
+#ifdef ZT_WITH_CUDA
+  if (x.device() == DeviceKind::cuda) {
+    return gpu::layernorm_dropout_backward(dy, x, gamma, mean, rstd, site, dx, ds, dgamma, dbeta,
+                                           current_stream());
+  }
+#endif
+  constexpr const char* op = "layernorm_dropout_backward";
+  if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
+  // ds is checked before anything is written (layernorm_backward checks the rest first too).
+  check_cpu_arg(ds, DType::f32, op, "ds");
+  check_same_shape(ds, x, op, "ds", "x");
+  ZT_CHECK(!overlaps(ds, dy) && !overlaps(ds, x) && !overlaps(ds, dx), op,
+           ": ds must not overlap dy, x or dx");
+  ZT_CHECK(site.p >= 0.0f && site.p < 1.0f, op, ": drop probability must be in [0, 1), got ", site.p);
+  // The reference is the unfused sequence itself (the CUDA kernel saves the passes over memory).
+  layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  dropout_backward(dx, ds, site);
+}
+
 }  // namespace zt::kernels

@@ -11,24 +11,66 @@ constexpr float kInvSqrt2 = 0.70710678118654752440f;
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
 
 // gelu(x) = x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2; the same expression order as the CPU reference.
+// e = erf(x / sqrt 2) is an argument so that the fused recompute-and-backward shares it: every kernel below
+// evaluates these same two expressions, so they round (and contract into FMAs) alike.
+__device__ __forceinline__ float gelu_of(float x, float e) {
+  return 0.5f * x * (1.0f + e);
+}
+// dx = dy * (Phi(x) + x * phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+__device__ __forceinline__ float gelu_grad_of(float dy, float x, float e) {
+  const float cdf = 0.5f * (1.0f + e);
+  const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
+  return dy * (cdf + x * pdf);
+}
+__device__ __forceinline__ float erf_term(float x) {
+  return erff(x * kInvSqrt2);
+}
+
 struct GeluForwardOp {
   using Group = NoGroupState;
   __device__ Group group(uint64_t) const { return {}; }
-  __device__ float operator()(const Group&, int64_t, float x) const {
-    return 0.5f * x * (1.0f + erff(x * kInvSqrt2));
-  }
+  __device__ float operator()(const Group&, int64_t, float x) const { return gelu_of(x, erf_term(x)); }
 };
 
-// dx = dy * (Phi(x) + x * phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
 struct GeluBackwardOp {
   using Group = NoGroupState;
   __device__ Group group(uint64_t) const { return {}; }
   __device__ float operator()(const Group&, int64_t, float dy, float x) const {
-    const float cdf = 0.5f * (1.0f + erff(x * kInvSqrt2));
-    const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
-    return dy * (cdf + x * pdf);
+    return gelu_grad_of(dy, x, erf_term(x));
   }
 };
+
+// y = gelu(x), dx = dy * gelu'(x): one Pack128 of each tensor per work item on the vector path (every pointer
+// 16-byte aligned; the last partial pack element by element), single elements otherwise. Each thread reads
+// dy[i] before writing dx[i], so dx may alias dy.
+template <typename T, bool kVector>
+__global__ void gelu_recompute_backward_kernel(const T* dy, const T* x, T* y, T* dx, int64_t n) {
+  constexpr int kItem = kVector ? Pack128<T>::kSize : 1;
+  const int64_t items = (n + kItem - 1) / kItem;
+  auto one = [&](int64_t i) {
+    const float xi = to_float(x[i]), e = erf_term(xi);
+    const float d = to_float(dy[i]);
+    y[i] = from_float<T>(gelu_of(xi, e));
+    dx[i] = from_float<T>(gelu_grad_of(d, xi, e));
+  };
+  for (int64_t item = global_thread_index(); item < items; item += grid_thread_count()) {
+    const int64_t first = item * kItem;
+    if (kVector && first + kItem <= n) {
+      const Pack128<T> xs = load128(x + first), ds = load128(dy + first);
+      Pack128<T> ys, dxs;
+#pragma unroll
+      for (int k = 0; k < kItem; ++k) {
+        const float xi = to_float(xs.v[k]), e = erf_term(xi);
+        ys.v[k] = from_float<T>(gelu_of(xi, e));
+        dxs.v[k] = from_float<T>(gelu_grad_of(to_float(ds.v[k]), xi, e));
+      }
+      store128(y + first, ys);
+      store128(dx + first, dxs);
+    } else {
+      for (int64_t i = first; i < first + kItem && i < n; ++i) one(i);
+    }
+  }
+}
 
 }  // namespace
 
@@ -54,6 +96,35 @@ void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx, cudaStre
     using T = decltype(tag);
     launch_pointwise<T, 2>(GeluBackwardOp{}, x.numel(), typed<T>(dx), {typed<T>(dy), typed<T>(x)}, stream,
                            op);
+  });
+}
+
+void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& dx,
+                                 cudaStream_t stream) {
+  constexpr const char* op = "gelu_recompute_and_backward";
+  check_cuda_arg(x, x.dtype(), op, "x");
+  check_cuda_arg(dy, x.dtype(), op, "dy");
+  check_cuda_arg(y, x.dtype(), op, "y");
+  check_cuda_arg(dx, x.dtype(), op, "dx");
+  check_same_shape(dy, x, op, "dy", "x");
+  check_same_shape(y, x, op, "y", "x");
+  check_same_shape(dx, x, op, "dx", "x");
+  ZT_CHECK(!overlaps(y, x) && !overlaps(y, dy) && !overlaps(y, dx), op, ": y must not overlap x, dy or dx");
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  dispatch_float_storage(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const bool vector = is_aligned16(dy.data()) && is_aligned16(x.data()) && is_aligned16(y.data()) &&
+                        is_aligned16(dx.data());
+    if (vector) {
+      gelu_recompute_backward_kernel<T, true>
+          <<<blocks_for((n + Pack128<T>::kSize - 1) / Pack128<T>::kSize), kThreadsPerBlock, 0, stream>>>(
+              typed<T>(dy), typed<T>(x), typed<T>(y), typed<T>(dx), n);
+    } else {
+      gelu_recompute_backward_kernel<T, false><<<blocks_for(n), kThreadsPerBlock, 0, stream>>>(
+          typed<T>(dy), typed<T>(x), typed<T>(y), typed<T>(dx), n);
+    }
+    ZT_CUDA_CHECK_LAUNCH(op);
   });
 }
 

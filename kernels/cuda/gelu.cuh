@@ -14,4 +14,9 @@ void gelu_forward(const Tensor& x, const Tensor& y, cudaStream_t stream);
 // in: dy, x; out: dx = dy * gelu'(x) (may alias dy).
 void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx, cudaStream_t stream);
 
+// in: dy, x; out: y = gelu(x) (must not overlap x, dy, dx) and dx = dy * gelu'(x) (may alias dy), one kernel
+// over one read of x, bitwise gelu_forward then gelu_backward.
+void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& dx,
+                                 cudaStream_t stream);
+
 }  // namespace zt::kernels::gpu

@@ -140,31 +140,103 @@ __global__ void dropout_add_layernorm_forward_kernel(T* s, const T* residual, Dr
   }
 }
 
-// One warp per row, g = dy * gamma, xhat = (x - mu) * rstd:
-//   dx = rstd * (g - mean_j g - xhat * mean_j(g * xhat))
-// Reads dy[j] before writing dx[j] in the same thread, so dx may alias dy.
+// The backward's two row means, mean_j g and mean_j (g * xhat) with g = dy * gamma, xhat = (x - mu) * rstd,
+// by the 32 lanes of a warp over row dyr / xr (every lane gets both). The element partition of
+// for_row_elements<kVector> fixes the summation order, and with it every bit of dx.
+template <typename T, typename W, bool kVector>
+__device__ __forceinline__ float2 dx_row_means(const T* dyr, const T* xr, const W* gamma, float mu,
+                                               float inv_std, int64_t dim, int lane) {
+  float sum_g = 0.0f, sum_g_xhat = 0.0f;
+  for_row_elements<T, kVector>(dyr, dim, lane, [&](int64_t j, float d) {
+    const float g = d * to_float(gamma[j]);
+    sum_g += g;
+    sum_g_xhat += g * ((to_float(xr[j]) - mu) * inv_std);
+  });
+  const float inv_dim = 1.0f / static_cast<float>(dim);
+  return {warp_sum(sum_g) * inv_dim, warp_sum(sum_g_xhat) * inv_dim};
+}
+
+// dx = rstd * (g - mean_j g - xhat * mean_j(g * xhat)) for one element (means from dx_row_means): the one
+// expression both dx kernels evaluate, so they round alike.
+__device__ __forceinline__ float dx_of(float d, float gamma, float x, float mu, float inv_std, float2 means) {
+  const float xhat = (x - mu) * inv_std;
+  return inv_std * (d * gamma - means.x - xhat * means.y);
+}
+
+// One warp per row. Reads dy[j] before writing dx[j] in the same thread (and every lane has read its part
+// of the row for the means before warp_sum returns), so dx may alias dy.
 template <typename T, typename W, bool kVector>
 __global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const W* gamma, const float* mean,
                                              const float* rstd, int64_t rows, int64_t dim, T* dx) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const float inv_dim = 1.0f / static_cast<float>(dim);
   for (int64_t r = first_row; r < rows; r += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
     const T* dyr = dy + r * dim;
     const T* xr = x + r * dim;
     const float mu = mean[r], inv_std = rstd[r];
-    float sum_g = 0.0f, sum_g_xhat = 0.0f;
-    for_row_elements<T, kVector>(dyr, dim, lane, [&](int64_t j, float d) {
-      const float g = d * to_float(gamma[j]);
-      sum_g += g;
-      sum_g_xhat += g * ((to_float(xr[j]) - mu) * inv_std);
-    });
-    const float mean_g = warp_sum(sum_g) * inv_dim;
-    const float mean_g_xhat = warp_sum(sum_g_xhat) * inv_dim;
+    const float2 means = dx_row_means<T, W, kVector>(dyr, xr, gamma, mu, inv_std, dim, lane);
     T* dxr = dx + r * dim;
     for (int64_t j = lane; j < dim; j += 32) {
-      const float xhat = (to_float(xr[j]) - mu) * inv_std;
-      dxr[j] = from_float<T>(inv_std * (to_float(dyr[j]) * to_float(gamma[j]) - mean_g - xhat * mean_g_xhat));
+      dxr[j] =
+          from_float<T>(dx_of(to_float(dyr[j]), to_float(gamma[j]), to_float(xr[j]), mu, inv_std, means));
+    }
+  }
+}
+
+// The residual tail's backward: dx as layernorm_backward_dx_kernel writes it, and ds = Drop'(dx) — the stored
+// dx times the keep mask of flat index i over 1 - p, rounded as dropout_backward stores it (or dx itself at
+// p = 0). kVectorOut (kVector and dx, ds 16-byte aligned): each lane writes the Pack128 slices it read for
+// the means, a pack holding whole Philox groups (dim is a multiple of the pack); otherwise single elements,
+// one Philox block per element. dx may alias dy as above; ds overlaps nothing.
+template <typename T, typename W, bool kVector, bool kVectorOut>
+__global__ void layernorm_dropout_backward_dx_kernel(const T* dy, const T* x, const W* gamma,
+                                                     const float* mean, const float* rstd, int64_t rows,
+                                                     int64_t dim, DropoutMaskOp mask, bool dropout, T* dx,
+                                                     T* ds) {
+  static_assert(kVector || !kVectorOut, "the vector stores need the vector row partition");
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  auto dropped = [&](const PhiloxCounter& bits, int64_t i, T v) {
+    return dropout ? from_float<T>(mask(bits, i, to_float(v))) : v;
+  };
+  for (int64_t r = first_row; r < rows; r += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
+    const T* dyr = dy + r * dim;
+    const T* xr = x + r * dim;
+    const float mu = mean[r], inv_std = rstd[r];
+    const float2 means = dx_row_means<T, W, kVector>(dyr, xr, gamma, mu, inv_std, dim, lane);
+    T* dxr = dx + r * dim;
+    T* dsr = ds + r * dim;
+    const int64_t row_start =
+        r * dim;  // flat index of the row's first element: the mask counts over the tensor
+    if constexpr (kVectorOut) {
+      constexpr int kPack = Pack128<T>::kSize;
+      for (int64_t j0 = static_cast<int64_t>(lane) * kPack; j0 < dim; j0 += 32 * kPack) {
+        const Pack128<T> dys = load128(dyr + j0), xs = load128(xr + j0);
+        Pack128<T> dxs, dss;
+#pragma unroll
+        for (int g = 0; g < kPack / 4; ++g) {
+          const int64_t first = row_start + j0 + 4 * g;
+          const PhiloxCounter bits = dropout ? mask.group(static_cast<uint64_t>(first) / 4) : PhiloxCounter{};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int e = 4 * g + k;
+            dxs.v[e] = from_float<T>(
+                dx_of(to_float(dys.v[e]), to_float(gamma[j0 + e]), to_float(xs.v[e]), mu, inv_std, means));
+            dss.v[e] = dropped(bits, first + k, dxs.v[e]);
+          }
+        }
+        store128(dxr + j0, dxs);
+        store128(dsr + j0, dss);
+      }
+    } else {
+      for (int64_t j = lane; j < dim; j += 32) {
+        const int64_t i = row_start + j;
+        const PhiloxCounter bits = dropout ? mask.group(static_cast<uint64_t>(i) / 4) : PhiloxCounter{};
+        const T v =
+            from_float<T>(dx_of(to_float(dyr[j]), to_float(gamma[j]), to_float(xr[j]), mu, inv_std, means));
+        dxr[j] = v;
+        dsr[j] = dropped(bits, i, v);
+      }
     }
   }
 }
@@ -326,10 +398,17 @@ void dropout_add_layernorm_forward(const Tensor& s, const Tensor& residual, cons
   });
 }
 
-void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                        cudaStream_t stream) {
-  constexpr const char* op = "layernorm_backward";
+namespace {
+
+// layernorm_backward, and with `drop` (ds and its site) layernorm_dropout_backward: the argument checks, the
+// parameter-gradient partials and their in-order sums, then the dx kernel.
+struct DropoutOutput {
+  const Tensor* ds;
+  DropoutSite site;
+};
+void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                              const DropoutOutput* drop, cudaStream_t stream, const char* op) {
   check_cuda_arg(x, x.dtype(), op, "x");
   check_cuda_arg(dy, x.dtype(), op, "dy");
   check_cuda_arg(dx, x.dtype(), op, "dx");
@@ -348,6 +427,15 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
   check_shape(dbeta, Shape{dim}, "layernorm_backward: dbeta");
   ZT_CHECK(mean.numel() == rows && rstd.numel() == rows, op, ": mean and rstd need ", rows, " elements, got ",
            mean.numel(), " and ", rstd.numel());
+  if (drop != nullptr) {
+    const Tensor& ds = *drop->ds;
+    check_cuda_arg(ds, x.dtype(), op, "ds");
+    check_same_shape(ds, x, op, "ds", "x");
+    ZT_CHECK(!overlaps(ds, dy) && !overlaps(ds, x) && !overlaps(ds, dx), op,
+             ": ds must not overlap dy, x or dx");
+    ZT_CHECK(drop->site.p >= 0.0f && drop->site.p < 1.0f, op, ": drop probability must be in [0, 1), got ",
+             drop->site.p);
+  }
   if (rows == 0 || dim == 0) return;
   const ChunkPlan plan = plan_chunks(rows);
   DeviceBuffer scratch =
@@ -368,14 +456,47 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
     // dgamma[j] += sum_c partial_gamma[c, j], dbeta[j] += sum_c partial_beta[c, j], in a fixed order.
     add_chunk_partials(partial_gamma, plan.chunks, dim, typed<float>(dgamma), stream);
     add_chunk_partials(partial_beta, plan.chunks, dim, typed<float>(dbeta), stream);
-    const auto dx_kernel = rows_vectorizable<T>(dim, {dy.data(), x.data()})
-                               ? layernorm_backward_dx_kernel<T, W, true>
-                               : layernorm_backward_dx_kernel<T, W, false>;
-    dx_kernel<<<row_blocks(rows), kThreadsPerBlock, 0, stream>>>(typed<T>(dy), typed<T>(x), typed<W>(gamma),
-                                                                 typed<float>(mean), typed<float>(rstd), rows,
-                                                                 dim, typed<T>(dx));
-    ZT_CUDA_CHECK_LAUNCH("layernorm_backward_dx");
+    const bool row_vector = rows_vectorizable<T>(dim, {dy.data(), x.data()});
+    if (drop == nullptr) {
+      const auto dx_kernel =
+          row_vector ? layernorm_backward_dx_kernel<T, W, true> : layernorm_backward_dx_kernel<T, W, false>;
+      dx_kernel<<<row_blocks(rows), kThreadsPerBlock, 0, stream>>>(typed<T>(dy), typed<T>(x), typed<W>(gamma),
+                                                                   typed<float>(mean), typed<float>(rstd),
+                                                                   rows, dim, typed<T>(dx));
+      ZT_CUDA_CHECK_LAUNCH("layernorm_backward_dx");
+      return;
+    }
+    // p == 0: dropout_backward is a copy, and so is the kernel's second output (no Philox rounds).
+    const DropoutSite& site = drop->site;
+    const bool dropout = site.p != 0.0f;
+    const DropoutMaskOp mask{site.p, dropout ? 1.0f / (1.0f - site.p) : 1.0f, site.seed, site.site_id};
+    const bool out_vector = row_vector && is_aligned16(dx.data()) && is_aligned16(drop->ds->data());
+    const auto kernel = out_vector   ? layernorm_dropout_backward_dx_kernel<T, W, true, true>
+                        : row_vector ? layernorm_dropout_backward_dx_kernel<T, W, true, false>
+                                     : layernorm_dropout_backward_dx_kernel<T, W, false, false>;
+    kernel<<<row_blocks(rows), kThreadsPerBlock, 0, stream>>>(
+        typed<T>(dy), typed<T>(x), typed<W>(gamma), typed<float>(mean), typed<float>(rstd), rows, dim, mask,
+        dropout, typed<T>(dx), typed<T>(*drop->ds));
+    ZT_CUDA_CHECK_LAUNCH("layernorm_dropout_backward_dx");
   });
+}
+
+}  // namespace
+
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                        cudaStream_t stream) {
+  queue_layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, nullptr, stream,
+                           "layernorm_backward");
+}
+
+void layernorm_dropout_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                const Tensor& rstd, const DropoutSite& site, const Tensor& dx,
+                                const Tensor& ds, const Tensor& dgamma, const Tensor& dbeta,
+                                cudaStream_t stream) {
+  const DropoutOutput drop{&ds, site};
+  queue_layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, &drop, stream,
+                           "layernorm_dropout_backward");
 }
 
 }  // namespace zt::kernels::gpu

@@ -38,4 +38,11 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         cudaStream_t stream);
 
+// The above, and ds = Drop'(dx) at `site` written by the same kernel (kernels/layernorm.h): bitwise equal to
+// layernorm_backward then dropout_backward(dx, ds, site) on the same stream. ds overlaps none of dy, x, dx.
+void layernorm_dropout_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                const Tensor& rstd, const DropoutSite& site, const Tensor& dx,
+                                const Tensor& ds, const Tensor& dgamma, const Tensor& dbeta,
+                                cudaStream_t stream);
+
 }  // namespace zt::kernels::gpu

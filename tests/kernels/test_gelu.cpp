@@ -65,6 +65,23 @@ TEST(Gelu, InPlaceForwardAndBackward) {
   EXPECT_TRUE(test::all_close("dx in place", dy_inplace, dx, {0, 0}));
 }
 
+TEST(Gelu, RecomputeAndBackwardEqualsForwardThenBackward) {
+  std::vector<float> x = test::random_uniform(35, 26, -4.0f, 4.0f);
+  std::vector<float> dy = test::random_uniform(35, 27);
+  std::vector<float> y_ref(35), dx_ref(35);
+  gelu_forward(f32_view(x, {5, 7}), f32_view(y_ref, {5, 7}));
+  gelu_backward(f32_view(dy, {5, 7}), f32_view(x, {5, 7}), f32_view(dx_ref, {5, 7}));
+  std::vector<float> y(35, 3.0f), d = dy;  // dx written over dy, as the FFN backward does
+  gelu_recompute_and_backward(f32_view(d, {5, 7}), f32_view(x, {5, 7}), f32_view(y, {5, 7}),
+                              f32_view(d, {5, 7}));
+  EXPECT_TRUE(test::all_close("y", y, y_ref, {0, 0}));
+  EXPECT_TRUE(test::all_close("dx", d, dx_ref, {0, 0}));
+  // y over x would destroy the input the gradient still needs.
+  EXPECT_THROW(gelu_recompute_and_backward(f32_view(d, {5, 7}), f32_view(x, {5, 7}), f32_view(x, {5, 7}),
+                                           f32_view(d, {5, 7})),
+               Error);
+}
+
 TEST(Gelu, RejectsMismatchedShapes) {
   std::vector<float> x(12), y(12);
   EXPECT_THROW(gelu_forward(f32_view(x, {3, 4}), f32_view(y, {4, 3})), Error);

@@ -224,5 +224,63 @@ TEST(DropoutAddLayerNorm, RejectsOverlapsAndBadProbabilityBeforeWriting) {
   EXPECT_EQ(bits_of(s), bits_of(s0));
 }
 
+TEST(LayerNormDropoutBackward, BitwiseEqualToLayerNormBackwardThenDropoutBackward) {
+  for (const auto& [rows, dim] : {std::pair{1, 13}, std::pair{37, 13}, std::pair{37, 771}}) {
+    for (float p : {0.0f, 0.1f}) {
+      SCOPED_TRACE(testing::Message() << "rows " << rows << ", dim " << dim << ", p " << p);
+      const Shape shape{rows, dim}, row_shape{rows}, dim_shape{dim};
+      const int64_t n = shape.numel();
+      const DropoutSite site{.p = p, .seed = 0x5eed1234abcdull, .site_id = dropout_site_id(17, 3, 1)};
+      std::vector<float> x = test::random_uniform(n, 51, -2.0f, 2.0f), dy = test::random_uniform(n, 52);
+      std::vector<float> gamma = test::random_uniform(dim, 53, 0.5f, 1.5f), beta(dim, 0.0f);
+      std::vector<float> y(n), mean(rows), rstd(rows);
+      layernorm_forward(f32_view(x, shape), f32_view(gamma, dim_shape), f32_view(beta, dim_shape), kEps,
+                        f32_view(y, shape), f32_view(mean, row_shape), f32_view(rstd, row_shape));
+      const std::vector<float> dg0 = test::random_uniform(dim, 54), db0 = test::random_uniform(dim, 55);
+
+      std::vector<float> dx_ref(n), ds_ref(n), dg_ref = dg0, db_ref = db0;
+      layernorm_backward(f32_view(dy, shape), f32_view(x, shape), f32_view(gamma, dim_shape),
+                         f32_view(mean, row_shape), f32_view(rstd, row_shape), f32_view(dx_ref, shape),
+                         f32_view(dg_ref, dim_shape), f32_view(db_ref, dim_shape));
+      dropout_backward(f32_view(dx_ref, shape), f32_view(ds_ref, shape), site);
+
+      std::vector<float> d = dy, ds(n), dg = dg0, db = db0;  // dx written over dy, as the model does
+      layernorm_dropout_backward(f32_view(d, shape), f32_view(x, shape), f32_view(gamma, dim_shape),
+                                 f32_view(mean, row_shape), f32_view(rstd, row_shape), site,
+                                 f32_view(d, shape), f32_view(ds, shape), f32_view(dg, dim_shape),
+                                 f32_view(db, dim_shape));
+      EXPECT_EQ(bits_of(d), bits_of(dx_ref));
+      EXPECT_EQ(bits_of(ds), bits_of(ds_ref));
+      EXPECT_EQ(bits_of(dg), bits_of(dg_ref));
+      EXPECT_EQ(bits_of(db), bits_of(db_ref));
+      if (p > 0.0f && n >= 100) {  // the mask did drop something
+        int64_t dropped = 0;
+        for (int64_t i = 0; i < n; ++i) dropped += ds[i] == 0.0f && d[i] != 0.0f;
+        EXPECT_GT(dropped, 0);
+      }
+    }
+  }
+}
+
+TEST(LayerNormDropoutBackward, RejectsOverlapsAndBadProbabilityBeforeWriting) {
+  const int rows = 2, dim = 5;
+  const Shape shape{rows, dim};
+  std::vector<float> x = test::random_uniform(rows * dim, 56), dy = test::random_uniform(rows * dim, 57);
+  std::vector<float> dx(rows * dim), ds(rows * dim), gamma(dim, 1.0f), mean(rows, 0.0f), rstd(rows, 1.0f);
+  std::vector<float> dg(dim, 0.0f), db(dim, 0.0f);
+  const std::vector<float> dy0 = dy;
+  auto run = [&](const Tensor& out_ds, float p) {
+    layernorm_dropout_backward(f32_view(dy, shape), f32_view(x, shape), f32_view(gamma, {dim}),
+                               f32_view(mean, {rows}), f32_view(rstd, {rows}),
+                               DropoutSite{.p = p, .seed = 1, .site_id = 2}, f32_view(dy, shape), out_ds,
+                               f32_view(dg, {dim}), f32_view(db, {dim}));
+  };
+  EXPECT_THROW(run(f32_view(dy, shape), 0.1f), Error);  // ds over dy (and dx)
+  EXPECT_THROW(run(f32_view(x, shape), 0.1f), Error);   // ds over x
+  EXPECT_THROW(run(f32_view(ds, shape), 1.0f), Error);  // p outside [0, 1)
+  EXPECT_EQ(bits_of(dy), bits_of(dy0));
+  EXPECT_EQ(bits_of(dg), bits_of(std::vector<float>(dim, 0.0f)));
+}
+
 }  // namespace
 }  // namespace zt::kernels

@@ -1,7 +1,8 @@
 // GPU LayerNorm against the CPU reference, per storage dtype, with gamma/beta stored in the same dtype or in
 // f32, on odd shapes, aligned and misaligned; the parameter-gradient reduction is checked for determinism.
-// The fused dropout + residual + LayerNorm forward is checked bit for bit against the three GPU kernels in
-// turn, and against the CPU reference within the dtype's tolerance.
+// The fused dropout + residual + LayerNorm forward, and the fused LayerNorm + dropout backward, are checked
+// bit for bit against the GPU kernels they replace run in turn, and against the CPU reference within the
+// dtype's tolerance.
 #include <gtest/gtest.h>
 
 #include "tests/support/gpu.h"
@@ -235,6 +236,84 @@ INSTANTIATE_TEST_SUITE_P(
       return test::gpu_case_name(info.param.base) +
              (info.param.residual_offset != info.param.base.offset ? "_misaligned_residual" : "");
     });
+
+// The residual tail's backward: dx (written over dy, as the model does) and ds = Drop'(dx) from one kernel,
+// against layernorm_backward then dropout_backward on the GPU (bit for bit, gamma in both storage dtypes) and
+// the CPU reference. FusedCase::residual_offset is ds's offset here: 1 takes the scalar stores.
+class LayerNormDropoutBackwardGpu : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(LayerNormDropoutBackwardGpu, BitwiseEqualToTwoKernelsAndCloseToCpu) {
+  ZT_SKIP_WITHOUT_GPU();
+  const GpuCase c = GetParam().base;
+  const int64_t dim = c.shape[c.shape.rank - 1], rows = c.shape.numel() / dim;
+  const Shape row_shape{rows}, dim_shape{dim};
+  std::vector<float> x = round_through(c.dtype, random_floats(c.shape.numel(), 41));
+  std::vector<float> dy = round_through(c.dtype, random_floats(c.shape.numel(), 42));
+  const std::vector<float> dgamma0 = random_floats(dim, 45), dbeta0 = random_floats(dim, 46);
+  for (const DType param_dtype : {c.dtype, DType::f32}) {
+    std::vector<float> gamma = round_through(param_dtype, random_floats(dim, 43, 0.5f, 1.5f));
+    std::vector<float> beta = round_through(param_dtype, random_floats(dim, 44, -0.5f, 0.5f));
+    DeviceArray gx(c.dtype, c.shape, c.offset), gy(c.dtype, c.shape, c.offset);
+    DeviceArray ggamma(param_dtype, dim_shape), gbeta(param_dtype, dim_shape);
+    DeviceArray gmean(DType::f32, row_shape), grstd(DType::f32, row_shape);
+    gx.upload(x);
+    ggamma.upload(gamma);
+    gbeta.upload(beta);
+    layernorm_forward(gx.tensor(), ggamma.tensor(), gbeta.tensor(), kEps, gy.tensor(), gmean.tensor(),
+                      grstd.tensor());
+    std::vector<float> mean = gmean.download(), rstd = grstd.download();
+    for (float p : {0.0f, 0.1f}) {
+      SCOPED_TRACE(testing::Message() << "p " << p << " gamma " << dtype_name(param_dtype));
+      const DropoutSite site{p, 0x5eed1234abcdull, dropout_site_id(17, 3, 2)};
+      // The two kernels in turn.
+      DeviceArray gdy_seq(c.dtype, c.shape, c.offset), gdx_seq(c.dtype, c.shape, c.offset),
+          gds_seq(c.dtype, c.shape, GetParam().residual_offset);
+      DeviceArray gdg_seq(DType::f32, dim_shape), gdb_seq(DType::f32, dim_shape);
+      gdy_seq.upload(dy);
+      gdg_seq.upload(dgamma0);
+      gdb_seq.upload(dbeta0);
+      layernorm_backward(gdy_seq.tensor(), gx.tensor(), ggamma.tensor(), gmean.tensor(), grstd.tensor(),
+                         gdx_seq.tensor(), gdg_seq.tensor(), gdb_seq.tensor());
+      dropout_backward(gdx_seq.tensor(), gds_seq.tensor(), site);
+      // The fused kernel, dx over dy.
+      DeviceArray gd(c.dtype, c.shape, c.offset), gds(c.dtype, c.shape, GetParam().residual_offset);
+      DeviceArray gdg(DType::f32, dim_shape), gdb(DType::f32, dim_shape);
+      gd.upload(dy);
+      gdg.upload(dgamma0);
+      gdb.upload(dbeta0);
+      layernorm_dropout_backward(gd.tensor(), gx.tensor(), ggamma.tensor(), gmean.tensor(), grstd.tensor(),
+                                 site, gd.tensor(), gds.tensor(), gdg.tensor(), gdb.tensor());
+      const std::vector<float> dx = gd.download(), ds = gds.download();
+      EXPECT_TRUE(bitwise_equal("dx", dx, gdx_seq.download()));
+      EXPECT_TRUE(bitwise_equal("ds", ds, gds_seq.download()));
+      EXPECT_TRUE(bitwise_equal("dgamma", gdg.download(), gdg_seq.download()));
+      EXPECT_TRUE(bitwise_equal("dbeta", gdb.download(), gdb_seq.download()));
+
+      // The CPU reference (f32) on the same inputs and statistics.
+      std::vector<float> dy_ref = dy, dx_ref(x.size()), ds_ref(x.size()), dg_ref = dgamma0, db_ref = dbeta0;
+      layernorm_dropout_backward(test::f32_view(dy_ref, c.shape), test::f32_view(x, c.shape),
+                                 test::f32_view(gamma, dim_shape), test::f32_view(mean, row_shape),
+                                 test::f32_view(rstd, row_shape), site, test::f32_view(dx_ref, c.shape),
+                                 test::f32_view(ds_ref, c.shape), test::f32_view(dg_ref, dim_shape),
+                                 test::f32_view(db_ref, dim_shape));
+      EXPECT_TRUE(test::all_close("dx vs CPU", dx, dx_ref, tolerance_for(c.dtype)));
+      EXPECT_TRUE(test::all_close("ds vs CPU", ds, ds_ref, tolerance_for(c.dtype)));
+      EXPECT_TRUE(test::all_close("dgamma vs CPU", gdg.download(), dg_ref, tolerance_for(DType::f32)));
+      // ds over dy is refused before anything is written.
+      EXPECT_THROW(layernorm_dropout_backward(gd.tensor(), gx.tensor(), ggamma.tensor(), gmean.tensor(),
+                                              grstd.tensor(), site, gdx_seq.tensor(), gd.tensor(),
+                                              gdg.tensor(), gdb.tensor()),
+                   Error);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DtypesShapes, LayerNormDropoutBackwardGpu, ::testing::ValuesIn(fused_cases()),
+                         [](const auto& info) {
+                           return test::gpu_case_name(info.param.base) +
+                                  (info.param.residual_offset != info.param.base.offset ? "_misaligned_ds"
+                                                                                        : "");
+                         });
 
 }  // namespace
 }  // namespace zt::kernels

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# A/B of the xlarge training step on the GPU machine, this tree against a base tree, in one device call:
+#
+#   git archive <base> | (mkdir -p .ab-base && tar -x -C .ab-base)    # here, before the call
+#   scripts/gpu_step_ab.sh [tests...]                                  # there (carry [".ab-base", ...])
+#
+# Builds bench_train_step in both trees (build-gpu/ and .ab-base/build-gpu/), runs the named GPU test binaries
+# of this tree first (a kernel change is timed only once it passes), then bs 40 and bs 8 (seq 128, bf16,
+# dropout 0.1) alternating base / new three times each, so drift on the machine shows in both columns, and
+# one profiled step of each at bs 40. One line per run in $OUT/ab.log; the profiles beside it.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+out=${OUT:-$PWD/ab-out}
+mkdir -p "$out"
+log="$out/ab.log"
+export NCCL_NVLS_ENABLE=0
+say() { echo "$*" | tee -a "$log"; }
+start=$(date +%s)
+elapsed() { echo "$(($(date +%s) - start)) s"; }
+[[ -d .ab-base ]] || { say "no .ab-base tree (see the top of this script)"; exit 2; }
+
+build() {  # tree, targets...
+  local tree=$1
+  shift
+  # shellcheck disable=SC2046  # the flags are words
+  (cd "$tree" && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release $(scripts/device_cmake_flags.sh) \
+    >"$out/configure_$(basename "$tree").log" 2>&1 &&
+    cmake --build build-gpu -j"$(nproc)" --target "$@" >"$out/build_$(basename "$tree").log" 2>&1) ||
+    { say "build of $tree failed:"; grep -B2 -A8 "error" "$out/build_$(basename "$tree").log" | head -40; exit 1; }
+}
+build . bench_train_step "$@"
+build .ab-base bench_train_step
+say "built both trees: $(elapsed)"
+
+for t in "$@"; do
+  timeout 300 build-gpu/bin/"$t" --gtest_brief=1 >"$out/$t.txt" 2>&1
+  say "$t exit $?: $(grep -E '^\[  (PASSED|FAILED)' "$out/$t.txt" | tr '\n' ' ')"
+done
+
+run() {  # label, binary, flags...
+  local label=$1 bin=$2
+  shift 2
+  local line
+  line=$(timeout 150 "$bin" --seq 128 --dtype bf16 --dropout 0.1 "$@" 2>"$out/err.txt" | tail -1)
+  if [[ "$line" == \{* ]]; then
+    say "$label: $(echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("step_ms", r["step_ms"], "peak_gib", r["peak_gib"], "loss_last", r["losses"][-1])')"
+  else
+    say "$label: FAILED $(tail -3 "$out/err.txt" | tr '\n' ' ')"
+  fi
+}
+for bs in 40 8; do
+  for rep in 1 2 3; do
+    run "bs$bs base #$rep" .ab-base/build-gpu/bin/bench_train_step --batch "$bs" --steps 20
+    run "bs$bs new  #$rep" build-gpu/bin/bench_train_step --batch "$bs" --steps 20
+  done
+done
+for which in base new; do
+  bin=build-gpu/bin/bench_train_step
+  [[ $which == base ]] && bin=.ab-base/build-gpu/bin/bench_train_step
+  "$bin" --seq 128 --dtype bf16 --dropout 0.1 --batch 40 --steps 10 --profile >/dev/null 2>"$out/profile_bs40_$which.txt"
+done
+say "done: $(elapsed)"
