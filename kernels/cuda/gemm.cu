@@ -38,26 +38,37 @@ constexpr int kRowLanes = 8;     // row partial sums per column within a block
 constexpr int64_t kRowsPerChunk = 128;
 constexpr int64_t kMaxChunks = 64;
 
-// Pass 1: block (x, chunk) sums rows [chunk * rows_per_chunk, ...) of columns [32x, 32x + 32) into
-// partial[chunk, c]: thread (tx, ty) takes rows ty, ty + 8, ... of its chunk, the eight lane sums are added
-// in ty order. Cutting the rows into chunks gives cols/32 * chunks blocks (3,072 for a [5120, 1536] bias
-// gradient) instead of cols/32 (48, a third of the SMs, each walking all 5,120 rows).
-template <typename T>
+// Pass 1: block (x, chunk) sums rows [chunk * rows_per_chunk, ...) of its columns into partial[chunk, c]:
+// thread (tx, ty) takes rows ty, ty + 8, ... of its chunk, the eight lane sums are added in ty order. A
+// column lane takes kVec adjacent columns (the Pack128 size where cols and x allow: one 16-byte load per row;
+// else 1), so a block covers 32 kVec columns; every column is summed in the same order either way, so kVec
+// changes no bit. Cutting the rows into chunks gives cols / (32 kVec) * chunks blocks instead of one chain of
+// all 5,120 rows per column tile.
+template <typename T, int kVec>
 __global__ void column_sum_partial_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
                                           int64_t rows_per_chunk, float* __restrict__ partial) {
-  __shared__ float lanes[kRowLanes][kColumnTile + 1];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+  constexpr int kBlockColumns = kColumnTile * kVec;
+  __shared__ float lanes[kRowLanes][kBlockColumns + 1];
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x) * kVec;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
   const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
-  float sum = 0.0f;
-  if (c < cols) {
-    for (int64_t r = begin + threadIdx.y; r < end; r += kRowLanes) sum += to_float(x[r * cols + c]);
+  float sum[kVec] = {};
+  if (c0 < cols) {  // kVec > 1: cols is a multiple of kVec
+    for (int64_t r = begin + threadIdx.y; r < end; r += kRowLanes) {
+      const cuda_detail::FloatSlice<T, kVec> v(x + r * cols + c0);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) sum[k] += v[k];
+    }
   }
-  lanes[threadIdx.y][threadIdx.x] = sum;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) lanes[threadIdx.y][threadIdx.x * kVec + k] = sum[k];
   __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
+  for (int col = threadIdx.y * kColumnTile + threadIdx.x; col < kBlockColumns;
+       col += kColumnTile * kRowLanes) {
+    const int64_t c = static_cast<int64_t>(blockIdx.x) * kBlockColumns + col;
+    if (c >= cols) continue;
     float total = 0.0f;
-    for (int lane = 0; lane < kRowLanes; ++lane) total += lanes[lane][threadIdx.x];
+    for (int lane = 0; lane < kRowLanes; ++lane) total += lanes[lane][col];
     partial[static_cast<int64_t>(blockIdx.y) * cols + c] = total;
   }
 }
@@ -107,11 +118,15 @@ void column_sum_accumulate(const void* x, DType dtype, int64_t rows, int64_t col
   DeviceBuffer partial = scratch_buffer(static_cast<size_t>(chunks * cols) * sizeof(float), "column_sum");
   dispatch_storage(dtype, "column_sum_accumulate", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    constexpr int kPack = cuda_detail::Pack128<T>::kSize;
+    const bool vector = cols % kPack == 0 && cuda_detail::is_aligned16(x);
+    const int64_t columns_per_block = kColumnTile * (vector ? kPack : 1);
     const dim3 block(kColumnTile, kRowLanes);
-    const dim3 grid(static_cast<unsigned int>((cols + kColumnTile - 1) / kColumnTile),
+    const dim3 grid(static_cast<unsigned int>((cols + columns_per_block - 1) / columns_per_block),
                     static_cast<unsigned int>(chunks));
-    column_sum_partial_kernel<T><<<grid, block, 0, stream>>>(static_cast<const T*>(x), rows, cols,
-                                                             rows_per_chunk, partial.data_as<float>());
+    const auto kernel = vector ? column_sum_partial_kernel<T, kPack> : column_sum_partial_kernel<T, 1>;
+    kernel<<<grid, block, 0, stream>>>(static_cast<const T*>(x), rows, cols, rows_per_chunk,
+                                       partial.data_as<float>());
     ZT_CUDA_CHECK_LAUNCH("column_sum_partial");
   });
   add_chunk_partials(partial.data_as<float>(), chunks, cols, out, stream);

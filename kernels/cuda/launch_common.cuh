@@ -70,6 +70,27 @@ __device__ __forceinline__ void store128(T* p, const Pack128<T>& pack) {
   *reinterpret_cast<Pack128<T>*>(p) = pack;
 }
 
+// kVec consecutive elements of T at p, as f32: one Pack128 load when kVec is the pack size (p 16-byte
+// aligned), one scalar load when kVec is 1. Lets a kernel take its column count per thread as a template
+// parameter with one body for both.
+template <typename T, int kVec>
+struct FloatSlice {
+  float v[kVec];
+  __device__ __forceinline__ explicit FloatSlice(const T* p) {
+    if constexpr (kVec == 1) {
+      v[0] = to_float(*p);
+    } else {
+      static_assert(kVec == Pack128<T>::kSize, "a vector slice is one Pack128");
+      const Pack128<T> pack = load128(p);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) v[k] = to_float(pack.v[k]);
+    }
+  }
+  __device__ __forceinline__ float operator[](int k) const {
+    return v[k];
+  }
+};
+
 inline bool is_aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }

@@ -206,8 +206,8 @@ __global__ void layernorm_dropout_backward_dx_kernel(const T* dy, const T* x, co
     const float2 means = dx_row_means<T, W, kVector>(dyr, xr, gamma, mu, inv_std, dim, lane);
     T* dxr = dx + r * dim;
     T* dsr = ds + r * dim;
-    const int64_t row_start =
-        r * dim;  // flat index of the row's first element: the mask counts over the tensor
+    // The flat index of the row's first element: the mask counts over the whole tensor.
+    const int64_t row_start = r * dim;
     if constexpr (kVectorOut) {
       constexpr int kPack = Pack128<T>::kSize;
       for (int64_t j0 = static_cast<int64_t>(lane) * kPack; j0 < dim; j0 += 32 * kPack) {
@@ -241,41 +241,55 @@ __global__ void layernorm_dropout_backward_dx_kernel(const T* dy, const T* x, co
   }
 }
 
-// Parameter-gradient partials. Block (32 columns x 8 row lanes) for column tile blockIdx.x and row chunk
+// Parameter-gradient partials. Block (32 column lanes x 8 row lanes) for column tile blockIdx.x and row chunk
 // blockIdx.y = c, rows [c * rows_per_chunk, min(rows, (c + 1) * rows_per_chunk)):
 //   partial_gamma[c, j] = sum_{r in chunk} dy[r, j] * xhat[r, j],   partial_beta[c, j] = sum dy[r, j]
-// Each row lane sums every 8th row of the chunk; the 8 lane sums are then added in lane order.
+// Each row lane sums every 8th row of the chunk; the 8 lane sums are then added in lane order. A column lane
+// takes kVec adjacent columns (kVec = the Pack128 size where dim and the bases allow: one 16-byte load per
+// row instead of a 2-byte one; else 1). Every column is summed in the same order either way, so kVec changes
+// no bit of the result.
 constexpr int kColumnTile = 32;
 constexpr int kRowLanes = 8;
 
-template <typename T>
+template <typename T, int kVec>
 __global__ void layernorm_param_grad_partials_kernel(const T* dy, const T* x, const float* mean,
                                                      const float* rstd, int64_t rows, int64_t dim,
                                                      int64_t rows_per_chunk, float* partial_gamma,
                                                      float* partial_beta) {
-  __shared__ float lane_gamma[kRowLanes][kColumnTile];
-  __shared__ float lane_beta[kRowLanes][kColumnTile];
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+  constexpr int kBlockColumns = kColumnTile * kVec;
+  __shared__ float lane_gamma[kRowLanes][kBlockColumns];
+  __shared__ float lane_beta[kRowLanes][kBlockColumns];
+  const int64_t j0 = (static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x) * kVec;
   const int64_t chunk = blockIdx.y;
   const int64_t begin = chunk * rows_per_chunk;
   const int64_t end = min(rows, begin + rows_per_chunk);
-  float sum_gamma = 0.0f, sum_beta = 0.0f;
-  if (j < dim) {
+  float sum_gamma[kVec] = {}, sum_beta[kVec] = {};
+  if (j0 < dim) {  // kVec > 1: dim is a multiple of kVec, so the thread's columns all exist
     for (int64_t r = begin + threadIdx.y; r < end; r += kRowLanes) {
-      const float d = to_float(dy[r * dim + j]);
-      sum_gamma += d * ((to_float(x[r * dim + j]) - mean[r]) * rstd[r]);
-      sum_beta += d;
+      const FloatSlice<T, kVec> d(dy + r * dim + j0), v(x + r * dim + j0);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        sum_gamma[k] += d[k] * ((v[k] - mean[r]) * rstd[r]);
+        sum_beta[k] += d[k];
+      }
     }
   }
-  lane_gamma[threadIdx.y][threadIdx.x] = sum_gamma;
-  lane_beta[threadIdx.y][threadIdx.x] = sum_beta;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    lane_gamma[threadIdx.y][threadIdx.x * kVec + k] = sum_gamma[k];
+    lane_beta[threadIdx.y][threadIdx.x * kVec + k] = sum_beta[k];
+  }
   __syncthreads();
-  if (threadIdx.y == 0 && j < dim) {
+  // Column `col` of the block's kBlockColumns, its eight lane sums added in lane order.
+  for (int col = threadIdx.y * kColumnTile + threadIdx.x; col < kBlockColumns;
+       col += kColumnTile * kRowLanes) {
+    const int64_t j = static_cast<int64_t>(blockIdx.x) * kBlockColumns + col;
+    if (j >= dim) continue;
     float g = 0.0f, b = 0.0f;
 #pragma unroll
     for (int k = 0; k < kRowLanes; ++k) {
-      g += lane_gamma[k][threadIdx.x];
-      b += lane_beta[k][threadIdx.x];
+      g += lane_gamma[k][col];
+      b += lane_beta[k][col];
     }
     partial_gamma[chunk * dim + j] = g;
     partial_beta[chunk * dim + j] = b;
@@ -447,16 +461,20 @@ void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& g
     using T = decltype(t_tag);
     using W = decltype(w_tag);
     // The partials read dy before the dx kernel may overwrite it (dx aliasing dy): same stream, in order.
-    const dim3 tiles(static_cast<unsigned>((dim + kColumnTile - 1) / kColumnTile),
+    constexpr int kPack = Pack128<T>::kSize;
+    const bool row_vector = rows_vectorizable<T>(dim, {dy.data(), x.data()});
+    const int columns_per_block = kColumnTile * (row_vector ? kPack : 1);
+    const dim3 tiles(static_cast<unsigned>((dim + columns_per_block - 1) / columns_per_block),
                      static_cast<unsigned>(plan.chunks));
-    layernorm_param_grad_partials_kernel<T><<<tiles, dim3(kColumnTile, kRowLanes), 0, stream>>>(
+    const auto partials = row_vector ? layernorm_param_grad_partials_kernel<T, kPack>
+                                     : layernorm_param_grad_partials_kernel<T, 1>;
+    partials<<<tiles, dim3(kColumnTile, kRowLanes), 0, stream>>>(
         typed<T>(dy), typed<T>(x), typed<float>(mean), typed<float>(rstd), rows, dim, plan.rows_per_chunk,
         partial_gamma, partial_beta);
     ZT_CUDA_CHECK_LAUNCH("layernorm_param_grad_partials");
     // dgamma[j] += sum_c partial_gamma[c, j], dbeta[j] += sum_c partial_beta[c, j], in a fixed order.
     add_chunk_partials(partial_gamma, plan.chunks, dim, typed<float>(dgamma), stream);
     add_chunk_partials(partial_beta, plan.chunks, dim, typed<float>(dbeta), stream);
-    const bool row_vector = rows_vectorizable<T>(dim, {dy.data(), x.data()});
     if (drop == nullptr) {
       const auto dx_kernel =
           row_vector ? layernorm_backward_dx_kernel<T, W, true> : layernorm_backward_dx_kernel<T, W, false>;

@@ -12,6 +12,7 @@
 #include "kernels/gemm.h"
 #include "kernels/linear.h"
 #include "tests/kernels/gemm_gpu_test_util.h"
+#include "tests/kernels/test_gpu_support.h"
 #include "tests/support/finite_difference.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
@@ -116,6 +117,30 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LinearGpu,
                                            Case{"f16_5_to_7", DType::f16, 3, 7, 5, 7},
                                            Case{"bf16_256_to_384", DType::bf16, 4, 37, 256, 384}),
                          [](const auto& info) { return info.param.name; });
+
+// The bias gradient's column sums read 16 bytes per row lane when dy allows (out_features a multiple of the
+// pack, dy aligned) and one element otherwise, summing every column in the same order: an aligned and a
+// misaligned copy of dy give the same bits.
+TEST(LinearGpuBiasGradient, BitIdenticalWhateverTheAlignment) {
+  ZT_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const int64_t rows = 517, in = 64, out = 1000;
+    const std::vector<float> dy = test::round_through(dtype, test::random_floats(rows * out, 61));
+    test::DeviceArray x(dtype, Shape{rows, in}), w(dtype, Shape{out, in});
+    x.upload(test::round_through(dtype, test::random_floats(rows * in, 62)));
+    w.upload(test::round_through(dtype, test::random_floats(out * in, 63)));
+    std::vector<std::vector<float>> sums;
+    for (int64_t offset : {0, 1}) {
+      test::DeviceArray gdy(dtype, Shape{rows, out}, offset), db(DType::f32, Shape{out});
+      gdy.upload(dy);
+      db.upload(std::vector<float>(static_cast<size_t>(out), 0.25f));
+      linear_backward(gdy.tensor(), x.tensor(), w.tensor(), Tensor(), Tensor(), db.tensor());
+      sums.push_back(db.download());
+    }
+    EXPECT_TRUE(all_close("dbias, misaligned vs aligned dy", sums[1], sums[0], {0, 0}));
+  }
+}
 
 TEST(LinearGpuArgs, RejectsMixedDtypes) {
   ZT_SKIP_WITHOUT_GPU();
