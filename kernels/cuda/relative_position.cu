@@ -45,6 +45,8 @@ CachedTables build_and_upload(const RelativePositionConfig& config, int64_t leng
     first[r] = std::min(first[r], static_cast<int32_t>(rel));
     last[r] = std::max(last[r], static_cast<int32_t>(rel));
   }
+  tables.one_distance_per_bucket = true;
+  for (size_t r = 0; r < window; ++r) tables.one_distance_per_bucket &= first[r] == last[r];
   // From the process-wide capped allocator (a few KiB, kept for the process): every thread reads the
   // entry, so it must not live in one rank's scoped allocator, which may be destroyed first.
   CachedTables entry;

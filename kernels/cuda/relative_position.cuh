@@ -29,6 +29,9 @@ struct RelativeIndexTables {
   const int32_t* diagonal = nullptr;   // device int32 [2L - 1]
   const int32_t* rel_first = nullptr;  // device int32 [window]
   const int32_t* rel_last = nullptr;   // device int32 [window]
+  // Every bucket of the window holds exactly one i - j (first == last for all r): the bucket gathers of
+  // the backward then sum one term per output (true at L = 128 with DeBERTa-v2's 256 log buckets).
+  bool one_distance_per_bucket = false;
 };
 
 // The tables for sequence length L >= 1 on the current device: built and uploaded on first use ((2L - 1 + 2W)

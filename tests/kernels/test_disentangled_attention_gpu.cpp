@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/relative_position.cuh"
 #include "kernels/disentangled_attention.h"
 #include "tests/kernels/attention_gpu_cases.h"
 #include "tests/kernels/gemm_gpu_test_util.h"
@@ -120,6 +121,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"f32_B4_L137_split_k", DType::f32, 4, 137, 3, 5, test::clamped_buckets(), true, true, 0.0f},
         Case{"bf16_B6_L128_split_k_dropout", DType::bf16, 6, 128, 4, 16, test::clamped_buckets(), true, true,
              0.1f},
+        // L 128 with xlarge's buckets: every bucket one distance (the bucket gathers' one-term path).
+        Case{"bf16_B3_L128_xlarge_buckets_dropout", DType::bf16, 3, 128, 4, 16, test::xlarge_buckets(), true,
+             true, 0.1f},
+        Case{"f32_B3_L128_xlarge_buckets", DType::f32, 3, 128, 4, 16, test::xlarge_buckets(), true, true,
+             0.0f},
         Case{"bf16_L137_24heads_d64_dropout", DType::bf16, 2, 137, 24, 64, test::xlarge_buckets(), true, true,
              0.1f},
         Case{"f32_L137_24heads_d64", DType::f32, 2, 137, 24, 64, test::xlarge_buckets(), true, true, 0.0f},
@@ -129,6 +135,20 @@ INSTANTIATE_TEST_SUITE_P(
              true, 0.1f},
         Case{"f32_L600_xlarge_buckets", DType::f32, 1, 600, 2, 8, test::xlarge_buckets(), true, true, 0.0f}),
     [](const auto& info) { return info.param.name; });
+
+// The backward's bucket gathers take their one-term path exactly where every bucket of the window holds one
+// relative distance: inside the linear range of the log buckets (|i - j| < 128 for xlarge's 256 buckets),
+// not past it, nor with 16 buckets at L = 128.
+TEST(RelativeIndexTablesGpu, OneDistancePerBucketOnlyInsideTheLinearRange) {
+  ZT_SKIP_WITHOUT_GPU();
+  const auto one_distance = [](const RelativePositionConfig& config, int64_t L) {
+    return gpu::relative_index_tables(config, L, nullptr).one_distance_per_bucket;
+  };
+  EXPECT_TRUE(one_distance(test::xlarge_buckets(), 128));
+  EXPECT_TRUE(one_distance(test::xlarge_buckets(), 11));
+  EXPECT_FALSE(one_distance(test::xlarge_buckets(), 137));
+  EXPECT_FALSE(one_distance(test::clamped_buckets(), 128));
+}
 
 // One head of width 4 over a [1, L] batch, every input 0.5, for the argument checks below: q = k = v, one
 // table for both terms, `out` [1, L, 4] for context or the feature gradients, probs [1, 1, L, L] in
