@@ -1,6 +1,7 @@
 #include "model/deberta.h"
 
 #include <cstring>
+#include <utility>
 
 #include "kernels/conv1d.h"
 #include "kernels/cross_entropy.h"
@@ -443,7 +444,9 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
   Tensor dcls = A("grad.cls", {B, D});
   kernels::linear_backward(dpp, A("head.cls", {B, D}), params.shared.pooler_weight, dcls,
                            grads.shared.pooler_weight, grads.shared.pooler_bias);
-  Tensor dh = A("grad.h", bld);
+  // dh: the gradient of the current layer's output; dh_next: where the layer writes its input's gradient.
+  // The two buffers swap roles after each layer instead of copying one into the other.
+  Tensor dh = A("grad.h", bld), dh_next = A("grad.h_next", bld);
   kernels::select_token_backward(dcls, 0, dh);  // zero everywhere but the [CLS] rows
   prof.mark("bwd.head");
 
@@ -477,7 +480,7 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     // z = LN_o(s2), s2 = Drop(g1 Wo2' + bo2) + y: dy = dLN (the residual's share, accumulated into below) and
     // ds2 = Drop'(dy) from one kernel.
     Tensor ds2 = t1;
-    Tensor dy = A("grad.h_next", bld);
+    Tensor dy = dh_next;
     kernels::layernorm_dropout_backward(
         dz, A(layer_slot(l, "s2"), bld), P.output_ln_weight, A(layer_slot(l, "ln_o.mean"), {B, L}),
         A(layer_slot(l, "ln_o.rstd"), {B, L}), site(l, kSiteFfnOutput, hidden_p), dy, ds2,
@@ -538,7 +541,7 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     hook.gradients_ready(layer_unit(l));
 
     if (l == 0 && c.has_conv()) kernels::add_inplace(dx, dconv_input);
-    kernels::copy(dx, dh);
+    std::swap(dh, dh_next);  // dx (written into dh_next) is the next layer's output gradient
     prof.mark("bwd.qkv_projections");
   }
 
