@@ -7,11 +7,14 @@
 # Builds bench_train_step in both trees (build-gpu/ and .ab-base/build-gpu/), runs the named GPU test binaries
 # of this tree first (a kernel change is timed only once it passes), then bs 40 and bs 8 (seq 128, bf16,
 # dropout 0.1) alternating base / new three times each, so drift on the machine shows in both columns, and
-# one profiled step of each at bs 40. One line per run in $OUT/ab.log; the profiles beside it.
+# one profiled step of each at bs 40. One line per run in $OUT/ab.log; the profiles and the tests' failures
+# (tests.txt) beside it. Logs stay under /tmp/ab unless a build fails: the device tool brings back only a few
+# files from $OUT, so a later command of the same call can add its own.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-$PWD/ab-out}
-mkdir -p "$out"
+logs=/tmp/ab
+mkdir -p "$out" "$logs"
 log="$out/ab.log"
 export NCCL_NVLS_ENABLE=0
 say() { echo "$*" | tee -a "$log"; }
@@ -20,32 +23,33 @@ elapsed() { echo "$(($(date +%s) - start)) s"; }
 [[ -d .ab-base ]] || { say "no .ab-base tree (see the top of this script)"; exit 2; }
 
 build() {  # tree, targets...
-  local tree=$1
+  local tree=$1 build_log
   shift
+  build_log="$logs/build_$(basename "$tree").log"
   # shellcheck disable=SC2046  # the flags are words
   (cd "$tree" && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release $(scripts/device_cmake_flags.sh) \
-    >"$out/configure_$(basename "$tree").log" 2>&1 &&
-    cmake --build build-gpu -j"$(nproc)" --target "$@" >"$out/build_$(basename "$tree").log" 2>&1) ||
-    { say "build of $tree failed:"; grep -B2 -A8 "error" "$out/build_$(basename "$tree").log" | head -40; exit 1; }
+    >"$build_log" 2>&1 && cmake --build build-gpu -j"$(nproc)" --target "$@" >>"$build_log" 2>&1) ||
+    { say "build of $tree failed:"; grep -B2 -A8 "error" "$build_log" | head -40 | tee -a "$out/tests.txt"; exit 1; }
 }
 build . bench_train_step "$@"
 build .ab-base bench_train_step
 say "built both trees: $(elapsed)"
 
 for t in "$@"; do
-  timeout 300 build-gpu/bin/"$t" --gtest_brief=1 >"$out/$t.txt" 2>&1
-  say "$t exit $?: $(grep -E '^\[  (PASSED|FAILED)' "$out/$t.txt" | tr '\n' ' ')"
+  timeout 300 build-gpu/bin/"$t" --gtest_brief=1 >"$logs/$t.txt" 2>&1
+  say "$t exit $?: $(grep -E '^\[  (PASSED|FAILED)' "$logs/$t.txt" | tr '\n' ' ')"
+  grep -B5 -A20 -E 'Failure|FAILED' "$logs/$t.txt" | head -80 >>"$out/tests.txt"
 done
 
 run() {  # label, binary, flags...
   local label=$1 bin=$2
   shift 2
   local line
-  line=$(timeout 150 "$bin" --seq 128 --dtype bf16 --dropout 0.1 "$@" 2>"$out/err.txt" | tail -1)
+  line=$(timeout 150 "$bin" --seq 128 --dtype bf16 --dropout 0.1 "$@" 2>"$logs/err.txt" | tail -1)
   if [[ "$line" == \{* ]]; then
     say "$label: $(echo "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("step_ms", r["step_ms"], "peak_gib", r["peak_gib"], "loss_last", r["losses"][-1])')"
   else
-    say "$label: FAILED $(tail -3 "$out/err.txt" | tr '\n' ' ')"
+    say "$label: FAILED $(tail -3 "$logs/err.txt" | tr '\n' ' ')"
   fi
 }
 for bs in 40 8; do
