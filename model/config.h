@@ -65,6 +65,14 @@ struct DebertaConfig {
   std::map<std::string, int64_t> label2id;
   std::optional<std::string> problem_type;  // null: HF picks the loss from num_labels and label dtype
 
+  // Training-time, not architecture (never read from or written to config.json, like HF's TrainingArguments
+  // flag of the same name): the backward recomputes each encoder layer's forward from the layer's input
+  // instead of the forward keeping every layer's activations. The activation arena then holds one layer's
+  // activations and the layer outputs hidden.0..n; a step costs one more encoder forward. Same kernels on
+  // the same inputs with the same dropout masks (pure functions of seed, step, layer, site): the gradients
+  // equal those without it bit for bit.
+  bool gradient_checkpointing = false;
+
   // Bookkeeping carried through export; none of it changes the model.
   std::string model_type = "deberta-v2";
   std::vector<std::string> architectures;

@@ -35,8 +35,10 @@ enum DropoutSiteIndex : uint32_t {
 std::string layer_prefix(int layer) {
   return str("deberta.encoder.layer.", layer, ".");
 }
-std::string layer_slot(int layer, const char* what) {
-  return str("layer", layer, ".", what);
+// A layer's activation slot. With gradient checkpointing every layer uses layer 0's slots: they hold the
+// layer the forward or the backward is working on (the backward recomputes them first).
+std::string layer_slot(const DebertaConfig& c, int layer, const char* what) {
+  return str("layer", c.gradient_checkpointing ? 0 : layer, ".", what);
 }
 
 // A view of the first numel(shape) elements of an arena slot planned for a larger (batch, seq).
@@ -164,13 +166,15 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
   add_f32("rel.mean", {S2});
   add_f32("rel.rstd", {S2});
   for (int64_t k = 0; k <= n; ++k) add(str("hidden.", k), {B, L, D});
-  for (int l = 0; l < n; ++l) {
-    for (const char* name : {"q", "k", "v", "ctx", "s1", "y", "s2"}) add(layer_slot(l, name), {B, L, D});
-    for (const char* name : {"rel_dropped", "pos_key", "pos_query"}) add(layer_slot(l, name), {S2, D});
-    add(layer_slot(l, "probs"), {B, N, L, L});
-    add(layer_slot(l, "f1"), {B, L, I});
+  // Every layer's saved activations, or with gradient checkpointing one layer's (layer_slot).
+  const int64_t planned_layers = c.gradient_checkpointing ? 1 : n;
+  for (int l = 0; l < planned_layers; ++l) {
+    for (const char* name : {"q", "k", "v", "ctx", "s1", "y", "s2"}) add(layer_slot(c, l, name), {B, L, D});
+    for (const char* name : {"rel_dropped", "pos_key", "pos_query"}) add(layer_slot(c, l, name), {S2, D});
+    add(layer_slot(c, l, "probs"), {B, N, L, L});
+    add(layer_slot(c, l, "f1"), {B, L, I});
     for (const char* name : {"ln_a.mean", "ln_a.rstd", "ln_o.mean", "ln_o.rstd"})
-      add_f32(layer_slot(l, name), {B, L});
+      add_f32(layer_slot(c, l, name), {B, L});
   }
   if (c.has_conv()) {
     add("conv.t", {B, L, D});   // dropped, masked conv output: the gelu input
@@ -261,6 +265,76 @@ void DebertaForSequenceClassification::backward(const Arena& params, const Arena
   backward(bind(params), bind(grads), loss_scale, nullptr);
 }
 
+// Encoder layer l's forward from hidden.l: its saved activations into its slots (layer_slot), its output
+// into `out` (hidden.{l+1} in the forward; at layer 0 the conv then rewrites it). `recompute`: the backward's
+// re-run under gradient checkpointing, which reads the batch, mask and dropout schedule of the last forward
+// and so rebuilds the same activations bit for bit; its time is one profile segment, bwd.recompute.
+void DebertaForSequenceClassification::layer_forward(int l, const DebertaLayerTensors& P, const Tensor& out,
+                                                     bool recompute) {
+  State& s = *state_;
+  const DebertaConfig& c = config_;
+  const int64_t B = s.batch, L = s.seq;
+  const int64_t D = c.hidden_size, N = c.num_attention_heads, I = c.intermediate_size;
+  const int64_t S2 = c.rel_embedding_rows();
+  const float eps = static_cast<float>(c.layer_norm_eps);
+  const DropoutSchedule& dropout = s.dropout;
+  const DebertaBatch& batch = s.inputs;
+  auto A = [&](std::string_view name, Shape shape) { return prefix_view(s.activations, name, shape); };
+  auto site = [&](uint32_t layer, uint32_t which, double p) {
+    return dropout_site(dropout, layer, which, p);
+  };
+  const double hidden_p = c.hidden_dropout_prob;
+  const Shape bld{B, L, D};
+  StepProfile& prof = StepProfile::global();
+  auto mark = [&](const char* segment) {
+    if (!recompute) prof.mark(segment);
+  };
+  const Tensor rel = A("rel.ln", {S2, D});
+  Tensor x = A(str("hidden.", l), bld);
+  Tensor rel_dropped = A(layer_slot(c, l, "rel_dropped"), {S2, D});
+  kernels::dropout_forward(rel, rel_dropped, site(l, kSiteRelEmbeddings, hidden_p));
+  Tensor q = A(layer_slot(c, l, "q"), bld), k = A(layer_slot(c, l, "k"), bld),
+         v = A(layer_slot(c, l, "v"), bld);
+  const Tensor &wq = P.query_weight, &bq = P.query_bias;
+  const Tensor &wk = P.key_weight, &bk = P.key_bias;
+  kernels::linear_forward(x, wq, bq, q);
+  kernels::linear_forward(x, wk, bk, k);
+  kernels::linear_forward(x, P.value_weight, P.value_bias, v);
+  Tensor pos_key = A(layer_slot(c, l, "pos_key"), {S2, D}),
+         pos_query = A(layer_slot(c, l, "pos_query"), {S2, D});
+  kernels::linear_forward(rel_dropped, wk, bk, pos_key);
+  kernels::linear_forward(rel_dropped, wq, bq, pos_query);
+  mark("fwd.qkv_projections");
+
+  const kernels::DisentangledAttentionConfig attention = attention_config(c, dropout, l);
+  Tensor ctx = A(layer_slot(c, l, "ctx"), bld);
+  kernels::disentangled_attention_forward(q, k, v, c.c2p ? pos_key : Tensor(), c.p2c ? pos_query : Tensor(),
+                                          batch.attention_mask, attention, ctx,
+                                          A(layer_slot(c, l, "probs"), {B, N, L, L}));
+  mark("fwd.attention_core");
+
+  Tensor s1 = A(layer_slot(c, l, "s1"), bld);
+  kernels::linear_forward(ctx, P.attention_output_weight, P.attention_output_bias, s1);
+  Tensor y = A(layer_slot(c, l, "y"), bld);
+  // s1 <- Drop(s1) + x, y = LN_a(s1): one pass (bitwise the dropout, add and LayerNorm kernels in turn).
+  kernels::dropout_add_layernorm_forward(
+      s1, x, site(l, kSiteAttentionOutput, hidden_p), P.attention_ln_weight, P.attention_ln_bias, eps, y,
+      A(layer_slot(c, l, "ln_a.mean"), {B, L}), A(layer_slot(c, l, "ln_a.rstd"), {B, L}));
+  mark("fwd.attention_output");
+
+  Tensor f1 = A(layer_slot(c, l, "f1"), {B, L, I}), g1 = A("grad.g1", {B, L, I});
+  kernels::linear_forward(y, P.intermediate_weight, P.intermediate_bias, f1);
+  kernels::gelu_forward(f1, g1);
+  Tensor s2 = A(layer_slot(c, l, "s2"), bld);
+  kernels::linear_forward(g1, P.output_weight, P.output_bias, s2);
+  // s2 <- Drop(s2) + y, out = LN_o(s2).
+  kernels::dropout_add_layernorm_forward(s2, y, site(l, kSiteFfnOutput, hidden_p), P.output_ln_weight,
+                                         P.output_ln_bias, eps, out, A(layer_slot(c, l, "ln_o.mean"), {B, L}),
+                                         A(layer_slot(c, l, "ln_o.rstd"), {B, L}));
+  mark("fwd.ffn");
+  if (recompute) prof.mark("bwd.recompute");
+}
+
 float DebertaForSequenceClassification::forward(const DebertaTensors& params, const DebertaBatch& batch,
                                                 const DropoutSchedule& dropout, DebertaUnitHooks* hooks) {
   State& s = *state_;
@@ -281,7 +355,7 @@ float DebertaForSequenceClassification::forward(const DebertaTensors& params, co
   s.dropout = dropout;
   s.has_forward = true;
 
-  const int64_t D = c.hidden_size, N = c.num_attention_heads, I = c.intermediate_size;
+  const int64_t D = c.hidden_size;
   const int64_t S2 = c.rel_embedding_rows(), n = c.num_hidden_layers, P = c.pooler_hidden_size;
   const float eps = static_cast<float>(c.layer_norm_eps);
   const Arena& act = s.activations;
@@ -317,50 +391,10 @@ float DebertaForSequenceClassification::forward(const DebertaTensors& params, co
   prof.mark("fwd.embeddings");
 
   for (int l = 0; l < n; ++l) {
-    const DebertaLayerTensors& P = params.layers[static_cast<size_t>(l)];
     hook.acquire(layer_unit(l), kPass);
-    Tensor x = A(str("hidden.", l), bld);
-    Tensor rel_dropped = A(layer_slot(l, "rel_dropped"), {S2, D});
-    kernels::dropout_forward(rel, rel_dropped, site(l, kSiteRelEmbeddings, hidden_p));
-    Tensor q = A(layer_slot(l, "q"), bld), k = A(layer_slot(l, "k"), bld), v = A(layer_slot(l, "v"), bld);
-    const Tensor &wq = P.query_weight, &bq = P.query_bias;
-    const Tensor &wk = P.key_weight, &bk = P.key_bias;
-    kernels::linear_forward(x, wq, bq, q);
-    kernels::linear_forward(x, wk, bk, k);
-    kernels::linear_forward(x, P.value_weight, P.value_bias, v);
-    Tensor pos_key = A(layer_slot(l, "pos_key"), {S2, D}), pos_query = A(layer_slot(l, "pos_query"), {S2, D});
-    kernels::linear_forward(rel_dropped, wk, bk, pos_key);
-    kernels::linear_forward(rel_dropped, wq, bq, pos_query);
-    prof.mark("fwd.qkv_projections");
-
-    const kernels::DisentangledAttentionConfig attention = attention_config(c, dropout, l);
-    Tensor ctx = A(layer_slot(l, "ctx"), bld);
-    kernels::disentangled_attention_forward(q, k, v, c.c2p ? pos_key : Tensor(), c.p2c ? pos_query : Tensor(),
-                                            batch.attention_mask, attention, ctx,
-                                            A(layer_slot(l, "probs"), {B, N, L, L}));
-    prof.mark("fwd.attention_core");
-
-    Tensor s1 = A(layer_slot(l, "s1"), bld);
-    kernels::linear_forward(ctx, P.attention_output_weight, P.attention_output_bias, s1);
-    Tensor y = A(layer_slot(l, "y"), bld);
-    // s1 <- Drop(s1) + x, y = LN_a(s1): one pass (bitwise the dropout, add and LayerNorm kernels in turn).
-    kernels::dropout_add_layernorm_forward(
-        s1, x, site(l, kSiteAttentionOutput, hidden_p), P.attention_ln_weight, P.attention_ln_bias, eps, y,
-        A(layer_slot(l, "ln_a.mean"), {B, L}), A(layer_slot(l, "ln_a.rstd"), {B, L}));
-    prof.mark("fwd.attention_output");
-
-    Tensor f1 = A(layer_slot(l, "f1"), {B, L, I}), g1 = A("grad.g1", {B, L, I});
-    kernels::linear_forward(y, P.intermediate_weight, P.intermediate_bias, f1);
-    kernels::gelu_forward(f1, g1);
-    Tensor s2 = A(layer_slot(l, "s2"), bld);
-    kernels::linear_forward(g1, P.output_weight, P.output_bias, s2);
     Tensor out = A(str("hidden.", l + 1), bld);
-    // s2 <- Drop(s2) + y, out = LN_o(s2).
-    kernels::dropout_add_layernorm_forward(s2, y, site(l, kSiteFfnOutput, hidden_p), P.output_ln_weight,
-                                           P.output_ln_bias, eps, out, A(layer_slot(l, "ln_o.mean"), {B, L}),
-                                           A(layer_slot(l, "ln_o.rstd"), {B, L}));
+    layer_forward(l, params.layers[static_cast<size_t>(l)], out, /*recompute=*/false);
     hook.release(layer_unit(l), kPass);
-    prof.mark("fwd.ffn");
 
     if (l == 0 && c.has_conv()) {
       // ConvLayer: its input is the embedding output E, its residual the layer-0 output (§5).
@@ -458,6 +492,10 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     const DebertaLayerTensors& P = params.layers[static_cast<size_t>(l)];
     const DebertaLayerTensors& GP = grads.layers[static_cast<size_t>(l)];
     hook.acquire(layer_unit(l), kPass);
+    // Gradient checkpointing: the layer's activations again, from hidden.l. Its output is not read by its
+    // backward (hidden.{l+1} fed layer l + 1, whose backward is done), so it goes into dh_next, which the
+    // LayerNorm backward below overwrites first.
+    if (c.gradient_checkpointing) layer_forward(l, P, dh_next, /*recompute=*/true);
     Tensor x = A(str("hidden.", l), bld);
     Tensor dz = dh;  // gradient w.r.t. the FFN LayerNorm output
     Tensor t1 = A("grad.t1", bld);
@@ -482,17 +520,18 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     Tensor ds2 = t1;
     Tensor dy = dh_next;
     kernels::layernorm_dropout_backward(
-        dz, A(layer_slot(l, "s2"), bld), P.output_ln_weight, A(layer_slot(l, "ln_o.mean"), {B, L}),
-        A(layer_slot(l, "ln_o.rstd"), {B, L}), site(l, kSiteFfnOutput, hidden_p), dy, ds2,
+        dz, A(layer_slot(c, l, "s2"), bld), P.output_ln_weight, A(layer_slot(c, l, "ln_o.mean"), {B, L}),
+        A(layer_slot(c, l, "ln_o.rstd"), {B, L}), site(l, kSiteFfnOutput, hidden_p), dy, ds2,
         GP.output_ln_weight, GP.output_ln_bias);
     // g1 = gelu(f1) is recomputed, not stored. The output projection's dx GEMM (dg1 = ds2 Wo2, which reads
     // only g1's shape) goes first, so that one pass over f1 gives both g1 for the weight gradient and
     // df = dg1 * gelu'(f1).
-    Tensor df = A("grad.f", {B, L, I}), g1 = A("grad.g1", {B, L, I}), f1 = A(layer_slot(l, "f1"), {B, L, I});
+    Tensor df = A("grad.f", {B, L, I}), g1 = A("grad.g1", {B, L, I}),
+           f1 = A(layer_slot(c, l, "f1"), {B, L, I});
     kernels::linear_backward(ds2, g1, P.output_weight, df, Tensor(), Tensor());
     kernels::gelu_recompute_and_backward(df, f1, g1, df);
     kernels::linear_backward(ds2, g1, P.output_weight, Tensor(), GP.output_weight, GP.output_bias);
-    kernels::linear_backward(df, A(layer_slot(l, "y"), bld), P.intermediate_weight, dy,
+    kernels::linear_backward(df, A(layer_slot(c, l, "y"), bld), P.intermediate_weight, dy,
                              GP.intermediate_weight, GP.intermediate_bias,
                              /*accumulate_dx=*/true);
     prof.mark("bwd.ffn");
@@ -501,11 +540,11 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     Tensor ds1 = dh;  // dh is free again: dz was consumed above
     Tensor dx = dy;
     kernels::layernorm_dropout_backward(
-        dy, A(layer_slot(l, "s1"), bld), P.attention_ln_weight, A(layer_slot(l, "ln_a.mean"), {B, L}),
-        A(layer_slot(l, "ln_a.rstd"), {B, L}), site(l, kSiteAttentionOutput, hidden_p), dx, ds1,
+        dy, A(layer_slot(c, l, "s1"), bld), P.attention_ln_weight, A(layer_slot(c, l, "ln_a.mean"), {B, L}),
+        A(layer_slot(c, l, "ln_a.rstd"), {B, L}), site(l, kSiteAttentionOutput, hidden_p), dx, ds1,
         GP.attention_ln_weight, GP.attention_ln_bias);
     Tensor dctx = t1;
-    kernels::linear_backward(ds1, A(layer_slot(l, "ctx"), bld), P.attention_output_weight, dctx,
+    kernels::linear_backward(ds1, A(layer_slot(c, l, "ctx"), bld), P.attention_output_weight, dctx,
                              GP.attention_output_weight, GP.attention_output_bias);
     prof.mark("bwd.attention_output");
 
@@ -514,19 +553,20 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     kernels::fill(dpos_key, 0.0f);
     kernels::fill(dpos_query, 0.0f);
     const kernels::DisentangledAttentionConfig attention = attention_config(c, dropout, l);
-    Tensor pos_key = A(layer_slot(l, "pos_key"), {S2, D}), pos_query = A(layer_slot(l, "pos_query"), {S2, D});
-    kernels::disentangled_attention_backward(A(layer_slot(l, "q"), bld), A(layer_slot(l, "k"), bld),
-                                             A(layer_slot(l, "v"), bld), c.c2p ? pos_key : Tensor(),
-                                             c.p2c ? pos_query : Tensor(), s.inputs.attention_mask,
-                                             A(layer_slot(l, "probs"), {B, N, L, L}), dctx, attention, dq, dk,
-                                             dv, c.c2p ? dpos_key : Tensor(), c.p2c ? dpos_query : Tensor());
+    Tensor pos_key = A(layer_slot(c, l, "pos_key"), {S2, D}),
+           pos_query = A(layer_slot(c, l, "pos_query"), {S2, D});
+    kernels::disentangled_attention_backward(
+        A(layer_slot(c, l, "q"), bld), A(layer_slot(c, l, "k"), bld), A(layer_slot(c, l, "v"), bld),
+        c.c2p ? pos_key : Tensor(), c.p2c ? pos_query : Tensor(), s.inputs.attention_mask,
+        A(layer_slot(c, l, "probs"), {B, N, L, L}), dctx, attention, dq, dk, dv, c.c2p ? dpos_key : Tensor(),
+        c.p2c ? dpos_query : Tensor());
     prof.mark("bwd.attention_core");
 
     kernels::linear_backward(dq, x, P.query_weight, dx, GP.query_weight, GP.query_bias, true);
     kernels::linear_backward(dk, x, P.key_weight, dx, GP.key_weight, GP.key_bias, true);
     kernels::linear_backward(dv, x, P.value_weight, dx, GP.value_weight, GP.value_bias, true);
     // share_att_key: PK = R~ Wk' + bk and PQ = R~ Wq' + bq feed the same weights and R~.
-    Tensor rel_dropped = A(layer_slot(l, "rel_dropped"), {S2, D});
+    Tensor rel_dropped = A(layer_slot(c, l, "rel_dropped"), {S2, D});
     Tensor drel_dropped = A("grad.rel_dropped", {S2, D});
     kernels::fill(drel_dropped, 0.0f);
     if (c.c2p)

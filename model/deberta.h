@@ -90,6 +90,9 @@ class DebertaForSequenceClassification {
 
  private:
   struct State;
+  // Encoder layer `layer`'s forward from hidden_state(layer) into its activation slots, its output into
+  // `out`; recompute: the backward's re-run under gradient checkpointing (DebertaConfig).
+  void layer_forward(int layer, const DebertaLayerTensors& params, const Tensor& out, bool recompute);
   DebertaConfig config_;
   std::unique_ptr<State> state_;
 };

@@ -22,8 +22,8 @@ const std::map<std::string_view, std::string_view>& refused_keys() {
   return keys;
 }
 
-// Not compared: where output goes, logging, evaluation, memory and ZeRO layout (same numbers), and values
-// derived from compared keys.
+// Not compared: where output goes, logging, evaluation, memory, ZeRO layout and gradient checkpointing (same
+// numbers), and values derived from compared keys.
 bool is_ignored_key(std::string_view key) {
   static const std::set<std::string_view> keys = {"output_dir",
                                                   "resume_from_checkpoint",
@@ -45,6 +45,7 @@ bool is_ignored_key(std::string_view key) {
                                                   "debug_collectives",
                                                   "overwrite_output_dir",
                                                   "estimate_memory",
+                                                  "gradient_checkpointing",
                                                   "num_update_steps_per_epoch",
                                                   "num_training_steps"};
   return keys.contains(key) || key.starts_with("zero_optimization.") || key.starts_with("accelerate.");

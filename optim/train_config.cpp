@@ -257,6 +257,10 @@ std::string TrainConfig::describe() const {
   out.group("model");
   out.line("model_name_or_path", model_name_or_path.empty() ? "(embedded default)" : model_name_or_path);
   out.line("ignore_mismatched_sizes", show_bool(ignore_mismatched_sizes));
+  out.line("gradient_checkpointing", show_bool(gradient_checkpointing),
+           gradient_checkpointing
+               ? "each layer's forward recomputed in the backward; one layer's activations kept"
+               : "");
 
   describe_optimizer(*this, out);
   describe_schedule(*this, out);

@@ -181,6 +181,11 @@ struct TrainConfig {
   CheckpointingSteps checkpointing_steps;
   std::string resume_from_checkpoint;    // empty = start fresh
   bool ignore_mismatched_sizes = false;  // replace a checkpoint's classifier whose label count differs
+  // HF's --gradient_checkpointing: the backward recomputes each encoder layer's forward instead of the
+  // forward keeping every layer's activations (DebertaConfig::gradient_checkpointing; model_config_for_run
+  // and the trainer set it there). One more encoder forward a step, far less activation memory, the same
+  // gradients bit for bit.
+  bool gradient_checkpointing = false;
 
   // ---- zerotrain's own ----
   std::string deepspeed_config;  // path of a DeepSpeed JSON; empty = flags only

@@ -171,6 +171,11 @@ const std::vector<FlagSpec>& flag_table() {
       {"ignore_mismatched_sizes", "", "replace a checkpoint classifier whose label count differs",
        [](C& c, F, V) { c.ignore_mismatched_sizes = true; },
        [](const C& c) { return show_bool(c.ignore_mismatched_sizes); }},
+      {"gradient_checkpointing", "",
+       "recompute each encoder layer's forward in the backward instead of keeping every layer's activations: "
+       "one more forward a step, a fraction of the activation memory (HF's flag; the same gradients)",
+       [](C& c, F, V) { c.gradient_checkpointing = true; },
+       [](const C& c) { return show_bool(c.gradient_checkpointing); }},
       {"deepspeed_config", "FILE",
        "DeepSpeed JSON config (ZeRO stage, batch sizes, optimizer, schedule, precision, ...)",
        [](C& c, F, V v) { c.deepspeed_config = v; }, [](const C& c) { return c.deepspeed_config; }},

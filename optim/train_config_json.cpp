@@ -274,6 +274,11 @@ void JsonSection::reject_unread(std::initializer_list<std::string_view> known) c
     const std::string path = path_of(key);
     if (std::find(kDeepSpeedNotImplemented.begin(), kDeepSpeedNotImplemented.end(), key) !=
         kDeepSpeedNotImplemented.end()) {
+      ZT_CHECK(
+          key != "activation_checkpointing", where(), "key '", path,
+          "' configures DeepSpeed's checkpointing module (partitioned or CPU-offloaded checkpoints), "
+          "which zerotrain does not implement; remove it and pass --gradient_checkpointing (HF's flag) to "
+          "recompute each encoder layer in the backward");
       ZT_FAIL(where(), "key '", path,
               "' is a DeepSpeed setting that zerotrain does not implement; remove it");
     }

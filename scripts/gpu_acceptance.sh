@@ -130,6 +130,10 @@ limits)
   largest_batch "stage 0" 56 --zero_stage 0
   largest_batch "zero2" 48 --zero_stage 2
   largest_batch "zero3+both offloads" 120 --zero_stage 3 --offload both --pin_memory
+  # Gradient checkpointing: the bs-40 step's time and peak (the estimator plans 16.4 GiB), and the largest
+  # stage-0 batch under the cap (planned ~288).
+  step "stage 0 bs40 gradient checkpointing" --batch 40 --zero_stage 0 --steps 10 --gradient_checkpointing --profile
+  largest_batch "stage 0 + gradient checkpointing" 280 --zero_stage 0 --gradient_checkpointing
   # The delayed update's curve beside the exact one: train_mrpc, ZeRO-2 + optimizer offload, 40 steps.
   echo '{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true}},
          "bf16": {"enabled": true}}' >"$out/z2_offload.json"

@@ -84,11 +84,12 @@ struct Options {
   std::string offload = "none";   // none | optimizer | both
   bool pin_memory = false;
   bool delayed_update = false;
-  bool overlap_update = false;     // --offload_overlap_update (asked: refused where it cannot run)
-  bool no_overlap_update = false;  // --no_offload_overlap_update (it is on by default where it applies)
-  bool overlap_optimizer = false;  // --overlap_optimizer
-  bool back_to_back = false;       // timed steps without a device sync between them: step_ms = window / steps
-  bool overlap_comm = false;       // zero_optimization.overlap_comm (world > 1)
+  bool overlap_update = false;          // --offload_overlap_update (asked: refused where it cannot run)
+  bool no_overlap_update = false;       // --no_offload_overlap_update (it is on by default where it applies)
+  bool overlap_optimizer = false;       // --overlap_optimizer
+  bool gradient_checkpointing = false;  // --gradient_checkpointing: each layer recomputed in the backward
+  bool back_to_back = false;  // timed steps without a device sync between them: step_ms = window / steps
+  bool overlap_comm = false;  // zero_optimization.overlap_comm (world > 1)
   bool profile = false;
   std::string nvme_path;  // the disk tier's directory; empty: the offloaded state stays in host memory
   int nvme_buffers = 4;
@@ -106,7 +107,7 @@ const char* kUsage =
     "[--gpu_memory_limit SIZE] [--overlap_comm]\n"
     "                        [--offload none|optimizer|both] [--pin_memory] [--delayed_update] "
     "[--overlap_update|--no_overlap_update]\n"
-    "                        [--overlap_optimizer] [--back_to_back] [--profile]\n"
+    "                        [--overlap_optimizer] [--back_to_back] [--gradient_checkpointing] [--profile]\n"
     "                        [--nvme_path DIR [--nvme_buffers 4] [--nvme_pipeline]] [--sub_group_size 1e9]\n"
     "                        [--nvme_param [--nvme_param_buffers 5]]\n"
     "                        [--host_memory_limit SIZE]\n";
@@ -125,16 +126,18 @@ Options parse(int argc, char** argv) {
     }
     if (flag == "--pin_memory" || flag == "--delayed_update" || flag == "--nvme_pipeline" ||
         flag == "--overlap_comm" || flag == "--nvme_param" || flag == "--overlap_update" ||
-        flag == "--no_overlap_update" || flag == "--overlap_optimizer" || flag == "--back_to_back") {
-      (flag == "--pin_memory"          ? o.pin_memory
-       : flag == "--delayed_update"    ? o.delayed_update
-       : flag == "--overlap_update"    ? o.overlap_update
-       : flag == "--no_overlap_update" ? o.no_overlap_update
-       : flag == "--overlap_optimizer" ? o.overlap_optimizer
-       : flag == "--back_to_back"      ? o.back_to_back
-       : flag == "--overlap_comm"      ? o.overlap_comm
-       : flag == "--nvme_param"        ? o.nvme_param
-                                       : o.nvme_pipeline) = true;
+        flag == "--no_overlap_update" || flag == "--overlap_optimizer" || flag == "--back_to_back" ||
+        flag == "--gradient_checkpointing") {
+      (flag == "--pin_memory"               ? o.pin_memory
+       : flag == "--delayed_update"         ? o.delayed_update
+       : flag == "--overlap_update"         ? o.overlap_update
+       : flag == "--no_overlap_update"      ? o.no_overlap_update
+       : flag == "--overlap_optimizer"      ? o.overlap_optimizer
+       : flag == "--gradient_checkpointing" ? o.gradient_checkpointing
+       : flag == "--back_to_back"           ? o.back_to_back
+       : flag == "--overlap_comm"           ? o.overlap_comm
+       : flag == "--nvme_param"             ? o.nvme_param
+                                            : o.nvme_pipeline) = true;
       continue;
     }
     ZT_CHECK(i + 1 < argc, flag, " needs a value\n", kUsage);
@@ -298,6 +301,7 @@ zt::optim::TrainConfig bench_config(const Options& o, const zt::DebertaConfig& m
   config.offload_overlap_update = o.overlap_update;
   config.no_offload_overlap_update = o.no_overlap_update;
   config.overlap_optimizer = o.overlap_optimizer;
+  config.gradient_checkpointing = o.gradient_checkpointing;
   // The ZeRO flags as the DeepSpeed JSON a user would write, resolved by the same code as train_mrpc's
   // --deepspeed_config: every check the trainer's users get (stage rules, the disk-tier preflight,
   // --host_memory_limit against what is offloaded) applies to the benchmark too.
@@ -319,7 +323,8 @@ int run(int argc, char** argv) {
     model.intermediate_size = 4 * o.hidden;
   }
   model.hidden_dropout_prob = model.attention_probs_dropout_prob = o.dropout;
-  const zt::DType compute = zt::parse_dtype(o.dtype);  // --dtype was checked: bf16, fp16 or fp32
+  model.gradient_checkpointing = o.gradient_checkpointing;  // the estimate plans what the trainer builds
+  const zt::DType compute = zt::parse_dtype(o.dtype);       // --dtype was checked: bf16, fp16 or fp32
   // The configuration is checked first, so that a wrong flag is told on any machine; the estimate plans the
   // offload the trainer builds from it (zero_offload: streamed gradients, disk buffers, sub-groups).
   zt::optim::TrainConfig config = bench_config(o, model, compute);
@@ -409,6 +414,7 @@ int run(int argc, char** argv) {
       {"delayed_update", o.delayed_update},
       {"overlap_update", trainer.overlaps_offloaded_update()},  // as the engine decided (on where it applies)
       {"overlap_optimizer", o.overlap_optimizer},
+      {"gradient_checkpointing", o.gradient_checkpointing},
       {"back_to_back", o.back_to_back},
       {"overlap_comm", o.overlap_comm},
       {"nvme_path", o.nvme_path},

@@ -101,11 +101,24 @@ DType compute_dtype_for_run(const TrainConfig& config) {
   ZT_FAIL("unknown --dtype");
 }
 
+namespace {
+// --gradient_checkpointing turns it on in the model's config whatever the caller built (a config already
+// asking for it keeps it).
+DebertaConfig checkpointed_if_asked(DebertaConfig model, const TrainConfig& config) {
+  model.gradient_checkpointing = model.gradient_checkpointing || config.gradient_checkpointing;
+  return model;
+}
+}  // namespace
+
 DebertaConfig model_config_for_run(const TrainConfig& config, int64_t num_labels) {
   // The embedded default: the full xlarge architecture (random init) on the GPU, a small model on the CPU.
-  if (config.model_name_or_path.empty())
-    return config.device == DeviceChoice::cuda ? deberta_v2_xlarge_config() : deberta_small_cpu_config();
-  DebertaConfig model = ModelFile(resolve_model_path(config.model_name_or_path)).config();
+  if (config.model_name_or_path.empty()) {
+    return checkpointed_if_asked(
+        config.device == DeviceChoice::cuda ? deberta_v2_xlarge_config() : deberta_small_cpu_config(),
+        config);
+  }
+  DebertaConfig model =
+      checkpointed_if_asked(ModelFile(resolve_model_path(config.model_name_or_path)).config(), config);
   if (model.num_labels != num_labels) {
     ZT_CHECK(
         config.ignore_mismatched_sizes, "--model_name_or_path ", config.model_name_or_path, " has ",
@@ -233,7 +246,7 @@ struct MrpcTrainer::Impl {
   // of config.world_size is a thread of this process.
   Impl(TrainConfig c, DebertaConfig mc, std::unique_ptr<Communicator> process_group)
       : config(std::move(c)),
-        model_config(std::move(mc)),
+        model_config(checkpointed_if_asked(std::move(mc), config)),
         table(model_config),
         device(training_device(config)),
         compute(compute_dtype_for_run(config)),

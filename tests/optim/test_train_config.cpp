@@ -464,6 +464,9 @@ TEST(TrainConfigJson, UnknownKeysNameTheirFullPath) {
   // A real DeepSpeed key that zerotrain lacks is told apart from a typo.
   EXPECT_ERROR_HAS(resolved({}, R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})"),
                    "'zero_optimization.cpu_offload'", "does not implement");
+  // DeepSpeed's activation_checkpointing section points at the flag that does what users want from it.
+  EXPECT_ERROR_HAS(resolved({}, R"({"activation_checkpointing": {"partition_activations": false}})"),
+                   "'activation_checkpointing'", "--gradient_checkpointing");
   // Scheduler params are checked per type: WarmupLR has no total_num_steps.
   EXPECT_ERROR_HAS(resolved({}, R"({"scheduler": {"type": "WarmupLR", "params": {"total_num_steps": 10}}})"),
                    "'scheduler.params.total_num_steps'");

@@ -105,6 +105,42 @@ TEST(Trainer, ResumeFromCheckpointIsBitwiseIdentical) {
   std::filesystem::remove_all(dir);
 }
 
+// --gradient_checkpointing (HF's flag) recomputes every encoder layer in the backward: the same run bit for
+// bit (losses, gradient norms, parameters), with dropout on and gradient accumulation 2; the trainer turns
+// it on in the model's config and plans one layer of saved activations.
+TEST(Trainer, GradientCheckpointingTrainsBitForBitTheSame) {
+  const std::vector<std::string> common = {"--per_device_train_batch_size",
+                                           "4",
+                                           "--gradient_accumulation_steps",
+                                           "2",
+                                           "--learning_rate",
+                                           "1e-3",
+                                           "--max_train_steps",
+                                           "4",
+                                           "--dtype",
+                                           "f32",
+                                           "--seed",
+                                           "7"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return resolved(args);
+  };
+  MrpcTrainer stored(with({}), small_model());
+  stored.train();
+  MrpcTrainer checkpointed(with({"--gradient_checkpointing"}), small_model());
+  EXPECT_TRUE(checkpointed.model_config().gradient_checkpointing);
+  EXPECT_FALSE(stored.model_config().gradient_checkpointing);
+  checkpointed.train();
+  ASSERT_EQ(checkpointed.steps().size(), stored.steps().size());
+  ASSERT_EQ(stored.steps().size(), 4u);
+  for (size_t i = 0; i < stored.steps().size(); ++i) {
+    EXPECT_EQ(checkpointed.steps()[i].loss, stored.steps()[i].loss) << "step " << i + 1;
+    EXPECT_EQ(checkpointed.steps()[i].grad_norm, stored.steps()[i].grad_norm) << "step " << i + 1;
+  }
+  EXPECT_TRUE(same_bytes(checkpointed.params(), stored.params()));
+}
+
 TEST(Trainer, ResumeRejectsAnotherSeed) {
   const std::string dir = temp_dir("seed");
   MrpcTrainer first(resolved({"--per_device_train_batch_size", "4", "--max_train_steps", "1", "--dtype",
