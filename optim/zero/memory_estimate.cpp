@@ -154,6 +154,18 @@ std::string fitting_settings_hint(const DebertaConfig& model, int stage, int wor
         << (b == 0 ? " (nothing fits: the state alone exceeds the cap)" : "");
     previous = b;
   }
+  if (!model.gradient_checkpointing) {  // activations, not state: one more encoder forward a step
+    DebertaConfig checkpointed = model;
+    checkpointed.gradient_checkpointing = true;
+    const int64_t b = largest_fitting_batch(checkpointed, stage, world_size, compute, max_length,
+                                            offload_at_stage(offload, stage), budget, limit);
+    const int64_t stored = largest_fitting_batch(model, stage, world_size, compute, max_length,
+                                                 offload_at_stage(offload, stage), budget, limit);
+    if (b > stored) {
+      out << "\n    stage " << stage << " with --gradient_checkpointing (one more encoder forward a step): "
+          << "batch <= " << b;
+    }
+  }
   for (int s = 0; s <= 3; ++s) {
     const ZeroOffload at_stage = offload_at_stage(offload, s);
     if (static_cast<double>(

@@ -1,8 +1,8 @@
-// Gradient checkpointing (DebertaConfig::gradient_checkpointing): the backward recomputes each encoder layer's
-// forward instead of keeping every layer's activations. Same kernels, same inputs, same dropout masks, so the
-// loss, the hidden states and every parameter gradient equal the stored-activation model's bit for bit — here
-// on a tiny config with the conv layer, log buckets, padding, an ignored label and every dropout on, over two
-// accumulated micro-batches; and the activation plan keeps one layer's activations.
+// Gradient checkpointing (DebertaConfig::gradient_checkpointing): the backward recomputes each encoder
+// layer's forward instead of keeping every layer's activations. Same kernels, same inputs, same dropout
+// masks, so the loss, the hidden states and every parameter gradient equal the stored-activation model's bit
+// for bit — here on a tiny config with the conv layer, log buckets, padding, an ignored label and every
+// dropout on, over two accumulated micro-batches; and the activation plan keeps one layer's activations.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -60,8 +60,10 @@ TrainingRun train_two_micro_batches(const DebertaConfig& config) {
     golden_init_fill(p.name, p.kind, std::span<float>(t.data_as<float>(), t.numel()));
   }
   const int64_t B = 3, L = 9;
-  std::vector<int64_t> ids = {1, 7, 9, 0, 12, 2, 30, 31, 2, 1, 4, 4, 2, 19, 2, 0, 0, 0, 1, 45, 2, 8, 2, 0, 0, 0, 0};
-  std::vector<int64_t> mask = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+  std::vector<int64_t> ids = {1, 7, 9, 0, 12, 2,  30, 31, 2, 1, 4, 4, 2, 19,
+                              2, 0, 0, 0, 1,  45, 2,  8,  2, 0, 0, 0, 0};
+  std::vector<int64_t> mask = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                               1, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0};
   std::vector<int64_t> labels = {2, -100, 1};
   const DebertaBatch batch{Tensor(ids.data(), {B, L}, DType::i64), Tensor(mask.data(), {B, L}, DType::i64),
                            Tensor(labels.data(), {B}, DType::i64)};

@@ -55,6 +55,28 @@ TEST(MemoryEstimateHint, NamesTheLargestFittingBatchAndTheLowestFittingStage) {
   }
 }
 
+// Gradient checkpointing trades a forward for activations: the hint names the batch it fits at the run's
+// stage (more than without), and says nothing of it when the run already checkpoints.
+TEST(MemoryEstimateHint, NamesTheBatchGradientCheckpointingFits) {
+  DebertaConfig model = deberta_v2_xlarge_config();
+  const size_t cap = 24 * kGiB;
+  const std::string hint = fitting_settings_hint(model, 0, 1, DType::bf16, 96, 128, cap);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      hint, m,
+      std::regex(
+          "stage 0 with --gradient_checkpointing \\(one more encoder forward a step\\): batch <= ([0-9]+)")))
+      << hint;
+  const int64_t b = std::stoll(m[1]);
+  EXPECT_GT(b, advised_batch(hint, 0)) << hint;
+  model.gradient_checkpointing = true;
+  const double budget = static_cast<double>(cap) * (1.0 - kOomHeadroom);
+  EXPECT_LE(static_cast<double>(estimate_memory(model, 0, 1, DType::bf16, b, 128).total()), budget);
+  EXPECT_GT(static_cast<double>(estimate_memory(model, 0, 1, DType::bf16, b + 1, 128).total()), budget);
+  EXPECT_EQ(fitting_settings_hint(model, 0, 1, DType::bf16, 400, 128, cap).find("--gradient_checkpointing"),
+            std::string::npos);
+}
+
 TEST(MemoryEstimateHint, SaysWhenTheStateAloneExceedsTheCap) {
   const std::string hint = fitting_settings_hint(deberta_v2_xlarge_config(), 0, 1, DType::bf16, 8, 128, kGiB);
   EXPECT_EQ(advised_batch(hint, 0), 0) << hint;
