@@ -93,6 +93,21 @@ TEST(ZeroTrainingGpuOverlap, OverlappedOptimizerTrainsLikeTheInOrderOne) {
   }
 }
 
+// Gradient checkpointing on the GPU: the re-run layer forward launches the forward's kernels on the same
+// inputs, so bf16 training at stage 0 (one rank) and stage 3 (two shared-GPU ranks) is bit for bit the run
+// that keeps the activations.
+TEST(ZeroTrainingGpuBf16, GradientCheckpointingTrainsBitForBitTheSame) {
+  ZT_SKIP_WITHOUT_GPU();
+  for (const RunSpec& spec :
+       {RunSpec{.stage = 0, .steps = kGpuSteps, .gpu = true, .dtype = "bf16"},
+        RunSpec{.stage = 3, .world = 2, .steps = kGpuSteps, .gpu = true, .dtype = "bf16"}}) {
+    RunSpec checkpointed = spec;
+    checkpointed.gradient_checkpointing = true;
+    EXPECT_TRUE(bitwise_equal(run(checkpointed), run(spec)))
+        << "stage " << spec.stage << " world " << spec.world << ", gradient checkpointing vs stored";
+  }
+}
+
 TEST(ZeroTrainingGpuBf16, StageThreeAtWorldTwoFollowsTheOneRankCurve) {
   ZT_SKIP_WITHOUT_GPU();
   const RunResult single =

@@ -68,7 +68,8 @@ struct RunSpec {
   bool gpu = false;              // in-process ranks over the one GPU (RankDevice each) instead of the CPU
   std::string dtype = "f32";     // the GPU also trains in bf16
   bool overlap_comm = false;  // zero_optimization.overlap_comm (GPU, world > 1: reductions on a comm stream)
-  bool overlap_optimizer = false;  // --overlap_optimizer (GPU: the AdamW on its own stream)
+  bool overlap_optimizer = false;       // --overlap_optimizer (GPU: the AdamW on its own stream)
+  bool gradient_checkpointing = false;  // --gradient_checkpointing
 };
 
 inline TrainConfig config_for(const RunSpec& r) {
@@ -103,6 +104,7 @@ inline TrainConfig config_for(const RunSpec& r) {
   config.offload_delayed_update = r.delayed_update;
   config.offload_overlap_update = r.overlap_update;
   config.overlap_optimizer = r.overlap_optimizer;
+  config.gradient_checkpointing = r.gradient_checkpointing;
   if (!r.nvme_path.empty()) {
     config.zero.offload_optimizer.enabled = true;
     config.zero.offload_optimizer.nvme = {.enabled = true,
