@@ -15,28 +15,10 @@
 #include "model/golden_init.h"
 #include "model/parameters.h"
 #include "runtime/arena.h"
+#include "tests/model/tiny_deberta.h"
 
 namespace zt {
 namespace {
-
-DebertaConfig tiny_config() {
-  DebertaConfig c = deberta_small_cpu_config();
-  c.vocab_size = 50;
-  c.hidden_size = 12;
-  c.num_attention_heads = 3;
-  c.attention_head_size = 4;
-  c.intermediate_size = 20;
-  c.num_hidden_layers = 3;
-  c.position_buckets = 4;
-  c.max_relative_positions = -1;
-  c.max_position_embeddings = 16;
-  c.pooler_hidden_size = 12;
-  c.hidden_dropout_prob = 0.2;
-  c.attention_probs_dropout_prob = 0.2;
-  c.cls_dropout = 0.2;
-  c.num_labels = 3;
-  return c;
-}
 
 std::vector<uint32_t> bits_of(const Tensor& t) {
   const std::span<const float> v(t.data_as<float>(), static_cast<size_t>(t.numel()));
@@ -52,35 +34,21 @@ struct TrainingRun {
 };
 
 TrainingRun train_two_micro_batches(const DebertaConfig& config) {
-  const ParameterTable table(config);
-  Arena params("params", table.layout(DType::f32));
-  Arena grads("grads", table.layout(DType::f32), {.kind = MemoryKind::host, .zero_fill = true});
-  for (const ParameterInfo& p : table.entries()) {
-    Tensor t = params.tensor(p.name);
-    golden_init_fill(p.name, p.kind, std::span<float>(t.data_as<float>(), t.numel()));
-  }
-  const int64_t B = 3, L = 9;
-  std::vector<int64_t> ids = {1, 7, 9, 0, 12, 2,  30, 31, 2, 1, 4, 4, 2, 19,
-                              2, 0, 0, 0, 1,  45, 2,  8,  2, 0, 0, 0, 0};
-  std::vector<int64_t> mask = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-                               1, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0};
-  std::vector<int64_t> labels = {2, -100, 1};
-  const DebertaBatch batch{Tensor(ids.data(), {B, L}, DType::i64), Tensor(mask.data(), {B, L}, DType::i64),
-                           Tensor(labels.data(), {B}, DType::i64)};
-  DebertaForSequenceClassification model(config, B, L);
+  test::TinyModelSetup s(config);
   TrainingRun run;
-  run.activation_bytes = model.activation_layout().total_bytes();
+  run.activation_bytes = s.model.activation_layout().total_bytes();
   for (uint64_t step : {5, 6}) {  // two micro-batches: different masks, gradients accumulated
-    run.losses.push_back(model.forward(params, batch, {.training = true, .seed = 77, .step = step}));
-    for (int k = 0; k <= config.num_hidden_layers; ++k) run.hidden.push_back(bits_of(model.hidden_state(k)));
-    model.backward(params, grads);
+    run.losses.push_back(s.model.forward(s.params, s.batch, {.training = true, .seed = 77, .step = step}));
+    for (int k = 0; k <= config.num_hidden_layers; ++k)
+      run.hidden.push_back(bits_of(s.model.hidden_state(k)));
+    s.model.backward(s.params, s.grads);
   }
-  for (const ParameterInfo& p : table.entries()) run.grads.push_back(bits_of(grads.tensor(p.name)));
+  for (const ParameterInfo& p : s.table.entries()) run.grads.push_back(bits_of(s.grads.tensor(p.name)));
   return run;
 }
 
 TEST(GradientCheckpointing, EqualsStoredActivationsBitForBit) {
-  DebertaConfig stored = tiny_config();
+  DebertaConfig stored = test::tiny_deberta_config(0.2, 3);
   ASSERT_TRUE(stored.has_conv());
   DebertaConfig checkpointed = stored;
   checkpointed.gradient_checkpointing = true;

@@ -40,6 +40,29 @@ TrainConfig resolved(std::vector<std::string> args, int64_t train_rows = 3668) {
   return config;
 }
 
+// Batch 4, accumulation 2, lr 1e-3, f32, seed 7, `steps` optimizer steps: the runs the tests below compare.
+std::vector<std::string> small_run_args(int steps) {
+  return {"--per_device_train_batch_size",
+          "4",
+          "--gradient_accumulation_steps",
+          "2",
+          "--learning_rate",
+          "1e-3",
+          "--max_train_steps",
+          std::to_string(steps),
+          "--dtype",
+          "f32",
+          "--seed",
+          "7"};
+}
+
+// `common` then `extra`, resolved.
+TrainConfig resolved_with(const std::vector<std::string>& common, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = common;
+  args.insert(args.end(), extra.begin(), extra.end());
+  return resolved(args);
+}
+
 std::string temp_dir(const std::string& name) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("zt_test_trainer_" + name + "_" + std::to_string(::getpid()));
@@ -55,25 +78,9 @@ bool same_bytes(const Arena& a, const Arena& b) {
 // resumed from its checkpoint ends with exactly the parameters of an uninterrupted 6-step run.
 TEST(Trainer, ResumeFromCheckpointIsBitwiseIdentical) {
   const std::string dir = temp_dir("resume");
-  const std::vector<std::string> common = {"--per_device_train_batch_size",
-                                           "4",
-                                           "--gradient_accumulation_steps",
-                                           "2",
-                                           "--learning_rate",
-                                           "1e-3",
-                                           "--max_train_steps",
-                                           "6",
-                                           "--dtype",
-                                           "f32",
-                                           "--per_device_eval_batch_size",
-                                           "64",
-                                           "--seed",
-                                           "7"};
-  auto with = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args = common;
-    args.insert(args.end(), extra.begin(), extra.end());
-    return resolved(args);
-  };
+  std::vector<std::string> common = small_run_args(6);
+  common.insert(common.end(), {"--per_device_eval_batch_size", "64"});
+  auto with = [&](const std::vector<std::string>& extra) { return resolved_with(common, extra); };
 
   MrpcTrainer straight(with({}), small_model());
   straight.train();
@@ -109,23 +116,8 @@ TEST(Trainer, ResumeFromCheckpointIsBitwiseIdentical) {
 // bit (losses, gradient norms, parameters), with dropout on and gradient accumulation 2; the trainer turns
 // it on in the model's config and plans one layer of saved activations.
 TEST(Trainer, GradientCheckpointingTrainsBitForBitTheSame) {
-  const std::vector<std::string> common = {"--per_device_train_batch_size",
-                                           "4",
-                                           "--gradient_accumulation_steps",
-                                           "2",
-                                           "--learning_rate",
-                                           "1e-3",
-                                           "--max_train_steps",
-                                           "4",
-                                           "--dtype",
-                                           "f32",
-                                           "--seed",
-                                           "7"};
-  auto with = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args = common;
-    args.insert(args.end(), extra.begin(), extra.end());
-    return resolved(args);
-  };
+  const std::vector<std::string> common = small_run_args(4);
+  auto with = [&](const std::vector<std::string>& extra) { return resolved_with(common, extra); };
   MrpcTrainer stored(with({}), small_model());
   stored.train();
   MrpcTrainer checkpointed(with({"--gradient_checkpointing"}), small_model());
