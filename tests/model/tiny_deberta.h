@@ -1,6 +1,6 @@
-// A tiny DeBERTa-v2 for whole-model CPU tests (finite differences, gradient checkpointing): every branch of the
-// model runs — the conv layer, log-bucketed positions (midpoint 2 < L), padding, an ignored label, dropout at
-// every site — in a few thousand parameters, with golden_init's deterministic values.
+// A tiny DeBERTa-v2 for whole-model CPU tests (finite differences, gradient checkpointing): every branch of
+// the model runs — the conv layer, log-bucketed positions (midpoint 2 < L), padding, an ignored label,
+// dropout at every site — in a few thousand parameters, with golden_init's deterministic values.
 #pragma once
 
 #include <cstdint>
@@ -45,12 +45,14 @@ inline void fill_golden_parameters(const ParameterTable& table, const Arena& par
 // Three rows of nine tokens: an id 0 inside a real row, a padded row, a shorter one; labels 2, ignored, 1.
 struct TinyBatch {
   static constexpr int64_t kBatch = 3, kLength = 9;
-  std::vector<int64_t> ids = {1, 7, 9, 0, 12, 2, 30, 31, 2, 1, 4, 4, 2, 19, 2, 0, 0, 0, 1, 45, 2, 8, 2, 0, 0, 0, 0};
-  std::vector<int64_t> mask = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+  std::vector<int64_t> ids = {1, 7, 9, 0, 12, 2,  30, 31, 2, 1, 4, 4, 2, 19,
+                              2, 0, 0, 0, 1,  45, 2,  8,  2, 0, 0, 0, 0};
+  std::vector<int64_t> mask = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                               1, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0};
   std::vector<int64_t> labels = {2, -100, 1};
   DebertaBatch view() {
-    return {Tensor(ids.data(), {kBatch, kLength}, DType::i64), Tensor(mask.data(), {kBatch, kLength}, DType::i64),
-            Tensor(labels.data(), {kBatch}, DType::i64)};
+    return {Tensor(ids.data(), {kBatch, kLength}, DType::i64),
+            Tensor(mask.data(), {kBatch, kLength}, DType::i64), Tensor(labels.data(), {kBatch}, DType::i64)};
   }
 };
 
