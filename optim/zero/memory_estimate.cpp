@@ -144,11 +144,12 @@ std::string fitting_settings_hint(const DebertaConfig& model, int stage, int wor
       << static_cast<int>(kOomHeadroom * 100) << "% headroom; world size " << world_size << ", max_length "
       << max_length << "):";
   const int64_t limit = std::max<int64_t>(4 * batch, 1024);
-  int64_t previous = -1;
+  int64_t previous = -1, at_run_stage = 0;
   for (int s = stage; s <= 3; ++s) {
     const ZeroOffload at_stage = offload_at_stage(offload, s);
     const int64_t b =
         largest_fitting_batch(model, s, world_size, compute, max_length, at_stage, budget, limit);
+    if (s == stage) at_run_stage = b;
     if (s > stage && b <= previous) continue;  // a higher stage that allows no larger batch is no advice
     out << "\n    stage " << s << ": per_device_train_batch_size <= " << b
         << (b == 0 ? " (nothing fits: the state alone exceeds the cap)" : "");
@@ -159,9 +160,7 @@ std::string fitting_settings_hint(const DebertaConfig& model, int stage, int wor
     checkpointed.gradient_checkpointing = true;
     const int64_t b = largest_fitting_batch(checkpointed, stage, world_size, compute, max_length,
                                             offload_at_stage(offload, stage), budget, limit);
-    const int64_t stored = largest_fitting_batch(model, stage, world_size, compute, max_length,
-                                                 offload_at_stage(offload, stage), budget, limit);
-    if (b > stored) {
+    if (b > at_run_stage) {
       out << "\n    stage " << stage << " with --gradient_checkpointing (one more encoder forward a step): "
           << "batch <= " << b;
     }
