@@ -75,6 +75,14 @@ constexpr auto kDeepSpeedNotImplemented = std::to_array<std::string_view>({
     "fp16_master_weights_and_grads",
 });
 
+// For a not-implemented key that has a zerotrain counterpart, what to use instead (appended to the refusal);
+// empty otherwise.
+std::string_view what_to_use_instead(std::string_view key) {
+  if (key == "activation_checkpointing")  // DeepSpeed's checkpointing module: partitioned or CPU checkpoints
+    return " and pass --gradient_checkpointing (HF's flag) to recompute each encoder layer in the backward";
+  return {};
+}
+
 // Follows nlohmann's parser events to know the path of the value being parsed: for duplicate keys, which the
 // parser would silently collapse to one, and for a number that overflows, which it reports without a key.
 class KeyPathTracker {
@@ -274,13 +282,8 @@ void JsonSection::reject_unread(std::initializer_list<std::string_view> known) c
     const std::string path = path_of(key);
     if (std::find(kDeepSpeedNotImplemented.begin(), kDeepSpeedNotImplemented.end(), key) !=
         kDeepSpeedNotImplemented.end()) {
-      ZT_CHECK(
-          key != "activation_checkpointing", where(), "key '", path,
-          "' configures DeepSpeed's checkpointing module (partitioned or CPU-offloaded checkpoints), "
-          "which zerotrain does not implement; remove it and pass --gradient_checkpointing (HF's flag) to "
-          "recompute each encoder layer in the backward");
-      ZT_FAIL(where(), "key '", path,
-              "' is a DeepSpeed setting that zerotrain does not implement; remove it");
+      ZT_FAIL(where(), "key '", path, "' is a DeepSpeed setting that zerotrain does not implement; remove it",
+              what_to_use_instead(key));
     }
     ZT_FAIL(where(), "unknown key '", path, "'", suggestion(key, std::vector<std::string_view>(known)));
   }
