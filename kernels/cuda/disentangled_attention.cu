@@ -229,33 +229,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-// P~ = T(P * factor), [B*N*L*L], from the stored P (in T) as the forward computed it: the backward's input
-// to dV = P~^T dC.
-template <typename T>
-__global__ void dropped_probs_kernel(const T* __restrict__ probs, T* __restrict__ dropped, AttentionShape s) {
-  const int64_t total = s.batch * s.heads * s.length * s.length;
-  const int64_t groups = (total + 3) / 4;  // thread item: elements 4g .. 4g + 3, one Philox block
-  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
-       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float factor[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-    if (s.dropout) dropout_factors4(s, static_cast<uint64_t>(4 * g), factor);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int64_t e = 4 * g + q;
-      if (e < total) dropped[e] = from_float<T>(to_float(probs[e]) * factor[q]);
-    }
-  }
-}
-
 // One warp per row (b, h, i), the row in registers (lane: keys 128 c + 4 lane + q, as the forward). In: grad
-// row = dP~ = dC_i . V_j (f32), probs row P (in T, read as f32). Out: grad row = G (f32) and, when grad_lowp
-// is given, G in T:
-//   dP_j = factor_j dP~_j,  G_j = m_i m_j ? P_j (dP_j - sum_{k kept} P_k dP_k) / s : 0.
+// row = dP~ = dC_i . V_j (f32), probs row P (in T, read as f32). Out: G, in f32 over grad (write_f32) and,
+// when grad_lowp is given, in T; with dropout and `dropped` given, P~ in T for dV = P~^T dC:
+//   dP_j = factor_j dP~_j,  G_j = m_i m_j ? P_j (dP_j - sum_{k kept} P_k dP_k) / s : 0,
+//   P~_j = T(P_j factor_j)   (every key, masked or not: the forward's dropped row, from the stored P)
+// P~ comes from the factors the row needs anyway: a separate pass over P ran the Philox rounds a second time
+// (34 us per layer at bs 40, SM-bound). write_f32 false: nothing reads G in f32 after this kernel (16-bit
+// storage, where the GEMMs read G in T, and bucket gathers that read G in T too), so it is not stored.
 template <typename T, int kChunks>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     attention_softmax_backward_kernel(float* __restrict__ grad, T* __restrict__ grad_lowp,
-                                      const T* __restrict__ probs, const uint8_t* __restrict__ keep,
-                                      AttentionShape s) {
+                                      T* __restrict__ dropped, bool write_f32, const T* __restrict__ probs,
+                                      const uint8_t* __restrict__ keep, AttentionShape s) {
   const int64_t rows = s.batch * s.heads * s.length;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
@@ -279,8 +265,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     for (int q = 0; q < 4; ++q) {
       const int j = j0 + q;
       const bool kept = j < L && query_kept && key_keep[j];
+      const float stored = j < L ? to_float(p[j]) : 0.0f;
+      if (dropped != nullptr && j < L) dropped[row * L + j] = from_float<T>(stored * factor[q]);
       dp[c][q] = j < L ? g[j] * factor[q] : 0.0f;
-      prob[c][q] = kept ? to_float(p[j]) : 0.0f;  // masked keys drop out of the sum
+      prob[c][q] = kept ? stored : 0.0f;  // masked keys drop out of the sum
       if (kept) weighted += prob[c][q] * dp[c][q];
     }
   }
@@ -293,7 +281,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       if (j >= L) break;
       const bool kept = query_kept && key_keep[j];
       const float value = kept ? prob[c][q] * (dp[c][q] - weighted) * s.inverse_scale : 0.0f;
-      g[j] = value;
+      if (write_f32) g[j] = value;
       if (grad_lowp != nullptr) grad_lowp[row * L + j] = from_float<T>(value);
     }
   }
@@ -342,13 +330,18 @@ constexpr int kBlockWarps = 8;
 constexpr int kBlockThreads = kBlockWarps * 32;
 constexpr size_t kMaxBlockSharedBytes = 200 << 10;  // under the 227 KiB opt-in limit of sm_90
 
-// Staged G[b, h] [L, L + 1] floats, then rel_first and rel_last [window_pitch] int32 each.
-size_t gather_block_shared_bytes(const AttentionShape& s) {
-  return static_cast<size_t>(s.length * (s.length + 1) + 2 * s.window_pitch) * sizeof(float);
+// Staged G[b, h] [L, L + 1] of `element` bytes each (f32, or T on the one-distance path), then rel_first and
+// rel_last [window_pitch] int32 each, 4-byte aligned.
+__host__ __device__ size_t gather_block_staged_bytes(const AttentionShape& s, size_t element) {
+  return (static_cast<size_t>(s.length * (s.length + 1)) * element + 3) / 4 * 4;
+}
+size_t gather_block_shared_bytes(const AttentionShape& s, size_t element) {
+  return gather_block_staged_bytes(s, element) + static_cast<size_t>(2 * s.window_pitch) * sizeof(int32_t);
 }
 
+// Whether the block kernel runs (decided with G staged in f32, whichever it stages).
 bool use_gather_block_kernel(const AttentionShape& s) {
-  return gather_block_shared_bytes(s) <= kMaxBlockSharedBytes;
+  return gather_block_shared_bytes(s, sizeof(float)) <= kMaxBlockSharedBytes;
 }
 
 // Both bucket gathers of bucket_gather_kernel from one staged G[b, h] ([L, L + 1] pitch: column walks
@@ -363,19 +356,26 @@ bool use_gather_block_kernel(const AttentionShape& s) {
 // term, so an output is one bounds test and one load — 0.0f + G[i, j], the single-term loop's value (the add
 // turns -0 into +0 as the loop does), or 0 outside the block. ncu on the H200 (bs 40, L 128): the general
 // loops made the kernel instruction-bound (94 M instructions, 152 us per layer, DRAM at 23 %).
-template <typename T, bool kOneDistance>
+//
+// G is what the kernel reads and stages: f32, or on the one-distance path with 16-bit storage G in T (the
+// softmax backward's 16-bit copy, which the dQ / dK GEMMs read too): a one-term sum rounded to T is T(G)
+// either way (T -> f32 -> T is exact; 0.0f + still turns -0 into +0), so the outputs keep their bits while
+// the kernel reads half the bytes, stages half the shared memory and the softmax backward skips G in f32.
+template <typename T, typename G, bool kOneDistance>
 __global__ void __launch_bounds__(kBlockThreads)
-    bucket_gather_block_kernel(const float* __restrict__ grad, T* __restrict__ gc, T* __restrict__ gp,
+    bucket_gather_block_kernel(const G* __restrict__ grad, T* __restrict__ gc, T* __restrict__ gp,
                                const int32_t* __restrict__ rel_first, const int32_t* __restrict__ rel_last,
                                AttentionShape s) {
-  extern __shared__ float staged_grad[];  // [L, L + 1], then first_of, last_of [window_pitch]
+  static_assert(kOneDistance || std::is_same_v<G, float>, "sums of several terms are taken in f32");
+  extern __shared__ __align__(16) unsigned char gather_shared[];
+  G* staged_grad = reinterpret_cast<G*>(gather_shared);  // [L, L + 1], then first_of, last_of [window_pitch]
   const int L = static_cast<int>(s.length), W = static_cast<int>(s.window);
   const int pitch = L + 1, out_pitch = static_cast<int>(s.window_pitch);
-  int* first_of = reinterpret_cast<int*>(staged_grad + L * pitch);
+  int* first_of = reinterpret_cast<int*>(gather_shared + gather_block_staged_bytes(s, sizeof(G)));
   int* last_of = first_of + out_pitch;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t bh = blockIdx.x, h = bh % s.heads, b = bh / s.heads;
-  const float* g = grad + bh * L * L;
+  const G* g = grad + bh * L * L;
   for (int i = warp; i < L; i += kBlockWarps) {
     for (int j = lane; j < L; j += 32) staged_grad[i * pitch + j] = g[i * L + j];
   }
@@ -396,10 +396,10 @@ __global__ void __launch_bounds__(kBlockThreads)
           const int j = position - distance;  // Gc: key of query `position`
           const int i = position + distance;  // Gp: query of key `position`
           if (gc_row != nullptr && static_cast<unsigned>(j) < static_cast<unsigned>(L)) {
-            sum_c = 0.0f + staged_grad[position * pitch + j];
+            sum_c = 0.0f + to_float(staged_grad[position * pitch + j]);
           }
           if (gp_row != nullptr && static_cast<unsigned>(i) < static_cast<unsigned>(L)) {
-            sum_p = 0.0f + staged_grad[i * pitch + position];
+            sum_p = 0.0f + to_float(staged_grad[i * pitch + position]);
           }
         }
       } else if (r < W) {
@@ -1018,26 +1018,41 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
       ZT_LOG(info) << "ZT_FUSED_ATTENTION_BACKWARD=1 but " << unsupported << " (" << q.describe()
                    << "): the unfused attention backward runs (said once)";
   }
-  // P~ in T with dropout (without it P~ = P: probs itself, already in T); the buffer is later reused for
-  // G in T (16-bit storage).
+  // dP~ = dC V^T (f32) first; the softmax backward then writes G (f32 and / or T, see below) and, with
+  // dropout, P~ in T (without it P~ = P: probs itself, already in T); then dV = P~^T dC.
   const bool f32_storage = T == DType::f32;
-  DeviceBuffer lowp;
-  if (!(f32_storage && !s.dropout))
-    lowp = scratch_buffer(probs_elements(s) * element, "attention.dropped_probs");
-  const void* p_tilde = s.dropout ? lowp.data() : probs.data();
-  if (s.dropout) {
-    dispatch_storage(T, op, [&](auto tag) {
-      using S = typename decltype(tag)::type;
-      dropped_probs_kernel<S>
-          <<<grid_for((static_cast<int64_t>(probs_elements(s)) + 3) / 4), kThreads, 0, stream>>>(
-              static_cast<S*>(probs.data()), lowp.data_as<S>(), s);
-      ZT_CUDA_CHECK_LAUNCH("attention_dropped_probs");
-    });
-  }
+  // The one-distance bucket gathers read G in T (bucket_gather_block_kernel): then nothing reads G in f32.
+  const bool gathers_read_lowp =
+      !f32_storage && (s.c2p || s.p2c) && tables.one_distance_per_bucket && use_gather_block_kernel(s);
+  // G in f32 is read only by the f32 GEMMs and the f32-staging bucket gathers.
+  const bool g_f32_read = f32_storage || ((s.c2p || s.p2c) && !gathers_read_lowp);
+  DeviceBuffer lowp, dropped;
+  if (!f32_storage) lowp = scratch_buffer(probs_elements(s) * element, "attention.score_grad_lowp");
+  if (s.dropout) dropped = scratch_buffer(probs_elements(s) * element, "attention.dropped_probs");
+  const void* p_tilde = s.dropout ? dropped.data() : probs.data();
 
   StepProfile& prof = StepProfile::global();
-  prof.mark("attn.bwd.dropped_probs");
   DeviceBuffer grad = scratch_buffer(probs_elements(s) * sizeof(float), "attention.score_grad");
+  {
+    GemmProblem dp_gemm = block_gemm(L, L, d, T, s);
+    dp_gemm.a = head_blocks(dcontext.data(), T, s);
+    dp_gemm.b = head_blocks(v.data(), T, s);
+    dp_gemm.transpose_b = true;
+    dp_gemm.c = score_blocks_out(grad.data(), DType::f32, s);
+    gemm(dp_gemm, stream);
+  }
+  prof.mark("attn.bwd.dp_gemm");
+  dispatch_storage(T, op, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    dispatch_row_chunks(L, [&](auto chunks) {
+      attention_softmax_backward_kernel<S, decltype(chunks)::value>
+          <<<row_grid(s), kWarpsPerBlock * 32, 0, stream>>>(
+              grad.data_as<float>(), lowp.data_as<S>(), dropped.data_as<S>(), g_f32_read,
+              static_cast<S*>(probs.data()), keep.data_as<uint8_t>(), s);
+      ZT_CUDA_CHECK_LAUNCH("attention_softmax_backward");
+    });
+  });
+  prof.mark("attn.bwd.softmax");
   {
     // dV = P~^T dC, for every (b, h) in one call
     GemmProblem dv_gemm = block_gemm(L, d, L, T, s);
@@ -1046,28 +1061,8 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
     dv_gemm.b = head_blocks(dcontext.data(), T, s);
     dv_gemm.c = head_blocks_out(dv.data(), T, s);
     gemm(dv_gemm, stream);
-    // dP~ = dC V^T, f32
-    GemmProblem dp_gemm = block_gemm(L, L, d, T, s);
-    dp_gemm.a = head_blocks(dcontext.data(), T, s);
-    dp_gemm.b = head_blocks(v.data(), T, s);
-    dp_gemm.transpose_b = true;
-    dp_gemm.c = score_blocks_out(grad.data(), DType::f32, s);
-    gemm(dp_gemm, stream);
   }
-  prof.mark("attn.bwd.dv_dp_gemm");
-
-  // G = dA / s in f32 (grad) and, for 16-bit storage, in T (lowp, P~ is no longer needed).
-  dispatch_storage(T, op, [&](auto tag) {
-    using S = typename decltype(tag)::type;
-    dispatch_row_chunks(L, [&](auto chunks) {
-      attention_softmax_backward_kernel<S, decltype(chunks)::value>
-          <<<row_grid(s), kWarpsPerBlock * 32, 0, stream>>>(
-              grad.data_as<float>(), f32_storage ? nullptr : lowp.data_as<S>(), static_cast<S*>(probs.data()),
-              keep.data_as<uint8_t>(), s);
-      ZT_CUDA_CHECK_LAUNCH("attention_softmax_backward");
-    });
-  });
-  prof.mark("attn.bwd.softmax");
+  prof.mark("attn.bwd.dv_gemm");
   const void* g_lowp = f32_storage ? grad.data() : lowp.data();
 
   {
@@ -1095,13 +1090,22 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
     dispatch_storage(T, op, [&](auto tag) {
       using S = typename decltype(tag)::type;
       if (use_gather_block_kernel(s)) {
-        const size_t shared = gather_block_shared_bytes(s);
-        const auto kernel = tables.one_distance_per_bucket ? bucket_gather_block_kernel<S, true>
-                                                           : bucket_gather_block_kernel<S, false>;
-        allow_shared_bytes(kernel, shared);
-        kernel<<<static_cast<unsigned>(s.batch * s.heads), kBlockThreads, shared, stream>>>(
-            grad.data_as<float>(), c2p_grad.data_as<S>(), p2c_grad.data_as<S>(), tables.rel_first,
-            tables.rel_last, s);
+        if (gathers_read_lowp) {
+          const size_t shared = gather_block_shared_bytes(s, sizeof(S));
+          allow_shared_bytes(bucket_gather_block_kernel<S, S, true>, shared);
+          bucket_gather_block_kernel<S, S, true>
+              <<<static_cast<unsigned>(s.batch * s.heads), kBlockThreads, shared, stream>>>(
+                  lowp.data_as<S>(), c2p_grad.data_as<S>(), p2c_grad.data_as<S>(), tables.rel_first,
+                  tables.rel_last, s);
+        } else {
+          const size_t shared = gather_block_shared_bytes(s, sizeof(float));
+          const auto kernel = tables.one_distance_per_bucket ? bucket_gather_block_kernel<S, float, true>
+                                                             : bucket_gather_block_kernel<S, float, false>;
+          allow_shared_bytes(kernel, shared);
+          kernel<<<static_cast<unsigned>(s.batch * s.heads), kBlockThreads, shared, stream>>>(
+              grad.data_as<float>(), c2p_grad.data_as<S>(), p2c_grad.data_as<S>(), tables.rel_first,
+              tables.rel_last, s);
+        }
         ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather_block");
         return;
       }

@@ -24,7 +24,8 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // per stream, kernels
 // (W = the table rows reached, min(2 att_span, 2L - 1), padded to a multiple of 8):
 //   forward   C2P and P2C scores in f32 (2 x 4 N B L W8) + the content scores in f32 when P is stored in a
 //             16-bit T (4 P) + the dropped probabilities P~ in T (with dropout);
-//   backward  dP / G in f32 (4 P) + P~ in T (with dropout) + the bucket sums Gc, Gp in T (2 x N B L W8 T).
+//   backward  dP / G in f32 (4 P) + G in T (16-bit T) + P~ in T (with dropout; the softmax backward writes
+//             it beside G) + the bucket sums Gc, Gp in T (2 x N B L W8 T).
 // At xlarge, seq 128, bf16 with dropout: 6.6 MiB per sample (0.8 GiB at batch 128), all of it in proportion
 // to the batch. The other per-call scratch is not live at the same time: the larger of the two counts
 // (conv1d_scratch_bytes; LayerNorm's partials are smaller than either).
@@ -41,9 +42,9 @@ size_t attention_scratch_bytes(const DebertaConfig& model, int64_t batch, int64_
   // Forward: the content scores in f32 apart from P when P is stored in T; P~ only with dropout.
   const size_t forward =
       2 * held(positional * 4) + (low_precision ? held(probs * 4) : 0) + (dropout ? held(probs * t) : 0);
-  // Backward: P~ (then G) in T unless f32 without dropout.
-  const size_t backward =
-      held(probs * 4) + (dropout || low_precision ? held(probs * t) : 0) + 2 * held(positional * t);
+  // Backward: G in T with 16-bit storage, P~ in T with dropout, both live at once.
+  const size_t backward = held(probs * 4) + (low_precision ? held(probs * t) : 0) +
+                          (dropout ? held(probs * t) : 0) + 2 * held(positional * t);
   return std::max(forward, backward);
 }
 
