@@ -163,36 +163,18 @@ __device__ __forceinline__ float dx_of(float d, float gamma, float x, float mu, 
   return inv_std * (d * gamma - means.x - xhat * means.y);
 }
 
-// One warp per row. Reads dy[j] before writing dx[j] in the same thread (and every lane has read its part
-// of the row for the means before warp_sum returns), so dx may alias dy.
-template <typename T, typename W, bool kVector>
-__global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const W* gamma, const float* mean,
-                                             const float* rstd, int64_t rows, int64_t dim, T* dx) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  for (int64_t r = first_row; r < rows; r += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
-    const T* dyr = dy + r * dim;
-    const T* xr = x + r * dim;
-    const float mu = mean[r], inv_std = rstd[r];
-    const float2 means = dx_row_means<T, W, kVector>(dyr, xr, gamma, mu, inv_std, dim, lane);
-    T* dxr = dx + r * dim;
-    for (int64_t j = lane; j < dim; j += 32) {
-      dxr[j] =
-          from_float<T>(dx_of(to_float(dyr[j]), to_float(gamma[j]), to_float(xr[j]), mu, inv_std, means));
-    }
-  }
-}
-
-// The residual tail's backward: dx as layernorm_backward_dx_kernel writes it, and ds = Drop'(dx) — the stored
-// dx times the keep mask of flat index i over 1 - p, rounded as dropout_backward stores it (or dx itself at
-// p = 0). kVectorOut (kVector and dx, ds 16-byte aligned): each lane writes the Pack128 slices it read for
-// the means, a pack holding whole Philox groups (dim is a multiple of the pack); otherwise single elements,
-// one Philox block per element. dx may alias dy as above; ds overlaps nothing.
+// One warp per row: dx = rstd (g - mean_j g - xhat mean_j(g xhat)) and, when ds is given (the residual
+// tail's backward), ds = Drop'(dx) — the stored dx times the keep mask of flat index i over 1 - p, rounded as
+// dropout_backward stores it (or dx itself at p = 0). kVectorOut (kVector and dx, ds 16-byte aligned): each
+// lane writes the Pack128 slices it read for the means, a pack holding whole Philox groups (dim is a multiple
+// of the pack); otherwise single elements, one Philox block per element. Each element's value does not
+// depend on which lane writes it, so the paths agree bit for bit. Reads dy[j] before writing dx[j] in the
+// same thread (and every lane has read its part of the row for the means before warp_sum returns), so dx
+// may alias dy; ds overlaps nothing.
 template <typename T, typename W, bool kVector, bool kVectorOut>
-__global__ void layernorm_dropout_backward_dx_kernel(const T* dy, const T* x, const W* gamma,
-                                                     const float* mean, const float* rstd, int64_t rows,
-                                                     int64_t dim, DropoutMaskOp mask, bool dropout, T* dx,
-                                                     T* ds) {
+__global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const W* gamma, const float* mean,
+                                             const float* rstd, int64_t rows, int64_t dim, DropoutMaskOp mask,
+                                             bool dropout, T* dx, T* ds) {
   static_assert(kVector || !kVectorOut, "the vector stores need the vector row partition");
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
@@ -205,7 +187,7 @@ __global__ void layernorm_dropout_backward_dx_kernel(const T* dy, const T* x, co
     const float mu = mean[r], inv_std = rstd[r];
     const float2 means = dx_row_means<T, W, kVector>(dyr, xr, gamma, mu, inv_std, dim, lane);
     T* dxr = dx + r * dim;
-    T* dsr = ds + r * dim;
+    T* dsr = ds != nullptr ? ds + r * dim : nullptr;
     // The flat index of the row's first element: the mask counts over the whole tensor.
     const int64_t row_start = r * dim;
     if constexpr (kVectorOut) {
@@ -226,7 +208,7 @@ __global__ void layernorm_dropout_backward_dx_kernel(const T* dy, const T* x, co
           }
         }
         store128(dxr + j0, dxs);
-        store128(dsr + j0, dss);
+        if (dsr != nullptr) store128(dsr + j0, dss);
       }
     } else {
       for (int64_t j = lane; j < dim; j += 32) {
@@ -235,7 +217,7 @@ __global__ void layernorm_dropout_backward_dx_kernel(const T* dy, const T* x, co
         const T v =
             from_float<T>(dx_of(to_float(dyr[j]), to_float(gamma[j]), to_float(xr[j]), mu, inv_std, means));
         dxr[j] = v;
-        dsr[j] = dropped(bits, i, v);
+        if (dsr != nullptr) dsr[j] = dropped(bits, i, v);
       }
     }
   }
@@ -475,27 +457,19 @@ void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& g
     // dgamma[j] += sum_c partial_gamma[c, j], dbeta[j] += sum_c partial_beta[c, j], in a fixed order.
     add_chunk_partials(partial_gamma, plan.chunks, dim, typed<float>(dgamma), stream);
     add_chunk_partials(partial_beta, plan.chunks, dim, typed<float>(dbeta), stream);
-    if (drop == nullptr) {
-      const auto dx_kernel =
-          row_vector ? layernorm_backward_dx_kernel<T, W, true> : layernorm_backward_dx_kernel<T, W, false>;
-      dx_kernel<<<row_blocks(rows), kThreadsPerBlock, 0, stream>>>(typed<T>(dy), typed<T>(x), typed<W>(gamma),
-                                                                   typed<float>(mean), typed<float>(rstd),
-                                                                   rows, dim, typed<T>(dx));
-      ZT_CUDA_CHECK_LAUNCH("layernorm_backward_dx");
-      return;
-    }
-    // p == 0: dropout_backward is a copy, and so is the kernel's second output (no Philox rounds).
-    const DropoutSite& site = drop->site;
+    // Without `drop` or at p == 0 no Philox rounds run (dropout_backward is then a copy, and so is ds).
+    const DropoutSite site = drop != nullptr ? drop->site : DropoutSite{};
     const bool dropout = site.p != 0.0f;
     const DropoutMaskOp mask{site.p, dropout ? 1.0f / (1.0f - site.p) : 1.0f, site.seed, site.site_id};
-    const bool out_vector = row_vector && is_aligned16(dx.data()) && is_aligned16(drop->ds->data());
-    const auto kernel = out_vector   ? layernorm_dropout_backward_dx_kernel<T, W, true, true>
-                        : row_vector ? layernorm_dropout_backward_dx_kernel<T, W, true, false>
-                                     : layernorm_dropout_backward_dx_kernel<T, W, false, false>;
-    kernel<<<row_blocks(rows), kThreadsPerBlock, 0, stream>>>(
-        typed<T>(dy), typed<T>(x), typed<W>(gamma), typed<float>(mean), typed<float>(rstd), rows, dim, mask,
-        dropout, typed<T>(dx), typed<T>(*drop->ds));
-    ZT_CUDA_CHECK_LAUNCH("layernorm_dropout_backward_dx");
+    T* ds = drop != nullptr ? typed<T>(*drop->ds) : nullptr;
+    const bool out_vector = row_vector && is_aligned16(dx.data()) && (ds == nullptr || is_aligned16(ds));
+    const auto kernel = out_vector   ? layernorm_backward_dx_kernel<T, W, true, true>
+                        : row_vector ? layernorm_backward_dx_kernel<T, W, true, false>
+                                     : layernorm_backward_dx_kernel<T, W, false, false>;
+    kernel<<<row_blocks(rows), kThreadsPerBlock, 0, stream>>>(typed<T>(dy), typed<T>(x), typed<W>(gamma),
+                                                              typed<float>(mean), typed<float>(rstd), rows,
+                                                              dim, mask, dropout, typed<T>(dx), ds);
+    ZT_CUDA_CHECK_LAUNCH("layernorm_backward_dx");
   });
 }
 
