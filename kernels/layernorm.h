@@ -6,7 +6,7 @@
 //
 // Backward (g = dy * gamma):
 //   dx      = rstd * ( g - mean_j g - xhat * mean_j (g * xhat) )      (overwritten)
-//   dgamma += sum_r dy * xhat,        dbeta += sum_r dy                  (accumulated)
+//   dgamma += sum_r dy * xhat,        dbeta += sum_r dy                  (accumulated, or written: GradWrite)
 //
 // Shapes: x, y, dy, dx [..., D] (leading dimensions flattened into R rows); gamma, beta, dgamma, dbeta [D];
 // mean, rstd: R elements (e.g. [R] or [B, L]) — filled by the forward, read by the backward.
@@ -15,6 +15,7 @@
 #pragma once
 
 #include "kernels/dropout.h"
+#include "kernels/grad_write.h"
 #include "runtime/tensor.h"
 
 namespace zt::kernels {
@@ -35,19 +36,21 @@ void dropout_add_layernorm_forward(const Tensor& s, const Tensor& residual, cons
                                    const Tensor& mean, const Tensor& rstd);
 
 // in: dy, x, gamma, mean, rstd (from the forward); out: dx (overwritten; may alias dy);
-// accumulated: dgamma, dbeta.
+// dgamma, dbeta: accumulated, or written with GradWrite::overwrite.
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                        GradWrite write = GradWrite::accumulate);
 
 // The residual block tail's backward (the reverse of dropout_add_layernorm_forward) in one pass:
 //   dx = LayerNorm backward of dy  (overwritten; may alias dy): the gradient of s, which the residual input
 //                                  receives as it is
 //   ds = Drop'(dx) at `site`       (overwritten): the gradient of the sub-layer's output before its dropout
-//   dgamma, dbeta                  accumulated
+//   dgamma, dbeta                  accumulated (or written: `write`)
 // Bitwise layernorm_backward(dy, x, ..., dx, ...) followed by dropout_backward(dx, ds, site), for every
 // storage dtype. ds must not overlap dy, x or dx.
 void layernorm_dropout_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                 const Tensor& rstd, const DropoutSite& site, const Tensor& dx,
-                                const Tensor& ds, const Tensor& dgamma, const Tensor& dbeta);
+                                const Tensor& ds, const Tensor& dgamma, const Tensor& dbeta,
+                                GradWrite write = GradWrite::accumulate);
 
 }  // namespace zt::kernels

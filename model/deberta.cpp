@@ -84,6 +84,9 @@ struct HookCalls {
   void gradients_ready(size_t unit) const {
     if (hooks != nullptr) hooks->gradients_ready(unit);
   }
+  kernels::GradWrite gradient_write(size_t unit) const {
+    return hooks != nullptr ? hooks->gradient_write(unit) : kernels::GradWrite::accumulate;
+  }
 };
 
 }  // namespace
@@ -492,6 +495,9 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     const DebertaLayerTensors& P = params.layers[static_cast<size_t>(l)];
     const DebertaLayerTensors& GP = grads.layers[static_cast<size_t>(l)];
     hook.acquire(layer_unit(l), kPass);
+    // Every gradient of the layer is written once below before anything adds to it (Wq, bq, Wk, bk take
+    // their positional terms last), so `write` applies to those first writes.
+    const kernels::GradWrite write = hook.gradient_write(layer_unit(l));
     // Gradient checkpointing: the layer's activations again, from hidden.l. Its output is not read by its
     // backward (hidden.{l+1} fed layer l + 1, whose backward is done), so it goes into dh_next, which the
     // LayerNorm backward below overwrites first.
@@ -522,7 +528,7 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     kernels::layernorm_dropout_backward(
         dz, A(layer_slot(c, l, "s2"), bld), P.output_ln_weight, A(layer_slot(c, l, "ln_o.mean"), {B, L}),
         A(layer_slot(c, l, "ln_o.rstd"), {B, L}), site(l, kSiteFfnOutput, hidden_p), dy, ds2,
-        GP.output_ln_weight, GP.output_ln_bias);
+        GP.output_ln_weight, GP.output_ln_bias, write);
     // g1 = gelu(f1) is recomputed, not stored. The output projection's dx GEMM (dg1 = ds2 Wo2, which reads
     // only g1's shape) goes first, so that one pass over f1 gives both g1 for the weight gradient and
     // df = dg1 * gelu'(f1).
@@ -530,10 +536,11 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
            f1 = A(layer_slot(c, l, "f1"), {B, L, I});
     kernels::linear_backward(ds2, g1, P.output_weight, df, Tensor(), Tensor());
     kernels::gelu_recompute_and_backward(df, f1, g1, df);
-    kernels::linear_backward(ds2, g1, P.output_weight, Tensor(), GP.output_weight, GP.output_bias);
+    kernels::linear_backward(ds2, g1, P.output_weight, Tensor(), GP.output_weight, GP.output_bias,
+                             /*accumulate_dx=*/false, write);
     kernels::linear_backward(df, A(layer_slot(c, l, "y"), bld), P.intermediate_weight, dy,
                              GP.intermediate_weight, GP.intermediate_bias,
-                             /*accumulate_dx=*/true);
+                             /*accumulate_dx=*/true, write);
     prof.mark("bwd.ffn");
     // y = LN_a(s1), s1 = Drop(ctx Wo' + bo) + x.
     // dx = dLN (the layer-input gradient's residual part, written over dy) and ds1 = Drop'(dx), one kernel.
@@ -542,10 +549,11 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     kernels::layernorm_dropout_backward(
         dy, A(layer_slot(c, l, "s1"), bld), P.attention_ln_weight, A(layer_slot(c, l, "ln_a.mean"), {B, L}),
         A(layer_slot(c, l, "ln_a.rstd"), {B, L}), site(l, kSiteAttentionOutput, hidden_p), dx, ds1,
-        GP.attention_ln_weight, GP.attention_ln_bias);
+        GP.attention_ln_weight, GP.attention_ln_bias, write);
     Tensor dctx = t1;
     kernels::linear_backward(ds1, A(layer_slot(c, l, "ctx"), bld), P.attention_output_weight, dctx,
-                             GP.attention_output_weight, GP.attention_output_bias);
+                             GP.attention_output_weight, GP.attention_output_bias, /*accumulate_dx=*/false,
+                             write);
     prof.mark("bwd.attention_output");
 
     Tensor dq = A("grad.q", bld), dk = A("grad.k", bld), dv = A("grad.v", bld);
@@ -562,9 +570,9 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
         c.p2c ? dpos_query : Tensor());
     prof.mark("bwd.attention_core");
 
-    kernels::linear_backward(dq, x, P.query_weight, dx, GP.query_weight, GP.query_bias, true);
-    kernels::linear_backward(dk, x, P.key_weight, dx, GP.key_weight, GP.key_bias, true);
-    kernels::linear_backward(dv, x, P.value_weight, dx, GP.value_weight, GP.value_bias, true);
+    kernels::linear_backward(dq, x, P.query_weight, dx, GP.query_weight, GP.query_bias, true, write);
+    kernels::linear_backward(dk, x, P.key_weight, dx, GP.key_weight, GP.key_bias, true, write);
+    kernels::linear_backward(dv, x, P.value_weight, dx, GP.value_weight, GP.value_bias, true, write);
     // share_att_key: PK = R~ Wk' + bk and PQ = R~ Wq' + bq feed the same weights and R~.
     Tensor rel_dropped = A(layer_slot(c, l, "rel_dropped"), {S2, D});
     Tensor drel_dropped = A("grad.rel_dropped", {S2, D});
@@ -590,9 +598,13 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
   kernels::mask_rows_backward(dh, mask, dh);
   Tensor demb = A("grad.t1", bld);
   hook.acquire(kEmbeddingsUnit, kPass);
+  const kernels::GradWrite embeddings_write = hook.gradient_write(kEmbeddingsUnit);
   kernels::layernorm_backward(dh, A("emb.raw", bld), params.embeddings.ln_weight, A("emb.mean", {B, L}),
                               A("emb.rstd", {B, L}), demb, grads.embeddings.ln_weight,
-                              grads.embeddings.ln_bias);
+                              grads.embeddings.ln_bias, embeddings_write);
+  // The table's gradient is a scatter into the rows the batch names: written, the rest must read zero.
+  if (embeddings_write == kernels::GradWrite::overwrite)
+    kernels::fill(grads.embeddings.word_embeddings, 0.0f);
   const int64_t padding_idx = c.pad_token_id.value_or(-1);
   kernels::embedding_backward(s.inputs.input_ids, demb, grads.embeddings.word_embeddings, padding_idx);
   hook.release(kEmbeddingsUnit, kPass);

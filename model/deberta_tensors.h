@@ -17,7 +17,10 @@
 //             · release(S) · gradients_ready(S)
 // acquire(u) returns only when u's parameter handles hold the unit's values (stage 3 gathers them there
 // and may prefetch the next unit); release(u) says they are no longer read by this pass; gradients_ready(u)
-// says this micro-batch's last write into u's gradient handles has been issued.
+// says this micro-batch's last write into u's gradient handles has been issued. gradient_write(u), asked by
+// backward before it writes u's gradients, says whether they are added to what the handles hold
+// (accumulate: the default, and what a hook-less backward does) or written over it (overwrite: the handles
+// hold nothing to keep, e.g. the first micro-batch of a window where the engine does not zero them).
 #pragma once
 
 #include <cstddef>
@@ -25,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/grad_write.h"
 #include "model/config.h"
 #include "runtime/tensor.h"
 
@@ -72,6 +76,7 @@ class DebertaUnitHooks {
   virtual void acquire(size_t unit, Pass pass) = 0;
   virtual void release(size_t unit, Pass pass) = 0;
   virtual void gradients_ready(size_t unit) = 0;
+  virtual kernels::GradWrite gradient_write(size_t /*unit*/) { return kernels::GradWrite::accumulate; }
 };
 
 }  // namespace zt

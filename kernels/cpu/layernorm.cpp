@@ -37,7 +37,7 @@ void layernorm_forward_cpu(const float* x, const float* gamma, const float* beta
 
 void layernorm_backward_cpu(const float* dy, const float* x, const float* gamma, const float* mean,
                             const float* rstd, int64_t rows, int64_t dim, float* dx, float* dgamma,
-                            float* dbeta) {
+                            float* dbeta, GradWrite write) {
   // Parameter gradients sum over every row (B * L of them); a double partial keeps that sum exact enough
   // to serve as the reference for the GPU reduction.
   std::vector<double> dgamma_sum(static_cast<size_t>(dim), 0.0), dbeta_sum(static_cast<size_t>(dim), 0.0);
@@ -63,9 +63,10 @@ void layernorm_backward_cpu(const float* dy, const float* x, const float* gamma,
       dxr[j] = inv_std * (dyr[j] * gamma[j] - mean_g - xhat * mean_g_xhat);
     }
   }
+  const bool overwrite = write == GradWrite::overwrite;
   for (int64_t j = 0; j < dim; ++j) {
-    dgamma[j] += static_cast<float>(dgamma_sum[j]);
-    dbeta[j] += static_cast<float>(dbeta_sum[j]);
+    dgamma[j] = (overwrite ? 0.0f : dgamma[j]) + static_cast<float>(dgamma_sum[j]);
+    dbeta[j] = (overwrite ? 0.0f : dbeta[j]) + static_cast<float>(dbeta_sum[j]);
   }
 }
 
@@ -132,10 +133,11 @@ void dropout_add_layernorm_forward(const Tensor& s, const Tensor& residual, cons
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                        GradWrite write) {
 #ifdef ZT_WITH_CUDA
   if (x.device() == DeviceKind::cuda)
-    return gpu::layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, current_stream());
+    return gpu::layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, current_stream());
 #endif
   constexpr const char* op = "layernorm_backward";
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
@@ -158,15 +160,16 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
            mean.numel(), " and ", rstd.numel());
   layernorm_backward_cpu(dy.data_as<float>(), x.data_as<float>(), gamma.data_as<float>(),
                          mean.data_as<float>(), rstd.data_as<float>(), rows, dim, dx.data_as<float>(),
-                         dgamma.data_as<float>(), dbeta.data_as<float>());
+                         dgamma.data_as<float>(), dbeta.data_as<float>(), write);
 }
 
 void layernorm_dropout_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                 const Tensor& rstd, const DropoutSite& site, const Tensor& dx,
-                                const Tensor& ds, const Tensor& dgamma, const Tensor& dbeta) {
+                                const Tensor& ds, const Tensor& dgamma, const Tensor& dbeta,
+                                GradWrite write) {
 #ifdef ZT_WITH_CUDA
   if (x.device() == DeviceKind::cuda) {
-    return gpu::layernorm_dropout_backward(dy, x, gamma, mean, rstd, site, dx, ds, dgamma, dbeta,
+    return gpu::layernorm_dropout_backward(dy, x, gamma, mean, rstd, site, dx, ds, dgamma, dbeta, write,
                                            current_stream());
   }
 #endif
@@ -179,7 +182,7 @@ void layernorm_dropout_backward(const Tensor& dy, const Tensor& x, const Tensor&
            ": ds must not overlap dy, x or dx");
   ZT_CHECK(site.p >= 0.0f && site.p < 1.0f, op, ": drop probability must be in [0, 1), got ", site.p);
   // The reference is the unfused sequence itself (the CUDA kernel saves the passes over memory).
-  layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write);
   dropout_backward(dx, ds, site);
 }
 

@@ -60,11 +60,11 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 }
 
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
-                     const Tensor& dweight, const Tensor& dbias, bool accumulate_dx) {
+                     const Tensor& dweight, const Tensor& dbias, bool accumulate_dx, GradWrite write) {
   constexpr const char* op = "linear_backward";
 #ifdef ZT_WITH_CUDA
   if (x.device() == DeviceKind::cuda) {
-    return gpu::linear_backward(dy, x, weight, dx, dweight, dbias, accumulate_dx, current_stream());
+    return gpu::linear_backward(dy, x, weight, dx, dweight, dbias, accumulate_dx, write, current_stream());
   }
 #endif
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
@@ -98,13 +98,16 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
     check_cpu_arg(dweight, DType::f32, op, "dweight");
     check_same_shape(dweight, weight, op, "dweight", "weight");
     MatrixView dwm(dweight.data_as<float>(), out_features, in_features);
+    if (write == GradWrite::overwrite) dwm.setZero();  // then the accumulation: 0 + dy^T x, bit for bit
     dwm.noalias() += dym.transpose() * xm;
   }
   if (dbias.defined()) {
     check_cpu_arg(dbias, DType::f32, op, "dbias");
     check_shape(dbias, Shape{out_features}, "linear_backward: dbias");
     // The bias gradient sums B * L rows; summing in double keeps it a trustworthy reference.
-    RowVectorView(dbias.data_as<float>(), out_features) += dym.cast<double>().colwise().sum().cast<float>();
+    RowVectorView db(dbias.data_as<float>(), out_features);
+    if (write == GradWrite::overwrite) db.setZero();
+    db += dym.cast<double>().colwise().sum().cast<float>();
   }
 }
 

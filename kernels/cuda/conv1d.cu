@@ -222,7 +222,8 @@ void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
     ZT_CUDA_CHECK_LAUNCH("conv1d_ungroup_weight_grad");
   }
   if (want_db) {
-    column_sum_accumulate(dy.data(), x.dtype(), s.rows(), s.out_features, dbias.data_as<float>(), stream);
+    column_sum_into(dy.data(), x.dtype(), s.rows(), s.out_features, dbias.data_as<float>(),
+                    GradWrite::accumulate, stream);
   }
 }
 

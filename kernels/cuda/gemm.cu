@@ -78,7 +78,7 @@ __global__ void column_sum_partial_kernel(const T* __restrict__ x, int64_t rows,
 // cols): deterministic. One thread per column walking every chunk took 37 us for 160 chunks x 1536 columns
 // (a LayerNorm parameter gradient at B*L = 5120, ncu on the H200): 6 blocks, each a chain of 160 loads.
 __global__ void add_chunk_partials_kernel(const float* __restrict__ partial, int64_t chunks, int64_t cols,
-                                          float* __restrict__ out) {
+                                          bool overwrite, float* __restrict__ out) {
   __shared__ float lanes[kRowLanes][kColumnTile + 1];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
   float sum = 0.0f;
@@ -90,7 +90,7 @@ __global__ void add_chunk_partials_kernel(const float* __restrict__ partial, int
   if (threadIdx.y == 0 && c < cols) {
     float total = 0.0f;
     for (int lane = 0; lane < kRowLanes; ++lane) total += lanes[lane][threadIdx.x];
-    out[c] += total;
+    out[c] = (overwrite ? 0.0f : out[c]) + total;  // 0 + total: the accumulation onto a zeroed buffer
   }
 }
 
@@ -110,13 +110,13 @@ __global__ void add_bias_kernel(T* __restrict__ c, const T* __restrict__ bias, i
 
 }  // namespace
 
-void column_sum_accumulate(const void* x, DType dtype, int64_t rows, int64_t cols, float* out,
-                           cudaStream_t stream) {
+void column_sum_into(const void* x, DType dtype, int64_t rows, int64_t cols, float* out, GradWrite write,
+                     cudaStream_t stream) {
   if (cols == 0) return;
   const int64_t chunks = std::clamp<int64_t>((rows + kRowsPerChunk - 1) / kRowsPerChunk, 1, kMaxChunks);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   DeviceBuffer partial = scratch_buffer(static_cast<size_t>(chunks * cols) * sizeof(float), "column_sum");
-  dispatch_storage(dtype, "column_sum_accumulate", [&](auto tag) {
+  dispatch_storage(dtype, "column_sum_into", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int kPack = cuda_detail::Pack128<T>::kSize;
     const bool vector = cols % kPack == 0 && cuda_detail::is_aligned16(x);
@@ -129,14 +129,20 @@ void column_sum_accumulate(const void* x, DType dtype, int64_t rows, int64_t col
                                        partial.data_as<float>());
     ZT_CUDA_CHECK_LAUNCH("column_sum_partial");
   });
-  add_chunk_partials(partial.data_as<float>(), chunks, cols, out, stream);
+  add_chunk_partials(partial.data_as<float>(), chunks, cols, out, write, stream);
 }
 
-void add_chunk_partials(const float* partial, int64_t chunks, int64_t cols, float* out, cudaStream_t stream) {
+void add_chunk_partials(const float* partial, int64_t chunks, int64_t cols, float* out, GradWrite write,
+                        cudaStream_t stream) {
   if (cols == 0) return;
   add_chunk_partials_kernel<<<static_cast<unsigned int>((cols + kColumnTile - 1) / kColumnTile),
-                              dim3(kColumnTile, kRowLanes), 0, stream>>>(partial, chunks, cols, out);
+                              dim3(kColumnTile, kRowLanes), 0, stream>>>(partial, chunks, cols,
+                                                                         write == GradWrite::overwrite, out);
   ZT_CUDA_CHECK_LAUNCH("add_chunk_partials");
+}
+
+void fill_zero(const Tensor& grad, cudaStream_t stream) {
+  ZT_CUDA_CHECK(cudaMemsetAsync(grad.data(), 0, grad.nbytes(), stream));
 }
 
 }  // namespace gpu

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "kernels/cuda/launch_common.cuh"
+#include "kernels/grad_write.h"
 #include "runtime/check.h"
 #include "runtime/device_allocator.h"
 #include "runtime/dtype.h"
@@ -69,14 +70,19 @@ inline DeviceBuffer scratch_buffer(size_t bytes, std::string_view name) {
 void check_cuda_arg(const Tensor& t, const char* op, const char* name);
 void check_cuda_arg(const Tensor& t, DType dtype, const char* op, const char* name);
 
-// out[c] += sum_r x[r, c] for x [rows, cols] of storage `dtype`, summed in f32 in a fixed order
-// (deterministic: rows cut into at most 64 chunks of >= 128 rows, chunk partials in scratch, added in chunk
-// order): the bias gradient of linear and conv1d.
-void column_sum_accumulate(const void* x, DType dtype, int64_t rows, int64_t cols, float* out,
-                           cudaStream_t stream);
+// out[c] += sum_r x[r, c] for x [rows, cols] of storage `dtype` (GradWrite::overwrite: out[c] = 0 + sum),
+// summed in f32 in a fixed order (deterministic: rows cut into at most 64 chunks of >= 128 rows, chunk
+// partials in scratch, added in chunk order): the bias gradient of linear and conv1d.
+void column_sum_into(const void* x, DType dtype, int64_t rows, int64_t cols, float* out, GradWrite write,
+                     cudaStream_t stream);
 
-// out[c] += sum_k partial[k, c] for partial [chunks, cols] (f32): the second pass of the chunked column
-// reductions (column_sum_accumulate, the LayerNorm parameter gradients), summed in a fixed order.
-void add_chunk_partials(const float* partial, int64_t chunks, int64_t cols, float* out, cudaStream_t stream);
+// out[c] += sum_k partial[k, c] for partial [chunks, cols] (f32; overwrite: out[c] = 0 + sum): the second
+// pass of the chunked column reductions (column_sum_into, the LayerNorm parameter gradients), summed in a
+// fixed order.
+void add_chunk_partials(const float* partial, int64_t chunks, int64_t cols, float* out, GradWrite write,
+                        cudaStream_t stream);
+
+// An f32 gradient set to zero (the overwrite of a sum over no rows), on `stream`.
+void fill_zero(const Tensor& grad, cudaStream_t stream);
 
 }  // namespace zt::kernels::gpu

@@ -404,7 +404,8 @@ struct DropoutOutput {
 };
 void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                               const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                              const DropoutOutput* drop, cudaStream_t stream, const char* op) {
+                              GradWrite write, const DropoutOutput* drop, cudaStream_t stream,
+                              const char* op) {
   check_cuda_arg(x, x.dtype(), op, "x");
   check_cuda_arg(dy, x.dtype(), op, "dy");
   check_cuda_arg(dx, x.dtype(), op, "dx");
@@ -432,7 +433,13 @@ void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& g
     ZT_CHECK(drop->site.p >= 0.0f && drop->site.p < 1.0f, op, ": drop probability must be in [0, 1), got ",
              drop->site.p);
   }
-  if (rows == 0 || dim == 0) return;
+  if (rows == 0 || dim == 0) {
+    if (write == GradWrite::overwrite) {  // the sum over no rows
+      fill_zero(dgamma, stream);
+      fill_zero(dbeta, stream);
+    }
+    return;
+  }
   const ChunkPlan plan = plan_chunks(rows);
   DeviceBuffer scratch =
       device_allocator().allocate(2 * static_cast<size_t>(plan.chunks * dim) * sizeof(float),
@@ -454,9 +461,9 @@ void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& g
         typed<T>(dy), typed<T>(x), typed<float>(mean), typed<float>(rstd), rows, dim, plan.rows_per_chunk,
         partial_gamma, partial_beta);
     ZT_CUDA_CHECK_LAUNCH("layernorm_param_grad_partials");
-    // dgamma[j] += sum_c partial_gamma[c, j], dbeta[j] += sum_c partial_beta[c, j], in a fixed order.
-    add_chunk_partials(partial_gamma, plan.chunks, dim, typed<float>(dgamma), stream);
-    add_chunk_partials(partial_beta, plan.chunks, dim, typed<float>(dbeta), stream);
+    // dgamma[j] (+)= sum_c partial_gamma[c, j], dbeta[j] (+)= sum_c partial_beta[c, j], in a fixed order.
+    add_chunk_partials(partial_gamma, plan.chunks, dim, typed<float>(dgamma), write, stream);
+    add_chunk_partials(partial_beta, plan.chunks, dim, typed<float>(dbeta), write, stream);
     // Without `drop` or at p == 0 no Philox rounds run (dropout_backward is then a copy, and so is ds).
     const DropoutSite site = drop != nullptr ? drop->site : DropoutSite{};
     const bool dropout = site.p != 0.0f;
@@ -477,17 +484,17 @@ void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& g
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                        cudaStream_t stream) {
-  queue_layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, nullptr, stream,
+                        GradWrite write, cudaStream_t stream) {
+  queue_layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, nullptr, stream,
                            "layernorm_backward");
 }
 
 void layernorm_dropout_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                 const Tensor& rstd, const DropoutSite& site, const Tensor& dx,
-                                const Tensor& ds, const Tensor& dgamma, const Tensor& dbeta,
+                                const Tensor& ds, const Tensor& dgamma, const Tensor& dbeta, GradWrite write,
                                 cudaStream_t stream) {
   const DropoutOutput drop{&ds, site};
-  queue_layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, &drop, stream,
+  queue_layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, write, &drop, stream,
                            "layernorm_dropout_backward");
 }
 

@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/dropout.h"
+#include "kernels/grad_write.h"
 #include "runtime/tensor.h"
 
 namespace zt::kernels::gpu {
@@ -33,16 +34,17 @@ void dropout_add_layernorm_forward(const Tensor& s, const Tensor& residual, cons
                                    const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                                    const Tensor& mean, const Tensor& rstd, cudaStream_t stream);
 
-// in: dy, x, gamma, mean, rstd; out: dx (overwritten; may alias dy); accumulated: dgamma, dbeta (f32 [D]).
+// in: dy, x, gamma, mean, rstd; out: dx (overwritten; may alias dy); dgamma, dbeta (f32 [D]) accumulated or
+// written (`write`).
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                        cudaStream_t stream);
+                        GradWrite write, cudaStream_t stream);
 
 // The above, and ds = Drop'(dx) at `site` written by the same kernel (kernels/layernorm.h): bitwise equal to
 // layernorm_backward then dropout_backward(dx, ds, site) on the same stream. ds overlaps none of dy, x, dx.
 void layernorm_dropout_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                 const Tensor& rstd, const DropoutSite& site, const Tensor& dx,
-                                const Tensor& ds, const Tensor& dgamma, const Tensor& dbeta,
+                                const Tensor& ds, const Tensor& dgamma, const Tensor& dbeta, GradWrite write,
                                 cudaStream_t stream);
 
 }  // namespace zt::kernels::gpu

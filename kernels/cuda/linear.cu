@@ -61,7 +61,8 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 }
 
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
-                     const Tensor& dweight, const Tensor& dbias, bool accumulate_dx, cudaStream_t stream) {
+                     const Tensor& dweight, const Tensor& dbias, bool accumulate_dx, GradWrite write,
+                     cudaStream_t stream) {
   constexpr const char* op = "linear_backward";
   const LinearShape s = check_linear_args(x, weight, op);
   check_cuda_arg(dy, s.dtype, op, "dy");
@@ -88,8 +89,9 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   if (dweight.defined() && dweight.data() != nullptr) {
     check_cuda_arg(dweight, DType::f32, op, "dweight");
     check_shape(dweight, weight.shape(), "linear_backward: dweight");
+    if (s.rows == 0 && write == GradWrite::overwrite) fill_zero(dweight, stream);  // the sum over no rows
     if (s.rows > 0) {
-      // dW [out, in] += dy^T [out, rows] x [rows, in], accumulated in the f32 gradient buffer.
+      // dW [out, in] (+)= dy^T [out, rows] x [rows, in] in the f32 gradient buffer (beta 1, or 0 to write).
       GemmProblem p;
       p.m = s.out_features;
       p.n = s.in_features;
@@ -99,14 +101,14 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
       p.transpose_a = true;
       p.b = {x.data(), s.in_features, 0};
       p.c = {dweight.data(), DType::f32, s.in_features, 0};
-      p.beta = 1.0f;
+      p.beta = write == GradWrite::overwrite ? 0.0f : 1.0f;
       gemm(p, stream);
     }
   }
   if (dbias.defined() && dbias.data() != nullptr) {
     check_cuda_arg(dbias, DType::f32, op, "dbias");
     check_shape(dbias, Shape{s.out_features}, "linear_backward: dbias");
-    column_sum_accumulate(dy.data(), s.dtype, s.rows, s.out_features, dbias.data_as<float>(), stream);
+    column_sum_into(dy.data(), s.dtype, s.rows, s.out_features, dbias.data_as<float>(), write, stream);
   }
 }
 

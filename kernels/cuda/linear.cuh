@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/grad_write.h"
 #include "runtime/tensor.h"
 
 namespace zt::kernels::gpu {
@@ -12,6 +13,7 @@ namespace zt::kernels::gpu {
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
                     cudaStream_t stream);
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
-                     const Tensor& dweight, const Tensor& dbias, bool accumulate_dx, cudaStream_t stream);
+                     const Tensor& dweight, const Tensor& dbias, bool accumulate_dx, GradWrite write,
+                     cudaStream_t stream);
 
 }  // namespace zt::kernels::gpu

@@ -997,6 +997,15 @@ void ZeroEngine::begin_backward(bool first, bool last) {
   impl_->last_micro = last;
 }
 
+bool ZeroEngine::overwrites_gradients(size_t unit) const {
+  return impl_->stage == 0 && unit != partition_.shared_unit();
+}
+
+kernels::GradWrite ZeroEngine::gradient_write(size_t unit) {
+  return impl_->first_micro && overwrites_gradients(unit) ? kernels::GradWrite::overwrite
+                                                          : kernels::GradWrite::accumulate;
+}
+
 void ZeroEngine::comm_waits_for_compute() {
 #ifdef ZT_WITH_CUDA
   Impl& s = *impl_;
@@ -1374,9 +1383,14 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
 
   const double loss_scale = scaler.scale();
   const double norm = cpu ? std::sqrt(total) : std::sqrt(total) / (loss_scale * W);
-  // Buffers backward accumulates into start the next window at zero (the others are overwritten).
+  // Buffers backward accumulates into start the next window at zero (the others are overwritten, and so are
+  // stage 0's units that the next window's first backward writes: overwrites_gradients).
   auto clear_gradients = [&] {
-    if (s.gradients_accumulate_in_place()) kernels::fill(s.grads->flat(DType::f32), 0.0f);
+    if (!s.gradients_accumulate_in_place()) return;
+    if (s.stage != 0) return kernels::fill(s.grads->flat(DType::f32), 0.0f);
+    for (size_t u = 0; u < U; ++u)
+      if (!overwrites_gradients(u))
+        kernels::fill(view(*s.grads, DType::f32, units[u].flat_begin, units[u].numel), 0.0f);
   };
   // 4. fp16 overflow: every rank sees the same sums, so all skip together.
   if (s.compute == DType::f16) {
@@ -1496,7 +1510,8 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
                         view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges,
                         s.mixed ? view(*s.compute_copy, s.compute, b.compute, b.numel) : Tensor(), stream,
                         static_cast<float>(factor),
-                        /*zero_grads=*/s.stage == 0 || s.direct_gradients);
+                        // Zeroed for the next window unless its first backward writes them.
+                        /*zero_grads=*/(s.stage == 0 && !overwrites_gradients(u)) || s.direct_gradients);
       if (o != nullptr) {
         o->unit_updated[u].record(stream);
         s.optimizer_pending[u] = 1;

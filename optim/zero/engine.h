@@ -264,6 +264,9 @@ class ZeroEngine final : public DebertaUnitHooks {
   void acquire(size_t unit, Pass pass) override;
   void release(size_t unit, Pass pass) override;
   void gradients_ready(size_t unit) override;
+  // Stage 0, a window's first micro-batch: backward writes the embeddings' and the layers' gradients instead
+  // of adding to a buffer the step zeroed (overwrites_gradients); everything else accumulates.
+  kernels::GradWrite gradient_write(size_t unit) override;
 
   // One optimizer step over the reduced gradients (collective). `scaler` is disabled outside fp16. With
   // offload.delayed_update it first lands the previous step's update, then starts this one's and returns.
@@ -335,6 +338,10 @@ class ZeroEngine final : public DebertaUnitHooks {
   void gather_updated_compute_copy();  // stages 1/2, world > 1: every rank's updated slices to everyone
   void update_offloaded_blocks(double lr, float grad_scale, bool publish_each, const Arena& gradients);
   void update_offloaded_block(size_t unit, double lr, float grad_scale, const Arena& gradients);
+  // Whether backward writes unit u's gradients on a window's first micro-batch (gradient_write), so that the
+  // step need not zero them: stage 0's embeddings and layers (the shared unit's conv and relative-table
+  // gradients add up several terms over the pass, so it stays zeroed by the AdamW).
+  bool overwrites_gradients(size_t unit) const;
 
   const ParameterTable& table_;
   Communicator& comm_;

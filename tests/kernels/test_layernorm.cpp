@@ -8,6 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "kernels/elementwise.h"
@@ -131,6 +132,23 @@ TEST(LayerNorm, BackwardAccumulatesParametersAndOverwritesDx) {
   EXPECT_TRUE(test::all_close("dx (second call)", dx, dx_once, {0, 0}));
   EXPECT_TRUE(test::all_close("dgamma (two calls)", dgamma, dgamma_twice, {1e-6, 1e-6}));
   EXPECT_TRUE(test::all_close("dbeta (two calls)", dbeta, dbeta_twice, {1e-6, 1e-6}));
+}
+
+// GradWrite::overwrite: dgamma and dbeta written over what they held (NaN: a read would keep it), bit for bit
+// the accumulation onto zeros; dx as always.
+TEST(LayerNorm, BackwardWritesParametersWhenAsked) {
+  LayerNormCase c(0.0f);
+  std::vector<float> dy = c.r, dx(c.x.size()), dgamma(c.dim, 0.0f), dbeta(c.dim, 0.0f);
+  c.backward(dy, dx, dgamma, dbeta);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> dx_w(c.x.size()), dgamma_w(c.dim, nan), dbeta_w(c.dim, nan);
+  layernorm_backward(f32_view(dy, {c.rows, c.dim}), f32_view(c.x, {c.rows, c.dim}),
+                     f32_view(c.gamma, {c.dim}), f32_view(c.mean, {c.rows}), f32_view(c.rstd, {c.rows}),
+                     f32_view(dx_w, {c.rows, c.dim}), f32_view(dgamma_w, {c.dim}), f32_view(dbeta_w, {c.dim}),
+                     GradWrite::overwrite);
+  EXPECT_TRUE(test::all_close("dx", dx_w, dx, {0, 0}));
+  EXPECT_TRUE(test::all_close("dgamma written", dgamma_w, dgamma, {0, 0}));
+  EXPECT_TRUE(test::all_close("dbeta written", dbeta_w, dbeta, {0, 0}));
 }
 
 TEST(LayerNorm, BackwardInPlaceOverDy) {

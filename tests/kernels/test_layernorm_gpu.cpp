@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/dropout.h"
@@ -332,6 +333,32 @@ TEST_P(LayerNormDropoutBackwardGpu, BitwiseEqualToTwoKernelsAndCloseToCpu) {
       EXPECT_TRUE(test::all_close("dx vs CPU", dx, dx_ref, tolerance_for(c.dtype)));
       EXPECT_TRUE(test::all_close("ds vs CPU", ds, ds_ref, tolerance_for(c.dtype)));
       EXPECT_TRUE(test::all_close("dgamma vs CPU", gdg.download(), dg_ref, tolerance_for(DType::f32)));
+
+      // GradWrite::overwrite, both entry points: dgamma and dbeta written over NaN (a read would keep it),
+      // bit for bit the accumulation onto zeros.
+      for (const bool fused : {false, true}) {
+        std::vector<std::vector<float>> sums;
+        for (const GradWrite write : {GradWrite::accumulate, GradWrite::overwrite}) {
+          const float init = write == GradWrite::overwrite ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+          DeviceArray wdy(c.dtype, c.shape, c.offset), wds(c.dtype, c.shape, GetParam().residual_offset);
+          DeviceArray wdg(DType::f32, dim_shape), wdb(DType::f32, dim_shape);
+          wdy.upload(dy);
+          wdg.upload(std::vector<float>(static_cast<size_t>(dim), init));
+          wdb.upload(std::vector<float>(static_cast<size_t>(dim), init));
+          if (fused) {
+            layernorm_dropout_backward(wdy.tensor(), gx.tensor(), ggamma.tensor(), gmean.tensor(),
+                                       grstd.tensor(), site, wdy.tensor(), wds.tensor(), wdg.tensor(),
+                                       wdb.tensor(), write);
+          } else {
+            layernorm_backward(wdy.tensor(), gx.tensor(), ggamma.tensor(), gmean.tensor(), grstd.tensor(),
+                               wdy.tensor(), wdg.tensor(), wdb.tensor(), write);
+          }
+          sums.push_back(wdg.download());
+          sums.push_back(wdb.download());
+        }
+        EXPECT_TRUE(bitwise_equal(fused ? "fused dgamma written" : "dgamma written", sums[2], sums[0]));
+        EXPECT_TRUE(bitwise_equal(fused ? "fused dbeta written" : "dbeta written", sums[3], sums[1]));
+      }
       // ds over dy is refused before anything is written.
       EXPECT_THROW(layernorm_dropout_backward(gd.tensor(), gx.tensor(), ggamma.tensor(), gmean.tensor(),
                                               grstd.tensor(), site, gdx_seq.tensor(), gd.tensor(),

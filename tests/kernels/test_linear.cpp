@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "runtime/check.h"
@@ -95,6 +96,15 @@ TEST(Linear, GradientConventions) {
   std::vector<float> dx_over(dx.size(), 100.0f);
   linear_backward(c.rt(), c.xt(), c.wt(), f32_view(dx_over, x_shape), Tensor{}, Tensor{});
   EXPECT_TRUE(test::all_close("dx overwritten", dx_over, dx, {0, 0}));
+
+  // GradWrite::overwrite writes dW and db over whatever they held (NaN here: read, it would stay NaN), bit
+  // for bit what accumulating onto zeros gives.
+  std::vector<float> dw_written(dw.size(), std::numeric_limits<float>::quiet_NaN()),
+      db_written(db.size(), std::numeric_limits<float>::quiet_NaN());
+  linear_backward(c.rt(), c.xt(), c.wt(), Tensor{}, f32_view(dw_written, {C::kOut, C::kIn}),
+                  f32_view(db_written, {C::kOut}), false, GradWrite::overwrite);
+  EXPECT_TRUE(test::all_close("dW written", dw_written, dw, {0, 0}));
+  EXPECT_TRUE(test::all_close("db written", db_written, db, {0, 0}));
 }
 
 TEST(Linear, RejectsMismatchedFeatures) {

@@ -5,6 +5,7 @@
 
 #ifdef ZT_WITH_CUDA
 
+#include <limits>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -139,6 +140,32 @@ TEST(LinearGpuBiasGradient, BitIdenticalWhateverTheAlignment) {
       sums.push_back(db.download());
     }
     EXPECT_TRUE(all_close("dbias, misaligned vs aligned dy", sums[1], sums[0], {0, 0}));
+  }
+}
+
+// GradWrite::overwrite: dW (the GEMM with beta = 0) and db (the column sums stored as 0 + sum) written over
+// NaN, which a read would keep, equal to the accumulation onto zeros.
+TEST(LinearGpuGradWrite, OverwriteEqualsAccumulatingOntoZeros) {
+  ZT_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const int64_t rows = 300, in = 96, out = 200;
+    test::DeviceArray dy(dtype, Shape{rows, out}), x(dtype, Shape{rows, in}), w(dtype, Shape{out, in});
+    dy.upload(test::round_through(dtype, test::random_floats(rows * out, 71)));
+    x.upload(test::round_through(dtype, test::random_floats(rows * in, 72)));
+    w.upload(test::round_through(dtype, test::random_floats(out * in, 73)));
+    std::vector<std::vector<float>> grads;
+    for (const GradWrite write : {GradWrite::accumulate, GradWrite::overwrite}) {
+      const float init = write == GradWrite::overwrite ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+      test::DeviceArray dw(DType::f32, Shape{out, in}), db(DType::f32, Shape{out});
+      dw.upload(std::vector<float>(static_cast<size_t>(out * in), init));
+      db.upload(std::vector<float>(static_cast<size_t>(out), init));
+      linear_backward(dy.tensor(), x.tensor(), w.tensor(), Tensor(), dw.tensor(), db.tensor(), false, write);
+      grads.push_back(dw.download());
+      grads.push_back(db.download());
+    }
+    EXPECT_TRUE(all_close("dW written", grads[2], grads[0], {0, 0}));
+    EXPECT_TRUE(all_close("db written", grads[3], grads[1], {0, 0}));
   }
 }
 
