@@ -1,7 +1,11 @@
 #include "model/deberta.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "kernels/conv1d.h"
 #include "kernels/cross_entropy.h"
@@ -136,6 +140,7 @@ struct DebertaForSequenceClassification::State {
   DropoutSchedule dropout;
   bool has_forward = false;
   DType compute = DType::f32;
+  std::optional<size_t> gradient_offset;  // GradientLayout: where the gradient buffer starts
 
   State(int64_t b, int64_t l, ArenaLayout layout, DeviceKind device, DType compute_dtype)
       : max_batch(b),
@@ -147,7 +152,8 @@ struct DebertaForSequenceClassification::State {
 };
 
 ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConfig& c, int64_t B, int64_t L,
-                                                               DType compute) {
+                                                               DType compute,
+                                                               const GradientLayout* gradients) {
   ZT_CHECK(B > 0 && L > 0, "activation plan needs a positive batch and sequence length, got ", B, " x ", L);
   ZT_CHECK(compute == DType::f32 || compute == DType::bf16 || compute == DType::f16,
            "the model computes in f32, bf16 or f16, not ", dtype_name(compute));
@@ -169,16 +175,6 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
   add_f32("rel.mean", {S2});
   add_f32("rel.rstd", {S2});
   for (int64_t k = 0; k <= n; ++k) add(str("hidden.", k), {B, L, D});
-  // Every layer's saved activations, or with gradient checkpointing one layer's (layer_slot).
-  const int64_t planned_layers = c.gradient_checkpointing ? 1 : n;
-  for (int l = 0; l < planned_layers; ++l) {
-    for (const char* name : {"q", "k", "v", "ctx", "s1", "y", "s2"}) add(layer_slot(c, l, name), {B, L, D});
-    for (const char* name : {"rel_dropped", "pos_key", "pos_query"}) add(layer_slot(c, l, name), {S2, D});
-    add(layer_slot(c, l, "probs"), {B, N, L, L});
-    add(layer_slot(c, l, "f1"), {B, L, I});
-    for (const char* name : {"ln_a.mean", "ln_a.rstd", "ln_o.mean", "ln_o.rstd"})
-      add_f32(layer_slot(c, l, name), {B, L});
-  }
   if (c.has_conv()) {
     add("conv.t", {B, L, D});   // dropped, masked conv output: the gelu input
     add("conv.s3", {B, L, D});  // LN_c input
@@ -213,23 +209,80 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
   add("grad.cls", {B, D});
   add_f32("grad.logits", {B, C});
   if (mixed) add("grad.logits16", {B, C});
+  // Every layer's saved activations, or with gradient checkpointing one layer's (layer_slot): last, layer 0
+  // first, so that a gradient buffer can take the slots the backward has finished with (GradientLayout).
+  const int64_t planned_layers = c.gradient_checkpointing ? 1 : n;
+  for (int l = 0; l < planned_layers; ++l) {
+    for (const char* name : {"q", "k", "v", "ctx", "s1", "y", "s2"}) add(layer_slot(c, l, name), {B, L, D});
+    for (const char* name : {"rel_dropped", "pos_key", "pos_query"}) add(layer_slot(c, l, name), {S2, D});
+    add(layer_slot(c, l, "probs"), {B, N, L, L});
+    add(layer_slot(c, l, "f1"), {B, L, I});
+    for (const char* name : {"ln_a.mean", "ln_a.rstd", "ln_o.mean", "ln_o.rstd"})
+      add_f32(layer_slot(c, l, name), {B, L});
+  }
+  if (gradients != nullptr) {  // the part of the gradient buffer past the last layer's slots
+    const size_t end = gradient_offset(c, layout, *gradients) + gradients->bytes;
+    const size_t aligned =
+        (layout.used_bytes() + layout.alignment() - 1) / layout.alignment() * layout.alignment();
+    if (end > aligned) add_f32("gradients.tail", {static_cast<int64_t>((end - aligned + 3) / 4)});
+  }
   return layout;
+}
+
+size_t DebertaForSequenceClassification::gradient_offset(const DebertaConfig& c,
+                                                         const ArenaLayout& activations,
+                                                         const GradientLayout& gradients) {
+  const int n = c.num_hidden_layers;
+  ZT_CHECK(!c.gradient_checkpointing,
+           "gradients on dead activations: not with gradient checkpointing (every layer's backward re-runs "
+           "its forward into the same slots)");
+  ZT_CHECK(gradients.unit_begin.size() == static_cast<size_t>(n) + 2, "a gradient layout needs ", n + 2,
+           " units (embeddings, ", n, " layers, shared), got ", gradients.unit_begin.size());
+  // Layer l's slots span [begin[l], end[l]) of the arena, in layer order (plan_activations adds them last).
+  std::vector<int64_t> begin(static_cast<size_t>(n), INT64_MAX), end(static_cast<size_t>(n), 0);
+  for (const ArenaSlot& slot : activations.slots()) {
+    for (int l = 0; l < n; ++l) {
+      if (slot.name.starts_with(str("layer", l, "."))) {
+        begin[static_cast<size_t>(l)] =
+            std::min(begin[static_cast<size_t>(l)], static_cast<int64_t>(slot.offset));
+        end[static_cast<size_t>(l)] = std::max(end[static_cast<size_t>(l)], static_cast<int64_t>(slot.end()));
+      }
+    }
+  }
+  // The embeddings' gradients (written after layer 0's backward) above everything but the layer slots; layer
+  // l's at or above the end of its own slots; the shared unit's (written from the head's backward on, before
+  // any layer's) above every layer's slots.
+  auto at = [&](size_t unit) { return static_cast<int64_t>(gradients.unit_begin[unit]); };
+  int64_t offset = std::max<int64_t>(0, begin[0] - at(0));
+  for (int l = 0; l < n; ++l)
+    offset = std::max(offset, end[static_cast<size_t>(l)] - at(static_cast<size_t>(l) + 1));
+  offset = std::max(offset, end[static_cast<size_t>(n) - 1] - at(static_cast<size_t>(n) + 1));
+  const auto alignment = static_cast<int64_t>(activations.alignment());
+  return static_cast<size_t>((offset + alignment - 1) / alignment * alignment);
 }
 
 DebertaForSequenceClassification::DebertaForSequenceClassification(DebertaConfig config, int64_t max_batch,
                                                                    int64_t max_seq, DeviceKind device,
-                                                                   DType compute)
+                                                                   DType compute,
+                                                                   const GradientLayout* gradients)
     : config_(std::move(config)) {
   ZT_CHECK(compute == DType::f32 || device == DeviceKind::cuda, "the CPU backend computes in f32 only, not ",
            dtype_name(compute));
-  state_ = std::make_unique<State>(max_batch, max_seq, plan_activations(config_, max_batch, max_seq, compute),
-                                   device, compute);
+  state_ = std::make_unique<State>(
+      max_batch, max_seq, plan_activations(config_, max_batch, max_seq, compute, gradients), device, compute);
+  if (gradients != nullptr)
+    state_->gradient_offset = gradient_offset(config_, state_->activations.layout(), *gradients);
   ZT_CHECK(config_.relative_attention && config_.share_att_key && !config_.position_biased_input,
            "the model implements DeBERTa-v2 relative attention with shared keys only");
   ZT_CHECK(config_.rel_embeddings_layer_norm, "the model implements norm_rel_ebd = layer_norm only");
 }
 
 DebertaForSequenceClassification::~DebertaForSequenceClassification() = default;
+
+void* DebertaForSequenceClassification::gradient_memory() const {
+  if (!state_->gradient_offset) return nullptr;
+  return static_cast<char*>(state_->activations.data()) + *state_->gradient_offset;
+}
 
 DeviceKind DebertaForSequenceClassification::device() const {
   return state_->activations.device();

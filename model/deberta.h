@@ -56,13 +56,23 @@ class DebertaForSequenceClassification {
   // is, these stay f32: LayerNorm statistics, logits, loss and its gradient, the relative-table gradient
   // summed over layers, and every parameter gradient. The saved attention probabilities are in `compute`
   // (softmax computed in f32, rounded once on store).
+  // `gradients`: also place a gradient buffer of that layout in the activation arena (GradientLayout; not
+  // with gradient checkpointing); gradient_memory() is then where it starts.
   DebertaForSequenceClassification(DebertaConfig config, int64_t max_batch, int64_t max_seq,
-                                   DeviceKind device = DeviceKind::cpu, DType compute = DType::f32);
+                                   DeviceKind device = DeviceKind::cpu, DType compute = DType::f32,
+                                   const GradientLayout* gradients = nullptr);
   ~DebertaForSequenceClassification();
 
-  // The activation plan for (max_batch, max_seq): every saved tensor and backward scratch buffer.
+  // The activation plan for (max_batch, max_seq): every saved tensor and backward scratch buffer, and with
+  // `gradients` the tail the gradient buffer needs past them (GradientLayout).
   static ArenaLayout plan_activations(const DebertaConfig& config, int64_t max_batch, int64_t max_seq,
-                                      DType compute = DType::f32);
+                                      DType compute = DType::f32, const GradientLayout* gradients = nullptr);
+  // Where a gradient buffer of layout `gradients` starts in an activation arena laid out by
+  // plan_activations(..., &gradients): bytes from the arena's start.
+  static size_t gradient_offset(const DebertaConfig& config, const ArenaLayout& activations,
+                                const GradientLayout& gradients);
+  // The gradient buffer placed in the activation arena (GradientLayout), or nullptr without one.
+  void* gradient_memory() const;
   const ArenaLayout& activation_layout() const;
   const DebertaConfig& config() const { return config_; }
   DeviceKind device() const;

@@ -61,6 +61,22 @@ struct DebertaTensors {
                              const std::function<Tensor(const std::string& name)>& lookup);
 };
 
+// Gradients on dead activations (docs/DESIGN.md, "Gradients on dead activations"). With one backward per
+// optimizer step, layer l's saved activations are dead once its backward has run, and the f32 gradients are
+// live only from their unit's backward to the step. So a gradient buffer laid out by unit in hook order
+// (embeddings, layers 0..n-1, shared) can sit inside the activation arena: the per-layer slots come last in
+// the arena, layer 0's first, and the buffer is placed as low as it can go with every layer's gradients at or
+// above the end of that layer's slots (and the embeddings' above the slots every layer shares): when layer
+// l's backward writes its gradients only the slots of layers > l, already consumed, lie under them. Whatever
+// the buffer needs beyond the arena's end is added to the arena. Every gradient the backward writes over dead
+// activations must be written, not accumulated (GradWrite::overwrite), and nothing but the step may read
+// them before the next forward overwrites them; so: one micro-batch per step, no gradient checkpointing
+// (whose backward re-runs every layer into the same slots).
+struct GradientLayout {
+  std::vector<size_t> unit_begin;  // bytes from the buffer's start, one per unit in hook order
+  size_t bytes = 0;                // the whole buffer
+};
+
 inline constexpr size_t kEmbeddingsUnit = 0;
 inline size_t layer_unit(int layer) {
   return static_cast<size_t>(layer) + 1;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <iomanip>
@@ -183,11 +184,26 @@ Arena::Arena(std::string name, ArenaLayout layout, ArenaOptions options)
   }
 }
 
+Arena Arena::over(std::string name, ArenaLayout layout, void* data, MemoryKind kind) {
+  ZT_CHECK(data != nullptr || layout.total_bytes() == 0, "arena '", name, "' over no memory");
+  ZT_CHECK(reinterpret_cast<uintptr_t>(data) % layout.alignment() == 0, "arena '", name, "' over memory at ",
+           data, ", not aligned to ", layout.alignment(), " bytes");
+  Arena arena(std::move(name), ArenaLayout(layout.alignment()), {.kind = kind});
+  arena.layout_ = std::move(layout);
+  arena.data_ = data;
+  arena.owned_ = false;
+  return arena;
+}
+
 Arena::~Arena() {
   release();
 }
 
 void Arena::release() {
+  if (!owned_) {
+    data_ = nullptr;
+    return;
+  }
   if (data_ != nullptr && options_.kind != MemoryKind::device) {
 #ifdef ZT_WITH_CUDA
     if (pinned_) {
@@ -210,6 +226,7 @@ Arena::Arena(Arena&& other) noexcept
       options_(other.options_),
       data_(std::exchange(other.data_, nullptr)),
       pinned_(std::exchange(other.pinned_, false)),
+      owned_(std::exchange(other.owned_, true)),
       device_buffer_(std::move(other.device_buffer_)) {}
 
 Arena& Arena::operator=(Arena&& other) noexcept {
@@ -220,6 +237,7 @@ Arena& Arena::operator=(Arena&& other) noexcept {
     options_ = other.options_;
     data_ = std::exchange(other.data_, nullptr);
     pinned_ = std::exchange(other.pinned_, false);
+    owned_ = std::exchange(other.owned_, true);
     device_buffer_ = std::move(other.device_buffer_);
   }
   return *this;

@@ -95,6 +95,10 @@ struct ArenaOptions {
 class Arena {
  public:
   Arena(std::string name, ArenaLayout layout, ArenaOptions options = {});
+  // An arena over memory owned elsewhere (layout.total_bytes() of it at `data`, aligned to the layout's
+  // alignment, of `kind`): names and views as usual, nothing allocated or freed. The stage-0 gradients that
+  // share the model's activation arena are one (model/deberta.h, GradientLayout).
+  static Arena over(std::string name, ArenaLayout layout, void* data, MemoryKind kind);
   ~Arena();
   Arena(Arena&& other) noexcept;
   Arena& operator=(Arena&& other) noexcept;
@@ -109,6 +113,7 @@ class Arena {
   const std::string& name() const { return name_; }
   MemoryKind kind() const { return options_.kind; }
   bool pinned() const { return pinned_; }  // pinned_host arenas that really are page-locked
+  bool owns_memory() const { return owned_; }
   DeviceKind device() const {
     return options_.kind == MemoryKind::device ? DeviceKind::cuda : DeviceKind::cpu;
   }
@@ -121,6 +126,7 @@ class Arena {
   ArenaOptions options_;
   void* data_ = nullptr;
   bool pinned_ = false;
+  bool owned_ = true;  // false: over()
   DeviceBuffer device_buffer_;
 };
 

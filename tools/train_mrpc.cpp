@@ -110,11 +110,11 @@ int run(int argc, char** argv) {
               static_cast<long long>(model_config.num_hidden_layers),
               static_cast<long long>(model_config.hidden_size));
   // The memory plan of every stage at this world size, from the layout the run allocates.
-  std::fputs(
-      zt::optim::describe_memory_estimates(model_config, config.zero.stage, config.world_size, compute,
-                                           max_batch, config.max_length, zt::optim::zero_offload(config), gpu)
-          .c_str(),
-      stdout);
+  std::fputs(zt::optim::describe_memory_estimates(
+                 model_config, config.zero.stage, config.world_size, compute, max_batch, config.max_length,
+                 zt::optim::zero_offload(config), gpu, config.gradient_accumulation_steps)
+                 .c_str(),
+             stdout);
   if (config.estimate_memory) return 0;
   const char* backend = launch.under_mpi         ? (gpu ? "processes started by mpirun, one GPU each, NCCL"
                                                         : "processes started by mpirun: one, on the CPU")
@@ -143,10 +143,10 @@ int run(int argc, char** argv) {
     const std::string& what = e.message();
     if (!gpu || what.rfind("out of device memory", 0) != 0) return e;
     return zt::Error(what + "\n" +
-                     zt::optim::fitting_settings_hint(model_config, config.zero.stage, config.world_size,
-                                                      compute, config.per_device_train_batch_size,
-                                                      config.max_length, rank_cap,
-                                                      zt::optim::zero_offload(config)));
+                     zt::optim::fitting_settings_hint(
+                         model_config, config.zero.stage, config.world_size, compute,
+                         config.per_device_train_batch_size, config.max_length, rank_cap,
+                         zt::optim::zero_offload(config), config.gradient_accumulation_steps));
   };
   std::vector<zt::optim::EpochRecord> epochs;
   try {

@@ -204,8 +204,10 @@ struct StepLogWindow {
 struct RankState {
   std::unique_ptr<RankDevice> gpu;  // GPU and world_size > 1 only; destroyed last, after what it allocated
   Communicator* comm = nullptr;
-  std::unique_ptr<ZeroEngine> engine;
+  // The model before the engine: destroyed after it, as the engine's gradients may live in the model's
+  // activation arena (ZeroEngineOptions::gradient_memory).
   std::unique_ptr<DebertaForSequenceClassification> model;
+  std::unique_ptr<ZeroEngine> engine;
   std::unique_ptr<Arena> batch_arena;          // GPU: the current batch (ids, mask [B, L], labels [B])
   LossScaler scaler = LossScaler::disabled();  // identical on every rank (they see the same overflow)
 };
@@ -297,9 +299,17 @@ struct MrpcTrainer::Impl {
                                                            static_cast<size_t>(local_count);
       for (RankState& rank : ranks) rank.gpu = std::make_unique<RankDevice>(kSharedGpu, cap);
     }
+    // Stage 0 with one micro-batch per step: the gradients live in the model's activation arena, on the
+    // slots backward has finished with (GradientLayout).
+    std::optional<GradientLayout> on_activations;
+    if (gradients_on_activations(model_config, config.zero.stage, config.gradient_accumulation_steps))
+      on_activations = stage0_gradient_layout(ZeroPartition(table, world));
     run_ranks([&](int r) {
       RankState& rank = at(r);
       rank.comm = comms[static_cast<size_t>(r - first_rank)].get();
+      rank.model = std::make_unique<DebertaForSequenceClassification>(
+          model_config, max_batch(), config.max_length, device, compute,
+          on_activations ? &*on_activations : nullptr);
       rank.engine = std::make_unique<ZeroEngine>(
           table, model_config, *rank.comm,
           ZeroEngineOptions{.stage = config.zero.stage,
@@ -308,6 +318,7 @@ struct MrpcTrainer::Impl {
                             .reduce_scatter = config.zero.reduce_scatter,
                             .overlap_comm = config.zero.overlap_comm,
                             .overlap_optimizer = config.overlap_optimizer,
+                            .gradient_memory = rank.model->gradient_memory(),
                             .hyper = AdamWHyper{config.learning_rate, config.adam_beta1, config.adam_beta2,
                                                 config.adam_epsilon, config.weight_decay},
                             .max_grad_norm = config.max_grad_norm,
@@ -319,8 +330,6 @@ struct MrpcTrainer::Impl {
                             .disk = zero_disk_tier(config),
                             .param_disk = zero_param_disk_tier(config),
                             .host_budget = &host_budget});
-      rank.model = std::make_unique<DebertaForSequenceClassification>(model_config, max_batch(),
-                                                                      config.max_length, device, compute);
       if (device == DeviceKind::cuda)
         rank.batch_arena = std::make_unique<Arena>("batch", batch_layout(max_batch(), config.max_length),
                                                    state_arena(device, MemoryCategory::activations, false));
@@ -336,8 +345,8 @@ struct MrpcTrainer::Impl {
       run_ranks([&](int r) {
         RankState& rank = at(r);
         rank.batch_arena.reset();
+        rank.engine.reset();  // before the model, whose arena may hold its gradients
         rank.model.reset();
-        rank.engine.reset();
       });
     }
     comms.clear();  // their scratch returns to the ranks' allocators, which end next

@@ -257,6 +257,9 @@ struct ZeroEngine::Impl {
   std::vector<OwnedBlock> blocks;    // one per unit
   std::vector<SubGroup> sub_groups;  // offload: host store block g is sub_groups[g]
   bool first_micro = true, last_micro = true;
+  // ZeroEngineOptions::gradient_memory: per unit, the (flat element offset, count) runs between its tensors
+  // that gradients_ready zeroes.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> gradient_gaps;
   // Stages 2/3 at world size 1: no gradient buckets. The shard is the whole model, so backward accumulates
   // straight into it (as stage 0 does into its full buffer) and the shard is cleared after each step.
   bool direct_gradients = false;
@@ -752,7 +755,26 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
            "to the host), got stage ",
            s.stage, s.offload ? "" : " without offload");
   s.streamed = options.offload.stream_gradients;
-  if (!s.streamed) {
+  ZT_CHECK(options.gradient_memory == nullptr || s.stage == 0,
+           "gradients on the activations are a stage-0 placement, asked at stage ", s.stage);
+  if (options.gradient_memory != nullptr) {
+    s.grads = std::make_unique<Arena>(
+        Arena::over("gradients (on the activations)", partition_.layout(DType::f32), options.gradient_memory,
+                    s.device == DeviceKind::cuda ? MemoryKind::device : MemoryKind::host));
+    kernels::fill(s.grads->flat(DType::f32), 0.0f);  // the shared unit and the gaps start at zero
+    // Per overwritten unit, the elements between its tensors (alignment and unit padding), which the forward
+    // may overwrite and the gradient norm reads whole.
+    s.gradient_gaps.resize(units.size());
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (!overwrites_gradients(u)) continue;
+      int64_t at = 0;
+      for (const TensorRange& r : partition_.unit_ranges(u)) {
+        if (r.offset > at) s.gradient_gaps[u].push_back({units[u].flat_begin + at, r.offset - at});
+        at = r.offset + r.numel;
+      }
+      if (units[u].numel > at) s.gradient_gaps[u].push_back({units[u].flat_begin + at, units[u].numel - at});
+    }
+  } else if (!s.streamed) {
     s.grads = std::make_unique<Arena>(
         "gradients", s.stage <= 1 ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
         s.options(MemoryCategory::gradients, true));
@@ -997,6 +1019,18 @@ void ZeroEngine::begin_backward(bool first, bool last) {
   impl_->last_micro = last;
 }
 
+GradientLayout stage0_gradient_layout(const ZeroPartition& partition) {
+  GradientLayout layout;
+  for (const ZeroUnit& u : partition.units())
+    layout.unit_begin.push_back(static_cast<size_t>(u.flat_begin) * 4);
+  layout.bytes = partition.layout(DType::f32).total_bytes();
+  return layout;
+}
+
+bool gradients_on_activations(const DebertaConfig& model, int stage, int64_t micro_batches_per_step) {
+  return stage == 0 && micro_batches_per_step == 1 && !model.gradient_checkpointing;
+}
+
 bool ZeroEngine::overwrites_gradients(size_t unit) const {
   return impl_->stage == 0 && unit != partition_.shared_unit();
 }
@@ -1133,6 +1167,10 @@ void ZeroEngine::release(size_t, Pass) {}
 void ZeroEngine::gradients_ready(size_t unit) {
   Impl& s = *impl_;
   s.land_unit(unit);  // an overlapped update no longer reads the gradients this reduction rewrites
+  if (!s.gradient_gaps.empty()) {
+    for (const auto& [begin, numel] : s.gradient_gaps[unit])
+      kernels::fill(view(*s.grads, DType::f32, begin, numel), 0.0f);
+  }
 #ifdef ZT_WITH_CUDA
   // overlap_optimizer at world size 1: the unit's gradients are final on the last micro-batch; its sum of
   // squares (the slice step() would take) goes on the optimizer stream beside the rest of backward.

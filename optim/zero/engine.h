@@ -182,6 +182,12 @@ struct ZeroEngineOptions {
   // compute-bound, and at small batches beside launch gaps). The same kernel on the same data: bit for bit
   // the in-order update. Whatever reads parameters or state outside a pass waits for all of it.
   bool overlap_optimizer = false;
+  // Stage 0 with one micro-batch per step: the f32 gradient buffer (partition().layout(f32)) at this address,
+  // placed by the model in its activation arena (model/deberta.h, GradientLayout; stage0_gradient_layout
+  // below) instead of in a buffer of its own: the forward writes over it, so backward writes the gradients
+  // (gradient_write), and gradients_ready zeroes the alignment gaps between a unit's tensors, which the
+  // gradient norm reads. Zeroed here once; nullptr: the engine allocates the buffer.
+  void* gradient_memory = nullptr;
   AdamWHyper hyper;
   double max_grad_norm = 1.0;  // 0: no clipping
   ZeroOffload offload;
@@ -227,6 +233,12 @@ struct ZeroStateBytes {
   size_t total() const { return compute_copy + gradients + master + optimizer + buffers; }  // device
   size_t host_total() const { return host_optimizer + host_gradients + host_parameters; }
 };
+// The stage-0 gradient buffer's units as the model places it in its activation arena (GradientLayout).
+GradientLayout stage0_gradient_layout(const ZeroPartition& partition);
+// Whether a run puts its gradients on the activations (ZeroEngineOptions::gradient_memory): stage 0, one
+// micro-batch per step and rank, no gradient checkpointing.
+bool gradients_on_activations(const DebertaConfig& model, int stage, int64_t micro_batches_per_step);
+
 // `held` maps the bytes asked for one device buffer to the bytes it takes (the estimator passes the caching
 // allocator's size class, optim/zero/memory_estimate.h; nullptr: as asked). Host and disk bytes are exact.
 ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute,

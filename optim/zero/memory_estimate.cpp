@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <functional>
 #include <iterator>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -67,7 +68,8 @@ size_t conv1d_scratch_bytes(const DebertaConfig& model, int64_t batch, int64_t l
 }  // namespace
 
 MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_size, DType compute,
-                               int64_t max_batch, int64_t max_length, ZeroOffload offload, bool device) {
+                               int64_t max_batch, int64_t max_length, ZeroOffload offload, bool device,
+                               int64_t micro_batches_per_step) {
   const ParameterTable table(model);
   const ZeroPartition partition(table, world_size);
   const auto& units = partition.units();
@@ -94,10 +96,16 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
                                        conv1d_scratch_bytes(model, max_batch, max_length, compute, held));
   // The batch arena: ids and mask [B, L] and labels [B], i64.
   const auto batch_bytes = static_cast<size_t>((2 * max_batch * max_length + max_batch) * 8);
-  e.activations =
-      held(DebertaForSequenceClassification::plan_activations(model, max_batch, max_length, compute)
-               .total_bytes()) +
-      held(batch_bytes);
+  // Stage 0 with one micro-batch per step: the gradient buffer inside the activation arena.
+  std::optional<GradientLayout> on_activations;
+  if (gradients_on_activations(model, stage, micro_batches_per_step)) {
+    on_activations = stage0_gradient_layout(partition);
+    e.state.gradients = 0;
+  }
+  e.activations = held(DebertaForSequenceClassification::plan_activations(
+                           model, max_batch, max_length, compute, on_activations ? &*on_activations : nullptr)
+                           .total_bytes()) +
+                  held(batch_bytes);
   return e;
 }
 
@@ -106,10 +114,12 @@ namespace {
 // The largest batch in [1, limit] whose estimate fits `budget`, or 0 when none does (the estimate grows
 // with the batch, so a binary search).
 int64_t largest_fitting_batch(const DebertaConfig& model, int stage, int world_size, DType compute,
-                              int64_t max_length, ZeroOffload offload, double budget, int64_t limit) {
+                              int64_t max_length, ZeroOffload offload, double budget, int64_t limit,
+                              int64_t micro_batches_per_step) {
   auto fits = [&](int64_t b) {
-    return static_cast<double>(
-               estimate_memory(model, stage, world_size, compute, b, max_length, offload).total()) <= budget;
+    return static_cast<double>(estimate_memory(model, stage, world_size, compute, b, max_length, offload,
+                                               true, micro_batches_per_step)
+                                   .total()) <= budget;
   };
   if (!fits(1)) return 0;
   int64_t lo = 1, hi = limit;
@@ -138,7 +148,8 @@ ZeroOffload offload_at_stage(const ZeroOffload& run, int stage) {
 }  // namespace
 
 std::string fitting_settings_hint(const DebertaConfig& model, int stage, int world_size, DType compute,
-                                  int64_t batch, int64_t max_length, size_t cap_bytes, ZeroOffload offload) {
+                                  int64_t batch, int64_t max_length, size_t cap_bytes, ZeroOffload offload,
+                                  int64_t micro_batches_per_step) {
   const double budget = static_cast<double>(cap_bytes) * (1.0 - kOomHeadroom);
   std::ostringstream out;
   out << "  settings that fit " << format_memory_size(cap_bytes) << " per rank (estimated, "
@@ -148,8 +159,8 @@ std::string fitting_settings_hint(const DebertaConfig& model, int stage, int wor
   int64_t previous = -1, at_run_stage = 0;
   for (int s = stage; s <= 3; ++s) {
     const ZeroOffload at_stage = offload_at_stage(offload, s);
-    const int64_t b =
-        largest_fitting_batch(model, s, world_size, compute, max_length, at_stage, budget, limit);
+    const int64_t b = largest_fitting_batch(model, s, world_size, compute, max_length, at_stage, budget,
+                                            limit, micro_batches_per_step);
     if (s == stage) at_run_stage = b;
     if (s > stage && b <= previous) continue;  // a higher stage that allows no larger batch is no advice
     out << "\n    stage " << s << ": per_device_train_batch_size <= " << b
@@ -159,8 +170,9 @@ std::string fitting_settings_hint(const DebertaConfig& model, int stage, int wor
   if (!model.gradient_checkpointing) {  // activations, not state: one more encoder forward a step
     DebertaConfig checkpointed = model;
     checkpointed.gradient_checkpointing = true;
-    const int64_t b = largest_fitting_batch(checkpointed, stage, world_size, compute, max_length,
-                                            offload_at_stage(offload, stage), budget, limit);
+    const int64_t b =
+        largest_fitting_batch(checkpointed, stage, world_size, compute, max_length,
+                              offload_at_stage(offload, stage), budget, limit, micro_batches_per_step);
     if (b > at_run_stage) {
       out << "\n    stage " << stage << " with --gradient_checkpointing (one more encoder forward a step): "
           << "batch <= " << b;
@@ -168,8 +180,9 @@ std::string fitting_settings_hint(const DebertaConfig& model, int stage, int wor
   }
   for (int s = 0; s <= 3; ++s) {
     const ZeroOffload at_stage = offload_at_stage(offload, s);
-    if (static_cast<double>(
-            estimate_memory(model, s, world_size, compute, batch, max_length, at_stage).total()) <= budget) {
+    if (static_cast<double>(estimate_memory(model, s, world_size, compute, batch, max_length, at_stage, true,
+                                            micro_batches_per_step)
+                                .total()) <= budget) {
       if (s != stage) out << "\n    batch " << batch << " fits from ZeRO stage " << s;
       return out.str();
     }
@@ -181,7 +194,7 @@ std::string fitting_settings_hint(const DebertaConfig& model, int stage, int wor
 
 std::string describe_memory_estimates(const DebertaConfig& model, int run_stage, int world_size,
                                       DType compute, int64_t max_batch, int64_t max_length,
-                                      ZeroOffload run_offload, bool device) {
+                                      ZeroOffload run_offload, bool device, int64_t micro_batches_per_step) {
   std::ostringstream out;
   out << "memory per rank (" << dtype_name(compute) << ", world size " << world_size << ", batch "
       << max_batch << " x " << max_length << "; device columns, then host with CPU offload):\n";
@@ -216,8 +229,8 @@ std::string describe_memory_estimates(const DebertaConfig& model, int run_stage,
   std::vector<Row> all(std::begin(rows), std::end(rows));
   if (run_offload.disk_buffers > 0 || param_disk) all.push_back(disk_row);
   for (const Row& row : all) {
-    const MemoryEstimate e =
-        estimate_memory(model, row.stage, world_size, compute, max_batch, max_length, row.offload, device);
+    const MemoryEstimate e = estimate_memory(model, row.stage, world_size, compute, max_batch, max_length,
+                                             row.offload, device, micro_batches_per_step);
     const bool is_run = row.stage == run_stage && row.offload.optimizer == run_offload.optimizer &&
                         row.offload.param == run_offload.param &&
                         row.offload.disk_buffers == run_offload.disk_buffers &&
@@ -231,6 +244,10 @@ std::string describe_memory_estimates(const DebertaConfig& model, int run_stage,
                   format_memory_size(e.activations).c_str(), format_memory_size(e.total()).c_str(),
                   format_memory_size(e.host()).c_str());
     out << line;
+  }
+  if (gradients_on_activations(model, 0, micro_batches_per_step)) {
+    out << "  stage 0 with one micro-batch per step keeps its f32 gradients in the activation arena, on the "
+           "slots each layer's backward is done with (grads column: nothing of their own)\n";
   }
   return out.str();
 }

@@ -9,6 +9,9 @@
 //   optimizer        Adam m and v                                               zero_state_bytes
 //   buffers          gradient buckets, stage-3 gather buffers                   zero_state_bytes
 //   activations      the model's planned activation arena + the batch           plan_activations
+//                    (stage 0 with one micro-batch per step: the arena holds the
+//                    gradients too, on the slots backward has finished with, and
+//                    `gradients` is 0; model/deberta_tensors.h, GradientLayout)
 //   comm scratch     in-process GPU ranks, stage 0, world > 1: all_reduce         largest unit x 4 bytes
 //                    goes through a per-rank scratch as large as the largest
 //                    unit's f32 gradients (runtime/communicator.h); NCCL reduces
@@ -52,9 +55,11 @@ struct MemoryEstimate {
 };
 
 // device: the buffers live on the GPU, where the caching allocator rounds each to its size class.
+// micro_batches_per_step: per rank (gradient accumulation); 1 lets stage 0 put its gradients on the
+// activations (gradients_on_activations).
 MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_size, DType compute,
                                int64_t max_batch, int64_t max_length, ZeroOffload offload = {},
-                               bool device = true);
+                               bool device = true, int64_t micro_batches_per_step = 1);
 
 // What fits `cap_bytes` per rank according to the estimator, for an out-of-memory message: the largest
 // per-rank batch at `stage` (and at each higher stage, where larger), and the lowest stage that fits `batch`.
@@ -64,12 +69,13 @@ inline constexpr double kOomHeadroom = 0.05;
 // With offload the optimizer state is not on the device: the stages are compared with the run's offload.
 std::string fitting_settings_hint(const DebertaConfig& model, int stage, int world_size, DType compute,
                                   int64_t batch, int64_t max_length, size_t cap_bytes,
-                                  ZeroOffload offload = {});
+                                  ZeroOffload offload = {}, int64_t micro_batches_per_step = 1);
 
 // A table per rank, columns by category (device) and host: one row per stage 0-3, then stages 1-3 with the
 // optimizer offloaded and stage 3 with parameters offloaded too; the run's row marked.
 std::string describe_memory_estimates(const DebertaConfig& model, int run_stage, int world_size,
                                       DType compute, int64_t max_batch, int64_t max_length,
-                                      ZeroOffload run_offload = {}, bool device = true);
+                                      ZeroOffload run_offload = {}, bool device = true,
+                                      int64_t micro_batches_per_step = 1);
 
 }  // namespace zt::optim

@@ -2,6 +2,7 @@
 // whose estimate fits the cap minus the headroom, and the stage it names is the lowest that fits the batch.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <regex>
 #include <string>
 
@@ -120,7 +121,10 @@ TEST(MemoryEstimate, EqualsTheH200PeaksIncludingTheAttentionScratch) {
                   {2, 1, streamed_delayed, 40, 0.354, 8.549},
                   {0, 1, none, 8, 0.096, 16.471}};
   for (const auto& m : measured) {
-    const MemoryEstimate e = estimate_memory(model, m.stage, m.world, DType::bf16, m.batch, 128, m.offload);
+    // The stage-0 rows were measured before stage 0 put its gradients on the activations with one
+    // micro-batch per step: they are the layout with gradient accumulation (two micro-batches).
+    const MemoryEstimate e = estimate_memory(model, m.stage, m.world, DType::bf16, m.batch, 128, m.offload,
+                                             true, m.stage == 0 ? 2 : 1);
     const std::string row = str("stage ", m.stage, ", world ", m.world, ", batch ", m.batch);
     EXPECT_NEAR(static_cast<double>(e.scratch) / kGiB, m.scratch_gib, 0.0015) << row;
     EXPECT_NEAR(static_cast<double>(e.total()) / kGiB, m.total_gib, 0.0015) << row;
@@ -141,6 +145,36 @@ TEST(MemoryEstimate, EqualsTheH200PeakOfTheWideModelWhereTheConvScratchDominates
                                            {.optimizer = true, .param = true, .stream_gradients = true});
   EXPECT_NEAR(static_cast<double>(e.scratch) / kGiB, 0.336, 0.0015);
   EXPECT_NEAR(static_cast<double>(e.total()) / kGiB, 9.703, 0.0015);
+}
+
+}  // namespace
+}  // namespace zt::optim
+
+namespace zt::optim {
+namespace {
+
+// Stage 0 with one micro-batch per step keeps its gradients in the activation arena (GradientLayout): at
+// xlarge's bs 40 every layer's slots outweigh its gradients, so all but the last layer's gradients and the
+// embeddings' (0.74 GiB of word-embedding gradient) sit on dead slots; at any batch it costs no more than a
+// buffer of its own, and nothing changes with accumulation or at other stages.
+TEST(MemoryEstimate, GradientsOnTheActivationsTakeTheDeadSlots) {
+  DebertaConfig model = deberta_v2_xlarge_config();
+  auto total = [&](int stage, int64_t batch, int64_t micro) {
+    return estimate_memory(model, stage, 1, DType::bf16, batch, 128, {}, true, micro).total();
+  };
+  const MemoryEstimate own = estimate_memory(model, 0, 1, DType::bf16, 40, 128, {}, true, 2);
+  const MemoryEstimate shared = estimate_memory(model, 0, 1, DType::bf16, 40, 128, {}, true, 1);
+  EXPECT_EQ(shared.state.gradients, 0u);
+  const ZeroPartition partition(ParameterTable(model), 1);
+  const auto bytes = [&](size_t unit) { return static_cast<size_t>(partition.units()[unit].numel) * 4; };
+  const size_t overlaid = bytes(partition.embeddings_unit()) + 23 * bytes(partition.layer_unit(0));
+  std::printf("xlarge bs 40 bf16 stage 0: %.3f GiB with a gradient buffer, %.3f GiB on the activations\n",
+              static_cast<double>(own.total()) / kGiB, static_cast<double>(shared.total()) / kGiB);
+  EXPECT_LE(shared.total() + overlaid, own.total() + (size_t{16} << 20));  // allocator rounding
+  for (int64_t batch : {1, 8, 16, 64, 128}) EXPECT_LE(total(0, batch, 1), total(0, batch, 2)) << batch;
+  for (int stage = 1; stage <= 3; ++stage) EXPECT_EQ(total(stage, 40, 1), total(stage, 40, 2)) << stage;
+  model.gradient_checkpointing = true;
+  EXPECT_EQ(total(0, 40, 1), total(0, 40, 2));
 }
 
 }  // namespace

@@ -33,7 +33,10 @@ RunResult run_as_processes(const RunSpec& spec) {
         try {  // a failing process aborts the group, so the others fail instead of waiting for it
           trainer.train();
           RunResult& out = results[static_cast<size_t>(r)];
-          for (const StepRecord& s : trainer.steps()) out.losses.push_back(s.loss);
+          for (const StepRecord& s : trainer.steps()) {
+            out.losses.push_back(s.loss);
+            out.grad_norms.push_back(s.grad_norm);
+          }
           const Arena params = trainer.params();  // collective: every process joins the gathers
           const Tensor flat = params.flat(DType::f32);
           out.weights.assign(flat.data_as<float>(), flat.data_as<float>() + flat.numel());

@@ -394,7 +394,9 @@ TEST(ZeroParamDiskTrainingCheckpoint, ParametersOnDiskSaveAndResume) {
   const RunResult disk_after = run(resumed_disk);
   ASSERT_EQ(disk_after.losses.size(), 4u);
   EXPECT_TRUE(bitwise_equal(host_after, disk_after));
-  const RunResult tail{{straight.losses.begin() + 4, straight.losses.end()}, straight.weights};
+  const RunResult tail{{straight.losses.begin() + 4, straight.losses.end()},
+                       {straight.grad_norms.begin() + 4, straight.grad_norms.end()},
+                       straight.weights};
   expect_close(disk_after, tail, "parameters on disk, resumed at world 2");
   expect_model_file_holds(resumed_disk.output_dir + "/model.h5", disk_after);
   std::filesystem::remove_all(dir);

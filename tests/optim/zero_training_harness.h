@@ -125,6 +125,7 @@ inline TrainConfig config_for(const RunSpec& r) {
 
 struct RunResult {
   std::vector<double> losses;
+  std::vector<double> grad_norms;  // what clipping saw: below max_grad_norm it changes no weight
   std::vector<float> weights;
 };
 
@@ -139,7 +140,10 @@ inline RunResult run(const RunSpec& spec) {
   }
   trainer.train();
   RunResult out;
-  for (const StepRecord& s : trainer.steps()) out.losses.push_back(s.loss);
+  for (const StepRecord& s : trainer.steps()) {
+    out.losses.push_back(s.loss);
+    out.grad_norms.push_back(s.grad_norm);
+  }
   const Arena params = trainer.params();
   const Tensor flat = params.flat(DType::f32);
   out.weights.assign(flat.data_as<float>(), flat.data_as<float>() + flat.numel());
@@ -147,7 +151,7 @@ inline RunResult run(const RunSpec& spec) {
 }
 
 inline bool bitwise_equal(const RunResult& a, const RunResult& b) {
-  return a.losses == b.losses && a.weights.size() == b.weights.size() &&
+  return a.losses == b.losses && a.grad_norms == b.grad_norms && a.weights.size() == b.weights.size() &&
          std::memcmp(a.weights.data(), b.weights.data(), a.weights.size() * sizeof(float)) == 0;
 }
 
@@ -170,7 +174,9 @@ inline void expect_resume_continues(const RunResult& straight, const RunSpec& cr
   resumed.resume = resolve_checkpoint_path(crashed.output_dir);
   const RunResult after = run(resumed);
   const auto done = static_cast<std::ptrdiff_t>(crashed.crash_after);
-  const RunResult tail{{straight.losses.begin() + done, straight.losses.end()}, straight.weights};
+  const RunResult tail{{straight.losses.begin() + done, straight.losses.end()},
+                       {straight.grad_norms.begin() + done, straight.grad_norms.end()},
+                       straight.weights};
   expect_close(after, tail, what);
 }
 
