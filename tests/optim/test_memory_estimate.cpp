@@ -131,6 +131,23 @@ TEST(MemoryEstimate, EqualsTheH200PeaksIncludingTheAttentionScratch) {
   }
 }
 
+// Stage 0 with one micro-batch per step, its gradients on the activations (GradientLayout): the H200's peaks
+// (docs/bench/2026-12-04-h200-session7/vs_torch/vs_torch.json, xlarge bf16 seq 128, dropout 0.1) to the MiB.
+TEST(MemoryEstimate, EqualsTheH200PeaksWithTheGradientsOnTheActivations) {
+  DebertaConfig model = deberta_v2_xlarge_config();
+  model.hidden_dropout_prob = model.attention_probs_dropout_prob = 0.1;
+  const struct {
+    int64_t batch;
+    double scratch_gib, total_gib;
+  } measured[] = {{40, 0.354, 17.666}, {64, 0.547, 21.360}, {8, 0.096, 15.408}};
+  for (const auto& m : measured) {
+    const MemoryEstimate e = estimate_memory(model, 0, 1, DType::bf16, m.batch, 128);
+    EXPECT_EQ(e.state.gradients, 0u);
+    EXPECT_NEAR(static_cast<double>(e.scratch) / kGiB, m.scratch_gib, 0.0015) << "batch " << m.batch;
+    EXPECT_NEAR(static_cast<double>(e.total()) / kGiB, m.total_gib, 0.0015) << "batch " << m.batch;
+  }
+}
+
 // The 6.23 B shape (hidden 4096, 64 heads, FFN 16384, 28 layers; ZeRO-3, both offloads streamed, batch 8):
 // 9.703 GiB measured on the H200 (session 3, big/steps.jsonl), scratch 0.336 GiB of it — the encoder conv's
 // backward, not the attention, is the largest per-call scratch at this width and batch.
@@ -146,12 +163,6 @@ TEST(MemoryEstimate, EqualsTheH200PeakOfTheWideModelWhereTheConvScratchDominates
   EXPECT_NEAR(static_cast<double>(e.scratch) / kGiB, 0.336, 0.0015);
   EXPECT_NEAR(static_cast<double>(e.total()) / kGiB, 9.703, 0.0015);
 }
-
-}  // namespace
-}  // namespace zt::optim
-
-namespace zt::optim {
-namespace {
 
 // Stage 0 with one micro-batch per step keeps its gradients in the activation arena (GradientLayout): at
 // xlarge's bs 40 every layer's slots outweigh its gradients, so all but the last layer's gradients and the
