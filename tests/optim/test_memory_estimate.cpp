@@ -176,7 +176,8 @@ TEST(MemoryEstimate, GradientsOnTheActivationsTakeTheDeadSlots) {
   const MemoryEstimate own = estimate_memory(model, 0, 1, DType::bf16, 40, 128, {}, true, 2);
   const MemoryEstimate shared = estimate_memory(model, 0, 1, DType::bf16, 40, 128, {}, true, 1);
   EXPECT_EQ(shared.state.gradients, 0u);
-  const ZeroPartition partition(ParameterTable(model), 1);
+  const ParameterTable table(model);  // the partition keeps a reference to it
+  const ZeroPartition partition(table, 1);
   const auto bytes = [&](size_t unit) { return static_cast<size_t>(partition.units()[unit].numel) * 4; };
   const size_t overlaid = bytes(partition.embeddings_unit()) + 23 * bytes(partition.layer_unit(0));
   std::printf("xlarge bs 40 bf16 stage 0: %.3f GiB with a gradient buffer, %.3f GiB on the activations\n",

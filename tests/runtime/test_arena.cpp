@@ -80,6 +80,25 @@ TEST(Arena, HandsOutNamedViewsIntoOneBuffer) {
   }
 }
 
+// Arena::over names views into memory owned elsewhere, frees nothing (the owner does, after it), and moves
+// like an owning arena; misaligned or missing memory is refused.
+TEST(Arena, OverMemoryOwnedElsewhereViewsItAndFreesNothing) {
+  Arena owner("activations", ArenaLayout({{"all", {1024}, DType::f32}}), {.kind = MemoryKind::host});
+  auto* base = static_cast<char*>(owner.data());
+  {
+    Arena view = Arena::over("gradients", three_tensors(), base + 256, MemoryKind::host);
+    EXPECT_FALSE(view.owns_memory());
+    EXPECT_EQ(static_cast<char*>(view.tensor("encoder.0.bias").data()), base + 256 + 128);
+    Arena moved = std::move(view);
+    EXPECT_EQ(moved.data(), base + 256);
+    moved.tensor("encoder.0.bias").data_as<float>()[0] = 1.5f;
+  }  // both destroyed: nothing freed
+  EXPECT_EQ(owner.tensor("all").data_as<float>()[(256 + 128) / 4], 1.5f);
+  EXPECT_TRUE(owner.owns_memory());
+  EXPECT_THROW(Arena::over("gradients", three_tensors(), base + 4, MemoryKind::host), Error);
+  EXPECT_THROW(Arena::over("gradients", three_tensors(), nullptr, MemoryKind::host), Error);
+}
+
 TEST(Arena, PinnedHostFallsBackToHostMemoryWithoutGpu) {
   Arena arena("adam m", three_tensors(), {.kind = MemoryKind::pinned_host});
   ASSERT_NE(arena.data(), nullptr);
