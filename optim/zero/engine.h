@@ -15,8 +15,9 @@
 // Buckets: one f32 buffer per unit for the embeddings and the shared unit and two rotating layer buffers
 // (none at world size 1, where the shard is the whole model: backward accumulates into it directly);
 // stage-3 gather buffers: the same shapes in T. Stage 0 with one micro-batch per step keeps its gradients in
-// the model's activation arena (ZeroEngineOptions::gradient_memory), on slots backward is done with. (The ZeRO paper's 16Ψ / 4Ψ+12Ψ/N / 2Ψ+14Ψ/N / 16Ψ/N keep
-// 16-bit gradients; ours are f32 so that accumulation over micro-batches and ranks does not round.)
+// the model's activation arena (ZeroEngineOptions::gradient_memory), on slots backward is done with. (The
+// ZeRO paper's 16Ψ / 4Ψ+12Ψ/N / 2Ψ+14Ψ/N / 16Ψ/N keep 16-bit gradients; ours are f32 so that accumulation
+// over micro-batches and ranks does not round.)
 //
 // The step, identical in all stages on the values it sees (so stages agree bit for bit on the CPU):
 //   1. gradients reduced per unit (stage 0: all-reduce, 1: reduce-scatter at the last micro-batch of the
