@@ -246,7 +246,8 @@ std::string describe_memory_estimates(const DebertaConfig& model, int run_stage,
     out << line;
   }
   if (gradients_on_activations(model, 0, micro_batches_per_step)) {
-    out << "  stage 0, one micro-batch per step: the f32 gradients live in the activation arena, on the slots\n"
+    out << "  stage 0, one micro-batch per step: the f32 gradients live in the activation arena, on the "
+           "slots\n"
            "  each layer's backward is done with (grads column: nothing of their own)\n";
   }
   return out.str();
