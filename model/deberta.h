@@ -89,7 +89,8 @@ class DebertaForSequenceClassification {
   // Accumulates d(loss_scale * loss)/d(parameter) into `grads` (same names as params, always f32) for the
   // batch of the last forward. Gradients add up over calls (gradient accumulation); the caller zeroes them.
   void backward(const Arena& params, const Arena& grads, float loss_scale = 1.0f);
-  // The same over resolved handles; `grads` may point anywhere per unit (ZeRO gradient buckets).
+  // The same over resolved handles; `grads` may point anywhere per unit (ZeRO gradient buckets), and where
+  // hooks->gradient_write(unit) says overwrite, the unit's gradients are written instead of accumulated.
   void backward(const DebertaTensors& params, const DebertaTensors& grads, float loss_scale,
                 DebertaUnitHooks* hooks);
 
