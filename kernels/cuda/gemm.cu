@@ -141,10 +141,6 @@ void add_chunk_partials(const float* partial, int64_t chunks, int64_t cols, floa
   ZT_CUDA_CHECK_LAUNCH("add_chunk_partials");
 }
 
-void fill_zero(const Tensor& grad, cudaStream_t stream) {
-  ZT_CUDA_CHECK(cudaMemsetAsync(grad.data(), 0, grad.nbytes(), stream));
-}
-
 }  // namespace gpu
 
 namespace {

@@ -82,7 +82,4 @@ void column_sum_into(const void* x, DType dtype, int64_t rows, int64_t cols, flo
 void add_chunk_partials(const float* partial, int64_t chunks, int64_t cols, float* out, GradWrite write,
                         cudaStream_t stream);
 
-// An f32 gradient set to zero (the overwrite of a sum over no rows), on `stream`.
-void fill_zero(const Tensor& grad, cudaStream_t stream);
-
 }  // namespace zt::kernels::gpu

@@ -1,6 +1,7 @@
 #include "kernels/cuda/layernorm.cuh"
 
 #include "kernels/cuda/dropout_mask.cuh"
+#include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/launch_common.cuh"
 #include "runtime/device_allocator.h"
@@ -435,8 +436,8 @@ void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& g
   }
   if (rows == 0 || dim == 0) {
     if (write == GradWrite::overwrite) {  // the sum over no rows
-      fill_zero(dgamma, stream);
-      fill_zero(dbeta, stream);
+      fill(dgamma, 0.0f, stream);
+      fill(dbeta, 0.0f, stream);
     }
     return;
   }

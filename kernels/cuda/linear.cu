@@ -1,6 +1,7 @@
 // Linear forward/backward on the GPU: three cuBLASLt GEMMs and a column sum (formulas in kernels/linear.h).
 #include "kernels/cuda/linear.cuh"
 
+#include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/gemm.h"
 #include "runtime/check.h"
@@ -89,7 +90,7 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   if (dweight.defined() && dweight.data() != nullptr) {
     check_cuda_arg(dweight, DType::f32, op, "dweight");
     check_shape(dweight, weight.shape(), "linear_backward: dweight");
-    if (s.rows == 0 && write == GradWrite::overwrite) fill_zero(dweight, stream);  // the sum over no rows
+    if (s.rows == 0 && write == GradWrite::overwrite) fill(dweight, 0.0f, stream);  // the sum over no rows
     if (s.rows > 0) {
       // dW [out, in] (+)= dy^T [out, rows] x [rows, in] in the f32 gradient buffer (beta 1, or 0 to write).
       GemmProblem p;
