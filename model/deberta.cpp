@@ -238,11 +238,14 @@ size_t DebertaForSequenceClassification::gradient_offset(const DebertaConfig& c,
            "its forward into the same slots)");
   ZT_CHECK(gradients.unit_begin.size() == static_cast<size_t>(n) + 2, "a gradient layout needs ", n + 2,
            " units (embeddings, ", n, " layers, shared), got ", gradients.unit_begin.size());
-  // Layer l's slots span [begin[l], end[l]) of the arena, in layer order (plan_activations adds them last).
+  // Layer l's slots span [begin[l], end[l]) of the arena, in layer order (plan_activations adds them last);
+  // they are the names layer_slot gives, "<prefix><what>".
   std::vector<int64_t> begin(static_cast<size_t>(n), INT64_MAX), end(static_cast<size_t>(n), 0);
+  std::vector<std::string> prefixes;
+  for (int l = 0; l < n; ++l) prefixes.push_back(layer_slot(c, l, ""));
   for (const ArenaSlot& slot : activations.slots()) {
     for (int l = 0; l < n; ++l) {
-      if (slot.name.starts_with(str("layer", l, "."))) {
+      if (slot.name.starts_with(prefixes[static_cast<size_t>(l)])) {
         begin[static_cast<size_t>(l)] =
             std::min(begin[static_cast<size_t>(l)], static_cast<int64_t>(slot.offset));
         end[static_cast<size_t>(l)] = std::max(end[static_cast<size_t>(l)], static_cast<int64_t>(slot.end()));
