@@ -312,6 +312,21 @@ TEST(ZeroOffload, ResidentStoreHandsOutOneBlockAtATime) {
   EXPECT_THROW(ResidentHostOptimizerStore({{30, 6}}, 32, MemoryKind::host), Error);
 }
 
+// Gradients on the activations (ZeroEngineOptions::gradient_memory) are a stage-0 placement: refused above.
+TEST(ZeroEngineGradientMemory, RefusedAboveStageZero) {
+  alignas(128) static float memory[1 << 16];
+  const DebertaConfig config = tiny_config();
+  const ParameterTable table(config);
+  ASSERT_LE(ZeroPartition(table, 1).layout(DType::f32).total_bytes(), sizeof(memory));
+  for (int stage = 1; stage <= 3; ++stage) {
+    EXPECT_NE(engine_error({.stage = stage, .gradient_memory = memory})
+                  .find("gradients on the activations are a stage-0 placement"),
+              std::string::npos)
+        << "stage " << stage;
+  }
+  EXPECT_EQ(engine_error({.stage = 0, .gradient_memory = memory}), "");
+}
+
 // Streamed gradients need a sharded gradient at stage 2/3 with offload, and one micro-batch per step.
 TEST(ZeroOffload, StreamedGradientsRefuseStageOneAndAccumulation) {
   EXPECT_NE(engine_error({.stage = 1, .offload = {.optimizer = true, .stream_gradients = true}})
