@@ -53,6 +53,23 @@ Tensor prefix_view(const Arena& arena, std::string_view name, Shape shape) {
   return Tensor(full.data(), shape, full.dtype(), full.device());
 }
 
+// share_att_key: the keys K = x Wk' + bk and the positional keys PK = R~ Wk' + bk (likewise Q and PQ with Wq)
+// are one projection of the rows [x; R~], x the layer input [B L, D] and R~ the layer's dropped relative
+// table [S2, D]. The plan stores R~ right after x in hidden.l, PK right after K in the layer's k slot, PQ
+// after Q, and the backward's dPK after dK (dPQ after dQ) and dR~ after the input gradient, so each pair is
+// one GEMM forward, one for dX and one for dW (its K dimension B L + S2), and one column sum for the bias: at
+// xlarge's bs 40 the table's 512 rows alone ran ~8-10 us GEMMs and their own column sums, 50 us a layer.
+struct TokensAndTable {
+  Tensor all;     // [B L + S2, D]
+  Tensor tokens;  // [B, L, D]: the first B L rows
+  Tensor table;   // [S2, D]: the rows after them
+};
+TokensAndTable tokens_and_table(const Arena& arena, std::string_view name, int64_t B, int64_t L, int64_t S2,
+                                int64_t D) {
+  const Tensor all = prefix_view(arena, name, {B * L + S2, D});
+  return {all, all.slice_rows(0, B * L).reshape({B, L, D}), all.slice_rows(B * L, B * L + S2)};
+}
+
 // The dropout of one site in one layer for the current step (p = 0 outside training).
 kernels::DropoutSite dropout_site(const DropoutSchedule& dropout, uint32_t layer, uint32_t which, double p) {
   return kernels::DropoutSite{dropout.training ? static_cast<float>(p) : 0.0f, dropout.seed,
@@ -174,7 +191,8 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
   add("rel.ln", {S2, D});
   add_f32("rel.mean", {S2});
   add_f32("rel.rstd", {S2});
-  for (int64_t k = 0; k <= n; ++k) add(str("hidden.", k), {B, L, D});
+  // hidden.l for l < n: the layer input and its dropped relative table, [x; R~] (tokens_and_table).
+  for (int64_t k = 0; k <= n; ++k) add(str("hidden.", k), k < n ? Shape{B * L + S2, D} : Shape{B, L, D});
   if (c.has_conv()) {
     add("conv.t", {B, L, D});   // dropped, masked conv output: the gelu input
     add("conv.s3", {B, L, D});  // LN_c input
@@ -189,21 +207,19 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
   if (mixed) add("head.logits16", {B, C});  // the classifier's output before the cast to f32
   add_f32("head.loss", {1});
   // Backward scratch.
-  add("grad.h", {B, L, D});
-  add("grad.h_next", {B, L, D});
+  // [dX; dR~], [dQ; dPQ], [dK; dPK] (tokens_and_table); after the layers grad.h's table rows take LN_rel's
+  // dx.
+  add("grad.h", {B * L + S2, D});
+  add("grad.h_next", {B * L + S2, D});
   add("grad.t1", {B, L, D});
   add("grad.t2", {B, L, D});
-  add("grad.q", {B, L, D});
-  add("grad.k", {B, L, D});
+  add("grad.q", {B * L + S2, D});
+  add("grad.k", {B * L + S2, D});
   add("grad.v", {B, L, D});
   add("grad.f", {B, L, I});
-  add("grad.g1", {B, L, I});  // gelu(f1): forward's FFN input, recomputed by backward
-  add("grad.pos_key", {S2, D});
-  add("grad.pos_query", {S2, D});
-  add("grad.rel_dropped", {S2, D});
+  add("grad.g1", {B, L, I});     // gelu(f1): forward's FFN input, recomputed by backward
   add_f32("grad.rel", {S2, D});  // summed over every layer: f32 even in a 16-bit model
   if (mixed) add("grad.rel16", {S2, D});
-  add("grad.rel_tmp", {S2, D});
   add("grad.head_a", {B, P});
   add("grad.head_b", {B, P});
   add("grad.cls", {B, D});
@@ -213,8 +229,8 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
   // first, so that a gradient buffer can take the slots the backward has finished with (GradientLayout).
   const int64_t planned_layers = c.gradient_checkpointing ? 1 : n;
   for (int l = 0; l < planned_layers; ++l) {
-    for (const char* name : {"q", "k", "v", "ctx", "s1", "y", "s2"}) add(layer_slot(c, l, name), {B, L, D});
-    for (const char* name : {"rel_dropped", "pos_key", "pos_query"}) add(layer_slot(c, l, name), {S2, D});
+    for (const char* name : {"q", "k"}) add(layer_slot(c, l, name), {B * L + S2, D});  // [Q; PQ], [K; PK]
+    for (const char* name : {"v", "ctx", "s1", "y", "s2"}) add(layer_slot(c, l, name), {B, L, D});
     add(layer_slot(c, l, "probs"), {B, N, L, L});
     add(layer_slot(c, l, "f1"), {B, L, I});
     for (const char* name : {"ln_a.mean", "ln_a.rstd", "ln_o.mean", "ln_o.rstd"})
@@ -348,27 +364,25 @@ void DebertaForSequenceClassification::layer_forward(int l, const DebertaLayerTe
   auto mark = [&](const char* segment) {
     if (!recompute) prof.mark(segment);
   };
+  auto with_table = [&](const std::string& name) {
+    return tokens_and_table(s.activations, name, B, L, S2, D);
+  };
   const Tensor rel = A("rel.ln", {S2, D});
-  Tensor x = A(str("hidden.", l), bld);
-  Tensor rel_dropped = A(layer_slot(c, l, "rel_dropped"), {S2, D});
-  kernels::dropout_forward(rel, rel_dropped, site(l, kSiteRelEmbeddings, hidden_p));
-  Tensor q = A(layer_slot(c, l, "q"), bld), k = A(layer_slot(c, l, "k"), bld),
-         v = A(layer_slot(c, l, "v"), bld);
-  const Tensor &wq = P.query_weight, &bq = P.query_bias;
-  const Tensor &wk = P.key_weight, &bk = P.key_bias;
-  kernels::linear_forward(x, wq, bq, q);
-  kernels::linear_forward(x, wk, bk, k);
+  const TokensAndTable input = with_table(str("hidden.", l));  // [x; R~]
+  const Tensor& x = input.tokens;
+  kernels::dropout_forward(rel, input.table, site(l, kSiteRelEmbeddings, hidden_p));
+  // [Q; PQ] = [x; R~] Wq' + bq and [K; PK] = [x; R~] Wk' + bk (share_att_key), V = x Wv' + bv.
+  const TokensAndTable q = with_table(layer_slot(c, l, "q")), k = with_table(layer_slot(c, l, "k"));
+  Tensor v = A(layer_slot(c, l, "v"), bld);
+  kernels::linear_forward(input.all, P.query_weight, P.query_bias, q.all);
+  kernels::linear_forward(input.all, P.key_weight, P.key_bias, k.all);
   kernels::linear_forward(x, P.value_weight, P.value_bias, v);
-  Tensor pos_key = A(layer_slot(c, l, "pos_key"), {S2, D}),
-         pos_query = A(layer_slot(c, l, "pos_query"), {S2, D});
-  kernels::linear_forward(rel_dropped, wk, bk, pos_key);
-  kernels::linear_forward(rel_dropped, wq, bq, pos_query);
   mark("fwd.qkv_projections");
 
   const kernels::DisentangledAttentionConfig attention = attention_config(c, dropout, l);
   Tensor ctx = A(layer_slot(c, l, "ctx"), bld);
-  kernels::disentangled_attention_forward(q, k, v, c.c2p ? pos_key : Tensor(), c.p2c ? pos_query : Tensor(),
-                                          batch.attention_mask, attention, ctx,
+  kernels::disentangled_attention_forward(q.tokens, k.tokens, v, c.c2p ? k.table : Tensor(),
+                                          c.p2c ? q.table : Tensor(), batch.attention_mask, attention, ctx,
                                           A(layer_slot(c, l, "probs"), {B, N, L, L}));
   mark("fwd.attention_core");
 
@@ -537,9 +551,12 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
   Tensor dcls = A("grad.cls", {B, D});
   kernels::linear_backward(dpp, A("head.cls", {B, D}), params.shared.pooler_weight, dcls,
                            grads.shared.pooler_weight, grads.shared.pooler_bias);
-  // dh: the gradient of the current layer's output; dh_next: where the layer writes its input's gradient.
-  // The two buffers swap roles after each layer instead of copying one into the other.
-  Tensor dh = A("grad.h", bld), dh_next = A("grad.h_next", bld);
+  // dh: the gradient of the current layer's output; dh_next: where the layer writes its input's gradient
+  // (and, in the table rows after it, R~'s: tokens_and_table). The two buffers swap roles after each layer
+  // instead of copying one into the other.
+  auto with_table = [&](const std::string& name) { return tokens_and_table(act, name, B, L, S2, D); };
+  TokensAndTable dh_rows = with_table("grad.h"), dh_next_rows = with_table("grad.h_next");
+  Tensor dh = dh_rows.tokens, dh_next = dh_next_rows.tokens;
   kernels::select_token_backward(dcls, 0, dh);  // zero everywhere but the [CLS] rows
   prof.mark("bwd.head");
 
@@ -558,7 +575,8 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     // backward (hidden.{l+1} fed layer l + 1, whose backward is done), so it goes into dh_next, which the
     // LayerNorm backward below overwrites first.
     if (c.gradient_checkpointing) layer_forward(l, P, dh_next, /*recompute=*/true);
-    Tensor x = A(str("hidden.", l), bld);
+    const TokensAndTable input = with_table(str("hidden.", l));  // [x; R~]
+    const Tensor& x = input.tokens;
     Tensor dz = dh;  // gradient w.r.t. the FFN LayerNorm output
     Tensor t1 = A("grad.t1", bld);
     if (l == 0 && c.has_conv()) {
@@ -612,33 +630,34 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
                              write);
     prof.mark("bwd.attention_output");
 
-    Tensor dq = A("grad.q", bld), dk = A("grad.k", bld), dv = A("grad.v", bld);
-    Tensor dpos_key = A("grad.pos_key", {S2, D}), dpos_query = A("grad.pos_query", {S2, D});
-    kernels::fill(dpos_key, 0.0f);
-    kernels::fill(dpos_query, 0.0f);
+    // [dQ; dPQ] and [dK; dPK]: the attention accumulates the table rows, so they start at zero.
+    const TokensAndTable dq = with_table("grad.q"), dk = with_table("grad.k");
+    Tensor dv = A("grad.v", bld);
+    kernels::fill(dq.table, 0.0f);
+    kernels::fill(dk.table, 0.0f);
     const kernels::DisentangledAttentionConfig attention = attention_config(c, dropout, l);
-    Tensor pos_key = A(layer_slot(c, l, "pos_key"), {S2, D}),
-           pos_query = A(layer_slot(c, l, "pos_query"), {S2, D});
+    const TokensAndTable q = with_table(layer_slot(c, l, "q")), k = with_table(layer_slot(c, l, "k"));
     kernels::disentangled_attention_backward(
-        A(layer_slot(c, l, "q"), bld), A(layer_slot(c, l, "k"), bld), A(layer_slot(c, l, "v"), bld),
-        c.c2p ? pos_key : Tensor(), c.p2c ? pos_query : Tensor(), s.inputs.attention_mask,
-        A(layer_slot(c, l, "probs"), {B, N, L, L}), dctx, attention, dq, dk, dv, c.c2p ? dpos_key : Tensor(),
-        c.p2c ? dpos_query : Tensor());
+        q.tokens, k.tokens, A(layer_slot(c, l, "v"), bld), c.c2p ? k.table : Tensor(),
+        c.p2c ? q.table : Tensor(), s.inputs.attention_mask, A(layer_slot(c, l, "probs"), {B, N, L, L}), dctx,
+        attention, dq.tokens, dk.tokens, dv, c.c2p ? dk.table : Tensor(), c.p2c ? dq.table : Tensor());
     prof.mark("bwd.attention_core");
 
-    kernels::linear_backward(dq, x, P.query_weight, dx, GP.query_weight, GP.query_bias, true, write);
-    kernels::linear_backward(dk, x, P.key_weight, dx, GP.key_weight, GP.key_bias, true, write);
+    // [dx; dR~] += [dQ; dPQ] Wq + [dK; dPK] Wk (rows of a table term c2p/p2c leaves out: x's alone), then
+    // dx += dV Wv; dR~ starts at zero. Wq/bq and Wk/bk get both terms from one GEMM and one column sum each.
+    const TokensAndTable& dx_rows = dh_next_rows;
+    kernels::fill(dx_rows.table, 0.0f);
+    auto project_back = [&](const TokensAndTable& dy, bool with_table_rows, const Tensor& weight,
+                            const Tensor& dweight, const Tensor& dbias) {
+      if (with_table_rows)
+        kernels::linear_backward(dy.all, input.all, weight, dx_rows.all, dweight, dbias, true, write);
+      else
+        kernels::linear_backward(dy.tokens, x, weight, dx, dweight, dbias, true, write);
+    };
+    project_back(dq, c.p2c, P.query_weight, GP.query_weight, GP.query_bias);
+    project_back(dk, c.c2p, P.key_weight, GP.key_weight, GP.key_bias);
     kernels::linear_backward(dv, x, P.value_weight, dx, GP.value_weight, GP.value_bias, true, write);
-    // share_att_key: PK = R~ Wk' + bk and PQ = R~ Wq' + bq feed the same weights and R~.
-    Tensor rel_dropped = A(layer_slot(c, l, "rel_dropped"), {S2, D});
-    Tensor drel_dropped = A("grad.rel_dropped", {S2, D});
-    kernels::fill(drel_dropped, 0.0f);
-    if (c.c2p)
-      kernels::linear_backward(dpos_key, rel_dropped, P.key_weight, drel_dropped, GP.key_weight, GP.key_bias,
-                               true);
-    if (c.p2c)
-      kernels::linear_backward(dpos_query, rel_dropped, P.query_weight, drel_dropped, GP.query_weight,
-                               GP.query_bias, true);
+    Tensor drel_dropped = dx_rows.table;
     kernels::dropout_backward(drel_dropped, drel_dropped, site(l, kSiteRelEmbeddings, hidden_p));
     kernels::add_inplace(drel, drel_dropped);
     hook.release(layer_unit(l), kPass);
@@ -646,6 +665,7 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
 
     if (l == 0 && c.has_conv()) kernels::add_inplace(dx, dconv_input);
     std::swap(dh, dh_next);  // dx (written into dh_next) is the next layer's output gradient
+    std::swap(dh_rows, dh_next_rows);
     prof.mark("bwd.qkv_projections");
   }
 
@@ -674,7 +694,7 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     kernels::copy(drel, drel16);
     drel = drel16;
   }
-  Tensor drel_raw = A("grad.rel_tmp", {S2, D});
+  Tensor drel_raw = dh_rows.table;  // free: every layer's dR~ is in drel
   kernels::layernorm_backward(drel, params.shared.rel_embeddings, params.shared.encoder_ln_weight,
                               A("rel.mean", {S2}), A("rel.rstd", {S2}), drel_raw,
                               grads.shared.encoder_ln_weight, grads.shared.encoder_ln_bias);
