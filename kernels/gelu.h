@@ -6,6 +6,7 @@
 // Elementwise over any shape; all tensors f32, contiguous, with equal shapes.
 #pragma once
 
+#include "kernels/grad_write.h"
 #include "runtime/tensor.h"
 
 namespace zt::kernels {
@@ -20,8 +21,14 @@ void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx);
 // both values need erf(x / sqrt 2)):
 //   y  = gelu(x)              the forward's output again, for the output projection's weight gradient
 //   dx = dy * gelu'(x)        (overwritten; may alias dy)
-// Bitwise gelu_forward(x, y) followed by gelu_backward(dy, x, dx), on every backend and storage dtype.
-// y must not overlap x, dy or dx.
-void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& dx);
+//   db += sum_rows dx         with dx_column_sum defined (f32 [x.dim(-1)], x seen as [rows, x.dim(-1)];
+//                             written with GradWrite::overwrite): the bias gradient of the projection whose
+//                             output x is, so that linear_backward can skip its own pass over dx
+// Bitwise gelu_forward(x, y) followed by gelu_backward(dy, x, dx) and, with db, linear_backward's bias
+// gradient from that dx, on every backend and storage dtype (on the GPU the sums come from the values the
+// kernel writes, in the column-sum kernel's order). y must not overlap x, dy or dx.
+void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& dx,
+                                 const Tensor& dx_column_sum = Tensor(),
+                                 GradWrite write = GradWrite::accumulate);
 
 }  // namespace zt::kernels

@@ -609,12 +609,12 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     Tensor df = A("grad.f", {B, L, I}), g1 = A("grad.g1", {B, L, I}),
            f1 = A(layer_slot(c, l, "f1"), {B, L, I});
     kernels::linear_backward(ds2, g1, P.output_weight, df, Tensor(), Tensor());
-    kernels::gelu_recompute_and_backward(df, f1, g1, df);
+    // The same pass sums df over the rows: the intermediate projection's bias gradient (no pass of its own).
+    kernels::gelu_recompute_and_backward(df, f1, g1, df, GP.intermediate_bias, write);
     kernels::linear_backward(ds2, g1, P.output_weight, Tensor(), GP.output_weight, GP.output_bias,
                              /*accumulate_dx=*/false, write);
     kernels::linear_backward(df, A(layer_slot(c, l, "y"), bld), P.intermediate_weight, dy,
-                             GP.intermediate_weight, GP.intermediate_bias,
-                             /*accumulate_dx=*/true, write);
+                             GP.intermediate_weight, Tensor(), /*accumulate_dx=*/true, write);
     prof.mark("bwd.ffn");
     // y = LN_a(s1), s1 = Drop(ctx Wo' + bo) + x.
     // dx = dLN (the layer-input gradient's residual part, written over dy) and ds1 = Drop'(dx), one kernel.

@@ -141,8 +141,8 @@ void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   if (dbias.defined()) {
     check_cpu_arg(dbias, DType::f32, op, "dbias");
     check_shape(dbias, Shape{s.out_features}, "conv1d_backward: dbias");
-    Eigen::Map<Eigen::RowVectorXf>(dbias.data_as<float>(), s.out_features) +=
-        dym.cast<double>().colwise().sum().cast<float>();
+    cpu::add_column_sums(dym, cpu::RowVectorView(dbias.data_as<float>(), s.out_features),
+                         GradWrite::accumulate);
   }
 }
 

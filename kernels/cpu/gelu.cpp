@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/arg_checks.h"
+#include "kernels/cpu/eigen_views.h"
 #ifdef ZT_WITH_CUDA
 #include "kernels/cuda/gelu.cuh"
 #endif
@@ -54,9 +55,11 @@ void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx) {
   gelu_backward_cpu(dy.data_as<float>(), x.data_as<float>(), dx.data_as<float>(), x.numel());
 }
 
-void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& dx) {
+void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& dx,
+                                 const Tensor& dx_column_sum, GradWrite write) {
 #ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::gelu_recompute_and_backward(dy, x, y, dx, current_stream());
+  if (x.device() == DeviceKind::cuda)
+    return gpu::gelu_recompute_and_backward(dy, x, y, dx, dx_column_sum, write, current_stream());
 #endif
   constexpr const char* op = "gelu_recompute_and_backward";
   if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
@@ -66,6 +69,14 @@ void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor
   // The reference is the two passes it fuses (gelu_backward checks the rest).
   gelu_forward(x, y);
   gelu_backward(dy, x, dx);
+  if (dx_column_sum.defined() && dx_column_sum.data() != nullptr) {
+    const int64_t cols = x.rank() == 0 ? 1 : x.dim(-1);
+    check_cpu_arg(dx_column_sum, DType::f32, op, "dx_column_sum");
+    check_shape(dx_column_sum, Shape{cols}, "gelu_recompute_and_backward: dx_column_sum");
+    const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+    cpu::add_column_sums(cpu::ConstMatrixView(dx.data_as<float>(), rows, cols),
+                         cpu::RowVectorView(dx_column_sum.data_as<float>(), cols), write);
+  }
 }
 
 }  // namespace zt::kernels

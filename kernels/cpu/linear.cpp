@@ -104,10 +104,7 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   if (dbias.defined()) {
     check_cpu_arg(dbias, DType::f32, op, "dbias");
     check_shape(dbias, Shape{out_features}, "linear_backward: dbias");
-    // The bias gradient sums B * L rows; summing in double keeps it a trustworthy reference.
-    RowVectorView db(dbias.data_as<float>(), out_features);
-    if (write == GradWrite::overwrite) db.setZero();
-    db += dym.cast<double>().colwise().sum().cast<float>();
+    cpu::add_column_sums(dym, RowVectorView(dbias.data_as<float>(), out_features), write);
   }
 }
 

@@ -1,6 +1,9 @@
 #include "kernels/cuda/gelu.cuh"
 
+#include "kernels/cuda/column_sum.cuh"
+#include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/pointwise.cuh"
+#include "runtime/cuda_check.h"
 
 namespace zt::kernels::gpu {
 namespace {
@@ -72,6 +75,50 @@ __global__ void gelu_recompute_backward_kernel(const T* dy, const T* x, T* y, T*
   }
 }
 
+// The same step with dx's column sums (the bias gradient of the projection that produced x) taken from the
+// values it writes: column_sum_into's pass 1 (kernels/cuda/column_sum.cuh) with each row's Pack128 of x and
+// dy turned into y and dx on the way, so the partials are bitwise those of a column sum over the stored dx
+// while dx is never read back (at the FFN's [5120, 6144] bf16: 63 MB, ~20 us a layer). The vector path only:
+// cols a multiple of the pack, every pointer 16-byte aligned.
+template <typename T>
+__global__ void gelu_recompute_backward_column_sum_kernel(const T* dy, const T* x, T* y, T* dx, int64_t rows,
+                                                          int64_t cols, int64_t rows_per_chunk,
+                                                          float* __restrict__ partial) {
+  constexpr int kVec = Pack128<T>::kSize;
+  const auto step = [&](int64_t r, int64_t c0, float(&v)[kVec]) {
+    const int64_t first = r * cols + c0;
+    const Pack128<T> xs = load128(x + first), ds = load128(dy + first);
+    Pack128<T> ys, dxs;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float xi = to_float(xs.v[k]), e = erf_term(xi);
+      ys.v[k] = from_float<T>(gelu_of(xi, e));
+      dxs.v[k] = from_float<T>(gelu_grad_of(to_float(ds.v[k]), xi, e));
+      v[k] = to_float(dxs.v[k]);  // the stored (rounded) value, as a column sum over dx reads it
+    }
+    store128(y + first, ys);
+    store128(dx + first, dxs);
+  };
+  column_sum_partials<kVec>(step, rows, cols, rows_per_chunk, partial);
+}
+
+// The fused kernel runs (cols / 256) x chunks blocks of 256 threads, each thread walking rows_per_chunk / 8
+// rows — fewer threads than the flat kernel's one per 16-byte pack. On the H200 it was 8 us a layer slower
+// than the two passes at the FFN's bs 8 (192 blocks on 132 SMs) and 9 us faster at bs 40 (960 blocks;
+// docs/bench/2026-12-04-h200-session8), so `automatic` takes it from 4 blocks per SM on.
+bool takes_fused_column_sums(dim3 grid, GeluColumnSumPath path) {
+  if (path != GeluColumnSumPath::automatic) return path == GeluColumnSumPath::fused;
+  // The attribute is asked once per (thread, device): the step calls this once a layer.
+  thread_local int cached_device = -1, multiprocessors = 0;
+  int device = 0;
+  ZT_CUDA_CHECK(cudaGetDevice(&device));
+  if (device != cached_device) {
+    ZT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+    cached_device = device;
+  }
+  return int64_t{grid.x} * grid.y >= 4 * int64_t{multiprocessors};
+}
+
 }  // namespace
 
 void gelu_forward(const Tensor& x, const Tensor& y, cudaStream_t stream) {
@@ -100,7 +147,8 @@ void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx, cudaStre
 }
 
 void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& dx,
-                                 cudaStream_t stream) {
+                                 const Tensor& dx_column_sum, GradWrite write, cudaStream_t stream,
+                                 GeluColumnSumPath path) {
   constexpr const char* op = "gelu_recompute_and_backward";
   check_cuda_arg(x, x.dtype(), op, "x");
   check_cuda_arg(dy, x.dtype(), op, "dy");
@@ -110,21 +158,48 @@ void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor
   check_same_shape(y, x, op, "y", "x");
   check_same_shape(dx, x, op, "dx", "x");
   ZT_CHECK(!overlaps(y, x) && !overlaps(y, dy) && !overlaps(y, dx), op, ": y must not overlap x, dy or dx");
-  const int64_t n = x.numel();
-  if (n == 0) return;
+  const bool sums = dx_column_sum.defined() && dx_column_sum.data() != nullptr;
+  const int64_t cols = x.rank() == 0 ? 1 : x.dim(-1);
+  const int64_t n = x.numel(), rows = cols == 0 ? 0 : n / cols;
+  if (sums) {
+    check_cuda_arg(dx_column_sum, DType::f32, op, "dx_column_sum");
+    check_shape(dx_column_sum, Shape{cols}, "gelu_recompute_and_backward: dx_column_sum");
+  }
+  if (n == 0) {
+    if (sums)
+      column_sum_into(dx.data(), dx.dtype(), rows, cols, dx_column_sum.data_as<float>(), write, stream);
+    return;
+  }
   dispatch_float_storage(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const bool vector = is_aligned16(dy.data()) && is_aligned16(x.data()) && is_aligned16(y.data()) &&
                         is_aligned16(dx.data());
+    const ColumnSumPlan plan(rows);
+    if (sums && vector && cols % Pack128<T>::kSize == 0 &&
+        takes_fused_column_sums(plan.grid(cols, Pack128<T>::kSize), path)) {
+      DeviceBuffer partial =
+          scratch_buffer(static_cast<size_t>(plan.chunks * cols) * sizeof(float), "gelu_column_sum");
+      gelu_recompute_backward_column_sum_kernel<T>
+          <<<plan.grid(cols, Pack128<T>::kSize), ColumnSumPlan::block(), 0, stream>>>(
+              typed<T>(dy), typed<T>(x), typed<T>(y), typed<T>(dx), rows, cols, plan.rows_per_chunk,
+              partial.data_as<float>());
+      ZT_CUDA_CHECK_LAUNCH(op);
+      add_chunk_partials(partial.data_as<float>(), plan.chunks, cols, dx_column_sum.data_as<float>(), write,
+                         stream);
+      return;
+    }
     if (vector) {
       gelu_recompute_backward_kernel<T, true>
-          <<<blocks_for((n + Pack128<T>::kSize - 1) / Pack128<T>::kSize), kThreadsPerBlock, 0, stream>>>(
-              typed<T>(dy), typed<T>(x), typed<T>(y), typed<T>(dx), n);
+          <<<cuda_detail::blocks_for((n + Pack128<T>::kSize - 1) / Pack128<T>::kSize), kThreadsPerBlock, 0,
+             stream>>>(typed<T>(dy), typed<T>(x), typed<T>(y), typed<T>(dx), n);
     } else {
-      gelu_recompute_backward_kernel<T, false><<<blocks_for(n), kThreadsPerBlock, 0, stream>>>(
+      gelu_recompute_backward_kernel<T, false><<<cuda_detail::blocks_for(n), kThreadsPerBlock, 0, stream>>>(
           typed<T>(dy), typed<T>(x), typed<T>(y), typed<T>(dx), n);
     }
     ZT_CUDA_CHECK_LAUNCH(op);
+    // Elsewhere the column sums are their own pass over the dx just written: the same bits.
+    if (sums)
+      column_sum_into(dx.data(), dx.dtype(), rows, cols, dx_column_sum.data_as<float>(), write, stream);
   });
 }
 

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/stream.h"
@@ -33,44 +34,22 @@ void check_cuda_arg(const Tensor& t, DType dtype, const char* op, const char* na
 
 namespace {
 
-constexpr int kColumnTile = 32;  // columns per block (one warp wide, coalesced rows)
-constexpr int kRowLanes = 8;     // row partial sums per column within a block
-constexpr int64_t kRowsPerChunk = 128;
-constexpr int64_t kMaxChunks = 64;
+using cuda_detail::ColumnSumPlan;
+using cuda_detail::kColumnSumRowLanes;
+using cuda_detail::kColumnSumTile;
 
-// Pass 1: block (x, chunk) sums rows [chunk * rows_per_chunk, ...) of its columns into partial[chunk, c]:
-// thread (tx, ty) takes rows ty, ty + 8, ... of its chunk, the eight lane sums are added in ty order. A
-// column lane takes kVec adjacent columns (the Pack128 size where cols and x allow: one 16-byte load per row;
-// else 1), so a block covers 32 kVec columns; every column is summed in the same order either way, so kVec
-// changes no bit. Cutting the rows into chunks gives cols / (32 kVec) * chunks blocks instead of one chain of
-// all 5,120 rows per column tile.
+// Pass 1 of column_sum_into: the shared block body (kernels/cuda/column_sum.cuh) over x's values. Cutting
+// the rows into chunks gives cols / (32 kVec) * chunks blocks instead of one chain of all 5,120 rows per
+// column tile.
 template <typename T, int kVec>
 __global__ void column_sum_partial_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
                                           int64_t rows_per_chunk, float* __restrict__ partial) {
-  constexpr int kBlockColumns = kColumnTile * kVec;
-  __shared__ float lanes[kRowLanes][kBlockColumns + 1];
-  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x) * kVec;
-  const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
-  const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
-  float sum[kVec] = {};
-  if (c0 < cols) {  // kVec > 1: cols is a multiple of kVec
-    for (int64_t r = begin + threadIdx.y; r < end; r += kRowLanes) {
-      const cuda_detail::FloatSlice<T, kVec> v(x + r * cols + c0);
+  const auto load = [&](int64_t r, int64_t c0, float(&v)[kVec]) {
+    const cuda_detail::FloatSlice<T, kVec> slice(x + r * cols + c0);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) sum[k] += v[k];
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) lanes[threadIdx.y][threadIdx.x * kVec + k] = sum[k];
-  __syncthreads();
-  for (int col = threadIdx.y * kColumnTile + threadIdx.x; col < kBlockColumns;
-       col += kColumnTile * kRowLanes) {
-    const int64_t c = static_cast<int64_t>(blockIdx.x) * kBlockColumns + col;
-    if (c >= cols) continue;
-    float total = 0.0f;
-    for (int lane = 0; lane < kRowLanes; ++lane) total += lanes[lane][col];
-    partial[static_cast<int64_t>(blockIdx.y) * cols + c] = total;
-  }
+    for (int k = 0; k < kVec; ++k) v[k] = slice[k];
+  };
+  cuda_detail::column_sum_partials<kVec>(load, rows, cols, rows_per_chunk, partial);
 }
 
 // Pass 2 (add_chunk_partials): block x takes columns [32x, 32x + 32); thread (tx, ty) adds chunks ty, ty + 8,
@@ -79,17 +58,17 @@ __global__ void column_sum_partial_kernel(const T* __restrict__ x, int64_t rows,
 // (a LayerNorm parameter gradient at B*L = 5120, ncu on the H200): 6 blocks, each a chain of 160 loads.
 __global__ void add_chunk_partials_kernel(const float* __restrict__ partial, int64_t chunks, int64_t cols,
                                           bool overwrite, float* __restrict__ out) {
-  __shared__ float lanes[kRowLanes][kColumnTile + 1];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+  __shared__ float lanes[kColumnSumRowLanes][kColumnSumTile + 1];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumnSumTile + threadIdx.x;
   float sum = 0.0f;
   if (c < cols) {
-    for (int64_t k = threadIdx.y; k < chunks; k += kRowLanes) sum += partial[k * cols + c];
+    for (int64_t k = threadIdx.y; k < chunks; k += kColumnSumRowLanes) sum += partial[k * cols + c];
   }
   lanes[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
     float total = 0.0f;
-    for (int lane = 0; lane < kRowLanes; ++lane) total += lanes[lane][threadIdx.x];
+    for (int lane = 0; lane < kColumnSumRowLanes; ++lane) total += lanes[lane][threadIdx.x];
     out[c] = (overwrite ? 0.0f : out[c]) + total;  // 0 + total: the accumulation onto a zeroed buffer
   }
 }
@@ -113,31 +92,27 @@ __global__ void add_bias_kernel(T* __restrict__ c, const T* __restrict__ bias, i
 void column_sum_into(const void* x, DType dtype, int64_t rows, int64_t cols, float* out, GradWrite write,
                      cudaStream_t stream) {
   if (cols == 0) return;
-  const int64_t chunks = std::clamp<int64_t>((rows + kRowsPerChunk - 1) / kRowsPerChunk, 1, kMaxChunks);
-  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  DeviceBuffer partial = scratch_buffer(static_cast<size_t>(chunks * cols) * sizeof(float), "column_sum");
+  const ColumnSumPlan plan(rows);
+  DeviceBuffer partial =
+      scratch_buffer(static_cast<size_t>(plan.chunks * cols) * sizeof(float), "column_sum");
   dispatch_storage(dtype, "column_sum_into", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int kPack = cuda_detail::Pack128<T>::kSize;
     const bool vector = cols % kPack == 0 && cuda_detail::is_aligned16(x);
-    const int64_t columns_per_block = kColumnTile * (vector ? kPack : 1);
-    const dim3 block(kColumnTile, kRowLanes);
-    const dim3 grid(static_cast<unsigned int>((cols + columns_per_block - 1) / columns_per_block),
-                    static_cast<unsigned int>(chunks));
     const auto kernel = vector ? column_sum_partial_kernel<T, kPack> : column_sum_partial_kernel<T, 1>;
-    kernel<<<grid, block, 0, stream>>>(static_cast<const T*>(x), rows, cols, rows_per_chunk,
-                                       partial.data_as<float>());
+    kernel<<<plan.grid(cols, vector ? kPack : 1), ColumnSumPlan::block(), 0, stream>>>(
+        static_cast<const T*>(x), rows, cols, plan.rows_per_chunk, partial.data_as<float>());
     ZT_CUDA_CHECK_LAUNCH("column_sum_partial");
   });
-  add_chunk_partials(partial.data_as<float>(), chunks, cols, out, write, stream);
+  add_chunk_partials(partial.data_as<float>(), plan.chunks, cols, out, write, stream);
 }
 
 void add_chunk_partials(const float* partial, int64_t chunks, int64_t cols, float* out, GradWrite write,
                         cudaStream_t stream) {
   if (cols == 0) return;
-  add_chunk_partials_kernel<<<static_cast<unsigned int>((cols + kColumnTile - 1) / kColumnTile),
-                              dim3(kColumnTile, kRowLanes), 0, stream>>>(partial, chunks, cols,
-                                                                         write == GradWrite::overwrite, out);
+  add_chunk_partials_kernel<<<static_cast<unsigned int>((cols + kColumnSumTile - 1) / kColumnSumTile),
+                              ColumnSumPlan::block(), 0, stream>>>(partial, chunks, cols,
+                                                                   write == GradWrite::overwrite, out);
   ZT_CUDA_CHECK_LAUNCH("add_chunk_partials");
 }
 

@@ -9,12 +9,16 @@
 
 #ifdef ZT_WITH_CUDA
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cuda/gelu.cuh"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/gelu.h"
+#include "kernels/linear.h"
+#include "runtime/stream.h"
 #include "tests/kernels/tensor_views.h"
 #include "tests/kernels/test_gpu_support.h"
 #include "tests/support/tolerance.h"
@@ -27,6 +31,60 @@ using test::GpuCase;
 using test::random_floats;
 using test::round_through;
 using test::tolerance_for;
+
+// The FFN backward's GELU step with the column sums of the dx it writes (the intermediate projection's bias
+// gradient), on the given path: y and dx as without them, and the sums bitwise linear_backward's bias
+// gradient from that dx (a column-sum pass of its own), accumulated onto 0.5 and written over NaN; and
+// within f32 summation error of the CPU's double sums of that dx. `offset` elements off 16-byte alignment
+// leaves only the separate pass, whatever the path asks.
+void expect_gelu_column_sums_match(DType dtype, Shape shape, int64_t offset, gpu::GeluColumnSumPath path) {
+  const int64_t n = shape.numel(), cols = shape[shape.rank - 1], rows = n / cols;
+  const std::vector<float> x = round_through(dtype, random_floats(n, 31, -4.0f, 4.0f)),
+                           dy = round_through(dtype, random_floats(n, 32));
+  test::DeviceArray gx(dtype, shape, offset), gdy(dtype, shape, offset), gy(dtype, shape, offset),
+      gdy_plain(dtype, shape, offset), gy_plain(dtype, shape, offset);
+  gx.upload(x);
+  gdy_plain.upload(dy);
+  gelu_recompute_and_backward(gdy_plain.tensor(), gx.tensor(), gy_plain.tensor(), gdy_plain.tensor());
+  const std::vector<float> dx = gdy_plain.download(), y = gy_plain.download();
+  std::vector<double> exact(static_cast<size_t>(cols)), magnitude(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      exact[static_cast<size_t>(c)] += dx[static_cast<size_t>(r * cols + c)];
+      magnitude[static_cast<size_t>(c)] += std::fabs(dx[static_cast<size_t>(r * cols + c)]);
+    }
+  }
+
+  // linear_backward's db over dy = dx: a [rows, cols] output of a 1-feature input (x and W never read).
+  Shape one_feature = shape;
+  one_feature[shape.rank - 1] = 1;
+  test::DeviceArray ones(dtype, one_feature), weight(dtype, Shape{cols, 1});
+  for (GradWrite write : {GradWrite::accumulate, GradWrite::overwrite}) {
+    const bool accumulate = write == GradWrite::accumulate;
+    const float start = accumulate ? 0.5f : std::nanf("");
+    test::DeviceArray fused(DType::f32, Shape{cols}), separate(DType::f32, Shape{cols});
+    fused.upload(std::vector<float>(static_cast<size_t>(cols), start));
+    separate.upload(std::vector<float>(static_cast<size_t>(cols), start));
+    gdy.upload(dy);
+    gpu::gelu_recompute_and_backward(gdy.tensor(), gx.tensor(), gy.tensor(), gdy.tensor(), fused.tensor(),
+                                     write, current_stream(), path);
+    EXPECT_EQ(gy.download(), y);
+    EXPECT_EQ(gdy.download(), dx);
+    linear_backward(gdy_plain.tensor(), ones.tensor(), weight.tensor(), Tensor(), Tensor(), separate.tensor(),
+                    false, write);
+    const std::vector<float> sums = fused.download();
+    EXPECT_EQ(sums, separate.download()) << (accumulate ? "accumulate" : "overwrite");
+    for (int64_t c = 0; c < cols; ++c) {
+      const auto i = static_cast<size_t>(c);
+      const double reference = exact[i] + (accumulate ? 0.5 : 0.0);
+      ASSERT_NEAR(sums[i], reference, 1e-6 * (magnitude[i] + 1.0)) << "column " << c;
+    }
+  }
+  test::DeviceArray wrong(DType::f32, Shape{cols + 1});
+  EXPECT_THROW(
+      gelu_recompute_and_backward(gdy.tensor(), gx.tensor(), gy.tensor(), gdy.tensor(), wrong.tensor()),
+      Error);
+}
 
 class PointwiseGpu : public ::testing::TestWithParam<GpuCase> {
  protected:
@@ -71,6 +129,21 @@ TEST_P(PointwiseGpu, GeluForwardBackwardAndTheFusedStepMatchCpu) {
 
   gelu_forward(gx.tensor(), gx.tensor());  // in place: y aliases x
   EXPECT_TRUE(close("gelu_forward in place", gx.download(), y_ref));
+}
+
+TEST_P(PointwiseGpu, GeluStepWithColumnSumsEqualsTheSeparatePass) {
+  ZT_SKIP_WITHOUT_GPU();
+  for (auto path : {gpu::GeluColumnSumPath::automatic, gpu::GeluColumnSumPath::fused})
+    expect_gelu_column_sums_match(GetParam().dtype, GetParam().shape, GetParam().offset, path);
+}
+
+// Many row chunks (1030 rows: 9 of 115) and a partial last column block (264 = 256 + 8 bf16 columns).
+TEST(PointwiseGpuMixed, GeluStepWithColumnSumsOverManyRowChunks) {
+  ZT_SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    for (auto path : {gpu::GeluColumnSumPath::fused, gpu::GeluColumnSumPath::separate})
+      expect_gelu_column_sums_match(dtype, Shape{1030, 264}, 0, path);
+  }
 }
 
 TEST_P(PointwiseGpu, DropoutKeepsTheCpuMaskForTheSameSite) {

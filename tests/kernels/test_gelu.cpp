@@ -7,6 +7,7 @@
 #include <numbers>
 #include <vector>
 
+#include "kernels/linear.h"
 #include "runtime/check.h"
 #include "tests/kernels/tensor_views.h"
 #include "tests/support/finite_difference.h"
@@ -79,6 +80,27 @@ TEST(Gelu, RecomputeAndBackwardEqualsForwardThenBackward) {
   // y over x would destroy the input the gradient still needs.
   EXPECT_THROW(gelu_recompute_and_backward(f32_view(d, {5, 7}), f32_view(x, {5, 7}), f32_view(x, {5, 7}),
                                            f32_view(d, {5, 7})),
+               Error);
+}
+
+// With the column sums of dx: the bias gradient linear_backward computes from that dx, accumulated and
+// written, bit for bit; a sum buffer of the wrong width is refused.
+TEST(Gelu, RecomputeAndBackwardSumsDxLikeTheLinearBiasGradient) {
+  const Shape shape{5, 7}, one_feature{5, 1};
+  std::vector<float> x = test::random_uniform(35, 28, -4.0f, 4.0f), dy = test::random_uniform(35, 29);
+  std::vector<float> y(35), dx(35), ones(5, 1.0f), weight(7, 1.0f);
+  for (GradWrite write : {GradWrite::accumulate, GradWrite::overwrite}) {
+    std::vector<float> sums(7, 0.25f), reference(7, 0.25f);
+    gelu_recompute_and_backward(f32_view(dy, shape), f32_view(x, shape), f32_view(y, shape),
+                                f32_view(dx, shape), f32_view(sums, {7}), write);
+    linear_backward(f32_view(dx, shape), f32_view(ones, one_feature), f32_view(weight, {7, 1}), Tensor(),
+                    Tensor(), f32_view(reference, {7}), false, write);
+    EXPECT_TRUE(test::all_close("column sums", sums, reference, {0, 0}));
+    EXPECT_NE(sums[0], write == GradWrite::accumulate ? 0.0f : 0.25f);
+  }
+  std::vector<float> wrong(8);
+  EXPECT_THROW(gelu_recompute_and_backward(f32_view(dy, shape), f32_view(x, shape), f32_view(y, shape),
+                                           f32_view(dx, shape), f32_view(wrong, {8})),
                Error);
 }
 
