@@ -66,13 +66,16 @@ void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor
   check_cpu_arg(y, DType::f32, op, "y");
   check_same_shape(y, x, op, "y", "x");
   ZT_CHECK(!overlaps(y, x) && !overlaps(y, dy) && !overlaps(y, dx), op, ": y must not overlap x, dy or dx");
-  // The reference is the two passes it fuses (gelu_backward checks the rest).
-  gelu_forward(x, y);
-  gelu_backward(dy, x, dx);
-  if (dx_column_sum.defined() && dx_column_sum.data() != nullptr) {
-    const int64_t cols = x.rank() == 0 ? 1 : x.dim(-1);
+  const bool sums = dx_column_sum.defined() && dx_column_sum.data() != nullptr;
+  const int64_t cols = x.rank() == 0 ? 1 : x.dim(-1);
+  if (sums) {  // checked before anything is written
     check_cpu_arg(dx_column_sum, DType::f32, op, "dx_column_sum");
     check_shape(dx_column_sum, Shape{cols}, "gelu_recompute_and_backward: dx_column_sum");
+  }
+  // The reference is the passes it fuses (gelu_backward checks the rest), then linear_backward's bias sum.
+  gelu_forward(x, y);
+  gelu_backward(dy, x, dx);
+  if (sums) {
     const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
     cpu::add_column_sums(cpu::ConstMatrixView(dx.data_as<float>(), rows, cols),
                          cpu::RowVectorView(dx_column_sum.data_as<float>(), cols), write);
