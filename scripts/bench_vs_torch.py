@@ -28,7 +28,10 @@ binary gets --steps unchanged and does its own warmup. Torch is imported only in
 `--impls zerotrain` needs none. The bs40/bf16 pair runs first, and --json-out is rewritten after every run,
 so a sweep cut short still leaves the verdict's numbers. The exit status is 0 whatever the verdict.
 A torch.compile run takes a few minutes (compile included); split a full sweep (18 runs) across invocations
-where one command's time is capped.
+where one command's time is capped. --verdict-from prints the table and the goals again from the JSON such
+runs wrote (nothing runs; no GPU needed), e.g. of a sweep cut short before its last lines:
+
+  python3 scripts/bench_vs_torch.py --verdict-from vs_torch.json,vs_torch_bs8.json
 """
 import argparse, json, os, shlex, shutil, signal, statistics, subprocess, sys, time
 
@@ -305,6 +308,31 @@ def write_json(args, meta, records, final=None):
     os.replace(tmp, args.json_out)
 
 
+def verdict_from(args):
+    """The table and the goals from --json-out files: each (impl, batch, dtype) from the first file having it."""
+    impl_of = {label: impl for impl, label in LABELS.items()}
+    results, seqs = {}, set()
+    for path in args.verdict_from:
+        with open(path) as f:
+            records = json.load(f).get("results") or []
+        for rec in records:
+            impl = impl_of.get(rec.get("impl"))
+            if impl is None or "batch" not in rec or "dtype" not in rec: continue
+            results.setdefault((impl, rec["batch"], rec["dtype"]), rec)
+            seqs.add(rec.get("seq"))
+            if impl == "zerotrain" and rec.get("layers") not in (None, 24): args.layers = rec["layers"]
+    if not results: sys.exit(f"--verdict-from: no results in {', '.join(args.verdict_from)}")
+    if len(seqs) != 1: sys.exit(f"--verdict-from: the files mix sequence lengths {sorted(seqs, key=str)}")
+    args.seq = seqs.pop()
+    args.impls = [i for i in LABELS if any(k[0] == i for k in results)]
+    args.batches = sorted({k[1] for k in results})
+    args.dtypes = [d for d in ("bf16", "fp16", "fp32") if any(k[2] == d for k in results)]
+    print(f"# verdict from {', '.join(args.verdict_from)} (seq {args.seq})")
+    table(args, results)
+    print(goals(args, results)["line"], flush=True)
+    return 0
+
+
 def csv(kind):
     return lambda s: list(dict.fromkeys(kind(x.strip()) for x in s.split(",") if x.strip()))
 
@@ -323,6 +351,8 @@ def main():
     p.add_argument("--layers", type=int, default=0, help="override num_hidden_layers (24)")
     p.add_argument("--dropout", type=float, default=0.1, help="hidden, attention and pooler dropout")
     p.add_argument("--json-out", default="", help="write meta, every result and the verdict here")
+    p.add_argument("--verdict-from", type=csv(str), default=[],
+                   help="comma-separated --json-out files: print their table and goals, run nothing")
     p.add_argument("--back-to-back", action="store_true",
                    help="every implementation: no device sync between the timed steps, the window's mean "
                         "(what training runs; lets a step's tail overlap the next step's start)")
@@ -334,6 +364,7 @@ def main():
     p.add_argument("--worker-device", default="cuda", help=argparse.SUPPRESS)  # "cpu" to test the loop
     args = p.parse_args()
     if args.worker: return worker_main(args)
+    if args.verdict_from: return verdict_from(args)
     for name, got, allowed in (("--impls", args.impls, LABELS), ("--dtypes", args.dtypes, ("bf16", "fp16", "fp32"))):
         if not got or set(got) - set(allowed): p.error(f"{name} takes a comma-separated subset of {list(allowed)}")
     os.environ["NCCL_NVLS_ENABLE"] = "0"  # children inherit it; NVLink multicast stays off
