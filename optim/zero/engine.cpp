@@ -394,17 +394,24 @@ struct ZeroEngine::Impl {
     Stream stream;     // non-blocking, on the rank's device
     Event step_ready;  // on the compute stream: the gradients and the norm are final
     std::vector<Event> unit_updated;
-    // World size 1: each unit's sum of squares taken on this stream as soon as its gradients are final
-    // (gradients_ready on the window's last micro-batch), beside the rest of backward, into unit_stats;
-    // `early_stats` counts the units queued this step (all of them: step() reads those instead).
-    Event unit_final, stats_done;
-    size_t early_stats = 0;
     ~OptimizerOverlap() { (void)cudaStreamSynchronize(stream.get()); }
+  };
+  // World size 1 on the device (early_grad_norm at stage 0, and with overlap_optimizer): each unit's sum of
+  // squares taken on a stream of its own as soon as its gradients are final (gradients_ready on the window's
+  // last micro-batch), beside the rest of backward, into unit_stats; `queued` counts the units queued this
+  // step (all of them: step() reads those instead of a pass over every gradient).
+  struct EarlyNorm {
+    Stream stream;  // non-blocking, on the rank's device
+    Event unit_final, stats_done;
+    size_t queued = 0;
+    ~EarlyNorm() { (void)cudaStreamSynchronize(stream.get()); }
   };
 #else
   struct OptimizerOverlap {};
+  struct EarlyNorm {};
 #endif
   std::unique_ptr<OptimizerOverlap> optimizer_overlap;
+  std::unique_ptr<EarlyNorm> early_norm;
   std::vector<char> optimizer_pending;
   // The compute stream waits for unit `unit`'s overlapped AdamW (once); for every unit.
   void compute_waits_for_update(size_t unit) {
@@ -930,14 +937,21 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
       s.optimizer_overlap = std::make_unique<Impl::OptimizerOverlap>();  // on the rank's current device
       s.optimizer_overlap->unit_updated.resize(units.size());
       s.optimizer_pending.assign(units.size(), 0);
-      if (world_size() == 1)
-        s.unit_stats = device_allocator().allocate(units.size() * sizeof(gpu::GradStats),
-                                                   MemoryCategory::scratch, "gradient norm partials (early)");
 #endif
     } else if (r == 0) {
       ZT_LOG(warn) << "overlap_optimizer: not with this run (" << why << "); the AdamW runs inside step()";
     }
   }
+#ifdef ZT_WITH_CUDA
+  // The early gradient norm: with overlap_optimizer at world size 1 (any stage it runs at), or asked for at
+  // stage 0 (world size 1, the device's AdamW). Not where unit_stats already takes the streamed slices' sums.
+  const bool early_norm_here = s.device == DeviceKind::cuda && !s.offload && !s.streamed && world_size() == 1;
+  if (early_norm_here && (s.optimizer_overlap || (options.early_grad_norm && s.stage == 0))) {
+    s.early_norm = std::make_unique<Impl::EarlyNorm>();  // on the rank's current device
+    s.unit_stats = device_allocator().allocate(units.size() * sizeof(gpu::GradStats), MemoryCategory::scratch,
+                                               "gradient norm partials (early)");
+  }
+#endif
   if (options.overlap_comm && s.device == DeviceKind::cuda && world_size() > 1) {
 #ifdef ZT_WITH_CUDA
     s.overlap = std::make_unique<Impl::CommOverlap>();  // on the device current on the rank's thread
@@ -1172,18 +1186,18 @@ void ZeroEngine::gradients_ready(size_t unit) {
       kernels::fill(view(*s.grads, DType::f32, begin, numel), 0.0f);
   }
 #ifdef ZT_WITH_CUDA
-  // overlap_optimizer at world size 1: the unit's gradients are final on the last micro-batch; its sum of
-  // squares (the slice step() would take) goes on the optimizer stream beside the rest of backward.
-  if (s.optimizer_overlap && world_size() == 1 && s.last_micro) {
-    Impl::OptimizerOverlap& o = *s.optimizer_overlap;
+  // The early gradient norm: the unit's gradients are final on the last micro-batch; its sum of squares (the
+  // slice step() would take) goes on its own stream beside the rest of backward.
+  if (s.early_norm && s.last_micro) {
+    Impl::EarlyNorm& e = *s.early_norm;
     const ZeroUnit& u = partition_.units()[unit];
     const Tensor slice = s.stage == 0
                              ? view(*s.grads, DType::f32, partition_.slice_begin(unit, 0), u.slice_numel)
                              : view(*s.grads, DType::f32, s.blocks[unit].grad, s.blocks[unit].numel);
-    o.unit_final.record(work_stream());
-    o.stream.wait(o.unit_final);
-    gpu::grad_stats_async(slice, s.unit_stats.data_as<gpu::GradStats>() + unit, o.stream.get());
-    ++o.early_stats;
+    e.unit_final.record(work_stream());
+    e.stream.wait(e.unit_final);
+    gpu::grad_stats_async(slice, s.unit_stats.data_as<gpu::GradStats>() + unit, e.stream.get());
+    ++e.queued;
   }
 #endif
   if (!s.overlap) {
@@ -1364,15 +1378,14 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   double non_finite = 0;
   bool early_stats = false;
 #ifdef ZT_WITH_CUDA
-  // overlap_optimizer at world size 1: the partials gradients_ready queued (the same slices, the same
-  // kernel).
-  if (s.optimizer_overlap) {
-    Impl::OptimizerOverlap& o = *s.optimizer_overlap;
-    early_stats = W == 1 && o.early_stats == U;
-    o.early_stats = 0;
+  // The early gradient norm: the partials gradients_ready queued (the same slices, the same kernel).
+  if (s.early_norm) {
+    Impl::EarlyNorm& e = *s.early_norm;
+    early_stats = e.queued == U;
+    e.queued = 0;
     if (early_stats) {
-      o.stats_done.record(o.stream.get());
-      ZT_CUDA_CHECK(cudaStreamWaitEvent(work_stream(), o.stats_done.get(), 0));
+      e.stats_done.record(e.stream.get());
+      ZT_CUDA_CHECK(cudaStreamWaitEvent(work_stream(), e.stats_done.get(), 0));
       sums = read_back_grad_stats(s.unit_stats, U, non_finite);
     }
   }

@@ -184,6 +184,11 @@ struct ZeroEngineOptions {
   // compute-bound, and at small batches beside launch gaps). The same kernel on the same data: bit for bit
   // the in-order update. Whatever reads parameters or state outside a pass waits for all of it.
   bool overlap_optimizer = false;
+  // GPU, stage 0, world size 1, the device's AdamW: each unit's sum of squares for the gradient norm is taken
+  // on a stream of its own as soon as backward has written the unit's gradients (gradients_ready), beside the
+  // rest of backward, instead of in one pass over every gradient inside step() (~0.9 ms at xlarge): the same
+  // kernel over the same slices, so the same norm bit for bit. Always on with overlap_optimizer at world 1.
+  bool early_grad_norm = true;
   // Stage 0 with one micro-batch per step: the f32 gradient buffer (partition().layout(f32)) at this address,
   // placed by the model in its activation arena (model/deberta.h, GradientLayout; stage0_gradient_layout
   // below) instead of in a buffer of its own: the forward writes over it, so backward writes the gradients
