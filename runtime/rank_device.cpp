@@ -11,7 +11,7 @@ namespace zt {
 struct RankDevice::StreamHolder {};
 struct RankDevice::Enter::Scopes {};
 
-RankDevice::RankDevice(int device, size_t) : device_(device) {
+RankDevice::RankDevice(int device, size_t, StreamPriority) : device_(device) {
   ZT_FAIL("ranks sharing a GPU need a CUDA build (this one has none)");
 }
 RankDevice::~RankDevice() = default;

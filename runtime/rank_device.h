@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "runtime/device_allocator.h"
@@ -26,7 +27,11 @@ namespace zt {
 class RankDevice {
  public:
   // cap_bytes: the rank's limit on reserved device memory (DeviceAllocator::kNoLimit: none).
-  RankDevice(int device, size_t cap_bytes);
+  // StreamPriority::greatest gives the rank's stream the device's greatest priority, so that the work it
+  // queues is scheduled ahead of side streams' (an overlapped AdamW, the early gradient norm) whenever both
+  // have blocks waiting; ranks sharing a GPU keep the default, equal for all.
+  enum class StreamPriority : uint8_t { normal, greatest };
+  RankDevice(int device, size_t cap_bytes, StreamPriority priority = StreamPriority::normal);
   ~RankDevice();  // synchronizes the rank's stream, then releases it and the allocator's cache
   RankDevice(const RankDevice&) = delete;
   RankDevice& operator=(const RankDevice&) = delete;

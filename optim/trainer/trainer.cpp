@@ -298,6 +298,13 @@ struct MrpcTrainer::Impl {
                                                      : device_allocator(kSharedGpu).backend().free_memory() /
                                                            static_cast<size_t>(local_count);
       for (RankState& rank : ranks) rank.gpu = std::make_unique<RankDevice>(kSharedGpu, cap);
+    } else if (device == DeviceKind::cuda && world == 1) {
+      // One rank alone on the GPU: its work on a stream of its own with the device's greatest priority, so
+      // that the side streams' kernels (the early gradient norm, an overlapped AdamW) take the SMs the step's
+      // own kernels leave, instead of competing with them as equals on the legacy default stream.
+      const size_t cap = config.gpu_memory_limit > 0 ? static_cast<size_t>(config.gpu_memory_limit)
+                                                     : DeviceAllocator::kNoLimit;
+      ranks.front().gpu = std::make_unique<RankDevice>(kSharedGpu, cap, RankDevice::StreamPriority::greatest);
     }
     // Stage 0 with one micro-batch per step: the gradients live in the model's activation arena, on the
     // slots backward has finished with (GradientLayout).
@@ -362,7 +369,11 @@ struct MrpcTrainer::Impl {
   void run_ranks(const std::function<void(int)>& fn) {
     if (local_count == 1) {
       if (world == 1) {
+        RankDevice* gpu = at(first_rank).gpu.get();
+        std::optional<RankDevice::Enter> on_rank_device;
+        if (gpu != nullptr) on_rank_device.emplace(*gpu);
         fn(first_rank);
+        if (gpu != nullptr) gpu->synchronize();  // the caller reads results after this returns
       } else {
         AbortGroupOnException guard(*comms.front());
         fn(first_rank);

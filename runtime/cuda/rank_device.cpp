@@ -1,6 +1,7 @@
 #include "runtime/rank_device.h"
 
 #include "runtime/cuda/device_scope.h"
+#include "runtime/cuda_check.h"
 #include "runtime/stream.h"
 
 namespace zt {
@@ -9,11 +10,14 @@ struct RankDevice::StreamHolder {
   Stream stream;
 };
 
-RankDevice::RankDevice(int device, size_t cap_bytes)
+RankDevice::RankDevice(int device, size_t cap_bytes, StreamPriority priority)
     : device_(device),
       allocator_(std::make_unique<DeviceAllocator>(make_cuda_memory_backend(device), cap_bytes)) {
   DeviceScope on(device);
-  stream_ = std::make_unique<StreamHolder>();
+  int least = 0, greatest = 0;
+  ZT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  stream_ = std::make_unique<StreamHolder>(
+      StreamHolder{Stream(priority == StreamPriority::greatest ? greatest : least)});
 }
 
 RankDevice::~RankDevice() {
