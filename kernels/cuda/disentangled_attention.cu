@@ -60,6 +60,7 @@
 #include "kernels/philox.h"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
+#include "runtime/env_switch.h"
 #include "runtime/log.h"
 #include "runtime/step_profile.h"
 
@@ -727,13 +728,11 @@ const char* fused_attention_forward_unsupported(const Tensor& q, const Tensor& k
 }
 
 namespace {
-// An on/off environment switch: "1" on; unset, empty or "0" off; anything else an error naming it.
+// An on/off environment switch (runtime/env_switch.h), said once when on.
 bool read_switch(const char* name, const char* what) {
-  const char* value = std::getenv(name);
-  const std::string_view text = value == nullptr ? std::string_view() : std::string_view(value);
-  ZT_CHECK(text.empty() || text == "0" || text == "1", name, " must be 0 or 1, got '", text, "'");
-  if (text == "1") ZT_LOG(info) << name << "=1: the fused attention " << what << " runs where supported";
-  return text == "1";
+  const bool on = read_env_switch(name);
+  if (on) ZT_LOG(info) << name << "=1: the fused attention " << what << " runs where supported";
+  return on;
 }
 }  // namespace
 

@@ -15,6 +15,8 @@
 #include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "runtime/cuda_check.h"
+#include "runtime/env_switch.h"
+#include "runtime/log.h"
 #include "runtime/stream.h"
 
 namespace zt::kernels {
@@ -273,8 +275,20 @@ cublasLtMatrixLayout_t make_layout(DType dtype, int64_t rows, int64_t cols, int6
   return layout;
 }
 
+// ZT_GEMM_AUTOTUNE=1 (runtime/env_switch.h; read when a plan is made, off by default): a new plan asks the
+// heuristic for up to this many algorithms and times them on the call's own operands (fastest_algorithm).
+constexpr int kAutotuneCandidates = 8;
+
+// The heuristic's algorithms for a new plan, best first (one unless autotuning). A fixed array: nvcc 12's
+// front end crashes on a std::vector of cuBLASLt's result struct.
+struct Candidates {
+  std::array<cublasLtMatmulHeuristicResult_t, kAutotuneCandidates> results{};
+  int count = 0;
+};
+
 Plan make_plan(DeviceContext& context, const GemmProblem& p, const std::array<uint32_t, 4>& alignments,
-               bool epilogue_bias) {
+               bool epilogue_bias, Candidates& candidates) {
+  const int requested = read_env_switch("ZT_GEMM_AUTOTUNE") ? kAutotuneCandidates : 1;  // before any handle
   Plan plan;
   plan.epilogue_bias = epilogue_bias;
   const bool tf32 = p.allow_tf32 && p.input_dtype == DType::f32;
@@ -316,19 +330,68 @@ Plan make_plan(DeviceContext& context, const GemmProblem& p, const std::array<ui
                                                        &align_c, sizeof(align_c)));
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                        &align_c, sizeof(align_c)));
-  cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status =
       cublasLtMatmulAlgoGetHeuristic(context.lt, plan.desc, plan.layout_a, plan.layout_b, plan.layout_c,
-                                     plan.layout_c, preference, 1, &result, &found);
+                                     plan.layout_c, preference, requested, candidates.results.data(), &found);
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
+  candidates.count = 0;
   if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
     plan.has_algorithm = true;
-    plan.algorithm = result.algo;
+    plan.algorithm = candidates.results[0].algo;
+    candidates.count = found;
   } else if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
     ZT_CUBLAS_CHECK(status);
   }
   return plan;
+}
+
+// Autotuning (ZT_GEMM_AUTOTUNE=1): each candidate runs once to warm up, then three times between timing
+// events, into a scratch copy of C (beta != 0 reads it), so the call's own output is still computed once, by
+// the winner; a candidate that fails to launch is skipped. The choice is logged with the heuristic's first
+// pick's time. Timing differs between runs, so the choice, and with it the last bits of the products, may
+// too: a switch for measuring what the heuristic leaves on the table, not for bit-reproducible training.
+// The host waits for the stream here (once per new shape), so not while the stream is being captured.
+cublasLtMatmulAlgo_t fastest_algorithm(DeviceContext& context, StreamContext& on_stream, const Plan& plan,
+                                       const GemmProblem& p, const Candidates& candidates,
+                                       cudaStream_t stream) {
+  const size_t out_size = dtype_size(p.c.dtype);
+  const int64_t extent = (p.batch - 1) * p.c.batch_stride + (p.m - 1) * p.c.ld + p.n;  // elements of C
+  const size_t bytes = static_cast<size_t>(extent) * out_size;
+  DeviceBuffer scratch = device_allocator().allocate(bytes, MemoryCategory::scratch, "gemm.autotune_output");
+  if (p.beta != 0.0f)
+    ZT_CUDA_CHECK(cudaMemcpyAsync(scratch.data(), p.c.data, bytes, cudaMemcpyDeviceToDevice, stream));
+  auto run = [&](const cublasLtMatmulAlgo_t& algorithm) {
+    return cublasLtMatmul(context.lt, plan.desc, &p.alpha, p.b.data, plan.layout_a, p.a.data, plan.layout_b,
+                          &p.beta, scratch.data(), plan.layout_c, scratch.data(), plan.layout_c, &algorithm,
+                          on_stream.workspace.data(), kWorkspaceBytes, stream);
+  };
+  constexpr int kTimedRuns = 3;
+  Event start(EventTiming::enabled), stop(EventTiming::enabled);
+  int best = 0;
+  float best_ms = -1.0f, first_ms = -1.0f;
+  for (int i = 0; i < candidates.count; ++i) {
+    const cublasLtMatmulAlgo_t& algorithm = candidates.results[static_cast<size_t>(i)].algo;
+    if (run(algorithm) != CUBLAS_STATUS_SUCCESS) continue;
+    start.record(stream);
+    bool ok = true;
+    for (int r = 0; r < kTimedRuns && ok; ++r) ok = run(algorithm) == CUBLAS_STATUS_SUCCESS;
+    stop.record(stream);
+    stop.synchronize();
+    if (!ok) continue;
+    const float ms = Event::elapsed_ms(start, stop) / kTimedRuns;
+    if (i == 0) first_ms = ms;
+    if (best_ms < 0.0f || ms < best_ms) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  ZT_CHECK(best_ms >= 0.0f, "gemm autotune: none of the ", candidates.count, " algorithms ran for m ", p.m,
+           ", n ", p.n, ", k ", p.k);
+  ZT_LOG(info) << "gemm autotune m " << p.m << " n " << p.n << " k " << p.k << " batch " << p.batch << ": "
+               << candidates.count << " algorithms, heuristic's first " << first_ms * 1000.0f
+               << " us, chose #" << best << " at " << best_ms * 1000.0f << " us";
+  return candidates.results[static_cast<size_t>(best)].algo;
 }
 
 void check_fits_int(int64_t value, const char* what) {
@@ -499,13 +562,20 @@ void gemm(const GemmProblem& problem, cudaStream_t stream) {
   DeviceContext& context = context_for_device(device);
   StreamContext& on_stream = context_for_stream(device, stream);
   auto it = context.plans.find(key);
+  Candidates candidates;
   if (it == context.plans.end())
-    it = context.plans.emplace(key, make_plan(context, p, alignments, epilogue_bias)).first;
+    it = context.plans.emplace(key, make_plan(context, p, alignments, epilogue_bias, candidates)).first;
   Plan& plan = it->second;
   if (plan.has_algorithm) {
     if (plan.epilogue_bias) {
       ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
                                                      sizeof(p.bias)));
+    }
+    if (candidates.count > 1) {
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      ZT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+      if (capture == cudaStreamCaptureStatusNone)
+        plan.algorithm = fastest_algorithm(context, on_stream, plan, p, candidates, stream);
     }
     ZT_CUBLAS_CHECK(cublasLtMatmul(context.lt, plan.desc, &p.alpha, p.b.data, plan.layout_a, p.a.data,
                                    plan.layout_b, &p.beta, p.c.data, plan.layout_c, p.c.data, plan.layout_c,

@@ -6,6 +6,7 @@
 #ifdef ZT_WITH_CUDA
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,48 @@ INSTANTIATE_TEST_SUITE_P(Cases, GemmTwoLevelBatchGpu,
                            return std::string(dtype_name(c.dtype)) + (c.transpose_a ? "_tA" : "") +
                                   (c.transpose_b ? "_tB" : "") + (c.uniform ? "_uniform" : "_heads");
                          });
+
+// ZT_GEMM_AUTOTUNE=1: a new shape's plan times the heuristic's candidates on scratch, so C is still
+// accumulated onto exactly once (beta 1: a trial written into C would add the product again), by one new
+// plan; a value other than 0 or 1 is refused when the next new plan is made.
+TEST(GemmAutotuneGpu, AccumulatesTheProductOnceWithTheChosenAlgorithm) {
+  ZT_SKIP_WITHOUT_GPU();
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("ZT_GEMM_AUTOTUNE"); }
+  } guard;
+  ASSERT_EQ(setenv("ZT_GEMM_AUTOTUNE", "1", 1), 0);
+  const int64_t m = 96, n = 136, k = 200;  // a shape no other test plans
+  const std::vector<float> a = round_to(test::random_floats(m * k, 4), DType::bf16);
+  const std::vector<float> b = round_to(test::random_floats(k * n, 5), DType::bf16);
+  const std::vector<float> c0 = test::random_floats(m * n, 6);
+  auto da = to_device(a, {m * k}, DType::bf16), db = to_device(b, {k * n}, DType::bf16);
+  auto dc = to_device(c0, {m * n}, DType::f32);
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.input_dtype = DType::bf16;
+  p.a = {da.tensor.data(), k, 0};
+  p.b = {db.tensor.data(), n, 0};
+  p.c = {dc.tensor.data(), DType::f32, n, 0};
+  p.beta = 1.0f;
+  const int64_t plans = gemm_cached_plan_count();
+  gemm(p, nullptr);
+  EXPECT_EQ(gemm_cached_plan_count(), plans + 1);
+  std::vector<float> want = c0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t col = 0; col < n; ++col) {
+      double sum = 0;
+      for (int64_t i = 0; i < k; ++i) sum += at(a, 0, k, false, r, i) * at(b, 0, n, false, i, col);
+      want[static_cast<size_t>(r * n + col)] += static_cast<float>(sum);
+    }
+  }
+  EXPECT_TRUE(test::all_close("autotuned C", to_host(dc.tensor), want, test::tolerance_for(DType::f32)));
+
+  ASSERT_EQ(setenv("ZT_GEMM_AUTOTUNE", "yes", 1), 0);
+  p.m = m - 8;  // another new plan reads the switch again
+  EXPECT_THROW(gemm(p, nullptr), Error);
+}
 
 TEST(GemmTwoLevelBatchGpuArgs, RejectsABiasEpilogue) {
   ZT_SKIP_WITHOUT_GPU();
