@@ -43,6 +43,23 @@ struct GeluBackwardOp {
   }
 };
 
+// y = gelu(x) and dx = dy * gelu'(x) for the Pack128 at element `first` of each tensor; returns dx's pack
+// (what was stored, for the column sums below). dy's pack is read before dx's is written.
+template <typename T>
+__device__ __forceinline__ Pack128<T> gelu_step_pack(const T* dy, const T* x, T* y, T* dx, int64_t first) {
+  const Pack128<T> xs = load128(x + first), ds = load128(dy + first);
+  Pack128<T> ys, dxs;
+#pragma unroll
+  for (int k = 0; k < Pack128<T>::kSize; ++k) {
+    const float xi = to_float(xs.v[k]), e = erf_term(xi);
+    ys.v[k] = from_float<T>(gelu_of(xi, e));
+    dxs.v[k] = from_float<T>(gelu_grad_of(to_float(ds.v[k]), xi, e));
+  }
+  store128(y + first, ys);
+  store128(dx + first, dxs);
+  return dxs;
+}
+
 // y = gelu(x), dx = dy * gelu'(x): one Pack128 of each tensor per work item on the vector path (every pointer
 // 16-byte aligned; the last partial pack element by element), single elements otherwise. Each thread reads
 // dy[i] before writing dx[i], so dx may alias dy.
@@ -59,16 +76,7 @@ __global__ void gelu_recompute_backward_kernel(const T* dy, const T* x, T* y, T*
   for (int64_t item = global_thread_index(); item < items; item += grid_thread_count()) {
     const int64_t first = item * kItem;
     if (kVector && first + kItem <= n) {
-      const Pack128<T> xs = load128(x + first), ds = load128(dy + first);
-      Pack128<T> ys, dxs;
-#pragma unroll
-      for (int k = 0; k < kItem; ++k) {
-        const float xi = to_float(xs.v[k]), e = erf_term(xi);
-        ys.v[k] = from_float<T>(gelu_of(xi, e));
-        dxs.v[k] = from_float<T>(gelu_grad_of(to_float(ds.v[k]), xi, e));
-      }
-      store128(y + first, ys);
-      store128(dx + first, dxs);
+      gelu_step_pack(dy, x, y, dx, first);
     } else {
       for (int64_t i = first; i < first + kItem && i < n; ++i) one(i);
     }
@@ -86,18 +94,9 @@ __global__ void gelu_recompute_backward_column_sum_kernel(const T* dy, const T* 
                                                           float* __restrict__ partial) {
   constexpr int kVec = Pack128<T>::kSize;
   const auto step = [&](int64_t r, int64_t c0, float(&v)[kVec]) {
-    const int64_t first = r * cols + c0;
-    const Pack128<T> xs = load128(x + first), ds = load128(dy + first);
-    Pack128<T> ys, dxs;
+    const Pack128<T> dxs = gelu_step_pack(dy, x, y, dx, r * cols + c0);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      const float xi = to_float(xs.v[k]), e = erf_term(xi);
-      ys.v[k] = from_float<T>(gelu_of(xi, e));
-      dxs.v[k] = from_float<T>(gelu_grad_of(to_float(ds.v[k]), xi, e));
-      v[k] = to_float(dxs.v[k]);  // the stored (rounded) value, as a column sum over dx reads it
-    }
-    store128(y + first, ys);
-    store128(dx + first, dxs);
+    for (int k = 0; k < kVec; ++k) v[k] = to_float(dxs.v[k]);  // the stored value, as a column sum reads it
   };
   column_sum_partials<kVec>(step, rows, cols, rows_per_chunk, partial);
 }
