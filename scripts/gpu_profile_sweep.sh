@@ -7,6 +7,7 @@
 #
 #   scripts/gpu_profile_sweep.sh                         # budget 480 s
 #   ZT_PROFILE_BUDGET_S=300 scripts/gpu_profile_sweep.sh
+#   ZT_PROFILE_SHAPES="8x512 16x512" scripts/gpu_profile_sweep.sh   # some shapes only (BATCHxSEQ)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-$PWD/gpu-profile-out}
@@ -23,8 +24,9 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release $(scripts/device_cma
 bench=build-gpu/bin/bench_train_step
 echo "built: $(($(date +%s) - start)) s"
 
-for shape in "8 128" "8 512" "16 512" "40 128"; do
-  read -r batch seq <<<"$shape"
+read -r -a shapes <<<"${ZT_PROFILE_SHAPES:-8x128 8x512 16x512 40x128}"
+for shape in "${shapes[@]}"; do
+  IFS=x read -r batch seq <<<"$shape"
   name="bs${batch}_seq${seq}"
   if (($(left) < 60)); then
     echo "skipped (time budget): $name" | tee -a "$out/skipped.txt"
