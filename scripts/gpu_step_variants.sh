@@ -8,7 +8,7 @@
 #
 # Each variant is label|tree|env words|bench_train_step flags. Every distinct tree is built once
 # (build-gpu/ inside it); the GPU tests named in AB_TESTS run from the first variant's tree that is "." before
-# any timing. Then for each batch in AB_BATCHES (default "40 8"; seq 128, bf16, dropout 0.1, 20 steps,
+# any timing. Then for each batch in AB_BATCHES (default "40 8"; seq AB_SEQ (128), bf16, dropout 0.1, 20 steps,
 # AB_COMMON extra flags for every run) the variants run in turn, AB_REPS rounds (default 3), so drift on the
 # machine shows in every column; then one profiled step of each variant at AB_PROFILE_BATCH (default 8).
 # One line per run in $OUT/ab.log and a summary (mean step ms per variant, ratio to the first variant).
@@ -60,7 +60,7 @@ run() {  # variant index, bench flags... ; prints the JSON line's fields or FAIL
   shift
   read -r -a env_words <<<"${envs[$i]}"
   read -r -a flag_words <<<"${flags[$i]}"
-  env "${env_words[@]}" timeout 150 "${trees[$i]}/build-gpu/bin/bench_train_step" --seq 128 --dtype bf16 \
+  env "${env_words[@]}" timeout 150 "${trees[$i]}/build-gpu/bin/bench_train_step" --seq "${AB_SEQ:-128}" --dtype bf16 \
     --dropout 0.1 "${common[@]}" "$@" "${flag_words[@]}" 2>"$logs/err.txt"
 }
 for bs in "${batches[@]}"; do

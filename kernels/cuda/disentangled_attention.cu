@@ -133,6 +133,26 @@ constexpr float kMasked = -3.40282346638528859811704183484516925e+38f;  // finfo
 constexpr int kSoftmaxTileRows = 32;  // query rows per CTA of the forward softmax
 constexpr int kMaxRowChunks = 8;      // rows held in registers: L <= 128 * kMaxRowChunks
 
+// Four consecutive elements of T as one access (a lane's keys 4 lane + q of a chunk): one 16-byte f32 load
+// instead of four 4-byte ones, one 8-byte store of P instead of four 2-byte ones. Used where the row kernels'
+// `vector_rows` holds (L % 4 == 0 and the buffers aligned to a pack), so j0 = 128 c + 4 lane < L implies
+// j0 + 3 < L; the same values either way.
+template <typename T>
+struct alignas(4 * sizeof(T)) Pack4 {
+  T v[4];
+};
+template <typename T>
+__device__ __forceinline__ Pack4<T> load4(const T* p) {
+  return *reinterpret_cast<const Pack4<T>*>(p);
+}
+template <typename T>
+__device__ __forceinline__ void store4(T* p, const Pack4<T>& pack) {
+  *reinterpret_cast<Pack4<T>*>(p) = pack;
+}
+bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
 // Calls f(std::integral_constant<int, C>) with C in {1, 2, 4, 8}, the fewest 128-key chunks that hold L keys.
 template <typename F>
 void dispatch_row_chunks(int64_t length, F&& f) {
@@ -155,12 +175,21 @@ void dispatch_row_chunks(int64_t length, F&& f) {
 // i0 .. i0 + 31 and a key j the buckets c(i, j) are 32 consecutive (monotone) entries of P2C row j, so the
 // CTA first stages p2c_tile[t][j] = P2C[j, c(i0 + t, j)] with lanes along t (coalesced), then every row
 // reads its P2C terms from shared memory.
-template <typename T, int kChunks>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+// kWarps warps a CTA (each takes every kWarps-th row of the tile): 4 at L <= 128; longer rows make the slab
+// [32, L + 1] f32 (33-65 KiB) the limit on CTAs per SM, and with 4 warps a CTA an SM then held 12 warps at
+// L 512 — too few loads in flight (770 us per layer at B 8, L 512 on the H200, ~4x its HBM time), hence
+// kSoftmaxWideWarps there. vector_rows: Pack4 accesses (see Pack4).
+constexpr int kSoftmaxWideWarps = 16;
+template <int kChunks>
+constexpr int softmax_warps() {
+  return kChunks == 1 ? kWarpsPerBlock : kSoftmaxWideWarps;
+}
+template <typename T, int kChunks, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32)
     attention_softmax_kernel(const float* scores, T* probs, T* __restrict__ dropped,
                              const float* __restrict__ c2p, const float* __restrict__ p2c,
                              const int32_t* __restrict__ diagonal, const uint8_t* __restrict__ keep,
-                             AttentionShape s) {
+                             AttentionShape s, bool vector_rows) {
   extern __shared__ float p2c_tile[];  // [kSoftmaxTileRows, L + 1]
   const int L = static_cast<int>(s.length), pitch = L + 1;
   const int64_t window_pitch = s.window_pitch;
@@ -170,13 +199,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int64_t head_rows = (h * s.batch + b) * L;  // row (b, 0) of head h in the positional scratch
   if (s.p2c) {
     const int i = i0 + lane;
-    for (int j = warp; j < L; j += kWarpsPerBlock) {
+    for (int j = warp; j < L; j += kWarps) {
       if (i < L) p2c_tile[lane * pitch + j] = p2c[(head_rows + j) * window_pitch + diagonal[i - j + L - 1]];
     }
     __syncthreads();
   }
   const uint8_t* key_keep = keep + b * L;
-  for (int t = warp; t < kSoftmaxTileRows && i0 + t < L; t += kWarpsPerBlock) {
+  for (int t = warp; t < kSoftmaxTileRows && i0 + t < L; t += kWarps) {
     const int i = i0 + t;
     const int64_t row = bh * L + i;
     const float* a_row = scores + row * L;
@@ -187,12 +216,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     float row_max = kMasked;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
+      const int j0 = 128 * c + 4 * lane;
+      float qk[4];
+      if (vector_rows && j0 < L) {
+        const float4 four = *reinterpret_cast<const float4*>(a_row + j0);
+        qk[0] = four.x, qk[1] = four.y, qk[2] = four.z, qk[3] = four.w;
+      } else {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) qk[q] = j0 + q < L ? a_row[j0 + q] : 0.0f;
+      }
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const int j = 128 * c + 4 * lane + q;
+        const int j = j0 + q;
         x[c][q] = kMasked;
         if (j >= L) continue;
-        float a = a_row[j];
+        float a = qk[q];
         if (s.c2p) a += c2p_row[diagonal[i - j + L - 1]];
         if (s.p2c) a += p2c_tile[t * pitch + j];
         a *= s.inverse_scale;
@@ -218,6 +256,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       if (j0 >= L) break;
       float factor[4] = {1.0f, 1.0f, 1.0f, 1.0f};
       if (dropped != nullptr && s.dropout) dropout_factors4(s, static_cast<uint64_t>(row * L + j0), factor);
+      if (vector_rows) {
+        Pack4<T> prob, drop;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          prob.v[q] = from_float<T>(x[c][q] * inverse);  // the one rounding of P
+          drop.v[q] = from_float<T>(to_float(prob.v[q]) * factor[q]);
+        }
+        store4(p + j0, prob);
+        if (dropped != nullptr) store4(dropped + row * L + j0, drop);
+        continue;
+      }
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int j = j0 + q;
@@ -242,7 +291,7 @@ template <typename T, int kChunks>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     attention_softmax_backward_kernel(float* __restrict__ grad, T* __restrict__ grad_lowp,
                                       T* __restrict__ dropped, bool write_f32, const T* __restrict__ probs,
-                                      const uint8_t* __restrict__ keep, AttentionShape s) {
+                                      const uint8_t* __restrict__ keep, AttentionShape s, bool vector_rows) {
   const int64_t rows = s.batch * s.heads * s.length;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
@@ -262,13 +311,34 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const int j0 = 128 * c + 4 * lane;
     float factor[4] = {1.0f, 1.0f, 1.0f, 1.0f};
     if (s.dropout && j0 < L) dropout_factors4(s, static_cast<uint64_t>(row * L + j0), factor);
+    float stored4[4], grad4[4];
+    if (vector_rows && j0 < L) {
+      const Pack4<T> pack = load4(p + j0);
+      const float4 four = *reinterpret_cast<const float4*>(g + j0);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) stored4[q] = to_float(pack.v[q]);
+      grad4[0] = four.x, grad4[1] = four.y, grad4[2] = four.z, grad4[3] = four.w;
+      if (dropped != nullptr) {
+        Pack4<T> drop;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) drop.v[q] = from_float<T>(stored4[q] * factor[q]);
+        store4(dropped + row * L + j0, drop);
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int j = j0 + q;
+        stored4[q] = j < L ? to_float(p[j]) : 0.0f;
+        grad4[q] = j < L ? g[j] : 0.0f;
+        if (dropped != nullptr && j < L) dropped[row * L + j] = from_float<T>(stored4[q] * factor[q]);
+      }
+    }
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int j = j0 + q;
       const bool kept = j < L && query_kept && key_keep[j];
-      const float stored = j < L ? to_float(p[j]) : 0.0f;
-      if (dropped != nullptr && j < L) dropped[row * L + j] = from_float<T>(stored * factor[q]);
-      dp[c][q] = j < L ? g[j] * factor[q] : 0.0f;
+      const float stored = stored4[q];
+      dp[c][q] = j < L ? grad4[q] * factor[q] : 0.0f;
       prob[c][q] = kept ? stored : 0.0f;  // masked keys drop out of the sum
       if (kept) weighted += prob[c][q] * dp[c][q];
     }
@@ -276,9 +346,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   weighted = warp_sum(weighted);
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
+    const int j0 = 128 * c + 4 * lane;
+    if (vector_rows) {
+      if (j0 >= L) break;
+      float value[4];
+      Pack4<T> low;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const bool kept = query_kept && key_keep[j0 + q];
+        value[q] = kept ? prob[c][q] * (dp[c][q] - weighted) * s.inverse_scale : 0.0f;
+        low.v[q] = from_float<T>(value[q]);
+      }
+      if (write_f32) *reinterpret_cast<float4*>(g + j0) = make_float4(value[0], value[1], value[2], value[3]);
+      if (grad_lowp != nullptr) store4(grad_lowp + row * L + j0, low);
+      continue;
+    }
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const int j = 128 * c + 4 * lane + q;
+      const int j = j0 + q;
       if (j >= L) break;
       const bool kept = query_kept && key_keep[j];
       const float value = kept ? prob[c][q] * (dp[c][q] - weighted) * s.inverse_scale : 0.0f;
@@ -288,42 +373,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-// Gc[h, (b,i), r] = sum_{j : c(i,j) = r} G[b,h,i,j]  (by_query) — j runs over i - rel_last .. i - rel_first;
-// Gp[h, (b,j), r] = sum_{i : c(i,j) = r} G[b,h,i,j]  (!by_query) — i runs over j + rel_first .. j + rel_last.
-// One thread per output, summed in increasing index order.
-template <typename T>
-__global__ void bucket_gather_kernel(const float* __restrict__ grad, T* __restrict__ out,
-                                     const int32_t* __restrict__ rel_first,
-                                     const int32_t* __restrict__ rel_last, AttentionShape s, bool by_query) {
-  const int64_t L = s.length, W = s.window_pitch;
-  const int64_t total = s.heads * s.batch * L * W;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = e % W, position = (e / W) % L, b = (e / W / L) % s.batch, h = e / W / L / s.batch;
-    if (r >= s.window) {  // padding columns: zero, the positional GEMMs read them
-      out[e] = from_float<T>(0.0f);
-      continue;
-    }
-    const float* g = grad + ((b * s.heads + h) * L) * L;  // G[b, h] [L, L]
-    const int64_t first = rel_first[r], last = rel_last[r];
-    float sum = 0.0f;
-    if (by_query) {
-      const int64_t i = position;
-      const int64_t j_begin = i - last > 0 ? i - last : 0, j_end = i - first < L - 1 ? i - first : L - 1;
-      for (int64_t j = j_begin; j <= j_end; ++j) sum += g[i * L + j];
-    } else {
-      const int64_t j = position;
-      const int64_t i_begin = j + first > 0 ? j + first : 0, i_end = j + last < L - 1 ? j + last : L - 1;
-      for (int64_t i = i_begin; i <= i_end; ++i) sum += g[i * L + j];
-    }
-    out[e] = from_float<T>(sum);
-  }
-}
-
-// Block gather: one CTA per (b, h) with G[b, h] staged in shared memory. bucket_gather_kernel's Gp walks G
-// down columns (L floats apart: one 32-byte sector per lane) and the two gathers read G twice; for L up to
-// ~200 the [L, L] block fits in shared memory, so this kernel loads it once with coalesced reads and writes
-// both outputs from there, with bitwise the row kernel's sums (same operations, same order). (A forward
+// Block gather: one CTA per (b, h) with G[b, h] staged in shared memory. A gather over G in global memory
+// walks G down columns for Gp (L floats apart: one 32-byte sector per lane) and the two gathers read G twice;
+// for L up to ~200 the [L, L] block fits in shared memory, so this kernel loads it once with coalesced reads
+// and writes both outputs from there (longer rows: the tile gathers below). The sums are the same f32
+// additions in the same order as the tile gathers' and the CPU reference's (increasing index). (A forward
 // softmax staging the whole [L, W] P2C block of a (b, h) measured 2.3x slower than a row per warp on the
 // H200 at B 40, L 128 — one 128 KiB CTA per SM — hence the forward's 32-row tiles with a 16 KiB slab.)
 
@@ -345,7 +399,7 @@ bool use_gather_block_kernel(const AttentionShape& s) {
   return gather_block_shared_bytes(s, sizeof(float)) <= kMaxBlockSharedBytes;
 }
 
-// Both bucket gathers of bucket_gather_kernel from one staged G[b, h] ([L, L + 1] pitch: column walks
+// Both bucket gathers from one staged G[b, h] ([L, L + 1] pitch: column walks
 // stride L + 1, conflict-free): a warp per position (query i for Gc, key j for Gp), lanes along r, so each
 // output row is written coalesced; padding columns r >= W get zeros. gc / gp may be null when that term is
 // off. 32-bit loop indices and no divisions: at L = 128 every bucket holds one relative distance, so the
@@ -418,6 +472,81 @@ __global__ void __launch_bounds__(kBlockThreads)
       }
       if (gc_row != nullptr) gc_row[r] = from_float<T>(sum_c);
       if (gp_row != nullptr) gp_row[r] = from_float<T>(sum_p);
+    }
+  }
+}
+
+// Tile gathers, for lengths whose [L, L] block does not fit in shared memory (L > ~200):
+//   Gc[h, (b,i), r] = sum_{j : c(i,j) = r} G[b,h,i,j]  (kByQuery) — j runs over i - rel_last .. i -
+//   rel_first; Gp[h, (b,j), r] = sum_{i : c(i,j) = r} G[b,h,i,j]  (!kByQuery) — i runs over j + rel_first ..
+//   j + rel_last.
+// One CTA per (b, h, `lines` lines of G[b, h]), a line being a row i (Gc) or a column j (Gp): the CTA stages
+// its lines [lines, L] in f32 (a column as a contiguous line; G read along rows either way, 128 bytes a warp
+// for a tile of 32 columns), then a warp per line with lanes along r sums each bucket's range in increasing
+// index order from shared memory and writes the output row coalesced. Its predecessor, one thread per output
+// over G in global memory, walked G's columns for Gp (a 32-byte sector per term) and re-read every term of a
+// multi-distance bucket from HBM: 336-359 us per gather and layer at B 8, L 512 on the H200 (ncu), the step's
+// second largest segment. The sums are the same f32 additions in the same order. The line pitch is odd, so
+// lane t's column store at t * pitch + i and a warp's row reads fall in distinct banks.
+int gather_tile_lines(int64_t length) {
+  return length <= 512 ? 32 : 16;
+}
+int gather_tile_pitch(int64_t length) {
+  return static_cast<int>(length % 2 == 0 ? length + 1 : length + 2);
+}
+size_t gather_tile_shared_bytes(const AttentionShape& s) {
+  return (static_cast<size_t>(gather_tile_lines(s.length)) *
+              static_cast<size_t>(gather_tile_pitch(s.length)) +
+          static_cast<size_t>(2 * s.window_pitch)) *
+         sizeof(float);
+}
+
+template <typename T, bool kByQuery>
+__global__ void __launch_bounds__(kBlockThreads)
+    bucket_gather_tile_kernel(const float* __restrict__ grad, T* __restrict__ out,
+                              const int32_t* __restrict__ rel_first, const int32_t* __restrict__ rel_last,
+                              AttentionShape s, int lines, int pitch) {
+  extern __shared__ __align__(16) unsigned char gather_shared[];
+  float* staged = reinterpret_cast<float*>(gather_shared);  // [lines, pitch], then first_of, last_of
+  const int L = static_cast<int>(s.length), W = static_cast<int>(s.window);
+  const int out_pitch = static_cast<int>(s.window_pitch);
+  int* first_of = reinterpret_cast<int*>(staged + lines * pitch);
+  int* last_of = first_of + out_pitch;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t bh = blockIdx.x, h = bh % s.heads, b = bh / s.heads;
+  const int line0 = static_cast<int>(blockIdx.y) * lines;
+  const int count = min(lines, L - line0);
+  const float* g = grad + bh * L * L;
+  if constexpr (kByQuery) {  // rows line0 .. line0 + count - 1, read along j
+    for (int t = warp; t < count; t += kBlockWarps) {
+      const float* row = g + static_cast<int64_t>(line0 + t) * L;
+      for (int j = lane; j < L; j += 32) staged[t * pitch + j] = row[j];
+    }
+  } else {  // columns line0 .. line0 + count - 1: row i's piece of them, lanes along the columns
+#pragma unroll 4
+    for (int i = warp; i < L; i += kBlockWarps) {
+      const float* row = g + static_cast<int64_t>(i) * L + line0;
+      for (int t = lane; t < count; t += 32) staged[t * pitch + i] = row[t];
+    }
+  }
+  for (int r = static_cast<int>(threadIdx.x); r < W; r += kBlockThreads) {
+    first_of[r] = rel_first[r];
+    last_of[r] = rel_last[r];
+  }
+  __syncthreads();
+  for (int t = warp; t < count; t += kBlockWarps) {
+    const int position = line0 + t;  // query i (Gc) or key j (Gp)
+    const float* line = staged + t * pitch;
+    T* out_row = out + ((h * s.batch + b) * L + position) * out_pitch;
+    for (int r = lane; r < out_pitch; r += 32) {
+      float sum = 0.0f;
+      if (r < W) {  // padding columns r >= W get zeros: the positional GEMMs read them
+        const int first = first_of[r], last = last_of[r];
+        const int begin = kByQuery ? max(position - last, 0) : max(position + first, 0);
+        const int end = kByQuery ? min(position - first, L - 1) : min(position + last, L - 1);
+        for (int x = begin; x <= end; ++x) sum += line[x];
+      }
+      out_row[r] = from_float<T>(sum);
     }
   }
 }
@@ -857,15 +986,19 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   dispatch_storage(T, op, [&](auto tag) {
     using S = typename decltype(tag)::type;
     dispatch_row_chunks(L, [&](auto chunks) {
-      const auto kernel = attention_softmax_kernel<S, decltype(chunks)::value>;
+      constexpr int kChunks = decltype(chunks)::value, kWarps = softmax_warps<kChunks>();
+      const auto kernel = attention_softmax_kernel<S, kChunks, kWarps>;
       const size_t shared = s.p2c ? static_cast<size_t>(kSoftmaxTileRows * (L + 1)) * sizeof(float) : 0;
       allow_shared_bytes(kernel, shared);
       const dim3 grid(static_cast<unsigned>((L + kSoftmaxTileRows - 1) / kSoftmaxTileRows),
                       static_cast<unsigned>(s.batch * s.heads));
-      kernel<<<grid, kWarpsPerBlock * 32, shared, stream>>>(
-          scores_data, static_cast<S*>(probs.data()), dropped_is_probs ? nullptr : dropped.data_as<S>(),
-          c2p_scores.data_as<float>(), p2c_scores.data_as<float>(), tables.diagonal, keep.data_as<uint8_t>(),
-          s);
+      const bool vector_rows = L % 4 == 0 && aligned_to(scores_data, 16) &&
+                               aligned_to(probs.data(), 4 * sizeof(S)) &&
+                               (dropped_is_probs || aligned_to(dropped.data(), 4 * sizeof(S)));
+      kernel<<<grid, kWarps * 32, shared, stream>>>(scores_data, static_cast<S*>(probs.data()),
+                                                    dropped_is_probs ? nullptr : dropped.data_as<S>(),
+                                                    c2p_scores.data_as<float>(), p2c_scores.data_as<float>(),
+                                                    tables.diagonal, keep.data_as<uint8_t>(), s, vector_rows);
       ZT_CUDA_CHECK_LAUNCH("attention_softmax");
     });
   });
@@ -1044,10 +1177,13 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
   dispatch_storage(T, op, [&](auto tag) {
     using S = typename decltype(tag)::type;
     dispatch_row_chunks(L, [&](auto chunks) {
+      const bool vector_rows =
+          L % 4 == 0 && aligned_to(grad.data(), 16) && aligned_to(probs.data(), 4 * sizeof(S)) &&
+          aligned_to(lowp.data(), 4 * sizeof(S)) && aligned_to(dropped.data(), 4 * sizeof(S));
       attention_softmax_backward_kernel<S, decltype(chunks)::value>
           <<<row_grid(s), kWarpsPerBlock * 32, 0, stream>>>(
               grad.data_as<float>(), lowp.data_as<S>(), dropped.data_as<S>(), g_f32_read,
-              static_cast<S*>(probs.data()), keep.data_as<uint8_t>(), s);
+              static_cast<S*>(probs.data()), keep.data_as<uint8_t>(), s, vector_rows);
       ZT_CUDA_CHECK_LAUNCH("attention_softmax_backward");
     });
   });
@@ -1108,13 +1244,21 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
         ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather_block");
         return;
       }
-      for (const bool by_query : {true, false}) {
-        S* out = by_query ? c2p_grad.data_as<S>() : p2c_grad.data_as<S>();
-        if (out == nullptr) continue;
-        bucket_gather_kernel<S>
-            <<<grid_for(static_cast<int64_t>(positional_elements(s))), kThreads, 0, stream>>>(
-                grad.data_as<float>(), out, tables.rel_first, tables.rel_last, s, by_query);
-        ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather");
+      const int lines = gather_tile_lines(L), pitch = gather_tile_pitch(L);
+      const size_t shared = gather_tile_shared_bytes(s);
+      const dim3 grid(static_cast<unsigned>(s.batch * s.heads),
+                      static_cast<unsigned>((L + lines - 1) / lines));
+      if (s.c2p) {
+        allow_shared_bytes(bucket_gather_tile_kernel<S, true>, shared);
+        bucket_gather_tile_kernel<S, true><<<grid, kBlockThreads, shared, stream>>>(
+            grad.data_as<float>(), c2p_grad.data_as<S>(), tables.rel_first, tables.rel_last, s, lines, pitch);
+        ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather_tile");
+      }
+      if (s.p2c) {
+        allow_shared_bytes(bucket_gather_tile_kernel<S, false>, shared);
+        bucket_gather_tile_kernel<S, false><<<grid, kBlockThreads, shared, stream>>>(
+            grad.data_as<float>(), p2c_grad.data_as<S>(), tables.rel_first, tables.rel_last, s, lines, pitch);
+        ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather_tile");
       }
     });
   }

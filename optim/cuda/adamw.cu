@@ -57,8 +57,8 @@ __device__ __forceinline__ void store_param16x4(__nv_bfloat16* out, int64_t i, c
 __device__ __forceinline__ void store_param16x4(__half* out, int64_t i, const float4& p) {
   const __half2 lo = __halves2half2(__float2half_rn(p.x), __float2half_rn(p.y));
   const __half2 hi = __halves2half2(__float2half_rn(p.z), __float2half_rn(p.w));
-  *reinterpret_cast<uint2*>(out + i) = make_uint2(*reinterpret_cast<const uint32_t*>(&lo),
-                                                  *reinterpret_cast<const uint32_t*>(&hi));
+  *reinterpret_cast<uint2*>(out + i) =
+      make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
 }
 
 // One element, in the CPU's (torch's) order; the __f*_rn intrinsics forbid contraction into FMAs, which

@@ -133,7 +133,13 @@ INSTANTIATE_TEST_SUITE_P(
         // gathers sum several diagonals; [L, L] blocks too large for the shared-memory gather.
         Case{"bf16_L300_xlarge_buckets_dropout", DType::bf16, 1, 300, 2, 8, test::xlarge_buckets(), true,
              true, 0.1f},
-        Case{"f32_L600_xlarge_buckets", DType::f32, 1, 600, 2, 8, test::xlarge_buckets(), true, true, 0.0f}),
+        Case{"f32_L600_xlarge_buckets", DType::f32, 1, 600, 2, 8, test::xlarge_buckets(), true, true, 0.0f},
+        // The tile bucket gathers at MRPC's longer length (32 lines a CTA, 4-wide row accesses in the softmax
+        // kernels) and at an odd length (the staged lines' pitch L + 2; scalar row accesses).
+        Case{"bf16_B2_L512_xlarge_buckets_dropout", DType::bf16, 2, 512, 2, 8, test::xlarge_buckets(), true,
+             true, 0.1f},
+        Case{"f16_L257_xlarge_buckets_dropout", DType::f16, 1, 257, 2, 8, test::xlarge_buckets(), true, true,
+             0.1f}),
     [](const auto& info) { return info.param.name; });
 
 // The backward's bucket gathers take their one-term path exactly where every bucket of the window holds one
