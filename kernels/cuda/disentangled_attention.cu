@@ -190,17 +190,28 @@ __global__ void __launch_bounds__(kWarps * 32)
                              const float* __restrict__ c2p, const float* __restrict__ p2c,
                              const int32_t* __restrict__ diagonal, const uint8_t* __restrict__ keep,
                              AttentionShape s, bool vector_rows) {
-  extern __shared__ float p2c_tile[];  // [kSoftmaxTileRows, L + 1]
+  extern __shared__ float softmax_shared[];
   const int L = static_cast<int>(s.length), pitch = L + 1;
+  // [kSoftmaxTileRows, L + 1] P2C terms (p2c), then the diagonal index table [2 L - 1] (c2p or p2c): the
+  // gathers' index loads from shared memory, so the P2C loads that follow them are not behind an L1 miss.
+  float* p2c_tile = softmax_shared;
+  int* diagonal_shared = reinterpret_cast<int*>(softmax_shared + (s.p2c ? kSoftmaxTileRows * pitch : 0));
   const int64_t window_pitch = s.window_pitch;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int i0 = static_cast<int>(blockIdx.x) * kSoftmaxTileRows;
   const int64_t bh = blockIdx.y, h = bh % s.heads, b = bh / s.heads;
   const int64_t head_rows = (h * s.batch + b) * L;  // row (b, 0) of head h in the positional scratch
+  if (s.c2p || s.p2c) {
+    for (int x = static_cast<int>(threadIdx.x); x < 2 * L - 1; x += kWarps * 32)
+      diagonal_shared[x] = diagonal[x];
+    __syncthreads();
+  }
   if (s.p2c) {
     const int i = i0 + lane;
+#pragma unroll 4
     for (int j = warp; j < L; j += kWarps) {
-      if (i < L) p2c_tile[lane * pitch + j] = p2c[(head_rows + j) * window_pitch + diagonal[i - j + L - 1]];
+      if (i < L)
+        p2c_tile[lane * pitch + j] = p2c[(head_rows + j) * window_pitch + diagonal_shared[i - j + L - 1]];
     }
     __syncthreads();
   }
@@ -231,7 +242,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         x[c][q] = kMasked;
         if (j >= L) continue;
         float a = qk[q];
-        if (s.c2p) a += c2p_row[diagonal[i - j + L - 1]];
+        if (s.c2p) a += c2p_row[diagonal_shared[i - j + L - 1]];
         if (s.p2c) a += p2c_tile[t * pitch + j];
         a *= s.inverse_scale;
         x[c][q] = (query_kept && key_keep[j]) ? a : kMasked;
@@ -501,11 +512,13 @@ size_t gather_tile_shared_bytes(const AttentionShape& s) {
          sizeof(float);
 }
 
+constexpr int kGatherLoadBatch = 8;
+// vector: L % 4 == 0 and G 16-byte aligned (then every tile's first line, a multiple of 16, is a quad too).
 template <typename T, bool kByQuery>
 __global__ void __launch_bounds__(kBlockThreads)
     bucket_gather_tile_kernel(const float* __restrict__ grad, T* __restrict__ out,
                               const int32_t* __restrict__ rel_first, const int32_t* __restrict__ rel_last,
-                              AttentionShape s, int lines, int pitch) {
+                              AttentionShape s, int lines, int pitch, bool vector) {
   extern __shared__ __align__(16) unsigned char gather_shared[];
   float* staged = reinterpret_cast<float*>(gather_shared);  // [lines, pitch], then first_of, last_of
   const int L = static_cast<int>(s.length), W = static_cast<int>(s.window);
@@ -517,7 +530,41 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int line0 = static_cast<int>(blockIdx.y) * lines;
   const int count = min(lines, L - line0);
   const float* g = grad + bh * L * L;
-  if constexpr (kByQuery) {  // rows line0 .. line0 + count - 1, read along j
+  if (vector) {
+    // The tile as float4s of G, kGatherLoadBatch loaded by each thread before it stores any (the staging is
+    // bound by loads in flight: one 4-byte load a lane at a time ran the kernel at a quarter of HBM speed):
+    // Gc [count rows, L / 4 quads], Gp [L rows, count / 4 quads] (quad c of row a = G[a, line0 + 4 c ..]).
+    const int quads_per_row = kByQuery ? L / 4 : count / 4;
+    const int quads = quads_per_row * (kByQuery ? count : L);
+    for (int first = static_cast<int>(threadIdx.x); first < quads;
+         first += kBlockThreads * kGatherLoadBatch) {
+      float4 loaded[kGatherLoadBatch];
+#pragma unroll
+      for (int u = 0; u < kGatherLoadBatch; ++u) {
+        const int f = first + u * kBlockThreads;
+        if (f >= quads) break;
+        const int a = f / quads_per_row, c = f % quads_per_row;
+        const int64_t offset = kByQuery ? static_cast<int64_t>(line0 + a) * L + 4 * c
+                                        : static_cast<int64_t>(a) * L + line0 + 4 * c;
+        loaded[u] = *reinterpret_cast<const float4*>(g + offset);
+      }
+#pragma unroll
+      for (int u = 0; u < kGatherLoadBatch; ++u) {
+        const int f = first + u * kBlockThreads;
+        if (f >= quads) break;
+        const int a = f / quads_per_row, c = f % quads_per_row;
+        const float values[4] = {loaded[u].x, loaded[u].y, loaded[u].z, loaded[u].w};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          if constexpr (kByQuery) {
+            staged[a * pitch + 4 * c + q] = values[q];
+          } else {
+            staged[(4 * c + q) * pitch + a] = values[q];
+          }
+        }
+      }
+    }
+  } else if constexpr (kByQuery) {  // rows line0 .. line0 + count - 1, read along j
     for (int t = warp; t < count; t += kBlockWarps) {
       const float* row = g + static_cast<int64_t>(line0 + t) * L;
       for (int j = lane; j < L; j += 32) staged[t * pitch + j] = row[j];
@@ -988,7 +1035,8 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     dispatch_row_chunks(L, [&](auto chunks) {
       constexpr int kChunks = decltype(chunks)::value, kWarps = softmax_warps<kChunks>();
       const auto kernel = attention_softmax_kernel<S, kChunks, kWarps>;
-      const size_t shared = s.p2c ? static_cast<size_t>(kSoftmaxTileRows * (L + 1)) * sizeof(float) : 0;
+      const size_t shared = (s.p2c ? static_cast<size_t>(kSoftmaxTileRows * (L + 1)) * sizeof(float) : 0) +
+                            (s.c2p || s.p2c ? static_cast<size_t>(2 * L - 1) * sizeof(int32_t) : 0);
       allow_shared_bytes(kernel, shared);
       const dim3 grid(static_cast<unsigned>((L + kSoftmaxTileRows - 1) / kSoftmaxTileRows),
                       static_cast<unsigned>(s.batch * s.heads));
@@ -1246,18 +1294,21 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
       }
       const int lines = gather_tile_lines(L), pitch = gather_tile_pitch(L);
       const size_t shared = gather_tile_shared_bytes(s);
+      const bool vector = L % 4 == 0 && aligned_to(grad.data(), 16);
       const dim3 grid(static_cast<unsigned>(s.batch * s.heads),
                       static_cast<unsigned>((L + lines - 1) / lines));
       if (s.c2p) {
         allow_shared_bytes(bucket_gather_tile_kernel<S, true>, shared);
         bucket_gather_tile_kernel<S, true><<<grid, kBlockThreads, shared, stream>>>(
-            grad.data_as<float>(), c2p_grad.data_as<S>(), tables.rel_first, tables.rel_last, s, lines, pitch);
+            grad.data_as<float>(), c2p_grad.data_as<S>(), tables.rel_first, tables.rel_last, s, lines, pitch,
+            vector);
         ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather_tile");
       }
       if (s.p2c) {
         allow_shared_bytes(bucket_gather_tile_kernel<S, false>, shared);
         bucket_gather_tile_kernel<S, false><<<grid, kBlockThreads, shared, stream>>>(
-            grad.data_as<float>(), p2c_grad.data_as<S>(), tables.rel_first, tables.rel_last, s, lines, pitch);
+            grad.data_as<float>(), p2c_grad.data_as<S>(), tables.rel_first, tables.rel_last, s, lines, pitch,
+            vector);
         ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather_tile");
       }
     });
