@@ -1,5 +1,7 @@
 #include "optim/cuda/adamw.cuh"
 
+#include "optim/split_master.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -29,12 +31,9 @@ struct RangeTable {
   bool weight_decay[kMaxRangesPerLaunch];
 };
 
-// The CPU's float -> bf16 rounding, bit for bit: nearest even; NaN becomes the quiet NaN with its sign and
-// top payload bits.
+// The CPU's float -> bf16 rounding, bit for bit (optim/split_master.h).
 __device__ __forceinline__ uint16_t float_to_bf16_bits(float x) {
-  const uint32_t u = __float_as_uint(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  return bf16_bits_nearest_even(x);
 }
 
 struct NoCopy {};
@@ -91,12 +90,10 @@ struct ElementUpdate {
 // chunk start is 4-aligned and the bases are 16-byte aligned (`vector_bases`; the 16-bit copy's 8-byte
 // aligned), scalars for the rest. Each thread loads kVectorUnroll float4 groups of all four arrays before it
 // updates and stores any (2 x 64 bytes in flight a thread: the kernel is bound by HBM latency x bandwidth).
-template <typename Half>
-__global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const RangeTable table,
-                                          bool vector_bases, float* params, float* grads, float* exp_avg,
-                                          float* exp_avg_sq, Half* params16) {
-  const int64_t chunk = blockIdx.x;
-  int lo = 0, hi = table.count - 1;  // the last k with first_chunk[k] <= chunk
+// The range of chunk `chunk` (the last k with first_chunk[k] <= chunk) and the chunk's elements [begin, end).
+__device__ __forceinline__ int chunk_elements(const RangeTable& table, int64_t chunk, int64_t& begin,
+                                              int64_t& end) {
+  int lo = 0, hi = table.count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
     if (table.first_chunk[mid] <= chunk) {
@@ -105,9 +102,17 @@ __global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const Rang
       hi = mid - 1;
     }
   }
-  const int k = lo;
-  const int64_t begin = table.offset[k] + (chunk - table.first_chunk[k]) * kChunkElements;
-  const int64_t end = min(table.offset[k] + table.numel[k], begin + kChunkElements);
+  begin = table.offset[lo] + (chunk - table.first_chunk[lo]) * kChunkElements;
+  end = min(table.offset[lo] + table.numel[lo], begin + kChunkElements);
+  return lo;
+}
+
+template <typename Half>
+__global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const RangeTable table,
+                                          bool vector_bases, float* params, float* grads, float* exp_avg,
+                                          float* exp_avg_sq, Half* params16) {
+  int64_t begin = 0, end = 0;
+  const int k = chunk_elements(table, blockIdx.x, begin, end);
   const float decay = table.weight_decay[k] ? update.s.decay_factor : 1.0f;  // x * 1 == x exactly
   int64_t scalar_from = begin;
   if (vector_bases && begin % 4 == 0) {
@@ -153,6 +158,103 @@ __global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const Rang
   }
 }
 
+// The split master (optim/split_master.h): the master of element e is joined from hi[e] (the bf16 compute
+// copy), lo[e] and bit e of `up`, updated as adamw_multi_tensor_kernel updates an f32 master, and split
+// again, so every stored bit equals what the f32-master kernel stores. A thread owns 8 consecutive
+// elements — one byte of `up` (ranges start at multiples of 8, checked on the host), read, rewritten and
+// stored whole, so no two threads write one byte; bits of elements past the range keep their values. With
+// 16-byte aligned bases: one 16-byte access of hi and of lo, two of grads, m and v (128 bytes in flight a
+// thread), else element by element.
+__global__ void adamw_split_master_kernel(const ElementUpdate update, const RangeTable table,
+                                          bool vector_bases, uint16_t* hi, uint16_t* lo, uint8_t* up,
+                                          float* grads, float* exp_avg, float* exp_avg_sq) {
+  int64_t begin = 0, end = 0;
+  const int k = chunk_elements(table, blockIdx.x, begin, end);
+  const float decay = table.weight_decay[k] ? update.s.decay_factor : 1.0f;
+  for (int64_t e0 = begin + 8 * static_cast<int64_t>(threadIdx.x); e0 < end; e0 += 8 * kThreads) {
+    const int n = static_cast<int>(min(int64_t{8}, end - e0));
+    uint32_t bits = up[e0 / 8];
+    if (n == 8 && vector_bases) {
+      uint4 hi8 = *reinterpret_cast<const uint4*>(hi + e0);
+      uint4 lo8 = *reinterpret_cast<const uint4*>(lo + e0);
+      float4 g[2], m[2], v[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        g[h] = *reinterpret_cast<const float4*>(grads + e0 + 4 * h);
+        m[h] = *reinterpret_cast<const float4*>(exp_avg + e0 + 4 * h);
+        v[h] = *reinterpret_cast<const float4*>(exp_avg_sq + e0 + 4 * h);
+      }
+      uint16_t* hs = reinterpret_cast<uint16_t*>(&hi8);
+      uint16_t* ls = reinterpret_cast<uint16_t*>(&lo8);
+      float* gs = reinterpret_cast<float*>(g);
+      float* ms = reinterpret_cast<float*>(m);
+      float* vs = reinterpret_cast<float*>(v);
+      uint32_t new_bits = 0;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        float p = join_master_value(hs[q], ls[q], (bits >> q) & 1u);
+        update(decay, p, gs[q], ms[q], vs[q]);
+        const SplitMasterValue split = split_master_value(p);
+        hs[q] = split.hi;
+        ls[q] = split.lo;
+        new_bits |= static_cast<uint32_t>(split.up) << q;
+      }
+      *reinterpret_cast<uint4*>(hi + e0) = hi8;
+      *reinterpret_cast<uint4*>(lo + e0) = lo8;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (update.zero_grads)
+          *reinterpret_cast<float4*>(grads + e0 + 4 * h) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        *reinterpret_cast<float4*>(exp_avg + e0 + 4 * h) = m[h];
+        *reinterpret_cast<float4*>(exp_avg_sq + e0 + 4 * h) = v[h];
+      }
+      bits = new_bits;
+    } else {
+      for (int q = 0; q < n; ++q) {
+        const int64_t e = e0 + q;
+        float p = join_master_value(hi[e], lo[e], (bits >> q) & 1u);
+        float m = exp_avg[e], v = exp_avg_sq[e];
+        update(decay, p, grads[e], m, v);
+        if (update.zero_grads) grads[e] = 0.0f;
+        exp_avg[e] = m;
+        exp_avg_sq[e] = v;
+        const SplitMasterValue split = split_master_value(p);
+        hi[e] = split.hi;
+        lo[e] = split.lo;
+        bits = (bits & ~(1u << q)) | (static_cast<uint32_t>(split.up) << q);
+      }
+    }
+    up[e0 / 8] = static_cast<uint8_t>(bits);
+  }
+}
+
+// out[k] = master[offset + k] (join) or master[offset + k] = in[k] (split), k < n: a thread per byte of
+// `up` (the elements it covers inside [offset, offset + n)), so a split that starts or ends inside a byte
+// keeps the other elements' bits.
+template <bool kJoin>
+__global__ void split_master_copy_kernel(uint16_t* hi, uint16_t* lo, uint8_t* up, float* values,
+                                         int64_t offset, int64_t n) {
+  const int64_t first_byte = offset / 8, bytes = (offset + n + 7) / 8 - first_byte;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < bytes;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t byte = first_byte + t;
+    uint32_t bits = up[byte];
+    const int64_t from = max(8 * byte, offset), to = min(8 * byte + 8, offset + n);
+    for (int64_t e = from; e < to; ++e) {
+      const int q = static_cast<int>(e - 8 * byte);
+      if constexpr (kJoin) {
+        values[e - offset] = join_master_value(hi[e], lo[e], (bits >> q) & 1u);
+      } else {
+        const SplitMasterValue split = split_master_value(values[e - offset]);
+        hi[e] = split.hi;
+        lo[e] = split.lo;
+        bits = (bits & ~(1u << q)) | (static_cast<uint32_t>(split.up) << q);
+      }
+    }
+    if constexpr (!kJoin) up[byte] = static_cast<uint8_t>(bits);
+  }
+}
+
 void check_f32_buffer(const Tensor& t, int64_t size, const char* name) {
   ZT_CHECK(t.data() != nullptr || size == 0, "adamw_update (cuda): ", name, " is undefined");
   ZT_CHECK(t.dtype() == DType::f32, "adamw_update (cuda): ", name, " must be f32, got ", t.describe());
@@ -180,10 +282,9 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-template <typename Half>
-void launch_batches(const ElementUpdate& update, std::span<const TensorRange> ranges, bool vector_bases,
-                    float* params, float* grads, float* exp_avg, float* exp_avg_sq, Half* params16,
-                    cudaStream_t stream) {
+// Calls launch(table, chunks) for each batch of at most kMaxRangesPerLaunch non-empty ranges.
+template <typename Launch>
+void for_each_range_batch(std::span<const TensorRange> ranges, const Launch& launch) {
   size_t next = 0;  // the first range not yet launched
   while (next < ranges.size()) {
     RangeTable table{};
@@ -201,10 +302,19 @@ void launch_batches(const ElementUpdate& update, std::span<const TensorRange> ra
     table.first_chunk[table.count] = chunks;
     if (chunks == 0) continue;
     ZT_CHECK(chunks < (int64_t{1} << 31), "adamw_update (cuda): ", chunks, " chunks exceed the grid limit");
-    adamw_multi_tensor_kernel<Half><<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(
-        update, table, vector_bases, params, grads, exp_avg, exp_avg_sq, params16);
-    ZT_CUDA_CHECK_LAUNCH("adamw_multi_tensor");
+    launch(table, static_cast<unsigned>(chunks));
   }
+}
+
+template <typename Half>
+void launch_batches(const ElementUpdate& update, std::span<const TensorRange> ranges, bool vector_bases,
+                    float* params, float* grads, float* exp_avg, float* exp_avg_sq, Half* params16,
+                    cudaStream_t stream) {
+  for_each_range_batch(ranges, [&](const RangeTable& table, unsigned chunks) {
+    adamw_multi_tensor_kernel<Half><<<chunks, kThreads, 0, stream>>>(update, table, vector_bases, params,
+                                                                     grads, exp_avg, exp_avg_sq, params16);
+    ZT_CUDA_CHECK_LAUNCH("adamw_multi_tensor");
+  });
 }
 
 }  // namespace
@@ -241,6 +351,86 @@ void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const T
   } else {
     ZT_FAIL("adamw_update (cuda): params16 must be bf16 or f16, got ", params16.describe());
   }
+}
+
+namespace {
+
+// hi bf16 [N], lo 2-byte [N] (bf16-typed storage of raw bits), up i32 [>= ceil(N / 32)] (bit e of byte e /
+// 8): contiguous CUDA tensors; returns N.
+int64_t check_split_master(const SplitMaster& master, const char* op) {
+  const int64_t size = master.hi.numel();
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{master.hi, "hi"}, {master.lo, "lo"}}) {
+    ZT_CHECK(t.data() != nullptr && t.device() == DeviceKind::cuda && t.is_contiguous() &&
+                 t.dtype() == DType::bf16 && t.numel() == size,
+             op, ": the split master's ", name, " must be a contiguous CUDA bf16 tensor of ", size,
+             " elements, got ", t.describe());
+  }
+  ZT_CHECK(master.up.data() != nullptr && master.up.device() == DeviceKind::cuda &&
+               master.up.is_contiguous() && master.up.dtype() == DType::i32 && master.up.numel() * 32 >= size,
+           op,
+           ": the split master's rounding bits must be a contiguous CUDA i32 tensor of >= ", (size + 31) / 32,
+           " words, got ", master.up.describe());
+  return size;
+}
+
+uint16_t* bits16(const Tensor& t) {
+  return static_cast<uint16_t*>(t.data());
+}
+
+}  // namespace
+
+void adamw_update_split_master(const AdamWStepScalars& scalars, const SplitMaster& master,
+                               const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                               std::span<const TensorRange> ranges, cudaStream_t stream, float grad_scale,
+                               bool zero_grads) {
+  const int64_t size = check_split_master(master, "adamw_update_split_master");
+  check_f32_buffer(grads, size, "grads");
+  check_f32_buffer(exp_avg, size, "exp_avg");
+  check_f32_buffer(exp_avg_sq, size, "exp_avg_sq");
+  check_ranges(ranges, size);
+  for (const TensorRange& r : ranges) {
+    ZT_CHECK(r.numel == 0 || r.offset % 8 == 0, "adamw_update_split_master: range at element ", r.offset,
+             " does not start at a multiple of 8 (a thread owns one byte of rounding bits)");
+  }
+  const bool vector_bases = aligned16(master.hi.data()) && aligned16(master.lo.data()) &&
+                            aligned16(grads.data()) && aligned16(exp_avg.data()) &&
+                            aligned16(exp_avg_sq.data());
+  const ElementUpdate update{scalars, 1.0f - scalars.m_weight, grad_scale, zero_grads};
+  for_each_range_batch(ranges, [&](const RangeTable& table, unsigned chunks) {
+    adamw_split_master_kernel<<<chunks, kThreads, 0, stream>>>(
+        update, table, vector_bases, bits16(master.hi), bits16(master.lo),
+        static_cast<uint8_t*>(master.up.data()), static_cast<float*>(grads.data()),
+        static_cast<float*>(exp_avg.data()), static_cast<float*>(exp_avg_sq.data()));
+    ZT_CUDA_CHECK_LAUNCH("adamw_split_master");
+  });
+}
+
+namespace {
+template <bool kJoin>
+void copy_split_master(const SplitMaster& master, int64_t offset, const Tensor& values, cudaStream_t stream,
+                       const char* op) {
+  const int64_t size = check_split_master(master, op);
+  check_f32_buffer(values, values.numel(), "values");
+  const int64_t n = values.numel();
+  ZT_CHECK(offset >= 0 && offset + n <= size, op, ": elements [", offset, ", ", offset + n,
+           ") outside the split master of ", size);
+  if (n == 0) return;
+  const int64_t bytes = (offset + n + 7) / 8 - offset / 8;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((bytes + kThreads - 1) / kThreads, 65535));
+  split_master_copy_kernel<kJoin><<<blocks, kThreads, 0, stream>>>(
+      bits16(master.hi), bits16(master.lo), static_cast<uint8_t*>(master.up.data()),
+      static_cast<float*>(values.data()), offset, n);
+  ZT_CUDA_CHECK_LAUNCH(op);
+}
+}  // namespace
+
+void join_split_master(const SplitMaster& master, int64_t offset, const Tensor& out, cudaStream_t stream) {
+  copy_split_master<true>(master, offset, out, stream, "join_split_master");
+}
+
+void write_split_master(const Tensor& values, const SplitMaster& master, int64_t offset,
+                        cudaStream_t stream) {
+  copy_split_master<false>(master, offset, values, stream, "write_split_master");
 }
 
 }  // namespace zt::optim::gpu

@@ -30,4 +30,22 @@ void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const T
                   const Tensor& params16, cudaStream_t stream, float grad_scale = 1.0f,
                   bool zero_grads = false);
 
+// The split master (optim/split_master.h): hi is the bf16 compute copy [N]; lo [N] the masters' low 16 bits
+// (raw bits in bf16-typed storage); up [ceil(N / 32)] i32 words of rounding bits (bit e of byte e / 8).
+struct SplitMaster {
+  Tensor hi, lo, up;
+};
+
+// adamw_update with the master stored split: the same update, every stored bit equal to what adamw_update
+// stores into an f32 master and its bf16 copy. Ranges must start at multiples of 8 elements.
+void adamw_update_split_master(const AdamWStepScalars& scalars, const SplitMaster& master,
+                               const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                               std::span<const TensorRange> ranges, cudaStream_t stream,
+                               float grad_scale = 1.0f, bool zero_grads = false);
+
+// out[k] = master element offset + k, as f32 (k < out.numel()); and the reverse, which writes hi (the compute
+// copy) too. Any offset: the bits of other elements sharing a byte of `up` are kept.
+void join_split_master(const SplitMaster& master, int64_t offset, const Tensor& out, cudaStream_t stream);
+void write_split_master(const Tensor& values, const SplitMaster& master, int64_t offset, cudaStream_t stream);
+
 }  // namespace zt::optim::gpu

@@ -139,8 +139,21 @@ int64_t largest_slice(const ZeroPartition& partition) {
 
 }  // namespace
 
+bool split_master_applies(DeviceKind device, int stage, DType compute, const ZeroOffload& offload) {
+  return device == DeviceKind::cuda && stage == 0 && compute == DType::bf16 && !offload.optimizer;
+}
+
+// The split master's buffers: the low halves (2 bytes an element of the f32 master's layout) and the
+// rounding bits, in 32-bit words with one to spare (a unit's view starts at its first element / 32).
+size_t split_master_low_bytes(size_t elements) {
+  return elements * 2;
+}
+size_t split_master_bit_words(size_t elements) {
+  return (elements + 31) / 32 + 1;
+}
+
 ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute, ZeroOffload offload,
-                                const std::function<size_t(size_t)>& held_by_allocator) {
+                                const std::function<size_t(size_t)>& held_by_allocator, bool split_master) {
   auto held = [&](size_t bytes) { return held_by_allocator && bytes > 0 ? held_by_allocator(bytes) : bytes; };
   const auto psi = static_cast<size_t>(partition.total_numel());
   const auto shard = static_cast<size_t>(partition.shard_numel());
@@ -154,6 +167,8 @@ ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType
   const size_t master_elems = stage == 0 ? psi : shard;
   // f32 training: the master is the compute copy (stages 0-2: its full buffer, stage 3: its shard).
   b.master = mixed ? held(master_elems * 4) : 0;
+  if (split_master)
+    b.master = held(split_master_low_bytes(master_elems)) + held(split_master_bit_words(master_elems) * 4);
   b.optimizer = 2 * held((stage == 0 ? psi : shard) * 4);
   // The buckets (f32; stages 2, 3) and the gather buffers (T; stage 3), each allocated on its own: the
   // embeddings', the shared unit's and two layers'. World size 1: the reduce-scatter is the identity and
@@ -233,6 +248,10 @@ struct ZeroEngine::Impl {
   // Buffers; master_arena is null where the master is the compute copy (f32) or offloaded; with offload
   // exp_avg and exp_avg_sq are null too.
   std::unique_ptr<Arena> compute_copy, master_arena, grads, exp_avg, exp_avg_sq;
+  // ZeroEngineOptions::split_master: no master_arena; the master is the compute copy (its high halves),
+  // master_low (low halves, bf16-typed raw bits) and master_up (rounding bits), optim/split_master.h.
+  bool split = false;
+  std::unique_ptr<Arena> master_low, master_up;
   std::unique_ptr<HostOptimizerStore> host_state;
   HostMemoryBudget::Charge host_pinned_charge, host_pageable_charge;  // options.host_budget
   std::unique_ptr<Arena> host_grads;  // offload: the f32 gradient shard, copied down per block
@@ -276,8 +295,20 @@ struct ZeroEngine::Impl {
     return stage <= 1 || direct_gradients;
   }
 
+#ifdef ZT_WITH_CUDA
+  // The split master's elements [begin, begin + numel) as the kernels take them (begin a multiple of 32).
+  gpu::SplitMaster split_master(int64_t begin, int64_t numel) const {
+    ZT_CHECK(split && begin % 32 == 0, "ZeRO engine: split master view at element ", begin);
+    return {view(*compute_copy, DType::bf16, begin, numel), view(*master_low, DType::bf16, begin, numel),
+            view(*master_up, DType::i32, begin / 32, (numel + 31) / 32)};
+  }
+  gpu::SplitMaster whole_split_master() const {
+    return split_master(0, static_cast<int64_t>(master_low->bytes() / 2));
+  }
+#endif
   const Arena& master() const {
     ZT_CHECK(!offload, "ZeRO engine: the offloaded master lives in the host store");
+    ZT_CHECK(!split, "ZeRO engine: the split master has no f32 buffer (join_split_master reads it)");
     return master_arena ? *master_arena : *compute_copy;
   }
   // Offload: block b's compute-dtype values on the host (the staging shard, or the stage-3 shard itself
@@ -730,7 +761,25 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     s.compute_copy = std::make_unique<Arena>("parameters (shard)", flat_layout(shard, s.compute),
                                              s.options(MemoryCategory::parameters, true));
   }
-  if (s.mixed && !s.offload) {
+  s.split = options.split_master && split_master_applies(s.device, s.stage, s.compute, options.offload);
+  if (s.split) {
+    const auto elements = static_cast<size_t>(partition_.total_numel());
+    s.master_low = std::make_unique<Arena>("master (low halves)", partition_.layout(DType::bf16),
+                                           s.options(MemoryCategory::master, true));
+    ZT_CHECK(s.master_low->bytes() == split_master_low_bytes(elements),
+             "ZeRO engine: the master's low halves (", s.master_low->bytes(),
+             " bytes) do not match the layout's ", elements, " elements");
+    s.master_up = std::make_unique<Arena>(
+        "master (rounding bits)",
+        flat_layout(static_cast<int64_t>(split_master_bit_words(elements)), DType::i32),
+        s.options(MemoryCategory::master, true));
+    if (r == 0) {
+      ZT_LOG(info) << "master weights: f32 kept exactly as the bf16 parameters + 16-bit low halves + a "
+                      "rounding bit ("
+                   << format_memory_size(s.master_low->bytes() + s.master_up->bytes()) << " instead of "
+                   << format_memory_size(elements * 4) << ")";
+    }
+  } else if (s.mixed && !s.offload) {
     s.master_arena = std::make_unique<Arena>(
         "master", s.stage == 0 ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
         s.options(MemoryCategory::master, true));
@@ -1014,7 +1063,8 @@ bool ZeroEngine::overlaps_offloaded_update() const {
 }
 
 ZeroStateBytes ZeroEngine::state_bytes() const {
-  return zero_state_bytes(partition_, options_.stage, options_.compute, options_.offload);
+  return zero_state_bytes(partition_, options_.stage, options_.compute, options_.offload, nullptr,
+                          impl_->split);
 }
 
 void ZeroEngine::begin_backward(bool first, bool last) {
@@ -1556,13 +1606,21 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     using Phase = Impl::Phase;
     for (const size_t u : s.phase_order[static_cast<int>(o != nullptr ? Phase::forward : Phase::update)]) {
       const OwnedBlock& b = s.blocks[u];
-      gpu::adamw_update(scalars, view(s.master(), DType::f32, b.master, b.numel), grad_block(b),
-                        view(*s.exp_avg, DType::f32, b.moments, b.numel),
-                        view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges,
-                        s.mixed ? view(*s.compute_copy, s.compute, b.compute, b.numel) : Tensor(), stream,
-                        static_cast<float>(factor),
-                        // Zeroed for the next window unless its first backward writes them.
-                        /*zero_grads=*/(s.stage == 0 && !overwrites_gradients(u)) || s.direct_gradients);
+      // Zeroed for the next window unless its first backward writes them.
+      const bool zero_grads = (s.stage == 0 && !overwrites_gradients(u)) || s.direct_gradients;
+      if (s.split) {
+        ZT_CHECK(b.master == b.compute, "ZeRO engine: the split master needs the compute copy's offsets");
+        gpu::adamw_update_split_master(scalars, s.split_master(b.master, b.numel), grad_block(b),
+                                       view(*s.exp_avg, DType::f32, b.moments, b.numel),
+                                       view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges, stream,
+                                       static_cast<float>(factor), zero_grads);
+      } else {
+        gpu::adamw_update(scalars, view(s.master(), DType::f32, b.master, b.numel), grad_block(b),
+                          view(*s.exp_avg, DType::f32, b.moments, b.numel),
+                          view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges,
+                          s.mixed ? view(*s.compute_copy, s.compute, b.compute, b.numel) : Tensor(), stream,
+                          static_cast<float>(factor), zero_grads);
+      }
       if (o != nullptr) {
         o->unit_updated[u].record(stream);
         s.optimizer_pending[u] = 1;
@@ -1669,8 +1727,18 @@ void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> 
     impl_->copy_offloaded_state(partition_.unit_of_tensor(piece.tensor), kind, offset, host, false);
     return;
   }
-  copy_tensor(view(s.state(kind), DType::f32, offset, piece.numel),
-              Tensor(host.data(), Shape{piece.numel}, DType::f32));
+  const Tensor out(host.data(), Shape{piece.numel}, DType::f32);
+  if (kind == 0 && s.split && piece.numel > 0) {
+#ifdef ZT_WITH_CUDA
+    const DeviceBuffer joined =
+        device_allocator().allocate(host.size() * 4, MemoryCategory::scratch, "master (joined for a read)");
+    const Tensor values(joined.data(), Shape{piece.numel}, DType::f32, DeviceKind::cuda);
+    gpu::join_split_master(s.whole_split_master(), offset, values, work_stream());
+    copy_tensor(values, out);
+#endif
+    return;
+  }
+  copy_tensor(view(s.state(kind), DType::f32, offset, piece.numel), out);
 }
 
 void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const float> host) {
@@ -1683,8 +1751,19 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
                                 {const_cast<float*>(host.data()), host.size()}, true);
     return;
   }
-  copy_tensor(Tensor(const_cast<float*>(host.data()), Shape{piece.numel}, DType::f32),
-              view(s.state(kind), DType::f32, offset, piece.numel));
+  const Tensor in(const_cast<float*>(host.data()), Shape{piece.numel}, DType::f32);
+  if (kind == 0 && s.split && piece.numel > 0) {  // the compute copy (hi) is written with the master
+#ifdef ZT_WITH_CUDA
+    const DeviceBuffer staged =
+        device_allocator().allocate(host.size() * 4, MemoryCategory::scratch, "master (staged for a write)");
+    const Tensor values(staged.data(), Shape{piece.numel}, DType::f32, DeviceKind::cuda);
+    copy_tensor(in, values);
+    gpu::write_split_master(values, s.whole_split_master(), offset, work_stream());
+    ZT_CUDA_CHECK(cudaStreamSynchronize(work_stream()));  // before `staged` goes back to the allocator
+#endif
+    return;
+  }
+  copy_tensor(in, view(s.state(kind), DType::f32, offset, piece.numel));
 }
 
 void ZeroEngine::refresh_compute_copy() {
@@ -1707,7 +1786,7 @@ void ZeroEngine::refresh_compute_copy() {
     }
     s.host_state->flush();  // the loading's deferred writes (copy_offloaded_state) reach the disk tier now
     s.copies->join();
-  } else if (s.mixed) {
+  } else if (s.mixed && !s.split) {  // the split master's high halves are the compute copy already
     for (const OwnedBlock& b : s.blocks)
       kernels::copy(view(*s.master_arena, DType::f32, b.master, b.numel),
                     view(*s.compute_copy, s.compute, b.compute, b.numel));
@@ -1759,8 +1838,16 @@ void ZeroEngine::gather_full_master(const TensorSink& take) {
     const OwnedBlock& b = s.blocks[u];
     // The unit's full f32 values: in the master itself at stage 0, else gathered into a unit buffer.
     Tensor full;
-    if (s.stage == 0) {
+    if (s.stage == 0 && !s.split) {
       full = view(s.master(), DType::f32, unit.flat_begin, unit.numel);
+    } else if (s.split) {
+#ifdef ZT_WITH_CUDA
+      if (!unit_buffer || unit_buffer->bytes() < static_cast<size_t>(unit.numel) * 4)
+        unit_buffer = std::make_unique<Arena>("consolidation buffer", flat_layout(unit.numel, DType::f32),
+                                              s.options(MemoryCategory::scratch, false));
+      full = view(*unit_buffer, DType::f32, 0, unit.numel);
+      gpu::join_split_master(s.whole_split_master(), unit.flat_begin, full, work_stream());
+#endif
     } else {
       if (!unit_buffer || unit_buffer->bytes() < static_cast<size_t>(unit.numel) * 4)
         unit_buffer = std::make_unique<Arena>("consolidation buffer", flat_layout(unit.numel, DType::f32),

@@ -189,6 +189,12 @@ struct ZeroEngineOptions {
   // rest of backward, instead of in one pass over every gradient inside step() (~0.9 ms at xlarge): the same
   // kernel over the same slices, so the same norm bit for bit. Always on with overlap_optimizer at world 1.
   bool early_grad_norm = true;
+  // GPU, stage 0, bf16 compute, the device's AdamW: the f32 master kept as the bf16 compute copy plus a
+  // 16-bit low half and one rounding bit a parameter (optim/split_master.h) — exact, every stored bit what an
+  // f32 master would hold, in 2 + 1/8 bytes a parameter instead of 4 (1.55 GiB less at xlarge) and 1.75
+  // fewer bytes a parameter through each AdamW pass. Elsewhere (f16, CPU, offload, stages 1-3) the f32
+  // master as before (split_master_applies).
+  bool split_master = true;
   // Stage 0 with one micro-batch per step: the f32 gradient buffer (partition().layout(f32)) at this address,
   // placed by the model in its activation arena (model/deberta.h, GradientLayout; stage0_gradient_layout
   // below) instead of in a buffer of its own: the forward writes over it, so backward writes the gradients
@@ -248,9 +254,13 @@ bool gradients_on_activations(const DebertaConfig& model, int stage, int64_t mic
 
 // `held` maps the bytes asked for one device buffer to the bytes it takes (the estimator passes the caching
 // allocator's size class, optim/zero/memory_estimate.h; nullptr: as asked). Host and disk bytes are exact.
+// split_master: the run keeps its master split (split_master_applies), counted as 2 bytes + 1 bit a
+// parameter.
 ZeroStateBytes zero_state_bytes(const ZeroPartition& partition, int stage, DType compute,
-                                ZeroOffload offload = {},
-                                const std::function<size_t(size_t)>& held = nullptr);
+                                ZeroOffload offload = {}, const std::function<size_t(size_t)>& held = nullptr,
+                                bool split_master = false);
+// Whether ZeroEngineOptions::split_master takes effect for a run with these settings.
+bool split_master_applies(DeviceKind device, int stage, DType compute, const ZeroOffload& offload);
 // The page-locked part of `bytes`' host memory, each DeepSpeed section pinned by its own pin_memory (see
 // ZeroEngineOptions): offload_param's parameters by pin_param, the rest by pin_optimizer, less the disk
 // tier's optimizer buffers (pageable whatever the key).

@@ -82,7 +82,9 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
   e.world_size = world_size;
   e.offload = offload;
   // The engine's buffers, each rounded as the allocator holds it (host and disk bytes exact).
-  e.state = zero_state_bytes(partition, stage, compute, offload, held);
+  // ZeroEngineOptions::split_master is on by default: the master as the run will hold it.
+  e.state = zero_state_bytes(partition, stage, compute, offload, held,
+                             device && split_master_applies(DeviceKind::cuda, stage, compute, offload));
   // Stage 0 reduces whole units with all_reduce, which in-process GPU ranks run through a per-rank scratch
   // as large as the largest unit's f32 gradients (stage 1 reduce-scatters into place).
   if (world_size > 1 && stage == 0) {
