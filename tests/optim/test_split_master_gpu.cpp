@@ -55,7 +55,9 @@ std::vector<float> masters_with_ties(int64_t n) {
 struct SplitBuffers {
   DeviceArray hi, lo, up;
   SplitBuffers(int64_t n, int64_t offset)
-      : hi(DType::bf16, Shape{n}, offset), lo(DType::bf16, Shape{n}, offset), up(DType::i32, Shape{(n + 31) / 32}) {
+      : hi(DType::bf16, Shape{n}, offset),
+        lo(DType::bf16, Shape{n}, offset),
+        up(DType::i32, Shape{(n + 31) / 32}) {
     up.upload_raw(std::vector<uint32_t>(static_cast<size_t>((n + 31) / 32), 0));
   }
   gpu::SplitMaster master() const { return {hi.tensor(), lo.tensor(), up.tensor()}; }
@@ -157,7 +159,6 @@ TEST(SplitMasterGpuChecks, RefusesRangesOffEightElementBoundaries) {
                Error);
 }
 
-
 struct EngineRun {
   std::vector<uint32_t> master, moments;
   std::vector<std::byte> compute_copy;
@@ -176,7 +177,8 @@ EngineRun train_stage0_bf16(bool split_master) {
   EXPECT_EQ(engine.state_bytes().master < static_cast<size_t>(table.total_numel()) * 4, split_master);
   engine.load_full_parameters(testing::synthetic_initial_parameters(table));
   LossScaler scaler = LossScaler::disabled();
-  for (int step = 0; step < 6; ++step) EXPECT_TRUE(testing::synthetic_step(engine, config, step, 1.0, scaler).applied);
+  for (int step = 0; step < 6; ++step)
+    EXPECT_TRUE(testing::synthetic_step(engine, config, step, 1.0, scaler).applied);
   EngineRun run;
   Arena out("final master", table.layout(DType::f32), {.zero_fill = true});
   engine.gather_full_master(&out);
@@ -191,7 +193,8 @@ EngineRun train_stage0_bf16(bool split_master) {
     }
   }
   const DebertaTensors& p = engine.parameter_handles();
-  for (const Tensor* t : {&p.embeddings.word_embeddings, &p.layers[0].query_weight, &p.layers[1].value_bias}) {
+  for (const Tensor* t :
+       {&p.embeddings.word_embeddings, &p.layers[0].query_weight, &p.layers[1].value_bias}) {
     std::vector<std::byte> host(t->nbytes());
     copy_tensor(*t, Tensor(host.data(), t->shape(), t->dtype()));
     run.compute_copy.insert(run.compute_copy.end(), host.begin(), host.end());
