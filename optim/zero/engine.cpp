@@ -1728,7 +1728,8 @@ void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> 
     return;
   }
   const Tensor out(host.data(), Shape{piece.numel}, DType::f32);
-  if (kind == 0 && s.split && piece.numel > 0) {
+  if (kind == 0 && s.split) {
+    if (piece.numel == 0) return;
 #ifdef ZT_WITH_CUDA
     const DeviceBuffer joined =
         device_allocator().allocate(host.size() * 4, MemoryCategory::scratch, "master (joined for a read)");
@@ -1752,7 +1753,8 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
     return;
   }
   const Tensor in(const_cast<float*>(host.data()), Shape{piece.numel}, DType::f32);
-  if (kind == 0 && s.split && piece.numel > 0) {  // the compute copy (hi) is written with the master
+  if (kind == 0 && s.split) {  // the compute copy (hi) is written with the master
+    if (piece.numel == 0) return;
 #ifdef ZT_WITH_CUDA
     const DeviceBuffer staged =
         device_allocator().allocate(host.size() * 4, MemoryCategory::scratch, "master (staged for a write)");
