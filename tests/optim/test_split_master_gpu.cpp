@@ -5,7 +5,8 @@
 // half 0x8000, high half odd and even: the case the rounding bit exists for), on aligned buffers (16-byte
 // accesses) and misaligned ones (element by element). Writes and joins at any offset keep the neighbours'
 // bits; ranges off 8-element boundaries are refused. Through the ZeRO engine (stage 0, bf16, synthetic
-// gradients with clipping): the final master, the compute copy and m, v are those of the f32-master engine.
+// gradients with clipping): the final master (gathered, and read piece by piece as checkpoints do), the
+// compute copy and m, v are those of the f32-master engine.
 #include <gtest/gtest.h>
 
 #include "tests/support/gpu.h"
@@ -185,7 +186,7 @@ EngineRun train_stage0_bf16(bool split_master) {
   const Tensor flat = out.flat(DType::f32);
   run.master = bits_of({flat.data_as<float>(), flat.data_as<float>() + flat.numel()});
   for (const ZeroEngine::OwnedPiece& piece : engine.owned_pieces()) {
-    for (const int kind : {1, 2}) {
+    for (const int kind : {0, 1, 2}) {  // 0: the master piece by piece, as checkpoints read it
       std::vector<float> values(static_cast<size_t>(piece.numel));
       engine.read_state(kind, piece, values);
       const std::vector<uint32_t> bits = bits_of(values);
