@@ -19,35 +19,10 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
-#if defined(__CUDACC__)
-#define ZT_SPLIT_MASTER_FN __host__ __device__ __forceinline__
-#else
-#define ZT_SPLIT_MASTER_FN inline
-#endif
+#include "runtime/bf16_bits.h"  // float_bits, float_from_bits, bf16_bits_nearest_even (hi's rounding)
 
 namespace zt::optim {
-
-ZT_SPLIT_MASTER_FN uint32_t float_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof(u));
-  return u;
-}
-
-ZT_SPLIT_MASTER_FN float float_from_bits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof(x));
-  return x;
-}
-
-// float -> bf16 bits, round to nearest even; a NaN becomes the quiet NaN with its sign and top payload bits.
-// The rounding of runtime/dtype.h's host conversion and of every GPU kernel that writes the compute copy.
-ZT_SPLIT_MASTER_FN uint16_t bf16_bits_nearest_even(float x) {
-  const uint32_t u = float_bits(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
 
 struct SplitMasterValue {
   uint16_t hi = 0;  // the bf16 compute copy's bits
@@ -55,7 +30,7 @@ struct SplitMasterValue {
   bool up = false;
 };
 
-ZT_SPLIT_MASTER_FN SplitMasterValue split_master_value(float master) {
+ZT_HOST_DEVICE_INLINE SplitMasterValue split_master_value(float master) {
   const uint32_t u = float_bits(master);
   SplitMasterValue v;
   v.hi = bf16_bits_nearest_even(master);
@@ -64,7 +39,7 @@ ZT_SPLIT_MASTER_FN SplitMasterValue split_master_value(float master) {
   return v;
 }
 
-ZT_SPLIT_MASTER_FN float join_master_value(uint16_t hi, uint16_t lo, bool up) {
+ZT_HOST_DEVICE_INLINE float join_master_value(uint16_t hi, uint16_t lo, bool up) {
   const auto top = static_cast<uint16_t>(hi - (up ? 1u : 0u));
   return float_from_bits((static_cast<uint32_t>(top) << 16) | lo);
 }

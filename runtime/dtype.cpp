@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 
+#include "runtime/bf16_bits.h"
 #include "runtime/check.h"
 
 namespace zt {
@@ -56,16 +57,8 @@ bool is_floating(DType t) {
   return t == DType::f32 || t == DType::bf16 || t == DType::f16;
 }
 
-// bf16 is the top half of an f32. Round to nearest even: add 0x7FFF plus the lowest kept bit, then truncate.
-// NaN must stay NaN (rounding could carry it into infinity), so it is quieted instead.
 bf16 float_to_bf16(float x) {
-  uint32_t u = std::bit_cast<uint32_t>(x);
-  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0) {
-    return bf16{static_cast<uint16_t>((u >> 16) | 0x0040u)};
-  }
-  uint32_t lsb = (u >> 16) & 1u;
-  u += 0x7FFFu + lsb;
-  return bf16{static_cast<uint16_t>(u >> 16)};
+  return bf16{bf16_bits_nearest_even(x)};  // runtime/bf16_bits.h
 }
 
 float bf16_to_float(bf16 x) {

@@ -1,12 +1,12 @@
 #include "optim/adamw.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "optim/cpu/adamw_simd.h"
+#include "runtime/bf16_bits.h"
 #include "runtime/check.h"
 #include "runtime/parallel_blocks.h"
 
@@ -154,19 +154,10 @@ std::vector<WorkBlock> split_into_blocks(std::span<const TensorRange> ranges) {
 // Elements updated before their 16-bit copy is written: small enough to stay in L1 between the two.
 constexpr int64_t kCopyBackChunk = 2048;
 
-// The same rounding as runtime's float_to_bf16 (nearest even; NaN stays a quiet NaN), written without
-// branches so the copy-back loop vectorises instead of calling out per element; the tests hold the two
-// equal bit for bit.
-inline bf16 float_to_bf16_inline(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  const bool is_nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
-  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (u >> 16) | 0x0040u;
-  return bf16{static_cast<uint16_t>(is_nan ? quiet_nan : rounded)};
-}
-
+// runtime's float_to_bf16 rounding inlined (runtime/bf16_bits.h, branch-free), so the copy-back loop
+// vectorises instead of calling out per element.
 void convert_chunk(const float* in, int64_t n, bf16* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16_inline(in[i]);
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16{bf16_bits_nearest_even(in[i])};
 }
 
 void convert_chunk(const float* in, int64_t n, f16* out) {

@@ -31,16 +31,11 @@ struct RangeTable {
   bool weight_decay[kMaxRangesPerLaunch];
 };
 
-// The CPU's float -> bf16 rounding, bit for bit (optim/split_master.h).
-__device__ __forceinline__ uint16_t float_to_bf16_bits(float x) {
-  return bf16_bits_nearest_even(x);
-}
-
 struct NoCopy {};
 
 __device__ __forceinline__ void store_param16(NoCopy*, int64_t, float) {}
 __device__ __forceinline__ void store_param16(__nv_bfloat16* out, int64_t i, float p) {
-  reinterpret_cast<uint16_t*>(out)[i] = float_to_bf16_bits(p);
+  reinterpret_cast<uint16_t*>(out)[i] = bf16_bits_nearest_even(p);
 }
 __device__ __forceinline__ void store_param16(__half* out, int64_t i, float p) {
   out[i] = __float2half_rn(p);
@@ -49,8 +44,9 @@ __device__ __forceinline__ void store_param16(__half* out, int64_t i, float p) {
 // 2-byte ones: the same values, a quarter of the store instructions.
 __device__ __forceinline__ void store_param16x4(NoCopy*, int64_t, const float4&) {}
 __device__ __forceinline__ void store_param16x4(__nv_bfloat16* out, int64_t i, const float4& p) {
-  const uint2 packed{float_to_bf16_bits(p.x) | (static_cast<uint32_t>(float_to_bf16_bits(p.y)) << 16),
-                     float_to_bf16_bits(p.z) | (static_cast<uint32_t>(float_to_bf16_bits(p.w)) << 16)};
+  const uint2 packed{
+      bf16_bits_nearest_even(p.x) | (static_cast<uint32_t>(bf16_bits_nearest_even(p.y)) << 16),
+      bf16_bits_nearest_even(p.z) | (static_cast<uint32_t>(bf16_bits_nearest_even(p.w)) << 16)};
   *reinterpret_cast<uint2*>(out + i) = packed;
 }
 __device__ __forceinline__ void store_param16x4(__half* out, int64_t i, const float4& p) {
@@ -85,11 +81,6 @@ struct ElementUpdate {
   }
 };
 
-// Block b updates chunk b of the table: range k with first_chunk[k] <= b < first_chunk[k + 1], elements
-// [offset + (b - first_chunk[k]) * kChunkElements, ...) clipped to the range. float4 accesses where the
-// chunk start is 4-aligned and the bases are 16-byte aligned (`vector_bases`; the 16-bit copy's 8-byte
-// aligned), scalars for the rest. Each thread loads kVectorUnroll float4 groups of all four arrays before it
-// updates and stores any (2 x 64 bytes in flight a thread: the kernel is bound by HBM latency x bandwidth).
 // The range of chunk `chunk` (the last k with first_chunk[k] <= chunk) and the chunk's elements [begin, end).
 __device__ __forceinline__ int chunk_elements(const RangeTable& table, int64_t chunk, int64_t& begin,
                                               int64_t& end) {
@@ -107,6 +98,11 @@ __device__ __forceinline__ int chunk_elements(const RangeTable& table, int64_t c
   return lo;
 }
 
+// Block b updates chunk b of the table: range k with first_chunk[k] <= b < first_chunk[k + 1], elements
+// [offset + (b - first_chunk[k]) * kChunkElements, ...) clipped to the range. float4 accesses where the
+// chunk start is 4-aligned and the bases are 16-byte aligned (`vector_bases`; the 16-bit copy's 8-byte
+// aligned), scalars for the rest. Each thread loads kVectorUnroll float4 groups of all four arrays before it
+// updates and stores any (2 x 64 bytes in flight a thread: the kernel is bound by HBM latency x bandwidth).
 template <typename Half>
 __global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const RangeTable table,
                                           bool vector_bases, float* params, float* grads, float* exp_avg,
