@@ -1835,6 +1835,13 @@ void ZeroEngine::gather_full_master(const TensorSink& take) {
   compute_waits_for_comm();  // overlap_comm: its gathers on the compute stream, after the comm stream's work
   const auto& units = partition_.units();
   std::unique_ptr<Arena> unit_buffer, master_upload;
+  // `buffer` as f32 [numel], grown (reallocated) when a unit needs more than it holds.
+  auto scratch_f32 = [&](std::unique_ptr<Arena>& buffer, const char* name, int64_t numel) {
+    if (!buffer || buffer->bytes() < static_cast<size_t>(numel) * 4)
+      buffer = std::make_unique<Arena>(name, flat_layout(numel, DType::f32),
+                                       s.options(MemoryCategory::scratch, false));
+    return view(*buffer, DType::f32, 0, numel);
+  };
   for (size_t u = 0; u < units.size(); ++u) {
     const ZeroUnit& unit = units[u];
     const OwnedBlock& b = s.blocks[u];
@@ -1844,23 +1851,14 @@ void ZeroEngine::gather_full_master(const TensorSink& take) {
       full = view(s.master(), DType::f32, unit.flat_begin, unit.numel);
     } else if (s.split) {
 #ifdef ZT_WITH_CUDA
-      if (!unit_buffer || unit_buffer->bytes() < static_cast<size_t>(unit.numel) * 4)
-        unit_buffer = std::make_unique<Arena>("consolidation buffer", flat_layout(unit.numel, DType::f32),
-                                              s.options(MemoryCategory::scratch, false));
-      full = view(*unit_buffer, DType::f32, 0, unit.numel);
+      full = scratch_f32(unit_buffer, "consolidation buffer", unit.numel);
       gpu::join_split_master(s.whole_split_master(), unit.flat_begin, full, work_stream());
 #endif
     } else {
-      if (!unit_buffer || unit_buffer->bytes() < static_cast<size_t>(unit.numel) * 4)
-        unit_buffer = std::make_unique<Arena>("consolidation buffer", flat_layout(unit.numel, DType::f32),
-                                              s.options(MemoryCategory::scratch, false));
-      full = view(*unit_buffer, DType::f32, 0, unit.numel);
+      full = scratch_f32(unit_buffer, "consolidation buffer", unit.numel);
       Tensor mine;
       if (s.offload) {  // the slice comes up from the host store first
-        if (!master_upload || master_upload->bytes() < static_cast<size_t>(b.numel) * 4)
-          master_upload = std::make_unique<Arena>("consolidation upload", flat_layout(b.numel, DType::f32),
-                                                  s.options(MemoryCategory::scratch, false));
-        mine = view(*master_upload, DType::f32, 0, b.numel);
+        mine = scratch_f32(master_upload, "consolidation upload", b.numel);
         for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
           const SubGroup& sub = s.sub_groups[g];
           const std::span<float> master = s.host_state->acquire(g).master;
