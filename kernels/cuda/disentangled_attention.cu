@@ -1297,20 +1297,15 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
       const bool vector = L % 4 == 0 && aligned_to(grad.data(), 16);
       const dim3 grid(static_cast<unsigned>(s.batch * s.heads),
                       static_cast<unsigned>((L + lines - 1) / lines));
-      if (s.c2p) {
-        allow_shared_bytes(bucket_gather_tile_kernel<S, true>, shared);
-        bucket_gather_tile_kernel<S, true><<<grid, kBlockThreads, shared, stream>>>(
-            grad.data_as<float>(), c2p_grad.data_as<S>(), tables.rel_first, tables.rel_last, s, lines, pitch,
-            vector);
+      auto launch_tiles = [&](auto by_query, S* out) {  // Gc (by query) or Gp
+        const auto kernel = bucket_gather_tile_kernel<S, decltype(by_query)::value>;
+        allow_shared_bytes(kernel, shared);
+        kernel<<<grid, kBlockThreads, shared, stream>>>(grad.data_as<float>(), out, tables.rel_first,
+                                                        tables.rel_last, s, lines, pitch, vector);
         ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather_tile");
-      }
-      if (s.p2c) {
-        allow_shared_bytes(bucket_gather_tile_kernel<S, false>, shared);
-        bucket_gather_tile_kernel<S, false><<<grid, kBlockThreads, shared, stream>>>(
-            grad.data_as<float>(), p2c_grad.data_as<S>(), tables.rel_first, tables.rel_last, s, lines, pitch,
-            vector);
-        ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather_tile");
-      }
+      };
+      if (s.c2p) launch_tiles(std::true_type{}, c2p_grad.data_as<S>());
+      if (s.p2c) launch_tiles(std::false_type{}, p2c_grad.data_as<S>());
     });
   }
   prof.mark("attn.bwd.bucket_gather");
