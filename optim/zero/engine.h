@@ -5,13 +5,16 @@
 // Per rank, Ψ = padded parameter count, W = world size, S = Ψ / W, T = compute dtype (2 bytes in bf16/f16;
 // in f32 the compute copy *is* the master, so its 4 bytes are not counted twice):
 //
-//   stage  compute copy (T)   gradients (f32)              master (f32)  Adam m, v (f32)  bytes/param, mixed
-//   0      Ψ                  Ψ                            Ψ             2Ψ               18
-//   1      Ψ                  Ψ (reduce-scattered at the   S             2S               6 + 12/W
-//                             end of the accumulation)
-//   2      Ψ                  S + buckets                  S             2S               2 + 16/W (+
-//   buckets) 3      S + gather bufs    S + buckets                  S             2S               18/W (+
-//   buffers)
+// clang-format off
+//   stage  compute copy (T)  gradients (f32)             master (f32)  Adam m, v (f32)  bytes/param, mixed
+//   0      Ψ                 Ψ                           Ψ             2Ψ               18 (16.125 split)
+//   1      Ψ                 Ψ (reduce-scattered at the  S             2S               6 + 12/W
+//                            end of the accumulation)
+//   2      Ψ                 S + buckets                 S             2S               2 + 16/W + buckets
+//   3      S + gather bufs   S + buckets                 S             2S               18/W + buffers
+// clang-format on
+// Split master (stage 0, bf16, on the GPU: optim/split_master.h): the f32 master is the compute copy plus a
+// 16-bit low half and a rounding bit, 2.125 bytes instead of 4.
 // Buckets: one f32 buffer per unit for the embeddings and the shared unit and two rotating layer buffers
 // (none at world size 1, where the shard is the whole model: backward accumulates into it directly);
 // stage-3 gather buffers: the same shapes in T. Stage 0 with one micro-batch per step keeps its gradients in

@@ -1,0 +1,197 @@
+// ZeroEngine's state piece by piece: the owned pieces, their master / m / v read and written (checkpoints),
+// parameters loaded, the compute copy refreshed from the master, and the full master gathered.
+#include "optim/zero/engine_impl.h"
+
+namespace zt::optim {
+
+std::vector<ZeroEngine::OwnedPiece> ZeroEngine::owned_pieces() const {
+  std::vector<OwnedPiece> out;
+  if (options_.stage == 0) {
+    for (size_t k = 0; k < table_.size(); ++k) out.push_back({k, 0, table_.entries()[k].numel()});
+  } else {
+    for (const ShardPiece& p : partition_.pieces(rank())) out.push_back({p.tensor, p.tensor_offset, p.numel});
+  }
+  return out;
+}
+
+// Element offset of an owned piece inside the state buffer of `kind`.
+static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mixed, bool offload, int rank,
+                                  const ZeroEngine::OwnedPiece& p, int kind) {
+  const size_t unit = part.unit_of_tensor(p.tensor);
+  const ZeroUnit& u = part.units()[unit];
+  const int64_t flat = part.tensor_flat_offset(p.tensor) + p.tensor_offset;
+  if (stage == 0) return flat;
+  const int64_t in_slice = flat - part.slice_begin(unit, rank);
+  ZT_CHECK(in_slice >= 0 && in_slice + p.numel <= u.slice_numel,
+           "ZeRO engine: piece outside the rank's slice");
+  const bool master_is_full_compute = kind == 0 && !mixed && stage < 3 && !offload;
+  return master_is_full_compute ? flat : u.shard_begin + in_slice;
+}
+
+void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> host) const {
+  impl_->land_all();  // the state an overlapped update writes
+  const Impl& s = *impl_;
+  ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: read_state size mismatch");
+  const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
+  if (s.offload) {
+    impl_->copy_offloaded_state(partition_.unit_of_tensor(piece.tensor), kind, offset, host, false);
+    return;
+  }
+  const Tensor out(host.data(), Shape{piece.numel}, DType::f32);
+  if (kind == 0 && s.split) {
+    if (piece.numel == 0) return;
+#ifdef ZT_WITH_CUDA
+    const DeviceBuffer joined =
+        device_allocator().allocate(host.size() * 4, MemoryCategory::scratch, "master (joined for a read)");
+    const Tensor values(joined.data(), Shape{piece.numel}, DType::f32, DeviceKind::cuda);
+    gpu::join_split_master(s.whole_split_master(), offset, values, work_stream());
+    copy_tensor(values, out);
+#endif
+    return;
+  }
+  copy_tensor(view(s.state(kind), DType::f32, offset, piece.numel), out);
+}
+
+void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const float> host) {
+  impl_->land_all();
+  const Impl& s = *impl_;
+  ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: write_state size mismatch");
+  const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
+  if (s.offload) {
+    impl_->copy_offloaded_state(partition_.unit_of_tensor(piece.tensor), kind, offset,
+                                {const_cast<float*>(host.data()), host.size()}, true);
+    return;
+  }
+  const Tensor in(const_cast<float*>(host.data()), Shape{piece.numel}, DType::f32);
+  if (kind == 0 && s.split) {  // the compute copy (hi) is written with the master
+    if (piece.numel == 0) return;
+#ifdef ZT_WITH_CUDA
+    const DeviceBuffer staged =
+        device_allocator().allocate(host.size() * 4, MemoryCategory::scratch, "master (staged for a write)");
+    const Tensor values(staged.data(), Shape{piece.numel}, DType::f32, DeviceKind::cuda);
+    copy_tensor(in, values);
+    gpu::write_split_master(values, s.whole_split_master(), offset, work_stream());
+    ZT_CUDA_CHECK(cudaStreamSynchronize(work_stream()));  // before `staged` goes back to the allocator
+#endif
+    return;
+  }
+  copy_tensor(in, view(s.state(kind), DType::f32, offset, piece.numel));
+}
+
+void ZeroEngine::refresh_compute_copy() {
+  Impl& s = *impl_;
+  s.land_all();
+  if (s.offload) {
+    s.wait_for_delayed_update();
+    s.publish_pending = false;  // everything is published from the master below
+    for (const OwnedBlock& b : s.blocks) {
+      // Every element of the block is written (the master's padding is zero).
+      const Tensor staged = s.begin_params_write(b, /*keep_unwritten=*/false);
+      for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
+        const SubGroup& sub = s.sub_groups[g];
+        write_compute_values(s.host_state->acquire(g).master,
+                             staged.slice_rows(sub.begin, sub.begin + sub.numel));
+        s.host_state->release(g, false);
+      }
+      s.end_params_write(b);
+      s.publish(b);
+    }
+    s.host_state->flush();  // the loading's deferred writes (copy_offloaded_state) reach the disk tier now
+    s.copies->join();
+  } else if (s.mixed && !s.split) {  // the split master's high halves are the compute copy already
+    for (const OwnedBlock& b : s.blocks)
+      kernels::copy(view(*s.master_arena, DType::f32, b.master, b.numel),
+                    view(*s.compute_copy, s.compute, b.compute, b.numel));
+  }
+  gather_updated_compute_copy();
+}
+
+void ZeroEngine::load_parameter(size_t tensor, std::span<const float> values) {
+  impl_->land_all();
+  ZT_CHECK(tensor < table_.size(), "load_parameter: tensor ", tensor, " outside the table (", table_.size(),
+           " tensors)");
+  ZT_CHECK(static_cast<int64_t>(values.size()) == tensor_numel(tensor),
+           "load_parameter: ", tensor_name(tensor), " has ", tensor_numel(tensor), " elements, got ",
+           values.size(), " values");
+  for (const OwnedPiece& p : owned_pieces())
+    if (p.tensor == tensor)
+      write_state(0, p, values.subspan(static_cast<size_t>(p.tensor_offset), static_cast<size_t>(p.numel)));
+}
+
+void ZeroEngine::load_full_parameters(const Arena& host_f32) {
+  ZT_CHECK(host_f32.device() == DeviceKind::cpu, "load_full_parameters needs a host arena");
+  for (size_t k = 0; k < table_.size(); ++k) {
+    const Tensor whole = host_f32.tensor(table_.entries()[k].name);
+    load_parameter(k, {static_cast<const float*>(whole.data()), static_cast<size_t>(whole.numel())});
+  }
+  finish_loading();
+}
+
+void ZeroEngine::gather_full_master(const Arena* host_f32) {
+  ZT_CHECK(host_f32 == nullptr || host_f32->device() == DeviceKind::cpu,
+           "gather_full_master needs a host arena");
+  TensorSink into_arena;
+  if (host_f32 != nullptr) {
+    into_arena = [&](size_t k, const Tensor& values) {
+      copy_tensor(values, host_f32->tensor(table_.entries()[k].name));
+    };
+  }
+  gather_full_master(into_arena);
+}
+
+void ZeroEngine::gather_full_master(const TensorSink& take) {
+  Impl& s = *impl_;
+  finish_delayed_update();
+  compute_waits_for_comm();  // overlap_comm: its gathers on the compute stream, after the comm stream's work
+  const auto& units = partition_.units();
+  std::unique_ptr<Arena> unit_buffer, master_upload;
+  // `buffer` as f32 [numel], grown (reallocated) when a unit needs more than it holds.
+  auto scratch_f32 = [&](std::unique_ptr<Arena>& buffer, const char* name, int64_t numel) {
+    if (!buffer || buffer->bytes() < static_cast<size_t>(numel) * 4)
+      buffer = std::make_unique<Arena>(name, flat_layout(numel, DType::f32),
+                                       s.options(MemoryCategory::scratch, false));
+    return view(*buffer, DType::f32, 0, numel);
+  };
+  for (size_t u = 0; u < units.size(); ++u) {
+    const ZeroUnit& unit = units[u];
+    const OwnedBlock& b = s.blocks[u];
+    // The unit's full f32 values: in the master itself at stage 0, else gathered into a unit buffer.
+    Tensor full;
+    if (s.stage == 0 && !s.split) {
+      full = view(s.master(), DType::f32, unit.flat_begin, unit.numel);
+    } else if (s.split) {
+#ifdef ZT_WITH_CUDA
+      full = scratch_f32(unit_buffer, "consolidation buffer", unit.numel);
+      gpu::join_split_master(s.whole_split_master(), unit.flat_begin, full, work_stream());
+#endif
+    } else {
+      full = scratch_f32(unit_buffer, "consolidation buffer", unit.numel);
+      Tensor mine;
+      if (s.offload) {  // the slice comes up from the host store first
+        mine = scratch_f32(master_upload, "consolidation upload", b.numel);
+        for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
+          const SubGroup& sub = s.sub_groups[g];
+          const std::span<float> master = s.host_state->acquire(g).master;
+          copy_tensor(Tensor(master.data(), Shape{sub.numel}, DType::f32),
+                      mine.slice_rows(sub.begin, sub.begin + sub.numel));
+          s.host_state->release(g, false);
+        }
+      } else {
+        mine = view(s.master(), DType::f32, b.master, b.numel);
+      }
+      if (world_size() == 1) {
+        kernels::copy(mine, full);
+      } else {
+        comm_.all_gather(mine, full, work_comm_stream());
+      }
+    }
+    if (!take) continue;  // this rank only takes part in the gathers
+    for (size_t k = unit.first_tensor; k < unit.end_tensor; ++k) {
+      const ParameterInfo& info = table_.entries()[k];
+      const int64_t offset = partition_.tensor_flat_offset(k) - unit.flat_begin;
+      take(k, Tensor(static_cast<float*>(full.data()) + offset, info.shape, DType::f32, full.device()));
+    }
+  }
+}
+
+}  // namespace zt::optim
