@@ -20,6 +20,7 @@ case "$kind" in
     # Leaks are reported at exit; UBSan reports abort (no recover) and print a stack.
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+    export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/scripts/lsan_suppressions.txt}
     ;;
   thread)
     flags="-fsanitize=thread -fno-omit-frame-pointer"
@@ -34,7 +35,9 @@ esac
 shift
 
 "$root/scripts/setup.sh"
-cmake -S "$root" -B "$build" -DZT_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$flags" \
+# Warnings stay warnings here: GCC 12's -Wmaybe-uninitialized reports false positives inside libstdc++'s
+# std::regex once the sanitizers instrument it.
+cmake -S "$root" -B "$build" -DZT_CUDA=OFF -DZT_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$flags" \
   -DCMAKE_C_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" >/dev/null
 cmake --build "$build" -j"$(nproc 2>/dev/null || echo 2)"
 # The tests' own timeouts were set for uninstrumented code.
