@@ -107,7 +107,8 @@ inline Params16Out params16_of(const Tensor& t) {
 
 // The offloaded state's sub-groups (store blocks) in shard elements: each unit's slice, at its shard offset,
 // cut by sub_group_size. The engine's owned blocks of stages 1-3 are these slices.
-inline std::vector<HostBlockExtent> offloaded_sub_groups(const ZeroPartition& partition, int64_t sub_group_size) {
+inline std::vector<HostBlockExtent> offloaded_sub_groups(const ZeroPartition& partition,
+                                                         int64_t sub_group_size) {
   std::vector<HostBlockExtent> slices;
   for (const ZeroUnit& unit : partition.units()) slices.push_back({unit.shard_begin, unit.slice_numel});
   return cut_into_sub_groups(slices, sub_group_size);
@@ -121,7 +122,8 @@ inline std::vector<int64_t> numel_of(const std::vector<HostBlockExtent>& extents
 
 // The parts of `ranges` (relative to a block) inside the block's elements [begin, begin + numel), relative
 // to `begin`: what AdamW updates in that sub-group.
-inline std::vector<TensorRange> ranges_within(const std::vector<TensorRange>& ranges, int64_t begin, int64_t numel) {
+inline std::vector<TensorRange> ranges_within(const std::vector<TensorRange>& ranges, int64_t begin,
+                                              int64_t numel) {
   std::vector<TensorRange> out;
   for (const TensorRange& r : ranges) {
     const int64_t lo = std::max(r.offset, begin);
@@ -144,7 +146,6 @@ inline int64_t largest_slice(const ZeroPartition& partition) {
   for (const ZeroUnit& u : partition.units()) n = std::max(n, u.slice_numel);
   return n;
 }
-
 
 // The split master's buffers: the low halves (2 bytes an element of the f32 master's layout) and the
 // rounding bits, in 32-bit words with one to spare (a unit's view starts at its first element / 32).
