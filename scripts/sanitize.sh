@@ -25,7 +25,7 @@ case "$kind" in
   thread)
     flags="-fsanitize=thread -fno-omit-frame-pointer"
     build=${SANITIZE_BUILD_DIR:-$root/build-tsan}
-    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan_suppressions.txt}
     ;;
   *)
     echo "usage: scripts/sanitize.sh address|thread [ctest arguments...]" >&2
