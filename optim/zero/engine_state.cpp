@@ -157,13 +157,13 @@ void ZeroEngine::gather_full_master(const TensorSink& take) {
     const OwnedBlock& b = s.blocks[u];
     // The unit's full f32 values: in the master itself at stage 0, else gathered into a unit buffer.
     Tensor full;
-    if (s.stage == 0 && !s.split) {
-      full = view(s.master(), DType::f32, unit.flat_begin, unit.numel);
-    } else if (s.split) {
+    if (s.split) {  // stage 0 only: joined from its three parts into a unit buffer
 #ifdef ZT_WITH_CUDA
       full = scratch_f32(unit_buffer, "consolidation buffer", unit.numel);
       gpu::join_split_master(s.whole_split_master(), unit.flat_begin, full, work_stream());
 #endif
+    } else if (s.stage == 0) {
+      full = view(s.master(), DType::f32, unit.flat_begin, unit.numel);
     } else {
       full = scratch_f32(unit_buffer, "consolidation buffer", unit.numel);
       Tensor mine;
