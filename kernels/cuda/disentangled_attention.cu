@@ -190,28 +190,19 @@ __global__ void __launch_bounds__(kWarps * 32)
                              const float* __restrict__ c2p, const float* __restrict__ p2c,
                              const int32_t* __restrict__ diagonal, const uint8_t* __restrict__ keep,
                              AttentionShape s, bool vector_rows) {
-  extern __shared__ float softmax_shared[];
+  // The diagonal index table stays in global memory (L1-resident: 2 L - 1 ints a block). Staging it in shared
+  // memory, with the P2C loop unrolled 4x, measured slower (PERFORMANCE.md, "The split f32 master").
+  extern __shared__ float p2c_tile[];  // [kSoftmaxTileRows, L + 1]
   const int L = static_cast<int>(s.length), pitch = L + 1;
-  // [kSoftmaxTileRows, L + 1] P2C terms (p2c), then the diagonal index table [2 L - 1] (c2p or p2c): the
-  // gathers' index loads from shared memory, so the P2C loads that follow them are not behind an L1 miss.
-  float* p2c_tile = softmax_shared;
-  int* diagonal_shared = reinterpret_cast<int*>(softmax_shared + (s.p2c ? kSoftmaxTileRows * pitch : 0));
   const int64_t window_pitch = s.window_pitch;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int i0 = static_cast<int>(blockIdx.x) * kSoftmaxTileRows;
   const int64_t bh = blockIdx.y, h = bh % s.heads, b = bh / s.heads;
   const int64_t head_rows = (h * s.batch + b) * L;  // row (b, 0) of head h in the positional scratch
-  if (s.c2p || s.p2c) {
-    for (int x = static_cast<int>(threadIdx.x); x < 2 * L - 1; x += kWarps * 32)
-      diagonal_shared[x] = diagonal[x];
-    __syncthreads();
-  }
   if (s.p2c) {
     const int i = i0 + lane;
-#pragma unroll 4
     for (int j = warp; j < L; j += kWarps) {
-      if (i < L)
-        p2c_tile[lane * pitch + j] = p2c[(head_rows + j) * window_pitch + diagonal_shared[i - j + L - 1]];
+      if (i < L) p2c_tile[lane * pitch + j] = p2c[(head_rows + j) * window_pitch + diagonal[i - j + L - 1]];
     }
     __syncthreads();
   }
@@ -242,7 +233,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         x[c][q] = kMasked;
         if (j >= L) continue;
         float a = qk[q];
-        if (s.c2p) a += c2p_row[diagonal_shared[i - j + L - 1]];
+        if (s.c2p) a += c2p_row[diagonal[i - j + L - 1]];
         if (s.p2c) a += p2c_tile[t * pitch + j];
         a *= s.inverse_scale;
         x[c][q] = (query_kept && key_keep[j]) ? a : kMasked;
@@ -1035,8 +1026,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     dispatch_row_chunks(L, [&](auto chunks) {
       constexpr int kChunks = decltype(chunks)::value, kWarps = softmax_warps<kChunks>();
       const auto kernel = attention_softmax_kernel<S, kChunks, kWarps>;
-      const size_t shared = (s.p2c ? static_cast<size_t>(kSoftmaxTileRows * (L + 1)) * sizeof(float) : 0) +
-                            (s.c2p || s.p2c ? static_cast<size_t>(2 * L - 1) * sizeof(int32_t) : 0);
+      const size_t shared = s.p2c ? static_cast<size_t>(kSoftmaxTileRows * (L + 1)) * sizeof(float) : 0;
       allow_shared_bytes(kernel, shared);
       const dim3 grid(static_cast<unsigned>((L + kSoftmaxTileRows - 1) / kSoftmaxTileRows),
                       static_cast<unsigned>(s.batch * s.heads));
