@@ -14,6 +14,10 @@
 // kernels::scale pass would store, so results stay bitwise equal), and zero_grads writes 0 over each
 // gradient once read (the next step's accumulation starts from zero; elements outside the ranges are not
 // touched).
+//
+// launch: the grid's shape (optim/adamw_launch.h). The default {0, 0} is a 256-thread block per 8192-element
+// chunk; a bounded grid has each block loop over chunks, so a run beside other kernels (the overlapped
+// AdamW) can leave most SMs to them. The stored results are bitwise the same for every shape.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,6 +25,7 @@
 #include <span>
 
 #include "optim/adamw.h"
+#include "optim/adamw_launch.h"
 #include "runtime/tensor.h"
 
 namespace zt::optim::gpu {
@@ -28,7 +33,7 @@ namespace zt::optim::gpu {
 void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const Tensor& grads,
                   const Tensor& exp_avg, const Tensor& exp_avg_sq, std::span<const TensorRange> ranges,
                   const Tensor& params16, cudaStream_t stream, float grad_scale = 1.0f,
-                  bool zero_grads = false);
+                  bool zero_grads = false, const AdamWLaunch& launch = {});
 
 // The split master (optim/split_master.h): hi is the bf16 compute copy [N]; lo [N] the masters' low 16 bits
 // (raw bits in bf16-typed storage); up [ceil(N / 32)] i32 words of rounding bits (bit e of byte e / 8).
@@ -41,7 +46,8 @@ struct SplitMaster {
 void adamw_update_split_master(const AdamWStepScalars& scalars, const SplitMaster& master,
                                const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                                std::span<const TensorRange> ranges, cudaStream_t stream,
-                               float grad_scale = 1.0f, bool zero_grads = false);
+                               float grad_scale = 1.0f, bool zero_grads = false,
+                               const AdamWLaunch& launch = {});
 
 // out[k] = master element offset + k, as f32 (k < out.numel()); and the reverse, which writes hi (the compute
 // copy) too. Any offset: the bits of other elements sharing a byte of `up` are kept.

@@ -28,6 +28,7 @@
 #include "runtime/step_profile.h"
 
 #ifdef ZT_WITH_CUDA
+#include "optim/adamw_launch.h"
 #include "optim/cuda/adamw.cuh"
 #include "optim/cuda/grad_norm.cuh"
 #include "runtime/cuda_check.h"
@@ -367,6 +368,9 @@ struct ZeroEngine::Impl {
     Stream stream;     // non-blocking, on the rank's device
     Event step_ready;  // on the compute stream: the gradients and the norm are final
     std::vector<Event> unit_updated;
+    // The AdamW's grid beside the forward: ZT_OVERLAP_ADAMW_GRID (optim/adamw_launch.h), read at the engine's
+    // construction so a malformed value fails before training starts; the default launch when unset.
+    AdamWLaunch adamw_launch = overlap_adamw_launch();
     ~OptimizerOverlap() { (void)cudaStreamSynchronize(stream.get()); }
   };
   // World size 1 on the device (early_grad_norm at stage 0, and with overlap_optimizer): each unit's sum of

@@ -277,13 +277,16 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     const AdamWStepScalars scalars = adamw_step_scalars(adamw_.hyper(), lr, adamw_.step_count());
     // In unit order on the compute stream; with overlap_optimizer in the forward's order on the optimizer
     // stream, after everything the compute stream queued (backward, the norm), each unit's end recorded for
-    // the next pass to wait for (acquire).
+    // the next pass to wait for (acquire), there on the grid ZT_OVERLAP_ADAMW_GRID may bound; the AdamW
+    // inside the step keeps the default launch.
     Impl::OptimizerOverlap* o = s.optimizer_overlap.get();
     cudaStream_t stream = work_stream();
+    AdamWLaunch launch;
     if (o != nullptr) {
       o->step_ready.record(stream);
       o->stream.wait(o->step_ready);
       stream = o->stream.get();
+      launch = o->adamw_launch;
     }
     using Phase = Impl::Phase;
     for (const size_t u : s.phase_order[static_cast<int>(o != nullptr ? Phase::forward : Phase::update)]) {
@@ -295,13 +298,13 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
         gpu::adamw_update_split_master(scalars, s.split_master(b.master, b.numel), grad_block(b),
                                        view(*s.exp_avg, DType::f32, b.moments, b.numel),
                                        view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges, stream,
-                                       static_cast<float>(factor), zero_grads);
+                                       static_cast<float>(factor), zero_grads, launch);
       } else {
         gpu::adamw_update(scalars, view(s.master(), DType::f32, b.master, b.numel), grad_block(b),
                           view(*s.exp_avg, DType::f32, b.moments, b.numel),
                           view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges,
                           s.mixed ? view(*s.compute_copy, s.compute, b.compute, b.numel) : Tensor(), stream,
-                          static_cast<float>(factor), zero_grads);
+                          static_cast<float>(factor), zero_grads, launch);
       }
       if (o != nullptr) {
         o->unit_updated[u].record(stream);

@@ -1,8 +1,9 @@
 // Fused multi-tensor AdamW on the GPU against the CPU AdamW over 5 steps (bit-identical: the same
 // per-element operations in the same order, no FMA contraction on either side), with decaying and
 // non-decaying ranges, gaps that must stay untouched, more ranges than one launch takes, misaligned buffers,
-// and the bf16/f16 copy equal to the host rounding of the f32 master. Also the GPU gradient statistics
-// (sum of squares, non-finite count) against the CPU's.
+// and the bf16/f16 copy equal to the host rounding of the f32 master. Bounded launch shapes (the overlapped
+// AdamW's, optim/adamw_launch.h) store bit for bit what the default launch stores. Also the GPU gradient
+// statistics (sum of squares, non-finite count) against the CPU's.
 #include <gtest/gtest.h>
 
 #include "tests/support/gpu.h"
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "optim/adamw.h"
@@ -161,6 +163,87 @@ TEST(AdamWGpuFused, GradScaleAndZeroingMatchScaleThenStep) {
   EXPECT_EQ(max_ulp_distance(gp.download(), params), 0);
   EXPECT_EQ(max_ulp_distance(gm.download(), m), 0);
   EXPECT_EQ(max_ulp_distance(gv.download(), v), 0);
+}
+
+// Every buffer adamw_update writes, as raw bits.
+struct AdamWOutputs {
+  std::vector<uint32_t> params, grads, exp_avg, exp_avg_sq;
+  std::vector<uint16_t> params16;
+};
+
+// Two steps (grad_scale 0.37) over awkward_ranges with the bf16 copy, launched as `launch`; the buffers start
+// `offset` elements past an allocation (1: the scalar path).
+AdamWOutputs two_steps_with_launch(const AdamWLaunch& launch, int64_t offset, bool zero_grads) {
+  int64_t size = 0;
+  const std::vector<TensorRange> ranges = awkward_ranges(size);
+  const AdamWHyper hyper{1e-3, 0.9, 0.999, 1e-8, 0.01};
+  DeviceArray gp(DType::f32, Shape{size}, offset), gg(DType::f32, Shape{size}, offset);
+  DeviceArray gm(DType::f32, Shape{size}, offset), gv(DType::f32, Shape{size}, offset);
+  DeviceArray g16(DType::bf16, Shape{size}, offset);
+  gp.upload(random_floats(size, 91));
+  gm.upload(random_floats(size, 92, -0.01f, 0.01f));
+  gv.upload(random_floats(size, 93, 0.0f, 1e-4f));
+  g16.upload_raw(std::vector<uint16_t>(static_cast<size_t>(size), 0x1234));  // sentinel outside the ranges
+  for (int step = 1; step <= 2; ++step) {
+    gg.upload(random_floats(size, 94 + static_cast<uint32_t>(step), -0.1f, 0.1f));
+    gpu::adamw_update(adamw_step_scalars(hyper, 1e-3 * step, step), gp.tensor(), gg.tensor(), gm.tensor(),
+                      gv.tensor(), ranges, g16.tensor(), nullptr, 0.37f, zero_grads, launch);
+  }
+  return {gp.download_raw<uint32_t>(), gg.download_raw<uint32_t>(), gm.download_raw<uint32_t>(),
+          gv.download_raw<uint32_t>(), g16.download_raw<uint16_t>()};
+}
+
+// memcmp of two downloads; on a difference, how many elements differ and the first.
+template <typename T>
+void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  if (std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0) return;
+  int64_t first = -1, count = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    if (first < 0) first = static_cast<int64_t>(i);
+    ++count;
+  }
+  ADD_FAILURE() << what << ": " << count << " elements differ, the first at " << first;
+}
+
+// Shapes with more chunks than blocks (each block loops), blocks of 32..1024 threads (the stride within a
+// chunk), and one bounded field with the other at its default.
+const AdamWLaunch kBoundedLaunches[] = {{1, 32}, {3, 64}, {33, 512}, {7, 1024}, {66, 256}, {0, 128}, {5, 0}};
+
+TEST(AdamWGpuLaunch, BoundedGridsStoreWhatTheDefaultLaunchStores) {
+  ZT_SKIP_WITHOUT_GPU();
+  for (const int64_t offset : {0, 1}) {
+    for (const bool zero_grads : {false, true}) {
+      const AdamWOutputs want = two_steps_with_launch({}, offset, zero_grads);
+      for (const AdamWLaunch& launch : kBoundedLaunches) {
+        const AdamWOutputs got = two_steps_with_launch(launch, offset, zero_grads);
+        const std::string what = "launch {" + std::to_string(launch.blocks) + ", " +
+                                 std::to_string(launch.threads) + "}, offset " + std::to_string(offset) +
+                                 (zero_grads ? ", zero_grads" : "") + ": ";
+        expect_same_bits(got.params, want.params, what + "params");
+        expect_same_bits(got.grads, want.grads, what + "grads");
+        expect_same_bits(got.exp_avg, want.exp_avg, what + "exp_avg");
+        expect_same_bits(got.exp_avg_sq, want.exp_avg_sq, what + "exp_avg_sq");
+        expect_same_bits(got.params16, want.params16, what + "params16");
+      }
+    }
+  }
+}
+
+TEST(AdamWGpuChecks, RejectsBadLaunchShapes) {
+  ZT_SKIP_WITHOUT_GPU();
+  DeviceArray p(DType::f32, Shape{64}), g(DType::f32, Shape{64}), m(DType::f32, Shape{64}),
+      v(DType::f32, Shape{64});
+  const AdamWStepScalars s = adamw_step_scalars({}, 1e-3, 1);
+  const std::vector<TensorRange> one = {{0, 10, true}};
+  for (const AdamWLaunch launch : {AdamWLaunch{-1, 256}, AdamWLaunch{4, 48}, AdamWLaunch{4, 16},
+                                   AdamWLaunch{4, 2048}, AdamWLaunch{4, -32}}) {
+    EXPECT_THROW(gpu::adamw_update(s, p.tensor(), g.tensor(), m.tensor(), v.tensor(), one, Tensor(), nullptr,
+                                   1.0f, false, launch),
+                 Error)
+        << launch.blocks << ", " << launch.threads;
+  }
 }
 
 TEST(AdamWGpuChecks, RejectsOverlappingRangesAndWrongBuffers) {
