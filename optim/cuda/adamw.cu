@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/check.h"
@@ -99,35 +100,52 @@ __device__ __forceinline__ int chunk_elements(const RangeTable& table, int64_t c
   return lo;
 }
 
+// The chunks block blockIdx.x updates, and the block size its loops stride by: in the default launch
+// (kBounded false) chunk blockIdx.x and kThreads, both compile-time, so the code is what ran before bounded
+// launches existed; in a bounded one (AdamWLaunch) chunks blockIdx.x, + gridDim.x, ... and blockDim.x.
+template <bool kBounded, typename Body>
+__device__ __forceinline__ void for_each_chunk(const RangeTable& table, const Body& body) {
+  if constexpr (kBounded) {
+    const int64_t chunks = table.first_chunk[table.count];
+    for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x)
+      body(chunk, static_cast<int64_t>(blockDim.x));
+  } else {
+    body(static_cast<int64_t>(blockIdx.x), int64_t{kThreads});
+  }
+}
+
 // Chunk c of the table is range k with first_chunk[k] <= c < first_chunk[k + 1], elements
-// [offset + (c - first_chunk[k]) * kChunkElements, ...) clipped to the range; block b updates chunks b,
-// b + gridDim.x, ... (only chunk b in the default launch). float4 accesses where the chunk start is
-// 4-aligned and the bases are 16-byte aligned (`vector_bases`; the 16-bit copy's 8-byte aligned), scalars
-// for the rest. Each thread loads kVectorUnroll float4 groups of all four arrays before it updates and
-// stores any (2 x 64 bytes in flight a thread: the kernel is bound by HBM latency x bandwidth). Any block
-// size that is a multiple of 32 covers every element once, so the result does not depend on the shape.
-template <typename Half>
+// [offset + (c - first_chunk[k]) * kChunkElements, ...) clipped to the range (for_each_chunk says which
+// block takes it). float4 accesses where the chunk start is 4-aligned and the bases are 16-byte aligned
+// (`vector_bases`; the 16-bit copy's 8-byte aligned), scalars for the rest. Each thread loads kVectorUnroll
+// float4 groups of all four arrays before it updates and stores any (2 x 64 bytes in flight a thread: the
+// kernel is bound by HBM latency x bandwidth). Any block size that is a multiple of 32 covers every element
+// once, so the result does not depend on the shape. kMasked: elements of untouched rows take g = 0 without
+// a load, and zero_grads leaves them unwritten (optim/cuda/untouched_rows.cuh; a float4 group lies in one
+// row: the host checks that the rows start and end at multiples of 8).
+template <typename Half, bool kBounded, bool kMasked>
 __global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const RangeTable table,
                                           bool vector_bases, float* params, float* grads, float* exp_avg,
-                                          float* exp_avg_sq, Half* params16) {
-  const int64_t chunks = table.first_chunk[table.count];
-  const int64_t stride = 4 * static_cast<int64_t>(blockDim.x);  // between a thread's consecutive float4s
-  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+                                          float* exp_avg_sq, Half* params16, const UntouchedRows untouched) {
+  for_each_chunk<kBounded>(table, [&](int64_t chunk, int64_t threads) {
     int64_t begin = 0, end = 0;
     const int k = chunk_elements(table, chunk, begin, end);
     const float decay = table.weight_decay[k] ? update.s.decay_factor : 1.0f;  // x * 1 == x exactly
     int64_t scalar_from = begin;
     if (vector_bases && begin % 4 == 0) {
       const int64_t vector_end = begin + (end - begin) / 4 * 4;
+      const int64_t stride = 4 * threads;  // elements between a thread's consecutive float4 groups
       for (int64_t i = begin + 4 * static_cast<int64_t>(threadIdx.x); i < vector_end;
            i += stride * kVectorUnroll) {
         float4 p[kVectorUnroll], g[kVectorUnroll], m[kVectorUnroll], v[kVectorUnroll];
+        bool skip[kVectorUnroll];
 #pragma unroll
         for (int u = 0; u < kVectorUnroll; ++u) {
           const int64_t j = i + u * stride;
           if (j >= vector_end) break;
+          skip[u] = kMasked && is_untouched(untouched, j);
           p[u] = *reinterpret_cast<const float4*>(params + j);
-          g[u] = *reinterpret_cast<const float4*>(grads + j);
+          g[u] = skip[u] ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *reinterpret_cast<const float4*>(grads + j);
           m[u] = *reinterpret_cast<const float4*>(exp_avg + j);
           v[u] = *reinterpret_cast<const float4*>(exp_avg_sq + j);
         }
@@ -139,7 +157,8 @@ __global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const Rang
           update(decay, p[u].y, g[u].y, m[u].y, v[u].y);
           update(decay, p[u].z, g[u].z, m[u].z, v[u].z);
           update(decay, p[u].w, g[u].w, m[u].w, v[u].w);
-          if (update.zero_grads) *reinterpret_cast<float4*>(grads + j) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          if (update.zero_grads && !skip[u])
+            *reinterpret_cast<float4*>(grads + j) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
           *reinterpret_cast<float4*>(params + j) = p[u];
           *reinterpret_cast<float4*>(exp_avg + j) = m[u];
           *reinterpret_cast<float4*>(exp_avg_sq + j) = v[u];
@@ -148,16 +167,17 @@ __global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const Rang
       }
       scalar_from = vector_end;
     }
-    for (int64_t i = scalar_from + threadIdx.x; i < end; i += blockDim.x) {
+    for (int64_t i = scalar_from + threadIdx.x; i < end; i += threads) {
+      const bool skip = kMasked && is_untouched(untouched, i);
       float p = params[i], m = exp_avg[i], v = exp_avg_sq[i];
-      update(decay, p, grads[i], m, v);
-      if (update.zero_grads) grads[i] = 0.0f;
+      update(decay, p, skip ? 0.0f : grads[i], m, v);
+      if (update.zero_grads && !skip) grads[i] = 0.0f;
       params[i] = p;
       exp_avg[i] = m;
       exp_avg_sq[i] = v;
       store_param16(params16, i, p);
     }
-  }
+  });
 }
 
 // The split master (optim/split_master.h): the master of element e is joined from hi[e] (the bf16 compute
@@ -167,26 +187,29 @@ __global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const Rang
 // stored whole, so no two threads write one byte; bits of elements past the range keep their values. With
 // 16-byte aligned bases: one 16-byte access of hi and of lo, two of grads, m and v (128 bytes in flight a
 // thread), else element by element. Chunks go to blocks as in adamw_multi_tensor_kernel (a chunk is a
-// multiple of 8 elements from a range's start, so no two blocks share a byte of `up` either).
+// multiple of 8 elements from a range's start, so no two blocks share a byte of `up` either), and so do
+// untouched rows (kMasked: an 8-element group lies in one row).
+template <bool kBounded, bool kMasked>
 __global__ void adamw_split_master_kernel(const ElementUpdate update, const RangeTable table,
                                           bool vector_bases, uint16_t* hi, uint16_t* lo, uint8_t* up,
-                                          float* grads, float* exp_avg, float* exp_avg_sq) {
-  const int64_t chunks = table.first_chunk[table.count];
-  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+                                          float* grads, float* exp_avg, float* exp_avg_sq,
+                                          const UntouchedRows untouched) {
+  for_each_chunk<kBounded>(table, [&](int64_t chunk, int64_t threads) {
     int64_t begin = 0, end = 0;
     const int k = chunk_elements(table, chunk, begin, end);
     const float decay = table.weight_decay[k] ? update.s.decay_factor : 1.0f;
-    for (int64_t e0 = begin + 8 * static_cast<int64_t>(threadIdx.x); e0 < end;
-         e0 += 8 * static_cast<int64_t>(blockDim.x)) {
+    for (int64_t e0 = begin + 8 * static_cast<int64_t>(threadIdx.x); e0 < end; e0 += 8 * threads) {
       const int n = static_cast<int>(min(int64_t{8}, end - e0));
       uint32_t bits = up[e0 / 8];
       if (n == 8 && vector_bases) {
+        const bool skip = kMasked && is_untouched(untouched, e0);
         uint4 hi8 = *reinterpret_cast<const uint4*>(hi + e0);
         uint4 lo8 = *reinterpret_cast<const uint4*>(lo + e0);
         float4 g[2], m[2], v[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          g[h] = *reinterpret_cast<const float4*>(grads + e0 + 4 * h);
+          g[h] = skip ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+                      : *reinterpret_cast<const float4*>(grads + e0 + 4 * h);
           m[h] = *reinterpret_cast<const float4*>(exp_avg + e0 + 4 * h);
           v[h] = *reinterpret_cast<const float4*>(exp_avg_sq + e0 + 4 * h);
         }
@@ -209,7 +232,7 @@ __global__ void adamw_split_master_kernel(const ElementUpdate update, const Rang
         *reinterpret_cast<uint4*>(lo + e0) = lo8;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          if (update.zero_grads)
+          if (update.zero_grads && !skip)
             *reinterpret_cast<float4*>(grads + e0 + 4 * h) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
           *reinterpret_cast<float4*>(exp_avg + e0 + 4 * h) = m[h];
           *reinterpret_cast<float4*>(exp_avg_sq + e0 + 4 * h) = v[h];
@@ -218,10 +241,11 @@ __global__ void adamw_split_master_kernel(const ElementUpdate update, const Rang
       } else {
         for (int q = 0; q < n; ++q) {
           const int64_t e = e0 + q;
+          const bool skip = kMasked && is_untouched(untouched, e);
           float p = join_master_value(hi[e], lo[e], (bits >> q) & 1u);
           float m = exp_avg[e], v = exp_avg_sq[e];
-          update(decay, p, grads[e], m, v);
-          if (update.zero_grads) grads[e] = 0.0f;
+          update(decay, p, skip ? 0.0f : grads[e], m, v);
+          if (update.zero_grads && !skip) grads[e] = 0.0f;
           exp_avg[e] = m;
           exp_avg_sq[e] = v;
           const SplitMasterValue split = split_master_value(p);
@@ -232,7 +256,7 @@ __global__ void adamw_split_master_kernel(const ElementUpdate update, const Rang
       }
       up[e0 / 8] = static_cast<uint8_t>(bits);
     }
-  }
+  });
 }
 
 // out[k] = master[offset + k] (join) or master[offset + k] = in[k] (split), k < n: a thread per byte of
@@ -342,16 +366,38 @@ void for_each_range_batch(std::span<const TensorRange> ranges, const Launch& lau
   }
 }
 
+// Untouched rows, when given, are whole rows of a multiple of 8 elements from a multiple of 8, inside the
+// buffers: every float4 or 8-element group a thread takes lies in one row.
+void check_untouched(const UntouchedRows& u, int64_t size, const char* op) {
+  if (u.touched == nullptr) return;
+  ZT_CHECK(u.width > 0 && u.width % 8 == 0 && u.first >= 0 && u.first % 8 == 0 && u.rows >= 0 &&
+               u.first + u.rows * u.width <= size,
+           op, ": untouched rows must be rows of a multiple of 8 elements from a multiple of 8 inside the ",
+           size, " elements, got ", u.rows, " rows of ", u.width, " from ", u.first);
+}
+
+// Calls f(kBounded, kMasked) as std::bool_constants: the kernel instantiation for a launch and a mask.
+template <typename F>
+void dispatch_variant(const AdamWLaunch& launch, const UntouchedRows& untouched, const F& f) {
+  const bool bounded = launch.blocks > 0 || launch.threads > 0, masked = untouched.touched != nullptr;
+  if (bounded && masked) return f(std::true_type{}, std::true_type{});
+  if (bounded) return f(std::true_type{}, std::false_type{});
+  if (masked) return f(std::false_type{}, std::true_type{});
+  f(std::false_type{}, std::false_type{});
+}
+
 template <typename Half>
 void launch_batches(const ElementUpdate& update, std::span<const TensorRange> ranges, bool vector_bases,
                     float* params, float* grads, float* exp_avg, float* exp_avg_sq, Half* params16,
-                    cudaStream_t stream, const AdamWLaunch& launch) {
-  for_each_range_batch(ranges, [&](const RangeTable& table, unsigned chunks) {
-    const LaunchShape shape =
-        launch_shape(launch, chunks, adamw_multi_tensor_kernel<Half>, "adamw_update (cuda)");
-    adamw_multi_tensor_kernel<Half><<<shape.blocks, shape.threads, 0, stream>>>(
-        update, table, vector_bases, params, grads, exp_avg, exp_avg_sq, params16);
-    ZT_CUDA_CHECK_LAUNCH("adamw_multi_tensor");
+                    cudaStream_t stream, const AdamWLaunch& launch, const UntouchedRows& untouched) {
+  dispatch_variant(launch, untouched, [&](auto bounded, auto masked) {
+    const auto kernel = adamw_multi_tensor_kernel<Half, decltype(bounded)::value, decltype(masked)::value>;
+    for_each_range_batch(ranges, [&](const RangeTable& table, unsigned chunks) {
+      const LaunchShape shape = launch_shape(launch, chunks, kernel, "adamw_update (cuda)");
+      kernel<<<shape.blocks, shape.threads, 0, stream>>>(update, table, vector_bases, params, grads, exp_avg,
+                                                         exp_avg_sq, params16, untouched);
+      ZT_CUDA_CHECK_LAUNCH("adamw_multi_tensor");
+    });
   });
 }
 
@@ -360,7 +406,7 @@ void launch_batches(const ElementUpdate& update, std::span<const TensorRange> ra
 void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const Tensor& grads,
                   const Tensor& exp_avg, const Tensor& exp_avg_sq, std::span<const TensorRange> ranges,
                   const Tensor& params16, cudaStream_t stream, float grad_scale, bool zero_grads,
-                  const AdamWLaunch& launch) {
+                  const AdamWLaunch& launch, const UntouchedRows& untouched) {
   check_launch(launch, "adamw_update (cuda)");
   const int64_t size = params.numel();
   check_f32_buffer(params, size, "params");
@@ -368,6 +414,7 @@ void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const T
   check_f32_buffer(exp_avg, size, "exp_avg");
   check_f32_buffer(exp_avg_sq, size, "exp_avg_sq");
   check_ranges(ranges, size);
+  check_untouched(untouched, size, "adamw_update (cuda)");
   const bool vector_bases = aligned16(params.data()) && aligned16(grads.data()) &&
                             aligned16(exp_avg.data()) && aligned16(exp_avg_sq.data()) &&
                             reinterpret_cast<uintptr_t>(params16.data()) % 8 == 0;
@@ -377,7 +424,7 @@ void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const T
   float* m = static_cast<float*>(exp_avg.data());
   float* v = static_cast<float*>(exp_avg_sq.data());
   if (params16.data() == nullptr) {
-    launch_batches<NoCopy>(update, ranges, vector_bases, p, g, m, v, nullptr, stream, launch);
+    launch_batches<NoCopy>(update, ranges, vector_bases, p, g, m, v, nullptr, stream, launch, untouched);
     return;
   }
   ZT_CHECK(params16.device() == DeviceKind::cuda && params16.is_contiguous() && params16.numel() == size,
@@ -385,10 +432,10 @@ void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const T
            params16.describe());
   if (params16.dtype() == DType::bf16) {
     launch_batches(update, ranges, vector_bases, p, g, m, v, static_cast<__nv_bfloat16*>(params16.data()),
-                   stream, launch);
+                   stream, launch, untouched);
   } else if (params16.dtype() == DType::f16) {
     launch_batches(update, ranges, vector_bases, p, g, m, v, static_cast<__half*>(params16.data()), stream,
-                   launch);
+                   launch, untouched);
   } else {
     ZT_FAIL("adamw_update (cuda): params16 must be bf16 or f16, got ", params16.describe());
   }
@@ -423,7 +470,7 @@ uint16_t* bits16(const Tensor& t) {
 void adamw_update_split_master(const AdamWStepScalars& scalars, const SplitMaster& master,
                                const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                                std::span<const TensorRange> ranges, cudaStream_t stream, float grad_scale,
-                               bool zero_grads, const AdamWLaunch& launch) {
+                               bool zero_grads, const AdamWLaunch& launch, const UntouchedRows& untouched) {
   check_launch(launch, "adamw_update_split_master");
   const int64_t size = check_split_master(master, "adamw_update_split_master");
   check_f32_buffer(grads, size, "grads");
@@ -437,15 +484,18 @@ void adamw_update_split_master(const AdamWStepScalars& scalars, const SplitMaste
   const bool vector_bases = aligned16(master.hi.data()) && aligned16(master.lo.data()) &&
                             aligned16(grads.data()) && aligned16(exp_avg.data()) &&
                             aligned16(exp_avg_sq.data());
+  check_untouched(untouched, size, "adamw_update_split_master");
   const ElementUpdate update{scalars, 1.0f - scalars.m_weight, grad_scale, zero_grads};
-  for_each_range_batch(ranges, [&](const RangeTable& table, unsigned chunks) {
-    const LaunchShape shape =
-        launch_shape(launch, chunks, adamw_split_master_kernel, "adamw_update_split_master");
-    adamw_split_master_kernel<<<shape.blocks, shape.threads, 0, stream>>>(
-        update, table, vector_bases, bits16(master.hi), bits16(master.lo),
-        static_cast<uint8_t*>(master.up.data()), static_cast<float*>(grads.data()),
-        static_cast<float*>(exp_avg.data()), static_cast<float*>(exp_avg_sq.data()));
-    ZT_CUDA_CHECK_LAUNCH("adamw_split_master");
+  dispatch_variant(launch, untouched, [&](auto bounded, auto masked) {
+    const auto kernel = adamw_split_master_kernel<decltype(bounded)::value, decltype(masked)::value>;
+    for_each_range_batch(ranges, [&](const RangeTable& table, unsigned chunks) {
+      const LaunchShape shape = launch_shape(launch, chunks, kernel, "adamw_update_split_master");
+      kernel<<<shape.blocks, shape.threads, 0, stream>>>(
+          update, table, vector_bases, bits16(master.hi), bits16(master.lo),
+          static_cast<uint8_t*>(master.up.data()), static_cast<float*>(grads.data()),
+          static_cast<float*>(exp_avg.data()), static_cast<float*>(exp_avg_sq.data()), untouched);
+      ZT_CUDA_CHECK_LAUNCH("adamw_split_master");
+    });
   });
 }
 

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "optim/cuda/untouched_rows.cuh"
 #include "runtime/tensor.h"
 
 namespace zt::optim::gpu {
@@ -26,10 +27,12 @@ struct GradStats {
   int64_t non_finite = 0;
 };
 
-// Writes the statistics of x into *device_result (device memory) without waiting for them.
-void grad_stats_async(const Tensor& x, GradStats* device_result, cudaStream_t stream);
+// Writes the statistics of x into *device_result (device memory) without waiting for them. `untouched`: rows
+// of x (offsets into x) whose elements count as 0 without being read (optim/cuda/untouched_rows.cuh).
+void grad_stats_async(const Tensor& x, GradStats* device_result, cudaStream_t stream,
+                      const UntouchedRows& untouched = {});
 
 // The same, then copies the result to the host: synchronizes `stream`.
-GradStats grad_stats(const Tensor& x, cudaStream_t stream);
+GradStats grad_stats(const Tensor& x, cudaStream_t stream, const UntouchedRows& untouched = {});
 
 }  // namespace zt::optim::gpu
