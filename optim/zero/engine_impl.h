@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "kernels/elementwise.h"
+#include "optim/cuda/untouched_rows.cuh"
 #include "optim/grad_clip.h"
 #include "optim/swap/swap_preflight.h"
 #include "optim/zero/host_optimizer_store.h"
@@ -233,6 +234,26 @@ struct ZeroEngine::Impl {
 #ifdef ZT_WITH_CUDA
   DeviceBuffer unit_stats;
 #endif
+  // ZeroEngineOptions::touched_word_rows: one i32 flag a word-table row (on the engine's device), where the
+  // table starts in the flat buffer and its shape; `flagged`: backward took the flags in this window.
+  struct TouchedRows {
+    std::unique_ptr<Arena> flags;
+    int64_t flat_offset = 0, width = 0, rows = 0;
+    bool flagged = false;
+    Tensor tensor() const { return flags->tensor("flags"); }
+    // The untouched rows of a gradient view that starts at flat element view_begin.
+    gpu::UntouchedRows in_view(int64_t view_begin) const {
+      return gpu::untouched_rows(static_cast<const int32_t*>(flags->data()), flat_offset - view_begin, width,
+                                 rows);
+    }
+  };
+  std::optional<TouchedRows> touched;
+  // The word table's untouched rows for unit u's gradients in a view starting at view_begin, where backward
+  // flagged them this window; none otherwise.
+  gpu::UntouchedRows untouched_in(size_t u, size_t embeddings_unit, int64_t view_begin) const {
+    if (!touched || !touched->flagged || u != embeddings_unit) return {};
+    return touched->in_view(view_begin);
+  }
   // Whether the gradient buffer is accumulated into by backward and must be zeroed once the step read it.
   bool gradients_accumulate_in_place() const {
     return stage <= 1 || direct_gradients;

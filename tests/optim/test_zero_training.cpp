@@ -113,6 +113,23 @@ TEST(ZeroTrainingCheckpointing, GradientCheckpointingChangesNothingAtAnyStage) {
   EXPECT_TRUE(bitwise_equal(run(checkpointed), run(offloaded))) << "stage 3 with both offloads";
 }
 
+// ZT_TOUCHED_WORD_ROWS on the CPU backend: backward zeroes and flags only the word-table rows the window's
+// batches name, and the step zeroes the rest (stale gradients of earlier steps, or with one micro-batch the
+// activations the gradient buffer sits on) before reading: the same bits as the zero-filled table, with one
+// micro-batch (overwrite) and with three (the later ones add rows). A row written but not flagged, or
+// flagged but not zeroed, changes the gradient and shows here. Where the engine cannot take it (stage 1,
+// world 2) it says so and reads the whole table: the same bits too.
+TEST(ZeroTrainingTouchedRows, TrainBitForBitLikeTheWholeTable) {
+  for (const RunSpec& spec : {RunSpec{.stage = 0, .world = 1, .accumulation = 1, .steps = 6},
+                              RunSpec{.stage = 0, .world = 1, .accumulation = 3, .steps = 4},
+                              RunSpec{.stage = 1, .world = 2, .accumulation = 1, .steps = 3}}) {
+    RunSpec touched = spec;
+    touched.touched_word_rows = true;
+    EXPECT_TRUE(bitwise_equal(run(touched), run(spec)))
+        << "stage " << spec.stage << ", world " << spec.world << ", accumulation " << spec.accumulation;
+  }
+}
+
 // The trainer hands its init to the engines one tensor at a time (no staging of the whole model): before any
 // step, every stage at world 2, with and without offload, holds exactly init_parameters(seed).
 TEST(ZeroTrainingInit, EveryRankStartsFromTheSeededInit) {
