@@ -40,6 +40,8 @@
 // the swap file with --nvme_path) for the flags and exits, without a GPU. --repeat_batch trains every step
 // on the same batch and --lr sets the learning rate, so a few steps of a big model show its loss falling
 // ("losses" lists every step's loss).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -47,6 +49,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/batcher.h"
@@ -64,6 +67,19 @@
 #include "runtime/step_profile.h"
 
 namespace {
+
+// The ZT_* environment switches of this run (experiments such as ZT_WEIGHT_GRAD_STREAM, ZT_TOUCHED_WORD_ROWS,
+// ZT_OVERLAP_ADAMW_GRID, ZT_FUSED_ATTENTION): a timing line says which code it timed.
+nlohmann::json zt_switches() {
+  nlohmann::json out = nlohmann::json::object();
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    const size_t equals = text.find('=');
+    if (text.starts_with("ZT_") && equals != std::string_view::npos)
+      out[std::string(text.substr(0, equals))] = std::string(text.substr(equals + 1));
+  }
+  return out;
+}
 
 struct Options {
   int64_t batch = 40;
@@ -431,7 +447,8 @@ int run(int argc, char** argv) {
       {"gpu_memory_limit", o.gpu_memory_limit},
       {"ranks", ranks},
       {"estimate_gib", estimate_json(model, o, compute, offload)},
-      {"device", zt::describe_devices()}};
+      {"device", zt::describe_devices()},
+      {"switches", zt_switches()}};
   if (o.profile) std::fputs(zt::StepProfile::global().report().c_str(), stderr);
   std::printf("%s\n", line.dump().c_str());
   return 0;
