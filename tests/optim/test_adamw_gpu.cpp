@@ -23,10 +23,12 @@
 #include "optim/cuda/grad_norm.cuh"
 #include "optim/grad_clip.h"
 #include "tests/kernels/test_gpu_support.h"
+#include "tests/optim/adamw_gpu_cases.h"
 
 namespace zt::optim {
 namespace {
 
+using namespace test_cases;  // NOLINT: the shared cases are this test's vocabulary
 using test::DeviceArray;
 using test::random_floats;
 
@@ -193,42 +195,20 @@ AdamWOutputs two_steps_with_launch(const AdamWLaunch& launch, int64_t offset, bo
           gv.download_raw<uint32_t>(), g16.download_raw<uint16_t>()};
 }
 
-// memcmp of two downloads; on a difference, how many elements differ and the first.
-template <typename T>
-void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  if (std::memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0) return;
-  int64_t first = -1, count = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i] == want[i]) continue;
-    if (first < 0) first = static_cast<int64_t>(i);
-    ++count;
-  }
-  ADD_FAILURE() << what << ": " << count << " elements differ, the first at " << first;
-}
-
-// Shapes with more chunks than blocks (each block loops), blocks of 32..1024 threads (the stride within a
-// chunk), and one bounded field with the other at its default.
-const AdamWLaunch kBoundedLaunches[] = {{1, 32}, {3, 64}, {33, 512}, {7, 1024}, {66, 256}, {0, 128}, {5, 0}};
-
 TEST(AdamWGpuLaunch, BoundedGridsStoreWhatTheDefaultLaunchStores) {
   ZT_SKIP_WITHOUT_GPU();
-  for (const int64_t offset : {0, 1}) {
-    for (const bool zero_grads : {false, true}) {
-      const AdamWOutputs want = two_steps_with_launch({}, offset, zero_grads);
-      for (const AdamWLaunch& launch : kBoundedLaunches) {
-        const AdamWOutputs got = two_steps_with_launch(launch, offset, zero_grads);
-        const std::string what = "launch {" + std::to_string(launch.blocks) + ", " +
-                                 std::to_string(launch.threads) + "}, offset " + std::to_string(offset) +
-                                 (zero_grads ? ", zero_grads" : "") + ": ";
-        expect_same_bits(got.params, want.params, what + "params");
-        expect_same_bits(got.grads, want.grads, what + "grads");
-        expect_same_bits(got.exp_avg, want.exp_avg, what + "exp_avg");
-        expect_same_bits(got.exp_avg_sq, want.exp_avg_sq, what + "exp_avg_sq");
-        expect_same_bits(got.params16, want.params16, what + "params16");
-      }
+  for_each_offset_and_zeroing([](int64_t offset, bool zero_grads, const std::string& variant) {
+    const AdamWOutputs want = two_steps_with_launch({}, offset, zero_grads);
+    for (const AdamWLaunch& launch : kBoundedLaunches) {
+      const AdamWOutputs got = two_steps_with_launch(launch, offset, zero_grads);
+      const std::string what = describe(launch) + variant;
+      expect_same_bits(got.params, want.params, what + "params");
+      expect_same_bits(got.grads, want.grads, what + "grads");
+      expect_same_bits(got.exp_avg, want.exp_avg, what + "exp_avg");
+      expect_same_bits(got.exp_avg_sq, want.exp_avg_sq, what + "exp_avg_sq");
+      expect_same_bits(got.params16, want.params16, what + "params16");
     }
-  }
+  });
 }
 
 TEST(AdamWGpuChecks, RejectsBadLaunchShapes) {

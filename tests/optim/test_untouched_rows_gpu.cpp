@@ -22,10 +22,12 @@
 #include "optim/cuda/untouched_rows.cuh"
 #include "optim/split_master.h"
 #include "tests/kernels/test_gpu_support.h"
+#include "tests/optim/adamw_gpu_cases.h"
 
 namespace zt::optim {
 namespace {
 
+using namespace test_cases;  // NOLINT: the shared cases are this test's vocabulary
 using test::DeviceArray;
 using test::random_floats;
 
@@ -56,12 +58,6 @@ std::vector<float> gradients(uint32_t seed, float stale) {
 }
 
 constexpr float kStale = std::numeric_limits<float>::quiet_NaN();
-
-template <typename T>
-void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)), 0) << what;
-}
 
 // The gradients after the update: as the reference left them outside untouched rows, still stale inside.
 void expect_gradients(const std::vector<float>& got, const std::vector<float>& reference,
@@ -126,27 +122,20 @@ Outputs two_steps(float stale, const gpu::UntouchedRows& untouched, const AdamWL
 
 const AdamWLaunch kLaunches[] = {{}, {33, 512}, {3, 64}};
 
-std::string describe(const AdamWLaunch& launch, int64_t offset, bool zero_grads) {
-  return "launch {" + std::to_string(launch.blocks) + ", " + std::to_string(launch.threads) + "}, offset " +
-         std::to_string(offset) + (zero_grads ? ", zero_grads" : "") + ": ";
-}
-
 TEST(UntouchedRowsGpu, AdamWStoresWhatItStoresForZeroGradients) {
   ZT_SKIP_WITHOUT_GPU();
   const TouchedFlags touched;
   for (const AdamWLaunch& launch : kLaunches) {
-    for (const int64_t offset : {0, 1}) {
-      for (const bool zero_grads : {false, true}) {
-        const std::string what = describe(launch, offset, zero_grads);
-        const Outputs want = two_steps(0.0f, {}, launch, offset, zero_grads);
-        const Outputs got = two_steps(kStale, touched.rows(), launch, offset, zero_grads);
-        expect_same_bits(got.params, want.params, what + "params");
-        expect_same_bits(got.exp_avg, want.exp_avg, what + "exp_avg");
-        expect_same_bits(got.exp_avg_sq, want.exp_avg_sq, what + "exp_avg_sq");
-        expect_same_bits(got.params16, want.params16, what + "params16");
-        expect_gradients(got.grads, want.grads, what + "grads");
-      }
-    }
+    for_each_offset_and_zeroing([&](int64_t offset, bool zero_grads, const std::string& variant) {
+      const std::string what = describe(launch) + variant;
+      const Outputs want = two_steps(0.0f, {}, launch, offset, zero_grads);
+      const Outputs got = two_steps(kStale, touched.rows(), launch, offset, zero_grads);
+      expect_same_bits(got.params, want.params, what + "params");
+      expect_same_bits(got.exp_avg, want.exp_avg, what + "exp_avg");
+      expect_same_bits(got.exp_avg_sq, want.exp_avg_sq, what + "exp_avg_sq");
+      expect_same_bits(got.params16, want.params16, what + "params16");
+      expect_gradients(got.grads, want.grads, what + "grads");
+    });
   }
 }
 
@@ -184,19 +173,17 @@ TEST(UntouchedRowsGpu, SplitMasterAdamWStoresWhatItStoresForZeroGradients) {
   ZT_SKIP_WITHOUT_GPU();
   const TouchedFlags touched;
   for (const AdamWLaunch& launch : kLaunches) {
-    for (const int64_t offset : {0, 1}) {
-      for (const bool zero_grads : {false, true}) {
-        const std::string what = describe(launch, offset, zero_grads);
-        const SplitOutputs want = two_split_steps(0.0f, {}, launch, offset, zero_grads);
-        const SplitOutputs got = two_split_steps(kStale, touched.rows(), launch, offset, zero_grads);
-        expect_same_bits(got.hi, want.hi, what + "hi");
-        expect_same_bits(got.lo, want.lo, what + "lo");
-        expect_same_bits(got.up, want.up, what + "up");
-        expect_same_bits(got.exp_avg, want.exp_avg, what + "exp_avg");
-        expect_same_bits(got.exp_avg_sq, want.exp_avg_sq, what + "exp_avg_sq");
-        expect_gradients(got.grads, want.grads, what + "grads");
-      }
-    }
+    for_each_offset_and_zeroing([&](int64_t offset, bool zero_grads, const std::string& variant) {
+      const std::string what = describe(launch) + variant;
+      const SplitOutputs want = two_split_steps(0.0f, {}, launch, offset, zero_grads);
+      const SplitOutputs got = two_split_steps(kStale, touched.rows(), launch, offset, zero_grads);
+      expect_same_bits(got.hi, want.hi, what + "hi");
+      expect_same_bits(got.lo, want.lo, what + "lo");
+      expect_same_bits(got.up, want.up, what + "up");
+      expect_same_bits(got.exp_avg, want.exp_avg, what + "exp_avg");
+      expect_same_bits(got.exp_avg_sq, want.exp_avg_sq, what + "exp_avg_sq");
+      expect_gradients(got.grads, want.grads, what + "grads");
+    });
   }
 }
 
