@@ -38,8 +38,11 @@ class SideStream {
   using Ticket = size_t;  // a point in the side stream's queue (run's return value)
 
   SideStream();  // inactive
-  // Active: a non-blocking stream on the current device, at the lowest priority (the current stream's
-  // work is scheduled first; the side work fills what it leaves). Throws in a build without CUDA.
+  // Active: a non-blocking stream on the current device, at the lowest priority: where the current stream
+  // has a higher one (the world-1 trainer's rank stream: RankDevice's greatest), its work is scheduled
+  // first and the side work fills what it leaves; beside a stream at the default priority the two share.
+  // Opened lazily by its users at their first use, so that first use must not be inside a graph capture
+  // (its GEMM workspace is allocated then). Throws in a build without CUDA.
   static SideStream on_current_device();
   ~SideStream();
   SideStream(SideStream&& other) noexcept;

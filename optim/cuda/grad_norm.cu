@@ -101,8 +101,20 @@ __global__ void grad_stats_finish_kernel(const double* partial_sums, const long 
 
 }  // namespace
 
+namespace {
+int partials_for(int64_t n) {
+  return static_cast<int>(std::clamp<int64_t>(
+      (n + kThreads * kElementsPerThreadTarget - 1) / (kThreads * kElementsPerThreadTarget), 1,
+      kMaxPartials));
+}
+}  // namespace
+
+size_t grad_stats_scratch_bytes(int64_t n) {
+  return static_cast<size_t>(partials_for(n)) * (sizeof(double) + sizeof(long long));
+}
+
 void grad_stats_async(const Tensor& x, GradStats* device_result, cudaStream_t stream,
-                      const UntouchedRows& untouched) {
+                      const UntouchedRows& untouched, void* scratch) {
   constexpr const char* op = "grad_stats (cuda)";
   ZT_CHECK(x.device() == DeviceKind::cuda && x.is_contiguous(), op,
            ": x must be a contiguous CUDA tensor, got ", x.describe());
@@ -111,13 +123,14 @@ void grad_stats_async(const Tensor& x, GradStats* device_result, cudaStream_t st
                                             untouched.first + untouched.rows * untouched.width <= n),
            op, ": untouched rows (", untouched.rows, " of ", untouched.width, " from ", untouched.first,
            ") must lie inside x's ", n, " elements");
-  const int partials = static_cast<int>(std::clamp<int64_t>(
-      (n + kThreads * kElementsPerThreadTarget - 1) / (kThreads * kElementsPerThreadTarget), 1,
-      kMaxPartials));
-  DeviceBuffer scratch =
-      device_allocator().allocate(static_cast<size_t>(partials) * (sizeof(double) + sizeof(long long)),
-                                  MemoryCategory::scratch, "grad_stats partials");
-  double* sums = scratch.data_as<double>();
+  const int partials = partials_for(n);
+  DeviceBuffer allocated;  // released once queued: ordered by `stream` for the allocating thread's later work
+  if (scratch == nullptr) {
+    allocated = device_allocator().allocate(grad_stats_scratch_bytes(n), MemoryCategory::scratch,
+                                            "grad_stats partials");
+    scratch = allocated.data();
+  }
+  double* sums = static_cast<double*>(scratch);
   long long* counts = reinterpret_cast<long long*>(sums + partials);
   auto launch = [&](const auto* data) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(data)>>;

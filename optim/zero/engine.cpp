@@ -434,6 +434,13 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     s.early_norm = std::make_unique<Impl::EarlyNorm>();  // on the rank's current device
     s.unit_stats = device_allocator().allocate(units.size() * sizeof(gpu::GradStats), MemoryCategory::scratch,
                                                "gradient norm partials (early)");
+    size_t bytes = 0;
+    for (const ZeroUnit& u : units) {
+      s.early_norm->partials_at.push_back(bytes);
+      bytes += (gpu::grad_stats_scratch_bytes(u.slice_numel) + 255) / 256 * 256;
+    }
+    s.early_norm->partials =
+        device_allocator().allocate(bytes, MemoryCategory::scratch, "gradient norm block partials (early)");
   }
 #endif
   if (options.touched_word_rows) set_up_touched_word_rows();
@@ -683,7 +690,8 @@ void ZeroEngine::set_up_touched_word_rows() {
     const int64_t flat = partition_.tensor_flat_offset(index), width = word->shape[1];
     if (partition_.unit_of_tensor(index) != partition_.embeddings_unit()) {
       why = "the word table is not in the embeddings unit";
-    } else if (flat % 8 != 0 || width % 8 != 0) {
+    } else if ((flat - partition_.units()[partition_.embeddings_unit()].flat_begin) % 8 != 0 ||
+               width % 8 != 0) {
       why = "the word table's rows are not 8-element aligned";
     } else {
       s.touched.emplace();
@@ -730,9 +738,11 @@ void ZeroEngine::gradients_ready(size_t unit) {
                              : view(*s.grads, DType::f32, s.blocks[unit].grad, s.blocks[unit].numel);
     e.unit_final.record(work_stream());
     e.stream.wait(e.unit_final);
-    gpu::grad_stats_async(
-        slice, s.unit_stats.data_as<gpu::GradStats>() + unit, e.stream.get(),
-        s.untouched_in(unit, partition_.embeddings_unit(), partition_.slice_begin(unit, 0)));
+    ZT_CHECK(gpu::grad_stats_scratch_bytes(slice.numel()) <= gpu::grad_stats_scratch_bytes(u.slice_numel),
+             "ZeRO engine: the early norm's partials were sized for unit ", u.name, "'s slice");
+    gpu::grad_stats_async(slice, s.unit_stats.data_as<gpu::GradStats>() + unit, e.stream.get(),
+                          s.untouched_in(unit, partition_.embeddings_unit(), partition_.slice_begin(unit, 0)),
+                          static_cast<char*>(e.partials.data()) + e.partials_at[unit]);
     ++e.queued;
   }
 #endif

@@ -402,6 +402,11 @@ struct ZeroEngine::Impl {
     Stream stream;  // non-blocking, on the rank's device
     Event unit_final, stats_done;
     size_t queued = 0;
+    // The partials of each unit's statistics, for as long as the engine lives: scratch from the allocator,
+    // released when queued, could be handed to the compute stream's next request while this stream's
+    // kernels still write it (runtime/stream.h). Unit u's at partials_at[u].
+    DeviceBuffer partials;
+    std::vector<size_t> partials_at;
     ~EarlyNorm() { (void)cudaStreamSynchronize(stream.get()); }
   };
 #else

@@ -75,8 +75,10 @@ TEST(EmbeddingGpuTouchRows, MatchesCpu) {
   ZT_SKIP_WITHOUT_GPU();
   constexpr int64_t kRows = 1000, kWidth = 40, kTokens = 300;
   std::vector<int64_t> first(kTokens), second(kTokens / 3);
-  for (size_t t = 0; t < first.size(); ++t) first[t] = static_cast<int64_t>((t * 37) % 613);  // 0: padding
-  for (size_t t = 0; t < second.size(); ++t) second[t] = static_cast<int64_t>((t * 101 + 5) % kRows);
+  // Each id of `first` about three times (blocks race to claim a row), 0 (padding) among them; `second`
+  // names some of first's rows again and new ones.
+  for (size_t t = 0; t < first.size(); ++t) first[t] = static_cast<int64_t>((t * 37) % 97);
+  for (size_t t = 0; t < second.size(); ++t) second[t] = static_cast<int64_t>((t * 101 + 5) % 211);
   std::vector<float> dtable = random_floats(kRows * kWidth, 35);
   std::vector<int32_t> touched(kRows);
   for (size_t r = 0; r < touched.size(); ++r) touched[r] = static_cast<int32_t>(r % 3 == 0);

@@ -10,6 +10,8 @@
 
 #ifdef ZT_WITH_CUDA
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include "optim/cuda/adamw.cuh"
 #include "optim/cuda/grad_norm.cuh"
 #include "optim/grad_clip.h"
+#include "runtime/cuda_check.h"
 #include "tests/kernels/test_gpu_support.h"
 #include "tests/optim/adamw_gpu_cases.h"
 
@@ -254,6 +257,15 @@ TEST_P(GradStatsGpu, SumOfSquaresMatchesCpuAndIsDeterministic) {
   EXPECT_NEAR(first.sum_of_squares, ref, 1e-10 * ref);
   EXPECT_EQ(first.non_finite, 0);
   EXPECT_EQ(std::memcmp(&first.sum_of_squares, &second.sum_of_squares, sizeof(double)), 0);
+  // Partials in scratch the caller owns (what work on a side stream passes): the same bits.
+  DeviceArray scratch(DType::f32, Shape{static_cast<int64_t>(gpu::grad_stats_scratch_bytes(n) / 4)});
+  DeviceArray result(DType::f32, Shape{static_cast<int64_t>(sizeof(gpu::GradStats) / 4)});
+  gpu::grad_stats_async(gg.tensor(), static_cast<gpu::GradStats*>(result.tensor().data()), nullptr, {},
+                        scratch.tensor().data());
+  gpu::GradStats owned;
+  ZT_CUDA_CHECK(cudaMemcpy(&owned, result.tensor().data(), sizeof owned, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(std::memcmp(&owned.sum_of_squares, &first.sum_of_squares, sizeof(double)), 0);
+  EXPECT_EQ(owned.non_finite, 0);
   // The same values stored in bf16: the sum of the rounded values' squares.
   std::vector<float> rounded = test::round_through(DType::bf16, g);
   DeviceArray gb(DType::bf16, Shape{n});
