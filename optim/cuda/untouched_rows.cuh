@@ -28,9 +28,15 @@ inline UntouchedRows untouched_rows(const int32_t* touched, int64_t first, int64
 }
 
 #ifdef __CUDACC__
+#define ZT_UNTOUCHED_ROWS_HD __host__ __device__ __forceinline__
+#else
+#define ZT_UNTOUCHED_ROWS_HD inline
+#endif
+
 // Whether element i reads as 0. The double product may land one row off near a multiple of width (rounding
-// either way); the two integer tests put it back, so the row is exact for any i below 2^52.
-__device__ __forceinline__ bool is_untouched(const UntouchedRows& u, int64_t i) {
+// either way); the two integer tests put it back, so the row is exact for any i below 2^52. Host and device
+// (tests/optim/test_untouched_rows.cpp checks it against integer division on the CPU).
+ZT_UNTOUCHED_ROWS_HD bool is_untouched(const UntouchedRows& u, int64_t i) {
   const int64_t offset = i - u.first;
   if (offset < 0 || offset >= u.rows * u.width) return false;
   int64_t row = static_cast<int64_t>(static_cast<double>(offset) * u.inverse_width);
@@ -38,6 +44,6 @@ __device__ __forceinline__ bool is_untouched(const UntouchedRows& u, int64_t i) 
   row += (row + 1) * u.width <= offset;
   return u.touched[row] == 0;
 }
-#endif
+#undef ZT_UNTOUCHED_ROWS_HD
 
 }  // namespace zt::optim::gpu
