@@ -558,12 +558,16 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
   }
   SideStream& side = s.weight_gradients;
   // linear_backward with dW = dY^T X on the side stream, dx before it and db after it on the current stream
-  // (with the side stream inactive: linear_backward's own order, dx, dW, db). The fork comes first, so the
+  // (with the side stream inactive: the one linear_backward call, dx, dW, db). The fork comes first, so the
   // dW GEMM may run beside the dx GEMM: both only read dY, and neither writes what the other reads. Column
   // sums stay on the current stream: their partials are scratch released at once (runtime/side_stream.h).
   auto linear_backward_beside = [&](const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
                                     const Tensor& dweight, const Tensor& dbias, bool accumulate_dx,
                                     kernels::GradWrite write) {
+    if (!side.active()) {
+      kernels::linear_backward(dy, x, weight, dx, dweight, dbias, accumulate_dx, write);
+      return SideStream::Ticket{};  // wait() on an inactive side stream does nothing
+    }
     side.fork();
     kernels::linear_backward(dy, x, weight, dx, Tensor(), Tensor(), accumulate_dx, write);
     const SideStream::Ticket done =
