@@ -698,6 +698,7 @@ void ZeroEngine::set_up_touched_word_rows() {
       s.touched->flags = std::make_unique<Arena>("touched word rows",
                                                  ArenaLayout({{"flags", Shape{word->shape[0]}, DType::i32}}),
                                                  s.options(MemoryCategory::gradients, true));
+      s.touched->unit = partition_.embeddings_unit();
       s.touched->flat_offset = flat;
       s.touched->width = width;
       s.touched->rows = word->shape[0];
@@ -715,7 +716,7 @@ void ZeroEngine::set_up_touched_word_rows() {
 
 Tensor ZeroEngine::touched_rows(size_t unit) {
   Impl& s = *impl_;
-  if (!s.touched || unit != partition_.embeddings_unit()) return Tensor();
+  if (!s.touched || unit != s.touched->unit) return Tensor();
   s.touched->flagged = true;  // step() (and the early norm) read only the flagged rows from now on
   return s.touched->tensor();
 }
@@ -741,7 +742,7 @@ void ZeroEngine::gradients_ready(size_t unit) {
     ZT_CHECK(gpu::grad_stats_scratch_bytes(slice.numel()) <= gpu::grad_stats_scratch_bytes(u.slice_numel),
              "ZeRO engine: the early norm's partials were sized for unit ", u.name, "'s slice");
     gpu::grad_stats_async(slice, s.unit_stats.data_as<gpu::GradStats>() + unit, e.stream.get(),
-                          s.untouched_in(unit, partition_.embeddings_unit(), partition_.slice_begin(unit, 0)),
+                          s.untouched_in(unit, partition_.slice_begin(unit, 0)),
                           static_cast<char*>(e.partials.data()) + e.partials_at[unit]);
     ++e.queued;
   }

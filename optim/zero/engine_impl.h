@@ -234,10 +234,12 @@ struct ZeroEngine::Impl {
 #ifdef ZT_WITH_CUDA
   DeviceBuffer unit_stats;
 #endif
-  // ZeroEngineOptions::touched_word_rows: one i32 flag a word-table row (on the engine's device), where the
-  // table starts in the flat buffer and its shape; `flagged`: backward took the flags in this window.
+  // ZeroEngineOptions::touched_word_rows: one i32 flag a word-table row (on the engine's device), the unit
+  // holding the table, where the table starts in the flat buffer and its shape; `flagged`: backward took the
+  // flags in this window.
   struct TouchedRows {
     std::unique_ptr<Arena> flags;
+    size_t unit = 0;
     int64_t flat_offset = 0, width = 0, rows = 0;
     bool flagged = false;
     Tensor tensor() const { return flags->tensor("flags"); }
@@ -250,8 +252,8 @@ struct ZeroEngine::Impl {
   std::optional<TouchedRows> touched;
   // The word table's untouched rows for unit u's gradients in a view starting at view_begin, where backward
   // flagged them this window; none otherwise.
-  gpu::UntouchedRows untouched_in(size_t u, size_t embeddings_unit, int64_t view_begin) const {
-    if (!touched || !touched->flagged || u != embeddings_unit) return {};
+  gpu::UntouchedRows untouched_in(size_t u, int64_t view_begin) const {
+    if (!touched || !touched->flagged || u != touched->unit) return {};
     return touched->in_view(view_begin);
   }
   // Whether the gradient buffer is accumulated into by backward and must be zeroed once the step read it.

@@ -89,7 +89,6 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   // touched_word_rows: backward flagged the word table's rows this window, so the rest of the table's
   // gradient is stale. The CPU backend zeroes it (the same values the step then reads as the GPU kernels
   // take them: 0); the GPU kernels skip it. `flagged` ends with this step (the next window flags anew).
-  const size_t embeddings = partition_.embeddings_unit();
   if (s.touched && s.touched->flagged && cpu) zero_untouched_word_rows();
   auto end_window = [&s] {
     if (s.touched) s.touched->flagged = false;
@@ -141,8 +140,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     for (int r = 0; r < W; ++r) {
       for (size_t u = 0; u < U; ++u) {
         slices.push_back(view(*s.grads, DType::f32, partition_.slice_begin(u, r), units[u].slice_numel));
-        untouched.push_back(cpu ? gpu::UntouchedRows{}
-                                : s.untouched_in(u, embeddings, partition_.slice_begin(u, r)));
+        untouched.push_back(cpu ? gpu::UntouchedRows{} : s.untouched_in(u, partition_.slice_begin(u, r)));
       }
     }
     sums = sums_of_squares(slices, cpu, non_finite, untouched);
@@ -310,7 +308,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
       const OwnedBlock& b = s.blocks[u];
       // Zeroed for the next window unless its first backward writes them.
       const bool zero_grads = (s.stage == 0 && !overwrites_gradients(u)) || s.direct_gradients;
-      const gpu::UntouchedRows untouched = s.untouched_in(u, embeddings, b.flat);
+      const gpu::UntouchedRows untouched = s.untouched_in(u, b.flat);
       if (s.split) {
         ZT_CHECK(b.master == b.compute, "ZeRO engine: the split master needs the compute copy's offsets");
         gpu::adamw_update_split_master(scalars, s.split_master(b.master, b.numel), grad_block(b),
