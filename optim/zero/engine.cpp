@@ -3,6 +3,10 @@
 // pieces in engine_state.cpp, the private state in engine_impl.h.
 #include "optim/zero/engine_impl.h"
 
+#include <cstdlib>
+
+#include "optim/adamw_launch.h"
+
 namespace zt::optim {
 
 namespace {
@@ -424,6 +428,20 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
 #endif
     } else if (r == 0) {
       ZT_LOG(warn) << "overlap_optimizer: not with this run (" << why << "); the AdamW runs inside step()";
+    }
+  }
+  // ZT_OVERLAP_ADAMW_GRID shapes the overlapped AdamW only: set for a run without one, it is checked (a
+  // malformed value is an error wherever it is set) and the run says it is not used.
+  if (!s.optimizer_overlap) {
+    const char* grid = std::getenv(kOverlapAdamWGridVariable);
+    if (grid != nullptr && *grid != '\0') {
+      (void)parse_adamw_grid(grid, kOverlapAdamWGridVariable);
+      if (r == 0) {
+        ZT_LOG(warn)
+            << kOverlapAdamWGridVariable << "=" << grid
+            << " is not used: it bounds the overlapped AdamW (--overlap_optimizer on a GPU), and this "
+               "run updates inside step()";
+      }
     }
   }
 #ifdef ZT_WITH_CUDA

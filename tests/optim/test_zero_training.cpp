@@ -96,6 +96,20 @@ TEST(ZeroTrainingOverlap, OverlapCommChangesNothingOnTheCpu) {
   }
 }
 
+// ZT_OVERLAP_ADAMW_GRID shapes the overlapped AdamW only (GPU, --overlap_optimizer). Set for a run without
+// one it is still checked — a malformed value stops the run before it trains — and a good one changes
+// nothing (the run logs that it is unused).
+TEST(ZeroTrainingOverlap, AdamWGridWithoutTheOverlapIsCheckedAndUnused) {
+  const RunSpec spec{.steps = 2};
+  const RunResult plain = run(spec);
+  setenv("ZT_OVERLAP_ADAMW_GRID", "33,500", 1);
+  EXPECT_THROW(run(spec), Error);
+  setenv("ZT_OVERLAP_ADAMW_GRID", "33,512", 1);
+  const RunResult with_grid = run(spec);
+  unsetenv("ZT_OVERLAP_ADAMW_GRID");
+  EXPECT_TRUE(bitwise_equal(with_grid, plain));
+}
+
 // Gradient checkpointing re-runs each layer's forward inside the backward's acquire of that layer (no hook
 // of its own): every stage, at world 2 with accumulation 2, with optimizer and parameter offload at stage 3,
 // trains the same bits as without it.
