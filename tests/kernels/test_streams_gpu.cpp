@@ -95,7 +95,7 @@ RankTensors make_rank_tensors(uint64_t seed) {
       {"dgamma", {{kOut}, DType::f32}},
       {"dbeta", {{kOut}, DType::f32}},
       {"ctx", {{kBatch, kLength, kHidden}, kT}},
-      {"probs", {{kBatch, kHeads, kLength, kLength}, DType::f32}},
+      {"probs", {{kBatch, kHeads, kLength, kLength}, kT}},
       {"dq", {{kBatch, kLength, kHidden}, kT}},
       {"dk", {{kBatch, kLength, kHidden}, kT}},
       {"dv", {{kBatch, kLength, kHidden}, kT}},
