@@ -10,7 +10,6 @@
 
 #include <cstdint>
 
-#include "kernels/grad_write.h"
 #include "runtime/tensor.h"
 
 namespace zt::kernels {
@@ -20,17 +19,5 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
 
 // in: ids, dout; accumulated: dtable (rows other than padding_idx that some id selects).
 void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx = 0);
-
-// The rows of a word-table gradient that a batch writes, for a consumer that reads only those (the ZeRO
-// engine's touched rows, ZT_TOUCHED_WORD_ROWS): a batch names at most B L of the V rows, so zero-filling the
-// whole [V, D] gradient before the scatter and reading it all in the norm and the AdamW moves V D floats for
-// B L rows. Instead, for every id other than padding_idx: if touched[id] is 0, dtable's row id is zeroed and
-// touched[id] set to 1; embedding_backward then adds into it. Rows left unflagged keep whatever they held:
-// by contract they read as 0, and nothing may read them as gradients.
-//   write == overwrite   clears every flag first (the first micro-batch of a window);
-//   accumulate           keeps them (a later micro-batch: flagged rows keep their sums, new ones start at 0).
-// touched i32 [V] (0 or 1), dtable f32 [V, D], on the same device; ids as for embedding_backward.
-void embedding_touch_rows(const Tensor& ids, const Tensor& dtable, const Tensor& touched, int64_t padding_idx,
-                          GradWrite write);
 
 }  // namespace zt::kernels

@@ -18,9 +18,6 @@
 #include "kernels/linear.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
-#include "runtime/env_switch.h"
-#include "runtime/log.h"
-#include "runtime/side_stream.h"
 #include "runtime/step_profile.h"
 
 namespace zt {
@@ -111,7 +108,6 @@ struct HookCalls {
   kernels::GradWrite gradient_write(size_t unit) const {
     return hooks != nullptr ? hooks->gradient_write(unit) : kernels::GradWrite::accumulate;
   }
-  Tensor touched_rows(size_t unit) const { return hooks != nullptr ? hooks->touched_rows(unit) : Tensor(); }
 };
 
 }  // namespace
@@ -162,10 +158,6 @@ struct DebertaForSequenceClassification::State {
   bool has_forward = false;
   DType compute = DType::f32;
   std::optional<size_t> gradient_offset;  // GradientLayout: where the gradient buffer starts
-  // ZT_WEIGHT_GRAD_STREAM=1 on a CUDA model: the encoder layers' weight-gradient GEMMs on a stream of their
-  // own (runtime/side_stream.h), opened at the first backward on the device current then.
-  SideStream weight_gradients;
-  bool weight_gradients_opened = false;
 
   State(int64_t b, int64_t l, ArenaLayout layout, DeviceKind device, DType compute_dtype)
       : max_batch(b),
@@ -305,13 +297,6 @@ DebertaForSequenceClassification::DebertaForSequenceClassification(DebertaConfig
 }
 
 DebertaForSequenceClassification::~DebertaForSequenceClassification() = default;
-
-void DebertaForSequenceClassification::use_weight_gradient_stream(bool on) {
-  ZT_CHECK(!on || device() == DeviceKind::cuda, "a weight-gradient stream needs a CUDA model");
-  State& s = *state_;
-  s.weight_gradients = on ? SideStream::on_current_device() : SideStream();
-  s.weight_gradients_opened = true;
-}
 
 void* DebertaForSequenceClassification::gradient_memory() const {
   if (!state_->gradient_offset) return nullptr;
@@ -544,37 +529,6 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
   auto site = [&](uint32_t layer, uint32_t which, double p) {
     return dropout_site(dropout, layer, which, p);
   };
-  // Weight gradients beside the rest (ZT_WEIGHT_GRAD_STREAM=1, CUDA models; off by default, not yet timed):
-  // what each layer's side work reads stays unwritten until the layer joins it before gradients_ready,
-  // except ds2 in grad.t1, which dctx overwrites, so that GEMM waits for the FFN output's dW first.
-  if (!s.weight_gradients_opened) {
-    s.weight_gradients_opened = true;
-    static const bool wanted = read_env_switch("ZT_WEIGHT_GRAD_STREAM");
-    if (wanted && device() == DeviceKind::cuda) {
-      s.weight_gradients = SideStream::on_current_device();
-    } else if (wanted) {
-      ZT_LOG(warn) << "ZT_WEIGHT_GRAD_STREAM=1 applies to CUDA models; this one runs on the CPU";
-    }
-  }
-  SideStream& side = s.weight_gradients;
-  // linear_backward with dW = dY^T X on the side stream, dx before it and db after it on the current stream
-  // (with the side stream inactive: the one linear_backward call, dx, dW, db). The fork comes first, so the
-  // dW GEMM may run beside the dx GEMM: both only read dY, and neither writes what the other reads. Column
-  // sums stay on the current stream: their partials are scratch released at once (runtime/side_stream.h).
-  auto linear_backward_beside = [&](const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
-                                    const Tensor& dweight, const Tensor& dbias, bool accumulate_dx,
-                                    kernels::GradWrite write) {
-    if (!side.active()) {
-      kernels::linear_backward(dy, x, weight, dx, dweight, dbias, accumulate_dx, write);
-      return SideStream::Ticket{};  // wait() on an inactive side stream does nothing
-    }
-    side.fork();
-    kernels::linear_backward(dy, x, weight, dx, Tensor(), Tensor(), accumulate_dx, write);
-    const SideStream::Ticket done =
-        side.run([&] { kernels::linear_backward(dy, x, weight, Tensor(), dweight, Tensor(), false, write); });
-    kernels::linear_backward(dy, x, weight, Tensor(), Tensor(), dbias, false, write);
-    return done;
-  };
   const double hidden_p = c.hidden_dropout_prob;
   const Shape bld{B, L, D};
   const Tensor& mask = s.inputs.attention_mask;
@@ -657,10 +611,10 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     kernels::linear_backward(ds2, g1, P.output_weight, df, Tensor(), Tensor());
     // The same pass sums df over the rows: the intermediate projection's bias gradient (no pass of its own).
     kernels::gelu_recompute_and_backward(df, f1, g1, df, GP.intermediate_bias, write);
-    const SideStream::Ticket output_weight_done = linear_backward_beside(
-        ds2, g1, P.output_weight, Tensor(), GP.output_weight, GP.output_bias, /*accumulate_dx=*/false, write);
-    linear_backward_beside(df, A(layer_slot(c, l, "y"), bld), P.intermediate_weight, dy,
-                           GP.intermediate_weight, Tensor(), /*accumulate_dx=*/true, write);
+    kernels::linear_backward(ds2, g1, P.output_weight, Tensor(), GP.output_weight, GP.output_bias,
+                             /*accumulate_dx=*/false, write);
+    kernels::linear_backward(df, A(layer_slot(c, l, "y"), bld), P.intermediate_weight, dy,
+                             GP.intermediate_weight, Tensor(), /*accumulate_dx=*/true, write);
     prof.mark("bwd.ffn");
     // y = LN_a(s1), s1 = Drop(ctx Wo' + bo) + x.
     // dx = dLN (the layer-input gradient's residual part, written over dy) and ds1 = Drop'(dx), one kernel.
@@ -671,10 +625,9 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
         A(layer_slot(c, l, "ln_a.rstd"), {B, L}), site(l, kSiteAttentionOutput, hidden_p), dx, ds1,
         GP.attention_ln_weight, GP.attention_ln_bias, write);
     Tensor dctx = t1;
-    side.wait(output_weight_done);  // dctx goes over ds2 in grad.t1
-    linear_backward_beside(ds1, A(layer_slot(c, l, "ctx"), bld), P.attention_output_weight, dctx,
-                           GP.attention_output_weight, GP.attention_output_bias, /*accumulate_dx=*/false,
-                           write);
+    kernels::linear_backward(ds1, A(layer_slot(c, l, "ctx"), bld), P.attention_output_weight, dctx,
+                             GP.attention_output_weight, GP.attention_output_bias, /*accumulate_dx=*/false,
+                             write);
     prof.mark("bwd.attention_output");
 
     // [dQ; dPQ] and [dK; dPK]: the attention accumulates the table rows, so they start at zero.
@@ -697,17 +650,16 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     auto project_back = [&](const TokensAndTable& dy, bool with_table_rows, const Tensor& weight,
                             const Tensor& dweight, const Tensor& dbias) {
       if (with_table_rows)
-        linear_backward_beside(dy.all, input.all, weight, dx_rows.all, dweight, dbias, true, write);
+        kernels::linear_backward(dy.all, input.all, weight, dx_rows.all, dweight, dbias, true, write);
       else
-        linear_backward_beside(dy.tokens, x, weight, dx, dweight, dbias, true, write);
+        kernels::linear_backward(dy.tokens, x, weight, dx, dweight, dbias, true, write);
     };
     project_back(dq, c.p2c, P.query_weight, GP.query_weight, GP.query_bias);
     project_back(dk, c.c2p, P.key_weight, GP.key_weight, GP.key_bias);
-    linear_backward_beside(dv, x, P.value_weight, dx, GP.value_weight, GP.value_bias, true, write);
+    kernels::linear_backward(dv, x, P.value_weight, dx, GP.value_weight, GP.value_bias, true, write);
     Tensor drel_dropped = dx_rows.table;
     kernels::dropout_backward(drel_dropped, drel_dropped, site(l, kSiteRelEmbeddings, hidden_p));
     kernels::add_inplace(drel, drel_dropped);
-    side.join();  // the layer's weight gradients are written; the next layer rewrites what they read
     hook.release(layer_unit(l), kPass);
     hook.gradients_ready(layer_unit(l));
 
@@ -726,17 +678,10 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
   kernels::layernorm_backward(dh, A("emb.raw", bld), params.embeddings.ln_weight, A("emb.mean", {B, L}),
                               A("emb.rstd", {B, L}), demb, grads.embeddings.ln_weight,
                               grads.embeddings.ln_bias, embeddings_write);
-  // The table's gradient is a scatter into the rows the batch names: written, the rest must read zero — by a
-  // zero fill of the whole table, or, where the hooks' consumer reads only flagged rows, by zeroing and
-  // flagging the rows the batch names (ZT_TOUCHED_WORD_ROWS: a bs-8 batch names ~1,000 of 128,100 rows).
-  const int64_t padding_idx = c.pad_token_id.value_or(-1);
-  const Tensor touched = hook.touched_rows(kEmbeddingsUnit);
-  if (touched.data() != nullptr) {
-    kernels::embedding_touch_rows(s.inputs.input_ids, grads.embeddings.word_embeddings, touched, padding_idx,
-                                  embeddings_write);
-  } else if (embeddings_write == kernels::GradWrite::overwrite) {
+  // The table's gradient is a scatter into the rows the batch names: written, the rest must read zero.
+  if (embeddings_write == kernels::GradWrite::overwrite)
     kernels::fill(grads.embeddings.word_embeddings, 0.0f);
-  }
+  const int64_t padding_idx = c.pad_token_id.value_or(-1);
   kernels::embedding_backward(s.inputs.input_ids, demb, grads.embeddings.word_embeddings, padding_idx);
   hook.release(kEmbeddingsUnit, kPass);
   hook.gradients_ready(kEmbeddingsUnit);

@@ -94,11 +94,6 @@ class DebertaForSequenceClassification {
   void backward(const DebertaTensors& params, const DebertaTensors& grads, float loss_scale,
                 DebertaUnitHooks* hooks);
 
-  // Whether backward queues the encoder layers' weight-gradient GEMMs (dW = dY^T X) on a stream of their own,
-  // beside the rest of backward (runtime/side_stream.h): the same kernels, the same bits. CUDA models only;
-  // the default is the environment's ZT_WEIGHT_GRAD_STREAM (off unless "1"). An experiment, not yet timed.
-  void use_weight_gradient_stream(bool on);
-
   // Views into the last forward: logits [B, C] (f32); hidden_state(0) = embedding output,
   // hidden_state(l + 1) = output of layer l, each [B, L, D] in the compute dtype (HF's hidden_states).
   Tensor logits() const;

@@ -93,11 +93,6 @@ class DebertaUnitHooks {
   virtual void release(size_t unit, Pass pass) = 0;
   virtual void gradients_ready(size_t unit) = 0;
   virtual kernels::GradWrite gradient_write(size_t /*unit*/) { return kernels::GradWrite::accumulate; }
-  // The embeddings unit's touched rows: an i32 flag a word-table row (kernels::embedding_touch_rows) when the
-  // consumer of the gradients reads only the rows a window's batches name, or no tensor (the default) when
-  // it reads the whole table, which the backward then zero-fills on a window's first micro-batch. Asked once
-  // per backward, for kEmbeddingsUnit, just before the word table's gradient is written.
-  virtual Tensor touched_rows(size_t /*unit*/) { return Tensor(); }
 };
 
 }  // namespace zt

@@ -68,8 +68,8 @@
 
 namespace {
 
-// The ZT_* environment switches of this run (experiments such as ZT_WEIGHT_GRAD_STREAM, ZT_TOUCHED_WORD_ROWS,
-// ZT_OVERLAP_ADAMW_GRID, ZT_FUSED_ATTENTION): a timing line says which code it timed.
+// The ZT_* environment switches of this run (experiments such as ZT_FUSED_ATTENTION, ZT_GEMM_AUTOTUNE): a
+// timing line says which code it timed.
 nlohmann::json zt_switches() {
   nlohmann::json out = nlohmann::json::object();
   for (char** entry = environ; *entry != nullptr; ++entry) {

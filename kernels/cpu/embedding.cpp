@@ -74,31 +74,4 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dta
   }
 }
 
-void embedding_touch_rows(const Tensor& ids, const Tensor& dtable, const Tensor& touched, int64_t padding_idx,
-                          GradWrite write) {
-#ifdef ZT_WITH_CUDA
-  if (dtable.device() == DeviceKind::cuda)
-    return gpu::embedding_touch_rows(ids, dtable, touched, padding_idx, write, current_stream());
-#endif
-  constexpr const char* op = "embedding_touch_rows";
-  if (dtable.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
-  check_cpu_arg(ids, DType::i64, op, "ids");
-  check_cpu_arg(dtable, DType::f32, op, "dtable");
-  check_cpu_arg(touched, DType::i32, op, "touched");
-  ZT_CHECK(dtable.rank() == 2, op, ": dtable must be [V, D], got ", dtable.describe());
-  const int64_t vocab = dtable.dim(0), dim = dtable.dim(1), n = ids.numel();
-  ZT_CHECK(touched.numel() == vocab, op, ": touched must hold one flag a row (", vocab, "), got ",
-           touched.describe());
-  const int64_t* id = ids.data_as<int64_t>();
-  check_ids_in_range(id, n, vocab, op);
-  int32_t* flag = touched.data_as<int32_t>();
-  if (write == GradWrite::overwrite) std::memset(flag, 0, static_cast<size_t>(vocab) * sizeof(int32_t));
-  float* rows = dtable.data_as<float>();
-  for (int64_t t = 0; t < n; ++t) {
-    if (id[t] == padding_idx || flag[id[t]] != 0) continue;
-    flag[id[t]] = 1;
-    std::memset(rows + id[t] * dim, 0, static_cast<size_t>(dim) * sizeof(float));
-  }
-}
-
 }  // namespace zt::kernels

@@ -3,8 +3,6 @@
 #include "kernels/cuda/launch_common.cuh"
 #include "kernels/cuda/row_gather.cuh"
 
-#include <algorithm>
-
 namespace zt::kernels::gpu {
 namespace {
 
@@ -41,26 +39,6 @@ __global__ void embedding_backward_kernel(const int64_t* ids, const T* dout, int
     } else {
       atomicAdd(row, to_float(dout[t * dim + j]));
     }
-  }
-}
-
-// One block per token: its first thread claims the row (atomicExch on the flag), and the block zeroes the row
-// only if it was the first to claim it, so each row is zeroed once however often the batch names it. A block
-// that finds the row claimed may run before the claiming block has zeroed it; that is fine, because the
-// scatter that adds into the rows is the next kernel.
-__global__ void embedding_touch_rows_kernel(const int64_t* ids, int64_t tokens, int64_t dim, int64_t vocab,
-                                            int64_t padding_idx, int32_t* touched, float* dtable) {
-  __shared__ bool first;
-  for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
-    const int64_t id = ids[t];
-    if (id == padding_idx || id < 0 || id >= vocab) continue;  // the same for every thread of the block
-    if (threadIdx.x == 0) first = atomicExch(touched + id, 1) == 0;
-    __syncthreads();
-    if (first) {
-      float* row = dtable + id * dim;
-      for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) row[j] = 0.0f;
-    }
-    __syncthreads();  // `first` is rewritten for the next token
   }
 }
 
@@ -110,25 +88,6 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dta
     }
     ZT_CUDA_CHECK_LAUNCH(op);
   });
-}
-
-void embedding_touch_rows(const Tensor& ids, const Tensor& dtable, const Tensor& touched, int64_t padding_idx,
-                          GradWrite write, cudaStream_t stream) {
-  constexpr const char* op = "embedding_touch_rows";
-  check_cuda_arg(ids, DType::i64, op, "ids");
-  check_cuda_arg(dtable, DType::f32, op, "dtable");
-  check_cuda_arg(touched, DType::i32, op, "touched");
-  ZT_CHECK(dtable.rank() == 2, op, ": dtable must be [V, D], got ", dtable.describe());
-  const int64_t vocab = dtable.dim(0), dim = dtable.dim(1), tokens = ids.numel();
-  ZT_CHECK(touched.numel() == vocab, op, ": touched must hold one flag a row (", vocab, "), got ",
-           touched.describe());
-  if (write == GradWrite::overwrite)
-    ZT_CUDA_CHECK(cudaMemsetAsync(touched.data(), 0, static_cast<size_t>(vocab) * sizeof(int32_t), stream));
-  if (tokens == 0 || dim == 0) return;
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>(tokens, 65535));
-  embedding_touch_rows_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(
-      typed<int64_t>(ids), tokens, dim, vocab, padding_idx, typed<int32_t>(touched), typed<float>(dtable));
-  ZT_CUDA_CHECK_LAUNCH(op);
 }
 
 }  // namespace zt::kernels::gpu

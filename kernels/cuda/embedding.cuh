@@ -16,7 +16,6 @@
 
 #include <cstdint>
 
-#include "kernels/grad_write.h"
 #include "runtime/tensor.h"
 
 namespace zt::kernels::gpu {
@@ -27,10 +26,5 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
 // in: ids, dout [..., D]; accumulated: dtable [V, D] (rows other than padding_idx; padding_idx < 0: none).
 void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx,
                         cudaStream_t stream);
-
-// in: ids; flags touched i32 [V] (cleared first with overwrite); zeroed: the rows of dtable [V, D] that an id
-// flags for the first time. Ids outside [0, V) are skipped (as embedding_backward skips them).
-void embedding_touch_rows(const Tensor& ids, const Tensor& dtable, const Tensor& touched, int64_t padding_idx,
-                          GradWrite write, cudaStream_t stream);
 
 }  // namespace zt::kernels::gpu

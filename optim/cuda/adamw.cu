@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 #include <vector>
 
 #include "runtime/check.h"
@@ -16,13 +15,12 @@
 namespace zt::optim::gpu {
 namespace {
 
-// Work unit: a block updates one chunk of one range at a time. Ranges go to the kernel in its parameters, at
-// most kMaxRangesPerLaunch per launch (the table stays under the 4 KB classic parameter limit); a model with
-// more tensors takes several launches. The default launch (kThreads, a block per chunk) runs each block's
-// chunk loop once; a bounded one (AdamWLaunch) has each block loop over chunks blockIdx.x + k * gridDim.x.
+// Work unit: one block updates one chunk of one range. Ranges go to the kernel in its parameters, at most
+// kMaxRangesPerLaunch per launch (the table stays under the 4 KB classic parameter limit); a model with more
+// tensors takes several launches.
 constexpr int kMaxRangesPerLaunch = 96;
 constexpr int64_t kChunkElements = 8192;  // 256 threads x 8 float4s
-constexpr int kThreads = 256;             // the default block
+constexpr int kThreads = 256;
 constexpr int kVectorUnroll = 2;  // float4 groups a thread loads before it stores (kChunkElements / 1024 = 8)
 
 struct RangeTable {
@@ -100,84 +98,60 @@ __device__ __forceinline__ int chunk_elements(const RangeTable& table, int64_t c
   return lo;
 }
 
-// The chunks block blockIdx.x updates, and the block size its loops stride by: in the default launch
-// (kBounded false) chunk blockIdx.x and kThreads, both compile-time, so the code is what ran before bounded
-// launches existed; in a bounded one (AdamWLaunch) chunks blockIdx.x, + gridDim.x, ... and blockDim.x.
-template <bool kBounded, typename Body>
-__device__ __forceinline__ void for_each_chunk(const RangeTable& table, const Body& body) {
-  if constexpr (kBounded) {
-    const int64_t chunks = table.first_chunk[table.count];
-    for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x)
-      body(chunk, static_cast<int64_t>(blockDim.x));
-  } else {
-    body(static_cast<int64_t>(blockIdx.x), int64_t{kThreads});
-  }
-}
-
-// Chunk c of the table is range k with first_chunk[k] <= c < first_chunk[k + 1], elements
-// [offset + (c - first_chunk[k]) * kChunkElements, ...) clipped to the range (for_each_chunk says which
-// block takes it). float4 accesses where the chunk start is 4-aligned and the bases are 16-byte aligned
-// (`vector_bases`; the 16-bit copy's 8-byte aligned), scalars for the rest. Each thread loads kVectorUnroll
-// float4 groups of all four arrays before it updates and stores any (2 x 64 bytes in flight a thread: the
-// kernel is bound by HBM latency x bandwidth). Any block size that is a multiple of 32 covers every element
-// once, so the result does not depend on the shape. kMasked: elements of untouched rows take g = 0 without
-// a load, and zero_grads leaves them unwritten (optim/cuda/untouched_rows.cuh; a float4 group lies in one
-// row: the host checks that the rows start and end at multiples of 8).
-template <typename Half, bool kBounded, bool kMasked>
+// Block b updates chunk b of the table: range k with first_chunk[k] <= b < first_chunk[k + 1], elements
+// [offset + (b - first_chunk[k]) * kChunkElements, ...) clipped to the range. float4 accesses where the
+// chunk start is 4-aligned and the bases are 16-byte aligned (`vector_bases`; the 16-bit copy's 8-byte
+// aligned), scalars for the rest. Each thread loads kVectorUnroll float4 groups of all four arrays before it
+// updates and stores any (2 x 64 bytes in flight a thread: the kernel is bound by HBM latency x bandwidth).
+template <typename Half>
 __global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const RangeTable table,
                                           bool vector_bases, float* params, float* grads, float* exp_avg,
-                                          float* exp_avg_sq, Half* params16, const UntouchedRows untouched) {
-  for_each_chunk<kBounded>(table, [&](int64_t chunk, int64_t threads) {
-    int64_t begin = 0, end = 0;
-    const int k = chunk_elements(table, chunk, begin, end);
-    const float decay = table.weight_decay[k] ? update.s.decay_factor : 1.0f;  // x * 1 == x exactly
-    int64_t scalar_from = begin;
-    if (vector_bases && begin % 4 == 0) {
-      const int64_t vector_end = begin + (end - begin) / 4 * 4;
-      const int64_t stride = 4 * threads;  // elements between a thread's consecutive float4 groups
-      for (int64_t i = begin + 4 * static_cast<int64_t>(threadIdx.x); i < vector_end;
-           i += stride * kVectorUnroll) {
-        float4 p[kVectorUnroll], g[kVectorUnroll], m[kVectorUnroll], v[kVectorUnroll];
-        bool skip[kVectorUnroll];
+                                          float* exp_avg_sq, Half* params16) {
+  int64_t begin = 0, end = 0;
+  const int k = chunk_elements(table, blockIdx.x, begin, end);
+  const float decay = table.weight_decay[k] ? update.s.decay_factor : 1.0f;  // x * 1 == x exactly
+  int64_t scalar_from = begin;
+  if (vector_bases && begin % 4 == 0) {
+    const int64_t vector_end = begin + (end - begin) / 4 * 4;
+    constexpr int64_t kStride = 4 * kThreads;  // elements between a thread's consecutive float4 groups
+    for (int64_t i = begin + 4 * static_cast<int64_t>(threadIdx.x); i < vector_end;
+         i += kStride * kVectorUnroll) {
+      float4 p[kVectorUnroll], g[kVectorUnroll], m[kVectorUnroll], v[kVectorUnroll];
 #pragma unroll
-        for (int u = 0; u < kVectorUnroll; ++u) {
-          const int64_t j = i + u * stride;
-          if (j >= vector_end) break;
-          skip[u] = kMasked && is_untouched(untouched, j);
-          p[u] = *reinterpret_cast<const float4*>(params + j);
-          g[u] = skip[u] ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *reinterpret_cast<const float4*>(grads + j);
-          m[u] = *reinterpret_cast<const float4*>(exp_avg + j);
-          v[u] = *reinterpret_cast<const float4*>(exp_avg_sq + j);
-        }
-#pragma unroll
-        for (int u = 0; u < kVectorUnroll; ++u) {
-          const int64_t j = i + u * stride;
-          if (j >= vector_end) break;
-          update(decay, p[u].x, g[u].x, m[u].x, v[u].x);
-          update(decay, p[u].y, g[u].y, m[u].y, v[u].y);
-          update(decay, p[u].z, g[u].z, m[u].z, v[u].z);
-          update(decay, p[u].w, g[u].w, m[u].w, v[u].w);
-          if (update.zero_grads && !skip[u])
-            *reinterpret_cast<float4*>(grads + j) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          *reinterpret_cast<float4*>(params + j) = p[u];
-          *reinterpret_cast<float4*>(exp_avg + j) = m[u];
-          *reinterpret_cast<float4*>(exp_avg_sq + j) = v[u];
-          store_param16x4(params16, j, p[u]);
-        }
+      for (int u = 0; u < kVectorUnroll; ++u) {
+        const int64_t j = i + u * kStride;
+        if (j >= vector_end) break;
+        p[u] = *reinterpret_cast<const float4*>(params + j);
+        g[u] = *reinterpret_cast<const float4*>(grads + j);
+        m[u] = *reinterpret_cast<const float4*>(exp_avg + j);
+        v[u] = *reinterpret_cast<const float4*>(exp_avg_sq + j);
       }
-      scalar_from = vector_end;
+#pragma unroll
+      for (int u = 0; u < kVectorUnroll; ++u) {
+        const int64_t j = i + u * kStride;
+        if (j >= vector_end) break;
+        update(decay, p[u].x, g[u].x, m[u].x, v[u].x);
+        update(decay, p[u].y, g[u].y, m[u].y, v[u].y);
+        update(decay, p[u].z, g[u].z, m[u].z, v[u].z);
+        update(decay, p[u].w, g[u].w, m[u].w, v[u].w);
+        if (update.zero_grads) *reinterpret_cast<float4*>(grads + j) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        *reinterpret_cast<float4*>(params + j) = p[u];
+        *reinterpret_cast<float4*>(exp_avg + j) = m[u];
+        *reinterpret_cast<float4*>(exp_avg_sq + j) = v[u];
+        store_param16x4(params16, j, p[u]);
+      }
     }
-    for (int64_t i = scalar_from + threadIdx.x; i < end; i += threads) {
-      const bool skip = kMasked && is_untouched(untouched, i);
-      float p = params[i], m = exp_avg[i], v = exp_avg_sq[i];
-      update(decay, p, skip ? 0.0f : grads[i], m, v);
-      if (update.zero_grads && !skip) grads[i] = 0.0f;
-      params[i] = p;
-      exp_avg[i] = m;
-      exp_avg_sq[i] = v;
-      store_param16(params16, i, p);
-    }
-  });
+    scalar_from = vector_end;
+  }
+  for (int64_t i = scalar_from + threadIdx.x; i < end; i += kThreads) {
+    float p = params[i], m = exp_avg[i], v = exp_avg_sq[i];
+    update(decay, p, grads[i], m, v);
+    if (update.zero_grads) grads[i] = 0.0f;
+    params[i] = p;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    store_param16(params16, i, p);
+  }
 }
 
 // The split master (optim/split_master.h): the master of element e is joined from hi[e] (the bf16 compute
@@ -186,77 +160,68 @@ __global__ void adamw_multi_tensor_kernel(const ElementUpdate update, const Rang
 // elements — one byte of `up` (ranges start at multiples of 8, checked on the host), read, rewritten and
 // stored whole, so no two threads write one byte; bits of elements past the range keep their values. With
 // 16-byte aligned bases: one 16-byte access of hi and of lo, two of grads, m and v (128 bytes in flight a
-// thread), else element by element. Chunks go to blocks as in adamw_multi_tensor_kernel (a chunk is a
-// multiple of 8 elements from a range's start, so no two blocks share a byte of `up` either), and so do
-// untouched rows (kMasked: an 8-element group lies in one row).
-template <bool kBounded, bool kMasked>
+// thread), else element by element.
 __global__ void adamw_split_master_kernel(const ElementUpdate update, const RangeTable table,
                                           bool vector_bases, uint16_t* hi, uint16_t* lo, uint8_t* up,
-                                          float* grads, float* exp_avg, float* exp_avg_sq,
-                                          const UntouchedRows untouched) {
-  for_each_chunk<kBounded>(table, [&](int64_t chunk, int64_t threads) {
-    int64_t begin = 0, end = 0;
-    const int k = chunk_elements(table, chunk, begin, end);
-    const float decay = table.weight_decay[k] ? update.s.decay_factor : 1.0f;
-    for (int64_t e0 = begin + 8 * static_cast<int64_t>(threadIdx.x); e0 < end; e0 += 8 * threads) {
-      const int n = static_cast<int>(min(int64_t{8}, end - e0));
-      uint32_t bits = up[e0 / 8];
-      if (n == 8 && vector_bases) {
-        const bool skip = kMasked && is_untouched(untouched, e0);
-        uint4 hi8 = *reinterpret_cast<const uint4*>(hi + e0);
-        uint4 lo8 = *reinterpret_cast<const uint4*>(lo + e0);
-        float4 g[2], m[2], v[2];
+                                          float* grads, float* exp_avg, float* exp_avg_sq) {
+  int64_t begin = 0, end = 0;
+  const int k = chunk_elements(table, blockIdx.x, begin, end);
+  const float decay = table.weight_decay[k] ? update.s.decay_factor : 1.0f;
+  for (int64_t e0 = begin + 8 * static_cast<int64_t>(threadIdx.x); e0 < end; e0 += 8 * kThreads) {
+    const int n = static_cast<int>(min(int64_t{8}, end - e0));
+    uint32_t bits = up[e0 / 8];
+    if (n == 8 && vector_bases) {
+      uint4 hi8 = *reinterpret_cast<const uint4*>(hi + e0);
+      uint4 lo8 = *reinterpret_cast<const uint4*>(lo + e0);
+      float4 g[2], m[2], v[2];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          g[h] = skip ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
-                      : *reinterpret_cast<const float4*>(grads + e0 + 4 * h);
-          m[h] = *reinterpret_cast<const float4*>(exp_avg + e0 + 4 * h);
-          v[h] = *reinterpret_cast<const float4*>(exp_avg_sq + e0 + 4 * h);
-        }
-        uint16_t* hs = reinterpret_cast<uint16_t*>(&hi8);
-        uint16_t* ls = reinterpret_cast<uint16_t*>(&lo8);
-        float* gs = reinterpret_cast<float*>(g);
-        float* ms = reinterpret_cast<float*>(m);
-        float* vs = reinterpret_cast<float*>(v);
-        uint32_t new_bits = 0;
-#pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          float p = join_master_value(hs[q], ls[q], (bits >> q) & 1u);
-          update(decay, p, gs[q], ms[q], vs[q]);
-          const SplitMasterValue split = split_master_value(p);
-          hs[q] = split.hi;
-          ls[q] = split.lo;
-          new_bits |= static_cast<uint32_t>(split.up) << q;
-        }
-        *reinterpret_cast<uint4*>(hi + e0) = hi8;
-        *reinterpret_cast<uint4*>(lo + e0) = lo8;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (update.zero_grads && !skip)
-            *reinterpret_cast<float4*>(grads + e0 + 4 * h) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          *reinterpret_cast<float4*>(exp_avg + e0 + 4 * h) = m[h];
-          *reinterpret_cast<float4*>(exp_avg_sq + e0 + 4 * h) = v[h];
-        }
-        bits = new_bits;
-      } else {
-        for (int q = 0; q < n; ++q) {
-          const int64_t e = e0 + q;
-          const bool skip = kMasked && is_untouched(untouched, e);
-          float p = join_master_value(hi[e], lo[e], (bits >> q) & 1u);
-          float m = exp_avg[e], v = exp_avg_sq[e];
-          update(decay, p, skip ? 0.0f : grads[e], m, v);
-          if (update.zero_grads && !skip) grads[e] = 0.0f;
-          exp_avg[e] = m;
-          exp_avg_sq[e] = v;
-          const SplitMasterValue split = split_master_value(p);
-          hi[e] = split.hi;
-          lo[e] = split.lo;
-          bits = (bits & ~(1u << q)) | (static_cast<uint32_t>(split.up) << q);
-        }
+      for (int h = 0; h < 2; ++h) {
+        g[h] = *reinterpret_cast<const float4*>(grads + e0 + 4 * h);
+        m[h] = *reinterpret_cast<const float4*>(exp_avg + e0 + 4 * h);
+        v[h] = *reinterpret_cast<const float4*>(exp_avg_sq + e0 + 4 * h);
       }
-      up[e0 / 8] = static_cast<uint8_t>(bits);
+      uint16_t* hs = reinterpret_cast<uint16_t*>(&hi8);
+      uint16_t* ls = reinterpret_cast<uint16_t*>(&lo8);
+      float* gs = reinterpret_cast<float*>(g);
+      float* ms = reinterpret_cast<float*>(m);
+      float* vs = reinterpret_cast<float*>(v);
+      uint32_t new_bits = 0;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        float p = join_master_value(hs[q], ls[q], (bits >> q) & 1u);
+        update(decay, p, gs[q], ms[q], vs[q]);
+        const SplitMasterValue split = split_master_value(p);
+        hs[q] = split.hi;
+        ls[q] = split.lo;
+        new_bits |= static_cast<uint32_t>(split.up) << q;
+      }
+      *reinterpret_cast<uint4*>(hi + e0) = hi8;
+      *reinterpret_cast<uint4*>(lo + e0) = lo8;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (update.zero_grads)
+          *reinterpret_cast<float4*>(grads + e0 + 4 * h) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        *reinterpret_cast<float4*>(exp_avg + e0 + 4 * h) = m[h];
+        *reinterpret_cast<float4*>(exp_avg_sq + e0 + 4 * h) = v[h];
+      }
+      bits = new_bits;
+    } else {
+      for (int q = 0; q < n; ++q) {
+        const int64_t e = e0 + q;
+        float p = join_master_value(hi[e], lo[e], (bits >> q) & 1u);
+        float m = exp_avg[e], v = exp_avg_sq[e];
+        update(decay, p, grads[e], m, v);
+        if (update.zero_grads) grads[e] = 0.0f;
+        exp_avg[e] = m;
+        exp_avg_sq[e] = v;
+        const SplitMasterValue split = split_master_value(p);
+        hi[e] = split.hi;
+        lo[e] = split.lo;
+        bits = (bits & ~(1u << q)) | (static_cast<uint32_t>(split.up) << q);
+      }
     }
-  });
+    up[e0 / 8] = static_cast<uint8_t>(bits);
+  }
 }
 
 // out[k] = master[offset + k] (join) or master[offset + k] = in[k] (split), k < n: a thread per byte of
@@ -313,37 +278,6 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// The grid and block of one launch over `chunks` chunks: the default (a block of kThreads per chunk), or
-// the bounded shape asked for, with no more blocks than chunks.
-struct LaunchShape {
-  unsigned blocks, threads;
-};
-
-void check_launch(const AdamWLaunch& launch, const char* op) {
-  ZT_CHECK(launch.blocks >= 0, op, ": launch.blocks must be >= 1, or 0 for a block per chunk, got ",
-           launch.blocks);
-  ZT_CHECK(
-      launch.threads == 0 || (launch.threads >= 32 && launch.threads <= 1024 && launch.threads % 32 == 0), op,
-      ": launch.threads must be a multiple of 32 in [32, 1024] (0: ", kThreads, "), got ", launch.threads);
-}
-
-// A block of the size asked for must fit the kernel's registers (1024 threads leave 64 a thread). On sm_90a
-// (ptxas -v) the bounded instantiations use 60-64, and with untouched rows 62-64, except the f32-master one
-// (NoCopy, bounded and masked: 70), which therefore takes at most 896 threads a block: a clear error here
-// rather than the launch's "too many resources".
-template <typename Kernel>
-LaunchShape launch_shape(const AdamWLaunch& launch, unsigned chunks, Kernel* kernel, const char* op) {
-  if (launch.threads > 0) {
-    cudaFuncAttributes attributes{};
-    ZT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    ZT_CHECK(launch.threads <= attributes.maxThreadsPerBlock, op, ": blocks of ", launch.threads,
-             " threads do not fit the kernel's ", attributes.numRegs, " registers a thread (at most ",
-             attributes.maxThreadsPerBlock, " threads)");
-  }
-  return {launch.blocks > 0 ? std::min(chunks, static_cast<unsigned>(launch.blocks)) : chunks,
-          launch.threads > 0 ? static_cast<unsigned>(launch.threads) : unsigned{kThreads}};
-}
-
 // Calls launch(table, chunks) for each batch of at most kMaxRangesPerLaunch non-empty ranges.
 template <typename Launch>
 void for_each_range_batch(std::span<const TensorRange> ranges, const Launch& launch) {
@@ -368,38 +302,14 @@ void for_each_range_batch(std::span<const TensorRange> ranges, const Launch& lau
   }
 }
 
-// Untouched rows, when given, are whole rows of a multiple of 8 elements from a multiple of 8, inside the
-// buffers: every float4 or 8-element group a thread takes lies in one row.
-void check_untouched(const UntouchedRows& u, int64_t size, const char* op) {
-  if (u.touched == nullptr) return;
-  ZT_CHECK(u.width > 0 && u.width % 8 == 0 && u.first >= 0 && u.first % 8 == 0 && u.rows >= 0 &&
-               u.first + u.rows * u.width <= size,
-           op, ": untouched rows must be rows of a multiple of 8 elements from a multiple of 8 inside the ",
-           size, " elements, got ", u.rows, " rows of ", u.width, " from ", u.first);
-}
-
-// Calls f(kBounded, kMasked) as std::bool_constants: the kernel instantiation for a launch and a mask.
-template <typename F>
-void dispatch_variant(const AdamWLaunch& launch, const UntouchedRows& untouched, const F& f) {
-  const bool bounded = launch.blocks > 0 || launch.threads > 0, masked = untouched.touched != nullptr;
-  if (bounded && masked) return f(std::true_type{}, std::true_type{});
-  if (bounded) return f(std::true_type{}, std::false_type{});
-  if (masked) return f(std::false_type{}, std::true_type{});
-  f(std::false_type{}, std::false_type{});
-}
-
 template <typename Half>
 void launch_batches(const ElementUpdate& update, std::span<const TensorRange> ranges, bool vector_bases,
                     float* params, float* grads, float* exp_avg, float* exp_avg_sq, Half* params16,
-                    cudaStream_t stream, const AdamWLaunch& launch, const UntouchedRows& untouched) {
-  dispatch_variant(launch, untouched, [&](auto bounded, auto masked) {
-    const auto kernel = adamw_multi_tensor_kernel<Half, decltype(bounded)::value, decltype(masked)::value>;
-    for_each_range_batch(ranges, [&](const RangeTable& table, unsigned chunks) {
-      const LaunchShape shape = launch_shape(launch, chunks, kernel, "adamw_update (cuda)");
-      kernel<<<shape.blocks, shape.threads, 0, stream>>>(update, table, vector_bases, params, grads, exp_avg,
-                                                         exp_avg_sq, params16, untouched);
-      ZT_CUDA_CHECK_LAUNCH("adamw_multi_tensor");
-    });
+                    cudaStream_t stream) {
+  for_each_range_batch(ranges, [&](const RangeTable& table, unsigned chunks) {
+    adamw_multi_tensor_kernel<Half><<<chunks, kThreads, 0, stream>>>(update, table, vector_bases, params,
+                                                                     grads, exp_avg, exp_avg_sq, params16);
+    ZT_CUDA_CHECK_LAUNCH("adamw_multi_tensor");
   });
 }
 
@@ -407,16 +317,13 @@ void launch_batches(const ElementUpdate& update, std::span<const TensorRange> ra
 
 void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const Tensor& grads,
                   const Tensor& exp_avg, const Tensor& exp_avg_sq, std::span<const TensorRange> ranges,
-                  const Tensor& params16, cudaStream_t stream, float grad_scale, bool zero_grads,
-                  const AdamWLaunch& launch, const UntouchedRows& untouched) {
-  check_launch(launch, "adamw_update (cuda)");
+                  const Tensor& params16, cudaStream_t stream, float grad_scale, bool zero_grads) {
   const int64_t size = params.numel();
   check_f32_buffer(params, size, "params");
   check_f32_buffer(grads, size, "grads");
   check_f32_buffer(exp_avg, size, "exp_avg");
   check_f32_buffer(exp_avg_sq, size, "exp_avg_sq");
   check_ranges(ranges, size);
-  check_untouched(untouched, size, "adamw_update (cuda)");
   const bool vector_bases = aligned16(params.data()) && aligned16(grads.data()) &&
                             aligned16(exp_avg.data()) && aligned16(exp_avg_sq.data()) &&
                             reinterpret_cast<uintptr_t>(params16.data()) % 8 == 0;
@@ -426,7 +333,7 @@ void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const T
   float* m = static_cast<float*>(exp_avg.data());
   float* v = static_cast<float*>(exp_avg_sq.data());
   if (params16.data() == nullptr) {
-    launch_batches<NoCopy>(update, ranges, vector_bases, p, g, m, v, nullptr, stream, launch, untouched);
+    launch_batches<NoCopy>(update, ranges, vector_bases, p, g, m, v, nullptr, stream);
     return;
   }
   ZT_CHECK(params16.device() == DeviceKind::cuda && params16.is_contiguous() && params16.numel() == size,
@@ -434,10 +341,9 @@ void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const T
            params16.describe());
   if (params16.dtype() == DType::bf16) {
     launch_batches(update, ranges, vector_bases, p, g, m, v, static_cast<__nv_bfloat16*>(params16.data()),
-                   stream, launch, untouched);
+                   stream);
   } else if (params16.dtype() == DType::f16) {
-    launch_batches(update, ranges, vector_bases, p, g, m, v, static_cast<__half*>(params16.data()), stream,
-                   launch, untouched);
+    launch_batches(update, ranges, vector_bases, p, g, m, v, static_cast<__half*>(params16.data()), stream);
   } else {
     ZT_FAIL("adamw_update (cuda): params16 must be bf16 or f16, got ", params16.describe());
   }
@@ -472,8 +378,7 @@ uint16_t* bits16(const Tensor& t) {
 void adamw_update_split_master(const AdamWStepScalars& scalars, const SplitMaster& master,
                                const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                                std::span<const TensorRange> ranges, cudaStream_t stream, float grad_scale,
-                               bool zero_grads, const AdamWLaunch& launch, const UntouchedRows& untouched) {
-  check_launch(launch, "adamw_update_split_master");
+                               bool zero_grads) {
   const int64_t size = check_split_master(master, "adamw_update_split_master");
   check_f32_buffer(grads, size, "grads");
   check_f32_buffer(exp_avg, size, "exp_avg");
@@ -486,18 +391,13 @@ void adamw_update_split_master(const AdamWStepScalars& scalars, const SplitMaste
   const bool vector_bases = aligned16(master.hi.data()) && aligned16(master.lo.data()) &&
                             aligned16(grads.data()) && aligned16(exp_avg.data()) &&
                             aligned16(exp_avg_sq.data());
-  check_untouched(untouched, size, "adamw_update_split_master");
   const ElementUpdate update{scalars, 1.0f - scalars.m_weight, grad_scale, zero_grads};
-  dispatch_variant(launch, untouched, [&](auto bounded, auto masked) {
-    const auto kernel = adamw_split_master_kernel<decltype(bounded)::value, decltype(masked)::value>;
-    for_each_range_batch(ranges, [&](const RangeTable& table, unsigned chunks) {
-      const LaunchShape shape = launch_shape(launch, chunks, kernel, "adamw_update_split_master");
-      kernel<<<shape.blocks, shape.threads, 0, stream>>>(
-          update, table, vector_bases, bits16(master.hi), bits16(master.lo),
-          static_cast<uint8_t*>(master.up.data()), static_cast<float*>(grads.data()),
-          static_cast<float*>(exp_avg.data()), static_cast<float*>(exp_avg_sq.data()), untouched);
-      ZT_CUDA_CHECK_LAUNCH("adamw_split_master");
-    });
+  for_each_range_batch(ranges, [&](const RangeTable& table, unsigned chunks) {
+    adamw_split_master_kernel<<<chunks, kThreads, 0, stream>>>(
+        update, table, vector_bases, bits16(master.hi), bits16(master.lo),
+        static_cast<uint8_t*>(master.up.data()), static_cast<float*>(grads.data()),
+        static_cast<float*>(exp_avg.data()), static_cast<float*>(exp_avg_sq.data()));
+    ZT_CUDA_CHECK_LAUNCH("adamw_split_master");
   });
 }
 

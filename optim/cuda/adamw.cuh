@@ -14,15 +14,6 @@
 // kernels::scale pass would store, so results stay bitwise equal), and zero_grads writes 0 over each
 // gradient once read (the next step's accumulation starts from zero; elements outside the ranges are not
 // touched).
-//
-// launch: the grid's shape (optim/adamw_launch.h). The default {0, 0} is a 256-thread block per 8192-element
-// chunk; a bounded grid has each block loop over chunks, so a run beside other kernels (the overlapped
-// AdamW) can leave most SMs to them. The stored results are bitwise the same for every shape.
-//
-// untouched: rows of the gradient (the word table's, ZT_TOUCHED_WORD_ROWS) whose elements take g = 0 without
-// being loaded, and which zero_grads leaves unwritten (optim/cuda/untouched_rows.cuh): the bits of an update
-// from a zero gradient, without reading a table the batch barely touched. Offsets as the ranges'; the rows
-// must start at a multiple of 8 elements and be a multiple of 8 wide.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,8 +21,6 @@
 #include <span>
 
 #include "optim/adamw.h"
-#include "optim/adamw_launch.h"
-#include "optim/cuda/untouched_rows.cuh"
 #include "runtime/tensor.h"
 
 namespace zt::optim::gpu {
@@ -39,8 +28,7 @@ namespace zt::optim::gpu {
 void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const Tensor& grads,
                   const Tensor& exp_avg, const Tensor& exp_avg_sq, std::span<const TensorRange> ranges,
                   const Tensor& params16, cudaStream_t stream, float grad_scale = 1.0f,
-                  bool zero_grads = false, const AdamWLaunch& launch = {},
-                  const UntouchedRows& untouched = {});
+                  bool zero_grads = false);
 
 // The split master (optim/split_master.h): hi is the bf16 compute copy [N]; lo [N] the masters' low 16 bits
 // (raw bits in bf16-typed storage); up [ceil(N / 32)] i32 words of rounding bits (bit e of byte e / 8).
@@ -53,8 +41,7 @@ struct SplitMaster {
 void adamw_update_split_master(const AdamWStepScalars& scalars, const SplitMaster& master,
                                const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                                std::span<const TensorRange> ranges, cudaStream_t stream,
-                               float grad_scale = 1.0f, bool zero_grads = false,
-                               const AdamWLaunch& launch = {}, const UntouchedRows& untouched = {});
+                               float grad_scale = 1.0f, bool zero_grads = false);
 
 // out[k] = master element offset + k, as f32 (k < out.numel()); and the reverse, which writes hi (the compute
 // copy) too. Any offset: the bits of other elements sharing a byte of `up` are kept.

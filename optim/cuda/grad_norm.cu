@@ -4,7 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <type_traits>
 
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
@@ -61,17 +60,15 @@ __device__ void block_sum(double& sum, long long& count) {
 }
 
 // Pass 1: block b writes the sum of squares and the non-finite count of the elements its threads visit
-// (thread t of block b: elements b * 256 + t, then every gridDim.x * 256 further). kMasked: an element of an
-// untouched row is taken as 0 without a load — it adds +0 to the square sum and nothing to the count, as a
-// stored zero does, so the same bits.
-template <typename T, bool kMasked>
+// (thread t of block b: elements b * 256 + t, then every gridDim.x * 256 further).
+template <typename T>
 __global__ void grad_stats_partials_kernel(const T* x, int64_t n, double* partial_sums,
-                                           long long* partial_counts, const UntouchedRows untouched) {
+                                           long long* partial_counts) {
   double sum = 0;
   long long count = 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
-    const float v = kMasked && is_untouched(untouched, i) ? 0.0f : widen(x[i]);
+    const float v = widen(x[i]);
     count += (__float_as_uint(v) & 0x7F800000u) == 0x7F800000u;  // exponent all ones: inf or NaN
     const double d = v;
     sum += d * d;
@@ -113,16 +110,11 @@ size_t grad_stats_scratch_bytes(int64_t n) {
   return static_cast<size_t>(partials_for(n)) * (sizeof(double) + sizeof(long long));
 }
 
-void grad_stats_async(const Tensor& x, GradStats* device_result, cudaStream_t stream,
-                      const UntouchedRows& untouched, void* scratch) {
+void grad_stats_async(const Tensor& x, GradStats* device_result, cudaStream_t stream, void* scratch) {
   constexpr const char* op = "grad_stats (cuda)";
   ZT_CHECK(x.device() == DeviceKind::cuda && x.is_contiguous(), op,
            ": x must be a contiguous CUDA tensor, got ", x.describe());
   const int64_t n = x.numel();
-  ZT_CHECK(untouched.touched == nullptr || (untouched.width > 0 && untouched.first >= 0 &&
-                                            untouched.first + untouched.rows * untouched.width <= n),
-           op, ": untouched rows (", untouched.rows, " of ", untouched.width, " from ", untouched.first,
-           ") must lie inside x's ", n, " elements");
   const int partials = partials_for(n);
   DeviceBuffer allocated;  // released once queued: ordered by `stream` for the allocating thread's later work
   if (scratch == nullptr) {
@@ -132,25 +124,18 @@ void grad_stats_async(const Tensor& x, GradStats* device_result, cudaStream_t st
   }
   double* sums = static_cast<double*>(scratch);
   long long* counts = reinterpret_cast<long long*>(sums + partials);
-  auto launch = [&](const auto* data) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(data)>>;
-    if (untouched.touched != nullptr) {
-      grad_stats_partials_kernel<T, true>
-          <<<partials, kThreads, 0, stream>>>(data, n, sums, counts, untouched);
-    } else {
-      grad_stats_partials_kernel<T, false>
-          <<<partials, kThreads, 0, stream>>>(data, n, sums, counts, untouched);
-    }
-  };
   switch (x.dtype()) {
     case DType::f32:
-      launch(static_cast<const float*>(x.data()));
+      grad_stats_partials_kernel<<<partials, kThreads, 0, stream>>>(static_cast<const float*>(x.data()), n,
+                                                                    sums, counts);
       break;
     case DType::bf16:
-      launch(static_cast<const __nv_bfloat16*>(x.data()));
+      grad_stats_partials_kernel<<<partials, kThreads, 0, stream>>>(
+          static_cast<const __nv_bfloat16*>(x.data()), n, sums, counts);
       break;
     case DType::f16:
-      launch(static_cast<const __half*>(x.data()));
+      grad_stats_partials_kernel<<<partials, kThreads, 0, stream>>>(static_cast<const __half*>(x.data()), n,
+                                                                    sums, counts);
       break;
     default:
       ZT_FAIL(op, ": x must be f32, bf16 or f16, got ", x.describe());
@@ -160,10 +145,10 @@ void grad_stats_async(const Tensor& x, GradStats* device_result, cudaStream_t st
   ZT_CUDA_CHECK_LAUNCH("grad_stats_finish");
 }
 
-GradStats grad_stats(const Tensor& x, cudaStream_t stream, const UntouchedRows& untouched) {
+GradStats grad_stats(const Tensor& x, cudaStream_t stream) {
   DeviceBuffer result =
       device_allocator().allocate(sizeof(GradStats), MemoryCategory::scratch, "grad_stats result");
-  grad_stats_async(x, result.data_as<GradStats>(), stream, untouched);
+  grad_stats_async(x, result.data_as<GradStats>(), stream);
   GradStats host;
   ZT_CUDA_CHECK(cudaMemcpyAsync(&host, result.data(), sizeof(GradStats), cudaMemcpyDeviceToHost, stream));
   ZT_CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -17,7 +17,6 @@
 
 #include <cstdint>
 
-#include "optim/cuda/untouched_rows.cuh"
 #include "runtime/tensor.h"
 
 namespace zt::optim::gpu {
@@ -27,18 +26,17 @@ struct GradStats {
   int64_t non_finite = 0;
 };
 
-// Writes the statistics of x into *device_result (device memory) without waiting for them. `untouched`: rows
-// of x (offsets into x) whose elements count as 0 without being read (optim/cuda/untouched_rows.cuh).
+// Writes the statistics of x into *device_result (device memory) without waiting for them.
 // `scratch`: grad_stats_scratch_bytes(x.numel()) of device memory for the partials, which must stay
 // untouched until the queued kernels are done; nullptr takes them from the caching allocator, released at
 // once — safe only on the stream the allocating thread's later work is ordered with (its current stream):
 // work queued on another stream must pass scratch of its own, or the thread's next allocation may take the
 // block while these kernels still write it.
 void grad_stats_async(const Tensor& x, GradStats* device_result, cudaStream_t stream,
-                      const UntouchedRows& untouched = {}, void* scratch = nullptr);
+                      void* scratch = nullptr);
 size_t grad_stats_scratch_bytes(int64_t n);
 
 // The same, then copies the result to the host: synchronizes `stream`.
-GradStats grad_stats(const Tensor& x, cudaStream_t stream, const UntouchedRows& untouched = {});
+GradStats grad_stats(const Tensor& x, cudaStream_t stream);
 
 }  // namespace zt::optim::gpu

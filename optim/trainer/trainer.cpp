@@ -34,7 +34,6 @@
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
-#include "runtime/env_switch.h"
 #include "runtime/log.h"
 #include "runtime/progress.h"
 #include "runtime/rank_device.h"
@@ -326,7 +325,6 @@ struct MrpcTrainer::Impl {
                             .reduce_scatter = config.zero.reduce_scatter,
                             .overlap_comm = config.zero.overlap_comm,
                             .overlap_optimizer = config.overlap_optimizer,
-                            .touched_word_rows = read_env_switch("ZT_TOUCHED_WORD_ROWS"),
                             .gradient_memory = rank.model->gradient_memory(),
                             .hyper = AdamWHyper{config.learning_rate, config.adam_beta1, config.adam_beta2,
                                                 config.adam_epsilon, config.weight_decay},

@@ -3,10 +3,6 @@
 // pieces in engine_state.cpp, the private state in engine_impl.h.
 #include "optim/zero/engine_impl.h"
 
-#include <cstdlib>
-
-#include "optim/adamw_launch.h"
-
 namespace zt::optim {
 
 namespace {
@@ -430,20 +426,6 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
       ZT_LOG(warn) << "overlap_optimizer: not with this run (" << why << "); the AdamW runs inside step()";
     }
   }
-  // ZT_OVERLAP_ADAMW_GRID shapes the overlapped AdamW only: set for a run without one, it is checked (a
-  // malformed value is an error wherever it is set) and the run says it is not used.
-  if (!s.optimizer_overlap) {
-    const char* grid = std::getenv(kOverlapAdamWGridVariable);
-    if (grid != nullptr && *grid != '\0') {
-      (void)parse_adamw_grid(grid, kOverlapAdamWGridVariable);
-      if (r == 0) {
-        ZT_LOG(warn)
-            << kOverlapAdamWGridVariable << "=" << grid
-            << " is not used: it bounds the overlapped AdamW (--overlap_optimizer on a GPU), and this "
-               "run updates inside step()";
-      }
-    }
-  }
 #ifdef ZT_WITH_CUDA
   // The early gradient norm: with overlap_optimizer at world size 1 (any stage it runs at), or asked for at
   // stage 0 (world size 1, the device's AdamW). Not where unit_stats already takes the streamed slices' sums.
@@ -461,7 +443,6 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
         device_allocator().allocate(bytes, MemoryCategory::scratch, "gradient norm block partials (early)");
   }
 #endif
-  if (options.touched_word_rows) set_up_touched_word_rows();
   if (options.overlap_comm && s.device == DeviceKind::cuda && world_size() > 1) {
 #ifdef ZT_WITH_CUDA
     s.overlap = std::make_unique<Impl::CommOverlap>();  // on the device current on the rank's thread
@@ -689,56 +670,6 @@ void ZeroEngine::gather_unit(size_t unit, Pass pass) {
 
 void ZeroEngine::release(size_t, Pass) {}
 
-// ZeroEngineOptions::touched_word_rows where the run allows it: one step of one rank reads the gradients
-// (a reduction would add every rank's rows, stale ones included), on the engine's device (the offloaded
-// update copies whole blocks down), at stage 0 (stages 1-3 reduce-scatter buffers backward accumulates).
-void ZeroEngine::set_up_touched_word_rows() {
-  Impl& s = *impl_;
-  constexpr const char* kWordTable = "deberta.embeddings.word_embeddings.weight";
-  const std::vector<ParameterInfo>& entries = table_.entries();
-  const auto word = std::find_if(entries.begin(), entries.end(),
-                                 [&](const ParameterInfo& p) { return p.name == kWordTable; });
-  const char* why = s.stage != 0        ? "not at ZeRO stage 0"
-                    : world_size() != 1 ? "world size > 1: the reductions read every row"
-                    : s.offload ? "the optimizer is offloaded: the update reads whole blocks on the host"
-                    : word == entries.end() ? "the model has no word-embedding table"
-                                            : nullptr;
-  const auto index = static_cast<size_t>(word - entries.begin());
-  if (why == nullptr) {
-    const int64_t flat = partition_.tensor_flat_offset(index), width = word->shape[1];
-    if (partition_.unit_of_tensor(index) != partition_.embeddings_unit()) {
-      why = "the word table is not in the embeddings unit";
-    } else if ((flat - partition_.units()[partition_.embeddings_unit()].flat_begin) % 8 != 0 ||
-               width % 8 != 0) {
-      why = "the word table's rows are not 8-element aligned";
-    } else {
-      s.touched.emplace();
-      s.touched->flags = std::make_unique<Arena>("touched word rows",
-                                                 ArenaLayout({{"flags", Shape{word->shape[0]}, DType::i32}}),
-                                                 s.options(MemoryCategory::gradients, true));
-      s.touched->unit = partition_.embeddings_unit();
-      s.touched->flat_offset = flat;
-      s.touched->width = width;
-      s.touched->rows = word->shape[0];
-      if (rank() == 0) {
-        ZT_LOG(info) << "touched word rows: backward zeroes and the step reads only the word-table gradient "
-                        "rows the batches name (ZT_TOUCHED_WORD_ROWS)";
-      }
-      return;
-    }
-  }
-  if (rank() == 0) {
-    ZT_LOG(warn) << "touched word rows: not with this run (" << why << "); the whole table is read";
-  }
-}
-
-Tensor ZeroEngine::touched_rows(size_t unit) {
-  Impl& s = *impl_;
-  if (!s.touched || unit != s.touched->unit) return Tensor();
-  s.touched->flagged = true;  // step() (and the early norm) read only the flagged rows from now on
-  return s.touched->tensor();
-}
-
 void ZeroEngine::gradients_ready(size_t unit) {
   Impl& s = *impl_;
   s.land_unit(unit);  // an overlapped update no longer reads the gradients this reduction rewrites
@@ -760,7 +691,6 @@ void ZeroEngine::gradients_ready(size_t unit) {
     ZT_CHECK(gpu::grad_stats_scratch_bytes(slice.numel()) <= gpu::grad_stats_scratch_bytes(u.slice_numel),
              "ZeRO engine: the early norm's partials were sized for unit ", u.name, "'s slice");
     gpu::grad_stats_async(slice, s.unit_stats.data_as<gpu::GradStats>() + unit, e.stream.get(),
-                          s.untouched_in(unit, partition_.slice_begin(unit, 0)),
                           static_cast<char*>(e.partials.data()) + e.partials_at[unit]);
     ++e.queued;
   }

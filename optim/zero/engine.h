@@ -198,13 +198,6 @@ struct ZeroEngineOptions {
   // fewer bytes a parameter through each AdamW pass. Elsewhere (f16, CPU, offload, stages 1-3) the f32
   // master as before (split_master_applies).
   bool split_master = true;
-  // Stage 0, world size 1, the AdamW on the engine's device (no offload): backward zeroes and flags only the
-  // word-table gradient rows a window's batches name (touched_rows, kernels::embedding_touch_rows) instead
-  // of zero-filling the whole table, and the gradient norm and the AdamW take 0 for the other rows without
-  // reading them (optim/cuda/untouched_rows.cuh; the CPU backend zeroes them before step() reads them). The
-  // same bits, and at xlarge bs 8 ~2.4 GB less traffic a step (the fill, the norm's read, the AdamW's).
-  // train_mrpc: ZT_TOUCHED_WORD_ROWS=1; off by default until it has run on a GPU.
-  bool touched_word_rows = false;
   // Stage 0 with one micro-batch per step: the f32 gradient buffer (partition().layout(f32)) at this address,
   // placed by the model in its activation arena (model/deberta.h, GradientLayout; stage0_gradient_layout
   // below) instead of in a buffer of its own: the forward writes over it, so backward writes the gradients
@@ -306,7 +299,6 @@ class ZeroEngine final : public DebertaUnitHooks {
   // Stage 0, a window's first micro-batch: backward writes the embeddings' and the layers' gradients instead
   // of adding to a buffer the step zeroed (overwrites_gradients); everything else accumulates.
   kernels::GradWrite gradient_write(size_t unit) override;
-  Tensor touched_rows(size_t unit) override;  // ZeroEngineOptions::touched_word_rows
 
   // One optimizer step over the reduced gradients (collective). `scaler` is disabled outside fp16. With
   // offload.delayed_update it first lands the previous step's update, then starts this one's and returns.
@@ -369,8 +361,6 @@ class ZeroEngine final : public DebertaUnitHooks {
   // stream; the stage-3 reduction deferred to the next gather queued there; the compute stream waits for
   // everything queued on the comm stream. No-ops without overlap.
   void comm_waits_for_compute();
-  void set_up_touched_word_rows();
-  void zero_untouched_word_rows();
   void reduce_on_comm(size_t unit);
   void reduce_deferred_on_comm();
   void compute_waits_for_comm();

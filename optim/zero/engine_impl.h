@@ -16,7 +16,6 @@
 #include <optional>
 
 #include "kernels/elementwise.h"
-#include "optim/cuda/untouched_rows.cuh"
 #include "optim/grad_clip.h"
 #include "optim/swap/swap_preflight.h"
 #include "optim/zero/host_optimizer_store.h"
@@ -29,7 +28,6 @@
 #include "runtime/step_profile.h"
 
 #ifdef ZT_WITH_CUDA
-#include "optim/adamw_launch.h"
 #include "optim/cuda/adamw.cuh"
 #include "optim/cuda/grad_norm.cuh"
 #include "runtime/cuda_check.h"
@@ -234,28 +232,6 @@ struct ZeroEngine::Impl {
 #ifdef ZT_WITH_CUDA
   DeviceBuffer unit_stats;
 #endif
-  // ZeroEngineOptions::touched_word_rows: one i32 flag a word-table row (on the engine's device), the unit
-  // holding the table, where the table starts in the flat buffer and its shape; `flagged`: backward took the
-  // flags in this window.
-  struct TouchedRows {
-    std::unique_ptr<Arena> flags;
-    size_t unit = 0;
-    int64_t flat_offset = 0, width = 0, rows = 0;
-    bool flagged = false;
-    Tensor tensor() const { return flags->tensor("flags"); }
-    // The untouched rows of a gradient view that starts at flat element view_begin.
-    gpu::UntouchedRows in_view(int64_t view_begin) const {
-      return gpu::untouched_rows(static_cast<const int32_t*>(flags->data()), flat_offset - view_begin, width,
-                                 rows);
-    }
-  };
-  std::optional<TouchedRows> touched;
-  // The word table's untouched rows for unit u's gradients in a view starting at view_begin, where backward
-  // flagged them this window; none otherwise.
-  gpu::UntouchedRows untouched_in(size_t u, int64_t view_begin) const {
-    if (!touched || !touched->flagged || u != touched->unit) return {};
-    return touched->in_view(view_begin);
-  }
   // Whether the gradient buffer is accumulated into by backward and must be zeroed once the step read it.
   bool gradients_accumulate_in_place() const {
     return stage <= 1 || direct_gradients;
@@ -391,9 +367,6 @@ struct ZeroEngine::Impl {
     Stream stream;     // non-blocking, on the rank's device
     Event step_ready;  // on the compute stream: the gradients and the norm are final
     std::vector<Event> unit_updated;
-    // The AdamW's grid beside the forward: ZT_OVERLAP_ADAMW_GRID (optim/adamw_launch.h), read at the engine's
-    // construction so a malformed value fails before training starts; the default launch when unset.
-    AdamWLaunch adamw_launch = overlap_adamw_launch();
     ~OptimizerOverlap() { (void)cudaStreamSynchronize(stream.get()); }
   };
   // World size 1 on the device (early_grad_norm at stage 0, and with overlap_optimizer): each unit's sum of

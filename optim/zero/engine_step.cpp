@@ -54,9 +54,7 @@ std::vector<double> read_back_grad_stats(const DeviceBuffer& results, size_t n, 
 }
 #endif
 
-// untouched: per slice, rows read as 0 (GPU; empty: none anywhere).
-std::vector<double> sums_of_squares(const std::vector<Tensor>& slices, bool cpu, double& non_finite,
-                                    const std::vector<gpu::UntouchedRows>& untouched = {}) {
+std::vector<double> sums_of_squares(const std::vector<Tensor>& slices, bool cpu, double& non_finite) {
   if (cpu) {
     std::vector<double> out(slices.size());
     for (size_t i = 0; i < slices.size(); ++i) out[i] = sum_of_squares(host_span(slices[i]));
@@ -66,8 +64,7 @@ std::vector<double> sums_of_squares(const std::vector<Tensor>& slices, bool cpu,
   DeviceBuffer results = device_allocator().allocate(slices.size() * sizeof(gpu::GradStats),
                                                      MemoryCategory::scratch, "gradient norm partials");
   for (size_t i = 0; i < slices.size(); ++i)
-    gpu::grad_stats_async(slices[i], results.data_as<gpu::GradStats>() + i, work_stream(),
-                          untouched.empty() ? gpu::UntouchedRows{} : untouched[i]);
+    gpu::grad_stats_async(slices[i], results.data_as<gpu::GradStats>() + i, work_stream());
   return read_back_grad_stats(results, slices.size(), non_finite);
 #else
   ZT_FAIL("CUDA training needs a CUDA build");
@@ -86,13 +83,6 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   StepProfile& prof = StepProfile::global();  // offload segment marks: no-ops unless profiling is on
   compute_waits_for_comm();                   // overlap_comm: every reduction before the norm reads them
   s.land_all();                               // a step without a forward since the last
-  // touched_word_rows: backward flagged the word table's rows this window, so the rest of the table's
-  // gradient is stale. The CPU backend zeroes it (the same values the step then reads as the GPU kernels
-  // take them: 0); the GPU kernels skip it. `flagged` ends with this step (the next window flags anew).
-  if (s.touched && s.touched->flagged && cpu) zero_untouched_word_rows();
-  auto end_window = [&s] {
-    if (s.touched) s.touched->flagged = false;
-  };
   if (s.delayed) {
     finish_delayed_update();  // the previous step's delayed update before this step's
     prof.mark("optimizer.offload_delayed_land");
@@ -136,14 +126,10 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     // sums and non_finite are read back above
   } else if (s.stage == 0) {
     std::vector<Tensor> slices;
-    std::vector<gpu::UntouchedRows> untouched;
-    for (int r = 0; r < W; ++r) {
-      for (size_t u = 0; u < U; ++u) {
+    for (int r = 0; r < W; ++r)
+      for (size_t u = 0; u < U; ++u)
         slices.push_back(view(*s.grads, DType::f32, partition_.slice_begin(u, r), units[u].slice_numel));
-        untouched.push_back(cpu ? gpu::UntouchedRows{} : s.untouched_in(u, partition_.slice_begin(u, r)));
-      }
-    }
-    sums = sums_of_squares(slices, cpu, non_finite, untouched);
+    sums = sums_of_squares(slices, cpu, non_finite);
   } else {
     std::vector<double> local;
     if (s.streamed) {  // the slices went down from the buckets: the host copies, or the partials taken then
@@ -199,7 +185,6 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
         s.downloaded.assign(s.blocks.size(), false);
       }
       clear_gradients();
-      end_window();
       return {std::numeric_limits<double>::infinity(), false};
     }
   }
@@ -292,47 +277,41 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     const AdamWStepScalars scalars = adamw_step_scalars(adamw_.hyper(), lr, adamw_.step_count());
     // In unit order on the compute stream; with overlap_optimizer in the forward's order on the optimizer
     // stream, after everything the compute stream queued (backward, the norm), each unit's end recorded for
-    // the next pass to wait for (acquire), there on the grid ZT_OVERLAP_ADAMW_GRID may bound; the AdamW
-    // inside the step keeps the default launch.
+    // the next pass to wait for (acquire).
     Impl::OptimizerOverlap* o = s.optimizer_overlap.get();
     cudaStream_t stream = work_stream();
-    AdamWLaunch launch;
     if (o != nullptr) {
       o->step_ready.record(stream);
       o->stream.wait(o->step_ready);
       stream = o->stream.get();
-      launch = o->adamw_launch;
     }
     using Phase = Impl::Phase;
     for (const size_t u : s.phase_order[static_cast<int>(o != nullptr ? Phase::forward : Phase::update)]) {
       const OwnedBlock& b = s.blocks[u];
       // Zeroed for the next window unless its first backward writes them.
       const bool zero_grads = (s.stage == 0 && !overwrites_gradients(u)) || s.direct_gradients;
-      const gpu::UntouchedRows untouched = s.untouched_in(u, b.flat);
       if (s.split) {
         ZT_CHECK(b.master == b.compute, "ZeRO engine: the split master needs the compute copy's offsets");
         gpu::adamw_update_split_master(scalars, s.split_master(b.master, b.numel), grad_block(b),
                                        view(*s.exp_avg, DType::f32, b.moments, b.numel),
                                        view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges, stream,
-                                       static_cast<float>(factor), zero_grads, launch, untouched);
+                                       static_cast<float>(factor), zero_grads);
       } else {
         gpu::adamw_update(scalars, view(s.master(), DType::f32, b.master, b.numel), grad_block(b),
                           view(*s.exp_avg, DType::f32, b.moments, b.numel),
                           view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges,
                           s.mixed ? view(*s.compute_copy, s.compute, b.compute, b.numel) : Tensor(), stream,
-                          static_cast<float>(factor), zero_grads, launch, untouched);
+                          static_cast<float>(factor), zero_grads);
       }
       if (o != nullptr) {
         o->unit_updated[u].record(stream);
         s.optimizer_pending[u] = 1;
       }
     }
-    end_window();
     if (o != nullptr) return {norm, true};  // no stage 1, no all-gather below with overlap_optimizer
     if (s.stage == 1) clear_gradients();
 #endif
   }
-  end_window();
   // 7. Stages 1/2: everyone's updated slices into everyone's compute copy.
   gather_updated_compute_copy();
   return {norm, true};
@@ -395,16 +374,6 @@ void ZeroEngine::finish_delayed_update() {
   for (const OwnedBlock& b : s.blocks) s.publish(b);
   s.copies->join();
   gather_updated_compute_copy();
-}
-
-// touched_word_rows on the CPU backend: the untouched rows of the word table's gradient (stale values) set
-// to 0 before step() reads the gradients, which the GPU kernels take as 0 without loading them.
-void ZeroEngine::zero_untouched_word_rows() {
-  const Impl::TouchedRows& t = *impl_->touched;
-  const int32_t* flag = t.tensor().data_as<int32_t>();
-  float* table = view(*impl_->grads, DType::f32, t.flat_offset, t.rows * t.width).data_as<float>();
-  for (int64_t r = 0; r < t.rows; ++r)
-    if (flag[r] == 0) std::fill_n(table + r * t.width, t.width, 0.0f);
 }
 
 }  // namespace zt::optim

@@ -65,37 +65,6 @@ TEST(Embedding, DuplicatesAddAndPaddingRowGetsNothing) {
   }
 }
 
-// embedding_touch_rows: the named rows zeroed once and flagged, the padding row and unnamed rows left as they
-// were; a later micro-batch (accumulate) keeps the flagged rows' sums and starts its new rows at zero.
-TEST(Embedding, TouchRowsZeroesAndFlagsTheNamedRows) {
-  EmbeddingCase c;
-  std::vector<float> dtable(c.table.size(), 0.5f);  // what the rows held before: stale, not gradients
-  std::vector<int32_t> touched(kVocab, 1);          // stale flags: overwrite clears them
-  const Tensor dtablet = f32_view(dtable, {kVocab, kDim});
-  const Tensor touchedt(touched.data(), {kVocab}, DType::i32);
-  embedding_touch_rows(c.idt(), dtablet, touchedt, /*padding_idx=*/0, GradWrite::overwrite);
-  EXPECT_EQ(touched, (std::vector<int32_t>{0, 1, 0, 1, 0, 1, 0, 0, 1}));  // ids 3, 8, 5, 3, 1; 0 is padding
-  for (int64_t row = 0; row < kVocab; ++row) {
-    for (int j = 0; j < kDim; ++j)
-      EXPECT_EQ(dtable[row * kDim + j], touched[row] != 0 ? 0.0f : 0.5f) << "row " << row << " column " << j;
-  }
-  embedding_backward(c.idt(), c.rt(), dtablet);
-  std::vector<int64_t> more{2, 3};
-  embedding_touch_rows(i64_view(more, {2}), dtablet, touchedt, 0, GradWrite::accumulate);
-  EXPECT_EQ(touched, (std::vector<int32_t>{0, 1, 1, 1, 0, 1, 0, 0, 1}));
-  for (int j = 0; j < kDim; ++j) {
-    EXPECT_EQ(dtable[2 * kDim + j], 0.0f) << "a new row starts at zero, column " << j;
-    EXPECT_FLOAT_EQ(dtable[3 * kDim + j], c.r[0 * kDim + j] + c.r[4 * kDim + j]) << "kept, column " << j;
-  }
-  c.ids[2] = kVocab;
-  EXPECT_THROW(embedding_touch_rows(c.idt(), dtablet, touchedt, 0, GradWrite::overwrite), Error);
-  std::vector<int32_t> short_flags(kVocab - 1);
-  c.ids[2] = 8;
-  EXPECT_THROW(embedding_touch_rows(c.idt(), dtablet, Tensor(short_flags.data(), {kVocab - 1}, DType::i32), 0,
-                                    GradWrite::overwrite),
-               Error);
-}
-
 TEST(Embedding, OutOfRangeIdsAreErrors) {
   EmbeddingCase c;
   std::vector<float> dtable(c.table.size(), 0.0f);

@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <utility>
 #include <vector>
 
 #include "kernels/embedding.h"
@@ -68,36 +67,6 @@ TEST_P(EmbeddingGpu, GatherAndScatterAddMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(DtypesShapes, EmbeddingGpu, ::testing::ValuesIn(test::standard_gpu_cases()),
                          [](const auto& info) { return test::gpu_case_name(info.param); });
-
-// embedding_touch_rows against the CPU reference, bit for bit (flags, zeroed rows, rows kept): a window's
-// first micro-batch (overwrite, over stale flags) and a second one (accumulate) with repeated ids.
-TEST(EmbeddingGpuTouchRows, MatchesCpu) {
-  ZT_SKIP_WITHOUT_GPU();
-  constexpr int64_t kRows = 1000, kWidth = 40, kTokens = 300;
-  std::vector<int64_t> first(kTokens), second(kTokens / 3);
-  // Each id of `first` about three times (blocks race to claim a row), 0 (padding) among them; `second`
-  // names some of first's rows again and new ones.
-  for (size_t t = 0; t < first.size(); ++t) first[t] = static_cast<int64_t>((t * 37) % 97);
-  for (size_t t = 0; t < second.size(); ++t) second[t] = static_cast<int64_t>((t * 101 + 5) % 211);
-  std::vector<float> dtable = random_floats(kRows * kWidth, 35);
-  std::vector<int32_t> touched(kRows);
-  for (size_t r = 0; r < touched.size(); ++r) touched[r] = static_cast<int32_t>(r % 3 == 0);
-  DeviceArray gdtable(DType::f32, Shape{kRows, kWidth}), gtouched(DType::i32, Shape{kRows});
-  gdtable.upload(dtable);
-  gtouched.upload_raw(touched);
-  const Tensor cpu_table = test::f32_view(dtable, {kRows, kWidth});
-  const Tensor cpu_touched(touched.data(), {kRows}, DType::i32);
-  for (auto [ids, write] :
-       {std::pair{&first, GradWrite::overwrite}, std::pair{&second, GradWrite::accumulate}}) {
-    const Shape shape{static_cast<int64_t>(ids->size())};
-    DeviceArray gids(DType::i64, shape);
-    gids.upload_raw(*ids);
-    embedding_touch_rows(test::i64_view(*ids, shape), cpu_table, cpu_touched, 0, write);
-    embedding_touch_rows(gids.tensor(), gdtable.tensor(), gtouched.tensor(), 0, write);
-    EXPECT_EQ(gtouched.download_raw<int32_t>(), touched);
-    EXPECT_EQ(gdtable.download(), dtable);  // zeros and kept values: exact
-  }
-}
 
 TEST(EmbeddingGpuBadIds, OutOfRangeIdWritesNanRowAndIsSkippedByBackward) {
   ZT_SKIP_WITHOUT_GPU();

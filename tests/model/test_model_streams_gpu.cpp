@@ -115,45 +115,6 @@ TEST(DebertaStreamsGpu, StepFollowsTheCurrentStreamAndCapturesIntoGraphs) {
   EXPECT_EQ(differing_bits(golden::host_values(c.model.logits()), eager_logits), 0u);
 }
 
-// ZT_WEIGHT_GRAD_STREAM: the encoder layers' weight gradients on a side stream give the gradients of the
-// one-stream backward bit for bit (the same kernels on the same inputs), eagerly and replayed from a graph
-// captured across both streams (a fork or join missing would leave the capture unjoined, or race).
-TEST(DebertaStreamsGpu, WeightGradientStreamGivesTheSameBitsAndCaptures) {
-  ZT_SKIP_WITHOUT_GPU();
-  test::BlockingStream stream;
-  StreamScope on_stream(stream);
-  golden::GoldenCase one(kFixture, DeviceKind::cuda, DType::bf16);
-  one.model.use_weight_gradient_stream(false);
-  one.model.forward(one.params, one.inputs(), kSchedule);
-  one.model.backward(one.params, one.grads);
-  const Gradients want = all_gradients(one);
-
-  golden::GoldenCase two(kFixture, DeviceKind::cuda, DType::bf16);
-  two.model.use_weight_gradient_stream(true);
-  two.model.forward(two.params, two.inputs(), kSchedule);
-  two.model.backward(two.params, two.grads);
-  EXPECT_EQ(differing_gradients(all_gradients(two), want), "");
-
-  // Twice more: the side stream's events are recorded again after each layer's join.
-  for (int pass = 0; pass < 2; ++pass) {
-    kernels::fill(two.grads.flat(DType::f32), 0.0f);
-    two.model.backward(two.params, two.grads);
-    EXPECT_EQ(differing_gradients(all_gradients(two), want), "") << "pass " << pass;
-  }
-
-  kernels::fill(two.grads.flat(DType::f32), 0.0f);
-  test::CapturedGraph backward(stream, [&] { two.model.backward(two.params, two.grads); });
-  ASSERT_TRUE(backward.ok()) << "backward with the weight-gradient stream: " << backward.error();
-  backward.replay(stream);
-  EXPECT_EQ(differing_gradients(all_gradients(two), want), "");
-}
-
-TEST(DebertaStreamsGpu, WeightGradientStreamNeedsACudaModel) {
-  golden::GoldenCase cpu(kFixture);
-  EXPECT_THROW(cpu.model.use_weight_gradient_stream(true), Error);
-  cpu.model.use_weight_gradient_stream(false);  // off is always fine
-}
-
 }  // namespace
 }  // namespace zt
 

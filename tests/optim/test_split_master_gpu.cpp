@@ -4,10 +4,9 @@
 // of awkward sizes at multiples of 8 (some past one launch's 96), with masters planted on exact ties (low
 // half 0x8000, high half odd and even: the case the rounding bit exists for), on aligned buffers (16-byte
 // accesses) and misaligned ones (element by element). Writes and joins at any offset keep the neighbours'
-// bits; ranges off 8-element boundaries are refused. Bounded launch shapes (the overlapped AdamW's,
-// optim/adamw_launch.h) store bit for bit what the default launch stores. Through the ZeRO engine (stage 0,
-// bf16, synthetic gradients with clipping): the final master (gathered, and read piece by piece as
-// checkpoints do), the compute copy and m, v are those of the f32-master engine.
+// bits; ranges off 8-element boundaries are refused. Through the ZeRO engine (stage 0, bf16, synthetic
+// gradients with clipping): the final master (gathered, and read piece by piece as checkpoints do), the
+// compute copy and m, v are those of the f32-master engine.
 #include <gtest/gtest.h>
 
 #include "tests/support/gpu.h"
@@ -16,20 +15,17 @@
 
 #include <cstdint>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "optim/adamw.h"
 #include "optim/cuda/adamw.cuh"
 #include "optim/split_master.h"
 #include "tests/kernels/test_gpu_support.h"
-#include "tests/optim/adamw_gpu_cases.h"
 #include "tests/optim/zero_offload_harness.h"
 
 namespace zt::optim {
 namespace {
 
-using namespace test_cases;  // NOLINT: the shared cases are this test's vocabulary
 using test::DeviceArray;
 using test::random_floats;
 
@@ -127,67 +123,6 @@ TEST_P(SplitMasterGpu, AdamWStoresWhatTheF32MasterAdamWStores) {
 
 INSTANTIATE_TEST_SUITE_P(Buffers, SplitMasterGpu, ::testing::Values(0, 1),
                          [](const auto& info) { return info.param ? "misaligned" : "aligned"; });
-
-// Every buffer adamw_update_split_master writes, as raw bits.
-struct SplitOutputs {
-  std::vector<uint16_t> hi, lo;
-  std::vector<uint32_t> up, grads, exp_avg, exp_avg_sq;
-};
-
-// Two steps (grad_scale 0.37) over ranges_at_multiples_of_8 launched as `launch`; the buffers start `offset`
-// elements past an allocation (1: element by element).
-SplitOutputs two_split_steps_with_launch(const AdamWLaunch& launch, int64_t offset, bool zero_grads) {
-  int64_t size = 0;
-  const std::vector<TensorRange> ranges = ranges_at_multiples_of_8(size);
-  const AdamWHyper hyper{1e-3, 0.9, 0.999, 1e-8, 0.01};
-  SplitBuffers split(size, offset);
-  DeviceArray staged(DType::f32, Shape{size});
-  staged.upload(masters_with_ties(size));
-  gpu::write_split_master(staged.tensor(), split.master(), 0, nullptr);
-  DeviceArray g(DType::f32, Shape{size}, offset), m(DType::f32, Shape{size}, offset),
-      v(DType::f32, Shape{size}, offset);
-  m.upload(random_floats(size, 92, -0.01f, 0.01f));
-  v.upload(random_floats(size, 93, 0.0f, 1e-4f));
-  for (int step = 1; step <= 2; ++step) {
-    g.upload(random_floats(size, 94 + static_cast<uint32_t>(step), -0.1f, 0.1f));
-    gpu::adamw_update_split_master(adamw_step_scalars(hyper, 1e-3 * step, step), split.master(), g.tensor(),
-                                   m.tensor(), v.tensor(), ranges, nullptr, 0.37f, zero_grads, launch);
-  }
-  return {split.hi.download_raw<uint16_t>(), split.lo.download_raw<uint16_t>(),
-          split.up.download_raw<uint32_t>(), g.download_raw<uint32_t>(),
-          m.download_raw<uint32_t>(),        v.download_raw<uint32_t>()};
-}
-
-TEST(SplitMasterGpuLaunch, BoundedGridsStoreWhatTheDefaultLaunchStores) {
-  ZT_SKIP_WITHOUT_GPU();
-  for_each_offset_and_zeroing([](int64_t offset, bool zero_grads, const std::string& variant) {
-    const SplitOutputs want = two_split_steps_with_launch({}, offset, zero_grads);
-    for (const AdamWLaunch& launch : kBoundedLaunches) {
-      const SplitOutputs got = two_split_steps_with_launch(launch, offset, zero_grads);
-      const std::string what = describe(launch) + variant;
-      expect_same_bits(got.hi, want.hi, what + "hi");
-      expect_same_bits(got.lo, want.lo, what + "lo");
-      expect_same_bits(got.up, want.up, what + "up");
-      expect_same_bits(got.grads, want.grads, what + "grads");
-      expect_same_bits(got.exp_avg, want.exp_avg, what + "exp_avg");
-      expect_same_bits(got.exp_avg_sq, want.exp_avg_sq, what + "exp_avg_sq");
-    }
-  });
-}
-
-TEST(SplitMasterGpuChecks, RejectsBadLaunchShapes) {
-  ZT_SKIP_WITHOUT_GPU();
-  SplitBuffers split(64, 0);
-  DeviceArray g(DType::f32, Shape{64}), m(DType::f32, Shape{64}), v(DType::f32, Shape{64});
-  const std::vector<TensorRange> one = {{0, 10, true}};
-  for (const AdamWLaunch launch :
-       {AdamWLaunch{-1, 256}, AdamWLaunch{4, 48}, AdamWLaunch{4, 2048}, AdamWLaunch{4, -32}}) {
-    EXPECT_THROW(gpu::adamw_update_split_master(adamw_step_scalars({}, 1e-3, 1), split.master(), g.tensor(),
-                                                m.tensor(), v.tensor(), one, nullptr, 1.0f, false, launch),
-                 Error)
-        << launch.blocks << ", " << launch.threads;
-  }
-}
 
 TEST(SplitMasterGpuCopies, WritesAndJoinsAtAnyOffsetKeepTheNeighbours) {
   ZT_SKIP_WITHOUT_GPU();

@@ -96,20 +96,6 @@ TEST(ZeroTrainingOverlap, OverlapCommChangesNothingOnTheCpu) {
   }
 }
 
-// ZT_OVERLAP_ADAMW_GRID shapes the overlapped AdamW only (GPU, --overlap_optimizer). Set for a run without
-// one it is still checked — a malformed value stops the run before it trains — and a good one changes
-// nothing (the run logs that it is unused).
-TEST(ZeroTrainingOverlap, AdamWGridWithoutTheOverlapIsCheckedAndUnused) {
-  const RunSpec spec{.steps = 2};
-  const RunResult plain = run(spec);
-  setenv("ZT_OVERLAP_ADAMW_GRID", "33,500", 1);
-  EXPECT_THROW(run(spec), Error);
-  setenv("ZT_OVERLAP_ADAMW_GRID", "33,512", 1);
-  const RunResult with_grid = run(spec);
-  unsetenv("ZT_OVERLAP_ADAMW_GRID");
-  EXPECT_TRUE(bitwise_equal(with_grid, plain));
-}
-
 // Gradient checkpointing re-runs each layer's forward inside the backward's acquire of that layer (no hook
 // of its own): every stage, at world 2 with accumulation 2, with optimizer and parameter offload at stage 3,
 // trains the same bits as without it.
@@ -125,23 +111,6 @@ TEST(ZeroTrainingCheckpointing, GradientCheckpointingChangesNothingAtAnyStage) {
   RunSpec checkpointed = offloaded;
   checkpointed.gradient_checkpointing = true;
   EXPECT_TRUE(bitwise_equal(run(checkpointed), run(offloaded))) << "stage 3 with both offloads";
-}
-
-// ZT_TOUCHED_WORD_ROWS on the CPU backend: backward zeroes and flags only the word-table rows the window's
-// batches name, and the step zeroes the rest (stale gradients of earlier steps, or with one micro-batch the
-// activations the gradient buffer sits on) before reading: the same bits as the zero-filled table, with one
-// micro-batch (overwrite) and with three (the later ones add rows). A row written but not flagged, or
-// flagged but not zeroed, changes the gradient and shows here. Where the engine cannot take it (stage 1,
-// world 2) it says so and reads the whole table: the same bits too.
-TEST(ZeroTrainingTouchedRows, TrainBitForBitLikeTheWholeTable) {
-  for (const RunSpec& spec : {RunSpec{.stage = 0, .world = 1, .accumulation = 1, .steps = 6},
-                              RunSpec{.stage = 0, .world = 1, .accumulation = 3, .steps = 4},
-                              RunSpec{.stage = 1, .world = 2, .accumulation = 1, .steps = 3}}) {
-    RunSpec touched = spec;
-    touched.touched_word_rows = true;
-    EXPECT_TRUE(bitwise_equal(run(touched), run(spec)))
-        << "stage " << spec.stage << ", world " << spec.world << ", accumulation " << spec.accumulation;
-  }
 }
 
 // The trainer hands its init to the engines one tensor at a time (no staging of the whole model): before any

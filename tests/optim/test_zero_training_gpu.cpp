@@ -108,23 +108,6 @@ TEST(ZeroTrainingGpuBf16, GradientCheckpointingTrainsBitForBitTheSame) {
   }
 }
 
-// ZT_TOUCHED_WORD_ROWS on the GPU: the norm and the AdamW skip the word table's untouched rows (stale
-// values) and train the bits of the zero-filled table — bf16 (the split master) and f32, one micro-batch
-// and three, and beside the forward with --overlap_optimizer.
-TEST(ZeroTrainingGpuTouchedRows, TrainBitForBitLikeTheWholeTable) {
-  ZT_SKIP_WITHOUT_GPU();
-  for (const RunSpec& spec :
-       {RunSpec{.steps = 6, .gpu = true, .dtype = "bf16"}, RunSpec{.steps = 6, .gpu = true, .dtype = "f32"},
-        RunSpec{.accumulation = 3, .steps = 4, .gpu = true, .dtype = "bf16"},
-        RunSpec{.steps = 6, .gpu = true, .dtype = "bf16", .overlap_optimizer = true}}) {
-    RunSpec touched = spec;
-    touched.touched_word_rows = true;
-    EXPECT_TRUE(bitwise_equal(run(touched), run(spec)))
-        << spec.dtype << ", accumulation " << spec.accumulation
-        << (spec.overlap_optimizer ? ", overlapped" : "");
-  }
-}
-
 TEST(ZeroTrainingGpuBf16, StageThreeAtWorldTwoFollowsTheOneRankCurve) {
   ZT_SKIP_WITHOUT_GPU();
   const RunResult single =

@@ -9,10 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -72,7 +70,6 @@ struct RunSpec {
   bool overlap_comm = false;  // zero_optimization.overlap_comm (GPU, world > 1: reductions on a comm stream)
   bool overlap_optimizer = false;       // --overlap_optimizer (GPU: the AdamW on its own stream)
   bool gradient_checkpointing = false;  // --gradient_checkpointing
-  bool touched_word_rows = false;       // ZT_TOUCHED_WORD_ROWS=1 while the trainer is built
 };
 
 inline TrainConfig config_for(const RunSpec& r) {
@@ -132,40 +129,8 @@ struct RunResult {
   std::vector<float> weights;
 };
 
-// The trainer reads ZT_TOUCHED_WORD_ROWS when it builds its engines: "1" for `on`, unset otherwise, and what
-// the process had before once the scope ends.
-class TouchedWordRowsSwitch {
- public:
-  explicit TouchedWordRowsSwitch(bool on) {
-    if (const char* value = std::getenv(kName)) before_ = value;
-    if (on) {
-      setenv(kName, "1", 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  ~TouchedWordRowsSwitch() {
-    if (before_) {
-      setenv(kName, before_->c_str(), 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  TouchedWordRowsSwitch(const TouchedWordRowsSwitch&) = delete;
-  TouchedWordRowsSwitch& operator=(const TouchedWordRowsSwitch&) = delete;
-
- private:
-  static constexpr const char* kName = "ZT_TOUCHED_WORD_ROWS";
-  std::optional<std::string> before_;
-};
-
 inline RunResult run(const RunSpec& spec) {
-  std::optional<MrpcTrainer> built;
-  {
-    const TouchedWordRowsSwitch touched(spec.touched_word_rows);
-    built.emplace(config_for(spec), tiny_model());
-  }
-  MrpcTrainer& trainer = *built;
+  MrpcTrainer trainer(config_for(spec), tiny_model());
   if (spec.crash_after > 0) {
     trainer.set_step_callback([&](const StepRecord& r) {
       if (r.step == spec.crash_after) throw std::runtime_error("simulated crash");
