@@ -17,15 +17,21 @@ a peak no higher than disentangled-flash's), each PASS, FAIL or n/a when this ru
   python3 scripts/bench_vs_torch.py --zt-bin build/bin/bench_train_step --batches 40,8,64 --impls eager,compile,df,zerotrain
   python3 scripts/bench_vs_torch.py --zt-bin build/bin/bench_train_step --seq 512 --batches 8,16
   python3 scripts/bench_vs_torch.py --impls zerotrain --layers 2 --json-out /tmp/zt.json
+  python3 scripts/bench_vs_torch.py --zt-bin build/bin/bench_train_step --goals --json-out goals.json --resume
 
-Every (impl, batch, dtype) runs in a subprocess of its own, so each has a fresh CUDA context and its own peak:
+--goals runs every goal's shape (seq 128 bs 40/8/64, seq 512 bs 8/16) with compile, df and zerotrain: ~15
+minutes, most of it torch.compile, longer than one device command may run. With --resume the same command
+run again keeps the results already in --json-out (when the tree, GPU, library versions and settings match)
+and runs the rest, so the whole table comes from one file of one tree on one machine.
+
+Every (impl, batch, dtype, seq) runs in a subprocess of its own, so each has a fresh CUDA context and its own peak:
 torch runs re-invoke this file with the hidden --worker flag, zerotrain runs
   <zt-bin> --batch B --seq S --dtype bf16|fp16|fp32 --steps N --dropout P [--layers L]
 whose last JSON line on stdout is the result (extra keys pass through to --json-out). A run that fails, runs
 out of memory or passes --timeout-s is recorded with an "error" and the sweep goes on. Torch runs do
 --steps timed steps after WARMUP steps (torch.compile compiles in step 0, reported as first_step_s); the
 binary gets --steps unchanged and does its own warmup. Torch is imported only in workers, so
-`--impls zerotrain` needs none. The bs40/bf16 pair runs first, and --json-out is rewritten after every run,
+`--impls zerotrain` needs none. The bs40/seq128/bf16 shape runs first, and --json-out is rewritten after every run,
 so a sweep cut short still leaves the verdict's numbers. The exit status is 0 whatever the verdict.
 A torch.compile run takes a few minutes (compile included); split a full sweep (18 runs) across invocations
 where one command's time is capped. --verdict-from prints the table and the goals again from the JSON such
@@ -172,8 +178,8 @@ def child_env(args, impl):
     return env
 
 
-def child_cmd(args, impl, batch, dtype):
-    common = ["--batch", str(batch), "--seq", str(args.seq), "--dtype", dtype, "--steps", str(args.steps),
+def child_cmd(args, impl, batch, dtype, seq):
+    common = ["--batch", str(batch), "--seq", str(seq), "--dtype", dtype, "--steps", str(args.steps),
               "--dropout", str(args.dropout)] + (["--layers", str(args.layers)] if args.layers else [])
     if impl == "zerotrain":
         return [args.zt_bin] + common + (["--back_to_back"] if args.back_to_back else []) + shlex.split(args.zt_args)
@@ -181,9 +187,9 @@ def child_cmd(args, impl, batch, dtype):
     return [sys.executable, os.path.abspath(__file__), "--worker", impl] + common
 
 
-def measure(args, impl, batch, dtype):
-    rec = dict(impl=LABELS[impl], batch=batch, dtype=dtype, seq=args.seq)
-    cmd = child_cmd(args, impl, batch, dtype)
+def measure(args, impl, batch, dtype, seq):
+    rec = dict(impl=LABELS[impl], batch=batch, dtype=dtype, seq=seq)
+    cmd = child_cmd(args, impl, batch, dtype, seq)
     t0 = time.time()
     try:
         out, err, rc, timed_out = run_child(cmd, args.timeout_s, child_env(args, impl))
@@ -208,7 +214,7 @@ def measure(args, impl, batch, dtype):
     elif rc != 0 and "error" not in rec:
         rec["warning"] = f"exit {rc} after printing its result"
     if "error" in rec and err.strip():
-        lines = [f"# stderr tail of {rec['impl']} bs{batch} {dtype}:"] + err.strip().splitlines()[-15:]
+        lines = [f"# stderr tail of {rec['impl']} bs{batch} seq{seq} {dtype}:"] + err.strip().splitlines()[-15:]
         print("\n  | ".join(lines), file=sys.stderr, flush=True)
     return rec
 
@@ -224,27 +230,29 @@ def fmt(x, spec, suffix=""):
 
 
 def table(args, results):
-    """One row per (batch, dtype): per impl samples/s, step ms, peak GiB; then zerotrain's ratios."""
-    head = ["batch", "dtype"]
+    """One row per shape (seq, batch) and dtype: per impl samples/s, step ms, peak GiB; then zerotrain's ratios.
+    results: {(impl, batch, dtype, seq): record}."""
+    head = ["seq", "batch", "dtype"]
     for impl in args.impls: head += [f"{impl} samples/s", "step ms", "GiB"]
     others = [i for i in ("compile", "df", "eager") if i in args.impls and "zerotrain" in args.impls]
     for o in others: head += [f"zt/{o} samples/s", "peak"]
     rows, errors = [], []
     for dtype in args.dtypes:
-        for batch in sorted(args.batches):
-            row = [str(batch), dtype]
+        for seq, batch in sorted(args.shapes):
+            row = [str(seq), str(batch), dtype]
             for impl in args.impls:
-                r = results.get((impl, batch, dtype))
+                r = results.get((impl, batch, dtype, seq))
                 if r is None: row += ["not run", "-", "-"]
                 elif "error" in r:
                     row += [r["error"][:20], "-", "-"]
-                    errors.append(f"{LABELS[impl]} bs{batch} {dtype}: {r['error']}")
+                    errors.append(f"{LABELS[impl]} bs{batch} seq{seq} {dtype}: {r['error']}")
                 else: row += [fmt(r.get("samples_per_s"), ".1f"), fmt(r.get("step_ms"), ".1f"),
                               fmt(r.get("peak_gib"), ".2f")]
-                if r and "warning" in r: errors.append(f"{LABELS[impl]} bs{batch} {dtype}: warning: {r['warning']}")
-            zt = results.get(("zerotrain", batch, dtype))
+                if r and "warning" in r:
+                    errors.append(f"{LABELS[impl]} bs{batch} seq{seq} {dtype}: warning: {r['warning']}")
+            zt = results.get(("zerotrain", batch, dtype, seq))
             for o in others:
-                other = results.get((o, batch, dtype))
+                other = results.get((o, batch, dtype, seq))
                 row += [fmt(ratio(zt, other, "samples_per_s"), ".2f", "x"),
                         fmt(ratio(zt, other, "peak_gib"), ".2f", "x")]
             rows.append(row)
@@ -260,10 +268,10 @@ def goals(args, results):
         name = f"GOAL bs{g['batch']}/seq{g['seq']}/bf16: >= {g['min_ratio']}x torch.compile" + (
             f", peak below {LABELS[g['peak_below']]}" if "peak_below" in g else "")
         needed = {"zerotrain", "compile"} | ({g["peak_below"]} if "peak_below" in g else set())
-        if args.seq != g["seq"] or args.layers not in (0, 24) or g["batch"] not in args.batches \
+        if (g["seq"], g["batch"]) not in args.shapes or args.layers not in (0, 24) \
                 or "bf16" not in args.dtypes or not needed <= set(args.impls):
             lines.append(f"{name}: n/a (not in this run)"); summary.append(dict(goal=name, result="n/a")); continue
-        got = {i: results.get((i, g["batch"], "bf16")) for i in needed}
+        got = {i: results.get((i, g["batch"], "bf16", g["seq"])) for i in needed}
         missing = [LABELS[i] + (": " + r["error"] if r else ": not run") for i, r in got.items()
                    if r is None or "error" in r]
         if missing:
@@ -277,7 +285,7 @@ def goals(args, results):
         if "peak_below" in g:
             zp, op = got["zerotrain"].get("peak_gib"), got[g["peak_below"]].get("peak_gib")
             ok = ok and zp is not None and op is not None and zp < op
-            text += f", peak {zp} vs {op} GiB"
+            text += f", peak {fmt(zp, '.2f')} vs {fmt(op, '.2f')} GiB"
         res = "PASS" if ok else "FAIL"
         lines.append(f"{name}: {text}: {res}")
         summary.append(dict(goal=name, result=res, samples_ratio=sp))
@@ -308,29 +316,47 @@ def write_json(args, meta, records, final=None):
     os.replace(tmp, args.json_out)
 
 
-def verdict_from(args):
-    """The table and the goals from --json-out files: each (impl, batch, dtype) from the first file having it."""
+def results_of(path):
+    """{(impl, batch, dtype, seq): record} and the meta of one --json-out file."""
     impl_of = {label: impl for impl, label in LABELS.items()}
-    results, seqs = {}, set()
+    with open(path) as f:
+        doc = json.load(f)
+    results = {}
+    for rec in doc.get("results") or []:
+        impl = impl_of.get(rec.get("impl"))
+        if impl is None or any(k not in rec for k in ("batch", "dtype", "seq")): continue
+        results.setdefault((impl, rec["batch"], rec["dtype"], rec["seq"]), rec)
+    return results, doc.get("meta") or {}
+
+
+def verdict_from(args):
+    """The table and the goals from --json-out files: each (impl, batch, dtype, seq) from the first file having
+    it. Files of different sequence lengths join (the goals name theirs)."""
+    results = {}
     for path in args.verdict_from:
-        with open(path) as f:
-            records = json.load(f).get("results") or []
-        for rec in records:
-            impl = impl_of.get(rec.get("impl"))
-            if impl is None or "batch" not in rec or "dtype" not in rec: continue
-            results.setdefault((impl, rec["batch"], rec["dtype"]), rec)
-            seqs.add(rec.get("seq"))
-            if impl == "zerotrain" and rec.get("layers") not in (None, 24): args.layers = rec["layers"]
+        for key, rec in results_of(path)[0].items():
+            results.setdefault(key, rec)
+            if key[0] == "zerotrain" and rec.get("layers") not in (None, 24): args.layers = rec["layers"]
     if not results: sys.exit(f"--verdict-from: no results in {', '.join(args.verdict_from)}")
-    if len(seqs) != 1: sys.exit(f"--verdict-from: the files mix sequence lengths {sorted(seqs, key=str)}")
-    args.seq = seqs.pop()
     args.impls = [i for i in LABELS if any(k[0] == i for k in results)]
-    args.batches = sorted({k[1] for k in results})
+    args.shapes = sorted({(k[3], k[1]) for k in results})
     args.dtypes = [d for d in ("bf16", "fp16", "fp32") if any(k[2] == d for k in results)]
-    print(f"# verdict from {', '.join(args.verdict_from)} (seq {args.seq})")
+    print(f"# verdict from {', '.join(args.verdict_from)}")
     table(args, results)
     print(goals(args, results)["line"], flush=True)
     return 0
+
+
+def resumed(args, meta):
+    """--resume: the error-free records of --json-out when it was written by the same zerotrain tree on the same
+    kind of GPU with the same settings; a sweep cut short by a time limit goes on where it stopped."""
+    if not args.resume or not os.path.exists(args.json_out): return {}
+    results, old = results_of(args.json_out)
+    for key in ("gpu", "torch", "transformers", "zerotrain_git", "settings"):
+        if old.get(key) != meta.get(key):
+            sys.exit(f"--resume: {args.json_out} has {key} {old.get(key)!r}, this run {meta.get(key)!r}: "
+                     "start a new file")
+    return {k: r for k, r in results.items() if "error" not in r}
 
 
 def csv(kind):
@@ -347,7 +373,14 @@ def main():
     p.add_argument("--df-wheel-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".whl"),
                    help="where disentangled_flash-*.whl is (scripts/fetch_wheels.sh)")
     p.add_argument("--steps", type=int, default=12, help="timed steps (torch adds warmup steps before)")
-    p.add_argument("--seq", type=int, default=128, help="sequence length")
+    p.add_argument("--seq", type=csv(int), default=[128], help="comma-separated sequence lengths (each with --batches)")
+    p.add_argument("--shapes", type=csv(str), default=[],
+                   help="comma-separated BATCHxSEQ (e.g. 40x128,8x512) instead of --batches x --seq")
+    p.add_argument("--goals", action="store_true", help="the goals' shapes (" +
+                   ",".join(f"{g['batch']}x{g['seq']}" for g in GOALS) + "), impls compile,df,zerotrain")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the error-free results already in --json-out (same tree, GPU and settings) and "
+                        "run the rest: a sweep longer than one command's time limit, in one file")
     p.add_argument("--layers", type=int, default=0, help="override num_hidden_layers (24)")
     p.add_argument("--dropout", type=float, default=0.1, help="hidden, attention and pooler dropout")
     p.add_argument("--json-out", default="", help="write meta, every result and the verdict here")
@@ -363,8 +396,19 @@ def main():
     p.add_argument("--dtype", default="bf16", help=argparse.SUPPRESS)
     p.add_argument("--worker-device", default="cuda", help=argparse.SUPPRESS)  # "cpu" to test the loop
     args = p.parse_args()
-    if args.worker: return worker_main(args)
+    if args.worker:
+        args.seq = args.seq[0]  # the driver passes one
+        return worker_main(args)
     if args.verdict_from: return verdict_from(args)
+    if args.goals:
+        if args.shapes: p.error("--goals and --shapes: one or the other")
+        args.shapes = [f"{g['batch']}x{g['seq']}" for g in GOALS]
+        if args.impls == p.get_default("impls"): args.impls = ["compile", "df", "zerotrain"]
+    parts = [x.split("x") for x in args.shapes]
+    if any(len(q) != 2 or not all(v.isdigit() and int(v) > 0 for v in q) for q in parts):
+        p.error(f"--shapes takes BATCHxSEQ items, got {','.join(args.shapes)}")
+    args.shapes = [(int(seq), int(b)) for b, seq in parts] or [(seq, b) for seq in args.seq for b in args.batches]
+    if args.resume and not args.json_out: p.error("--resume needs --json-out")
     for name, got, allowed in (("--impls", args.impls, LABELS), ("--dtypes", args.dtypes, ("bf16", "fp16", "fp32"))):
         if not got or set(got) - set(allowed): p.error(f"{name} takes a comma-separated subset of {list(allowed)}")
     os.environ["NCCL_NVLS_ENABLE"] = "0"  # children inherit it; NVLink multicast stays off
@@ -374,13 +418,19 @@ def main():
                 "(scripts/fetch_wheels.sh downloads it; carry .whl to the GPU machine)")
 
     meta = header(args)
-    jobs = [(impl, b, d) for d in args.dtypes for b in args.batches for impl in args.impls]
-    jobs.sort(key=lambda j: (j[1], j[2]) != (TARGET["batch"], TARGET["dtype"]))  # stable: target first
-    results, records = {}, []
-    for n, (impl, batch, dtype) in enumerate(jobs, 1):
-        print(f"# [{n}/{len(jobs)}] {shlex.join(child_cmd(args, impl, batch, dtype))}", flush=True)
-        rec = measure(args, impl, batch, dtype)
-        results[(impl, batch, dtype)] = rec
+    meta["settings"] = dict(steps=args.steps, dropout=args.dropout, layers=args.layers,
+                            back_to_back=args.back_to_back, zt_args=args.zt_args)
+    jobs = [(impl, b, d, seq) for d in args.dtypes for seq, b in args.shapes for impl in args.impls]
+    target = (TARGET["batch"], TARGET["dtype"], TARGET["seq"])
+    jobs.sort(key=lambda j: j[1:] != target)  # stable: target first
+    results = resumed(args, meta)
+    records = list(results.values())
+    if results: print(f"# --resume: {len(results)} results kept from {args.json_out}", flush=True)
+    todo = [j for j in jobs if j not in results]
+    for n, (impl, batch, dtype, seq) in enumerate(todo, 1):
+        print(f"# [{n}/{len(todo)}] {shlex.join(child_cmd(args, impl, batch, dtype, seq))}", flush=True)
+        rec = measure(args, impl, batch, dtype, seq)
+        results[(impl, batch, dtype, seq)] = rec
         records.append(rec)
         print(json.dumps(rec), flush=True)
         write_json(args, meta, records)

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""scripts/bench_vs_torch.py's driver without a GPU: shapes across sequence lengths, --resume, --verdict-from
+and the goals' verdicts, against a stand-in for bench_train_step (a script that prints the JSON line the real
+binary prints, with a step time derived from its arguments, and logs each call).
+
+  test_bench_vs_torch.py <repo root>          # exit 0 and "bench_vs_torch: all checks passed"
+"""
+import json, os, stat, subprocess, sys, tempfile
+
+ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+SCRIPT = os.path.join(ROOT, "scripts", "bench_vs_torch.py")
+FAKE = r'''#!/usr/bin/env python3
+import json, os, sys
+a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+with open(os.environ["FAKE_LOG"], "a") as f: f.write(" ".join(sys.argv[1:]) + "\n")
+batch, seq = int(a["--batch"]), int(a["--seq"])
+if os.environ.get("FAKE_WRONG_SEQ"): seq += 1
+ms = 0.1 * batch * seq / 128
+print("warming up")
+print(json.dumps(dict(impl="zerotrain", batch=batch, seq=seq, dtype=a["--dtype"], step_ms=ms,
+                      samples_per_s=batch / ms * 1e3, peak_gib=10.0 + batch / 100)))
+'''
+failures = []
+
+
+def check(cond, what):
+    if not cond: failures.append(what)
+    print(("ok   " if cond else "FAIL ") + what)
+
+
+def run(*args, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    p = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, env=env, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    fake, log, out = os.path.join(tmp, "fake_zt"), os.path.join(tmp, "calls.log"), os.path.join(tmp, "r.json")
+    with open(fake, "w") as f: f.write(FAKE)
+    os.chmod(fake, os.stat(fake).st_mode | stat.S_IXUSR)
+    env = {"FAKE_LOG": log}
+    common = ["--zt-bin", fake, "--impls", "zerotrain", "--json-out", out]
+
+    # Two sequence lengths in one run: each shape once, with its own seq, the bs40/seq128 shape first.
+    rc, so, se = run(*common, "--shapes", "8x512,40x128", env_extra=env)
+    calls = open(log).read().splitlines()
+    check(rc == 0, f"shapes run exits 0 (rc {rc}; {se[-300:]})")
+    check(len(calls) == 2 and "--batch 40 --seq 128" in calls[0] and "--batch 8 --seq 512" in calls[1],
+          f"each shape runs once, bs40/seq128 first: {calls}")
+    recs = json.load(open(out))["results"]
+    check(sorted((r["batch"], r["seq"]) for r in recs) == [(8, 512), (40, 128)], "the JSON records each shape's seq")
+    check(any(l.split()[:3] == ["512", "8", "bf16"] for l in so.splitlines()), "the table has a seq-512 row")
+
+    # --resume keeps what the file holds and runs only the rest.
+    open(log, "w").close()
+    rc, so, se = run(*common, "--shapes", "8x512,40x128,16x512", "--resume", env_extra=env)
+    calls = open(log).read().splitlines()
+    check(rc == 0 and calls == [calls[0]] and "--batch 16 --seq 512" in calls[0],
+          f"--resume runs only the missing shape: {calls}")
+    check(len(json.load(open(out))["results"]) == 3, "--resume's file holds the old results and the new one")
+    # ... but not into a file written with other settings.
+    rc, so, se = run(*common, "--shapes", "8x512", "--resume", "--steps", "5", env_extra=env)
+    check(rc != 0 and "start a new file" in se, f"--resume refuses a file of other settings (rc {rc})")
+    # --batches x --seq is the product of both lists.
+    open(log, "w").close()
+    rc, so, se = run(*common, "--batches", "8,16", "--seq", "128,512", "--json-out", out + "2", env_extra=env)
+    check(rc == 0 and len(open(log).read().splitlines()) == 4, "--batches 8,16 --seq 128,512 runs four shapes")
+    # A binary that measured another length than it was asked for is an error, not a result.
+    rc, so, se = run(*common, "--shapes", "8x128", "--json-out", out + "3",
+                     env_extra=dict(env, FAKE_WRONG_SEQ="1"))
+    rec = json.load(open(out + "3"))["results"][0]
+    check("error" in rec and "seq" in rec["error"], f"a wrong reported seq is an error: {rec.get('error')}")
+    rc, so, se = run("--shapes", "8x5x12")
+    check(rc != 0 and "BATCHxSEQ" in se, "a malformed --shapes item is refused")
+
+    # --verdict-from joins files of both lengths; each goal PASS or FAIL on its own shape's numbers.
+    def rec(impl, batch, seq, ms, gib):
+        return dict(impl=impl, batch=batch, seq=seq, dtype="bf16", step_ms=ms, samples_per_s=batch / ms * 1e3,
+                    peak_gib=gib)
+    short = [rec("torch-compile", 40, 128, 100, 23), rec("torch-eager+df", 40, 128, 140, 19),
+             rec("zerotrain", 40, 128, 65, 16), rec("torch-compile", 8, 128, 70, 13),
+             rec("zerotrain", 8, 128, 27, 14)]
+    long = [rec("torch-compile", 16, 512, 240, 35), rec("torch-eager+df", 16, 512, 256, 24),
+            rec("zerotrain", 16, 512, 150, 25)]  # fast enough, but the peak is above df's
+    for name, recs in (("a.json", short), ("b.json", long)):
+        with open(os.path.join(tmp, name), "w") as f: json.dump(dict(meta={}, results=recs), f)
+    rc, so, se = run("--verdict-from", os.path.join(tmp, "a.json") + "," + os.path.join(tmp, "b.json"))
+    lines = {l.split(":")[0]: l for l in so.splitlines() if l.startswith("GOAL")}
+    check(rc == 0, f"--verdict-from over two lengths exits 0 ({se[-300:]})")
+    check(lines.get("GOAL bs40/seq128/bf16", "").endswith("PASS"), "bs40: 1.54x, peak below df's: PASS")
+    check(lines.get("GOAL bs8/seq128/bf16", "").endswith("FAIL"), "bs8: 2.59x of 3x: FAIL")
+    check("n/a" in lines.get("GOAL bs64/seq128/bf16", ""), "bs64: not in the files: n/a")
+    check(lines.get("GOAL bs16/seq512/bf16", "").endswith("FAIL"), "seq512 bs16: peak above df's: FAIL")
+
+if failures:
+    print(f"bench_vs_torch: {len(failures)} checks failed")
+    sys.exit(1)
+print("bench_vs_torch: all checks passed")
