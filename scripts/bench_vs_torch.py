@@ -22,7 +22,8 @@ a peak no higher than disentangled-flash's), each PASS, FAIL or n/a when this ru
 --goals runs every goal's shape (seq 128 bs 40/8/64, seq 512 bs 8/16) with compile, df and zerotrain: ~15
 minutes, most of it torch.compile, longer than one device command may run. With --resume the same command
 run again keeps the results already in --json-out (when the tree, GPU, library versions and settings match)
-and runs the rest, so the whole table comes from one file of one tree on one machine.
+and runs the rest, so the whole table comes from one file of one commit on one GPU model. SIGTERM (an outer
+`timeout`) ends the running job's process group too.
 
 Every (impl, batch, dtype, seq) runs in a subprocess of its own, so each has a fresh CUDA context and its own peak:
 torch runs re-invoke this file with the hidden --worker flag, zerotrain runs
@@ -275,7 +276,7 @@ def goals(args, results):
         missing = [LABELS[i] + (": " + r["error"] if r else ": not run") for i, r in got.items()
                    if r is None or "error" in r]
         if missing:
-            zt_failed = got["zerotrain"] is None or "error" in got["zerotrain"]
+            zt_failed = got["zerotrain"] is not None and "error" in got["zerotrain"]  # not run yet: n/a
             res = "FAIL" if zt_failed else "n/a"
             lines.append(f"{name}: {res} ({'; '.join(missing)})"); summary.append(dict(goal=name, result=res))
             continue
@@ -348,14 +349,16 @@ def verdict_from(args):
 
 
 def resumed(args, meta):
-    """--resume: the error-free records of --json-out when it was written by the same zerotrain tree on the same
-    kind of GPU with the same settings; a sweep cut short by a time limit goes on where it stopped."""
+    """--resume: the error-free records of --json-out when it was written by the same zerotrain commit
+    (`git describe --dirty`: uncommitted changes are not told apart), on the same GPU model, with the same
+    torch and transformers, timing settings, binary and ZT_* switches; a sweep cut short goes on where it
+    stopped."""
     if not args.resume or not os.path.exists(args.json_out): return {}
     results, old = results_of(args.json_out)
     for key in ("gpu", "torch", "transformers", "zerotrain_git", "settings"):
         if old.get(key) != meta.get(key):
             sys.exit(f"--resume: {args.json_out} has {key} {old.get(key)!r}, this run {meta.get(key)!r}: "
-                     "start a new file")
+                     "start a new file (another --json-out, or remove this one)")
     return {k: r for k, r in results.items() if "error" not in r}
 
 
@@ -412,6 +415,9 @@ def main():
     for name, got, allowed in (("--impls", args.impls, LABELS), ("--dtypes", args.dtypes, ("bf16", "fp16", "fp32"))):
         if not got or set(got) - set(allowed): p.error(f"{name} takes a comma-separated subset of {list(allowed)}")
     os.environ["NCCL_NVLS_ENABLE"] = "0"  # children inherit it; NVLink multicast stays off
+    # A job runs in a process group of its own (run_child); SIGTERM (an outer `timeout`) must end it too, or a
+    # torch.compile worker goes on using the GPU beside whatever runs next.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"bench_vs_torch: stopped by signal {signum}"))
     args.df_site = df_site(args) if {"df", "compile-df"} & set(args.impls) else None
     if {"df", "compile-df"} & set(args.impls) and args.df_site is None:
         p.error(f"--impls df/compile-df need disentangled_flash-*.whl in {args.df_wheel_dir} "
@@ -419,7 +425,9 @@ def main():
 
     meta = header(args)
     meta["settings"] = dict(steps=args.steps, dropout=args.dropout, layers=args.layers,
-                            back_to_back=args.back_to_back, zt_args=args.zt_args)
+                            back_to_back=args.back_to_back, zt_args=args.zt_args,
+                            zt_bin=os.path.realpath(args.zt_bin),
+                            zt_switches={k: v for k, v in sorted(os.environ.items()) if k.startswith("ZT_")})
     jobs = [(impl, b, d, seq) for d in args.dtypes for seq, b in args.shapes for impl in args.impls]
     target = (TARGET["batch"], TARGET["dtype"], TARGET["seq"])
     jobs.sort(key=lambda j: j[1:] != target)  # stable: target first

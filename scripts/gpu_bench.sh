@@ -47,5 +47,5 @@ echo "== zerotrain step profile, bs 40 bf16"
 head -14 "$out/profile_bs40_bf16.txt"
 for f in "$out"/bs*.txt; do
   echo "== $(basename "$f" .txt)"
-  grep -E '^ *[0-9]+ +(bf16|fp16)|^GOAL' "$f"
+  grep -E '^ *[0-9]+ +[0-9]+ +(bf16|fp16)|^GOAL' "$f"
 done

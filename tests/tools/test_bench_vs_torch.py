@@ -5,7 +5,7 @@ binary prints, with a step time derived from its arguments, and logs each call).
 
   test_bench_vs_torch.py <repo root>          # exit 0 and "bench_vs_torch: all checks passed"
 """
-import json, os, stat, subprocess, sys, tempfile
+import json, os, signal, stat, subprocess, sys, tempfile, time
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
 SCRIPT = os.path.join(ROOT, "scripts", "bench_vs_torch.py")
@@ -15,6 +15,9 @@ a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
 with open(os.environ["FAKE_LOG"], "a") as f: f.write(" ".join(sys.argv[1:]) + "\n")
 batch, seq = int(a["--batch"]), int(a["--seq"])
 if os.environ.get("FAKE_WRONG_SEQ"): seq += 1
+if os.environ.get("FAKE_PID_FILE"):  # stand for a long torch.compile: say who we are, then hang
+    with open(os.environ["FAKE_PID_FILE"], "w") as f: f.write(str(os.getpid()))
+    import time; time.sleep(120)
 ms = 0.1 * batch * seq / 128
 print("warming up")
 print(json.dumps(dict(impl="zerotrain", batch=batch, seq=seq, dtype=a["--dtype"], step_ms=ms,
@@ -61,6 +64,9 @@ with tempfile.TemporaryDirectory() as tmp:
     # ... but not into a file written with other settings.
     rc, so, se = run(*common, "--shapes", "8x512", "--resume", "--steps", "5", env_extra=env)
     check(rc != 0 and "start a new file" in se, f"--resume refuses a file of other settings (rc {rc})")
+    # ... nor into one timed with other ZT_* switches (they pick the code the binary runs).
+    rc, so, se = run(*common, "--shapes", "8x512", "--resume", env_extra=dict(env, ZT_SOME_SWITCH="1"))
+    check(rc != 0 and "zt_switches" in se, f"--resume refuses a file of other ZT_* switches (rc {rc})")
     # --batches x --seq is the product of both lists.
     open(log, "w").close()
     rc, so, se = run(*common, "--batches", "8,16", "--seq", "128,512", "--json-out", out + "2", env_extra=env)
@@ -73,6 +79,28 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, so, se = run("--shapes", "8x5x12")
     check(rc != 0 and "BATCHxSEQ" in se, "a malformed --shapes item is refused")
 
+    # SIGTERM to the driver (an outer `timeout`) ends the job it is running, whose process group is its own.
+    pid_file = os.path.join(tmp, "job.pid")
+    driver = subprocess.Popen([sys.executable, SCRIPT, *common, "--shapes", "8x128", "--json-out", out + "4"],
+                              env=dict(os.environ, **env, FAKE_PID_FILE=pid_file), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        if os.path.exists(pid_file) and open(pid_file).read(): break
+        time.sleep(0.1)
+    job = int(open(pid_file).read())
+    driver.send_signal(signal.SIGTERM)
+    driver.wait(timeout=30)
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as f: return f.read().split()[2] != "Z"  # a zombie is gone
+    for _ in range(50):
+        if not alive(job): break
+        time.sleep(0.1)
+    check(driver.returncode != 0 and not alive(job), f"SIGTERM ends the running job too (driver rc {driver.returncode})")
+
     # --verdict-from joins files of both lengths; each goal PASS or FAIL on its own shape's numbers.
     def rec(impl, batch, seq, ms, gib):
         return dict(impl=impl, batch=batch, seq=seq, dtype="bf16", step_ms=ms, samples_per_s=batch / ms * 1e3,
@@ -81,7 +109,8 @@ with tempfile.TemporaryDirectory() as tmp:
              rec("zerotrain", 40, 128, 65, 16), rec("torch-compile", 8, 128, 70, 13),
              rec("zerotrain", 8, 128, 27, 14)]
     long = [rec("torch-compile", 16, 512, 240, 35), rec("torch-eager+df", 16, 512, 256, 24),
-            rec("zerotrain", 16, 512, 150, 25)]  # fast enough, but the peak is above df's
+            rec("zerotrain", 16, 512, 150, 25),  # fast enough, but the peak is above df's
+            rec("torch-compile", 8, 512, 130, 23), rec("torch-eager+df", 8, 512, 160, 18)]  # zerotrain not yet
     for name, recs in (("a.json", short), ("b.json", long)):
         with open(os.path.join(tmp, name), "w") as f: json.dump(dict(meta={}, results=recs), f)
     rc, so, se = run("--verdict-from", os.path.join(tmp, "a.json") + "," + os.path.join(tmp, "b.json"))
@@ -91,6 +120,12 @@ with tempfile.TemporaryDirectory() as tmp:
     check(lines.get("GOAL bs8/seq128/bf16", "").endswith("FAIL"), "bs8: 2.59x of 3x: FAIL")
     check("n/a" in lines.get("GOAL bs64/seq128/bf16", ""), "bs64: not in the files: n/a")
     check(lines.get("GOAL bs16/seq512/bf16", "").endswith("FAIL"), "seq512 bs16: peak above df's: FAIL")
+    check("n/a" in lines.get("GOAL bs8/seq512/bf16", ""), "seq512 bs8: zerotrain not run yet: n/a, not FAIL")
+    long.append(dict(impl="zerotrain", batch=8, seq=512, dtype="bf16", error="OOM"))
+    with open(os.path.join(tmp, "b.json"), "w") as f: json.dump(dict(meta={}, results=long), f)
+    rc, so, se = run("--verdict-from", os.path.join(tmp, "a.json") + "," + os.path.join(tmp, "b.json"))
+    lines = {l.split(":")[0]: l for l in so.splitlines() if l.startswith("GOAL")}
+    check("FAIL" in lines.get("GOAL bs8/seq512/bf16", ""), "seq512 bs8: zerotrain out of memory: FAIL")
 
 if failures:
     print(f"bench_vs_torch: {len(failures)} checks failed")
