@@ -10,8 +10,9 @@
 #                                             # remaining shapes, then the verdict of all five
 #
 # GOALS_BUDGET_S (default 540) bounds the whole call (not ZT_*: bench_train_step records those as switches).
-# To start over (another commit, other switches: --resume refuses the old file), remove .goals/goals.json. Results: $OUT/goals.json (a copy), $OUT/goals.txt,
-# $OUT/ctest_gpu.txt. Carry .whl (scripts/fetch_wheels.sh) and .device-deps (scripts/device_deps.sh).
+# To start over (another commit, other switches: --resume refuses the old file), remove .goals/goals.json.
+# Results: $OUT/goals.json (a copy), $OUT/goals.txt, $OUT/ctest_gpu.txt. Carry .whl (scripts/fetch_wheels.sh)
+# and .device-deps (scripts/device_deps.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-$PWD/goals-out}

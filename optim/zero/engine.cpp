@@ -434,13 +434,11 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     s.early_norm = std::make_unique<Impl::EarlyNorm>();  // on the rank's current device
     s.unit_stats = device_allocator().allocate(units.size() * sizeof(gpu::GradStats), MemoryCategory::scratch,
                                                "gradient norm partials (early)");
-    size_t bytes = 0;
-    for (const ZeroUnit& u : units) {
-      s.early_norm->partials_at.push_back(bytes);
-      bytes += (gpu::grad_stats_scratch_bytes(u.slice_numel) + 255) / 256 * 256;
-    }
+    int64_t largest = 0;
+    for (const ZeroUnit& u : units) largest = std::max(largest, u.slice_numel);
     s.early_norm->partials =
-        device_allocator().allocate(bytes, MemoryCategory::scratch, "gradient norm block partials (early)");
+        device_allocator().allocate(gpu::grad_stats_scratch_bytes(largest), MemoryCategory::scratch,
+                                    "gradient norm block partials (early)");
   }
 #endif
   if (options.overlap_comm && s.device == DeviceKind::cuda && world_size() > 1) {
@@ -688,10 +686,11 @@ void ZeroEngine::gradients_ready(size_t unit) {
                              : view(*s.grads, DType::f32, s.blocks[unit].grad, s.blocks[unit].numel);
     e.unit_final.record(work_stream());
     e.stream.wait(e.unit_final);
-    ZT_CHECK(gpu::grad_stats_scratch_bytes(slice.numel()) <= gpu::grad_stats_scratch_bytes(u.slice_numel),
-             "ZeRO engine: the early norm's partials were sized for unit ", u.name, "'s slice");
+    ZT_CHECK(gpu::grad_stats_scratch_bytes(slice.numel()) <= e.partials.size(),
+             "ZeRO engine: the early norm's partials were sized for the largest unit's slice, not unit ",
+             u.name, "'s");
     gpu::grad_stats_async(slice, s.unit_stats.data_as<gpu::GradStats>() + unit, e.stream.get(),
-                          static_cast<char*>(e.partials.data()) + e.partials_at[unit]);
+                          e.partials.data());
     ++e.queued;
   }
 #endif

@@ -377,11 +377,11 @@ struct ZeroEngine::Impl {
     Stream stream;  // non-blocking, on the rank's device
     Event unit_final, stats_done;
     size_t queued = 0;
-    // The partials of each unit's statistics, for as long as the engine lives: scratch from the allocator,
-    // released when queued, could be handed to the compute stream's next request while this stream's
-    // kernels still write it (runtime/stream.h). Unit u's at partials_at[u].
+    // The block partials of the units' statistics, for as long as the engine lives: scratch from the
+    // allocator, released when queued, could be handed to the compute stream's next request while this
+    // stream's kernels still write it (runtime/stream.h). One buffer, sized for the largest unit, serves
+    // every unit: this one stream orders each unit's kernels after the previous unit's.
     DeviceBuffer partials;
-    std::vector<size_t> partials_at;
     ~EarlyNorm() { (void)cudaStreamSynchronize(stream.get()); }
   };
 #else
