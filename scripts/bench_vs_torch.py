@@ -402,7 +402,11 @@ def main():
     if args.worker:
         args.seq = args.seq[0]  # the driver passes one
         return worker_main(args)
-    if args.verdict_from: return verdict_from(args)
+    if args.verdict_from:
+        if args.resume or args.goals or args.shapes: p.error("--verdict-from runs nothing: no --resume, --goals, --shapes")
+        return verdict_from(args)
+    if (args.goals or args.shapes) and (args.batches != p.get_default("batches") or args.seq != p.get_default("seq")):
+        p.error("--goals and --shapes name the shapes: no --batches or --seq with them")
     if args.goals:
         if args.shapes: p.error("--goals and --shapes: one or the other")
         args.shapes = [f"{g['batch']}x{g['seq']}" for g in GOALS]

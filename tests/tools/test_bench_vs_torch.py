@@ -78,6 +78,12 @@ with tempfile.TemporaryDirectory() as tmp:
     check("error" in rec and "seq" in rec["error"], f"a wrong reported seq is an error: {rec.get('error')}")
     rc, so, se = run("--shapes", "8x5x12")
     check(rc != 0 and "BATCHxSEQ" in se, "a malformed --shapes item is refused")
+    rc, so, se = run("--shapes", "8x512", "--batches", "16")
+    check(rc != 0 and "no --batches or --seq" in se, "--batches beside --shapes is refused, not ignored")
+    rc, so, se = run("--goals", "--seq", "512")
+    check(rc != 0 and "no --batches or --seq" in se, "--seq beside --goals is refused, not ignored")
+    rc, so, se = run("--verdict-from", out, "--resume")
+    check(rc != 0 and "runs nothing" in se, "--resume beside --verdict-from is refused, not ignored")
 
     # SIGTERM to the driver (an outer `timeout`) ends the job it is running, whose process group is its own.
     pid_file = os.path.join(tmp, "job.pid")
