@@ -96,5 +96,8 @@ void gemm(const GemmProblem& problem, cudaStream_t stream);
 int64_t gemm_cached_plan_count();
 // How many (device, stream) workspaces exist (tests check one per stream, dropped when the stream is).
 int64_t gemm_stream_workspace_count();
+// How many two-level batches' pointer arrays are kept, over all streams (ZT_CACHED_POINTER_ARRAYS=1,
+// gemm.cu).
+int64_t gemm_cached_pointer_array_count();
 
 }  // namespace zt::kernels

@@ -6,7 +6,10 @@
 // 32 x 8 threads sums its chunk of 32 kVec columns into partial[chunk, c]: thread (tx, ty) takes rows ty,
 // ty + 8, ... of the chunk for columns c0 = (32 x + tx) kVec .. c0 + kVec, and the eight lane sums are added
 // in ty order. kVec (a Pack128's width, or 1) changes no bit: every column is summed in the same order.
-// Pass 2 is add_chunk_partials (kernels/cuda/gemm.cuh), adding the partials in chunk order.
+// Pass 2 adds the partials in chunk order: add_chunk_partials (kernels/cuda/gemm.cuh) as its own kernel, or,
+// with a ChunkFinish, the last block of each column tile to write its partials (add_tile_partials below, the
+// same code and so the same bits): at bs 8 a second launch cost more than the sum itself (~2.5 us each, a
+// dozen times a layer).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,12 +38,67 @@ struct ColumnSumPlan {
   }
 };
 
+// Pass 2 for the 32 x `width` columns [first, first + width) (width a multiple of 32) by one block of
+// 32 x 8 threads: thread (tx, ty) adds chunks ty, ty + 8, ... of its column, and the eight lane sums are
+// added in ty order — an order that depends only on (chunks, cols): deterministic.
+//   out[c] = (overwrite ? 0 : out[c]) + sum_k partial[k, c]
+// The partials are read past L1 (__ldcg): in the one-pass form other blocks wrote them during this kernel.
+__device__ __forceinline__ void add_tile_partials(const float* partial, int64_t chunks, int64_t cols,
+                                                  int64_t first, int width, bool overwrite,
+                                                  float* __restrict__ out) {
+  __shared__ float lanes[kColumnSumRowLanes][kColumnSumTile + 1];
+  for (int group = 0; group < width; group += kColumnSumTile) {
+    const int64_t c = first + group + threadIdx.x;
+    float sum = 0.0f;
+    if (c < cols) {
+      for (int64_t k = threadIdx.y; k < chunks; k += kColumnSumRowLanes)
+        sum += __ldcg(partial + k * cols + c);
+    }
+    lanes[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+      float total = 0.0f;
+      for (int lane = 0; lane < kColumnSumRowLanes; ++lane) total += lanes[lane][threadIdx.x];
+      out[c] = (overwrite ? 0.0f : out[c]) + total;  // 0 + total: the accumulation onto a zeroed buffer
+    }
+    __syncthreads();
+  }
+}
+
+// Pass 2 inside pass 1: column tile blockIdx.x's gridDim.y chunk blocks each count themselves in
+// counters[blockIdx.x] once their partials are written; the block that counts last adds the tile's
+// partials (add_tile_partials) and resets the counter to 0 for the next kernel on the stream. `counters`
+// is per stream (chunk_counters, kernels/cuda/gemm.cuh), so kernels of one stream, which run one after
+// the other, never share a count. Null counters: pass 1 only.
+struct ChunkFinish {
+  unsigned int* counters = nullptr;
+  float* out = nullptr;
+  bool overwrite = false;
+};
+
+// True, in every thread, in the last block of column tile blockIdx.x to arrive. Each thread fences its own
+// partial writes before the block's count (the threadFenceReduction pattern of the CUDA samples).
+__device__ __forceinline__ bool last_block_of_tile(unsigned int* counters) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    const unsigned int arrived = atomicAdd(counters + blockIdx.x, 1u);
+    last = arrived + 1 == gridDim.y;
+    if (last) counters[blockIdx.x] = 0;  // every block of the tile has counted
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 // The block body. row_values(r, c0, v) puts row r's values at columns c0 .. c0 + kVec into v[0 .. kVec) as
 // floats (and may write what it computed); it is called only for columns that exist (kVec > 1: cols is a
 // multiple of kVec).
 template <int kVec, typename RowValues>
 __device__ __forceinline__ void column_sum_partials(const RowValues& row_values, int64_t rows, int64_t cols,
-                                                    int64_t rows_per_chunk, float* __restrict__ partial) {
+                                                    int64_t rows_per_chunk, float* __restrict__ partial,
+                                                    ChunkFinish finish = {}) {
   constexpr int kBlockColumns = kColumnSumTile * kVec;
   __shared__ float lanes[kColumnSumRowLanes][kBlockColumns + 1];
   const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * kColumnSumTile + threadIdx.x) * kVec;
@@ -65,6 +123,10 @@ __device__ __forceinline__ void column_sum_partials(const RowValues& row_values,
     float total = 0.0f;
     for (int lane = 0; lane < kColumnSumRowLanes; ++lane) total += lanes[lane][col];
     partial[static_cast<int64_t>(blockIdx.y) * cols + c] = total;
+  }
+  if (finish.counters != nullptr && last_block_of_tile(finish.counters)) {
+    add_tile_partials(partial, gridDim.y, cols, static_cast<int64_t>(blockIdx.x) * kBlockColumns,
+                      kBlockColumns, finish.overwrite, finish.out);
   }
 }
 

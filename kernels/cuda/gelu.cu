@@ -91,14 +91,15 @@ __global__ void gelu_recompute_backward_kernel(const T* dy, const T* x, T* y, T*
 template <typename T>
 __global__ void gelu_recompute_backward_column_sum_kernel(const T* dy, const T* x, T* y, T* dx, int64_t rows,
                                                           int64_t cols, int64_t rows_per_chunk,
-                                                          float* __restrict__ partial) {
+                                                          float* __restrict__ partial,
+                                                          cuda_detail::ChunkFinish finish) {
   constexpr int kVec = Pack128<T>::kSize;
   const auto step = [&](int64_t r, int64_t c0, float(&v)[kVec]) {
     const Pack128<T> dxs = gelu_step_pack(dy, x, y, dx, r * cols + c0);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) v[k] = to_float(dxs.v[k]);  // the stored value, as a column sum reads it
   };
-  column_sum_partials<kVec>(step, rows, cols, rows_per_chunk, partial);
+  column_sum_partials<kVec>(step, rows, cols, rows_per_chunk, partial, finish);
 }
 
 // The fused kernel runs (cols / 256) x chunks blocks of 256 threads, each thread walking rows_per_chunk / 8
@@ -178,13 +179,16 @@ void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor
         takes_fused_column_sums(plan.grid(cols, Pack128<T>::kSize), path)) {
       DeviceBuffer partial =
           scratch_buffer(static_cast<size_t>(plan.chunks * cols) * sizeof(float), "gelu_column_sum");
-      gelu_recompute_backward_column_sum_kernel<T>
-          <<<plan.grid(cols, Pack128<T>::kSize), ColumnSumPlan::block(), 0, stream>>>(
-              typed<T>(dy), typed<T>(x), typed<T>(y), typed<T>(dx), rows, cols, plan.rows_per_chunk,
-              partial.data_as<float>());
+      const dim3 grid = plan.grid(cols, Pack128<T>::kSize);
+      const cuda_detail::ChunkFinish finish =
+          chunk_finish(grid, dx_column_sum.data_as<float>(), write, stream);
+      gelu_recompute_backward_column_sum_kernel<T><<<grid, ColumnSumPlan::block(), 0, stream>>>(
+          typed<T>(dy), typed<T>(x), typed<T>(y), typed<T>(dx), rows, cols, plan.rows_per_chunk,
+          partial.data_as<float>(), finish);
       ZT_CUDA_CHECK_LAUNCH(op);
-      add_chunk_partials(partial.data_as<float>(), plan.chunks, cols, dx_column_sum.data_as<float>(), write,
-                         stream);
+      if (finish.counters == nullptr)
+        add_chunk_partials(partial.data_as<float>(), plan.chunks, cols, dx_column_sum.data_as<float>(), write,
+                           stream);
       return;
     }
     if (vector) {

@@ -21,6 +21,10 @@
 
 namespace zt::kernels {
 
+namespace {
+unsigned int* chunk_counters(cudaStream_t stream);  // below, beside the other per-stream state
+}  // namespace
+
 namespace gpu {
 
 void check_cuda_arg(const Tensor& t, const char* op, const char* name) {
@@ -42,37 +46,26 @@ using cuda_detail::kColumnSumTile;
 
 // Pass 1 of column_sum_into: the shared block body (kernels/cuda/column_sum.cuh) over x's values. Cutting
 // the rows into chunks gives cols / (32 kVec) * chunks blocks instead of one chain of all 5,120 rows per
-// column tile.
+// column tile; with `finish` the last block of each column tile also runs pass 2.
 template <typename T, int kVec>
 __global__ void column_sum_partial_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
-                                          int64_t rows_per_chunk, float* __restrict__ partial) {
+                                          int64_t rows_per_chunk, float* __restrict__ partial,
+                                          cuda_detail::ChunkFinish finish) {
   const auto load = [&](int64_t r, int64_t c0, float(&v)[kVec]) {
     const cuda_detail::FloatSlice<T, kVec> slice(x + r * cols + c0);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) v[k] = slice[k];
   };
-  cuda_detail::column_sum_partials<kVec>(load, rows, cols, rows_per_chunk, partial);
+  cuda_detail::column_sum_partials<kVec>(load, rows, cols, rows_per_chunk, partial, finish);
 }
 
-// Pass 2 (add_chunk_partials): block x takes columns [32x, 32x + 32); thread (tx, ty) adds chunks ty, ty + 8,
-// ... of its column, and the eight lane sums are added in ty order — an order that depends only on (chunks,
-// cols): deterministic. One thread per column walking every chunk took 37 us for 160 chunks x 1536 columns
-// (a LayerNorm parameter gradient at B*L = 5120, ncu on the H200): 6 blocks, each a chain of 160 loads.
+// Pass 2 (add_chunk_partials) as its own kernel: block x takes columns [32x, 32x + 32). One thread per
+// column walking every chunk took 37 us for 160 chunks x 1536 columns (a LayerNorm parameter gradient at
+// B*L = 5120, ncu on the H200): 6 blocks, each a chain of 160 loads; 8 row lanes per column take ~3 us.
 __global__ void add_chunk_partials_kernel(const float* __restrict__ partial, int64_t chunks, int64_t cols,
                                           bool overwrite, float* __restrict__ out) {
-  __shared__ float lanes[kColumnSumRowLanes][kColumnSumTile + 1];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColumnSumTile + threadIdx.x;
-  float sum = 0.0f;
-  if (c < cols) {
-    for (int64_t k = threadIdx.y; k < chunks; k += kColumnSumRowLanes) sum += partial[k * cols + c];
-  }
-  lanes[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    float total = 0.0f;
-    for (int lane = 0; lane < kColumnSumRowLanes; ++lane) total += lanes[lane][threadIdx.x];
-    out[c] = (overwrite ? 0.0f : out[c]) + total;  // 0 + total: the accumulation onto a zeroed buffer
-  }
+  cuda_detail::add_tile_partials(partial, chunks, cols, static_cast<int64_t>(blockIdx.x) * kColumnSumTile,
+                                 kColumnSumTile, overwrite, out);
 }
 
 // C[z][r, c] += bias[c] over batch x [m, n] with row stride ldc: the bias epilogue where cuBLASLt's cannot
@@ -97,16 +90,26 @@ void column_sum_into(const void* x, DType dtype, int64_t rows, int64_t cols, flo
   const ColumnSumPlan plan(rows);
   DeviceBuffer partial =
       scratch_buffer(static_cast<size_t>(plan.chunks * cols) * sizeof(float), "column_sum");
+  bool finished = false;
   dispatch_storage(dtype, "column_sum_into", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int kPack = cuda_detail::Pack128<T>::kSize;
     const bool vector = cols % kPack == 0 && cuda_detail::is_aligned16(x);
+    const dim3 grid = plan.grid(cols, vector ? kPack : 1);
+    const cuda_detail::ChunkFinish finish = chunk_finish(grid, out, write, stream);
+    finished = finish.counters != nullptr;
     const auto kernel = vector ? column_sum_partial_kernel<T, kPack> : column_sum_partial_kernel<T, 1>;
-    kernel<<<plan.grid(cols, vector ? kPack : 1), ColumnSumPlan::block(), 0, stream>>>(
-        static_cast<const T*>(x), rows, cols, plan.rows_per_chunk, partial.data_as<float>());
+    kernel<<<grid, ColumnSumPlan::block(), 0, stream>>>(
+        static_cast<const T*>(x), rows, cols, plan.rows_per_chunk, partial.data_as<float>(), finish);
     ZT_CUDA_CHECK_LAUNCH("column_sum_partial");
   });
-  add_chunk_partials(partial.data_as<float>(), plan.chunks, cols, out, write, stream);
+  if (!finished) add_chunk_partials(partial.data_as<float>(), plan.chunks, cols, out, write, stream);
+}
+
+cuda_detail::ChunkFinish chunk_finish(dim3 grid, float* out, GradWrite write, cudaStream_t stream) {
+  if (grid.x > kChunkCounters || grid.y > kOnePassMaxChunks || !read_env_switch("ZT_ONE_PASS_SUMS"))
+    return {};
+  return {chunk_counters(stream), out, write == GradWrite::overwrite};
 }
 
 void add_chunk_partials(const float* partial, int64_t chunks, int64_t cols, float* out, GradWrite write,
@@ -178,9 +181,19 @@ struct DeviceContext {
 
 // Per (device, stream): what GEMMs running at once on two streams must not share. cuBLASLt and cuBLAS
 // write scratch into the workspace while a GEMM runs, and a cuBLAS handle binds one stream and workspace.
+// A two-level batch's pointer arrays are a function of (bases, strides, batch, items) alone; the step runs
+// the same attention products on the same arena addresses every time, so with ZT_CACHED_POINTER_ARRAYS=1
+// (runtime/env_switch.h, read on every call, off by default until timed on the GPU) the arrays filled once
+// are kept per stream and reused: one fill kernel less per product (~2 us each at bs 8, seven a layer).
+// Per stream, because the fill is queued on the stream that first asks: only its later work is ordered
+// after it.
+using PointerArrayKey = std::array<int64_t, 11>;  // 3 bases, 3 outer and 3 inner byte strides, batch, items
+constexpr size_t kMaxCachedPointerArrays = 1024;  // then the cache starts over (addresses that moved)
+
 struct StreamContext {
   DeviceBuffer workspace;  // kWorkspaceBytes, scratch of the allocator current at the stream's first GEMM
   cublasHandle_t blas = nullptr;  // created on first fallback, bound to the stream and `workspace`
+  std::map<PointerArrayKey, DeviceBuffer> pointer_arrays;  // ZT_CACHED_POINTER_ARRAYS=1 only
 };
 
 std::mutex g_mutex;  // guards everything below and the plans' descriptors (see DeviceContext)
@@ -234,11 +247,19 @@ StreamContext& context_for_stream(int device, cudaStream_t stream) {
   return it->second;
 }
 
+// Per (device, stream): the one-pass column sums' tile counters (gpu::chunk_finish), kept apart from the
+// StreamContext so a stream that sums but runs no GEMM (the norm stream) holds no GEMM workspace.
+std::map<StreamKey, DeviceBuffer>& chunk_counter_buffers() {
+  static auto* buffers = new std::map<StreamKey, DeviceBuffer>;
+  return *buffers;
+}
+
 // Drops what the contexts hold for a stream about to be destroyed (runtime/stream.h's retire hook). GEMMs
-// still queued on it may be using the workspace, so the stream is drained before the memory goes back to
-// its allocator's cache.
+// and sums still queued on it may be using the workspace or the counters, so the stream is drained before
+// the memory goes back to its allocator's cache.
 void retire_gemm_stream(cudaStream_t stream) {
   std::vector<StreamContext> retired;
+  std::vector<DeviceBuffer> counters;
   {
     const std::lock_guard<std::mutex> lock(g_mutex);
     auto& contexts = stream_contexts();
@@ -250,13 +271,45 @@ void retire_gemm_stream(cudaStream_t stream) {
         ++it;
       }
     }
+    auto& buffers = chunk_counter_buffers();
+    for (auto it = buffers.begin(); it != buffers.end();) {
+      if (it->first.second == stream) {
+        counters.push_back(std::move(it->second));
+        it = buffers.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
-  if (retired.empty()) return;
+  if (retired.empty() && counters.empty()) return;
   (void)cudaStreamSynchronize(stream);  // a hook must not throw; a failed stream has nothing left to wait for
   for (StreamContext& context : retired) {
     if (context.blas != nullptr) (void)cublasDestroy(context.blas);
     context.workspace.reset();
   }
+  counters.clear();
+}
+
+// The stream's kChunkCounters counters, allocated and zeroed (on the stream, so before any kernel that
+// counts) on first use, from the allocator the stream's GEMM workspace would come from.
+unsigned int* chunk_counters(cudaStream_t stream) {
+  const int device = current_device();
+  const std::lock_guard<std::mutex> lock(g_mutex);
+  auto [it, created] = chunk_counter_buffers().try_emplace(StreamKey{device, stream});
+  if (created) {
+    try {
+      DeviceAllocator& allocator =
+          stream == nullptr ? process_device_allocator(device) : device_allocator(device);
+      const size_t bytes = static_cast<size_t>(gpu::kChunkCounters) * sizeof(unsigned int);
+      it->second = allocator.allocate(bytes, MemoryCategory::scratch, "column_sum.counters");
+      ZT_CUDA_CHECK(cudaMemsetAsync(it->second.data(), 0, bytes, stream));
+    } catch (...) {
+      chunk_counter_buffers().erase(it);
+      throw;
+    }
+    if (stream != nullptr) add_stream_retire_hook(&retire_gemm_stream);
+  }
+  return it->second.data_as<unsigned int>();
 }
 
 // A row-major [rows, cols] matrix with row stride ld, seen by cuBLASLt as column-major [cols, rows].
@@ -469,12 +522,41 @@ void run_pointer_batched(StreamContext& context, const GemmProblem& p, cudaStrea
                                static_cast<const char*>(p.c.data)},
                               {p.b.outer_stride * in, p.a.outer_stride * in, p.c.outer_stride * out},
                               {p.b.batch_stride * in, p.a.batch_stride * in, p.c.batch_stride * out}};
-  DeviceBuffer pointers = device_allocator().allocate(static_cast<size_t>(3 * total) * sizeof(void*),
-                                                      MemoryCategory::scratch, "gemm.pointer_arrays");
-  const void** arrays = pointers.data_as<const void*>();
-  fill_pointer_arrays_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(arrays, spec,
-                                                                                             p.batch, total);
-  ZT_CUDA_CHECK_LAUNCH("gemm_fill_pointer_arrays");
+  const auto fill = [&](DeviceBuffer& buffer) {
+    fill_pointer_arrays_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
+        buffer.data_as<const void*>(), spec, p.batch, total);
+    ZT_CUDA_CHECK_LAUNCH("gemm_fill_pointer_arrays");
+  };
+  const size_t bytes = static_cast<size_t>(3 * total) * sizeof(void*);
+  DeviceBuffer pointers;  // this call's arrays, when not cached
+  const void** arrays = nullptr;
+  if (read_env_switch("ZT_CACHED_POINTER_ARRAYS")) {
+    PointerArrayKey key{};
+    for (int k = 0; k < 3; ++k) {
+      key[static_cast<size_t>(k)] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(spec.base[k]));
+      key[static_cast<size_t>(3 + k)] = spec.outer_bytes[k];
+      key[static_cast<size_t>(6 + k)] = spec.inner_bytes[k];
+    }
+    key[9] = p.batch;
+    key[10] = total;
+    auto it = context.pointer_arrays.find(key);
+    if (it == context.pointer_arrays.end()) {
+      // Dropped arrays may still be read by GEMMs queued on this stream: the allocator's stream rule lets
+      // only later work on the same stream reuse them.
+      if (context.pointer_arrays.size() >= kMaxCachedPointerArrays) context.pointer_arrays.clear();
+      DeviceAllocator& allocator =
+          stream == nullptr ? process_device_allocator(current_device()) : device_allocator(current_device());
+      it = context.pointer_arrays
+               .emplace(key, allocator.allocate(bytes, MemoryCategory::scratch, "gemm.pointer_arrays.cached"))
+               .first;
+      fill(it->second);
+    }
+    arrays = it->second.data_as<const void*>();
+  } else {
+    pointers = device_allocator().allocate(bytes, MemoryCategory::scratch, "gemm.pointer_arrays");
+    fill(pointers);
+    arrays = pointers.data_as<const void*>();
+  }
   const bool tf32 = p.allow_tf32 && p.input_dtype == DType::f32;
   const cudaDataType_t input = cuda_data_type(p.input_dtype);
   ZT_CUBLAS_CHECK(
@@ -596,6 +678,14 @@ int64_t gemm_cached_plan_count() {
 int64_t gemm_stream_workspace_count() {
   const std::lock_guard<std::mutex> lock(g_mutex);
   return static_cast<int64_t>(stream_contexts().size());
+}
+
+int64_t gemm_cached_pointer_array_count() {
+  const std::lock_guard<std::mutex> lock(g_mutex);
+  int64_t count = 0;
+  for (const auto& [key, context] : stream_contexts())
+    count += static_cast<int64_t>(context.pointer_arrays.size());
+  return count;
 }
 
 }  // namespace zt::kernels

@@ -234,11 +234,16 @@ __global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const W* g
 constexpr int kColumnTile = 32;
 constexpr int kRowLanes = 8;
 
+// With finish.counters (gpu::chunk_finish) the last block of each column tile also adds the tile's partials
+// into dgamma (finish.out) and dbeta, as add_chunk_partials would (add_tile_partials: the same bits).
+static_assert(kColumnTile == kColumnSumTile && kRowLanes == kColumnSumRowLanes,
+              "add_tile_partials assumes the column-sum block shape");
+
 template <typename T, int kVec>
 __global__ void layernorm_param_grad_partials_kernel(const T* dy, const T* x, const float* mean,
                                                      const float* rstd, int64_t rows, int64_t dim,
                                                      int64_t rows_per_chunk, float* partial_gamma,
-                                                     float* partial_beta) {
+                                                     float* partial_beta, ChunkFinish finish, float* dbeta) {
   constexpr int kBlockColumns = kColumnTile * kVec;
   __shared__ float lane_gamma[kRowLanes][kBlockColumns];
   __shared__ float lane_beta[kRowLanes][kBlockColumns];
@@ -276,6 +281,11 @@ __global__ void layernorm_param_grad_partials_kernel(const T* dy, const T* x, co
     }
     partial_gamma[chunk * dim + j] = g;
     partial_beta[chunk * dim + j] = b;
+  }
+  if (finish.counters != nullptr && last_block_of_tile(finish.counters)) {
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * kBlockColumns;
+    add_tile_partials(partial_gamma, gridDim.y, dim, first, kBlockColumns, finish.overwrite, finish.out);
+    add_tile_partials(partial_beta, gridDim.y, dim, first, kBlockColumns, finish.overwrite, dbeta);
   }
 }
 
@@ -458,13 +468,17 @@ void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& g
                      static_cast<unsigned>(plan.chunks));
     const auto partials = row_vector ? layernorm_param_grad_partials_kernel<T, kPack>
                                      : layernorm_param_grad_partials_kernel<T, 1>;
+    // dgamma[j] (+)= sum_c partial_gamma[c, j], dbeta[j] (+)= sum_c partial_beta[c, j], in a fixed order:
+    // in the partials kernel's last blocks, or as two more kernels.
+    const ChunkFinish finish = chunk_finish(tiles, typed<float>(dgamma), write, stream);
     partials<<<tiles, dim3(kColumnTile, kRowLanes), 0, stream>>>(
         typed<T>(dy), typed<T>(x), typed<float>(mean), typed<float>(rstd), rows, dim, plan.rows_per_chunk,
-        partial_gamma, partial_beta);
+        partial_gamma, partial_beta, finish, typed<float>(dbeta));
     ZT_CUDA_CHECK_LAUNCH("layernorm_param_grad_partials");
-    // dgamma[j] (+)= sum_c partial_gamma[c, j], dbeta[j] (+)= sum_c partial_beta[c, j], in a fixed order.
-    add_chunk_partials(partial_gamma, plan.chunks, dim, typed<float>(dgamma), write, stream);
-    add_chunk_partials(partial_beta, plan.chunks, dim, typed<float>(dbeta), write, stream);
+    if (finish.counters == nullptr) {
+      add_chunk_partials(partial_gamma, plan.chunks, dim, typed<float>(dgamma), write, stream);
+      add_chunk_partials(partial_beta, plan.chunks, dim, typed<float>(dbeta), write, stream);
+    }
     // Without `drop` or at p == 0 no Philox rounds run (dropout_backward is then a copy, and so is ds).
     const DropoutSite site = drop != nullptr ? drop->site : DropoutSite{};
     const bool dropout = site.p != 0.0f;

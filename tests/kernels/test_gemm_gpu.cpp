@@ -115,6 +115,55 @@ INSTANTIATE_TEST_SUITE_P(Cases, GemmTwoLevelBatchGpu,
                                   (c.transpose_b ? "_tB" : "") + (c.uniform ? "_uniform" : "_heads");
                          });
 
+// ZT_CACHED_POINTER_ARRAYS=1: a two-level batch in the attention's head layout fills its pointer arrays once
+// per (stream, addresses, strides): the same call again reuses them (no new entry) and writes the same
+// product, bit for bit the uncached call's; another output address is another entry with its own product.
+TEST(GemmTwoLevelBatchGpuCache, ReusesPointerArraysForTheSameOperands) {
+  ZT_SKIP_WITHOUT_GPU();
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("ZT_CACHED_POINTER_ARRAYS"); }
+  } guard;
+  const int64_t outer = 3, batch = 5, m = 19, n = 13, k = 24;
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.batch = batch;
+  p.outer = outer;
+  p.input_dtype = DType::bf16;
+  p.transpose_b = true;
+  p.a = {nullptr, batch * k, k, m * batch * k};
+  p.b = {nullptr, batch * k, k, n * batch * k};
+  p.c = {nullptr, DType::f32, batch * n, n, m * batch * n};
+  const int64_t a_size = outer * m * batch * k, b_size = outer * n * batch * k,
+                c_size = outer * m * batch * n;
+  auto da = to_device(round_to(test::random_floats(a_size, 7), DType::bf16), {a_size}, DType::bf16);
+  auto db = to_device(round_to(test::random_floats(b_size, 8), DType::bf16), {b_size}, DType::bf16);
+  auto dc = to_device(std::vector<float>(static_cast<size_t>(c_size), 0.0f), {c_size}, DType::f32);
+  auto dc2 = to_device(std::vector<float>(static_cast<size_t>(c_size), 0.0f), {c_size}, DType::f32);
+  p.a.data = da.tensor.data();
+  p.b.data = db.tensor.data();
+  p.c.data = dc.tensor.data();
+  ASSERT_EQ(unsetenv("ZT_CACHED_POINTER_ARRAYS"), 0);
+  gemm(p, nullptr);
+  const std::vector<float> uncached = to_host(dc.tensor);
+  const int64_t before = gemm_cached_pointer_array_count();
+  EXPECT_EQ(gemm_cached_pointer_array_count(), before) << "the switch is off: nothing kept";
+
+  ASSERT_EQ(setenv("ZT_CACHED_POINTER_ARRAYS", "1", 1), 0);
+  for (int round = 0; round < 2; ++round) {
+    // NaN first (all bits set), so a product not written again shows.
+    ASSERT_EQ(cudaMemset(dc.tensor.data(), 0xff, static_cast<size_t>(c_size) * sizeof(float)), cudaSuccess);
+    gemm(p, nullptr);
+    EXPECT_EQ(to_host(dc.tensor), uncached) << "round " << round;
+    EXPECT_EQ(gemm_cached_pointer_array_count(), before + 1) << "round " << round;
+  }
+  p.c.data = dc2.tensor.data();
+  gemm(p, nullptr);
+  EXPECT_EQ(to_host(dc2.tensor), uncached);
+  EXPECT_EQ(gemm_cached_pointer_array_count(), before + 2);
+}
+
 // ZT_GEMM_AUTOTUNE=1: a new shape's plan times the heuristic's candidates on scratch, so C is still
 // accumulated onto exactly once (beta 1: a trial written into C would add the product again), by one new
 // plan; a value other than 0 or 1 is refused when the next new plan is made.

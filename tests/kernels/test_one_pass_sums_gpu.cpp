@@ -1,0 +1,148 @@
+// The one-pass chunked column sums (ZT_ONE_PASS_SUMS=1: the last block of each column tile adds the chunk
+// partials inside the partials kernel, kernels/cuda/column_sum.cuh) against the two-pass path, bit for bit:
+// a bias gradient (linear_backward's column sum), the LayerNorm parameter gradients and the FFN's GELU step
+// with its column sums. Over one chunk, many, the most one pass takes (64) and more (the LayerNorm's 65th
+// chunk falls back to two passes), partial column tiles and the scalar path, accumulated onto 0.5 and
+// written over NaN (a sum never written stays NaN), twice in a row on one stream (the counters must be back
+// at zero) and on a second stream (its own counters).
+#include <gtest/gtest.h>
+
+#include "tests/support/gpu.h"
+
+#ifdef ZT_WITH_CUDA
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/gelu.cuh"
+#include "kernels/layernorm.h"
+#include "kernels/linear.h"
+#include "runtime/stream.h"
+#include "tests/kernels/test_gpu_support.h"
+
+namespace zt::kernels {
+namespace {
+
+using test::DeviceArray;
+using test::random_floats;
+using test::round_through;
+
+constexpr const char* kSwitch = "ZT_ONE_PASS_SUMS";
+
+struct SwitchGuard {
+  ~SwitchGuard() { unsetenv(kSwitch); }
+};
+
+// `sums(write)` runs an op that (over)writes its column sums and returns them; the two-pass result must come
+// back bit for bit from one pass on the default stream, again on it, and on a stream of its own.
+void expect_one_pass_matches(const std::string& what,
+                             const std::function<std::vector<float>(GradWrite)>& sums) {
+  SwitchGuard guard;
+  for (GradWrite write : {GradWrite::accumulate, GradWrite::overwrite}) {
+    const std::string label = what + (write == GradWrite::accumulate ? " accumulate" : " overwrite");
+    ASSERT_EQ(unsetenv(kSwitch), 0);
+    const std::vector<float> two_pass = sums(write);
+    for (float v : two_pass) ASSERT_FALSE(std::isnan(v)) << label << ": the two-pass sums left a NaN";
+    ASSERT_EQ(setenv(kSwitch, "1", 1), 0);
+    EXPECT_EQ(sums(write), two_pass) << label << ", one pass";
+    EXPECT_EQ(sums(write), two_pass) << label << ", one pass again on the same stream";
+    Stream stream;
+    {
+      StreamScope on_stream(stream);
+      EXPECT_EQ(sums(write), two_pass) << label << ", one pass on another stream";
+    }
+    stream.synchronize();
+  }
+}
+
+std::vector<float> start_values(int64_t n, GradWrite write) {
+  return std::vector<float>(static_cast<size_t>(n), write == GradWrite::accumulate ? 0.5f : std::nanf(""));
+}
+
+struct SumCase {
+  DType dtype;
+  int64_t rows, cols;
+};
+
+std::string describe(const SumCase& c) {
+  return std::string(dtype_name(c.dtype)) + " [" + std::to_string(c.rows) + ", " + std::to_string(c.cols) +
+         "]";
+}
+
+// 1 chunk; 9 chunks and a partial column tile (264 = 256 + 8); the scalar path (7 columns); ColumnSumPlan's
+// 64-chunk cap (9000 rows); a LayerNorm past 64 chunks (2080 rows of 32: 65).
+const std::vector<SumCase> kCases = {
+    {DType::bf16, 5, 264},   {DType::bf16, 1030, 264},  {DType::bf16, 1030, 7}, {DType::f32, 1030, 264},
+    {DType::bf16, 9000, 96}, {DType::bf16, 2080, 1536}, {DType::f32, 2048, 40}};
+
+TEST(OnePassSumsGpu, BiasGradientEqualsTwoPasses) {
+  ZT_SKIP_WITHOUT_GPU();
+  for (const SumCase& c : kCases) {
+    // linear_backward's db over dy: a [rows, cols] output of a 1-feature input (x and W never read).
+    DeviceArray dy(c.dtype, Shape{c.rows, c.cols}), ones(c.dtype, Shape{c.rows, 1}),
+        weight(c.dtype, Shape{c.cols, 1}), db(DType::f32, Shape{c.cols});
+    dy.upload(round_through(c.dtype, random_floats(c.rows * c.cols, 41)));
+    expect_one_pass_matches("bias gradient " + describe(c), [&](GradWrite write) {
+      db.upload(start_values(c.cols, write));
+      linear_backward(dy.tensor(), ones.tensor(), weight.tensor(), Tensor(), Tensor(), db.tensor(), false,
+                      write);
+      return db.download();
+    });
+  }
+}
+
+TEST(OnePassSumsGpu, LayerNormParameterGradientsEqualTwoPasses) {
+  ZT_SKIP_WITHOUT_GPU();
+  for (const SumCase& c : kCases) {
+    const Shape shape{c.rows, c.cols};
+    DeviceArray x(c.dtype, shape), dy(c.dtype, shape), y(c.dtype, shape), dx(c.dtype, shape),
+        gamma(DType::f32, Shape{c.cols}), beta(DType::f32, Shape{c.cols}), mean(DType::f32, Shape{c.rows}),
+        rstd(DType::f32, Shape{c.rows}), dgamma(DType::f32, Shape{c.cols}), dbeta(DType::f32, Shape{c.cols});
+    x.upload(round_through(c.dtype, random_floats(c.rows * c.cols, 42)));
+    dy.upload(round_through(c.dtype, random_floats(c.rows * c.cols, 43)));
+    gamma.upload(random_floats(c.cols, 44, 0.5f, 1.5f));
+    beta.upload(random_floats(c.cols, 45));
+    layernorm_forward(x.tensor(), gamma.tensor(), beta.tensor(), 1e-7f, y.tensor(), mean.tensor(),
+                      rstd.tensor());
+    expect_one_pass_matches("LayerNorm " + describe(c), [&](GradWrite write) {
+      dgamma.upload(start_values(c.cols, write));
+      dbeta.upload(start_values(c.cols, write));
+      layernorm_backward(dy.tensor(), x.tensor(), gamma.tensor(), mean.tensor(), rstd.tensor(), dx.tensor(),
+                         dgamma.tensor(), dbeta.tensor(), write);
+      std::vector<float> both = dgamma.download();
+      const std::vector<float> b = dbeta.download();
+      both.insert(both.end(), b.begin(), b.end());
+      return both;
+    });
+  }
+}
+
+TEST(OnePassSumsGpu, GeluStepColumnSumsEqualTwoPasses) {
+  ZT_SKIP_WITHOUT_GPU();
+  for (const SumCase& c : kCases) {
+    if (c.cols % 8 != 0) continue;  // the fused GELU step is the vector path only
+    const Shape shape{c.rows, c.cols};
+    DeviceArray x(c.dtype, shape), dy(c.dtype, shape), y(c.dtype, shape), dx(c.dtype, shape),
+        sums(DType::f32, Shape{c.cols});
+    x.upload(round_through(c.dtype, random_floats(c.rows * c.cols, 46, -4.0f, 4.0f)));
+    dy.upload(round_through(c.dtype, random_floats(c.rows * c.cols, 47)));
+    for (auto path : {gpu::GeluColumnSumPath::fused, gpu::GeluColumnSumPath::separate}) {
+      const char* name = path == gpu::GeluColumnSumPath::fused ? " fused" : " separate";
+      expect_one_pass_matches("GELU step " + describe(c) + name, [&](GradWrite write) {
+        sums.upload(start_values(c.cols, write));
+        gpu::gelu_recompute_and_backward(dy.tensor(), x.tensor(), y.tensor(), dx.tensor(), sums.tensor(),
+                                         write, current_stream(), path);
+        return sums.download();
+      });
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zt::kernels
+
+#endif  // ZT_WITH_CUDA
