@@ -1,9 +1,10 @@
 // conv1d_forward / conv1d_backward on CUDA tensors against the CPU reference (kernels/cpu/conv1d.cpp), in
-// f32, bf16 and f16 storage, on inputs rounded to the storage dtype.
+// f32, bf16 and f16 storage, on inputs rounded to the storage dtype, in both unfolded column orders.
 #include <gtest/gtest.h>
 
 #ifdef ZT_WITH_CUDA
 
+#include <cstdlib>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -57,24 +58,32 @@ TEST_P(Conv1dGpu, MatchesCpuReference) {
                   Tensor(),
                   /*accumulate_dx=*/true);
 
-  auto gx = to_device(x, x_shape, c.dtype), gw = to_device(w, w_shape, c.dtype);
-  auto gb = to_device(b, Shape{c.out_features}, c.dtype), gdy = to_device(dy, y_shape, c.dtype);
-  auto gy = to_device(std::vector<float>(ny, 0.0f), y_shape, c.dtype);
-  auto gdx = to_device(std::vector<float>(nx, 5.0f), x_shape, c.dtype);
-  auto gdx_acc = to_device(dx_initial, x_shape, c.dtype);
-  auto gdw = to_device(dw_initial, w_shape, DType::f32);
-  auto gdb = to_device(db_initial, Shape{c.out_features}, DType::f32);
-  conv1d_forward(gx.tensor, gw.tensor, gb.tensor, gy.tensor);
-  conv1d_backward(gdy.tensor, gx.tensor, gw.tensor, gdx.tensor, gdw.tensor, gdb.tensor);
-  conv1d_backward(gdy.tensor, gx.tensor, gw.tensor, gdx_acc.tensor, Tensor(), Tensor(),
-                  /*accumulate_dx=*/true);
+  // Both unfolded column orders (kernels/cuda/conv1d.cu): tap-major, and ZT_CONV_CHANNEL_MAJOR=1.
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("ZT_CONV_CHANNEL_MAJOR"); }
+  } guard;
+  for (const char* channel_major : {"0", "1"}) {
+    SCOPED_TRACE(std::string("ZT_CONV_CHANNEL_MAJOR=") + channel_major);
+    ASSERT_EQ(setenv("ZT_CONV_CHANNEL_MAJOR", channel_major, 1), 0);
+    auto gx = to_device(x, x_shape, c.dtype), gw = to_device(w, w_shape, c.dtype);
+    auto gb = to_device(b, Shape{c.out_features}, c.dtype), gdy = to_device(dy, y_shape, c.dtype);
+    auto gy = to_device(std::vector<float>(ny, 0.0f), y_shape, c.dtype);
+    auto gdx = to_device(std::vector<float>(nx, 5.0f), x_shape, c.dtype);
+    auto gdx_acc = to_device(dx_initial, x_shape, c.dtype);
+    auto gdw = to_device(dw_initial, w_shape, DType::f32);
+    auto gdb = to_device(db_initial, Shape{c.out_features}, DType::f32);
+    conv1d_forward(gx.tensor, gw.tensor, gb.tensor, gy.tensor);
+    conv1d_backward(gdy.tensor, gx.tensor, gw.tensor, gdx.tensor, gdw.tensor, gdb.tensor);
+    conv1d_backward(gdy.tensor, gx.tensor, gw.tensor, gdx_acc.tensor, Tensor(), Tensor(),
+                    /*accumulate_dx=*/true);
 
-  const test::Tolerance tol = test::tolerance_for(c.dtype);
-  EXPECT_TRUE(all_close("y", to_host(gy.tensor), y_ref, tol));
-  EXPECT_TRUE(all_close("dx", to_host(gdx.tensor), dx_ref, tol));
-  EXPECT_TRUE(all_close("dx accumulated", to_host(gdx_acc.tensor), dx_acc_ref, tol));
-  EXPECT_TRUE(all_close("dweight", to_host(gdw.tensor), dw_ref, tol));
-  EXPECT_TRUE(all_close("dbias", to_host(gdb.tensor), db_ref, tol));
+    const test::Tolerance tol = test::tolerance_for(c.dtype);
+    EXPECT_TRUE(all_close("y", to_host(gy.tensor), y_ref, tol));
+    EXPECT_TRUE(all_close("dx", to_host(gdx.tensor), dx_ref, tol));
+    EXPECT_TRUE(all_close("dx accumulated", to_host(gdx_acc.tensor), dx_acc_ref, tol));
+    EXPECT_TRUE(all_close("dweight", to_host(gdw.tensor), dw_ref, tol));
+    EXPECT_TRUE(all_close("dbias", to_host(gdb.tensor), db_ref, tol));
+  }
 }
 
 TEST(Conv1dGpuNoBias, MatchesCpuReference) {
