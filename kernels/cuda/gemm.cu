@@ -257,29 +257,28 @@ std::map<StreamKey, DeviceBuffer>& chunk_counter_buffers() {
 // Drops what the contexts hold for a stream about to be destroyed (runtime/stream.h's retire hook). GEMMs
 // and sums still queued on it may be using the workspace or the counters, so the stream is drained before
 // the memory goes back to its allocator's cache.
+// Moves the entries of `stream` (on any device) out of a per-stream map.
+template <typename Value>
+std::vector<Value> take_stream_entries(std::map<StreamKey, Value>& entries, cudaStream_t stream) {
+  std::vector<Value> taken;
+  for (auto it = entries.begin(); it != entries.end();) {
+    if (it->first.second == stream) {
+      taken.push_back(std::move(it->second));
+      it = entries.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return taken;
+}
+
 void retire_gemm_stream(cudaStream_t stream) {
   std::vector<StreamContext> retired;
   std::vector<DeviceBuffer> counters;
   {
     const std::lock_guard<std::mutex> lock(g_mutex);
-    auto& contexts = stream_contexts();
-    for (auto it = contexts.begin(); it != contexts.end();) {
-      if (it->first.second == stream) {
-        retired.push_back(std::move(it->second));
-        it = contexts.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    auto& buffers = chunk_counter_buffers();
-    for (auto it = buffers.begin(); it != buffers.end();) {
-      if (it->first.second == stream) {
-        counters.push_back(std::move(it->second));
-        it = buffers.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    retired = take_stream_entries(stream_contexts(), stream);
+    counters = take_stream_entries(chunk_counter_buffers(), stream);
   }
   if (retired.empty() && counters.empty()) return;
   (void)cudaStreamSynchronize(stream);  // a hook must not throw; a failed stream has nothing left to wait for

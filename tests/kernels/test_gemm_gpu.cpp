@@ -31,6 +31,21 @@ struct Case {
 
 class GemmTwoLevelBatchGpu : public ::testing::TestWithParam<Case> {};
 
+// The sizes and flags of a two-level batch (operands and strides are the caller's).
+GemmProblem two_level_problem(int64_t outer, int64_t batch, int64_t m, int64_t n, int64_t k, DType dtype,
+                              bool transpose_a, bool transpose_b) {
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.batch = batch;
+  p.outer = outer;
+  p.input_dtype = dtype;
+  p.transpose_a = transpose_a;
+  p.transpose_b = transpose_b;
+  return p;
+}
+
 // Element (r, c) of op(X) for a row-major operand with leading dimension ld.
 double at(const std::vector<float>& x, int64_t base, int64_t ld, bool transposed, int64_t r, int64_t c) {
   return transposed ? x[static_cast<size_t>(base + c * ld + r)] : x[static_cast<size_t>(base + r * ld + c)];
@@ -45,15 +60,7 @@ TEST_P(GemmTwoLevelBatchGpu, MatchesHostProductForEveryItem) {
   // stacks the items one after another.
   const int64_t a_rows = c.transpose_a ? k : m, a_cols = c.transpose_a ? m : k;
   const int64_t b_rows = c.transpose_b ? n : k, b_cols = c.transpose_b ? k : n;
-  GemmProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.batch = batch;
-  p.outer = outer;
-  p.input_dtype = c.dtype;
-  p.transpose_a = c.transpose_a;
-  p.transpose_b = c.transpose_b;
+  GemmProblem p = two_level_problem(outer, batch, m, n, k, c.dtype, c.transpose_a, c.transpose_b);
   p.beta = 1.0f;
   int64_t a_size, b_size, c_size;
   if (c.uniform) {
@@ -124,14 +131,7 @@ TEST(GemmTwoLevelBatchGpuCache, ReusesPointerArraysForTheSameOperands) {
     ~EnvGuard() { unsetenv("ZT_CACHED_POINTER_ARRAYS"); }
   } guard;
   const int64_t outer = 3, batch = 5, m = 19, n = 13, k = 24;
-  GemmProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.batch = batch;
-  p.outer = outer;
-  p.input_dtype = DType::bf16;
-  p.transpose_b = true;
+  GemmProblem p = two_level_problem(outer, batch, m, n, k, DType::bf16, false, true);
   p.a = {nullptr, batch * k, k, m * batch * k};
   p.b = {nullptr, batch * k, k, n * batch * k};
   p.c = {nullptr, DType::f32, batch * n, n, m * batch * n};
