@@ -99,5 +99,8 @@ int64_t gemm_stream_workspace_count();
 // How many two-level batches' pointer arrays are kept, over all streams (ZT_CACHED_POINTER_ARRAYS=1,
 // gemm.cu).
 int64_t gemm_cached_pointer_array_count();
+// How many (device, stream) counter buffers the one-pass column sums hold (ZT_ONE_PASS_SUMS=1,
+// kernels/cuda/column_sum.cuh): tests check that one pass ran.
+int64_t one_pass_sum_counter_count();
 
 }  // namespace zt::kernels

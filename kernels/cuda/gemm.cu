@@ -23,6 +23,18 @@ namespace zt::kernels {
 
 namespace {
 unsigned int* chunk_counters(cudaStream_t stream);  // below, beside the other per-stream state
+
+// Whether work on `stream` may use state kept per stream handle (the one-pass sums' counters, cached pointer
+// arrays): not while the stream is being captured — a graph would keep pointers into state that later eager
+// work changes or frees, and a first use would only record its initialization (a memset, a fill) into the
+// graph — and not on the special handles whose work is not one stream's (cudaStreamPerThread is a different
+// stream on each thread). Such calls take the uncached path, bitwise the same.
+bool per_stream_state_allowed(cudaStream_t stream) {
+  if (stream == cudaStreamPerThread || stream == cudaStreamLegacy) return false;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ZT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  return capture == cudaStreamCaptureStatusNone;
+}
 }  // namespace
 
 namespace gpu {
@@ -107,7 +119,8 @@ void column_sum_into(const void* x, DType dtype, int64_t rows, int64_t cols, flo
 }
 
 cuda_detail::ChunkFinish chunk_finish(dim3 grid, float* out, GradWrite write, cudaStream_t stream) {
-  if (grid.x > kChunkCounters || grid.y > kOnePassMaxChunks || !read_env_switch("ZT_ONE_PASS_SUMS"))
+  if (grid.x > kChunkCounters || grid.y > kOnePassMaxChunks || !read_env_switch("ZT_ONE_PASS_SUMS") ||
+      !per_stream_state_allowed(stream))
     return {};
   return {chunk_counters(stream), out, write == GradWrite::overwrite};
 }
@@ -253,10 +266,11 @@ std::map<StreamKey, DeviceBuffer>& chunk_counter_buffers() {
   static auto* buffers = new std::map<StreamKey, DeviceBuffer>;
   return *buffers;
 }
+// Guards chunk_counter_buffers, apart from g_mutex, which GEMMs hold across cublasLtMatmul (and autotuning):
+// ranks on other threads do not wait on each other's GEMMs to launch a sum. Taken after g_mutex when both
+// are.
+std::mutex g_counters_mutex;
 
-// Drops what the contexts hold for a stream about to be destroyed (runtime/stream.h's retire hook). GEMMs
-// and sums still queued on it may be using the workspace or the counters, so the stream is drained before
-// the memory goes back to its allocator's cache.
 // Moves the entries of `stream` (on any device) out of a per-stream map.
 template <typename Value>
 std::vector<Value> take_stream_entries(std::map<StreamKey, Value>& entries, cudaStream_t stream) {
@@ -272,12 +286,16 @@ std::vector<Value> take_stream_entries(std::map<StreamKey, Value>& entries, cuda
   return taken;
 }
 
+// Drops what the contexts hold for a stream about to be destroyed (runtime/stream.h's retire hook). GEMMs
+// and sums still queued on it may be using the workspace or the counters, so the stream is drained before
+// the memory goes back to its allocator's cache.
 void retire_gemm_stream(cudaStream_t stream) {
   std::vector<StreamContext> retired;
   std::vector<DeviceBuffer> counters;
   {
     const std::lock_guard<std::mutex> lock(g_mutex);
     retired = take_stream_entries(stream_contexts(), stream);
+    const std::lock_guard<std::mutex> counters_lock(g_counters_mutex);
     counters = take_stream_entries(chunk_counter_buffers(), stream);
   }
   if (retired.empty() && counters.empty()) return;
@@ -293,7 +311,7 @@ void retire_gemm_stream(cudaStream_t stream) {
 // counts) on first use, from the allocator the stream's GEMM workspace would come from.
 unsigned int* chunk_counters(cudaStream_t stream) {
   const int device = current_device();
-  const std::lock_guard<std::mutex> lock(g_mutex);
+  const std::lock_guard<std::mutex> lock(g_counters_mutex);
   auto [it, created] = chunk_counter_buffers().try_emplace(StreamKey{device, stream});
   if (created) {
     try {
@@ -529,7 +547,7 @@ void run_pointer_batched(StreamContext& context, const GemmProblem& p, cudaStrea
   const size_t bytes = static_cast<size_t>(3 * total) * sizeof(void*);
   DeviceBuffer pointers;  // this call's arrays, when not cached
   const void** arrays = nullptr;
-  if (read_env_switch("ZT_CACHED_POINTER_ARRAYS")) {
+  if (read_env_switch("ZT_CACHED_POINTER_ARRAYS") && per_stream_state_allowed(stream)) {
     PointerArrayKey key{};
     for (int k = 0; k < 3; ++k) {
       key[static_cast<size_t>(k)] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(spec.base[k]));
@@ -540,8 +558,9 @@ void run_pointer_batched(StreamContext& context, const GemmProblem& p, cudaStrea
     key[10] = total;
     auto it = context.pointer_arrays.find(key);
     if (it == context.pointer_arrays.end()) {
-      // Dropped arrays may still be read by GEMMs queued on this stream: the allocator's stream rule lets
-      // only later work on the same stream reuse them.
+      // Dropped arrays may still be read by GEMMs queued on this stream; released blocks are reusable at
+      // once, so this is the per-call path's convention (scratch released after its work is queued on the
+      // current stream, runtime/device_allocator.h), no weaker.
       if (context.pointer_arrays.size() >= kMaxCachedPointerArrays) context.pointer_arrays.clear();
       DeviceAllocator& allocator =
           stream == nullptr ? process_device_allocator(current_device()) : device_allocator(current_device());
@@ -677,6 +696,11 @@ int64_t gemm_cached_plan_count() {
 int64_t gemm_stream_workspace_count() {
   const std::lock_guard<std::mutex> lock(g_mutex);
   return static_cast<int64_t>(stream_contexts().size());
+}
+
+int64_t one_pass_sum_counter_count() {
+  const std::lock_guard<std::mutex> lock(g_counters_mutex);
+  return static_cast<int64_t>(chunk_counter_buffers().size());
 }
 
 int64_t gemm_cached_pointer_array_count() {

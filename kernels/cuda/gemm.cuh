@@ -88,8 +88,9 @@ void add_chunk_partials(const float* partial, int64_t chunks, int64_t cols, floa
 // asks; every one-pass kernel leaves them zero) with ZT_ONE_PASS_SUMS=1 (runtime/env_switch.h, read on
 // every call, off by default until timed on the GPU), grid.x <= kChunkCounters and grid.y <=
 // kOnePassMaxChunks (more chunks would leave one block per tile a long chain of loads at the kernel's end:
-// the LayerNorm's 160 at B*L = 5120); else null counters, and the caller launches add_chunk_partials. Either
-// way the same bits (add_tile_partials).
+// the LayerNorm's 160 at B*L = 5120), on a stream that is not being captured (a graph would keep the
+// counters' address; gemm.cu's per_stream_state_allowed); else null counters, and the caller launches
+// add_chunk_partials. Either way the same bits (add_tile_partials).
 constexpr int64_t kChunkCounters = 4096;
 constexpr int64_t kOnePassMaxChunks = 64;
 cuda_detail::ChunkFinish chunk_finish(dim3 grid, float* out, GradWrite write, cudaStream_t stream);

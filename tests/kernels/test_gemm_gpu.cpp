@@ -145,9 +145,9 @@ TEST(GemmTwoLevelBatchGpuCache, ReusesPointerArraysForTheSameOperands) {
   p.b.data = db.tensor.data();
   p.c.data = dc.tensor.data();
   ASSERT_EQ(unsetenv("ZT_CACHED_POINTER_ARRAYS"), 0);
+  const int64_t before = gemm_cached_pointer_array_count();
   gemm(p, nullptr);
   const std::vector<float> uncached = to_host(dc.tensor);
-  const int64_t before = gemm_cached_pointer_array_count();
   EXPECT_EQ(gemm_cached_pointer_array_count(), before) << "the switch is off: nothing kept";
 
   ASSERT_EQ(setenv("ZT_CACHED_POINTER_ARRAYS", "1", 1), 0);

@@ -11,14 +11,17 @@
 
 #ifdef ZT_WITH_CUDA
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/gelu.cuh"
+#include "kernels/gemm.h"
 #include "kernels/layernorm.h"
 #include "kernels/linear.h"
 #include "runtime/stream.h"
@@ -37,26 +40,51 @@ struct SwitchGuard {
   ~SwitchGuard() { unsetenv(kSwitch); }
 };
 
+// Bit for bit (-0 and +0 apart).
+::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() == want.size() && std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0)
+    return ::testing::AssertionSuccess();
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0)
+      return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << want[i];
+  }
+  return ::testing::AssertionFailure() << got.size() << " values vs " << want.size();
+}
+
 // `sums(write)` runs an op that (over)writes its column sums and returns them; the two-pass result must come
-// back bit for bit from one pass on the default stream, again on it, and on a stream of its own.
+// back bit for bit from one pass on the default stream, again on it, and on a stream of its own (which
+// gets its own counters: one more counter buffer, while the switch-off runs add none).
+// `one_pass`: whether the shape takes one pass at all (the LayerNorm's chunks past 64 do not).
 void expect_one_pass_matches(const std::string& what,
-                             const std::function<std::vector<float>(GradWrite)>& sums) {
+                             const std::function<std::vector<float>(GradWrite)>& sums, bool one_pass = true) {
   SwitchGuard guard;
   for (GradWrite write : {GradWrite::accumulate, GradWrite::overwrite}) {
     const std::string label = what + (write == GradWrite::accumulate ? " accumulate" : " overwrite");
     ASSERT_EQ(unsetenv(kSwitch), 0);
+    const int64_t buffers = one_pass_sum_counter_count();
     const std::vector<float> two_pass = sums(write);
     for (float v : two_pass) ASSERT_FALSE(std::isnan(v)) << label << ": the two-pass sums left a NaN";
+    EXPECT_EQ(one_pass_sum_counter_count(), buffers) << label << ": counters with the switch off";
     ASSERT_EQ(setenv(kSwitch, "1", 1), 0);
-    EXPECT_EQ(sums(write), two_pass) << label << ", one pass";
-    EXPECT_EQ(sums(write), two_pass) << label << ", one pass again on the same stream";
+    EXPECT_TRUE(same_bits(sums(write), two_pass)) << label << ", one pass";
+    EXPECT_TRUE(same_bits(sums(write), two_pass)) << label << ", one pass again on the same stream";
+    const int64_t before_stream = one_pass_sum_counter_count();
     Stream stream;
     {
       StreamScope on_stream(stream);
-      EXPECT_EQ(sums(write), two_pass) << label << ", one pass on another stream";
+      EXPECT_TRUE(same_bits(sums(write), two_pass)) << label << ", one pass on another stream";
+      EXPECT_EQ(one_pass_sum_counter_count(), before_stream + (one_pass ? 1 : 0))
+          << label << (one_pass ? ": one pass did not run" : ": one pass ran past 64 chunks");
     }
     stream.synchronize();
   }
+}
+
+// Host values onto the device, finished before the call returns: DeviceArray::upload's cudaMemcpy runs on
+// the legacy stream, which a non-blocking stream's kernels do not wait for.
+void upload(DeviceArray& array, const std::vector<float>& values) {
+  array.upload(values);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 std::vector<float> start_values(int64_t n, GradWrite write) {
@@ -87,7 +115,7 @@ TEST(OnePassSumsGpu, BiasGradientEqualsTwoPasses) {
         weight(c.dtype, Shape{c.cols, 1}), db(DType::f32, Shape{c.cols});
     dy.upload(round_through(c.dtype, random_floats(c.rows * c.cols, 41)));
     expect_one_pass_matches("bias gradient " + describe(c), [&](GradWrite write) {
-      db.upload(start_values(c.cols, write));
+      upload(db, start_values(c.cols, write));
       linear_backward(dy.tensor(), ones.tensor(), weight.tensor(), Tensor(), Tensor(), db.tensor(), false,
                       write);
       return db.download();
@@ -108,16 +136,20 @@ TEST(OnePassSumsGpu, LayerNormParameterGradientsEqualTwoPasses) {
     beta.upload(random_floats(c.cols, 45));
     layernorm_forward(x.tensor(), gamma.tensor(), beta.tensor(), 1e-7f, y.tensor(), mean.tensor(),
                       rstd.tensor());
-    expect_one_pass_matches("LayerNorm " + describe(c), [&](GradWrite write) {
-      dgamma.upload(start_values(c.cols, write));
-      dbeta.upload(start_values(c.cols, write));
-      layernorm_backward(dy.tensor(), x.tensor(), gamma.tensor(), mean.tensor(), rstd.tensor(), dx.tensor(),
-                         dgamma.tensor(), dbeta.tensor(), write);
-      std::vector<float> both = dgamma.download();
-      const std::vector<float> b = dbeta.download();
-      both.insert(both.end(), b.begin(), b.end());
-      return both;
-    });
+    const bool one_pass = (c.rows + 31) / 32 <= 64;  // the LayerNorm's chunks: >= 32 rows each
+    expect_one_pass_matches(
+        "LayerNorm " + describe(c),
+        [&](GradWrite write) {
+          upload(dgamma, start_values(c.cols, write));
+          upload(dbeta, start_values(c.cols, write));
+          layernorm_backward(dy.tensor(), x.tensor(), gamma.tensor(), mean.tensor(), rstd.tensor(),
+                             dx.tensor(), dgamma.tensor(), dbeta.tensor(), write);
+          std::vector<float> both = dgamma.download();
+          const std::vector<float> b = dbeta.download();
+          both.insert(both.end(), b.begin(), b.end());
+          return both;
+        },
+        one_pass);
   }
 }
 
@@ -133,7 +165,7 @@ TEST(OnePassSumsGpu, GeluStepColumnSumsEqualTwoPasses) {
     for (auto path : {gpu::GeluColumnSumPath::fused, gpu::GeluColumnSumPath::separate}) {
       const char* name = path == gpu::GeluColumnSumPath::fused ? " fused" : " separate";
       expect_one_pass_matches("GELU step " + describe(c) + name, [&](GradWrite write) {
-        sums.upload(start_values(c.cols, write));
+        upload(sums, start_values(c.cols, write));
         gpu::gelu_recompute_and_backward(dy.tensor(), x.tensor(), y.tensor(), dx.tensor(), sums.tensor(),
                                          write, current_stream(), path);
         return sums.download();
