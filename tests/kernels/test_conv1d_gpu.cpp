@@ -11,6 +11,7 @@
 
 #include "kernels/conv1d.h"
 #include "tests/kernels/gemm_gpu_test_util.h"
+#include "tests/kernels/layer_gpu_check.h"
 #include "tests/support/finite_difference.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
@@ -38,26 +39,9 @@ class Conv1dGpu : public ::testing::TestWithParam<Case> {};
 TEST_P(Conv1dGpu, MatchesCpuReference) {
   ZT_SKIP_WITHOUT_GPU();
   const Case c = GetParam();
-  const Shape x_shape{c.batch, c.length, c.in_features}, y_shape{c.batch, c.length, c.out_features};
-  const Shape w_shape{c.out_features, c.in_features, c.kernel};
-  const int64_t nx = x_shape.numel(), ny = y_shape.numel(), nw = w_shape.numel();
-  std::vector<float> x = round_to(test::random_uniform(nx, 21), c.dtype);
-  std::vector<float> w = round_to(test::random_uniform(nw, 22), c.dtype);
-  std::vector<float> b = round_to(test::random_uniform(c.out_features, 23), c.dtype);
-  std::vector<float> dy = round_to(test::random_uniform(ny, 24), c.dtype);
-  std::vector<float> dx_initial = round_to(test::random_uniform(nx, 25), c.dtype);
-  std::vector<float> dw_initial = test::random_uniform(nw, 26),
-                     db_initial = test::random_uniform(c.out_features, 27);
-
-  std::vector<float> y_ref(ny), dx_ref(nx), dx_acc_ref = dx_initial, dw_ref = dw_initial, db_ref = db_initial;
-  const auto f32 = [](std::vector<float>& v, Shape s) { return Tensor(v.data(), s, DType::f32); };
-  conv1d_forward(f32(x, x_shape), f32(w, w_shape), f32(b, Shape{c.out_features}), f32(y_ref, y_shape));
-  conv1d_backward(f32(dy, y_shape), f32(x, x_shape), f32(w, w_shape), f32(dx_ref, x_shape),
-                  f32(dw_ref, w_shape), f32(db_ref, Shape{c.out_features}));
-  conv1d_backward(f32(dy, y_shape), f32(x, x_shape), f32(w, w_shape), f32(dx_acc_ref, x_shape), Tensor(),
-                  Tensor(),
-                  /*accumulate_dx=*/true);
-
+  const test::LayerShapes shapes{Shape{c.batch, c.length, c.in_features},
+                                 Shape{c.out_features, c.in_features, c.kernel},
+                                 Shape{c.batch, c.length, c.out_features}, c.out_features};
   // Both unfolded column orders (kernels/cuda/conv1d.cu): tap-major, and ZT_CONV_CHANNEL_MAJOR=1.
   struct EnvGuard {
     ~EnvGuard() { unsetenv("ZT_CONV_CHANNEL_MAJOR"); }
@@ -65,24 +49,13 @@ TEST_P(Conv1dGpu, MatchesCpuReference) {
   for (const char* channel_major : {"0", "1"}) {
     SCOPED_TRACE(std::string("ZT_CONV_CHANNEL_MAJOR=") + channel_major);
     ASSERT_EQ(setenv("ZT_CONV_CHANNEL_MAJOR", channel_major, 1), 0);
-    auto gx = to_device(x, x_shape, c.dtype), gw = to_device(w, w_shape, c.dtype);
-    auto gb = to_device(b, Shape{c.out_features}, c.dtype), gdy = to_device(dy, y_shape, c.dtype);
-    auto gy = to_device(std::vector<float>(ny, 0.0f), y_shape, c.dtype);
-    auto gdx = to_device(std::vector<float>(nx, 5.0f), x_shape, c.dtype);
-    auto gdx_acc = to_device(dx_initial, x_shape, c.dtype);
-    auto gdw = to_device(dw_initial, w_shape, DType::f32);
-    auto gdb = to_device(db_initial, Shape{c.out_features}, DType::f32);
-    conv1d_forward(gx.tensor, gw.tensor, gb.tensor, gy.tensor);
-    conv1d_backward(gdy.tensor, gx.tensor, gw.tensor, gdx.tensor, gdw.tensor, gdb.tensor);
-    conv1d_backward(gdy.tensor, gx.tensor, gw.tensor, gdx_acc.tensor, Tensor(), Tensor(),
-                    /*accumulate_dx=*/true);
-
-    const test::Tolerance tol = test::tolerance_for(c.dtype);
-    EXPECT_TRUE(all_close("y", to_host(gy.tensor), y_ref, tol));
-    EXPECT_TRUE(all_close("dx", to_host(gdx.tensor), dx_ref, tol));
-    EXPECT_TRUE(all_close("dx accumulated", to_host(gdx_acc.tensor), dx_acc_ref, tol));
-    EXPECT_TRUE(all_close("dweight", to_host(gdw.tensor), dw_ref, tol));
-    EXPECT_TRUE(all_close("dbias", to_host(gdb.tensor), db_ref, tol));
+    test::expect_layer_matches_cpu(
+        c.dtype, shapes, 21,
+        [](const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
+          conv1d_forward(x, w, b, y);
+        },
+        [](const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx, const Tensor& dw,
+           const Tensor& db, bool accumulate_dx) { conv1d_backward(dy, x, w, dx, dw, db, accumulate_dx); });
   }
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/gemm.h"
 #include "kernels/linear.h"
 #include "tests/kernels/gemm_gpu_test_util.h"
+#include "tests/kernels/layer_gpu_check.h"
 #include "tests/kernels/test_gpu_support.h"
 #include "tests/support/finite_difference.h"
 #include "tests/support/gpu.h"
@@ -41,50 +42,14 @@ class LinearGpu : public ::testing::TestWithParam<Case> {};
 TEST_P(LinearGpu, MatchesCpuReference) {
   ZT_SKIP_WITHOUT_GPU();
   const Case c = GetParam();
-  const int64_t rows = c.batch * c.length;
-  const Shape x_shape{c.batch, c.length, c.in_features}, y_shape{c.batch, c.length, c.out_features};
-  const Shape w_shape{c.out_features, c.in_features};
-  std::vector<float> x = round_to(test::random_uniform(rows * c.in_features, 1), c.dtype);
-  std::vector<float> w = round_to(test::random_uniform(c.out_features * c.in_features, 2), c.dtype);
-  std::vector<float> b = round_to(test::random_uniform(c.out_features, 3), c.dtype);
-  std::vector<float> dy = round_to(test::random_uniform(rows * c.out_features, 4), c.dtype);
-  std::vector<float> dx_initial = round_to(test::random_uniform(rows * c.in_features, 5), c.dtype);
-  std::vector<float> dw_initial = test::random_uniform(c.out_features * c.in_features, 6);
-  std::vector<float> db_initial = test::random_uniform(c.out_features, 7);
-
-  // CPU reference.
-  std::vector<float> y_ref(rows * c.out_features), dx_ref(rows * c.in_features), dx_acc_ref = dx_initial;
-  std::vector<float> dw_ref = dw_initial, db_ref = db_initial;
-  linear_forward(Tensor(x.data(), x_shape, DType::f32), Tensor(w.data(), w_shape, DType::f32),
-                 Tensor(b.data(), Shape{c.out_features}, DType::f32),
-                 Tensor(y_ref.data(), y_shape, DType::f32));
-  linear_backward(Tensor(dy.data(), y_shape, DType::f32), Tensor(x.data(), x_shape, DType::f32),
-                  Tensor(w.data(), w_shape, DType::f32), Tensor(dx_ref.data(), x_shape, DType::f32),
-                  Tensor(dw_ref.data(), w_shape, DType::f32),
-                  Tensor(db_ref.data(), Shape{c.out_features}, DType::f32));
-  linear_backward(Tensor(dy.data(), y_shape, DType::f32), Tensor(x.data(), x_shape, DType::f32),
-                  Tensor(w.data(), w_shape, DType::f32), Tensor(dx_acc_ref.data(), x_shape, DType::f32),
-                  Tensor(), Tensor(), /*accumulate_dx=*/true);
-
-  // GPU.
-  auto gx = to_device(x, x_shape, c.dtype), gw = to_device(w, w_shape, c.dtype);
-  auto gb = to_device(b, Shape{c.out_features}, c.dtype), gdy = to_device(dy, y_shape, c.dtype);
-  auto gy = to_device(std::vector<float>(rows * c.out_features, 0.0f), y_shape, c.dtype);
-  auto gdx = to_device(std::vector<float>(rows * c.in_features, 7.0f), x_shape, c.dtype);
-  auto gdx_acc = to_device(dx_initial, x_shape, c.dtype);
-  auto gdw = to_device(dw_initial, w_shape, DType::f32);
-  auto gdb = to_device(db_initial, Shape{c.out_features}, DType::f32);
-  linear_forward(gx.tensor, gw.tensor, gb.tensor, gy.tensor);
-  linear_backward(gdy.tensor, gx.tensor, gw.tensor, gdx.tensor, gdw.tensor, gdb.tensor);
-  linear_backward(gdy.tensor, gx.tensor, gw.tensor, gdx_acc.tensor, Tensor(), Tensor(),
-                  /*accumulate_dx=*/true);
-
-  const test::Tolerance tol = test::tolerance_for(c.dtype);
-  EXPECT_TRUE(all_close("y", to_host(gy.tensor), y_ref, tol));
-  EXPECT_TRUE(all_close("dx", to_host(gdx.tensor), dx_ref, tol));
-  EXPECT_TRUE(all_close("dx accumulated", to_host(gdx_acc.tensor), dx_acc_ref, tol));
-  EXPECT_TRUE(all_close("dweight", to_host(gdw.tensor), dw_ref, tol));
-  EXPECT_TRUE(all_close("dbias", to_host(gdb.tensor), db_ref, tol));
+  const test::LayerShapes shapes{Shape{c.batch, c.length, c.in_features},
+                                 Shape{c.out_features, c.in_features},
+                                 Shape{c.batch, c.length, c.out_features}, c.out_features};
+  test::expect_layer_matches_cpu(
+      c.dtype, shapes, 1,
+      [](const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) { linear_forward(x, w, b, y); },
+      [](const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx, const Tensor& dw,
+         const Tensor& db, bool accumulate_dx) { linear_backward(dy, x, w, dx, dw, db, accumulate_dx); });
 }
 
 TEST_P(LinearGpu, NoBiasMatchesCpuReference) {
