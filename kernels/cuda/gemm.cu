@@ -197,7 +197,7 @@ struct DeviceContext {
 // A two-level batch's pointer arrays are a function of (bases, strides, batch, items) alone; the step runs
 // the same attention products on the same arena addresses every time, so with ZT_CACHED_POINTER_ARRAYS=1
 // (runtime/env_switch.h, read on every call, off by default until timed on the GPU) the arrays filled once
-// are kept per stream and reused: one fill kernel less per product (~2 us each at bs 8, seven a layer).
+// are kept per stream and reused: one fill kernel less per product (~2 us each at bs 8, eight a layer).
 // Per stream, because the fill is queued on the stream that first asks: only its later work is ordered
 // after it.
 using PointerArrayKey = std::array<int64_t, 11>;  // 3 bases, 3 outer and 3 inner byte strides, batch, items
