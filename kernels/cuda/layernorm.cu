@@ -5,6 +5,7 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/launch_common.cuh"
 #include "runtime/device_allocator.h"
+#include "runtime/env_switch.h"
 
 namespace zt::kernels::gpu {
 namespace {
@@ -76,14 +77,117 @@ __device__ __forceinline__ void layernorm_row(const T* xr, const W* gamma, const
   }
 }
 
+// ZT_LAYERNORM_ROW_REGISTERS=1 (runtime/env_switch.h, read on every launch; off by default until the GPU has
+// run it): the vector row kernels keep a lane's Pack128 slices of its row in registers — RowSlices, the
+// slices for_row_elements<T, true> visits, in its order — instead of reading the row again for every pass.
+// The same values in the same order, so the same bits; what changes is latency: a warp's row loads issue
+// together, and the statistics' two passes and the output pass read registers, not L1/L2. At bs 8 a
+// LayerNorm kernel has ~1024 warps for 132 SMs, and the dropout + residual + LayerNorm tail took 14 us for
+// 6 MB (ncu, ninth session): latency-bound. Rows of up to 32 * kRowSlices packs (2048 bf16, 1024 f32
+// values); wider ones take the loops. Slice t of lane `lane` starts at column (lane + 32 t) * kPack; the
+// loops over t are unrolled with constant bounds, so the slices stay in registers.
+constexpr int kRowSlices = 8;
+
+template <typename T>
+bool fits_row_slices(int64_t dim) {
+  return dim <= int64_t{32} * kRowSlices * Pack128<T>::kSize;
+}
+
+// Whether a vector row kernel keeps the row in registers: the switch, a row RowSlices holds, and no more
+// rows than one block a multiprocessor covers. The register kernels take 102-197 registers a thread (ptxas,
+// sm_90a: the plain forward, the dropout + residual tail, the dx kernel) against 40-56 for the loops, so
+// one block of 8 warps a multiprocessor instead of four: a gain where there is a block a multiprocessor at
+// most anyway (bs 8: 1024 rows, 128 blocks), a loss of occupancy past it. Either choice gives the same bits.
+template <typename T>
+bool row_registers(int64_t dim, int64_t rows) {
+  if (!fits_row_slices<T>(dim) || !read_env_switch("ZT_LAYERNORM_ROW_REGISTERS")) return false;
+  thread_local int cached_device = -1, multiprocessors = 0;  // asked once per (thread, device)
+  int device = 0;
+  ZT_CUDA_CHECK(cudaGetDevice(&device));
+  if (device != cached_device) {
+    ZT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+    cached_device = device;
+  }
+  return rows <= int64_t{multiprocessors} * kWarpsPerBlock;
+}
+
+template <typename T>
+struct RowSlices {
+  static constexpr int kPack = Pack128<T>::kSize;
+  Pack128<T> slice[kRowSlices];
+
+  __device__ __forceinline__ static int64_t first(int lane, int t) {
+    return (static_cast<int64_t>(lane) + 32 * t) * kPack;
+  }
+  __device__ __forceinline__ void load(const T* row, int64_t dim, int lane) {
+#pragma unroll
+    for (int t = 0; t < kRowSlices; ++t) {
+      slice[t] = first(lane, t) < dim ? load128(row + first(lane, t)) : Pack128<T>{};  // never read past dim
+    }
+  }
+  // visit(j, value) over the lane's elements, in for_row_elements<T, true>'s order.
+  template <typename Visit>
+  __device__ __forceinline__ void visit(int64_t dim, int lane, Visit&& visit) const {
+#pragma unroll
+    for (int t = 0; t < kRowSlices; ++t) {
+      if (first(lane, t) >= dim) continue;
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) visit(first(lane, t) + k, to_float(slice[t].v[k]));
+    }
+  }
+};
+
+// layernorm_row over a row held in RowSlices (the same arithmetic, expression for expression). shift is
+// the row's element 0, which lane 0 holds as its first slice's first value.
+template <typename T, typename W>
+__device__ __forceinline__ void layernorm_row_in_registers(const RowSlices<T>& xs, const W* gamma,
+                                                           const W* beta, float eps, int64_t dim, int lane,
+                                                           T* yr, float* mean, float* rstd) {
+  const float fdim = static_cast<float>(dim);
+  const float shift = __shfl_sync(0xffffffffu, to_float(xs.slice[0].v[0]), 0);
+  float sum = 0.0f;
+  xs.visit(dim, lane, [&](int64_t, float v) { sum += v - shift; });
+  const float mu_c = warp_sum(sum) / fdim;
+  float squares = 0.0f;
+  xs.visit(dim, lane, [&](int64_t, float v) {
+    const float centered = (v - shift) - mu_c;
+    squares += centered * centered;
+  });
+  const float inv_std = 1.0f / sqrtf(warp_sum(squares) / fdim + eps);
+#pragma unroll
+  for (int t = 0; t < kRowSlices; ++t) {
+    const int64_t j0 = RowSlices<T>::first(lane, t);
+    if (j0 >= dim) continue;
+    Pack128<T> out;
+#pragma unroll
+    for (int k = 0; k < RowSlices<T>::kPack; ++k) {
+      const float xhat = ((to_float(xs.slice[t].v[k]) - shift) - mu_c) * inv_std;
+      out.v[k] = from_float<T>(xhat * to_float(gamma[j0 + k]) + to_float(beta[j0 + k]));
+    }
+    store128(yr + j0, out);
+  }
+  if (lane == 0) {
+    *mean = shift + mu_c;
+    *rstd = inv_std;
+  }
+}
+
 // One warp per row r of x [rows, dim] (layernorm_row).
-template <typename T, typename W, bool kVector>
+// kRegisters (kVector only, dim fits RowSlices): the row held in registers.
+template <typename T, typename W, bool kVector, bool kRegisters = false>
 __global__ void layernorm_forward_kernel(const T* x, const W* gamma, const W* beta, float eps, int64_t rows,
                                          int64_t dim, T* y, float* mean, float* rstd) {
+  static_assert(kVector || !kRegisters, "the row in registers is the vector partition");
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   for (int64_t r = first_row; r < rows; r += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
-    layernorm_row<T, W, kVector>(x + r * dim, gamma, beta, eps, dim, lane, y + r * dim, mean + r, rstd + r);
+    if constexpr (kRegisters) {
+      RowSlices<T> xs;
+      xs.load(x + r * dim, dim, lane);
+      layernorm_row_in_registers<T, W>(xs, gamma, beta, eps, dim, lane, y + r * dim, mean + r, rstd + r);
+    } else {
+      layernorm_row<T, W, kVector>(x + r * dim, gamma, beta, eps, dim, lane, y + r * dim, mean + r, rstd + r);
+    }
   }
 }
 
@@ -100,18 +204,45 @@ __device__ __forceinline__ T dropped_sum(const DropoutMaskOp& mask, bool dropout
 // kVectorAdd, i.e. every row pointer is aligned, else single elements), then layernorm_row over the stored
 // sums with the partition layernorm_forward would choose (kVector), so the statistics have its bits. The
 // row's sums come back from L1/L2 rather than HBM; __syncwarp orders the lanes' stores before their loads.
-template <typename T, typename W, bool kVector, bool kVectorAdd>
+// kRegisters (kVectorAdd only, dim fits RowSlices): the sums this lane stores are kept in registers for the
+// LayerNorm, the same T values the loop path reads back.
+template <typename T, typename W, bool kVector, bool kVectorAdd, bool kRegisters = false>
 __global__ void dropout_add_layernorm_forward_kernel(T* s, const T* residual, DropoutMaskOp mask,
                                                      bool dropout, const W* gamma, const W* beta, float eps,
                                                      int64_t rows, int64_t dim, T* y, float* mean,
                                                      float* rstd) {
   static_assert(kVector || !kVectorAdd, "the vectorized add needs the vectorized row");
+  static_assert(kVectorAdd || !kRegisters, "the row in registers is the vector partition");
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   for (int64_t r = first_row; r < rows; r += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
     T* sr = s + r * dim;
     const T* res = residual + r * dim;
     const int64_t row_start = r * dim;  // flat index of sr[0]: the dropout mask counts over the whole tensor
+    if constexpr (kRegisters) {
+      constexpr int kPack = Pack128<T>::kSize;
+      RowSlices<T> in, add;
+      in.load(sr, dim, lane);
+      add.load(res, dim, lane);
+#pragma unroll
+      for (int t = 0; t < kRowSlices; ++t) {
+        const int64_t j0 = RowSlices<T>::first(lane, t);
+        if (j0 >= dim) continue;
+#pragma unroll
+        for (int g = 0; g < kPack / 4; ++g) {
+          const int64_t first = row_start + j0 + 4 * g;
+          const PhiloxCounter bits = dropout ? mask.group(static_cast<uint64_t>(first) / 4) : PhiloxCounter{};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            in.slice[t].v[4 * g + k] = dropped_sum(mask, dropout, bits, first + k, in.slice[t].v[4 * g + k],
+                                                   add.slice[t].v[4 * g + k]);
+          }
+        }
+        store128(sr + j0, in.slice[t]);
+      }
+      layernorm_row_in_registers<T, W>(in, gamma, beta, eps, dim, lane, y + r * dim, mean + r, rstd + r);
+      continue;
+    }
     if constexpr (kVectorAdd) {
       // dim is a multiple of the pack (4 or 8), so a pack starts on a Philox group and holds whole groups.
       constexpr int kPack = Pack128<T>::kSize;
@@ -172,11 +303,14 @@ __device__ __forceinline__ float dx_of(float d, float gamma, float x, float mu, 
 // depend on which lane writes it, so the paths agree bit for bit. Reads dy[j] before writing dx[j] in the
 // same thread (and every lane has read its part of the row for the means before warp_sum returns), so dx
 // may alias dy; ds overlaps nothing.
-template <typename T, typename W, bool kVector, bool kVectorOut>
+// kRegisters (kVectorOut only, dim fits RowSlices): dy's and x's slices are read once, into registers, for
+// both the means and the outputs (dx may still alias dy: every read precedes the lane's first store).
+template <typename T, typename W, bool kVector, bool kVectorOut, bool kRegisters = false>
 __global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const W* gamma, const float* mean,
                                              const float* rstd, int64_t rows, int64_t dim, DropoutMaskOp mask,
                                              bool dropout, T* dx, T* ds) {
   static_assert(kVector || !kVectorOut, "the vector stores need the vector row partition");
+  static_assert(kVectorOut || !kRegisters, "the row in registers is the vector partition");
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   auto dropped = [&](const PhiloxCounter& bits, int64_t i, T v) {
@@ -186,6 +320,51 @@ __global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const W* g
     const T* dyr = dy + r * dim;
     const T* xr = x + r * dim;
     const float mu = mean[r], inv_std = rstd[r];
+    if constexpr (kRegisters) {
+      constexpr int kPack = Pack128<T>::kSize;
+      RowSlices<T> dys, xs;
+      dys.load(dyr, dim, lane);
+      xs.load(xr, dim, lane);
+      // dx_row_means over the registers: g = dy * gamma and g * xhat, summed in the same order.
+      float sum_g = 0.0f, sum_g_xhat = 0.0f;
+#pragma unroll
+      for (int t = 0; t < kRowSlices; ++t) {
+        const int64_t j0 = RowSlices<T>::first(lane, t);
+        if (j0 >= dim) continue;
+#pragma unroll
+        for (int k = 0; k < kPack; ++k) {
+          const float g = to_float(dys.slice[t].v[k]) * to_float(gamma[j0 + k]);
+          sum_g += g;
+          sum_g_xhat += g * ((to_float(xs.slice[t].v[k]) - mu) * inv_std);
+        }
+      }
+      const float inv_dim = 1.0f / static_cast<float>(dim);
+      const float2 means{warp_sum(sum_g) * inv_dim, warp_sum(sum_g_xhat) * inv_dim};
+      T* dxr = dx + r * dim;
+      T* dsr = ds != nullptr ? ds + r * dim : nullptr;
+      const int64_t row_start = r * dim;
+#pragma unroll
+      for (int t = 0; t < kRowSlices; ++t) {
+        const int64_t j0 = RowSlices<T>::first(lane, t);
+        if (j0 >= dim) continue;
+        Pack128<T> dxs, dss;
+#pragma unroll
+        for (int g = 0; g < kPack / 4; ++g) {
+          const int64_t first = row_start + j0 + 4 * g;
+          const PhiloxCounter bits = dropout ? mask.group(static_cast<uint64_t>(first) / 4) : PhiloxCounter{};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int e = 4 * g + k;
+            dxs.v[e] = from_float<T>(dx_of(to_float(dys.slice[t].v[e]), to_float(gamma[j0 + e]),
+                                           to_float(xs.slice[t].v[e]), mu, inv_std, means));
+            dss.v[e] = dropped(bits, first + k, dxs.v[e]);
+          }
+        }
+        store128(dxr + j0, dxs);
+        if (dsr != nullptr) store128(dsr + j0, dss);
+      }
+      continue;
+    }
     const float2 means = dx_row_means<T, W, kVector>(dyr, xr, gamma, mu, inv_std, dim, lane);
     T* dxr = dx + r * dim;
     T* dsr = ds != nullptr ? ds + r * dim : nullptr;
@@ -364,9 +543,10 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   dispatch_layernorm_types(x.dtype(), gamma.dtype(), op, [&](auto t_tag, auto w_tag) {
     using T = decltype(t_tag);
     using W = decltype(w_tag);
-    const auto kernel = rows_vectorizable<T>(dim, {x.data(), y.data()})
-                            ? layernorm_forward_kernel<T, W, true>
-                            : layernorm_forward_kernel<T, W, false>;
+    const bool vector = rows_vectorizable<T>(dim, {x.data(), y.data()});
+    const auto kernel = vector && row_registers<T>(dim, rows) ? layernorm_forward_kernel<T, W, true, true>
+                        : vector                              ? layernorm_forward_kernel<T, W, true>
+                                                              : layernorm_forward_kernel<T, W, false>;
     kernel<<<row_blocks(rows), kThreadsPerBlock, 0, stream>>>(typed<T>(x), typed<W>(gamma), typed<W>(beta),
                                                               eps, rows, dim, typed<T>(y), typed<float>(mean),
                                                               typed<float>(rstd));
@@ -395,7 +575,9 @@ void dropout_add_layernorm_forward(const Tensor& s, const Tensor& residual, cons
     // The row partition of layernorm_forward(s, ..., y, ...), whatever the residual's alignment.
     const bool row_vector = rows_vectorizable<T>(dim, {s.data(), y.data()});
     const bool add_vector = row_vector && is_aligned16(residual.data());
-    const auto kernel = add_vector   ? dropout_add_layernorm_forward_kernel<T, W, true, true>
+    const auto kernel = add_vector && row_registers<T>(dim, rows)
+                            ? dropout_add_layernorm_forward_kernel<T, W, true, true, true>
+                        : add_vector ? dropout_add_layernorm_forward_kernel<T, W, true, true>
                         : row_vector ? dropout_add_layernorm_forward_kernel<T, W, true, false>
                                      : dropout_add_layernorm_forward_kernel<T, W, false, false>;
     kernel<<<row_blocks(rows), kThreadsPerBlock, 0, stream>>>(
@@ -485,7 +667,9 @@ void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& g
     const DropoutMaskOp mask{site.p, dropout ? 1.0f / (1.0f - site.p) : 1.0f, site.seed, site.site_id};
     T* ds = drop != nullptr ? typed<T>(*drop->ds) : nullptr;
     const bool out_vector = row_vector && is_aligned16(dx.data()) && (ds == nullptr || is_aligned16(ds));
-    const auto kernel = out_vector   ? layernorm_backward_dx_kernel<T, W, true, true>
+    const auto kernel = out_vector && row_registers<T>(dim, rows)
+                            ? layernorm_backward_dx_kernel<T, W, true, true, true>
+                        : out_vector ? layernorm_backward_dx_kernel<T, W, true, true>
                         : row_vector ? layernorm_backward_dx_kernel<T, W, true, false>
                                      : layernorm_backward_dx_kernel<T, W, false, false>;
     kernel<<<row_blocks(rows), kThreadsPerBlock, 0, stream>>>(typed<T>(dy), typed<T>(x), typed<W>(gamma),

@@ -10,8 +10,10 @@
 #ifdef ZT_WITH_CUDA
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "kernels/dropout.h"
@@ -374,6 +376,85 @@ INSTANTIATE_TEST_SUITE_P(DtypesShapes, LayerNormDropoutBackwardGpu, ::testing::V
                                   (info.param.residual_offset != info.param.base.offset ? "_misaligned_ds"
                                                                                         : "");
                          });
+
+// ZT_LAYERNORM_ROW_REGISTERS=1 (kernels/cuda/layernorm.cu): the row kernels holding a lane's slices in
+// registers compute what the loops compute, bit for bit — the forward, the dropout + residual tail (p 0 and
+// 0.1), the backward with and without Drop' (dx over dy as the model runs it) — for rows of one slice a lane
+// down to part of one (dim 8: lanes past the row hold nothing), a partial last slice (264), xlarge's 1536,
+// the widest a lane's eight slices hold (2048 in 16 bits), wider rows and more rows than one block a
+// multiprocessor (which take the loops either way).
+TEST(LayerNormGpuRowRegisters, BitwiseEqualToTheLoops) {
+  ZT_SKIP_WITHOUT_GPU();
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("ZT_LAYERNORM_ROW_REGISTERS"); }
+  } guard;
+  struct Shape2 {
+    int64_t rows, dim;
+  };
+  for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    for (bool f32_params : {false, true}) {
+      if (f32_params && dtype == DType::f32) continue;
+      const DType param_dtype = f32_params ? DType::f32 : dtype;
+      for (const Shape2 shape : {Shape2{5, 8}, Shape2{300, 264}, Shape2{300, 1536}, Shape2{300, 2048},
+                                 Shape2{300, 2056}, Shape2{1500, 1536}}) {
+        SCOPED_TRACE(testing::Message() << dtype_name(dtype) << (f32_params ? " f32 params " : " ") << "["
+                                        << shape.rows << ", " << shape.dim << "]");
+        const int64_t rows = shape.rows, dim = shape.dim;
+        const Shape x_shape{rows, dim}, row_shape{rows}, dim_shape{dim};
+        const std::vector<float> x = round_through(dtype, random_floats(x_shape.numel(), 51));
+        const std::vector<float> res = round_through(dtype, random_floats(x_shape.numel(), 52));
+        const std::vector<float> dy = round_through(dtype, random_floats(x_shape.numel(), 53));
+        DeviceArray gamma(param_dtype, dim_shape), beta(param_dtype, dim_shape), gres(dtype, x_shape);
+        gamma.upload(round_through(param_dtype, random_floats(dim, 54, 0.5f, 1.5f)));
+        beta.upload(round_through(param_dtype, random_floats(dim, 55, -0.5f, 0.5f)));
+        gres.upload(res);
+        // Every output of every entry point, as one list of downloads.
+        auto run_all = [&]() {
+          std::vector<std::vector<float>> out;
+          DeviceArray gx(dtype, x_shape), gy(dtype, x_shape), mean(DType::f32, row_shape),
+              rstd(DType::f32, row_shape);
+          gx.upload(x);
+          layernorm_forward(gx.tensor(), gamma.tensor(), beta.tensor(), kEps, gy.tensor(), mean.tensor(),
+                            rstd.tensor());
+          for (const DeviceArray* a : {&gy, &mean, &rstd}) out.push_back(a->download());
+          for (float p : {0.0f, 0.1f}) {
+            const DropoutSite site{p, 0x5eed1234abcdull, dropout_site_id(5, 1, 2)};
+            DeviceArray gs(dtype, x_shape), gy2(dtype, x_shape), mean2(DType::f32, row_shape),
+                rstd2(DType::f32, row_shape);
+            gs.upload(x);
+            dropout_add_layernorm_forward(gs.tensor(), gres.tensor(), site, gamma.tensor(), beta.tensor(),
+                                          kEps, gy2.tensor(), mean2.tensor(), rstd2.tensor());
+            for (const DeviceArray* a : {&gs, &gy2, &mean2, &rstd2}) out.push_back(a->download());
+            DeviceArray gdy(dtype, x_shape), ds(dtype, x_shape), dg(DType::f32, dim_shape),
+                db(DType::f32, dim_shape);
+            gdy.upload(dy);
+            dg.upload(std::vector<float>(static_cast<size_t>(dim), 0.0f));
+            db.upload(std::vector<float>(static_cast<size_t>(dim), 0.0f));
+            if (p == 0.0f) {
+              layernorm_backward(gdy.tensor(), gs.tensor(), gamma.tensor(), mean2.tensor(), rstd2.tensor(),
+                                 gdy.tensor(), dg.tensor(), db.tensor());
+            } else {
+              layernorm_dropout_backward(gdy.tensor(), gs.tensor(), gamma.tensor(), mean2.tensor(),
+                                         rstd2.tensor(), site, gdy.tensor(), ds.tensor(), dg.tensor(),
+                                         db.tensor());
+              out.push_back(ds.download());
+            }
+            for (const DeviceArray* a : {&gdy, &dg, &db}) out.push_back(a->download());
+          }
+          return out;
+        };
+        ASSERT_EQ(unsetenv("ZT_LAYERNORM_ROW_REGISTERS"), 0);
+        const std::vector<std::vector<float>> loops = run_all();
+        ASSERT_EQ(setenv("ZT_LAYERNORM_ROW_REGISTERS", "1", 1), 0);
+        const std::vector<std::vector<float>> registers = run_all();
+        ASSERT_EQ(registers.size(), loops.size());
+        for (size_t i = 0; i < loops.size(); ++i) {
+          EXPECT_TRUE(bitwise_equal(("output " + std::to_string(i)).c_str(), registers[i], loops[i]));
+        }
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace zt::kernels
