@@ -2,7 +2,8 @@
 // (kernels/cuda/gemm.cuh) sums a bias gradient in, as a block body that kernels writing the summed values can
 // share (the FFN's GELU backward sums the dx it writes), so a fused sum is bitwise the separate pass's.
 //
-// Rows are cut into at most 64 chunks of >= 128 rows (a function of rows only); block (x, chunk) of
+// Rows are cut into at most 64 chunks of >= 128 rows (a function of rows only; >= 32 rows with
+// ZT_SMALL_SUM_CHUNKS=1, below); block (x, chunk) of
 // 32 x 8 threads sums its chunk of 32 kVec columns into partial[chunk, c]: thread (tx, ty) takes rows ty,
 // ty + 8, ... of the chunk for columns c0 = (32 x + tx) kVec .. c0 + kVec, and the eight lane sums are added
 // in ty order. kVec (a Pack128's width, or 1) changes no bit: every column is summed in the same order.
@@ -17,17 +18,25 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "runtime/env_switch.h"
+
 namespace zt::kernels::cuda_detail {
 
 constexpr int kColumnSumTile = 32;     // column lanes per block (one warp wide: coalesced rows)
 constexpr int kColumnSumRowLanes = 8;  // row partial sums per column within a block
 
+// ZT_SMALL_SUM_CHUNKS=1 (runtime/env_switch.h, read for every plan; off by default until the GPU has run
+// it): chunks of >= 32 rows instead of >= 128. At bs 8 (1024 rows) a 1536-column sum is then 6 x 32 blocks
+// instead of 6 x 8 — 48 blocks left two thirds of the 132 SMs idle (4.6-6.2 us a sum, ninth session's ncu)
+// — at the price of other summation orders (deterministic still: a function of rows only, and the fused
+// GELU sums follow the same plan) and 4x the partials; from 2048 rows on both cap at 64 chunks.
 struct ColumnSumPlan {
   int64_t chunks = 1, rows_per_chunk = 0;
 
   explicit ColumnSumPlan(int64_t rows) {
-    constexpr int64_t kRowsPerChunk = 128, kMaxChunks = 64;
-    chunks = std::clamp<int64_t>((rows + kRowsPerChunk - 1) / kRowsPerChunk, 1, kMaxChunks);
+    constexpr int64_t kMaxChunks = 64;
+    const int64_t rows_per_chunk_min = read_env_switch("ZT_SMALL_SUM_CHUNKS") ? 32 : 128;
+    chunks = std::clamp<int64_t>((rows + rows_per_chunk_min - 1) / rows_per_chunk_min, 1, kMaxChunks);
     rows_per_chunk = (rows + chunks - 1) / chunks;
   }
   static dim3 block() { return dim3(kColumnSumTile, kColumnSumRowLanes); }

@@ -72,8 +72,9 @@ void check_cuda_arg(const Tensor& t, const char* op, const char* name);
 void check_cuda_arg(const Tensor& t, DType dtype, const char* op, const char* name);
 
 // out[c] += sum_r x[r, c] for x [rows, cols] of storage `dtype` (GradWrite::overwrite: out[c] = 0 + sum),
-// summed in f32 in a fixed order (deterministic: rows cut into at most 64 chunks of >= 128 rows, chunk
-// partials in scratch, added in chunk order): the bias gradient of linear and conv1d.
+// summed in f32 in a fixed order (deterministic: rows cut into at most 64 chunks of >= 128 rows, or >= 32
+// with ZT_SMALL_SUM_CHUNKS=1 (kernels/cuda/column_sum.cuh); chunk partials in scratch, added in chunk
+// order): the bias gradient of linear and conv1d.
 void column_sum_into(const void* x, DType dtype, int64_t rows, int64_t cols, float* out, GradWrite write,
                      cudaStream_t stream);
 

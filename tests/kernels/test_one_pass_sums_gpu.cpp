@@ -174,6 +174,62 @@ TEST(OnePassSumsGpu, GeluStepColumnSumsEqualTwoPasses) {
   }
 }
 
+// ZT_SMALL_SUM_CHUNKS=1 (kernels/cuda/column_sum.cuh): chunks of >= 32 rows, so other summation orders —
+// still within f32 summation error of the exact column sums (1e-5 of the sum of magnitudes: a lost chunk
+// is ~1/64 of it), the same bits run after run, and the GELU step's fused sums (same plan) still bitwise
+// its separate pass's; with one pass too.
+TEST(SmallSumChunksGpu, SumsStayExactEnoughDeterministicAndFused) {
+  ZT_SKIP_WITHOUT_GPU();
+  struct Guard {
+    ~Guard() {
+      unsetenv("ZT_SMALL_SUM_CHUNKS");
+      unsetenv(kSwitch);
+    }
+  } guard;
+  ASSERT_EQ(setenv("ZT_SMALL_SUM_CHUNKS", "1", 1), 0);
+  for (const char* one_pass : {"0", "1"}) {
+    ASSERT_EQ(setenv(kSwitch, one_pass, 1), 0);
+    for (const SumCase& c : kCases) {
+      if (c.cols % 8 != 0) continue;
+      SCOPED_TRACE(describe(c) + (one_pass[0] == '1' ? " one pass" : " two passes"));
+      const Shape shape{c.rows, c.cols};
+      const std::vector<float> dy = round_through(c.dtype, random_floats(c.rows * c.cols, 61));
+      DeviceArray gdy(c.dtype, shape), ones(c.dtype, Shape{c.rows, 1}), weight(c.dtype, Shape{c.cols, 1}),
+          db(DType::f32, Shape{c.cols});
+      gdy.upload(dy);
+      std::vector<std::vector<float>> runs;
+      for (int run = 0; run < 2; ++run) {
+        upload(db, start_values(c.cols, GradWrite::overwrite));
+        linear_backward(gdy.tensor(), ones.tensor(), weight.tensor(), Tensor(), Tensor(), db.tensor(), false,
+                        GradWrite::overwrite);
+        runs.push_back(db.download());
+      }
+      EXPECT_TRUE(same_bits(runs[1], runs[0])) << "run to run";
+      for (int64_t col = 0; col < c.cols; ++col) {
+        double exact = 0, magnitude = 0;
+        for (int64_t r = 0; r < c.rows; ++r) {
+          exact += dy[static_cast<size_t>(r * c.cols + col)];
+          magnitude += std::fabs(dy[static_cast<size_t>(r * c.cols + col)]);
+        }
+        ASSERT_NEAR(runs[0][static_cast<size_t>(col)], exact, 1e-5 * (magnitude + 1.0)) << "column " << col;
+      }
+      // The GELU step's sums, fused and separate, over the same plan.
+      DeviceArray x(c.dtype, shape), y(c.dtype, shape), dx(c.dtype, shape), fused(DType::f32, Shape{c.cols}),
+          separate(DType::f32, Shape{c.cols});
+      x.upload(round_through(c.dtype, random_floats(c.rows * c.cols, 62, -4.0f, 4.0f)));
+      upload(fused, start_values(c.cols, GradWrite::accumulate));
+      upload(separate, start_values(c.cols, GradWrite::accumulate));
+      gpu::gelu_recompute_and_backward(gdy.tensor(), x.tensor(), y.tensor(), dx.tensor(), fused.tensor(),
+                                       GradWrite::accumulate, current_stream(),
+                                       gpu::GeluColumnSumPath::fused);
+      gpu::gelu_recompute_and_backward(gdy.tensor(), x.tensor(), y.tensor(), dx.tensor(), separate.tensor(),
+                                       GradWrite::accumulate, current_stream(),
+                                       gpu::GeluColumnSumPath::separate);
+      EXPECT_TRUE(same_bits(fused.download(), separate.download())) << "GELU sums, fused vs separate";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zt::kernels
 
