@@ -29,13 +29,18 @@ constexpr int kColumnSumRowLanes = 8;  // row partial sums per column within a b
 // it): chunks of >= 32 rows instead of >= 128. At bs 8 (1024 rows) a 1536-column sum is then 6 x 32 blocks
 // instead of 6 x 8 — 48 blocks left two thirds of the 132 SMs idle (4.6-6.2 us a sum, ninth session's ncu)
 // — at the price of other summation orders (deterministic still: a function of rows only, and the fused
-// GELU sums follow the same plan) and 4x the partials; from 2048 rows on both cap at 64 chunks.
+// GELU sums follow the same plan) and up to 4x the partials. The plans agree only from 8065 rows on (64
+// chunks both); at bs 40 (5120 rows) they are 40 and 64 chunks.
+inline bool small_sum_chunks() {
+  return read_env_switch("ZT_SMALL_SUM_CHUNKS");
+}
+
 struct ColumnSumPlan {
   int64_t chunks = 1, rows_per_chunk = 0;
 
-  explicit ColumnSumPlan(int64_t rows) {
+  explicit ColumnSumPlan(int64_t rows, bool small_chunks = small_sum_chunks()) {
     constexpr int64_t kMaxChunks = 64;
-    const int64_t rows_per_chunk_min = read_env_switch("ZT_SMALL_SUM_CHUNKS") ? 32 : 128;
+    const int64_t rows_per_chunk_min = small_chunks ? 32 : 128;
     chunks = std::clamp<int64_t>((rows + rows_per_chunk_min - 1) / rows_per_chunk_min, 1, kMaxChunks);
     rows_per_chunk = (rows + chunks - 1) / chunks;
   }
@@ -51,17 +56,21 @@ struct ColumnSumPlan {
 // 32 x 8 threads: thread (tx, ty) adds chunks ty, ty + 8, ... of its column, and the eight lane sums are
 // added in ty order — an order that depends only on (chunks, cols): deterministic.
 //   out[c] = (overwrite ? 0 : out[c]) + sum_k partial[k, c]
-// The partials are read past L1 (__ldcg): in the one-pass form other blocks wrote them during this kernel.
+// kWrittenThisKernel (the one-pass form: other blocks wrote the partials during this kernel) reads them past
+// L1 (__ldcg); the separate kernel keeps its plain loads. A caller that runs it twice in a row (two outputs)
+// puts a __syncthreads between: the second call's first group writes `lanes` the first call's last read.
+template <bool kWrittenThisKernel = false>
 __device__ __forceinline__ void add_tile_partials(const float* partial, int64_t chunks, int64_t cols,
                                                   int64_t first, int width, bool overwrite,
                                                   float* __restrict__ out) {
   __shared__ float lanes[kColumnSumRowLanes][kColumnSumTile + 1];
   for (int group = 0; group < width; group += kColumnSumTile) {
+    if (group > 0) __syncthreads();  // the previous group's lane sums are read before they are overwritten
     const int64_t c = first + group + threadIdx.x;
     float sum = 0.0f;
     if (c < cols) {
       for (int64_t k = threadIdx.y; k < chunks; k += kColumnSumRowLanes)
-        sum += __ldcg(partial + k * cols + c);
+        sum += kWrittenThisKernel ? __ldcg(partial + k * cols + c) : partial[k * cols + c];
     }
     lanes[threadIdx.y][threadIdx.x] = sum;
     __syncthreads();
@@ -70,7 +79,6 @@ __device__ __forceinline__ void add_tile_partials(const float* partial, int64_t 
       for (int lane = 0; lane < kColumnSumRowLanes; ++lane) total += lanes[lane][threadIdx.x];
       out[c] = (overwrite ? 0.0f : out[c]) + total;  // 0 + total: the accumulation onto a zeroed buffer
     }
-    __syncthreads();
   }
 }
 
@@ -103,8 +111,9 @@ __device__ __forceinline__ bool last_block_of_tile(unsigned int* counters) {
 
 // The block body. row_values(r, c0, v) puts row r's values at columns c0 .. c0 + kVec into v[0 .. kVec) as
 // floats (and may write what it computed); it is called only for columns that exist (kVec > 1: cols is a
-// multiple of kVec).
-template <int kVec, typename RowValues>
+// multiple of kVec). kOnePass (with finish.counters) adds the last block's pass 2; without it the kernels
+// compile to the two-pass code that ran before.
+template <int kVec, bool kOnePass, typename RowValues>
 __device__ __forceinline__ void column_sum_partials(const RowValues& row_values, int64_t rows, int64_t cols,
                                                     int64_t rows_per_chunk, float* __restrict__ partial,
                                                     ChunkFinish finish = {}) {
@@ -133,9 +142,11 @@ __device__ __forceinline__ void column_sum_partials(const RowValues& row_values,
     for (int lane = 0; lane < kColumnSumRowLanes; ++lane) total += lanes[lane][col];
     partial[static_cast<int64_t>(blockIdx.y) * cols + c] = total;
   }
-  if (finish.counters != nullptr && last_block_of_tile(finish.counters)) {
-    add_tile_partials(partial, gridDim.y, cols, static_cast<int64_t>(blockIdx.x) * kBlockColumns,
-                      kBlockColumns, finish.overwrite, finish.out);
+  if constexpr (kOnePass) {
+    if (last_block_of_tile(finish.counters)) {
+      add_tile_partials<true>(partial, gridDim.y, cols, static_cast<int64_t>(blockIdx.x) * kBlockColumns,
+                              kBlockColumns, finish.overwrite, finish.out);
+    }
   }
 }
 

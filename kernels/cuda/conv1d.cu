@@ -30,18 +30,15 @@ constexpr int kThreads = 256;
 
 struct ConvShape {
   int64_t batch, length, in_features, out_features, kernel, pad;
-  bool channel_major;  // the unfolded column order (top of the file)
   __host__ __device__ int64_t unfolded() const { return kernel * in_features; }
   __host__ __device__ int64_t rows() const { return batch * length; }
-  // Unfolded column of (channel c, tap kk), and back.
-  __host__ __device__ int64_t column(int64_t c, int64_t kk) const {
-    return channel_major ? c * kernel + kk : kk * in_features + c;
-  }
-  __host__ __device__ void split(int64_t col, int64_t& c, int64_t& kk) const {
-    c = channel_major ? col / kernel : col % in_features;
-    kk = channel_major ? col % kernel : col / in_features;
-  }
 };
+
+// The unfolded column order (top of the file); a template argument of the kernels that depend on it, so the
+// tap-major instantiations compile to the code that ran before the channel-major order existed.
+bool channel_major_order() {
+  return read_env_switch("ZT_CONV_CHANNEL_MAJOR");
+}
 
 ConvShape check_conv_args(const Tensor& x, const Tensor& weight, const char* op) {
   check_cuda_arg(x, op, "x");
@@ -52,26 +49,20 @@ ConvShape check_conv_args(const Tensor& x, const Tensor& weight, const char* op)
   ZT_CHECK(weight.dim(1) == x.dim(2), op, ": weight ", weight.shape().to_string(), " expects ", weight.dim(1),
            " input features, x ", x.shape().to_string(), " has ", x.dim(2));
   ZT_CHECK(weight.dim(2) % 2 == 1, op, ": kernel size must be odd for same padding, got ", weight.dim(2));
-  return {x.dim(0),
-          x.dim(1),
-          x.dim(2),
-          weight.dim(0),
-          weight.dim(2),
-          (weight.dim(2) - 1) / 2,
-          read_env_switch("ZT_CONV_CHANNEL_MAJOR")};
+  return {x.dim(0), x.dim(1), x.dim(2), weight.dim(0), weight.dim(2), (weight.dim(2) - 1) / 2};
 }
 
-// cols [B*L, K] from x [B, L, D_in] in s's column order; zero where the tap reads outside the item. Thread
-// e writes cols element e.
-template <typename T>
+// cols [B*L, K] from x [B, L, D_in]; zero where the tap reads outside the item. Column kk*D_in + c
+// (tap-major) or c*k + kk (kChannelMajor) holds channel c at tap kk; thread e writes cols element e.
+template <typename T, bool kChannelMajor>
 __global__ void im2col_kernel(const T* __restrict__ x, T* __restrict__ cols, ConvShape s) {
   const int64_t total = s.rows() * s.unfolded();
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = e / s.unfolded();
+    const int64_t row = e / s.unfolded(), col = e % s.unfolded();
     const int64_t b = row / s.length, t = row % s.length;
-    int64_t c, kk;
-    s.split(e % s.unfolded(), c, kk);
+    const int64_t kk = kChannelMajor ? col % s.kernel : col / s.in_features;
+    const int64_t c = kChannelMajor ? col / s.kernel : col % s.in_features;
     const int64_t source = t + kk - s.pad;
     cols[e] = (source >= 0 && source < s.length) ? x[(b * s.length + source) * s.in_features + c]
                                                  : from_float<T>(0.0f);
@@ -84,16 +75,14 @@ __global__ void regroup_weight_kernel(const T* __restrict__ w, T* __restrict__ w
   const int64_t total = s.out_features * s.unfolded();
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t o = e / s.unfolded();
-    int64_t c, kk;
-    s.split(e % s.unfolded(), c, kk);
+    const int64_t o = e / s.unfolded(), col = e % s.unfolded();
+    const int64_t kk = col / s.in_features, c = col % s.in_features;
     wr[e] = w[(o * s.in_features + c) * s.kernel + kk];
   }
 }
 
-// dx[b,s,c] (+)= sum_kk dcols[(b, s - kk + pad), column(c, kk)]: thread e writes dx element e, gathering its
-// k taps in increasing kk.
-template <typename T>
+// dx[b,s,c] (+)= sum_kk dcols[(b, s - kk + pad), column of (c, kk)]: each output gathers its k taps in order.
+template <typename T, bool kChannelMajor>
 __global__ void col2im_kernel(const float* __restrict__ dcols, T* __restrict__ dx, ConvShape s,
                               bool accumulate) {
   const int64_t total = s.rows() * s.in_features;
@@ -104,7 +93,10 @@ __global__ void col2im_kernel(const float* __restrict__ dcols, T* __restrict__ d
     float sum = 0.0f;
     for (int64_t kk = 0; kk < s.kernel; ++kk) {
       const int64_t t = pos - kk + s.pad;
-      if (t >= 0 && t < s.length) sum += dcols[(b * s.length + t) * s.unfolded() + s.column(c, kk)];
+      if (t >= 0 && t < s.length) {
+        sum += dcols[(b * s.length + t) * s.unfolded() +
+                     (kChannelMajor ? c * s.kernel + kk : kk * s.in_features + c)];
+      }
     }
     dx[e] = from_float<T>(accumulate ? to_float(dx[e]) + sum : sum);
   }
@@ -118,7 +110,7 @@ __global__ void ungroup_weight_grad_kernel(const float* __restrict__ dwr, float*
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t o = e / (s.in_features * s.kernel), rest = e % (s.in_features * s.kernel);
     const int64_t c = rest / s.kernel, kk = rest % s.kernel;
-    dw[e] += dwr[o * s.unfolded() + s.column(c, kk)];
+    dw[e] += dwr[o * s.unfolded() + kk * s.in_features + c];
   }
 }
 
@@ -127,24 +119,26 @@ unsigned int grid_for(int64_t n) {
   return blocks < 65535u ? blocks : 65535u;
 }
 
-// Unfolds x into a scratch buffer: cols [B*L, K] in x's dtype.
-DeviceBuffer unfold(const Tensor& x, const ConvShape& s, const char* op, cudaStream_t stream) {
+// Unfolds x into a scratch buffer: cols [B*L, K] in x's dtype, in the given column order.
+DeviceBuffer unfold(const Tensor& x, const ConvShape& s, bool channel_major, const char* op,
+                    cudaStream_t stream) {
   DeviceBuffer cols =
       scratch_buffer(static_cast<size_t>(s.rows() * s.unfolded()) * dtype_size(x.dtype()), "conv1d.cols");
   dispatch_storage(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    im2col_kernel<T><<<grid_for(s.rows() * s.unfolded()), kThreads, 0, stream>>>(
-        static_cast<const T*>(x.data()), cols.data_as<T>(), s);
+    const auto kernel = channel_major ? im2col_kernel<T, true> : im2col_kernel<T, false>;
+    kernel<<<grid_for(s.rows() * s.unfolded()), kThreads, 0, stream>>>(static_cast<const T*>(x.data()),
+                                                                       cols.data_as<T>(), s);
     ZT_CUDA_CHECK_LAUNCH("conv1d_im2col");
   });
   return cols;
 }
 
-// The weight as the GEMMs' [D_out, K] operand in s's column order: W itself (channel-major), or Wr in
+// The weight as the GEMMs' [D_out, K] operand in the column order: W itself (channel-major), or Wr in
 // `regrouped` (tap-major).
-const void* weight_operand(const Tensor& weight, const ConvShape& s, DeviceBuffer& regrouped, const char* op,
-                           cudaStream_t stream) {
-  if (s.channel_major) return weight.data();
+const void* weight_operand(const Tensor& weight, const ConvShape& s, bool channel_major,
+                           DeviceBuffer& regrouped, const char* op, cudaStream_t stream) {
+  if (channel_major) return weight.data();
   regrouped = scratch_buffer(static_cast<size_t>(s.out_features * s.unfolded()) * dtype_size(weight.dtype()),
                              "conv1d.weight");
   dispatch_storage(weight.dtype(), op, [&](auto tag) {
@@ -171,7 +165,8 @@ void conv1d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
     check_shape(bias, Shape{s.out_features}, "conv1d_forward: bias");
   }
   if (s.rows() == 0 || s.out_features == 0) return;
-  const DeviceBuffer cols = unfold(x, s, op, stream);
+  const bool channel_major = channel_major_order();
+  const DeviceBuffer cols = unfold(x, s, channel_major, op, stream);
   DeviceBuffer regrouped;
   GemmProblem p;  // y [B*L, D_out] = cols [B*L, K] Wr^T
   p.m = s.rows();
@@ -179,7 +174,7 @@ void conv1d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   p.k = s.unfolded();
   p.input_dtype = x.dtype();
   p.a = {cols.data(), s.unfolded(), 0};
-  p.b = {weight_operand(weight, s, regrouped, op, stream), s.unfolded(), 0};
+  p.b = {weight_operand(weight, s, channel_major, regrouped, op, stream), s.unfolded(), 0};
   p.transpose_b = true;
   p.c = {y.data(), x.dtype(), s.out_features, 0};
   if (has_bias) {
@@ -217,6 +212,7 @@ void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
     if (want_dx && !accumulate_dx) ZT_CUDA_CHECK(cudaMemsetAsync(dx.data(), 0, dx.nbytes(), stream));
     return;
   }
+  const bool channel_major = channel_major_order();
   if (want_dx) {
     DeviceBuffer dcols =
         scratch_buffer(static_cast<size_t>(s.rows() * s.unfolded()) * sizeof(float), "conv1d.dcols");
@@ -227,12 +223,13 @@ void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
     p.k = s.out_features;
     p.input_dtype = x.dtype();
     p.a = {dy.data(), s.out_features, 0};
-    p.b = {weight_operand(weight, s, regrouped, op, stream), s.unfolded(), 0};
+    p.b = {weight_operand(weight, s, channel_major, regrouped, op, stream), s.unfolded(), 0};
     p.c = {dcols.data(), DType::f32, s.unfolded(), 0};
     gemm(p, stream);
     dispatch_storage(x.dtype(), op, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      col2im_kernel<T><<<grid_for(s.rows() * s.in_features), kThreads, 0, stream>>>(
+      const auto kernel = channel_major ? col2im_kernel<T, true> : col2im_kernel<T, false>;
+      kernel<<<grid_for(s.rows() * s.in_features), kThreads, 0, stream>>>(
           dcols.data_as<float>(), static_cast<T*>(dx.data()), s, accumulate_dx);
       ZT_CUDA_CHECK_LAUNCH("conv1d_col2im");
     });
@@ -240,9 +237,9 @@ void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   if (want_dw) {
     // dWr [D_out, K] = dy^T [D_out, B*L] cols [B*L, K]. Channel-major: dWr is dW in its own [D_out, D_in, k]
     // layout, added to the f32 gradient by the GEMM (beta = 1); tap-major: into scratch, then ungrouped.
-    const DeviceBuffer cols = unfold(x, s, op, stream);  // only dW reads the unfolded input
+    const DeviceBuffer cols = unfold(x, s, channel_major, op, stream);  // only dW reads the unfolded input
     DeviceBuffer dwr;
-    if (!s.channel_major) {
+    if (!channel_major) {
       dwr = scratch_buffer(static_cast<size_t>(s.out_features * s.unfolded()) * sizeof(float),
                            "conv1d.dweight_grouped");
     }
@@ -254,10 +251,10 @@ void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
     p.a = {dy.data(), s.out_features, 0};
     p.transpose_a = true;
     p.b = {cols.data(), s.unfolded(), 0};
-    p.c = {s.channel_major ? dweight.data() : dwr.data(), DType::f32, s.unfolded(), 0};
-    p.beta = s.channel_major ? 1.0f : 0.0f;
+    p.c = {channel_major ? dweight.data() : dwr.data(), DType::f32, s.unfolded(), 0};
+    p.beta = channel_major ? 1.0f : 0.0f;
     gemm(p, stream);
-    if (!s.channel_major) {
+    if (!channel_major) {
       ungroup_weight_grad_kernel<<<grid_for(s.out_features * s.unfolded()), kThreads, 0, stream>>>(
           dwr.data_as<float>(), dweight.data_as<float>(), s);
       ZT_CUDA_CHECK_LAUNCH("conv1d_ungroup_weight_grad");

@@ -59,7 +59,7 @@ using cuda_detail::kColumnSumTile;
 // Pass 1 of column_sum_into: the shared block body (kernels/cuda/column_sum.cuh) over x's values. Cutting
 // the rows into chunks gives cols / (32 kVec) * chunks blocks instead of one chain of all 5,120 rows per
 // column tile; with `finish` the last block of each column tile also runs pass 2.
-template <typename T, int kVec>
+template <typename T, int kVec, bool kOnePass>
 __global__ void column_sum_partial_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
                                           int64_t rows_per_chunk, float* __restrict__ partial,
                                           cuda_detail::ChunkFinish finish) {
@@ -68,7 +68,7 @@ __global__ void column_sum_partial_kernel(const T* __restrict__ x, int64_t rows,
 #pragma unroll
     for (int k = 0; k < kVec; ++k) v[k] = slice[k];
   };
-  cuda_detail::column_sum_partials<kVec>(load, rows, cols, rows_per_chunk, partial, finish);
+  cuda_detail::column_sum_partials<kVec, kOnePass>(load, rows, cols, rows_per_chunk, partial, finish);
 }
 
 // Pass 2 (add_chunk_partials) as its own kernel: block x takes columns [32x, 32x + 32). One thread per
@@ -110,7 +110,10 @@ void column_sum_into(const void* x, DType dtype, int64_t rows, int64_t cols, flo
     const dim3 grid = plan.grid(cols, vector ? kPack : 1);
     const cuda_detail::ChunkFinish finish = chunk_finish(grid, out, write, stream);
     finished = finish.counters != nullptr;
-    const auto kernel = vector ? column_sum_partial_kernel<T, kPack> : column_sum_partial_kernel<T, 1>;
+    const auto kernel =
+        finished
+            ? (vector ? column_sum_partial_kernel<T, kPack, true> : column_sum_partial_kernel<T, 1, true>)
+            : (vector ? column_sum_partial_kernel<T, kPack, false> : column_sum_partial_kernel<T, 1, false>);
     kernel<<<grid, ColumnSumPlan::block(), 0, stream>>>(
         static_cast<const T*>(x), rows, cols, plan.rows_per_chunk, partial.data_as<float>(), finish);
     ZT_CUDA_CHECK_LAUNCH("column_sum_partial");

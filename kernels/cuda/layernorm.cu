@@ -94,8 +94,9 @@ bool fits_row_slices(int64_t dim) {
 }
 
 // Whether a vector row kernel keeps the row in registers: the switch, a row RowSlices holds, and no more
-// rows than one block a multiprocessor covers. The register kernels take 102-197 registers a thread (ptxas,
-// sm_90a: the plain forward, the dropout + residual tail, the dx kernel) against 40-56 for the loops, so
+// rows than one block a multiprocessor covers. The register kernels take 102/158/197-200 registers a thread
+// in bf16 (ptxas, sm_90a: the plain forward, the dropout + residual tail, the dx kernel; 64-128 in f32)
+// against 40-56 for the loops, so
 // one block of 8 warps a multiprocessor instead of four: a gain where there is a block a multiprocessor at
 // most anyway (bs 8: 1024 rows, 128 blocks), a loss of occupancy past it. Either choice gives the same bits.
 template <typename T>
@@ -110,6 +111,17 @@ bool row_registers(int64_t dim, int64_t rows) {
   }
   return rows <= int64_t{multiprocessors} * kWarpsPerBlock;
 }
+
+}  // namespace
+
+bool layernorm_keeps_rows_in_registers(DType dtype, int64_t dim, int64_t rows) {
+  bool registers = false;
+  dispatch_float_storage(dtype, "layernorm_keeps_rows_in_registers",
+                         [&](auto tag) { registers = row_registers<decltype(tag)>(dim, rows); });
+  return registers;
+}
+
+namespace {
 
 template <typename T>
 struct RowSlices {
@@ -418,7 +430,7 @@ constexpr int kRowLanes = 8;
 static_assert(kColumnTile == kColumnSumTile && kRowLanes == kColumnSumRowLanes,
               "add_tile_partials assumes the column-sum block shape");
 
-template <typename T, int kVec>
+template <typename T, int kVec, bool kOnePass>
 __global__ void layernorm_param_grad_partials_kernel(const T* dy, const T* x, const float* mean,
                                                      const float* rstd, int64_t rows, int64_t dim,
                                                      int64_t rows_per_chunk, float* partial_gamma,
@@ -461,10 +473,14 @@ __global__ void layernorm_param_grad_partials_kernel(const T* dy, const T* x, co
     partial_gamma[chunk * dim + j] = g;
     partial_beta[chunk * dim + j] = b;
   }
-  if (finish.counters != nullptr && last_block_of_tile(finish.counters)) {
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * kBlockColumns;
-    add_tile_partials(partial_gamma, gridDim.y, dim, first, kBlockColumns, finish.overwrite, finish.out);
-    add_tile_partials(partial_beta, gridDim.y, dim, first, kBlockColumns, finish.overwrite, dbeta);
+  if constexpr (kOnePass) {
+    if (last_block_of_tile(finish.counters)) {
+      const int64_t first = static_cast<int64_t>(blockIdx.x) * kBlockColumns;
+      add_tile_partials<true>(partial_gamma, gridDim.y, dim, first, kBlockColumns, finish.overwrite,
+                              finish.out);
+      __syncthreads();  // add_tile_partials' lanes: read by the call above, written by the one below
+      add_tile_partials<true>(partial_beta, gridDim.y, dim, first, kBlockColumns, finish.overwrite, dbeta);
+    }
   }
 }
 
@@ -648,16 +664,19 @@ void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& g
     const int columns_per_block = kColumnTile * (row_vector ? kPack : 1);
     const dim3 tiles(static_cast<unsigned>((dim + columns_per_block - 1) / columns_per_block),
                      static_cast<unsigned>(plan.chunks));
-    const auto partials = row_vector ? layernorm_param_grad_partials_kernel<T, kPack>
-                                     : layernorm_param_grad_partials_kernel<T, 1>;
     // dgamma[j] (+)= sum_c partial_gamma[c, j], dbeta[j] (+)= sum_c partial_beta[c, j], in a fixed order:
     // in the partials kernel's last blocks, or as two more kernels.
     const ChunkFinish finish = chunk_finish(tiles, typed<float>(dgamma), write, stream);
+    const bool one_pass = finish.counters != nullptr;
+    const auto partials = one_pass ? (row_vector ? layernorm_param_grad_partials_kernel<T, kPack, true>
+                                                 : layernorm_param_grad_partials_kernel<T, 1, true>)
+                                   : (row_vector ? layernorm_param_grad_partials_kernel<T, kPack, false>
+                                                 : layernorm_param_grad_partials_kernel<T, 1, false>);
     partials<<<tiles, dim3(kColumnTile, kRowLanes), 0, stream>>>(
         typed<T>(dy), typed<T>(x), typed<float>(mean), typed<float>(rstd), rows, dim, plan.rows_per_chunk,
         partial_gamma, partial_beta, finish, typed<float>(dbeta));
     ZT_CUDA_CHECK_LAUNCH("layernorm_param_grad_partials");
-    if (finish.counters == nullptr) {
+    if (!one_pass) {
       add_chunk_partials(partial_gamma, plan.chunks, dim, typed<float>(dgamma), write, stream);
       add_chunk_partials(partial_beta, plan.chunks, dim, typed<float>(dbeta), write, stream);
     }

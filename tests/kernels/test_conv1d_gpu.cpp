@@ -14,6 +14,7 @@
 #include "tests/kernels/layer_gpu_check.h"
 #include "tests/support/finite_difference.h"
 #include "tests/support/gpu.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/tolerance.h"
 
 namespace zt::kernels {
@@ -43,12 +44,10 @@ TEST_P(Conv1dGpu, MatchesCpuReference) {
                                  Shape{c.out_features, c.in_features, c.kernel},
                                  Shape{c.batch, c.length, c.out_features}, c.out_features};
   // Both unfolded column orders (kernels/cuda/conv1d.cu): tap-major, and ZT_CONV_CHANNEL_MAJOR=1.
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("ZT_CONV_CHANNEL_MAJOR"); }
-  } guard;
+  test::ScopedEnv channel_major_switch("ZT_CONV_CHANNEL_MAJOR");
   for (const char* channel_major : {"0", "1"}) {
     SCOPED_TRACE(std::string("ZT_CONV_CHANNEL_MAJOR=") + channel_major);
-    ASSERT_EQ(setenv("ZT_CONV_CHANNEL_MAJOR", channel_major, 1), 0);
+    ASSERT_TRUE(channel_major_switch.set(channel_major));
     test::expect_layer_matches_cpu(
         c.dtype, shapes, 21,
         [](const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {

@@ -14,6 +14,7 @@
 #include "tests/kernels/gemm_gpu_test_util.h"
 #include "tests/kernels/test_gpu_support.h"
 #include "tests/support/gpu.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/tolerance.h"
 
 namespace zt::kernels {
@@ -127,9 +128,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, GemmTwoLevelBatchGpu,
 // product, bit for bit the uncached call's; another output address is another entry with its own product.
 TEST(GemmTwoLevelBatchGpuCache, ReusesPointerArraysForTheSameOperands) {
   ZT_SKIP_WITHOUT_GPU();
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("ZT_CACHED_POINTER_ARRAYS"); }
-  } guard;
+  test::ScopedEnv cache_switch("ZT_CACHED_POINTER_ARRAYS");
   const int64_t outer = 3, batch = 5, m = 19, n = 13, k = 24;
   GemmProblem p = two_level_problem(outer, batch, m, n, k, DType::bf16, false, true);
   p.a = {nullptr, batch * k, k, m * batch * k};
@@ -144,13 +143,13 @@ TEST(GemmTwoLevelBatchGpuCache, ReusesPointerArraysForTheSameOperands) {
   p.a.data = da.tensor.data();
   p.b.data = db.tensor.data();
   p.c.data = dc.tensor.data();
-  ASSERT_EQ(unsetenv("ZT_CACHED_POINTER_ARRAYS"), 0);
+  ASSERT_TRUE(cache_switch.unset());
   const int64_t before = gemm_cached_pointer_array_count();
   gemm(p, nullptr);
   const std::vector<float> uncached = to_host(dc.tensor);
   EXPECT_EQ(gemm_cached_pointer_array_count(), before) << "the switch is off: nothing kept";
 
-  ASSERT_EQ(setenv("ZT_CACHED_POINTER_ARRAYS", "1", 1), 0);
+  ASSERT_TRUE(cache_switch.set("1"));
   for (int round = 0; round < 2; ++round) {
     // NaN first (all bits set), so a product not written again shows.
     ASSERT_EQ(cudaMemset(dc.tensor.data(), 0xff, static_cast<size_t>(c_size) * sizeof(float)), cudaSuccess);
@@ -169,10 +168,8 @@ TEST(GemmTwoLevelBatchGpuCache, ReusesPointerArraysForTheSameOperands) {
 // plan; a value other than 0 or 1 is refused when the next new plan is made.
 TEST(GemmAutotuneGpu, AccumulatesTheProductOnceWithTheChosenAlgorithm) {
   ZT_SKIP_WITHOUT_GPU();
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("ZT_GEMM_AUTOTUNE"); }
-  } guard;
-  ASSERT_EQ(setenv("ZT_GEMM_AUTOTUNE", "1", 1), 0);
+  test::ScopedEnv autotune_switch("ZT_GEMM_AUTOTUNE");
+  ASSERT_TRUE(autotune_switch.set("1"));
   const int64_t m = 96, n = 136, k = 200;  // a shape no other test plans
   const std::vector<float> a = round_to(test::random_floats(m * k, 4), DType::bf16);
   const std::vector<float> b = round_to(test::random_floats(k * n, 5), DType::bf16);
@@ -201,7 +198,7 @@ TEST(GemmAutotuneGpu, AccumulatesTheProductOnceWithTheChosenAlgorithm) {
   }
   EXPECT_TRUE(test::all_close("autotuned C", to_host(dc.tensor), want, test::tolerance_for(DType::f32)));
 
-  ASSERT_EQ(setenv("ZT_GEMM_AUTOTUNE", "yes", 1), 0);
+  ASSERT_TRUE(autotune_switch.set("yes"));
   p.m = m - 8;  // another new plan reads the switch again
   EXPECT_THROW(gemm(p, nullptr), Error);
 }

@@ -16,11 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/layernorm.cuh"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/layernorm.h"
 #include "tests/kernels/tensor_views.h"
 #include "tests/kernels/test_gpu_support.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/tolerance.h"
 
 namespace zt::kernels {
@@ -381,13 +383,11 @@ INSTANTIATE_TEST_SUITE_P(DtypesShapes, LayerNormDropoutBackwardGpu, ::testing::V
 // registers compute what the loops compute, bit for bit — the forward, the dropout + residual tail (p 0 and
 // 0.1), the backward with and without Drop' (dx over dy as the model runs it) — for rows of one slice a lane
 // down to part of one (dim 8: lanes past the row hold nothing), a partial last slice (264), xlarge's 1536,
-// the widest a lane's eight slices hold (2048 in 16 bits), wider rows and more rows than one block a
-// multiprocessor (which take the loops either way).
+// the widest a lane's eight slices hold (1024 in f32, 2048 in 16 bits), wider rows and more rows than one
+// block a multiprocessor (which take the loops either way) — and the switch took effect where it should.
 TEST(LayerNormGpuRowRegisters, BitwiseEqualToTheLoops) {
   ZT_SKIP_WITHOUT_GPU();
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("ZT_LAYERNORM_ROW_REGISTERS"); }
-  } guard;
+  test::ScopedEnv registers_switch("ZT_LAYERNORM_ROW_REGISTERS");
   struct Shape2 {
     int64_t rows, dim;
   };
@@ -395,8 +395,8 @@ TEST(LayerNormGpuRowRegisters, BitwiseEqualToTheLoops) {
     for (bool f32_params : {false, true}) {
       if (f32_params && dtype == DType::f32) continue;
       const DType param_dtype = f32_params ? DType::f32 : dtype;
-      for (const Shape2 shape : {Shape2{5, 8}, Shape2{300, 264}, Shape2{300, 1536}, Shape2{300, 2048},
-                                 Shape2{300, 2056}, Shape2{1500, 1536}}) {
+      for (const Shape2 shape : {Shape2{5, 8}, Shape2{300, 264}, Shape2{300, 1024}, Shape2{300, 1536},
+                                 Shape2{300, 2048}, Shape2{300, 2056}, Shape2{1500, 1536}}) {
         SCOPED_TRACE(testing::Message() << dtype_name(dtype) << (f32_params ? " f32 params " : " ") << "["
                                         << shape.rows << ", " << shape.dim << "]");
         const int64_t rows = shape.rows, dim = shape.dim;
@@ -443,9 +443,17 @@ TEST(LayerNormGpuRowRegisters, BitwiseEqualToTheLoops) {
           }
           return out;
         };
-        ASSERT_EQ(unsetenv("ZT_LAYERNORM_ROW_REGISTERS"), 0);
+        ASSERT_TRUE(registers_switch.unset());
         const std::vector<std::vector<float>> loops = run_all();
-        ASSERT_EQ(setenv("ZT_LAYERNORM_ROW_REGISTERS", "1", 1), 0);
+        ASSERT_TRUE(registers_switch.set("1"));
+        // The switch takes rows of up to eight slices a lane, up to one block of rows a multiprocessor.
+        int device = 0, multiprocessors = 0;
+        ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+        ASSERT_EQ(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
+                  cudaSuccess);
+        const bool takes = dim <= 32 * 8 * (16 / static_cast<int64_t>(dtype_size(dtype))) &&
+                           rows <= int64_t{multiprocessors} * 8;
+        EXPECT_EQ(gpu::layernorm_keeps_rows_in_registers(dtype, dim, rows), takes);
         const std::vector<std::vector<float>> registers = run_all();
         ASSERT_EQ(registers.size(), loops.size());
         for (size_t i = 0; i < loops.size(); ++i) {

@@ -26,6 +26,7 @@
 #include "kernels/linear.h"
 #include "runtime/stream.h"
 #include "tests/kernels/test_gpu_support.h"
+#include "tests/support/scoped_env.h"
 
 namespace zt::kernels {
 namespace {
@@ -35,10 +36,6 @@ using test::random_floats;
 using test::round_through;
 
 constexpr const char* kSwitch = "ZT_ONE_PASS_SUMS";
-
-struct SwitchGuard {
-  ~SwitchGuard() { unsetenv(kSwitch); }
-};
 
 // Bit for bit (-0 and +0 apart).
 ::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
@@ -57,15 +54,15 @@ struct SwitchGuard {
 // `one_pass`: whether the shape takes one pass at all (the LayerNorm's chunks past 64 do not).
 void expect_one_pass_matches(const std::string& what,
                              const std::function<std::vector<float>(GradWrite)>& sums, bool one_pass = true) {
-  SwitchGuard guard;
+  test::ScopedEnv one_pass_switch(kSwitch);
   for (GradWrite write : {GradWrite::accumulate, GradWrite::overwrite}) {
     const std::string label = what + (write == GradWrite::accumulate ? " accumulate" : " overwrite");
-    ASSERT_EQ(unsetenv(kSwitch), 0);
+    ASSERT_TRUE(one_pass_switch.unset());
     const int64_t buffers = one_pass_sum_counter_count();
     const std::vector<float> two_pass = sums(write);
     for (float v : two_pass) ASSERT_FALSE(std::isnan(v)) << label << ": the two-pass sums left a NaN";
     EXPECT_EQ(one_pass_sum_counter_count(), buffers) << label << ": counters with the switch off";
-    ASSERT_EQ(setenv(kSwitch, "1", 1), 0);
+    ASSERT_TRUE(one_pass_switch.set("1"));
     EXPECT_TRUE(same_bits(sums(write), two_pass)) << label << ", one pass";
     EXPECT_TRUE(same_bits(sums(write), two_pass)) << label << ", one pass again on the same stream";
     const int64_t before_stream = one_pass_sum_counter_count();
@@ -102,10 +99,11 @@ std::string describe(const SumCase& c) {
 }
 
 // 1 chunk; 9 chunks and a partial column tile (264 = 256 + 8); the scalar path (7 columns); ColumnSumPlan's
-// 64-chunk cap (9000 rows); a LayerNorm past 64 chunks (2080 rows of 32: 65).
+// 64-chunk cap (9000 rows); a LayerNorm past 64 chunks (2080 rows of 32: 65); with ZT_SMALL_SUM_CHUNKS=1 an
+// empty last chunk (2060 rows: 64 chunks of 33, the last starting at row 2079).
 const std::vector<SumCase> kCases = {
     {DType::bf16, 5, 264},   {DType::bf16, 1030, 264},  {DType::bf16, 1030, 7}, {DType::f32, 1030, 264},
-    {DType::bf16, 9000, 96}, {DType::bf16, 2080, 1536}, {DType::f32, 2048, 40}};
+    {DType::bf16, 9000, 96}, {DType::bf16, 2080, 1536}, {DType::f32, 2048, 40}, {DType::bf16, 2060, 264}};
 
 TEST(OnePassSumsGpu, BiasGradientEqualsTwoPasses) {
   ZT_SKIP_WITHOUT_GPU();
@@ -176,57 +174,57 @@ TEST(OnePassSumsGpu, GeluStepColumnSumsEqualTwoPasses) {
 
 // ZT_SMALL_SUM_CHUNKS=1 (kernels/cuda/column_sum.cuh): chunks of >= 32 rows, so other summation orders —
 // still within f32 summation error of the exact column sums (1e-5 of the sum of magnitudes: a lost chunk
-// is ~1/64 of it), the same bits run after run, and the GELU step's fused sums (same plan) still bitwise
-// its separate pass's; with one pass too.
+// is ~1/64 of it), the same bits run after run and with one pass as with two, the GELU step's fused sums
+// (same plan) bitwise its separate pass's, and at 1030 rows (33 chunks instead of 9) not the default plan's
+// bits — the switch took effect.
 TEST(SmallSumChunksGpu, SumsStayExactEnoughDeterministicAndFused) {
   ZT_SKIP_WITHOUT_GPU();
-  struct Guard {
-    ~Guard() {
-      unsetenv("ZT_SMALL_SUM_CHUNKS");
-      unsetenv(kSwitch);
+  test::ScopedEnv small_chunks("ZT_SMALL_SUM_CHUNKS"), one_pass_switch(kSwitch);
+  for (const SumCase& c : kCases) {
+    SCOPED_TRACE(describe(c));
+    const Shape shape{c.rows, c.cols};
+    const std::vector<float> dy = round_through(c.dtype, random_floats(c.rows * c.cols, 61));
+    DeviceArray gdy(c.dtype, shape), ones(c.dtype, Shape{c.rows, 1}), weight(c.dtype, Shape{c.cols, 1}),
+        db(DType::f32, Shape{c.cols});
+    gdy.upload(dy);
+    const auto bias_gradient = [&]() {
+      upload(db, start_values(c.cols, GradWrite::overwrite));
+      linear_backward(gdy.tensor(), ones.tensor(), weight.tensor(), Tensor(), Tensor(), db.tensor(), false,
+                      GradWrite::overwrite);
+      return db.download();
+    };
+    ASSERT_TRUE(small_chunks.unset());
+    ASSERT_TRUE(one_pass_switch.unset());
+    const std::vector<float> default_plan = bias_gradient();
+    ASSERT_TRUE(small_chunks.set("1"));
+    const std::vector<float> small = bias_gradient();
+    EXPECT_TRUE(same_bits(bias_gradient(), small)) << "run to run";
+    ASSERT_TRUE(one_pass_switch.set("1"));
+    EXPECT_TRUE(same_bits(bias_gradient(), small)) << "one pass against two";
+    if (c.rows == 1030 && c.cols == 264) {
+      EXPECT_FALSE(same_bits(small, default_plan)) << "33 chunks of 32 rows summed like 9 of 115";
     }
-  } guard;
-  ASSERT_EQ(setenv("ZT_SMALL_SUM_CHUNKS", "1", 1), 0);
-  for (const char* one_pass : {"0", "1"}) {
-    ASSERT_EQ(setenv(kSwitch, one_pass, 1), 0);
-    for (const SumCase& c : kCases) {
-      if (c.cols % 8 != 0) continue;
-      SCOPED_TRACE(describe(c) + (one_pass[0] == '1' ? " one pass" : " two passes"));
-      const Shape shape{c.rows, c.cols};
-      const std::vector<float> dy = round_through(c.dtype, random_floats(c.rows * c.cols, 61));
-      DeviceArray gdy(c.dtype, shape), ones(c.dtype, Shape{c.rows, 1}), weight(c.dtype, Shape{c.cols, 1}),
-          db(DType::f32, Shape{c.cols});
-      gdy.upload(dy);
-      std::vector<std::vector<float>> runs;
-      for (int run = 0; run < 2; ++run) {
-        upload(db, start_values(c.cols, GradWrite::overwrite));
-        linear_backward(gdy.tensor(), ones.tensor(), weight.tensor(), Tensor(), Tensor(), db.tensor(), false,
-                        GradWrite::overwrite);
-        runs.push_back(db.download());
+    for (int64_t col = 0; col < c.cols; ++col) {
+      double exact = 0, magnitude = 0;
+      for (int64_t r = 0; r < c.rows; ++r) {
+        exact += dy[static_cast<size_t>(r * c.cols + col)];
+        magnitude += std::fabs(dy[static_cast<size_t>(r * c.cols + col)]);
       }
-      EXPECT_TRUE(same_bits(runs[1], runs[0])) << "run to run";
-      for (int64_t col = 0; col < c.cols; ++col) {
-        double exact = 0, magnitude = 0;
-        for (int64_t r = 0; r < c.rows; ++r) {
-          exact += dy[static_cast<size_t>(r * c.cols + col)];
-          magnitude += std::fabs(dy[static_cast<size_t>(r * c.cols + col)]);
-        }
-        ASSERT_NEAR(runs[0][static_cast<size_t>(col)], exact, 1e-5 * (magnitude + 1.0)) << "column " << col;
-      }
-      // The GELU step's sums, fused and separate, over the same plan.
-      DeviceArray x(c.dtype, shape), y(c.dtype, shape), dx(c.dtype, shape), fused(DType::f32, Shape{c.cols}),
-          separate(DType::f32, Shape{c.cols});
-      x.upload(round_through(c.dtype, random_floats(c.rows * c.cols, 62, -4.0f, 4.0f)));
-      upload(fused, start_values(c.cols, GradWrite::accumulate));
-      upload(separate, start_values(c.cols, GradWrite::accumulate));
-      gpu::gelu_recompute_and_backward(gdy.tensor(), x.tensor(), y.tensor(), dx.tensor(), fused.tensor(),
-                                       GradWrite::accumulate, current_stream(),
-                                       gpu::GeluColumnSumPath::fused);
-      gpu::gelu_recompute_and_backward(gdy.tensor(), x.tensor(), y.tensor(), dx.tensor(), separate.tensor(),
-                                       GradWrite::accumulate, current_stream(),
-                                       gpu::GeluColumnSumPath::separate);
-      EXPECT_TRUE(same_bits(fused.download(), separate.download())) << "GELU sums, fused vs separate";
+      ASSERT_NEAR(small[static_cast<size_t>(col)], exact, 1e-5 * (magnitude + 1.0)) << "column " << col;
     }
+    if (c.cols % 8 != 0) continue;  // the fused GELU step is the vector path only
+    // The GELU step's sums, fused and separate, over the same plan (one pass still on).
+    DeviceArray x(c.dtype, shape), y(c.dtype, shape), dx(c.dtype, shape), fused(DType::f32, Shape{c.cols}),
+        separate(DType::f32, Shape{c.cols});
+    x.upload(round_through(c.dtype, random_floats(c.rows * c.cols, 62, -4.0f, 4.0f)));
+    upload(fused, start_values(c.cols, GradWrite::accumulate));
+    upload(separate, start_values(c.cols, GradWrite::accumulate));
+    gpu::gelu_recompute_and_backward(gdy.tensor(), x.tensor(), y.tensor(), dx.tensor(), fused.tensor(),
+                                     GradWrite::accumulate, current_stream(), gpu::GeluColumnSumPath::fused);
+    gpu::gelu_recompute_and_backward(gdy.tensor(), x.tensor(), y.tensor(), dx.tensor(), separate.tensor(),
+                                     GradWrite::accumulate, current_stream(),
+                                     gpu::GeluColumnSumPath::separate);
+    EXPECT_TRUE(same_bits(fused.download(), separate.download())) << "GELU sums, fused vs separate";
   }
 }
 

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Checks that a change left the code of existing CUDA kernels alone: every kernel of the named .cu files at a
+base commit must have a kernel in the working tree with the same PTX body. docs/DESIGN.md's rule for unrun
+GPU code (a new variant behind an off-by-default switch; the default instantiation compiles to the code that
+ran) is checked here without a GPU.
+
+  scripts/ptx_unchanged.py 975baa0 kernels/cuda/layernorm.cu kernels/cuda/gemm.cu
+
+Bodies are compared after the parameter list (a kernel may gain a parameter its default path ignores), with
+the kernel's own name, the anonymous-namespace hash, block labels and function-local shared variables'
+mangled names normalized away. Exit status 1 when a base kernel's body is not found, naming it."""
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ANON = re.compile(r"_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+")
+
+
+def ptx(tree: Path, source: str, out: Path) -> str:
+    cmd = ["nvcc", "-DZT_WITH_CUDA=1", f"-I{tree}", "-isystem", "/usr/local/cuda/include", "-isystem",
+           "/usr/include/eigen3", "-isystem", "/usr/include/hdf5/serial", "-O3", "-DNDEBUG", "-arch=sm_90a",
+           "--expt-relaxed-constexpr", "-std=c++20", "-x", "cu", "-ptx", str(tree / source), "-o", str(out)]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"nvcc failed on {tree / source}:\n{result.stderr[-3000:]}")
+    return out.read_text()
+
+
+def kernels(text: str) -> dict:
+    found = {}
+    for m in re.finditer(r"\.entry (\S+?)\((.*?)\n\}\n", text, re.S):
+        name, body = m.group(1), m.group(0)
+        body = body[body.index("\n{"):].replace(name, "KERNEL")
+        body = ANON.sub("ANON", body)
+        body = re.sub(r"\$L__BB\d+_", "$L__BB_", body)
+        body = re.sub(r"_ZZ\w+?E(\d+)(\w+)", r"SHARED_\2", body)
+        found[ANON.sub("ANON", name)] = body
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("base", help="the commit whose kernels must be unchanged")
+    parser.add_argument("sources", nargs="+", help=".cu files, relative to the repository root")
+    args = parser.parse_args()
+    status = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        base_tree = Path(tmp) / "base"
+        base_tree.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.base], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(base_tree)], input=archive.stdout, check=True)
+        for source in args.sources:
+            old = kernels(ptx(base_tree, source, Path(tmp) / "old.ptx"))
+            new = kernels(ptx(REPO, source, Path(tmp) / "new.ptx"))
+            bodies = set(new.values())
+            missing = [name for name, body in old.items() if body not in bodies]
+            print(f"{source}: {len(old) - len(missing)} of {len(old)} kernels of {args.base} unchanged "
+                  f"({len(new)} now)")
+            for name in missing:
+                print(f"  changed: {name}")
+            status |= bool(missing)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
