@@ -212,6 +212,24 @@ __device__ __forceinline__ T dropped_sum(const DropoutMaskOp& mask, bool dropout
   return from_float<T>(to_float(dropped) + to_float(residual));
 }
 
+// dropped_sum over a Pack128 whose first element has flat index `first_index` (a multiple of 4: a pack holds
+// whole Philox groups).
+template <typename T>
+__device__ __forceinline__ void dropped_sum_pack(const DropoutMaskOp& mask, bool dropout, int64_t first_index,
+                                                 const Pack128<T>& in, const Pack128<T>& add,
+                                                 Pack128<T>& out) {
+  constexpr int kPack = Pack128<T>::kSize;
+#pragma unroll
+  for (int g = 0; g < kPack / 4; ++g) {
+    const int64_t first = first_index + 4 * g;
+    const PhiloxCounter bits = dropout ? mask.group(static_cast<uint64_t>(first) / 4) : PhiloxCounter{};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      out.v[4 * g + k] = dropped_sum(mask, dropout, bits, first + k, in.v[4 * g + k], add.v[4 * g + k]);
+    }
+  }
+}
+
 // One warp per row r of s [rows, dim]: first s[r] <- Drop(s[r]) + residual[r] (Pack128 slices when
 // kVectorAdd, i.e. every row pointer is aligned, else single elements), then layernorm_row over the stored
 // sums with the partition layernorm_forward would choose (kVector), so the statistics have its bits. The
@@ -232,7 +250,6 @@ __global__ void dropout_add_layernorm_forward_kernel(T* s, const T* residual, Dr
     const T* res = residual + r * dim;
     const int64_t row_start = r * dim;  // flat index of sr[0]: the dropout mask counts over the whole tensor
     if constexpr (kRegisters) {
-      constexpr int kPack = Pack128<T>::kSize;
       RowSlices<T> in, add;
       in.load(sr, dim, lane);
       add.load(res, dim, lane);
@@ -240,16 +257,7 @@ __global__ void dropout_add_layernorm_forward_kernel(T* s, const T* residual, Dr
       for (int t = 0; t < kRowSlices; ++t) {
         const int64_t j0 = RowSlices<T>::first(lane, t);
         if (j0 >= dim) continue;
-#pragma unroll
-        for (int g = 0; g < kPack / 4; ++g) {
-          const int64_t first = row_start + j0 + 4 * g;
-          const PhiloxCounter bits = dropout ? mask.group(static_cast<uint64_t>(first) / 4) : PhiloxCounter{};
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            in.slice[t].v[4 * g + k] = dropped_sum(mask, dropout, bits, first + k, in.slice[t].v[4 * g + k],
-                                                   add.slice[t].v[4 * g + k]);
-          }
-        }
+        dropped_sum_pack(mask, dropout, row_start + j0, in.slice[t], add.slice[t], in.slice[t]);
         store128(sr + j0, in.slice[t]);
       }
       layernorm_row_in_registers<T, W>(in, gamma, beta, eps, dim, lane, y + r * dim, mean + r, rstd + r);
@@ -261,15 +269,7 @@ __global__ void dropout_add_layernorm_forward_kernel(T* s, const T* residual, Dr
       for (int64_t j0 = static_cast<int64_t>(lane) * kPack; j0 < dim; j0 += 32 * kPack) {
         const Pack128<T> in = load128(sr + j0), add = load128(res + j0);
         Pack128<T> out;
-#pragma unroll
-        for (int g = 0; g < kPack / 4; ++g) {
-          const int64_t first = row_start + j0 + 4 * g;
-          const PhiloxCounter bits = dropout ? mask.group(static_cast<uint64_t>(first) / 4) : PhiloxCounter{};
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            out.v[4 * g + k] = dropped_sum(mask, dropout, bits, first + k, in.v[4 * g + k], add.v[4 * g + k]);
-          }
-        }
+        dropped_sum_pack(mask, dropout, row_start + j0, in, add, out);
         store128(sr + j0, out);
       }
     } else {
@@ -305,6 +305,29 @@ __device__ __forceinline__ float2 dx_row_means(const T* dyr, const T* xr, const 
 __device__ __forceinline__ float dx_of(float d, float gamma, float x, float mu, float inv_std, float2 means) {
   const float xhat = (x - mu) * inv_std;
   return inv_std * (d * gamma - means.x - xhat * means.y);
+}
+
+// dx (and Drop'(dx) into dss) for the Pack128 at columns j0.. of a row whose first element has flat index
+// row_start: dx_of per element, rounded to T, then dropped as dropout_backward stores it (a pack holds whole
+// Philox groups).
+template <typename T, typename W>
+__device__ __forceinline__ void dx_pack(const Pack128<T>& dys, const Pack128<T>& xs, const W* gamma,
+                                        int64_t j0, int64_t row_start, float mu, float inv_std, float2 means,
+                                        const DropoutMaskOp& mask, bool dropout, Pack128<T>& dxs,
+                                        Pack128<T>& dss) {
+  constexpr int kPack = Pack128<T>::kSize;
+#pragma unroll
+  for (int g = 0; g < kPack / 4; ++g) {
+    const int64_t first = row_start + j0 + 4 * g;
+    const PhiloxCounter bits = dropout ? mask.group(static_cast<uint64_t>(first) / 4) : PhiloxCounter{};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int e = 4 * g + k;
+      dxs.v[e] = from_float<T>(
+          dx_of(to_float(dys.v[e]), to_float(gamma[j0 + e]), to_float(xs.v[e]), mu, inv_std, means));
+      dss.v[e] = dropout ? from_float<T>(mask(bits, first + k, to_float(dxs.v[e]))) : dxs.v[e];
+    }
+  }
 }
 
 // One warp per row: dx = rstd (g - mean_j g - xhat mean_j(g xhat)) and, when ds is given (the residual
@@ -360,18 +383,7 @@ __global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const W* g
         const int64_t j0 = RowSlices<T>::first(lane, t);
         if (j0 >= dim) continue;
         Pack128<T> dxs, dss;
-#pragma unroll
-        for (int g = 0; g < kPack / 4; ++g) {
-          const int64_t first = row_start + j0 + 4 * g;
-          const PhiloxCounter bits = dropout ? mask.group(static_cast<uint64_t>(first) / 4) : PhiloxCounter{};
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int e = 4 * g + k;
-            dxs.v[e] = from_float<T>(dx_of(to_float(dys.slice[t].v[e]), to_float(gamma[j0 + e]),
-                                           to_float(xs.slice[t].v[e]), mu, inv_std, means));
-            dss.v[e] = dropped(bits, first + k, dxs.v[e]);
-          }
-        }
+        dx_pack(dys.slice[t], xs.slice[t], gamma, j0, row_start, mu, inv_std, means, mask, dropout, dxs, dss);
         store128(dxr + j0, dxs);
         if (dsr != nullptr) store128(dsr + j0, dss);
       }
@@ -385,20 +397,9 @@ __global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const W* g
     if constexpr (kVectorOut) {
       constexpr int kPack = Pack128<T>::kSize;
       for (int64_t j0 = static_cast<int64_t>(lane) * kPack; j0 < dim; j0 += 32 * kPack) {
-        const Pack128<T> dys = load128(dyr + j0), xs = load128(xr + j0);
         Pack128<T> dxs, dss;
-#pragma unroll
-        for (int g = 0; g < kPack / 4; ++g) {
-          const int64_t first = row_start + j0 + 4 * g;
-          const PhiloxCounter bits = dropout ? mask.group(static_cast<uint64_t>(first) / 4) : PhiloxCounter{};
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int e = 4 * g + k;
-            dxs.v[e] = from_float<T>(
-                dx_of(to_float(dys.v[e]), to_float(gamma[j0 + e]), to_float(xs.v[e]), mu, inv_std, means));
-            dss.v[e] = dropped(bits, first + k, dxs.v[e]);
-          }
-        }
+        dx_pack(load128(dyr + j0), load128(xr + j0), gamma, j0, row_start, mu, inv_std, means, mask, dropout,
+                dxs, dss);
         store128(dxr + j0, dxs);
         if (dsr != nullptr) store128(dsr + j0, dss);
       }
