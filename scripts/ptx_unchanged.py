@@ -5,23 +5,26 @@ GPU code (a new variant behind an off-by-default switch; the default instantiati
 ran) is checked here without a GPU.
 
   scripts/ptx_unchanged.py 975baa0 kernels/cuda/layernorm.cu kernels/cuda/gemm.cu
+  scripts/ptx_unchanged.py --against 17438b9 e995939 kernels/cuda/gemm.cu     # two commits, no working tree
 
 Bodies are compared after the parameter list (a kernel may gain a parameter its default path ignores), with
 the kernel's own name, the anonymous-namespace hash, block labels and function-local shared variables'
-mangled names normalized away. Exit status 1 when a base kernel's body is not found, naming it."""
+mangled names normalized away. Exit status 1 when a base kernel's body is not found, naming it; 77 when a
+commit is not in the clone."""
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-ANON = re.compile(r"_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+")
+ANON = re.compile(r"_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]{8}")
 
 
-def ptx(tree: Path, source: str, out: Path) -> str:
-    cmd = ["nvcc", "-DZT_WITH_CUDA=1", f"-I{tree}", "-isystem", "/usr/local/cuda/include", "-isystem",
+def ptx(nvcc: str, tree: Path, source: str, out: Path) -> str:
+    cmd = [nvcc, "-DZT_WITH_CUDA=1", f"-I{tree}", "-isystem", "/usr/local/cuda/include", "-isystem",
            "/usr/include/eigen3", "-isystem", "/usr/include/hdf5/serial", "-O3", "-DNDEBUG", "-arch=sm_90a",
            "--expt-relaxed-constexpr", "-std=c++20", "-x", "cu", "-ptx", str(tree / source), "-o", str(out)]
     result = subprocess.run(cmd, capture_output=True, text=True)
@@ -46,20 +49,32 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("base", help="the commit whose kernels must be unchanged")
     parser.add_argument("sources", nargs="+", help=".cu files, relative to the repository root")
+    parser.add_argument("--against", help="a commit to check instead of the working tree")
+    parser.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
     args = parser.parse_args()
     status = 0
     with tempfile.TemporaryDirectory() as tmp:
-        base_tree = Path(tmp) / "base"
-        base_tree.mkdir()
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.base], capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", str(base_tree)], input=archive.stdout, check=True)
+
+        def checkout(commit: str, name: str) -> Path:
+            tree = Path(tmp) / name
+            tree.mkdir()
+            archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], capture_output=True)
+            if archive.returncode != 0:  # 77: the commit is not in this clone (a shallow one), ctest's skip
+                print(f"git archive {commit}: {archive.stderr.decode().strip()}", file=sys.stderr)
+                sys.exit(77)
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+            return tree
+
+        base_tree = checkout(args.base, "base")
+        new_tree = checkout(args.against, "against") if args.against else REPO
         for source in args.sources:
-            old = kernels(ptx(base_tree, source, Path(tmp) / "old.ptx"))
-            new = kernels(ptx(REPO, source, Path(tmp) / "new.ptx"))
+            old = kernels(ptx(args.nvcc, base_tree, source, Path(tmp) / "old.ptx"))
+            new = kernels(ptx(args.nvcc, new_tree, source, Path(tmp) / "new.ptx"))
             bodies = set(new.values())
             missing = [name for name, body in old.items() if body not in bodies]
-            print(f"{source}: {len(old) - len(missing)} of {len(old)} kernels of {args.base} unchanged "
-                  f"({len(new)} now)")
+            where = args.against or "the working tree"
+            print(f"{source}: {len(old) - len(missing)} of {len(old)} kernels of {args.base} unchanged in "
+                  f"{where} ({len(new)} there)")
             for name in missing:
                 print(f"  changed: {name}")
             status |= bool(missing)
