@@ -108,15 +108,7 @@ __global__ void gelu_recompute_backward_column_sum_kernel(const T* dy, const T* 
 // docs/bench/2026-12-04-h200-session8), so `automatic` takes it from 4 blocks per SM on.
 bool takes_fused_column_sums(dim3 grid, GeluColumnSumPath path) {
   if (path != GeluColumnSumPath::automatic) return path == GeluColumnSumPath::fused;
-  // The attribute is asked once per (thread, device): the step calls this once a layer.
-  thread_local int cached_device = -1, multiprocessors = 0;
-  int device = 0;
-  ZT_CUDA_CHECK(cudaGetDevice(&device));
-  if (device != cached_device) {
-    ZT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-    cached_device = device;
-  }
-  return int64_t{grid.x} * grid.y >= 4 * int64_t{multiprocessors};
+  return int64_t{grid.x} * grid.y >= 4 * int64_t{current_device_multiprocessors()};
 }
 
 }  // namespace

@@ -244,16 +244,21 @@ DeviceContext& context_for_device(int device) {
 
 void retire_gemm_stream(cudaStream_t stream);
 
-// The stream's workspace and handle, created on its first GEMM. A rank's stream takes its workspace from the
-// rank's allocator (device_allocator(), AllocatorScope) and gives it back when the stream is retired
-// (~Stream); the legacy stream, shared by every thread and never destroyed, takes the process-wide one.
+// Where per-stream state (the GEMM workspace, the one-pass counters, cached pointer arrays) is allocated: a
+// rank's stream from the rank's allocator (device_allocator(), AllocatorScope), given back when the stream is
+// retired (~Stream); the legacy stream, shared by every thread and never destroyed, from the process-wide
+// one.
+DeviceAllocator& stream_state_allocator(int device, cudaStream_t stream) {
+  return stream == nullptr ? process_device_allocator(device) : device_allocator(device);
+}
+
+// The stream's workspace and handle, created on its first GEMM (workspace from stream_state_allocator).
 StreamContext& context_for_stream(int device, cudaStream_t stream) {
   auto [it, created] = stream_contexts().try_emplace(StreamKey{device, stream});
   if (created) {
     try {
-      DeviceAllocator& allocator =
-          stream == nullptr ? process_device_allocator(device) : device_allocator(device);
-      it->second.workspace = allocator.allocate(kWorkspaceBytes, MemoryCategory::scratch, "gemm.workspace");
+      it->second.workspace = stream_state_allocator(device, stream)
+                                 .allocate(kWorkspaceBytes, MemoryCategory::scratch, "gemm.workspace");
     } catch (...) {
       stream_contexts().erase(it);
       throw;
@@ -311,17 +316,16 @@ void retire_gemm_stream(cudaStream_t stream) {
 }
 
 // The stream's kChunkCounters counters, allocated and zeroed (on the stream, so before any kernel that
-// counts) on first use, from the allocator the stream's GEMM workspace would come from.
+// counts) on first use, from stream_state_allocator.
 unsigned int* chunk_counters(cudaStream_t stream) {
   const int device = current_device();
   const std::lock_guard<std::mutex> lock(g_counters_mutex);
   auto [it, created] = chunk_counter_buffers().try_emplace(StreamKey{device, stream});
   if (created) {
     try {
-      DeviceAllocator& allocator =
-          stream == nullptr ? process_device_allocator(device) : device_allocator(device);
       const size_t bytes = static_cast<size_t>(gpu::kChunkCounters) * sizeof(unsigned int);
-      it->second = allocator.allocate(bytes, MemoryCategory::scratch, "column_sum.counters");
+      it->second = stream_state_allocator(device, stream)
+                       .allocate(bytes, MemoryCategory::scratch, "column_sum.counters");
       ZT_CUDA_CHECK(cudaMemsetAsync(it->second.data(), 0, bytes, stream));
     } catch (...) {
       chunk_counter_buffers().erase(it);
@@ -565,11 +569,10 @@ void run_pointer_batched(StreamContext& context, const GemmProblem& p, cudaStrea
       // once, so this is the per-call path's convention (scratch released after its work is queued on the
       // current stream, runtime/device_allocator.h), no weaker.
       if (context.pointer_arrays.size() >= kMaxCachedPointerArrays) context.pointer_arrays.clear();
-      DeviceAllocator& allocator =
-          stream == nullptr ? process_device_allocator(current_device()) : device_allocator(current_device());
-      it = context.pointer_arrays
-               .emplace(key, allocator.allocate(bytes, MemoryCategory::scratch, "gemm.pointer_arrays.cached"))
-               .first;
+      DeviceBuffer arrays_buffer =
+          stream_state_allocator(current_device(), stream)
+              .allocate(bytes, MemoryCategory::scratch, "gemm.pointer_arrays.cached");
+      it = context.pointer_arrays.emplace(key, std::move(arrays_buffer)).first;
       fill(it->second);
     }
     arrays = it->second.data_as<const void*>();

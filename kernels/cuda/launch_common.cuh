@@ -143,6 +143,19 @@ inline unsigned blocks_for(int64_t work_items, int threads = kThreadsPerBlock) {
   return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, kMaxBlocks));
 }
 
+// The current device's multiprocessor count, for launch choices that depend on how many blocks fill the GPU;
+// asked of the driver once per (thread, device), since such choices are made on every launch.
+inline int current_device_multiprocessors() {
+  thread_local int cached_device = -1, multiprocessors = 0;
+  int device = 0;
+  ZT_CUDA_CHECK(cudaGetDevice(&device));
+  if (device != cached_device) {
+    ZT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+    cached_device = device;
+  }
+  return multiprocessors;
+}
+
 __device__ __forceinline__ int64_t global_thread_index() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }

@@ -96,20 +96,13 @@ bool fits_row_slices(int64_t dim) {
 // Whether a vector row kernel keeps the row in registers: the switch, a row RowSlices holds, and no more
 // rows than one block a multiprocessor covers. The register kernels take 102/158/197-200 registers a thread
 // in bf16 (ptxas, sm_90a: the plain forward, the dropout + residual tail, the dx kernel; 64-128 in f32)
-// against 40-56 for the loops, so
-// one block of 8 warps a multiprocessor instead of four: a gain where there is a block a multiprocessor at
-// most anyway (bs 8: 1024 rows, 128 blocks), a loss of occupancy past it. Either choice gives the same bits.
+// against 40-56 for the loops, so one block of 8 warps a multiprocessor instead of four: a gain where there
+// is a block a multiprocessor at most anyway (bs 8: 1024 rows, 128 blocks), a loss of occupancy past it.
+// Either choice gives the same bits.
 template <typename T>
 bool row_registers(int64_t dim, int64_t rows) {
   if (!fits_row_slices<T>(dim) || !read_env_switch("ZT_LAYERNORM_ROW_REGISTERS")) return false;
-  thread_local int cached_device = -1, multiprocessors = 0;  // asked once per (thread, device)
-  int device = 0;
-  ZT_CUDA_CHECK(cudaGetDevice(&device));
-  if (device != cached_device) {
-    ZT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-    cached_device = device;
-  }
-  return rows <= int64_t{multiprocessors} * kWarpsPerBlock;
+  return rows <= int64_t{current_device_multiprocessors()} * kWarpsPerBlock;
 }
 
 }  // namespace
