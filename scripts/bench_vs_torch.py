@@ -6,10 +6,12 @@ Trains DebertaV2ForSequenceClassification (xlarge architecture, random init, 2 l
 zerotrain training step on the same config, then prints samples/s, step ms, peak GiB and zerotrain's ratios
 to each torch run. The torch training loop follows shared/bench/torch_baseline.py: bf16/fp16 autocast
 (GradScaler for fp16), fused AdamW (lr 2e-5), grad clip 1.0, random ids, full attention mask, median step
-time after warmup. `df` is HF eager with disentangled-flash's fused Triton attention (forward and backward,
-no L x L tensor stored; `optimize_deberta_training(model.deberta, backend="triton")` before the optimizer),
-`compile-df` the same under torch.compile; their wheel comes from --df-wheel-dir (scripts/fetch_wheels.sh
-puts disentangled_flash-1.1.1 in .whl/, git-ignored: carry it to the GPU machine). The last lines check the
+time after warmup; the model is built on the GPU it trains on (its random init runs there; each result
+has the seconds its worker spent importing and building, import_s and build_s, before the first step).
+`df` is HF eager with disentangled-flash's fused Triton attention (forward and backward, no L x L tensor
+stored; `optimize_deberta_training(model.deberta, backend="triton")` before the optimizer), `compile-df`
+the same under torch.compile; their wheel comes from --df-wheel-dir (scripts/fetch_wheels.sh puts
+disentangled_flash-1.1.1 in .whl/, git-ignored: carry it to the GPU machine). The last lines check the
 performance goals (GOALS: the speed ratio to torch.compile per batch and sequence length, and where stated
 a peak no higher than disentangled-flash's), each PASS, FAIL or n/a when this run does not cover it.
 
@@ -69,8 +71,10 @@ def worker_info():
 
 def worker_train(args):
     """torch_baseline.train_steps for one (impl, batch, dtype); returns the result dict."""
+    t_import = time.perf_counter()
     import torch, transformers
     from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
+    t_build = time.perf_counter()
     dev = args.worker_device
     cuda = dev == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -79,7 +83,10 @@ def worker_train(args):
     cfg = dict(XLARGE)
     if args.layers: cfg["num_hidden_layers"] = args.layers
     cfg["hidden_dropout_prob"] = cfg["attention_probs_dropout_prob"] = cfg["pooler_dropout"] = args.dropout
-    model = DebertaV2ForSequenceClassification(DebertaV2Config(**cfg)).to(dev).train()
+    # Built where it trains: the random init of ~887 M parameters runs on that device (on the CPU, torch's
+    # normal_ is one thread: ~10 s a run, spent before any timing, in each of a sweep's torch runs).
+    with torch.device(dev):
+        model = DebertaV2ForSequenceClassification(DebertaV2Config(**cfg)).train()
     nparam = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.0, fused=True)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
@@ -91,6 +98,8 @@ def worker_train(args):
     ids = torch.randint(5, 128000, (args.batch, args.seq), device=dev)
     mask = torch.ones_like(ids)
     labels = torch.randint(0, 2, (args.batch,), device=dev)
+    sync()
+    setup = dict(import_s=round(t_build - t_import, 2), build_s=round(time.perf_counter() - t_build, 2))
     warmup = WARMUP[args.worker]
     times = []
     window = None
@@ -116,7 +125,8 @@ def worker_train(args):
                 first_step_s=round(times[0], 3), step_ms=round(step * 1e3, 2),
                 samples_per_s=round(args.batch / step, 1), approx_tflops=round(flops / step / 1e12, 1),
                 peak_gib=round(peak / 2**30, 2), warmup_steps=warmup, timed_steps=args.steps,
-                final_loss=round(loss.item(), 4), torch=torch.__version__, transformers=transformers.__version__)
+                final_loss=round(loss.item(), 4), torch=torch.__version__, transformers=transformers.__version__,
+                **setup)
 
 
 def worker_main(args):
