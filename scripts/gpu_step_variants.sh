@@ -11,7 +11,9 @@
 # any timing. Then for each batch in AB_BATCHES (default "40 8"; seq AB_SEQ (128), bf16, dropout 0.1, 20 steps,
 # AB_COMMON extra flags for every run) the variants run in turn, AB_REPS rounds (default 3), so drift on the
 # machine shows in every column; then one profiled step of each variant at AB_PROFILE_BATCH (default 8).
-# One line per run in $OUT/ab.log and a summary (mean step ms per variant, ratio to the first variant).
+# One line per run in $OUT/ab.log and a summary (mean step ms per variant, ratio to the first variant); the
+# log names each variant's tree, env and flags first, and a copy stays in .ab-last/ab.log (git-ignored: kept on
+# a warm machine), where scripts/pick_switches.py reads it for `GOALS_SWITCHES=auto scripts/gpu_goals.sh`.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-$PWD/ab-out}
@@ -34,6 +36,8 @@ for spec in "$@"; do
   [[ -d $tree ]] || { say "variant $label: no tree $tree"; exit 2; }
   labels+=("$label") trees+=("$tree") envs+=("$env_words") flags+=("$flag_words")
 done
+say "# zerotrain $(git describe --always --dirty 2>/dev/null || echo unknown)"
+for i in "${!labels[@]}"; do say "variant ${labels[$i]}: tree ${trees[$i]} env ${envs[$i]} flags ${flags[$i]}"; done
 
 built=()
 for tree in "${trees[@]}"; do
@@ -99,3 +103,4 @@ for bs in sorted({b for b, _ in runs}, reverse=True):
         ratio = f" ({mean(ms) / mean(first):.4f} of {labels[0]})" if first else ""
         print(f"summary bs{bs} {label}: mean {mean(ms):.2f} ms over {len(ms)}{ratio}")
 EOF
+mkdir -p .ab-last && cp "$log" .ab-last/ab.log
