@@ -22,7 +22,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-$PWD/goals-out}
-mkdir -p "$out" .goals
 budget=${GOALS_BUDGET_S:-540}
 start=$(date +%s)
 left() { echo $((budget - ($(date +%s) - start))); }
@@ -45,6 +44,7 @@ for word in "${switch_words[@]}"; do
   [[ $word =~ ^ZT_[A-Z0-9_]+=[^[:space:]]*$ ]] || { echo "GOALS_SWITCHES: '$word' is not ZT_NAME=value"; exit 2; }
 done
 echo "switches: ${switches:-none}"
+mkdir -p "$out" .goals
 
 timeout "$(left)" scripts/gpu_tests.sh --build || exit 1
 if [[ ${GOALS_TESTS:-0} == 1 ]] && (($(left) > 240)); then  # ~160 s for all of them on the H200
