@@ -12,8 +12,9 @@
 # AB_COMMON extra flags for every run) the variants run in turn, AB_REPS rounds (default 3), so drift on the
 # machine shows in every column; then one profiled step of each variant at AB_PROFILE_BATCH (default 8).
 # One line per run in $OUT/ab.log and a summary (mean step ms per variant, ratio to the first variant); the
-# log names each variant's tree, env and flags first, and a copy stays in .ab-last/ab.log (git-ignored: kept on
-# a warm machine), where scripts/pick_switches.py reads it for `GOALS_SWITCHES=auto scripts/gpu_goals.sh`.
+# log names each variant's tree, env and flags first, and a copy stays in .ab-last/ab.log once the timed runs
+# are done (git-ignored: kept on a warm machine), where scripts/pick_switches.py reads it for
+# `GOALS_SWITCHES=auto scripts/gpu_goals.sh`.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-$PWD/ab-out}
@@ -36,6 +37,7 @@ for spec in "$@"; do
   [[ -d $tree ]] || { say "variant $label: no tree $tree"; exit 2; }
   labels+=("$label") trees+=("$tree") envs+=("$env_words") flags+=("$flag_words")
 done
+mkdir -p .ab-last && rm -f .ab-last/ab.log  # a call cut before the timings end leaves no record
 say "# zerotrain $(git describe --always --dirty 2>/dev/null || echo unknown)"
 for i in "${!labels[@]}"; do say "variant ${labels[$i]}: tree ${trees[$i]} env ${envs[$i]} flags ${flags[$i]}"; done
 
@@ -79,6 +81,7 @@ for bs in "${batches[@]}"; do
     done
   done
 done
+cp "$log" .ab-last/ab.log  # the timed runs are all pick_switches.py reads: kept before the profiles
 pbs=${AB_PROFILE_BATCH:-8}
 for i in "${!labels[@]}"; do
   run "$i" --batch "$pbs" --steps 10 --profile >/dev/null 2>&1
@@ -103,4 +106,4 @@ for bs in sorted({b for b, _ in runs}, reverse=True):
         ratio = f" ({mean(ms) / mean(first):.4f} of {labels[0]})" if first else ""
         print(f"summary bs{bs} {label}: mean {mean(ms):.2f} ms over {len(ms)}{ratio}")
 EOF
-mkdir -p .ab-last && cp "$log" .ab-last/ab.log
+cp "$log" .ab-last/ab.log
