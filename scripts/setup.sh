@@ -7,6 +7,7 @@ packages=(
   cmake g++ make pkg-config
   libeigen3-dev          # CPU reference backend
   libhdf5-dev            # checkpoints and golden fixtures
+  hdf5-tools             # h5diff: scripts/compare_trees.sh compares checkpoints of two builds
   libsentencepiece-dev   # tokenizer (HF slow-tokenizer parity)
   nlohmann-json3-dev     # config.json / DeepSpeed JSON
   libgtest-dev libgmock-dev
