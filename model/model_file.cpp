@@ -120,7 +120,7 @@ void ModelFile::read_param(const std::string& name, const Tensor& into) const {
            "' is not stored as f32, bf16 or f16");
   ZT_CHECK(info.shape == into.shape(), path(), ": tensor '", name, "' has shape ", info.shape.to_string(),
            ", expected ", into.shape().to_string());
-  // A damaged or diverged file must not become weights (optim/checkpoint.cpp, Note [Loaded values are
+  // A damaged or diverged file must not become weights (app/run/checkpoint.cpp, Note [Loaded values are
   // checked]).
   auto check_finite = [&](const void* values, DType dtype) {
     const int64_t bad = first_invalid_float(values, dtype, info.shape.numel());

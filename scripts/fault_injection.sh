@@ -9,7 +9,7 @@
 #   ZT_FI_SEED=7 scripts/fault_injection.sh
 #
 # Checks per interrupted attempt (what the trainer must do; see runtime/signals.h, runtime/atomic_file.h,
-# optim/run_directory.h):
+# app/run/run_directory.h):
 #   SIGKILL   exit status 137 (nothing else is possible)
 #   SIGINT    130 / SIGTERM 143, and once training is under way the stop handler's line ("received: stopping
 #             after this optimizer step"), i.e. a graceful stop with a checkpoint rather than a death

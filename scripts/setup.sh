@@ -14,7 +14,7 @@ packages=(
   clang-format
   clang libclang-rt-14-dev   # libFuzzer targets of the checkpoint readers (scripts/run_fuzzers.sh)
   libopenmpi-dev openmpi-bin # mpirun -np N train_mrpc: rank bootstrap (runtime/mpi_launch.h); optional
-  libboost-dev               # Boost.CRC: CRC-32C of TensorBoard event records (optim/tracking)
+  libboost-dev               # Boost.CRC: CRC-32C of TensorBoard event records (app/tracking)
   libyaml-cpp-dev            # Accelerate config files (train_mrpc --config_file)
   python3-venv               # .venv below: Python packages for tests
   liburing-dev           # io_uring backend of the disk tier (runtime/direct_io.h); optional

@@ -52,13 +52,13 @@
 #include <string_view>
 #include <vector>
 
+#include "app/config/engine_options.h"
+#include "app/config/train_config.h"
+#include "app/trainer/trainer.h"
 #include "data/batcher.h"
 #include "model/config.h"
 #include "model/parameters.h"
-#include "optim/train_config.h"
-#include "optim/trainer/trainer.h"
 #include "optim/zero/memory_estimate.h"
-#include "optim/zero/swapped_host_optimizer_store.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"

@@ -10,14 +10,14 @@
 #include <string>
 #include <utility>
 
+#include "app/config/engine_options.h"
+#include "app/config/train_config.h"
+#include "app/trainer/trainer.h"
 #include "data/glue_tsv.h"
 #include "model/config.h"
 #include "model/deberta.h"
 #include "model/parameters.h"
-#include "optim/train_config.h"
-#include "optim/trainer/trainer.h"
 #include "optim/zero/memory_estimate.h"
-#include "optim/zero/swapped_host_optimizer_store.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
@@ -33,7 +33,7 @@ using zt::optim::Origin;
 using zt::optim::TrainConfig;
 
 // The defaults that depend on the device and on the embedded model (lr, batch sizes, dtype): one table in
-// optim/train_config, which --help prints too. Flags and the DeepSpeed JSON still override every value.
+// app/config/train_config, which --help prints too. Flags and the DeepSpeed JSON still override every value.
 void apply_embedded_defaults(TrainConfig& config, bool default_model) {
   zt::optim::apply_run_defaults(config, default_model);
 }

@@ -1,0 +1,77 @@
+// Offload sections of zero_optimization (offload_optimizer, offload_param), DeepSpeed's keys:
+//   device       none | cpu (honoured: optim/zero/engine.h, "CPU offload") | nvme (the CPU offload with the
+//                optimizer state / the stage-3 parameter shard on disk, app/config/train_config_aio.cpp)
+//   pin_memory   honoured: the offloaded buffers are page-locked on a GPU run (checked against the
+//                locked-memory limit before allocation), pageable when false
+//   nvme_path, buffer_count, pipeline_*, buffer_size, max_in_cpu: the disk tier's keys
+//                (app/config/train_config_aio.cpp, Note [Disk tier keys])
+//   fast_init    false accepted; true refused (not implemented)
+//   ratio        (offload_optimizer; DeepSpeed's partial "Twin-Flow" offload at stage 3) 1 honoured; < 1
+//                refused: the whole shard is offloaded or none of it
+// Stage rules: offload_optimizer needs stage 1-3, offload_param needs stage 3 and offload_optimizer.
+#include "app/config/train_config_sections.h"
+
+namespace zt::optim::config_detail {
+
+void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::string_view key,
+                     OffloadSettings& settings) {
+  TrainConfig& c = context.config;
+  std::optional<JsonSection> section = zero_section.section(key);
+  if (!section) return;
+  const JsonValue<std::string> device = section->string("device");
+  const bool wants_offload = device.given() && device.value != "none";
+  if (device.given()) {
+    ZT_CHECK(device.value == "cpu" || device.value == "nvme" || device.value == "none", context.where(),
+             device.path, " must be none, cpu or nvme, got '", device.value, "'");
+    set_json_origin(c, device.path, device.path);
+  }
+  // Stage rules first: they hold whatever the device, so a config that is wrong twice is told the lasting
+  // problem. DeepSpeed partitions parameters only at stage 3, and offloads optimizer state from stage 1.
+  const int stage = c.zero.stage;
+  ZT_CHECK(!(wants_offload && key == "offload_param" && stage != 3), context.where(),
+           zero_section.path_of(key),
+           " needs stage 3 (parameters are only partitioned there), but zero_optimization.stage is ", stage);
+  ZT_CHECK(!(wants_offload && key == "offload_optimizer" && stage == 0), context.where(),
+           zero_section.path_of(key), " needs stage 1, 2 or 3, but zero_optimization.stage is 0");
+  // The disk-tier keys (train_config_aio.cpp), whatever the device; it refuses device nvme where the disk
+  // tier does not run.
+  resolve_nvme_offload(context, *section, key, device.given() ? device.value : "none", settings.nvme);
+  // Offloaded off the device: to host memory (cpu) or, through host buffers, to disk (nvme).
+  settings.enabled = device.given() && (device.value == "cpu" || device.value == "nvme");
+  if (const JsonValue<bool> v = section->boolean("pin_memory", false); v.given()) {
+    settings.pin_memory = v.value;
+    set_json_origin(c, v.path, v.path);
+  }
+  if (const JsonValue<bool> v = section->boolean("fast_init", false); v.given()) {
+    ZT_CHECK(!v.value, context.where(), v.path,
+             " true: DeepSpeed's fast initialization of the disk tier is not implemented (remove the key)");
+  }
+  if (key == "offload_optimizer") {
+    if (const JsonValue<double> v = section->number("ratio", false); v.given()) {
+      ZT_CHECK(v.value == 1.0, context.where(), v.path, " ", v.value,
+               ": partial optimizer offload is not supported (the whole shard is offloaded); set 1 or remove "
+               "it");
+    }
+  }
+  section->reject_unread({"device", "pin_memory", "nvme_path", "buffer_count", "pipeline_read",
+                          "pipeline_write", "buffer_size", "max_in_cpu", "fast_init", "ratio"});
+  if (key == "offload_param" && settings.enabled) {
+    ZT_CHECK(c.zero.offload_optimizer.enabled, context.where(), device.path, " ", device.value,
+             " needs zero_optimization.offload_optimizer.device cpu or nvme too (the CPU update writes the "
+             "offloaded parameter shard)");
+  }
+}
+
+void describe_offload(const TrainConfig& c, DescribeWriter& out, std::string_view key,
+                      const OffloadSettings& settings) {
+  const std::string prefix = str("zero_optimization.", key, ".");
+  out.line(prefix + "device", settings.nvme.enabled ? "nvme" : settings.enabled ? "cpu" : "none");
+  // pin_memory is only about offload buffers; shown when the JSON set it, so that it is not silently dropped.
+  if (c.origin_of(prefix + "pin_memory") == Origin::json || settings.enabled) {
+    out.line(prefix + "pin_memory", show_bool(settings.pin_memory),
+             settings.enabled ? std::string_view{} : "none; nothing is offloaded");
+  }
+  describe_nvme_offload(c, out, key, settings.nvme);
+}
+
+}  // namespace zt::optim::config_detail
