@@ -7,6 +7,8 @@
 #     every dataset and attribute equal, bit for bit (the files' own timestamps are not compared);
 #   - MRPC.tsv (the test predictions);
 #   - the new build resuming the base build's step_3 checkpoint: it must end bit for bit where the base ended.
+# Both builds read the same --data_dir (the default is compiled in as each tree's own path, and stored in
+# the checkpoints).
 #
 #   scripts/compare_trees.sh BASE_BIN_DIR NEW_BIN_DIR          # e.g. /tmp/base/build-cpu/bin build-cpu/bin
 #   ZT_COMPARE_CASES="s2_w2 s3_w4_nvme" scripts/compare_trees.sh ...   # a subset
@@ -23,7 +25,7 @@ data="$(cd "$(dirname "$0")/.." && pwd)/data/glue_mrpc"
 work=$(mktemp -d "${TMPDIR:-/tmp}/zt_compare_trees.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 head -41 "$data/dev.tsv" >"$work/small.tsv"
-common=(--device cpu --validation_file "$work/small.tsv" --test_file "$work/small.tsv" --max_train_steps 6
+common=(--device cpu --data_dir "$data" --validation_file "$work/small.tsv" --test_file "$work/small.tsv" --max_train_steps 6
         --checkpointing_steps 3 --per_device_train_batch_size 8 --seed 42)
 
 # case name -> "stage world offload_optimizer offload_param"
