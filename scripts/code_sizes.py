@@ -208,7 +208,9 @@ def _classify(header):
         if ch == "=" and not re.search(r"operator\s*\S*$", h[:i]):
             return "init", ""
     m = None
-    for m_ in re.finditer(r"(~?[A-Za-z_]\w*(?:\s*::\s*~?[A-Za-z_]\w*)*|operator\s*(?:\(\)|[^\s(]+))\s*\(", h):
+    template_args = r"(?:\s*<[^<>;{}]*(?:<[^<>;{}]*>[^<>;{}]*)*>)?"  # f<float>( : a specialization
+    for m_ in re.finditer(r"(~?[A-Za-z_]\w*(?:\s*::\s*~?[A-Za-z_]\w*)*" + template_args +
+                          r"|operator\s*(?:\(\)|[^\s(]+))\s*\(", h):
         word = m_.group(1).split("::")[-1].strip()
         if word in SIGNATURE_ATTRIBUTES:
             continue
@@ -227,6 +229,14 @@ def _classify(header):
             j += 1
         name = name + "(" + re.sub(r"\s+", " ", h[k:j - 1]).strip() + ")"
     return "function", name
+
+
+def _open_brackets(header):
+    """True inside an unclosed "(" or "[": a brace there is an argument ("T x = {}" as a default)."""
+    depth = 0
+    for ch in header:
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(ch, 0)
+    return depth > 0
 
 
 def _is_member_init_brace(header):
@@ -318,7 +328,7 @@ def scan_cpp(path, text):
             h = "".join(header)
             top_kind = stack[-1][0]
             if top_kind in ("namespace", "class"):
-                if _is_member_init_brace(h):
+                if _is_member_init_brace(h) or _open_brackets(h):
                     init_depth = 1
                     body_stack.append(("member-init", "", None, None))
                     header.append("{")
@@ -544,7 +554,12 @@ def main():
     ap.add_argument("--check", action="store_true",
                     help="exit 1 when a file or function not exempt is over its limit")
     args = ap.parse_args()
-    repo = git(["rev-parse", "--show-toplevel"], args.repo).decode().strip()
+    try:
+        repo = git(["rev-parse", "--show-toplevel"], args.repo).decode().strip()
+        for ref in args.ref:
+            git(["rev-parse", "--verify", "--quiet", ref + "^{commit}"], repo)
+    except subprocess.CalledProcessError as e:
+        sys.exit(f"code_sizes.py: {' '.join(e.cmd[1:])} failed: {e.stderr.decode().strip() or 'not a revision'}")
     refs = args.ref or [None]
     labels, summaries, class_lists = [], [], []
     for ref in refs:
