@@ -6,7 +6,7 @@
 #   tests/tools/train_mrpc_cli.sh TRAIN_MRPC DATA_DIR CASE
 # CASE: resume_refused, resume_changed, resume_finished, resume_unfinished_outputs, fifo_train_file,
 #   world_size_steps, unlabeled_data, resume_into_another_run, concurrent_run, diverged_step,
-#   damaged_training_config, unfinished_sharded_checkpoint.
+#   damaged_training_config, damaged_checkpoint_lookup, unfinished_sharded_checkpoint.
 # Exit status 0 when every check of the case holds; otherwise the failed check and the run's last lines.
 set -uo pipefail
 bin=$1 data=$2 case=$3
@@ -201,6 +201,28 @@ PY
     expect_rc 2
     expect_line "error: checkpoint .*step_2.h5 is damaged: its stored training configuration .* fails its checksum"
     grep -q "continuing with changed" "$log" && fail "the damage read as a changed setting"
+    ;;
+  damaged_checkpoint_lookup)
+    # A flipped byte in a tensor name of a sharded checkpoint fails HDF5's metadata checksum: a damaged file,
+    # not "checkpoint ?: tensor ... incomplete or of another model".
+    echo '{"zero_optimization": {"stage": 2}}' >"$work/zero2.json"
+    train --world_size 2 --deepspeed_config "$work/zero2.json" --max_train_steps 2 --output_dir "$out"
+    expect_rc 0
+    python3 - "$out/step_2.zero/rank_0_of_2.h5" <<'PY' || fail "no tensor name in the rank file"
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+at = data.find(b"query_proj.weight")
+if at < 0:
+    sys.exit(1)
+data[at + 3] ^= 0x20
+open(path, "wb").write(data)
+PY
+    train --world_size 2 --deepspeed_config "$work/zero2.json" --max_train_steps 3 --output_dir "$out" \
+      --resume_from_checkpoint "$out"
+    expect_rc 2
+    expect_line "error: HDF5 file .*step_2.zero/rank_0_of_2.h5 is damaged: looking up '.*' fails"
+    grep -q "incomplete or of another model" "$log" && fail "the damage read as a missing tensor"
     ;;
   unfinished_sharded_checkpoint)
     # ZeRO-2 at world 2 writes step_<N>.zero/ through step_<N>.zero.tmp/: one left by a killed run is removed
