@@ -481,7 +481,7 @@ struct MrpcTrainer::Impl {
     return plan;
   }
 
-  // "; the last finite step was ..." for a divergence message: the step numbers are metrics.jsonl's
+  // "; the step before it (N) had loss ..." for a divergence message; step numbers are metrics.jsonl's
   // (1-based).
   std::string last_finite_step() const {
     if (steps.empty()) return "";
