@@ -955,7 +955,13 @@ std::vector<EpochRecord> MrpcTrainer::train() {
     record.train_samples_per_s = samples / std::max(record.seconds, 1e-9);
     record.eval = evaluate(*s.dev_set);
     // The weights of the last step are checked here only: a step whose update overflowed them has finite
-    // loss and gradient norm itself. Nothing more is written from them (no model.h5, no MRPC.tsv).
+    // loss and gradient norm itself. Nothing more is written from them (no model.h5, no MRPC.tsv). In a
+    // process group process 0 evaluates; every process learns its verdict, so all stop together.
+    if (s.local_count < s.world) {
+      std::vector<float> diverged = {std::isfinite(record.eval.loss) ? 0.0f : 1.0f};
+      s.sum_over_processes(diverged);
+      if (diverged.front() > 0) record.eval.loss = std::numeric_limits<double>::quiet_NaN();
+    }
     ZT_CHECK(std::isfinite(record.eval.loss), "training diverged at optimizer step ", s.optimizer_step,
              ": the evaluation of its weights on ", c.validation_file, " gives loss ", record.eval.loss,
              s.steps.empty() ? std::string()
