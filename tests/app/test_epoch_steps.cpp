@@ -90,6 +90,12 @@ TEST(EpochSteps, TheResolvedConfigurationAndSchedulesUseThem) {
         EXPECT_EQ(by_epochs.num_update_steps_per_epoch, per_epoch);
         EXPECT_EQ(by_epochs.num_training_steps, 2 * per_epoch);
         EXPECT_EQ(by_epochs.hf_schedule().num_training_steps, 2 * per_epoch);
+        TrainConfig deepspeed = TrainConfig::from_args(flags);
+        deepspeed.resolve_with_json_text(
+            R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "auto"}}})", "ds.json",
+            {.world_size = 1, .hidden_size = 128, .num_train_examples = rows});
+        ASSERT_TRUE(deepspeed.deepspeed_schedule.has_value());
+        EXPECT_EQ(deepspeed.deepspeed_schedule->total_num_steps, 2 * per_epoch);
 
         std::vector<std::string> budget = flags;
         budget.insert(budget.end(), {"--max_train_steps", std::to_string(per_epoch + 1)});
