@@ -194,6 +194,13 @@ GlueDataset read_glue_mrpc_tsv(const std::string& path) {
   return parser.finish();
 }
 
+void require_labels(const GlueDataset& dataset, std::string_view role) {
+  ZT_CHECK(
+      dataset.labeled, role, " ", dataset.source,
+      " has no labels (it is in GLUE's unlabeled test format: index, #1 ID, #2 ID, #1 String, #2 String); ",
+      role, " needs the labeled format with the Quality column, as train.tsv and dev.tsv have");
+}
+
 std::string mrpc_split_path(const std::string& data_dir, const std::string& split) {
   ZT_CHECK(split == "train" || split == "dev" || split == "test" || split == "test_glue_unlabeled",
            "unknown MRPC split '", split, "' (expected train, dev, test or test_glue_unlabeled)");

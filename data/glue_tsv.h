@@ -49,6 +49,11 @@ GlueDataset read_glue_mrpc_tsv(const std::string& path);
 // Parses TSV text already in memory; `source` names it in error messages.
 GlueDataset parse_glue_mrpc_tsv(std::string_view text, const std::string& source);
 
+// Throws zt::Error unless every row of `dataset` has a label: `role` names the use that needs them
+// ("--train_file"), so an unlabeled GLUE test file is refused instead of training on label -1 (loss 0,
+// gradient 0) or scoring 0 of 0 rows.
+void require_labels(const GlueDataset& dataset, std::string_view role);
+
 // <data_dir>/<split>.tsv for split in {train, dev, test, test_glue_unlabeled}; throws on other names.
 std::string mrpc_split_path(const std::string& data_dir, const std::string& split);
 

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -212,6 +214,61 @@ void HfWeights::release(const CheckpointTensor& t) const {
   }
 }
 
+namespace {
+
+// 1 + the largest N of the tensors named "...encoder.layer.<N>....", 0 when there are none.
+int64_t encoder_layers_in(const HfWeights& weights) {
+  constexpr std::string_view kLayer = "encoder.layer.";
+  int64_t layers = 0;
+  for (const CheckpointTensor& t : weights.tensors()) {
+    const size_t at = t.name.find(kLayer);
+    if (at == std::string::npos) continue;
+    const char* begin = t.name.data() + at + kLayer.size();
+    int64_t index = 0;
+    const auto [end, error] = std::from_chars(begin, t.name.data() + t.name.size(), index);
+    if (error == std::errc() && end != begin && index >= 0) layers = std::max(layers, index + 1);
+  }
+  return layers;
+}
+
+// Note [Sizes checked before the model is built]
+// The parameter table is built from config.json; a config whose sizes the weights do not have (a typo of
+// num_hidden_layers: 1000000) would make a table of millions of tensors and list every one as missing. The
+// layer count (the config's at most the weights') and the word embeddings' shape are compared with the
+// weights first, cheaply.
+void check_config_sizes_against_weights(const std::string& dir, const DebertaConfig& config,
+                                        const HfWeights& weights) {
+  // More layers in the weights than the config asks for are listed tensor by tensor below (a short list).
+  const int64_t layers = encoder_layers_in(weights);
+  ZT_CHECK(layers == 0 || layers >= config.num_hidden_layers, dir, ": config.json says num_hidden_layers ",
+           config.num_hidden_layers, " but ", weights.description(), " holds ", layers, " encoder layer",
+           layers == 1 ? "" : "s", " (encoder.layer.0 to encoder.layer.", layers - 1,
+           "): the config is not this checkpoint's");
+  for (const CheckpointTensor& t : weights.tensors()) {
+    if (map_hf_name(t.name) != "deberta.embeddings.word_embeddings.weight" || t.shape.size() != 2) continue;
+    const int64_t width = config.embedding_size > 0 ? config.embedding_size : config.hidden_size;
+    ZT_CHECK(t.shape[0] == config.vocab_size && t.shape[1] == width, dir, ": config.json says vocab_size ",
+             config.vocab_size, " and embedding width ", width, " but ", t.name, " is ", shape_text(t.shape),
+             ": the config is not this checkpoint's");
+  }
+}
+
+// A list for an error message: the first kShown items, one a line, then how many more there are.
+struct CappedList {
+  static constexpr size_t kShown = 10;
+  size_t count = 0;
+  std::string text;
+  void add(const std::string& item) {
+    if (count++ < kShown) text += "\n  " + item;
+  }
+  bool empty() const { return count == 0; }
+  std::string shown() const {
+    return count > kShown ? text + str("\n  and ", count - kShown, " more") : text;
+  }
+};
+
+}  // namespace
+
 HfImportReport import_hf_checkpoint(const std::string& dir, const std::string& model_file,
                                     const HfImportOptions& options) {
   HfImportReport report;
@@ -229,13 +286,13 @@ HfImportReport import_hf_checkpoint(const std::string& dir, const std::string& m
       config.label2id["LABEL_" + std::to_string(i)] = i;
     }
   }
-  ParameterTable table(config);
-
   HfWeights weights = HfWeights::open(dir);
+  check_config_sizes_against_weights(dir, config, weights);
+  ParameterTable table(config);
   report.weights = weights.description();
   std::unordered_map<std::string, const CheckpointTensor*> by_name;
-  std::string unknown, misshaped, missing, bad_dtype;
-  auto append = [](std::string& list, const std::string& item) { list += "\n  " + item; };
+  CappedList unknown, misshaped, missing, bad_dtype;
+  auto append = [](CappedList& list, const std::string& item) { list.add(item); };
   for (const CheckpointTensor& t : weights.tensors()) {
     const std::string mapped = map_hf_name(t.name);
     const std::string described =
@@ -284,10 +341,10 @@ HfImportReport import_hf_checkpoint(const std::string& dir, const std::string& m
   }
   ZT_CHECK(unknown.empty() && misshaped.empty() && missing.empty() && bad_dtype.empty(), dir,
            ": checkpoint does not match config.json (", weights.description(),
-           "):", missing.empty() ? "" : "\nmissing tensors:" + missing,
-           misshaped.empty() ? "" : "\nwrong shapes:" + misshaped,
-           unknown.empty() ? "" : "\nunexpected tensors:" + unknown,
-           bad_dtype.empty() ? "" : "\nunsupported dtypes (need F32, F16 or BF16):" + bad_dtype);
+           "):", missing.empty() ? "" : "\nmissing tensors:" + missing.shown(),
+           misshaped.empty() ? "" : "\nwrong shapes:" + misshaped.shown(),
+           unknown.empty() ? "" : "\nunexpected tensors:" + unknown.shown(),
+           bad_dtype.empty() ? "" : "\nunsupported dtypes (need F32, F16 or BF16):" + bad_dtype.shown());
 
   // Stream tensor by tensor into the model file, in table order.
   std::mt19937_64 rng(options.seed);

@@ -260,7 +260,11 @@ bool H5File::exists(std::string_view name) const {
   // H5Lexists fails (rather than returning false) when a parent is missing, so check prefix by prefix.
   for (size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
     std::string prefix = path.substr(0, slash);
-    if (H5Lexists(handle(), prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    const htri_t found = H5Lexists(handle(), prefix.c_str(), H5P_DEFAULT);
+    // The parent exists (checked before), so a failure is a damaged file, not a missing name.
+    ZT_CHECK(found >= 0, "HDF5 file ", path_, " is damaged: looking up '", prefix, "' fails",
+             hdf5_error_detail());
+    if (found == 0) return false;
     if (slash == std::string::npos) return true;
   }
 }
@@ -445,7 +449,10 @@ bool H5File::has_attribute(std::string_view key, std::string_view object) const 
   std::string object_path = clean_name(object);
   if (!exists(object_path)) return false;
   Handle target = open_object(handle(), object_path, path_);
-  return H5Aexists(target.get(), std::string(key).c_str()) > 0;
+  const htri_t found = H5Aexists(target.get(), std::string(key).c_str());
+  ZT_CHECK(found >= 0, "HDF5 file ", path_, " is damaged: looking up attribute '", key, "' of '", object_path,
+           "' fails", hdf5_error_detail());
+  return found > 0;
 }
 
 namespace {

@@ -54,6 +54,12 @@ void choose_device(TrainConfig& config) {
              ": the CPU backend computes in f32 only; pass --dtype f32, leave it out, or train on a GPU");
     config.dtype = ComputeDType::f32;
   }
+  if (config.device == DeviceChoice::cpu && config.gpu_memory_limit > 0) {
+    std::printf(
+        "note: --gpu_memory_limit %s has no effect: the run is on the CPU, and the flag caps device "
+        "memory only\n",
+        zt::format_memory_size(config.gpu_memory_limit).c_str());
+  }
 }
 
 int run(int argc, char** argv) {
@@ -94,6 +100,7 @@ int run(int argc, char** argv) {
   const std::string train_file =
       !config.train_file.empty() ? config.train_file : zt::data::mrpc_split_path(probe.data_dir, "train");
   zt::data::GlueDataset train_rows = zt::data::read_glue_mrpc_tsv(train_file);
+  zt::data::require_labels(train_rows, "--train_file");
   config.resolve({.world_size = launch.world_size,
                   .hidden_size = model_config.hidden_size,
                   .num_train_examples = static_cast<int64_t>(train_rows.rows.size())});

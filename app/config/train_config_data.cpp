@@ -2,6 +2,7 @@
 // counts.
 #include "app/config/train_config_sections.h"
 #include "data/glue_tsv.h"
+#include "optim/epoch_steps.h"
 
 namespace zt::optim::config_detail {
 
@@ -79,9 +80,10 @@ void resolve_steps(ResolveContext& context) {
   TrainConfig& c = context.config;
   const int64_t examples = context.inputs.num_train_examples;
   if (examples > 0) {
-    // Note [Sharding across ranks] in data/batcher.h: ceil(N/W) examples per rank, a last partial batch kept.
-    const int64_t batches = ceil_div(ceil_div(examples, c.world_size), c.per_device_train_batch_size);
-    c.num_update_steps_per_epoch = ceil_div(batches, c.gradient_accumulation_steps);
+    // Note [Optimizer steps of an epoch] (optim/epoch_steps.h): the trainer's loop counts with it too.
+    c.num_update_steps_per_epoch =
+        epoch_steps(examples, c.per_device_train_batch_size, c.gradient_accumulation_steps, c.world_size)
+            .steps;
   }
   if (c.max_train_steps) {
     c.num_training_steps = *c.max_train_steps;

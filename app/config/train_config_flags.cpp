@@ -184,7 +184,7 @@ const std::vector<FlagSpec>& flag_table() {
          try {
            c.gpu_memory_limit = parse_memory_size(v);
          } catch (const Error& e) {
-           ZT_FAIL("--", f, " needs a size such as 24GiB, got '", v, "': ", e.what());
+           throw with_context(str("--", f, " needs a size such as 24GiB, got '", v, "': "), e);
          }
        },
        [](const C& c) {
@@ -197,7 +197,7 @@ const std::vector<FlagSpec>& flag_table() {
          try {
            c.host_memory_limit = parse_memory_size(v);
          } catch (const Error& e) {
-           ZT_FAIL("--", f, " needs a size such as 32GiB, got '", v, "': ", e.what());
+           throw with_context(str("--", f, " needs a size such as 32GiB, got '", v, "': "), e);
          }
          // "--host_memory_limit 32" is 32 bytes: surely a missing unit, not a cap anything could run under.
          ZT_CHECK(c.host_memory_limit == 0 || c.host_memory_limit >= (size_t{1} << 20), "--", f, " ", v,

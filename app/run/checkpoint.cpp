@@ -170,7 +170,7 @@ CheckpointInfo read_info(const H5File& file) {
            info.format_version, "; this build reads version ", kCheckpointFormatVersion,
            info.format_version > kCheckpointFormatVersion ? " (written by a newer zerotrain)" : "");
   info.config_json = file.attribute_string("config_json");
-  info.training_config = file.attribute_string("training_config");
+  info.training_config = read_training_config(file);
   info.params_dtype = parse_dtype(file.attribute_string("params_dtype"));
   info.master_is_params = file.attribute_int("master_is_params") != 0;
   info.tensor_count = file.attribute_int("tensor_count");
@@ -249,7 +249,31 @@ std::optional<int64_t> step_of_checkpoint_name(const std::string& name, bool dir
   return step;
 }
 
+// FNV-1a, 64 bits: the checksum of the stored configuration text (the int64 with the same 64 bits).
+int64_t fnv1a64(std::string_view text) {
+  uint64_t hash = 1469598103934665603ull;
+  for (const unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return std::bit_cast<int64_t>(hash);
+}
+
+constexpr const char* kTrainingConfigChecksum = "training_config_fnv1a64";
+
 }  // namespace
+
+void write_training_config(H5File& file, std::string_view text) {
+  file.set_attribute("training_config", text);
+  file.set_attribute(kTrainingConfigChecksum, fnv1a64(text));
+}
+
+std::string read_training_config(const H5File& file) {
+  std::string text = file.attribute_string("training_config");
+  // Absent in checkpoints written before it was stored: those are read unverified.
+  if (file.has_attribute(kTrainingConfigChecksum)) {
+    ZT_CHECK(file.attribute_int(kTrainingConfigChecksum) == fnv1a64(text), "checkpoint ", file.path(),
+             " is damaged: its stored training configuration (attribute training_config) fails its checksum");
+  }
+  return text;
+}
 
 void write_training_state(H5File& file, const TrainingState& state) {
   write_state(file, state);
@@ -285,7 +309,7 @@ void save_training_checkpoint(const std::string& path, const DebertaConfig& conf
   file.set_attribute("format", kCheckpointFormat);
   file.set_attribute("format_version", kCheckpointFormatVersion);
   file.set_attribute("config_json", config.to_json());
-  file.set_attribute("training_config", resolved_config_text);
+  write_training_config(file, resolved_config_text);
   const DType params_dtype = arenas.params.layout().slot(table.entries().front().name).dtype;
   file.set_attribute("params_dtype", dtype_name(params_dtype));
   file.set_attribute("master_is_params", int64_t{master_is_params ? 1 : 0});

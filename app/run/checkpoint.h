@@ -11,8 +11,9 @@
 //   adam_m/<name>   AdamW exp_avg (f32)
 //   adam_v/<name>   AdamW exp_avg_sq (f32)
 // Root attributes: format, format_version, config_json (DebertaConfig::to_json), training_config (the
-// resolved training configuration text, verbatim), params_dtype, master_is_params, tensor_count, and the
-// TrainingState fields under the names given below (seed as the int64 with the same 64 bits).
+// resolved training configuration text, verbatim) and its checksum training_config_fnv1a64, params_dtype,
+// master_is_params, tensor_count, and the TrainingState fields under the names given below (seed as the int64
+// with the same 64 bits).
 //
 // Writes go through AtomicH5Writer (temp file + fsync + rename): a crash or an exception mid-write leaves
 // the previous file at that path untouched.
@@ -126,6 +127,11 @@ void load_training_checkpoint(const std::string& path, const DebertaConfig& conf
 // model-config comparison whose message names every differing field.
 
 void write_training_state(H5File& file, const TrainingState& state);
+// The resolved configuration text (attribute training_config) with its FNV-1a 64 checksum (attribute
+// training_config_fnv1a64): a damaged byte in the text would otherwise read as a changed setting on resume.
+// Reading verifies the checksum where the file has one and throws naming the file when it fails.
+void write_training_config(H5File& file, std::string_view text);
+std::string read_training_config(const H5File& file);
 TrainingState read_training_state(const H5File& file);
 void check_same_model_config(const std::string& path, const std::string& stored_json,
                              const DebertaConfig& running);

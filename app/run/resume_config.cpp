@@ -16,6 +16,8 @@ const std::map<std::string_view, std::string_view>& refused_keys() {
       {"pad_to_max_length", "the padded batches"},
       {"per_device_train_batch_size", "which examples form each step"},
       {"gradient_accumulation_steps", "which examples form each step"},
+      {"world_size",
+       "which examples form each step (world_size x gradient_accumulation_steps micro-batches)"},
       {"train_file", "the training data"},
       {"task_name", "the task"},
   };
@@ -120,7 +122,8 @@ std::vector<ConfigChange> compare_resume_config(std::string_view checkpoint_text
     change.refused = refused_keys().contains(key);
     // Resharding: world 2 with accumulation 3 resumes at world 3 with accumulation 2, the same six
     // micro-batches per step in the same order (the trainer's train_step).
-    if (key == "gradient_accumulation_steps" && micro_batches_per_step(stored) != 0 &&
+    if ((key == "gradient_accumulation_steps" || key == "world_size") &&
+        micro_batches_per_step(stored) != 0 &&
         micro_batches_per_step(stored) == micro_batches_per_step(current))
       change.refused = false;
     changes.push_back(std::move(change));

@@ -5,12 +5,12 @@
 // training_config); the resuming run's describe() is compared with it key by key. Changes that alter which
 // examples form each optimizer step, or the examples themselves, make the rest of the run another run: they
 // are refused (seed, max_length, pad_to_max_length, per_device_train_batch_size,
-// gradient_accumulation_steps, train_file, task_name; a different model architecture is refused by
-// load_training_checkpoint). gradient_accumulation_steps may change together with the world size when
-// world_size x accumulation, the micro-batches of a step, stays the same (resharding: world 2 with
-// accumulation 3 resumes at world 3 with accumulation 2 on the same micro-batches). Every other change of a
-// setting that shapes training (learning rate, schedule, warmup, steps, epochs, weight decay, clipping,
-// Adam's constants, dtype, world size and with it train_batch_size, and any key not known here) is allowed
+// gradient_accumulation_steps, world_size, train_file, task_name; a different model architecture is refused
+// by load_training_checkpoint). One rule for the global batch: gradient_accumulation_steps and world_size
+// may change only together, when world_size x accumulation, the micro-batches of a step, stays the same
+// (resharding: world 2 with accumulation 3 resumes at world 3 with accumulation 2 on the same
+// micro-batches). Every other change of a setting that shapes training (learning rate, schedule, warmup,
+// steps, epochs, weight decay, clipping, Adam's constants, dtype, and any key not known here) is allowed
 // but said: "continuing with changed learning_rate 0.0001 -> 0.0002, not bitwise the original run". Where
 // things go and how they are logged (output_dir, checkpointing_steps, log_every, evaluation files and batch
 // size, ZeRO stage and memory settings, collective checks, which give the same numbers) are not compared,

@@ -1,11 +1,18 @@
 #include "app/run/run_directory.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string_view>
+#include <utility>
 
 #include "runtime/atomic_file.h"
 #include "runtime/check.h"
@@ -44,7 +51,70 @@ std::string listed(const std::vector<std::string>& names) {
   return out;
 }
 
+// The pid a lock file holds, for the message; 0 when unreadable.
+long lock_holder(const std::string& path) {
+  long pid = 0;
+  std::ifstream(path) >> pid;
+  return pid;
+}
+
 }  // namespace
+
+OutputDirLock::OutputDirLock(const std::string& dir) : path_((fs::path(dir) / kFileName).string()) {
+  for (;;) {
+    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ZT_CHECK(fd >= 0, "--output_dir ", dir, ": cannot create its lock file ", path_, " (",
+             std::strerror(errno), ")");
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;
+      ::close(fd);
+      ZT_CHECK(error == EWOULDBLOCK, "--output_dir ", dir, ": cannot lock ", path_, " (",
+               std::strerror(error), ")");
+      const long holder = lock_holder(path_);
+      ZT_FAIL("--output_dir ", dir, " is in use by another run",
+              holder > 0 ? str(" (process ", holder, ")") : std::string(), ", which holds its lock ", path_,
+              "; wait for it to end, or choose another --output_dir");
+    }
+    // The holder before us may have removed the file after we opened it: then the lock is on a file no one
+    // else will open, and we lock the one at the path now.
+    struct stat locked {};
+    struct stat named {};
+    if (::fstat(fd, &locked) == 0 && ::stat(path_.c_str(), &named) == 0 && locked.st_ino == named.st_ino &&
+        locked.st_dev == named.st_dev) {
+      fd_ = fd;
+      break;
+    }
+    ::close(fd);
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  // The pid is for messages only; the lock holds without it.
+  const bool written = ::ftruncate(fd_, 0) == 0 &&
+                       ::pwrite(fd_, pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size());
+  static_cast<void>(written);
+}
+
+OutputDirLock::OutputDirLock(OutputDirLock&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
+
+OutputDirLock& OutputDirLock::operator=(OutputDirLock&& other) noexcept {
+  if (this != &other) {
+    release();
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+OutputDirLock::~OutputDirLock() {
+  release();
+}
+
+void OutputDirLock::release() noexcept {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // while still locked, so no one holds a lock on a file at this path after us
+  ::close(fd_);
+  fd_ = -1;
+}
 
 std::vector<std::string> run_files_in(const std::string& dir) {
   std::vector<std::string> names;
@@ -58,7 +128,8 @@ std::vector<std::string> run_files_in(const std::string& dir) {
   return names;
 }
 
-OutputDirReport prepare_output_dir(const std::string& dir, bool overwrite, bool resuming) {
+OutputDirReport prepare_output_dir(const std::string& dir, bool overwrite, bool resuming,
+                                   const std::string& checkpoint) {
   std::error_code error;
   ZT_CHECK(!fs::exists(dir, error) || fs::is_directory(dir, error), "--output_dir ", dir,
            " exists and is not a directory");
@@ -66,13 +137,31 @@ OutputDirReport prepare_output_dir(const std::string& dir, bool overwrite, bool 
   ZT_CHECK(!error, "--output_dir ", dir, ": cannot create it (", error.message(), ")");
 
   OutputDirReport report;
+  report.lock = OutputDirLock(dir);
   report.removed_stale_temp_files = remove_stale_temp_files(dir);
+  // With the lock held no one writes here: an uncommitted sharded checkpoint is a dead writer's.
+  for (const std::string& name : run_files_in(dir)) {
+    if (!is_step_name(name, ".zero.tmp")) continue;
+    const fs::path path = fs::path(dir) / name;
+    fs::remove_all(path, error);
+    ZT_CHECK(!error, "--output_dir ", dir, ": cannot remove the unfinished checkpoint ", path.string(), " (",
+             error.message(), ")");
+    report.removed_stale_temp_files.push_back(path.string());
+  }
   const std::vector<std::string> ours = run_files_in(dir);
   for (const std::string& name : ours) {
     const long owner = temp_file_owner(name);
     ZT_CHECK(owner <= 0 || owner == static_cast<long>(getpid()), "--output_dir ", dir, " is in use: process ",
              owner, " is writing ", name,
              " there now (remove that file if the process is not a training run)");
+  }
+  if (resuming && !ours.empty() && !checkpoint.empty()) {
+    const fs::path run_of_checkpoint = fs::path(checkpoint).parent_path();
+    const bool same_run = fs::equivalent(run_of_checkpoint.empty() ? "." : run_of_checkpoint, dir, error);
+    ZT_CHECK(same_run, "--output_dir ", dir, " holds ", listed(ours), " of another run than the checkpoint ",
+             checkpoint, " (which is in ", run_of_checkpoint.string(),
+             "): resuming there would mix the two runs' metrics and models. Resume into ",
+             run_of_checkpoint.string(), " or into an empty --output_dir");
   }
   if (ours.empty() || resuming) return report;
   ZT_CHECK(overwrite, "Output directory (", dir, ") already exists and is not empty: it holds ", listed(ours),

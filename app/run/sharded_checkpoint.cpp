@@ -119,8 +119,8 @@ std::vector<StoredPiece> stored_pieces(const CheckpointFiles& ckpt, int group, c
 
 // Copies elements [begin, begin + out.size()) of the tensor from the stored pieces; throws unless they
 // cover the range.
-void read_range(const std::vector<StoredPiece>& pieces, const std::string& name, int64_t begin,
-                std::span<float> out) {
+void read_range(const std::string& checkpoint, const std::vector<StoredPiece>& pieces,
+                const std::string& name, int64_t begin, std::span<float> out) {
   const auto end = begin + static_cast<int64_t>(out.size());
   int64_t covered = 0;
   std::vector<float> buffer;
@@ -135,12 +135,22 @@ void read_range(const std::vector<StoredPiece>& pieces, const std::string& name,
               out.begin() + (lo - begin));
     covered += hi - lo;
   }
-  ZT_CHECK(covered == end - begin, "checkpoint ", pieces.empty() ? std::string("?") : pieces[0].file->path(),
-           ": tensor ", name, " elements [", begin, ", ", end, ") are not all stored (", covered,
+  ZT_CHECK(covered == end - begin, "checkpoint ", checkpoint, ": tensor ", name, " elements [", begin, ", ",
+           end, ") are not all stored (", covered,
            " found); the checkpoint is incomplete or of another model");
 }
 
+// Where the rank files are written before the directory is committed (renamed to `path`).
+std::string unfinished_path(const std::string& path) {
+  return path + ".tmp";
+}
+
 }  // namespace
+
+void remove_unfinished_sharded_checkpoint(const std::string& path) noexcept {
+  std::error_code error;
+  fs::remove_all(unfinished_path(path), error);
+}
 
 std::string sharded_checkpoint_path(const std::string& output_dir, int64_t optimizer_step) {
   return (fs::path(output_dir) / str("step_", optimizer_step, ".zero")).string();
@@ -150,7 +160,7 @@ void save_sharded_checkpoint(const std::string& path, ZeroEngine& engine, Commun
                              const DebertaConfig& config, const TrainingState& state,
                              std::string_view resolved_config_text) {
   const int rank = comm.rank(), world = comm.world_size();
-  const std::string temp = path + ".tmp";
+  const std::string temp = unfinished_path(path);
   if (rank == 0) {
     std::error_code error;
     fs::remove_all(temp, error);
@@ -166,7 +176,7 @@ void save_sharded_checkpoint(const std::string& path, ZeroEngine& engine, Commun
     file.set_attribute("rank", int64_t{rank});
     file.set_attribute("zero_stage", int64_t{engine.options().stage});
     file.set_attribute("config_json", config.to_json());
-    file.set_attribute("training_config", resolved_config_text);
+    write_training_config(file, resolved_config_text);
     write_training_state(file, state);
     std::vector<float> host;
     for (const ZeroEngine::OwnedPiece& piece : engine.owned_pieces()) {
@@ -209,7 +219,7 @@ CheckpointSummary read_checkpoint_summary(const std::string& path) {
            file.string(), " is not a zerotrain ZeRO checkpoint shard");
   ZT_CHECK(f.has_attribute("training_config"), "checkpoint ", file.string(),
            " has no training_config attribute");
-  return {f.attribute_string("training_config"), read_training_state(f)};
+  return {read_training_config(f), read_training_state(f)};
 }
 
 TrainingState load_engine_checkpoint(const std::string& path, ZeroEngine& engine,
@@ -221,7 +231,7 @@ TrainingState load_engine_checkpoint(const std::string& path, ZeroEngine& engine
     for (const ZeroEngine::OwnedPiece& piece : engine.owned_pieces()) {
       const std::string& name = engine.tensor_name(piece.tensor);
       host.resize(static_cast<size_t>(piece.numel));
-      read_range(stored_pieces(ckpt, group, name), name, piece.tensor_offset, host);
+      read_range(path, stored_pieces(ckpt, group, name), name, piece.tensor_offset, host);
       engine.write_state(group, piece, host);
     }
   }
@@ -236,7 +246,7 @@ void consolidate_checkpoint(const std::string& checkpoint, const std::string& mo
   Arena host("parameters (host)", table.layout(DType::f32));
   for (const ParameterInfo& info : table.entries()) {
     const Tensor t = host.tensor(info.name);
-    read_range(stored_pieces(ckpt, 0, info.name), info.name, 0,
+    read_range(checkpoint, stored_pieces(ckpt, 0, info.name), info.name, 0,
                {static_cast<float*>(t.data()), static_cast<size_t>(t.numel())});
   }
   save_model_file(model_file, config, table, host);

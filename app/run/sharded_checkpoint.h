@@ -38,6 +38,10 @@ void save_sharded_checkpoint(const std::string& path, ZeroEngine& engine, Commun
                              const DebertaConfig& config, const TrainingState& state,
                              std::string_view resolved_config_text);
 
+// Removes what a failed save_sharded_checkpoint of `path` left (its uncommitted step_<N>.zero.tmp/), so a
+// full disk is not kept full; call once every rank has left the save.
+void remove_unfinished_sharded_checkpoint(const std::string& path) noexcept;
+
 // What a checkpoint of either layout says about its run, read without its tensors: the resolved training
 // configuration (attribute training_config; of the rank_0 file for a step_<N>.zero directory) and the
 // TrainingState. Throws naming the file when it is not a zerotrain checkpoint.

@@ -26,6 +26,7 @@
 #include "model/init.h"
 #include "model/model_file.h"
 #include "optim/adamw.h"
+#include "optim/epoch_steps.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "optim/zero/engine.h"
@@ -467,6 +468,28 @@ struct MrpcTrainer::Impl {
     copy_tensor(on_device, host);
   }
 
+  // Note [Optimizer steps of an epoch] for the train set as read; a configuration resolved for another
+  // number of rows would plan another schedule, so that is an error.
+  EpochSteps epoch_plan() const {
+    const EpochSteps plan =
+        epoch_steps(static_cast<int64_t>(train_set->size()), config.per_device_train_batch_size,
+                    config.gradient_accumulation_steps, world);
+    ZT_CHECK(config.num_update_steps_per_epoch == 0 || config.num_update_steps_per_epoch == plan.steps,
+             "the configuration was resolved for ", config.num_update_steps_per_epoch,
+             " optimizer steps an epoch, but the ", train_set->size(), " rows of ", config.train_file,
+             " make ", plan.steps, " (resolve with num_train_examples = the train file's rows)");
+    return plan;
+  }
+
+  // "; the step before it (N) had loss ..." for a divergence message; step numbers are metrics.jsonl's
+  // (1-based).
+  std::string last_finite_step() const {
+    if (steps.empty()) return "";
+    const StepRecord& last = steps.back();
+    return str("; the step before it (", last.step + 1, ") had loss ", last.loss, ", gradient norm ",
+               last.grad_norm, " and learning rate ", last.lr);
+  }
+
   int64_t max_batch() const {
     return std::max(config.per_device_train_batch_size, config.per_device_eval_batch_size);
   }
@@ -596,10 +619,12 @@ struct MrpcTrainer::Impl {
              tokenizer->vocab_size(), " pieces but the model's vocabulary holds ", model_config.vocab_size);
     // Each input is read once: rows given by set_train_rows are not read again (a FIFO has them only once).
     if (!given_train_rows) given_train_rows = data::read_glue_mrpc_tsv(config.train_file);
+    data::require_labels(*given_train_rows, "--train_file");
     train_set = std::make_unique<data::EncodedDataset>(*given_train_rows, *tokenizer, config.max_length);
     given_train_rows.reset();
-    dev_set = std::make_unique<data::EncodedDataset>(data::read_glue_mrpc_tsv(config.validation_file),
-                                                     *tokenizer, config.max_length);
+    const data::GlueDataset dev_rows = data::read_glue_mrpc_tsv(config.validation_file);
+    data::require_labels(dev_rows, "--validation_file");
+    dev_set = std::make_unique<data::EncodedDataset>(dev_rows, *tokenizer, config.max_length);
     if (!config.test_file.empty() && std::filesystem::exists(config.test_file)) {
       test_set = std::make_unique<data::EncodedDataset>(data::read_glue_mrpc_tsv(config.test_file),
                                                         *tokenizer, config.max_length);
@@ -704,8 +729,9 @@ StepRecord MrpcTrainer::train_step(std::vector<data::Batch>& micro_batches) {
           rank.engine->parameter_handles(), inputs,
           {.training = true, .seed = s.config.seed, .step = static_cast<uint64_t>(s.micro_step) + i},
           rank.engine.get());
-      ZT_CHECK(std::isfinite(loss), "training loss is not finite at optimizer step ", s.optimizer_step,
-               " (micro-batch ", s.micro_step + static_cast<int64_t>(i), ", rank ", r, ")");
+      ZT_CHECK(std::isfinite(loss), "training diverged at optimizer step ", s.optimizer_step + 1,
+               ": the loss of its micro-batch ", s.micro_step + static_cast<int64_t>(i), " (rank ", r,
+               ") is ", loss, s.last_finite_step());
       mark_wall_clock("forward");
       rank.engine->begin_backward(j == 0, j + 1 == per_rank);
       rank.model->backward(rank.engine->parameter_handles(), rank.engine->gradient_handles(), loss_scale,
@@ -732,6 +758,11 @@ StepRecord MrpcTrainer::train_step(std::vector<data::Batch>& micro_batches) {
   // Every rank computes the same norm and overflow verdict.
   record.grad_norm = results[static_cast<size_t>(s.first_rank)].grad_norm;
   record.skipped = !results[static_cast<size_t>(s.first_rank)].applied;
+  // fp16 skips an overflowing step and lowers its loss scale; in f32 and bf16 a gradient norm that is not
+  // finite has already been applied to the weights.
+  ZT_CHECK(std::isfinite(record.grad_norm) || s.compute == DType::f16, "training diverged at optimizer step ",
+           s.optimizer_step + 1, ": its gradient norm is ", record.grad_norm, " (loss ", record.loss, ")",
+           s.last_finite_step());
   StepProfile::global().mark("optimizer");
   ++s.optimizer_step;
   if (!record.skipped) ++s.scheduler_step;
@@ -795,11 +826,16 @@ std::vector<EpochRecord> MrpcTrainer::train() {
   const TrainConfig& c = s.config;
   // The first SIGINT/SIGTERM finishes the current optimizer step, writes a checkpoint and returns.
   ScopedStopSignals stop_signals("train_mrpc");
+  // Held until train() returns: Note [The output directory's lock] (app/run/run_directory.h).
+  OutputDirLock output_dir_lock;
   if (!c.output_dir.empty() && s.main_process()) {
-    // A directory of another run is refused unless --overwrite_output_dir or resuming; temp files of dead
-    // writers are removed. (In a process group process 0 alone; the others wait below.)
-    const OutputDirReport report =
-        prepare_output_dir(c.output_dir, c.overwrite_output_dir, !c.resume_from_checkpoint.empty());
+    // A directory of another run is refused unless --overwrite_output_dir or resuming that run; temp files
+    // of dead writers are removed. (In a process group process 0 alone; the others wait below.)
+    const std::string checkpoint =
+        c.resume_from_checkpoint.empty() ? std::string() : resolve_checkpoint_path(c.resume_from_checkpoint);
+    OutputDirReport report = prepare_output_dir(c.output_dir, c.overwrite_output_dir,
+                                                !c.resume_from_checkpoint.empty(), checkpoint);
+    output_dir_lock = std::move(report.lock);
     for (const std::string& f : report.removed_stale_temp_files)
       std::printf("removed %s (left by a writer that died)\n", f.c_str());
     for (const std::string& f : report.removed_for_overwrite)
@@ -851,8 +887,10 @@ std::vector<EpochRecord> MrpcTrainer::train() {
     std::filesystem::create_directories(c.output_dir, error);
     ZT_CHECK(!error, "--output_dir ", c.output_dir, ": cannot create it (", error.message(), ")");
   }
-  const int64_t batches_per_epoch = s.train_batcher->batches_per_epoch();
-  const int64_t accumulation = c.gradient_accumulation_steps;
+  // Note [Optimizer steps of an epoch] (optim/epoch_steps.h): the resolved step counts come from the same
+  // rule, so the loop ends each epoch after the steps the schedule was planned for.
+  const EpochSteps plan = s.epoch_plan();
+  const int64_t full_window = plan.world_size * plan.accumulation;
   std::vector<data::Batch> window;
   for (int64_t epoch = s.train_batcher->position().epoch; epoch < c.num_train_epochs; ++epoch) {
     // Past the last step no epoch starts; one under way (resumed from a checkpoint of its last step) still
@@ -863,26 +901,25 @@ std::vector<EpochRecord> MrpcTrainer::train() {
     if (s.train_batcher->position().epoch != epoch) s.train_batcher->set_epoch(epoch);
     const auto start = Clock::now();
     Progress progress(str("epoch ", epoch + 1, "/", c.num_train_epochs),
-                      batches_per_epoch * c.per_device_train_batch_size);
-    progress.update(s.train_batcher->position().batch * c.per_device_train_batch_size);
+                      std::min(plan.used_micro_batches() * c.per_device_train_batch_size,
+                               static_cast<int64_t>(s.train_set->size())));
+    progress.update(std::min(s.train_batcher->position().batch, plan.used_micro_batches()) *
+                    c.per_device_train_batch_size);
     int64_t samples = 0;
-    data::Batch batch;
-    while (s.optimizer_step < c.num_training_steps && s.train_batcher->next(batch)) {
-      samples += batch.batch_size;
-      window.push_back(std::move(batch));
-      const bool last_of_epoch = s.train_batcher->position().batch >= batches_per_epoch;
-      // A window is `accumulation` micro-batches per rank. At the end of an epoch a window too short to give
-      // every rank the same number of micro-batches drops its remainder (DistributedSampler's drop_last).
-      if (static_cast<int64_t>(window.size()) < accumulation * s.world && !last_of_epoch) continue;
-      if (last_of_epoch && window.size() % static_cast<size_t>(s.world) != 0) {
-        for (size_t k = window.size() - window.size() % static_cast<size_t>(s.world); k < window.size(); ++k)
-          samples -= window[k].batch_size;
-        window.resize(window.size() - window.size() % static_cast<size_t>(s.world));
-        if (window.empty()) continue;
+    // Windows start at multiples of W·k micro-batches (checkpoints are written between steps).
+    while (s.optimizer_step < c.num_training_steps &&
+           s.train_batcher->position().batch < plan.used_micro_batches()) {
+      const int64_t window_size = plan.window(s.train_batcher->position().batch / full_window);
+      for (int64_t i = 0; i < window_size; ++i) {
+        data::Batch batch;
+        ZT_CHECK(s.train_batcher->next(batch), "the epoch ended after ", s.train_batcher->position().batch,
+                 " micro-batches; its plan has ", plan.used_micro_batches());
+        window.push_back(std::move(batch));
       }
       const StepRecord record = train_step(window);
       int64_t window_samples = 0;
       for (const data::Batch& b : window) window_samples += b.batch_size;
+      samples += window_samples;
       window.clear();
       s.epoch_loss_sum += record.loss;
       ++s.epoch_optimizer_steps;
@@ -917,6 +954,20 @@ std::vector<EpochRecord> MrpcTrainer::train() {
     s.epoch_optimizer_steps = 0;
     record.train_samples_per_s = samples / std::max(record.seconds, 1e-9);
     record.eval = evaluate(*s.dev_set);
+    // The weights of the last step are checked here only: a step whose update overflowed them has finite
+    // loss and gradient norm itself. Nothing more is written from them (no model.h5, no MRPC.tsv). In a
+    // process group process 0 evaluates; every process learns its verdict, so all stop together.
+    if (s.local_count < s.world) {
+      std::vector<float> diverged = {std::isfinite(record.eval.loss) ? 0.0f : 1.0f};
+      s.sum_over_processes(diverged);
+      if (diverged.front() > 0) record.eval.loss = std::numeric_limits<double>::quiet_NaN();
+    }
+    ZT_CHECK(std::isfinite(record.eval.loss), "training diverged at optimizer step ", s.optimizer_step,
+             ": the evaluation of its weights on ", c.validation_file, " gives loss ", record.eval.loss,
+             s.steps.empty() ? std::string()
+                             : str(" (the step had loss ", s.steps.back().loss, ", gradient norm ",
+                                   s.steps.back().grad_norm, " and learning rate ", s.steps.back().lr, ")"),
+             "; model.h5 and the predictions are not written");
     record.optimizer_steps = s.optimizer_step;
     epochs.push_back(record);
     std::printf(
@@ -1017,10 +1068,15 @@ void MrpcTrainer::save_checkpoint(const std::string& output_dir) {
     if (s.local_count < s.world) s.comms.front()->barrier();  // the file exists for every process after this
   } else {
     path = sharded_checkpoint_path(output_dir, s.optimizer_step);
-    s.run_ranks([&](int r) {
-      RankState& rank = s.at(r);
-      save_sharded_checkpoint(path, *rank.engine, *rank.comm, s.model_config, state, text);
-    });
+    try {
+      s.run_ranks([&](int r) {
+        RankState& rank = s.at(r);
+        save_sharded_checkpoint(path, *rank.engine, *rank.comm, s.model_config, state, text);
+      });
+    } catch (...) {
+      if (s.main_process()) remove_unfinished_sharded_checkpoint(path);
+      throw;
+    }
   }
   ZT_LOG(info) << "checkpoint: " << path << " (step " << s.optimizer_step << ")";
 }

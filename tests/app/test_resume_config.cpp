@@ -10,6 +10,7 @@
 
 #include "app/config/train_config.h"
 #include "runtime/check.h"
+#include "tests/support/error_matchers.h"
 
 namespace zt::optim {
 namespace {
@@ -84,17 +85,23 @@ TEST(ResumeConfig, ChangedOptimizerAndScheduleSettingsAreStated) {
   EXPECT_EQ(lines.size(), changes.size());
 }
 
-TEST(ResumeConfig, AnotherWorldSizeIsAllowedAndStated) {
+// One rule for the global batch: another world size that changes it (1 -> 2 ranks of 32 examples each) is
+// refused like the batch-size change with the same effect.
+TEST(ResumeConfig, AWorldSizeThatChangesTheGlobalBatchIsRefusedLikeTheBatchSize) {
   const std::vector<ConfigChange> changes = compare_resume_config(described(kBase, 1), described(kBase, 2));
-  // Two ranks of 32 examples each: the global batch doubles, which is said too.
   ASSERT_EQ(changes.size(), 2u);
   EXPECT_EQ(changes[0].key, "train_batch_size");
-  EXPECT_FALSE(changes[0].refused);
-  EXPECT_EQ(changes[0].message(),
-            "continuing with changed train_batch_size 32 -> 64, not bitwise the original run");
   EXPECT_EQ(changes[1].key, "world_size");
-  EXPECT_FALSE(changes[1].refused);
-  EXPECT_EQ(changes[1].message(), "continuing with changed world_size 1 -> 2, not bitwise the original run");
+  EXPECT_TRUE(changes[1].refused);
+  EXPECT_ERROR_HAS(check_resume_config("step_10.h5", described(kBase, 1), described(kBase, 2)),
+                   "cannot resume from step_10.h5",
+                   "world_size 1 -> 2: that changes which examples form each step");
+  // The batch-size change with the same global batch: refused alike.
+  const std::vector<ConfigChange> batch = compare_resume_config(
+      described(kBase, 1), described(with(kBase, {"--per_device_train_batch_size", "64"}), 1));
+  ASSERT_FALSE(batch.empty());
+  EXPECT_EQ(batch.front().key, "per_device_train_batch_size");
+  EXPECT_TRUE(batch.front().refused);
 }
 
 // Resharding: world 2 with accumulation 3 and world 3 with accumulation 2 take the same six micro-batches per

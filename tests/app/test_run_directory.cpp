@@ -70,26 +70,73 @@ TEST_F(RunDirectoryTest, OverwriteRemovesOurFilesOnly) {
   fill_with_a_finished_run();
   const OutputDirReport report = prepare_output_dir(dir_.string(), true, false);
   EXPECT_EQ(report.removed_for_overwrite.size(), 6u);
-  EXPECT_EQ(names(), (std::vector<std::string>{"notes.txt", "step_plots"}));
+  EXPECT_EQ(names(), (std::vector<std::string>{".zerotrain.lock", "notes.txt", "step_plots"}));
 }
 
-// A sharded (ZeRO) run's checkpoint directories, committed or not, are files of a run too.
+// A sharded (ZeRO) run's checkpoint directories, committed or not, are files of a run too; an uncommitted
+// one (step_<N>.zero.tmp/) is a dead writer's once the directory is locked, and is removed.
 TEST_F(RunDirectoryTest, ShardedCheckpointDirectoriesBelongToTheRun) {
   fs::create_directory(path("step_20.zero"));
   touch("step_20.zero/rank_0_of_2.h5");
   fs::create_directory(path("step_25.zero.tmp"));
+  touch("step_25.zero.tmp/rank_1_of_2.h5");
   touch("notes.txt");
   EXPECT_EQ(run_files_in(dir_.string()), (std::vector<std::string>{"step_20.zero", "step_25.zero.tmp"}));
-  expect_error([&] { prepare_output_dir(dir_.string(), false, false); }, {"step_20.zero, step_25.zero.tmp"});
+  expect_error([&] { prepare_output_dir(dir_.string(), false, false); },
+               {"holds step_20.zero of an earlier run"});
+  EXPECT_EQ(names(), (std::vector<std::string>{"notes.txt", "step_20.zero"}));
   prepare_output_dir(dir_.string(), true, false);
   EXPECT_EQ(names(), (std::vector<std::string>{"notes.txt"}));
+}
+
+TEST_F(RunDirectoryTest, AnUnfinishedShardedCheckpointIsRemovedWhenResuming) {
+  fs::create_directory(path("step_5.zero"));
+  touch("step_5.zero/rank_0_of_2.h5");
+  fs::create_directory(path("step_10.zero.tmp"));
+  touch("step_10.zero.tmp/rank_0_of_2.h5");
+  const OutputDirReport report = prepare_output_dir(dir_.string(), false, true, path("step_5.zero"));
+  EXPECT_EQ(report.removed_stale_temp_files, std::vector<std::string>{path("step_10.zero.tmp")});
+  EXPECT_EQ(run_files_in(dir_.string()), std::vector<std::string>{"step_5.zero"});
+}
+
+// Note [The output directory's lock]: while a run holds the directory a second one is refused, also with
+// --overwrite_output_dir (which deleted the live run's files) and when resuming; the lock ends with the run.
+TEST_F(RunDirectoryTest, ASecondRunIsRefusedWhileTheFirstHoldsTheDirectory) {
+  {
+    const OutputDirReport first = prepare_output_dir(dir_.string(), false, false);
+    EXPECT_TRUE(first.lock.held());
+    touch("metrics.jsonl");
+    touch("step_5.h5");
+    for (const bool resuming : {false, true}) {
+      expect_error([&] { prepare_output_dir(dir_.string(), true, resuming); },
+                   {"--output_dir " + dir_.string() + " is in use by another run (process " +
+                        std::to_string(getpid()) + ")",
+                    ".zerotrain.lock"});
+    }
+    EXPECT_EQ(run_files_in(dir_.string()), (std::vector<std::string>{"metrics.jsonl", "step_5.h5"}));
+  }
+  EXPECT_EQ(names(), (std::vector<std::string>{"metrics.jsonl", "step_5.h5"})) << "the lock file is removed";
+  EXPECT_NO_THROW(prepare_output_dir(dir_.string(), false, true, path("step_5.h5")));
+}
+
+// Resuming continues the checkpoint's run: into the directory of another run it is refused, into its own or
+// an empty one it goes on.
+TEST_F(RunDirectoryTest, ResumingIntoAnotherRunsDirectoryIsRefused) {
+  fill_with_a_finished_run();
+  fs::create_directory(path("a"));
+  touch("a/step_2.h5");
+  expect_error([&] { prepare_output_dir(dir_.string(), false, true, path("a/step_2.h5")); },
+               {"holds MRPC.tsv, metrics.jsonl", "of another run than the checkpoint " + path("a/step_2.h5"),
+                "Resume into " + path("a")});
+  EXPECT_NO_THROW(prepare_output_dir(dir_.string(), false, true, path("step_10.h5")));
+  EXPECT_NO_THROW(prepare_output_dir(path("b"), false, true, path("a/step_2.h5")));
 }
 
 TEST_F(RunDirectoryTest, TempFilesOfDeadWritersAreRemovedAndLiveOnesRefused) {
   const std::string stale = str("step_5.h5.tmp-", dead_pid());
   touch(stale);
-  const OutputDirReport report = prepare_output_dir(dir_.string(), false, false);
-  EXPECT_EQ(report.removed_stale_temp_files, std::vector<std::string>{path(stale)});
+  EXPECT_EQ(prepare_output_dir(dir_.string(), false, false).removed_stale_temp_files,
+            std::vector<std::string>{path(stale)});
   EXPECT_TRUE(names().empty());
 
   // The parent of this test is alive: a run writing here now.

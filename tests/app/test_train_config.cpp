@@ -355,7 +355,7 @@ TEST(TrainConfigJson, BlogZero2AutoResolvesFromFlags) {
     EXPECT_EQ(config.fp16.scale_window, 1000);
     EXPECT_EQ(config.fp16.hysteresis, 2);
     EXPECT_DOUBLE_EQ(config.fp16.static_scale, 0.0);
-    // 3668 rows: ceil(ceil(3668 / W) / 40) steps per epoch, 3 epochs.
+    // 3668 rows: ceil(3668 / 40) = 92 micro-batches, floor(92 / W) steps per epoch, 3 epochs.
     const int64_t steps_per_epoch = world_size == 1 ? 92 : 46;
     EXPECT_EQ(config.num_training_steps, 3 * steps_per_epoch);
     ASSERT_TRUE(config.deepspeed_schedule.has_value());
@@ -653,7 +653,8 @@ TEST(TrainConfigFlags, WorldSizeFlagCountsInTheBatchAndSteps) {
   config.resolve(inputs(1));  // a single process running 4 in-process ranks
   EXPECT_EQ(config.world_size, 4);
   EXPECT_EQ(config.train_batch_size, 32);
-  EXPECT_EQ(config.num_update_steps_per_epoch, 115);  // ceil(ceil(3668 / 4) / 8)
+  // Note [Optimizer steps of an epoch]: ceil(3668 / 8) = 459 micro-batches, floor(459 / 4) = 114 a rank.
+  EXPECT_EQ(config.num_update_steps_per_epoch, 114);
 
   // DeepSpeed's train_batch_size derivation uses it too: 64 / (8 x 4) = 2 accumulation steps.
   EXPECT_EQ(

@@ -503,6 +503,45 @@ TEST(HfImport, CheckpointConfigMismatchesAreNamedErrors) {
   fs::remove_all(dir);
 }
 
+// Note [Sizes checked before the model is built]: a config.json asking for more layers than the weights hold
+// (num_hidden_layers: 1000000 made a table of 16 million tensors and a 1 GB list of them) or another
+// vocabulary is named at once; lists of tensors in errors stop after ten.
+TEST(HfImport, ConfigSizesAreCheckedAgainstTheWeightsFirstAndListsAreCapped) {
+  fs::path dir = temp_dir();
+  const std::string out = (dir / "m.h5").string();
+  for (const int64_t layers : {3, 1000000}) {
+    const fs::path case_dir = dir / str("layers", layers);
+    write_modified_checkpoint(case_dir, [](auto&) {});
+    nlohmann::json config = nlohmann::json::parse(std::ifstream(case_dir / "config.json"));
+    config["num_hidden_layers"] = layers;
+    std::ofstream(case_dir / "config.json") << config.dump();
+    EXPECT_ERROR_CONTAINS(import_hf_checkpoint(case_dir.string(), out, quiet()),
+                          str("config.json says num_hidden_layers ", layers,
+                              " but model.safetensors holds 2 "
+                              "encoder layers (encoder.layer.0 to encoder.layer.1)"));
+  }
+  write_modified_checkpoint(dir / "vocab", [](auto&) {});
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "vocab" / "config.json"));
+  config["vocab_size"] = 99;
+  std::ofstream(dir / "vocab" / "config.json") << config.dump();
+  EXPECT_ERROR_CONTAINS(import_hf_checkpoint((dir / "vocab").string(), out, quiet()),
+                        "config.json says vocab_size 99");
+  // Layer 0's 16 tensors missing: ten are listed, and how many more.
+  write_modified_checkpoint(dir / "layer0", [](auto& h) {
+    for (auto it = h.begin(); it != h.end();) {
+      it = it.key().find("encoder.layer.0.") != std::string::npos ? h.erase(it) : std::next(it);
+    }
+  });
+  const std::string e = error_of([&] { import_hf_checkpoint((dir / "layer0").string(), out, quiet()); });
+  EXPECT_NE(e.find("\n  and 6 more"), std::string::npos) << e;
+  size_t listed = 0;
+  for (size_t at = e.find("\n  deberta.encoder.layer.0."); at != std::string::npos;
+       at = e.find("\n  deberta.encoder.layer.0.", at + 1))
+    ++listed;
+  EXPECT_EQ(listed, 10u) << e;
+  fs::remove_all(dir);
+}
+
 TEST(HfReaders, ConvertHandlesStridedViews) {
   // storage 0..11 as f16; view offset 1, shape [2, 3], strides [1, 4] (a transposed slice).
   std::vector<uint16_t> storage(12);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -208,6 +209,30 @@ TEST_F(H5FileTest, DamagedTensorDataFailsTheReadNamingTheDataset) {
   H5File f = H5File::open_read(file);
   EXPECT_EQ(f.read_vector<float>("params/small"), (std::vector<float>{1, 2}));
   expect_error([&] { f.read_vector<float>("params/w"); }, {file, "'params/w'", "Fletcher32 checksum"});
+}
+
+// A damaged byte in a group's list of names (metadata, checksummed in the 1.10 format) makes HDF5 fail the
+// lookup: that is a damaged file, said as such, not a name the file lacks (which read as "tensor missing,
+// the checkpoint is of another model").
+TEST_F(H5FileTest, ADamagedNameLookupIsAnErrorNotAMissingName) {
+  const std::string file = path("damaged_names.h5");
+  {
+    H5File f = H5File::create(file);
+    for (int i = 0; i < 20; ++i)
+      f.write<float>(str("params/tensor_number_", 100 + i), std::vector<float>{1}, {1});
+  }
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t at = bytes.find("tensor_number_107");
+    ASSERT_NE(at, std::string::npos);
+    f.seekp(static_cast<std::streamoff>(at + 14));
+    f.put('9');  // tensor_number_907
+  }
+  H5File f = H5File::open_read(file);
+  EXPECT_FALSE(f.exists("other/tensor_number_107"));  // a missing parent is still just missing
+  expect_error([&] { static_cast<void>(f.exists("params/tensor_number_107")); },
+               {file, "is damaged", "params"});
 }
 
 // Files without checksums (written before checksums were added, or by h5py) still read.
