@@ -49,6 +49,9 @@
 
 namespace zt::kernels {
 
+// The longest L the stored-probabilities CUDA path takes (its softmax holds a score row in registers).
+inline constexpr int64_t kStoredAttentionMaxLength = 1024;
+
 struct DisentangledAttentionConfig {
   int64_t num_heads = 1;
   RelativePositionConfig positions;  // bucketing and S = positions.att_span()
@@ -73,5 +76,35 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
                                      const DisentangledAttentionConfig& config, const Tensor& dq,
                                      const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
                                      const Tensor& dpos_query);
+
+// The flash path: the same op with nothing [L, L] kept. The forward saves, instead of probs, the softmax
+// statistics of every row, softmax_stats [B, N, L, 2] f32 = (row max of the masked scores a, 1 / sum_j
+// exp(a_j - max)), so that P[i,j] = exp(a_ij - max_i) * stats_i[1] can be recomputed; the backward reads
+// them and the forward's context (D_i = dC_i . context_i = sum_j P[i,j] dP[i,j], the softmax backward's row
+// sum, flash-2 style) and recomputes the scores:
+//   forward  in q, k, v, pos_key, pos_query, attention_mask; out context, softmax_stats
+//   backward in the same plus context, softmax_stats, dcontext; out dq, dk, dv (overwritten), dpos_key,
+//            dpos_query (accumulated +=), as disentangled_attention_backward
+// Same keep bits as the stored path (the element numbering e is P's). CPU: f32, any head size, a row at a
+// time (O(L) scratch). CUDA (kernels/cuda/flash_disentangled_attention.cuh): bf16/f16, head size 64, any L;
+// its scratch is the positional scores (2 x 4*N*B*L*Wp bytes, as the stored forward's) and in the backward
+// Gc/Gp in f32 and in T (2 x 6*N*B*L*Wp) plus the mask bytes and D [B, N, L] f32 — linear in L.
+void flash_disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& pos_key, const Tensor& pos_query,
+                                          const Tensor& attention_mask,
+                                          const DisentangledAttentionConfig& config, const Tensor& context,
+                                          const Tensor& softmax_stats);
+
+void flash_disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const Tensor& pos_key, const Tensor& pos_query,
+                                           const Tensor& attention_mask, const Tensor& context,
+                                           const Tensor& softmax_stats, const Tensor& dcontext,
+                                           const DisentangledAttentionConfig& config, const Tensor& dq,
+                                           const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
+                                           const Tensor& dpos_query);
+
+// Why the flash path cannot take q (a phrase), or nullptr: on the CPU f32 is required; on the GPU bf16/f16
+// and head size 64.
+const char* flash_attention_unsupported(const Tensor& q, const DisentangledAttentionConfig& config);
 
 }  // namespace zt::kernels

@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kernels/arg_checks.h"
@@ -31,7 +32,8 @@ struct Problem {
   int64_t table_rows = 0;          // 2S
   int64_t window_begin = 0;        // [window_begin, window_begin + window) are the table rows c(i,j) reaches;
   int64_t window = 0;              //   only those are projected, gathered and scattered
-  std::vector<int32_t> index;      // [L, L] c(i,j) - window_begin
+  std::vector<int32_t> index;      // [L, L] c(i,j) - window_begin (stored path only)
+  std::vector<int32_t> diagonal;   // [2L - 1] c(i,j) - window_begin at i - j + L - 1
   std::vector<uint8_t> key_keep;   // [B, L] m[b,j] != 0
   std::vector<uint8_t> none_kept;  // [L] zeros: a padded query row has every key masked
   float scale = 1.0f;
@@ -50,7 +52,7 @@ bool any_position_term(const DisentangledAttentionConfig& config) {
 
 Problem plan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
              const Tensor& pos_query, const Tensor& attention_mask, const DisentangledAttentionConfig& config,
-             const char* op) {
+             const char* op, bool with_index = true) {
   check_cpu_arg(q, DType::f32, op, "q");
   ZT_CHECK(q.rank() == 3, op, ": q must be [B, L, D], got ", q.describe());
   check_f32_arg(k, q.shape(), op, "k");
@@ -88,6 +90,12 @@ Problem plan(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& po
   if (L == 0) return pr;
   pr.window_begin = c2p_index(0, L - 1, config.positions);
   pr.window = c2p_index(L - 1, 0, config.positions) - pr.window_begin + 1;
+  pr.diagonal.resize(static_cast<size_t>(2 * L - 1));
+  for (int64_t t = 0; t < 2 * L - 1; ++t) {
+    pr.diagonal[static_cast<size_t>(t)] =
+        static_cast<int32_t>(c2p_index(t - (L - 1), 0, config.positions) - pr.window_begin);
+  }
+  if (!with_index) return pr;
   pr.index.resize(static_cast<size_t>(L * L));
   for (int64_t i = 0; i < L; ++i) {
     for (int64_t j = 0; j < L; ++j) {
@@ -278,6 +286,205 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
         }
         if (config.p2c) {
           for (int64_t j = 0; j < L; ++j) grad_p2c[j * W + index[j]] += row[j];
+        }
+      }
+      if (config.c2p) {
+        ConstDense gc(grad_c2p.data(), L, W);
+        ConstHeadView pk(pos_key.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
+        HeadView dpk(dpos_key.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
+        dqh.noalias() += gc * pk;
+        dpk.noalias() += gc.transpose() * qh;
+      }
+      if (config.p2c) {
+        ConstDense gp(grad_p2c.data(), L, W);
+        ConstHeadView pq(pos_query.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
+        HeadView dpq(dpos_query.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
+        dkh.noalias() += gp * pq;
+        dpq.noalias() += gp.transpose() * kh;
+      }
+    }
+  }
+}
+
+// ---- the flash path on the CPU: a row at a time, nothing [L, L] ----
+
+namespace {
+
+// One head's positional scores over its rows: [L, W] = rows table_w^T (the stored path's products).
+struct PositionalScores {
+  std::vector<float> c2p, p2c;
+};
+
+PositionalScores head_positional_scores(const Problem& pr, const DisentangledAttentionConfig& config,
+                                        const ConstHeadView& qh, const ConstHeadView& kh,
+                                        const Tensor& pos_key, const Tensor& pos_query, int64_t h) {
+  const int64_t L = pr.length, D = pr.features, d = pr.head_size, W = pr.window;
+  PositionalScores out;
+  if (config.c2p) {
+    out.c2p.resize(static_cast<size_t>(L * W));
+    ConstHeadView pk(pos_key.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
+    Dense(out.c2p.data(), L, W).noalias() = qh * pk.transpose();
+  }
+  if (config.p2c) {
+    out.p2c.resize(static_cast<size_t>(L * W));
+    ConstHeadView pq(pos_query.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
+    Dense(out.p2c.data(), L, W).noalias() = kh * pq.transpose();
+  }
+  return out;
+}
+
+// Row i of the scores a (before the mask): ((Q_i . K_j + C2P[i, c]) + P2C[j, c]) / s, the stored path's sum.
+void score_row(const Problem& pr, const DisentangledAttentionConfig& config, const ConstHeadView& qh,
+               const ConstHeadView& kh, const PositionalScores& pos, int64_t i, float* row) {
+  const int64_t L = pr.length, W = pr.window;
+  Eigen::Map<Eigen::RowVectorXf>(row, L).noalias() = qh.row(i) * kh.transpose();
+  for (int64_t j = 0; j < L; ++j) {
+    const int32_t c = (config.c2p || config.p2c) ? pr.diagonal[static_cast<size_t>(i - j + L - 1)] : 0;
+    if (config.c2p) row[j] += pos.c2p[static_cast<size_t>(i * W + c)];
+    if (config.p2c) row[j] += pos.p2c[static_cast<size_t>(j * W + c)];
+    row[j] *= 1.0f / pr.scale;
+  }
+}
+
+void check_stats(const Tensor& stats, const Problem& pr, const char* op) {
+  check_f32_arg(stats, Shape{pr.batch, pr.heads, pr.length, 2}, op, "softmax_stats");
+}
+
+}  // namespace
+
+const char* flash_attention_unsupported(const Tensor& q, const DisentangledAttentionConfig& config) {
+#ifdef ZT_WITH_CUDA
+  if (q.device() == DeviceKind::cuda) return gpu::flash_attention_unsupported(q, config);
+#endif
+  if (q.device() == DeviceKind::cuda) return "CUDA is not built";
+  if (q.dtype() != DType::f32) return "the CPU computes in f32 only";
+  (void)config;
+  return nullptr;
+}
+
+void flash_disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& pos_key, const Tensor& pos_query,
+                                          const Tensor& attention_mask,
+                                          const DisentangledAttentionConfig& config, const Tensor& context,
+                                          const Tensor& softmax_stats) {
+  constexpr const char* op = "flash_disentangled_attention_forward";
+#ifdef ZT_WITH_CUDA
+  if (q.device() == DeviceKind::cuda) {
+    return gpu::flash_disentangled_attention_forward(q, k, v, pos_key, pos_query, attention_mask, config,
+                                                     context, softmax_stats, current_stream());
+  }
+#endif
+  if (q.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA is not built");
+  const Problem pr = plan(q, k, v, pos_key, pos_query, attention_mask, config, op, /*with_index=*/false);
+  check_f32_arg(context, q.shape(), op, "context");
+  check_stats(softmax_stats, pr, op);
+  const int64_t L = pr.length, D = pr.features, d = pr.head_size;
+  constexpr float kMaskedScore = std::numeric_limits<float>::lowest();
+  std::vector<float> scores(static_cast<size_t>(L)), probs(static_cast<size_t>(L));
+  std::vector<float> factor(static_cast<size_t>(config.dropout_p > 0.0f ? L : 0));
+  for (int64_t b = 0; b < pr.batch; ++b) {
+    const int64_t row0 = b * L * D;
+    const uint8_t* key_keep = pr.key_keep.data() + b * L;
+    for (int64_t h = 0; h < pr.heads; ++h) {
+      ConstHeadView qh(q.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView kh(k.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView vh(v.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      HeadView ch(context.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      const PositionalScores pos = head_positional_scores(pr, config, qh, kh, pos_key, pos_query, h);
+      float* stats = softmax_stats.data_as<float>() + (b * pr.heads + h) * L * 2;
+      for (int64_t i = 0; i < L; ++i) {
+        score_row(pr, config, qh, kh, pos, i, scores.data());
+        const uint8_t* keep = key_keep[i] ? key_keep : pr.none_kept.data();
+        cpu::masked_softmax_row(scores.data(), keep, probs.data(), L);
+        // The statistics masked_softmax_row used: max of the masked row and 1 / sum of the exponentials.
+        float row_max = kMaskedScore;
+        for (int64_t j = 0; j < L; ++j) row_max = std::max(row_max, keep[j] ? scores[j] : kMaskedScore);
+        float sum = 0.0f;
+        for (int64_t j = 0; j < L; ++j) sum += std::exp((keep[j] ? scores[j] : kMaskedScore) - row_max);
+        stats[2 * i] = row_max;
+        stats[2 * i + 1] = 1.0f / sum;
+        if (!factor.empty()) {
+          attention_dropout_factors(factor.data(), L, probs_offset(pr, b, h) + static_cast<uint64_t>(i * L),
+                                    config);
+          for (int64_t j = 0; j < L; ++j) probs[j] *= factor[j];
+        }
+        ch.row(i).noalias() = Eigen::Map<const Eigen::RowVectorXf>(probs.data(), L) * vh;
+      }
+    }
+  }
+}
+
+void flash_disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const Tensor& pos_key, const Tensor& pos_query,
+                                           const Tensor& attention_mask, const Tensor& context,
+                                           const Tensor& softmax_stats, const Tensor& dcontext,
+                                           const DisentangledAttentionConfig& config, const Tensor& dq,
+                                           const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
+                                           const Tensor& dpos_query) {
+  constexpr const char* op = "flash_disentangled_attention_backward";
+#ifdef ZT_WITH_CUDA
+  if (q.device() == DeviceKind::cuda) {
+    return gpu::flash_disentangled_attention_backward(q, k, v, pos_key, pos_query, attention_mask, context,
+                                                      softmax_stats, dcontext, config, dq, dk, dv, dpos_key,
+                                                      dpos_query, current_stream());
+  }
+#endif
+  if (q.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA is not built");
+  const Problem pr = plan(q, k, v, pos_key, pos_query, attention_mask, config, op, /*with_index=*/false);
+  check_f32_arg(context, q.shape(), op, "context");
+  check_stats(softmax_stats, pr, op);
+  check_f32_arg(dcontext, q.shape(), op, "dcontext");
+  check_f32_arg(dq, q.shape(), op, "dq");
+  check_f32_arg(dk, q.shape(), op, "dk");
+  check_f32_arg(dv, q.shape(), op, "dv");
+  if (config.c2p) check_f32_arg(dpos_key, pos_key.shape(), op, "dpos_key");
+  if (config.p2c) check_f32_arg(dpos_query, pos_query.shape(), op, "dpos_query");
+  const int64_t L = pr.length, D = pr.features, d = pr.head_size, W = pr.window;
+  constexpr float kMaskedScore = std::numeric_limits<float>::lowest();
+  const bool dropout = config.dropout_p > 0.0f;
+  std::vector<float> scores(static_cast<size_t>(L)), dp(static_cast<size_t>(L));
+  std::vector<float> factor(static_cast<size_t>(L), 1.0f);
+  std::vector<float> grad_c2p(static_cast<size_t>(config.c2p ? L * W : 0));
+  std::vector<float> grad_p2c(static_cast<size_t>(config.p2c ? L * W : 0));
+  for (int64_t b = 0; b < pr.batch; ++b) {
+    const int64_t row0 = b * L * D;
+    const uint8_t* key_keep = pr.key_keep.data() + b * L;
+    for (int64_t h = 0; h < pr.heads; ++h) {
+      ConstHeadView qh(q.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView kh(k.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView vh(v.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView ch(context.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView dch(dcontext.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      HeadView dqh(dq.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      HeadView dkh(dk.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      HeadView dvh(dv.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      const PositionalScores pos = head_positional_scores(pr, config, qh, kh, pos_key, pos_query, h);
+      const float* stats = softmax_stats.data_as<float>() + (b * pr.heads + h) * L * 2;
+      dqh.setZero();
+      dkh.setZero();
+      dvh.setZero();
+      std::fill(grad_c2p.begin(), grad_c2p.end(), 0.0f);
+      std::fill(grad_p2c.begin(), grad_p2c.end(), 0.0f);
+      for (int64_t i = 0; i < L; ++i) {
+        score_row(pr, config, qh, kh, pos, i, scores.data());
+        const uint8_t* keep = key_keep[i] ? key_keep : pr.none_kept.data();
+        if (dropout)
+          attention_dropout_factors(factor.data(), L, probs_offset(pr, b, h) + static_cast<uint64_t>(i * L),
+                                    config);
+        // dP~ = dC_i V^T; D_i = dC_i . context_i = sum_j P~_ij dP~_ij.
+        Eigen::Map<Eigen::RowVectorXf>(dp.data(), L).noalias() = dch.row(i) * vh.transpose();
+        const float row_dot = dch.row(i).dot(ch.row(i));
+        for (int64_t j = 0; j < L; ++j) {
+          const float prob = std::exp((keep[j] ? scores[j] : kMaskedScore) - stats[2 * i]) * stats[2 * i + 1];
+          const float p_tilde = prob * factor[j];
+          dvh.row(j) += p_tilde * dch.row(i);
+          const float g = keep[j] ? prob * (factor[j] * dp[j] - row_dot) / pr.scale : 0.0f;
+          if (g == 0.0f) continue;
+          dqh.row(i) += g * kh.row(j);
+          dkh.row(j) += g * qh.row(i);
+          const int32_t c = (config.c2p || config.p2c) ? pr.diagonal[static_cast<size_t>(i - j + L - 1)] : 0;
+          if (config.c2p) grad_c2p[static_cast<size_t>(i * W + c)] += g;
+          if (config.p2c) grad_p2c[static_cast<size_t>(j * W + c)] += g;
         }
       }
       if (config.c2p) {

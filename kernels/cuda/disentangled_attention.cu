@@ -53,6 +53,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cuda/flash_disentangled_attention.cuh"
 #include "kernels/cuda/fused_disentangled_attention.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/relative_position.cuh"
@@ -132,6 +133,7 @@ __global__ void mask_to_keep_kernel(const M* __restrict__ mask, uint8_t* __restr
 constexpr float kMasked = -3.40282346638528859811704183484516925e+38f;  // finfo(f32).min
 constexpr int kSoftmaxTileRows = 32;  // query rows per CTA of the forward softmax
 constexpr int kMaxRowChunks = 8;      // rows held in registers: L <= 128 * kMaxRowChunks
+static_assert(kStoredAttentionMaxLength == 128 * kMaxRowChunks);
 
 // Four consecutive elements of T as one access (a lane's keys 4 lane + q of a chunk): one 16-byte f32 load
 // instead of four 4-byte ones, one 8-byte store of P instead of four 2-byte ones. Used where the row kernels'
@@ -694,6 +696,9 @@ void check_tensor(const Tensor& t, DType dtype, const Shape& shape, const char* 
 
 // probs [B, N, L, L] is stored in T, the storage dtype of q, k, v (the CPU reference keeps it f32).
 void check_probs(const Tensor& probs, DType storage, const AttentionShape& s, const char* op) {
+  ZT_CHECK(s.length <= kStoredAttentionMaxLength, op, ": sequence length ", s.length,
+           " is over the stored-probabilities GPU attention's limit of ", kStoredAttentionMaxLength,
+           " (the softmax kernels hold a score row in registers; the flash attention has no limit)");
   ZT_CHECK(!probs.defined() || probs.dtype() == storage, op, ": probs must be ", dtype_name(storage),
            " on the GPU (the storage dtype of q, k, v), got ", probs.describe());
   check_tensor(probs, storage, Shape{s.batch, s.heads, s.length, s.length}, op, "probs");
@@ -712,9 +717,6 @@ Plan plan_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   AttentionShape& s = plan.shape;
   s.batch = q.dim(0);
   s.length = q.dim(1);
-  ZT_CHECK(s.length <= 128 * kMaxRowChunks, op, ": sequence length ", s.length,
-           " is over the GPU attention's limit of ", 128 * kMaxRowChunks,
-           " (the softmax kernels hold a score row in registers)");
   s.features = q.dim(2);
   s.heads = config.num_heads;
   ZT_CHECK(s.heads > 0 && s.features % s.heads == 0, op, ": hidden size ", s.features,
@@ -795,6 +797,72 @@ DeviceBuffer padded_table_window(const Tensor& table, int64_t window_begin, cons
 
 size_t positional_elements(const AttentionShape& s) {
   return static_cast<size_t>(s.heads * s.batch * s.length * s.window_pitch);
+}
+
+// Positional scores over all B*L rows of a head: rows table_w^T, [N, B*L, window_pitch] f32 (C2P = Q PK_w^T,
+// P2C = K PQ_w^T).
+DeviceBuffer positional_scores(const Tensor& rows, const Tensor& table, int64_t window_begin,
+                               const AttentionShape& s, DType T, const char* name, cudaStream_t stream) {
+  const int64_t BL = s.batch * s.length;
+  DeviceBuffer out = scratch_buffer(positional_elements(s) * sizeof(float), name);
+  const DeviceBuffer window = padded_table_window(table, window_begin, s, stream);
+  GemmProblem p = head_gemm(BL, s.window_pitch, s.head_size, T, s);
+  p.a = head_operand(rows.data(), T, 0, s);
+  p.b = head_operand(window.data(), T, 0, s);
+  p.transpose_b = true;
+  p.c = {out.data(), DType::f32, s.window_pitch, BL * s.window_pitch};
+  gemm(p, stream);
+  return out;
+}
+
+// The positional terms of the backward, shared by every path: with Gx = Gc (c2p) or Gp (p2c) [N, B*L, Wp]
+// in T, d(rows) += Gx table_w and d(table_w) += Gx^T rows.
+void positional_grads(const void* bucket_grad, const Tensor& rows, const Tensor& table, const Tensor& drows,
+                      const Tensor& dtable, int64_t window_begin, const AttentionShape& s, DType T,
+                      const char* op, cudaStream_t stream) {
+  const int64_t table_row = window_begin, BL = s.batch * s.length, d = s.head_size;
+  const DeviceBuffer window = padded_table_window(table, table_row, s, stream);
+  GemmProblem into_rows = head_gemm(BL, d, s.window_pitch, T, s);
+  into_rows.a = {bucket_grad, s.window_pitch, BL * s.window_pitch};
+  into_rows.b = head_operand(window.data(), T, 0, s);
+  into_rows.c = head_output(drows.data(), T, 0, s);
+  into_rows.beta = 1.0f;
+  gemm(into_rows, stream);
+  // d(table_w) += Gx^T rows: per head a [W, d] output (255 x 64 at L = 128) summed over k = B*L rows. As
+  // one GEMM per head that is 24 heads x a few output tiles for 132 SMs: the two tables took 9.9 ms of the
+  // 91.5 ms bs-40 step (H200). So k is split into slices, the inner level of a two-level batch (outer:
+  // heads), partial products go to f32 scratch [N, slices, W, d], and one kernel adds the slices in order
+  // into dtable (deterministic).
+  const int64_t slices = split_k_slices(BL);
+  if (slices == 1) {
+    GemmProblem into_table = head_gemm(s.window, d, BL, T, s);
+    into_table.a = {bucket_grad, s.window_pitch, BL * s.window_pitch};
+    into_table.transpose_a = true;
+    into_table.b = head_operand(rows.data(), T, 0, s);
+    into_table.c = head_output(dtable.data(), dtable.dtype(), table_row, s);
+    into_table.beta = 1.0f;
+    gemm(into_table, stream);
+    return;
+  }
+  const int64_t slice_rows = BL / slices;
+  DeviceBuffer partial =
+      scratch_buffer(static_cast<size_t>(s.heads * slices * s.window_pitch * d) * sizeof(float),
+                     "attention.table_grad_partials");
+  GemmProblem into_partials = head_gemm(s.window_pitch, d, slice_rows, T, s);
+  into_partials.batch = slices;  // inner: k slices of one head
+  into_partials.outer = s.heads;
+  into_partials.a = {bucket_grad, s.window_pitch, slice_rows * s.window_pitch, BL * s.window_pitch};
+  into_partials.transpose_a = true;
+  into_partials.b = {rows.data(), s.features, slice_rows * s.features, s.head_size};
+  into_partials.c = {partial.data(), DType::f32, d, s.window_pitch * d, slices * s.window_pitch * d};
+  gemm(into_partials, stream);
+  const int64_t outputs = s.heads * s.window * d;
+  dispatch_storage(dtable.dtype(), op, [&](auto tag) {
+    using D = typename decltype(tag)::type;
+    add_slice_partials_kernel<D><<<grid_for(outputs), kThreads, 0, stream>>>(
+        partial.data_as<float>(), static_cast<D*>(dtable.data()), slices, table_row, s);
+    ZT_CUDA_CHECK_LAUNCH("attention_add_slice_partials");
+  });
 }
 
 // ---- the fused forward's host side (kernel: fused_disentangled_attention.cu) ----
@@ -1002,18 +1070,10 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   prof.mark("attn.fwd.qk_gemm");
   // Positional scores over all B*L rows of a head: C2P = Q PK_w^T, P2C = K PQ_w^T, [N, B*L, W] f32.
   DeviceBuffer c2p_scores, p2c_scores;
-  auto positional_scores = [&](const Tensor& rows, const Tensor& table, DeviceBuffer& out, const char* name) {
-    out = scratch_buffer(positional_elements(s) * sizeof(float), name);
-    const DeviceBuffer window = padded_table_window(table, tables.window_begin, s, stream);
-    GemmProblem p = head_gemm(BL, s.window_pitch, d, T, s);
-    p.a = head_operand(rows.data(), T, 0, s);
-    p.b = head_operand(window.data(), T, 0, s);
-    p.transpose_b = true;
-    p.c = {out.data(), DType::f32, s.window_pitch, BL * s.window_pitch};
-    gemm(p, stream);
-  };
-  if (s.c2p) positional_scores(q, pos_key, c2p_scores, "attention.c2p_scores");
-  if (s.p2c) positional_scores(k, pos_query, p2c_scores, "attention.p2c_scores");
+  if (s.c2p)
+    c2p_scores = positional_scores(q, pos_key, tables.window_begin, s, T, "attention.c2p_scores", stream);
+  if (s.p2c)
+    p2c_scores = positional_scores(k, pos_query, tables.window_begin, s, T, "attention.p2c_scores", stream);
   prof.mark("attn.fwd.c2p_p2c_gemm");
 
   // P~ in T for the context GEMM; without dropout P~ = P, read from probs (already in T).
@@ -1095,55 +1155,6 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
     tables = relative_index_tables(config.positions, L, stream);
     set_window(s, tables.window);
   }
-  // The positional terms, shared by the fused and the unfused path: with Gx = Gc (c2p) or Gp (p2c)
-  // [N, B*L, Wp] in T, d(rows) += Gx table_w and d(table_w) += Gx^T rows.
-  auto positional_grads = [&](const DeviceBuffer& bucket_grad, const Tensor& rows, const Tensor& table,
-                              const Tensor& drows, const Tensor& dtable) {
-    const int64_t table_row = tables.window_begin;
-    const DeviceBuffer window = padded_table_window(table, table_row, s, stream);
-    GemmProblem into_rows = head_gemm(BL, d, s.window_pitch, T, s);
-    into_rows.a = {bucket_grad.data(), s.window_pitch, BL * s.window_pitch};
-    into_rows.b = head_operand(window.data(), T, 0, s);
-    into_rows.c = head_output(drows.data(), T, 0, s);
-    into_rows.beta = 1.0f;
-    gemm(into_rows, stream);
-    // d(table_w) += Gx^T rows: per head a [W, d] output (255 x 64 at L = 128) summed over k = B*L rows. As
-    // one GEMM per head that is 24 heads x a few output tiles for 132 SMs: the two tables took 9.9 ms of the
-    // 91.5 ms bs-40 step (H200). So k is split into slices, the inner level of a two-level batch (outer:
-    // heads), partial products go to f32 scratch [N, slices, W, d], and one kernel adds the slices in order
-    // into dtable (deterministic).
-    const int64_t slices = split_k_slices(BL);
-    if (slices == 1) {
-      GemmProblem into_table = head_gemm(s.window, d, BL, T, s);
-      into_table.a = {bucket_grad.data(), s.window_pitch, BL * s.window_pitch};
-      into_table.transpose_a = true;
-      into_table.b = head_operand(rows.data(), T, 0, s);
-      into_table.c = head_output(dtable.data(), dtable.dtype(), table_row, s);
-      into_table.beta = 1.0f;
-      gemm(into_table, stream);
-      return;
-    }
-    const int64_t slice_rows = BL / slices;
-    DeviceBuffer partial =
-        scratch_buffer(static_cast<size_t>(s.heads * slices * s.window_pitch * d) * sizeof(float),
-                       "attention.table_grad_partials");
-    GemmProblem into_partials = head_gemm(s.window_pitch, d, slice_rows, T, s);
-    into_partials.batch = slices;  // inner: k slices of one head
-    into_partials.outer = s.heads;
-    into_partials.a = {bucket_grad.data(), s.window_pitch, slice_rows * s.window_pitch, BL * s.window_pitch};
-    into_partials.transpose_a = true;
-    into_partials.b = {rows.data(), s.features, slice_rows * s.features, s.head_size};
-    into_partials.c = {partial.data(), DType::f32, d, s.window_pitch * d, slices * s.window_pitch * d};
-    gemm(into_partials, stream);
-    const int64_t outputs = s.heads * s.window * d;
-    dispatch_storage(dtable.dtype(), op, [&](auto tag) {
-      using D = typename decltype(tag)::type;
-      add_slice_partials_kernel<D><<<grid_for(outputs), kThreads, 0, stream>>>(
-          partial.data_as<float>(), static_cast<D*>(dtable.data()), slices, table_row, s);
-      ZT_CUDA_CHECK_LAUNCH("attention_add_slice_partials");
-    });
-  };
-
   // The fused backward where chosen (ZT_FUSED_ATTENTION_BACKWARD=1, off by default: correct and slower on the
   // H200, or fused_disentangled_attention_backward) and supported: dq, dk, dv and Gc, Gp from two kernels,
   // then the positional GEMMs above. Everything after this block is the unfused path, unchanged.
@@ -1177,8 +1188,11 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
       launch_fused_attention_backward(p, T, stream);
       StepProfile& prof = StepProfile::global();
       prof.mark("attn.bwd.fused");
-      if (s.c2p) positional_grads(c2p_grad, q, pos_key, dq, dpos_key);
-      if (s.p2c) positional_grads(p2c_grad, k, pos_query, dk, dpos_query);
+      if (s.c2p)
+        positional_grads(c2p_grad.data(), q, pos_key, dq, dpos_key, tables.window_begin, s, T, op, stream);
+      if (s.p2c)
+        positional_grads(p2c_grad.data(), k, pos_query, dk, dpos_query, tables.window_begin, s, T, op,
+                         stream);
       prof.mark("attn.bwd.positional_gemm");
       return;
     }
@@ -1299,8 +1313,10 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
     });
   }
   prof.mark("attn.bwd.bucket_gather");
-  if (s.c2p) positional_grads(c2p_grad, q, pos_key, dq, dpos_key);
-  if (s.p2c) positional_grads(p2c_grad, k, pos_query, dk, dpos_query);
+  if (s.c2p)
+    positional_grads(c2p_grad.data(), q, pos_key, dq, dpos_key, tables.window_begin, s, T, op, stream);
+  if (s.p2c)
+    positional_grads(p2c_grad.data(), k, pos_query, dk, dpos_query, tables.window_begin, s, T, op, stream);
   prof.mark("attn.bwd.positional_gemm");
 }
 
@@ -1327,6 +1343,184 @@ void fused_disentangled_attention_backward(const Tensor& q, const Tensor& k, con
                                            cudaStream_t stream) {
   attention_backward(BackwardPath::fused_only, q, k, v, pos_key, pos_query, attention_mask, probs, dcontext,
                      config, dq, dk, dv, dpos_key, dpos_query, stream);
+}
+
+// ---- the flash attention's host side (kernels: flash_disentangled_attention.cu) ----
+
+const char* flash_attention_unsupported(const Tensor& q, const DisentangledAttentionConfig& config) {
+  if (q.dtype() != DType::bf16 && q.dtype() != DType::f16) return "the storage dtype is not bf16 or f16";
+  if (q.rank() != 3 || config.num_heads <= 0 || q.dim(2) % config.num_heads != 0)
+    return "q is not [B, L, D] with D a multiple of num_heads";
+  if (q.dim(2) / config.num_heads != kFlashHeadSize) return "the head size is not 64";
+  if (q.dim(0) * config.num_heads > 65535) return "B * num_heads is over 65535";
+  if (q.dim(1) > (int64_t{1} << 30) / kFlashTile) return "the sequence length is over the grid's limit";
+  return nullptr;
+}
+
+namespace {
+
+struct FlashRun {
+  Plan plan;
+  DeviceBuffer keep, c2p_scores, p2c_scores;
+  RelativeIndexTables tables;
+  FlashAttentionParams params;
+};
+
+// The checks, the mask bytes, the index tables and the positional scores both directions need.
+FlashRun prepare_flash(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+                       const Tensor& pos_query, const Tensor& attention_mask,
+                       const DisentangledAttentionConfig& config, const Tensor& context,
+                       const Tensor& softmax_stats, const char* op, cudaStream_t stream) {
+  FlashRun run;
+  run.plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
+  AttentionShape& s = run.plan.shape;
+  const DType T = run.plan.dtype;
+  const char* unsupported = flash_attention_unsupported(q, config);
+  ZT_CHECK(unsupported == nullptr, op, ": not supported: ", unsupported);
+  check_tensor(context, T, q.shape(), op, "context");
+  check_tensor(softmax_stats, DType::f32, Shape{s.batch, s.heads, s.length, 2}, op, "softmax_stats");
+  using cuda_detail::is_aligned16;
+  ZT_CHECK(is_aligned16(q.data()) && is_aligned16(k.data()) && is_aligned16(v.data()) &&
+               is_aligned16(context.data()),
+           op, ": q, k, v and context must be 16-byte aligned");
+  if (s.batch == 0 || s.length == 0) return run;
+  const int64_t BL = s.batch * s.length;
+  run.keep = make_keep(attention_mask, BL, stream);
+  FlashAttentionParams& p = run.params;
+  if (s.c2p || s.p2c) {
+    run.tables = relative_index_tables(config.positions, s.length, stream);
+    set_window(s, run.tables.window);
+    if (s.c2p)
+      run.c2p_scores =
+          positional_scores(q, pos_key, run.tables.window_begin, s, T, "attention.c2p_scores", stream);
+    if (s.p2c)
+      run.p2c_scores =
+          positional_scores(k, pos_query, run.tables.window_begin, s, T, "attention.p2c_scores", stream);
+    p.diagonal = run.tables.diagonal;
+    p.c2p = run.c2p_scores.data_as<float>();
+    p.p2c = run.p2c_scores.data_as<float>();
+    p.window_pitch = static_cast<int>(s.window_pitch);
+  }
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.keep = run.keep.data_as<uint8_t>();
+  p.context = context.data();
+  p.stats = softmax_stats.data_as<float>();
+  p.batch = static_cast<int>(s.batch);
+  p.length = static_cast<int>(s.length);
+  p.heads = static_cast<int>(s.heads);
+  p.features = static_cast<int>(s.features);
+  p.inverse_scale = s.inverse_scale;
+  p.dropout = s.dropout;
+  p.dropout_p = s.dropout_p;
+  p.kept_scale = s.kept_scale;
+  p.seed = s.seed;
+  p.site_id = s.site_id;
+  return run;
+}
+
+// out[e] = T(in[e]) over n elements.
+template <typename T>
+__global__ void round_to_storage_kernel(const float* __restrict__ in, T* __restrict__ out, int64_t n) {
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[e] = from_float<T>(in[e]);
+}
+
+}  // namespace
+
+void flash_disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& pos_key, const Tensor& pos_query,
+                                          const Tensor& attention_mask,
+                                          const DisentangledAttentionConfig& config, const Tensor& context,
+                                          const Tensor& softmax_stats, cudaStream_t stream) {
+  constexpr const char* op = "flash_disentangled_attention_forward";
+  const FlashRun run =
+      prepare_flash(q, k, v, pos_key, pos_query, attention_mask, config, context, softmax_stats, op, stream);
+  const AttentionShape& s = run.plan.shape;
+  if (s.batch == 0 || s.length == 0) return;
+  StepProfile& prof = StepProfile::global();
+  prof.mark("attn.fwd.c2p_p2c_gemm");
+  launch_flash_attention_forward(run.params, run.plan.dtype, stream);
+  prof.mark("attn.fwd.flash");
+}
+
+void flash_disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const Tensor& pos_key, const Tensor& pos_query,
+                                           const Tensor& attention_mask, const Tensor& context,
+                                           const Tensor& softmax_stats, const Tensor& dcontext,
+                                           const DisentangledAttentionConfig& config, const Tensor& dq,
+                                           const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
+                                           const Tensor& dpos_query, cudaStream_t stream) {
+  constexpr const char* op = "flash_disentangled_attention_backward";
+  FlashRun run =
+      prepare_flash(q, k, v, pos_key, pos_query, attention_mask, config, context, softmax_stats, op, stream);
+  const AttentionShape& s = run.plan.shape;
+  const DType T = run.plan.dtype;
+  check_tensor(dcontext, T, q.shape(), op, "dcontext");
+  check_tensor(dq, T, q.shape(), op, "dq");
+  check_tensor(dk, T, q.shape(), op, "dk");
+  check_tensor(dv, T, q.shape(), op, "dv");
+  using cuda_detail::is_aligned16;
+  ZT_CHECK(is_aligned16(dcontext.data()) && is_aligned16(dq.data()) && is_aligned16(dk.data()) &&
+               is_aligned16(dv.data()),
+           op, ": dcontext, dq, dk and dv must be 16-byte aligned");
+  auto check_table_grad = [&](const Tensor& grad, const Tensor& table, const char* name) {
+    check_cuda_arg(grad, op, name);
+    ZT_CHECK(grad.dtype() == T || grad.dtype() == DType::f32, op, ": ", name, " must be ", dtype_name(T),
+             " or f32, got ", grad.describe());
+    ZT_CHECK(grad.shape() == table.shape(), op, ": ", name, " must be ", table.shape().to_string(), ", got ",
+             grad.shape().to_string());
+  };
+  if (s.c2p) check_table_grad(dpos_key, pos_key, "dpos_key");
+  if (s.p2c) check_table_grad(dpos_query, pos_query, "dpos_query");
+  if (s.batch == 0 || s.length == 0) return;
+  StepProfile& prof = StepProfile::global();
+  prof.mark("attn.bwd.c2p_p2c_gemm");
+
+  const size_t positional_bytes = positional_elements(s) * sizeof(float);
+  DeviceBuffer c2p_grad32, p2c_grad32;
+  if (s.c2p) {
+    c2p_grad32 = scratch_buffer(positional_bytes, "attention.c2p_grad_f32");
+    ZT_CUDA_CHECK(cudaMemsetAsync(c2p_grad32.data(), 0, positional_bytes, stream));
+  }
+  if (s.p2c) {
+    p2c_grad32 = scratch_buffer(positional_bytes, "attention.p2c_grad_f32");
+    ZT_CUDA_CHECK(cudaMemsetAsync(p2c_grad32.data(), 0, positional_bytes, stream));
+  }
+  const DeviceBuffer row_dot =
+      scratch_buffer(static_cast<size_t>(s.batch * s.heads * s.length) * sizeof(float), "attention.row_dot");
+  FlashAttentionParams& p = run.params;
+  p.dcontext = dcontext.data();
+  p.row_dot = row_dot.data_as<float>();
+  p.dq = dq.data();
+  p.dk = dk.data();
+  p.dv = dv.data();
+  p.gc = c2p_grad32.data_as<float>();
+  p.gp = p2c_grad32.data_as<float>();
+  launch_flash_attention_backward(p, T, stream);
+  run.c2p_scores = DeviceBuffer();  // the recomputed scores are dead: their memory goes back first
+  run.p2c_scores = DeviceBuffer();
+  prof.mark("attn.bwd.flash");
+
+  // Gc and Gp rounded to T once, then the positional GEMMs of the stored path.
+  auto positional = [&](DeviceBuffer& grad32, const Tensor& rows, const Tensor& table, const Tensor& drows,
+                        const Tensor& dtable, const char* name) {
+    const int64_t n = static_cast<int64_t>(positional_elements(s));
+    DeviceBuffer grad = scratch_buffer(static_cast<size_t>(n) * dtype_size(T), name);
+    dispatch_storage(T, op, [&](auto tag) {
+      using S = typename decltype(tag)::type;
+      round_to_storage_kernel<S>
+          <<<grid_for(n), kThreads, 0, stream>>>(grad32.data_as<float>(), grad.data_as<S>(), n);
+      ZT_CUDA_CHECK_LAUNCH("attention_round_bucket_grad");
+    });
+    grad32 = DeviceBuffer();
+    positional_grads(grad.data(), rows, table, drows, dtable, run.tables.window_begin, s, T, op, stream);
+  };
+  if (s.c2p) positional(c2p_grad32, q, pos_key, dq, dpos_key, "attention.c2p_grad");
+  if (s.p2c) positional(p2c_grad32, k, pos_query, dk, dpos_query, "attention.p2c_grad");
+  prof.mark("attn.bwd.positional_gemm");
 }
 
 }  // namespace zt::kernels::gpu

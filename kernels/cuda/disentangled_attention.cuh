@@ -63,4 +63,20 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
                                      const Tensor& dpos_query, cudaStream_t stream);
 
+// The flash attention (kernels/disentangled_attention.h, flash_disentangled_attention.cuh): bf16/f16, head
+// size 64, any L. flash_attention_unsupported returns why not (a phrase) or nullptr.
+const char* flash_attention_unsupported(const Tensor& q, const DisentangledAttentionConfig& config);
+void flash_disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& pos_key, const Tensor& pos_query,
+                                          const Tensor& attention_mask,
+                                          const DisentangledAttentionConfig& config, const Tensor& context,
+                                          const Tensor& softmax_stats, cudaStream_t stream);
+void flash_disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const Tensor& pos_key, const Tensor& pos_query,
+                                           const Tensor& attention_mask, const Tensor& context,
+                                           const Tensor& softmax_stats, const Tensor& dcontext,
+                                           const DisentangledAttentionConfig& config, const Tensor& dq,
+                                           const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
+                                           const Tensor& dpos_query, cudaStream_t stream);
+
 }  // namespace zt::kernels::gpu

@@ -1,0 +1,659 @@
+// The flash disentangled-attention kernels (see flash_disentangled_attention.cuh for the algorithm).
+//
+// Tensor cores through mma.sync.m16n8k16 (PTX ISA, "Matrix fragments for mma.m16n8k16"): with g = lane / 4
+// and q = lane % 4 a thread holds
+//   A (16 x 16, row-major)  a0 = (g, 2q..2q+1)  a1 = (g+8, 2q..)  a2 = (g, 2q+8..)  a3 = (g+8, 2q+8..)
+//   B (16 x 8, "col")        b0 = (k 2q..2q+1, n g)                b1 = (k 2q+8..2q+9, n g)
+//   C (16 x 8, f32)          c0, c1 = (g, 2q..2q+1)               c2, c3 = (g+8, 2q..2q+1)
+// so the C fragments of two neighbouring 8-column tiles are, rounded to T, the A fragment of a 16-deep
+// product (flash attention's register reuse of P). Each warp owns 16 rows of a 64-row tile.
+//
+// Shared memory: 64 x 64 T tiles with rows padded to 72 elements (144 bytes: 16-byte aligned rows, and the
+// 32-bit fragment loads of a warp, lanes (g, q) at word 36 g + q, hit 32 distinct banks).
+#include "kernels/cuda/flash_disentangled_attention.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/cuda/launch_common.cuh"
+#include "kernels/philox.h"
+#include "runtime/check.h"
+#include "runtime/cuda_check.h"
+
+namespace zt::kernels::gpu {
+namespace {
+
+using cuda_detail::from_float;
+using cuda_detail::to_float;
+
+constexpr int kTile = kFlashTile;
+constexpr int kD = kFlashHeadSize;
+constexpr int kThreads = 128;   // 4 warps x 16 rows
+constexpr int kPitch = kD + 8;  // T elements per shared row
+constexpr int kKeepPitch = kTile + 4;
+constexpr int kGradPitch = kTile + 1;
+constexpr int kDiagonals = 2 * kTile - 1;  // i - j values one (query tile, key tile) pair reaches
+constexpr float kMasked = -3.40282346638528859811704183484516925e+38f;  // finfo(f32).min, as unfused
+
+// ---- fragments -----------------------------------------------------------------------------------------
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Two 16-bit values (lo at the lower address) as one 32-bit register.
+template <typename T>
+__device__ __forceinline__ uint32_t pair(T lo, T hi) {
+  const uint16_t l = *reinterpret_cast<const uint16_t*>(&lo), h = *reinterpret_cast<const uint16_t*>(&hi);
+  return static_cast<uint32_t>(l) | (static_cast<uint32_t>(h) << 16);
+}
+
+// c += A B for one m16n8k16 tile, f32 accumulate.
+template <typename T>
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ uint32_t word_at(const void* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// The A fragments of rows row0 .. row0 + 15 of a [64, kPitch] tile, all four 16-deep chunks of d = 64.
+template <typename T>
+__device__ __forceinline__ void load_a_fragments(const T* tile, int row0, uint32_t a[4][4]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    const T* top = tile + (row0 + g) * kPitch + kc * 16 + 2 * q;
+    const T* bottom = top + 8 * kPitch;
+    a[kc][0] = word_at(top);
+    a[kc][1] = word_at(bottom);
+    a[kc][2] = word_at(top + 8);
+    a[kc][3] = word_at(bottom + 8);
+  }
+}
+
+// S[16 rows, 64 cols] = A (this warp's rows, d = 64 deep) times rows^T of a [64, kPitch] tile (column n of
+// the product is row n of the tile).
+template <typename T>
+__device__ __forceinline__ void product_with_rows(const uint32_t a[4][4], const T* tile, float s[8][4]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {
+      const T* row = tile + (nt * 8 + g) * kPitch + kc * 16 + 2 * q;
+      mma<T>(s[nt], a[kc], word_at(row), word_at(row + 8));
+    }
+  }
+}
+
+// acc[16 rows, 64 features] += P (16 x 64 keys, as 8 C tiles in f32, rounded to T here) times a [64 keys,
+// kPitch] tile (row = key, column = feature).
+template <typename T>
+__device__ __forceinline__ void accumulate_times_tile(const float p[8][4], const T* tile, float acc[8][4]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    uint32_t a[4];
+    a[0] = pack2<T>(p[2 * kc][0], p[2 * kc][1]);
+    a[1] = pack2<T>(p[2 * kc][2], p[2 * kc][3]);
+    a[2] = pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]);
+    a[3] = pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3]);
+    const T* k0 = tile + (kc * 16 + 2 * q) * kPitch;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int n = nt * 8 + g;
+      const uint32_t b0 = pair(k0[n], k0[kPitch + n]);
+      const uint32_t b1 = pair(k0[8 * kPitch + n], k0[9 * kPitch + n]);
+      mma<T>(acc[nt], a, b0, b1);
+    }
+  }
+}
+
+// ---- tiles ---------------------------------------------------------------------------------------------
+
+// Rows first .. first + 63 of head h of a [B, L, D] tensor (batch b) into a [64, kPitch] tile; rows >= L are
+// zero. 16-byte loads (the host checks the alignment).
+template <typename T>
+__device__ __forceinline__ void load_tile(T* tile, const T* x, const FlashAttentionParams& p, int64_t b,
+                                          int64_t h, int first) {
+  for (int chunk = static_cast<int>(threadIdx.x); chunk < kTile * 8; chunk += kThreads) {
+    const int r = chunk / 8, c = chunk % 8;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (first + r < p.length)
+      value = *reinterpret_cast<const uint4*>(x + (b * p.length + first + r) * p.features + h * kD + c * 8);
+    *reinterpret_cast<uint4*>(tile + r * kPitch + c * 8) = value;
+  }
+}
+
+// diag[t] = c(i,j) - window_begin for i - j = i0 - j0 - 63 + t. Where |i - j| >= L (no pair of the tile with
+// i, j < L) the nearest reachable diagonal's bucket: the table stays monotone, so diag[0] == diag[126] means
+// one bucket for every pair of the tile.
+__device__ __forceinline__ void load_diagonals(int* diag, const FlashAttentionParams& p, int i0, int j0) {
+  for (int t = static_cast<int>(threadIdx.x); t < kDiagonals; t += kThreads) {
+    const int r = min(max(i0 - j0 - (kTile - 1) + t, 1 - p.length), p.length - 1);
+    diag[t] = p.diagonal[r + p.length - 1];
+  }
+}
+
+// keep[ti][tj] = 1 where dropout keeps P[b, h, i0 + ti, j0 + tj] (the unfused path's draw: element
+// e = ((b*N + h)*L + i)*L + j, word e % 4 of Philox block e / 4). Four consecutive keys a thread: one block
+// when e starts one, two otherwise.
+__device__ __forceinline__ void fill_keep_tile(uint8_t* keep, const FlashAttentionParams& p, int64_t bh,
+                                               int i0, int j0) {
+  for (int idx = static_cast<int>(threadIdx.x); idx < kTile * (kTile / 4); idx += kThreads) {
+    const int ti = idx / (kTile / 4), tj = 4 * (idx % (kTile / 4));
+    const int i = i0 + ti, j = j0 + tj;
+    uint8_t bits[4] = {0, 0, 0, 0};
+    if (i < p.length && j < p.length) {
+      const uint64_t e = (static_cast<uint64_t>(bh) * p.length + i) * p.length + j;
+      const PhiloxCounter first = philox_block(p.seed, p.site_id, e >> 2);
+      PhiloxCounter second = first;
+      if ((e & 3) != 0) second = philox_block(p.seed, p.site_id, (e >> 2) + 1);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const uint64_t element = e + u;
+        const PhiloxCounter& block = (element >> 2) == (e >> 2) ? first : second;
+        const int w = static_cast<int>(element & 3);
+        const uint32_t word = w == 0   ? block.word[0]
+                              : w == 1 ? block.word[1]
+                              : w == 2 ? block.word[2]
+                                       : block.word[3];
+        bits[u] = uniform_from_bits(word) >= p.dropout_p ? 1 : 0;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) keep[ti * kKeepPitch + tj + u] = bits[u];
+  }
+}
+
+// The raw score a(i, j) (before the mask) from the content product s.
+__device__ __forceinline__ float disentangled_score(const FlashAttentionParams& p, float s, int64_t head_rows,
+                                                    int i, int j, int c) {
+  float a = s;
+  if (p.c2p != nullptr) a += p.c2p[(head_rows + i) * p.window_pitch + c];
+  if (p.p2c != nullptr) a += p.p2c[(head_rows + j) * p.window_pitch + c];
+  return a * p.inverse_scale;
+}
+
+// Adds a tile's score gradients into rows of Gc (by query) or Gp (by key): out row `row` (global index
+// into the [N, B*L, Wp] buffer, or < 0 to skip) gets sum over the tile's 64 columns `col` of grad[local][col]
+// bucketed by diag[t(local, col)]. Runs of equal buckets are summed in column order, then added: one CTA
+// owns each out row, so the order of the additions is fixed.
+__device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad_row, const int* diag,
+                                                   int local, bool by_query, int columns) {
+  float run = 0.0f;
+  int bucket = -1;
+  for (int col = 0; col < columns; ++col) {
+    // by query: i = local, j = col, t = i - j + 63; by key: j = local, i = col.
+    const int t = by_query ? local - col + kTile - 1 : col - local + kTile - 1;
+    const int c = diag[t];
+    if (c != bucket) {
+      if (bucket >= 0) out[bucket] += run;
+      bucket = c;
+      run = 0.0f;
+    }
+    run += grad_row[col];
+  }
+  if (bucket >= 0) out[bucket] += run;
+}
+
+// ---- forward -------------------------------------------------------------------------------------------
+
+struct ForwardShared {
+  int diag[kDiagonals + 1];
+  uint8_t key_keep[kTile];
+  uint8_t keep[kTile * kKeepPitch];
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(FlashAttentionParams p) {
+  __shared__ __align__(16) T q_tile[kTile * kPitch];
+  __shared__ __align__(16) T k_tile[kTile * kPitch];
+  __shared__ __align__(16) T v_tile[kTile * kPitch];
+  __shared__ ForwardShared sh;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int L = p.length;
+  const int i0 = static_cast<int>(blockIdx.x) * kTile;
+  const int64_t bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int64_t head_rows = (h * p.batch + b) * L;  // row (b, 0) of head h in the positional scores
+  const T* qx = static_cast<const T*>(p.q);
+  const T* kx = static_cast<const T*>(p.k);
+  const T* vx = static_cast<const T*>(p.v);
+  const bool positional = p.c2p != nullptr || p.p2c != nullptr;
+
+  load_tile(q_tile, qx, p, b, h, i0);
+  __syncthreads();
+  uint32_t qa[4][4];
+  load_a_fragments(q_tile, warp * 16, qa);
+
+  const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
+  bool row_kept[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + local_row[r];
+    row_kept[r] = i < L && p.keep[b * L + i] != 0;
+  }
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  float o[8][4];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+
+  for (int j0 = 0; j0 < L; j0 += kTile) {
+    __syncthreads();  // the previous tile's readers are done
+    load_tile(k_tile, kx, p, b, h, j0);
+    load_tile(v_tile, vx, p, b, h, j0);
+    for (int t = static_cast<int>(threadIdx.x); t < kTile; t += kThreads)
+      sh.key_keep[t] = j0 + t < L && p.keep[b * L + j0 + t] != 0;
+    if (positional) load_diagonals(sh.diag, p, i0, j0);
+    if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
+    __syncthreads();
+
+    float s[8][4];
+    product_with_rows(qa, k_tile, s);
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2, jl = nt * 8 + 2 * q + (e & 1), j = j0 + jl, i = i0 + local_row[r];
+        float x = -INFINITY;  // keys past L take no part
+        if (j < L) {
+          const int c = positional ? sh.diag[local_row[r] - jl + kTile - 1] : 0;
+          x = (row_kept[r] && sh.key_keep[jl]) ? disentangled_score(p, s[nt][e], head_rows, i, j, c)
+                                               : kMasked;
+        }
+        s[nt][e] = x;
+        tile_max[r] = fmaxf(tile_max[r], x);
+      }
+    }
+    float correction[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float new_max = fmaxf(row_max[r], tile_max[r]);  // finite: every tile has a key < L
+      correction[r] = expf(row_max[r] - new_max);            // 0 on the first tile (-inf)
+      row_max[r] = new_max;
+      row_sum[r] *= correction[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2, jl = nt * 8 + 2 * q + (e & 1);
+        const float pe = expf(s[nt][e] - row_max[r]);
+        row_sum[r] += pe;
+        s[nt][e] = (!p.dropout || sh.keep[local_row[r] * kKeepPitch + jl]) ? pe * p.kept_scale : 0.0f;
+        o[nt][e] *= correction[r];
+      }
+    }
+    accumulate_times_tile(s, v_tile, o);
+  }
+
+  T* context = static_cast<T*>(p.context);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+    const int i = i0 + local_row[r];
+    if (i >= L) continue;
+    const float inverse = 1.0f / row_sum[r];
+    T* out = context + (b * L + i) * p.features + h * kD;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * q) =
+          pack2<T>(o[nt][2 * r] * inverse, o[nt][2 * r + 1] * inverse);
+    }
+    if (q == 0) {
+      p.stats[(bh * L + i) * 2] = row_max[r];
+      p.stats[(bh * L + i) * 2 + 1] = inverse;
+    }
+  }
+}
+
+// ---- backward ------------------------------------------------------------------------------------------
+
+// D[b, h, i] = sum_k dC[b, i, h*d + k] context[b, i, h*d + k] in f32: a warp per (b, i, h).
+template <typename T>
+__global__ void flash_row_dot_kernel(FlashAttentionParams p) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.length * p.heads;
+  if (row >= rows) return;
+  const int64_t h = row % p.heads, bi = row / p.heads, b = bi / p.length, i = bi % p.length;
+  const T* dc = static_cast<const T*>(p.dcontext) + bi * p.features + h * kD;
+  const T* c = static_cast<const T*>(p.context) + bi * p.features + h * kD;
+  float sum = to_float(dc[lane]) * to_float(c[lane]) + to_float(dc[lane + 32]) * to_float(c[lane + 32]);
+  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0) p.row_dot[(b * p.heads + h) * p.length + i] = sum;
+}
+
+struct BackwardShared {
+  int diag[kDiagonals + 1];
+  uint8_t other_keep[kTile];  // the looped-over tile's mask: keys (rows kernel) or queries (keys kernel)
+  float other_max[kTile], other_inverse[kTile], other_dot[kTile];  // keys kernel: the query tile's stats
+  uint8_t keep[kTile * kKeepPitch];                                // dropout bits [query][key]
+  float grad[kTile * kGradPitch];                                  // G staged for the bucket scatter
+};
+
+// The score gradient G and the dropped probability P~ of one element, from the recomputed score x (masked
+// to finfo.min or -inf past L), the row's stats and dP~.
+struct ElementGrad {
+  float g, p_tilde;
+};
+__device__ __forceinline__ ElementGrad element_grad(const FlashAttentionParams& p, float x, bool valid,
+                                                    bool kept, float max, float inverse, float dot,
+                                                    float dp_tilde) {
+  const float prob = expf(x - max) * inverse;
+  const float factor = p.dropout ? (kept ? p.kept_scale : 0.0f) : 1.0f;
+  const float g = valid ? prob * (factor * dp_tilde - dot) * p.inverse_scale : 0.0f;
+  return {g, prob * factor};
+}
+
+// Rows kernel: one CTA per (b, h, 64 queries): dQ = G K and Gc.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel(FlashAttentionParams p) {
+  __shared__ __align__(16) T k_tile[kTile * kPitch];  // Q for the fragments first, then the key tiles
+  __shared__ __align__(16) T v_tile[kTile * kPitch];  // dC for the fragments first, then the value tiles
+  __shared__ BackwardShared sh;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int L = p.length;
+  const int i0 = static_cast<int>(blockIdx.x) * kTile;
+  const int64_t bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int64_t head_rows = (h * p.batch + b) * L;
+  const bool positional = p.c2p != nullptr || p.p2c != nullptr;
+
+  uint32_t qa[4][4], dca[4][4];
+  load_tile(k_tile, static_cast<const T*>(p.q), p, b, h, i0);
+  load_tile(v_tile, static_cast<const T*>(p.dcontext), p, b, h, i0);
+  __syncthreads();
+  load_a_fragments(k_tile, warp * 16, qa);
+  load_a_fragments(v_tile, warp * 16, dca);
+
+  const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
+  bool row_kept[2];
+  float max[2], inverse[2], dot[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + local_row[r];
+    row_kept[r] = i < L && p.keep[b * L + i] != 0;
+    max[r] = i < L ? p.stats[(bh * L + i) * 2] : 0.0f;
+    inverse[r] = i < L ? p.stats[(bh * L + i) * 2 + 1] : 0.0f;
+    dot[r] = i < L ? p.row_dot[bh * L + i] : 0.0f;
+  }
+  float dq[8][4];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.0f;
+
+  for (int j0 = 0; j0 < L; j0 += kTile) {
+    __syncthreads();
+    load_tile(k_tile, static_cast<const T*>(p.k), p, b, h, j0);
+    load_tile(v_tile, static_cast<const T*>(p.v), p, b, h, j0);
+    for (int t = static_cast<int>(threadIdx.x); t < kTile; t += kThreads)
+      sh.other_keep[t] = j0 + t < L && p.keep[b * L + j0 + t] != 0;
+    if (positional) load_diagonals(sh.diag, p, i0, j0);
+    if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
+    __syncthreads();
+
+    float s[8][4], dp[8][4];
+    product_with_rows(qa, k_tile, s);
+    product_with_rows(dca, v_tile, dp);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2, jl = nt * 8 + 2 * q + (e & 1), j = j0 + jl, i = i0 + local_row[r];
+        float grad = 0.0f;
+        if (j < L && i < L) {
+          const int c = positional ? sh.diag[local_row[r] - jl + kTile - 1] : 0;
+          const bool valid = row_kept[r] && sh.other_keep[jl];
+          const float x = valid ? disentangled_score(p, s[nt][e], head_rows, i, j, c) : kMasked;
+          const bool kept = !p.dropout || sh.keep[local_row[r] * kKeepPitch + jl];
+          grad = element_grad(p, x, valid, kept, max[r], inverse[r], dot[r], dp[nt][e]).g;
+        }
+        s[nt][e] = grad;
+      }
+    }
+    accumulate_times_tile(s, k_tile, dq);
+
+    if (p.gc != nullptr) {
+      // c(i, j) is monotone in i - j: one bucket for the whole tile when its two extreme diagonals agree.
+      if (sh.diag[0] == sh.diag[kDiagonals - 1]) {
+        const int c = sh.diag[0];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float sum = 0.0f;
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) sum += s[nt][2 * r] + s[nt][2 * r + 1];
+          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+          sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+          const int i = i0 + local_row[r];
+          if (q == 0 && i < L) p.gc[(head_rows + i) * p.window_pitch + c] += sum;
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = e / 2, jl = nt * 8 + 2 * q + (e & 1);
+            sh.grad[local_row[r] * kGradPitch + jl] = s[nt][e];
+          }
+        }
+        __syncthreads();
+        const int t = static_cast<int>(threadIdx.x);
+        if (t < kTile && i0 + t < L) {
+          scatter_bucket_row(p.gc + (head_rows + i0 + t) * p.window_pitch, sh.grad + t * kGradPitch, sh.diag,
+                             t, /*by_query=*/true, min(kTile, L - j0));
+        }
+      }
+    }
+  }
+
+  T* dq_out = static_cast<T*>(p.dq);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + local_row[r];
+    if (i >= L) continue;
+    T* out = dq_out + (b * L + i) * p.features + h * kD;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+      *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * q) = pack2<T>(dq[nt][2 * r], dq[nt][2 * r + 1]);
+  }
+}
+
+// Keys kernel: one CTA per (b, h, 64 keys): dK = G^T Q, dV = P~^T dC and Gp. Works on the transposed tile
+// (rows = this CTA's keys, columns = the looped-over queries).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel(FlashAttentionParams p) {
+  __shared__ __align__(16) T q_tile[kTile * kPitch];   // K for the fragments first, then the query tiles
+  __shared__ __align__(16) T dc_tile[kTile * kPitch];  // V for the fragments first, then dC tiles
+  __shared__ BackwardShared sh;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int L = p.length;
+  const int j0 = static_cast<int>(blockIdx.x) * kTile;
+  const int64_t bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int64_t head_rows = (h * p.batch + b) * L;
+  const bool positional = p.c2p != nullptr || p.p2c != nullptr;
+
+  uint32_t ka[4][4], va[4][4];
+  load_tile(q_tile, static_cast<const T*>(p.k), p, b, h, j0);
+  load_tile(dc_tile, static_cast<const T*>(p.v), p, b, h, j0);
+  __syncthreads();
+  load_a_fragments(q_tile, warp * 16, ka);
+  load_a_fragments(dc_tile, warp * 16, va);
+
+  const int local_key[2] = {warp * 16 + g, warp * 16 + g + 8};
+  bool key_kept[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = j0 + local_key[r];
+    key_kept[r] = j < L && p.keep[b * L + j] != 0;
+  }
+  float dk[8][4], dv[8][4];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    dk[nt][0] = dk[nt][1] = dk[nt][2] = dk[nt][3] = 0.0f;
+    dv[nt][0] = dv[nt][1] = dv[nt][2] = dv[nt][3] = 0.0f;
+  }
+
+  for (int i0 = 0; i0 < L; i0 += kTile) {
+    __syncthreads();
+    load_tile(q_tile, static_cast<const T*>(p.q), p, b, h, i0);
+    load_tile(dc_tile, static_cast<const T*>(p.dcontext), p, b, h, i0);
+    for (int t = static_cast<int>(threadIdx.x); t < kTile; t += kThreads) {
+      const int i = i0 + t;
+      sh.other_keep[t] = i < L && p.keep[b * L + i] != 0;
+      sh.other_max[t] = i < L ? p.stats[(bh * L + i) * 2] : 0.0f;
+      sh.other_inverse[t] = i < L ? p.stats[(bh * L + i) * 2 + 1] : 0.0f;
+      sh.other_dot[t] = i < L ? p.row_dot[bh * L + i] : 0.0f;
+    }
+    if (positional) load_diagonals(sh.diag, p, i0, j0);
+    if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
+    __syncthreads();
+
+    float s[8][4], dp[8][4];
+    product_with_rows(ka, q_tile, s);    // s[key][query] = K_j . Q_i
+    product_with_rows(va, dc_tile, dp);  // dp[key][query] = V_j . dC_i
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2, il = nt * 8 + 2 * q + (e & 1), i = i0 + il, j = j0 + local_key[r];
+        ElementGrad out{0.0f, 0.0f};
+        if (i < L && j < L) {
+          const int c = positional ? sh.diag[il - local_key[r] + kTile - 1] : 0;
+          const bool valid = key_kept[r] && sh.other_keep[il];
+          const float x = valid ? disentangled_score(p, s[nt][e], head_rows, i, j, c) : kMasked;
+          const bool kept = !p.dropout || sh.keep[il * kKeepPitch + local_key[r]];
+          out = element_grad(p, x, valid, kept, sh.other_max[il], sh.other_inverse[il], sh.other_dot[il],
+                             dp[nt][e]);
+        }
+        s[nt][e] = out.g;
+        dp[nt][e] = out.p_tilde;
+      }
+    }
+    accumulate_times_tile(dp, dc_tile, dv);
+    accumulate_times_tile(s, q_tile, dk);
+
+    if (p.gp != nullptr) {
+      if (sh.diag[0] == sh.diag[kDiagonals - 1]) {
+        const int c = sh.diag[0];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float sum = 0.0f;
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) sum += s[nt][2 * r] + s[nt][2 * r + 1];
+          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+          sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+          const int j = j0 + local_key[r];
+          if (q == 0 && j < L) p.gp[(head_rows + j) * p.window_pitch + c] += sum;
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
+            sh.grad[local_key[r] * kGradPitch + il] = s[nt][e];
+          }
+        }
+        __syncthreads();
+        const int t = static_cast<int>(threadIdx.x);
+        if (t < kTile && j0 + t < L) {
+          scatter_bucket_row(p.gp + (head_rows + j0 + t) * p.window_pitch, sh.grad + t * kGradPitch, sh.diag,
+                             t, /*by_query=*/false, min(kTile, L - i0));
+        }
+      }
+    }
+  }
+
+  T* dk_out = static_cast<T*>(p.dk);
+  T* dv_out = static_cast<T*>(p.dv);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = j0 + local_key[r];
+    if (j >= L) continue;
+    const int64_t offset = (b * L + j) * p.features + h * kD;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      *reinterpret_cast<uint32_t*>(dk_out + offset + nt * 8 + 2 * q) =
+          pack2<T>(dk[nt][2 * r], dk[nt][2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(dv_out + offset + nt * 8 + 2 * q) =
+          pack2<T>(dv[nt][2 * r], dv[nt][2 * r + 1]);
+    }
+  }
+}
+
+template <typename F>
+void dispatch_half(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::bf16:
+      return f(__nv_bfloat16{});
+    case DType::f16:
+      return f(__half{});
+    default:
+      ZT_FAIL(op, ": bf16 or f16 only, got ", dtype_name(dtype));
+  }
+}
+
+dim3 tile_grid(const FlashAttentionParams& p) {
+  return dim3(static_cast<unsigned>((p.length + kTile - 1) / kTile),
+              static_cast<unsigned>(p.batch * p.heads));
+}
+
+}  // namespace
+
+void launch_flash_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
+  dispatch_half(dtype, "flash_attention_forward", [&](auto tag) {
+    using T = decltype(tag);
+    flash_attention_forward_kernel<T><<<tile_grid(params), kThreads, 0, stream>>>(params);
+    ZT_CUDA_CHECK_LAUNCH("flash_attention_forward");
+  });
+}
+
+void launch_flash_attention_backward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
+  dispatch_half(dtype, "flash_attention_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t rows = static_cast<int64_t>(params.batch) * params.length * params.heads;
+    constexpr int kRowsPerBlock = 8;
+    flash_row_dot_kernel<T><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock),
+                              kRowsPerBlock * 32, 0, stream>>>(params);
+    ZT_CUDA_CHECK_LAUNCH("flash_attention_row_dot");
+    flash_attention_backward_rows_kernel<T><<<tile_grid(params), kThreads, 0, stream>>>(params);
+    ZT_CUDA_CHECK_LAUNCH("flash_attention_backward_rows");
+    flash_attention_backward_keys_kernel<T><<<tile_grid(params), kThreads, 0, stream>>>(params);
+    ZT_CUDA_CHECK_LAUNCH("flash_attention_backward_keys");
+  });
+}
+
+}  // namespace zt::kernels::gpu

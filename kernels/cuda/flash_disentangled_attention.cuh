@@ -1,0 +1,66 @@
+// The flash disentangled attention's kernels (flash_disentangled_attention.cu): forward and backward of
+// kernels/disentangled_attention.h's formulas without any [L, L] buffer, for bf16/f16 storage and head size
+// 64, any L. Raw-pointer launchers; the checked tensor-level entry points are gpu::flash_disentangled_
+// attention_forward/backward (disentangled_attention.cu), which also run the positional GEMMs around them.
+//
+// Forward, one CTA of 4 warps per (b, h, tile of 64 query rows), looping over tiles of 64 keys:
+//   S = Q_tile K_tile^T (mma.sync m16n8k16, f32 accumulators in registers),
+//   a(i, j) = ((S + C2P[i, c(i,j)]) + P2C[j, c(i,j)]) / s, finfo(f32).min unless m_i m_j,
+//   online softmax (running row max m_i and sum l_i), P~ = exp(a - m_i) keep(e) / (1 - p) rounded to T,
+//   O += P~ V_tile; at the end context_i = O_i / l_i and stats_i = (m_i, 1 / l_i).
+// C2P = Q PK_w^T and P2C = K PQ_w^T are the [N, B*L, window_pitch] f32 positional scores of the unfused path
+// (GEMMs on the host side), gathered per element; c(i,j) - window_begin comes from the diagonal table.
+// keep(e), e = ((b*N + h)*L + i)*L + j, is the unfused path's Philox draw: the same keep bits.
+//
+// Backward (flash-2, P recomputed from the stats, D_i = dC_i . context_i computed first):
+//   P = exp(a - m_i) / l_i,  dP~ = dC V^T,  G = [m_i m_j] P (keep(e) dP~ / (1 - p) - D_i) / s,
+//   a rows kernel per (b, h, 64 queries): dQ = G K (written, not accumulated) and Gc[i, c(i,j)] += G;
+//   a keys kernel per (b, h, 64 keys):    dK = G^T Q, dV = P~^T dC and Gp[j, c(i,j)] += G.
+// Each Gc row (Gp row) belongs to one CTA, which adds its tiles in a fixed order (plain loads and stores of
+// f32 [N, B*L, window_pitch], zeroed first): deterministic, no atomics. The rows kernel and the keys kernel
+// both recompute S and dP~ (no dQ atomics, at the cost of those products twice).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "runtime/dtype.h"
+
+namespace zt::kernels::gpu {
+
+inline constexpr int kFlashTile = 64;      // query rows and keys per tile
+inline constexpr int kFlashHeadSize = 64;  // the one head size the kernels take
+
+struct FlashAttentionParams {
+  const void* q = nullptr;            // [B, L, D] T
+  const void* k = nullptr;            // [B, L, D] T
+  const void* v = nullptr;            // [B, L, D] T
+  const float* c2p = nullptr;         // [N, B*L, window_pitch] f32, or nullptr without c2p
+  const float* p2c = nullptr;         // [N, B*L, window_pitch] f32, or nullptr without p2c
+  const int32_t* diagonal = nullptr;  // [2L - 1]: c(i,j) - window_begin at i - j + L - 1
+  const uint8_t* keep = nullptr;      // [B, L] m_j != 0
+  void* context = nullptr;            // [B, L, D] T: out (forward), in (backward)
+  float* stats = nullptr;             // [B, N, L, 2] f32 (row max, 1 / row sum): out (forward), in (backward)
+  // backward only
+  const void* dcontext = nullptr;  // [B, L, D] T
+  float* row_dot = nullptr;        // [B, N, L] f32 scratch: D_i
+  void* dq = nullptr;              // [B, L, D] T, overwritten
+  void* dk = nullptr;
+  void* dv = nullptr;
+  float* gc = nullptr;  // [N, B*L, window_pitch] f32, zeroed by the caller (c2p only)
+  float* gp = nullptr;  // [N, B*L, window_pitch] f32, zeroed by the caller (p2c only)
+
+  int batch = 0, length = 0, heads = 0, features = 0;
+  int window_pitch = 0;
+  float inverse_scale = 1.0f;
+  bool dropout = false;
+  float dropout_p = 0.0f, kept_scale = 1.0f;
+  uint64_t seed = 0, site_id = 0;
+};
+
+// dtype: bf16 or f16 (T of q, k, v, context and the gradients).
+void launch_flash_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream);
+void launch_flash_attention_backward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream);
+
+}  // namespace zt::kernels::gpu
