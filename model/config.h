@@ -72,6 +72,12 @@ struct DebertaConfig {
   // the same inputs with the same dropout masks (pure functions of seed, step, layer, site): the gradients
   // equal those without it bit for bit.
   bool gradient_checkpointing = false;
+  // Training-time too: which attention core runs. automatic: the flash path (nothing [L, L] kept,
+  // kernels/disentangled_attention.h) where the stored-probabilities path cannot run, max_seq >
+  // kernels::kStoredAttentionMaxLength; the stored path below that (faster there until measured otherwise).
+  // stored / flash force one (the flash path needs bf16/f16 and head size 64 on the GPU, f32 on the CPU).
+  enum class AttentionKernel { automatic, stored, flash };
+  AttentionKernel attention_kernel = AttentionKernel::automatic;
 
   // Bookkeeping carried through export; none of it changes the model.
   std::string model_type = "deberta-v2";

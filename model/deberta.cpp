@@ -228,10 +228,14 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
   // Every layer's saved activations, or with gradient checkpointing one layer's (layer_slot): last, layer 0
   // first, so that a gradient buffer can take the slots the backward has finished with (GradientLayout).
   const int64_t planned_layers = c.gradient_checkpointing ? 1 : n;
+  const bool flash = uses_flash_attention(c, L);
   for (int l = 0; l < planned_layers; ++l) {
     for (const char* name : {"q", "k"}) add(layer_slot(c, l, name), {B * L + S2, D});  // [Q; PQ], [K; PK]
     for (const char* name : {"v", "ctx", "s1", "y", "s2"}) add(layer_slot(c, l, name), {B, L, D});
-    add(layer_slot(c, l, "probs"), {B, N, L, L});
+    if (flash)
+      add_f32(layer_slot(c, l, "softmax_stats"), {B, N, L, 2});
+    else
+      add(layer_slot(c, l, "probs"), {B, N, L, L});
     add(layer_slot(c, l, "f1"), {B, L, I});
     for (const char* name : {"ln_a.mean", "ln_a.rstd", "ln_o.mean", "ln_o.rstd"})
       add_f32(layer_slot(c, l, name), {B, L});
@@ -243,6 +247,18 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
     if (end > aligned) add_f32("gradients.tail", {static_cast<int64_t>((end - aligned + 3) / 4)});
   }
   return layout;
+}
+
+bool DebertaForSequenceClassification::uses_flash_attention(const DebertaConfig& c, int64_t max_seq) {
+  switch (c.attention_kernel) {
+    case DebertaConfig::AttentionKernel::stored:
+      return false;
+    case DebertaConfig::AttentionKernel::flash:
+      return true;
+    case DebertaConfig::AttentionKernel::automatic:
+      break;
+  }
+  return max_seq > kernels::kStoredAttentionMaxLength;
 }
 
 size_t DebertaForSequenceClassification::gradient_offset(const DebertaConfig& c,
@@ -381,9 +397,15 @@ void DebertaForSequenceClassification::layer_forward(int l, const DebertaLayerTe
 
   const kernels::DisentangledAttentionConfig attention = attention_config(c, dropout, l);
   Tensor ctx = A(layer_slot(c, l, "ctx"), bld);
-  kernels::disentangled_attention_forward(q.tokens, k.tokens, v, c.c2p ? k.table : Tensor(),
-                                          c.p2c ? q.table : Tensor(), batch.attention_mask, attention, ctx,
-                                          A(layer_slot(c, l, "probs"), {B, N, L, L}));
+  if (uses_flash_attention(c, s.max_seq)) {
+    kernels::flash_disentangled_attention_forward(q.tokens, k.tokens, v, c.c2p ? k.table : Tensor(),
+                                                  c.p2c ? q.table : Tensor(), batch.attention_mask, attention,
+                                                  ctx, A(layer_slot(c, l, "softmax_stats"), {B, N, L, 2}));
+  } else {
+    kernels::disentangled_attention_forward(q.tokens, k.tokens, v, c.c2p ? k.table : Tensor(),
+                                            c.p2c ? q.table : Tensor(), batch.attention_mask, attention, ctx,
+                                            A(layer_slot(c, l, "probs"), {B, N, L, L}));
+  }
   mark("fwd.attention_core");
 
   Tensor s1 = A(layer_slot(c, l, "s1"), bld);
@@ -637,10 +659,19 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     kernels::fill(dk.table, 0.0f);
     const kernels::DisentangledAttentionConfig attention = attention_config(c, dropout, l);
     const TokensAndTable q = with_table(layer_slot(c, l, "q")), k = with_table(layer_slot(c, l, "k"));
-    kernels::disentangled_attention_backward(
-        q.tokens, k.tokens, A(layer_slot(c, l, "v"), bld), c.c2p ? k.table : Tensor(),
-        c.p2c ? q.table : Tensor(), s.inputs.attention_mask, A(layer_slot(c, l, "probs"), {B, N, L, L}), dctx,
-        attention, dq.tokens, dk.tokens, dv, c.c2p ? dk.table : Tensor(), c.p2c ? dq.table : Tensor());
+    if (uses_flash_attention(c, s.max_seq)) {
+      kernels::flash_disentangled_attention_backward(
+          q.tokens, k.tokens, A(layer_slot(c, l, "v"), bld), c.c2p ? k.table : Tensor(),
+          c.p2c ? q.table : Tensor(), s.inputs.attention_mask, A(layer_slot(c, l, "ctx"), bld),
+          A(layer_slot(c, l, "softmax_stats"), {B, N, L, 2}), dctx, attention, dq.tokens, dk.tokens, dv,
+          c.c2p ? dk.table : Tensor(), c.p2c ? dq.table : Tensor());
+    } else {
+      kernels::disentangled_attention_backward(
+          q.tokens, k.tokens, A(layer_slot(c, l, "v"), bld), c.c2p ? k.table : Tensor(),
+          c.p2c ? q.table : Tensor(), s.inputs.attention_mask, A(layer_slot(c, l, "probs"), {B, N, L, L}),
+          dctx, attention, dq.tokens, dk.tokens, dv, c.c2p ? dk.table : Tensor(),
+          c.p2c ? dq.table : Tensor());
+    }
     prof.mark("bwd.attention_core");
 
     // [dx; dR~] += [dQ; dPQ] Wq + [dK; dPK] Wk (rows of a table term c2p/p2c leaves out: x's alone), then

@@ -7,7 +7,8 @@
 //   R    = LN_rel( W_rel )                                                once per forward    [S2, D]
 //   layer l (x = h[l]):
 //     R~ = Drop(R);  q,k,v = x Wq'+bq, x Wk'+bk, x Wv'+bv;  PK = R~ Wk'+bk;  PQ = R~ Wq'+bq
-//     ctx = DisentangledAttention(q, k, v, PK, PQ, m)                     probs [B, N, L, L]
+//     ctx = DisentangledAttention(q, k, v, PK, PQ, m)                     probs [B, N, L, L] (stored path)
+//                                                                          or stats [B, N, L, 2] (flash)
 //     s1 = Drop(ctx Wo'+bo) + x;   y = LN_a(s1)
 //     f1 = y Wi'+bi;  g1 = gelu(f1);  s2 = Drop(g1 Wo2'+bo2) + y;  z = LN_o(s2)
 //     l == 0 (conv): t = Drop(Conv1d(E) * m);  s3 = z + gelu(t);  h[1] = LN_c(s3) * m
@@ -67,6 +68,9 @@ class DebertaForSequenceClassification {
   // `gradients` the tail the gradient buffer needs past them (GradientLayout).
   static ArenaLayout plan_activations(const DebertaConfig& config, int64_t max_batch, int64_t max_seq,
                                       DType compute = DType::f32, const GradientLayout* gradients = nullptr);
+  // Whether a model planned for max_seq runs the flash attention (DebertaConfig::attention_kernel): it then
+  // saves the softmax statistics [B, N, L, 2] f32 per layer instead of the probabilities [B, N, L, L].
+  static bool uses_flash_attention(const DebertaConfig& config, int64_t max_seq);
   // Where a gradient buffer of layout `gradients` starts in an activation arena laid out by
   // plan_activations(..., &gradients): bytes from the arena's start.
   static size_t gradient_offset(const DebertaConfig& config, const ArenaLayout& activations,

@@ -1375,7 +1375,7 @@ FlashRun prepare_flash(const Tensor& q, const Tensor& k, const Tensor& v, const 
   run.plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
   AttentionShape& s = run.plan.shape;
   const DType T = run.plan.dtype;
-  const char* unsupported = flash_attention_unsupported(q, config);
+  const char* unsupported = gpu::flash_attention_unsupported(q, config);
   ZT_CHECK(unsupported == nullptr, op, ": not supported: ", unsupported);
   check_tensor(context, T, q.shape(), op, "context");
   check_tensor(softmax_stats, DType::f32, Shape{s.batch, s.heads, s.length, 2}, op, "softmax_stats");
