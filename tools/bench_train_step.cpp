@@ -57,6 +57,7 @@
 #include "app/trainer/trainer.h"
 #include "data/batcher.h"
 #include "model/config.h"
+#include "model/deberta.h"
 #include "model/parameters.h"
 #include "optim/zero/memory_estimate.h"
 #include "runtime/check.h"
@@ -104,6 +105,7 @@ struct Options {
   bool no_overlap_update = false;       // --no_offload_overlap_update (it is on by default where it applies)
   bool overlap_optimizer = false;       // --overlap_optimizer
   bool gradient_checkpointing = false;  // --gradient_checkpointing: each layer recomputed in the backward
+  std::string attention = "auto";       // --attention auto|stored|flash (DebertaConfig::attention_kernel)
   bool back_to_back = false;  // timed steps without a device sync between them: step_ms = window / steps
   bool overlap_comm = false;  // zero_optimization.overlap_comm (world > 1)
   bool profile = false;
@@ -126,7 +128,7 @@ const char* kUsage =
     "                        [--overlap_optimizer] [--back_to_back] [--gradient_checkpointing] [--profile]\n"
     "                        [--nvme_path DIR [--nvme_buffers 4] [--nvme_pipeline]] [--sub_group_size 1e9]\n"
     "                        [--nvme_param [--nvme_param_buffers 5]]\n"
-    "                        [--host_memory_limit SIZE]\n";
+    "                        [--host_memory_limit SIZE] [--attention auto|stored|flash]\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -187,6 +189,8 @@ Options parse(int argc, char** argv) {
         o.gpu_memory_limit = value;
       } else if (flag == "--offload") {
         o.offload = value;
+      } else if (flag == "--attention") {
+        o.attention = value;
       } else if (flag == "--nvme_path") {
         o.nvme_path = value;
       } else if (flag == "--nvme_buffers") {
@@ -207,6 +211,8 @@ Options parse(int argc, char** argv) {
            "sizes must be positive (--hidden a multiple of 64)");
   ZT_CHECK(o.warmup >= 0, "--warmup must be >= 0");
   ZT_CHECK(o.dtype == "bf16" || o.dtype == "fp16" || o.dtype == "fp32", "--dtype must be bf16, fp16 or fp32");
+  ZT_CHECK(o.attention == "auto" || o.attention == "stored" || o.attention == "flash",
+           "--attention must be auto, stored or flash, got ", o.attention);
   ZT_CHECK(o.offload == "none" || o.offload == "optimizer" || o.offload == "both",
            "--offload must be none, optimizer or both");
   ZT_CHECK(o.nvme_path.empty() || o.offload != "none",
@@ -340,7 +346,11 @@ int run(int argc, char** argv) {
   }
   model.hidden_dropout_prob = model.attention_probs_dropout_prob = o.dropout;
   model.gradient_checkpointing = o.gradient_checkpointing;  // the estimate plans what the trainer builds
-  const zt::DType compute = zt::parse_dtype(o.dtype);       // --dtype was checked: bf16, fp16 or fp32
+  using AttentionKernel = zt::DebertaConfig::AttentionKernel;
+  model.attention_kernel = o.attention == "stored"  ? AttentionKernel::stored
+                           : o.attention == "flash" ? AttentionKernel::flash
+                                                    : AttentionKernel::automatic;
+  const zt::DType compute = zt::parse_dtype(o.dtype);  // --dtype was checked: bf16, fp16 or fp32
   // The configuration is checked first, so that a wrong flag is told on any machine; the estimate plans the
   // offload the trainer builds from it (zero_offload: streamed gradients, disk buffers, sub-groups).
   zt::optim::TrainConfig config = bench_config(o, model, compute);
@@ -431,6 +441,8 @@ int run(int argc, char** argv) {
       {"overlap_update", trainer.overlaps_offloaded_update()},  // as the engine decided (on where it applies)
       {"overlap_optimizer", o.overlap_optimizer},
       {"gradient_checkpointing", o.gradient_checkpointing},
+      {"attention",
+       zt::DebertaForSequenceClassification::uses_flash_attention(model, o.seq) ? "flash" : "stored"},
       {"back_to_back", o.back_to_back},
       {"overlap_comm", o.overlap_comm},
       {"nvme_path", o.nvme_path},

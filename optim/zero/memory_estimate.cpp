@@ -27,6 +27,7 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // per stream, kernels
 //             16-bit T (4 P) + the dropped probabilities P~ in T (with dropout);
 //   backward  dP / G in f32 (4 P) + G in T (16-bit T) + P~ in T (with dropout; the softmax backward writes
 //             it beside G) + the bucket sums Gc, Gp in T (2 x N B L W8 T).
+// The flash path (DebertaForSequenceClassification::uses_flash_attention) keeps only the positional terms.
 // At xlarge, seq 128, bf16 with dropout: 6.6 MiB per sample (0.8 GiB at batch 128), all of it in proportion
 // to the batch. The other per-call scratch is not live at the same time: the larger of the two counts
 // (conv1d_scratch_bytes; LayerNorm's partials are smaller than either).
@@ -38,6 +39,13 @@ size_t attention_scratch_bytes(const DebertaConfig& model, int64_t batch, int64_
   const int64_t pitch = (window + 7) / 8 * 8;
   const auto probs = static_cast<size_t>(batch * model.num_attention_heads * length * length);
   const auto positional = static_cast<size_t>(model.num_attention_heads * batch * length * pitch);
+  if (DebertaForSequenceClassification::uses_flash_attention(model, length)) {
+    // The flash path: nothing [L, L]. Forward: C2P and P2C in f32. Backward: both recomputed, the f32 bucket
+    // sums Gc, Gp beside them, and D [B, N, L] f32; after the kernels the scores go back before Gc, Gp are
+    // rounded to T (2 x 4 + 2 bytes a positional element, under the 4 x 4 peak).
+    const auto row_dot = static_cast<size_t>(batch * model.num_attention_heads * length) * 4;
+    return std::max(2 * held(positional * 4), 4 * held(positional * 4) + held(row_dot));
+  }
   const bool dropout = model.attention_probs_dropout_prob > 0;
   const bool low_precision = compute != DType::f32;
   // Forward: the content scores in f32 apart from P when P is stored in T; P~ only with dropout.
