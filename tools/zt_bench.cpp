@@ -63,7 +63,8 @@ constexpr const char* kUsage =
     "  the fraction of the HBM copy bandwidth / bf16 GEMM throughput measured in the same run.\n"
     "  --only SUBSTRING  run only kernels whose name contains SUBSTRING (the ceilings always run)\n"
     "  --reps N          timed calls per kernel, N >= 1 (default 20)\n"
-    "  --batch B, --seq L  the timed shape's batch and sequence length (default 40 and 128; L <= 512)\n"
+    "  --batch B, --seq L  the timed shape's batch and sequence length (default 40 and 128; L <= 16384,\n"
+    "                    past 1024 with --only flash: the stored attention stops there)\n"
     "  --json PATH       also write every result as JSON to PATH\n"
     "  --help            print this and exit\n";
 
@@ -100,7 +101,7 @@ Options parse_options(int argc, char** argv) {
       const std::string text = value();
       int64_t number = 0;
       const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
-      const int64_t most = flag == "--seq" ? 512 : 1 << 20;  // the model's max_position_embeddings
+      const int64_t most = flag == "--seq" ? 16384 : 1 << 20;  // past 1024: the flash attention only
       if (ec != std::errc{} || end != text.data() + text.size() || number < 1 || number > most)
         throw UsageError(zt::str(flag, " needs a whole number in [1, ", most, "], got '", text, "'"));
       if (flag == "--reps") options.reps = static_cast<int>(number);

@@ -202,6 +202,42 @@ __device__ __forceinline__ float disentangled_score(const FlashAttentionParams& 
   return a * p.inverse_scale;
 }
 
+// The positional scores one tile reads, staged in shared memory (FlashAttentionParams::staged): row t of
+// c2p_slice holds C2P[i0 + t, diag[t] .. diag[t] + 63], the table rows query i0 + t meets over the tile's
+// keys (c(i, j) runs over diag[t .. t + 63], at most 64 consecutive rows); row u of p2c_slice holds
+// P2C[j0 + u, diag[63 - u] ..]. Coalesced loads of 64 floats per row instead of a gather per score.
+constexpr int kSlicePitch = kTile + 1;
+constexpr size_t kStagedBytes = 2 * kTile * kSlicePitch * sizeof(float);
+
+__device__ __forceinline__ void stage_positional(float* staged, const FlashAttentionParams& p,
+                                                 const int* diag, int64_t head_rows, int i0, int j0) {
+  float* c2p_slice = staged;
+  float* p2c_slice = staged + kTile * kSlicePitch;
+  for (int idx = static_cast<int>(threadIdx.x); idx < kTile * kTile; idx += kThreads) {
+    const int t = idx / kTile, u = idx % kTile;
+    if (p.c2p != nullptr) {
+      const int i = i0 + t, c = diag[t] + u;
+      c2p_slice[t * kSlicePitch + u] =
+          (i < p.length && c < p.window_pitch) ? p.c2p[(head_rows + i) * p.window_pitch + c] : 0.0f;
+    }
+    if (p.p2c != nullptr) {
+      const int j = j0 + t, c = diag[kTile - 1 - t] + u;
+      p2c_slice[t * kSlicePitch + u] =
+          (j < p.length && c < p.window_pitch) ? p.p2c[(head_rows + j) * p.window_pitch + c] : 0.0f;
+    }
+  }
+}
+
+// a(i, j) from the staged slices, for query i0 + qi and key j0 + kj.
+__device__ __forceinline__ float staged_score(const FlashAttentionParams& p, const float* staged,
+                                              const int* diag, float s, int qi, int kj) {
+  const int c = diag[qi - kj + kTile - 1];
+  float a = s;
+  if (p.c2p != nullptr) a += staged[qi * kSlicePitch + c - diag[qi]];
+  if (p.p2c != nullptr) a += staged[kTile * kSlicePitch + kj * kSlicePitch + c - diag[kTile - 1 - kj]];
+  return a * p.inverse_scale;
+}
+
 // Adds a tile's score gradients into rows of Gc (by query) or Gp (by key): out row `row` (global index
 // into the [N, B*L, Wp] buffer, or < 0 to skip) gets sum over the tile's 64 columns `col` of grad[local][col]
 // bucketed by diag[t(local, col)]. Runs of equal buckets are summed in column order, then added: one CTA
@@ -232,8 +268,9 @@ struct ForwardShared {
   uint8_t keep[kTile * kKeepPitch];
 };
 
-template <typename T>
+template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(FlashAttentionParams p) {
+  extern __shared__ float staged[];  // kStagedBytes when kStaged
   __shared__ __align__(16) T q_tile[kTile * kPitch];
   __shared__ __align__(16) T k_tile[kTile * kPitch];
   __shared__ __align__(16) T v_tile[kTile * kPitch];
@@ -275,6 +312,10 @@ __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(Flash
     if (positional) load_diagonals(sh.diag, p, i0, j0);
     if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
     __syncthreads();
+    if constexpr (kStaged) {
+      stage_positional(staged, p, sh.diag, head_rows, i0, j0);
+      __syncthreads();
+    }
 
     float s[8][4];
     product_with_rows(qa, k_tile, s);
@@ -287,8 +328,9 @@ __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(Flash
         float x = -INFINITY;  // keys past L take no part
         if (j < L) {
           const int c = positional ? sh.diag[local_row[r] - jl + kTile - 1] : 0;
-          x = (row_kept[r] && sh.key_keep[jl]) ? disentangled_score(p, s[nt][e], head_rows, i, j, c)
-                                               : kMasked;
+          const float a = kStaged ? staged_score(p, staged, sh.diag, s[nt][e], local_row[r], jl)
+                                  : disentangled_score(p, s[nt][e], head_rows, i, j, c);
+          x = (row_kept[r] && sh.key_keep[jl]) ? a : kMasked;
         }
         s[nt][e] = x;
         tile_max[r] = fmaxf(tile_max[r], x);
@@ -379,8 +421,9 @@ __device__ __forceinline__ ElementGrad element_grad(const FlashAttentionParams& 
 }
 
 // Rows kernel: one CTA per (b, h, 64 queries): dQ = G K and Gc.
-template <typename T>
+template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel(FlashAttentionParams p) {
+  extern __shared__ float staged[];
   __shared__ __align__(16) T k_tile[kTile * kPitch];  // Q for the fragments first, then the key tiles
   __shared__ __align__(16) T v_tile[kTile * kPitch];  // dC for the fragments first, then the value tiles
   __shared__ BackwardShared sh;
@@ -423,6 +466,10 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
     if (positional) load_diagonals(sh.diag, p, i0, j0);
     if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
     __syncthreads();
+    if constexpr (kStaged) {
+      stage_positional(staged, p, sh.diag, head_rows, i0, j0);
+      __syncthreads();
+    }
 
     float s[8][4], dp[8][4];
     product_with_rows(qa, k_tile, s);
@@ -436,7 +483,10 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
         if (j < L && i < L) {
           const int c = positional ? sh.diag[local_row[r] - jl + kTile - 1] : 0;
           const bool valid = row_kept[r] && sh.other_keep[jl];
-          const float x = valid ? disentangled_score(p, s[nt][e], head_rows, i, j, c) : kMasked;
+          float x = kMasked;
+          if (valid)
+            x = kStaged ? staged_score(p, staged, sh.diag, s[nt][e], local_row[r], jl)
+                        : disentangled_score(p, s[nt][e], head_rows, i, j, c);
           const bool kept = !p.dropout || sh.keep[local_row[r] * kKeepPitch + jl];
           grad = element_grad(p, x, valid, kept, max[r], inverse[r], dot[r], dp[nt][e]).g;
         }
@@ -492,8 +542,9 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
 
 // Keys kernel: one CTA per (b, h, 64 keys): dK = G^T Q, dV = P~^T dC and Gp. Works on the transposed tile
 // (rows = this CTA's keys, columns = the looped-over queries).
-template <typename T>
+template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel(FlashAttentionParams p) {
+  extern __shared__ float staged[];
   __shared__ __align__(16) T q_tile[kTile * kPitch];   // K for the fragments first, then the query tiles
   __shared__ __align__(16) T dc_tile[kTile * kPitch];  // V for the fragments first, then dC tiles
   __shared__ BackwardShared sh;
@@ -540,6 +591,10 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
     if (positional) load_diagonals(sh.diag, p, i0, j0);
     if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
     __syncthreads();
+    if constexpr (kStaged) {
+      stage_positional(staged, p, sh.diag, head_rows, i0, j0);
+      __syncthreads();
+    }
 
     float s[8][4], dp[8][4];
     product_with_rows(ka, q_tile, s);    // s[key][query] = K_j . Q_i
@@ -553,7 +608,10 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
         if (i < L && j < L) {
           const int c = positional ? sh.diag[il - local_key[r] + kTile - 1] : 0;
           const bool valid = key_kept[r] && sh.other_keep[il];
-          const float x = valid ? disentangled_score(p, s[nt][e], head_rows, i, j, c) : kMasked;
+          float x = kMasked;
+          if (valid)
+            x = kStaged ? staged_score(p, staged, sh.diag, s[nt][e], il, local_key[r])
+                        : disentangled_score(p, s[nt][e], head_rows, i, j, c);
           const bool kept = !p.dropout || sh.keep[il * kKeepPitch + local_key[r]];
           out = element_grad(p, x, valid, kept, sh.other_max[il], sh.other_inverse[il], sh.other_dot[il],
                              dp[nt][e]);
@@ -631,12 +689,27 @@ dim3 tile_grid(const FlashAttentionParams& p) {
               static_cast<unsigned>(p.batch * p.heads));
 }
 
+// One CTA per (tile, b*N + h): the staged variant (with its dynamic shared memory) where the host said the
+// slices cover every tile and a positional term is on, the gathering one otherwise.
+template <typename Kernel>
+void launch_tiles(Kernel gathering, Kernel staged, const FlashAttentionParams& p, cudaStream_t stream) {
+  if (p.staged && (p.c2p != nullptr || p.p2c != nullptr)) {
+    static_assert(kStagedBytes > 0);
+    ZT_CUDA_CHECK(cudaFuncSetAttribute(staged, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kStagedBytes)));
+    staged<<<tile_grid(p), kThreads, kStagedBytes, stream>>>(p);
+  } else {
+    gathering<<<tile_grid(p), kThreads, 0, stream>>>(p);
+  }
+}
+
 }  // namespace
 
 void launch_flash_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
   dispatch_half(dtype, "flash_attention_forward", [&](auto tag) {
     using T = decltype(tag);
-    flash_attention_forward_kernel<T><<<tile_grid(params), kThreads, 0, stream>>>(params);
+    launch_tiles(flash_attention_forward_kernel<T, false>, flash_attention_forward_kernel<T, true>, params,
+                 stream);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_forward");
   });
 }
@@ -649,9 +722,11 @@ void launch_flash_attention_backward(const FlashAttentionParams& params, DType d
     flash_row_dot_kernel<T><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock),
                               kRowsPerBlock * 32, 0, stream>>>(params);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_row_dot");
-    flash_attention_backward_rows_kernel<T><<<tile_grid(params), kThreads, 0, stream>>>(params);
+    launch_tiles(flash_attention_backward_rows_kernel<T, false>,
+                 flash_attention_backward_rows_kernel<T, true>, params, stream);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_backward_rows");
-    flash_attention_backward_keys_kernel<T><<<tile_grid(params), kThreads, 0, stream>>>(params);
+    launch_tiles(flash_attention_backward_keys_kernel<T, false>,
+                 flash_attention_backward_keys_kernel<T, true>, params, stream);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_backward_keys");
   });
 }

@@ -34,6 +34,12 @@ using test::to_device;
 using test::to_host;
 using Case = test::AttentionCase;
 
+// 64 buckets over 40 positions: past |i - j| = 32 a bucket step skips rows (33 -> row 37), so 64 diagonals
+// reach more than 64 rows and the kernels gather per score instead of staging slices.
+RelativePositionConfig steep_buckets() {
+  return RelativePositionConfig::from_model_config(64, 40, 512);
+}
+
 struct Problem {
   Case c;
   DisentangledAttentionConfig config;
@@ -77,9 +83,9 @@ struct Problem {
 
 // The outputs of one GPU run: context and stats of the forward, the gradients of the backward (dq, dk, dv
 // start as 9; the table gradients start from fixed values and are accumulated into, in f32).
-struct Run {
+struct GpuRun {
   test::DeviceTensor context, stats, probs, dq, dk, dv, dpk, dpq;
-  explicit Run(const Problem& p) {
+  explicit GpuRun(const Problem& p) {
     const std::vector<float> nines(static_cast<size_t>(p.features.numel()), 9.0f);
     context = to_device(nines, p.features, p.c.dtype);
     dq = to_device(nines, p.features, p.c.dtype);
@@ -152,7 +158,7 @@ Reference cpu_reference(const Problem& p, bool flash) {
   return r;
 }
 
-::testing::AssertionResult gradients_close(const Problem& p, const Run& got, const Reference& ref,
+::testing::AssertionResult gradients_close(const Problem& p, const GpuRun& got, const Reference& ref,
                                            const test::Tolerance& tol) {
   std::vector<std::string> failures;
   auto check = [&](const char* what, const Tensor& t, const std::vector<float>& want) {
@@ -176,7 +182,7 @@ class FlashAttentionGpu : public ::testing::TestWithParam<Case> {};
 TEST_P(FlashAttentionGpu, MatchesCpuReference) {
   ZT_SKIP_WITHOUT_GPU();
   const Problem p(GetParam());
-  Run run(p);
+  GpuRun run(p);
   run.flash(p, /*backward=*/true);
   EXPECT_TRUE(gradients_close(p, run, cpu_reference(p, /*flash=*/false), test::tolerance_for(p.c.dtype)));
 }
@@ -185,7 +191,7 @@ TEST_P(FlashAttentionGpu, MatchesStoredGpuPath) {
   ZT_SKIP_WITHOUT_GPU();
   const Problem p(GetParam());
   if (p.c.length > kStoredAttentionMaxLength) GTEST_SKIP() << "past the stored path's length";
-  Run flash(p), stored(p);
+  GpuRun flash(p), stored(p);
   flash.flash(p, true);
   stored.stored(p);
   Reference want;
@@ -201,7 +207,7 @@ TEST_P(FlashAttentionGpu, MatchesStoredGpuPath) {
 TEST_P(FlashAttentionGpu, DeterministicRunToRun) {
   ZT_SKIP_WITHOUT_GPU();
   const Problem p(GetParam());
-  Run a(p), b(p);
+  GpuRun a(p), b(p);
   a.flash(p, true);
   b.flash(p, true);
   for (auto [x, y, what] : {std::tuple{&a.context, &b.context, "context"},
@@ -232,6 +238,8 @@ INSTANTIATE_TEST_SUITE_P(
              0.1f},
         Case{"bf16_L300_xlarge_buckets_dropout", DType::bf16, 1, 300, 2, 64, test::xlarge_buckets(), true,
              true, 0.1f},
+        Case{"bf16_L150_steep_buckets_gathered", DType::bf16, 2, 150, 2, 64, steep_buckets(), true, true,
+             0.1f},
         Case{"f16_L600_xlarge_buckets", DType::f16, 1, 600, 2, 64, test::xlarge_buckets(), true, true, 0.0f},
         // Past the stored path's limit and past the buckets' saturation (|i - j| > 511): whole tiles of one
         // bucket; checked against the CPU stored path still (one head).
@@ -246,7 +254,7 @@ TEST(FlashAttentionDropoutGpu, KeepsTheHostsEntries) {
   for (const int64_t L : {7, 64}) {
     const Case c{"keep", DType::bf16, 2, L, 2, 64, test::tiny_buckets(), true, true, 0.3f};
     const Problem p(c, /*identity_v=*/true);
-    Run run(p);
+    GpuRun run(p);
     run.flash(p, false);
     const std::vector<float> context = to_host(run.context.tensor);
     const int64_t B = c.batch, N = c.heads, d = c.head_size, D = N * d;
@@ -274,7 +282,7 @@ TEST(FlashAttentionLongGpu, L2100MatchesCpuFlashPath) {
   ZT_SKIP_WITHOUT_GPU();
   const Case c{"long", DType::bf16, 1, 2100, 1, 64, test::xlarge_buckets(), true, true, 0.1f};
   const Problem p(c);
-  Run run(p);
+  GpuRun run(p);
   run.flash(p, true);
   EXPECT_TRUE(gradients_close(p, run, cpu_reference(p, /*flash=*/true), test::tolerance_for(c.dtype)));
 }

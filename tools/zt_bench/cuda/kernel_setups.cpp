@@ -291,6 +291,74 @@ Setup attention_backward_fused(Env& e, const Dims& d) {
   return attention_backward_setup(e, d, true);
 }
 
+// The flash attention (kernels/cuda/flash_disentangled_attention.cuh): the same op with the softmax
+// statistics [B, N, L, 2] f32 saved instead of probs. Its kernels take head size 64 only, so a shape with
+// other heads (the validation shape's 16) runs at 64 per head. Bytes: as the stored path's without probs
+// (plus 8 B N L of statistics); flops: the op's products as counted for the stored path (the backward's
+// recomputed Q K^T and dC V^T in both of its kernels are not counted).
+Dims flash_dims(Dims d) {
+  if (d.D / d.N != 64) d.D = 64 * d.N;
+  return d;
+}
+struct FlashAttention {
+  int q, k, v, pos_key, pos_query, mask, context, stats;
+  kernels::DisentangledAttentionConfig config;
+  double bn, L, d, W, tables;
+  FlashAttention(Env& e, const Dims& dims, bool saved_only) {
+    const int64_t rows = 2 * dims.positions.att_span();
+    q = e.in(bf16, {dims.B, dims.L, dims.D}), k = e.in(bf16, {dims.B, dims.L, dims.D});
+    v = e.in(bf16, {dims.B, dims.L, dims.D});
+    pos_key = e.in(bf16, {rows, dims.D}), pos_query = e.in(bf16, {rows, dims.D});
+    mask = e.ids({dims.B, dims.L}, padding_mask(dims.B, dims.L));
+    context = saved_only ? e.work(bf16, {dims.B, dims.L, dims.D})
+                         : e.out("context", bf16, {dims.B, dims.L, dims.D});
+    stats = saved_only ? e.work(f32, {dims.B, dims.N, dims.L, 2})
+                       : e.out("softmax_stats", f32, {dims.B, dims.N, dims.L, 2});
+    config.num_heads = dims.N;
+    config.positions = dims.positions;
+    config.dropout_p = dims.attention_dropout;
+    config.seed = 42;
+    config.site_id = kernels::dropout_site_id(1, 0, 1);
+    bn = static_cast<double>(dims.B * dims.N), L = static_cast<double>(dims.L);
+    d = static_cast<double>(dims.D / dims.N), tables = 2.0 * static_cast<double>(rows * dims.D);
+    W = static_cast<double>(kernels::c2p_index(dims.L - 1, 0, dims.positions) -
+                            kernels::c2p_index(0, dims.L - 1, dims.positions) + 1);
+  }
+  void forward(const Args& t) const {
+    kernels::flash_disentangled_attention_forward(t[q], t[k], t[v], t[pos_key], t[pos_query], t[mask], config,
+                                                  t[context], t[stats]);
+  }
+};
+
+Setup attention_forward_flash(Env& e, const Dims& dims) {
+  const Dims d = flash_dims(dims);
+  const FlashAttention a(e, d, false);
+  return Setup(str(e.desc("q", a.q), " ", e.desc("rel", a.pos_key), " h", d.N),
+               2.0 * (4.0 * d.R() * d.D + a.tables) + 8.0 * d.R() + 8.0 * a.bn * a.L,
+               a.bn * (4.0 * a.L * a.L * a.d + 4.0 * a.L * a.W * a.d),
+               [=](const Args& t, bool) { a.forward(t); });
+}
+
+Setup attention_backward_flash(Env& e, const Dims& dims) {
+  const Dims d = flash_dims(dims);
+  const FlashAttention a(e, d, true);
+  const int dc = e.in(bf16, {d.B, d.L, d.D}), dq = e.out("dq", bf16, {d.B, d.L, d.D});
+  const int dk = e.out("dk", bf16, {d.B, d.L, d.D}), dv = e.out("dv", bf16, {d.B, d.L, d.D});
+  const int dpk = e.acc("dpk", bf16, e.gpu()[a.pos_key].shape()),
+            dpq = e.acc("dpq", bf16, e.gpu()[a.pos_query].shape());
+  return Setup(
+      str(e.desc("q", a.q), " ", e.desc("rel", a.pos_key), " h", d.N),
+      2.0 * (5.0 * d.R() * d.D + a.tables) + 8.0 * d.R() + 8.0 * a.bn * a.L + 6.0 * d.R() * d.D +
+          4.0 * a.tables,
+      a.bn * (8.0 * a.L * a.L * a.d + 8.0 * a.L * a.W * a.d),
+      [=](const Args& t, bool) {
+        kernels::flash_disentangled_attention_backward(t[a.q], t[a.k], t[a.v], t[a.pos_key], t[a.pos_query],
+                                                       t[a.mask], t[a.context], t[a.stats], t[dc], a.config,
+                                                       t[dq], t[dk], t[dv], t[dpk], t[dpq]);
+      },
+      [=](const Args& t, bool) { a.forward(t); });
+}
+
 // The encoder's ConvLayer (D -> D, same padding). flops = 2 R D D k;
 // bytes = 2 (2 R D + D D k + D): x, W, bias read, y written (the im2col scratch is not minimal traffic).
 Setup conv1d_forward(Env& e, const Dims& d) {
@@ -397,6 +465,8 @@ const Kernel kKernels[] = {
     {"attention_forward_fused", "bf16", bf16, attention_forward_fused},
     {"attention_backward", "bf16", bf16, attention_backward},
     {"attention_backward_fused", "bf16", bf16, attention_backward_fused},
+    {"attention_forward_flash", "bf16", bf16, attention_forward_flash},
+    {"attention_backward_flash", "bf16", bf16, attention_backward_flash},
     {"conv1d_forward", "bf16", bf16, conv1d_forward},
     {"conv1d_backward", "bf16/f32 dW", bf16, conv1d_backward},
     {"adamw_update", "f32+bf16", f32, adamw_update},
