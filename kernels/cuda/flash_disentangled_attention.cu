@@ -238,6 +238,27 @@ __device__ __forceinline__ float staged_score(const FlashAttentionParams& p, con
   return a * p.inverse_scale;
 }
 
+// A tile whose 127 diagonals share one bucket c0 (every tile farther off the diagonal than the buckets
+// reach): the positional terms are one number per query, C2P[i, c0], and one per key, P2C[j, c0].
+__device__ __forceinline__ void stage_uniform_terms(float* query_term, float* key_term,
+                                                    const FlashAttentionParams& p, int64_t head_rows, int i0,
+                                                    int j0, int c0) {
+  const int t = static_cast<int>(threadIdx.x) % kTile;
+  if (static_cast<int>(threadIdx.x) < kTile) {
+    const int i = i0 + t;
+    query_term[t] = (p.c2p != nullptr && i < p.length) ? p.c2p[(head_rows + i) * p.window_pitch + c0] : 0.0f;
+  } else if (static_cast<int>(threadIdx.x) < 2 * kTile) {
+    const int j = j0 + t;
+    key_term[t] = (p.p2c != nullptr && j < p.length) ? p.p2c[(head_rows + j) * p.window_pitch + c0] : 0.0f;
+  }
+}
+
+// a(i, j) on such a tile, summed in the same order ((S + C2P) + P2C) / s (an absent term adds +0).
+__device__ __forceinline__ float uniform_score(const FlashAttentionParams& p, const float* query_term,
+                                               const float* key_term, float s, int qi, int kj) {
+  return (s + query_term[qi] + key_term[kj]) * p.inverse_scale;
+}
+
 // Adds a tile's score gradients into rows of Gc (by query) or Gp (by key): out row `row` (global index
 // into the [N, B*L, Wp] buffer, or < 0 to skip) gets sum over the tile's 64 columns `col` of grad[local][col]
 // bucketed by diag[t(local, col)]. Runs of equal buckets are summed in column order, then added: one CTA
@@ -264,6 +285,7 @@ __device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad
 
 struct ForwardShared {
   int diag[kDiagonals + 1];
+  float query_term[kTile], key_term[kTile];  // uniform tiles: C2P[i, c0], P2C[j, c0]
   uint8_t key_keep[kTile];
   uint8_t keep[kTile * kKeepPitch];
 };
@@ -312,8 +334,12 @@ __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(Flash
     if (positional) load_diagonals(sh.diag, p, i0, j0);
     if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
     __syncthreads();
-    if constexpr (kStaged) {
-      stage_positional(staged, p, sh.diag, head_rows, i0, j0);
+    const bool uniform = positional && sh.diag[0] == sh.diag[kDiagonals - 1];
+    if (positional) {
+      if (uniform)
+        stage_uniform_terms(sh.query_term, sh.key_term, p, head_rows, i0, j0, sh.diag[0]);
+      else if (kStaged)
+        stage_positional(staged, p, sh.diag, head_rows, i0, j0);
       __syncthreads();
     }
 
@@ -328,8 +354,9 @@ __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(Flash
         float x = -INFINITY;  // keys past L take no part
         if (j < L) {
           const int c = positional ? sh.diag[local_row[r] - jl + kTile - 1] : 0;
-          const float a = kStaged ? staged_score(p, staged, sh.diag, s[nt][e], local_row[r], jl)
-                                  : disentangled_score(p, s[nt][e], head_rows, i, j, c);
+          const float a = uniform   ? uniform_score(p, sh.query_term, sh.key_term, s[nt][e], local_row[r], jl)
+                          : kStaged ? staged_score(p, staged, sh.diag, s[nt][e], local_row[r], jl)
+                                    : disentangled_score(p, s[nt][e], head_rows, i, j, c);
           x = (row_kept[r] && sh.key_keep[jl]) ? a : kMasked;
         }
         s[nt][e] = x;
@@ -400,6 +427,7 @@ __global__ void flash_row_dot_kernel(FlashAttentionParams p) {
 
 struct BackwardShared {
   int diag[kDiagonals + 1];
+  float query_term[kTile], key_term[kTile];  // uniform tiles: C2P[i, c0], P2C[j, c0]
   uint8_t other_keep[kTile];  // the looped-over tile's mask: keys (rows kernel) or queries (keys kernel)
   float other_max[kTile], other_inverse[kTile], other_dot[kTile];  // keys kernel: the query tile's stats
   uint8_t keep[kTile * kKeepPitch];                                // dropout bits [query][key]
@@ -466,8 +494,12 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
     if (positional) load_diagonals(sh.diag, p, i0, j0);
     if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
     __syncthreads();
-    if constexpr (kStaged) {
-      stage_positional(staged, p, sh.diag, head_rows, i0, j0);
+    const bool uniform = positional && sh.diag[0] == sh.diag[kDiagonals - 1];
+    if (positional) {
+      if (uniform)
+        stage_uniform_terms(sh.query_term, sh.key_term, p, head_rows, i0, j0, sh.diag[0]);
+      else if (kStaged)
+        stage_positional(staged, p, sh.diag, head_rows, i0, j0);
       __syncthreads();
     }
 
@@ -485,8 +517,9 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
           const bool valid = row_kept[r] && sh.other_keep[jl];
           float x = kMasked;
           if (valid)
-            x = kStaged ? staged_score(p, staged, sh.diag, s[nt][e], local_row[r], jl)
-                        : disentangled_score(p, s[nt][e], head_rows, i, j, c);
+            x = uniform   ? uniform_score(p, sh.query_term, sh.key_term, s[nt][e], local_row[r], jl)
+                : kStaged ? staged_score(p, staged, sh.diag, s[nt][e], local_row[r], jl)
+                          : disentangled_score(p, s[nt][e], head_rows, i, j, c);
           const bool kept = !p.dropout || sh.keep[local_row[r] * kKeepPitch + jl];
           grad = element_grad(p, x, valid, kept, max[r], inverse[r], dot[r], dp[nt][e]).g;
         }
@@ -497,7 +530,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
 
     if (p.gc != nullptr) {
       // c(i, j) is monotone in i - j: one bucket for the whole tile when its two extreme diagonals agree.
-      if (sh.diag[0] == sh.diag[kDiagonals - 1]) {
+      if (uniform) {
         const int c = sh.diag[0];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -591,8 +624,12 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
     if (positional) load_diagonals(sh.diag, p, i0, j0);
     if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
     __syncthreads();
-    if constexpr (kStaged) {
-      stage_positional(staged, p, sh.diag, head_rows, i0, j0);
+    const bool uniform = positional && sh.diag[0] == sh.diag[kDiagonals - 1];
+    if (positional) {
+      if (uniform)
+        stage_uniform_terms(sh.query_term, sh.key_term, p, head_rows, i0, j0, sh.diag[0]);
+      else if (kStaged)
+        stage_positional(staged, p, sh.diag, head_rows, i0, j0);
       __syncthreads();
     }
 
@@ -610,8 +647,9 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
           const bool valid = key_kept[r] && sh.other_keep[il];
           float x = kMasked;
           if (valid)
-            x = kStaged ? staged_score(p, staged, sh.diag, s[nt][e], il, local_key[r])
-                        : disentangled_score(p, s[nt][e], head_rows, i, j, c);
+            x = uniform   ? uniform_score(p, sh.query_term, sh.key_term, s[nt][e], il, local_key[r])
+                : kStaged ? staged_score(p, staged, sh.diag, s[nt][e], il, local_key[r])
+                          : disentangled_score(p, s[nt][e], head_rows, i, j, c);
           const bool kept = !p.dropout || sh.keep[il * kKeepPitch + local_key[r]];
           out = element_grad(p, x, valid, kept, sh.other_max[il], sh.other_inverse[il], sh.other_dot[il],
                              dp[nt][e]);
@@ -624,7 +662,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
     accumulate_times_tile(s, q_tile, dk);
 
     if (p.gp != nullptr) {
-      if (sh.diag[0] == sh.diag[kDiagonals - 1]) {
+      if (uniform) {
         const int c = sh.diag[0];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
