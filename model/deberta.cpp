@@ -228,7 +228,7 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
   // Every layer's saved activations, or with gradient checkpointing one layer's (layer_slot): last, layer 0
   // first, so that a gradient buffer can take the slots the backward has finished with (GradientLayout).
   const int64_t planned_layers = c.gradient_checkpointing ? 1 : n;
-  const bool flash = uses_flash_attention(c, L);
+  const bool flash = uses_flash_attention(c, L, compute);
   for (int l = 0; l < planned_layers; ++l) {
     for (const char* name : {"q", "k"}) add(layer_slot(c, l, name), {B * L + S2, D});  // [Q; PQ], [K; PK]
     for (const char* name : {"v", "ctx", "s1", "y", "s2"}) add(layer_slot(c, l, name), {B, L, D});
@@ -249,7 +249,12 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
   return layout;
 }
 
-bool DebertaForSequenceClassification::uses_flash_attention(const DebertaConfig& c, int64_t max_seq) {
+namespace {
+constexpr int64_t kFlashAttentionFromLength = kernels::kStoredAttentionMaxLength + 1;
+}  // namespace
+
+bool DebertaForSequenceClassification::uses_flash_attention(const DebertaConfig& c, int64_t max_seq,
+                                                            DType compute) {
   switch (c.attention_kernel) {
     case DebertaConfig::AttentionKernel::stored:
       return false;
@@ -258,7 +263,10 @@ bool DebertaForSequenceClassification::uses_flash_attention(const DebertaConfig&
     case DebertaConfig::AttentionKernel::automatic:
       break;
   }
-  return max_seq > kernels::kStoredAttentionMaxLength;
+  // Where the stored path cannot run; below that, in 16 bits with the GPU kernels' head size, from
+  // kFlashAttentionFromLength on (the shortest length where the flash path measured at least as fast).
+  if (max_seq > kernels::kStoredAttentionMaxLength) return true;
+  return compute != DType::f32 && c.head_size() == 64 && max_seq >= kFlashAttentionFromLength;
 }
 
 size_t DebertaForSequenceClassification::gradient_offset(const DebertaConfig& c,
@@ -397,7 +405,7 @@ void DebertaForSequenceClassification::layer_forward(int l, const DebertaLayerTe
 
   const kernels::DisentangledAttentionConfig attention = attention_config(c, dropout, l);
   Tensor ctx = A(layer_slot(c, l, "ctx"), bld);
-  if (uses_flash_attention(c, s.max_seq)) {
+  if (uses_flash_attention(c, s.max_seq, s.compute)) {
     kernels::flash_disentangled_attention_forward(q.tokens, k.tokens, v, c.c2p ? k.table : Tensor(),
                                                   c.p2c ? q.table : Tensor(), batch.attention_mask, attention,
                                                   ctx, A(layer_slot(c, l, "softmax_stats"), {B, N, L, 2}));
@@ -659,7 +667,7 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     kernels::fill(dk.table, 0.0f);
     const kernels::DisentangledAttentionConfig attention = attention_config(c, dropout, l);
     const TokensAndTable q = with_table(layer_slot(c, l, "q")), k = with_table(layer_slot(c, l, "k"));
-    if (uses_flash_attention(c, s.max_seq)) {
+    if (uses_flash_attention(c, s.max_seq, s.compute)) {
       kernels::flash_disentangled_attention_backward(
           q.tokens, k.tokens, A(layer_slot(c, l, "v"), bld), c.c2p ? k.table : Tensor(),
           c.p2c ? q.table : Tensor(), s.inputs.attention_mask, A(layer_slot(c, l, "ctx"), bld),

@@ -68,9 +68,10 @@ class DebertaForSequenceClassification {
   // `gradients` the tail the gradient buffer needs past them (GradientLayout).
   static ArenaLayout plan_activations(const DebertaConfig& config, int64_t max_batch, int64_t max_seq,
                                       DType compute = DType::f32, const GradientLayout* gradients = nullptr);
-  // Whether a model planned for max_seq runs the flash attention (DebertaConfig::attention_kernel): it then
-  // saves the softmax statistics [B, N, L, 2] f32 per layer instead of the probabilities [B, N, L, L].
-  static bool uses_flash_attention(const DebertaConfig& config, int64_t max_seq);
+  // Whether a model planned for max_seq in `compute` runs the flash attention (DebertaConfig::
+  // attention_kernel): it then saves the softmax statistics [B, N, L, 2] f32 per layer instead of the
+  // probabilities [B, N, L, L].
+  static bool uses_flash_attention(const DebertaConfig& config, int64_t max_seq, DType compute);
   // Where a gradient buffer of layout `gradients` starts in an activation arena laid out by
   // plan_activations(..., &gradients): bytes from the arena's start.
   static size_t gradient_offset(const DebertaConfig& config, const ArenaLayout& activations,

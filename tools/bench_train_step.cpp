@@ -441,8 +441,9 @@ int run(int argc, char** argv) {
       {"overlap_update", trainer.overlaps_offloaded_update()},  // as the engine decided (on where it applies)
       {"overlap_optimizer", o.overlap_optimizer},
       {"gradient_checkpointing", o.gradient_checkpointing},
-      {"attention",
-       zt::DebertaForSequenceClassification::uses_flash_attention(model, o.seq) ? "flash" : "stored"},
+      {"attention", zt::DebertaForSequenceClassification::uses_flash_attention(model, o.seq, compute)
+                        ? "flash"
+                        : "stored"},
       {"back_to_back", o.back_to_back},
       {"overlap_comm", o.overlap_comm},
       {"nvme_path", o.nvme_path},

@@ -39,7 +39,7 @@ size_t attention_scratch_bytes(const DebertaConfig& model, int64_t batch, int64_
   const int64_t pitch = (window + 7) / 8 * 8;
   const auto probs = static_cast<size_t>(batch * model.num_attention_heads * length * length);
   const auto positional = static_cast<size_t>(model.num_attention_heads * batch * length * pitch);
-  if (DebertaForSequenceClassification::uses_flash_attention(model, length)) {
+  if (DebertaForSequenceClassification::uses_flash_attention(model, length, compute)) {
     // The flash path: nothing [L, L]. Forward: C2P and P2C in f32. Backward: both recomputed, the f32 bucket
     // sums Gc, Gp beside them, and D [B, N, L] f32; after the kernels the scores go back before Gc, Gp are
     // rounded to T (2 x 4 + 2 bytes a positional element, under the 4 x 4 peak).

@@ -77,14 +77,14 @@ TEST(FlashAttentionModel, TrainsLikeTheStoredPathWithCheckpointing) {
 
 TEST(FlashAttentionModel, AutomaticChoosesFlashPastTheStoredLimit) {
   const DebertaConfig c = deberta_v2_xlarge_config();
-  EXPECT_FALSE(DebertaForSequenceClassification::uses_flash_attention(c, 512));
-  EXPECT_FALSE(DebertaForSequenceClassification::uses_flash_attention(c, 1024));
-  EXPECT_TRUE(DebertaForSequenceClassification::uses_flash_attention(c, 1025));
+  EXPECT_FALSE(DebertaForSequenceClassification::uses_flash_attention(c, 512, DType::bf16));
+  EXPECT_FALSE(DebertaForSequenceClassification::uses_flash_attention(c, 1024, DType::bf16));
+  EXPECT_TRUE(DebertaForSequenceClassification::uses_flash_attention(c, 1025, DType::bf16));
   DebertaConfig forced = c;
   forced.attention_kernel = Kernel::flash;
-  EXPECT_TRUE(DebertaForSequenceClassification::uses_flash_attention(forced, 128));
+  EXPECT_TRUE(DebertaForSequenceClassification::uses_flash_attention(forced, 128, DType::bf16));
   forced.attention_kernel = Kernel::stored;
-  EXPECT_FALSE(DebertaForSequenceClassification::uses_flash_attention(forced, 4096));
+  EXPECT_FALSE(DebertaForSequenceClassification::uses_flash_attention(forced, 4096, DType::bf16));
 }
 
 // xlarge bf16 at batch 1: with the flash attention the plan holds stats, not probs, and doubling L doubles
