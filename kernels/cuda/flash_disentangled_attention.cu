@@ -8,6 +8,9 @@
 // so the C fragments of two neighbouring 8-column tiles are, rounded to T, the A fragment of a 16-deep
 // product (flash attention's register reuse of P). Each warp owns 16 rows of a 64-row tile.
 //
+// Exponentials by __expf (ex2.approx of x log2 e; a few ulp where it matters, exp(a - max) in [0, 1]), the
+// same in forward and backward, so P recomputed from the statistics is the forward's P.
+//
 // Shared memory: 64 x 64 T tiles with rows padded to 72 elements (144 bytes: 16-byte aligned rows, and the
 // 32-bit fragment loads of a warp, lanes (g, q) at word 36 g + q, hit 32 distinct banks).
 #include "kernels/cuda/flash_disentangled_attention.cuh"
@@ -369,7 +372,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(Flash
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
       const float new_max = fmaxf(row_max[r], tile_max[r]);  // finite: every tile has a key < L
-      correction[r] = expf(row_max[r] - new_max);            // 0 on the first tile (-inf)
+      correction[r] = __expf(row_max[r] - new_max);          // 0 on the first tile (-inf)
       row_max[r] = new_max;
       row_sum[r] *= correction[r];
     }
@@ -378,7 +381,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(Flash
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2, jl = nt * 8 + 2 * q + (e & 1);
-        const float pe = expf(s[nt][e] - row_max[r]);
+        const float pe = __expf(s[nt][e] - row_max[r]);
         row_sum[r] += pe;
         s[nt][e] = (!p.dropout || sh.keep[local_row[r] * kKeepPitch + jl]) ? pe * p.kept_scale : 0.0f;
         o[nt][e] *= correction[r];
@@ -442,7 +445,7 @@ struct ElementGrad {
 __device__ __forceinline__ ElementGrad element_grad(const FlashAttentionParams& p, float x, bool valid,
                                                     bool kept, float max, float inverse, float dot,
                                                     float dp_tilde) {
-  const float prob = expf(x - max) * inverse;
+  const float prob = __expf(x - max) * inverse;
   const float factor = p.dropout ? (kept ? p.kept_scale : 0.0f) : 1.0f;
   const float g = valid ? prob * (factor * dp_tilde - dot) * p.inverse_scale : 0.0f;
   return {g, prob * factor};
