@@ -2,6 +2,7 @@
 // unit hooks (acquire, gradients_ready, the reductions). The step is in engine_step.cpp, the state's
 // pieces in engine_state.cpp, the private state in engine_impl.h.
 #include "optim/zero/engine_impl.h"
+#include "optim/zero/offload_preflight.h"
 
 namespace zt::optim {
 
@@ -13,26 +14,6 @@ ZeroEngineOptions with_disk_buffers(ZeroEngineOptions options) {
   if (options.disk) options.offload.disk_buffers = options.disk->buffer_count;
   if (options.param_disk) options.offload.param_disk_buffers = options.param_disk->buffer_count;
   return options;
-}
-
-// One swap directory's share of the disk preflight: the optimizer state's and the parameters' files add up
-// where both offloads use the same nvme_path.
-struct SwapDirectoryNeed {
-  std::string directory;
-  uint64_t bytes = 0;
-  int files = 0;
-  DirectIoMode direct = DirectIoMode::automatic;
-};
-
-void add_swap_need(std::vector<SwapDirectoryNeed>& needs, const SwapDirectoryNeed& need) {
-  for (SwapDirectoryNeed& n : needs) {
-    if (n.directory == need.directory) {
-      n.bytes += need.bytes;
-      n.files += need.files;
-      return;
-    }
-  }
-  needs.push_back(need);
 }
 
 }  // namespace
@@ -80,97 +61,11 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   std::vector<HostBlockExtent> sub_group_extents;  // offload: the host store's blocks
   if (s.offload) {
     sub_group_extents = offloaded_sub_groups(partition_, options.offload.sub_group_size);
-    // Preflight before any allocation: every rank of this process holds its own shard (with the disk tier:
-    // its buffers, and its swap file on disk).
-    const ZeroStateBytes bytes = zero_state_bytes(partition_, s.stage, s.compute, options_.offload);
-    const auto ranks = static_cast<size_t>(std::max(1, options.ranks_sharing_host));
     if (options.disk) disk_state = swapped_state_options(*options.disk, r, numel_of(sub_group_extents));
-    const size_t host = bytes.host_total() * ranks;
-    HostMemoryPlan plan{.what = str("ZeRO-", s.stage, " CPU offload (",
-                                    options.offload.param ? "optimizer and parameters" : "optimizer",
-                                    options.disk ? str(", optimizer state on disk in sub-groups of at most ",
-                                                       options.offload.sub_group_size,
-                                                       " elements (zero_optimization.sub_group_size)")
-                                                 : std::string(),
-                                    options.param_disk ? ", parameters on disk" : "", ", ", ranks,
-                                    " rank(s) in this process)")};
-    const size_t pinned = pinned_host_bytes(bytes, host_kind == MemoryKind::pinned_host,
-                                            param_kind == MemoryKind::pinned_host, options.disk.has_value()) *
-                          ranks;
-    plan.pinned_bytes = pinned;
-    plan.pageable_bytes = host - pinned;
-    check_host_memory_plan(
-        plan, options.host_memory_limits ? *options.host_memory_limits : read_host_memory_limits());
-    if (options.host_budget != nullptr) {
-      const std::string what = str("rank ", r, "'s ", plan.what);
-      s.host_pinned_charge = options.host_budget->charge(pinned / ranks, HostMemoryKind::pinned, what);
-      s.host_pageable_charge =
-          options.host_budget->charge((host - pinned) / ranks, HostMemoryKind::pageable, what);
-    }
-    // The disk preflight: each swap directory's files of every rank of this process.
-    std::vector<SwapDirectoryNeed> needs;
-    if (options.disk) {
-      add_swap_need(needs, {.directory = options.disk->directory,
-                            .bytes = swap::SwappedStateStore::file_bytes_for(*disk_state) * ranks,
-                            .files = static_cast<int>(ranks) * (1 + options.disk->io.thread_count),
-                            .direct = options.disk->direct});
-    }
-    if (options.param_disk) {
-      add_swap_need(
-          needs, {.directory = options.param_disk->directory,
-                  .bytes = SwappedParameterShard::file_bytes_for(unit_slices(partition_), s.compute) * ranks,
-                  .files = static_cast<int>(ranks) * (1 + options.param_disk->io.thread_count),
-                  .direct = options.param_disk->direct});
-    }
-    for (const SwapDirectoryNeed& need : needs) {
-      const swap::SwapPreflightReport report = swap::preflight_swap_directory({.directory = need.directory,
-                                                                               .bytes_needed = need.bytes,
-                                                                               .files_needed = need.files,
-                                                                               .direct = need.direct,
-                                                                               .rank = r});
-      if (r == 0) {
-        for (const std::string& notice : report.notices) ZT_LOG(warn) << "disk tier: " << notice;
-        ZT_LOG(info) << "disk tier: " << format_memory_size(need.bytes) << " of swap files under "
-                     << need.directory << " (" << format_memory_size(report.free_bytes) << " free)";
-      }
-    }
-    if (options.disk && r == 0) {
-      ZT_LOG(info) << "disk tier: optimizer state (fp32 master, m, v) on disk under "
-                   << options.disk->directory << ", "
-                   << format_memory_size(swap::SwappedStateStore::file_bytes_for(*disk_state))
-                   << " per rank (each rank's file is the sum of its " << sub_group_extents.size()
-                   << " records: the unit slices cut into sub-groups of at most "
-                   << options.offload.sub_group_size << " elements, zero_optimization.sub_group_size), "
-                   << options.disk->buffer_count << " buffers of "
-                   << format_memory_size(bytes.host_optimizer /
-                                         static_cast<size_t>(options.disk->buffer_count))
-                   << " (the largest record) per rank";
-    }
-    if (options.param_disk && r == 0) {
-      const std::vector<int64_t> slices = unit_slices(partition_);
-      ZT_LOG(info) << "disk tier: parameters (the " << dtype_name(s.compute) << " stage-3 shard) on disk in "
-                   << SwappedParameterShard::file_directory(options.param_disk->directory) << ", "
-                   << format_memory_size(SwappedParameterShard::file_bytes_for(slices, s.compute))
-                   << " per rank (" << slices.size() << " records: one per unit slice), "
-                   << options.param_disk->buffer_count << " "
-                   << (param_kind == MemoryKind::pinned_host ? "pinned" : "pageable") << " buffers of "
-                   << format_memory_size(SwappedParameterShard::record_buffer_bytes(slices, s.compute))
-                   << " (the largest record) per rank, read ahead in the order the gathers and the update "
-                      "use them";
-    }
-    if (r == 0) {
-      const bool pageable_copies =
-          gpu && (host_kind == MemoryKind::host || (s.offload_param && param_kind == MemoryKind::host));
-      ZT_LOG(info) << plan.what << ": " << format_memory_size(host) << " of host memory"
-                   << (gpu ? str(", ", format_memory_size(pinned), " of it pinned") : std::string())
-                   << (pageable_copies ? " (a pin_memory is false: the host<->device copies of that section "
-                                         "run at pageable speed)"
-                                       : "");
-      if (s.delayed) {
-        ZT_LOG(info) << "delayed parameter update ON: each step's CPU update overlaps the next step's "
-                        "forward and backward, which use parameters one update old";
-      }
-    }
+    OffloadHostCharges charges =
+        preflight_offload(partition_, options_, r, disk_state, sub_group_extents.size());
+    s.host_pinned_charge = std::move(charges.pinned);
+    s.host_pageable_charge = std::move(charges.pageable);
   }
 
   // The compute copy: full (named, the model binds it) below stage 3, the rank's shard at stage 3 (on the
@@ -297,50 +192,9 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   }
 
   // Owned blocks: stage 0 updates whole units in full buffers; the others their slice.
-  for (size_t u = 0; u < units.size(); ++u) {
-    const ZeroUnit& unit = units[u];
-    OwnedBlock b;
-    b.unit = u;
-    if (s.stage == 0) {
-      b.numel = unit.numel;
-      b.flat = b.master = b.moments = b.grad = b.compute = unit.flat_begin;
-      b.ranges = partition_.unit_ranges(u);
-    } else {
-      const int64_t slice = partition_.slice_begin(u, r);
-      b.numel = unit.slice_numel;
-      b.flat = slice;
-      b.moments = unit.shard_begin;
-      b.grad = s.stage == 1 ? slice : unit.shard_begin;
-      b.compute = s.stage == 3 ? unit.shard_begin : slice;
-      b.master = s.mixed || s.offload ? unit.shard_begin : b.compute;
-      b.ranges = partition_.slice_ranges(u, r);
-    }
-    s.blocks.push_back(std::move(b));
-  }
+  s.blocks = owned_blocks(partition_, s.stage, r, s.mixed || s.offload);
   if (s.offload) {
-    // Each block's sub-groups, in order (offloaded_sub_groups cut the same slices the blocks are).
-    size_t g = 0;
-    for (OwnedBlock& b : s.blocks) {
-      b.first_sub_group = g;
-      int64_t begin = 0;
-      while (g < sub_group_extents.size() && begin < b.numel) {
-        const HostBlockExtent& e = sub_group_extents[g];
-        ZT_CHECK(e.offset == b.master + begin, "ZeRO engine: sub-group ", g, " is not at element ", begin,
-                 " of unit ", b.unit);
-        s.sub_groups.push_back({begin, e.numel, ranges_within(b.ranges, begin, e.numel)});
-        begin += e.numel;
-        ++g;
-      }
-      if (b.numel == 0) {  // an empty slice keeps one empty sub-group
-        s.sub_groups.push_back({0, 0, {}});
-        ++g;
-      }
-      ZT_CHECK(begin == b.numel, "ZeRO engine: the sub-groups of unit ", b.unit, " cover ", begin, " of ",
-               b.numel, " elements");
-      b.end_sub_group = g;
-    }
-    ZT_CHECK(g == sub_group_extents.size(), "ZeRO engine: ", sub_group_extents.size() - g,
-             " sub-groups past the last unit");
+    s.sub_groups = owned_sub_groups(s.blocks, sub_group_extents);
     if (disk_state) {
       s.host_state = std::make_unique<SwappedHostOptimizerStore>(*disk_state, options.disk->io);
     } else {
@@ -380,29 +234,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     }
   }
 
-  {
-    // The hook order of model/deberta_tensors.h: forward E, S, layers 0..n-1; backward S, layers n-1..0,
-    // E; the update block by block (unit order). Parameters on disk read ahead in it; overlap_update
-    // updates in the forward's order.
-    using Phase = Impl::Phase;
-    const size_t E = partition_.embeddings_unit(), S = partition_.shared_unit();
-    std::vector<size_t> layers;
-    for (size_t u = 0; u < units.size(); ++u)
-      if (u != E && u != S) layers.push_back(u);
-    std::vector<size_t>& forward = s.phase_order[static_cast<int>(Phase::forward)];
-    forward = {E, S};
-    forward.insert(forward.end(), layers.begin(), layers.end());
-    std::vector<size_t>& backward = s.phase_order[static_cast<int>(Phase::backward)];
-    backward = {S};
-    backward.insert(backward.end(), layers.rbegin(), layers.rend());
-    backward.push_back(E);
-    std::vector<size_t>& update = s.phase_order[static_cast<int>(Phase::update)];
-    for (size_t u = 0; u < units.size(); ++u) update.push_back(u);
-    for (int p = 0; p < 3; ++p) {
-      s.phase_position[p].assign(units.size(), 0);
-      for (size_t i = 0; i < s.phase_order[p].size(); ++i) s.phase_position[p][s.phase_order[p][i]] = i;
-    }
-  }
+  s.order = UnitOrder(partition_);
 
   if (options.overlap_optimizer && (s.device != DeviceKind::cuda || s.offload) && r == 0) {
     ZT_LOG(warn) << "overlap_optimizer: not with this run ("
@@ -503,8 +335,7 @@ bool ZeroEngine::overlaps_offloaded_update() const {
 }
 
 ZeroStateBytes ZeroEngine::state_bytes() const {
-  return zero_state_bytes(partition_, options_.stage, options_.compute, options_.offload, nullptr,
-                          impl_->split);
+  return ZeroPlan(partition_, options_.stage, options_.compute, options_.offload, impl_->split).bytes();
 }
 
 void ZeroEngine::begin_backward(bool first, bool last) {
@@ -649,7 +480,7 @@ void ZeroEngine::gather_unit(size_t unit, Pass pass) {
     // The slice from its record (read ahead by the previous gathers, else read now); the next units'
     // records start before it goes up.
     const Tensor slice = s.param_file->acquire(unit);
-    s.prefetch_parameters(unit, pass == Pass::forward ? Impl::Phase::forward : Impl::Phase::backward);
+    s.prefetch_parameters(unit, pass == Pass::forward ? UnitPhase::forward : UnitPhase::backward);
     upload_and_gather(slice);
     s.param_file->release(unit, /*modified=*/false);
     return;

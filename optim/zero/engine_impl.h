@@ -35,150 +35,13 @@
 #include "runtime/stream.h"
 #endif
 
+#include "optim/zero/buffer_views.h"
 #include "optim/zero/engine.h"
+#include "optim/zero/owned_blocks.h"
+#include "optim/zero/unit_order.h"
 
 namespace zt::optim {
-// The helpers live in a namespace of their own (not an anonymous one: every engine file shares them).
-namespace engine_detail {
-
-// The stream device work is queued on: the calling (rank) thread's current stream (runtime/stream.h).
-#ifdef ZT_WITH_CUDA
-inline cudaStream_t work_stream() {
-  return current_stream();
-}
-#endif
-
-// Collectives are queued on the rank's current stream too (ordered with its compute without host syncs).
-inline CommStream work_comm_stream() {
-#ifdef ZT_WITH_CUDA
-  return current_stream();
-#else
-  return nullptr;
-#endif
-}
-
-inline ArenaLayout flat_layout(int64_t numel, DType dtype) {
-  ArenaLayout layout;
-  layout.add({"flat", Shape{numel}, dtype});
-  return layout;
-}
-
-// A 1-D view of `numel` elements at element `offset` of a buffer.
-inline Tensor view(const Arena& arena, DType dtype, int64_t offset, int64_t numel) {
-  ZT_CHECK(offset >= 0 && (offset + numel) * static_cast<int64_t>(dtype_size(dtype)) <=
-                              static_cast<int64_t>(arena.bytes()),
-           "ZeRO engine: view [", offset, ", ", offset + numel, ") outside ", arena.name());
-  return Tensor(static_cast<char*>(arena.data()) + offset * static_cast<int64_t>(dtype_size(dtype)),
-                Shape{numel}, dtype, arena.device());
-}
-
-inline std::span<float> host_span(const Tensor& t) {
-  ZT_CHECK(t.device() == DeviceKind::cpu && t.dtype() == DType::f32, "ZeRO engine: expected a host f32 view");
-  return {static_cast<float*>(t.data()), static_cast<size_t>(t.numel())};
-}
-
-// The compute-dtype values of an f32 master block, into a host tensor of the same length (the rounding of
-// kernels::copy and of the AdamW's 16-bit copy: nearest even).
-inline void write_compute_values(std::span<const float> master, const Tensor& out) {
-  ZT_CHECK(out.device() == DeviceKind::cpu && out.numel() == static_cast<int64_t>(master.size()),
-           "ZeRO engine: compute values need a host tensor of ", master.size(), " elements");
-  switch (out.dtype()) {
-    case DType::f32:
-      std::memcpy(out.data(), master.data(), master.size_bytes());
-      return;
-    case DType::bf16:
-      for (size_t i = 0; i < master.size(); ++i) out.data_as<bf16>()[i] = float_to_bf16(master[i]);
-      return;
-    case DType::f16:
-      for (size_t i = 0; i < master.size(); ++i) out.data_as<f16>()[i] = float_to_f16(master[i]);
-      return;
-    default:
-      ZT_FAIL("ZeRO engine: no compute dtype ", dtype_name(out.dtype()));
-  }
-}
-
-// A host tensor's elements as the AdamW's 16-bit output (nothing for f32: the caller copies the master).
-inline Params16Out params16_of(const Tensor& t) {
-  const auto n = static_cast<size_t>(t.numel());
-  if (t.dtype() == DType::bf16) return std::span<bf16>(t.data_as<bf16>(), n);
-  if (t.dtype() == DType::f16) return std::span<f16>(t.data_as<f16>(), n);
-  return {};
-}
-
-// The offloaded state's sub-groups (store blocks) in shard elements: each unit's slice, at its shard offset,
-// cut by sub_group_size. The engine's owned blocks of stages 1-3 are these slices.
-inline std::vector<HostBlockExtent> offloaded_sub_groups(const ZeroPartition& partition,
-                                                         int64_t sub_group_size) {
-  std::vector<HostBlockExtent> slices;
-  for (const ZeroUnit& unit : partition.units()) slices.push_back({unit.shard_begin, unit.slice_numel});
-  return cut_into_sub_groups(slices, sub_group_size);
-}
-
-inline std::vector<int64_t> numel_of(const std::vector<HostBlockExtent>& extents) {
-  std::vector<int64_t> out;
-  for (const HostBlockExtent& e : extents) out.push_back(e.numel);
-  return out;
-}
-
-// The parts of `ranges` (relative to a block) inside the block's elements [begin, begin + numel), relative
-// to `begin`: what AdamW updates in that sub-group.
-inline std::vector<TensorRange> ranges_within(const std::vector<TensorRange>& ranges, int64_t begin,
-                                              int64_t numel) {
-  std::vector<TensorRange> out;
-  for (const TensorRange& r : ranges) {
-    const int64_t lo = std::max(r.offset, begin);
-    const int64_t hi = std::min(r.offset + r.numel, begin + numel);
-    if (lo < hi) out.push_back({lo - begin, hi - lo, r.weight_decay});
-  }
-  return out;
-}
-
-// The rank's slice of each unit, in unit order: the records of the parameter file (parameters on disk).
-inline std::vector<int64_t> unit_slices(const ZeroPartition& partition) {
-  std::vector<int64_t> out;
-  for (const ZeroUnit& u : partition.units()) out.push_back(u.slice_numel);
-  return out;
-}
-
-// The largest slice of any unit: the offload_param upload buffer.
-inline int64_t largest_slice(const ZeroPartition& partition) {
-  int64_t n = 0;
-  for (const ZeroUnit& u : partition.units()) n = std::max(n, u.slice_numel);
-  return n;
-}
-
-// The split master's buffers: the low halves (2 bytes an element of the f32 master's layout) and the
-// rounding bits, in 32-bit words with one to spare (a unit's view starts at its first element / 32).
-inline size_t split_master_low_bytes(size_t elements) {
-  return elements * 2;
-}
-inline size_t split_master_bit_words(size_t elements) {
-  return (elements + 31) / 32 + 1;
-}
-
-}  // namespace engine_detail
-using namespace engine_detail;  // NOLINT: a private header of the engine's files
-
-// Where the rank's state for one unit lives: element offsets into each buffer, and the tensors it updates.
-struct OwnedBlock {
-  size_t unit = 0;
-  int64_t numel = 0;                // whole unit (stage 0) or the rank's slice
-  int64_t flat = 0;                 // first element in the full flat buffer
-  int64_t master = 0;               // offset in the master buffer
-  int64_t moments = 0;              // offset in m and v
-  int64_t grad = 0;                 // offset in the gradient buffer (full or shard accumulator)
-  int64_t compute = 0;              // offset in the compute copy (full or shard)
-  std::vector<TensorRange> ranges;  // relative to the block
-  // Offload: the block's sub-groups, store blocks [first_sub_group, end_sub_group) (Impl::sub_groups).
-  size_t first_sub_group = 0, end_sub_group = 0;
-};
-
-// Offload: one sub-group of an owned block, one block of the host store.
-struct SubGroup {
-  int64_t begin = 0;  // first element, relative to the owned block
-  int64_t numel = 0;
-  std::vector<TensorRange> ranges;  // the block's ranges inside it, relative to the sub-group
-};
+using namespace zero_views;  // NOLINT: a private header of the engine's files
 
 struct ZeroEngine::Impl {
   DeviceKind device;
@@ -205,11 +68,9 @@ struct ZeroEngine::Impl {
   // Parameters on disk (offload_param with ZeroEngineOptions::param_disk): the stage-3 shard, one record
   // per unit slice; compute_copy is null.
   std::unique_ptr<SwappedParameterShard> param_file;
-  // The order the units' parameters are used in, per phase (model/deberta_tensors.h's hook order; the
-  // update goes block by block), and each unit's position in it: what param_file reads ahead.
-  enum class Phase { forward, backward, update };
-  std::vector<size_t> phase_order[3];
-  std::vector<size_t> phase_position[3];
+  // The order the units' parameters are used in, per phase: what param_file reads ahead, and the order the
+  // overlapped updates go in.
+  UnitOrder order;
   std::unique_ptr<OffloadCopies> copies;  // offload: the step's D2H / H2D
   bool delayed = false;                   // offload.delayed_update
   bool publish_pending = false;           // a delayed update finished on the host, not yet published
@@ -268,7 +129,7 @@ struct ZeroEngine::Impl {
   Tensor begin_params_write(const OwnedBlock& b, bool keep_unwritten) {
     if (!params_in_file()) return params_on_host(b);
     const Tensor values = param_file->acquire(b.unit, keep_unwritten);
-    if (keep_unwritten) prefetch_parameters(b.unit, Phase::update);
+    if (keep_unwritten) prefetch_parameters(b.unit, UnitPhase::update);
     return values;
   }
   void end_params_write(const OwnedBlock& b) {
@@ -277,29 +138,9 @@ struct ZeroEngine::Impl {
   // Parameters on disk: reads of the records used after `unit` in `phase` (forward continues with backward,
   // backward with the update on the window's last micro-batch, else with the next forward; the update with
   // the next forward), as many as the free buffers take.
-  void prefetch_parameters(size_t unit, Phase phase) {
-    const size_t count = static_cast<size_t>(param_file->buffer_count() - 1);
-    std::vector<size_t> upcoming;
-    auto next_phase = [&](Phase p) {
-      if (p == Phase::forward) return Phase::backward;
-      if (p == Phase::backward && last_micro) return Phase::update;
-      return Phase::forward;
-    };
-    Phase p = phase;
-    size_t position = phase_position[static_cast<int>(p)][unit] + 1;
-    for (int phases = 0; upcoming.size() < count && phases < 3;) {
-      const std::vector<size_t>& order = phase_order[static_cast<int>(p)];
-      if (position >= order.size()) {
-        p = next_phase(p);
-        position = 0;
-        ++phases;
-        continue;
-      }
-      const size_t next = order[position++];
-      if (next != unit && std::find(upcoming.begin(), upcoming.end(), next) == upcoming.end())
-        upcoming.push_back(next);
-    }
-    param_file->prefetch(upcoming);
+  void prefetch_parameters(size_t unit, UnitPhase phase) {
+    param_file->prefetch(
+        order.upcoming(unit, phase, last_micro, static_cast<size_t>(param_file->buffer_count() - 1)));
   }
   // Offload: where block b's gradients are (final after the window's last reduction) and where they go.
   Tensor device_gradients(const OwnedBlock& b) const {
@@ -435,7 +276,7 @@ struct ZeroEngine::Impl {
     if (std::all_of(landed.begin(), landed.end(), [](char x) { return x != 0; })) overlapped.get();
   }
   void land_overlapped_update() {
-    for (const size_t unit : phase_order[static_cast<int>(Phase::forward)]) land_overlapped_unit(unit);
+    for (const size_t unit : order.order(UnitPhase::forward)) land_overlapped_unit(unit);
   }
   // Either overlapped update (overlap_update on the host, overlap_optimizer on the device) of unit `unit`
   // landed where the model reads it, before a pass touches the unit; land_all: of every unit, before

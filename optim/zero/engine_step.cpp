@@ -236,7 +236,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
       s.updated.assign(s.blocks.size(), 0);
       s.landed.assign(s.blocks.size(), 0);
       s.overlap_failed = false;
-      const std::vector<size_t> order = s.phase_order[static_cast<int>(Impl::Phase::forward)];
+      const std::vector<size_t> order = s.order.order(UnitPhase::forward);
       const Arena* gradients = s.host_grads.get();
       s.overlapped = std::async(std::launch::async, [this, lr, grad_scale, gradients, order] {
         Impl& t = *impl_;
@@ -285,8 +285,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
       o->stream.wait(o->step_ready);
       stream = o->stream.get();
     }
-    using Phase = Impl::Phase;
-    for (const size_t u : s.phase_order[static_cast<int>(o != nullptr ? Phase::forward : Phase::update)]) {
+    for (const size_t u : s.order.order(o != nullptr ? UnitPhase::forward : UnitPhase::update)) {
       const OwnedBlock& b = s.blocks[u];
       // Zeroed for the next window unless its first backward writes them.
       const bool zero_grads = (s.stage == 0 && !overwrites_gradients(u)) || s.direct_gradients;
