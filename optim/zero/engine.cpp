@@ -36,8 +36,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   s.stage = options.stage;
   s.offload = options.offload.optimizer;
   s.offload_param = options.offload.param;
-  s.delayed = options.offload.delayed_update;
-  ZT_CHECK(!s.delayed || s.offload,
+  ZT_CHECK(!options.offload.delayed_update || s.offload,
            "the delayed parameter update needs offload_optimizer (it delays the CPU update)");
   ZT_CHECK(!s.offload || s.stage >= 1,
            "offload_optimizer needs ZeRO stage 1, 2 or 3 (stage 0 keeps no optimizer shard), got stage ",
@@ -46,6 +45,8 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
            "offload_param needs ZeRO stage 3 (parameters are only partitioned there), got stage ", s.stage);
   ZT_CHECK(!s.offload_param || s.offload,
            "offload_param needs offload_optimizer too (the CPU update writes the offloaded parameter shard)");
+  s.split = options.split_master && split_master_applies(s.device, s.stage, s.compute, options.offload);
+  s.plan.emplace(partition_, s.stage, s.compute, options_.offload, s.split);
   const int r = comm.rank();
   const int64_t shard = partition_.shard_numel();
   const auto& units = partition_.units();
@@ -91,7 +92,6 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     s.compute_copy = std::make_unique<Arena>("parameters (shard)", flat_layout(shard, s.compute),
                                              s.options(MemoryCategory::parameters, true));
   }
-  s.split = options.split_master && split_master_applies(s.device, s.stage, s.compute, options.offload);
   if (s.split) {
     const auto elements = static_cast<size_t>(partition_.total_numel());
     s.master_low = std::make_unique<Arena>("master (low halves)", partition_.layout(DType::bf16),
@@ -120,105 +120,70 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
         name, full_state ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
         s.options(MemoryCategory::optimizer, true));
   };
+  std::unique_ptr<Arena> param_upload;  // offload_param, world > 1: one unit's slice, all-gathered from
   if (!s.offload) {
     s.exp_avg = moments("adam_m");
     s.exp_avg_sq = moments("adam_v");
-  } else {
-    const ArenaOptions host{.kind = host_kind, .category = MemoryCategory::other, .zero_fill = true};
-    s.host_grads = std::make_unique<Arena>("offloaded gradients", flat_layout(shard, DType::f32), host);
-    if (s.delayed)
-      s.host_grads_in_update = std::make_unique<Arena>("offloaded gradients (delayed update)",
-                                                       flat_layout(shard, DType::f32), host);
-    if (!s.offload_param || s.delayed)
-      s.host_params = std::make_unique<Arena>("parameter staging", flat_layout(shard, s.compute), host);
-    if (s.offload_param && world_size() > 1)
-      s.param_upload =
-          std::make_unique<Arena>("parameter upload", flat_layout(largest_slice(partition_), s.compute),
-                                  s.options(MemoryCategory::communication, true));
+  } else if (s.plan->parameter_upload) {
+    param_upload = std::make_unique<Arena>("parameter upload", flat_layout(s.plan->largest_slice, s.compute),
+                                           s.options(MemoryCategory::communication, true));
   }
   ZT_CHECK(!options.offload.stream_gradients || (s.offload && s.stage >= 2),
            "stream_gradients needs ZeRO stage 2 or 3 with offload_optimizer (it streams the gradient shard "
            "to the host), got stage ",
            s.stage, s.offload ? "" : " without offload");
-  s.streamed = options.offload.stream_gradients;
   ZT_CHECK(options.gradient_memory == nullptr || s.stage == 0,
            "gradients on the activations are a stage-0 placement, asked at stage ", s.stage);
-  if (options.gradient_memory != nullptr) {
-    s.grads = std::make_unique<Arena>(
-        Arena::over("gradients (on the activations)", partition_.layout(DType::f32), options.gradient_memory,
-                    s.device == DeviceKind::cuda ? MemoryKind::device : MemoryKind::host));
-    kernels::fill(s.grads->flat(DType::f32), 0.0f);  // the shared unit and the gaps start at zero
-    // Per overwritten unit, the elements between its tensors (alignment and unit padding), which the forward
-    // may overwrite and the gradient norm reads whole.
-    s.gradient_gaps.resize(units.size());
-    for (size_t u = 0; u < units.size(); ++u) {
-      if (!overwrites_gradients(u)) continue;
-      int64_t at = 0;
-      for (const TensorRange& r : partition_.unit_ranges(u)) {
-        if (r.offset > at) s.gradient_gaps[u].push_back({units[u].flat_begin + at, r.offset - at});
-        at = r.offset + r.numel;
-      }
-      if (units[u].numel > at) s.gradient_gaps[u].push_back({units[u].flat_begin + at, units[u].numel - at});
-    }
-  } else if (!s.streamed) {
-    s.grads = std::make_unique<Arena>(
-        "gradients", s.stage <= 1 ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
-        s.options(MemoryCategory::gradients, true));
-  }
-#ifdef ZT_WITH_CUDA
-  if (s.streamed && s.device == DeviceKind::cuda) {
-    s.unit_stats = device_allocator().allocate(units.size() * sizeof(gpu::GradStats), MemoryCategory::scratch,
-                                               "streamed gradient norm partials");
-  }
-#endif
-  s.direct_gradients = s.stage >= 2 && world_size() == 1 && !s.streamed;
-  if (s.stage >= 2 && !s.direct_gradients) {
-    auto bucket = [&](const char* name, int64_t n) {
-      return std::make_unique<Arena>(name, flat_layout(n, DType::f32),
-                                     s.options(MemoryCategory::communication, true));
-    };
-    s.bucket_embeddings = bucket("gradient bucket (embeddings)", units.front().numel);
-    s.bucket_shared = bucket("gradient bucket (shared)", units.back().numel);
-    for (auto& b : s.bucket_layer) b = bucket("gradient bucket (layer)", partition_.largest_layer_unit());
-  }
+  s.reducer =
+      std::make_unique<GradientReducer>(*s.plan, partition_, comm_, s.blocks, options.reduce_scatter,
+                                        s.options(MemoryCategory::gradients, true), options.gradient_memory);
   if (s.stage == 3) {
-    auto gather = [&](const char* name, int64_t n) {
-      return std::make_unique<Arena>(name, flat_layout(n, s.compute),
-                                     s.options(MemoryCategory::communication, true));
-    };
-    s.gather_embeddings = gather("gathered parameters (embeddings)", units.front().numel);
-    s.gather_shared = gather("gathered parameters (shared)", units.back().numel);
-    for (auto& g : s.gather_layer) g = gather("gathered parameters (layer)", partition_.largest_layer_unit());
+    s.gatherer = std::make_unique<ParameterGatherer>(
+        partition_, comm_, s.compute,
+        UnitBuffers(partition_, "gathered parameters", s.compute,
+                    s.options(MemoryCategory::communication, true)),
+        std::move(param_upload),
+        ParameterGatherer::Source{
+            .shard = s.compute_copy.get(), .on_host = s.offload_param, .file = s.param_file.get()});
   }
 
   // Owned blocks: stage 0 updates whole units in full buffers; the others their slice.
   s.blocks = owned_blocks(partition_, s.stage, r, s.mixed || s.offload);
   if (s.offload) {
-    s.sub_groups = owned_sub_groups(s.blocks, sub_group_extents);
+    std::unique_ptr<HostOptimizerStore> store;
     if (disk_state) {
-      s.host_state = std::make_unique<SwappedHostOptimizerStore>(*disk_state, options.disk->io);
+      store = std::make_unique<SwappedHostOptimizerStore>(*disk_state, options.disk->io);
     } else {
-      s.host_state =
-          std::make_unique<ResidentHostOptimizerStore>(std::move(sub_group_extents), shard, host_kind);
+      store = std::make_unique<ResidentHostOptimizerStore>(sub_group_extents, shard, host_kind);
     }
-    s.copies = std::make_unique<OffloadCopies>(s.device, options.offload.pipelined, s.blocks.size());
-    s.downloaded.assign(s.blocks.size(), false);
+    auto copies = std::make_unique<OffloadCopies>(s.device, options.offload.pipelined, s.blocks.size());
+    Impl* impl = impl_.get();
+    s.offloaded = std::make_unique<OffloadedOptimizer>(
+        *s.plan, partition_, s.blocks, std::move(store), std::move(sub_group_extents), host_kind,
+        std::move(copies), adamw_,
+        OffloadedOptimizer::Places{.compute_copy = s.compute_copy.get(),
+                                   .param_file = s.param_file.get(),
+                                   .device_gradients = s.reducer->gradients(),
+                                   .prefetch_after_update = [impl](size_t unit) {
+                                     impl->gatherer->prefetch(unit, UnitPhase::update, impl->last_micro);
+                                   }});
+    s.reducer->send_final_gradients_to(s.offloaded.get());
     const bool overlap_asked = options.offload.overlap_update;
     if (overlap_asked || (options.offload.overlap_update_where_it_applies && s.device == DeviceKind::cuda)) {
       // What the overlapped update does not cover runs the update inside step(), and says so when asked.
-      const char* why = s.delayed            ? "the delayed update overlaps it already"
+      const char* why = s.plan->delayed      ? "the delayed update overlaps it already"
                         : world_size() > 1   ? "world size > 1 (the ranks' all-gathers follow the update)"
                         : options.disk       ? "the optimizer state is on disk"
                         : options.param_disk ? "the parameters are on disk"
-                        : s.device == DeviceKind::cuda && !s.copies->pipelined()
+                        : s.device == DeviceKind::cuda && !s.offloaded->pipelined_copies()
                             ? "the copies are not pipelined"
                             : nullptr;
-      s.overlap_update = why == nullptr;
+      if (why == nullptr) s.offloaded->enable_overlapped_update();
       if (why != nullptr && r == 0 && overlap_asked) {
         ZT_LOG(warn) << "overlap_update: not with this run (" << why
                      << "); the CPU update runs inside step()";
       }
-      if (s.overlap_update && !overlap_asked && r == 0) {
+      if (s.offloaded->overlapped_update() && !overlap_asked && r == 0) {
         ZT_LOG(info)
             << "overlap_update: on (the default where it applies; exact): the CPU update runs beside "
                "the next forward, which waits for each layer's update; --no_offload_overlap_update "
@@ -229,7 +194,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
       // H200's 16 cores the overlap hid 40 ms at bs 128 and nothing at bs 40, where the forward's kernels are
       // shorter; with one core left free, 51 ms at bs 128 and 21 ms at bs 40. The AdamW is memory-bound, and
       // its results do not depend on the thread count.
-      if (s.overlap_update && s.device == DeviceKind::cuda && adamw_.num_threads() > 2)
+      if (s.offloaded->overlapped_update() && s.device == DeviceKind::cuda && adamw_.num_threads() > 2)
         adamw_.set_num_threads(adamw_.num_threads() - 1);
     }
   }
@@ -249,11 +214,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
                       : s.stage != 0 && world_size() > 1 ? "world size > 1 (the ranks' all-gathers follow it)"
                                                          : nullptr;
     if (why == nullptr) {
-#ifdef ZT_WITH_CUDA
-      s.optimizer_overlap = std::make_unique<Impl::OptimizerOverlap>();  // on the rank's current device
-      s.optimizer_overlap->unit_updated.resize(units.size());
-      s.optimizer_pending.assign(units.size(), 0);
-#endif
+      s.streams.make_optimizer_stream(units.size());
     } else if (r == 0) {
       ZT_LOG(warn) << "overlap_optimizer: not with this run (" << why << "); the AdamW runs inside step()";
     }
@@ -261,23 +222,14 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
 #ifdef ZT_WITH_CUDA
   // The early gradient norm: with overlap_optimizer at world size 1 (any stage it runs at), or asked for at
   // stage 0 (world size 1, the device's AdamW). Not where unit_stats already takes the streamed slices' sums.
-  const bool early_norm_here = s.device == DeviceKind::cuda && !s.offload && !s.streamed && world_size() == 1;
-  if (early_norm_here && (s.optimizer_overlap || (options.early_grad_norm && s.stage == 0))) {
-    s.early_norm = std::make_unique<Impl::EarlyNorm>();  // on the rank's current device
-    s.unit_stats = device_allocator().allocate(units.size() * sizeof(gpu::GradStats), MemoryCategory::scratch,
-                                               "gradient norm partials (early)");
-    int64_t largest = 0;
-    for (const ZeroUnit& u : units) largest = std::max(largest, u.slice_numel);
-    s.early_norm->partials =
-        device_allocator().allocate(gpu::grad_stats_scratch_bytes(largest), MemoryCategory::scratch,
-                                    "gradient norm block partials (early)");
+  const bool early_norm_here =
+      s.device == DeviceKind::cuda && !s.offload && !s.plan->streamed_gradients && world_size() == 1;
+  if (early_norm_here && (s.streams.optimizer_overlap() || (options.early_grad_norm && s.stage == 0))) {
+    s.reducer->allocate_unit_stats("gradient norm partials (early)");
+    s.streams.make_early_norm_stream(largest_slice(partition_));
   }
 #endif
-  if (options.overlap_comm && s.device == DeviceKind::cuda && world_size() > 1) {
-#ifdef ZT_WITH_CUDA
-    s.overlap = std::make_unique<Impl::CommOverlap>();  // on the device current on the rank's thread
-#endif
-  }
+  if (options.overlap_comm && s.device == DeviceKind::cuda && world_size() > 1) s.streams.make_comm_stream();
 
   // Handles: named arenas bind by name; stage-3 parameters and stage-2/3 gradients point into the unit's
   // gather buffer / bucket (layer l uses buffer l % 2, so two consecutive layers never share one).
@@ -296,17 +248,17 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   } else {
     param_handles_ = DebertaTensors::bind(config, [&](const std::string& name) {
       const size_t k = index_of(name);
-      return unit_view(k, s.gather_buffer(partition_, partition_.unit_of_tensor(k)), s.compute);
+      return unit_view(k, s.gatherer->buffer(partition_.unit_of_tensor(k)), s.compute);
     });
   }
   if (s.stage <= 1) {
-    grad_handles_ =
-        DebertaTensors::bind(config, [&](const std::string& name) { return s.grads->tensor(name); });
-  } else if (s.direct_gradients) {  // each unit's gradients at its place in the shard
+    grad_handles_ = DebertaTensors::bind(
+        config, [&](const std::string& name) { return s.reducer->gradients()->tensor(name); });
+  } else if (s.plan->direct_gradients) {  // each unit's gradients at its place in the shard
     grad_handles_ = DebertaTensors::bind(config, [&](const std::string& name) {
       const size_t k = index_of(name);
       const ZeroUnit& unit = units[partition_.unit_of_tensor(k)];
-      const Tensor in_shard = view(*s.grads, DType::f32, unit.shard_begin, unit.numel);
+      const Tensor in_shard = view(*s.reducer->gradients(), DType::f32, unit.shard_begin, unit.numel);
       const int64_t offset = partition_.tensor_flat_offset(k) - unit.flat_begin;
       return Tensor(static_cast<float*>(in_shard.data()) + offset, table.entries()[k].shape, DType::f32,
                     in_shard.device());
@@ -314,7 +266,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   } else {
     grad_handles_ = DebertaTensors::bind(config, [&](const std::string& name) {
       const size_t k = index_of(name);
-      return unit_view(k, s.bucket(partition_, partition_.unit_of_tensor(k)), DType::f32);
+      return unit_view(k, s.reducer->bucket(partition_.unit_of_tensor(k)), DType::f32);
     });
   }
 }
@@ -326,16 +278,17 @@ const SwappedParameterStats* ZeroEngine::parameter_swap_stats() const {
 }
 
 const swap::SwappedStateStats* ZeroEngine::optimizer_swap_stats() const {
-  const auto* swapped = dynamic_cast<const SwappedHostOptimizerStore*>(impl_->host_state.get());
+  const auto* swapped =
+      impl_->offloaded ? dynamic_cast<const SwappedHostOptimizerStore*>(&impl_->offloaded->store()) : nullptr;
   return swapped != nullptr ? &swapped->store().stats() : nullptr;
 }
 
 bool ZeroEngine::overlaps_offloaded_update() const {
-  return impl_->overlap_update;
+  return impl_->offloaded && impl_->offloaded->overlapped_update();
 }
 
 ZeroStateBytes ZeroEngine::state_bytes() const {
-  return ZeroPlan(partition_, options_.stage, options_.compute, options_.offload, impl_->split).bytes();
+  return impl_->plan->bytes();
 }
 
 void ZeroEngine::begin_backward(bool first, bool last) {
@@ -347,7 +300,7 @@ void ZeroEngine::begin_backward(bool first, bool last) {
   // Stages 0/1 reduce the gradient buffer in place, which this backward accumulates into (step() waited
   // already after a window's last micro-batch; this covers a backward without a step in between).
   if (impl_->stage <= 1) compute_waits_for_comm();
-  ZT_CHECK(!impl_->streamed || (first && last),
+  ZT_CHECK(!impl_->plan->streamed_gradients || (first && last),
            "ZeRO offload with streamed gradients (stream_gradients) takes one micro-batch per step; with "
            "gradient accumulation the gradient shard must stay on the device (stream_gradients false)");
   impl_->first_micro = first;
@@ -367,7 +320,7 @@ bool gradients_on_activations(const DebertaConfig& model, int stage, int64_t mic
 }
 
 bool ZeroEngine::overwrites_gradients(size_t unit) const {
-  return impl_->stage == 0 && unit != partition_.shared_unit();
+  return impl_->reducer->overwritten_by_backward(unit);
 }
 
 kernels::GradWrite ZeroEngine::gradient_write(size_t unit) {
@@ -376,28 +329,15 @@ kernels::GradWrite ZeroEngine::gradient_write(size_t unit) {
 }
 
 void ZeroEngine::comm_waits_for_compute() {
-#ifdef ZT_WITH_CUDA
-  Impl& s = *impl_;
-  if (!s.overlap) return;
-  s.overlap->compute_done.record(work_stream());
-  s.overlap->stream.wait(s.overlap->compute_done);
-#endif
+  impl_->streams.comm_waits_for_compute();
 }
 
 void ZeroEngine::reduce_on_comm(size_t unit) {
-#ifdef ZT_WITH_CUDA
   Impl& s = *impl_;
-  Impl::CommOverlap& o = *s.overlap;
-  {
-    // Collectives (work_comm_stream), the fold, the zero fill and the offload download's "after the work
-    // queued so far" (OffloadCopies::down) all follow the current stream: the comm stream here.
-    StreamScope on_comm(o.stream);
-    reduce_unit_gradients(unit);
-  }
-  if (s.stage >= 2) o.bucket_free[Impl::bucket_slot(partition_, unit)].record(o.stream);
-#else
-  reduce_unit_gradients(unit);
-#endif
+  // Collectives (work_comm_stream), the fold, the zero fill and the offload download's "after the work
+  // queued so far" (OffloadCopies::down) all follow the current stream: the comm stream here.
+  s.streams.on_comm([&] { reduce_unit_gradients(unit); });
+  if (s.stage >= 2) s.streams.record_bucket_free(UnitBuffers::slot(partition_, unit));
 }
 
 void ZeroEngine::reduce_deferred_on_comm() {
@@ -409,16 +349,13 @@ void ZeroEngine::reduce_deferred_on_comm() {
 }
 
 void ZeroEngine::compute_waits_for_comm() {
-#ifdef ZT_WITH_CUDA
   Impl& s = *impl_;
-  if (!s.overlap) return;
+  if (!s.streams.comm_overlap()) return;
   if (s.deferred_reduction) {
     comm_waits_for_compute();
     reduce_deferred_on_comm();
   }
-  s.overlap->comm_done.record(s.overlap->stream);
-  ZT_CUDA_CHECK(cudaStreamWaitEvent(work_stream(), s.overlap->comm_done.get(), 0));
-#endif
+  s.streams.compute_waits_for_comm();
 }
 
 void ZeroEngine::acquire(size_t unit, Pass pass) {
@@ -426,75 +363,29 @@ void ZeroEngine::acquire(size_t unit, Pass pass) {
   s.land_unit(unit);  // an overlapped update of this unit, before anything reads its parameters
   // Streamed gradients: the bucket's previous slice has gone down and the bucket is zeroed (on the copy
   // stream: backward runs on while the copy of the layer before last is in flight).
-  if (s.streamed && pass == Pass::backward) {
-    if (const std::optional<size_t> previous = s.bucket_last_unit[Impl::bucket_slot(partition_, unit)])
-      s.copies->current_stream_waits_down(*previous);
+  if (s.plan->streamed_gradients && pass == Pass::backward) {
+    s.offloaded->current_stream_waits_for_bucket(UnitBuffers::slot(partition_, unit));
   }
-#ifdef ZT_WITH_CUDA
   // Backward is about to write the unit's bucket: its previous reduction must have read and zeroed it.
-  if (s.overlap && pass == Pass::backward && s.stage >= 2)
-    ZT_CUDA_CHECK(cudaStreamWaitEvent(work_stream(),
-                                      s.overlap->bucket_free[Impl::bucket_slot(partition_, unit)].get(), 0));
-#else
-  (void)pass;
-#endif
+  if (s.streams.comm_overlap() && pass == Pass::backward && s.stage >= 2)
+    s.streams.compute_waits_for_bucket_free(UnitBuffers::slot(partition_, unit));
   if (s.stage != 3) return;
-  if (!s.overlap) {
+  if (!s.streams.comm_overlap()) {
     gather_unit(unit, pass);
     return;
   }
-#ifdef ZT_WITH_CUDA
   // With overlap the gather goes on the comm stream as well (after the compute work that last read the
   // gather buffer or wrote the shard), so the rank's collectives stay on one stream in one order; the
   // reduction deferred by gradients_ready is queued behind it and overlaps this unit's backward.
-  Impl::CommOverlap& o = *s.overlap;
   comm_waits_for_compute();
-  {
-    StreamScope on_comm(o.stream);
-    gather_unit(unit, pass);
-  }
-  o.gathered.record(o.stream);
-  ZT_CUDA_CHECK(cudaStreamWaitEvent(work_stream(), o.gathered.get(), 0));
+  s.streams.on_comm([&] { gather_unit(unit, pass); });
+  s.streams.compute_waits_for_gather();
   reduce_deferred_on_comm();
-#endif
 }
 
 void ZeroEngine::gather_unit(size_t unit, Pass pass) {
-  Impl& s = *impl_;
-  const ZeroUnit& u = partition_.units()[unit];
-  const Arena& buffer = s.gather_buffer(partition_, unit);
-  const Tensor full = view(buffer, s.compute, 0, u.numel);
-  // offload_param: the slice lives on the host (the shard arena or a record buffer): up first (synchronous
-  // on the rank's stream: copy_tensor waits for the copy, so the host slice is free afterwards), then
-  // gathered.
-  auto upload_and_gather = [&](const Tensor& host_slice) {
-    if (world_size() == 1) {
-      copy_tensor(host_slice, full);
-    } else {
-      const Tensor upload = view(*s.param_upload, s.compute, 0, u.slice_numel);
-      copy_tensor(host_slice, upload);
-      comm_.all_gather(upload, full, work_comm_stream());
-    }
-  };
-  if (s.param_file) {
-    // The slice from its record (read ahead by the previous gathers, else read now); the next units'
-    // records start before it goes up.
-    const Tensor slice = s.param_file->acquire(unit);
-    s.prefetch_parameters(unit, pass == Pass::forward ? UnitPhase::forward : UnitPhase::backward);
-    upload_and_gather(slice);
-    s.param_file->release(unit, /*modified=*/false);
-    return;
-  }
-  const Tensor shard = view(*s.compute_copy, s.compute, u.shard_begin, u.slice_numel);
-  if (s.offload_param) {
-    upload_and_gather(shard);
-    return;
-  }
-  if (world_size() == 1) {
-    kernels::copy(shard, full);
-  } else {
-    comm_.all_gather(shard, full, work_comm_stream());
-  }
+  impl_->gatherer->gather(unit, pass == Pass::forward ? UnitPhase::forward : UnitPhase::backward,
+                          impl_->last_micro);
 }
 
 void ZeroEngine::release(size_t, Pass) {}
@@ -502,30 +393,19 @@ void ZeroEngine::release(size_t, Pass) {}
 void ZeroEngine::gradients_ready(size_t unit) {
   Impl& s = *impl_;
   s.land_unit(unit);  // an overlapped update no longer reads the gradients this reduction rewrites
-  if (!s.gradient_gaps.empty()) {
-    for (const auto& [begin, numel] : s.gradient_gaps[unit])
-      kernels::fill(view(*s.grads, DType::f32, begin, numel), 0.0f);
-  }
+  s.reducer->zero_gaps(unit);
 #ifdef ZT_WITH_CUDA
   // The early gradient norm: the unit's gradients are final on the last micro-batch; its sum of squares (the
   // slice step() would take) goes on its own stream beside the rest of backward.
-  if (s.early_norm && s.last_micro) {
-    Impl::EarlyNorm& e = *s.early_norm;
+  if (s.streams.early_norm() && s.last_micro) {
     const ZeroUnit& u = partition_.units()[unit];
-    const Tensor slice = s.stage == 0
-                             ? view(*s.grads, DType::f32, partition_.slice_begin(unit, 0), u.slice_numel)
-                             : view(*s.grads, DType::f32, s.blocks[unit].grad, s.blocks[unit].numel);
-    e.unit_final.record(work_stream());
-    e.stream.wait(e.unit_final);
-    ZT_CHECK(gpu::grad_stats_scratch_bytes(slice.numel()) <= e.partials.size(),
-             "ZeRO engine: the early norm's partials were sized for the largest unit's slice, not unit ",
-             u.name, "'s");
-    gpu::grad_stats_async(slice, s.unit_stats.data_as<gpu::GradStats>() + unit, e.stream.get(),
-                          e.partials.data());
-    ++e.queued;
+    const Tensor slice = s.stage == 0 ? view(*s.reducer->gradients(), DType::f32,
+                                             partition_.slice_begin(unit, 0), u.slice_numel)
+                                      : s.reducer->block_gradients(s.blocks[unit]);
+    s.streams.queue_unit_norm(slice, s.reducer->unit_stats() + unit, u.name);
   }
 #endif
-  if (!s.overlap) {
+  if (!s.streams.comm_overlap()) {
     reduce_unit_gradients(unit);
     return;
   }
@@ -541,60 +421,7 @@ void ZeroEngine::gradients_ready(size_t unit) {
 }
 
 void ZeroEngine::reduce_unit_gradients(size_t unit) {
-  Impl& s = *impl_;
-  const ZeroUnit& u = partition_.units()[unit];
-  const int W = world_size();
-  const int r = rank();
-  if (s.stage <= 1) {
-    if (!s.last_micro) return;  // local accumulation until the window's last micro-batch
-    if (W > 1) {
-      const Tensor all = view(*s.grads, DType::f32, u.flat_begin, u.numel);
-      if (s.stage == 0 || !options_.reduce_scatter) {
-        comm_.all_reduce_sum(all, work_comm_stream());
-      } else {
-        comm_.reduce_scatter_sum(all,
-                                 view(*s.grads, DType::f32, partition_.slice_begin(unit, r), u.slice_numel),
-                                 work_comm_stream());
-      }
-    }
-    s.download_final_gradients(unit);
-    return;
-  }
-  if (s.direct_gradients) {  // world size 1: backward accumulated into the shard itself
-    if (s.last_micro) s.download_final_gradients(unit);
-    return;
-  }
-  // Stages 2/3: reduce this micro-batch's bucket, fold the rank's slice into the shard accumulator, clear
-  // the bucket for the next use.
-  const Arena& bucket = s.bucket(partition_, unit);
-  const Tensor all = view(bucket, DType::f32, 0, u.numel);
-  const Tensor mine = view(bucket, DType::f32, r * u.slice_numel, u.slice_numel);
-  if (W > 1) {
-    if (options_.reduce_scatter) {
-      comm_.reduce_scatter_sum(all, mine, work_comm_stream());
-    } else {
-      comm_.all_reduce_sum(all, work_comm_stream());
-    }
-  }
-  if (s.streamed) {  // one micro-batch: the slice is final; down from the bucket, which is zeroed once it
-                     // landed
-#ifdef ZT_WITH_CUDA
-    if (s.device == DeviceKind::cuda)
-      gpu::grad_stats_async(mine, s.unit_stats.data_as<gpu::GradStats>() + unit, work_stream());
-#endif
-    s.copies->down_and_zero(unit, mine, s.host_gradients(s.blocks[unit]), all);
-    s.downloaded[unit] = true;
-    s.bucket_last_unit[Impl::bucket_slot(partition_, unit)] = unit;
-    return;
-  }
-  const Tensor accumulator = view(*s.grads, DType::f32, u.shard_begin, u.slice_numel);
-  if (s.first_micro) {
-    kernels::copy(mine, accumulator);
-  } else {
-    kernels::add_inplace(accumulator, mine);
-  }
-  kernels::fill(all, 0.0f);
-  if (s.last_micro) s.download_final_gradients(unit);
+  impl_->reducer->reduce(unit, impl_->first_micro, impl_->last_micro);
 }
 
 }  // namespace zt::optim

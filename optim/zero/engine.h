@@ -208,8 +208,6 @@ class ZeroEngine final : public DebertaUnitHooks {
   // parameters on disk).
   void gather_unit(size_t unit, Pass pass);
   void gather_updated_compute_copy();  // stages 1/2, world > 1: every rank's updated slices to everyone
-  void update_offloaded_blocks(double lr, float grad_scale, bool publish_each, const Arena& gradients);
-  void update_offloaded_block(size_t unit, double lr, float grad_scale, const Arena& gradients);
   // Whether backward writes unit u's gradients on a window's first micro-batch (gradient_write), so that the
   // step need not zero them: stage 0's embeddings and layers (the shared unit's conv and relative-table
   // gradients add up several terms over the pass, so it stays zeroed by the AdamW).

@@ -34,7 +34,7 @@ void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> 
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: read_state size mismatch");
   const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
   if (s.offload) {
-    impl_->copy_offloaded_state(partition_.unit_of_tensor(piece.tensor), kind, offset, host, false);
+    impl_->offloaded->copy_state(partition_.unit_of_tensor(piece.tensor), kind, offset, host, false);
     return;
   }
   const Tensor out(host.data(), Shape{piece.numel}, DType::f32);
@@ -58,8 +58,8 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: write_state size mismatch");
   const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
   if (s.offload) {
-    impl_->copy_offloaded_state(partition_.unit_of_tensor(piece.tensor), kind, offset,
-                                {const_cast<float*>(host.data()), host.size()}, true);
+    impl_->offloaded->copy_state(partition_.unit_of_tensor(piece.tensor), kind, offset,
+                                 {const_cast<float*>(host.data()), host.size()}, true);
     return;
   }
   const Tensor in(const_cast<float*>(host.data()), Shape{piece.numel}, DType::f32);
@@ -82,22 +82,7 @@ void ZeroEngine::refresh_compute_copy() {
   Impl& s = *impl_;
   s.land_all();
   if (s.offload) {
-    s.wait_for_delayed_update();
-    s.publish_pending = false;  // everything is published from the master below
-    for (const OwnedBlock& b : s.blocks) {
-      // Every element of the block is written (the master's padding is zero).
-      const Tensor staged = s.begin_params_write(b, /*keep_unwritten=*/false);
-      for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
-        const SubGroup& sub = s.sub_groups[g];
-        write_compute_values(s.host_state->acquire(g).master,
-                             staged.slice_rows(sub.begin, sub.begin + sub.numel));
-        s.host_state->release(g, false);
-      }
-      s.end_params_write(b);
-      s.publish(b);
-    }
-    s.host_state->flush();  // the loading's deferred writes (copy_offloaded_state) reach the disk tier now
-    s.copies->join();
+    s.offloaded->refresh_parameters();
   } else if (s.mixed && !s.split) {  // the split master's high halves are the compute copy already
     for (const OwnedBlock& b : s.blocks)
       kernels::copy(view(*s.master_arena, DType::f32, b.master, b.numel),
@@ -169,13 +154,7 @@ void ZeroEngine::gather_full_master(const TensorSink& take) {
       Tensor mine;
       if (s.offload) {  // the slice comes up from the host store first
         mine = scratch_f32(master_upload, "consolidation upload", b.numel);
-        for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
-          const SubGroup& sub = s.sub_groups[g];
-          const std::span<float> master = s.host_state->acquire(g).master;
-          copy_tensor(Tensor(master.data(), Shape{sub.numel}, DType::f32),
-                      mine.slice_rows(sub.begin, sub.begin + sub.numel));
-          s.host_state->release(g, false);
-        }
+        s.offloaded->read_master(b, mine);
       } else {
         mine = view(s.master(), DType::f32, b.master, b.numel);
       }

@@ -79,11 +79,11 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   const auto& units = partition_.units();
   const size_t U = units.size();
   const bool cpu = s.device == DeviceKind::cpu;
-  auto grad_block = [&](const OwnedBlock& b) { return view(*s.grads, DType::f32, b.grad, b.numel); };
+  auto grad_block = [&](const OwnedBlock& b) { return s.reducer->block_gradients(b); };
   StepProfile& prof = StepProfile::global();  // offload segment marks: no-ops unless profiling is on
   compute_waits_for_comm();                   // overlap_comm: every reduction before the norm reads them
   s.land_all();                               // a step without a forward since the last
-  if (s.delayed) {
+  if (s.plan->delayed) {
     finish_delayed_update();  // the previous step's delayed update before this step's
     prof.mark("optimizer.offload_delayed_land");
   }
@@ -94,12 +94,12 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   if (cpu && W > 1) {
     const auto w = static_cast<float>(W);
     for (const OwnedBlock& b : s.blocks) {
-      if (!s.streamed) {
+      if (!s.plan->streamed_gradients) {
         const Tensor grad = grad_block(b);
         for (float& x : host_span(grad)) x /= w;
       }
-      if (s.offload && s.downloaded[b.unit]) {
-        const Tensor host_grad = s.host_gradients(b);
+      if (s.offloaded && s.offloaded->downloaded(b.unit)) {
+        const Tensor host_grad = s.offloaded->host_gradients(b);
         for (float& x : host_span(host_grad)) x /= w;
       }
     }
@@ -111,15 +111,9 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   bool early_stats = false;
 #ifdef ZT_WITH_CUDA
   // The early gradient norm: the partials gradients_ready queued (the same slices, the same kernel).
-  if (s.early_norm) {
-    Impl::EarlyNorm& e = *s.early_norm;
-    early_stats = e.queued == U;
-    e.queued = 0;
-    if (early_stats) {
-      e.stats_done.record(e.stream.get());
-      ZT_CUDA_CHECK(cudaStreamWaitEvent(work_stream(), e.stats_done.get(), 0));
-      sums = read_back_grad_stats(s.unit_stats, U, non_finite);
-    }
+  if (s.streams.take_early_norm(U)) {
+    early_stats = true;
+    sums = read_back_grad_stats(s.reducer->unit_stats_buffer(), U, non_finite);
   }
 #endif
   if (early_stats) {
@@ -128,19 +122,21 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     std::vector<Tensor> slices;
     for (int r = 0; r < W; ++r)
       for (size_t u = 0; u < U; ++u)
-        slices.push_back(view(*s.grads, DType::f32, partition_.slice_begin(u, r), units[u].slice_numel));
+        slices.push_back(
+            view(*s.reducer->gradients(), DType::f32, partition_.slice_begin(u, r), units[u].slice_numel));
     sums = sums_of_squares(slices, cpu, non_finite);
   } else {
     std::vector<double> local;
-    if (s.streamed) {  // the slices went down from the buckets: the host copies, or the partials taken then
+    if (s.plan->streamed_gradients) {  // the slices went down from the buckets: the host copies, or the
+                                       // partials taken then
       // (step 5 checks that every unit's went down)
       if (cpu) {
         std::vector<Tensor> host_blocks;
-        for (const OwnedBlock& b : s.blocks) host_blocks.push_back(s.host_gradients(b));
+        for (const OwnedBlock& b : s.blocks) host_blocks.push_back(s.offloaded->host_gradients(b));
         local = sums_of_squares(host_blocks, true, non_finite);
       } else {
 #ifdef ZT_WITH_CUDA
-        local = read_back_grad_stats(s.unit_stats, U, non_finite);
+        local = read_back_grad_stats(s.reducer->unit_stats_buffer(), U, non_finite);
 #endif
       }
     } else {
@@ -168,22 +164,13 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   const double norm = cpu ? std::sqrt(total) : std::sqrt(total) / (loss_scale * W);
   // Buffers backward accumulates into start the next window at zero (the others are overwritten, and so are
   // stage 0's units that the next window's first backward writes: overwrites_gradients).
-  auto clear_gradients = [&] {
-    if (!s.gradients_accumulate_in_place()) return;
-    if (s.stage != 0) return kernels::fill(s.grads->flat(DType::f32), 0.0f);
-    for (size_t u = 0; u < U; ++u)
-      if (!overwrites_gradients(u))
-        kernels::fill(view(*s.grads, DType::f32, units[u].flat_begin, units[u].numel), 0.0f);
-  };
+  auto clear_gradients = [&] { s.reducer->clear_after_step(); };
   // 4. fp16 overflow: every rank sees the same sums, so all skip together.
   if (s.compute == DType::f16) {
     const bool overflow = non_finite > 0 || !std::isfinite(total);
     if (!scaler.update(overflow)) {
       ZT_LOG(info) << "fp16 overflow: step skipped, loss scale " << loss_scale << " -> " << scaler.scale();
-      if (s.offload) {
-        s.copies->join();  // the downloads read the gradients cleared next
-        s.downloaded.assign(s.blocks.size(), false);
-      }
+      if (s.offloaded) s.offloaded->drop_downloads();
       clear_gradients();
       return {std::numeric_limits<double>::infinity(), false};
     }
@@ -206,59 +193,8 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
       factor *= std::min(1.0, coef);
       grad_scale = static_cast<float>(factor);
     }
-    for (const OwnedBlock& b : s.blocks) {
-      ZT_CHECK(s.downloaded[b.unit], "ZeRO offload: the gradients of unit ", partition_.units()[b.unit].name,
-               " never went down: gradients_ready(", b.unit, ") was not called on the last micro-batch");
-    }
-    s.downloaded.assign(s.blocks.size(), false);
-    if (s.delayed) {
-      // The gradients must be on the host before the next backward rewrites them, and the previous
-      // update's parameters must have gone up from the staging shard this update rewrites; the update then
-      // runs on a host thread and lands at the next step() (or finish_delayed_update()), while the next
-      // backward downloads into the other gradient shard.
-      for (const OwnedBlock& b : s.blocks) s.copies->wait_down(b.unit);
-      s.copies->join();
-      s.copies->wait_up();
-      clear_gradients();
-      std::swap(s.host_grads, s.host_grads_in_update);
-      const Arena* gradients = s.host_grads_in_update.get();
-      s.pending = std::async(std::launch::async, [this, lr, grad_scale, gradients] {
-        update_offloaded_blocks(lr, grad_scale, /*publish_each=*/false, *gradients);
-      });
-      return {norm, true};
-    }
-    if (s.overlap_update) {
-      // Every gradient on the host and the device's gradients cleared before the update leaves this thread;
-      // the next forward lands each unit (acquire), the rest lands at finish_delayed_update.
-      for (const OwnedBlock& b : s.blocks) s.copies->wait_down(b.unit);
-      s.copies->join();
-      clear_gradients();
-      s.updated.assign(s.blocks.size(), 0);
-      s.landed.assign(s.blocks.size(), 0);
-      s.overlap_failed = false;
-      const std::vector<size_t> order = s.order.order(UnitPhase::forward);
-      const Arena* gradients = s.host_grads.get();
-      s.overlapped = std::async(std::launch::async, [this, lr, grad_scale, gradients, order] {
-        Impl& t = *impl_;
-        try {
-          for (const size_t unit : order) {
-            update_offloaded_block(unit, lr, grad_scale, *gradients);
-            const std::lock_guard<std::mutex> lock(t.overlap_mutex);
-            t.updated[unit] = 1;
-            t.overlap_changed.notify_all();
-          }
-        } catch (...) {
-          const std::lock_guard<std::mutex> lock(t.overlap_mutex);
-          t.overlap_failed = true;
-          t.overlap_changed.notify_all();
-          throw;
-        }
-      });
-      return {norm, true};
-    }
-    update_offloaded_blocks(lr, grad_scale, /*publish_each=*/true, *s.host_grads);
-    s.copies->join();  // the all-gather and the next forward read what went up
-    clear_gradients();
+    s.offloaded->update(lr, grad_scale, clear_gradients);
+    if (s.offloaded->overlapped_update() || s.plan->delayed) return {norm, true};
   } else if (cpu) {
     if (coef < 1.0)
       for (const OwnedBlock& b : s.blocks) scale_in_place(host_span(grad_block(b)), static_cast<float>(coef));
@@ -278,17 +214,12 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     // In unit order on the compute stream; with overlap_optimizer in the forward's order on the optimizer
     // stream, after everything the compute stream queued (backward, the norm), each unit's end recorded for
     // the next pass to wait for (acquire).
-    Impl::OptimizerOverlap* o = s.optimizer_overlap.get();
-    cudaStream_t stream = work_stream();
-    if (o != nullptr) {
-      o->step_ready.record(stream);
-      o->stream.wait(o->step_ready);
-      stream = o->stream.get();
-    }
-    for (const size_t u : s.order.order(o != nullptr ? UnitPhase::forward : UnitPhase::update)) {
+    const bool overlapped = s.streams.optimizer_overlap();
+    const cudaStream_t stream = overlapped ? s.streams.optimizer_stream_after_compute() : work_stream();
+    for (const size_t u : s.order.order(overlapped ? UnitPhase::forward : UnitPhase::update)) {
       const OwnedBlock& b = s.blocks[u];
       // Zeroed for the next window unless its first backward writes them.
-      const bool zero_grads = (s.stage == 0 && !overwrites_gradients(u)) || s.direct_gradients;
+      const bool zero_grads = (s.stage == 0 && !overwrites_gradients(u)) || s.plan->direct_gradients;
       if (s.split) {
         ZT_CHECK(b.master == b.compute, "ZeRO engine: the split master needs the compute copy's offsets");
         gpu::adamw_update_split_master(scalars, s.split_master(b.master, b.numel), grad_block(b),
@@ -302,53 +233,15 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
                           s.mixed ? view(*s.compute_copy, s.compute, b.compute, b.numel) : Tensor(), stream,
                           static_cast<float>(factor), zero_grads);
       }
-      if (o != nullptr) {
-        o->unit_updated[u].record(stream);
-        s.optimizer_pending[u] = 1;
-      }
+      if (overlapped) s.streams.record_unit_updated(u);
     }
-    if (o != nullptr) return {norm, true};  // no stage 1, no all-gather below with overlap_optimizer
+    if (overlapped) return {norm, true};  // no stage 1, no all-gather below with overlap_optimizer
     if (s.stage == 1) clear_gradients();
 #endif
   }
   // 7. Stages 1/2: everyone's updated slices into everyone's compute copy.
   gather_updated_compute_copy();
   return {norm, true};
-}
-
-void ZeroEngine::update_offloaded_blocks(double lr, float grad_scale, bool publish_each,
-                                         const Arena& gradients) {
-  Impl& s = *impl_;
-  for (const OwnedBlock& b : s.blocks) {
-    // A delayed update (on its own thread) starts with every block on the host: step() waited for them.
-    if (publish_each) s.copies->wait_down(b.unit);
-    // Segment marks only on the rank's thread (StepProfile is single-threaded): not in a delayed update.
-    if (publish_each) StepProfile::global().mark("optimizer.offload_download_wait");
-    update_offloaded_block(b.unit, lr, grad_scale, gradients);
-    if (publish_each) {
-      s.publish(b);
-      StepProfile::global().mark("optimizer.offload_cpu_adamw");
-    }
-  }
-}
-
-void ZeroEngine::update_offloaded_block(size_t unit, double lr, float grad_scale, const Arena& gradients) {
-  Impl& s = *impl_;
-  const OwnedBlock& b = s.blocks[unit];
-  const Tensor host_grads = view(gradients, DType::f32, b.master, b.numel);
-  const Tensor staged = s.begin_params_write(b, /*keep_unwritten=*/true);
-  // Sub-group by sub-group (AdamW is element-wise: the same bits as one pass over the block).
-  for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
-    const SubGroup& sub = s.sub_groups[g];
-    const HostStateBlock state = s.host_state->acquire(g);
-    const Tensor grads = host_grads.slice_rows(sub.begin, sub.begin + sub.numel);
-    const Tensor out = staged.slice_rows(sub.begin, sub.begin + sub.numel);
-    adamw_.update({state.master, host_span(grads), state.exp_avg, state.exp_avg_sq}, sub.ranges, lr,
-                  params16_of(out), grad_scale);
-    if (!s.mixed) write_compute_values(state.master, out);
-    s.host_state->release(g, /*modified=*/true);
-  }
-  s.end_params_write(b);
 }
 
 void ZeroEngine::gather_updated_compute_copy() {
@@ -367,11 +260,7 @@ void ZeroEngine::gather_updated_compute_copy() {
 void ZeroEngine::finish_delayed_update() {
   Impl& s = *impl_;
   s.land_all();
-  s.wait_for_delayed_update();
-  if (!s.publish_pending) return;
-  s.publish_pending = false;
-  for (const OwnedBlock& b : s.blocks) s.publish(b);
-  s.copies->join();
+  if (!s.offloaded || !s.offloaded->publish_delayed()) return;
   gather_updated_compute_copy();
 }
 

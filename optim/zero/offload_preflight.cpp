@@ -49,8 +49,7 @@ OffloadHostCharges preflight_offload(const ZeroPartition& partition, const ZeroE
   const MemoryKind param_kind = options.pin_param_memory && gpu ? MemoryKind::pinned_host : MemoryKind::host;
   // Preflight before any allocation: every rank of this process holds its own shard (with the disk tier:
   // its buffers, and its swap file on disk).
-  const ZeroStateBytes bytes =
-      ZeroPlan(partition, options.stage, options.compute, options.offload).bytes();
+  const ZeroStateBytes bytes = ZeroPlan(partition, options.stage, options.compute, options.offload).bytes();
   const auto ranks = static_cast<size_t>(std::max(1, options.ranks_sharing_host));
   const size_t host = bytes.host_total() * ranks;
   HostMemoryPlan plan{.what = str("ZeRO-", options.stage, " CPU offload (",
