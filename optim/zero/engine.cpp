@@ -16,6 +16,34 @@ ZeroEngineOptions with_disk_buffers(ZeroEngineOptions options) {
   return options;
 }
 
+// The settings no engine runs with, refused before anything is allocated.
+void check_options(const ZeroEngineOptions& options) {
+  const int stage = options.stage;
+  const ZeroOffload& offload = options.offload;
+  ZT_CHECK(stage >= 0 && stage <= 3, "ZeRO stage must be 0, 1, 2 or 3, got ", stage);
+  ZT_CHECK(options.device == DeviceKind::cuda || options.compute == DType::f32,
+           "the CPU backend trains in f32 only");
+  ZT_CHECK(!offload.delayed_update || offload.optimizer,
+           "the delayed parameter update needs offload_optimizer (it delays the CPU update)");
+  ZT_CHECK(!offload.optimizer || stage >= 1,
+           "offload_optimizer needs ZeRO stage 1, 2 or 3 (stage 0 keeps no optimizer shard), got stage ",
+           stage);
+  ZT_CHECK(!offload.param || stage == 3,
+           "offload_param needs ZeRO stage 3 (parameters are only partitioned there), got stage ", stage);
+  ZT_CHECK(!offload.param || offload.optimizer,
+           "offload_param needs offload_optimizer too (the CPU update writes the offloaded parameter shard)");
+  ZT_CHECK(!options.disk || offload.optimizer,
+           "the disk tier (offload_optimizer device nvme) needs offload.optimizer");
+  ZT_CHECK(!options.param_disk || offload.param,
+           "parameters on disk (offload_param device nvme) need offload.param at ZeRO stage 3");
+  ZT_CHECK(!offload.stream_gradients || (offload.optimizer && stage >= 2),
+           "stream_gradients needs ZeRO stage 2 or 3 with offload_optimizer (it streams the gradient shard "
+           "to the host), got stage ",
+           stage, offload.optimizer ? "" : " without offload");
+  ZT_CHECK(options.gradient_memory == nullptr || stage == 0,
+           "gradients on the activations are a stage-0 placement, asked at stage ", stage);
+}
+
 }  // namespace
 
 ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config, Communicator& comm,
@@ -27,40 +55,19 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
       adamw_(options.hyper),
       impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
-  ZT_CHECK(options.stage >= 0 && options.stage <= 3, "ZeRO stage must be 0, 1, 2 or 3, got ", options.stage);
-  ZT_CHECK(options.device == DeviceKind::cuda || options.compute == DType::f32,
-           "the CPU backend trains in f32 only");
+  check_options(options);
   s.device = options.device;
-  s.compute = options.compute;
-  s.mixed = options.compute != DType::f32;
-  s.stage = options.stage;
-  s.offload = options.offload.optimizer;
-  s.offload_param = options.offload.param;
-  ZT_CHECK(!options.offload.delayed_update || s.offload,
-           "the delayed parameter update needs offload_optimizer (it delays the CPU update)");
-  ZT_CHECK(!s.offload || s.stage >= 1,
-           "offload_optimizer needs ZeRO stage 1, 2 or 3 (stage 0 keeps no optimizer shard), got stage ",
-           s.stage);
-  ZT_CHECK(!s.offload_param || s.stage == 3,
-           "offload_param needs ZeRO stage 3 (parameters are only partitioned there), got stage ", s.stage);
-  ZT_CHECK(!s.offload_param || s.offload,
-           "offload_param needs offload_optimizer too (the CPU update writes the offloaded parameter shard)");
-  s.split = options.split_master && split_master_applies(s.device, s.stage, s.compute, options.offload);
-  s.plan.emplace(partition_, s.stage, s.compute, options_.offload, s.split);
+  const bool split = options.split_master &&
+                     split_master_applies(options.device, options.stage, options.compute, options.offload);
+  s.plan.emplace(partition_, options.stage, options.compute, options_.offload, split);
   const int r = comm.rank();
-  const int64_t shard = partition_.shard_numel();
-  const auto& units = partition_.units();
   // Pinned only where a GPU copies from it; the CPU backend's "device" is the host already.
   const bool gpu = s.device == DeviceKind::cuda;
   const MemoryKind host_kind = options.pin_memory && gpu ? MemoryKind::pinned_host : MemoryKind::host;
   const MemoryKind param_kind = options.pin_param_memory && gpu ? MemoryKind::pinned_host : MemoryKind::host;
-  ZT_CHECK(!options.disk || s.offload,
-           "the disk tier (offload_optimizer device nvme) needs offload.optimizer");
-  ZT_CHECK(!options.param_disk || s.offload_param,
-           "parameters on disk (offload_param device nvme) need offload.param at ZeRO stage 3");
   std::optional<swap::SwappedStateOptions> disk_state;
   std::vector<HostBlockExtent> sub_group_extents;  // offload: the host store's blocks
-  if (s.offload) {
+  if (s.plan->offload_optimizer) {
     sub_group_extents = offloaded_sub_groups(partition_, options.offload.sub_group_size);
     if (options.disk) disk_state = swapped_state_options(*options.disk, r, numel_of(sub_group_extents));
     OffloadHostCharges charges =
@@ -69,152 +76,108 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     s.host_pageable_charge = std::move(charges.pageable);
   }
 
-  // The compute copy: full (named, the model binds it) below stage 3, the rank's shard at stage 3 (on the
-  // host with offload_param).
-  if (s.stage < 3) {
-    s.compute_copy = std::make_unique<Arena>("parameters", partition_.layout(s.compute),
-                                             s.options(MemoryCategory::parameters, true));
-  } else if (s.offload_param && options.param_disk) {
-    s.param_file = std::make_unique<SwappedParameterShard>(
-        SwappedParameterShardOptions{.directory = options.param_disk->directory,
-                                     .rank = r,
-                                     .record_numel = unit_slices(partition_),
-                                     .dtype = s.compute,
-                                     .buffer_count = options.param_disk->buffer_count,
-                                     .buffer_kind = param_kind,
-                                     .direct = options.param_disk->direct},
-        options.param_disk->io);
-  } else if (s.offload_param) {
-    s.compute_copy = std::make_unique<Arena>(
-        "parameters (offloaded shard)", flat_layout(shard, s.compute),
-        ArenaOptions{.kind = param_kind, .category = MemoryCategory::parameters, .zero_fill = true});
-  } else {
-    s.compute_copy = std::make_unique<Arena>("parameters (shard)", flat_layout(shard, s.compute),
-                                             s.options(MemoryCategory::parameters, true));
-  }
-  if (s.split) {
-    const auto elements = static_cast<size_t>(partition_.total_numel());
-    s.master_low = std::make_unique<Arena>("master (low halves)", partition_.layout(DType::bf16),
-                                           s.options(MemoryCategory::master, true));
-    ZT_CHECK(s.master_low->bytes() == split_master_low_bytes(elements),
-             "ZeRO engine: the master's low halves (", s.master_low->bytes(),
-             " bytes) do not match the layout's ", elements, " elements");
-    s.master_up = std::make_unique<Arena>(
-        "master (rounding bits)",
-        flat_layout(static_cast<int64_t>(split_master_bit_words(elements)), DType::i32),
-        s.options(MemoryCategory::master, true));
-    if (r == 0) {
-      ZT_LOG(info) << "master weights: f32 kept exactly as the bf16 parameters + 16-bit low halves + a "
-                      "rounding bit ("
-                   << format_memory_size(s.master_low->bytes() + s.master_up->bytes()) << " instead of "
-                   << format_memory_size(elements * 4) << ")";
-    }
-  } else if (s.mixed && !s.offload) {
-    s.master_arena = std::make_unique<Arena>(
-        "master", s.stage == 0 ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
-        s.options(MemoryCategory::master, true));
-  }
-  const bool full_state = s.stage == 0;
-  auto moments = [&](const char* name) {
-    return std::make_unique<Arena>(
-        name, full_state ? partition_.layout(DType::f32) : flat_layout(shard, DType::f32),
-        s.options(MemoryCategory::optimizer, true));
-  };
+  s.device_state = std::make_unique<DeviceState>(*s.plan, partition_, options, r,
+                                                 s.options(MemoryCategory::other, true), param_kind);
   std::unique_ptr<Arena> param_upload;  // offload_param, world > 1: one unit's slice, all-gathered from
-  if (!s.offload) {
-    s.exp_avg = moments("adam_m");
-    s.exp_avg_sq = moments("adam_v");
-  } else if (s.plan->parameter_upload) {
-    param_upload = std::make_unique<Arena>("parameter upload", flat_layout(s.plan->largest_slice, s.compute),
-                                           s.options(MemoryCategory::communication, true));
+  if (s.plan->parameter_upload) {
+    param_upload =
+        std::make_unique<Arena>("parameter upload", flat_layout(s.plan->largest_slice, s.plan->compute),
+                                s.options(MemoryCategory::communication, true));
   }
-  ZT_CHECK(!options.offload.stream_gradients || (s.offload && s.stage >= 2),
-           "stream_gradients needs ZeRO stage 2 or 3 with offload_optimizer (it streams the gradient shard "
-           "to the host), got stage ",
-           s.stage, s.offload ? "" : " without offload");
-  ZT_CHECK(options.gradient_memory == nullptr || s.stage == 0,
-           "gradients on the activations are a stage-0 placement, asked at stage ", s.stage);
   s.reducer =
       std::make_unique<GradientReducer>(*s.plan, partition_, comm_, s.blocks, options.reduce_scatter,
                                         s.options(MemoryCategory::gradients, true), options.gradient_memory);
-  if (s.stage == 3) {
+  if (s.plan->stage == 3) {
     s.gatherer = std::make_unique<ParameterGatherer>(
-        partition_, comm_, s.compute,
-        UnitBuffers(partition_, "gathered parameters", s.compute,
+        partition_, comm_, s.plan->compute,
+        UnitBuffers(partition_, "gathered parameters", s.plan->compute,
                     s.options(MemoryCategory::communication, true)),
         std::move(param_upload),
-        ParameterGatherer::Source{
-            .shard = s.compute_copy.get(), .on_host = s.offload_param, .file = s.param_file.get()});
+        ParameterGatherer::Source{.shard = s.device_state->compute_copy.get(),
+                                  .on_host = s.plan->offload_param,
+                                  .file = s.device_state->param_file.get()});
   }
 
   // Owned blocks: stage 0 updates whole units in full buffers; the others their slice.
-  s.blocks = owned_blocks(partition_, s.stage, r, s.mixed || s.offload);
-  if (s.offload) {
-    std::unique_ptr<HostOptimizerStore> store;
-    if (disk_state) {
-      store = std::make_unique<SwappedHostOptimizerStore>(*disk_state, options.disk->io);
-    } else {
-      store = std::make_unique<ResidentHostOptimizerStore>(sub_group_extents, shard, host_kind);
-    }
-    auto copies = std::make_unique<OffloadCopies>(s.device, options.offload.pipelined, s.blocks.size());
-    Impl* impl = impl_.get();
-    s.offloaded = std::make_unique<OffloadedOptimizer>(
-        *s.plan, partition_, s.blocks, std::move(store), std::move(sub_group_extents), host_kind,
-        std::move(copies), adamw_,
-        OffloadedOptimizer::Places{.compute_copy = s.compute_copy.get(),
-                                   .param_file = s.param_file.get(),
-                                   .device_gradients = s.reducer->gradients(),
-                                   .prefetch_after_update = [impl](size_t unit) {
-                                     impl->gatherer->prefetch(unit, UnitPhase::update, impl->last_micro);
-                                   }});
-    s.reducer->send_final_gradients_to(s.offloaded.get());
-    const bool overlap_asked = options.offload.overlap_update;
-    if (overlap_asked || (options.offload.overlap_update_where_it_applies && s.device == DeviceKind::cuda)) {
-      // What the overlapped update does not cover runs the update inside step(), and says so when asked.
-      const char* why = s.plan->delayed      ? "the delayed update overlaps it already"
-                        : world_size() > 1   ? "world size > 1 (the ranks' all-gathers follow the update)"
-                        : options.disk       ? "the optimizer state is on disk"
-                        : options.param_disk ? "the parameters are on disk"
-                        : s.device == DeviceKind::cuda && !s.offloaded->pipelined_copies()
-                            ? "the copies are not pipelined"
-                            : nullptr;
-      if (why == nullptr) s.offloaded->enable_overlapped_update();
-      if (why != nullptr && r == 0 && overlap_asked) {
-        ZT_LOG(warn) << "overlap_update: not with this run (" << why
-                     << "); the CPU update runs inside step()";
-      }
-      if (s.offloaded->overlapped_update() && !overlap_asked && r == 0) {
-        ZT_LOG(info)
-            << "overlap_update: on (the default where it applies; exact): the CPU update runs beside "
-               "the next forward, which waits for each layer's update; --no_offload_overlap_update "
-               "turns it off";
-      }
-      // The update's threads run beside the rank's thread, which launches the forward meanwhile; with
-      // every hardware thread in the AdamW that thread waits for a time slice between launches: on the
-      // H200's 16 cores the overlap hid 40 ms at bs 128 and nothing at bs 40, where the forward's kernels are
-      // shorter; with one core left free, 51 ms at bs 128 and 21 ms at bs 40. The AdamW is memory-bound, and
-      // its results do not depend on the thread count.
-      if (s.offloaded->overlapped_update() && s.device == DeviceKind::cuda && adamw_.num_threads() > 2)
-        adamw_.set_num_threads(adamw_.num_threads() - 1);
-    }
-  }
-
+  s.blocks = owned_blocks(partition_, s.plan->stage, r, s.plan->mixed || s.plan->offload_optimizer);
+  if (s.plan->offload_optimizer)
+    build_offloaded_optimizer(options, host_kind, std::move(disk_state), std::move(sub_group_extents));
   s.order = UnitOrder(partition_);
+  build_streams(options);
+  bind_handles(config);
+}
 
-  if (options.overlap_optimizer && (s.device != DeviceKind::cuda || s.offload) && r == 0) {
+void ZeroEngine::build_offloaded_optimizer(const ZeroEngineOptions& options, MemoryKind host_kind,
+                                           std::optional<swap::SwappedStateOptions> disk_state,
+                                           std::vector<HostBlockExtent> sub_group_extents) {
+  Impl& s = *impl_;
+  const int r = rank();
+  std::unique_ptr<HostOptimizerStore> store;
+  if (disk_state) {
+    store = std::make_unique<SwappedHostOptimizerStore>(*disk_state, options.disk->io);
+  } else {
+    store = std::make_unique<ResidentHostOptimizerStore>(sub_group_extents, s.plan->shard, host_kind);
+  }
+  auto copies = std::make_unique<OffloadCopies>(s.device, options.offload.pipelined, s.blocks.size());
+  Impl* impl = impl_.get();
+  s.offloaded = std::make_unique<OffloadedOptimizer>(
+      *s.plan, partition_, s.blocks, std::move(store), std::move(sub_group_extents), host_kind,
+      std::move(copies), adamw_,
+      OffloadedOptimizer::Places{.compute_copy = s.device_state->compute_copy.get(),
+                                 .param_file = s.device_state->param_file.get(),
+                                 .device_gradients = s.reducer->gradients(),
+                                 .prefetch_after_update = [impl](size_t unit) {
+                                   impl->gatherer->prefetch(unit, UnitPhase::update, impl->last_micro);
+                                 }});
+  s.reducer->send_final_gradients_to(s.offloaded.get());
+  const bool overlap_asked = options.offload.overlap_update;
+  if (overlap_asked || (options.offload.overlap_update_where_it_applies && s.device == DeviceKind::cuda)) {
+    // What the overlapped update does not cover runs the update inside step(), and says so when asked.
+    const char* why = s.plan->delayed      ? "the delayed update overlaps it already"
+                      : world_size() > 1   ? "world size > 1 (the ranks' all-gathers follow the update)"
+                      : options.disk       ? "the optimizer state is on disk"
+                      : options.param_disk ? "the parameters are on disk"
+                      : s.device == DeviceKind::cuda && !s.offloaded->pipelined_copies()
+                          ? "the copies are not pipelined"
+                          : nullptr;
+    if (why == nullptr) s.offloaded->enable_overlapped_update();
+    if (why != nullptr && r == 0 && overlap_asked) {
+      ZT_LOG(warn) << "overlap_update: not with this run (" << why << "); the CPU update runs inside step()";
+    }
+    if (s.offloaded->overlapped_update() && !overlap_asked && r == 0) {
+      ZT_LOG(info) << "overlap_update: on (the default where it applies; exact): the CPU update runs beside "
+                      "the next forward, which waits for each layer's update; --no_offload_overlap_update "
+                      "turns it off";
+    }
+    // The update's threads run beside the rank's thread, which launches the forward meanwhile; with
+    // every hardware thread in the AdamW that thread waits for a time slice between launches: on the
+    // H200's 16 cores the overlap hid 40 ms at bs 128 and nothing at bs 40, where the forward's kernels are
+    // shorter; with one core left free, 51 ms at bs 128 and 21 ms at bs 40. The AdamW is memory-bound, and
+    // its results do not depend on the thread count.
+    if (s.offloaded->overlapped_update() && s.device == DeviceKind::cuda && adamw_.num_threads() > 2)
+      adamw_.set_num_threads(adamw_.num_threads() - 1);
+  }
+}
+
+void ZeroEngine::build_streams(const ZeroEngineOptions& options) {
+  Impl& s = *impl_;
+  const int r = rank();
+  if (options.overlap_optimizer && (s.device != DeviceKind::cuda || s.plan->offload_optimizer) && r == 0) {
     ZT_LOG(warn) << "overlap_optimizer: not with this run ("
-                 << (s.offload ? "the optimizer is offloaded: --offload_overlap_update is its overlap"
-                               : "the CPU backend has no streams")
+                 << (s.plan->offload_optimizer
+                         ? "the optimizer is offloaded: --offload_overlap_update is its overlap"
+                         : "the CPU backend has no streams")
                  << "); the AdamW runs inside step()";
   }
-  if (options.overlap_optimizer && s.device == DeviceKind::cuda && !s.offload) {
+  if (options.overlap_optimizer && s.device == DeviceKind::cuda && !s.plan->offload_optimizer) {
     // Not where a collective follows the update (stages 1/2 all-gather the slices at world size > 1, and
     // stage 3 gathers from the shard the update writes at any world size > 1) nor stage 1's clearing.
-    const char* why = s.stage == 1 ? "stage 1 clears its gradient shard after the update"
-                      : s.stage != 0 && world_size() > 1 ? "world size > 1 (the ranks' all-gathers follow it)"
-                                                         : nullptr;
+    const char* why = s.plan->stage == 1 ? "stage 1 clears its gradient shard after the update"
+                      : s.plan->stage != 0 && world_size() > 1
+                          ? "world size > 1 (the ranks' all-gathers follow it)"
+                          : nullptr;
     if (why == nullptr) {
-      s.streams.make_optimizer_stream(units.size());
+      s.streams.make_optimizer_stream(partition_.units().size());
     } else if (r == 0) {
       ZT_LOG(warn) << "overlap_optimizer: not with this run (" << why << "); the AdamW runs inside step()";
     }
@@ -222,15 +185,20 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
 #ifdef ZT_WITH_CUDA
   // The early gradient norm: with overlap_optimizer at world size 1 (any stage it runs at), or asked for at
   // stage 0 (world size 1, the device's AdamW). Not where unit_stats already takes the streamed slices' sums.
-  const bool early_norm_here =
-      s.device == DeviceKind::cuda && !s.offload && !s.plan->streamed_gradients && world_size() == 1;
-  if (early_norm_here && (s.streams.optimizer_overlap() || (options.early_grad_norm && s.stage == 0))) {
+  const bool early_norm_here = s.device == DeviceKind::cuda && !s.plan->offload_optimizer &&
+                               !s.plan->streamed_gradients && world_size() == 1;
+  if (early_norm_here && (s.streams.optimizer_overlap() || (options.early_grad_norm && s.plan->stage == 0))) {
     s.reducer->allocate_unit_stats("gradient norm partials (early)");
     s.streams.make_early_norm_stream(largest_slice(partition_));
   }
 #endif
   if (options.overlap_comm && s.device == DeviceKind::cuda && world_size() > 1) s.streams.make_comm_stream();
+}
 
+void ZeroEngine::bind_handles(const DebertaConfig& config) {
+  Impl& s = *impl_;
+  const auto& units = partition_.units();
+  const ParameterTable& table = table_;
   // Handles: named arenas bind by name; stage-3 parameters and stage-2/3 gradients point into the unit's
   // gather buffer / bucket (layer l uses buffer l % 2, so two consecutive layers never share one).
   auto unit_view = [&](size_t tensor, const Arena& buffer, DType dtype) {
@@ -242,16 +210,16 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   auto index_of = [&](const std::string& name) {
     return static_cast<size_t>(&table.at(name) - table.entries().data());
   };
-  if (s.stage < 3) {
-    param_handles_ =
-        DebertaTensors::bind(config, [&](const std::string& name) { return s.compute_copy->tensor(name); });
+  if (s.plan->stage < 3) {
+    param_handles_ = DebertaTensors::bind(
+        config, [&](const std::string& name) { return s.device_state->compute_copy->tensor(name); });
   } else {
     param_handles_ = DebertaTensors::bind(config, [&](const std::string& name) {
       const size_t k = index_of(name);
-      return unit_view(k, s.gatherer->buffer(partition_.unit_of_tensor(k)), s.compute);
+      return unit_view(k, s.gatherer->buffer(partition_.unit_of_tensor(k)), s.plan->compute);
     });
   }
-  if (s.stage <= 1) {
+  if (s.plan->stage <= 1) {
     grad_handles_ = DebertaTensors::bind(
         config, [&](const std::string& name) { return s.reducer->gradients()->tensor(name); });
   } else if (s.plan->direct_gradients) {  // each unit's gradients at its place in the shard
@@ -274,7 +242,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
 ZeroEngine::~ZeroEngine() = default;
 
 const SwappedParameterStats* ZeroEngine::parameter_swap_stats() const {
-  return impl_->param_file ? &impl_->param_file->stats() : nullptr;
+  return impl_->device_state->param_file ? &impl_->device_state->param_file->stats() : nullptr;
 }
 
 const swap::SwappedStateStats* ZeroEngine::optimizer_swap_stats() const {
@@ -299,7 +267,7 @@ void ZeroEngine::begin_backward(bool first, bool last) {
   }
   // Stages 0/1 reduce the gradient buffer in place, which this backward accumulates into (step() waited
   // already after a window's last micro-batch; this covers a backward without a step in between).
-  if (impl_->stage <= 1) compute_waits_for_comm();
+  if (impl_->plan->stage <= 1) compute_waits_for_comm();
   ZT_CHECK(!impl_->plan->streamed_gradients || (first && last),
            "ZeRO offload with streamed gradients (stream_gradients) takes one micro-batch per step; with "
            "gradient accumulation the gradient shard must stay on the device (stream_gradients false)");
@@ -337,7 +305,7 @@ void ZeroEngine::reduce_on_comm(size_t unit) {
   // Collectives (work_comm_stream), the fold, the zero fill and the offload download's "after the work
   // queued so far" (OffloadCopies::down) all follow the current stream: the comm stream here.
   s.streams.on_comm([&] { reduce_unit_gradients(unit); });
-  if (s.stage >= 2) s.streams.record_bucket_free(UnitBuffers::slot(partition_, unit));
+  if (s.plan->stage >= 2) s.streams.record_bucket_free(UnitBuffers::slot(partition_, unit));
 }
 
 void ZeroEngine::reduce_deferred_on_comm() {
@@ -367,9 +335,9 @@ void ZeroEngine::acquire(size_t unit, Pass pass) {
     s.offloaded->current_stream_waits_for_bucket(UnitBuffers::slot(partition_, unit));
   }
   // Backward is about to write the unit's bucket: its previous reduction must have read and zeroed it.
-  if (s.streams.comm_overlap() && pass == Pass::backward && s.stage >= 2)
+  if (s.streams.comm_overlap() && pass == Pass::backward && s.plan->stage >= 2)
     s.streams.compute_waits_for_bucket_free(UnitBuffers::slot(partition_, unit));
-  if (s.stage != 3) return;
+  if (s.plan->stage != 3) return;
   if (!s.streams.comm_overlap()) {
     gather_unit(unit, pass);
     return;
@@ -399,9 +367,9 @@ void ZeroEngine::gradients_ready(size_t unit) {
   // slice step() would take) goes on its own stream beside the rest of backward.
   if (s.streams.early_norm() && s.last_micro) {
     const ZeroUnit& u = partition_.units()[unit];
-    const Tensor slice = s.stage == 0 ? view(*s.reducer->gradients(), DType::f32,
-                                             partition_.slice_begin(unit, 0), u.slice_numel)
-                                      : s.reducer->block_gradients(s.blocks[unit]);
+    const Tensor slice = s.plan->stage == 0 ? view(*s.reducer->gradients(), DType::f32,
+                                                   partition_.slice_begin(unit, 0), u.slice_numel)
+                                            : s.reducer->block_gradients(s.blocks[unit]);
     s.streams.queue_unit_norm(slice, s.reducer->unit_stats() + unit, u.name);
   }
 #endif
@@ -409,11 +377,11 @@ void ZeroEngine::gradients_ready(size_t unit) {
     reduce_unit_gradients(unit);
     return;
   }
-  if (s.stage <= 1 && !s.last_micro) return;  // local accumulation: nothing to reduce yet
-  comm_waits_for_compute();                   // the unit's gradients (and any deferred unit's) are written
+  if (s.plan->stage <= 1 && !s.last_micro) return;  // local accumulation: nothing to reduce yet
+  comm_waits_for_compute();  // the unit's gradients (and any deferred unit's) are written
   reduce_deferred_on_comm();
   const bool layer = unit != partition_.embeddings_unit() && unit != partition_.shared_unit();
-  if (s.stage == 3 && layer) {
+  if (s.plan->stage == 3 && layer) {
     s.deferred_reduction = unit;  // queued after the next unit's gather (acquire), or the next wait
     return;
   }

@@ -80,6 +80,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -90,6 +91,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/swap/swapped_state_store.h"
 #include "optim/zero/engine_options.h"
+#include "optim/zero/host_optimizer_store.h"
 #include "optim/zero/partition.h"
 #include "optim/zero/swapped_parameter_shard.h"
 #include "optim/zero/zero_plan.h"
@@ -195,6 +197,13 @@ class ZeroEngine final : public DebertaUnitHooks {
 
  private:
   struct Impl;
+  // Construction: the offloaded optimizer (its host store, copies, overlapped update), the streams of the
+  // overlaps, and the handles the model reads and writes through.
+  void build_offloaded_optimizer(const ZeroEngineOptions& options, MemoryKind host_kind,
+                                 std::optional<swap::SwappedStateOptions> disk_state,
+                                 std::vector<HostBlockExtent> sub_group_extents);
+  void build_streams(const ZeroEngineOptions& options);
+  void bind_handles(const DebertaConfig& config);
   // The reduction of unit `unit`'s gradients and its follow-ups, on the current stream.
   void reduce_unit_gradients(size_t unit);
   // overlap_comm: the comm stream waits for the compute stream's work so far; `unit` reduced on the comm

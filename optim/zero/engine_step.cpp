@@ -118,7 +118,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
 #endif
   if (early_stats) {
     // sums and non_finite are read back above
-  } else if (s.stage == 0) {
+  } else if (s.plan->stage == 0) {
     std::vector<Tensor> slices;
     for (int r = 0; r < W; ++r)
       for (size_t u = 0; u < U; ++u)
@@ -166,7 +166,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   // stage 0's units that the next window's first backward writes: overwrites_gradients).
   auto clear_gradients = [&] { s.reducer->clear_after_step(); };
   // 4. fp16 overflow: every rank sees the same sums, so all skip together.
-  if (s.compute == DType::f16) {
+  if (s.plan->compute == DType::f16) {
     const bool overflow = non_finite > 0 || !std::isfinite(total);
     if (!scaler.update(overflow)) {
       ZT_LOG(info) << "fp16 overflow: step skipped, loss scale " << loss_scale << " -> " << scaler.scale();
@@ -180,7 +180,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   // 5-6. Clip and update the owned blocks.
   const double coef = options_.max_grad_norm > 0 ? clip_coefficient(norm, options_.max_grad_norm) : 1.0;
   adamw_.begin_step();
-  if (s.offload) {
+  if (s.plan->offload_optimizer) {
     prof.mark("optimizer.grad_norm");
     // The factor each path applies to the gradients before AdamW: on the CPU the clip (1/W was divided in
     // step 2; scale_in_place's float product), on the GPU 1/(loss_scale W) and the clip (the kernel's).
@@ -199,10 +199,11 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     if (coef < 1.0)
       for (const OwnedBlock& b : s.blocks) scale_in_place(host_span(grad_block(b)), static_cast<float>(coef));
     for (const OwnedBlock& b : s.blocks) {
-      adamw_.update({host_span(view(s.master(), DType::f32, b.master, b.numel)), host_span(grad_block(b)),
-                     host_span(view(*s.exp_avg, DType::f32, b.moments, b.numel)),
-                     host_span(view(*s.exp_avg_sq, DType::f32, b.moments, b.numel))},
-                    b.ranges, lr);
+      adamw_.update(
+          {host_span(view(s.device_state->master(), DType::f32, b.master, b.numel)), host_span(grad_block(b)),
+           host_span(view(*s.device_state->exp_avg, DType::f32, b.moments, b.numel)),
+           host_span(view(*s.device_state->exp_avg_sq, DType::f32, b.moments, b.numel))},
+          b.ranges, lr);
     }
     clear_gradients();
   } else {
@@ -219,24 +220,27 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     for (const size_t u : s.order.order(overlapped ? UnitPhase::forward : UnitPhase::update)) {
       const OwnedBlock& b = s.blocks[u];
       // Zeroed for the next window unless its first backward writes them.
-      const bool zero_grads = (s.stage == 0 && !overwrites_gradients(u)) || s.plan->direct_gradients;
-      if (s.split) {
+      const bool zero_grads = (s.plan->stage == 0 && !overwrites_gradients(u)) || s.plan->direct_gradients;
+      if (s.device_state->split) {
         ZT_CHECK(b.master == b.compute, "ZeRO engine: the split master needs the compute copy's offsets");
-        gpu::adamw_update_split_master(scalars, s.split_master(b.master, b.numel), grad_block(b),
-                                       view(*s.exp_avg, DType::f32, b.moments, b.numel),
-                                       view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges, stream,
-                                       static_cast<float>(factor), zero_grads);
+        gpu::adamw_update_split_master(scalars, s.device_state->split_master(b.master, b.numel),
+                                       grad_block(b),
+                                       view(*s.device_state->exp_avg, DType::f32, b.moments, b.numel),
+                                       view(*s.device_state->exp_avg_sq, DType::f32, b.moments, b.numel),
+                                       b.ranges, stream, static_cast<float>(factor), zero_grads);
       } else {
-        gpu::adamw_update(scalars, view(s.master(), DType::f32, b.master, b.numel), grad_block(b),
-                          view(*s.exp_avg, DType::f32, b.moments, b.numel),
-                          view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges,
-                          s.mixed ? view(*s.compute_copy, s.compute, b.compute, b.numel) : Tensor(), stream,
-                          static_cast<float>(factor), zero_grads);
+        gpu::adamw_update(scalars, view(s.device_state->master(), DType::f32, b.master, b.numel),
+                          grad_block(b), view(*s.device_state->exp_avg, DType::f32, b.moments, b.numel),
+                          view(*s.device_state->exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges,
+                          s.plan->mixed
+                              ? view(*s.device_state->compute_copy, s.plan->compute, b.compute, b.numel)
+                              : Tensor(),
+                          stream, static_cast<float>(factor), zero_grads);
       }
       if (overlapped) s.streams.record_unit_updated(u);
     }
     if (overlapped) return {norm, true};  // no stage 1, no all-gather below with overlap_optimizer
-    if (s.stage == 1) clear_gradients();
+    if (s.plan->stage == 1) clear_gradients();
 #endif
   }
   // 7. Stages 1/2: everyone's updated slices into everyone's compute copy.
@@ -246,14 +250,15 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
 
 void ZeroEngine::gather_updated_compute_copy() {
   Impl& s = *impl_;
-  if (!((s.stage == 1 || s.stage == 2) && world_size() > 1)) return;
+  if (!((s.plan->stage == 1 || s.plan->stage == 2) && world_size() > 1)) return;
   compute_waits_for_comm();  // overlap_comm: the rank's collectives never run on two streams at once
   const auto& units = partition_.units();
   for (size_t u = 0; u < units.size(); ++u) {
     const OwnedBlock& b = s.blocks[u];
-    comm_.all_gather(view(*s.compute_copy, s.compute, b.compute, b.numel),
-                     view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel),
-                     work_comm_stream());
+    comm_.all_gather(
+        view(*s.device_state->compute_copy, s.plan->compute, b.compute, b.numel),
+        view(*s.device_state->compute_copy, s.plan->compute, units[u].flat_begin, units[u].numel),
+        work_comm_stream());
   }
 }
 
