@@ -104,6 +104,9 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
     build_offloaded_optimizer(options, host_kind, std::move(disk_state), std::move(sub_group_extents));
   s.order = UnitOrder(partition_);
   build_streams(options);
+  if (!s.offloaded)
+    s.resident = make_resident_adamw(s.device, *s.plan, s.blocks, *s.device_state, *s.reducer, adamw_,
+                                     s.streams, s.order);
   bind_handles(config);
 }
 

@@ -42,6 +42,7 @@
 #include "optim/zero/gradient_reducer.h"
 #include "optim/zero/owned_blocks.h"
 #include "optim/zero/parameter_gatherer.h"
+#include "optim/zero/resident_adamw.h"
 #include "optim/zero/unit_buffers.h"
 #include "optim/zero/unit_order.h"
 #include "optim/zero/zero_streams.h"
@@ -68,6 +69,7 @@ struct ZeroEngine::Impl {
   // The optimizer offloaded to the host (null without offload.optimizer; after the buffers it reads and
   // writes, so that its threads and copies end first).
   std::unique_ptr<OffloadedOptimizer> offloaded;
+  std::unique_ptr<ResidentAdamW> resident;  // without offload: the update on the engine's device
   // Stage 3 with overlap: the layer whose gradients are ready but whose reduction waits for the next
   // gather to be queued (acquire), so that the gather the compute stream waits for is not behind it.
   std::optional<size_t> deferred_reduction;

@@ -76,10 +76,7 @@ std::vector<double> sums_of_squares(const std::vector<Tensor>& slices, bool cpu,
 ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   Impl& s = *impl_;
   const int W = world_size();
-  const auto& units = partition_.units();
-  const size_t U = units.size();
   const bool cpu = s.device == DeviceKind::cpu;
-  auto grad_block = [&](const OwnedBlock& b) { return s.reducer->block_gradients(b); };
   StepProfile& prof = StepProfile::global();  // offload segment marks: no-ops unless profiling is on
   compute_waits_for_comm();                   // overlap_comm: every reduction before the norm reads them
   s.land_all();                               // a step without a forward since the last
@@ -87,24 +84,70 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     finish_delayed_update();  // the previous step's delayed update before this step's
     prof.mark("optimizer.offload_delayed_land");
   }
+  if (cpu && W > 1) average_over_ranks();
+  const GradientSums sums = gradient_sums();
+  const double total = sums.total;
+  const double loss_scale = scaler.scale();
+  const double norm = cpu ? std::sqrt(total) : std::sqrt(total) / (loss_scale * W);
+  // 4. fp16 overflow: every rank sees the same sums, so all skip together.
+  if (s.plan->compute == DType::f16) {
+    const bool overflow = sums.non_finite > 0 || !std::isfinite(total);
+    if (!scaler.update(overflow)) {
+      ZT_LOG(info) << "fp16 overflow: step skipped, loss scale " << loss_scale << " -> " << scaler.scale();
+      if (s.offloaded) s.offloaded->drop_downloads();
+      s.reducer->clear_after_step();
+      return {std::numeric_limits<double>::infinity(), false};
+    }
+  }
+  ZT_CHECK(std::isfinite(norm), "gradient norm is not finite (", norm, ")");
 
+  // 5-6. Clip and update the owned blocks.
+  const double coef = options_.max_grad_norm > 0 ? clip_coefficient(norm, options_.max_grad_norm) : 1.0;
+  adamw_.begin_step();
+  if (s.offloaded) {
+    prof.mark("optimizer.grad_norm");
+    // The factor the CPU update applies to the gradients: on the CPU backend the clip (1/W was divided in
+    // step 2; scale_in_place's float product), on the GPU 1/(loss_scale W) and the clip (the kernel's).
+    float grad_scale = 1.0f;
+    if (cpu) {
+      if (coef < 1.0) grad_scale = static_cast<float>(coef);
+    } else {
+      grad_scale = static_cast<float>(device_gradient_factor(coef, loss_scale, W));
+    }
+    s.offloaded->update(lr, grad_scale, [&] { s.reducer->clear_after_step(); });
+    if (s.offloaded->overlapped_update() || s.plan->delayed) return {norm, true};
+  } else if (s.resident->update(lr, coef, loss_scale)) {
+    return {norm, true};  // on the optimizer stream: nothing follows it (no all-gather at world size 1)
+  }
+  // 7. Stages 1/2: everyone's updated slices into everyone's compute copy.
+  gather_updated_compute_copy();
+  return {norm, true};
+}
+
+void ZeroEngine::average_over_ranks() {
+  Impl& s = *impl_;
   // 2. Mean over ranks on the CPU (true division, as torch divides); the GPU folds 1/W into the factor.
   // With offload the gradients already downloaded are divided too (the same float operation, so the
   // host copy equals the divided device values the norm is taken from).
-  if (cpu && W > 1) {
-    const auto w = static_cast<float>(W);
-    for (const OwnedBlock& b : s.blocks) {
-      if (!s.plan->streamed_gradients) {
-        const Tensor grad = grad_block(b);
-        for (float& x : host_span(grad)) x /= w;
-      }
-      if (s.offloaded && s.offloaded->downloaded(b.unit)) {
-        const Tensor host_grad = s.offloaded->host_gradients(b);
-        for (float& x : host_span(host_grad)) x /= w;
-      }
+  const auto w = static_cast<float>(world_size());
+  for (const OwnedBlock& b : s.blocks) {
+    if (!s.plan->streamed_gradients) {
+      const Tensor grad = s.reducer->block_gradients(b);
+      for (float& x : host_span(grad)) x /= w;
+    }
+    if (s.offloaded && s.offloaded->downloaded(b.unit)) {
+      const Tensor host_grad = s.offloaded->host_gradients(b);
+      for (float& x : host_span(host_grad)) x /= w;
     }
   }
+}
 
+ZeroEngine::GradientSums ZeroEngine::gradient_sums() {
+  Impl& s = *impl_;
+  const int W = world_size();
+  const auto& units = partition_.units();
+  const size_t U = units.size();
+  const bool cpu = s.device == DeviceKind::cpu;
   // 3. Sums of squares per (rank, unit) slice, rank-major. Stage 0 holds every rank's slices itself.
   std::vector<double> sums(static_cast<size_t>(W) * U, 0.0);
   double non_finite = 0;
@@ -141,7 +184,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
       }
     } else {
       std::vector<Tensor> blocks;
-      for (size_t u = 0; u < U; ++u) blocks.push_back(grad_block(s.blocks[u]));
+      for (size_t u = 0; u < U; ++u) blocks.push_back(s.reducer->block_gradients(s.blocks[u]));
       local = sums_of_squares(blocks, cpu, non_finite);
     }
     local.push_back(non_finite);
@@ -159,93 +202,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   }
   double total = 0;
   for (double x : sums) total += x;
-
-  const double loss_scale = scaler.scale();
-  const double norm = cpu ? std::sqrt(total) : std::sqrt(total) / (loss_scale * W);
-  // Buffers backward accumulates into start the next window at zero (the others are overwritten, and so are
-  // stage 0's units that the next window's first backward writes: overwrites_gradients).
-  auto clear_gradients = [&] { s.reducer->clear_after_step(); };
-  // 4. fp16 overflow: every rank sees the same sums, so all skip together.
-  if (s.plan->compute == DType::f16) {
-    const bool overflow = non_finite > 0 || !std::isfinite(total);
-    if (!scaler.update(overflow)) {
-      ZT_LOG(info) << "fp16 overflow: step skipped, loss scale " << loss_scale << " -> " << scaler.scale();
-      if (s.offloaded) s.offloaded->drop_downloads();
-      clear_gradients();
-      return {std::numeric_limits<double>::infinity(), false};
-    }
-  }
-  ZT_CHECK(std::isfinite(norm), "gradient norm is not finite (", norm, ")");
-
-  // 5-6. Clip and update the owned blocks.
-  const double coef = options_.max_grad_norm > 0 ? clip_coefficient(norm, options_.max_grad_norm) : 1.0;
-  adamw_.begin_step();
-  if (s.plan->offload_optimizer) {
-    prof.mark("optimizer.grad_norm");
-    // The factor each path applies to the gradients before AdamW: on the CPU the clip (1/W was divided in
-    // step 2; scale_in_place's float product), on the GPU 1/(loss_scale W) and the clip (the kernel's).
-    float grad_scale = 1.0f;
-    if (cpu) {
-      if (coef < 1.0) grad_scale = static_cast<float>(coef);
-    } else {
-      double factor = 1.0 / loss_scale;
-      if (W > 1) factor /= W;
-      factor *= std::min(1.0, coef);
-      grad_scale = static_cast<float>(factor);
-    }
-    s.offloaded->update(lr, grad_scale, clear_gradients);
-    if (s.offloaded->overlapped_update() || s.plan->delayed) return {norm, true};
-  } else if (cpu) {
-    if (coef < 1.0)
-      for (const OwnedBlock& b : s.blocks) scale_in_place(host_span(grad_block(b)), static_cast<float>(coef));
-    for (const OwnedBlock& b : s.blocks) {
-      adamw_.update(
-          {host_span(view(s.device_state->master(), DType::f32, b.master, b.numel)), host_span(grad_block(b)),
-           host_span(view(*s.device_state->exp_avg, DType::f32, b.moments, b.numel)),
-           host_span(view(*s.device_state->exp_avg_sq, DType::f32, b.moments, b.numel))},
-          b.ranges, lr);
-    }
-    clear_gradients();
-  } else {
-#ifdef ZT_WITH_CUDA
-    double factor = 1.0 / loss_scale;
-    if (W > 1) factor /= W;
-    factor *= std::min(1.0, coef);
-    const AdamWStepScalars scalars = adamw_step_scalars(adamw_.hyper(), lr, adamw_.step_count());
-    // In unit order on the compute stream; with overlap_optimizer in the forward's order on the optimizer
-    // stream, after everything the compute stream queued (backward, the norm), each unit's end recorded for
-    // the next pass to wait for (acquire).
-    const bool overlapped = s.streams.optimizer_overlap();
-    const cudaStream_t stream = overlapped ? s.streams.optimizer_stream_after_compute() : work_stream();
-    for (const size_t u : s.order.order(overlapped ? UnitPhase::forward : UnitPhase::update)) {
-      const OwnedBlock& b = s.blocks[u];
-      // Zeroed for the next window unless its first backward writes them.
-      const bool zero_grads = (s.plan->stage == 0 && !overwrites_gradients(u)) || s.plan->direct_gradients;
-      if (s.device_state->split) {
-        ZT_CHECK(b.master == b.compute, "ZeRO engine: the split master needs the compute copy's offsets");
-        gpu::adamw_update_split_master(scalars, s.device_state->split_master(b.master, b.numel),
-                                       grad_block(b),
-                                       view(*s.device_state->exp_avg, DType::f32, b.moments, b.numel),
-                                       view(*s.device_state->exp_avg_sq, DType::f32, b.moments, b.numel),
-                                       b.ranges, stream, static_cast<float>(factor), zero_grads);
-      } else {
-        gpu::adamw_update(scalars, view(s.device_state->master(), DType::f32, b.master, b.numel),
-                          grad_block(b), view(*s.device_state->exp_avg, DType::f32, b.moments, b.numel),
-                          view(*s.device_state->exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges,
-                          s.plan->mixed
-                              ? view(*s.device_state->compute_copy, s.plan->compute, b.compute, b.numel)
-                              : Tensor(),
-                          stream, static_cast<float>(factor), zero_grads);
-      }
-      if (overlapped) s.streams.record_unit_updated(u);
-    }
-    if (overlapped) return {norm, true};  // no stage 1, no all-gather below with overlap_optimizer
-    if (s.plan->stage == 1) clear_gradients();
-#endif
-  }
-  // 7. Stages 1/2: everyone's updated slices into everyone's compute copy.
-  gather_updated_compute_copy();
-  return {norm, true};
+  return {total, non_finite};
 }
 
 void ZeroEngine::gather_updated_compute_copy() {
