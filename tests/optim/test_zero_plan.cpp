@@ -1,13 +1,18 @@
-// The ZeRO engine's pure pieces: the plan (which buffers a run has, and their bytes with the allocator's
-// rounding applied buffer by buffer), the owned blocks and their sub-groups, and the units' order per phase
-// (what the parameter file reads ahead).
+// The ZeRO engine's pieces with logic of their own: the plan (which buffers a run has, and their bytes with
+// the allocator's rounding applied buffer by buffer), the owned blocks and their sub-groups, the units' order
+// per phase (what the parameter file reads ahead), the bucket slots, and the overlapped update's per-unit
+// landing (its thread's order, each unit waited for once, an error rethrown on the rank's thread).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "model/parameters.h"
+#include "optim/zero/offloaded_optimizer.h"
 #include "optim/zero/owned_blocks.h"
+#include "optim/zero/unit_buffers.h"
 #include "optim/zero/unit_order.h"
 #include "optim/zero/zero_plan.h"
 #include "runtime/check.h"
@@ -173,6 +178,50 @@ TEST(UnitOrder, ThePhasesFollowTheModelsHooks) {
   EXPECT_EQ(order.upcoming(E, UnitPhase::backward, false, 2), (std::vector<size_t>{S, layers[0]}));
   // Never more than asked, each unit once.
   EXPECT_EQ(order.upcoming(E, UnitPhase::forward, true, 10).size(), 3u);
+}
+
+TEST(UnitBuffers, ConsecutiveLayersNeverShareABucket) {
+  const ZeroPartition part(tiny_table(), 2);
+  EXPECT_EQ(UnitBuffers::slot(part, part.embeddings_unit()), 0u);
+  EXPECT_EQ(UnitBuffers::slot(part, part.shared_unit()), 1u);
+  std::vector<size_t> layer_slots;
+  for (size_t u = 0; u < part.units().size(); ++u)
+    if (part.units()[u].layer >= 0) layer_slots.push_back(UnitBuffers::slot(part, u));
+  ASSERT_EQ(layer_slots.size(), 2u);
+  EXPECT_EQ(layer_slots, (std::vector<size_t>{2, 3}));
+  const UnitBuffers buckets(part, "gradient bucket", DType::f32, {});
+  for (size_t u = 0; u < part.units().size(); ++u)
+    EXPECT_GE(buckets.at(part, u).bytes(), static_cast<size_t>(part.units()[u].numel) * 4);
+}
+
+TEST(OverlappedUnitUpdate, EachUnitLandsOnceAfterItsUpdate) {
+  OverlappedUnitUpdate overlapped;
+  std::vector<size_t> done;  // written by the update's thread in its order
+  std::atomic<int> calls{0};
+  EXPECT_FALSE(overlapped.pending(0));  // nothing in flight yet
+  overlapped.start(3, {2, 0, 1}, [&](size_t unit) {
+    done.push_back(unit);
+    ++calls;
+  });
+  for (size_t unit : {0, 1, 2}) {
+    ASSERT_TRUE(overlapped.pending(unit));
+    overlapped.wait_until_updated(unit);
+    overlapped.mark_landed(unit);
+    EXPECT_FALSE(overlapped.pending(unit));
+  }
+  EXPECT_EQ(done, (std::vector<size_t>{2, 0, 1}));
+  EXPECT_EQ(calls.load(), 3);
+}
+
+TEST(OverlappedUnitUpdate, AFailedUpdateThrowsOnTheWaitingThread) {
+  OverlappedUnitUpdate overlapped;
+  overlapped.start(2, {0, 1}, [](size_t unit) {
+    if (unit == 1) throw std::runtime_error("disk full");
+  });
+  overlapped.wait_until_updated(0);
+  overlapped.mark_landed(0);
+  EXPECT_THROW(overlapped.wait_until_updated(1), std::runtime_error);
+  EXPECT_FALSE(overlapped.pending(1));  // nothing left in flight after the error
 }
 
 }  // namespace
