@@ -217,14 +217,7 @@ class ZeroEngine final : public DebertaUnitHooks {
   // parameters on disk).
   void gather_unit(size_t unit, Pass pass);
   void gather_updated_compute_copy();
-  // The step's first parts (engine.h, steps 2 and 3): the CPU backend's mean over ranks, and the sum of
-  // squares of every (rank, unit) slice added rank by rank, with the count of non-finite values.
-  void average_over_ranks();
-  struct GradientSums {
-    double total = 0;
-    double non_finite = 0;
-  };
-  GradientSums gradient_sums();  // stages 1/2, world > 1: every rank's updated slices to everyone
+  // stages 1/2, world > 1: every rank's updated slices to everyone
   // Whether backward writes unit u's gradients on a window's first micro-batch (gradient_write), so that the
   // step need not zero them: stage 0's embeddings and layers (the shared unit's conv and relative-table
   // gradients add up several terms over the pass, so it stays zeroed by the AdamW).

@@ -39,6 +39,7 @@
 #include "optim/zero/buffer_views.h"
 #include "optim/zero/device_state.h"
 #include "optim/zero/engine.h"
+#include "optim/zero/gradient_norm.h"
 #include "optim/zero/gradient_reducer.h"
 #include "optim/zero/owned_blocks.h"
 #include "optim/zero/parameter_gatherer.h"
