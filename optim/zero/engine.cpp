@@ -70,10 +70,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   if (s.plan->offload_optimizer) {
     sub_group_extents = offloaded_sub_groups(partition_, options.offload.sub_group_size);
     if (options.disk) disk_state = swapped_state_options(*options.disk, r, numel_of(sub_group_extents));
-    OffloadHostCharges charges =
-        preflight_offload(partition_, options_, r, disk_state, sub_group_extents.size());
-    s.host_pinned_charge = std::move(charges.pinned);
-    s.host_pageable_charge = std::move(charges.pageable);
+    s.host_charges = preflight_offload(partition_, options_, r, disk_state, sub_group_extents.size());
   }
 
   s.device_state = std::make_unique<DeviceState>(*s.plan, partition_, options, r,

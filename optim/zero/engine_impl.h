@@ -20,6 +20,7 @@
 #include "optim/swap/swap_preflight.h"
 #include "optim/zero/host_optimizer_store.h"
 #include "optim/zero/offload_copies.h"
+#include "optim/zero/offload_preflight.h"
 #include "optim/zero/offloaded_optimizer.h"
 #include "optim/zero/swapped_host_optimizer_store.h"
 #include "runtime/check.h"
@@ -56,7 +57,7 @@ struct ZeroEngine::Impl {
   DeviceKind device;
   // The parameters and optimizer state on the device (first: its buffers outlive every piece reading them).
   std::unique_ptr<DeviceState> device_state;
-  HostMemoryBudget::Charge host_pinned_charge, host_pageable_charge;  // options.host_budget
+  OffloadHostCharges host_charges;  // the offload's host buffers charged to options.host_budget
   // The order the units' parameters are used in, per phase: what param_file reads ahead, and the order the
   // overlapped updates go in.
   UnitOrder order;
