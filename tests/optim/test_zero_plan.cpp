@@ -215,13 +215,13 @@ TEST(OverlappedUnitUpdate, EachUnitLandsOnceAfterItsUpdate) {
 
 TEST(OverlappedUnitUpdate, AFailedUpdateThrowsOnTheWaitingThread) {
   OverlappedUnitUpdate overlapped;
-  overlapped.start(2, {0, 1}, [](size_t unit) {
+  // The first unit in the thread's order fails: whichever unit the rank's thread waits for gets the error.
+  overlapped.start(2, {1, 0}, [](size_t unit) {
     if (unit == 1) throw std::runtime_error("disk full");
   });
-  overlapped.wait_until_updated(0);
-  overlapped.mark_landed(0);
-  EXPECT_THROW(overlapped.wait_until_updated(1), std::runtime_error);
-  EXPECT_FALSE(overlapped.pending(1));  // nothing left in flight after the error
+  EXPECT_THROW(overlapped.wait_until_updated(0), std::runtime_error);
+  EXPECT_FALSE(overlapped.pending(0));  // nothing left in flight after the error
+  EXPECT_FALSE(overlapped.pending(1));
 }
 
 }  // namespace
