@@ -60,14 +60,14 @@ DeviceState::DeviceState(const ZeroPlan& plan, const ZeroPartition& partition,
                    << format_memory_size(master_low->bytes() + master_up->bytes()) << " instead of "
                    << format_memory_size(elements * 4) << ")";
     }
-  } else if (plan.mixed && !offload) {
+  } else if (plan.mixed() && !offload) {
     master_arena = std::make_unique<Arena>(
-        "master", plan.full_state ? partition.layout(DType::f32) : flat_layout(shard, DType::f32),
+        "master", plan.full_state() ? partition.layout(DType::f32) : flat_layout(shard, DType::f32),
         on_device(MemoryCategory::master));
   }
   auto moments = [&](const char* name) {
     return std::make_unique<Arena>(
-        name, plan.full_state ? partition.layout(DType::f32) : flat_layout(shard, DType::f32),
+        name, plan.full_state() ? partition.layout(DType::f32) : flat_layout(shard, DType::f32),
         on_device(MemoryCategory::optimizer));
   };
   if (!offload) {

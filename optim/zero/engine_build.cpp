@@ -77,9 +77,9 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   s.device_state = std::make_unique<DeviceState>(*s.plan, partition_, options, r,
                                                  s.options(MemoryCategory::other, true), param_kind);
   std::unique_ptr<Arena> param_upload;  // offload_param, world > 1: one unit's slice, all-gathered from
-  if (s.plan->parameter_upload) {
+  if (s.plan->parameter_upload()) {
     param_upload =
-        std::make_unique<Arena>("parameter upload", flat_layout(s.plan->largest_slice, s.plan->compute),
+        std::make_unique<Arena>("parameter upload", flat_layout(s.plan->sizes.largest_slice, s.plan->compute),
                                 s.options(MemoryCategory::communication, true));
   }
   s.reducer =
@@ -97,7 +97,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   }
 
   // Owned blocks: stage 0 updates whole units in full buffers; the others their slice.
-  s.blocks = owned_blocks(partition_, s.plan->stage, r, s.plan->mixed || s.plan->offload_optimizer);
+  s.blocks = owned_blocks(partition_, s.plan->stage, r, s.plan->mixed() || s.plan->offload_optimizer);
   if (s.plan->offload_optimizer)
     build_offloaded_optimizer(options, host_kind, std::move(disk_state), std::move(sub_group_extents));
   s.order = UnitOrder(partition_);

@@ -32,7 +32,7 @@ void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> 
   impl_->land_all();  // the state an overlapped update writes
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: read_state size mismatch");
-  const int64_t offset = piece_state_offset(partition_, s.plan->stage, s.plan->mixed,
+  const int64_t offset = piece_state_offset(partition_, s.plan->stage, s.plan->mixed(),
                                             s.plan->offload_optimizer, rank(), piece, kind);
   if (s.plan->offload_optimizer) {
     impl_->offloaded->copy_state(partition_.unit_of_tensor(piece.tensor), kind, offset, host, false);
@@ -57,7 +57,7 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
   impl_->land_all();
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: write_state size mismatch");
-  const int64_t offset = piece_state_offset(partition_, s.plan->stage, s.plan->mixed,
+  const int64_t offset = piece_state_offset(partition_, s.plan->stage, s.plan->mixed(),
                                             s.plan->offload_optimizer, rank(), piece, kind);
   if (s.plan->offload_optimizer) {
     impl_->offloaded->copy_state(partition_.unit_of_tensor(piece.tensor), kind, offset,
@@ -85,7 +85,7 @@ void ZeroEngine::refresh_compute_copy() {
   s.land_all();
   if (s.plan->offload_optimizer) {
     s.offloaded->refresh_parameters();
-  } else if (s.plan->mixed &&
+  } else if (s.plan->mixed() &&
              !s.device_state->split) {  // the split master's high halves are the compute copy already
     for (const OwnedBlock& b : s.blocks)
       kernels::copy(view(*s.device_state->master_arena, DType::f32, b.master, b.numel),

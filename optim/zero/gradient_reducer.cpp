@@ -32,14 +32,14 @@ GradientReducer::GradientReducer(const ZeroPlan& plan, const ZeroPartition& part
     ArenaOptions options = device;
     options.category = MemoryCategory::gradients;
     grads_ = std::make_unique<Arena>(
-        "gradients", plan.full_gradients ? partition.layout(DType::f32) : flat_layout(plan.shard, DType::f32),
-        options);
+        "gradients",
+        plan.full_gradients() ? partition.layout(DType::f32) : flat_layout(plan.shard, DType::f32), options);
   }
 #ifdef ZT_WITH_CUDA
   if (plan.streamed_gradients && device.kind == MemoryKind::device)
     allocate_unit_stats("streamed gradient norm partials");
 #endif
-  if (plan.buckets) {
+  if (plan.buckets()) {
     ArenaOptions options = device;
     options.category = MemoryCategory::communication;
     buckets_ = UnitBuffers(partition, "gradient bucket", DType::f32, options);

@@ -86,7 +86,7 @@ OffloadedOptimizer::OffloadedOptimizer(const ZeroPlan& plan, const ZeroPartition
     delayed_->gradients_in_update = std::make_unique<Arena>("offloaded gradients (delayed update)",
                                                             flat_layout(plan.shard, DType::f32), host);
   }
-  if (plan.host_staging)
+  if (plan.host_staging())
     host_params_ = std::make_unique<Arena>("parameter staging", flat_layout(plan.shard, plan.compute), host);
 }
 
@@ -234,7 +234,7 @@ void OffloadedOptimizer::update_block(size_t unit, double lr, float grad_scale, 
     const Tensor out = staged.slice_rows(sub.begin, sub.begin + sub.numel);
     adamw_.update({state.master, host_span(grads), state.exp_avg, state.exp_avg_sq}, sub.ranges, lr,
                   params16_of(out), grad_scale);
-    if (!plan_.mixed) write_compute_values(state.master, out);
+    if (!plan_.mixed()) write_compute_values(state.master, out);
     store_->release(g, /*modified=*/true);
   }
   end_params_write(b);

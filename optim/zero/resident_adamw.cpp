@@ -76,7 +76,7 @@ class DeviceAdamW final : public ResidentAdamW {
       } else {
         gpu::adamw_update(
             scalars, view(st.master(), DType::f32, b.master, b.numel), grads, m, v, b.ranges,
-            p_.plan.mixed ? view(*st.compute_copy, p_.plan.compute, b.compute, b.numel) : Tensor(), stream,
+            p_.plan.mixed() ? view(*st.compute_copy, p_.plan.compute, b.compute, b.numel) : Tensor(), stream,
             static_cast<float>(factor), zero_grads);
       }
       if (overlapped) p_.streams.record_unit_updated(u);

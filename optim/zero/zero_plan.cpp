@@ -9,7 +9,6 @@ namespace zt::optim {
 ZeroPlan::ZeroPlan(const ZeroPartition& partition, int stage_, DType compute_, const ZeroOffload& offload_,
                    bool split_master_)
     : stage(stage_), world_size(partition.world_size()), compute(compute_), offload(offload_) {
-  mixed = compute != DType::f32;
   offload_optimizer = offload.optimizer && stage >= 1;
   offload_param = offload_optimizer && offload.param && stage == 3;
   delayed = offload_optimizer && offload.delayed_update;
@@ -20,22 +19,15 @@ ZeroPlan::ZeroPlan(const ZeroPartition& partition, int stage_, DType compute_, c
                  : !offload_param                 ? ComputeCopyPlace::device_shard
                  : offload.param_disk_buffers > 0 ? ComputeCopyPlace::disk_shard
                                                   : ComputeCopyPlace::host_shard;
-  full_gradients = stage <= 1;
-  master_buffer = !split_master && mixed && !offload_optimizer;
-  full_state = stage == 0;
-  buckets = stage >= 2 && !direct_gradients;
-  gather_buffers = stage == 3;
-  parameter_upload = offload_param && world_size > 1;
-  host_staging = offload_optimizer && (!offload_param || delayed);
   psi = partition.total_numel();
   shard = partition.shard_numel();
-  embeddings_unit = partition.units().front().numel;
-  shared_unit = partition.units().back().numel;
-  largest_layer_unit = partition.largest_layer_unit();
-  largest_slice = optim::largest_slice(partition);
-  unit_slices = optim::unit_slices(partition);
+  sizes.embeddings = partition.units().front().numel;
+  sizes.shared = partition.units().back().numel;
+  sizes.largest_layer = partition.largest_layer_unit();
+  sizes.largest_slice = optim::largest_slice(partition);
+  sizes.unit_slices = optim::unit_slices(partition);
   if (offload_optimizer && offload.disk_buffers > 0)
-    sub_group_numel = numel_of(offloaded_sub_groups(partition, offload.sub_group_size));
+    sizes.sub_group_numel = numel_of(offloaded_sub_groups(partition, offload.sub_group_size));
 }
 
 ZeroStateBytes ZeroPlan::bytes(const std::function<size_t(size_t)>& held_by_allocator) const {
@@ -45,30 +37,32 @@ ZeroStateBytes ZeroPlan::bytes(const std::function<size_t(size_t)>& held_by_allo
   const size_t t = dtype_size(compute);
   ZeroStateBytes b;
   b.compute_copy = held((stage == 3 ? part : all) * t);
-  b.gradients = streamed_gradients ? 0 : held((full_gradients ? all : part) * 4);
-  const size_t master_elems = full_state ? all : part;
+  b.gradients = streamed_gradients ? 0 : held((full_gradients() ? all : part) * 4);
+  const size_t master_elems = full_state() ? all : part;
   // f32 training: the master is the compute copy (stages 0-2: its full buffer, stage 3: its shard).
-  b.master = mixed ? held(master_elems * 4) : 0;
+  b.master = mixed() ? held(master_elems * 4) : 0;
   if (split_master)
     b.master = held(split_master_low_bytes(master_elems)) + held(split_master_bit_words(master_elems) * 4);
-  b.optimizer = 2 * held((full_state ? all : part) * 4);
+  b.optimizer = 2 * held((full_state() ? all : part) * 4);
   // The buckets (f32; stages 2, 3) and the gather buffers (T; stage 3), each allocated on its own: the
   // embeddings', the shared unit's and two layers'. World size 1: the reduce-scatter is the identity and
   // backward accumulates into the shard itself, unless the gradients stream down from the buckets.
   auto bucket_set = [&](size_t element) {
-    return held(static_cast<size_t>(embeddings_unit) * element) +
-           held(static_cast<size_t>(shared_unit) * element) +
-           2 * held(static_cast<size_t>(largest_layer_unit) * element);
+    return held(static_cast<size_t>(sizes.embeddings) * element) +
+           held(static_cast<size_t>(sizes.shared) * element) +
+           2 * held(static_cast<size_t>(sizes.largest_layer) * element);
   };
-  if (buckets) b.buffers += bucket_set(4);
-  if (gather_buffers) b.buffers += bucket_set(t);
+  if (buckets()) b.buffers += bucket_set(4);
+  if (gather_buffers()) b.buffers += bucket_set(t);
   if (offload_optimizer) {
     b.master = 0;
     b.optimizer = 0;
     b.host_optimizer = 3 * part * 4;  // a separate master even in f32: the device copy stays the model's
     if (offload.disk_buffers > 0) {   // the disk tier: buffers of one sub-group each (master | m | v)
-      const swap::SwappedStateOptions disk{
-          .directory = "", .rank = 0, .block_numel = sub_group_numel, .buffer_count = offload.disk_buffers};
+      const swap::SwappedStateOptions disk{.directory = "",
+                                           .rank = 0,
+                                           .block_numel = sizes.sub_group_numel,
+                                           .buffer_count = offload.disk_buffers};
       b.host_optimizer = swap::SwappedStateStore::buffer_bytes_for(disk);
       b.disk_file = swap::SwappedStateStore::file_bytes_for(disk);
     }
@@ -78,13 +72,13 @@ ZeroStateBytes ZeroPlan::bytes(const std::function<size_t(size_t)>& held_by_allo
     if (offload_param) b.host_offloaded_parameters = part * t;
     if (compute_copy == ComputeCopyPlace::disk_shard) {  // the shard's buffers, not it
       b.host_offloaded_parameters =
-          SwappedParameterShard::buffer_bytes_for(unit_slices, compute, offload.param_disk_buffers);
+          SwappedParameterShard::buffer_bytes_for(sizes.unit_slices, compute, offload.param_disk_buffers);
       b.host_parameters = b.host_offloaded_parameters + (delayed ? part * t : 0);
-      b.disk_file += SwappedParameterShard::file_bytes_for(unit_slices, compute);
+      b.disk_file += SwappedParameterShard::file_bytes_for(sizes.unit_slices, compute);
     }
     if (offload_param) {  // the shard lives on the host, uploaded through a slice buffer
       b.compute_copy = 0;
-      if (parameter_upload) b.buffers += held(static_cast<size_t>(largest_slice) * t);
+      if (parameter_upload()) b.buffers += held(static_cast<size_t>(sizes.largest_slice) * t);
     }
   }
   return b;

@@ -67,7 +67,6 @@ struct ZeroPlan {
   int stage;
   int world_size;
   DType compute;
-  bool mixed;               // compute != f32: the master is a buffer of its own
   ZeroOffload offload;      // as asked (disk_buffers, param_disk_buffers: the disk tiers' counts)
   bool offload_optimizer;   // master, m, v on the host, updated by the CPU AdamW (stages 1-3)
   bool offload_param;       // stage 3 with offload_optimizer: the compute-copy shard on the host
@@ -76,18 +75,28 @@ struct ZeroPlan {
   bool direct_gradients;    // stages 2/3 at world size 1 (not streamed): backward writes the shard itself
   bool split_master;        // stage 0 bf16 on the GPU: the master as compute copy + low halves + bits
   ComputeCopyPlace compute_copy;
-  bool full_gradients;    // stages 0/1: the gradient buffer is the whole model (partition().layout)
-  bool master_buffer;     // an f32 master of its own on the device (mixed, not offloaded, not split)
-  bool full_state;        // stage 0: master and moments are whole-model buffers
-  bool buckets;           // stages 2/3: the gradient buckets
-  bool gather_buffers;    // stage 3: the gathered parameters
-  bool parameter_upload;  // offload_param, world > 1: one unit slice uploaded to gather from
-  bool host_staging;      // offload: the compute-dtype staging shard on the host
-  // Elements: the padded model, the rank's shard, the buckets' and gather buffers' units (the embeddings',
-  // the shared unit's, the largest layer's), the largest unit slice (the upload buffer).
-  int64_t psi, shard, embeddings_unit, shared_unit, largest_layer_unit, largest_slice;
-  std::vector<int64_t> sub_group_numel;  // offload: the host store's blocks (the disk tier's records)
-  std::vector<int64_t> unit_slices;      // the rank's slice of each unit (the parameter file's records)
+  int64_t psi, shard;  // elements: the padded model, the rank's shard
+  // What bytes() sizes besides: the buckets' and gather buffers' units, the upload buffer, the records of
+  // the disk tiers.
+  struct UnitSizes {
+    int64_t embeddings = 0, shared = 0, largest_layer = 0;  // elements of those units
+    int64_t largest_slice = 0;                              // the largest unit slice (the upload buffer)
+    std::vector<int64_t> sub_group_numel;  // offload: the host store's blocks (the disk tier's records)
+    std::vector<int64_t> unit_slices;      // the rank's slice of each unit (the parameter file's records)
+  } sizes;
+
+  bool mixed() const { return compute != DType::f32; }  // the master is a buffer of its own
+  bool full_gradients() const { return stage <= 1; }    // the gradient buffer is the whole model
+  bool full_state() const { return stage == 0; }        // master and moments are whole-model buffers
+  // An f32 master of its own on the device (mixed, not offloaded, not split).
+  bool master_buffer() const { return !split_master && mixed() && !offload_optimizer; }
+  bool buckets() const { return stage >= 2 && !direct_gradients; }  // the gradient buckets
+  bool gather_buffers() const { return stage == 3; }                // the gathered parameters
+  // offload_param at world > 1: one unit slice uploaded to gather from.
+  bool parameter_upload() const { return offload_param && world_size > 1; }
+  // Offload: the compute-dtype staging shard on the host (offload_param writes its shard in place unless
+  // the update is delayed).
+  bool host_staging() const { return offload_optimizer && (!offload_param || delayed); }
 
   // Bytes per category. `held` maps the bytes asked for one device buffer to the bytes it takes (the
   // estimator passes the caching allocator's size class; nullptr: as asked). Host and disk bytes are exact.

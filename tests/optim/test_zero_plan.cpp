@@ -32,15 +32,15 @@ TEST(ZeroPlan, GradientsGoStraightIntoTheShardOnlyAtWorldOneWithoutStreaming) {
     for (int stage = 0; stage <= 3; ++stage) {
       const ZeroPlan plain(part, stage, DType::bf16, {});
       EXPECT_EQ(plain.direct_gradients, stage >= 2 && world == 1) << "stage " << stage << " world " << world;
-      EXPECT_EQ(plain.buckets, stage >= 2 && world > 1);
-      EXPECT_EQ(plain.gather_buffers, stage == 3);
-      EXPECT_EQ(plain.full_gradients, stage <= 1);
+      EXPECT_EQ(plain.buckets(), stage >= 2 && world > 1);
+      EXPECT_EQ(plain.gather_buffers(), stage == 3);
+      EXPECT_EQ(plain.full_gradients(), stage <= 1);
     }
     for (int stage = 2; stage <= 3; ++stage) {
       const ZeroPlan streamed(part, stage, DType::bf16, {.optimizer = true, .stream_gradients = true});
       EXPECT_TRUE(streamed.streamed_gradients);
       EXPECT_FALSE(streamed.direct_gradients);
-      EXPECT_TRUE(streamed.buckets);  // the slices go down from the buckets, also at world size 1
+      EXPECT_TRUE(streamed.buckets());  // the slices go down from the buckets, also at world size 1
       EXPECT_EQ(streamed.bytes().gradients, 0u);
     }
   }
@@ -52,12 +52,12 @@ TEST(ZeroPlan, WhereTheComputeCopyAndTheStagingShardLive) {
   EXPECT_EQ(ZeroPlan(part, 3, DType::bf16, {}).compute_copy, ComputeCopyPlace::device_shard);
   const ZeroPlan on_host(part, 3, DType::bf16, {.optimizer = true, .param = true});
   EXPECT_EQ(on_host.compute_copy, ComputeCopyPlace::host_shard);
-  EXPECT_FALSE(on_host.host_staging);  // the CPU update writes the host shard itself
-  EXPECT_TRUE(on_host.parameter_upload);
+  EXPECT_FALSE(on_host.host_staging());  // the CPU update writes the host shard itself
+  EXPECT_TRUE(on_host.parameter_upload());
   EXPECT_FALSE(ZeroPlan(ZeroPartition(tiny_table(), 1), 3, DType::bf16, {.optimizer = true, .param = true})
-                   .parameter_upload);
+                   .parameter_upload());
   const ZeroPlan delayed(part, 3, DType::bf16, {.optimizer = true, .param = true, .delayed_update = true});
-  EXPECT_TRUE(delayed.host_staging);  // the forward reads the shard while the update runs
+  EXPECT_TRUE(delayed.host_staging());  // the forward reads the shard while the update runs
   const ZeroPlan on_disk(part, 3, DType::bf16, {.optimizer = true, .param = true, .param_disk_buffers = 3});
   EXPECT_EQ(on_disk.compute_copy, ComputeCopyPlace::disk_shard);
   // offload.param means nothing below stage 3, offload nothing at stage 0.
@@ -68,10 +68,10 @@ TEST(ZeroPlan, WhereTheComputeCopyAndTheStagingShardLive) {
 
 TEST(ZeroPlan, AMasterOfItsOwnOnlyInMixedPrecisionOnTheDevice) {
   const ZeroPartition part(tiny_table(), 1);
-  EXPECT_FALSE(ZeroPlan(part, 0, DType::f32, {}).master_buffer);  // the compute copy is the master
-  EXPECT_TRUE(ZeroPlan(part, 0, DType::bf16, {}).master_buffer);
-  EXPECT_FALSE(ZeroPlan(part, 0, DType::bf16, {}, /*split_master=*/true).master_buffer);
-  EXPECT_FALSE(ZeroPlan(part, 1, DType::bf16, {.optimizer = true}).master_buffer);  // on the host
+  EXPECT_FALSE(ZeroPlan(part, 0, DType::f32, {}).master_buffer());  // the compute copy is the master
+  EXPECT_TRUE(ZeroPlan(part, 0, DType::bf16, {}).master_buffer());
+  EXPECT_FALSE(ZeroPlan(part, 0, DType::bf16, {}, /*split_master=*/true).master_buffer());
+  EXPECT_FALSE(ZeroPlan(part, 1, DType::bf16, {.optimizer = true}).master_buffer());  // on the host
 }
 
 // Every device buffer is rounded on its own: four gather buffers and four buckets at stage 3 are eight
