@@ -32,76 +32,64 @@ void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> 
   impl_->land_all();  // the state an overlapped update writes
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: read_state size mismatch");
-  const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
-  if (s.offload) {
-    impl_->copy_offloaded_state(partition_.unit_of_tensor(piece.tensor), kind, offset, host, false);
+  const int64_t offset = piece_state_offset(partition_, s.plan->stage, s.plan->mixed(),
+                                            s.plan->offload_optimizer, rank(), piece, kind);
+  if (s.plan->offload_optimizer) {
+    impl_->offloaded->copy_state(partition_.unit_of_tensor(piece.tensor), kind, offset, host, false);
     return;
   }
   const Tensor out(host.data(), Shape{piece.numel}, DType::f32);
-  if (kind == 0 && s.split) {
+  if (kind == 0 && s.device_state->split) {
     if (piece.numel == 0) return;
 #ifdef ZT_WITH_CUDA
     const DeviceBuffer joined =
         device_allocator().allocate(host.size() * 4, MemoryCategory::scratch, "master (joined for a read)");
     const Tensor values(joined.data(), Shape{piece.numel}, DType::f32, DeviceKind::cuda);
-    gpu::join_split_master(s.whole_split_master(), offset, values, work_stream());
+    gpu::join_split_master(s.device_state->whole_split_master(), offset, values, work_stream());
     copy_tensor(values, out);
 #endif
     return;
   }
-  copy_tensor(view(s.state(kind), DType::f32, offset, piece.numel), out);
+  copy_tensor(view(s.device_state->state(kind), DType::f32, offset, piece.numel), out);
 }
 
 void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const float> host) {
   impl_->land_all();
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: write_state size mismatch");
-  const int64_t offset = piece_state_offset(partition_, s.stage, s.mixed, s.offload, rank(), piece, kind);
-  if (s.offload) {
-    impl_->copy_offloaded_state(partition_.unit_of_tensor(piece.tensor), kind, offset,
-                                {const_cast<float*>(host.data()), host.size()}, true);
+  const int64_t offset = piece_state_offset(partition_, s.plan->stage, s.plan->mixed(),
+                                            s.plan->offload_optimizer, rank(), piece, kind);
+  if (s.plan->offload_optimizer) {
+    impl_->offloaded->copy_state(partition_.unit_of_tensor(piece.tensor), kind, offset,
+                                 {const_cast<float*>(host.data()), host.size()}, true);
     return;
   }
   const Tensor in(const_cast<float*>(host.data()), Shape{piece.numel}, DType::f32);
-  if (kind == 0 && s.split) {  // the compute copy (hi) is written with the master
+  if (kind == 0 && s.device_state->split) {  // the compute copy (hi) is written with the master
     if (piece.numel == 0) return;
 #ifdef ZT_WITH_CUDA
     const DeviceBuffer staged =
         device_allocator().allocate(host.size() * 4, MemoryCategory::scratch, "master (staged for a write)");
     const Tensor values(staged.data(), Shape{piece.numel}, DType::f32, DeviceKind::cuda);
     copy_tensor(in, values);
-    gpu::write_split_master(values, s.whole_split_master(), offset, work_stream());
+    gpu::write_split_master(values, s.device_state->whole_split_master(), offset, work_stream());
     ZT_CUDA_CHECK(cudaStreamSynchronize(work_stream()));  // before `staged` goes back to the allocator
 #endif
     return;
   }
-  copy_tensor(in, view(s.state(kind), DType::f32, offset, piece.numel));
+  copy_tensor(in, view(s.device_state->state(kind), DType::f32, offset, piece.numel));
 }
 
 void ZeroEngine::refresh_compute_copy() {
   Impl& s = *impl_;
   s.land_all();
-  if (s.offload) {
-    s.wait_for_delayed_update();
-    s.publish_pending = false;  // everything is published from the master below
-    for (const OwnedBlock& b : s.blocks) {
-      // Every element of the block is written (the master's padding is zero).
-      const Tensor staged = s.begin_params_write(b, /*keep_unwritten=*/false);
-      for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
-        const SubGroup& sub = s.sub_groups[g];
-        write_compute_values(s.host_state->acquire(g).master,
-                             staged.slice_rows(sub.begin, sub.begin + sub.numel));
-        s.host_state->release(g, false);
-      }
-      s.end_params_write(b);
-      s.publish(b);
-    }
-    s.host_state->flush();  // the loading's deferred writes (copy_offloaded_state) reach the disk tier now
-    s.copies->join();
-  } else if (s.mixed && !s.split) {  // the split master's high halves are the compute copy already
+  if (s.plan->offload_optimizer) {
+    s.offloaded->refresh_parameters();
+  } else if (s.plan->mixed() &&
+             !s.device_state->split) {  // the split master's high halves are the compute copy already
     for (const OwnedBlock& b : s.blocks)
-      kernels::copy(view(*s.master_arena, DType::f32, b.master, b.numel),
-                    view(*s.compute_copy, s.compute, b.compute, b.numel));
+      kernels::copy(view(*s.device_state->master_arena, DType::f32, b.master, b.numel),
+                    view(*s.device_state->compute_copy, s.plan->compute, b.compute, b.numel));
   }
   gather_updated_compute_copy();
 }
@@ -157,27 +145,21 @@ void ZeroEngine::gather_full_master(const TensorSink& take) {
     const OwnedBlock& b = s.blocks[u];
     // The unit's full f32 values: in the master itself at stage 0, else gathered into a unit buffer.
     Tensor full;
-    if (s.split) {  // stage 0 only: joined from its three parts into a unit buffer
+    if (s.device_state->split) {  // stage 0 only: joined from its three parts into a unit buffer
 #ifdef ZT_WITH_CUDA
       full = scratch_f32(unit_buffer, "consolidation buffer", unit.numel);
-      gpu::join_split_master(s.whole_split_master(), unit.flat_begin, full, work_stream());
+      gpu::join_split_master(s.device_state->whole_split_master(), unit.flat_begin, full, work_stream());
 #endif
-    } else if (s.stage == 0) {
-      full = view(s.master(), DType::f32, unit.flat_begin, unit.numel);
+    } else if (s.plan->stage == 0) {
+      full = view(s.device_state->master(), DType::f32, unit.flat_begin, unit.numel);
     } else {
       full = scratch_f32(unit_buffer, "consolidation buffer", unit.numel);
       Tensor mine;
-      if (s.offload) {  // the slice comes up from the host store first
+      if (s.plan->offload_optimizer) {  // the slice comes up from the host store first
         mine = scratch_f32(master_upload, "consolidation upload", b.numel);
-        for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
-          const SubGroup& sub = s.sub_groups[g];
-          const std::span<float> master = s.host_state->acquire(g).master;
-          copy_tensor(Tensor(master.data(), Shape{sub.numel}, DType::f32),
-                      mine.slice_rows(sub.begin, sub.begin + sub.numel));
-          s.host_state->release(g, false);
-        }
+        s.offloaded->read_master(b, mine);
       } else {
-        mine = view(s.master(), DType::f32, b.master, b.numel);
+        mine = view(s.device_state->master(), DType::f32, b.master, b.numel);
       }
       if (world_size() == 1) {
         kernels::copy(mine, full);

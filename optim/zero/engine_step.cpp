@@ -4,187 +4,31 @@
 
 namespace zt::optim {
 
-namespace {
-
-// Sum of one double per (rank, unit) from every rank, in the same order everywhere: the 64-bit patterns
-// travel through all_gather as i64 (the communicator sums only floating types up to f32, and an f32 sum
-// would cost the norm the precision of the single-process double sum).
-std::vector<double> all_gather_doubles(Communicator& comm, const std::vector<double>& local,
-                                       DeviceKind device) {
-  const int world = comm.world_size();
-  const auto n = static_cast<int64_t>(local.size());
-  std::vector<int64_t> bits(local.size()), gathered(static_cast<size_t>(world * n));
-  for (size_t i = 0; i < local.size(); ++i) bits[i] = std::bit_cast<int64_t>(local[i]);
-  if (device == DeviceKind::cpu) {
-    comm.all_gather(Tensor(bits.data(), Shape{n}, DType::i64),
-                    Tensor(gathered.data(), Shape{world * n}, DType::i64));
-  } else {
-    Arena scratch("norm exchange", flat_layout(n * (world + 1), DType::i64),
-                  {.kind = MemoryKind::device, .category = MemoryCategory::scratch});
-    const Tensor in(scratch.data(), Shape{n}, DType::i64, DeviceKind::cuda);
-    const Tensor out(static_cast<int64_t*>(scratch.data()) + n, Shape{world * n}, DType::i64,
-                     DeviceKind::cuda);
-    copy_tensor(Tensor(bits.data(), Shape{n}, DType::i64), in);
-    comm.all_gather(in, out, work_comm_stream());
-    copy_tensor(out, Tensor(gathered.data(), Shape{world * n}, DType::i64));
-  }
-  std::vector<double> out(gathered.size());
-  for (size_t i = 0; i < gathered.size(); ++i) out[i] = std::bit_cast<double>(gathered[i]);
-  return out;
-}
-
-// Sum of squares (double) of each gradient slice, and the count of non-finite values over all of them, added
-// to `non_finite`. On the GPU one kernel per slice writes into one device array read back once: a read-back
-// per slice would wait, each time, behind the offload's gradient downloads on the copy engine.
-#ifdef ZT_WITH_CUDA
-// The first n per-slice statistics of `results` (written on the rank's stream), read back with one copy;
-// their non-finite counts added to `non_finite`.
-std::vector<double> read_back_grad_stats(const DeviceBuffer& results, size_t n, double& non_finite) {
-  const cudaStream_t stream = work_stream();
-  std::vector<gpu::GradStats> host(n);
-  ZT_CUDA_CHECK(cudaMemcpyAsync(host.data(), results.data(), n * sizeof(gpu::GradStats),
-                                cudaMemcpyDeviceToHost, stream));
-  ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    out[i] = host[i].sum_of_squares;
-    non_finite += static_cast<double>(host[i].non_finite);
-  }
-  return out;
-}
-#endif
-
-std::vector<double> sums_of_squares(const std::vector<Tensor>& slices, bool cpu, double& non_finite) {
-  if (cpu) {
-    std::vector<double> out(slices.size());
-    for (size_t i = 0; i < slices.size(); ++i) out[i] = sum_of_squares(host_span(slices[i]));
-    return out;
-  }
-#ifdef ZT_WITH_CUDA
-  DeviceBuffer results = device_allocator().allocate(slices.size() * sizeof(gpu::GradStats),
-                                                     MemoryCategory::scratch, "gradient norm partials");
-  for (size_t i = 0; i < slices.size(); ++i)
-    gpu::grad_stats_async(slices[i], results.data_as<gpu::GradStats>() + i, work_stream());
-  return read_back_grad_stats(results, slices.size(), non_finite);
-#else
-  ZT_FAIL("CUDA training needs a CUDA build");
-#endif
-}
-
-}  // namespace
-
 ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   Impl& s = *impl_;
   const int W = world_size();
-  const auto& units = partition_.units();
-  const size_t U = units.size();
   const bool cpu = s.device == DeviceKind::cpu;
-  auto grad_block = [&](const OwnedBlock& b) { return view(*s.grads, DType::f32, b.grad, b.numel); };
   StepProfile& prof = StepProfile::global();  // offload segment marks: no-ops unless profiling is on
   compute_waits_for_comm();                   // overlap_comm: every reduction before the norm reads them
   s.land_all();                               // a step without a forward since the last
-  if (s.delayed) {
+  if (s.plan->delayed) {
     finish_delayed_update();  // the previous step's delayed update before this step's
     prof.mark("optimizer.offload_delayed_land");
   }
-
-  // 2. Mean over ranks on the CPU (true division, as torch divides); the GPU folds 1/W into the factor.
-  // With offload the gradients already downloaded are divided too (the same float operation, so the
-  // host copy equals the divided device values the norm is taken from).
-  if (cpu && W > 1) {
-    const auto w = static_cast<float>(W);
-    for (const OwnedBlock& b : s.blocks) {
-      if (!s.streamed) {
-        const Tensor grad = grad_block(b);
-        for (float& x : host_span(grad)) x /= w;
-      }
-      if (s.offload && s.downloaded[b.unit]) {
-        const Tensor host_grad = s.host_gradients(b);
-        for (float& x : host_span(host_grad)) x /= w;
-      }
-    }
-  }
-
-  // 3. Sums of squares per (rank, unit) slice, rank-major. Stage 0 holds every rank's slices itself.
-  std::vector<double> sums(static_cast<size_t>(W) * U, 0.0);
-  double non_finite = 0;
-  bool early_stats = false;
-#ifdef ZT_WITH_CUDA
-  // The early gradient norm: the partials gradients_ready queued (the same slices, the same kernel).
-  if (s.early_norm) {
-    Impl::EarlyNorm& e = *s.early_norm;
-    early_stats = e.queued == U;
-    e.queued = 0;
-    if (early_stats) {
-      e.stats_done.record(e.stream.get());
-      ZT_CUDA_CHECK(cudaStreamWaitEvent(work_stream(), e.stats_done.get(), 0));
-      sums = read_back_grad_stats(s.unit_stats, U, non_finite);
-    }
-  }
-#endif
-  if (early_stats) {
-    // sums and non_finite are read back above
-  } else if (s.stage == 0) {
-    std::vector<Tensor> slices;
-    for (int r = 0; r < W; ++r)
-      for (size_t u = 0; u < U; ++u)
-        slices.push_back(view(*s.grads, DType::f32, partition_.slice_begin(u, r), units[u].slice_numel));
-    sums = sums_of_squares(slices, cpu, non_finite);
-  } else {
-    std::vector<double> local;
-    if (s.streamed) {  // the slices went down from the buckets: the host copies, or the partials taken then
-      // (step 5 checks that every unit's went down)
-      if (cpu) {
-        std::vector<Tensor> host_blocks;
-        for (const OwnedBlock& b : s.blocks) host_blocks.push_back(s.host_gradients(b));
-        local = sums_of_squares(host_blocks, true, non_finite);
-      } else {
-#ifdef ZT_WITH_CUDA
-        local = read_back_grad_stats(s.unit_stats, U, non_finite);
-#endif
-      }
-    } else {
-      std::vector<Tensor> blocks;
-      for (size_t u = 0; u < U; ++u) blocks.push_back(grad_block(s.blocks[u]));
-      local = sums_of_squares(blocks, cpu, non_finite);
-    }
-    local.push_back(non_finite);
-    if (W == 1) {
-      sums.assign(local.begin(), local.begin() + static_cast<std::ptrdiff_t>(U));
-    } else {
-      const std::vector<double> all = all_gather_doubles(comm_, local, s.device);
-      non_finite = 0;
-      for (int r = 0; r < W; ++r) {
-        for (size_t u = 0; u < U; ++u)
-          sums[static_cast<size_t>(r) * U + u] = all[static_cast<size_t>(r) * (U + 1) + u];
-        non_finite += all[static_cast<size_t>(r) * (U + 1) + U];
-      }
-    }
-  }
-  double total = 0;
-  for (double x : sums) total += x;
-
+  const GradientNorm gradient_norm(*s.plan, partition_, comm_, s.blocks, *s.reducer, s.offloaded.get(),
+                                   s.streams, s.device);
+  if (cpu && W > 1) gradient_norm.average_over_ranks();
+  const GradientSums sums = gradient_norm.sums();
+  const double total = sums.total;
   const double loss_scale = scaler.scale();
   const double norm = cpu ? std::sqrt(total) : std::sqrt(total) / (loss_scale * W);
-  // Buffers backward accumulates into start the next window at zero (the others are overwritten, and so are
-  // stage 0's units that the next window's first backward writes: overwrites_gradients).
-  auto clear_gradients = [&] {
-    if (!s.gradients_accumulate_in_place()) return;
-    if (s.stage != 0) return kernels::fill(s.grads->flat(DType::f32), 0.0f);
-    for (size_t u = 0; u < U; ++u)
-      if (!overwrites_gradients(u))
-        kernels::fill(view(*s.grads, DType::f32, units[u].flat_begin, units[u].numel), 0.0f);
-  };
   // 4. fp16 overflow: every rank sees the same sums, so all skip together.
-  if (s.compute == DType::f16) {
-    const bool overflow = non_finite > 0 || !std::isfinite(total);
+  if (s.plan->compute == DType::f16) {
+    const bool overflow = sums.non_finite > 0 || !std::isfinite(total);
     if (!scaler.update(overflow)) {
       ZT_LOG(info) << "fp16 overflow: step skipped, loss scale " << loss_scale << " -> " << scaler.scale();
-      if (s.offload) {
-        s.copies->join();  // the downloads read the gradients cleared next
-        s.downloaded.assign(s.blocks.size(), false);
-      }
-      clear_gradients();
+      if (s.offloaded) s.offloaded->drop_downloads();
+      s.reducer->clear_after_step();
       return {std::numeric_limits<double>::infinity(), false};
     }
   }
@@ -193,186 +37,44 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   // 5-6. Clip and update the owned blocks.
   const double coef = options_.max_grad_norm > 0 ? clip_coefficient(norm, options_.max_grad_norm) : 1.0;
   adamw_.begin_step();
-  if (s.offload) {
+  if (s.offloaded) {
     prof.mark("optimizer.grad_norm");
-    // The factor each path applies to the gradients before AdamW: on the CPU the clip (1/W was divided in
+    // The factor the CPU update applies to the gradients: on the CPU backend the clip (1/W was divided in
     // step 2; scale_in_place's float product), on the GPU 1/(loss_scale W) and the clip (the kernel's).
     float grad_scale = 1.0f;
     if (cpu) {
       if (coef < 1.0) grad_scale = static_cast<float>(coef);
     } else {
-      double factor = 1.0 / loss_scale;
-      if (W > 1) factor /= W;
-      factor *= std::min(1.0, coef);
-      grad_scale = static_cast<float>(factor);
+      grad_scale = static_cast<float>(device_gradient_factor(coef, loss_scale, W));
     }
-    for (const OwnedBlock& b : s.blocks) {
-      ZT_CHECK(s.downloaded[b.unit], "ZeRO offload: the gradients of unit ", partition_.units()[b.unit].name,
-               " never went down: gradients_ready(", b.unit, ") was not called on the last micro-batch");
-    }
-    s.downloaded.assign(s.blocks.size(), false);
-    if (s.delayed) {
-      // The gradients must be on the host before the next backward rewrites them, and the previous
-      // update's parameters must have gone up from the staging shard this update rewrites; the update then
-      // runs on a host thread and lands at the next step() (or finish_delayed_update()), while the next
-      // backward downloads into the other gradient shard.
-      for (const OwnedBlock& b : s.blocks) s.copies->wait_down(b.unit);
-      s.copies->join();
-      s.copies->wait_up();
-      clear_gradients();
-      std::swap(s.host_grads, s.host_grads_in_update);
-      const Arena* gradients = s.host_grads_in_update.get();
-      s.pending = std::async(std::launch::async, [this, lr, grad_scale, gradients] {
-        update_offloaded_blocks(lr, grad_scale, /*publish_each=*/false, *gradients);
-      });
-      return {norm, true};
-    }
-    if (s.overlap_update) {
-      // Every gradient on the host and the device's gradients cleared before the update leaves this thread;
-      // the next forward lands each unit (acquire), the rest lands at finish_delayed_update.
-      for (const OwnedBlock& b : s.blocks) s.copies->wait_down(b.unit);
-      s.copies->join();
-      clear_gradients();
-      s.updated.assign(s.blocks.size(), 0);
-      s.landed.assign(s.blocks.size(), 0);
-      s.overlap_failed = false;
-      const std::vector<size_t> order = s.phase_order[static_cast<int>(Impl::Phase::forward)];
-      const Arena* gradients = s.host_grads.get();
-      s.overlapped = std::async(std::launch::async, [this, lr, grad_scale, gradients, order] {
-        Impl& t = *impl_;
-        try {
-          for (const size_t unit : order) {
-            update_offloaded_block(unit, lr, grad_scale, *gradients);
-            const std::lock_guard<std::mutex> lock(t.overlap_mutex);
-            t.updated[unit] = 1;
-            t.overlap_changed.notify_all();
-          }
-        } catch (...) {
-          const std::lock_guard<std::mutex> lock(t.overlap_mutex);
-          t.overlap_failed = true;
-          t.overlap_changed.notify_all();
-          throw;
-        }
-      });
-      return {norm, true};
-    }
-    update_offloaded_blocks(lr, grad_scale, /*publish_each=*/true, *s.host_grads);
-    s.copies->join();  // the all-gather and the next forward read what went up
-    clear_gradients();
-  } else if (cpu) {
-    if (coef < 1.0)
-      for (const OwnedBlock& b : s.blocks) scale_in_place(host_span(grad_block(b)), static_cast<float>(coef));
-    for (const OwnedBlock& b : s.blocks) {
-      adamw_.update({host_span(view(s.master(), DType::f32, b.master, b.numel)), host_span(grad_block(b)),
-                     host_span(view(*s.exp_avg, DType::f32, b.moments, b.numel)),
-                     host_span(view(*s.exp_avg_sq, DType::f32, b.moments, b.numel))},
-                    b.ranges, lr);
-    }
-    clear_gradients();
-  } else {
-#ifdef ZT_WITH_CUDA
-    double factor = 1.0 / loss_scale;
-    if (W > 1) factor /= W;
-    factor *= std::min(1.0, coef);
-    const AdamWStepScalars scalars = adamw_step_scalars(adamw_.hyper(), lr, adamw_.step_count());
-    // In unit order on the compute stream; with overlap_optimizer in the forward's order on the optimizer
-    // stream, after everything the compute stream queued (backward, the norm), each unit's end recorded for
-    // the next pass to wait for (acquire).
-    Impl::OptimizerOverlap* o = s.optimizer_overlap.get();
-    cudaStream_t stream = work_stream();
-    if (o != nullptr) {
-      o->step_ready.record(stream);
-      o->stream.wait(o->step_ready);
-      stream = o->stream.get();
-    }
-    using Phase = Impl::Phase;
-    for (const size_t u : s.phase_order[static_cast<int>(o != nullptr ? Phase::forward : Phase::update)]) {
-      const OwnedBlock& b = s.blocks[u];
-      // Zeroed for the next window unless its first backward writes them.
-      const bool zero_grads = (s.stage == 0 && !overwrites_gradients(u)) || s.direct_gradients;
-      if (s.split) {
-        ZT_CHECK(b.master == b.compute, "ZeRO engine: the split master needs the compute copy's offsets");
-        gpu::adamw_update_split_master(scalars, s.split_master(b.master, b.numel), grad_block(b),
-                                       view(*s.exp_avg, DType::f32, b.moments, b.numel),
-                                       view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges, stream,
-                                       static_cast<float>(factor), zero_grads);
-      } else {
-        gpu::adamw_update(scalars, view(s.master(), DType::f32, b.master, b.numel), grad_block(b),
-                          view(*s.exp_avg, DType::f32, b.moments, b.numel),
-                          view(*s.exp_avg_sq, DType::f32, b.moments, b.numel), b.ranges,
-                          s.mixed ? view(*s.compute_copy, s.compute, b.compute, b.numel) : Tensor(), stream,
-                          static_cast<float>(factor), zero_grads);
-      }
-      if (o != nullptr) {
-        o->unit_updated[u].record(stream);
-        s.optimizer_pending[u] = 1;
-      }
-    }
-    if (o != nullptr) return {norm, true};  // no stage 1, no all-gather below with overlap_optimizer
-    if (s.stage == 1) clear_gradients();
-#endif
+    s.offloaded->update(lr, grad_scale, [&] { s.reducer->clear_after_step(); });
+    if (s.offloaded->overlapped_update() || s.plan->delayed) return {norm, true};
+  } else if (s.resident->update(lr, coef, loss_scale)) {
+    return {norm, true};  // on the optimizer stream: nothing follows it (no all-gather at world size 1)
   }
   // 7. Stages 1/2: everyone's updated slices into everyone's compute copy.
   gather_updated_compute_copy();
   return {norm, true};
 }
 
-void ZeroEngine::update_offloaded_blocks(double lr, float grad_scale, bool publish_each,
-                                         const Arena& gradients) {
-  Impl& s = *impl_;
-  for (const OwnedBlock& b : s.blocks) {
-    // A delayed update (on its own thread) starts with every block on the host: step() waited for them.
-    if (publish_each) s.copies->wait_down(b.unit);
-    // Segment marks only on the rank's thread (StepProfile is single-threaded): not in a delayed update.
-    if (publish_each) StepProfile::global().mark("optimizer.offload_download_wait");
-    update_offloaded_block(b.unit, lr, grad_scale, gradients);
-    if (publish_each) {
-      s.publish(b);
-      StepProfile::global().mark("optimizer.offload_cpu_adamw");
-    }
-  }
-}
-
-void ZeroEngine::update_offloaded_block(size_t unit, double lr, float grad_scale, const Arena& gradients) {
-  Impl& s = *impl_;
-  const OwnedBlock& b = s.blocks[unit];
-  const Tensor host_grads = view(gradients, DType::f32, b.master, b.numel);
-  const Tensor staged = s.begin_params_write(b, /*keep_unwritten=*/true);
-  // Sub-group by sub-group (AdamW is element-wise: the same bits as one pass over the block).
-  for (size_t g = b.first_sub_group; g < b.end_sub_group; ++g) {
-    const SubGroup& sub = s.sub_groups[g];
-    const HostStateBlock state = s.host_state->acquire(g);
-    const Tensor grads = host_grads.slice_rows(sub.begin, sub.begin + sub.numel);
-    const Tensor out = staged.slice_rows(sub.begin, sub.begin + sub.numel);
-    adamw_.update({state.master, host_span(grads), state.exp_avg, state.exp_avg_sq}, sub.ranges, lr,
-                  params16_of(out), grad_scale);
-    if (!s.mixed) write_compute_values(state.master, out);
-    s.host_state->release(g, /*modified=*/true);
-  }
-  s.end_params_write(b);
-}
-
 void ZeroEngine::gather_updated_compute_copy() {
   Impl& s = *impl_;
-  if (!((s.stage == 1 || s.stage == 2) && world_size() > 1)) return;
+  if (!((s.plan->stage == 1 || s.plan->stage == 2) && world_size() > 1)) return;
   compute_waits_for_comm();  // overlap_comm: the rank's collectives never run on two streams at once
   const auto& units = partition_.units();
   for (size_t u = 0; u < units.size(); ++u) {
     const OwnedBlock& b = s.blocks[u];
-    comm_.all_gather(view(*s.compute_copy, s.compute, b.compute, b.numel),
-                     view(*s.compute_copy, s.compute, units[u].flat_begin, units[u].numel),
-                     work_comm_stream());
+    comm_.all_gather(
+        view(*s.device_state->compute_copy, s.plan->compute, b.compute, b.numel),
+        view(*s.device_state->compute_copy, s.plan->compute, units[u].flat_begin, units[u].numel),
+        work_comm_stream());
   }
 }
 
 void ZeroEngine::finish_delayed_update() {
   Impl& s = *impl_;
   s.land_all();
-  s.wait_for_delayed_update();
-  if (!s.publish_pending) return;
-  s.publish_pending = false;
-  for (const OwnedBlock& b : s.blocks) s.publish(b);
-  s.copies->join();
+  if (!s.offloaded || !s.offloaded->publish_delayed()) return;
   gather_updated_compute_copy();
 }
 

@@ -19,7 +19,8 @@
 // release(u, modified) writes u back asynchronously (waited for when its buffer is needed again, or at
 // destruction) or marks it clean.
 // The ZeRO engine acquires a record per stage-3 gather (forward and backward) and per CPU update of a unit,
-// and prefetches in the order the model's hooks and the update use the units (engine_impl.h, "upcoming").
+// and prefetches in the order the model's hooks and the update use the units (optim/zero/unit_order.h,
+// UnitOrder::upcoming).
 //
 //   SwappedParameterShard shard({.directory = nvme_path, .rank = r, .record_numel = slices,
 //                                .dtype = DType::bf16, .buffer_count = 5}, io_options);
