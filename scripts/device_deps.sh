@@ -3,13 +3,13 @@
 #   liburing: the static library and its headers (the disk tier's io_uring backend, runtime/direct_io.h;
 #     Debian's liburing-dev, installed by scripts/setup.sh);
 #   libaio: the static library and libaio.h, for DeepSpeed's async_io op (its NVMe offload), JIT-built on the
-#     device by scripts/ds_nvme_anchor.sh. Taken from an installed libaio-dev, else from the package itself
+#     device by scripts/device/ds_nvme_anchor.sh. Taken from an installed libaio-dev, else from the package itself
 #     (`apt-get download`, unpacked here; nothing is installed). The static archive, not libaio.so: the
 #     device runs Ubuntu 24.04, where the runtime library was renamed (libaio.so.1t64) and is not certain to
 #     be there; libaio.a holds only position-independent syscall wrappers (linkable into the op's .so) and
 #     needs nothing from glibc newer than this machine's.
 # Writes the git-ignored .device-deps/; pass it to a run with carry [".device-deps"], where
-# scripts/device_cmake_flags.sh points CMake at liburing and scripts/ds_nvme_anchor.sh points the op at libaio.
+# scripts/device/run.sh points CMake at liburing and scripts/device/ds_nvme_anchor.sh points the op at libaio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lib=$(find /usr/lib /usr/lib64 -name liburing.a 2>/dev/null | head -1)
@@ -41,7 +41,7 @@ cp "$aio_lib" .device-deps/libaio/lib/
 cp "$root/usr/include/libaio.h" .device-deps/libaio/include/
 # libaio.a keeps the versioned names of libaio.so (io_getevents@@LIBAIO_0.4, .symver): a shared object that
 # links them needs a version script that declares those versions ("version node not found" otherwise). The op
-# is a shared object: scripts/ds_nvme_anchor.py links it with this script; check here that the archive links
+# is a shared object: scripts/device/ds_nvme_anchor.py links it with this script; check here that the archive links
 # into one that way (position-independent code, the versioned names resolved).
 printf 'LIBAIO_0.1 { };\nLIBAIO_0.4 { } LIBAIO_0.1;\n' >.device-deps/libaio/libaio.map
 printf '#include <libaio.h>\nint probe(io_context_t c, struct iocb **v, struct io_event *e) {\n  return io_submit(c, 1, v) + io_getevents(c, 1, 1, e, 0) + io_cancel(c, v[0], e); }\n' >"$tmp/probe.c"

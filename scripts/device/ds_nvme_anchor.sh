@@ -2,14 +2,15 @@
 # DeepSpeed's NVMe offload on the GPU machine (issue 15's anchor for the disk tier): installs the DeepSpeed
 # wheels of .ds/ (as .ds/run.sh does), points the async_io op's JIT build at the libaio that
 # scripts/device_deps.sh carried in .device-deps/libaio (the machine has no libaio-dev), builds it and runs
-# ZeRO-2 and ZeRO-3 with offload_optimizer nvme on DeBERTa-v2-xlarge, batch 40 (scripts/ds_nvme_anchor.py says
-# what each phase measures). About 5 minutes; each phase fails soft, with its reason in the JSON.
+# ZeRO-2 and ZeRO-3 with offload_optimizer nvme on DeBERTa-v2-xlarge, batch 40 (ds_nvme_anchor.py beside
+# this file says what each phase measures). About 5 minutes; each phase fails soft, with its reason in the JSON.
+# The disk task runs it: scripts/device/run.sh disk --deepspeed (carry [".ds", ".device-deps"]).
 #
-#   scripts/ds_nvme_anchor.sh [ds_nvme_anchor.py arguments]      # carry [".ds", ".device-deps"]
+#   scripts/device/ds_nvme_anchor.sh [ds_nvme_anchor.py arguments]
 #   ZT_NVME_DIR=/tmp/zt-nvme (the swap folder is its deepspeed/), ZT_DS_NVME_BUDGET_S=270 (soft), ZT_DS_DIR=.ds
 # Results: $OUT/ds_nvme_anchor.json (or ./ds-nvme-out/), ds_nvme_anchor.log and the builds' logs beside it.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-$PWD/ds-nvme-out}
 ds=${ZT_DS_DIR:-.ds}
 libaio=$PWD/.device-deps/libaio
@@ -42,7 +43,7 @@ mkdir -p /tmp/tx
 find /tmp/tx -name lock -delete 2>/dev/null # a killed earlier run's JIT lock would hang the build
 command -v nvcc >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
 budget=${ZT_DS_NVME_BUDGET_S:-270}
-timeout -k 10 $((budget + 60)) python3 scripts/ds_nvme_anchor.py --out "$out" --libaio "$libaio" \
+timeout -k 10 $((budget + 60)) python3 scripts/device/ds_nvme_anchor.py --out "$out" --libaio "$libaio" \
   --nvme-dir "${ZT_NVME_DIR:-/tmp/zt-nvme}/deepspeed" --budget-s "$budget" "$@" 2>&1 | tee "$out/ds_nvme_anchor.log"
 rc=${PIPESTATUS[0]}
 rm -rf "${ZT_NVME_DIR:-/tmp/zt-nvme}/deepspeed" # a run cut by the timeout leaves its swap files

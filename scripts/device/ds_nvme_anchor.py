@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """DeepSpeed's NVMe offload beside the disk tier (issue 15), on the GPU machine. Run it through
-scripts/ds_nvme_anchor.sh (installs the DeepSpeed wheels of .ds/ first and sets the environment).
+scripts/device/ds_nvme_anchor.sh (installs the DeepSpeed wheels of .ds/ first and sets the environment).
 
 Phases, each guarded (a failure is recorded with its reason and the next phase runs), DIR/ds_nvme_anchor.json
 rewritten after every one:
@@ -26,7 +26,7 @@ steps), the forward / backward / engine.step split, DeepSpeed's own optimizer ti
 optimizer_step, optimizer_swap_in_state, optimizer_swap_out_state), peak GPU GiB, host RSS, the swap folder's
 size after init and after the steps.
 
-    python3 scripts/ds_nvme_anchor.py --out DIR --nvme-dir /tmp/zt-nvme/deepspeed --libaio .device-deps/libaio
+    python3 scripts/device/ds_nvme_anchor.py --out DIR --nvme-dir /tmp/zt-nvme/deepspeed --libaio .device-deps/libaio
 """
 import argparse
 import glob

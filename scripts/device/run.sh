@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# The one way to run zerotrain on the GPU machine: one configure-and-build step, then a task.
+#
+#   scripts/device/run.sh [--dry-run] <task> [args]
+#
+# Tasks (scripts/device/tasks/<task>.sh; each names the build targets it needs and what it runs):
+#   tests                       every GPU test (ctest -L gpu), the record kept
+#   goals                       the goals table (scripts/bench_vs_torch.py --goals), continued across calls
+#   ab <base-tree> [variant..]  the training step of two trees (or variants) timed in turn, last losses compared
+#   bench                       every kernel (zt_bench) and the step at the goals' shapes
+#   profile [BxS ...]           the step profile and every kernel's time (ncu) per shape
+#   offload [--deepspeed]       CPU offload: its GPU tests, CPU AdamW, offloaded steps, largest batches
+#   zero [--np N]               ZeRO stages: memory per rank at world 1/2/4, the blog's configs, mpirun curves
+#   disk [--deepspeed]          the disk tier: disk rates, the NVMe-offloaded step, the largest model
+#   validate [--xlarge]         golden fixtures and tokenizer parity regenerated here, compared with the committed
+#
+# The build: build-gpu/ (Ninja, Release, sm_90a), only the targets the task needs, liburing always (the disk
+# tier's io_uring backend): from .device-deps/ (scripts/device_deps.sh here; carry ".device-deps") or the
+# system; neither ends the call before the build. NCCL_NVLS_ENABLE=0 for every run.
+# Outputs: $OUT/summary.txt (one line per result, as it lands) and $OUT/<task>.tgz (the raw outputs, packed
+# after every result: the device tool brings back at most 8 files, and a call cut short keeps what it measured).
+# --dry-run prints the plan (liburing source, build, every command) and runs nothing.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 1
+device_dir=$root/scripts/device
+
+usage() {
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2
+  exit 2
+}
+refuse() {  # the reason; exit 2 before anything is built
+  echo "scripts/device/run.sh: $*" >&2
+  exit 2
+}
+
+dry_run=0
+while [[ ${1:-} == --* ]]; do
+  case $1 in
+  --dry-run) dry_run=1 ;;
+  --help) usage ;;
+  *) refuse "unknown option $1" ;;
+  esac
+  shift
+done
+(($# >= 1)) || usage
+task=$1
+shift
+[[ $task =~ ^[a-z_]+$ && -f $device_dir/tasks/$task.sh ]] ||
+  refuse "unknown task '$task' (tasks: $(cd "$device_dir/tasks" && ls -- *.sh | sed 's/\.sh$//' | tr '\n' ' '))"
+
+out=${OUT:-$root/device-out}
+work=/tmp/zt-device/$task  # raw outputs; packed into $out/$task.tgz
+summary=$out/summary.txt
+bin=build-gpu/bin
+start=$(date +%s)
+elapsed() { echo "$(($(date +%s) - start)) s"; }
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+
+# --- helpers the tasks use ---------------------------------------------------------------------------------
+pack() {
+  ((dry_run)) && return 0
+  tar czf "$out/$task.tgz.tmp" -C "$(dirname "$work")" --exclude='*.h5' --exclude='*.zero' \
+    --exclude='*.ncu-rep' --exclude='*.nsys-rep' --exclude='*.sqlite' "$task" 2>/dev/null &&
+    mv "$out/$task.tgz.tmp" "$out/$task.tgz"
+}
+say() {  # one result line: to stdout and $OUT/summary.txt, then the outputs packed
+  echo "$*"
+  ((dry_run)) && return 0
+  echo "$*" >>"$summary"
+  pack
+}
+# x [--to FILE] [--timeout S] command...: runs it (stdout to FILE, stderr to FILE's .err), or prints it.
+x() {
+  local to="" limit=""
+  while [[ $1 == --to || $1 == --timeout ]]; do
+    [[ $1 == --to ]] && to=$2 || limit=$2
+    shift 2
+  done
+  if ((dry_run)); then
+    echo "run: ${limit:+timeout $limit }$*${to:+ > $to}"
+    return 0
+  fi
+  local cmd=("$@")
+  [[ -n $limit ]] && cmd=(timeout "$limit" "$@")
+  if [[ -n $to ]]; then "${cmd[@]}" >"$to" 2>"$to.err"; else "${cmd[@]}"; fi
+}
+# step LABEL FLAGS...: one bench_train_step run (seq 128, bf16 unless the flags say otherwise); its JSON line
+# goes to steps.jsonl and a digest to the summary. Returns 1 when it failed (or in a dry run).
+step() {
+  local label=$1 line defaults=()
+  shift
+  [[ " $* " == *" --seq "* ]] || defaults+=(--seq 128)
+  [[ " $* " == *" --dtype "* ]] || defaults+=(--dtype bf16)
+  if ((dry_run)); then
+    echo "run: $bin/bench_train_step ${defaults[*]} $*    # $label"
+    return 1
+  fi
+  line=$(timeout "${STEP_TIMEOUT:-150}" $bin/bench_train_step "${defaults[@]}" "$@" 2>"$work/err.txt" | tail -1)
+  if [[ $line == \{* ]]; then
+    echo "$line" >>"$work/steps.jsonl"
+    say "$label: $(echo "$line" | python3 "$device_dir/summaries.py" step)"
+    grep -E "optimizer|forward|backward|offload" "$work/err.txt" | head -12 >>"$work/profiles.txt"
+    return 0
+  fi
+  say "$label: FAILED $(grep -v '^\s*$' "$work/err.txt" | tail -2 | tr '\n' ' ' | head -c 400)"
+  return 1
+}
+# largest_batch LABEL GUESS FLAGS...: the largest batch (multiple of 8) under 24 GiB: it fits, +8 does not.
+largest_batch() {
+  local label=$1 b=$2
+  shift 2
+  ((dry_run)) && { echo "plan: largest batch under 24 GiB, $label, from $b: $*"; return 0; }
+  while ((b > 8)) && ! step "$label b$b" --batch "$b" --steps 1 --gpu_memory_limit 24GiB "$@"; do b=$((b - 8)); done
+  while step "$label b$((b + 8))" --batch $((b + 8)) --steps 1 --gpu_memory_limit 24GiB "$@"; do b=$((b + 8)); done
+  say "LARGEST under 24 GiB, $label: batch $b"
+}
+# gtest NAME...: GPU test binaries, one summary line each, failures kept.
+gtest() {
+  local t
+  for t in "$@"; do
+    x --timeout 300 --to "$work/$t.txt" $bin/"$t"
+    ((dry_run)) && continue
+    say "$t exit $?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$work/$t.txt" | tr '\n' ' ')"
+    grep -B3 -A12 "Failure" "$work/$t.txt" | head -40 >>"$work/failures.txt"
+  done
+}
+
+# --- the task: its targets, its arguments checked before anything is built ---------------------------------
+targets=()             # the task's build targets in this tree; "all" builds everything
+other_tree_targets=()  # in the other trees (the ab task's base), when not the same
+trees=(.)    # source trees to build (the ab task adds its base tree)
+task_args() { (($# == 0)) || refuse "$task takes no arguments (got: $*)"; }
+# shellcheck source=/dev/null
+source "$device_dir/tasks/$task.sh"
+task_args "$@"
+((${#targets[@]})) || refuse "task $task names no build targets"
+
+# --- liburing: carried in .device-deps/, else the system's; neither ends the call ---------------------------
+deps=${ZT_DEVICE_DEPS:-$root/.device-deps}
+uring_flags=()
+if [[ -f $deps/liburing/lib/liburing.a && -f $deps/liburing/include/liburing.h ]]; then
+  uring_flags=(-DLIBURING_INCLUDE_DIR="$deps/liburing/include" -DLIBURING_LIBRARY="$deps/liburing/lib/liburing.a")
+  uring="carried ($deps/liburing)"
+elif [[ -f ${ZT_SYSTEM_URING_HEADER:-/usr/include/liburing.h} ]]; then
+  uring="system"
+else
+  refuse "no liburing (the disk tier would fall back to its thread pool): run scripts/device_deps.sh on the" \
+    "build machine and carry .device-deps"
+fi
+
+# --- one configure-and-build step for every tree -------------------------------------------------------------
+build() {  # TREE: configure (Ninja, Release, liburing) and build the task's targets
+  local tree=$1 log
+  local dir=$tree/build-gpu
+  local configure=(cmake -S "$tree" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${uring_flags[@]}")
+  local make=(cmake --build "$dir" -j"$(nproc)") want=("${targets[@]}")
+  [[ $tree != . ]] && ((${#other_tree_targets[@]})) && want=("${other_tree_targets[@]}")
+  [[ ${want[*]} == all ]] || make+=(--target "${want[@]}")
+  if ((dry_run)); then
+    echo "build: ${configure[*]}"
+    echo "build: ${make[*]}"
+    return 0
+  fi
+  # A build folder another generator made cannot switch to Ninja: start it again.
+  if [[ -f $dir/CMakeCache.txt ]] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$dir/CMakeCache.txt"; then
+    rm -rf "$dir"
+  fi
+  log=$work/build_$(basename "$(realpath "$tree")").log
+  if ! { "${configure[@]}" >"$log" 2>&1 && "${make[@]}" >>"$log" 2>&1; }; then
+    say "build of $tree failed ($(elapsed)):"
+    grep -B2 -A8 -E "error|Error" "$log" | head -60 | tee -a "$summary"
+    pack
+    exit 1
+  fi
+  say "built $tree (${want[*]}; liburing $uring): $(elapsed)"
+}
+
+if ((dry_run)); then
+  echo "task: $task $*"
+  echo "liburing: $uring"
+  echo "outputs: $out/summary.txt, $out/$task.tgz"
+else
+  mkdir -p "$out" "$work"
+  rm -f "$out/$task.tgz"
+  echo "# $task $* on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)," \
+    "zerotrain $(git describe --always --dirty 2>/dev/null || echo unknown)" >>"$summary"
+  trap pack EXIT
+fi
+for tree in "${trees[@]}"; do build "$tree"; done
+task_run "$@"
+status=$?
+say "$task done: exit $status, $(elapsed)"
+exit "$status"

@@ -1,0 +1,83 @@
+# ab <base-tree> [variant ...]: the xlarge training step of several variants timed in turn in one call, so
+# drift on the machine shows in every column; the last losses say whether a change kept the bits.
+#
+#   git archive main | (mkdir -p .ab-base && tar -x -C .ab-base)      # here, before the call (carry .ab-base)
+#   scripts/device/run.sh ab .ab-base                                   # main against this tree
+#   scripts/device/run.sh ab . "fused|.|ZT_FUSED_ATTENTION=1|" "overlap|.||--overlap_optimizer"
+#
+# A variant is label|tree|env words|bench_train_step flags; without any, the variant is "new|.||" (this tree).
+# The base variant is "base|<base-tree>||". Each distinct tree is built once (its build-gpu/). AB_TESTS names
+# GPU test binaries of this tree that must pass first. Then for each batch of AB_BATCHES (default "40 8"; seq
+# AB_SEQ (128), bf16, dropout 0.1, 20 steps, AB_COMMON extra flags) the variants run in turn AB_REPS rounds
+# (default 3); then one profiled step of each at AB_PROFILE_BATCH (default 8). ab.log holds one line per run
+# and the summary: mean step time per variant, its ratio to the base, and whether its last loss is the
+# base's bit for bit.
+targets=(bench_train_step)
+other_tree_targets=(bench_train_step)
+labels=() variant_trees=() envs=() flags=()
+task_args() {
+  (($# >= 1)) || refuse "ab needs a base tree: ab <base-tree> [label|tree|env|flags ...]"
+  local specs=("base|$1||") spec label tree env_words flag_words
+  shift
+  (($#)) && specs+=("$@") || specs+=("new|.||")
+  for spec in "${specs[@]}"; do
+    [[ $spec == *"|"*"|"*"|"* ]] || refuse "variant '$spec' is not label|tree|env|flags"
+    IFS='|' read -r label tree env_words flag_words <<<"$spec"
+    [[ $label =~ ^[A-Za-z0-9_.+-]+$ ]] || refuse "variant label '$label': letters, digits and _.+- only"
+    [[ " ${labels[*]} " != *" $label "* ]] || refuse "variant label '$label' given twice"
+    [[ -f $tree/CMakeLists.txt ]] || refuse "variant $label: no source tree at '$tree'"
+    for word in $env_words; do
+      [[ $word =~ ^ZT_[A-Z0-9_]+=[^[:space:]]*$ ]] || refuse "variant $label: '$word' is not ZT_NAME=value"
+    done
+    labels+=("$label") variant_trees+=("$tree") envs+=("$env_words") flags+=("$flag_words")
+    [[ " ${trees[*]} " == *" $tree "* ]] || trees+=("$tree")
+  done
+  read -r -a ab_tests <<<"${AB_TESTS:-}"
+  targets+=("${ab_tests[@]}")
+}
+ab_run() {  # variant index, then bench_train_step flags
+  local i=$1 env_words flag_words
+  shift
+  read -r -a env_words <<<"${envs[$i]}"
+  read -r -a flag_words <<<"${flags[$i]}"
+  x --timeout 150 env "${env_words[@]}" "${variant_trees[$i]}/$bin/bench_train_step" --seq "${AB_SEQ:-128}" \
+    --dtype bf16 --dropout 0.1 "${common[@]}" "$@" "${flag_words[@]}"
+}
+task_run() {
+  local log=$work/ab.log i bs rep line batches common
+  read -r -a batches <<<"${AB_BATCHES:-40 8}"
+  read -r -a common <<<"${AB_COMMON:-}"
+  for i in "${!labels[@]}"; do
+    say "variant ${labels[$i]}: tree ${variant_trees[$i]} env ${envs[$i]:-none} flags ${flags[$i]:-none}"
+  done
+  gtest "${ab_tests[@]}"
+  ((dry_run)) || [[ ! -s $work/failures.txt ]] || { say "a GPU test failed: nothing timed"; return 1; }
+  for bs in "${batches[@]}"; do
+    for rep in $(seq "${AB_REPS:-3}"); do
+      for i in "${!labels[@]}"; do
+        if ((dry_run)); then
+          ab_run "$i" --batch "$bs" --steps 20
+          continue
+        fi
+        line=$(ab_run "$i" --batch "$bs" --steps 20 2>"$work/err.txt" | tail -1)
+        if [[ $line == \{* ]]; then
+          echo "bs$bs ${labels[$i]} #$rep: $(echo "$line" | python3 "$device_dir/summaries.py" ab-run)" | tee -a "$log"
+          pack
+        else
+          echo "bs$bs ${labels[$i]} #$rep: FAILED $(tail -3 "$work/err.txt" | tr '\n' ' ')" | tee -a "$log"
+        fi
+      done
+    done
+  done
+  if ((!dry_run)); then
+    python3 "$device_dir/summaries.py" ab "$log" "${labels[@]}" >"$work/ab_summary.txt"
+    while read -r line; do say "$line"; done <"$work/ab_summary.txt"
+    mkdir -p .ab-last && cp "$log" "$work/ab_summary.txt" .ab-last/
+  fi
+  local pbs=${AB_PROFILE_BATCH:-8}
+  for i in "${!labels[@]}"; do
+    if ((dry_run)); then ab_run "$i" --batch "$pbs" --steps 10 --profile; continue; fi
+    ab_run "$i" --batch "$pbs" --steps 10 --profile >/dev/null 2>"$work/profile_bs${pbs}_${labels[$i]}.txt"
+  done
+  ((dry_run)) || ! grep -q 'FAILED\|differs' "$work/ab_summary.txt"
+}

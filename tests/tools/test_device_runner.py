@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""scripts/device/run.sh's argument handling and plan, without a GPU (--dry-run runs nothing): every task's
+one configure-and-build step (Ninja, build-gpu/, the task's targets only, liburing always), the A/B's
+alternation of variants, and the refusals (unknown task or option, bad arguments, no liburing) before any
+build.
+
+  test_device_runner.py <repo root>          # exit 0 and "device runner: all checks passed"
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", ".."))
+RUNNER = os.path.join(ROOT, "scripts", "device", "run.sh")
+TASKS = os.path.join(ROOT, "scripts", "device", "tasks")
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def run(args, deps, out, system_header="/nonexistent/liburing.h", extra_env=None):
+    env = dict(os.environ, ZT_DEVICE_DEPS=deps, ZT_SYSTEM_URING_HEADER=system_header, OUT=out)
+    env.update(extra_env or {})
+    p = subprocess.run(["bash", RUNNER, *args], capture_output=True, text=True, env=env, cwd="/")
+    return p.returncode, p.stdout, p.stderr
+
+
+def build_lines(stdout):
+    return [l[len("build: "):] for l in stdout.splitlines() if l.startswith("build: ")]
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    deps = os.path.join(tmp, "deps")  # a carried .device-deps/ (the files need only exist for the plan)
+    os.makedirs(os.path.join(deps, "liburing", "lib"))
+    os.makedirs(os.path.join(deps, "liburing", "include"))
+    open(os.path.join(deps, "liburing", "lib", "liburing.a"), "w").close()
+    open(os.path.join(deps, "liburing", "include", "liburing.h"), "w").close()
+    no_deps = os.path.join(tmp, "no-deps")
+    out = os.path.join(tmp, "out")
+    base = os.path.join(tmp, "base")  # an A/B base tree: a source tree is a folder with a CMakeLists.txt
+    os.makedirs(base)
+    open(os.path.join(base, "CMakeLists.txt"), "w").close()
+    lib_flag = f"-DLIBURING_LIBRARY={deps}/liburing/lib/liburing.a"
+
+    # Every task file: a dry run that plans one configure (Ninja, Release, build-gpu/, carried liburing) and
+    # one build of its targets, and the usage text names it.
+    tasks = sorted(f[:-3] for f in os.listdir(TASKS) if f.endswith(".sh"))
+    check({"tests", "goals", "ab", "bench", "profile", "offload", "zero", "disk", "validate"} <= set(tasks),
+          f"the tasks are all there ({' '.join(tasks)})")
+    rc, _, usage = run([], deps, out)
+    check(rc == 2, f"no task: usage, exit 2 (rc {rc})")
+    for task in tasks:
+        args = [task, base] if task == "ab" else [task]
+        rc, stdout, stderr = run(["--dry-run", *args], deps, out)
+        lines = build_lines(stdout)
+        configure = [l for l in lines if l.startswith("cmake -S")]
+        make = [l for l in lines if l.startswith("cmake --build")]
+        check(rc == 0, f"{task}: dry run exits 0 (rc {rc}: {stderr.strip()[-200:]})")
+        check(bool(configure) and all(" -G Ninja" in l and "-DCMAKE_BUILD_TYPE=Release" in l and lib_flag in l
+                                      and re.search(r"-B \S*build-gpu ", l) for l in configure),
+              f"{task}: configures build-gpu/ with Ninja, Release and the carried liburing")
+        check(len(configure) == len(make) == (2 if task == "ab" else 1), f"{task}: one configure and build per tree")
+        check(re.search(rf"^\s+{task}\b", usage, re.M) is not None, f"{task}: named in the usage text")
+        check(f"liburing: carried ({deps}/liburing)" in stdout, f"{task}: says where liburing comes from")
+        check(not os.path.exists(out), f"{task}: a dry run writes nothing to $OUT")
+
+    # Targets: only what the task needs; the tests task builds everything (ctest -L gpu needs every binary).
+    rc, stdout, _ = run(["--dry-run", "tests"], deps, out)
+    make = [l for l in build_lines(stdout) if l.startswith("cmake --build")]
+    check(make and "--target" not in make[0], "tests: builds every target")
+    check(re.search(r"^run: .*ctest --test-dir build-gpu -L gpu", stdout, re.M) is not None, "tests: runs ctest -L gpu")
+    rc, stdout, _ = run(["--dry-run", "goals"], deps, out)
+    make = [l for l in build_lines(stdout) if l.startswith("cmake --build")]
+    check(make and make[0].endswith("--target bench_train_step"), "goals: builds bench_train_step only")
+    check(re.search(r"bench_vs_torch\.py .*--goals.*--json-out \.goals/goals\.json --resume", stdout) is not None,
+          "goals: bench_vs_torch.py --goals --resume into .goals/goals.json")
+    check("GOALS_SWITCHES" not in stdout and "pick_switches" not in stdout, "goals: no switch selection")
+
+    # The A/B: base first, every variant in turn in each round, AB_TESTS built in this tree only and run first.
+    rc, stdout, _ = run(["--dry-run", "ab", base, "fused|.|ZT_FUSED_ATTENTION=1|", "ov|.||--overlap_optimizer"],
+                        deps, out, extra_env={"AB_BATCHES": "40 8", "AB_REPS": "2", "AB_TESTS": "test_gemm_gpu"})
+    make = [l for l in build_lines(stdout) if l.startswith("cmake --build")]
+    check(len(make) == 2 and make[0].endswith("--target bench_train_step test_gemm_gpu")
+          and make[1].startswith(f"cmake --build {base}/build-gpu") and make[1].endswith("--target bench_train_step"),
+          "ab: the base tree builds bench_train_step, this tree the named tests too")
+    timed = [l for l in stdout.splitlines() if l.startswith("run: ") and "bench_train_step" in l and "--profile" not in l]
+
+    def variant(line):
+        return "base" if f"{base}/build-gpu" in line else ("fused" if "ZT_FUSED_ATTENTION=1" in line else
+                                                           ("ov" if "--overlap_optimizer" in line else "new"))
+
+    order = [(re.search(r"--batch (\d+)", l)[1], variant(l)) for l in timed]
+    expected = [(bs, v) for bs in ("40", "8") for _ in range(2) for v in ("base", "fused", "ov")]
+    check(order == expected, f"ab: variants alternate in each round ({order})")
+    first_test = stdout.find("build-gpu/bin/test_gemm_gpu")
+    check(0 <= first_test < stdout.find(timed[0]) if timed else False, "ab: the named GPU tests run before any timing")
+    rc, stdout, _ = run(["--dry-run", "ab", base], deps, out)
+    check(rc == 0 and {variant(l) for l in stdout.splitlines() if "--batch" in l} == {"base", "new"},
+          "ab: without variants, the base tree against this tree")
+
+    # Refusals: exit 2 with the reason, before any build.
+    for args, why in [
+        (["nosuch"], "unknown task 'nosuch'"),
+        (["../tests"], "unknown task"),
+        (["--bogus", "tests"], "unknown option --bogus"),
+        (["tests", "extra"], "tests takes no arguments"),
+        (["ab"], "ab needs a base tree"),
+        (["ab", os.path.join(tmp, "missing")], "no source tree"),
+        (["ab", base, "x|.|rm -rf|"], "'rm' is not ZT_NAME=value"),
+        (["ab", base, "just-a-label"], "is not label|tree|env|flags"),
+        (["ab", base, "base|.||"], "'base' given twice"),
+        (["profile", "8by128"], "is not BATCHxSEQ"),
+        (["zero", "--np", "0"], "zero takes [--np N]"),
+        (["disk", "--fast"], "disk takes [--deepspeed]"),
+    ]:
+        for dry in ([], ["--dry-run"]):
+            rc, stdout, stderr = run([*dry, *args], deps, out)
+            check(rc == 2 and why in stderr and "build:" not in stdout and not os.path.exists(out),
+                  f"{' '.join(dry + args)}: refused ({why}), nothing built (rc {rc})")
+
+    # liburing always: without the carried one the system's (no flags: CMake finds it), without either no build.
+    rc, stdout, _ = run(["--dry-run", "tests"], no_deps, out, system_header=os.path.join(deps, "liburing", "include", "liburing.h"))
+    check(rc == 0 and "liburing: system" in stdout and "-DLIBURING" not in stdout, "liburing from the system")
+    for dry in ([], ["--dry-run"]):
+        rc, stdout, stderr = run([*dry, "tests"], no_deps, out)
+        check(rc == 2 and "no liburing" in stderr and "build:" not in stdout and not os.path.exists(out),
+              f"{' '.join(dry + ['tests'])}: refused without liburing (rc {rc})")
+
+if failures:
+    print(f"device runner: {len(failures)} checks failed")
+    sys.exit(1)
+print("device runner: all checks passed")
