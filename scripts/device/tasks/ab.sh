@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
 # ab <base-tree> [variant ...]: the xlarge training step of several variants timed in turn in one call, so
 # drift on the machine shows in every column; the last losses say whether a change kept the bits.
 #

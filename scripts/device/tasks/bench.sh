@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
 # bench: every kernel (zt_bench, 20 reps, JSON) and zerotrain's step alone at the goals' shapes (seq 128 bs
 # 40/8/64, seq 512 bs 8/16; bf16, dropout 0.1, 20 steps), then one profiled step at bs 40. For zerotrain beside
 # torch.compile at the same shapes, the goals task.

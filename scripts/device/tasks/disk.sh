@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
 # disk [--deepspeed]: the disk tier's record (the xlarge, seq 128, bf16, batch 40), in one call:
 #   1. the disk: dd with O_DIRECT (write, then read) and bench_disk (the tier's own store per block size and
 #      queue depth); the CPU AdamW over the xlarge shard (bench_cpu_adam);

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
 # goals: the goals table (scripts/bench_vs_torch.py --goals: seq 128 bs 40/8/64, seq 512 bs 8/16; torch.compile,
 # disentangled-flash where .whl is carried, zerotrain) into .goals/goals.json, continued across calls
 # (--resume: a call cut by its budget keeps what it finished; the next call on a warm machine, or a fresh one

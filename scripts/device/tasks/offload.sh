@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
 # offload [--deepspeed]: CPU offload on one GPU (the xlarge, seq 128, bf16): the offload GPU tests (offloaded
 # steps equal device steps bit for bit), CPU AdamW against torch's (scripts/bench_cpu_adam_vs_torch.py), ZeRO-2
 # steps with and without the optimizer offloaded (batch 40 and 128, the delayed update), and the largest batch

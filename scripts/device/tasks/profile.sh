@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
 # profile [BATCHxSEQ ...]: where the step's time goes, per shape (default 8x128 40x128 8x512 16x512): the
 # step profile (bench_train_step --profile: device time per segment over 10 steps) and, on a one-layer model,
 # Nsight Compute's time of every kernel (scripts/ncu_kernel_times.py). Then, where .whl is carried

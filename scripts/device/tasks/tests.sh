@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
 # tests: every GPU-labelled test (ctest -L gpu) of a full build; the record stays in .ab-last/ctest_gpu.txt
 # (git-ignored, kept on a warm machine) and in the archive. TESTS_TIMEOUT_S (default 420) bounds ctest.
 targets=(all)

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
 # validate [--xlarge]: the golden fixtures regenerated under this machine's transformers/torch and compared
 # with the committed ones (the tiny models, the xlarge layout, the bf16 autocast 50-step loss curve), and
 # tokenizer parity against its transformers. --xlarge: also convert_hf on a full-size xlarge-mnli

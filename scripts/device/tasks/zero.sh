@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
 # zero [--np N]: ZeRO stages 0-3 on the xlarge (seq 128, bf16, batch 40 per rank):
 #   1. test_zero_training_gpu (every stage's steps equal stage 0's bit for bit);
 #   2. the memory table: in-process ranks sharing the GPU, each capped at 24 GiB, world sizes 1, 2 and 4: every
