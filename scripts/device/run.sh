@@ -112,18 +112,23 @@ largest_batch() {
   shift 2
   ((dry_run)) && { echo "plan: largest batch under 24 GiB, $label, from $b: $*"; return 0; }
   while ((b > 8)) && ! step "$label b$b" --batch "$b" --steps 1 --gpu_memory_limit 24GiB "$@"; do b=$((b - 8)); done
-  while step "$label b$((b + 8))" --batch $((b + 8)) --steps 1 --gpu_memory_limit 24GiB "$@"; do b=$((b + 8)); done
+  while ((b < 4096)) && step "$label b$((b + 8))" --batch $((b + 8)) --steps 1 --gpu_memory_limit 24GiB "$@"; do
+    b=$((b + 8))
+  done
   say "LARGEST under 24 GiB, $label: batch $b"
 }
-# gtest NAME...: GPU test binaries, one summary line each, failures kept.
+# gtest NAME...: GPU test binaries, one summary line each, failures kept; returns 1 when any failed.
 gtest() {
-  local t
+  local t status failed=0
   for t in "$@"; do
     x --timeout 300 --to "$work/$t.txt" $bin/"$t"
+    status=$?
     ((dry_run)) && continue
-    say "$t exit $?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$work/$t.txt" | tr '\n' ' ')"
+    ((status == 0)) || failed=1
+    say "$t exit $status: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$work/$t.txt" | tr '\n' ' ')"
     grep -B3 -A12 "Failure" "$work/$t.txt" | head -40 >>"$work/failures.txt"
   done
+  return "$failed"
 }
 
 # --- the task: its targets, its arguments checked before anything is built ---------------------------------
