@@ -50,7 +50,7 @@ shift
   refuse "unknown task '$task' (tasks: $(cd "$device_dir/tasks" && ls -- *.sh | sed 's/\.sh$//' | tr '\n' ' '))"
 
 out=${OUT:-$root/device-out}
-work=/tmp/zt-device/$task  # raw outputs; packed into $out/$task.tgz
+work=${ZT_DEVICE_WORK:-/tmp/zt-device}/$task  # raw outputs of this call; packed into $out/$task.tgz
 summary=$out/summary.txt
 bin=build-gpu/bin
 start=$(date +%s)
@@ -186,8 +186,8 @@ if ((dry_run)); then
   echo "liburing: $uring"
   echo "outputs: $out/summary.txt, $out/$task.tgz"
 else
+  rm -rf "$work" "$out/$task.tgz"
   mkdir -p "$out" "$work"
-  rm -f "$out/$task.tgz"
   echo "# $task $* on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)," \
     "zerotrain $(git describe --always --dirty 2>/dev/null || echo unknown)" >>"$summary"
   trap pack EXIT

@@ -2,7 +2,9 @@
 """scripts/device/run.sh's argument handling and plan, without a GPU (--dry-run runs nothing): every task's
 one configure-and-build step (Ninja, build-gpu/, the task's targets only, liburing always), the A/B's
 alternation of variants, and the refusals (unknown task or option, bad arguments, no liburing) before any
-build.
+build. Then the runner for real on a stand-in tree (a CMake project whose bench_train_step and test binary
+are shell scripts; needs ninja): the A/B's summary, its bitwise verdict, the archive in $OUT, and no timing
+after a failed GPU test.
 
   test_device_runner.py <repo root>          # exit 0 and "device runner: all checks passed"
 """
@@ -131,6 +133,69 @@ with tempfile.TemporaryDirectory() as tmp:
         rc, stdout, stderr = run([*dry, "tests"], no_deps, out)
         check(rc == 2 and "no liburing" in stderr and "build:" not in stdout and not os.path.exists(out),
               f"{' '.join(dry + ['tests'])}: refused without liburing (rc {rc})")
+
+
+FAKE_CMAKE = """cmake_minimum_required(VERSION 3.16)
+project(stand_in NONE)
+foreach(t bench_train_step test_stand_in_gpu)
+  add_custom_target(${t} ALL COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/bin
+    COMMAND ${CMAKE_COMMAND} -E copy ${CMAKE_SOURCE_DIR}/${t}.sh ${CMAKE_BINARY_DIR}/bin/${t})
+endforeach()
+"""
+# The step's time is the batch; the last loss moves with ZT_FUSED_ATTENTION (a variant that changes the bits).
+FAKE_BENCH = """#!/usr/bin/env bash
+b=8; for ((i=1;i<=$#;i++)); do [[ ${!i} == --batch ]] && { j=$((i+1)); b=${!j}; }; done
+loss=0.6500866413116455; [[ -n ${ZT_FUSED_ATTENTION:-} ]] && loss=0.6500866413116456
+echo "{\\"step_ms\\": $b.25, \\"peak_gib\\": 1.5, \\"losses\\": [1.0, $loss]}"
+"""
+
+
+def stand_in_tree(path, test_status):
+    import shutil
+    os.makedirs(os.path.join(path, "scripts"))
+    shutil.copytree(os.path.join(ROOT, "scripts", "device"), os.path.join(path, "scripts", "device"))
+    files = {"CMakeLists.txt": FAKE_CMAKE, "bench_train_step.sh": FAKE_BENCH,
+             "test_stand_in_gpu.sh": f"#!/usr/bin/env bash\necho '[  PASSED  ] 1 test.'\nexit {test_status}\n"}
+    for name, text in files.items():
+        with open(os.path.join(path, name), "w") as f:
+            f.write(text)
+        os.chmod(os.path.join(path, name), 0o755)
+
+
+import shutil
+if shutil.which("ninja") is None or shutil.which("cmake") is None:
+    print("skipped: the real run on a stand-in tree (no ninja or cmake here)")
+else:
+    with tempfile.TemporaryDirectory() as tmp:
+        tree, out = os.path.join(tmp, "tree"), os.path.join(tmp, "out")
+        stand_in_tree(tree, 0)
+        shutil.copytree(tree, os.path.join(tree, "base"), ignore=shutil.ignore_patterns("scripts"))
+        header = os.path.join(tmp, "liburing.h")  # a system liburing, as far as the runner's check goes
+        open(header, "w").close()
+        env = dict(os.environ, OUT=out, ZT_SYSTEM_URING_HEADER=header, ZT_DEVICE_WORK=os.path.join(tmp, "work"), ZT_DEVICE_DEPS=os.path.join(tmp, "none"),
+                   AB_BATCHES="40 8", AB_REPS="2", AB_TESTS="test_stand_in_gpu")
+        runner = os.path.join(tree, "scripts", "device", "run.sh")
+        p = subprocess.run(["bash", runner, "ab", "base", "same|.||", "fused|.|ZT_FUSED_ATTENTION=1|"],
+                           capture_output=True, text=True, env=env, cwd=tmp)
+        summary = open(os.path.join(out, "summary.txt")).read() if os.path.exists(os.path.join(out, "summary.txt")) else ""
+        check(p.returncode == 1, f"ab, real run: exit 1 when a variant's bits differ (rc {p.returncode}: {p.stderr[-300:]})")
+        check("summary bs40 same: mean 40.25 ms over 2 (1.0000 of base); last loss 0.6500866413116455, the same bits"
+              in summary, "ab, real run: means, ratio and the same bits for an exact variant")
+        check("summary bs8 fused: mean 8.25 ms over 2 (1.0000 of base); last loss 0.6500866413116456 differs" in summary,
+              "ab, real run: a last loss one ulp away is reported as different")
+        held = sorted(os.listdir(out)) if os.path.isdir(out) else []
+        check(held == ["ab.tgz", "summary.txt"], f"ab, real run: $OUT holds {held}")
+        listing = subprocess.run(["tar", "tzf", os.path.join(out, "ab.tgz")], capture_output=True, text=True).stdout
+        check("ab/ab.log" in listing and "ab/profile_bs8_fused.txt" in listing, "ab, real run: the log and profiles packed")
+
+        failing, out2 = os.path.join(tmp, "failing"), os.path.join(tmp, "out2")
+        stand_in_tree(failing, 1)
+        env.update(OUT=out2)
+        p = subprocess.run(["bash", os.path.join(failing, "scripts", "device", "run.sh"), "ab", "."],
+                           capture_output=True, text=True, env=env, cwd=tmp)
+        summary = open(os.path.join(out2, "summary.txt")).read() if os.path.exists(os.path.join(out2, "summary.txt")) else ""
+        check(p.returncode == 1 and "test_stand_in_gpu exit 1" in summary and "a GPU test failed: nothing timed" in summary
+              and "summary bs" not in summary, "ab, real run: a failed GPU test (its output says PASSED) stops the timing")
 
 if failures:
     print(f"device runner: {len(failures)} checks failed")

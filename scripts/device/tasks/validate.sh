@@ -13,7 +13,7 @@ task_args() {
   esac
 }
 task_run() {
-  local status=0 fixtures=/tmp/zt-device/fixtures
+  local status=0 fixtures=$work/../fixtures
   ((dry_run)) || { rm -rf "$fixtures" && mkdir -p "$fixtures"; }
   ((dry_run)) || say "$(python3 -c 'import transformers, torch; print("transformers", transformers.__version__, "torch", torch.__version__)' 2>&1)"
   x --to "$work/golden.log" python3 tools/golden/make_model_fixtures.py --out_dir "$fixtures" || status=1
