@@ -3,8 +3,9 @@
 
   summaries.py step                      < one bench_train_step JSON line: its main fields on one line
   summaries.py ab-run                    < the same, for an A/B log line: step_ms, peak_gib, loss_last
-  summaries.py ab LOG LABEL...           the A/B summary: mean step per variant, ratio to the first, and
-                                         whether each variant's last losses are the first's bit for bit
+  summaries.py ab LOG LABEL...           the A/B summary: mean step per variant, ratio to its reference
+                                         (the first variant of the same flags), and whether its last
+                                         losses are the reference's bit for bit
   summaries.py zero-memory JSONL         per-rank peak by category against the estimator's plan
   summaries.py mpirun DIR                each ZeRO stage's train_mrpc loss curve against stage 0's
   summaries.py disk DIR                  the disk tier's record: rates, steps, the floor (JSON)
@@ -31,8 +32,12 @@ def ab_run():
 
 
 def ab(log, labels):
-    runs, losses = {}, {}
+    runs, losses, flags = {}, {}, {}
     for line in open(log):
+        m = re.match(r"variant (\S+): tree \S+ env .* flags (.*)$", line)
+        if m:
+            flags[m[1]] = m[2].strip()
+            continue
         m = re.match(r"bs(\d+) (\S+) #\d+: (.*)", line)
         if not m:
             continue
@@ -44,25 +49,27 @@ def ab(log, labels):
         fields = m[3].split()
         runs.setdefault(key, []).append(float(fields[fields.index("step_ms") + 1]))
         losses.setdefault(key, set()).add(fields[fields.index("loss_last") + 1])
+    # Each variant's reference: the first variant that ran with the same flags (the base, for switches).
+    reference = {label: next(l for l in labels if flags.get(l, "") == flags.get(label, "")) for label in labels}
     for bs in sorted({b for b, _ in runs}, reverse=True):
-        base = runs.get((bs, labels[0])) or []
-        base_loss = losses.get((bs, labels[0]), set())
         for label in labels:
+            ref = reference[label]
             ms, loss = runs.get((bs, label)) or [], losses.get((bs, label), set())
+            ref_ms, ref_loss = runs.get((bs, ref)) or [], losses.get((bs, ref), set())
             if not ms:
                 print(f"summary bs{bs} {label}: FAILED every run")
                 continue
-            ratio = f" ({mean(ms) / mean(base):.4f} of {labels[0]})" if base and label != labels[0] else ""
+            ratio = f" ({mean(ms) / mean(ref_ms):.4f} of {ref})" if ref_ms and label != ref else ""
             if "FAILED" in loss:
                 bits = "some runs FAILED"
             elif len(loss) != 1:
                 bits = f"last loss differs between its own runs {sorted(loss)}"
-            elif label == labels[0]:
+            elif label == ref:
                 bits = f"last loss {next(iter(loss))}"
-            elif loss == base_loss:
-                bits = f"last loss {next(iter(loss))}, the same bits as {labels[0]}"
+            elif loss == ref_loss:
+                bits = f"last loss {next(iter(loss))}, the same bits as {ref}"
             else:
-                bits = f"last loss {next(iter(loss))} differs from {labels[0]}'s {sorted(base_loss)}"
+                bits = f"last loss {next(iter(loss))} differs from {ref}'s {sorted(ref_loss)}"
             print(f"summary bs{bs} {label}: mean {mean(ms):.2f} ms over {len(ms)}{ratio}; {bits}")
 
 

@@ -175,7 +175,8 @@ else:
         env = dict(os.environ, OUT=out, ZT_SYSTEM_URING_HEADER=header, ZT_DEVICE_WORK=os.path.join(tmp, "work"), ZT_DEVICE_DEPS=os.path.join(tmp, "none"),
                    AB_BATCHES="40 8", AB_REPS="2", AB_TESTS="test_stand_in_gpu")
         runner = os.path.join(tree, "scripts", "device", "run.sh")
-        p = subprocess.run(["bash", runner, "ab", "base", "same|.||", "fused|.|ZT_FUSED_ATTENTION=1|"],
+        p = subprocess.run(["bash", runner, "ab", "base", "same|.||", "fused|.|ZT_FUSED_ATTENTION=1|",
+                            "base-off|base||--offload optimizer", "new-off|.||--offload optimizer"],
                            capture_output=True, text=True, env=env, cwd=tmp)
         summary = open(os.path.join(out, "summary.txt")).read() if os.path.exists(os.path.join(out, "summary.txt")) else ""
         check(p.returncode == 1, f"ab, real run: exit 1 when a variant's bits differ (rc {p.returncode}: {p.stderr[-300:]})")
@@ -183,6 +184,9 @@ else:
               in summary, "ab, real run: means, ratio and the same bits for an exact variant")
         check("summary bs8 fused: mean 8.25 ms over 2 (1.0000 of base); last loss 0.6500866413116456 differs" in summary,
               "ab, real run: a last loss one ulp away is reported as different")
+        check("summary bs40 new-off: mean 40.25 ms over 2 (1.0000 of base-off); last loss 0.6500866413116455, the same "
+              "bits as base-off" in summary and "summary bs40 base-off: mean 40.25 ms over 2; last loss" in summary,
+              "ab, real run: a variant with flags is compared with the first variant of the same flags")
         held = sorted(os.listdir(out)) if os.path.isdir(out) else []
         check(held == ["ab.tgz", "summary.txt"], f"ab, real run: $OUT holds {held}")
         listing = subprocess.run(["tar", "tzf", os.path.join(out, "ab.tgz")], capture_output=True, text=True).stdout

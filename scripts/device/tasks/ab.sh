@@ -7,12 +7,15 @@
 #   scripts/device/run.sh ab . "fused|.|ZT_FUSED_ATTENTION=1|" "overlap|.||--overlap_optimizer"
 #
 # A variant is label|tree|env words|bench_train_step flags; without any, the variant is "new|.||" (this tree).
-# The base variant is "base|<base-tree>||". Each distinct tree is built once (its build-gpu/). AB_TESTS names
+# The base variant is "base|<base-tree>||". Each variant is compared with the first variant that ran with the
+# same flags (the base, for switches), so one call can hold several pairs of trees, e.g. with the offload:
+#   scripts/device/run.sh ab .ab-base "new|.||" "base-offload|.ab-base||--zero_stage 2 --offload optimizer" \
+#     "new-offload|.||--zero_stage 2 --offload optimizer" Each distinct tree is built once (its build-gpu/). AB_TESTS names
 # GPU test binaries of this tree that must pass first. Then for each batch of AB_BATCHES (default "40 8"; seq
 # AB_SEQ (128), bf16, dropout 0.1, 20 steps, AB_COMMON extra flags) the variants run in turn AB_REPS rounds
 # (default 3); then one profiled step of each at AB_PROFILE_BATCH (default 8). ab.log holds one line per run
-# and the summary: mean step time per variant, its ratio to the base, and whether its last loss is the
-# base's bit for bit. Exit status 1 when a test or a run failed or a variant's last loss differs.
+# and the summary: mean step time per variant, its ratio to its reference, and whether its last loss is the
+# reference's bit for bit. Exit status 1 when a test or a run failed or a variant's last loss differs.
 targets=(bench_train_step)
 other_tree_targets=(bench_train_step)
 labels=() variant_trees=() envs=() flags=()
@@ -50,6 +53,7 @@ task_run() {
   read -r -a common <<<"${AB_COMMON:-}"
   for i in "${!labels[@]}"; do
     say "variant ${labels[$i]}: tree ${variant_trees[$i]} env ${envs[$i]:-none} flags ${flags[$i]:-none}"
+    ((dry_run)) || echo "variant ${labels[$i]}: tree ${variant_trees[$i]} env ${envs[$i]:-none} flags ${flags[$i]:-none}" >>"$log"
   done
   gtest "${ab_tests[@]}" || { say "a GPU test failed: nothing timed"; return 1; }
   for bs in "${batches[@]}"; do
@@ -72,7 +76,6 @@ task_run() {
   if ((!dry_run)); then
     python3 "$device_dir/summaries.py" ab "$log" "${labels[@]}" >"$work/ab_summary.txt"
     while read -r line; do say "$line"; done <"$work/ab_summary.txt"
-    mkdir -p .ab-last && cp "$log" "$work/ab_summary.txt" .ab-last/
   fi
   local pbs=${AB_PROFILE_BATCH:-8}
   for i in "${!labels[@]}"; do
