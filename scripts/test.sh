@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test. GPU-labelled tests report "skipped" on machines without a GPU.
 #   scripts/test.sh            all tests
-#   scripts/test.sh -L gpu     only the GPU tests (run these on the GPU machine)
+#   scripts/test.sh -L gpu     only the GPU tests (on the GPU machine: scripts/device/run.sh tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
