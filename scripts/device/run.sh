@@ -13,6 +13,7 @@
 #   zero [--np N]               ZeRO stages: memory per rank at world 1/2/4, the blog's configs, mpirun curves
 #   disk [--deepspeed]          the disk tier: disk rates, the NVMe-offloaded step, the largest model
 #   validate [--xlarge]         golden fixtures and tokenizer parity regenerated here, compared with the committed
+#   flash [--quick]             the flash attention: its GPU tests, long-sequence steps, the core, determinism
 #
 # The build: build-gpu/ (Ninja, Release, sm_90a), only the targets the task needs, liburing always (the disk
 # tier's io_uring backend): from .device-deps/ (scripts/device_deps.sh here; carry ".device-deps") or the

@@ -53,7 +53,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # Every task file: a dry run that plans one configure (Ninja, Release, build-gpu/, carried liburing) and
     # one build of its targets, and the usage text names it.
     tasks = sorted(f[:-3] for f in os.listdir(TASKS) if f.endswith(".sh"))
-    check({"tests", "goals", "ab", "bench", "profile", "offload", "zero", "disk", "validate"} <= set(tasks),
+    check({"tests", "goals", "ab", "bench", "profile", "offload", "zero", "disk", "validate", "flash"} <= set(tasks),
           f"the tasks are all there ({' '.join(tasks)})")
     rc, _, usage = run([], deps, out)
     check(rc == 2, f"no task: usage, exit 2 (rc {rc})")
