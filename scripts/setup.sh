@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   cmake g++ make pkg-config
+  ninja-build            # tests/tools/test_device_runner.py builds a stand-in tree as the GPU runner does
   libeigen3-dev          # CPU reference backend
   libhdf5-dev            # checkpoints and golden fixtures
   hdf5-tools             # h5diff: scripts/compare_trees.sh compares checkpoints of two builds
