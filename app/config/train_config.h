@@ -294,6 +294,9 @@ struct TrainConfig {
 
 inline constexpr int kMaxWorldSize = 64;                             // --world_size's upper bound
 inline constexpr size_t kMaxDeepSpeedConfigBytes = size_t{1} << 20;  // a real config is a few KiB
+// Nesting of objects/arrays (JSON) or mappings/sequences (YAML) a config may have: real ones nest 3 or 4
+// levels. Checked before anything recurses over the value (yaml-cpp's parser, nlohmann's dump in a message).
+inline constexpr int kMaxConfigNesting = 64;
 
 // A default that depends on the run (Note [Defaults that depend on the run]); values are in the flag's own
 // syntax and go through its parser.

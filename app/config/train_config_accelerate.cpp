@@ -56,6 +56,7 @@ class AccelerateReader {
   std::string where() const { return str("accelerate config '", source_, "': "); }
 
   void read(std::string_view text) {
+    check_nesting(text);
     YAML::Node root;
     try {
       root = YAML::Load(std::string(text));
@@ -74,6 +75,53 @@ class AccelerateReader {
   }
 
  private:
+  // yaml-cpp parses nested nodes by recursion, so a deeply nested file ("a: [[[[..." or "- - - - ...")
+  // would overflow the stack before any error. Each level of nesting needs an open bracket, a sequence
+  // indicator ("- ", "? ") or a column of indentation, so their sum on a line bounds its depth; it is checked
+  // before yaml-cpp sees the text. Quotes and comments are skipped; block scalars are not told apart (an
+  // Accelerate config has none).
+  void check_nesting(std::string_view text) const {
+    int flow_depth = 0;
+    int line = 1;
+    size_t i = 0;
+    while (i < text.size()) {
+      int columns = 0;
+      while (i < text.size() && text[i] == ' ') ++columns, ++i;
+      int indicators = 0;
+      while (i + 1 < text.size() && (text[i] == '-' || text[i] == '?') && (text[i + 1] == ' ')) {
+        ++indicators;
+        i += 2;
+        while (i < text.size() && text[i] == ' ') ++columns, ++i;
+      }
+      char quote = 0;
+      for (; i < text.size() && text[i] != '\n'; ++i) {
+        const char ch = text[i];
+        if (quote != 0) {
+          if (ch == quote) quote = 0;
+          continue;
+        }
+        if (ch == '\'' || ch == '"') {
+          quote = ch;
+        } else if (ch == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t')) {
+          while (i < text.size() && text[i] != '\n') ++i;
+          break;
+        } else if (ch == '[' || ch == '{') {
+          ++flow_depth;
+        } else if ((ch == ']' || ch == '}') && flow_depth > 0) {
+          --flow_depth;
+        }
+        ZT_CHECK(flow_depth + indicators + columns <= kMaxConfigNesting, where(), "line ", line,
+                 " nests more than ", kMaxConfigNesting,
+                 " levels deep (brackets, '- ' and indentation; an Accelerate config nests two)");
+      }
+      ZT_CHECK(columns + indicators <= kMaxConfigNesting, where(), "line ", line, " nests more than ",
+               kMaxConfigNesting,
+               " levels deep (brackets, '- ' and indentation; an Accelerate config nests two)");
+      ++i;
+      ++line;
+    }
+  }
+
   // ---- reading values ----
   std::string text_of(const YAML::Node& node) const {
     if (!node.IsDefined() || node.IsNull()) return "null";

@@ -167,7 +167,13 @@ std::string read_config_file(const std::string& path, std::string_view flag) {
 json parse_config_json(std::string_view text, std::string_view source) {
   KeyPathTracker tracker(source);
   try {
-    return json::parse(text, [&](int, json::parse_event_t event, json& parsed) {
+    // nlohmann's parser is iterative, but printing a value (dump, in messages) recurses: the depth the
+    // callback is given (enclosing containers) bounds the document before any of that.
+    return json::parse(text, [&](int depth, json::parse_event_t event, json& parsed) {
+      const bool opens =
+          event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+      ZT_CHECK(!opens || depth < kMaxConfigNesting, "DeepSpeed config '", source, "': key '", tracker.path(),
+               "' is nested more than ", kMaxConfigNesting, " levels deep (a DeepSpeed config nests a few)");
       tracker.on_event(event, parsed);
       return true;
     });
