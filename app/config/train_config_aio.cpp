@@ -140,8 +140,6 @@ void resolve_disk_tier(ResolveContext& context) {
         !(gds.given() && gds.value), context.where(), gds.path,
         " true: GPUDirect Storage is not supported (the disk tier stages through host buffers); set it to "
         "false or remove it");
-    aio->reject_unread({"block_size", "queue_depth", "thread_count", "intra_op_parallelism", "single_submit",
-                        "overlap_events", "use_gds"});
   }
 
   ZT_CHECK(c.host_memory_limit == 0 || any_offload(c), "--host_memory_limit ",

@@ -40,17 +40,20 @@ void resolve_optimizer(ResolveContext& context) {
       ZT_CHECK(!(adam_w_mode.given() && !adam_w_mode.value), context.where(),
                "optimizer.params.adam_w_mode false (Adam with L2 regularization) is not implemented; "
                "zerotrain's AdamW decays weights decoupled");
-      if (const JsonValue<bool> v = params->boolean("torch_adam", false); v.given()) c.torch_adam = v.value;
+      if (const JsonValue<bool> v = params->boolean("torch_adam", false); v.given()) {
+        c.torch_adam = v.value;
+        c.json_key_explained[v.path] =
+            str(show_bool(v.value),
+                ": DeepSpeed's choice between torch's Adam and its fused kernel, the same math; "
+                "zerotrain runs its own AdamW either way");
+      }
       const JsonValue<bool> bias_correction = params->boolean("bias_correction", false);
       ZT_CHECK(!bias_correction.given() || bias_correction.value, context.where(),
                "optimizer.params.bias_correction false is not implemented");
       const JsonValue<bool> amsgrad = params->boolean("amsgrad", false);
       ZT_CHECK(!amsgrad.given() || !amsgrad.value, context.where(),
                "optimizer.params.amsgrad true is not implemented");
-      params->reject_unread(
-          {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "torch_adam", "bias_correction", "amsgrad"});
     }
-    optimizer->reject_unread({"type", "params"});
   }
   ZT_CHECK(c.adam_beta1 >= 0 && c.adam_beta1 < 1 && c.adam_beta2 >= 0 && c.adam_beta2 < 1,
            "Adam betas must be in [0, 1), got (", c.adam_beta1, ", ", c.adam_beta2, ")");

@@ -61,8 +61,19 @@ void resolve_schedule(ResolveContext& context) {
     JsonSection& p = params ? *params : empty_params;
 
     // warmup_num_steps: "auto" and absent follow --num_warmup_steps (DeepSpeed's own default is 1000).
-    reconcile(context, c.num_warmup_steps, "num_warmup_steps", p.integer("warmup_num_steps", true));
+    const JsonValue<int64_t> warmup = p.integer("warmup_num_steps", true);
+    ZT_CHECK(!warmup.given() || warmup.value > 0, context.where(), warmup.path,
+             " must be a positive integer, as DeepSpeed requires, got 0 (for no warmup leave it \"auto\" and "
+             "pass --num_warmup_steps 0)");
+    reconcile(context, c.num_warmup_steps, "num_warmup_steps", warmup);
     schedule.warmup_num_steps = c.num_warmup_steps;
+    if (schedule.warmup_num_steps == 0) {
+      c.json_key_notes[warmup.path] =
+          "0 from --num_warmup_steps: no warmup (DeepSpeed refuses 0; the schedule starts past its warmup)";
+    } else if (schedule.effective_warmup_steps() != schedule.warmup_num_steps) {
+      c.json_key_notes[warmup.path] = str(schedule.warmup_num_steps, ": DeepSpeed warms up over at least ",
+                                          schedule.effective_warmup_steps(), " steps, and so does zerotrain");
+    }
     if (!cosine) {
       const JsonValue<double> min_lr = p.number("warmup_min_lr", true);
       schedule.warmup_min_lr = min_lr.given() ? min_lr.value : 0.0;  // "auto": 0, as HF
@@ -101,6 +112,11 @@ void resolve_schedule(ResolveContext& context) {
         c.origins["scheduler.total_num_steps"] = total.automatic() ? Origin::json_auto : Origin::derived;
         c.origin_notes["scheduler.total_num_steps"] = "num_training_steps";
       }
+      // DeepSpeed's schedules assume the warmup ends within the run.
+      ZT_CHECK(schedule.total_num_steps >= schedule.warmup_num_steps, context.where(), total.path, " ",
+               schedule.total_num_steps, total.given() ? "" : " (the run's optimizer steps)",
+               " is less than scheduler.params.warmup_num_steps ", schedule.warmup_num_steps,
+               ": the warmup would not end before the schedule does");
     }
     const JsonValue<std::string> warmup_type = p.string("warmup_type");
     if (warmup_type.given()) {
@@ -113,17 +129,6 @@ void resolve_schedule(ResolveContext& context) {
         p.integer("last_batch_iteration", false, std::numeric_limits<int64_t>::min());
     ZT_CHECK(!last.given() || last.value == -1, context.where(), last.path,
              " other than -1 is not supported; resume with --resume_from_checkpoint");
-    if (cosine) {
-      p.reject_unread({"warmup_num_steps", "total_num_steps", "warmup_min_ratio", "cos_min_ratio",
-                       "warmup_type", "last_batch_iteration"});
-    } else if (has_total) {
-      p.reject_unread({"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps", "warmup_type",
-                       "last_batch_iteration"});
-    } else {
-      p.reject_unread(
-          {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration"});
-    }
-    scheduler->reject_unread({"type", "params"});
     c.deepspeed_schedule = schedule;
   }
 }

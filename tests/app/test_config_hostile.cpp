@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "optim/train_config.h"
-#include "tests/optim/config_test_support.h"
+#include "app/config/train_config.h"
+#include "tests/app/config_test_support.h"
 #include "tests/support/error_matchers.h"
 
 namespace zt::optim {

@@ -1,0 +1,376 @@
+// The DeepSpeed JSON's keys, declared once: what zerotrain does with each (Note [DeepSpeed keys]).
+//
+// Note [DeepSpeed keys]
+// Every key DeepSpeed reads that a stock config carries is in kDeepSpeedKeys with its rule:
+//   honoured     a section's resolve reads it and it sets a setting (train_config_<section>.cpp); present but
+//                left unread (e.g. total_num_steps under WarmupLR) it does not apply and is refused
+//   explained    accepted whatever its value, with the reason it changes nothing here
+//   inert_at     accepted at the value given (DeepSpeed's default, or "off"), with the reason; any other
+//   value
+//                is refused with the reason
+//   off_section  a section with an "enabled" switch (DeepSpeed's default off): disabled or without the
+//                switch it is accepted, every key under it explained; enabled it is refused with the reason
+//   all_off      a section whose every value is false, 0 or null (its default) is accepted; else refused
+//   refused      DeepSpeed has it, zerotrain does not: refused with the reason
+// After the sections have resolved, check_deepspeed_keys walks the whole document: each key gets its verdict
+// in TrainConfig::json_keys (describe() prints them), or the first key refused ends resolve() naming it. A
+// key in no row is unknown, with the closest name of its section as a suggestion.
+#include <algorithm>
+#include <array>
+
+#include "app/config/train_config_sections.h"
+
+namespace zt::optim::config_detail {
+
+namespace {
+
+using nlohmann::json;
+
+enum class Rule { honoured, explained, inert_at, off_section, all_off, refused };
+
+struct DeepSpeedKey {
+  std::string_view path;  // dotted, from the top of the document
+  Rule rule;
+  std::string_view reason;      // explained, inert_at, off_section, all_off, refused: why
+  std::string_view inert_json;  // inert_at: the JSON value that changes nothing
+};
+
+constexpr std::string_view kLayerUnits =
+    "zerotrain reduces, gathers and offloads whole layers, so there is nothing for it to tune";
+constexpr std::string_view kMonitors =
+    "DeepSpeed's monitors; zerotrain's tracking is --with_tracking (TensorBoard)";
+
+// clang-format off
+constexpr auto kDeepSpeedKeys = std::to_array<DeepSpeedKey>({
+    // ---- top level ----
+    {"train_batch_size", Rule::honoured, {}, {}},
+    {"train_micro_batch_size_per_gpu", Rule::honoured, {}, {}},
+    {"gradient_accumulation_steps", Rule::honoured, {}, {}},
+    {"gradient_clipping", Rule::honoured, {}, {}},
+    {"wall_clock_breakdown", Rule::honoured, {}, {}},
+    {"optimizer", Rule::honoured, {}, {}},
+    {"scheduler", Rule::honoured, {}, {}},
+    {"fp16", Rule::honoured, {}, {}},
+    {"bf16", Rule::honoured, {}, {}},
+    {"bfloat16", Rule::honoured, {}, {}},
+    {"zero_optimization", Rule::honoured, {}, {}},
+    {"aio", Rule::honoured, {}, {}},
+    {"steps_per_print", Rule::explained,
+     "DeepSpeed's console print interval; zerotrain's console shows a progress line every step, and "
+     "metrics.jsonl/TensorBoard take --log_every (HF's logging steps)", {}},
+    {"zero_allow_untested_optimizer", Rule::explained,
+     "the optimizer is always zerotrain's own AdamW, so there is no untested optimizer to allow", {}},
+    {"zero_force_ds_cpu_optimizer", Rule::explained,
+     "the offloaded update is always zerotrain's own CPU AdamW", {}},
+    {"prescale_gradients", Rule::inert_at,
+     "true (scaling gradients before the reduction) is not implemented; gradients are averaged after it",
+     "false"},
+    {"gradient_predivide_factor", Rule::inert_at,
+     "a factor other than 1 is not implemented; gradients are averaged after the reduction", "1"},
+    {"communication_data_type", Rule::inert_at,
+     "reductions run in the gradients' own dtype; another one is not implemented", "null"},
+    {"fp32_allreduce", Rule::inert_at, "true is not implemented; reductions run in the gradients' dtype",
+     "false"},
+    {"sparse_gradients", Rule::inert_at, "true is not implemented (the model has no sparse gradients)",
+     "false"},
+    {"memory_breakdown", Rule::inert_at,
+     "true is not implemented; --estimate_memory and the memory/ metrics say where memory goes", "false"},
+    {"dump_state", Rule::inert_at, "true is not implemented", "false"},
+    {"disable_allgather", Rule::inert_at, "true is not implemented", "false"},
+    {"tensorboard", Rule::off_section, kMonitors, {}},
+    {"wandb", Rule::off_section, kMonitors, {}},
+    {"csv_monitor", Rule::off_section, kMonitors, {}},
+    {"comet", Rule::off_section, kMonitors, {}},
+    {"monitor_config", Rule::explained,
+     "DeepSpeed reads its monitors from the top-level tensorboard/wandb/csv_monitor/comet keys, not from "
+     "here; zerotrain's tracking is --with_tracking", {}},
+    {"comms_logger", Rule::off_section, "zerotrain does not log its collectives", {}},
+    {"comms_config", Rule::all_off, "zerotrain does not log its collectives", {}},
+    {"flops_profiler", Rule::off_section, "not implemented; --wall_clock_breakdown times each part of a step",
+     {}},
+    {"autotuning", Rule::off_section, "not implemented", {}},
+    {"elasticity", Rule::off_section, "not implemented", {}},
+    {"hybrid_engine", Rule::off_section,
+     "DeepSpeed-Chat's generation engine for RLHF; zerotrain trains a classifier and generates nothing", {}},
+    {"data_efficiency", Rule::off_section, "not implemented", {}},
+    {"curriculum_learning", Rule::off_section, "not implemented", {}},
+    {"nebula", Rule::off_section, "not implemented (checkpoints: --checkpointing_steps)", {}},
+    {"amp", Rule::off_section, "not implemented (precision: fp16/bf16 sections or --dtype)", {}},
+    {"torch_autocast", Rule::off_section, "not implemented (precision: fp16/bf16 sections or --dtype)", {}},
+    {"activation_checkpointing", Rule::all_off,
+     "DeepSpeed's checkpointing module (partitioned or CPU-held activations) is not implemented; pass "
+     "--gradient_checkpointing (HF's flag) to recompute each encoder layer in the backward", {}},
+    {"data_types", Rule::all_off,
+     "grad_accum_dtype other than the default is not implemented: gradients accumulate as the run's "
+     "precision settles", {}},
+    {"compression_training", Rule::refused, "not implemented", {}},
+    {"sparse_attention", Rule::refused, "not implemented", {}},
+    {"pipeline", Rule::refused, "pipeline parallelism is not implemented", {}},
+    {"checkpoint", Rule::refused, "DeepSpeed's checkpoint options; zerotrain's: --checkpointing_steps", {}},
+
+    // ---- optimizer, scheduler ----
+    {"optimizer.type", Rule::honoured, {}, {}},
+    {"optimizer.params", Rule::honoured, {}, {}},
+    {"optimizer.params.lr", Rule::honoured, {}, {}},
+    {"optimizer.params.betas", Rule::honoured, {}, {}},
+    {"optimizer.params.eps", Rule::honoured, {}, {}},
+    {"optimizer.params.weight_decay", Rule::honoured, {}, {}},
+    {"optimizer.params.adam_w_mode", Rule::honoured, {}, {}},
+    {"optimizer.params.torch_adam", Rule::honoured, {}, {}},
+    {"optimizer.params.bias_correction", Rule::honoured, {}, {}},
+    {"optimizer.params.amsgrad", Rule::honoured, {}, {}},
+    {"optimizer.params.max_grad_norm", Rule::refused,
+     "an optimizer-side clipping of old FusedAdam; use the top-level gradient_clipping", {}},
+    {"scheduler.type", Rule::honoured, {}, {}},
+    {"scheduler.params", Rule::honoured, {}, {}},
+    {"scheduler.params.warmup_min_lr", Rule::honoured, {}, {}},
+    {"scheduler.params.warmup_max_lr", Rule::honoured, {}, {}},
+    {"scheduler.params.warmup_num_steps", Rule::honoured, {}, {}},
+    {"scheduler.params.warmup_type", Rule::honoured, {}, {}},
+    {"scheduler.params.total_num_steps", Rule::honoured, {}, {}},
+    {"scheduler.params.warmup_min_ratio", Rule::honoured, {}, {}},
+    {"scheduler.params.cos_min_ratio", Rule::honoured, {}, {}},
+    {"scheduler.params.last_batch_iteration", Rule::honoured, {}, {}},
+
+    // ---- precision ----
+    {"fp16.enabled", Rule::honoured, {}, {}},
+    {"fp16.loss_scale", Rule::honoured, {}, {}},
+    {"fp16.initial_scale_power", Rule::honoured, {}, {}},
+    {"fp16.loss_scale_window", Rule::honoured, {}, {}},
+    {"fp16.hysteresis", Rule::honoured, {}, {}},
+    {"fp16.consecutive_hysteresis", Rule::honoured, {}, {}},
+    {"fp16.min_loss_scale", Rule::honoured, {}, {}},
+    {"fp16.auto_cast", Rule::honoured, {}, {}},
+    {"fp16.fp16_master_weights_and_grads", Rule::refused,
+     "fp16 master weights are not implemented (the master copy is always f32)", {}},
+    {"bf16.enabled", Rule::honoured, {}, {}},
+    {"bfloat16.enabled", Rule::honoured, {}, {}},
+    {"bf16.immediate_grad_update", Rule::explained,
+     "an ordering of DeepSpeed's bf16 optimizer; zerotrain's gradients are reduced once final", {}},
+    {"bfloat16.immediate_grad_update", Rule::explained,
+     "an ordering of DeepSpeed's bf16 optimizer; zerotrain's gradients are reduced once final", {}},
+
+    // ---- zero_optimization ----
+    {"zero_optimization.stage", Rule::honoured, {}, {}},
+    {"zero_optimization.allgather_partitions", Rule::honoured, {}, {}},
+    {"zero_optimization.allgather_bucket_size", Rule::honoured, {}, {}},
+    {"zero_optimization.overlap_comm", Rule::honoured, {}, {}},
+    {"zero_optimization.reduce_scatter", Rule::honoured, {}, {}},
+    {"zero_optimization.reduce_bucket_size", Rule::honoured, {}, {}},
+    {"zero_optimization.contiguous_gradients", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_optimizer", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_param", Rule::honoured, {}, {}},
+    {"zero_optimization.sub_group_size", Rule::honoured, {}, {}},
+    {"zero_optimization.stage3_prefetch_bucket_size", Rule::honoured, {}, {}},
+    {"zero_optimization.stage3_param_persistence_threshold", Rule::honoured, {}, {}},
+    {"zero_optimization.stage3_max_live_parameters", Rule::honoured, {}, {}},
+    {"zero_optimization.stage3_max_reuse_distance", Rule::honoured, {}, {}},
+    {"zero_optimization.stage3_gather_16bit_weights_on_model_save", Rule::honoured, {}, {}},
+    {"zero_optimization.stage3_gather_fp16_weights_on_model_save", Rule::honoured, {}, {}},
+    {"zero_optimization.cpu_offload", Rule::honoured, {}, {}},
+    {"zero_optimization.cpu_offload_params", Rule::honoured, {}, {}},
+    {"zero_optimization.cpu_offload_use_pin_memory", Rule::honoured, {}, {}},
+    {"zero_optimization.round_robin_gradients", Rule::explained,
+     "an ordering of DeepSpeed's offloaded gradient copies; zerotrain copies them layer by layer", {}},
+    {"zero_optimization.stage3_model_persistence_threshold", Rule::explained, kLayerUnits, {}},
+    {"zero_optimization.memory_efficient_linear", Rule::explained,
+     "DeepSpeed's stage-3 linear layer implementation; zerotrain's layers are its own", {}},
+    {"zero_optimization.ignore_unused_parameters", Rule::explained,
+     "the model has no unused parameters", {}},
+    {"zero_optimization.log_trace_cache_warnings", Rule::explained, "zerotrain has no trace cache", {}},
+    {"zero_optimization.elastic_checkpoint", Rule::inert_at, "elastic checkpoints are not implemented",
+     "false"},
+    {"zero_optimization.load_from_fp32_weights", Rule::inert_at,
+     "resuming always loads the f32 master weights", "true"},
+    {"zero_optimization.legacy_stage1", Rule::inert_at, "DeepSpeed's old stage 1 is not implemented",
+     "false"},
+    {"zero_optimization.stage3_module_granularity_threshold", Rule::inert_at, kLayerUnits, "0"},
+    {"zero_optimization.stage3_use_all_reduce_for_fetch_params", Rule::inert_at, "not implemented", "false"},
+    {"zero_optimization.zero_hpz_partition_size", Rule::inert_at,
+     "ZeRO++ hierarchical partitioning is not implemented", "1"},
+    {"zero_optimization.zero_quantized_weights", Rule::inert_at, "ZeRO++ quantization is not implemented",
+     "false"},
+    {"zero_optimization.zero_quantized_nontrainable_weights", Rule::inert_at,
+     "ZeRO++ quantization is not implemented", "false"},
+    {"zero_optimization.zero_quantized_gradients", Rule::inert_at, "ZeRO++ quantization is not implemented",
+     "false"},
+    {"zero_optimization.mics_shard_size", Rule::inert_at, "MiCS is not implemented", "-1"},
+    {"zero_optimization.mics_hierarchical_params_gather", Rule::inert_at, "MiCS is not implemented", "false"},
+    {"zero_optimization.pipeline_loading_checkpoint", Rule::inert_at, "not implemented", "false"},
+    {"zero_optimization.override_module_apply", Rule::inert_at, "zerotrain patches no module", "true"},
+    {"zero_optimization.enable_sanity_checks", Rule::inert_at, "not implemented", "false"},
+    {"zero_optimization.use_multi_rank_bucket_allreduce", Rule::inert_at, kLayerUnits, "true"},
+    {"zero_optimization.cpu_offload_param", Rule::refused,
+     "not a DeepSpeed name (its legacy key is cpu_offload_params)", {}},
+    {"zero_optimization.stage3_allgather_sequential", Rule::refused, "not implemented", {}},
+    {"zero_optimization.stage3_partition_stream_chunk_size", Rule::refused, "not implemented", {}},
+    {"zero_optimization.zeropp_loco_param", Rule::refused, "ZeRO++ LoCo is not implemented", {}},
+    {"zero_optimization.leaf_module", Rule::refused, "not implemented", {}},
+    {"zero_optimization.zenflow", Rule::refused, "ZenFlow is not implemented", {}},
+
+    // ---- offload sections ----
+    {"zero_optimization.offload_optimizer.device", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_optimizer.pin_memory", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_optimizer.nvme_path", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_optimizer.buffer_count", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_optimizer.pipeline_read", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_optimizer.pipeline_write", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_optimizer.fast_init", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_optimizer.ratio", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_param.device", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_param.pin_memory", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_param.nvme_path", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_param.buffer_count", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_param.buffer_size", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_param.max_in_cpu", Rule::honoured, {}, {}},
+    {"zero_optimization.offload_param.fast_init", Rule::honoured, {}, {}},
+
+    // ---- aio ----
+    {"aio.block_size", Rule::honoured, {}, {}},
+    {"aio.queue_depth", Rule::honoured, {}, {}},
+    {"aio.thread_count", Rule::honoured, {}, {}},
+    {"aio.intra_op_parallelism", Rule::honoured, {}, {}},
+    {"aio.single_submit", Rule::honoured, {}, {}},
+    {"aio.overlap_events", Rule::honoured, {}, {}},
+    {"aio.use_gds", Rule::honoured, {}, {}},
+});
+// clang-format on
+
+const DeepSpeedKey* find_key(std::string_view path) {
+  const auto it = std::find_if(kDeepSpeedKeys.begin(), kDeepSpeedKeys.end(),
+                               [&](const DeepSpeedKey& k) { return k.path == path; });
+  return it == kDeepSpeedKeys.end() ? nullptr : &*it;
+}
+
+std::string child_path(std::string_view parent, std::string_view key) {
+  return parent.empty() ? std::string(key) : str(parent, ".", key);
+}
+
+// The names the table declares directly under `parent`, for "did you mean".
+std::vector<std::string_view> names_under(std::string_view parent) {
+  std::vector<std::string_view> names;
+  for (const DeepSpeedKey& k : kDeepSpeedKeys) {
+    const std::string_view p = k.path;
+    if (parent.empty()) {
+      if (p.find('.') == std::string_view::npos) names.push_back(p);
+    } else if (p.size() > parent.size() + 1 && p.starts_with(parent) && p[parent.size()] == '.' &&
+               p.find('.', parent.size() + 1) == std::string_view::npos) {
+      names.push_back(p.substr(parent.size() + 1));
+    }
+  }
+  return names;
+}
+
+// Whether a value is "off": false, 0, null, or an object/array of such values.
+bool all_off(const json& value) {
+  if (value.is_object() || value.is_array()) {
+    return std::all_of(value.begin(), value.end(), [](const json& v) { return all_off(v); });
+  }
+  return value.is_null() || (value.is_boolean() && !value.get<bool>()) ||
+         (value.is_number() && value.get<double>() == 0.0);
+}
+
+class KeyChecker {
+ public:
+  KeyChecker(TrainConfig& config, const std::set<std::string, std::less<>>& read, std::string_view source)
+      : c_(config), read_(read), source_(source) {}
+
+  void check_object(const json& object, const std::string& parent) {
+    for (const auto& [key, value] : object.items()) check_key(child_path(parent, key), key, value, parent);
+  }
+
+ private:
+  std::string where() const { return str("DeepSpeed config '", source_, "': "); }
+
+  void record(const std::string& path, JsonKeyVerdict::Use use, std::string note) {
+    c_.json_keys.push_back({path, use, std::move(note)});
+  }
+  // Every leaf under `value` (or `path` itself for a leaf), explained by `reason`.
+  void explain_all(const std::string& path, const json& value, std::string_view reason) {
+    if (value.is_object() && !value.empty()) {
+      for (const auto& [key, v] : value.items()) explain_all(child_path(path, key), v, reason);
+      return;
+    }
+    record(path, JsonKeyVerdict::Use::explained, std::string(reason));
+  }
+
+  void check_key(const std::string& path, std::string_view key, const json& value,
+                 const std::string& parent) {
+    const DeepSpeedKey* entry = find_key(path);
+    if (read_.contains(path)) {
+      if (value.is_object()) {
+        check_object(value, path);
+        return;
+      }
+      if (const auto note = c_.json_key_explained.find(path); note != c_.json_key_explained.end()) {
+        record(path, JsonKeyVerdict::Use::explained, note->second);
+      } else {
+        const auto honoured_note = c_.json_key_notes.find(path);
+        record(path, JsonKeyVerdict::Use::honoured,
+               honoured_note == c_.json_key_notes.end() ? "" : honoured_note->second);
+      }
+      return;
+    }
+    ZT_CHECK(entry != nullptr, where(), "unknown key '", path, "'", suggestion(key, names_under(parent)));
+    switch (entry->rule) {
+      case Rule::honoured:
+        ZT_FAIL(where(), "key '", path, "' does not apply to this configuration (",
+                path.starts_with("scheduler.params.") ? "it is not a parameter of this scheduler type"
+                                                      : "its section did not read it",
+                "); remove it");
+      case Rule::explained:
+        explain_all(path, value, entry->reason);
+        return;
+      case Rule::inert_at: {
+        const json inert = json::parse(entry->inert_json);
+        ZT_CHECK(value == inert, where(), "key '", path, "' is ", value.dump(), ": ", entry->reason,
+                 " (set it to ", inert.dump(), " or remove it)");
+        record(path, JsonKeyVerdict::Use::explained,
+               str(inert.dump(), " (DeepSpeed's default) changes nothing; other values: ", entry->reason));
+        return;
+      }
+      case Rule::off_section: {
+        ZT_CHECK(value.is_object(), where(), "key '", path, "' must be a JSON object, got ",
+                 value.type_name());
+        const auto enabled = value.find("enabled");
+        const bool on = enabled != value.end() && !(enabled->is_boolean() && !enabled->get<bool>());
+        ZT_CHECK(!on, where(), "key '", path, ".enabled' is ", on ? enabled->dump() : "", ": ", entry->reason,
+                 " (set it to false or remove the section)");
+        explain_all(path, value, str(path, " is disabled: nothing to do (enabled: ", entry->reason, ")"));
+        return;
+      }
+      case Rule::all_off:
+        ZT_CHECK(all_off(value), where(), "key '", path, "' is ", value.dump(), ": ", entry->reason,
+                 " (off, at its defaults, it is accepted)");
+        explain_all(path, value, str(path, " is off: nothing to do (on: ", entry->reason, ")"));
+        return;
+      case Rule::refused:
+        ZT_FAIL(where(), "key '", path,
+                "' is a DeepSpeed setting that zerotrain does not implement: ", entry->reason, "; remove it");
+    }
+  }
+
+  TrainConfig& c_;
+  const std::set<std::string, std::less<>>& read_;
+  std::string_view source_;
+};
+
+}  // namespace
+
+void check_deepspeed_keys(TrainConfig& config, const json& document,
+                          const std::set<std::string, std::less<>>& read, std::string_view source) {
+  config.json_keys.clear();
+  KeyChecker(config, read, source).check_object(document, "");
+}
+
+void describe_deepspeed_keys(const TrainConfig& config, std::ostream& out) {
+  if (config.json_keys.empty()) return;
+  out << "deepspeed config keys\n";
+  for (const JsonKeyVerdict& key : config.json_keys) {
+    out << "  " << key.path << "  " << (key.use == JsonKeyVerdict::Use::honoured ? "honoured" : "explained");
+    if (!key.note.empty()) out << ": " << key.note;
+    out << "\n";
+  }
+}
+
+}  // namespace zt::optim::config_detail
