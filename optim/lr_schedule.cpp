@@ -88,8 +88,11 @@ int64_t DeepSpeedSchedule::effective_warmup_steps() const {
   return warmup_num_steps == 0 ? 0 : std::max<int64_t>(2, warmup_num_steps);
 }
 
-double DeepSpeedSchedule::lr_at(int64_t step, double optimizer_lr) const {
-  ZT_CHECK(step >= 0, "lr schedule step must be non-negative, got ", step);
+double DeepSpeedSchedule::lr_at(int64_t optimizer_step, double optimizer_lr) const {
+  ZT_CHECK(optimizer_step >= 0, "lr schedule step must be non-negative, got ", optimizer_step);
+  // The rate DeepSpeed's scheduler sets when it is built (last_batch_iteration -1), used by the first step.
+  if (optimizer_step == 0) return type == Type::warmup_cosine_lr ? 0.0 : warmup_min_lr;
+  const int64_t step = optimizer_step - 1;  // the scheduler's last_batch_iteration
   const int64_t w = effective_warmup_steps();
   const double s = static_cast<double>(step), W = static_cast<double>(w),
                T = static_cast<double>(total_num_steps);

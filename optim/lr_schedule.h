@@ -36,7 +36,9 @@ struct LrSchedule {
 };
 
 // A DeepSpeed "scheduler" section (DeepSpeed's runtime/lr_schedules.py). When present it replaces HF's
-// schedule (as Accelerate's DummyScheduler does). s = optimizer steps taken before this one, w =
+// schedule (as Accelerate's DummyScheduler does). DeepSpeed sets the rate when the scheduler is built
+// (warmup_min_lr, or 0 for WarmupCosineLR) and steps it after each optimizer step, so optimizer step k >= 1
+// (0-based) runs at the rate of s = k - 1 below, the first at the built rate. w =
 // warmup_num_steps, W = max(2, w) (DeepSpeed warms up over at least 2 steps; w = 0, only reachable from
 // "auto" and --num_warmup_steps 0, means no warmup: W = 0), T = total_num_steps, g(s) = log(s+1)/log(W)
 // (warmup_type log) or s/W (linear):
@@ -59,9 +61,9 @@ struct DeepSpeedSchedule {
 
   // W above: the steps the warmup lasts.
   int64_t effective_warmup_steps() const;
-  // The learning rate of the optimizer step after `step` steps (step >= 0); `optimizer_lr` is the
+  // The learning rate of the optimizer step after `optimizer_step` steps (>= 0); `optimizer_lr` is the
   // optimizer's own rate, which WarmupCosineLR scales.
-  double lr_at(int64_t step, double optimizer_lr) const;
+  double lr_at(int64_t optimizer_step, double optimizer_lr) const;
 };
 
 }  // namespace zt::optim

@@ -77,7 +77,7 @@ void resolve_run_keys(ResolveContext& context) {
   // steps_per_print (DeepSpeed's console interval) and zero_allow_untested_optimizer are explained by the key
   // table (train_config_keys.cpp): neither changes what is logged or run.
   reconcile(context, context.config.wall_clock_breakdown, "wall_clock_breakdown",
-            top.boolean("wall_clock_breakdown", false));
+            top.boolean("wall_clock_breakdown"));
 }
 
 // ---------------------------------------------------------------------------------------------------------

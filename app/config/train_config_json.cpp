@@ -145,6 +145,7 @@ const json* JsonSection::take(std::string_view key) {
 }
 
 std::optional<JsonSection> JsonSection::section(std::string_view key) {
+  declared_auto_allowed(path_of(key), JsonType::object);
   const json* value = take(key);
   if (value == nullptr) return std::nullopt;
   JsonSection child(*value, path_of(key), source_);
@@ -152,13 +153,12 @@ std::optional<JsonSection> JsonSection::section(std::string_view key) {
   return child;
 }
 
-JsonValue<int64_t> JsonSection::integer(std::string_view key, bool auto_allowed, int64_t minimum,
-                                        int64_t maximum) {
+JsonValue<int64_t> JsonSection::integer(std::string_view key, int64_t minimum, int64_t maximum) {
   // Outside int64 is its own message: nlohmann keeps 2^64-1 as unsigned (get<int64_t> would wrap to -1)
   // and turns larger integers into doubles (1e30), which are whole but no int64.
   bool out_of_int64 = false;
   JsonValue<int64_t> v =
-      read<int64_t>(key, auto_allowed, "an integer", [&](const json& j) -> std::optional<int64_t> {
+      read<int64_t>(key, JsonType::integer, "an integer", [&](const json& j) -> std::optional<int64_t> {
         if (j.is_number_unsigned()) {
           if (j.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
             return j.get<int64_t>();
@@ -187,30 +187,32 @@ JsonValue<int64_t> JsonSection::integer(std::string_view key, bool auto_allowed,
   return v;
 }
 
-JsonValue<double> JsonSection::number(std::string_view key, bool auto_allowed) {
-  return read<double>(key, auto_allowed, "a number", [](const json& v) -> std::optional<double> {
+JsonValue<double> JsonSection::number(std::string_view key) {
+  return read<double>(key, JsonType::number, "a number", [](const json& v) -> std::optional<double> {
     if (v.is_number()) return v.get<double>();
     return std::nullopt;
   });
 }
 
-JsonValue<bool> JsonSection::boolean(std::string_view key, bool auto_allowed) {
-  return read<bool>(key, auto_allowed, "true or false", [](const json& v) -> std::optional<bool> {
+JsonValue<bool> JsonSection::boolean(std::string_view key) {
+  return read<bool>(key, JsonType::boolean, "true or false", [](const json& v) -> std::optional<bool> {
     if (v.is_boolean()) return v.get<bool>();
     return std::nullopt;
   });
 }
 
 JsonValue<std::string> JsonSection::string(std::string_view key) {
-  return read<std::string>(key, false, "a string", [](const json& v) -> std::optional<std::string> {
-    if (v.is_string()) return v.get<std::string>();
-    return std::nullopt;
-  });
+  return read<std::string>(key, JsonType::string, "a string",
+                           [](const json& v) -> std::optional<std::string> {
+                             if (v.is_string()) return v.get<std::string>();
+                             return std::nullopt;
+                           });
 }
 
-JsonValue<std::array<double, 2>> JsonSection::pair(std::string_view key, bool auto_allowed) {
+JsonValue<std::array<double, 2>> JsonSection::pair(std::string_view key) {
   return read<std::array<double, 2>>(
-      key, auto_allowed, "a list of two numbers", [](const json& v) -> std::optional<std::array<double, 2>> {
+      key, JsonType::pair, "a list of two numbers",
+      [](const json& v) -> std::optional<std::array<double, 2>> {
         if (v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number())
           return std::array<double, 2>{v[0].get<double>(), v[1].get<double>()};
         return std::nullopt;
@@ -218,10 +220,11 @@ JsonValue<std::array<double, 2>> JsonSection::pair(std::string_view key, bool au
 }
 
 template <typename T, typename Convert>
-JsonValue<T> JsonSection::read(std::string_view key, bool auto_allowed, std::string_view expected,
+JsonValue<T> JsonSection::read(std::string_view key, JsonType type, std::string_view expected,
                                Convert convert) {
   JsonValue<T> result;
   result.path = path_of(key);
+  const bool auto_allowed = declared_auto_allowed(result.path, type);
   result.auto_allowed = auto_allowed;
   const json* value = take(key);
   if (value == nullptr) return result;

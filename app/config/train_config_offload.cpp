@@ -47,7 +47,7 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
   resolve_nvme_offload(context, *section, key, device.given() ? device.value : "none", settings.nvme);
   // Offloaded off the device: to host memory (cpu) or, through host buffers, to disk (nvme).
   settings.enabled = device.given() && (device.value == "cpu" || device.value == "nvme");
-  if (const JsonValue<bool> v = section->boolean("pin_memory", false); v.given()) {
+  if (const JsonValue<bool> v = section->boolean("pin_memory"); v.given()) {
     settings.pin_memory = v.value;
     set_json_origin(c, v.path, v.path);
     if (c.device == DeviceChoice::cpu) {
@@ -55,12 +55,12 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
           str(show_bool(v.value), ": the CPU backend has no device to copy to, so nothing is page-locked");
     }
   }
-  if (const JsonValue<bool> v = section->boolean("fast_init", false); v.given()) {
+  if (const JsonValue<bool> v = section->boolean("fast_init"); v.given()) {
     ZT_CHECK(!v.value, context.where(), v.path,
              " true: DeepSpeed's fast initialization of the disk tier is not implemented (remove the key)");
   }
   if (key == "offload_optimizer") {
-    if (const JsonValue<double> v = section->number("ratio", false); v.given()) {
+    if (const JsonValue<double> v = section->number("ratio"); v.given()) {
       ZT_CHECK(v.value == 1.0, context.where(), v.path, " ", v.value,
                ": partial optimizer offload is not supported (the whole shard is offloaded); set 1 or remove "
                "it");

@@ -43,6 +43,13 @@ std::string suggestion(std::string_view name, const std::vector<std::string_view
 
 enum class JsonState { absent, automatic, given };
 
+// What a key's value is read as (kDeepSpeedKeys declares it for every honoured key).
+enum class JsonType { any, object, integer, number, boolean, string, pair };
+// Whether "auto" is accepted for `path`; throws an internal error unless kDeepSpeedKeys
+// (train_config_keys.cpp) declares the key honoured with `type`, so that no key is read without its
+// declaration.
+bool declared_auto_allowed(std::string_view path, JsonType type);
+
 template <typename T>
 struct JsonValue {
   JsonState state = JsonState::absent;
@@ -67,13 +74,14 @@ class JsonSection {
   const nlohmann::json& raw() const { return *object_; }
   // Marks `key` read without converting it (a section that explains all of its keys).
   void mark_read(std::string_view key) { read_paths_->insert(path_of(key)); }
+  // Typed reads of a key that kDeepSpeedKeys declares (its type, and whether "auto" is accepted).
   // An integer in [minimum, maximum]; whole floats ("2e8") are accepted, as DeepSpeed configs write sizes.
-  JsonValue<int64_t> integer(std::string_view key, bool auto_allowed, int64_t minimum = 0,
+  JsonValue<int64_t> integer(std::string_view key, int64_t minimum = 0,
                              int64_t maximum = std::numeric_limits<int64_t>::max());
-  JsonValue<double> number(std::string_view key, bool auto_allowed);
-  JsonValue<bool> boolean(std::string_view key, bool auto_allowed);
+  JsonValue<double> number(std::string_view key);
+  JsonValue<bool> boolean(std::string_view key);
   JsonValue<std::string> string(std::string_view key);
-  JsonValue<std::array<double, 2>> pair(std::string_view key, bool auto_allowed);
+  JsonValue<std::array<double, 2>> pair(std::string_view key);
 
   // The dotted paths of every key read so far through this section or any section of the same document.
   const std::set<std::string, std::less<>>& read_paths() const { return *read_paths_; }
@@ -81,7 +89,7 @@ class JsonSection {
  private:
   const nlohmann::json* take(std::string_view key);
   template <typename T, typename Convert>
-  JsonValue<T> read(std::string_view key, bool auto_allowed, std::string_view expected, Convert convert);
+  JsonValue<T> read(std::string_view key, JsonType type, std::string_view expected, Convert convert);
 
   const nlohmann::json* object_;  // inside the parsed document, which outlives every section
   std::string path_;

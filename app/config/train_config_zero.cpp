@@ -74,7 +74,7 @@ void resolve_legacy_offload(ResolveContext& context, JsonSection& z) {
   };
   for (const Legacy& legacy : {Legacy{"cpu_offload", "offload_optimizer", c.zero.offload_optimizer},
                                Legacy{"cpu_offload_params", "offload_param", c.zero.offload_param}}) {
-    const JsonValue<bool> v = z.boolean(legacy.key, false);
+    const JsonValue<bool> v = z.boolean(legacy.key);
     if (!v.given()) continue;
     const std::string device = kZero + std::string(legacy.section) + ".device";
     const bool section_given = c.origin_of(device) == Origin::json;
@@ -101,7 +101,7 @@ void resolve_legacy_offload(ResolveContext& context, JsonSection& z) {
     c.origins[device] = Origin::json;
     c.origin_notes[device] = v.path;
   }
-  if (const JsonValue<bool> pin = z.boolean("cpu_offload_use_pin_memory", false); pin.given()) {
+  if (const JsonValue<bool> pin = z.boolean("cpu_offload_use_pin_memory"); pin.given()) {
     for (OffloadSettings* settings : {&c.zero.offload_optimizer, &c.zero.offload_param}) {
       settings->pin_memory = pin.value;
     }
@@ -121,11 +121,13 @@ void resolve_zero(ResolveContext& context) {
   const int64_t hidden = context.inputs.hidden_size;
   // A count or size, with the value HF's DeepSpeed integration gives "auto" (from the hidden size), if any.
   auto integer = [&](const char* key, int64_t& field, std::optional<int64_t> auto_value, int64_t minimum) {
-    const JsonValue<int64_t> v = z->integer(key, auto_value.has_value(), minimum);
+    const JsonValue<int64_t> v = z->integer(key, minimum);
     if (v.given()) {
       field = v.value;
       set_json_origin(c, v.path, v.path);
     } else if (v.automatic()) {
+      ZT_CHECK(auto_value.has_value(), "internal: ", v.path,
+               " is declared \"auto\"-able without a value for it");
       ZT_CHECK(hidden > 0, context.where(), v.path,
                " is \"auto\", which needs the model's hidden size (not given to resolve)");
       field = *auto_value;
@@ -133,8 +135,9 @@ void resolve_zero(ResolveContext& context) {
     }
     return v;
   };
-  auto boolean = [&](const char* key, bool& field, bool auto_allowed = false, bool auto_value = false) {
-    const JsonValue<bool> v = z->boolean(key, auto_allowed);
+  // "auto" (where kDeepSpeedKeys allows it) -> `auto_value`.
+  auto boolean = [&](const char* key, bool& field, bool auto_value = false) {
+    const JsonValue<bool> v = z->boolean(key);
     if (v.given()) {
       field = v.value;
       set_json_origin(c, v.path, v.path);
@@ -177,9 +180,9 @@ void resolve_zero(ResolveContext& context) {
   integer("sub_group_size", zero.sub_group_size, std::nullopt, 1);
   // "auto" -> false, as Accelerate fills it; the old fp16 name is DeepSpeed's alias.
   const JsonValue<bool> gather = boolean("stage3_gather_16bit_weights_on_model_save",
-                                         zero.stage3_gather_16bit_weights_on_model_save, true, false);
+                                         zero.stage3_gather_16bit_weights_on_model_save, false);
   const JsonValue<bool> gather_old = boolean("stage3_gather_fp16_weights_on_model_save",
-                                             zero.stage3_gather_16bit_weights_on_model_save, true, false);
+                                             zero.stage3_gather_16bit_weights_on_model_save, false);
   ZT_CHECK(!(gather.present() && gather_old.present()), context.where(),
            "has both stage3_gather_16bit_weights_on_model_save and its old name "
            "stage3_gather_fp16_weights_on_model_save");
