@@ -111,6 +111,9 @@ void resolve_precision(ResolveContext& context) {
     case Origin::json:
       ZT_FAIL(context.where(), c.origin_notes["dtype"], ": the CPU backend computes in f32 only, not ", dtype,
               "; set it to false or \"auto\", or train on a GPU");
+    case Origin::accelerate:
+      ZT_FAIL("accelerate config '", c.config_file, "' ", c.origin_notes["dtype"], " ", dtype,
+              ": the CPU backend computes in f32 only; set it to 'no', or train on a GPU");
     default:
       c.dtype = ComputeDType::f32;
       c.origin_notes["dtype"] = "on the CPU";

@@ -144,5 +144,14 @@ TEST(DeepSpeedKeys, SchedulerWarmupBoundsFollowDeepSpeed) {
               std::string::npos);
 }
 
+TEST(DeepSpeedKeys, SixteenBitYamlOnTheCpuNamesTheYamlKey) {
+  // trl's deepspeed_zero3.yaml on the CPU: the refusal names the YAML's key, not a flag never given.
+  const std::string yaml = config_test::write_temp(
+      "fp16.yaml",
+      "distributed_type: DEEPSPEED\nmixed_precision: 'fp16'\ndeepspeed_config:\n  zero_stage: 3\n");
+  TrainConfig config = TrainConfig::from_args({"--config_file", yaml, "--device", "cpu"});
+  EXPECT_ERROR_HAS(config.resolve(inputs()), "fp16.yaml' mixed_precision f16", "set it to 'no'");
+}
+
 }  // namespace
 }  // namespace zt::optim
