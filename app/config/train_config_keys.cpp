@@ -4,10 +4,10 @@
 // Every key DeepSpeed reads that a stock config carries is in kDeepSpeedKeys with its rule:
 //   honoured     a section's resolve reads it and it sets a setting (train_config_<section>.cpp); present but
 //                left unread (e.g. total_num_steps under WarmupLR) it does not apply and is refused
+//   section      an object no section reads, whose keys have rows of their own
 //   explained    accepted whatever its value, with the reason it changes nothing here
-//   inert_at     accepted at the value given (DeepSpeed's default, or "off"), with the reason; any other
-//   value
-//                is refused with the reason
+//   inert_at     accepted at the value given (DeepSpeed's default, or "off"; a JSON list: any of its
+//                values), with the reason; any other value is refused with the reason
 //   off_section  a section with an "enabled" switch (DeepSpeed's default off): disabled or without the
 //                switch it is accepted, every key under it explained; enabled it is refused with the reason
 //   all_off      a section whose every value is false, 0 or null (its default) is accepted; else refused
@@ -26,7 +26,7 @@ namespace {
 
 using nlohmann::json;
 
-enum class Rule { honoured, explained, inert_at, off_section, all_off, refused };
+enum class Rule { honoured, section, explained, inert_at, off_section, all_off, refused };
 
 struct DeepSpeedKey {
   std::string_view path;  // dotted, from the top of the document
@@ -105,9 +105,10 @@ constexpr auto kDeepSpeedKeys = std::to_array<DeepSpeedKey>({
     {"activation_checkpointing", Rule::all_off,
      "DeepSpeed's checkpointing module (partitioned or CPU-held activations) is not implemented; pass "
      "--gradient_checkpointing (HF's flag) to recompute each encoder layer in the backward", {}, JsonType::any, false, {}},
-    {"data_types", Rule::all_off,
-     "grad_accum_dtype other than the default is not implemented: gradients accumulate as the run's "
-     "precision settles", {}, JsonType::any, false, {}},
+    {"data_types", Rule::section, {}, {}, JsonType::any, false, {}},
+    {"data_types.grad_accum_dtype", Rule::inert_at,
+     "gradients always accumulate in f32 here (fp32, or null for DeepSpeed's default, is accepted)",
+     R"([null, "fp32"])", JsonType::any, false, {}},
     {"compression_training", Rule::refused, "not implemented", {}, JsonType::any, false, {}},
     {"sparse_attention", Rule::refused, "not implemented", {}, JsonType::any, false, {}},
     {"pipeline", Rule::refused, "pipeline parallelism is not implemented", {}, JsonType::any, false, {}},
@@ -328,12 +329,22 @@ class KeyChecker {
       case Rule::explained:
         explain_all(path, value, entry->reason);
         return;
+      case Rule::section:
+        ZT_CHECK(value.is_object(), where(), "key '", path, "' must be a JSON object, got ",
+                 value.type_name());
+        check_object(value, path);
+        return;
       case Rule::inert_at: {
         const json inert = json::parse(entry->inert_json);
-        ZT_CHECK(value == inert, where(), "key '", path, "' is ", value.dump(), ": ", entry->reason,
-                 " (set it to ", inert.dump(), " or remove it)");
-        record(path, JsonKeyVerdict::Use::explained,
-               str(inert.dump(), " (DeepSpeed's default) changes nothing; other values: ", entry->reason));
+        const bool accepted =
+            inert.is_array() ? std::find(inert.begin(), inert.end(), value) != inert.end() : value == inert;
+        ZT_CHECK(accepted, where(), "key '", path, "' is ", value.dump(), ": ", entry->reason,
+                 inert.is_array() ? "" : str(" (set it to ", inert.dump(), " or remove it)"));
+        record(
+            path, JsonKeyVerdict::Use::explained,
+            inert.is_array()
+                ? str(value.dump(), " changes nothing: ", entry->reason)
+                : str(inert.dump(), " (DeepSpeed's default) changes nothing; other values: ", entry->reason));
         return;
       }
       case Rule::off_section: {

@@ -81,6 +81,12 @@ TEST(DeepSpeedKeys, RealKeysAreNeverUnknown) {
   EXPECT_TRUE(verdict(resolved({}, R"({"zero_optimization": {"zero_quantized_weights": false}})"),
                       "zero_optimization.zero_quantized_weights")
                   .starts_with("explained"));
+  // Gradients accumulate in f32 here: fp32 (as bf16 configs ask) is what runs.
+  EXPECT_TRUE(
+      verdict(resolved({}, R"({"data_types": {"grad_accum_dtype": "fp32"}})"), "data_types.grad_accum_dtype")
+          .starts_with("explained"));
+  EXPECT_ERROR_HAS(resolved({}, R"({"data_types": {"grad_accum_dtype": "bf16"}})"),
+                   "'data_types.grad_accum_dtype' is \"bf16\"", "f32");
 }
 
 TEST(DeepSpeedKeys, LegacyOffloadKeysMapToTheirSections) {
