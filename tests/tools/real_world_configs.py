@@ -109,7 +109,7 @@ def verdict_of(name, path, text, is_yaml, work):
         return "runs"
     message = line2 or ""
     # The refusal names a key or setting of the file.
-    keys = set(yaml_keys(text)) if is_yaml else {p.split(".")[-1] for p in json_paths(json.loads(text))}
+    keys = set(yaml_keys(text)) if is_yaml else {part for p in json_paths(json.loads(text)) for part in p.split(".")}
     check(any(k in message for k in keys) or "--dtype" in message,
           f"{name}: the refusal names a key of the file ({message})")
     if "computes in f32 only" in message:
