@@ -60,10 +60,20 @@ enum class ComputeDType { f32, bf16, f16 };
 // What zerotrain does with one key of a DeepSpeed JSON (a refused key ends resolve() with an error instead).
 struct JsonKeyVerdict {
   enum class Use { honoured, explained };
+
   std::string path;  // e.g. "zero_optimization.offload_optimizer.pin_memory"
   Use use = Use::honoured;
   std::string note;  // honoured: what it sets, or a note on its value; explained: why it changes nothing
 };
+
+// Every key of the DeepSpeed JSON with its verdict, printed by describe() under "deepspeed config keys"
+// (Note [DeepSpeed keys], app/config/train_config_keys.cpp). The sections set notes as they resolve.
+struct DeepSpeedKeyVerdicts {
+  std::vector<JsonKeyVerdict> verdicts;                       // dotted paths, document order
+  std::map<std::string, std::string, std::less<>> notes;      // path -> note on an honoured key's line
+  std::map<std::string, std::string, std::less<>> explained;  // path -> why a key read changes nothing
+};
+
 enum class DeviceChoice { auto_detect, cpu, cuda };
 
 // Where a resolved value came from; printed by describe().
@@ -242,12 +252,7 @@ struct TrainConfig {
   bool fp16_auto_cast = false;
   ZeroSettings zero;
   AioSettings aio;
-  // Every key of the DeepSpeed JSON (dotted path, document order) with what zerotrain does with it,
-  // printed by describe() under "deepspeed config keys". Notes are set by the sections as they resolve.
-  std::vector<JsonKeyVerdict> json_keys;
-  std::map<std::string, std::string, std::less<>> json_key_notes;  // path -> note for its verdict line
-  // path -> why a key that was read changes nothing here (its verdict is then "explained").
-  std::map<std::string, std::string, std::less<>> json_key_explained;
+  DeepSpeedKeyVerdicts deepspeed_keys;  // what each key of the DeepSpeed JSON does here
   bool resolved = false;
 
   // Parses command-line flags ("--flag value", "--flag=value", bare booleans). Throws zt::Error naming the

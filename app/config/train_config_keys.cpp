@@ -13,8 +13,8 @@
 //   all_off      a section whose every value is false, 0 or null (its default) is accepted; else refused
 //   refused      DeepSpeed has it, zerotrain does not: refused with the reason
 // After the sections have resolved, check_deepspeed_keys walks the whole document: each key gets its verdict
-// in TrainConfig::json_keys (describe() prints them), or the first key refused ends resolve() naming it. A
-// key in no row is unknown, with the closest name of its section as a suggestion.
+// in TrainConfig::deepspeed_keys.verdicts (describe() prints them), or the first key refused ends resolve()
+// naming it. A key in no row is unknown, with the closest name of its section as a suggestion.
 #include <algorithm>
 #include <array>
 
@@ -289,7 +289,7 @@ class KeyChecker {
   std::string where() const { return str("DeepSpeed config '", source_, "': "); }
 
   void record(const std::string& path, JsonKeyVerdict::Use use, std::string note) {
-    c_.json_keys.push_back({path, use, std::move(note)});
+    c_.deepspeed_keys.verdicts.push_back({path, use, std::move(note)});
   }
   // Every leaf under `value` (or `path` itself for a leaf), explained by `reason`.
   void explain_all(const std::string& path, const json& value, std::string_view reason) {
@@ -308,11 +308,11 @@ class KeyChecker {
         check_object(value, path);
         return;
       }
-      if (const auto why = c_.json_key_explained.find(path); why != c_.json_key_explained.end()) {
+      if (const auto why = c_.deepspeed_keys.explained.find(path); why != c_.deepspeed_keys.explained.end()) {
         record(path, JsonKeyVerdict::Use::explained, why->second);
       } else {
-        const auto honoured_note = c_.json_key_notes.find(path);
-        std::string note = honoured_note == c_.json_key_notes.end() ? "" : honoured_note->second;
+        const auto honoured_note = c_.deepspeed_keys.notes.find(path);
+        std::string note = honoured_note == c_.deepspeed_keys.notes.end() ? "" : honoured_note->second;
         if (entry != nullptr && !entry->deepspeed_default.empty())
           note += str(note.empty() ? "" : "; ", "DeepSpeed's default ", entry->deepspeed_default);
         record(path, JsonKeyVerdict::Use::honoured, std::move(note));
@@ -385,14 +385,14 @@ bool declared_auto_allowed(std::string_view path, JsonType type) {
 
 void check_deepspeed_keys(TrainConfig& config, const json& document,
                           const std::set<std::string, std::less<>>& read, std::string_view source) {
-  config.json_keys.clear();
+  config.deepspeed_keys.verdicts.clear();
   KeyChecker(config, read, source).check_object(document, "");
 }
 
 void describe_deepspeed_keys(const TrainConfig& config, std::ostream& out) {
-  if (config.json_keys.empty()) return;
+  if (config.deepspeed_keys.verdicts.empty()) return;
   out << "deepspeed config keys\n";
-  for (const JsonKeyVerdict& key : config.json_keys) {
+  for (const JsonKeyVerdict& key : config.deepspeed_keys.verdicts) {
     out << "  " << key.path << "  " << (key.use == JsonKeyVerdict::Use::honoured ? "honoured" : "explained");
     if (!key.note.empty()) out << ": " << key.note;
     out << "\n";

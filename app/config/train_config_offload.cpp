@@ -36,7 +36,7 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
             " DeepSpeed ignores it and so does zerotrain (parameters stay on the device)");
     for (const auto& [name, value] : section->raw().items()) {
       section->mark_read(name);
-      c.json_key_explained[section->path_of(name)] = why;
+      c.deepspeed_keys.explained[section->path_of(name)] = why;
     }
     return;
   }
@@ -51,7 +51,7 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
     settings.pin_memory = v.value;
     set_json_origin(c, v.path, v.path);
     if (c.device == DeviceChoice::cpu) {
-      c.json_key_explained[v.path] =
+      c.deepspeed_keys.explained[v.path] =
           str(show_bool(v.value), ": the CPU backend has no device to copy to, so nothing is page-locked");
     }
   }

@@ -42,7 +42,7 @@ void resolve_optimizer(ResolveContext& context) {
                "zerotrain's AdamW decays weights decoupled");
       if (const JsonValue<bool> v = params->boolean("torch_adam"); v.given()) {
         c.torch_adam = v.value;
-        c.json_key_explained[v.path] =
+        c.deepspeed_keys.explained[v.path] =
             str(show_bool(v.value),
                 ": DeepSpeed's choice between torch's Adam and its fused kernel, the same math; "
                 "zerotrain runs its own AdamW either way");

@@ -34,7 +34,7 @@ JsonValue<bool> read_fp16_section(ResolveContext& context, JsonSection& section)
   }
   if (const JsonValue<bool> v = section.boolean("auto_cast"); given(v)) {
     c.fp16_auto_cast = v.value;
-    c.json_key_explained[v.path] =
+    c.deepspeed_keys.explained[v.path] =
         str(show_bool(v.value),
             ": DeepSpeed casts the model's floating-point inputs to fp16; the model's "
             "inputs are token ids and masks, so there is nothing to cast");

@@ -68,11 +68,12 @@ void resolve_schedule(ResolveContext& context) {
     reconcile(context, c.num_warmup_steps, "num_warmup_steps", warmup);
     schedule.warmup_num_steps = c.num_warmup_steps;
     if (schedule.warmup_num_steps == 0) {
-      c.json_key_notes[warmup.path] =
+      c.deepspeed_keys.notes[warmup.path] =
           "0 from --num_warmup_steps: no warmup (DeepSpeed refuses 0; the schedule starts past its warmup)";
     } else if (schedule.effective_warmup_steps() != schedule.warmup_num_steps) {
-      c.json_key_notes[warmup.path] = str(schedule.warmup_num_steps, ": DeepSpeed warms up over at least ",
-                                          schedule.effective_warmup_steps(), " steps, and so does zerotrain");
+      c.deepspeed_keys.notes[warmup.path] =
+          str(schedule.warmup_num_steps, ": DeepSpeed warms up over at least ",
+              schedule.effective_warmup_steps(), " steps, and so does zerotrain");
     }
     if (!cosine) {
       const JsonValue<double> min_lr = p.number("warmup_min_lr");

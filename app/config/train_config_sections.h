@@ -168,8 +168,8 @@ void resolve_nvme_offload(ResolveContext& context, JsonSection& section, std::st
 // The "aio" block and --host_memory_limit (train_config_aio.cpp); after resolve_zero.
 void resolve_disk_tier(ResolveContext& context);
 
-// Gives every key of `document` its verdict in config.json_keys, or throws for the first refused or unknown
-// one (Note [DeepSpeed keys], train_config_keys.cpp); `read` holds the paths the sections read.
+// Gives every key of `document` its verdict in config.deepspeed_keys, or throws for the first refused or
+// unknown one (Note [DeepSpeed keys], train_config_keys.cpp); `read` holds the paths the sections read.
 void check_deepspeed_keys(TrainConfig& config, const nlohmann::json& document,
                           const std::set<std::string, std::less<>>& read, std::string_view source);
 void describe_deepspeed_keys(const TrainConfig& config, std::ostream& out);

@@ -82,8 +82,8 @@ void resolve_legacy_offload(ResolveContext& context, JsonSection& z) {
              show_bool(v.value), " contradicts ", device, " (",
              legacy.settings.enabled ? "offloaded" : "none",
              "); keep the section, the legacy key's newer form");
-    c.json_key_notes[v.path] = str(show_bool(v.value), ": DeepSpeed's legacy name for ", kZero,
-                                   legacy.section, ".device ", v.value ? "cpu" : "none");
+    c.deepspeed_keys.notes[v.path] = str(show_bool(v.value), ": DeepSpeed's legacy name for ", kZero,
+                                         legacy.section, ".device ", v.value ? "cpu" : "none");
     if (section_given || !v.value) continue;
     if (legacy.key == "cpu_offload") {
       ZT_CHECK(c.zero.stage >= 1, context.where(), v.path, " true needs stage 1, 2 or 3, but ", kZero,
@@ -94,8 +94,8 @@ void resolve_legacy_offload(ResolveContext& context, JsonSection& z) {
                " true needs the optimizer offloaded too (cpu_offload true or offload_optimizer.device cpu)");
       legacy.settings.enabled = true;
     } else {
-      c.json_key_explained[v.path] = str("true: parameters are offloaded at stage 3 only; at stage ",
-                                         c.zero.stage, " DeepSpeed ignores it and so does zerotrain");
+      c.deepspeed_keys.explained[v.path] = str("true: parameters are offloaded at stage 3 only; at stage ",
+                                               c.zero.stage, " DeepSpeed ignores it and so does zerotrain");
       continue;
     }
     c.origins[device] = Origin::json;
@@ -105,7 +105,7 @@ void resolve_legacy_offload(ResolveContext& context, JsonSection& z) {
     for (OffloadSettings* settings : {&c.zero.offload_optimizer, &c.zero.offload_param}) {
       settings->pin_memory = pin.value;
     }
-    c.json_key_notes[pin.path] =
+    c.deepspeed_keys.notes[pin.path] =
         str(show_bool(pin.value), ": DeepSpeed's legacy name for the offload sections' pin_memory");
   }
 }

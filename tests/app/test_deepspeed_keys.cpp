@@ -23,7 +23,7 @@ TrainConfig resolved(std::vector<std::string> flags, const std::string& json) {
 
 // The verdict of `path` in the resolved config ("" if it has none), as "honoured: note" or "explained: why".
 std::string verdict(const TrainConfig& config, const std::string& path) {
-  for (const JsonKeyVerdict& key : config.json_keys) {
+  for (const JsonKeyVerdict& key : config.deepspeed_keys.verdicts) {
     if (key.path == path) {
       return str(key.use == JsonKeyVerdict::Use::honoured ? "honoured" : "explained", ": ", key.note);
     }
