@@ -4,7 +4,7 @@
   real_world_configs.py TRAIN_MRPC DATA_DIR CONFIG_DIR    # exit 0 and "real_world_configs: all checks passed"
 
 Each file (run from its own folder, as an Accelerate YAML names its JSON relative to it) goes through
-`--estimate_memory` and a 2-step run on twenty rows. Each either runs, or ends with exactly one line that
+`--estimate_memory` and a 2-step run on 300 training rows (twenty to evaluate). Each either runs, or ends with exactly one line that
 names a key of the file and why. A run prints the resolution; every key of the file must be in it, each as
 honoured or explained (DeepSpeed JSON keys under "deepspeed config keys", Accelerate YAML keys as
 accelerate.<key>). A file refused because the CPU backend computes in f32 only (fp16 enabled: a GPU config)
@@ -96,9 +96,9 @@ def verdict_of(name, path, text, is_yaml, work):
     rc, out, err = run([flag, file, "--estimate_memory"], folder)
     line = refusal(err)
     check(rc == 0 or line is not None, f"{name}: --estimate_memory runs or ends with one error line")
-    small = os.path.join(work, "small.tsv")
+    small, train = os.path.join(work, "small.tsv"), os.path.join(work, "train.tsv")
     out_dir = os.path.join(work, re.sub(r"\W", "_", name))
-    rc2, out2, err2 = run([flag, file, "--max_train_steps", "2", "--train_file", small, "--validation_file", small,
+    rc2, out2, err2 = run([flag, file, "--max_train_steps", "2", "--train_file", train, "--validation_file", small,
                            "--test_file", small, "--output_dir", out_dir], folder)
     line2 = refusal(err2)
     check(rc2 == 0 or line2 is not None, f"{name}: the 2-step run runs or ends with one error line"
@@ -128,7 +128,7 @@ def verdict_of(name, path, text, is_yaml, work):
         try:
             with open(twin, "w") as f:
                 f.write(twin_text)
-            rc3, out3, err3 = run([flag, os.path.basename(twin), "--max_train_steps", "2", "--train_file", small,
+            rc3, out3, err3 = run([flag, os.path.basename(twin), "--max_train_steps", "2", "--train_file", train,
                                    "--validation_file", small, "--test_file", small, "--output_dir", out_dir + "_twin"],
                                   folder)
             twin_line = refusal(err3)
@@ -152,6 +152,11 @@ def main():
         with open(os.path.join(DATA, "dev.tsv")) as f:
             rows = f.readlines()[:21]
         with open(os.path.join(work, "small.tsv"), "w") as f:
+            f.writelines(rows)
+        # Training rows for 8 ranks (trl's num_processes) of a 32-row micro-batch to each take a step.
+        with open(os.path.join(DATA, "train.tsv")) as f:
+            rows = f.readlines()[:301]
+        with open(os.path.join(work, "train.tsv"), "w") as f:
             f.writelines(rows)
         verdicts = {}
         for root, _, files in sorted(os.walk(CONFIGS)):
