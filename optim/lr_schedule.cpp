@@ -84,4 +84,37 @@ double LrSchedule::lr_at(int64_t step) const {
   return base_lr * factor_at(step);
 }
 
+int64_t DeepSpeedSchedule::effective_warmup_steps() const {
+  return warmup_num_steps == 0 ? 0 : std::max<int64_t>(2, warmup_num_steps);
+}
+
+double DeepSpeedSchedule::lr_at(int64_t optimizer_step, double optimizer_lr) const {
+  ZT_CHECK(optimizer_step >= 0, "lr schedule step must be non-negative, got ", optimizer_step);
+  // The rate DeepSpeed's scheduler sets when it is built (last_batch_iteration -1), used by the first step.
+  if (optimizer_step == 0) return type == Type::warmup_cosine_lr ? 0.0 : warmup_min_lr;
+  const int64_t step = optimizer_step - 1;  // the scheduler's last_batch_iteration
+  const int64_t w = effective_warmup_steps();
+  const double s = static_cast<double>(step), W = static_cast<double>(w),
+               T = static_cast<double>(total_num_steps);
+  // g(s), only for s < W (so W >= 2 and log(W) > 0).
+  auto warmup_gamma = [&] { return warmup_log ? std::log(s + 1.0) / std::log(W) : s / W; };
+  switch (type) {
+    case Type::warmup_lr:
+      if (step < w) return warmup_min_lr + (warmup_max_lr - warmup_min_lr) * warmup_gamma();
+      return warmup_max_lr;
+    case Type::warmup_decay_lr: {
+      if (step < w) return warmup_min_lr + (warmup_max_lr - warmup_min_lr) * warmup_gamma();
+      const double decay = std::max(0.0, (T - s) / std::max(1.0, T - W));
+      return warmup_min_lr + (warmup_max_lr - warmup_min_lr) * decay;
+    }
+    case Type::warmup_cosine_lr: {
+      if (step < w) return optimizer_lr * (warmup_min_ratio + (1.0 - warmup_min_ratio) * warmup_gamma());
+      const double progress = std::min(1.0, (s - W + 1.0) / std::max(1.0, T - W));
+      const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+      return optimizer_lr * std::max(0.0, cos_min_ratio + (1.0 - cos_min_ratio) * cosine);
+    }
+  }
+  ZT_FAIL("invalid DeepSpeedSchedule type ", static_cast<int>(type));
+}
+
 }  // namespace zt::optim

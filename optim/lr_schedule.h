@@ -35,4 +35,35 @@ struct LrSchedule {
   double factor_at(int64_t step) const;
 };
 
+// A DeepSpeed "scheduler" section (DeepSpeed's runtime/lr_schedules.py). When present it replaces HF's
+// schedule (as Accelerate's DummyScheduler does). DeepSpeed sets the rate when the scheduler is built
+// (warmup_min_lr, or 0 for WarmupCosineLR) and steps it after each optimizer step, so optimizer step k >= 1
+// (0-based) runs at the rate of s = k - 1 below, the first at the built rate. w =
+// warmup_num_steps, W = max(2, w) (DeepSpeed warms up over at least 2 steps; w = 0, only reachable from
+// "auto" and --num_warmup_steps 0, means no warmup: W = 0), T = total_num_steps, g(s) = log(s+1)/log(W)
+// (warmup_type log) or s/W (linear):
+//   WarmupLR        s < W: min + (max - min) * g(s)                  else max
+//   WarmupDecayLR   s < W: min + (max - min) * g(s)                  else min + (max - min) * d(s),
+//                   d(s) = max(0, (T - s) / max(1, T - W))           (linear from max down to min at s = T)
+//   WarmupCosineLR  s < W: lr * (r0 + (1 - r0) * g(s))               else lr * max(0, c + (1 - c) * k(s)),
+//                   k(s) = (1 + cos(pi * min(1, (s - W + 1) / max(1, T - W)))) / 2,
+//                   r0 = warmup_min_ratio, c = cos_min_ratio, lr = the optimizer's learning rate
+struct DeepSpeedSchedule {
+  enum class Type { warmup_lr, warmup_decay_lr, warmup_cosine_lr };
+  Type type = Type::warmup_lr;
+  double warmup_min_lr = 0;      // WarmupLR/WarmupDecayLR
+  double warmup_max_lr = 0.001;  // WarmupLR/WarmupDecayLR
+  int64_t warmup_num_steps = 1000;
+  int64_t total_num_steps = 0;    // WarmupDecayLR/WarmupCosineLR
+  bool warmup_log = true;         // warmup_type "log" (DeepSpeed's default) or "linear"
+  double warmup_min_ratio = 0;    // WarmupCosineLR
+  double cos_min_ratio = 0.0001;  // WarmupCosineLR
+
+  // W above: the steps the warmup lasts.
+  int64_t effective_warmup_steps() const;
+  // The learning rate of the optimizer step after `optimizer_step` steps (>= 0); `optimizer_lr` is the
+  // optimizer's own rate, which WarmupCosineLR scales.
+  double lr_at(int64_t optimizer_step, double optimizer_lr) const;
+};
+
 }  // namespace zt::optim

@@ -18,6 +18,7 @@
 //
 // Exit status: 0 ok; 1 validation failed; 2 bad flags.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -28,6 +29,7 @@
 
 #include "optim/adamw.h"
 #include "runtime/check.h"
+#include "runtime/flag_table.h"
 #include "runtime/parallel_blocks.h"
 #include "runtime/thread_pool.h"
 
@@ -43,47 +45,44 @@ struct Flags {
   std::string isa = "auto";   // auto | scalar | avx2 | avx512
 };
 
-int64_t parse_count(const std::string& text) {
+int64_t parse_count(std::string_view flag, const std::string& text) {
   size_t used = 0;
-  const double v = std::stod(text, &used);
-  const std::string unit = text.substr(used);
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = used == 0 ? "?" : text.substr(used);
   const double scale = unit.empty() ? 1 : unit == "K" ? 1e3 : unit == "M" ? 1e6 : unit == "G" ? 1e9 : -1;
-  ZT_CHECK(scale > 0 && v > 0, "--params: expected a count such as 887M, got '", text, "'");
+  ZT_CHECK(scale > 0 && v > 0, "--", flag, ": expected a count such as 887M, got '", text, "'");
   return static_cast<int64_t>(v * scale);
 }
 
-Flags parse_flags(int argc, char** argv) {
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      ZT_CHECK(i + 1 < argc, a, " needs a value");
-      return argv[++i];
-    };
-    if (a == "--params") {
-      f.params = parse_count(value());
-    } else if (a == "--threads") {
-      f.threads = std::stoi(value());
-    } else if (a == "--reps") {
-      f.reps = std::max(1, std::stoi(value()));
-    } else if (a == "--copy") {
-      f.copy = value();
-      ZT_CHECK(f.copy == "none" || f.copy == "bf16" || f.copy == "f16", "--copy must be none, bf16 or f16");
-    } else if (a == "--isa") {
-      f.isa = value();
-      ZT_CHECK(f.isa == "auto" || f.isa == "scalar" || f.isa == "avx2" || f.isa == "avx512",
-               "--isa must be auto, scalar, avx2 or avx512");
-    } else if (a == "--help") {
-      std::puts(
-          "bench_cpu_adam [--params 887M] [--threads 0] [--reps 5] [--copy none|bf16|f16] "
-          "[--isa auto|scalar|avx2|avx512]");
-      std::exit(0);
-    } else {
-      ZT_FAIL("unknown flag ", a, " (see --help)");
-    }
-  }
-  return f;
-}
+using V = const std::string&;
+using F = std::string_view;
+
+const auto kFlags = std::to_array<zt::Flag<Flags>>({
+    {"params", "COUNT", "parameters of the shard (K, M, G suffixes)",
+     [](Flags& f, F n, V v) { f.params = parse_count(n, v); },
+     [](const Flags& f) { return std::to_string(f.params); }},
+    {"threads", "N", "threads of the pool; 0 = all hardware threads",
+     [](Flags& f, F n, V v) { f.threads = static_cast<int>(zt::parse_integer_flag(n, v, 0, 1 << 16)); },
+     [](const Flags& f) { return std::to_string(f.threads); }},
+    {"reps", "N", "timed repetitions (the median is reported)",
+     [](Flags& f, F n, V v) { f.reps = static_cast<int>(zt::parse_integer_flag(n, v, 1, 1 << 20)); },
+     [](const Flags& f) { return std::to_string(f.reps); }},
+    {"copy", "none|bf16|f16", "16-bit parameter copy written in the same pass",
+     [](Flags& f, F n, V v) {
+       f.copy = zt::parse_choice_flag(n, v, {"none", "bf16", "f16"});
+     },
+     [](const Flags& f) { return f.copy; }},
+    {"isa", "auto|scalar|avx2|avx512", "the SIMD body to run",
+     [](Flags& f, F n, V v) {
+       f.isa = zt::parse_choice_flag(n, v, {"auto", "scalar", "avx2", "avx512"});
+     },
+     [](const Flags& f) { return f.isa; }},
+});
 
 zt::optim::CpuIsa isa_of(const std::string& name) {
   if (name == "scalar") return zt::optim::CpuIsa::scalar;
@@ -233,7 +232,14 @@ int run(const Flags& f) {
 
 int main(int argc, char** argv) {
   try {
-    const Flags flags = parse_flags(argc, argv);
+    Flags flags;
+    const zt::ParsedFlags parsed =
+        zt::parse_flags<Flags>(kFlags, std::vector<std::string>(argv + 1, argv + argc), flags);
+    if (parsed.help) {
+      std::fputs(zt::flags_help<Flags>(kFlags, Flags{}, "usage: bench_cpu_adam [--flag value] ...\n").c_str(),
+                 stdout);
+      return 0;
+    }
     return run(flags);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cpu_adam: %s\n", e.what());

@@ -15,6 +15,7 @@
 // 10^9 bytes per second of the pass's wall time. With --direct off the reads may come from the page cache
 // (then they measure memory, not the disk): the JSON says "direct": false.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +29,7 @@
 #include "optim/swap/swap_store.h"
 #include "runtime/check.h"
 #include "runtime/direct_io.h"
+#include "runtime/flag_table.h"
 #include "runtime/memory_size.h"
 #include "runtime/signals.h"
 
@@ -48,11 +50,6 @@ struct Options {
   zt::DirectIoMode direct = zt::DirectIoMode::required;
 };
 
-const char* kUsage =
-    "usage: bench_disk --dir DIR [--size 4GiB] [--record 64MiB] [--buffers 4] [--block_sizes 1MiB,4MiB]\n"
-    "                  [--queue_depths 8,32] [--threads 1] [--backend auto|io_uring|thread_pool]\n"
-    "                  [--direct required|automatic|off]\n";
-
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> parts;
   std::stringstream in(text);
@@ -60,71 +57,75 @@ std::vector<std::string> split(const std::string& text) {
   return parts;
 }
 
-int parse_int(const std::string& flag, const std::string& value, int minimum, int maximum) {
-  size_t used = 0;
-  int parsed = 0;
-  try {
-    parsed = std::stoi(value, &used);
-  } catch (const std::logic_error&) {
-    used = 0;
+std::string join(const auto& values, auto show) {
+  std::string out;
+  for (const auto& v : values) {
+    if (!out.empty()) out += ',';
+    out += show(v);
   }
-  ZT_CHECK(used == value.size() && !value.empty(), flag, ": not an integer: '", value, "'");
-  ZT_CHECK(parsed >= minimum && parsed <= maximum, flag, " must be in [", minimum, ", ", maximum, "], got ",
-           parsed);
-  return parsed;
+  return out;
 }
 
-size_t parse_size(const std::string& flag, const std::string& value) {
-  try {
-    return zt::parse_memory_size(value);
-  } catch (const zt::Error& e) {
-    ZT_FAIL(flag, " needs a size such as 4GiB, got '", value, "': ", e.message());
-  }
-}
+using V = const std::string&;
+using F = std::string_view;
+
+const auto kFlags = std::to_array<zt::Flag<Options>>({
+    {"dir", "DIR", "directory on the disk to measure (required)", [](Options& o, F, V v) { o.dir = v; },
+     [](const Options& o) { return o.dir; }},
+    {"size", "BYTES", "bytes of the swap file of each pass, e.g. 4GiB",
+     [](Options& o, F f, V v) { o.bytes = zt::parse_size_flag(f, v); },
+     [](const Options& o) { return zt::format_memory_size(o.bytes); }},
+    {"record", "BYTES", "bytes per record (the disk tier's sub-group)",
+     [](Options& o, F f, V v) { o.record_bytes = zt::parse_size_flag(f, v); },
+     [](const Options& o) { return zt::format_memory_size(o.record_bytes); }},
+    {"buffers", "N", "host buffers of the pipeline (3 to 64)",
+     [](Options& o, F f, V v) { o.buffers = static_cast<int>(zt::parse_integer_flag(f, v, 3, 64)); },
+     [](const Options& o) { return std::to_string(o.buffers); }},
+    {"block_sizes", "LIST", "comma-separated I/O block sizes, one pass each",
+     [](Options& o, F f, V v) {
+       o.block_sizes.clear();
+       for (const std::string& part : split(v)) o.block_sizes.push_back(zt::parse_size_flag(f, part));
+     },
+     [](const Options& o) {
+       return join(o.block_sizes, [](size_t b) { return zt::format_memory_size(b); });
+     }},
+    {"queue_depths", "LIST", "comma-separated queue depths, one pass each",
+     [](Options& o, F f, V v) {
+       o.queue_depths.clear();
+       for (const std::string& part : split(v))
+         o.queue_depths.push_back(static_cast<int>(zt::parse_integer_flag(f, part, 1, 4096)));
+     },
+     [](const Options& o) { return join(o.queue_depths, [](int q) { return std::to_string(q); }); }},
+    {"threads", "N", "files written and read in parallel (1 to 64)",
+     [](Options& o, F f, V v) { o.threads = static_cast<int>(zt::parse_integer_flag(f, v, 1, 64)); },
+     [](const Options& o) { return std::to_string(o.threads); }},
+    {"backend", "auto|io_uring|thread_pool", "I/O backend of the disk tier",
+     [](Options& o, F f, V v) {
+       const std::string b = zt::parse_choice_flag(f, v, {"auto", "io_uring", "thread_pool"});
+       o.backend = b == "auto"       ? zt::IoBackendChoice::automatic
+                   : b == "io_uring" ? zt::IoBackendChoice::io_uring
+                                     : zt::IoBackendChoice::thread_pool;
+     },
+     [](const Options&) { return std::string("auto"); }},
+    {"direct", "required|automatic|off", "O_DIRECT: required, used where the file system has it, or off",
+     [](Options& o, F f, V v) {
+       const std::string d = zt::parse_choice_flag(f, v, {"required", "automatic", "off"});
+       o.direct = d == "required"    ? zt::DirectIoMode::required
+                  : d == "automatic" ? zt::DirectIoMode::automatic
+                                     : zt::DirectIoMode::off;
+     },
+     [](const Options&) { return std::string("required"); }},
+});
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    ZT_CHECK(i + 1 < argc, flag, " needs a value\n", kUsage);
-    const std::string value = argv[++i];
-    if (flag == "--dir") {
-      o.dir = value;
-    } else if (flag == "--size") {
-      o.bytes = parse_size(flag, value);
-    } else if (flag == "--record") {
-      o.record_bytes = parse_size(flag, value);
-    } else if (flag == "--buffers") {
-      o.buffers = parse_int(flag, value, 3, 64);
-    } else if (flag == "--block_sizes") {
-      o.block_sizes.clear();
-      for (const std::string& part : split(value)) o.block_sizes.push_back(parse_size(flag, part));
-    } else if (flag == "--queue_depths") {
-      o.queue_depths.clear();
-      for (const std::string& part : split(value)) o.queue_depths.push_back(parse_int(flag, part, 1, 4096));
-    } else if (flag == "--threads") {
-      o.threads = parse_int(flag, value, 1, 64);
-    } else if (flag == "--backend") {
-      ZT_CHECK(value == "auto" || value == "io_uring" || value == "thread_pool",
-               "--backend must be auto, io_uring or thread_pool, got '", value, "'");
-      o.backend = value == "auto"       ? zt::IoBackendChoice::automatic
-                  : value == "io_uring" ? zt::IoBackendChoice::io_uring
-                                        : zt::IoBackendChoice::thread_pool;
-    } else if (flag == "--direct") {
-      ZT_CHECK(value == "required" || value == "automatic" || value == "off",
-               "--direct must be required, automatic or off, got '", value, "'");
-      o.direct = value == "required"    ? zt::DirectIoMode::required
-                 : value == "automatic" ? zt::DirectIoMode::automatic
-                                        : zt::DirectIoMode::off;
-    } else {
-      ZT_FAIL("unknown flag ", flag, "\n", kUsage);
-    }
+  if (zt::parse_flags<Options>(kFlags, std::vector<std::string>(argv + 1, argv + argc), o).help) {
+    std::fputs(zt::flags_help<Options>(kFlags, Options{}, "usage: bench_disk --dir DIR [--flag value] ...\n")
+                   .c_str(),
+               stdout);
+    std::exit(0);
   }
-  ZT_CHECK(!o.dir.empty(), "--dir is required (a directory on the disk to measure)\n", kUsage);
+  ZT_CHECK(!o.dir.empty(), "--dir is required (a directory on the disk to measure); see --help");
   ZT_CHECK(o.record_bytes >= zt::kDirectIoAlignment, "--record must be at least 4 KiB");
   ZT_CHECK(o.bytes >= o.record_bytes, "--size must be at least one --record (",
            zt::format_memory_size(o.record_bytes), ")");

@@ -43,9 +43,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -64,6 +66,7 @@
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
 #include "runtime/dtype.h"
+#include "runtime/flag_table.h"
 #include "runtime/memory_size.h"
 #include "runtime/step_profile.h"
 
@@ -117,94 +120,106 @@ struct Options {
   int64_t sub_group_size = 1'000'000'000;  // zero_optimization.sub_group_size (offloaded state's sub-groups)
 };
 
-const char* kUsage =
-    "usage: bench_train_step [--batch 40] [--seq 128] [--dtype bf16|fp16|fp32] [--steps 12] [--warmup 3] "
-    "[--dropout 0.1]\n"
-    "                        [--layers N] [--hidden H] [--estimate_only] [--repeat_batch] [--lr 2e-5]\n"
-    "                        [--zero_stage 0-3] [--world_size N] "
-    "[--gpu_memory_limit SIZE] [--overlap_comm]\n"
-    "                        [--offload none|optimizer|both] [--pin_memory] [--delayed_update] "
-    "[--overlap_update|--no_overlap_update]\n"
-    "                        [--overlap_optimizer] [--back_to_back] [--gradient_checkpointing] [--profile]\n"
-    "                        [--nvme_path DIR [--nvme_buffers 4] [--nvme_pipeline]] [--sub_group_size 1e9]\n"
-    "                        [--nvme_param [--nvme_param_buffers 5]]\n"
-    "                        [--host_memory_limit SIZE] [--attention auto|stored|flash]\n";
+using V = const std::string&;
+using F = std::string_view;
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+int64_t integer(F f, V v) {
+  return zt::parse_integer_flag(f, v, kMin);
+}
+int small_integer(F f, V v) {
+  return static_cast<int>(
+      zt::parse_integer_flag(f, v, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+}
+
+const auto kFlags = std::to_array<zt::Flag<Options>>({
+    {"batch", "B", "batch per rank", [](Options& o, F f, V v) { o.batch = integer(f, v); },
+     [](const Options& o) { return std::to_string(o.batch); }},
+    {"seq", "L", "sequence length", [](Options& o, F f, V v) { o.seq = integer(f, v); },
+     [](const Options& o) { return std::to_string(o.seq); }},
+    {"dtype", "bf16|fp16|fp32", "compute dtype", [](Options& o, F, V v) { o.dtype = v; },
+     [](const Options& o) { return o.dtype; }},
+    {"steps", "N", "timed steps (step_ms is their median)",
+     [](Options& o, F f, V v) { o.steps = integer(f, v); },
+     [](const Options& o) { return std::to_string(o.steps); }},
+    {"warmup", "N", "untimed steps first (plans, caches, first allocations)",
+     [](Options& o, F f, V v) { o.warmup = integer(f, v); },
+     [](const Options& o) { return std::to_string(o.warmup); }},
+    {"dropout", "P", "dropout of the model",
+     [](Options& o, F f, V v) { o.dropout = zt::parse_number_flag(f, v, 0.0); },
+     [](const Options& o) { return zt::str(o.dropout); }},
+    {"layers", "N", "encoder layers; 0 = the xlarge depth (24)",
+     [](Options& o, F f, V v) { o.layers = integer(f, v); },
+     [](const Options& o) { return std::to_string(o.layers); }},
+    {"hidden", "H", "hidden size (a multiple of 64; heads of 64, FFN 4H); 0 = the xlarge width (1536)",
+     [](Options& o, F f, V v) { o.hidden = integer(f, v); },
+     [](const Options& o) { return std::to_string(o.hidden); }},
+    {"estimate_only", "", "print the estimator's plan for the flags and exit (no GPU needed)",
+     [](Options& o, F, V) { o.estimate_only = true; }, nullptr},
+    {"repeat_batch", "", "train every step on the same batch (a few steps show the loss falling)",
+     [](Options& o, F, V) { o.repeat_batch = true; }, nullptr},
+    {"lr", "LR", "learning rate",
+     [](Options& o, F f, V v) { o.learning_rate = zt::parse_number_flag(f, v, 0.0); },
+     [](const Options& o) { return zt::str(o.learning_rate); }},
+    {"zero_stage", "S", "ZeRO stage (0-3)", [](Options& o, F f, V v) { o.zero_stage = small_integer(f, v); },
+     [](const Options& o) { return std::to_string(o.zero_stage); }},
+    {"world_size", "N", "in-process ranks over this one GPU",
+     [](Options& o, F f, V v) { o.world_size = small_integer(f, v); },
+     [](const Options& o) { return std::to_string(o.world_size); }},
+    {"gpu_memory_limit", "SIZE", "cap on each rank's device memory; empty = none",
+     [](Options& o, F, V v) { o.gpu_memory_limit = v; }, [](const Options& o) { return o.gpu_memory_limit; }},
+    {"attention", "auto|stored|flash", "the attention kernel (DebertaConfig::attention_kernel)",
+     [](Options& o, F, V v) { o.attention = v; }, [](const Options& o) { return o.attention; }},
+    {"host_memory_limit", "SIZE", "cap on the trainer's host buffers, as train_mrpc's flag",
+     [](Options& o, F, V v) { o.host_memory_limit = v; },
+     [](const Options& o) { return o.host_memory_limit; }},
+    {"overlap_comm", "", "zero_optimization.overlap_comm: reductions overlap backward (world size > 1)",
+     [](Options& o, F, V) { o.overlap_comm = true; }, nullptr},
+    {"offload", "none|optimizer|both",
+     "CPU offload of the optimizer state (stages 1-3), or of it and the "
+     "stage-3 parameter shard",
+     [](Options& o, F, V v) { o.offload = v; }, [](const Options& o) { return o.offload; }},
+    {"pin_memory", "", "page-locked host buffers for the offload",
+     [](Options& o, F, V) { o.pin_memory = true; }, nullptr},
+    {"delayed_update", "", "ZeRO-Offload's one-step-stale update",
+     [](Options& o, F, V) { o.delayed_update = true; }, nullptr},
+    {"overlap_update", "",
+     "ask for the exact update overlapping the next forward (an error where it cannot run)",
+     [](Options& o, F, V) { o.overlap_update = true; }, nullptr},
+    {"no_overlap_update", "", "turn the overlapped update off",
+     [](Options& o, F, V) { o.no_overlap_update = true; }, nullptr},
+    {"overlap_optimizer", "", "the GPU AdamW overlapping the next forward",
+     [](Options& o, F, V) { o.overlap_optimizer = true; }, nullptr},
+    {"back_to_back", "", "no device sync between timed steps (step_ms = window / steps)",
+     [](Options& o, F, V) { o.back_to_back = true; }, nullptr},
+    {"gradient_checkpointing", "", "each layer recomputed in the backward",
+     [](Options& o, F, V) { o.gradient_checkpointing = true; }, nullptr},
+    {"profile", "", "a per-segment device-time table of the timed steps on stderr",
+     [](Options& o, F, V) { o.profile = true; }, nullptr},
+    {"nvme_path", "DIR", "the offloaded optimizer state on the disk tier in DIR (needs --offload)",
+     [](Options& o, F, V v) { o.nvme_path = v; }, [](const Options& o) { return o.nvme_path; }},
+    {"nvme_buffers", "N", "the disk tier's buffer_count",
+     [](Options& o, F f, V v) { o.nvme_buffers = small_integer(f, v); },
+     [](const Options& o) { return std::to_string(o.nvme_buffers); }},
+    {"nvme_pipeline", "", "pipeline_read and pipeline_write of the disk tier",
+     [](Options& o, F, V) { o.nvme_pipeline = true; }, nullptr},
+    {"sub_group_size", "N", "zero_optimization.sub_group_size (the disk tier's record; 1e9 accepted)",
+     [](Options& o, F f, V v) { o.sub_group_size = static_cast<int64_t>(zt::parse_number_flag(f, v, 1.0)); },
+     [](const Options& o) { return std::to_string(o.sub_group_size); }},
+    {"nvme_param", "",
+     "the stage-3 parameter shard on disk too (--zero_stage 3 --offload both --nvme_path DIR)",
+     [](Options& o, F, V) { o.nvme_param = true; }, nullptr},
+    {"nvme_param_buffers", "N", "buffer_count of the parameter swap",
+     [](Options& o, F f, V v) { o.nvme_param_buffers = small_integer(f, v); },
+     [](const Options& o) { return std::to_string(o.nvme_param_buffers); }},
+});
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (flag == "--profile" || flag == "--estimate_only" || flag == "--repeat_batch") {
-      (flag == "--profile" ? o.profile : flag == "--estimate_only" ? o.estimate_only : o.repeat_batch) = true;
-      continue;
-    }
-    if (flag == "--pin_memory" || flag == "--delayed_update" || flag == "--nvme_pipeline" ||
-        flag == "--overlap_comm" || flag == "--nvme_param" || flag == "--overlap_update" ||
-        flag == "--no_overlap_update" || flag == "--overlap_optimizer" || flag == "--back_to_back" ||
-        flag == "--gradient_checkpointing") {
-      (flag == "--pin_memory"               ? o.pin_memory
-       : flag == "--delayed_update"         ? o.delayed_update
-       : flag == "--overlap_update"         ? o.overlap_update
-       : flag == "--no_overlap_update"      ? o.no_overlap_update
-       : flag == "--overlap_optimizer"      ? o.overlap_optimizer
-       : flag == "--gradient_checkpointing" ? o.gradient_checkpointing
-       : flag == "--back_to_back"           ? o.back_to_back
-       : flag == "--overlap_comm"           ? o.overlap_comm
-       : flag == "--nvme_param"             ? o.nvme_param
-                                            : o.nvme_pipeline) = true;
-      continue;
-    }
-    ZT_CHECK(i + 1 < argc, flag, " needs a value\n", kUsage);
-    const std::string value = argv[++i];
-    try {
-      if (flag == "--batch") {
-        o.batch = std::stoll(value);
-      } else if (flag == "--seq") {
-        o.seq = std::stoll(value);
-      } else if (flag == "--dtype") {
-        o.dtype = value;
-      } else if (flag == "--warmup") {
-        o.warmup = std::stoll(value);
-      } else if (flag == "--steps") {
-        o.steps = std::stoll(value);
-      } else if (flag == "--dropout") {
-        o.dropout = std::stod(value);
-      } else if (flag == "--layers") {
-        o.layers = std::stoll(value);
-      } else if (flag == "--lr") {
-        o.learning_rate = std::stod(value);
-      } else if (flag == "--hidden") {
-        o.hidden = std::stoll(value);
-      } else if (flag == "--zero_stage") {
-        o.zero_stage = std::stoi(value);
-      } else if (flag == "--world_size") {
-        o.world_size = std::stoi(value);
-      } else if (flag == "--host_memory_limit") {
-        o.host_memory_limit = value;
-      } else if (flag == "--gpu_memory_limit") {
-        o.gpu_memory_limit = value;
-      } else if (flag == "--offload") {
-        o.offload = value;
-      } else if (flag == "--attention") {
-        o.attention = value;
-      } else if (flag == "--nvme_path") {
-        o.nvme_path = value;
-      } else if (flag == "--nvme_buffers") {
-        o.nvme_buffers = std::stoi(value);
-      } else if (flag == "--nvme_param_buffers") {
-        o.nvme_param_buffers = std::stoi(value);
-      } else if (flag == "--sub_group_size") {
-        o.sub_group_size = static_cast<int64_t>(std::stod(value));  // DeepSpeed configs write 1e9
-      } else {
-        ZT_FAIL("unknown flag ", flag, "\n", kUsage);
-      }
-    } catch (const std::logic_error&) {
-      ZT_FAIL(flag, ": not a number: ", value);
-    }
+  if (zt::parse_flags<Options>(kFlags, std::vector<std::string>(argv + 1, argv + argc), o).help) {
+    std::fputs(
+        zt::flags_help<Options>(kFlags, Options{}, "usage: bench_train_step [--flag value] ...\n").c_str(),
+        stdout);
+    std::exit(0);
   }
   ZT_CHECK(o.batch > 0 && o.seq > 1 && o.steps >= 1 && o.layers >= 0 && o.world_size >= 1 && o.hidden >= 0 &&
                o.hidden % 64 == 0,

@@ -5,6 +5,7 @@
 //   convert_hf forward MODEL_FILE INPUTS.h5 OUT.h5     (our CPU logits for a batch; for round-trip checks)
 //
 // See model/hf_checkpoint.h for the formats, name mapping and head re-initialisation.
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "model/model_file.h"
 #include "model/parameters.h"
 #include "runtime/check.h"
+#include "runtime/flag_table.h"
 #include "runtime/h5file.h"
 
 namespace {
@@ -39,40 +41,36 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-int64_t parse_int(const std::string& flag, const std::string& text) {
-  size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  ZT_CHECK(used == text.size() && !text.empty(), flag, " needs an integer, got '", text, "'");
-  return v;
-}
+using V = const std::string&;
+using F = std::string_view;
+
+const auto kImportFlags = std::to_array<zt::Flag<zt::HfImportOptions>>({
+    {"num_labels", "N", "classifier size; another size than the checkpoint's gets a new head",
+     [](zt::HfImportOptions& o, F f, V v) { o.num_labels = zt::parse_integer_flag(f, v, 1); },
+     [](const zt::HfImportOptions&) { return std::string("the checkpoint's"); }},
+    {"dtype", "f32|bf16|f16", "dtype of the stored parameters",
+     [](zt::HfImportOptions& o, F f, V v) {
+       o.dtype = zt::parse_dtype(zt::parse_choice_flag(f, v, {"f32", "bf16", "f16"}));
+     },
+     [](const zt::HfImportOptions& o) { return std::string(zt::dtype_name(o.dtype)); }},
+    {"seed", "S", "seed of a new classifier head",
+     [](zt::HfImportOptions& o, F f, V v) {
+       o.seed = static_cast<uint64_t>(zt::parse_integer_flag(f, v, 0));
+     },
+     [](const zt::HfImportOptions& o) { return std::to_string(o.seed); }},
+});
 
 int run_import(const std::vector<std::string>& args) {
-  std::vector<std::string> positional;
   zt::HfImportOptions options;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      ZT_CHECK(i + 1 < args.size(), a, " needs a value");
-      return args[++i];
-    };
-    if (a == "--num_labels") {
-      options.num_labels = parse_int(a, value());
-    } else if (a == "--dtype") {
-      options.dtype = zt::parse_dtype(value());
-      ZT_CHECK(zt::is_floating(options.dtype), "--dtype must be f32, bf16 or f16");
-    } else if (a == "--seed") {
-      options.seed = static_cast<uint64_t>(parse_int(a, value()));
-    } else if (a.starts_with("--")) {
-      ZT_FAIL("unknown option ", a);
-    } else {
-      positional.push_back(a);
-    }
+  const zt::ParsedFlags parsed = zt::parse_flags<zt::HfImportOptions>(kImportFlags, args, options, true);
+  if (parsed.help) {
+    std::fputs(zt::flags_help<zt::HfImportOptions>(kImportFlags, zt::HfImportOptions{},
+                                                   "usage: convert_hf import DIR OUT [--flag value] ...\n")
+                   .c_str(),
+               stdout);
+    return 0;
   }
+  const std::vector<std::string>& positional = parsed.operands;
   ZT_CHECK(positional.size() == 2, "import needs DIR and OUT");
   const auto start = std::chrono::steady_clock::now();
   zt::HfImportReport r = zt::import_hf_checkpoint(positional[0], positional[1], options);

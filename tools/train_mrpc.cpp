@@ -49,6 +49,9 @@ void choose_device(TrainConfig& config) {
     config.device = gpu ? DeviceChoice::cuda : DeviceChoice::cpu;
   }
   if (config.device == DeviceChoice::cpu && config.dtype != ComputeDType::f32) {
+    ZT_CHECK(config.origin_of("dtype") != Origin::accelerate, "accelerate config '", config.config_file, "' ",
+             config.origin_notes["dtype"], " ", zt::optim::compute_dtype_name(config.dtype),
+             ": the CPU backend computes in f32 only; set it to 'no', or train on a GPU");
     ZT_CHECK(config.origin_of("dtype") == Origin::default_value, "--dtype ",
              zt::optim::compute_dtype_name(config.dtype),
              ": the CPU backend computes in f32 only; pass --dtype f32, leave it out, or train on a GPU");

@@ -32,6 +32,7 @@
 //
 // Exit status: 0 every kernel passed; 1 a kernel failed validation or threw; 2 bad flags, no GPU, or a
 // build without CUDA (ZT_WITH_CUDA off).
+#include <array>
 #include <charconv>
 #include <cstdio>
 #include <exception>
@@ -40,6 +41,7 @@
 
 #include "runtime/check.h"
 #include "runtime/device.h"
+#include "runtime/flag_table.h"
 
 #ifdef ZT_WITH_CUDA
 #include <cuda_runtime.h>
@@ -57,16 +59,10 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: zt_bench [--only SUBSTRING] [--reps N] [--batch B] [--seq L] [--json PATH] [--help]\n"
+    "usage: zt_bench [--flag value] ...\n"
     "  Kernel microbenchmarks at the DeBERTa-v2-xlarge training shapes (B 40, L 128): each kernel is\n"
     "  validated against its CPU reference, then timed with the L2 flushed; reports GB/s or TFLOP/s and\n"
-    "  the fraction of the HBM copy bandwidth / bf16 GEMM throughput measured in the same run.\n"
-    "  --only SUBSTRING  run only kernels whose name contains SUBSTRING (the ceilings always run)\n"
-    "  --reps N          timed calls per kernel, N >= 1 (default 20)\n"
-    "  --batch B, --seq L  the timed shape's batch and sequence length (default 40 and 128; L <= 16384,\n"
-    "                    past 1024 with --only flash: the stored attention stops there)\n"
-    "  --json PATH       also write every result as JSON to PATH\n"
-    "  --help            print this and exit\n";
+    "  the fraction of the HBM copy bandwidth / bf16 GEMM throughput measured in the same run.\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -80,38 +76,34 @@ struct Options {
   std::string json_path;          // empty: no JSON
 };
 
-// Accepts "--flag value" and "--flag=value"; anything else is a UsageError (exit 2).
+using V = const std::string&;
+using F = std::string_view;
+
+const auto kFlags = std::to_array<zt::Flag<Options>>({
+    {"only", "SUBSTRING", "run only kernels whose name contains SUBSTRING (the ceilings always run)",
+     [](Options& o, F, V v) { o.only = v; }, [](const Options& o) { return o.only; }},
+    {"reps", "N", "timed calls per kernel",
+     [](Options& o, F f, V v) { o.reps = static_cast<int>(zt::parse_integer_flag(f, v, 1, 1 << 20)); },
+     [](const Options& o) { return std::to_string(o.reps); }},
+    {"batch", "B", "the timed shape's batch",
+     [](Options& o, F f, V v) { o.batch = zt::parse_integer_flag(f, v, 1, 1 << 20); },
+     [](const Options& o) { return std::to_string(o.batch); }},
+    // Past 1024 only the flash attention runs (the stored attention's scores stop there).
+    {"seq", "L", "the timed shape's sequence length (at most 16384; past 1024 with --only flash)",
+     [](Options& o, F f, V v) { o.seq = zt::parse_integer_flag(f, v, 1, 16384); },
+     [](const Options& o) { return std::to_string(o.seq); }},
+    {"json", "PATH", "also write every result as JSON to PATH", [](Options& o, F, V v) { o.json_path = v; },
+     [](const Options& o) { return o.json_path; }},
+});
+
+// Bad flags are a UsageError (exit 2).
 Options parse_options(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i], inline_value;
-    const size_t eq = flag.find('=');
-    const bool has_inline = flag.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (has_inline) inline_value = flag.substr(eq + 1), flag.resize(eq);
-    auto value = [&]() -> std::string {
-      if (has_inline) return inline_value;
-      if (i + 1 >= argc) throw UsageError(zt::str(flag, " needs a value"));
-      return argv[++i];
-    };
-    if (flag == "--help" || flag == "-h") {
-      options.help = true;
-    } else if (flag == "--only") {
-      options.only = value();
-    } else if (flag == "--reps" || flag == "--batch" || flag == "--seq") {
-      const std::string text = value();
-      int64_t number = 0;
-      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
-      const int64_t most = flag == "--seq" ? 16384 : 1 << 20;  // past 1024: the flash attention only
-      if (ec != std::errc{} || end != text.data() + text.size() || number < 1 || number > most)
-        throw UsageError(zt::str(flag, " needs a whole number in [1, ", most, "], got '", text, "'"));
-      if (flag == "--reps") options.reps = static_cast<int>(number);
-      if (flag == "--batch") options.batch = number;
-      if (flag == "--seq") options.seq = number;
-    } else if (flag == "--json") {
-      options.json_path = value();
-    } else {
-      throw UsageError(zt::str("unknown flag '", flag, "' (zt_bench --help lists the flags)"));
-    }
+  try {
+    options.help =
+        zt::parse_flags<Options>(kFlags, std::vector<std::string>(argv + 1, argv + argc), options).help;
+  } catch (const zt::Error& e) {
+    throw UsageError(e.message());
   }
   return options;
 }
@@ -172,7 +164,7 @@ int run_benchmarks(const Options& options) {
 int run(int argc, char** argv) {
   const Options options = parse_options(argc, argv);
   if (options.help) {
-    std::fputs(kUsage, stdout);
+    std::fputs(zt::flags_help<Options>(kFlags, Options{}, kUsage).c_str(), stdout);
     return 0;
   }
 #ifdef ZT_WITH_CUDA

@@ -74,14 +74,10 @@ void resolve_run_keys(ResolveContext& context) {
            "--with_tracking writes TensorBoard event files under <output_dir>/runs/: give --output_dir");
   if (context.top == nullptr) return;
   JsonSection& top = *context.top;
-  // DeepSpeed prints a progress line every steps_per_print steps; ours is the loss line of --log_every, so
-  // the key sets it (and contradicts an explicit --log_every like any other flag/JSON pair).
-  reconcile(context, context.config.log_every, "log_every", top.integer("steps_per_print", false, 1));
+  // steps_per_print (DeepSpeed's console interval) and zero_allow_untested_optimizer are explained by the key
+  // table (train_config_keys.cpp): neither changes what is logged or run.
   reconcile(context, context.config.wall_clock_breakdown, "wall_clock_breakdown",
-            top.boolean("wall_clock_breakdown", false));
-  // Accepted because Accelerate-generated configs carry it; our optimizer is always the built-in AdamW, so
-  // there is no "untested optimizer" to allow.
-  top.boolean("zero_allow_untested_optimizer", false);
+            top.boolean("wall_clock_breakdown"));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -227,12 +223,7 @@ void TrainConfig::resolve_impl(const json* ds, std::string_view source, const Re
   ZT_CHECK(!offload_delayed_update || zero.offload_optimizer.enabled,
            "--offload_delayed_update needs zero_optimization.offload_optimizer.device cpu (or nvme) in the "
            "DeepSpeed config (it delays the CPU optimizer update)");
-  if (top) {
-    top->reject_unread({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                        "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
-                        "zero_allow_untested_optimizer", "optimizer", "scheduler", "fp16", "bf16",
-                        "zero_optimization", "aio"});
-  }
+  if (top) check_deepspeed_keys(*this, *ds, top->read_paths(), source);
   resolved = true;
 }
 
@@ -287,6 +278,7 @@ std::string TrainConfig::describe() const {
   out.line("report_to", report_to);
   out.line("wall_clock_breakdown", show_bool(wall_clock_breakdown));
   out.line("estimate_memory", show_bool(estimate_memory));
+  describe_deepspeed_keys(*this, text);
   return text.str();
 }
 

@@ -56,6 +56,24 @@
 namespace zt::optim {
 
 enum class ComputeDType { f32, bf16, f16 };
+
+// What zerotrain does with one key of a DeepSpeed JSON (a refused key ends resolve() with an error instead).
+struct JsonKeyVerdict {
+  enum class Use { honoured, explained };
+
+  std::string path;  // e.g. "zero_optimization.offload_optimizer.pin_memory"
+  Use use = Use::honoured;
+  std::string note;  // honoured: what it sets, or a note on its value; explained: why it changes nothing
+};
+
+// Every key of the DeepSpeed JSON with its verdict, printed by describe() under "deepspeed config keys"
+// (Note [DeepSpeed keys], app/config/train_config_keys.cpp). The sections set notes as they resolve.
+struct DeepSpeedKeyVerdicts {
+  std::vector<JsonKeyVerdict> verdicts;                       // dotted paths, document order
+  std::map<std::string, std::string, std::less<>> notes;      // path -> note on an honoured key's line
+  std::map<std::string, std::string, std::less<>> explained;  // path -> why a key read changes nothing
+};
+
 enum class DeviceChoice { auto_detect, cpu, cuda };
 
 // Where a resolved value came from; printed by describe().
@@ -76,23 +94,6 @@ struct CheckpointingSteps {
   int64_t every = 0;  // for Kind::steps, > 0
 };
 
-// A DeepSpeed "scheduler" section. When present it replaces --lr_scheduler_type (as Accelerate's
-// DummyScheduler does). Semantics (DeepSpeed runtime/lr_schedules.py), s = step, W = warmup_num_steps:
-//   WarmupLR        lr = min + (max - min) * g(s) during warmup, then max.   g = log(s+1)/log(W) or s/W
-//   WarmupDecayLR   as WarmupLR, then max * (T - s) / (T - W) linearly to 0 at total_num_steps T
-//   WarmupCosineLR  ratio warmup_min_ratio -> 1 over W, then cosine to cos_min_ratio at T (times optimizer
-//   lr)
-struct DeepSpeedSchedule {
-  enum class Type { warmup_lr, warmup_decay_lr, warmup_cosine_lr };
-  Type type = Type::warmup_lr;
-  double warmup_min_lr = 0;      // WarmupLR/WarmupDecayLR
-  double warmup_max_lr = 0.001;  // WarmupLR/WarmupDecayLR
-  int64_t warmup_num_steps = 1000;
-  int64_t total_num_steps = 0;    // WarmupDecayLR/WarmupCosineLR
-  bool warmup_log = true;         // warmup_type "log" (DeepSpeed's default) or "linear"
-  double warmup_min_ratio = 0;    // WarmupCosineLR
-  double cos_min_ratio = 0.0001;  // WarmupCosineLR
-};
 std::string_view deepspeed_schedule_name(DeepSpeedSchedule::Type type);
 
 // The disk-tier keys of an offload section (device "nvme"), DeepSpeed's names and defaults. Note [Disk tier
@@ -136,8 +137,7 @@ struct ZeroSettings {
   bool overlap_comm = false;   // collectives on a communication stream; DeepSpeed: true for stage 3 only
   bool reduce_scatter = true;  // false = all-reduce the gradients, then keep this rank's shard
   int64_t reduce_bucket_size = 500'000'000;
-  bool contiguous_gradients = true;    // always true (false is refused)
-  bool round_robin_gradients = false;  // always false (true is refused)
+  bool contiguous_gradients = true;  // always true (false is refused)
   OffloadSettings offload_optimizer;
   OffloadSettings offload_param;  // stage 3 only
   int64_t sub_group_size = 1'000'000'000;
@@ -252,6 +252,7 @@ struct TrainConfig {
   bool fp16_auto_cast = false;
   ZeroSettings zero;
   AioSettings aio;
+  DeepSpeedKeyVerdicts deepspeed_keys;  // what each key of the DeepSpeed JSON does here
   bool resolved = false;
 
   // Parses command-line flags ("--flag value", "--flag=value", bare booleans). Throws zt::Error naming the
@@ -294,6 +295,9 @@ struct TrainConfig {
 
 inline constexpr int kMaxWorldSize = 64;                             // --world_size's upper bound
 inline constexpr size_t kMaxDeepSpeedConfigBytes = size_t{1} << 20;  // a real config is a few KiB
+// Nesting of objects/arrays (JSON) or mappings/sequences (YAML) a config may have: real ones nest 3 or 4
+// levels. Checked before anything recurses over the value (yaml-cpp's parser, nlohmann's dump in a message).
+inline constexpr int kMaxConfigNesting = 64;
 
 // A default that depends on the run (Note [Defaults that depend on the run]); values are in the flag's own
 // syntax and go through its parser.

@@ -61,7 +61,7 @@ void resolve_nvme_offload(ResolveContext& context, JsonSection& section, std::st
   settings.enabled = device == "nvme";
 
   auto integer = [&](const char* name, int64_t& field, int64_t minimum, int64_t maximum) {
-    const JsonValue<int64_t> v = section.integer(name, false, minimum, maximum);
+    const JsonValue<int64_t> v = section.integer(name, minimum, maximum);
     if (v.given()) {
       field = v.value;
       set_json_origin(c, v.path, v.path);
@@ -69,7 +69,7 @@ void resolve_nvme_offload(ResolveContext& context, JsonSection& section, std::st
     return v;
   };
   auto boolean = [&](const char* name, bool& field) {
-    const JsonValue<bool> v = section.boolean(name, false);
+    const JsonValue<bool> v = section.boolean(name);
     if (v.given()) {
       field = v.value;
       set_json_origin(c, v.path, v.path);
@@ -105,7 +105,7 @@ void resolve_disk_tier(ResolveContext& context) {
   c.aio = AioSettings{};
   if (std::optional<JsonSection> aio = context.section("aio")) {
     auto integer = [&](const char* name, int64_t& field, int64_t minimum, int64_t maximum) {
-      const JsonValue<int64_t> v = aio->integer(name, false, minimum, maximum);
+      const JsonValue<int64_t> v = aio->integer(name, minimum, maximum);
       if (v.given()) {
         field = v.value;
         set_json_origin(c, v.path, v.path);
@@ -113,7 +113,7 @@ void resolve_disk_tier(ResolveContext& context) {
       return v;
     };
     auto boolean = [&](const char* name, bool& field) {
-      const JsonValue<bool> v = aio->boolean(name, false);
+      const JsonValue<bool> v = aio->boolean(name);
       if (v.given()) {
         field = v.value;
         set_json_origin(c, v.path, v.path);
@@ -126,7 +126,7 @@ void resolve_disk_tier(ResolveContext& context) {
              " (O_DIRECT transfers whole blocks), got ", block.value);
     integer("queue_depth", c.aio.queue_depth, 1, kMaxQueueDepth);
     const JsonValue<int64_t> threads = integer("thread_count", c.aio.thread_count, 1, kMaxAioThreads);
-    const JsonValue<int64_t> newer = aio->integer("intra_op_parallelism", false, 1, kMaxAioThreads);
+    const JsonValue<int64_t> newer = aio->integer("intra_op_parallelism", 1, kMaxAioThreads);
     ZT_CHECK(!(threads.given() && newer.given()), context.where(), "has both ", threads.path, " and ",
              newer.path, " (its newer name); keep one");
     if (newer.given()) {
@@ -135,13 +135,11 @@ void resolve_disk_tier(ResolveContext& context) {
     }
     boolean("single_submit", c.aio.single_submit);
     boolean("overlap_events", c.aio.overlap_events);
-    const JsonValue<bool> gds = aio->boolean("use_gds", false);
+    const JsonValue<bool> gds = aio->boolean("use_gds");
     ZT_CHECK(
         !(gds.given() && gds.value), context.where(), gds.path,
         " true: GPUDirect Storage is not supported (the disk tier stages through host buffers); set it to "
         "false or remove it");
-    aio->reject_unread({"block_size", "queue_depth", "thread_count", "intra_op_parallelism", "single_submit",
-                        "overlap_events", "use_gds"});
   }
 
   ZT_CHECK(c.host_memory_limit == 0 || any_offload(c), "--host_memory_limit ",

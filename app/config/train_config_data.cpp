@@ -29,9 +29,9 @@ void resolve_batch_sizes(ResolveContext& context) {
   const int64_t world = c.world_size;
   JsonValue<int64_t> train_batch, micro, accumulation;
   if (context.top != nullptr) {
-    train_batch = context.top->integer("train_batch_size", true, 1);
-    micro = context.top->integer("train_micro_batch_size_per_gpu", true, 1);
-    accumulation = context.top->integer("gradient_accumulation_steps", true, 1);
+    train_batch = context.top->integer("train_batch_size", 1);
+    micro = context.top->integer("train_micro_batch_size_per_gpu", 1);
+    accumulation = context.top->integer("gradient_accumulation_steps", 1);
   }
   const bool micro_known = micro.given() || c.origin_of("per_device_train_batch_size") == Origin::flag;
   const bool accumulation_known =

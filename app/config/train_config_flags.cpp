@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "app/config/train_config_sections.h"
+#include "runtime/flag_table.h"
 #include "runtime/memory_size.h"
 
 namespace zt::optim {
@@ -23,30 +24,8 @@ namespace {
 // A year: far beyond any real wait, and small enough to convert to milliseconds without overflow.
 constexpr int64_t kMaxTimeoutSeconds = int64_t{365} * 24 * 3600;
 
-int64_t parse_flag_integer(std::string_view flag, const std::string& text, int64_t minimum,
-                           int64_t maximum = std::numeric_limits<int64_t>::max()) {
-  errno = 0;
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  ZT_CHECK(!text.empty() && end == text.c_str() + text.size() && errno == 0, "--", flag,
-           " needs an integer, got '", text, "'");
-  ZT_CHECK(value >= minimum, "--", flag, " must be at least ", minimum, ", got ", value);
-  ZT_CHECK(value <= maximum, "--", flag, " must be at most ", maximum, ", got ", value);
-  return value;
-}
-
-double parse_flag_number(std::string_view flag, const std::string& text, double minimum) {
-  errno = 0;
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  ZT_CHECK(!text.empty() && end == text.c_str() + text.size() && errno == 0 && std::isfinite(value), "--",
-           flag, " needs a number, got '", text, "'");
-  ZT_CHECK(value >= minimum, "--", flag, " must be at least ", minimum, ", got ", text);
-  return value;
-}
-
 double parse_flag_probability(std::string_view flag, const std::string& text) {
-  const double value = parse_flag_number(flag, text, 0.0);
+  const double value = zt::parse_number_flag(flag, text, 0.0);
   ZT_CHECK(value < 1.0, "--", flag, " must be in [0, 1), got ", text);
   return value;
 }
@@ -65,13 +44,8 @@ DeviceChoice parse_device(std::string_view flag, std::string_view text) {
   ZT_FAIL("--", flag, " must be auto, cpu or cuda, got '", text, "'");
 }
 
-struct FlagSpec {
-  std::string_view name;     // without the leading "--"
-  std::string_view metavar;  // empty for a boolean flag (bare, or --flag=true|false)
-  std::string_view help;
-  void (*set)(TrainConfig& config, std::string_view flag, const std::string& value);
-  std::string (*show)(const TrainConfig& config);  // the current value, for the default in --help
-};
+// A row of the flag table (runtime/flag_table.h): parsing and --help read the same rows.
+using FlagSpec = zt::Flag<TrainConfig>;
 
 using C = TrainConfig;
 using V = const std::string&;
@@ -98,23 +72,23 @@ const std::vector<FlagSpec>& flag_table() {
       {"test_file", "PATH", "test TSV", [](C& c, F, V v) { c.test_file = v; },
        [](const C& c) { return c.test_file.empty() ? std::string("<data_dir>/test.tsv") : c.test_file; }},
       {"max_length", "N", "maximum tokens per sentence pair after tokenization; longer pairs are truncated",
-       [](C& c, F f, V v) { c.max_length = parse_flag_integer(f, v, 3); },
+       [](C& c, F f, V v) { c.max_length = zt::parse_integer_flag(f, v, 3); },
        [](const C& c) { return std::to_string(c.max_length); }},
       {"pad_to_max_length", "", "pad every batch to max_length instead of its longest row",
        [](C& c, F, V) { c.pad_to_max_length = true; },
        [](const C& c) { return show_bool(c.pad_to_max_length); }},
       {"per_device_train_batch_size", "N",
        "training batch size per rank (DeepSpeed train_micro_batch_size_per_gpu)",
-       [](C& c, F f, V v) { c.per_device_train_batch_size = parse_flag_integer(f, v, 1); },
+       [](C& c, F f, V v) { c.per_device_train_batch_size = zt::parse_integer_flag(f, v, 1); },
        [](const C& c) { return std::to_string(c.per_device_train_batch_size); }},
       {"per_device_eval_batch_size", "N", "evaluation batch size per rank",
-       [](C& c, F f, V v) { c.per_device_eval_batch_size = parse_flag_integer(f, v, 1); },
+       [](C& c, F f, V v) { c.per_device_eval_batch_size = zt::parse_integer_flag(f, v, 1); },
        [](const C& c) { return std::to_string(c.per_device_eval_batch_size); }},
       {"learning_rate", "LR", "peak learning rate (after warmup)",
-       [](C& c, F f, V v) { c.learning_rate = parse_flag_number(f, v, 0.0); },
+       [](C& c, F f, V v) { c.learning_rate = zt::parse_number_flag(f, v, 0.0); },
        [](const C& c) { return show_double(c.learning_rate); }},
       {"weight_decay", "WD", "AdamW weight decay (not applied to biases and LayerNorm weights)",
-       [](C& c, F f, V v) { c.weight_decay = parse_flag_number(f, v, 0.0); },
+       [](C& c, F f, V v) { c.weight_decay = zt::parse_number_flag(f, v, 0.0); },
        [](const C& c) { return show_double(c.weight_decay); }},
       {"adam_beta1", "B1", "AdamW beta1", [](C& c, F f, V v) { c.adam_beta1 = parse_flag_probability(f, v); },
        [](const C& c) { return show_double(c.adam_beta1); }},
@@ -122,24 +96,24 @@ const std::vector<FlagSpec>& flag_table() {
        [](const C& c) { return show_double(c.adam_beta2); }},
       {"adam_epsilon", "EPS", "AdamW epsilon",
        [](C& c, F f, V v) {
-         c.adam_epsilon = parse_flag_number(f, v, 0.0);
+         c.adam_epsilon = zt::parse_number_flag(f, v, 0.0);
          ZT_CHECK(c.adam_epsilon > 0, "--", f, " must be positive, got ", v);
        },
        [](const C& c) { return show_double(c.adam_epsilon); }},
       {"max_grad_norm", "NORM",
        "clip the global gradient norm to this; 0 disables (HF Trainer's default 1.0)",
-       [](C& c, F f, V v) { c.max_grad_norm = parse_flag_number(f, v, 0.0); },
+       [](C& c, F f, V v) { c.max_grad_norm = zt::parse_number_flag(f, v, 0.0); },
        [](const C& c) { return show_double(c.max_grad_norm); }},
       {"num_train_epochs", "N", "epochs to train (ignored when --max_train_steps is given)",
-       [](C& c, F f, V v) { c.num_train_epochs = parse_flag_integer(f, v, 1); },
+       [](C& c, F f, V v) { c.num_train_epochs = zt::parse_integer_flag(f, v, 1); },
        [](const C& c) { return std::to_string(c.num_train_epochs); }},
       {"max_train_steps", "N", "total optimizer steps; overrides --num_train_epochs",
-       [](C& c, F f, V v) { c.max_train_steps = parse_flag_integer(f, v, 1); },
+       [](C& c, F f, V v) { c.max_train_steps = zt::parse_integer_flag(f, v, 1); },
        [](const C& c) {
          return c.max_train_steps ? std::to_string(*c.max_train_steps) : std::string("none");
        }},
       {"gradient_accumulation_steps", "N", "micro-batches accumulated per optimizer step",
-       [](C& c, F f, V v) { c.gradient_accumulation_steps = parse_flag_integer(f, v, 1); },
+       [](C& c, F f, V v) { c.gradient_accumulation_steps = zt::parse_integer_flag(f, v, 1); },
        [](const C& c) { return std::to_string(c.gradient_accumulation_steps); }},
       {"lr_scheduler_type", "NAME", "linear, cosine, constant or constant_with_warmup",
        [](C& c, F, V v) {
@@ -148,10 +122,10 @@ const std::vector<FlagSpec>& flag_table() {
        },
        [](const C& c) { return c.lr_scheduler_type; }},
       {"num_warmup_steps", "N", "optimizer steps of linear warmup",
-       [](C& c, F f, V v) { c.num_warmup_steps = parse_flag_integer(f, v, 0); },
+       [](C& c, F f, V v) { c.num_warmup_steps = zt::parse_integer_flag(f, v, 0); },
        [](const C& c) { return std::to_string(c.num_warmup_steps); }},
       {"seed", "N", "seed for initialization, shuffling and dropout",
-       [](C& c, F f, V v) { c.seed = static_cast<uint64_t>(parse_flag_integer(f, v, 0)); },
+       [](C& c, F f, V v) { c.seed = static_cast<uint64_t>(zt::parse_integer_flag(f, v, 0)); },
        [](const C& c) { return std::to_string(c.seed); }},
       {"output_dir", "DIR", "where to write the final model and checkpoints; empty = write nothing",
        [](C& c, F, V v) { c.output_dir = v; }, [](const C& c) { return c.output_dir; }},
@@ -161,7 +135,7 @@ const std::vector<FlagSpec>& flag_table() {
          if (v == "epoch") {
            c.checkpointing_steps = {CheckpointingSteps::Kind::epoch, 0};
          } else {
-           c.checkpointing_steps = {CheckpointingSteps::Kind::steps, parse_flag_integer(f, v, 1)};
+           c.checkpointing_steps = {CheckpointingSteps::Kind::steps, zt::parse_integer_flag(f, v, 1)};
          }
        },
        [](const C& c) { return show_checkpointing(c.checkpointing_steps); }},
@@ -213,15 +187,19 @@ const std::vector<FlagSpec>& flag_table() {
        [](C& c, F f, V v) { c.device = parse_device(f, v); },
        [](const C& c) { return std::string(device_choice_name(c.device)); }},
       {"log_every", "N", "optimizer steps between loss lines (DeepSpeed steps_per_print sets it too)",
-       [](C& c, F f, V v) { c.log_every = parse_flag_integer(f, v, 1); },
+       [](C& c, F f, V v) { c.log_every = zt::parse_integer_flag(f, v, 1); },
        [](const C& c) { return std::to_string(c.log_every); }},
       {"world_size", "N",
        "ranks of the run, as threads of this process with in-process collectives (ZeRO shards over them)",
-       [](C& c, F f, V v) { c.world_size = static_cast<int>(parse_flag_integer(f, v, 1, kMaxWorldSize)); },
+       [](C& c, F f, V v) {
+         c.world_size = static_cast<int>(zt::parse_integer_flag(f, v, 1, kMaxWorldSize));
+       },
        [](const C& c) { return std::to_string(c.world_size); }},
       {"collective_timeout", "SECONDS",
        "a rank waiting longer than this in a collective aborts the run naming the missing ranks; 0 = none",
-       [](C& c, F f, V v) { c.collective_timeout_seconds = parse_flag_integer(f, v, 0, kMaxTimeoutSeconds); },
+       [](C& c, F f, V v) {
+         c.collective_timeout_seconds = zt::parse_integer_flag(f, v, 0, kMaxTimeoutSeconds);
+       },
        [](const C& c) { return std::to_string(c.collective_timeout_seconds); }},
       {"debug_collectives", "", "extra checks and logging around every collective, for diagnosing hangs",
        [](C& c, F, V) { c.debug_collectives = true; },
@@ -351,45 +329,21 @@ TrainConfig TrainConfig::from_args(int argc, const char* const* argv) {
 
 TrainConfig TrainConfig::from_args(const std::vector<std::string>& args) {
   TrainConfig config;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--help" || arg == "-h") {
-      config.show_help = true;
-      return config;
-    }
-    ZT_CHECK(arg.starts_with("--") && arg.size() > 2, "unexpected argument '", arg,
-             "' (flags look like --name value or --name=value; see --help)");
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    const FlagSpec* spec = find_flag(name);
-    if (spec == nullptr) {
-      if (std::find(kHfFlagsNotSupported.begin(), kHfFlagsNotSupported.end(), name) !=
-          kHfFlagsNotSupported.end()) {
-        ZT_FAIL("--", name, " is a run_glue_no_trainer.py flag that zerotrain does not support");
-      }
-      std::vector<std::string_view> names;
-      for (const FlagSpec& s : flag_table()) names.push_back(s.name);
-      ZT_FAIL("unknown flag '--", name, "'", suggestion(name, names), "; see --help");
-    }
-    std::string value;
-    if (spec->metavar.empty()) {  // boolean: bare, or --flag=true|false
-      if (eq != std::string::npos) {
-        value = arg.substr(eq + 1);
-        ZT_CHECK(value == "true" || value == "false", "--", name, " is a switch; give it bare or as --", name,
-                 "=true|false, got '", value, "'");
-      }
-      if (value != "false") spec->set(config, name, value);
-    } else if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      spec->set(config, name, value);
-    } else {
-      ZT_CHECK(i + 1 < args.size() && !args[i + 1].starts_with("--"), "--", name, " needs a value (",
-               spec->metavar, ")");
-      value = args[++i];
-      spec->set(config, name, value);
-    }
-    config.origins[name] = Origin::flag;
+  // run_glue_no_trainer.py flags zerotrain lacks are told apart from typos (flag values never start with --).
+  for (const std::string& arg : args) {
+    if (!arg.starts_with("--")) continue;
+    const std::string name =
+        arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
+    ZT_CHECK(find_flag(name) != nullptr || std::find(kHfFlagsNotSupported.begin(), kHfFlagsNotSupported.end(),
+                                                     name) == kHfFlagsNotSupported.end(),
+             "--", name, " is a run_glue_no_trainer.py flag that zerotrain does not support");
   }
+  const zt::ParsedFlags parsed = zt::parse_flags<TrainConfig>(flag_table(), args, config);
+  if (parsed.help) {
+    config.show_help = true;
+    return config;
+  }
+  for (const std::string& name : parsed.given) config.origins[name] = Origin::flag;
   // After every flag, so that a key contradicting a flag is told wherever the flag stands.
   if (!config.config_file.empty())
     config.apply_accelerate_config(config_detail::read_config_file(config.config_file, "--config_file"),
@@ -420,36 +374,8 @@ std::string TrainConfig::help_text() {
 
 namespace config_detail {
 
-namespace {
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-}  // namespace
-
 std::string suggestion(std::string_view name, const std::vector<std::string_view>& candidates) {
-  std::string_view best;
-  size_t best_distance = std::max<size_t>(2, name.size() / 4) + 1;
-  for (const std::string_view candidate : candidates) {
-    const size_t d = edit_distance(name, candidate);
-    if (d < best_distance) {
-      best_distance = d;
-      best = candidate;
-    }
-  }
-  return best.empty() ? std::string() : str(" (did you mean '", best, "'?)");
+  return zt::did_you_mean(name, candidates);
 }
 
 }  // namespace config_detail

@@ -13,76 +13,6 @@ using nlohmann::json;
 
 namespace {
 
-// DeepSpeed keys that exist but that zerotrain does not implement (leaf names, any section): a clearer
-// message than "unknown" for a config copied from elsewhere.
-constexpr auto kDeepSpeedNotImplemented = std::to_array<std::string_view>({
-    "amp",
-    "activation_checkpointing",
-    "autotuning",
-    "comms_logger",
-    "compression_training",
-    "csv_monitor",
-    "data_efficiency",
-    "elasticity",
-    "flops_profiler",
-    "gradient_predivide_factor",
-    "prescale_gradients",
-    "communication_data_type",
-    "sparse_attention",
-    "tensorboard",
-    "wandb",
-    "zero_force_ds_cpu_optimizer",
-    "checkpoint",
-    "pipeline",
-    "dump_state",
-    "fp32_allreduce",
-    "sparse_gradients",
-    "memory_breakdown",
-    "nebula",
-    "torch_autocast",
-    // zero_optimization
-    "cpu_offload",
-    "cpu_offload_param",
-    "cpu_offload_params",
-    "cpu_offload_use_pin_memory",
-    "elastic_checkpoint",
-    "load_from_fp32_weights",
-    "ignore_unused_parameters",
-    "legacy_stage1",
-    "stage3_model_persistence_threshold",
-    "stage3_module_granularity_threshold",
-    "stage3_use_all_reduce_for_fetch_params",
-    "stage3_allgather_sequential",
-    "stage3_partition_stream_chunk_size",
-    "zero_hpz_partition_size",
-    "zero_quantized_weights",
-    "zero_quantized_nontrainable_weights",
-    "zero_quantized_gradients",
-    "zeropp_loco_param",
-    "mics_shard_size",
-    "mics_hierarchical_params_gather",
-    "memory_efficient_linear",
-    "pipeline_loading_checkpoint",
-    "override_module_apply",
-    "log_trace_cache_warnings",
-    "enable_sanity_checks",
-    "leaf_module",
-    "zenflow",
-    "use_multi_rank_bucket_allreduce",
-    // offload sections
-    "fast_init",
-    "ratio",
-    "fp16_master_weights_and_grads",
-});
-
-// For a not-implemented key that has a zerotrain counterpart, what to use instead (appended to the refusal);
-// empty otherwise.
-std::string_view what_to_use_instead(std::string_view key) {
-  if (key == "activation_checkpointing")  // DeepSpeed's checkpointing module: partitioned or CPU checkpoints
-    return " and pass --gradient_checkpointing (HF's flag) to recompute each encoder layer in the backward";
-  return {};
-}
-
 // Follows nlohmann's parser events to know the path of the value being parsed: for duplicate keys, which the
 // parser would silently collapse to one, and for a number that overflows, which it reports without a key.
 class KeyPathTracker {
@@ -167,7 +97,13 @@ std::string read_config_file(const std::string& path, std::string_view flag) {
 json parse_config_json(std::string_view text, std::string_view source) {
   KeyPathTracker tracker(source);
   try {
-    return json::parse(text, [&](int, json::parse_event_t event, json& parsed) {
+    // nlohmann's parser is iterative, but printing a value (dump, in messages) recurses: the depth the
+    // callback is given (enclosing containers) bounds the document before any of that.
+    return json::parse(text, [&](int depth, json::parse_event_t event, json& parsed) {
+      const bool opens =
+          event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+      ZT_CHECK(!opens || depth < kMaxConfigNesting, "DeepSpeed config '", source, "': key '", tracker.path(),
+               "' is nested more than ", kMaxConfigNesting, " levels deep (a DeepSpeed config nests a few)");
       tracker.on_event(event, parsed);
       return true;
     });
@@ -185,7 +121,10 @@ json parse_config_json(std::string_view text, std::string_view source) {
 // JsonSection
 
 JsonSection::JsonSection(const json& object, std::string path, std::string_view source)
-    : object_(&object), path_(std::move(path)), source_(source) {
+    : object_(&object),
+      path_(std::move(path)),
+      source_(source),
+      read_paths_(std::make_shared<std::set<std::string, std::less<>>>()) {
   ZT_CHECK(object_->is_object(), where(), path_.empty() ? "the top level" : "key '" + path_ + "'",
            " must be a JSON object, got ", object_->type_name());
 }
@@ -201,23 +140,25 @@ std::string JsonSection::where() const {
 const json* JsonSection::take(std::string_view key) {
   const auto it = object_->find(std::string(key));
   if (it == object_->end()) return nullptr;
-  read_.emplace_back(key);
+  read_paths_->insert(path_of(key));
   return &*it;
 }
 
 std::optional<JsonSection> JsonSection::section(std::string_view key) {
+  declared_auto_allowed(path_of(key), JsonType::object);
   const json* value = take(key);
   if (value == nullptr) return std::nullopt;
-  return JsonSection(*value, path_of(key), source_);
+  JsonSection child(*value, path_of(key), source_);
+  child.read_paths_ = read_paths_;
+  return child;
 }
 
-JsonValue<int64_t> JsonSection::integer(std::string_view key, bool auto_allowed, int64_t minimum,
-                                        int64_t maximum) {
+JsonValue<int64_t> JsonSection::integer(std::string_view key, int64_t minimum, int64_t maximum) {
   // Outside int64 is its own message: nlohmann keeps 2^64-1 as unsigned (get<int64_t> would wrap to -1)
   // and turns larger integers into doubles (1e30), which are whole but no int64.
   bool out_of_int64 = false;
   JsonValue<int64_t> v =
-      read<int64_t>(key, auto_allowed, "an integer", [&](const json& j) -> std::optional<int64_t> {
+      read<int64_t>(key, JsonType::integer, "an integer", [&](const json& j) -> std::optional<int64_t> {
         if (j.is_number_unsigned()) {
           if (j.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
             return j.get<int64_t>();
@@ -246,54 +187,44 @@ JsonValue<int64_t> JsonSection::integer(std::string_view key, bool auto_allowed,
   return v;
 }
 
-JsonValue<double> JsonSection::number(std::string_view key, bool auto_allowed) {
-  return read<double>(key, auto_allowed, "a number", [](const json& v) -> std::optional<double> {
+JsonValue<double> JsonSection::number(std::string_view key) {
+  return read<double>(key, JsonType::number, "a number", [](const json& v) -> std::optional<double> {
     if (v.is_number()) return v.get<double>();
     return std::nullopt;
   });
 }
 
-JsonValue<bool> JsonSection::boolean(std::string_view key, bool auto_allowed) {
-  return read<bool>(key, auto_allowed, "true or false", [](const json& v) -> std::optional<bool> {
+JsonValue<bool> JsonSection::boolean(std::string_view key) {
+  return read<bool>(key, JsonType::boolean, "true or false", [](const json& v) -> std::optional<bool> {
     if (v.is_boolean()) return v.get<bool>();
     return std::nullopt;
   });
 }
 
 JsonValue<std::string> JsonSection::string(std::string_view key) {
-  return read<std::string>(key, false, "a string", [](const json& v) -> std::optional<std::string> {
-    if (v.is_string()) return v.get<std::string>();
-    return std::nullopt;
-  });
+  return read<std::string>(key, JsonType::string, "a string",
+                           [](const json& v) -> std::optional<std::string> {
+                             if (v.is_string()) return v.get<std::string>();
+                             return std::nullopt;
+                           });
 }
 
-JsonValue<std::array<double, 2>> JsonSection::pair(std::string_view key, bool auto_allowed) {
+JsonValue<std::array<double, 2>> JsonSection::pair(std::string_view key) {
   return read<std::array<double, 2>>(
-      key, auto_allowed, "a list of two numbers", [](const json& v) -> std::optional<std::array<double, 2>> {
+      key, JsonType::pair, "a list of two numbers",
+      [](const json& v) -> std::optional<std::array<double, 2>> {
         if (v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number())
           return std::array<double, 2>{v[0].get<double>(), v[1].get<double>()};
         return std::nullopt;
       });
 }
 
-void JsonSection::reject_unread(std::initializer_list<std::string_view> known) const {
-  for (const auto& [key, value] : object_->items()) {
-    if (std::find(read_.begin(), read_.end(), key) != read_.end()) continue;
-    const std::string path = path_of(key);
-    if (std::find(kDeepSpeedNotImplemented.begin(), kDeepSpeedNotImplemented.end(), key) !=
-        kDeepSpeedNotImplemented.end()) {
-      ZT_FAIL(where(), "key '", path, "' is a DeepSpeed setting that zerotrain does not implement; remove it",
-              what_to_use_instead(key));
-    }
-    ZT_FAIL(where(), "unknown key '", path, "'", suggestion(key, std::vector<std::string_view>(known)));
-  }
-}
-
 template <typename T, typename Convert>
-JsonValue<T> JsonSection::read(std::string_view key, bool auto_allowed, std::string_view expected,
+JsonValue<T> JsonSection::read(std::string_view key, JsonType type, std::string_view expected,
                                Convert convert) {
   JsonValue<T> result;
   result.path = path_of(key);
+  const bool auto_allowed = declared_auto_allowed(result.path, type);
   result.auto_allowed = auto_allowed;
   const json* value = take(key);
   if (value == nullptr) return result;

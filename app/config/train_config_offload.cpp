@@ -28,9 +28,18 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
   // Stage rules first: they hold whatever the device, so a config that is wrong twice is told the lasting
   // problem. DeepSpeed partitions parameters only at stage 3, and offloads optimizer state from stage 1.
   const int stage = c.zero.stage;
-  ZT_CHECK(!(wants_offload && key == "offload_param" && stage != 3), context.where(),
-           zero_section.path_of(key),
-           " needs stage 3 (parameters are only partitioned there), but zero_optimization.stage is ", stage);
+  if (key == "offload_param" && stage != 3) {
+    // DeepSpeed partitions (and so offloads) parameters at stage 3 only and ignores the section below it;
+    // DeepSpeed-Chat's generator writes it at stage 2. Every key of it is explained, none applied.
+    const std::string why =
+        str("offload_param applies at stage 3 only; at stage ", stage,
+            " DeepSpeed ignores it and so does zerotrain (parameters stay on the device)");
+    for (const auto& [name, value] : section->raw().items()) {
+      section->mark_read(name);
+      c.deepspeed_keys.explained[section->path_of(name)] = why;
+    }
+    return;
+  }
   ZT_CHECK(!(wants_offload && key == "offload_optimizer" && stage == 0), context.where(),
            zero_section.path_of(key), " needs stage 1, 2 or 3, but zero_optimization.stage is 0");
   // The disk-tier keys (train_config_aio.cpp), whatever the device; it refuses device nvme where the disk
@@ -38,23 +47,25 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
   resolve_nvme_offload(context, *section, key, device.given() ? device.value : "none", settings.nvme);
   // Offloaded off the device: to host memory (cpu) or, through host buffers, to disk (nvme).
   settings.enabled = device.given() && (device.value == "cpu" || device.value == "nvme");
-  if (const JsonValue<bool> v = section->boolean("pin_memory", false); v.given()) {
+  if (const JsonValue<bool> v = section->boolean("pin_memory"); v.given()) {
     settings.pin_memory = v.value;
     set_json_origin(c, v.path, v.path);
+    if (c.device == DeviceChoice::cpu) {
+      c.deepspeed_keys.explained[v.path] =
+          str(show_bool(v.value), ": the CPU backend has no device to copy to, so nothing is page-locked");
+    }
   }
-  if (const JsonValue<bool> v = section->boolean("fast_init", false); v.given()) {
+  if (const JsonValue<bool> v = section->boolean("fast_init"); v.given()) {
     ZT_CHECK(!v.value, context.where(), v.path,
              " true: DeepSpeed's fast initialization of the disk tier is not implemented (remove the key)");
   }
   if (key == "offload_optimizer") {
-    if (const JsonValue<double> v = section->number("ratio", false); v.given()) {
+    if (const JsonValue<double> v = section->number("ratio"); v.given()) {
       ZT_CHECK(v.value == 1.0, context.where(), v.path, " ", v.value,
                ": partial optimizer offload is not supported (the whole shard is offloaded); set 1 or remove "
                "it");
     }
   }
-  section->reject_unread({"device", "pin_memory", "nvme_path", "buffer_count", "pipeline_read",
-                          "pipeline_write", "buffer_size", "max_in_cpu", "fast_init", "ratio"});
   if (key == "offload_param" && settings.enabled) {
     ZT_CHECK(c.zero.offload_optimizer.enabled, context.where(), device.path, " ", device.value,
              " needs zero_optimization.offload_optimizer.device cpu or nvme too (the CPU update writes the "

@@ -9,32 +9,36 @@ namespace {
 // fp16's loss-scaler keys (DeepSpeed's names) into c.fp16; returns fp16.enabled.
 JsonValue<bool> read_fp16_section(ResolveContext& context, JsonSection& section) {
   TrainConfig& c = context.config;
-  const JsonValue<bool> enabled = section.boolean("enabled", true);
+  const JsonValue<bool> enabled = section.boolean("enabled");
   auto given = [&](const auto& v) {
     if (v.given()) set_json_origin(c, v.path, v.path);
     return v.given();
   };
-  if (const JsonValue<double> v = section.number("loss_scale", false); given(v)) {
+  if (const JsonValue<double> v = section.number("loss_scale"); given(v)) {
     ZT_CHECK(v.value >= 0, context.where(), v.path, " must be >= 0 (0 = dynamic), got ", v.value);
     c.fp16.static_scale = v.value;
   }
-  if (const JsonValue<int64_t> v = section.integer("initial_scale_power", false, 0, 63); given(v))
+  if (const JsonValue<int64_t> v = section.integer("initial_scale_power", 0, 63); given(v))
     c.fp16.initial_scale_power = static_cast<int>(v.value);
-  if (const JsonValue<int64_t> v = section.integer("loss_scale_window", false, 1); given(v))
+  if (const JsonValue<int64_t> v = section.integer("loss_scale_window", 1); given(v))
     c.fp16.scale_window = v.value;
   // LossScalerConfig::hysteresis is an int.
-  if (const JsonValue<int64_t> v = section.integer("hysteresis", false, 1, std::numeric_limits<int>::max());
+  if (const JsonValue<int64_t> v = section.integer("hysteresis", 1, std::numeric_limits<int>::max());
       given(v))
     c.fp16.hysteresis = static_cast<int>(v.value);
-  if (const JsonValue<bool> v = section.boolean("consecutive_hysteresis", false); given(v))
+  if (const JsonValue<bool> v = section.boolean("consecutive_hysteresis"); given(v))
     c.fp16.consecutive_hysteresis = v.value;
-  if (const JsonValue<double> v = section.number("min_loss_scale", false); given(v)) {
+  if (const JsonValue<double> v = section.number("min_loss_scale"); given(v)) {
     ZT_CHECK(v.value > 0, context.where(), v.path, " must be positive, got ", v.value);
     c.fp16.min_scale = v.value;
   }
-  if (const JsonValue<bool> v = section.boolean("auto_cast", false); given(v)) c.fp16_auto_cast = v.value;
-  section.reject_unread({"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
-                         "consecutive_hysteresis", "min_loss_scale", "auto_cast"});
+  if (const JsonValue<bool> v = section.boolean("auto_cast"); given(v)) {
+    c.fp16_auto_cast = v.value;
+    c.deepspeed_keys.explained[v.path] =
+        str(show_bool(v.value),
+            ": DeepSpeed casts the model's floating-point inputs to fp16; the model's "
+            "inputs are token ids and masks, so there is nothing to cast");
+  }
   return enabled;
 }
 
@@ -52,8 +56,7 @@ void resolve_json_dtype(ResolveContext& context) {
            "has both bf16 and bfloat16 (the same setting)");
   if (!bf16_section) bf16_section = std::move(bfloat16_section);
   if (bf16_section) {
-    bf16_enabled = bf16_section->boolean("enabled", true);
-    bf16_section->reject_unread({"enabled"});
+    bf16_enabled = bf16_section->boolean("enabled");
   }
   ZT_CHECK(!(fp16_enabled.given() && fp16_enabled.value && bf16_enabled.given() && bf16_enabled.value),
            context.where(), "enables both fp16 and bf16 (", fp16_enabled.path, " and ", bf16_enabled.path,
@@ -108,6 +111,9 @@ void resolve_precision(ResolveContext& context) {
     case Origin::json:
       ZT_FAIL(context.where(), c.origin_notes["dtype"], ": the CPU backend computes in f32 only, not ", dtype,
               "; set it to false or \"auto\", or train on a GPU");
+    case Origin::accelerate:
+      ZT_FAIL("accelerate config '", c.config_file, "' ", c.origin_notes["dtype"], " ", dtype,
+              ": the CPU backend computes in f32 only; set it to 'no', or train on a GPU");
     default:
       c.dtype = ComputeDType::f32;
       c.origin_notes["dtype"] = "on the CPU";

@@ -61,15 +61,27 @@ void resolve_schedule(ResolveContext& context) {
     JsonSection& p = params ? *params : empty_params;
 
     // warmup_num_steps: "auto" and absent follow --num_warmup_steps (DeepSpeed's own default is 1000).
-    reconcile(context, c.num_warmup_steps, "num_warmup_steps", p.integer("warmup_num_steps", true));
+    const JsonValue<int64_t> warmup = p.integer("warmup_num_steps");
+    ZT_CHECK(!warmup.given() || warmup.value > 0, context.where(), warmup.path,
+             " must be a positive integer, as DeepSpeed requires, got 0 (for no warmup leave it \"auto\" and "
+             "pass --num_warmup_steps 0)");
+    reconcile(context, c.num_warmup_steps, "num_warmup_steps", warmup);
     schedule.warmup_num_steps = c.num_warmup_steps;
+    if (schedule.warmup_num_steps == 0) {
+      c.deepspeed_keys.notes[warmup.path] =
+          "0 from --num_warmup_steps: no warmup (DeepSpeed refuses 0; the schedule starts past its warmup)";
+    } else if (schedule.effective_warmup_steps() != schedule.warmup_num_steps) {
+      c.deepspeed_keys.notes[warmup.path] =
+          str(schedule.warmup_num_steps, ": DeepSpeed warms up over at least ",
+              schedule.effective_warmup_steps(), " steps, and so does zerotrain");
+    }
     if (!cosine) {
-      const JsonValue<double> min_lr = p.number("warmup_min_lr", true);
+      const JsonValue<double> min_lr = p.number("warmup_min_lr");
       schedule.warmup_min_lr = min_lr.given() ? min_lr.value : 0.0;  // "auto": 0, as HF
       if (min_lr.given()) set_json_origin(c, "scheduler.warmup_min_lr", min_lr.path);
       if (min_lr.automatic()) c.origins["scheduler.warmup_min_lr"] = Origin::json_auto;
       // The schedule sets the rate to warmup_max_lr outright, so it is the learning rate.
-      const JsonValue<double> max_lr = p.number("warmup_max_lr", true);
+      const JsonValue<double> max_lr = p.number("warmup_max_lr");
       reconcile(context, c.learning_rate, "learning_rate", max_lr);
       if (max_lr.given()) {
         set_json_origin(c, "scheduler.warmup_max_lr", max_lr.path);
@@ -80,13 +92,12 @@ void resolve_schedule(ResolveContext& context) {
       }
       schedule.warmup_max_lr = c.learning_rate;
     } else {
-      if (const JsonValue<double> v = p.number("warmup_min_ratio", false); v.given())
+      if (const JsonValue<double> v = p.number("warmup_min_ratio"); v.given())
         schedule.warmup_min_ratio = v.value;
-      if (const JsonValue<double> v = p.number("cos_min_ratio", false); v.given())
-        schedule.cos_min_ratio = v.value;
+      if (const JsonValue<double> v = p.number("cos_min_ratio"); v.given()) schedule.cos_min_ratio = v.value;
     }
     if (has_total) {
-      const JsonValue<int64_t> total = p.integer("total_num_steps", true);
+      const JsonValue<int64_t> total = p.integer("total_num_steps");
       if (total.given()) {
         ZT_CHECK(!(c.max_train_steps && c.origin_of("max_train_steps") == Origin::flag &&
                    *c.max_train_steps != total.value),
@@ -101,6 +112,11 @@ void resolve_schedule(ResolveContext& context) {
         c.origins["scheduler.total_num_steps"] = total.automatic() ? Origin::json_auto : Origin::derived;
         c.origin_notes["scheduler.total_num_steps"] = "num_training_steps";
       }
+      // DeepSpeed's schedules assume the warmup ends within the run.
+      ZT_CHECK(schedule.total_num_steps >= schedule.warmup_num_steps, context.where(), total.path, " ",
+               schedule.total_num_steps, total.given() ? "" : " (the run's optimizer steps)",
+               " is less than scheduler.params.warmup_num_steps ", schedule.warmup_num_steps,
+               ": the warmup would not end before the schedule does");
     }
     const JsonValue<std::string> warmup_type = p.string("warmup_type");
     if (warmup_type.given()) {
@@ -109,21 +125,9 @@ void resolve_schedule(ResolveContext& context) {
                " must be log or linear, got '", warmup_type.value, "'");
       schedule.warmup_log = warmup_type.value == "log";
     }
-    const JsonValue<int64_t> last =
-        p.integer("last_batch_iteration", false, std::numeric_limits<int64_t>::min());
+    const JsonValue<int64_t> last = p.integer("last_batch_iteration", std::numeric_limits<int64_t>::min());
     ZT_CHECK(!last.given() || last.value == -1, context.where(), last.path,
              " other than -1 is not supported; resume with --resume_from_checkpoint");
-    if (cosine) {
-      p.reject_unread({"warmup_num_steps", "total_num_steps", "warmup_min_ratio", "cos_min_ratio",
-                       "warmup_type", "last_batch_iteration"});
-    } else if (has_total) {
-      p.reject_unread({"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps", "warmup_type",
-                       "last_batch_iteration"});
-    } else {
-      p.reject_unread(
-          {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration"});
-    }
-    scheduler->reject_unread({"type", "params"});
     c.deepspeed_schedule = schedule;
   }
 }

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +43,13 @@ std::string suggestion(std::string_view name, const std::vector<std::string_view
 
 enum class JsonState { absent, automatic, given };
 
+// What a key's value is read as (kDeepSpeedKeys declares it for every honoured key).
+enum class JsonType { any, object, integer, number, boolean, string, pair };
+// Whether "auto" is accepted for `path`; throws an internal error unless kDeepSpeedKeys
+// (train_config_keys.cpp) declares the key honoured with `type`, so that no key is read without its
+// declaration.
+bool declared_auto_allowed(std::string_view path, JsonType type);
+
 template <typename T>
 struct JsonValue {
   JsonState state = JsonState::absent;
@@ -62,26 +71,30 @@ class JsonSection {
   std::string where() const;
 
   std::optional<JsonSection> section(std::string_view key);
+  const nlohmann::json& raw() const { return *object_; }
+  // Marks `key` read without converting it (a section that explains all of its keys).
+  void mark_read(std::string_view key) { read_paths_->insert(path_of(key)); }
+  // Typed reads of a key that kDeepSpeedKeys declares (its type, and whether "auto" is accepted).
   // An integer in [minimum, maximum]; whole floats ("2e8") are accepted, as DeepSpeed configs write sizes.
-  JsonValue<int64_t> integer(std::string_view key, bool auto_allowed, int64_t minimum = 0,
+  JsonValue<int64_t> integer(std::string_view key, int64_t minimum = 0,
                              int64_t maximum = std::numeric_limits<int64_t>::max());
-  JsonValue<double> number(std::string_view key, bool auto_allowed);
-  JsonValue<bool> boolean(std::string_view key, bool auto_allowed);
+  JsonValue<double> number(std::string_view key);
+  JsonValue<bool> boolean(std::string_view key);
   JsonValue<std::string> string(std::string_view key);
-  JsonValue<std::array<double, 2>> pair(std::string_view key, bool auto_allowed);
+  JsonValue<std::array<double, 2>> pair(std::string_view key);
 
-  // Errors on the first key that was never read, telling a typo from a DeepSpeed setting we lack.
-  void reject_unread(std::initializer_list<std::string_view> known) const;
+  // The dotted paths of every key read so far through this section or any section of the same document.
+  const std::set<std::string, std::less<>>& read_paths() const { return *read_paths_; }
 
  private:
   const nlohmann::json* take(std::string_view key);
   template <typename T, typename Convert>
-  JsonValue<T> read(std::string_view key, bool auto_allowed, std::string_view expected, Convert convert);
+  JsonValue<T> read(std::string_view key, JsonType type, std::string_view expected, Convert convert);
 
   const nlohmann::json* object_;  // inside the parsed document, which outlives every section
   std::string path_;
-  std::string_view source_;  // owned by the ResolveContext
-  std::vector<std::string> read_;
+  std::string_view source_;                                         // owned by the ResolveContext
+  std::shared_ptr<std::set<std::string, std::less<>>> read_paths_;  // shared by the document's sections
 };
 
 // The text of a config file, read once to EOF (a FIFO works) but no further than one chunk past
@@ -154,6 +167,12 @@ void resolve_nvme_offload(ResolveContext& context, JsonSection& section, std::st
                           std::string_view device, NvmeOffloadSettings& settings);
 // The "aio" block and --host_memory_limit (train_config_aio.cpp); after resolve_zero.
 void resolve_disk_tier(ResolveContext& context);
+
+// Gives every key of `document` its verdict in config.deepspeed_keys, or throws for the first refused or
+// unknown one (Note [DeepSpeed keys], train_config_keys.cpp); `read` holds the paths the sections read.
+void check_deepspeed_keys(TrainConfig& config, const nlohmann::json& document,
+                          const std::set<std::string, std::less<>>& read, std::string_view source);
+void describe_deepspeed_keys(const TrainConfig& config, std::ostream& out);
 
 // ---------------------------------------------------------------------------------------------------------
 // describe(), one function per group.

@@ -23,10 +23,10 @@
 //              12 bytes. Without offload it changes nothing (the optimizer updates a shard in one fused
 //              pass), said in describe().
 //   refused    values we do not implement: contiguous_gradients false (gradients are always written into flat
-//              per-layer buckets), allgather_partitions false (partitions are always all-gathered),
-//              round_robin_gradients true (a DeepSpeed ordering of the offloaded gradient copies; ours go
-//              unit by unit); and any key not listed here, by name. The offload sections:
-//              train_config_offload.cpp, the aio block and nvme: train_config_aio.cpp.
+//              per-layer buckets), allgather_partitions false (partitions are always all-gathered). The other
+//              keys DeepSpeed has (round_robin_gradients, the legacy cpu_offload*, ZeRO++ and MiCS switches)
+//              are in the key table, train_config_keys.cpp. The offload sections: train_config_offload.cpp,
+//              the aio block and nvme: train_config_aio.cpp.
 #include "app/config/train_config_sections.h"
 #include "runtime/memory_size.h"
 
@@ -62,6 +62,54 @@ bool from_json(const TrainConfig& c, std::string_view key) {
   return origin == Origin::json || origin == Origin::json_auto;
 }
 
+// DeepSpeed's old offload switches, which it still maps: cpu_offload -> offload_optimizer.device cpu,
+// cpu_offload_params -> offload_param.device cpu, cpu_offload_use_pin_memory -> both sections' pin_memory.
+// Given beside the section they stand for, they must agree with it.
+void resolve_legacy_offload(ResolveContext& context, JsonSection& z) {
+  TrainConfig& c = context.config;
+  struct Legacy {
+    std::string_view key;
+    std::string_view section;
+    OffloadSettings& settings;
+  };
+  for (const Legacy& legacy : {Legacy{"cpu_offload", "offload_optimizer", c.zero.offload_optimizer},
+                               Legacy{"cpu_offload_params", "offload_param", c.zero.offload_param}}) {
+    const JsonValue<bool> v = z.boolean(legacy.key);
+    if (!v.given()) continue;
+    const std::string device = kZero + std::string(legacy.section) + ".device";
+    const bool section_given = c.origin_of(device) == Origin::json;
+    ZT_CHECK(!section_given || legacy.settings.enabled == v.value, context.where(), v.path, " ",
+             show_bool(v.value), " contradicts ", device, " (",
+             legacy.settings.enabled ? "offloaded" : "none",
+             "); keep the section, the legacy key's newer form");
+    c.deepspeed_keys.notes[v.path] = str(show_bool(v.value), ": DeepSpeed's legacy name for ", kZero,
+                                         legacy.section, ".device ", v.value ? "cpu" : "none");
+    if (section_given || !v.value) continue;
+    if (legacy.key == "cpu_offload") {
+      ZT_CHECK(c.zero.stage >= 1, context.where(), v.path, " true needs stage 1, 2 or 3, but ", kZero,
+               "stage is 0");
+      legacy.settings.enabled = true;
+    } else if (c.zero.stage == 3) {
+      ZT_CHECK(c.zero.offload_optimizer.enabled, context.where(), v.path,
+               " true needs the optimizer offloaded too (cpu_offload true or offload_optimizer.device cpu)");
+      legacy.settings.enabled = true;
+    } else {
+      c.deepspeed_keys.explained[v.path] = str("true: parameters are offloaded at stage 3 only; at stage ",
+                                               c.zero.stage, " DeepSpeed ignores it and so does zerotrain");
+      continue;
+    }
+    c.origins[device] = Origin::json;
+    c.origin_notes[device] = v.path;
+  }
+  if (const JsonValue<bool> pin = z.boolean("cpu_offload_use_pin_memory"); pin.given()) {
+    for (OffloadSettings* settings : {&c.zero.offload_optimizer, &c.zero.offload_param}) {
+      settings->pin_memory = pin.value;
+    }
+    c.deepspeed_keys.notes[pin.path] =
+        str(show_bool(pin.value), ": DeepSpeed's legacy name for the offload sections' pin_memory");
+  }
+}
+
 }  // namespace
 
 void resolve_zero(ResolveContext& context) {
@@ -73,11 +121,13 @@ void resolve_zero(ResolveContext& context) {
   const int64_t hidden = context.inputs.hidden_size;
   // A count or size, with the value HF's DeepSpeed integration gives "auto" (from the hidden size), if any.
   auto integer = [&](const char* key, int64_t& field, std::optional<int64_t> auto_value, int64_t minimum) {
-    const JsonValue<int64_t> v = z->integer(key, auto_value.has_value(), minimum);
+    const JsonValue<int64_t> v = z->integer(key, minimum);
     if (v.given()) {
       field = v.value;
       set_json_origin(c, v.path, v.path);
     } else if (v.automatic()) {
+      ZT_CHECK(auto_value.has_value(), "internal: ", v.path,
+               " is declared \"auto\"-able without a value for it");
       ZT_CHECK(hidden > 0, context.where(), v.path,
                " is \"auto\", which needs the model's hidden size (not given to resolve)");
       field = *auto_value;
@@ -85,8 +135,9 @@ void resolve_zero(ResolveContext& context) {
     }
     return v;
   };
-  auto boolean = [&](const char* key, bool& field, bool auto_allowed = false, bool auto_value = false) {
-    const JsonValue<bool> v = z->boolean(key, auto_allowed);
+  // "auto" (where kDeepSpeedKeys allows it) -> `auto_value`.
+  auto boolean = [&](const char* key, bool& field, bool auto_value = false) {
+    const JsonValue<bool> v = z->boolean(key);
     if (v.given()) {
       field = v.value;
       set_json_origin(c, v.path, v.path);
@@ -116,14 +167,10 @@ void resolve_zero(ResolveContext& context) {
   ZT_CHECK(!allgather.given() || allgather.value, context.where(), allgather.path,
            " false is not supported: zerotrain always all-gathers the updated partitions (DeepSpeed's false "
            "broadcasts them one by one); set it to true or remove it");
-  const JsonValue<bool> round_robin = boolean("round_robin_gradients", zero.round_robin_gradients);
-  ZT_CHECK(
-      !round_robin.given() || !round_robin.value, context.where(), round_robin.path,
-      " true is not supported: the offloaded gradients are copied unit by unit in a fixed order (set it to "
-      "false or remove it)");
 
   // HF/Accelerate's hidden-size rules for "auto".
-  integer("reduce_bucket_size", zero.reduce_bucket_size, hidden * hidden, 1);
+  // 0 is what transformers' own ZeRO-3 test config writes; the bucket is one layer whatever the size.
+  integer("reduce_bucket_size", zero.reduce_bucket_size, hidden * hidden, 0);
   integer("allgather_bucket_size", zero.allgather_bucket_size, std::nullopt, 1);
   integer("stage3_prefetch_bucket_size", zero.stage3_prefetch_bucket_size,
           static_cast<int64_t>(0.9 * static_cast<double>(hidden * hidden)), 0);
@@ -133,9 +180,9 @@ void resolve_zero(ResolveContext& context) {
   integer("sub_group_size", zero.sub_group_size, std::nullopt, 1);
   // "auto" -> false, as Accelerate fills it; the old fp16 name is DeepSpeed's alias.
   const JsonValue<bool> gather = boolean("stage3_gather_16bit_weights_on_model_save",
-                                         zero.stage3_gather_16bit_weights_on_model_save, true, false);
+                                         zero.stage3_gather_16bit_weights_on_model_save, false);
   const JsonValue<bool> gather_old = boolean("stage3_gather_fp16_weights_on_model_save",
-                                             zero.stage3_gather_16bit_weights_on_model_save, true, false);
+                                             zero.stage3_gather_16bit_weights_on_model_save, false);
   ZT_CHECK(!(gather.present() && gather_old.present()), context.where(),
            "has both stage3_gather_16bit_weights_on_model_save and its old name "
            "stage3_gather_fp16_weights_on_model_save");
@@ -147,11 +194,7 @@ void resolve_zero(ResolveContext& context) {
 
   resolve_offload(context, *z, "offload_optimizer", zero.offload_optimizer);
   resolve_offload(context, *z, "offload_param", zero.offload_param);
-  z->reject_unread({"stage", "allgather_partitions", "allgather_bucket_size", "overlap_comm",
-                    "reduce_scatter", "reduce_bucket_size", "contiguous_gradients", "round_robin_gradients",
-                    "offload_optimizer", "offload_param", "sub_group_size", "stage3_prefetch_bucket_size",
-                    "stage3_param_persistence_threshold", "stage3_max_live_parameters",
-                    "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save"});
+  resolve_legacy_offload(context, *z);
 }
 
 void describe_zero(const TrainConfig& c, DescribeWriter& out) {
@@ -173,7 +216,6 @@ void describe_zero(const TrainConfig& c, DescribeWriter& out) {
   out.line(kZero + "reduce_scatter", show_bool(zero.reduce_scatter));
   out.line(kZero + "contiguous_gradients", show_bool(zero.contiguous_gradients));
   out.line(kZero + "allgather_partitions", show_bool(zero.allgather_partitions));
-  out.line(kZero + "round_robin_gradients", show_bool(zero.round_robin_gradients));
   out.line(kZero + "reduce_bucket_size", i(zero.reduce_bucket_size), kLayerBuckets);
   out.line(kZero + "allgather_bucket_size", i(zero.allgather_bucket_size), kLayerBuckets);
   describe_offload(c, out, "offload_optimizer", zero.offload_optimizer);

@@ -55,38 +55,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// DeepSpeed's schedules (runtime/lr_schedules.py semantics, documented in train_config.h), s = step.
-double deepspeed_lr_at(const DeepSpeedSchedule& d, double optimizer_lr, int64_t s) {
-  const double W = static_cast<double>(std::max<int64_t>(d.warmup_num_steps, 1));
-  auto warmup_gamma = [&] {
-    return d.warmup_log ? std::log(static_cast<double>(s) + 1.0) / std::log(W) : static_cast<double>(s) / W;
-  };
-  switch (d.type) {
-    case DeepSpeedSchedule::Type::warmup_lr:
-      if (s < d.warmup_num_steps)
-        return d.warmup_min_lr + (d.warmup_max_lr - d.warmup_min_lr) * warmup_gamma();
-      return d.warmup_max_lr;
-    case DeepSpeedSchedule::Type::warmup_decay_lr: {
-      if (s < d.warmup_num_steps)
-        return d.warmup_min_lr + (d.warmup_max_lr - d.warmup_min_lr) * warmup_gamma();
-      const double T = static_cast<double>(d.total_num_steps);
-      const double frac = std::max(0.0, (T - static_cast<double>(s)) / std::max(1.0, T - W));
-      return d.warmup_max_lr * frac;
-    }
-    case DeepSpeedSchedule::Type::warmup_cosine_lr: {
-      if (s < d.warmup_num_steps) {
-        const double ratio = d.warmup_min_ratio + (1.0 - d.warmup_min_ratio) * warmup_gamma();
-        return optimizer_lr * ratio;
-      }
-      const double T = static_cast<double>(d.total_num_steps);
-      const double progress = std::clamp((static_cast<double>(s) - W) / std::max(1.0, T - W), 0.0, 1.0);
-      const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
-      return optimizer_lr * (d.cos_min_ratio + (1.0 - d.cos_min_ratio) * cosine);
-    }
-  }
-  ZT_FAIL("unknown DeepSpeed schedule");
-}
-
 }  // namespace
 
 DType compute_dtype_for_run(const TrainConfig& config) {
@@ -600,8 +568,7 @@ struct MrpcTrainer::Impl {
   ProgressMetrics shown_wall_clock;  // the last logged segment times, shown on the progress line
 
   double lr_at(int64_t step) const {
-    if (config.deepspeed_schedule)
-      return deepspeed_lr_at(*config.deepspeed_schedule, config.learning_rate, step);
+    if (config.deepspeed_schedule) return config.deepspeed_schedule->lr_at(step, config.learning_rate);
     return config.hf_schedule().lr_at(step);
   }
 

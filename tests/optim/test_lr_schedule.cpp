@@ -107,5 +107,95 @@ TEST(LrSchedule, RejectsInvalidSettings) {
   EXPECT_THROW(LrSchedule{}.factor_at(-1), Error);
 }
 
+// DeepSpeed's WarmupLR / WarmupDecayLR / WarmupCosineLR (deepspeed/runtime/lr_schedules.py) at edge values,
+// hand-worked from its formulas: the first optimizer step at the rate the scheduler is built with
+// (warmup_min_lr; 0 for the cosine), then step k at the formula's k - 1; W = max(2, warmup_num_steps), decay
+// to warmup_min_lr, cosine progress one step ahead and clamped at 1.
+std::vector<double> deepspeed_lrs(const DeepSpeedSchedule& s, int64_t count, double optimizer_lr = 0) {
+  std::vector<double> out;
+  for (int64_t step = 0; step < count; ++step) out.push_back(s.lr_at(step, optimizer_lr));
+  return out;
+}
+
+TEST(DeepSpeedSchedule, WarmupDecayEndsAtWarmupMinLr) {
+  const DeepSpeedSchedule s{.type = DeepSpeedSchedule::Type::warmup_decay_lr,
+                            .warmup_min_lr = 0.1,
+                            .warmup_max_lr = 1.1,
+                            .warmup_num_steps = 4,
+                            .total_num_steps = 10,
+                            .warmup_log = false};
+  // Built at 0.1; warmup 0.1 + s/4; then 0.1 + (10 - s)/6, which reaches warmup_min_lr (not 0) at s = 10.
+  expect_values(deepspeed_lrs(s, 13), {0.1, 0.1, 0.35, 0.6, 0.85, 1.1, 0.1 + 5.0 / 6, 0.1 + 4.0 / 6, 0.6,
+                                       0.1 + 2.0 / 6, 0.1 + 1.0 / 6, 0.1, 0.1});
+}
+
+TEST(DeepSpeedSchedule, OneStepRunsAtTheBuiltRate) {
+  const DeepSpeedSchedule warmup{.type = DeepSpeedSchedule::Type::warmup_lr,
+                                 .warmup_min_lr = 0.25,
+                                 .warmup_max_lr = 1.0,
+                                 .warmup_num_steps = 10};
+  EXPECT_EQ(warmup.lr_at(0, 5.0), 0.25);
+  const DeepSpeedSchedule cosine{
+      .type = DeepSpeedSchedule::Type::warmup_cosine_lr, .warmup_num_steps = 10, .warmup_min_ratio = 0.5};
+  EXPECT_EQ(cosine.lr_at(0, 5.0), 0.0);
+  EXPECT_EQ(cosine.lr_at(1, 5.0), 2.5);  // s = 0: warmup_min_ratio x lr
+}
+
+TEST(DeepSpeedSchedule, WarmupOfOneStepLastsTwo) {
+  // DeepSpeed warms up over max(2, warmup_num_steps) steps: log(s + 1) / log(2) is 0 then 1 (a warmup of 1
+  // would divide by log(1) = 0).
+  DeepSpeedSchedule log_warmup{.type = DeepSpeedSchedule::Type::warmup_lr,
+                               .warmup_min_lr = 0.0,
+                               .warmup_max_lr = 2.0,
+                               .warmup_num_steps = 1};
+  expect_values(deepspeed_lrs(log_warmup, 4), {0.0, 0.0, 2.0, 2.0});
+  DeepSpeedSchedule linear = log_warmup;
+  linear.warmup_log = false;
+  expect_values(deepspeed_lrs(linear, 4), {0.0, 0.0, 1.0, 2.0});
+  // Decay with total == warmup: the warmup's last step, then warmup_min_lr.
+  const DeepSpeedSchedule decay{.type = DeepSpeedSchedule::Type::warmup_decay_lr,
+                                .warmup_min_lr = 0.5,
+                                .warmup_max_lr = 2.5,
+                                .warmup_num_steps = 3,
+                                .total_num_steps = 3,
+                                .warmup_log = false};
+  expect_values(deepspeed_lrs(decay, 5), {0.5, 0.5, 0.5 + 2.0 / 3, 0.5 + 4.0 / 3, 0.5});
+}
+
+TEST(DeepSpeedSchedule, NoWarmupStartsAtTheTop) {
+  // warmup_num_steps 0 (from --num_warmup_steps 0 through "auto"): past the built rate, the peak at once.
+  const DeepSpeedSchedule warmup{.type = DeepSpeedSchedule::Type::warmup_lr,
+                                 .warmup_min_lr = 0.0,
+                                 .warmup_max_lr = 3.0,
+                                 .warmup_num_steps = 0};
+  expect_values(deepspeed_lrs(warmup, 2), {0.0, 3.0});
+  const DeepSpeedSchedule decay{.type = DeepSpeedSchedule::Type::warmup_decay_lr,
+                                .warmup_min_lr = 1.0,
+                                .warmup_max_lr = 3.0,
+                                .warmup_num_steps = 0,
+                                .total_num_steps = 2};
+  expect_values(deepspeed_lrs(decay, 4), {1.0, 3.0, 2.0, 1.0});
+}
+
+TEST(DeepSpeedSchedule, CosineProgressIsOneStepAheadAndClamped) {
+  const DeepSpeedSchedule s{.type = DeepSpeedSchedule::Type::warmup_cosine_lr,
+                            .warmup_num_steps = 4,
+                            .total_num_steps = 8,
+                            .warmup_log = false,
+                            .warmup_min_ratio = 0.2,
+                            .cos_min_ratio = 0.1};
+  // Built at 0; warmup ratio 0.2 + 0.8 s/4; then progress (s - 3)/4: s = 4 -> 1/4, s >= 7 -> 1 (ratio 0.1),
+  // times lr 2.
+  const double k1 = (1 + std::cos(std::acos(-1.0) * 0.25)) / 2, k2 = 0.5,
+               k3 = (1 + std::cos(std::acos(-1.0) * 0.75)) / 2;
+  expect_values(deepspeed_lrs(s, 11, 2.0), {0.0, 0.4, 0.8, 1.2, 1.6, 2 * (0.1 + 0.9 * k1),
+                                            2 * (0.1 + 0.9 * k2), 2 * (0.1 + 0.9 * k3), 0.2, 0.2, 0.2});
+  // total == warmup: straight to cos_min_ratio after the warmup.
+  DeepSpeedSchedule equal = s;
+  equal.total_num_steps = 4;
+  EXPECT_NEAR(equal.lr_at(5, 2.0), 0.2, 1e-12);
+  EXPECT_NEAR(equal.lr_at(4, 2.0), 1.6, 1e-12);
+}
+
 }  // namespace
 }  // namespace zt::optim

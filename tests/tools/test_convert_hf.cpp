@@ -69,7 +69,7 @@ TEST_F(ConvertHfTool, UsageAndBadArguments) {
   RunResult option =
       run_tool("import " + fixtures_ + "/torch_f32 " + (dir_ / "m.h5").string() + " --labels 2");
   EXPECT_EQ(option.exit_code, 2);
-  EXPECT_NE(option.output.find("unknown option --labels"), std::string::npos) << option.output;
+  EXPECT_NE(option.output.find("unknown flag '--labels'"), std::string::npos) << option.output;
   RunResult bad_int =
       run_tool("import " + fixtures_ + "/torch_f32 " + (dir_ / "m.h5").string() + " --num_labels two");
   EXPECT_EQ(bad_int.exit_code, 2);
