@@ -13,8 +13,7 @@
 # machine shows in every column; then one profiled step of each variant at AB_PROFILE_BATCH (default 8).
 # One line per run in $OUT/ab.log and a summary (mean step ms per variant, ratio to the first variant); the
 # log names each variant's tree, env and flags first, and a copy stays in .ab-last/ab.log once the timed runs
-# are done (git-ignored: kept on a warm machine), where scripts/pick_switches.py reads it for
-# `GOALS_SWITCHES=auto scripts/gpu_goals.sh`.
+# are done (git-ignored: kept on a warm machine).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-$PWD/ab-out}
@@ -81,7 +80,7 @@ for bs in "${batches[@]}"; do
     done
   done
 done
-cp "$log" .ab-last/ab.log  # the timed runs are all pick_switches.py reads: kept before the profiles
+cp "$log" .ab-last/ab.log  # the timed runs, kept before the profiles
 pbs=${AB_PROFILE_BATCH:-8}
 for i in "${!labels[@]}"; do
   run "$i" --batch "$pbs" --steps 10 --profile >/dev/null 2>&1

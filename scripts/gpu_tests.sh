@@ -2,11 +2,9 @@
 # On the GPU machine: builds build-gpu (Release, scripts/device_cmake_flags.sh's sm_90a flags; Ninja for a new
 # build folder, an existing one's generator kept) and runs every GPU-labelled test — a device session's
 # first call. The ctest output also stays in .ab-last/ctest_gpu.txt (git-ignored, so it is kept on a warm
-# machine between calls), where scripts/pick_switches.py reads whether the tree's GPU tests passed before
-# `GOALS_SWITCHES=auto scripts/gpu_goals.sh` times any switch.
+# machine between calls).
 #
-#   scripts/gpu_tests.sh              # build, then ctest -L gpu -j4 (~160 s on the H200, more with the
-#                                     # pending_switches.* entries)
+#   scripts/gpu_tests.sh              # build, then ctest -L gpu -j4 (~160 s on the H200)
 #   scripts/gpu_tests.sh --build      # build only
 #
 # GPU_TESTS_TIMEOUT_S (default 420) bounds the ctest run (not ZT_*: bench_train_step records those as
@@ -30,7 +28,7 @@ echo "built: $(($(date +%s) - start)) s"
 [[ ${1:-} == --build ]] && exit 0
 
 rm -f .ab-last/ctest_gpu.txt  # a call cut before the copy below leaves no record (not an older tree's)
-# The tree first (pick_switches.py checks it against the tree it picks for), then ctest's own output.
+# The tree first, then ctest's own output.
 echo "# zerotrain $(git describe --always --dirty 2>/dev/null || echo unknown)" >"$out/ctest_gpu.txt"
 (cd build-gpu && timeout "${GPU_TESTS_TIMEOUT_S:-420}" ctest -L gpu -j4 --timeout 280 --output-on-failure \
   >>"$out/ctest_gpu.txt" 2>&1)

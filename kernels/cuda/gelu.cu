@@ -88,18 +88,17 @@ __global__ void gelu_recompute_backward_kernel(const T* dy, const T* x, T* y, T*
 // dy turned into y and dx on the way, so the partials are bitwise those of a column sum over the stored dx
 // while dx is never read back (at the FFN's [5120, 6144] bf16: 63 MB, ~20 us a layer). The vector path only:
 // cols a multiple of the pack, every pointer 16-byte aligned.
-template <typename T, bool kOnePass>
+template <typename T>
 __global__ void gelu_recompute_backward_column_sum_kernel(const T* dy, const T* x, T* y, T* dx, int64_t rows,
                                                           int64_t cols, int64_t rows_per_chunk,
-                                                          float* __restrict__ partial,
-                                                          cuda_detail::ChunkFinish finish) {
+                                                          float* __restrict__ partial) {
   constexpr int kVec = Pack128<T>::kSize;
   const auto step = [&](int64_t r, int64_t c0, float(&v)[kVec]) {
     const Pack128<T> dxs = gelu_step_pack(dy, x, y, dx, r * cols + c0);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) v[k] = to_float(dxs.v[k]);  // the stored value, as a column sum reads it
   };
-  column_sum_partials<kVec, kOnePass>(step, rows, cols, rows_per_chunk, partial, finish);
+  column_sum_partials<kVec>(step, rows, cols, rows_per_chunk, partial);
 }
 
 // The fused kernel runs (cols / 256) x chunks blocks of 256 threads, each thread walking rows_per_chunk / 8
@@ -167,24 +166,17 @@ void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor
     const bool vector = is_aligned16(dy.data()) && is_aligned16(x.data()) && is_aligned16(y.data()) &&
                         is_aligned16(dx.data());
     const ColumnSumPlan plan(rows);
-    // The path is chosen on the default plan's grid (what it was timed on), so ZT_SMALL_SUM_CHUNKS changes
-    // the chunks, not the path.
     if (sums && vector && cols % Pack128<T>::kSize == 0 &&
-        takes_fused_column_sums(ColumnSumPlan(rows, false).grid(cols, Pack128<T>::kSize), path)) {
+        takes_fused_column_sums(plan.grid(cols, Pack128<T>::kSize), path)) {
       DeviceBuffer partial =
           scratch_buffer(static_cast<size_t>(plan.chunks * cols) * sizeof(float), "gelu_column_sum");
-      const dim3 grid = plan.grid(cols, Pack128<T>::kSize);
-      const cuda_detail::ChunkFinish finish =
-          chunk_finish(grid, dx_column_sum.data_as<float>(), write, stream);
-      const auto kernel = finish.counters != nullptr ? gelu_recompute_backward_column_sum_kernel<T, true>
-                                                     : gelu_recompute_backward_column_sum_kernel<T, false>;
-      kernel<<<grid, ColumnSumPlan::block(), 0, stream>>>(typed<T>(dy), typed<T>(x), typed<T>(y),
-                                                          typed<T>(dx), rows, cols, plan.rows_per_chunk,
-                                                          partial.data_as<float>(), finish);
+      gelu_recompute_backward_column_sum_kernel<T>
+          <<<plan.grid(cols, Pack128<T>::kSize), ColumnSumPlan::block(), 0, stream>>>(
+              typed<T>(dy), typed<T>(x), typed<T>(y), typed<T>(dx), rows, cols, plan.rows_per_chunk,
+              partial.data_as<float>());
       ZT_CUDA_CHECK_LAUNCH(op);
-      if (finish.counters == nullptr)
-        add_chunk_partials(partial.data_as<float>(), plan.chunks, cols, dx_column_sum.data_as<float>(), write,
-                           stream);
+      add_chunk_partials(partial.data_as<float>(), plan.chunks, cols, dx_column_sum.data_as<float>(), write,
+                         stream);
       return;
     }
     if (vector) {
