@@ -1,14 +1,11 @@
-#include "kernels/cross_entropy.h"
+#include "kernels/cpu/cross_entropy.h"
 
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/arg_checks.h"
-#ifdef ZT_WITH_CUDA
-#include "kernels/cuda/cross_entropy.cuh"
-#endif
 
-namespace zt::kernels {
+namespace zt::kernels::cpu {
 namespace {
 
 struct ClassShape {
@@ -16,7 +13,6 @@ struct ClassShape {
 };
 
 ClassShape check_cross_entropy_args(const Tensor& logits, const Tensor& labels, const char* op) {
-  if (logits.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(logits, DType::f32, op, "logits");
   check_cpu_arg(labels, DType::i64, op, "labels");
   ZT_CHECK(logits.rank() == 2, op, ": logits must be [N, C], got ", logits.describe());
@@ -48,10 +44,6 @@ double log_sum_exp(const float* z, int64_t classes) {
 }  // namespace
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& labels, const Tensor& loss) {
-#ifdef ZT_WITH_CUDA
-  if (logits.device() == DeviceKind::cuda)
-    return gpu::cross_entropy_forward(logits, labels, loss, current_stream());
-#endif
   constexpr const char* op = "cross_entropy_forward";
   const ClassShape s = check_cross_entropy_args(logits, labels, op);
   check_cpu_arg(loss, DType::f32, op, "loss");
@@ -69,10 +61,6 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& labels, const Ten
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& labels, float dloss, const Tensor& dlogits) {
-#ifdef ZT_WITH_CUDA
-  if (logits.device() == DeviceKind::cuda)
-    return gpu::cross_entropy_backward(logits, labels, dloss, dlogits, current_stream());
-#endif
   constexpr const char* op = "cross_entropy_backward";
   const ClassShape s = check_cross_entropy_args(logits, labels, op);
   check_cpu_arg(dlogits, DType::f32, op, "dlogits");
@@ -97,4 +85,4 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, float dl
   }
 }
 
-}  // namespace zt::kernels
+}  // namespace zt::kernels::cpu

@@ -1,14 +1,11 @@
-#include "kernels/embedding.h"
+#include "kernels/cpu/embedding.h"
 
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/arg_checks.h"
-#ifdef ZT_WITH_CUDA
-#include "kernels/cuda/embedding.cuh"
-#endif
 
-namespace zt::kernels {
+namespace zt::kernels::cpu {
 namespace {
 
 // out must be the ids' shape with the embedding width appended.
@@ -29,11 +26,7 @@ void check_ids_in_range(const int64_t* ids, int64_t n, int64_t vocab, const char
 }  // namespace
 
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
-#ifdef ZT_WITH_CUDA
-  if (table.device() == DeviceKind::cuda) return gpu::embedding_forward(ids, table, out, current_stream());
-#endif
   constexpr const char* op = "embedding_forward";
-  if (table.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(ids, DType::i64, op, "ids");
   check_cpu_arg(table, DType::f32, op, "table");
   check_cpu_arg(out, DType::f32, op, "out");
@@ -50,12 +43,7 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) {
-#ifdef ZT_WITH_CUDA
-  if (dtable.device() == DeviceKind::cuda)
-    return gpu::embedding_backward(ids, dout, dtable, padding_idx, current_stream());
-#endif
   constexpr const char* op = "embedding_backward";
-  if (dtable.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(ids, DType::i64, op, "ids");
   check_cpu_arg(dout, DType::f32, op, "dout");
   check_cpu_arg(dtable, DType::f32, op, "dtable");
@@ -74,4 +62,4 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dta
   }
 }
 
-}  // namespace zt::kernels
+}  // namespace zt::kernels::cpu

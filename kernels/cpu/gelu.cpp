@@ -1,15 +1,12 @@
-#include "kernels/gelu.h"
+#include "kernels/cpu/gelu.h"
 
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/arg_checks.h"
 #include "kernels/cpu/eigen_views.h"
-#ifdef ZT_WITH_CUDA
-#include "kernels/cuda/gelu.cuh"
-#endif
 
-namespace zt::kernels {
+namespace zt::kernels::cpu {
 namespace {
 
 constexpr float kInvSqrt2 = 0.70710678118654752440f;
@@ -30,11 +27,7 @@ void gelu_backward_cpu(const float* dy, const float* x, float* dx, int64_t n) {
 }  // namespace
 
 void gelu_forward(const Tensor& x, const Tensor& y) {
-#ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::gelu_forward(x, y, current_stream());
-#endif
   constexpr const char* op = "gelu_forward";
-  if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(x, DType::f32, op, "x");
   check_cpu_arg(y, DType::f32, op, "y");
   check_same_shape(y, x, op, "y", "x");
@@ -42,11 +35,7 @@ void gelu_forward(const Tensor& x, const Tensor& y) {
 }
 
 void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx) {
-#ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::gelu_backward(dy, x, dx, current_stream());
-#endif
   constexpr const char* op = "gelu_backward";
-  if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(dy, DType::f32, op, "dy");
   check_cpu_arg(x, DType::f32, op, "x");
   check_cpu_arg(dx, DType::f32, op, "dx");
@@ -57,12 +46,7 @@ void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx) {
 
 void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& dx,
                                  const Tensor& dx_column_sum, GradWrite write) {
-#ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda)
-    return gpu::gelu_recompute_and_backward(dy, x, y, dx, dx_column_sum, write, current_stream());
-#endif
   constexpr const char* op = "gelu_recompute_and_backward";
-  if (x.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
   check_cpu_arg(y, DType::f32, op, "y");
   check_same_shape(y, x, op, "y", "x");
   ZT_CHECK(!overlaps(y, x) && !overlaps(y, dy) && !overlaps(y, dx), op, ": y must not overlap x, dy or dx");
@@ -73,8 +57,8 @@ void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor
     check_shape(dx_column_sum, Shape{cols}, "gelu_recompute_and_backward: dx_column_sum");
   }
   // The reference is the passes it fuses (gelu_backward checks the rest), then linear_backward's bias sum.
-  gelu_forward(x, y);
-  gelu_backward(dy, x, dx);
+  cpu::gelu_forward(x, y);
+  cpu::gelu_backward(dy, x, dx);
   if (sums) {
     const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
     cpu::add_column_sums(cpu::ConstMatrixView(dx.data_as<float>(), rows, cols),
@@ -82,4 +66,4 @@ void gelu_recompute_and_backward(const Tensor& dy, const Tensor& x, const Tensor
   }
 }
 
-}  // namespace zt::kernels
+}  // namespace zt::kernels::cpu

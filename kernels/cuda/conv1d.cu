@@ -13,7 +13,7 @@
 #include "kernels/cuda/conv1d.cuh"
 
 #include "kernels/cuda/gemm.cuh"
-#include "kernels/gemm.h"
+#include "kernels/cuda/gemm.h"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
 
@@ -28,15 +28,8 @@ struct ConvShape {
   __host__ __device__ int64_t rows() const { return batch * length; }
 };
 
-ConvShape check_conv_args(const Tensor& x, const Tensor& weight, const char* op) {
-  check_cuda_arg(x, op, "x");
-  ZT_CHECK(is_storage_dtype(x.dtype()), op, ": x must be f32, bf16 or f16, got ", x.describe());
-  check_cuda_arg(weight, x.dtype(), op, "weight");
-  ZT_CHECK(x.rank() == 3, op, ": x must be [B, L, D_in], got ", x.describe());
-  ZT_CHECK(weight.rank() == 3, op, ": weight must be [D_out, D_in, k], got ", weight.describe());
-  ZT_CHECK(weight.dim(1) == x.dim(2), op, ": weight ", weight.shape().to_string(), " expects ", weight.dim(1),
-           " input features, x ", x.shape().to_string(), " has ", x.dim(2));
-  ZT_CHECK(weight.dim(2) % 2 == 1, op, ": kernel size must be odd for same padding, got ", weight.dim(2));
+// The shape of a checked call (kernels/conv1d.cpp): "same" padding (k - 1) / 2.
+ConvShape conv_shape(const Tensor& x, const Tensor& weight) {
   return {x.dim(0), x.dim(1), x.dim(2), weight.dim(0), weight.dim(2), (weight.dim(2) - 1) / 2};
 }
 
@@ -138,15 +131,8 @@ const void* weight_operand(const Tensor& weight, const ConvShape& s, DeviceBuffe
 void conv1d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
                     cudaStream_t stream) {
   constexpr const char* op = "conv1d_forward";
-  const ConvShape s = check_conv_args(x, weight, op);
-  check_cuda_arg(y, x.dtype(), op, "y");
-  check_shape(y, Shape{s.batch, s.length, s.out_features}, "conv1d_forward: y");
-  ZT_CHECK(y.data() != x.data() || x.numel() == 0, op, ": y must not alias x");
+  const ConvShape s = conv_shape(x, weight);
   const bool has_bias = bias.defined() && bias.data() != nullptr;
-  if (has_bias) {
-    check_cuda_arg(bias, x.dtype(), op, "bias");
-    check_shape(bias, Shape{s.out_features}, "conv1d_forward: bias");
-  }
   if (s.rows() == 0 || s.out_features == 0) return;
   const DeviceBuffer cols = unfold(x, s, op, stream);
   DeviceBuffer regrouped;
@@ -169,26 +155,10 @@ void conv1d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
                      const Tensor& dweight, const Tensor& dbias, bool accumulate_dx, cudaStream_t stream) {
   constexpr const char* op = "conv1d_backward";
-  const ConvShape s = check_conv_args(x, weight, op);
-  check_cuda_arg(dy, x.dtype(), op, "dy");
-  check_shape(dy, Shape{s.batch, s.length, s.out_features}, "conv1d_backward: dy");
+  const ConvShape s = conv_shape(x, weight);
   const bool want_dx = dx.defined() && dx.data() != nullptr;
   const bool want_dw = dweight.defined() && dweight.data() != nullptr;
   const bool want_db = dbias.defined() && dbias.data() != nullptr;
-  if (want_dx) {
-    check_cuda_arg(dx, x.dtype(), op, "dx");
-    ZT_CHECK(dx.shape() == x.shape(), op, ": dx must have the shape of x ", x.shape().to_string(), ", got ",
-             dx.shape().to_string());
-    ZT_CHECK(dx.data() != dy.data() || dx.numel() == 0, op, ": dx must not alias dy");
-  }
-  if (want_dw) {
-    check_cuda_arg(dweight, DType::f32, op, "dweight");
-    check_shape(dweight, weight.shape(), "conv1d_backward: dweight");
-  }
-  if (want_db) {
-    check_cuda_arg(dbias, DType::f32, op, "dbias");
-    check_shape(dbias, Shape{s.out_features}, "conv1d_backward: dbias");
-  }
   if (s.rows() == 0 || s.in_features == 0) return;
   if (s.out_features == 0) {
     if (want_dx && !accumulate_dx) ZT_CUDA_CHECK(cudaMemsetAsync(dx.data(), 0, dx.nbytes(), stream));

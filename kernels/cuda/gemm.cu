@@ -1,5 +1,5 @@
-// cuBLASLt GEMM wrapper (kernels/gemm.h) and the shared helpers of kernels/cuda/gemm.cuh.
-#include "kernels/gemm.h"
+// cuBLASLt GEMM wrapper (kernels/cuda/gemm.h) and the shared helpers of kernels/cuda/gemm.cuh.
+#include "kernels/cuda/gemm.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>

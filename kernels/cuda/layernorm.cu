@@ -505,33 +505,11 @@ void dispatch_layernorm_types(DType x_dtype, DType gamma_dtype, const char* op, 
   });
 }
 
-// The forward's arguments: x [..., D] and y of its dtype and shape, gamma and beta [D] (one dtype), mean and
-// rstd f32 with one element per row, all CUDA tensors. x_name names x in messages.
-void check_forward_args(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
-                        const Tensor& mean, const Tensor& rstd, const char* op, const char* x_name) {
-  check_cuda_arg(x, x.dtype(), op, x_name);
-  check_cuda_arg(gamma, gamma.dtype(), op, "gamma");
-  check_cuda_arg(beta, gamma.dtype(), op, "beta");
-  check_cuda_arg(y, x.dtype(), op, "y");
-  check_cuda_arg(mean, DType::f32, op, "mean");
-  check_cuda_arg(rstd, DType::f32, op, "rstd");
-  ZT_CHECK(x.rank() >= 1, op, ": ", x_name, " must have a feature dimension");
-  const int64_t dim = x.dim(-1);
-  const int64_t rows = rows_of(x);
-  check_shape(gamma, Shape{dim}, "layernorm_forward: gamma");
-  check_shape(beta, Shape{dim}, "layernorm_forward: beta");
-  check_same_shape(y, x, op, "y", x_name);
-  ZT_CHECK(mean.numel() == rows && rstd.numel() == rows, op, ": mean and rstd need ", rows, " elements, got ",
-           mean.numel(), " and ", rstd.numel());
-  ZT_CHECK(eps >= 0.0f, op, ": eps must be non-negative, got ", eps);
-}
-
 }  // namespace
 
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                        const Tensor& mean, const Tensor& rstd, cudaStream_t stream) {
   constexpr const char* op = "layernorm_forward";
-  check_forward_args(x, gamma, beta, eps, y, mean, rstd, op, "x");
   const int64_t dim = x.dim(-1);
   const int64_t rows = rows_of(x);
   if (rows == 0) return;
@@ -553,11 +531,6 @@ void dropout_add_layernorm_forward(const Tensor& s, const Tensor& residual, cons
                                    const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                                    const Tensor& mean, const Tensor& rstd, cudaStream_t stream) {
   constexpr const char* op = "dropout_add_layernorm_forward";
-  check_forward_args(s, gamma, beta, eps, y, mean, rstd, op, "s");
-  check_cuda_arg(residual, s.dtype(), op, "residual");
-  check_same_shape(residual, s, op, "residual", "s");
-  ZT_CHECK(!overlaps(residual, s) && !overlaps(y, s), op, ": residual and y must not overlap s");
-  ZT_CHECK(site.p >= 0.0f && site.p < 1.0f, op, ": drop probability must be in [0, 1), got ", site.p);
   const int64_t dim = s.dim(-1);
   const int64_t rows = rows_of(s);
   if (rows == 0) return;
@@ -584,8 +557,8 @@ void dropout_add_layernorm_forward(const Tensor& s, const Tensor& residual, cons
 
 namespace {
 
-// layernorm_backward, and with `drop` (ds and its site) layernorm_dropout_backward: the argument checks, the
-// parameter-gradient partials and their in-order sums, then the dx kernel.
+// layernorm_backward, and with `drop` (ds and its site) layernorm_dropout_backward: the parameter-gradient
+// partials and their in-order sums, then the dx kernel.
 struct DropoutOutput {
   const Tensor* ds;
   DropoutSite site;
@@ -594,33 +567,8 @@ void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& g
                               const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                               GradWrite write, const DropoutOutput* drop, cudaStream_t stream,
                               const char* op) {
-  check_cuda_arg(x, x.dtype(), op, "x");
-  check_cuda_arg(dy, x.dtype(), op, "dy");
-  check_cuda_arg(dx, x.dtype(), op, "dx");
-  check_cuda_arg(gamma, gamma.dtype(), op, "gamma");
-  check_cuda_arg(mean, DType::f32, op, "mean");
-  check_cuda_arg(rstd, DType::f32, op, "rstd");
-  check_cuda_arg(dgamma, DType::f32, op, "dgamma");
-  check_cuda_arg(dbeta, DType::f32, op, "dbeta");
-  ZT_CHECK(x.rank() >= 1, op, ": x must have a feature dimension");
   const int64_t dim = x.dim(-1);
   const int64_t rows = rows_of(x);
-  check_same_shape(dy, x, op, "dy", "x");
-  check_same_shape(dx, x, op, "dx", "x");
-  check_shape(gamma, Shape{dim}, "layernorm_backward: gamma");
-  check_shape(dgamma, Shape{dim}, "layernorm_backward: dgamma");
-  check_shape(dbeta, Shape{dim}, "layernorm_backward: dbeta");
-  ZT_CHECK(mean.numel() == rows && rstd.numel() == rows, op, ": mean and rstd need ", rows, " elements, got ",
-           mean.numel(), " and ", rstd.numel());
-  if (drop != nullptr) {
-    const Tensor& ds = *drop->ds;
-    check_cuda_arg(ds, x.dtype(), op, "ds");
-    check_same_shape(ds, x, op, "ds", "x");
-    ZT_CHECK(!overlaps(ds, dy) && !overlaps(ds, x) && !overlaps(ds, dx), op,
-             ": ds must not overlap dy, x or dx");
-    ZT_CHECK(drop->site.p >= 0.0f && drop->site.p < 1.0f, op, ": drop probability must be in [0, 1), got ",
-             drop->site.p);
-  }
   if (rows == 0 || dim == 0) {
     if (write == GradWrite::overwrite) {  // the sum over no rows
       fill(dgamma, 0.0f, stream);

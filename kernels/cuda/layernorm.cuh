@@ -13,6 +13,9 @@
 // Scratch: layernorm_backward takes 2 * chunks * D floats from the caching device allocator
 // (MemoryCategory::scratch) and returns them once the kernels are queued; reuse is ordered by `stream`
 // (the allocator's stream rule, runtime/device_allocator.h: one allocator per concurrently running stream).
+//
+// The launchers below take arguments kernels/layernorm.cpp has checked (CUDA tensors, shapes, overlaps); they
+// dispatch on x's storage dtype and gamma's (x's or f32).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,5 +1,5 @@
-// The GEMM wrapper's two-level batch (kernels/gemm.h: outer items with their own stride, e.g. batch rows of
-// a [B, L, D] tensor, times inner items, e.g. heads) against a double-precision host product, in f32 and
+// The GEMM wrapper's two-level batch (kernels/cuda/gemm.h: outer items with their own stride, e.g. batch rows
+// of a [B, L, D] tensor, times inner items, e.g. heads) against a double-precision host product, in f32 and
 // bf16, with transposes, beta = 1 accumulation into f32, and the case whose strides fold into one batch.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/gemm.h"
+#include "kernels/cuda/gemm.h"
 #include "tests/kernels/gemm_gpu_test_util.h"
 #include "tests/kernels/test_gpu_support.h"
 #include "tests/support/gpu.h"

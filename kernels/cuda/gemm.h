@@ -42,7 +42,7 @@
 #pragma once
 
 #ifndef ZT_WITH_CUDA
-#error "kernels/gemm.h is for CUDA builds only (ZT_WITH_CUDA)"
+#error "kernels/cuda/gemm.h is for CUDA builds only (ZT_WITH_CUDA)"
 #endif
 
 #include <cuda_runtime.h>
