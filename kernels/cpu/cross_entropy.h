@@ -1,5 +1,5 @@
-// The CPU backend of kernels/cross_entropy.h (f32 host tensors), reached through kernels/cross_entropy.cpp;
-// it checks its own arguments.
+// The CPU backend of kernels/cross_entropy.h (f32 host tensors), reached through kernels/cross_entropy.cpp,
+// which has checked the arguments.
 #pragma once
 
 #include "kernels/cross_entropy.h"

@@ -1,5 +1,5 @@
-// The CPU backend of kernels/dropout.h (f32 host tensors), reached through kernels/dropout.cpp; it checks its
-// own arguments.
+// The CPU backend of kernels/dropout.h (f32 host tensors), reached through kernels/dropout.cpp, which has
+// checked the arguments.
 #pragma once
 
 #include "kernels/dropout.h"

@@ -1,5 +1,5 @@
-// The CPU backend of kernels/elementwise.h (f32 host tensors), reached through kernels/elementwise.cpp; it
-// checks its own arguments.
+// The CPU backend of kernels/elementwise.h (f32 host tensors), reached through kernels/elementwise.cpp, which
+// has checked the arguments.
 #pragma once
 
 #include "kernels/elementwise.h"

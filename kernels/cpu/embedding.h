@@ -1,5 +1,5 @@
-// The CPU backend of kernels/embedding.h (f32 host tensors), reached through kernels/embedding.cpp; it checks
-// its own arguments.
+// The CPU backend of kernels/embedding.h (f32 host tensors), reached through kernels/embedding.cpp, which has
+// checked the arguments.
 #pragma once
 
 #include "kernels/embedding.h"

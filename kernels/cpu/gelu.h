@@ -1,5 +1,5 @@
-// The CPU backend of kernels/gelu.h (f32 host tensors), reached through kernels/gelu.cpp; it checks its own
-// arguments.
+// The CPU backend of kernels/gelu.h (f32 host tensors), reached through kernels/gelu.cpp, which has
+// checked the arguments.
 #pragma once
 
 #include "kernels/gelu.h"
