@@ -16,12 +16,29 @@
 
 namespace zt::kernels {
 
-// Throws unless t is defined, of `dtype`, contiguous and in host memory (what the CPU references read).
-inline void check_cpu_arg(const Tensor& t, DType dtype, const char* op, const char* name) {
+// Throws unless t is defined, of `dtype`, on `device` and contiguous.
+inline void check_arg(const Tensor& t, DType dtype, DeviceKind device, const char* op, const char* name) {
   ZT_CHECK(t.defined(), op, ": ", name, " is undefined");
   ZT_CHECK(t.dtype() == dtype, op, ": ", name, " must be ", dtype_name(dtype), ", got ", t.describe());
-  ZT_CHECK(t.device() == DeviceKind::cpu, op, ": ", name, " must be a CPU tensor, got ", t.describe());
+  ZT_CHECK(t.device() == device, op, ": ", name, " must be a ", device == DeviceKind::cuda ? "CUDA" : "CPU",
+           " tensor, got ", t.describe());
   ZT_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous, got ", t.describe());
+}
+
+// Throws unless t is defined, of `dtype`, contiguous and in host memory (what the CPU references read).
+inline void check_cpu_arg(const Tensor& t, DType dtype, const char* op, const char* name) {
+  check_arg(t, dtype, DeviceKind::cpu, op, name);
+}
+
+// Which backend an entry point (kernels/<op>.cpp) sends its call to: CUDA when `t`, the argument that decides
+// (x, or the output where there is no input tensor), is a CUDA tensor — an error in a build without CUDA —
+// else the CPU. The backends check that the other arguments live there too.
+inline bool runs_on_cuda(const Tensor& t, const char* op) {
+  if (t.device() != DeviceKind::cuda) return false;
+#ifndef ZT_WITH_CUDA
+  ZT_FAIL(op, ": a CUDA tensor, but this build has no CUDA backend");
+#endif
+  return true;
 }
 
 // Throws unless `got` has exactly the shape of `like`.

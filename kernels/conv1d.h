@@ -17,7 +17,7 @@
 // y, dy, dx in one storage dtype T (f32, bf16, f16); dweight and dbias f32 (accumulated). Evaluated as
 // im2col + one GEMM (fp32 compute); scratch from the device allocator: B*L*k*D_in elements of T (+ the
 // regrouped weight), and in backward 4*B*L*k*D_in bytes for dcols and 4*D_out*k*D_in bytes for the grouped
-// dW (the tap-major order; ZT_CONV_CHANNEL_MAJOR=1 needs neither the regrouped weight nor the grouped dW).
+// dW.
 #pragma once
 
 #include "runtime/tensor.h"

@@ -64,10 +64,12 @@ struct TokensAndTable {
   Tensor tokens;  // [B, L, D]: the first B L rows
   Tensor table;   // [S2, D]: the rows after them
 };
+TokensAndTable split_tokens_and_table(const Tensor& all, int64_t B, int64_t L, int64_t S2, int64_t D) {
+  return {all, all.slice_rows(0, B * L).reshape({B, L, D}), all.slice_rows(B * L, B * L + S2)};
+}
 TokensAndTable tokens_and_table(const Arena& arena, std::string_view name, int64_t B, int64_t L, int64_t S2,
                                 int64_t D) {
-  const Tensor all = prefix_view(arena, name, {B * L + S2, D});
-  return {all, all.slice_rows(0, B * L).reshape({B, L, D}), all.slice_rows(B * L, B * L + S2)};
+  return split_tokens_and_table(prefix_view(arena, name, {B * L + S2, D}), B, L, S2, D);
 }
 
 // The dropout of one site in one layer for the current step (p = 0 outside training).
@@ -438,6 +440,107 @@ void DebertaForSequenceClassification::layer_forward(int l, const DebertaLayerTe
   if (recompute) prof.mark("bwd.recompute");
 }
 
+// Encoder layer l's backward (the reverse of layer_forward) from the gradient of its output `dout` [B, L, D]
+// (read, then used as scratch): its parameter gradients into `grads` (first writes as `write` says), its
+// input's gradient into the first B L rows of `din_rows` [B L + S2, D] and dR~'s into the rows after them,
+// which it also adds, dropped, into `drel`. Reads the activations of the last forward (or recompute).
+void DebertaForSequenceClassification::layer_backward(int l, const DebertaLayerTensors& P,
+                                                      const DebertaLayerTensors& GP, const Tensor& dout,
+                                                      const Tensor& din_rows, const Tensor& drel,
+                                                      kernels::GradWrite write) {
+  State& s = *state_;
+  const DebertaConfig& c = config_;
+  const int64_t B = s.batch, L = s.seq;
+  const int64_t D = c.hidden_size, N = c.num_attention_heads, I = c.intermediate_size;
+  const int64_t S2 = c.rel_embedding_rows();
+  const Arena& act = s.activations;
+  const DropoutSchedule& dropout = s.dropout;
+  auto A = [&](std::string_view name, Shape shape) { return prefix_view(act, name, shape); };
+  auto site = [&](uint32_t layer, uint32_t which, double p) {
+    return dropout_site(dropout, layer, which, p);
+  };
+  const double hidden_p = c.hidden_dropout_prob;
+  const Shape bld{B, L, D};
+  StepProfile& prof = StepProfile::global();
+  auto with_table = [&](const std::string& name) { return tokens_and_table(act, name, B, L, S2, D); };
+  const TokensAndTable dx_rows = split_tokens_and_table(din_rows, B, L, S2, D);
+  const TokensAndTable input = with_table(str("hidden.", l));  // [x; R~]
+  const Tensor& x = input.tokens;
+  const Tensor& dz = dout;  // gradient w.r.t. the FFN LayerNorm output
+  Tensor t1 = A("grad.t1", bld);
+  // z = LN_o(s2), s2 = Drop(g1 Wo2' + bo2) + y: dy = dLN (the residual's share, accumulated into below) and
+  // ds2 = Drop'(dy) from one kernel.
+  Tensor ds2 = t1;
+  Tensor dy = dx_rows.tokens;
+  kernels::layernorm_dropout_backward(
+      dz, A(layer_slot(c, l, "s2"), bld), P.output_ln_weight, A(layer_slot(c, l, "ln_o.mean"), {B, L}),
+      A(layer_slot(c, l, "ln_o.rstd"), {B, L}), site(l, kSiteFfnOutput, hidden_p), dy, ds2,
+      GP.output_ln_weight, GP.output_ln_bias, write);
+  // g1 = gelu(f1) is recomputed, not stored. The output projection's dx GEMM (dg1 = ds2 Wo2, which reads
+  // only g1's shape) goes first, so that one pass over f1 gives both g1 for the weight gradient and
+  // df = dg1 * gelu'(f1).
+  Tensor df = A("grad.f", {B, L, I}), g1 = A("grad.g1", {B, L, I}), f1 = A(layer_slot(c, l, "f1"), {B, L, I});
+  kernels::linear_backward(ds2, g1, P.output_weight, df, Tensor(), Tensor());
+  // The same pass sums df over the rows: the intermediate projection's bias gradient (no pass of its own).
+  kernels::gelu_recompute_and_backward(df, f1, g1, df, GP.intermediate_bias, write);
+  kernels::linear_backward(ds2, g1, P.output_weight, Tensor(), GP.output_weight, GP.output_bias,
+                           /*accumulate_dx=*/false, write);
+  kernels::linear_backward(df, A(layer_slot(c, l, "y"), bld), P.intermediate_weight, dy,
+                           GP.intermediate_weight, Tensor(), /*accumulate_dx=*/true, write);
+  prof.mark("bwd.ffn");
+  // y = LN_a(s1), s1 = Drop(ctx Wo' + bo) + x.
+  // dx = dLN (the layer-input gradient's residual part, written over dy) and ds1 = Drop'(dx), one kernel.
+  Tensor ds1 = dout;  // free again: dz was consumed above
+  Tensor dx = dy;
+  kernels::layernorm_dropout_backward(
+      dy, A(layer_slot(c, l, "s1"), bld), P.attention_ln_weight, A(layer_slot(c, l, "ln_a.mean"), {B, L}),
+      A(layer_slot(c, l, "ln_a.rstd"), {B, L}), site(l, kSiteAttentionOutput, hidden_p), dx, ds1,
+      GP.attention_ln_weight, GP.attention_ln_bias, write);
+  Tensor dctx = t1;
+  kernels::linear_backward(ds1, A(layer_slot(c, l, "ctx"), bld), P.attention_output_weight, dctx,
+                           GP.attention_output_weight, GP.attention_output_bias, /*accumulate_dx=*/false,
+                           write);
+  prof.mark("bwd.attention_output");
+
+  // [dQ; dPQ] and [dK; dPK]: the attention accumulates the table rows, so they start at zero.
+  const TokensAndTable dq = with_table("grad.q"), dk = with_table("grad.k");
+  Tensor dv = A("grad.v", bld);
+  kernels::fill(dq.table, 0.0f);
+  kernels::fill(dk.table, 0.0f);
+  const kernels::DisentangledAttentionConfig attention = attention_config(c, dropout, l);
+  const TokensAndTable q = with_table(layer_slot(c, l, "q")), k = with_table(layer_slot(c, l, "k"));
+  if (uses_flash_attention(c, s.max_seq, s.compute)) {
+    kernels::flash_disentangled_attention_backward(
+        q.tokens, k.tokens, A(layer_slot(c, l, "v"), bld), c.c2p ? k.table : Tensor(),
+        c.p2c ? q.table : Tensor(), s.inputs.attention_mask, A(layer_slot(c, l, "ctx"), bld),
+        A(layer_slot(c, l, "softmax_stats"), {B, N, L, 2}), dctx, attention, dq.tokens, dk.tokens, dv,
+        c.c2p ? dk.table : Tensor(), c.p2c ? dq.table : Tensor());
+  } else {
+    kernels::disentangled_attention_backward(
+        q.tokens, k.tokens, A(layer_slot(c, l, "v"), bld), c.c2p ? k.table : Tensor(),
+        c.p2c ? q.table : Tensor(), s.inputs.attention_mask, A(layer_slot(c, l, "probs"), {B, N, L, L}), dctx,
+        attention, dq.tokens, dk.tokens, dv, c.c2p ? dk.table : Tensor(), c.p2c ? dq.table : Tensor());
+  }
+  prof.mark("bwd.attention_core");
+
+  // [dx; dR~] += [dQ; dPQ] Wq + [dK; dPK] Wk (rows of a table term c2p/p2c leaves out: x's alone), then
+  // dx += dV Wv; dR~ starts at zero. Wq/bq and Wk/bk get both terms from one GEMM and one column sum each.
+  kernels::fill(dx_rows.table, 0.0f);
+  auto project_back = [&](const TokensAndTable& dy, bool with_table_rows, const Tensor& weight,
+                          const Tensor& dweight, const Tensor& dbias) {
+    if (with_table_rows)
+      kernels::linear_backward(dy.all, input.all, weight, din_rows, dweight, dbias, true, write);
+    else
+      kernels::linear_backward(dy.tokens, x, weight, dx, dweight, dbias, true, write);
+  };
+  project_back(dq, c.p2c, P.query_weight, GP.query_weight, GP.query_bias);
+  project_back(dk, c.c2p, P.key_weight, GP.key_weight, GP.key_bias);
+  kernels::linear_backward(dv, x, P.value_weight, dx, GP.value_weight, GP.value_bias, true, write);
+  Tensor drel_dropped = dx_rows.table;
+  kernels::dropout_backward(drel_dropped, drel_dropped, site(l, kSiteRelEmbeddings, hidden_p));
+  kernels::add_inplace(drel, drel_dropped);
+}
+
 float DebertaForSequenceClassification::forward(const DebertaTensors& params, const DebertaBatch& batch,
                                                 const DropoutSchedule& dropout, DebertaUnitHooks* hooks) {
   State& s = *state_;
@@ -548,7 +651,7 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
            "backward() needs a forward with labels");
   const DebertaConfig& c = config_;
   const int64_t B = s.batch, L = s.seq;
-  const int64_t D = c.hidden_size, N = c.num_attention_heads, I = c.intermediate_size;
+  const int64_t D = c.hidden_size;
   const int64_t S2 = c.rel_embedding_rows(), n = c.num_hidden_layers, P = c.pooler_hidden_size;
   const Arena& act = s.activations;
   const DropoutSchedule& dropout = s.dropout;
@@ -605,13 +708,9 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
     // backward (hidden.{l+1} fed layer l + 1, whose backward is done), so it goes into dh_next, which the
     // LayerNorm backward below overwrites first.
     if (c.gradient_checkpointing) layer_forward(l, P, dh_next, /*recompute=*/true);
-    const TokensAndTable input = with_table(str("hidden.", l));  // [x; R~]
-    const Tensor& x = input.tokens;
-    Tensor dz = dh;  // gradient w.r.t. the FFN LayerNorm output
-    Tensor t1 = A("grad.t1", bld);
     if (l == 0 && c.has_conv()) {
       // h1 = LN_c(z + gelu(t)) * m.
-      Tensor ds3 = t1;
+      Tensor ds3 = A("grad.t1", bld);
       kernels::mask_rows_backward(dh, mask, ds3);
       kernels::layernorm_backward(ds3, A("conv.s3", bld), params.shared.conv_ln_weight,
                                   A("conv.mean", {B, L}), A("conv.rstd", {B, L}), ds3,
@@ -625,84 +724,11 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
                                grads.shared.conv_weight, grads.shared.conv_bias);
       prof.mark("bwd.conv");
     }
-    // z = LN_o(s2), s2 = Drop(g1 Wo2' + bo2) + y: dy = dLN (the residual's share, accumulated into below) and
-    // ds2 = Drop'(dy) from one kernel.
-    Tensor ds2 = t1;
-    Tensor dy = dh_next;
-    kernels::layernorm_dropout_backward(
-        dz, A(layer_slot(c, l, "s2"), bld), P.output_ln_weight, A(layer_slot(c, l, "ln_o.mean"), {B, L}),
-        A(layer_slot(c, l, "ln_o.rstd"), {B, L}), site(l, kSiteFfnOutput, hidden_p), dy, ds2,
-        GP.output_ln_weight, GP.output_ln_bias, write);
-    // g1 = gelu(f1) is recomputed, not stored. The output projection's dx GEMM (dg1 = ds2 Wo2, which reads
-    // only g1's shape) goes first, so that one pass over f1 gives both g1 for the weight gradient and
-    // df = dg1 * gelu'(f1).
-    Tensor df = A("grad.f", {B, L, I}), g1 = A("grad.g1", {B, L, I}),
-           f1 = A(layer_slot(c, l, "f1"), {B, L, I});
-    kernels::linear_backward(ds2, g1, P.output_weight, df, Tensor(), Tensor());
-    // The same pass sums df over the rows: the intermediate projection's bias gradient (no pass of its own).
-    kernels::gelu_recompute_and_backward(df, f1, g1, df, GP.intermediate_bias, write);
-    kernels::linear_backward(ds2, g1, P.output_weight, Tensor(), GP.output_weight, GP.output_bias,
-                             /*accumulate_dx=*/false, write);
-    kernels::linear_backward(df, A(layer_slot(c, l, "y"), bld), P.intermediate_weight, dy,
-                             GP.intermediate_weight, Tensor(), /*accumulate_dx=*/true, write);
-    prof.mark("bwd.ffn");
-    // y = LN_a(s1), s1 = Drop(ctx Wo' + bo) + x.
-    // dx = dLN (the layer-input gradient's residual part, written over dy) and ds1 = Drop'(dx), one kernel.
-    Tensor ds1 = dh;  // dh is free again: dz was consumed above
-    Tensor dx = dy;
-    kernels::layernorm_dropout_backward(
-        dy, A(layer_slot(c, l, "s1"), bld), P.attention_ln_weight, A(layer_slot(c, l, "ln_a.mean"), {B, L}),
-        A(layer_slot(c, l, "ln_a.rstd"), {B, L}), site(l, kSiteAttentionOutput, hidden_p), dx, ds1,
-        GP.attention_ln_weight, GP.attention_ln_bias, write);
-    Tensor dctx = t1;
-    kernels::linear_backward(ds1, A(layer_slot(c, l, "ctx"), bld), P.attention_output_weight, dctx,
-                             GP.attention_output_weight, GP.attention_output_bias, /*accumulate_dx=*/false,
-                             write);
-    prof.mark("bwd.attention_output");
-
-    // [dQ; dPQ] and [dK; dPK]: the attention accumulates the table rows, so they start at zero.
-    const TokensAndTable dq = with_table("grad.q"), dk = with_table("grad.k");
-    Tensor dv = A("grad.v", bld);
-    kernels::fill(dq.table, 0.0f);
-    kernels::fill(dk.table, 0.0f);
-    const kernels::DisentangledAttentionConfig attention = attention_config(c, dropout, l);
-    const TokensAndTable q = with_table(layer_slot(c, l, "q")), k = with_table(layer_slot(c, l, "k"));
-    if (uses_flash_attention(c, s.max_seq, s.compute)) {
-      kernels::flash_disentangled_attention_backward(
-          q.tokens, k.tokens, A(layer_slot(c, l, "v"), bld), c.c2p ? k.table : Tensor(),
-          c.p2c ? q.table : Tensor(), s.inputs.attention_mask, A(layer_slot(c, l, "ctx"), bld),
-          A(layer_slot(c, l, "softmax_stats"), {B, N, L, 2}), dctx, attention, dq.tokens, dk.tokens, dv,
-          c.c2p ? dk.table : Tensor(), c.p2c ? dq.table : Tensor());
-    } else {
-      kernels::disentangled_attention_backward(
-          q.tokens, k.tokens, A(layer_slot(c, l, "v"), bld), c.c2p ? k.table : Tensor(),
-          c.p2c ? q.table : Tensor(), s.inputs.attention_mask, A(layer_slot(c, l, "probs"), {B, N, L, L}),
-          dctx, attention, dq.tokens, dk.tokens, dv, c.c2p ? dk.table : Tensor(),
-          c.p2c ? dq.table : Tensor());
-    }
-    prof.mark("bwd.attention_core");
-
-    // [dx; dR~] += [dQ; dPQ] Wq + [dK; dPK] Wk (rows of a table term c2p/p2c leaves out: x's alone), then
-    // dx += dV Wv; dR~ starts at zero. Wq/bq and Wk/bk get both terms from one GEMM and one column sum each.
-    const TokensAndTable& dx_rows = dh_next_rows;
-    kernels::fill(dx_rows.table, 0.0f);
-    auto project_back = [&](const TokensAndTable& dy, bool with_table_rows, const Tensor& weight,
-                            const Tensor& dweight, const Tensor& dbias) {
-      if (with_table_rows)
-        kernels::linear_backward(dy.all, input.all, weight, dx_rows.all, dweight, dbias, true, write);
-      else
-        kernels::linear_backward(dy.tokens, x, weight, dx, dweight, dbias, true, write);
-    };
-    project_back(dq, c.p2c, P.query_weight, GP.query_weight, GP.query_bias);
-    project_back(dk, c.c2p, P.key_weight, GP.key_weight, GP.key_bias);
-    kernels::linear_backward(dv, x, P.value_weight, dx, GP.value_weight, GP.value_bias, true, write);
-    Tensor drel_dropped = dx_rows.table;
-    kernels::dropout_backward(drel_dropped, drel_dropped, site(l, kSiteRelEmbeddings, hidden_p));
-    kernels::add_inplace(drel, drel_dropped);
+    layer_backward(l, P, GP, dh, dh_next_rows.all, drel, write);
     hook.release(layer_unit(l), kPass);
     hook.gradients_ready(layer_unit(l));
 
-    if (l == 0 && c.has_conv()) kernels::add_inplace(dx, dconv_input);
+    if (l == 0 && c.has_conv()) kernels::add_inplace(dh_next, dconv_input);
     std::swap(dh, dh_next);  // dx (written into dh_next) is the next layer's output gradient
     std::swap(dh_rows, dh_next_rows);
     prof.mark("bwd.qkv_projections");

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/grad_write.h"
 #include "model/config.h"
 #include "model/deberta_tensors.h"
 #include "runtime/arena.h"
@@ -109,6 +110,12 @@ class DebertaForSequenceClassification {
   // Encoder layer `layer`'s forward from hidden_state(layer) into its activation slots, its output into
   // `out`; recompute: the backward's re-run under gradient checkpointing (DebertaConfig).
   void layer_forward(int layer, const DebertaLayerTensors& params, const Tensor& out, bool recompute);
+  // Its backward: from the gradient of its output `dout` [B, L, D] (then scratch), the parameter gradients
+  // into `grads` (written or accumulated: `write`), the input's gradient into `din_rows` [B L + S2, D] (its
+  // first B L rows; dR~ in the rest, added into `drel` [S2, D] through R~'s dropout).
+  void layer_backward(int layer, const DebertaLayerTensors& params, const DebertaLayerTensors& grads,
+                      const Tensor& dout, const Tensor& din_rows, const Tensor& drel,
+                      kernels::GradWrite write);
   DebertaConfig config_;
   std::unique_ptr<State> state_;
 };

@@ -79,6 +79,10 @@ struct AdamWStepScalars {
 };
 AdamWStepScalars adamw_step_scalars(const AdamWHyper& hyper, double lr, int64_t t);
 
+// Throws unless every range lies inside buffers of `size` elements and no two overlap (an element updated
+// twice would take two steps); messages start with `op`.
+void check_adamw_ranges(std::span<const TensorRange> ranges, int64_t size, const char* op);
+
 // Applies one update with the given scalars to elements [0, n) of the raw arrays (no threads, no checks):
 // the scalar reference every other body equals bit for bit. grad_scale != 1 multiplies each gradient first
 // (g = grad_scale * g: fp16 unscaling, 1/world and clipping folded into one factor, as the GPU AdamW does);

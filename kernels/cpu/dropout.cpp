@@ -1,15 +1,11 @@
-#include "kernels/dropout.h"
+#include "kernels/cpu/dropout.h"
 
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/arg_checks.h"
-#ifdef ZT_WITH_CUDA
-#include "kernels/cuda/dropout.cuh"
-#endif
 #include "kernels/philox.h"
 
-namespace zt::kernels {
+namespace zt::kernels::cpu {
 namespace {
 
 // Forward and backward are the same map (scale kept entries, zero the rest), so one routine serves both.
@@ -30,31 +26,14 @@ void apply_dropout_mask_cpu(const float* in, float* out, int64_t n, const Dropou
   }
 }
 
-void check_dropout_args(const Tensor& in, const Tensor& out, const DropoutSite& site, const char* op,
-                        const char* in_name, const char* out_name) {
-  if (in.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
-  check_cpu_arg(in, DType::f32, op, in_name);
-  check_cpu_arg(out, DType::f32, op, out_name);
-  check_same_shape(out, in, op, out_name, in_name);
-  ZT_CHECK(site.p >= 0.0f && site.p < 1.0f, op, ": drop probability must be in [0, 1), got ", site.p);
-}
-
 }  // namespace
 
 void dropout_forward(const Tensor& x, const Tensor& y, const DropoutSite& site) {
-#ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::dropout_forward(x, y, site, current_stream());
-#endif
-  check_dropout_args(x, y, site, "dropout_forward", "x", "y");
   apply_dropout_mask_cpu(x.data_as<float>(), y.data_as<float>(), x.numel(), site);
 }
 
 void dropout_backward(const Tensor& dy, const Tensor& dx, const DropoutSite& site) {
-#ifdef ZT_WITH_CUDA
-  if (dy.device() == DeviceKind::cuda) return gpu::dropout_backward(dy, dx, site, current_stream());
-#endif
-  check_dropout_args(dy, dx, site, "dropout_backward", "dy", "dx");
   apply_dropout_mask_cpu(dy.data_as<float>(), dx.data_as<float>(), dy.numel(), site);
 }
 
-}  // namespace zt::kernels
+}  // namespace zt::kernels::cpu

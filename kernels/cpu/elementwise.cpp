@@ -1,27 +1,12 @@
-#include "kernels/elementwise.h"
+#include "kernels/cpu/elementwise.h"
 
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/arg_checks.h"
-#ifdef ZT_WITH_CUDA
-#include "kernels/cuda/elementwise.cuh"
-#endif
 
-namespace zt::kernels {
+namespace zt::kernels::cpu {
 namespace {
-
-void fail_if_cuda(const Tensor& t, const char* op) {
-  if (t.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
-}
-
-// The mask must have x's shape without its last dimension.
-void check_mask_shape(const Tensor& mask, const Tensor& x, const char* op) {
-  bool same = mask.rank() + 1 == x.rank();
-  for (int i = 0; same && i < mask.rank(); ++i) same = mask.dim(i) == x.dim(i);
-  ZT_CHECK(same, op, ": mask ", mask.shape().to_string(), " must have the leading shape of ",
-           x.shape().to_string());
-}
 
 template <typename MaskT>
 void mask_rows_cpu(const float* x, const MaskT* mask, float* out, int64_t rows, int64_t dim) {
@@ -31,17 +16,7 @@ void mask_rows_cpu(const float* x, const MaskT* mask, float* out, int64_t rows, 
   }
 }
 
-void apply_row_mask(const Tensor& x, const Tensor& mask, const Tensor& out, const char* op,
-                    const char* x_name, const char* out_name) {
-  fail_if_cuda(x, op);
-  check_cpu_arg(x, DType::f32, op, x_name);
-  check_cpu_arg(out, DType::f32, op, out_name);
-  check_same_shape(out, x, op, out_name, x_name);
-  ZT_CHECK(x.rank() >= 1, op, ": ", x_name, " must have a feature dimension");
-  ZT_CHECK(mask.dtype() == DType::f32 || mask.dtype() == DType::i64, op, ": mask must be f32 or i64, got ",
-           mask.describe());
-  check_cpu_arg(mask, mask.dtype(), op, "mask");
-  check_mask_shape(mask, x, op);
+void apply_row_mask(const Tensor& x, const Tensor& mask, const Tensor& out) {
   const int64_t dim = x.dim(-1), rows = rows_of(x);
   if (mask.dtype() == DType::f32) {
     mask_rows_cpu(x.data_as<float>(), mask.data_as<float>(), out.data_as<float>(), rows, dim);
@@ -54,30 +29,13 @@ struct TokenShape {
   int64_t batch, length, dim;
 };
 
-TokenShape check_select_token(const Tensor& full, const Tensor& rows, int64_t token, const char* op,
-                              const char* full_name, const char* rows_name) {
-  fail_if_cuda(full, op);
-  check_cpu_arg(full, DType::f32, op, full_name);
-  check_cpu_arg(rows, DType::f32, op, rows_name);
-  ZT_CHECK(full.rank() == 3, op, ": ", full_name, " must be [B, L, D], got ", full.describe());
-  check_shape(rows, Shape{full.dim(0), full.dim(2)}, rows_name);
-  ZT_CHECK(token >= 0 && token < full.dim(1), op, ": token ", token, " outside [0, ", full.dim(1), ")");
+TokenShape token_shape(const Tensor& full) {
   return {full.dim(0), full.dim(1), full.dim(2)};
 }
 
 }  // namespace
 
 void add(const Tensor& a, const Tensor& b, const Tensor& out) {
-#ifdef ZT_WITH_CUDA
-  if (a.device() == DeviceKind::cuda) return gpu::add(a, b, out, current_stream());
-#endif
-  constexpr const char* op = "add";
-  fail_if_cuda(a, op);
-  check_cpu_arg(a, DType::f32, op, "a");
-  check_cpu_arg(b, DType::f32, op, "b");
-  check_cpu_arg(out, DType::f32, op, "out");
-  check_same_shape(b, a, op, "b", "a");
-  check_same_shape(out, a, op, "out", "a");
   const float* pa = a.data_as<float>();
   const float* pb = b.data_as<float>();
   float* po = out.data_as<float>();
@@ -85,75 +43,36 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
 }
 
 void add_inplace(const Tensor& dst, const Tensor& src) {
-#ifdef ZT_WITH_CUDA
-  if (dst.device() == DeviceKind::cuda) return gpu::add_inplace(dst, src, current_stream());
-#endif
-  constexpr const char* op = "add_inplace";
-  fail_if_cuda(dst, op);
-  check_cpu_arg(dst, DType::f32, op, "dst");
-  check_cpu_arg(src, DType::f32, op, "src");
-  check_same_shape(src, dst, op, "src", "dst");
   float* pd = dst.data_as<float>();
   const float* ps = src.data_as<float>();
   for (int64_t i = 0, n = dst.numel(); i < n; ++i) pd[i] += ps[i];
 }
 
 void scale(const Tensor& x, float alpha, const Tensor& out) {
-#ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::scale(x, alpha, out, current_stream());
-#endif
-  constexpr const char* op = "scale";
-  fail_if_cuda(x, op);
-  check_cpu_arg(x, DType::f32, op, "x");
-  check_cpu_arg(out, DType::f32, op, "out");
-  check_same_shape(out, x, op, "out", "x");
   const float* px = x.data_as<float>();
   float* po = out.data_as<float>();
   for (int64_t i = 0, n = x.numel(); i < n; ++i) po[i] = alpha * px[i];
 }
 
 void copy(const Tensor& src, const Tensor& dst) {
-#ifdef ZT_WITH_CUDA
-  if (src.device() == DeviceKind::cuda) return gpu::copy(src, dst, current_stream());
-#endif
-  constexpr const char* op = "copy";
-  fail_if_cuda(src, op);
-  check_cpu_arg(src, DType::f32, op, "src");
-  check_cpu_arg(dst, DType::f32, op, "dst");
-  check_same_shape(dst, src, op, "dst", "src");
   if (dst.data() != src.data()) std::memmove(dst.data(), src.data(), src.nbytes());
 }
 
 void fill(const Tensor& dst, float value) {
-#ifdef ZT_WITH_CUDA
-  if (dst.device() == DeviceKind::cuda) return gpu::fill(dst, value, current_stream());
-#endif
-  constexpr const char* op = "fill";
-  fail_if_cuda(dst, op);
-  check_cpu_arg(dst, DType::f32, op, "dst");
   float* pd = dst.data_as<float>();
   for (int64_t i = 0, n = dst.numel(); i < n; ++i) pd[i] = value;
 }
 
 void mask_rows_forward(const Tensor& x, const Tensor& mask, const Tensor& out) {
-#ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::mask_rows_forward(x, mask, out, current_stream());
-#endif
-  apply_row_mask(x, mask, out, "mask_rows_forward", "x", "out");
+  apply_row_mask(x, mask, out);
 }
 
 void mask_rows_backward(const Tensor& dy, const Tensor& mask, const Tensor& dx) {
-#ifdef ZT_WITH_CUDA
-  if (dy.device() == DeviceKind::cuda) return gpu::mask_rows_backward(dy, mask, dx, current_stream());
-#endif
-  apply_row_mask(dy, mask, dx, "mask_rows_backward", "dy", "dx");
+  apply_row_mask(dy, mask, dx);
 }
 
 void select_token_forward(const Tensor& x, int64_t token, const Tensor& out) {
-#ifdef ZT_WITH_CUDA
-  if (x.device() == DeviceKind::cuda) return gpu::select_token_forward(x, token, out, current_stream());
-#endif
-  const TokenShape s = check_select_token(x, out, token, "select_token_forward", "x", "out");
+  const TokenShape s = token_shape(x);
   const float* px = x.data_as<float>();
   float* po = out.data_as<float>();
   for (int64_t b = 0; b < s.batch; ++b) {
@@ -163,10 +82,7 @@ void select_token_forward(const Tensor& x, int64_t token, const Tensor& out) {
 }
 
 void select_token_backward(const Tensor& dout, int64_t token, const Tensor& dx) {
-#ifdef ZT_WITH_CUDA
-  if (dx.device() == DeviceKind::cuda) return gpu::select_token_backward(dout, token, dx, current_stream());
-#endif
-  const TokenShape s = check_select_token(dx, dout, token, "select_token_backward", "dx", "dout");
+  const TokenShape s = token_shape(dx);
   const float* pg = dout.data_as<float>();
   float* pd = dx.data_as<float>();
   std::memset(pd, 0, dx.nbytes());
@@ -176,4 +92,4 @@ void select_token_backward(const Tensor& dout, int64_t token, const Tensor& dx) 
   }
 }
 
-}  // namespace zt::kernels
+}  // namespace zt::kernels::cpu

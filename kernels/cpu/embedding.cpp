@@ -1,23 +1,12 @@
-#include "kernels/embedding.h"
+#include "kernels/cpu/embedding.h"
 
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/arg_checks.h"
-#ifdef ZT_WITH_CUDA
-#include "kernels/cuda/embedding.cuh"
-#endif
+#include "runtime/check.h"
 
-namespace zt::kernels {
+namespace zt::kernels::cpu {
 namespace {
-
-// out must be the ids' shape with the embedding width appended.
-void check_rows_shape(const Tensor& rows, const Tensor& ids, int64_t dim, const char* op, const char* name) {
-  bool same = rows.rank() == ids.rank() + 1 && rows.dim(-1) == dim;
-  for (int i = 0; same && i < ids.rank(); ++i) same = rows.dim(i) == ids.dim(i);
-  ZT_CHECK(same, op, ": ", name, " must have shape ids ", ids.shape().to_string(), " + [", dim, "], got ",
-           rows.shape().to_string());
-}
 
 void check_ids_in_range(const int64_t* ids, int64_t n, int64_t vocab, const char* op) {
   for (int64_t t = 0; t < n; ++t) {
@@ -29,17 +18,8 @@ void check_ids_in_range(const int64_t* ids, int64_t n, int64_t vocab, const char
 }  // namespace
 
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
-#ifdef ZT_WITH_CUDA
-  if (table.device() == DeviceKind::cuda) return gpu::embedding_forward(ids, table, out, current_stream());
-#endif
   constexpr const char* op = "embedding_forward";
-  if (table.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
-  check_cpu_arg(ids, DType::i64, op, "ids");
-  check_cpu_arg(table, DType::f32, op, "table");
-  check_cpu_arg(out, DType::f32, op, "out");
-  ZT_CHECK(table.rank() == 2, op, ": table must be [V, D], got ", table.describe());
   const int64_t vocab = table.dim(0), dim = table.dim(1), n = ids.numel();
-  check_rows_shape(out, ids, dim, op, "out");
   const int64_t* id = ids.data_as<int64_t>();
   check_ids_in_range(id, n, vocab, op);
   const float* rows = table.data_as<float>();
@@ -50,18 +30,8 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) {
-#ifdef ZT_WITH_CUDA
-  if (dtable.device() == DeviceKind::cuda)
-    return gpu::embedding_backward(ids, dout, dtable, padding_idx, current_stream());
-#endif
   constexpr const char* op = "embedding_backward";
-  if (dtable.device() == DeviceKind::cuda) ZT_FAIL(op, ": CUDA kernel not built yet");
-  check_cpu_arg(ids, DType::i64, op, "ids");
-  check_cpu_arg(dout, DType::f32, op, "dout");
-  check_cpu_arg(dtable, DType::f32, op, "dtable");
-  ZT_CHECK(dtable.rank() == 2, op, ": dtable must be [V, D], got ", dtable.describe());
   const int64_t vocab = dtable.dim(0), dim = dtable.dim(1), n = ids.numel();
-  check_rows_shape(dout, ids, dim, op, "dout");
   const int64_t* id = ids.data_as<int64_t>();
   check_ids_in_range(id, n, vocab, op);
   const float* src = dout.data_as<float>();
@@ -74,4 +44,4 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dta
   }
 }
 
-}  // namespace zt::kernels
+}  // namespace zt::kernels::cpu

@@ -1,16 +1,11 @@
 // Conv1d ("same" padding, odd k) on the GPU as im2col + one GEMM (formulas in kernels/conv1d.h).
 //
 // With K = D_in * k the input is unfolded into cols [B*L, K], column (c, kk) holding x[b, t + kk - pad, c]
-// (0 outside [0, L)), and the convolution is a linear layer over it. Two column orders:
-//   tap-major (the default):  cols[(b,t), kk*D_in + c]; the weight is regrouped to match,
-//     Wr[o, kk*D_in + c] = W[o, c, kk] [D_out, K], on every forward and backward, and the weight gradient
-//     comes back through a grouped f32 scratch: dWr = dy^T cols, then dW[o,c,kk] += dWr[o, kk*D_in + c];
-//   channel-major (ZT_CONV_CHANNEL_MAJOR=1, runtime/env_switch.h; off by default until the GPU has run
-//     it): cols[(b,t), c*k + kk], the order of W's own memory, so W [D_out, D_in, k] read as [D_out, K] is
-//     the GEMM operand and dW += dy^T cols is a GEMM accumulating (beta = 1) straight into dweight: no
-//     regrouped copy, no grouped scratch, no add-back kernel (46 + 46 + 53 us a step on an H200 at
-//     D = 1536, k = 3, bs 8).
-// Then y = cols Wr^T + bias (Wr = W in the channel-major order). Backward:
+// (0 outside [0, L)), and the convolution is a linear layer over it. The columns are tap-major,
+// cols[(b,t), kk*D_in + c]; the weight is regrouped to match, Wr[o, kk*D_in + c] = W[o, c, kk] [D_out, K],
+// on every forward and backward, and the weight gradient comes back through a grouped f32 scratch:
+// dWr = dy^T cols, then dW[o,c,kk] += dWr[o, kk*D_in + c].
+// Then y = cols Wr^T + bias. Backward:
 //   dcols = dy Wr (f32)  then  dx[b,s,c] (+)= sum_kk dcols[(b, s - kk + pad), column(c, kk)]  (col2im, a
 //   gather, kk increasing);  dbias += column sums of dy.
 // One GEMM (one rounding of y) instead of k shifted GEMMs accumulating in 16-bit storage; the price is the
@@ -18,10 +13,9 @@
 #include "kernels/cuda/conv1d.cuh"
 
 #include "kernels/cuda/gemm.cuh"
-#include "kernels/gemm.h"
+#include "kernels/cuda/gemm.h"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
-#include "runtime/env_switch.h"
 
 namespace zt::kernels::gpu {
 namespace {
@@ -34,42 +28,29 @@ struct ConvShape {
   __host__ __device__ int64_t rows() const { return batch * length; }
 };
 
-// The unfolded column order (top of the file); a template argument of the kernels that depend on it, so the
-// tap-major instantiations compile to the code that ran before the channel-major order existed.
-bool channel_major_order() {
-  return read_env_switch("ZT_CONV_CHANNEL_MAJOR");
-}
-
-ConvShape check_conv_args(const Tensor& x, const Tensor& weight, const char* op) {
-  check_cuda_arg(x, op, "x");
-  ZT_CHECK(is_storage_dtype(x.dtype()), op, ": x must be f32, bf16 or f16, got ", x.describe());
-  check_cuda_arg(weight, x.dtype(), op, "weight");
-  ZT_CHECK(x.rank() == 3, op, ": x must be [B, L, D_in], got ", x.describe());
-  ZT_CHECK(weight.rank() == 3, op, ": weight must be [D_out, D_in, k], got ", weight.describe());
-  ZT_CHECK(weight.dim(1) == x.dim(2), op, ": weight ", weight.shape().to_string(), " expects ", weight.dim(1),
-           " input features, x ", x.shape().to_string(), " has ", x.dim(2));
-  ZT_CHECK(weight.dim(2) % 2 == 1, op, ": kernel size must be odd for same padding, got ", weight.dim(2));
+// The shape of a checked call (kernels/conv1d.cpp): "same" padding (k - 1) / 2.
+ConvShape conv_shape(const Tensor& x, const Tensor& weight) {
   return {x.dim(0), x.dim(1), x.dim(2), weight.dim(0), weight.dim(2), (weight.dim(2) - 1) / 2};
 }
 
-// cols [B*L, K] from x [B, L, D_in]; zero where the tap reads outside the item. Column kk*D_in + c
-// (tap-major) or c*k + kk (kChannelMajor) holds channel c at tap kk; thread e writes cols element e.
-template <typename T, bool kChannelMajor>
+// cols [B*L, K] from x [B, L, D_in]; zero where the tap reads outside the item. Column kk*D_in + c holds
+// channel c at tap kk; thread e writes cols element e.
+template <typename T>
 __global__ void im2col_kernel(const T* __restrict__ x, T* __restrict__ cols, ConvShape s) {
   const int64_t total = s.rows() * s.unfolded();
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = e / s.unfolded(), col = e % s.unfolded();
     const int64_t b = row / s.length, t = row % s.length;
-    const int64_t kk = kChannelMajor ? col % s.kernel : col / s.in_features;
-    const int64_t c = kChannelMajor ? col / s.kernel : col % s.in_features;
+    const int64_t kk = col / s.in_features;
+    const int64_t c = col % s.in_features;
     const int64_t source = t + kk - s.pad;
     cols[e] = (source >= 0 && source < s.length) ? x[(b * s.length + source) * s.in_features + c]
                                                  : from_float<T>(0.0f);
   }
 }
 
-// Wr[o, kk*D_in + c] = W[o, c, kk] (tap-major only).
+// Wr[o, kk*D_in + c] = W[o, c, kk].
 template <typename T>
 __global__ void regroup_weight_kernel(const T* __restrict__ w, T* __restrict__ wr, ConvShape s) {
   const int64_t total = s.out_features * s.unfolded();
@@ -81,8 +62,8 @@ __global__ void regroup_weight_kernel(const T* __restrict__ w, T* __restrict__ w
   }
 }
 
-// dx[b,s,c] (+)= sum_kk dcols[(b, s - kk + pad), column of (c, kk)]: each output gathers its k taps in order.
-template <typename T, bool kChannelMajor>
+// dx[b,s,c] (+)= sum_kk dcols[(b, s - kk + pad), kk*D_in + c]: each output gathers its k taps in order.
+template <typename T>
 __global__ void col2im_kernel(const float* __restrict__ dcols, T* __restrict__ dx, ConvShape s,
                               bool accumulate) {
   const int64_t total = s.rows() * s.in_features;
@@ -94,15 +75,14 @@ __global__ void col2im_kernel(const float* __restrict__ dcols, T* __restrict__ d
     for (int64_t kk = 0; kk < s.kernel; ++kk) {
       const int64_t t = pos - kk + s.pad;
       if (t >= 0 && t < s.length) {
-        sum += dcols[(b * s.length + t) * s.unfolded() +
-                     (kChannelMajor ? c * s.kernel + kk : kk * s.in_features + c)];
+        sum += dcols[(b * s.length + t) * s.unfolded() + (kk * s.in_features + c)];
       }
     }
     dx[e] = from_float<T>(accumulate ? to_float(dx[e]) + sum : sum);
   }
 }
 
-// dW[o, c, kk] += dWr[o, kk*D_in + c] (tap-major only).
+// dW[o, c, kk] += dWr[o, kk*D_in + c].
 __global__ void ungroup_weight_grad_kernel(const float* __restrict__ dwr, float* __restrict__ dw,
                                            ConvShape s) {
   const int64_t total = s.out_features * s.unfolded();
@@ -119,26 +99,22 @@ unsigned int grid_for(int64_t n) {
   return blocks < 65535u ? blocks : 65535u;
 }
 
-// Unfolds x into a scratch buffer: cols [B*L, K] in x's dtype, in the given column order.
-DeviceBuffer unfold(const Tensor& x, const ConvShape& s, bool channel_major, const char* op,
-                    cudaStream_t stream) {
+// Unfolds x into a scratch buffer: cols [B*L, K] in x's dtype.
+DeviceBuffer unfold(const Tensor& x, const ConvShape& s, const char* op, cudaStream_t stream) {
   DeviceBuffer cols =
       scratch_buffer(static_cast<size_t>(s.rows() * s.unfolded()) * dtype_size(x.dtype()), "conv1d.cols");
   dispatch_storage(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const auto kernel = channel_major ? im2col_kernel<T, true> : im2col_kernel<T, false>;
-    kernel<<<grid_for(s.rows() * s.unfolded()), kThreads, 0, stream>>>(static_cast<const T*>(x.data()),
-                                                                       cols.data_as<T>(), s);
+    im2col_kernel<T><<<grid_for(s.rows() * s.unfolded()), kThreads, 0, stream>>>(
+        static_cast<const T*>(x.data()), cols.data_as<T>(), s);
     ZT_CUDA_CHECK_LAUNCH("conv1d_im2col");
   });
   return cols;
 }
 
-// The weight as the GEMMs' [D_out, K] operand in the column order: W itself (channel-major), or Wr in
-// `regrouped` (tap-major).
-const void* weight_operand(const Tensor& weight, const ConvShape& s, bool channel_major,
-                           DeviceBuffer& regrouped, const char* op, cudaStream_t stream) {
-  if (channel_major) return weight.data();
+// The weight as the GEMMs' [D_out, K] operand: Wr, in `regrouped`.
+const void* weight_operand(const Tensor& weight, const ConvShape& s, DeviceBuffer& regrouped, const char* op,
+                           cudaStream_t stream) {
   regrouped = scratch_buffer(static_cast<size_t>(s.out_features * s.unfolded()) * dtype_size(weight.dtype()),
                              "conv1d.weight");
   dispatch_storage(weight.dtype(), op, [&](auto tag) {
@@ -155,18 +131,10 @@ const void* weight_operand(const Tensor& weight, const ConvShape& s, bool channe
 void conv1d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
                     cudaStream_t stream) {
   constexpr const char* op = "conv1d_forward";
-  const ConvShape s = check_conv_args(x, weight, op);
-  check_cuda_arg(y, x.dtype(), op, "y");
-  check_shape(y, Shape{s.batch, s.length, s.out_features}, "conv1d_forward: y");
-  ZT_CHECK(y.data() != x.data() || x.numel() == 0, op, ": y must not alias x");
+  const ConvShape s = conv_shape(x, weight);
   const bool has_bias = bias.defined() && bias.data() != nullptr;
-  if (has_bias) {
-    check_cuda_arg(bias, x.dtype(), op, "bias");
-    check_shape(bias, Shape{s.out_features}, "conv1d_forward: bias");
-  }
   if (s.rows() == 0 || s.out_features == 0) return;
-  const bool channel_major = channel_major_order();
-  const DeviceBuffer cols = unfold(x, s, channel_major, op, stream);
+  const DeviceBuffer cols = unfold(x, s, op, stream);
   DeviceBuffer regrouped;
   GemmProblem p;  // y [B*L, D_out] = cols [B*L, K] Wr^T
   p.m = s.rows();
@@ -174,7 +142,7 @@ void conv1d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   p.k = s.unfolded();
   p.input_dtype = x.dtype();
   p.a = {cols.data(), s.unfolded(), 0};
-  p.b = {weight_operand(weight, s, channel_major, regrouped, op, stream), s.unfolded(), 0};
+  p.b = {weight_operand(weight, s, regrouped, op, stream), s.unfolded(), 0};
   p.transpose_b = true;
   p.c = {y.data(), x.dtype(), s.out_features, 0};
   if (has_bias) {
@@ -187,32 +155,15 @@ void conv1d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
                      const Tensor& dweight, const Tensor& dbias, bool accumulate_dx, cudaStream_t stream) {
   constexpr const char* op = "conv1d_backward";
-  const ConvShape s = check_conv_args(x, weight, op);
-  check_cuda_arg(dy, x.dtype(), op, "dy");
-  check_shape(dy, Shape{s.batch, s.length, s.out_features}, "conv1d_backward: dy");
+  const ConvShape s = conv_shape(x, weight);
   const bool want_dx = dx.defined() && dx.data() != nullptr;
   const bool want_dw = dweight.defined() && dweight.data() != nullptr;
   const bool want_db = dbias.defined() && dbias.data() != nullptr;
-  if (want_dx) {
-    check_cuda_arg(dx, x.dtype(), op, "dx");
-    ZT_CHECK(dx.shape() == x.shape(), op, ": dx must have the shape of x ", x.shape().to_string(), ", got ",
-             dx.shape().to_string());
-    ZT_CHECK(dx.data() != dy.data() || dx.numel() == 0, op, ": dx must not alias dy");
-  }
-  if (want_dw) {
-    check_cuda_arg(dweight, DType::f32, op, "dweight");
-    check_shape(dweight, weight.shape(), "conv1d_backward: dweight");
-  }
-  if (want_db) {
-    check_cuda_arg(dbias, DType::f32, op, "dbias");
-    check_shape(dbias, Shape{s.out_features}, "conv1d_backward: dbias");
-  }
   if (s.rows() == 0 || s.in_features == 0) return;
   if (s.out_features == 0) {
     if (want_dx && !accumulate_dx) ZT_CUDA_CHECK(cudaMemsetAsync(dx.data(), 0, dx.nbytes(), stream));
     return;
   }
-  const bool channel_major = channel_major_order();
   if (want_dx) {
     DeviceBuffer dcols =
         scratch_buffer(static_cast<size_t>(s.rows() * s.unfolded()) * sizeof(float), "conv1d.dcols");
@@ -223,26 +174,21 @@ void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
     p.k = s.out_features;
     p.input_dtype = x.dtype();
     p.a = {dy.data(), s.out_features, 0};
-    p.b = {weight_operand(weight, s, channel_major, regrouped, op, stream), s.unfolded(), 0};
+    p.b = {weight_operand(weight, s, regrouped, op, stream), s.unfolded(), 0};
     p.c = {dcols.data(), DType::f32, s.unfolded(), 0};
     gemm(p, stream);
     dispatch_storage(x.dtype(), op, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const auto kernel = channel_major ? col2im_kernel<T, true> : col2im_kernel<T, false>;
-      kernel<<<grid_for(s.rows() * s.in_features), kThreads, 0, stream>>>(
+      col2im_kernel<T><<<grid_for(s.rows() * s.in_features), kThreads, 0, stream>>>(
           dcols.data_as<float>(), static_cast<T*>(dx.data()), s, accumulate_dx);
       ZT_CUDA_CHECK_LAUNCH("conv1d_col2im");
     });
   }
   if (want_dw) {
-    // dWr [D_out, K] = dy^T [D_out, B*L] cols [B*L, K]. Channel-major: dWr is dW in its own [D_out, D_in, k]
-    // layout, added to the f32 gradient by the GEMM (beta = 1); tap-major: into scratch, then ungrouped.
-    const DeviceBuffer cols = unfold(x, s, channel_major, op, stream);  // only dW reads the unfolded input
-    DeviceBuffer dwr;
-    if (!channel_major) {
-      dwr = scratch_buffer(static_cast<size_t>(s.out_features * s.unfolded()) * sizeof(float),
-                           "conv1d.dweight_grouped");
-    }
+    // dWr [D_out, K] = dy^T [D_out, B*L] cols [B*L, K] into scratch, then ungrouped into dW.
+    const DeviceBuffer cols = unfold(x, s, op, stream);  // only dW reads the unfolded input
+    DeviceBuffer dwr = scratch_buffer(static_cast<size_t>(s.out_features * s.unfolded()) * sizeof(float),
+                                      "conv1d.dweight_grouped");
     GemmProblem p;
     p.m = s.out_features;
     p.n = s.unfolded();
@@ -251,14 +197,12 @@ void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
     p.a = {dy.data(), s.out_features, 0};
     p.transpose_a = true;
     p.b = {cols.data(), s.unfolded(), 0};
-    p.c = {channel_major ? dweight.data() : dwr.data(), DType::f32, s.unfolded(), 0};
-    p.beta = channel_major ? 1.0f : 0.0f;
+    p.c = {dwr.data(), DType::f32, s.unfolded(), 0};
+    p.beta = 0.0f;
     gemm(p, stream);
-    if (!channel_major) {
-      ungroup_weight_grad_kernel<<<grid_for(s.out_features * s.unfolded()), kThreads, 0, stream>>>(
-          dwr.data_as<float>(), dweight.data_as<float>(), s);
-      ZT_CUDA_CHECK_LAUNCH("conv1d_ungroup_weight_grad");
-    }
+    ungroup_weight_grad_kernel<<<grid_for(s.out_features * s.unfolded()), kThreads, 0, stream>>>(
+        dwr.data_as<float>(), dweight.data_as<float>(), s);
+    ZT_CUDA_CHECK_LAUNCH("conv1d_ungroup_weight_grad");
   }
   if (want_db) {
     column_sum_into(dy.data(), x.dtype(), s.rows(), s.out_features, dbias.data_as<float>(),

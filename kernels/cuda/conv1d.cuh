@@ -1,6 +1,6 @@
-// CUDA entry points of kernels/conv1d.h, reached from kernels/cpu/conv1d.cpp when the tensors are on the
-// GPU (with the thread's current stream). Plain C++ declarations (included from .cpp files). Dtype contract
-// and workspace: see kernels/conv1d.h. Queued on `stream`.
+// CUDA backend of kernels/conv1d.h, reached from kernels/conv1d.cpp (which has checked the arguments) when
+// the tensors are on the GPU, with the thread's current stream. Plain C++ declarations (included from .cpp
+// files). Dtype contract and workspace: see kernels/conv1d.h. Queued on `stream`.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -5,6 +5,7 @@
 //
 // Labels live on the device, so a label >= C cannot throw: it makes the loss NaN (forward) and its row of
 // dlogits NaN (backward), which the non-finite check then reports. Queued on `stream`.
+// The arguments are checked by kernels/cross_entropy.cpp, the entry point that calls these.
 #pragma once
 
 #include <cuda_runtime_api.h>

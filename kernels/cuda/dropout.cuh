@@ -2,6 +2,7 @@
 // (seed, site_id, index) the GPU keeps exactly the elements the CPU keeps, so GPU-vs-CPU tests and a
 // CPU-checked resume agree with dropout on. Storage f32, bf16 or f16 (x and y of one dtype), scaled in f32;
 // p == 0 is an exact copy. Queued on `stream`.
+// The arguments are checked by kernels/dropout.cpp, the entry point that calls these.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -2,6 +2,7 @@
 // tensors of one call share a dtype — computed in f32 and rounded once on store. Contiguous, device memory,
 // queued on `stream`. Outputs may alias inputs exactly (same pointer); copy's src and dst must be the same
 // buffer or disjoint.
+// The arguments are checked by kernels/elementwise.cpp, the entry point that calls these.
 #pragma once
 
 #include <cuda_runtime_api.h>

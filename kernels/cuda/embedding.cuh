@@ -10,6 +10,7 @@
 // The backward adds with float atomics (one atomicAdd per element of dout): duplicate ids in a batch add
 // up in an unspecified order, so dtable rows hit by the same id more than once may differ in the last bits
 // from run to run. Rows hit once are exact (0 + g, or the prior value + g).
+// The arguments are checked by kernels/embedding.cpp, the entry point that calls these.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,5 +1,6 @@
 // CUDA GELU (exact erf form; formulas in kernels/gelu.h). Storage f32, bf16 or f16 (all tensors of one
 // dtype), computed in f32. Shapes equal, contiguous, device memory. Queued on `stream`.
+// The arguments are checked by kernels/gelu.cpp, the entry point that calls these.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,5 +1,5 @@
-// cuBLASLt GEMM wrapper (kernels/gemm.h) and the shared helpers of kernels/cuda/gemm.cuh.
-#include "kernels/gemm.h"
+// cuBLASLt GEMM wrapper (kernels/cuda/gemm.h) and the shared helpers of kernels/cuda/gemm.cuh.
+#include "kernels/cuda/gemm.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -15,20 +15,17 @@
 #include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "runtime/cuda_check.h"
-#include "runtime/env_switch.h"
-#include "runtime/log.h"
 #include "runtime/stream.h"
 
 namespace zt::kernels {
 
 namespace {
-unsigned int* chunk_counters(cudaStream_t stream);  // below, beside the other per-stream state
 
-// Whether work on `stream` may use state kept per stream handle (the one-pass sums' counters, cached pointer
-// arrays): not while the stream is being captured — a graph would keep pointers into state that later eager
-// work changes or frees, and a first use would only record its initialization (a memset, a fill) into the
-// graph — and not on the special handles whose work is not one stream's (cudaStreamPerThread is a different
-// stream on each thread). Such calls take the uncached path, bitwise the same.
+// Whether work on `stream` may use state kept per stream handle (cached pointer arrays): not while the stream
+// is being captured — a graph would keep pointers into state that later eager work changes or frees, and a
+// first use would only record its initialization (a memset, a fill) into the graph — and not on the special
+// handles whose work is not one stream's (cudaStreamPerThread is a different stream on each thread). Such
+// calls take the uncached path, bitwise the same.
 bool per_stream_state_allowed(cudaStream_t stream) {
   if (stream == cudaStreamPerThread || stream == cudaStreamLegacy) return false;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -58,17 +55,16 @@ using cuda_detail::kColumnSumTile;
 
 // Pass 1 of column_sum_into: the shared block body (kernels/cuda/column_sum.cuh) over x's values. Cutting
 // the rows into chunks gives cols / (32 kVec) * chunks blocks instead of one chain of all 5,120 rows per
-// column tile; with `finish` the last block of each column tile also runs pass 2.
-template <typename T, int kVec, bool kOnePass>
+// column tile.
+template <typename T, int kVec>
 __global__ void column_sum_partial_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
-                                          int64_t rows_per_chunk, float* __restrict__ partial,
-                                          cuda_detail::ChunkFinish finish) {
+                                          int64_t rows_per_chunk, float* __restrict__ partial) {
   const auto load = [&](int64_t r, int64_t c0, float(&v)[kVec]) {
     const cuda_detail::FloatSlice<T, kVec> slice(x + r * cols + c0);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) v[k] = slice[k];
   };
-  cuda_detail::column_sum_partials<kVec, kOnePass>(load, rows, cols, rows_per_chunk, partial, finish);
+  cuda_detail::column_sum_partials<kVec>(load, rows, cols, rows_per_chunk, partial);
 }
 
 // Pass 2 (add_chunk_partials) as its own kernel: block x takes columns [32x, 32x + 32). One thread per
@@ -102,30 +98,16 @@ void column_sum_into(const void* x, DType dtype, int64_t rows, int64_t cols, flo
   const ColumnSumPlan plan(rows);
   DeviceBuffer partial =
       scratch_buffer(static_cast<size_t>(plan.chunks * cols) * sizeof(float), "column_sum");
-  bool finished = false;
   dispatch_storage(dtype, "column_sum_into", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int kPack = cuda_detail::Pack128<T>::kSize;
     const bool vector = cols % kPack == 0 && cuda_detail::is_aligned16(x);
-    const dim3 grid = plan.grid(cols, vector ? kPack : 1);
-    const cuda_detail::ChunkFinish finish = chunk_finish(grid, out, write, stream);
-    finished = finish.counters != nullptr;
-    const auto kernel =
-        finished
-            ? (vector ? column_sum_partial_kernel<T, kPack, true> : column_sum_partial_kernel<T, 1, true>)
-            : (vector ? column_sum_partial_kernel<T, kPack, false> : column_sum_partial_kernel<T, 1, false>);
-    kernel<<<grid, ColumnSumPlan::block(), 0, stream>>>(
-        static_cast<const T*>(x), rows, cols, plan.rows_per_chunk, partial.data_as<float>(), finish);
+    const auto kernel = vector ? column_sum_partial_kernel<T, kPack> : column_sum_partial_kernel<T, 1>;
+    kernel<<<plan.grid(cols, vector ? kPack : 1), ColumnSumPlan::block(), 0, stream>>>(
+        static_cast<const T*>(x), rows, cols, plan.rows_per_chunk, partial.data_as<float>());
     ZT_CUDA_CHECK_LAUNCH("column_sum_partial");
   });
-  if (!finished) add_chunk_partials(partial.data_as<float>(), plan.chunks, cols, out, write, stream);
-}
-
-cuda_detail::ChunkFinish chunk_finish(dim3 grid, float* out, GradWrite write, cudaStream_t stream) {
-  if (grid.x > kChunkCounters || grid.y > kOnePassMaxChunks || !read_env_switch("ZT_ONE_PASS_SUMS") ||
-      !per_stream_state_allowed(stream))
-    return {};
-  return {chunk_counters(stream), out, write == GradWrite::overwrite};
+  add_chunk_partials(partial.data_as<float>(), plan.chunks, cols, out, write, stream);
 }
 
 void add_chunk_partials(const float* partial, int64_t chunks, int64_t cols, float* out, GradWrite write,
@@ -198,18 +180,17 @@ struct DeviceContext {
 // Per (device, stream): what GEMMs running at once on two streams must not share. cuBLASLt and cuBLAS
 // write scratch into the workspace while a GEMM runs, and a cuBLAS handle binds one stream and workspace.
 // A two-level batch's pointer arrays are a function of (bases, strides, batch, items) alone; the step runs
-// the same attention products on the same arena addresses every time, so with ZT_CACHED_POINTER_ARRAYS=1
-// (runtime/env_switch.h, read on every call, off by default until timed on the GPU) the arrays filled once
-// are kept per stream and reused: one fill kernel less per product (~2 us each at bs 8, eight a layer).
-// Per stream, because the fill is queued on the stream that first asks: only its later work is ordered
-// after it.
+// the same attention products on the same arena addresses every time, so the arrays filled once are kept
+// per stream and reused: one fill kernel less per product (~2 us each at bs 8, eight a layer; the step 1.9 %
+// faster at bs 8, docs/DESIGN.md). Per stream, because the fill is queued on the stream that first asks:
+// only its later work is ordered after it.
 using PointerArrayKey = std::array<int64_t, 11>;  // 3 bases, 3 outer and 3 inner byte strides, batch, items
 constexpr size_t kMaxCachedPointerArrays = 1024;  // then the cache starts over (addresses that moved)
 
 struct StreamContext {
   DeviceBuffer workspace;  // kWorkspaceBytes, scratch of the allocator current at the stream's first GEMM
   cublasHandle_t blas = nullptr;  // created on first fallback, bound to the stream and `workspace`
-  std::map<PointerArrayKey, DeviceBuffer> pointer_arrays;  // ZT_CACHED_POINTER_ARRAYS=1 only
+  std::map<PointerArrayKey, DeviceBuffer> pointer_arrays;
 };
 
 std::mutex g_mutex;  // guards everything below and the plans' descriptors (see DeviceContext)
@@ -244,7 +225,7 @@ DeviceContext& context_for_device(int device) {
 
 void retire_gemm_stream(cudaStream_t stream);
 
-// Where per-stream state (the GEMM workspace, the one-pass counters, cached pointer arrays) is allocated: a
+// Where per-stream state (the GEMM workspace, cached pointer arrays) is allocated: a
 // rank's stream from the rank's allocator (device_allocator(), AllocatorScope), given back when the stream is
 // retired (~Stream); the legacy stream, shared by every thread and never destroyed, from the process-wide
 // one.
@@ -268,17 +249,6 @@ StreamContext& context_for_stream(int device, cudaStream_t stream) {
   return it->second;
 }
 
-// Per (device, stream): the one-pass column sums' tile counters (gpu::chunk_finish), kept apart from the
-// StreamContext so a stream that sums but runs no GEMM (the norm stream) holds no GEMM workspace.
-std::map<StreamKey, DeviceBuffer>& chunk_counter_buffers() {
-  static auto* buffers = new std::map<StreamKey, DeviceBuffer>;
-  return *buffers;
-}
-// Guards chunk_counter_buffers, apart from g_mutex, which GEMMs hold across cublasLtMatmul (and autotuning):
-// ranks on other threads do not wait on each other's GEMMs to launch a sum. Taken after g_mutex when both
-// are.
-std::mutex g_counters_mutex;
-
 // Moves the entries of `stream` (on any device) out of a per-stream map.
 template <typename Value>
 std::vector<Value> take_stream_entries(std::map<StreamKey, Value>& entries, cudaStream_t stream) {
@@ -295,45 +265,20 @@ std::vector<Value> take_stream_entries(std::map<StreamKey, Value>& entries, cuda
 }
 
 // Drops what the contexts hold for a stream about to be destroyed (runtime/stream.h's retire hook). GEMMs
-// and sums still queued on it may be using the workspace or the counters, so the stream is drained before
-// the memory goes back to its allocator's cache.
+// still queued on it may be using the workspace or the pointer arrays, so the stream is drained before the
+// memory goes back to its allocator's cache.
 void retire_gemm_stream(cudaStream_t stream) {
   std::vector<StreamContext> retired;
-  std::vector<DeviceBuffer> counters;
   {
     const std::lock_guard<std::mutex> lock(g_mutex);
     retired = take_stream_entries(stream_contexts(), stream);
-    const std::lock_guard<std::mutex> counters_lock(g_counters_mutex);
-    counters = take_stream_entries(chunk_counter_buffers(), stream);
   }
-  if (retired.empty() && counters.empty()) return;
+  if (retired.empty()) return;
   (void)cudaStreamSynchronize(stream);  // a hook must not throw; a failed stream has nothing left to wait for
   for (StreamContext& context : retired) {
     if (context.blas != nullptr) (void)cublasDestroy(context.blas);
     context.workspace.reset();
   }
-  counters.clear();
-}
-
-// The stream's kChunkCounters counters, allocated and zeroed (on the stream, so before any kernel that
-// counts) on first use, from stream_state_allocator.
-unsigned int* chunk_counters(cudaStream_t stream) {
-  const int device = current_device();
-  const std::lock_guard<std::mutex> lock(g_counters_mutex);
-  auto [it, created] = chunk_counter_buffers().try_emplace(StreamKey{device, stream});
-  if (created) {
-    try {
-      const size_t bytes = static_cast<size_t>(gpu::kChunkCounters) * sizeof(unsigned int);
-      it->second = stream_state_allocator(device, stream)
-                       .allocate(bytes, MemoryCategory::scratch, "column_sum.counters");
-      ZT_CUDA_CHECK(cudaMemsetAsync(it->second.data(), 0, bytes, stream));
-    } catch (...) {
-      chunk_counter_buffers().erase(it);
-      throw;
-    }
-    if (stream != nullptr) add_stream_retire_hook(&retire_gemm_stream);
-  }
-  return it->second.data_as<unsigned int>();
 }
 
 // A row-major [rows, cols] matrix with row stride ld, seen by cuBLASLt as column-major [cols, rows].
@@ -352,20 +297,8 @@ cublasLtMatrixLayout_t make_layout(DType dtype, int64_t rows, int64_t cols, int6
   return layout;
 }
 
-// ZT_GEMM_AUTOTUNE=1 (runtime/env_switch.h; read when a plan is made, off by default): a new plan asks the
-// heuristic for up to this many algorithms and times them on the call's own operands (fastest_algorithm).
-constexpr int kAutotuneCandidates = 8;
-
-// The heuristic's algorithms for a new plan, best first (one unless autotuning). A fixed array: nvcc 12's
-// front end crashes on a std::vector of cuBLASLt's result struct.
-struct Candidates {
-  std::array<cublasLtMatmulHeuristicResult_t, kAutotuneCandidates> results{};
-  int count = 0;
-};
-
 Plan make_plan(DeviceContext& context, const GemmProblem& p, const std::array<uint32_t, 4>& alignments,
-               bool epilogue_bias, Candidates& candidates) {
-  const int requested = read_env_switch("ZT_GEMM_AUTOTUNE") ? kAutotuneCandidates : 1;  // before any handle
+               bool epilogue_bias) {
   Plan plan;
   plan.epilogue_bias = epilogue_bias;
   const bool tf32 = p.allow_tf32 && p.input_dtype == DType::f32;
@@ -407,68 +340,20 @@ Plan make_plan(DeviceContext& context, const GemmProblem& p, const std::array<ui
                                                        &align_c, sizeof(align_c)));
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                        &align_c, sizeof(align_c)));
+  // The heuristic's first algorithm.
+  cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status =
       cublasLtMatmulAlgoGetHeuristic(context.lt, plan.desc, plan.layout_a, plan.layout_b, plan.layout_c,
-                                     plan.layout_c, preference, requested, candidates.results.data(), &found);
+                                     plan.layout_c, preference, 1, &result, &found);
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
-  candidates.count = 0;
   if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
     plan.has_algorithm = true;
-    plan.algorithm = candidates.results[0].algo;
-    candidates.count = found;
+    plan.algorithm = result.algo;
   } else if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
     ZT_CUBLAS_CHECK(status);
   }
   return plan;
-}
-
-// Autotuning (ZT_GEMM_AUTOTUNE=1): each candidate runs once to warm up, then three times between timing
-// events, into a scratch copy of C (beta != 0 reads it), so the call's own output is still computed once, by
-// the winner; a candidate that fails to launch is skipped. The choice is logged with the heuristic's first
-// pick's time. Timing differs between runs, so the choice, and with it the last bits of the products, may
-// too: a switch for measuring what the heuristic leaves on the table, not for bit-reproducible training.
-// The host waits for the stream here (once per new shape), so not while the stream is being captured.
-cublasLtMatmulAlgo_t fastest_algorithm(DeviceContext& context, StreamContext& on_stream, const Plan& plan,
-                                       const GemmProblem& p, const Candidates& candidates,
-                                       cudaStream_t stream) {
-  const size_t out_size = dtype_size(p.c.dtype);
-  const int64_t extent = (p.batch - 1) * p.c.batch_stride + (p.m - 1) * p.c.ld + p.n;  // elements of C
-  const size_t bytes = static_cast<size_t>(extent) * out_size;
-  DeviceBuffer scratch = device_allocator().allocate(bytes, MemoryCategory::scratch, "gemm.autotune_output");
-  if (p.beta != 0.0f)
-    ZT_CUDA_CHECK(cudaMemcpyAsync(scratch.data(), p.c.data, bytes, cudaMemcpyDeviceToDevice, stream));
-  auto run = [&](const cublasLtMatmulAlgo_t& algorithm) {
-    return cublasLtMatmul(context.lt, plan.desc, &p.alpha, p.b.data, plan.layout_a, p.a.data, plan.layout_b,
-                          &p.beta, scratch.data(), plan.layout_c, scratch.data(), plan.layout_c, &algorithm,
-                          on_stream.workspace.data(), kWorkspaceBytes, stream);
-  };
-  constexpr int kTimedRuns = 3;
-  Event start(EventTiming::enabled), stop(EventTiming::enabled);
-  int best = 0;
-  float best_ms = -1.0f, first_ms = -1.0f;
-  for (int i = 0; i < candidates.count; ++i) {
-    const cublasLtMatmulAlgo_t& algorithm = candidates.results[static_cast<size_t>(i)].algo;
-    if (run(algorithm) != CUBLAS_STATUS_SUCCESS) continue;
-    start.record(stream);
-    bool ok = true;
-    for (int r = 0; r < kTimedRuns && ok; ++r) ok = run(algorithm) == CUBLAS_STATUS_SUCCESS;
-    stop.record(stream);
-    stop.synchronize();
-    if (!ok) continue;
-    const float ms = Event::elapsed_ms(start, stop) / kTimedRuns;
-    if (i == 0) first_ms = ms;
-    if (best_ms < 0.0f || ms < best_ms) {
-      best = i;
-      best_ms = ms;
-    }
-  }
-  ZT_CHECK(best_ms >= 0.0f, "gemm autotune: none of the ", candidates.count, " algorithms ran for m ", p.m,
-           ", n ", p.n, ", k ", p.k);
-  ZT_LOG(info) << "gemm autotune m " << p.m << " n " << p.n << " k " << p.k << " batch " << p.batch << ": "
-               << candidates.count << " algorithms, heuristic's first " << first_ms * 1000.0f
-               << " us, chose #" << best << " at " << best_ms * 1000.0f << " us";
-  return candidates.results[static_cast<size_t>(best)].algo;
 }
 
 void check_fits_int(int64_t value, const char* what) {
@@ -554,7 +439,7 @@ void run_pointer_batched(StreamContext& context, const GemmProblem& p, cudaStrea
   const size_t bytes = static_cast<size_t>(3 * total) * sizeof(void*);
   DeviceBuffer pointers;  // this call's arrays, when not cached
   const void** arrays = nullptr;
-  if (read_env_switch("ZT_CACHED_POINTER_ARRAYS") && per_stream_state_allowed(stream)) {
+  if (per_stream_state_allowed(stream)) {
     PointerArrayKey key{};
     for (int k = 0; k < 3; ++k) {
       key[static_cast<size_t>(k)] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(spec.base[k]));
@@ -668,20 +553,13 @@ void gemm(const GemmProblem& problem, cudaStream_t stream) {
   DeviceContext& context = context_for_device(device);
   StreamContext& on_stream = context_for_stream(device, stream);
   auto it = context.plans.find(key);
-  Candidates candidates;
   if (it == context.plans.end())
-    it = context.plans.emplace(key, make_plan(context, p, alignments, epilogue_bias, candidates)).first;
+    it = context.plans.emplace(key, make_plan(context, p, alignments, epilogue_bias)).first;
   Plan& plan = it->second;
   if (plan.has_algorithm) {
     if (plan.epilogue_bias) {
       ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
                                                      sizeof(p.bias)));
-    }
-    if (candidates.count > 1) {
-      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-      ZT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-      if (capture == cudaStreamCaptureStatusNone)
-        plan.algorithm = fastest_algorithm(context, on_stream, plan, p, candidates, stream);
     }
     ZT_CUBLAS_CHECK(cublasLtMatmul(context.lt, plan.desc, &p.alpha, p.b.data, plan.layout_a, p.a.data,
                                    plan.layout_b, &p.beta, p.c.data, plan.layout_c, p.c.data, plan.layout_c,
@@ -702,11 +580,6 @@ int64_t gemm_cached_plan_count() {
 int64_t gemm_stream_workspace_count() {
   const std::lock_guard<std::mutex> lock(g_mutex);
   return static_cast<int64_t>(stream_contexts().size());
-}
-
-int64_t one_pass_sum_counter_count() {
-  const std::lock_guard<std::mutex> lock(g_counters_mutex);
-  return static_cast<int64_t>(chunk_counter_buffers().size());
 }
 
 int64_t gemm_cached_pointer_array_count() {

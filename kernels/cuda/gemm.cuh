@@ -72,9 +72,9 @@ void check_cuda_arg(const Tensor& t, const char* op, const char* name);
 void check_cuda_arg(const Tensor& t, DType dtype, const char* op, const char* name);
 
 // out[c] += sum_r x[r, c] for x [rows, cols] of storage `dtype` (GradWrite::overwrite: out[c] = 0 + sum),
-// summed in f32 in a fixed order (deterministic: rows cut into at most 64 chunks of >= 128 rows, or >= 32
-// with ZT_SMALL_SUM_CHUNKS=1 (kernels/cuda/column_sum.cuh); chunk partials in scratch, added in chunk
-// order): the bias gradient of linear and conv1d.
+// summed in f32 in a fixed order (deterministic: rows cut into at most 64 chunks of >= 128 rows,
+// kernels/cuda/column_sum.cuh; chunk partials in scratch, added in chunk order): the bias gradient of
+// linear and conv1d.
 void column_sum_into(const void* x, DType dtype, int64_t rows, int64_t cols, float* out, GradWrite write,
                      cudaStream_t stream);
 
@@ -83,17 +83,5 @@ void column_sum_into(const void* x, DType dtype, int64_t rows, int64_t cols, flo
 // fixed order.
 void add_chunk_partials(const float* partial, int64_t chunks, int64_t cols, float* out, GradWrite write,
                         cudaStream_t stream);
-
-// Pass 2 inside pass 1 (cuda_detail::ChunkFinish, kernels/cuda/column_sum.cuh) for a pass-1 grid of
-// grid.x column tiles x grid.y chunks writing `out`: the stream's counters (zeroed when the stream first
-// asks; every one-pass kernel leaves them zero) with ZT_ONE_PASS_SUMS=1 (runtime/env_switch.h, read on
-// every call, off by default until timed on the GPU), grid.x <= kChunkCounters and grid.y <=
-// kOnePassMaxChunks (more chunks would leave one block per tile a long chain of loads at the kernel's end:
-// the LayerNorm's 160 at B*L = 5120), on a stream that is not being captured (a graph would keep the
-// counters' address; gemm.cu's per_stream_state_allowed); else null counters, and the caller launches
-// add_chunk_partials. Either way the same bits (add_tile_partials).
-constexpr int64_t kChunkCounters = 4096;
-constexpr int64_t kOnePassMaxChunks = 64;
-cuda_detail::ChunkFinish chunk_finish(dim3 grid, float* out, GradWrite write, cudaStream_t stream);
 
 }  // namespace zt::kernels::gpu

@@ -5,7 +5,6 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/launch_common.cuh"
 #include "runtime/device_allocator.h"
-#include "runtime/env_switch.h"
 
 namespace zt::kernels::gpu {
 namespace {
@@ -77,15 +76,15 @@ __device__ __forceinline__ void layernorm_row(const T* xr, const W* gamma, const
   }
 }
 
-// ZT_LAYERNORM_ROW_REGISTERS=1 (runtime/env_switch.h, read on every launch; off by default until the GPU has
-// run it): the vector row kernels keep a lane's Pack128 slices of its row in registers — RowSlices, the
+// The vector row kernels keep a lane's Pack128 slices of its row in registers — RowSlices, the
 // slices for_row_elements<T, true> visits, in its order — instead of reading the row again for every pass.
 // The same values in the same order, so the same bits; what changes is latency: a warp's row loads issue
 // together, and the statistics' two passes and the output pass read registers, not L1/L2. At bs 8 a
 // LayerNorm kernel has ~1024 warps for 132 SMs, and the dropout + residual + LayerNorm tail took 14 us for
-// 6 MB (ncu, ninth session): latency-bound. Rows of up to 32 * kRowSlices packs (2048 bf16, 1024 f32
-// values); wider ones take the loops. Slice t of lane `lane` starts at column (lane + 32 t) * kPack; the
-// loops over t are unrolled with constant bounds, so the slices stay in registers.
+// 6 MB (ncu, ninth session): latency-bound; the step is 1 % faster at bs 8 and 40 (docs/DESIGN.md). Rows of
+// up to 32 * kRowSlices packs (2048 bf16, 1024 f32 values); wider ones take the loops. Slice t of lane `lane`
+// starts at column (lane + 32 t) * kPack; the loops over t are unrolled with constant bounds, so the slices
+// stay in registers.
 constexpr int kRowSlices = 8;
 
 template <typename T>
@@ -93,15 +92,15 @@ bool fits_row_slices(int64_t dim) {
   return dim <= int64_t{32} * kRowSlices * Pack128<T>::kSize;
 }
 
-// Whether a vector row kernel keeps the row in registers: the switch, a row RowSlices holds, and no more
-// rows than one block a multiprocessor covers. The register kernels take 102/158/197-200 registers a thread
-// in bf16 (ptxas, sm_90a: the plain forward, the dropout + residual tail, the dx kernel; 64-128 in f32)
-// against 40-56 for the loops, so one block of 8 warps a multiprocessor instead of four: a gain where there
-// is a block a multiprocessor at most anyway (bs 8: 1024 rows, 128 blocks), a loss of occupancy past it.
-// Either choice gives the same bits.
+// Whether a vector row kernel keeps the row in registers: a row RowSlices holds, and no more rows than one
+// block a multiprocessor covers. The register kernels take 102/158/197-200 registers a thread in bf16 (ptxas,
+// sm_90a: the plain forward, the dropout + residual tail, the dx kernel; 64-128 in f32) against 40-56 for the
+// loops, so one block of 8 warps a multiprocessor instead of four: a gain where there is a block a
+// multiprocessor at most anyway (bs 8: 1024 rows, 128 blocks), a loss of occupancy past it. Either choice
+// gives the same bits.
 template <typename T>
 bool row_registers(int64_t dim, int64_t rows) {
-  if (!fits_row_slices<T>(dim) || !read_env_switch("ZT_LAYERNORM_ROW_REGISTERS")) return false;
+  if (!fits_row_slices<T>(dim)) return false;
   return rows <= int64_t{current_device_multiprocessors()} * kWarpsPerBlock;
 }
 
@@ -419,16 +418,11 @@ __global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const W* g
 constexpr int kColumnTile = 32;
 constexpr int kRowLanes = 8;
 
-// With finish.counters (gpu::chunk_finish) the last block of each column tile also adds the tile's partials
-// into dgamma (finish.out) and dbeta, as add_chunk_partials would (add_tile_partials: the same bits).
-static_assert(kColumnTile == kColumnSumTile && kRowLanes == kColumnSumRowLanes,
-              "add_tile_partials assumes the column-sum block shape");
-
-template <typename T, int kVec, bool kOnePass>
+template <typename T, int kVec>
 __global__ void layernorm_param_grad_partials_kernel(const T* dy, const T* x, const float* mean,
                                                      const float* rstd, int64_t rows, int64_t dim,
                                                      int64_t rows_per_chunk, float* partial_gamma,
-                                                     float* partial_beta, ChunkFinish finish, float* dbeta) {
+                                                     float* partial_beta) {
   constexpr int kBlockColumns = kColumnTile * kVec;
   __shared__ float lane_gamma[kRowLanes][kBlockColumns];
   __shared__ float lane_beta[kRowLanes][kBlockColumns];
@@ -466,15 +460,6 @@ __global__ void layernorm_param_grad_partials_kernel(const T* dy, const T* x, co
     }
     partial_gamma[chunk * dim + j] = g;
     partial_beta[chunk * dim + j] = b;
-  }
-  if constexpr (kOnePass) {
-    if (last_block_of_tile(finish.counters)) {
-      const int64_t first = static_cast<int64_t>(blockIdx.x) * kBlockColumns;
-      add_tile_partials<true>(partial_gamma, gridDim.y, dim, first, kBlockColumns, finish.overwrite,
-                              finish.out);
-      __syncthreads();  // add_tile_partials' lanes: read by the call above, written by the one below
-      add_tile_partials<true>(partial_beta, gridDim.y, dim, first, kBlockColumns, finish.overwrite, dbeta);
-    }
   }
 }
 
@@ -520,33 +505,11 @@ void dispatch_layernorm_types(DType x_dtype, DType gamma_dtype, const char* op, 
   });
 }
 
-// The forward's arguments: x [..., D] and y of its dtype and shape, gamma and beta [D] (one dtype), mean and
-// rstd f32 with one element per row, all CUDA tensors. x_name names x in messages.
-void check_forward_args(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
-                        const Tensor& mean, const Tensor& rstd, const char* op, const char* x_name) {
-  check_cuda_arg(x, x.dtype(), op, x_name);
-  check_cuda_arg(gamma, gamma.dtype(), op, "gamma");
-  check_cuda_arg(beta, gamma.dtype(), op, "beta");
-  check_cuda_arg(y, x.dtype(), op, "y");
-  check_cuda_arg(mean, DType::f32, op, "mean");
-  check_cuda_arg(rstd, DType::f32, op, "rstd");
-  ZT_CHECK(x.rank() >= 1, op, ": ", x_name, " must have a feature dimension");
-  const int64_t dim = x.dim(-1);
-  const int64_t rows = rows_of(x);
-  check_shape(gamma, Shape{dim}, "layernorm_forward: gamma");
-  check_shape(beta, Shape{dim}, "layernorm_forward: beta");
-  check_same_shape(y, x, op, "y", x_name);
-  ZT_CHECK(mean.numel() == rows && rstd.numel() == rows, op, ": mean and rstd need ", rows, " elements, got ",
-           mean.numel(), " and ", rstd.numel());
-  ZT_CHECK(eps >= 0.0f, op, ": eps must be non-negative, got ", eps);
-}
-
 }  // namespace
 
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                        const Tensor& mean, const Tensor& rstd, cudaStream_t stream) {
   constexpr const char* op = "layernorm_forward";
-  check_forward_args(x, gamma, beta, eps, y, mean, rstd, op, "x");
   const int64_t dim = x.dim(-1);
   const int64_t rows = rows_of(x);
   if (rows == 0) return;
@@ -568,11 +531,6 @@ void dropout_add_layernorm_forward(const Tensor& s, const Tensor& residual, cons
                                    const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                                    const Tensor& mean, const Tensor& rstd, cudaStream_t stream) {
   constexpr const char* op = "dropout_add_layernorm_forward";
-  check_forward_args(s, gamma, beta, eps, y, mean, rstd, op, "s");
-  check_cuda_arg(residual, s.dtype(), op, "residual");
-  check_same_shape(residual, s, op, "residual", "s");
-  ZT_CHECK(!overlaps(residual, s) && !overlaps(y, s), op, ": residual and y must not overlap s");
-  ZT_CHECK(site.p >= 0.0f && site.p < 1.0f, op, ": drop probability must be in [0, 1), got ", site.p);
   const int64_t dim = s.dim(-1);
   const int64_t rows = rows_of(s);
   if (rows == 0) return;
@@ -599,8 +557,8 @@ void dropout_add_layernorm_forward(const Tensor& s, const Tensor& residual, cons
 
 namespace {
 
-// layernorm_backward, and with `drop` (ds and its site) layernorm_dropout_backward: the argument checks, the
-// parameter-gradient partials and their in-order sums, then the dx kernel.
+// layernorm_backward, and with `drop` (ds and its site) layernorm_dropout_backward: the parameter-gradient
+// partials and their in-order sums, then the dx kernel.
 struct DropoutOutput {
   const Tensor* ds;
   DropoutSite site;
@@ -609,33 +567,8 @@ void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& g
                               const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                               GradWrite write, const DropoutOutput* drop, cudaStream_t stream,
                               const char* op) {
-  check_cuda_arg(x, x.dtype(), op, "x");
-  check_cuda_arg(dy, x.dtype(), op, "dy");
-  check_cuda_arg(dx, x.dtype(), op, "dx");
-  check_cuda_arg(gamma, gamma.dtype(), op, "gamma");
-  check_cuda_arg(mean, DType::f32, op, "mean");
-  check_cuda_arg(rstd, DType::f32, op, "rstd");
-  check_cuda_arg(dgamma, DType::f32, op, "dgamma");
-  check_cuda_arg(dbeta, DType::f32, op, "dbeta");
-  ZT_CHECK(x.rank() >= 1, op, ": x must have a feature dimension");
   const int64_t dim = x.dim(-1);
   const int64_t rows = rows_of(x);
-  check_same_shape(dy, x, op, "dy", "x");
-  check_same_shape(dx, x, op, "dx", "x");
-  check_shape(gamma, Shape{dim}, "layernorm_backward: gamma");
-  check_shape(dgamma, Shape{dim}, "layernorm_backward: dgamma");
-  check_shape(dbeta, Shape{dim}, "layernorm_backward: dbeta");
-  ZT_CHECK(mean.numel() == rows && rstd.numel() == rows, op, ": mean and rstd need ", rows, " elements, got ",
-           mean.numel(), " and ", rstd.numel());
-  if (drop != nullptr) {
-    const Tensor& ds = *drop->ds;
-    check_cuda_arg(ds, x.dtype(), op, "ds");
-    check_same_shape(ds, x, op, "ds", "x");
-    ZT_CHECK(!overlaps(ds, dy) && !overlaps(ds, x) && !overlaps(ds, dx), op,
-             ": ds must not overlap dy, x or dx");
-    ZT_CHECK(drop->site.p >= 0.0f && drop->site.p < 1.0f, op, ": drop probability must be in [0, 1), got ",
-             drop->site.p);
-  }
   if (rows == 0 || dim == 0) {
     if (write == GradWrite::overwrite) {  // the sum over no rows
       fill(dgamma, 0.0f, stream);
@@ -658,22 +591,15 @@ void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& g
     const int columns_per_block = kColumnTile * (row_vector ? kPack : 1);
     const dim3 tiles(static_cast<unsigned>((dim + columns_per_block - 1) / columns_per_block),
                      static_cast<unsigned>(plan.chunks));
-    // dgamma[j] (+)= sum_c partial_gamma[c, j], dbeta[j] (+)= sum_c partial_beta[c, j], in a fixed order:
-    // in the partials kernel's last blocks, or as two more kernels.
-    const ChunkFinish finish = chunk_finish(tiles, typed<float>(dgamma), write, stream);
-    const bool one_pass = finish.counters != nullptr;
-    const auto partials = one_pass ? (row_vector ? layernorm_param_grad_partials_kernel<T, kPack, true>
-                                                 : layernorm_param_grad_partials_kernel<T, 1, true>)
-                                   : (row_vector ? layernorm_param_grad_partials_kernel<T, kPack, false>
-                                                 : layernorm_param_grad_partials_kernel<T, 1, false>);
+    const auto partials = row_vector ? layernorm_param_grad_partials_kernel<T, kPack>
+                                     : layernorm_param_grad_partials_kernel<T, 1>;
     partials<<<tiles, dim3(kColumnTile, kRowLanes), 0, stream>>>(
         typed<T>(dy), typed<T>(x), typed<float>(mean), typed<float>(rstd), rows, dim, plan.rows_per_chunk,
-        partial_gamma, partial_beta, finish, typed<float>(dbeta));
+        partial_gamma, partial_beta);
     ZT_CUDA_CHECK_LAUNCH("layernorm_param_grad_partials");
-    if (!one_pass) {
-      add_chunk_partials(partial_gamma, plan.chunks, dim, typed<float>(dgamma), write, stream);
-      add_chunk_partials(partial_beta, plan.chunks, dim, typed<float>(dbeta), write, stream);
-    }
+    // dgamma[j] (+)= sum_c partial_gamma[c, j], dbeta[j] (+)= sum_c partial_beta[c, j], in a fixed order.
+    add_chunk_partials(partial_gamma, plan.chunks, dim, typed<float>(dgamma), write, stream);
+    add_chunk_partials(partial_beta, plan.chunks, dim, typed<float>(dbeta), write, stream);
     // Without `drop` or at p == 0 no Philox rounds run (dropout_backward is then a copy, and so is ds).
     const DropoutSite site = drop != nullptr ? drop->site : DropoutSite{};
     const bool dropout = site.p != 0.0f;

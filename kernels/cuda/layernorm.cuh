@@ -13,6 +13,9 @@
 // Scratch: layernorm_backward takes 2 * chunks * D floats from the caching device allocator
 // (MemoryCategory::scratch) and returns them once the kernels are queued; reuse is ordered by `stream`
 // (the allocator's stream rule, runtime/device_allocator.h: one allocator per concurrently running stream).
+//
+// The launchers below take arguments kernels/layernorm.cpp has checked (CUDA tensors, shapes, overlaps); they
+// dispatch on x's storage dtype and gamma's (x's or f32).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -48,8 +51,8 @@ void layernorm_dropout_backward(const Tensor& dy, const Tensor& x, const Tensor&
                                 cudaStream_t stream);
 
 // Whether the vector row kernels of dtype's rows [rows, dim] keep each row in registers
-// (ZT_LAYERNORM_ROW_REGISTERS=1, kernels/cuda/layernorm.cu): what the launches above ask, before the
-// alignment that decides the vector path at all. Tests check that the switch took effect.
+// (kernels/cuda/layernorm.cu): what the launches above ask, before the alignment that decides the vector
+// path at all. Tests check which path their shapes take.
 bool layernorm_keeps_rows_in_registers(DType dtype, int64_t dim, int64_t rows);
 
 }  // namespace zt::kernels::gpu

@@ -1,6 +1,6 @@
-// CUDA entry points of kernels/linear.h, reached from kernels/cpu/linear.cpp when the tensors are on the
-// GPU (with the thread's current stream). Plain C++ declarations (included from .cpp files). Dtype contract:
-// see kernels/linear.h. Queued on `stream`.
+// CUDA backend of kernels/linear.h, reached from kernels/linear.cpp when the tensors are on the GPU (with
+// the thread's current stream). Plain C++ declarations (included from .cpp files). Dtype contract: see
+// kernels/linear.h. Queued on `stream`.
 #pragma once
 
 #include <cuda_runtime.h>

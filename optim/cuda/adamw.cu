@@ -260,20 +260,6 @@ void check_f32_buffer(const Tensor& t, int64_t size, const char* name) {
   ZT_CHECK(t.numel() == size, "adamw_update (cuda): ", name, " has ", t.numel(), " elements, params ", size);
 }
 
-// As on the CPU: ranges inside the buffers and disjoint (an element updated twice would take two steps).
-void check_ranges(std::span<const TensorRange> ranges, int64_t size) {
-  std::vector<TensorRange> sorted(ranges.begin(), ranges.end());
-  std::sort(sorted.begin(), sorted.end(),
-            [](const TensorRange& a, const TensorRange& b) { return a.offset < b.offset; });
-  int64_t end_of_previous = 0;
-  for (const TensorRange& r : sorted) {
-    ZT_CHECK(r.offset >= 0 && r.numel >= 0 && r.offset + r.numel <= size, "adamw_update (cuda): range [",
-             r.offset, ", ", r.offset + r.numel, ") lies outside buffers of ", size, " elements");
-    ZT_CHECK(r.offset >= end_of_previous, "adamw_update (cuda): ranges overlap at element ", r.offset);
-    end_of_previous = r.offset + r.numel;
-  }
-}
-
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -323,7 +309,7 @@ void adamw_update(const AdamWStepScalars& scalars, const Tensor& params, const T
   check_f32_buffer(grads, size, "grads");
   check_f32_buffer(exp_avg, size, "exp_avg");
   check_f32_buffer(exp_avg_sq, size, "exp_avg_sq");
-  check_ranges(ranges, size);
+  check_adamw_ranges(ranges, size, "adamw_update (cuda)");
   const bool vector_bases = aligned16(params.data()) && aligned16(grads.data()) &&
                             aligned16(exp_avg.data()) && aligned16(exp_avg_sq.data()) &&
                             reinterpret_cast<uintptr_t>(params16.data()) % 8 == 0;
@@ -383,7 +369,7 @@ void adamw_update_split_master(const AdamWStepScalars& scalars, const SplitMaste
   check_f32_buffer(grads, size, "grads");
   check_f32_buffer(exp_avg, size, "exp_avg");
   check_f32_buffer(exp_avg_sq, size, "exp_avg_sq");
-  check_ranges(ranges, size);
+  check_adamw_ranges(ranges, size, "adamw_update (cuda)");
   for (const TensorRange& r : ranges) {
     ZT_CHECK(r.numel == 0 || r.offset % 8 == 0, "adamw_update_split_master: range at element ", r.offset,
              " does not start at a multiple of 8 (a thread owns one byte of rounding bits)");

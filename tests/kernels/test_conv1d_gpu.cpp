@@ -1,5 +1,5 @@
 // conv1d_forward / conv1d_backward on CUDA tensors against the CPU reference (kernels/cpu/conv1d.cpp), in
-// f32, bf16 and f16 storage, on inputs rounded to the storage dtype, in both unfolded column orders.
+// f32, bf16 and f16 storage, on inputs rounded to the storage dtype.
 #include <gtest/gtest.h>
 
 #ifdef ZT_WITH_CUDA
@@ -14,7 +14,6 @@
 #include "tests/kernels/layer_gpu_check.h"
 #include "tests/support/finite_difference.h"
 #include "tests/support/gpu.h"
-#include "tests/support/scoped_env.h"
 #include "tests/support/tolerance.h"
 
 namespace zt::kernels {
@@ -43,19 +42,11 @@ TEST_P(Conv1dGpu, MatchesCpuReference) {
   const test::LayerShapes shapes{Shape{c.batch, c.length, c.in_features},
                                  Shape{c.out_features, c.in_features, c.kernel},
                                  Shape{c.batch, c.length, c.out_features}, c.out_features};
-  // Both unfolded column orders (kernels/cuda/conv1d.cu): tap-major, and ZT_CONV_CHANNEL_MAJOR=1.
-  test::ScopedEnv channel_major_switch("ZT_CONV_CHANNEL_MAJOR");
-  for (const char* channel_major : {"0", "1"}) {
-    SCOPED_TRACE(std::string("ZT_CONV_CHANNEL_MAJOR=") + channel_major);
-    ASSERT_TRUE(channel_major_switch.set(channel_major));
-    test::expect_layer_matches_cpu(
-        c.dtype, shapes, 21,
-        [](const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
-          conv1d_forward(x, w, b, y);
-        },
-        [](const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx, const Tensor& dw,
-           const Tensor& db, bool accumulate_dx) { conv1d_backward(dy, x, w, dx, dw, db, accumulate_dx); });
-  }
+  test::expect_layer_matches_cpu(
+      c.dtype, shapes, 21,
+      [](const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) { conv1d_forward(x, w, b, y); },
+      [](const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx, const Tensor& dw,
+         const Tensor& db, bool accumulate_dx) { conv1d_backward(dy, x, w, dx, dw, db, accumulate_dx); });
 }
 
 TEST(Conv1dGpuNoBias, MatchesCpuReference) {

@@ -1,5 +1,5 @@
-// The GEMM wrapper's two-level batch (kernels/gemm.h: outer items with their own stride, e.g. batch rows of
-// a [B, L, D] tensor, times inner items, e.g. heads) against a double-precision host product, in f32 and
+// The GEMM wrapper's two-level batch (kernels/cuda/gemm.h: outer items with their own stride, e.g. batch rows
+// of a [B, L, D] tensor, times inner items, e.g. heads) against a double-precision host product, in f32 and
 // bf16, with transposes, beta = 1 accumulation into f32, and the case whose strides fold into one batch.
 #include <gtest/gtest.h>
 
@@ -10,11 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/gemm.h"
+#include "kernels/cuda/gemm.h"
 #include "tests/kernels/gemm_gpu_test_util.h"
 #include "tests/kernels/test_gpu_support.h"
 #include "tests/support/gpu.h"
-#include "tests/support/scoped_env.h"
 #include "tests/support/tolerance.h"
 
 namespace zt::kernels {
@@ -123,12 +122,11 @@ INSTANTIATE_TEST_SUITE_P(Cases, GemmTwoLevelBatchGpu,
                                   (c.transpose_b ? "_tB" : "") + (c.uniform ? "_uniform" : "_heads");
                          });
 
-// ZT_CACHED_POINTER_ARRAYS=1: a two-level batch in the attention's head layout fills its pointer arrays once
-// per (stream, addresses, strides): the same call again reuses them (no new entry) and writes the same
-// product, bit for bit the uncached call's; another output address is another entry with its own product.
+// A two-level batch in the attention's head layout fills its pointer arrays once per (stream, addresses,
+// strides): the same call again reuses them (no new entry) and writes the same product, bit for bit; another
+// output address is another entry with its own product.
 TEST(GemmTwoLevelBatchGpuCache, ReusesPointerArraysForTheSameOperands) {
   ZT_SKIP_WITHOUT_GPU();
-  test::ScopedEnv cache_switch("ZT_CACHED_POINTER_ARRAYS");
   const int64_t outer = 3, batch = 5, m = 19, n = 13, k = 24;
   GemmProblem p = two_level_problem(outer, batch, m, n, k, DType::bf16, false, true);
   p.a = {nullptr, batch * k, k, m * batch * k};
@@ -143,64 +141,21 @@ TEST(GemmTwoLevelBatchGpuCache, ReusesPointerArraysForTheSameOperands) {
   p.a.data = da.tensor.data();
   p.b.data = db.tensor.data();
   p.c.data = dc.tensor.data();
-  ASSERT_TRUE(cache_switch.unset());
   const int64_t before = gemm_cached_pointer_array_count();
   gemm(p, nullptr);
-  const std::vector<float> uncached = to_host(dc.tensor);
-  EXPECT_EQ(gemm_cached_pointer_array_count(), before) << "the switch is off: nothing kept";
-
-  ASSERT_TRUE(cache_switch.set("1"));
+  const std::vector<float> first = to_host(dc.tensor);
+  EXPECT_EQ(gemm_cached_pointer_array_count(), before + 1);
   for (int round = 0; round < 2; ++round) {
     // NaN first (all bits set), so a product not written again shows.
     ASSERT_EQ(cudaMemset(dc.tensor.data(), 0xff, static_cast<size_t>(c_size) * sizeof(float)), cudaSuccess);
     gemm(p, nullptr);
-    EXPECT_EQ(to_host(dc.tensor), uncached) << "round " << round;
+    EXPECT_EQ(to_host(dc.tensor), first) << "round " << round;
     EXPECT_EQ(gemm_cached_pointer_array_count(), before + 1) << "round " << round;
   }
   p.c.data = dc2.tensor.data();
   gemm(p, nullptr);
-  EXPECT_EQ(to_host(dc2.tensor), uncached);
+  EXPECT_EQ(to_host(dc2.tensor), first);
   EXPECT_EQ(gemm_cached_pointer_array_count(), before + 2);
-}
-
-// ZT_GEMM_AUTOTUNE=1: a new shape's plan times the heuristic's candidates on scratch, so C is still
-// accumulated onto exactly once (beta 1: a trial written into C would add the product again), by one new
-// plan; a value other than 0 or 1 is refused when the next new plan is made.
-TEST(GemmAutotuneGpu, AccumulatesTheProductOnceWithTheChosenAlgorithm) {
-  ZT_SKIP_WITHOUT_GPU();
-  test::ScopedEnv autotune_switch("ZT_GEMM_AUTOTUNE");
-  ASSERT_TRUE(autotune_switch.set("1"));
-  const int64_t m = 96, n = 136, k = 200;  // a shape no other test plans
-  const std::vector<float> a = round_to(test::random_floats(m * k, 4), DType::bf16);
-  const std::vector<float> b = round_to(test::random_floats(k * n, 5), DType::bf16);
-  const std::vector<float> c0 = test::random_floats(m * n, 6);
-  auto da = to_device(a, {m * k}, DType::bf16), db = to_device(b, {k * n}, DType::bf16);
-  auto dc = to_device(c0, {m * n}, DType::f32);
-  GemmProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.input_dtype = DType::bf16;
-  p.a = {da.tensor.data(), k, 0};
-  p.b = {db.tensor.data(), n, 0};
-  p.c = {dc.tensor.data(), DType::f32, n, 0};
-  p.beta = 1.0f;
-  const int64_t plans = gemm_cached_plan_count();
-  gemm(p, nullptr);
-  EXPECT_EQ(gemm_cached_plan_count(), plans + 1);
-  std::vector<float> want = c0;
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t col = 0; col < n; ++col) {
-      double sum = 0;
-      for (int64_t i = 0; i < k; ++i) sum += at(a, 0, k, false, r, i) * at(b, 0, n, false, i, col);
-      want[static_cast<size_t>(r * n + col)] += static_cast<float>(sum);
-    }
-  }
-  EXPECT_TRUE(test::all_close("autotuned C", to_host(dc.tensor), want, test::tolerance_for(DType::f32)));
-
-  ASSERT_TRUE(autotune_switch.set("yes"));
-  p.m = m - 8;  // another new plan reads the switch again
-  EXPECT_THROW(gemm(p, nullptr), Error);
 }
 
 TEST(GemmTwoLevelBatchGpuArgs, RejectsABiasEpilogue) {

@@ -9,6 +9,7 @@
 
 #ifdef ZT_WITH_CUDA
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -22,7 +23,6 @@
 #include "kernels/layernorm.h"
 #include "tests/kernels/tensor_views.h"
 #include "tests/kernels/test_gpu_support.h"
-#include "tests/support/scoped_env.h"
 #include "tests/support/tolerance.h"
 
 namespace zt::kernels {
@@ -379,55 +379,71 @@ INSTANTIATE_TEST_SUITE_P(DtypesShapes, LayerNormDropoutBackwardGpu, ::testing::V
                                                                                         : "");
                          });
 
-// ZT_LAYERNORM_ROW_REGISTERS=1 (kernels/cuda/layernorm.cu): the row kernels holding a lane's slices in
-// registers compute what the loops compute, bit for bit — the forward, the dropout + residual tail (p 0 and
-// 0.1), the backward with and without Drop' (dx over dy as the model runs it) — for rows of one slice a lane
-// down to part of one (dim 8: lanes past the row hold nothing), a partial last slice (264), xlarge's 1536,
-// the widest a lane's eight slices hold (1024 in f32, 2048 in 16 bits), wider rows and more rows than one
-// block a multiprocessor (which take the loops either way) — and the switch took effect where it should.
+// The row kernels holding a lane's slices in registers (kernels/cuda/layernorm.cu: rows of up to eight slices
+// a lane, up to one block of rows a multiprocessor) compute what the loops compute, bit for bit — the
+// forward, the dropout + residual tail (p 0 and 0.1), the backward with and without Drop' (dx over dy as the
+// model runs it) — for rows of one slice a lane down to part of one (dim 8: lanes past the row hold nothing),
+// a partial last slice (264), xlarge's 1536, the widest a lane's eight slices hold (1024 in f32, 2048 in 16
+// bits) and wider rows. The loops' rows are the first rows of a taller input (more rows than one block a
+// multiprocessor, so the loops take it), whose per-row outputs and dropout mask indices those rows share.
 TEST(LayerNormGpuRowRegisters, BitwiseEqualToTheLoops) {
   ZT_SKIP_WITHOUT_GPU();
-  test::ScopedEnv registers_switch("ZT_LAYERNORM_ROW_REGISTERS");
-  struct Shape2 {
-    int64_t rows, dim;
-  };
+  int device = 0, multiprocessors = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  const int64_t tall_rows = int64_t{multiprocessors} * 8 + 1;
   for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
     for (bool f32_params : {false, true}) {
       if (f32_params && dtype == DType::f32) continue;
       const DType param_dtype = f32_params ? DType::f32 : dtype;
-      for (const Shape2 shape : {Shape2{5, 8}, Shape2{300, 264}, Shape2{300, 1024}, Shape2{300, 1536},
-                                 Shape2{300, 2048}, Shape2{300, 2056}, Shape2{1500, 1536}}) {
+      for (const int64_t dim :
+           {int64_t{8}, int64_t{264}, int64_t{1024}, int64_t{1536}, int64_t{2048}, int64_t{2056}}) {
+        const int64_t rows = 300;
         SCOPED_TRACE(testing::Message() << dtype_name(dtype) << (f32_params ? " f32 params " : " ") << "["
-                                        << shape.rows << ", " << shape.dim << "]");
-        const int64_t rows = shape.rows, dim = shape.dim;
-        const Shape x_shape{rows, dim}, row_shape{rows}, dim_shape{dim};
-        const std::vector<float> x = round_through(dtype, random_floats(x_shape.numel(), 51));
-        const std::vector<float> res = round_through(dtype, random_floats(x_shape.numel(), 52));
-        const std::vector<float> dy = round_through(dtype, random_floats(x_shape.numel(), 53));
-        DeviceArray gamma(param_dtype, dim_shape), beta(param_dtype, dim_shape), gres(dtype, x_shape);
+                                        << rows << ", " << dim << "]");
+        const Shape dim_shape{dim};
+        const int64_t tall_numel = tall_rows * dim;
+        const std::vector<float> x = round_through(dtype, random_floats(tall_numel, 51));
+        const std::vector<float> res = round_through(dtype, random_floats(tall_numel, 52));
+        const std::vector<float> dy = round_through(dtype, random_floats(tall_numel, 53));
+        DeviceArray gamma(param_dtype, dim_shape), beta(param_dtype, dim_shape);
         gamma.upload(round_through(param_dtype, random_floats(dim, 54, 0.5f, 1.5f)));
         beta.upload(round_through(param_dtype, random_floats(dim, 55, -0.5f, 0.5f)));
-        gres.upload(res);
-        // Every output of every entry point, as one list of downloads.
-        auto run_all = [&]() {
+        // Every per-row output of every entry point over the first n rows of the inputs, as one list of
+        // downloads cut to the first `rows` rows.
+        auto run_all = [&](int64_t n) {
+          const Shape x_shape{n, dim}, row_shape{n};
+          const auto first = [&](const std::vector<float>& v) {
+            return std::vector<float>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(x_shape.numel()));
+          };
+          const auto kept = [&](const DeviceArray& a, int64_t per_row) {
+            const std::vector<float> all = a.download();
+            return std::vector<float>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(rows * per_row));
+          };
           std::vector<std::vector<float>> out;
           DeviceArray gx(dtype, x_shape), gy(dtype, x_shape), mean(DType::f32, row_shape),
-              rstd(DType::f32, row_shape);
-          gx.upload(x);
+              rstd(DType::f32, row_shape), gres(dtype, x_shape);
+          gx.upload(first(x));
+          gres.upload(first(res));
           layernorm_forward(gx.tensor(), gamma.tensor(), beta.tensor(), kEps, gy.tensor(), mean.tensor(),
                             rstd.tensor());
-          for (const DeviceArray* a : {&gy, &mean, &rstd}) out.push_back(a->download());
+          out.push_back(kept(gy, dim));
+          out.push_back(kept(mean, 1));
+          out.push_back(kept(rstd, 1));
           for (float p : {0.0f, 0.1f}) {
             const DropoutSite site{p, 0x5eed1234abcdull, dropout_site_id(5, 1, 2)};
             DeviceArray gs(dtype, x_shape), gy2(dtype, x_shape), mean2(DType::f32, row_shape),
                 rstd2(DType::f32, row_shape);
-            gs.upload(x);
+            gs.upload(first(x));
             dropout_add_layernorm_forward(gs.tensor(), gres.tensor(), site, gamma.tensor(), beta.tensor(),
                                           kEps, gy2.tensor(), mean2.tensor(), rstd2.tensor());
-            for (const DeviceArray* a : {&gs, &gy2, &mean2, &rstd2}) out.push_back(a->download());
+            out.push_back(kept(gs, dim));
+            out.push_back(kept(gy2, dim));
+            out.push_back(kept(mean2, 1));
+            out.push_back(kept(rstd2, 1));
             DeviceArray gdy(dtype, x_shape), ds(dtype, x_shape), dg(DType::f32, dim_shape),
                 db(DType::f32, dim_shape);
-            gdy.upload(dy);
+            gdy.upload(first(dy));
             dg.upload(std::vector<float>(static_cast<size_t>(dim), 0.0f));
             db.upload(std::vector<float>(static_cast<size_t>(dim), 0.0f));
             if (p == 0.0f) {
@@ -437,24 +453,18 @@ TEST(LayerNormGpuRowRegisters, BitwiseEqualToTheLoops) {
               layernorm_dropout_backward(gdy.tensor(), gs.tensor(), gamma.tensor(), mean2.tensor(),
                                          rstd2.tensor(), site, gdy.tensor(), ds.tensor(), dg.tensor(),
                                          db.tensor());
-              out.push_back(ds.download());
+              out.push_back(kept(ds, dim));
             }
-            for (const DeviceArray* a : {&gdy, &dg, &db}) out.push_back(a->download());
+            out.push_back(kept(gdy, dim));
           }
           return out;
         };
-        ASSERT_TRUE(registers_switch.unset());
-        const std::vector<std::vector<float>> loops = run_all();
-        ASSERT_TRUE(registers_switch.set("1"));
-        // The switch takes rows of up to eight slices a lane, up to one block of rows a multiprocessor.
-        int device = 0, multiprocessors = 0;
-        ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-        ASSERT_EQ(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
-                  cudaSuccess);
-        const bool takes = dim <= 32 * 8 * (16 / static_cast<int64_t>(dtype_size(dtype))) &&
-                           rows <= int64_t{multiprocessors} * 8;
-        EXPECT_EQ(gpu::layernorm_keeps_rows_in_registers(dtype, dim, rows), takes);
-        const std::vector<std::vector<float>> registers = run_all();
+        // Rows of up to eight slices a lane take the registers, up to one block of rows a multiprocessor.
+        const bool fits = dim <= 32 * 8 * (16 / static_cast<int64_t>(dtype_size(dtype)));
+        EXPECT_EQ(gpu::layernorm_keeps_rows_in_registers(dtype, dim, rows), fits);
+        EXPECT_FALSE(gpu::layernorm_keeps_rows_in_registers(dtype, dim, tall_rows));
+        const std::vector<std::vector<float>> registers = run_all(rows);
+        const std::vector<std::vector<float>> loops = run_all(tall_rows);
         ASSERT_EQ(registers.size(), loops.size());
         for (size_t i = 0; i < loops.size(); ++i) {
           EXPECT_TRUE(bitwise_equal(("output " + std::to_string(i)).c_str(), registers[i], loops[i]));

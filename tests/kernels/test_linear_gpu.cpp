@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/gemm.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/linear.h"
 #include "tests/kernels/gemm_gpu_test_util.h"
 #include "tests/kernels/layer_gpu_check.h"

@@ -23,9 +23,9 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/gemm.h"
 #include "kernels/disentangled_attention.h"
 #include "kernels/elementwise.h"
-#include "kernels/gemm.h"
 #include "kernels/layernorm.h"
 #include "kernels/linear.h"
 #include "runtime/device.h"

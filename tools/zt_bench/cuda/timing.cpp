@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/gemm.h"
+#include "kernels/cuda/gemm.h"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
 #include "runtime/device.h"

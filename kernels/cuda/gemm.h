@@ -9,8 +9,10 @@
 // Two-level batch (outer > 1): items (o, z), o in [0, outer), z in [0, batch), operand item at
 //   data + o * outer_stride + z * batch_stride — e.g. head h of batch row b of a [B, L, D] tensor
 //   (outer = B, stride L*D; batch = heads, stride d), which no single stride reaches. It runs as ONE
-//   cublasGemmBatchedEx over outer * batch items, whose pointer arrays a small kernel writes into scratch:
-//   one launch where a loop over o would issue `outer` small GEMMs, each filling a fraction of the GPU.
+//   cublasGemmBatchedEx over outer * batch items, whose pointer arrays a small kernel writes: one launch
+//   where a loop over o would issue `outer` small GEMMs, each filling a fraction of the GPU. The arrays are
+//   a function of (bases, strides, batch, items), so each stream keeps the ones it filled and reuses them
+//   (not while the stream is captured into a graph: then scratch, filled per call).
 //   When every operand's outer_stride equals batch * batch_stride the items are one strided batch and
 //   take the cuBLASLt path. No bias epilogue with outer > 1.
 //
@@ -40,7 +42,7 @@
 #pragma once
 
 #ifndef ZT_WITH_CUDA
-#error "kernels/gemm.h is for CUDA builds only (ZT_WITH_CUDA)"
+#error "kernels/cuda/gemm.h is for CUDA builds only (ZT_WITH_CUDA)"
 #endif
 
 #include <cuda_runtime.h>
@@ -96,11 +98,7 @@ void gemm(const GemmProblem& problem, cudaStream_t stream);
 int64_t gemm_cached_plan_count();
 // How many (device, stream) workspaces exist (tests check one per stream, dropped when the stream is).
 int64_t gemm_stream_workspace_count();
-// How many two-level batches' pointer arrays are kept, over all streams (ZT_CACHED_POINTER_ARRAYS=1,
-// gemm.cu).
+// How many two-level batches' pointer arrays are kept, over all streams (gemm.cu).
 int64_t gemm_cached_pointer_array_count();
-// How many (device, stream) counter buffers the one-pass column sums hold (ZT_ONE_PASS_SUMS=1,
-// kernels/cuda/column_sum.cuh): tests check that one pass ran.
-int64_t one_pass_sum_counter_count();
 
 }  // namespace zt::kernels
