@@ -37,6 +37,7 @@ TaskData load_glue_task(const TaskDataRequest& request) {
   out.task_name = std::string(task.name);
   out.regression = task.regression();
   for (std::string_view l : task.labels) out.labels.emplace_back(l);
+  for (std::string_view l : task.label_names) out.label_names.emplace_back(l);
   out.metrics = task.metrics;
   const bool have_dir = !request.data_dir.empty();
   ZT_CHECK(have_dir || (!request.train_file.empty() && !request.validation_file.empty()), "--task_name ",
@@ -44,7 +45,8 @@ TaskData load_glue_task(const TaskDataRequest& request) {
            "/ folder) or --train_file and --validation_file");
   const std::string train =
       request.train_file.empty() ? joined(request.data_dir, "train.tsv") : request.train_file;
-  out.train = read_required(train, task, GlueFileRole::labeled, "training");
+  out.train = request.train_rows ? *request.train_rows
+                                 : read_required(train, task, GlueFileRole::labeled, "training");
   if (out.train.skipped_rows > 0) {
     out.notes.push_back(str(train, ": skipped ", out.train.skipped_rows,
                             " rows with missing fields (first at line ", out.train.first_skipped_line,
@@ -99,6 +101,7 @@ TaskData load_user_files(const TaskDataRequest& request) {
   TaskData out;
   out.regression = files.labels.regression;
   out.labels = files.labels.names;
+  out.label_names = files.labels.names;
   out.metrics = out.regression ? std::vector<GlueMetric>{GlueMetric::pearson, GlueMetric::spearmanr}
                                : std::vector<GlueMetric>{GlueMetric::accuracy};
   if (!out.regression && out.labels.size() == 2) out.metrics.push_back(GlueMetric::f1);
@@ -129,27 +132,36 @@ TaskData load_task_data(const TaskDataRequest& request) {
   return request.task_name.empty() ? load_user_files(request) : load_glue_task(request);
 }
 
-std::vector<std::pair<std::string, double>> task_metrics(const TaskData& task, const GlueDataset& rows,
-                                                         const SplitPredictions& predictions) {
+SplitPredictions split_truth(const TaskData& task, const GlueDataset& rows) {
   ZT_CHECK(rows.labeled, rows.source, ": an unlabeled split has no metrics");
-  const size_t n = rows.rows.size();
+  SplitPredictions truth;
+  for (const SentencePairExample& row : rows.rows) {
+    if (task.regression) {
+      truth.scores.push_back(row.score);
+    } else {
+      truth.classes.push_back(row.label);
+    }
+  }
+  return truth;
+}
+
+std::vector<std::pair<std::string, double>> task_metrics(const TaskData& task,
+                                                         const SplitPredictions& predictions,
+                                                         const SplitPredictions& truth) {
   std::vector<std::pair<std::string, double>> out;
   if (task.regression) {
-    ZT_CHECK(predictions.scores.size() == n, "task_metrics: ", predictions.scores.size(), " scores for ", n,
-             " rows");
-    std::vector<double> targets(n);
-    for (size_t i = 0; i < n; ++i) targets[i] = rows.rows[i].score;
+    ZT_CHECK(predictions.scores.size() == truth.scores.size(), "task_metrics: ", predictions.scores.size(),
+             " scores for ", truth.scores.size(), " targets");
     for (GlueMetric m : task.metrics) {
-      const double v = m == GlueMetric::pearson ? pearson(predictions.scores, targets)
-                                                : spearman(predictions.scores, targets);
+      const double v = m == GlueMetric::pearson ? pearson(predictions.scores, truth.scores)
+                                                : spearman(predictions.scores, truth.scores);
       out.emplace_back(std::string(metric_name(m)), v);
     }
     return out;
   }
-  ZT_CHECK(predictions.classes.size() == n, "task_metrics: ", predictions.classes.size(), " predictions for ",
-           n, " rows");
-  std::vector<int64_t> labels(n);
-  for (size_t i = 0; i < n; ++i) labels[i] = rows.rows[i].label;
+  const std::vector<int64_t>& labels = truth.classes;
+  ZT_CHECK(predictions.classes.size() == labels.size(), "task_metrics: ", predictions.classes.size(),
+           " predictions for ", labels.size(), " labels");
   for (GlueMetric m : task.metrics) {
     double v = 0;
     switch (m) {

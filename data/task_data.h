@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -30,6 +31,7 @@ struct TaskDataRequest {
   std::string data_dir;                                // the task's GLUE folder
   std::string train_file, validation_file, test_file;  // given files (empty: from data_dir)
   std::map<std::string, int64_t> model_label2id;       // the checkpoint's label2id (user files only)
+  std::optional<GlueDataset> train_rows;               // the training file already read (a FIFO reads once)
 };
 
 struct TaskSplit {
@@ -43,7 +45,8 @@ struct TaskSplit {
 struct TaskData {
   std::string task_name;  // empty for user files
   bool regression = false;
-  std::vector<std::string> labels;  // id -> label as written in the files (classification)
+  std::vector<std::string> labels;       // id -> label as written in the files (classification)
+  std::vector<std::string> label_names;  // id -> name for the model's id2label (GLUE: HF datasets' names)
   std::vector<GlueMetric> metrics;
   GlueDataset train;
   std::vector<TaskSplit> eval;     // at least one
@@ -62,10 +65,13 @@ struct SplitPredictions {
   std::vector<double> scores = {};
 };
 
-// The task's metrics on a labeled split (rows = the split's rows), keyed as run_glue logs them
-// ("accuracy", ...). Throws when the split is unlabeled or the lengths differ.
-std::vector<std::pair<std::string, double>> task_metrics(const TaskData& task, const GlueDataset& rows,
-                                                         const SplitPredictions& predictions);
+// The task's metrics of `predictions` against `truth` (the labels as classes, or the targets as scores),
+// keyed as run_glue logs them ("accuracy", ...). Throws when the lengths differ.
+std::vector<std::pair<std::string, double>> task_metrics(const TaskData& task,
+                                                         const SplitPredictions& predictions,
+                                                         const SplitPredictions& truth);
+// The truth of a labeled split's rows, for task_metrics.
+SplitPredictions split_truth(const TaskData& task, const GlueDataset& rows);
 
 // The submission text of row i's prediction: the label as written in the task's files ("entailment",
 // "0"), or the score with 3 decimals (STS-B, as run_glue writes it).

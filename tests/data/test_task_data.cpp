@@ -104,7 +104,7 @@ TEST_F(TaskDataTest, MetricsPerTaskAndScoresWithThreeDecimals) {
   const TaskData d = load_task_data(glue_request("stsb", (dir_ / "STS-B").string()));
   EXPECT_TRUE(d.regression);
   const SplitPredictions p{.classes = {}, .scores = {0.5, 2.5, 2.0}};
-  const auto m = task_metrics(d, d.eval[0].rows, p);
+  const auto m = task_metrics(d, p, split_truth(d, d.eval[0].rows));
   ASSERT_EQ(m.size(), 2u);
   EXPECT_EQ(m[0].first, "pearson");
   // x = (0.5, 2.5, 2), y = (1, 3, 2): mx 5/3, my 2; sxy = 1.1667 + 0.8333 + 0 = 2, sxx = 2.1667, syy = 2.
@@ -116,7 +116,8 @@ TEST_F(TaskDataTest, MetricsPerTaskAndScoresWithThreeDecimals) {
   write("CoLA/train.tsv", "s\t1\t\tA.\ns\t0\t*\tB.\n");
   write("CoLA/dev.tsv", "s\t1\t\tA.\ns\t0\t*\tB.\ns\t1\t\tC.\ns\t0\t*\tD.\n");
   const TaskData cola = load_task_data(glue_request("cola", (dir_ / "CoLA").string()));
-  const auto mc = task_metrics(cola, cola.eval[0].rows, {.classes = {1, 0, 0, 0}, .scores = {}});
+  const auto mc =
+      task_metrics(cola, {.classes = {1, 0, 0, 0}, .scores = {}}, split_truth(cola, cola.eval[0].rows));
   ASSERT_EQ(mc.size(), 1u);
   EXPECT_EQ(mc[0].first, "matthews_correlation");
   // TP 1, TN 2, FP 0, FN 1: (2 - 0) / sqrt(1 * 2 * 2 * 3).
