@@ -12,6 +12,10 @@ Run by ctest:  test_glue_tasks_cli.py TRAIN_MRPC CASE
   user_csv_3class, user_jsonl_5class: string labels sorted into ids; the predictions file holds label strings
                   and its accuracy equals the printed one.
   bad_user_file   an unknown label in the validation file: exit 2 with one error line naming file and row.
+  hf_checkpoint   --model_name_or_path a DeBERTa-v3-shaped HF checkpoint directory (FIXTURE_DIR/hf_tiny_v3):
+                  converted on the first run, the cached copy used on the second; a user file whose labels are
+                  the checkpoint's label2id names gets its ids; --task_name rte (2 labels) needs
+                  --ignore_mismatched_sizes.
 Prints "glue tasks cli: all checks passed" on success.
 """
 
@@ -358,6 +362,42 @@ def case_bad_user_file(binary, work):
           "bad_user_file: %s" % errors[0])
 
 
+def case_hf_checkpoint(binary, work, fixtures):
+    ckpt = os.path.join(work, "deberta-v3-tiny")
+    shutil.copytree(os.path.join(fixtures, "hf_tiny_v3"), ckpt)
+    os.environ["ZT_HF_CACHE"] = os.path.join(work, "cache")
+    rng = random.Random(6)
+    labels = ["contradiction", "entailment", "neutral"]
+    path = os.path.join(work, "nli.csv")
+    with open(path, "w") as f:
+        f.write("premise,hypothesis,label\n")
+        for _ in range(16):
+            f.write("%s,%s,%s\n" % (sentence(rng), sentence(rng), rng.choice(labels)))
+    args = ["--model_name_or_path", ckpt, "--train_file", path, "--validation_file", path, "--max_train_steps", "2",
+            "--max_length", "32"]
+    first = run(binary, args, work)
+    check(first.returncode == 0, "hf_checkpoint: exit %d: %s" % (first.returncode, first.stderr[-500:]))
+    check("HF checkpoint %s: converted to" % ckpt in first.stdout, "hf_checkpoint: no conversion line")
+    check("from the model's label2id" in first.stdout, "hf_checkpoint: the checkpoint's label ids are not used")
+    check("0 = entailment, 1 = neutral, 2 = contradiction" in first.stdout, "hf_checkpoint: label order")
+    second = run(binary, args, work)
+    check(second.returncode == 0 and "using the converted copy" in second.stdout, "hf_checkpoint: cache not used")
+    rte = os.path.join(work, "RTE")
+    os.makedirs(rte)
+    for name in ("train.tsv", "dev.tsv"):
+        with open(os.path.join(rte, name), "w") as f:
+            f.write("index\tsentence1\tsentence2\tlabel\n")
+            for i in range(8):
+                f.write("%d\t%s\t%s\t%s\n" % (i, sentence(rng), sentence(rng), rng.choice(["entailment", "not_entailment"])))
+    refused = run(binary, ["--model_name_or_path", ckpt, "--task_name", "rte", "--data_dir", rte,
+                           "--max_train_steps", "1"], work)
+    check(refused.returncode == 2 and "--ignore_mismatched_sizes" in refused.stderr,
+          "hf_checkpoint: a 3-label head for rte was not refused: %s" % refused.stderr[-300:])
+    replaced = run(binary, ["--model_name_or_path", ckpt, "--task_name", "rte", "--data_dir", rte,
+                            "--max_train_steps", "1", "--ignore_mismatched_sizes"], work)
+    check(replaced.returncode == 0, "hf_checkpoint: rte with a new head: %s" % replaced.stderr[-300:])
+
+
 def main():
     binary, case = sys.argv[1], sys.argv[2]
     work = tempfile.mkdtemp(prefix="zt_glue_tasks_")
@@ -374,6 +414,8 @@ def main():
             case_user(binary, work, "jsonl")
         elif case == "bad_user_file":
             case_bad_user_file(binary, work)
+        elif case == "hf_checkpoint":
+            case_hf_checkpoint(binary, work, sys.argv[3])
         else:
             check(False, "unknown case " + case)
     except SystemExit:

@@ -18,8 +18,11 @@ mis-mapped tensor changes the logits. Output, under tests/fixtures/hf_tiny_mnli/
   attrs                  config_json, transformers_version, torch_version
 
 A DeBERTa-v3-shaped checkpoint (no conv layer: the config has no conv_* keys, as microsoft/deberta-v3-*)
-with a 3-label head, under tests/fixtures/hf_tiny_v3/: config.json, model.safetensors (F32), spm.model
-(placeholder bytes), logits.h5 (input_ids, attention_mask, logits_f32 of HF on those weights).
+with a 3-label head, under tests/fixtures/hf_tiny_v3/: config.json, model.safetensors (F32), spm.model (a real
+56-piece SentencePiece model with DeBERTa's [PAD] [CLS] [SEP] [UNK] ids 0-3, trained here on a fixed word list,
+so train_mrpc can fine-tune the checkpoint end to end; sentencepiece's trainer is not byte-reproducible),
+logits.h5 (input_ids, attention_mask, logits_f32 of HF
+on those weights).
 
 Usage: python3 tools/golden/make_hf_checkpoints.py [--out_dir tests/fixtures/hf_tiny_mnli] [--which mnli,v3]
 """
@@ -105,6 +108,27 @@ def write_dir(out, name, config_json, spm=False):
     return d
 
 
+TINY_WORDS = ("the a movie film story plot actor scene evening sunday night day week city old new small big good bad "
+              "great awful entailment neutral contradiction question answer yes no is was").split()
+
+
+def write_tiny_spm(path):
+    import random
+    import tempfile
+    import sentencepiece as spm
+    rng = random.Random(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = os.path.join(tmp, "corpus.txt")
+        with open(corpus, "w") as f:
+            f.write("\n".join(" ".join(rng.choice(TINY_WORDS) for _ in range(8)) for _ in range(2000)))
+        spm.SentencePieceTrainer.train(input=corpus, model_prefix=os.path.join(tmp, "spm"), vocab_size=56,
+                                       model_type="unigram", pad_id=0, pad_piece="[PAD]", bos_id=1,
+                                       bos_piece="[CLS]", eos_id=2, eos_piece="[SEP]", unk_id=3, unk_piece="[UNK]",
+                                       normalization_rule_name="identity", character_coverage=1.0, minloglevel=2,
+                                       num_threads=1)
+        shutil.copy(os.path.join(tmp, "spm.model"), path)
+
+
 def make_v3(out):
     config = tiny_v3_config()
     model = make_model(config)
@@ -115,8 +139,7 @@ def make_v3(out):
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
         f.write(config_json)
-    with open(os.path.join(out, "spm.model"), "wb") as f:
-        f.write(b"not a real sentencepiece model; convert_hf only copies it\n")
+    write_tiny_spm(os.path.join(out, "spm.model"))
     save_file(dict(sd), os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
     ids, mask = batch()
     with h5py.File(os.path.join(out, "logits.h5"), "w") as f:
