@@ -19,10 +19,10 @@ std::vector<GlueTaskSpec> make_tasks() {
   const std::vector<std::string_view> entailment = {"entailment", "not_entailment"};
   std::vector<GlueTaskSpec> tasks;
   auto dev = [](std::string_view file = "dev.tsv") {
-    return std::vector<GlueSplitFile>{{"validation", file, ""}};
+    return std::vector<GlueSplitFile>{{"validation", file, "", -1, -1}};
   };
   auto test = [](std::string_view submission) {
-    return std::vector<GlueSplitFile>{{"test", "test.tsv", submission}};
+    return std::vector<GlueSplitFile>{{"test", "test.tsv", submission, -1, -1}};
   };
   tasks.push_back({.name = "cola",
                    .folder = "CoLA",
@@ -106,10 +106,11 @@ std::vector<GlueTaskSpec> make_tasks() {
                    .labels = {"entailment", "neutral", "contradiction"},
                    .label_names = {"entailment", "neutral", "contradiction"},
                    .metrics = {M::accuracy},
-                   .dev = {{"validation_matched", "dev_matched.tsv", ""},
-                           {"validation_mismatched", "dev_mismatched.tsv", ""}},
-                   .test = {{"test_matched", "test_matched.tsv", "MNLI-m.tsv"},
-                            {"test_mismatched", "test_mismatched.tsv", "MNLI-mm.tsv"}}});
+                   .dev = {{"validation_matched", "dev_matched.tsv", "", -1, -1},
+                           {"validation_mismatched", "dev_mismatched.tsv", "", -1, -1}},
+                   .test = {{"test_matched", "test_matched.tsv", "MNLI-m.tsv", -1, -1},
+                            {"test_mismatched", "test_mismatched.tsv", "MNLI-mm.tsv", -1, -1},
+                            {"test_ax", "diagnostic.tsv", "AX.tsv", 1, 2}}});
   tasks.push_back({.name = "qnli",
                    .folder = "QNLI",
                    .text_a = 1,

@@ -22,8 +22,9 @@
 // so a file of another task or layout fails on line 1 with the layout expected.
 //
 // Submission files (GLUE's leaderboard zip): CoLA.tsv SST-2.tsv MRPC.tsv QQP.tsv STS-B.tsv MNLI-m.tsv
-// MNLI-mm.tsv QNLI.tsv RTE.tsv WNLI.tsv, each "index\tprediction" with the label as it is written in the
-// task's files (0/1, entailment, ...) or STS-B's score.
+// MNLI-mm.tsv QNLI.tsv RTE.tsv WNLI.tsv and AX.tsv (MNLI's model on GLUE's diagnostic.tsv, which an MNLI
+// folder may hold: index sentence1 sentence2), each "index\tprediction" with the label as it is written in
+// the task's files (0/1, entailment, ...) or STS-B's score.
 #pragma once
 
 #include <cstdint>
@@ -43,9 +44,12 @@ std::string_view metric_name(GlueMetric metric);
 
 // One evaluation or test split: its file in the task folder and the submission file of its predictions.
 struct GlueSplitFile {
-  std::string_view split;       // "validation", "validation_matched", "test_mismatched", ...
-  std::string_view file;        // "dev.tsv", "dev_matched.tsv", ...
+  std::string_view split;       // "validation", "validation_matched", "test_mismatched", "test_ax", ...
+  std::string_view file;        // "dev.tsv", "dev_matched.tsv", "diagnostic.tsv", ...
   std::string_view submission;  // "CoLA.tsv", "MNLI-m.tsv", ... (test splits); empty for dev splits
+  // Test text columns of this file when they differ from the task's (GLUE's diagnostic.tsv, read with
+  // MNLI's model: index sentence1 sentence2); -1: the task's.
+  int test_text_a, test_text_b;
 };
 
 struct GlueTaskSpec {

@@ -31,6 +31,14 @@ GlueDataset read_required(const std::string& path, const GlueTaskSpec& task, Glu
   return read_glue_task_tsv(path, task, role);
 }
 
+// The task as a test file of `split` is laid out (AX: MNLI's labels, diagnostic.tsv's columns).
+GlueTaskSpec test_layout(const GlueTaskSpec& task, const GlueSplitFile& split) {
+  GlueTaskSpec layout = task;
+  if (split.test_text_a >= 0) layout.test_text_a = split.test_text_a;
+  if (split.test_text_b >= 0) layout.test_text_b = split.test_text_b;
+  return layout;
+}
+
 TaskData load_glue_task(const TaskDataRequest& request) {
   const GlueTaskSpec& task = glue_task(request.task_name);
   TaskData out;
@@ -85,9 +93,9 @@ TaskData load_glue_task(const TaskDataRequest& request) {
     if (path.empty() || !fs::exists(path, ignored)) continue;  // test predictions are optional
     // MRPC's shipped test.tsv is labeled (its reader takes both layouts); the others are GLUE's unlabeled.
     out.test.push_back({.name = std::string(split.split),
-                        .key_suffix = k == 0 ? "" : "_mm",
+                        .key_suffix = k == 1 ? "_mm" : "",
                         .submission = std::string(split.submission),
-                        .rows = read_glue_task_tsv(path, task, GlueFileRole::test)});
+                        .rows = read_glue_task_tsv(path, test_layout(task, split), GlueFileRole::test)});
   }
   return out;
 }

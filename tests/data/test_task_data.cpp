@@ -74,14 +74,19 @@ TEST_F(TaskDataTest, MnliFolderHasTwoEvaluationAndTwoTestSplits) {
   write("MNLI/test_matched.tsv",
         "index\tpromptID\tpairID\tgenre\ts1b\ts2b\ts1p\ts2p\tsentence1\tsentence2\n" +
             std::string("5\t1\t2\tg\t.\t.\t.\t.\tA.\tB.\n"));
+  write("MNLI/diagnostic.tsv", "index\tsentence1\tsentence2\n0\tThe cat sat.\tA cat sat.\n");
   const TaskData d = load_task_data(glue_request("mnli", (dir_ / "MNLI").string()));
   EXPECT_EQ(d.num_labels(), 3);
   ASSERT_EQ(d.eval.size(), 2u);
   EXPECT_EQ(d.eval[1].name, "validation_mismatched");
   EXPECT_EQ(d.eval[1].key_suffix, "_mm");
   EXPECT_EQ(d.eval[1].rows.rows[0].label, 2);
-  ASSERT_EQ(d.test.size(), 1u);  // test_mismatched.tsv is absent: no predictions for it
+  ASSERT_EQ(d.test.size(), 2u);  // test_mismatched.tsv is absent: no predictions for it
   EXPECT_EQ(d.test[0].submission, "MNLI-m.tsv");
+  // GLUE's diagnostic set, read in its own layout, predicted by the MNLI model into AX.tsv.
+  EXPECT_EQ(d.test[1].submission, "AX.tsv");
+  EXPECT_EQ(d.test[1].rows.rows[0].sentence1, "The cat sat.");
+  EXPECT_EQ(d.test[1].rows.rows[0].sentence2, "A cat sat.");
   write_task_submission(dir_.string(), d, d.test[0], {.classes = {2}, .scores = {}});
   EXPECT_EQ(read(dir_ / "MNLI-m.tsv"), "index\tprediction\n5\tcontradiction\n");
 }

@@ -169,6 +169,9 @@ def write_task(task, folder, rng, n_train=24, n_dev=12):
     if task == "qqp":
         train_lines.insert(3, "999\t1\t2\ta question with no pair")  # missing fields: skipped as HF does
     write("train.tsv", train_lines)
+    if task == "mnli":  # GLUE's diagnostic set: MNLI's model predicts it into AX.tsv
+        write("diagnostic.tsv", ["index\tsentence1\tsentence2"] +
+              ["%d\t%s\t%s" % (i, sentence(rng), sentence(rng)) for i in range(5)])
     gold = {}
     for dev, test, sub in zip(devs, tests, subs):
         rows = task_rows(task, rng, n_dev)
@@ -249,6 +252,9 @@ def case_task(binary, task, work):
             close(printed["accuracy" + suffix], accuracy(pred, gold_ids), 6e-5, "%s accuracy%s" % (task, suffix))
         if task in ("mrpc", "qqp"):
             close(printed["f1"], f1(pred, gold_ids), 6e-5, "%s f1" % task)
+    if task == "mnli":
+        ax = read_submission(os.path.join(work, "out", "AX.tsv"))
+        check([i for i, _ in ax] == [str(i) for i in range(5)] and all(p in labels for _, p in ax), "AX.tsv: %s" % ax)
     with open(os.path.join(work, "out", "metrics.jsonl")) as f:
         epochs = [json.loads(l) for l in f if '"type":"epoch"' in l]
     keys = {"cola": ["eval_matthews_correlation"], "stsb": ["eval_pearson", "eval_spearmanr"],
