@@ -714,10 +714,10 @@ struct MrpcTrainer::Impl {
       task = data::load_task_data(request);
       if (main_process())
         for (const std::string& note : task->notes) std::printf("%s\n", note.c_str());
-      data::require_labels(task->train, "--train_file");
-      for (const data::TaskSplit& split : task->eval) data::require_labels(split.rows, "--validation_file");
     }
     given_train_rows.reset();
+    data::require_labels(task->train, "--train_file");
+    for (const data::TaskSplit& split : task->eval) data::require_labels(split.rows, "--validation_file");
     ZT_CHECK(
         task->num_labels() == model_config.num_labels && task->regression == model_config.is_regression(),
         task->display_name(), " has ",
