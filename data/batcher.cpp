@@ -41,14 +41,18 @@ std::vector<int64_t> shuffled_order(int64_t n, uint64_t seed, int64_t epoch) {
 }
 
 EncodedDataset::EncodedDataset(const GlueDataset& dataset, const Tokenizer& tokenizer, int64_t max_length)
-    : max_length_(max_length), pad_id_(tokenizer.pad_id()) {
+    : max_length_(max_length), pad_id_(tokenizer.pad_id()), regression_(dataset.regression) {
   offsets_.reserve(dataset.rows.size() + 1);
   offsets_.push_back(0);
   for (const SentencePairExample& row : dataset.rows) {
-    const PairEncoding enc = tokenizer.encode_pair(row.sentence1, row.sentence2, max_length, Padding::none);
+    const PairEncoding enc =
+        dataset.single_sentence
+            ? tokenizer.encode_single(row.sentence1, max_length, Padding::none)
+            : tokenizer.encode_pair(row.sentence1, row.sentence2, max_length, Padding::none);
     ids_.insert(ids_.end(), enc.input_ids.begin(), enc.input_ids.end());
     offsets_.push_back(static_cast<int64_t>(ids_.size()));
     labels_.push_back(row.label);
+    scores_.push_back(row.score);
     truncated_.push_back(enc.truncated ? 1 : 0);
   }
 }
@@ -150,6 +154,7 @@ Batch Batcher::batch_at(int64_t index) const {
     std::copy(ids.begin(), ids.end(), batch.input_ids.begin() + b * batch.seq_len);
     std::fill_n(batch.attention_mask.begin() + b * batch.seq_len, ids.size(), 1);
     batch.labels.push_back(dataset_.label(row));
+    batch.scores.push_back(dataset_.score(row));
     batch.example_index.push_back(row);
     batch.is_duplicate.push_back(shard_repeat_[i]);
   }

@@ -52,7 +52,8 @@ struct LengthStats {
 // One line for logs: "3668 rows, tokens min 19 / median 51 / mean 52.1 / p95 75 / max 103, 0 truncated".
 std::string describe(const LengthStats& stats);
 
-// Every row of a GLUE dataset tokenized once: [CLS] A [SEP] B [SEP] with no padding.
+// Every row of a GLUE dataset tokenized once: [CLS] A [SEP] B [SEP] ([CLS] A [SEP] for single-sentence
+// datasets) with no padding.
 class EncodedDataset {
  public:
   EncodedDataset(const GlueDataset& dataset, const Tokenizer& tokenizer, int64_t max_length);
@@ -63,6 +64,8 @@ class EncodedDataset {
   std::span<const int32_t> ids(int64_t row) const;  // [length(row)]
   int64_t length(int64_t row) const { return offsets_[row + 1] - offsets_[row]; }
   int label(int64_t row) const { return labels_[row]; }
+  float score(int64_t row) const { return scores_[row]; }  // regression target, NaN when unlabeled
+  bool regression() const { return regression_; }
   bool truncated(int64_t row) const { return truncated_[row] != 0; }
   LengthStats length_stats() const;
 
@@ -72,6 +75,8 @@ class EncodedDataset {
   std::vector<int32_t> ids_;      // all rows concatenated
   std::vector<int64_t> offsets_;  // [size + 1]
   std::vector<int> labels_;       // [size], -1 when unlabeled
+  std::vector<float> scores_;     // [size]
+  bool regression_ = false;
   std::vector<uint8_t> truncated_;
 };
 
@@ -92,13 +97,15 @@ struct Batch {
   int64_t seq_len = 0;                  // L
   std::vector<int64_t> input_ids;       // [B, L], right-padded with [PAD]
   std::vector<int64_t> attention_mask;  // [B, L], 1 real token / 0 padding
-  std::vector<int64_t> labels;          // [B], -1 when unlabeled
+  std::vector<int64_t> labels;          // [B], -1 when unlabeled (and for regression rows)
+  std::vector<float> scores;            // [B], regression targets, NaN when unlabeled
   std::vector<int64_t> example_index;   // [B], row in the EncodedDataset
   std::vector<uint8_t> is_duplicate;    // [B], 1 for DistributedSampler padding repeats
 
   Tensor input_ids_tensor() { return Tensor(input_ids.data(), {batch_size, seq_len}, DType::i64); }
   Tensor attention_mask_tensor() { return Tensor(attention_mask.data(), {batch_size, seq_len}, DType::i64); }
   Tensor labels_tensor() { return Tensor(labels.data(), {batch_size}, DType::i64); }
+  Tensor scores_tensor() { return Tensor(scores.data(), {batch_size}, DType::f32); }
 };
 
 // Where a batcher stands, for checkpoints: the next batch to yield is `batch` of epoch `epoch`.

@@ -3,10 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <numeric>
 #include <unordered_set>
 
 #include "runtime/check.h"
@@ -97,6 +100,64 @@ GlueMetrics glue_metrics(std::span<const int64_t> predictions, std::span<const i
           .count = static_cast<int64_t>(kept_labels.size())};
 }
 
+double matthews_correlation(std::span<const int64_t> predictions, std::span<const int64_t> labels) {
+  check_lengths(predictions, labels, "matthews_correlation");
+  std::map<int64_t, std::pair<double, double>> counts;  // class -> (true count t_k, predicted count p_k)
+  double correct = 0;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    counts[labels[i]].first += 1;
+    counts[predictions[i]].second += 1;
+    correct += predictions[i] == labels[i] ? 1 : 0;
+  }
+  const double s = static_cast<double>(labels.size());
+  double tp = 0, pp = 0, tt = 0;
+  for (const auto& [cls, tp_counts] : counts) {
+    tp += tp_counts.first * tp_counts.second;
+    pp += tp_counts.second * tp_counts.second;
+    tt += tp_counts.first * tp_counts.first;
+  }
+  const double denominator = (s * s - pp) * (s * s - tt);
+  if (denominator == 0) return 0.0;
+  return (correct * s - tp) / std::sqrt(denominator);
+}
+
+double pearson(std::span<const double> x, std::span<const double> y) {
+  ZT_CHECK(x.size() == y.size(), "pearson: ", x.size(), " values against ", y.size());
+  ZT_CHECK(x.size() >= 2, "pearson needs at least 2 values, got ", x.size());
+  const double n = static_cast<double>(x.size());
+  const double mx = std::accumulate(x.begin(), x.end(), 0.0) / n;
+  const double my = std::accumulate(y.begin(), y.end(), 0.0) / n;
+  double sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxy += (x[i] - mx) * (y[i] - my);
+    sxx += (x[i] - mx) * (x[i] - mx);
+    syy += (y[i] - my) * (y[i] - my);
+  }
+  if (sxx == 0 || syy == 0) return std::numeric_limits<double>::quiet_NaN();
+  return std::clamp(sxy / std::sqrt(sxx * syy), -1.0, 1.0);
+}
+
+std::vector<double> average_ranks(std::span<const double> values) {
+  std::vector<size_t> order(values.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return values[a] < values[b]; });
+  std::vector<double> ranks(values.size());
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    while (j + 1 < order.size() && values[order[j + 1]] == values[order[i]]) ++j;
+    const double rank = (static_cast<double>(i + 1) + static_cast<double>(j + 1)) / 2.0;  // mean of i+1..j+1
+    for (size_t k = i; k <= j; ++k) ranks[order[k]] = rank;
+    i = j + 1;
+  }
+  return ranks;
+}
+
+double spearman(std::span<const double> x, std::span<const double> y) {
+  ZT_CHECK(x.size() == y.size(), "spearman: ", x.size(), " values against ", y.size());
+  const std::vector<double> rx = average_ranks(x), ry = average_ranks(y);
+  return pearson(rx, ry);
+}
+
 std::vector<int64_t> argmax_predictions(const Tensor& logits) {
   ZT_CHECK(logits.rank() == 2, "argmax_predictions: logits must be [N, C], got ", logits.describe());
   ZT_CHECK(logits.device() == DeviceKind::cpu && logits.is_contiguous(),
@@ -131,6 +192,25 @@ void write_glue_submission(const std::string& path, std::span<const int64_t> ind
     text += str(indices[i], '\t', predictions[i], '\n');
   }
   // Same directory as the target, so the rename cannot cross file systems.
+  TempFile temp(str(path, ".tmp-", ::getpid()));
+  write_synced(temp.path(), text);
+  ZT_CHECK(std::rename(temp.path().c_str(), path.c_str()) == 0, "cannot rename ", temp.path(), " onto ", path,
+           ": ", std::strerror(errno));
+  temp.release();
+}
+
+void write_glue_submission_text(const std::string& path, std::span<const int64_t> indices,
+                                std::span<const std::string> predictions) {
+  ZT_CHECK(indices.size() == predictions.size(), "GLUE submission ", path, ": ", indices.size(),
+           " indices for ", predictions.size(), " predictions");
+  std::unordered_set<int64_t> seen;
+  std::string text = "index\tprediction\n";
+  for (size_t i = 0; i < indices.size(); ++i) {
+    ZT_CHECK(indices[i] >= 0, "GLUE submission ", path, ": row ", i, " has negative index ", indices[i]);
+    ZT_CHECK(seen.insert(indices[i]).second, "GLUE submission ", path, ": index ", indices[i],
+             " appears twice (padding repeats of a distributed sampler must be dropped first)");
+    text += str(indices[i], '\t', predictions[i], '\n');
+  }
   TempFile temp(str(path, ".tmp-", ::getpid()));
   write_synced(temp.path(), text);
   ZT_CHECK(std::rename(temp.path().c_str(), path.c_str()) == 0, "cannot rename ", temp.path(), " onto ", path,

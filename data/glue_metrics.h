@@ -1,4 +1,12 @@
-// GLUE MRPC metrics and the GLUE submission file.
+// GLUE metrics and the GLUE submission files.
+//
+// Per task (data/glue_tasks.h) the metrics of HF `evaluate.load("glue", task)`:
+//   matthews_correlation (CoLA) = sklearn.metrics.matthews_corrcoef, the multiclass form over the confusion
+//       matrix C (t_k true counts, p_k predicted counts, c correct, s total):
+//       (c s - sum_k t_k p_k) / sqrt((s^2 - sum_k p_k^2) (s^2 - sum_k t_k^2)); 0 when the denominator is 0.
+//   pearson (STS-B) = scipy.stats.pearsonr's r = sum (x - mx)(y - my) / sqrt(sum (x - mx)^2 sum (y - my)^2),
+//       in double; NaN when either side is constant (scipy warns and returns NaN too).
+//   spearmanr (STS-B) = Pearson's r of the ranks, ties given the average of their ranks (scipy's default).
 //
 // The metrics are those of HF `evaluate.load("glue", "mrpc")`, which run_glue_no_trainer reports:
 //   accuracy = (predictions == labels).mean()
@@ -41,6 +49,16 @@ struct GlueMetrics {
 // Throws when no example is labeled.
 GlueMetrics glue_metrics(std::span<const int64_t> predictions, std::span<const int64_t> labels);
 
+// sklearn's matthews_corrcoef (header comment); classes are any int64 values.
+double matthews_correlation(std::span<const int64_t> predictions, std::span<const int64_t> labels);
+
+// scipy's pearsonr / spearmanr statistic (header comment). Equal lengths >= 2.
+double pearson(std::span<const double> x, std::span<const double> y);
+double spearman(std::span<const double> x, std::span<const double> y);
+
+// 1-based ranks with ties averaged (scipy.stats.rankdata(method="average")).
+std::vector<double> average_ranks(std::span<const double> values);
+
 // Class of each row of logits [N, C] (host f32, contiguous): the index of the largest value, the first one
 // on ties, and a NaN counts as the largest (torch.argmax's rules).
 std::vector<int64_t> argmax_predictions(const Tensor& logits);
@@ -51,5 +69,11 @@ std::vector<int64_t> argmax_predictions(const Tensor& logits);
 // prediction is not 0 or 1.
 void write_glue_submission(const std::string& path, std::span<const int64_t> indices,
                            std::span<const int64_t> predictions);
+
+// Any task's submission file, written atomically like MRPC.tsv: "index\tprediction", then one
+// "<index>\t<prediction text>" per row (a label name such as "entailment", "0"/"1", or a score).
+// Throws when the lengths differ or an index is negative or repeated.
+void write_glue_submission_text(const std::string& path, std::span<const int64_t> indices,
+                                std::span<const std::string> predictions);
 
 }  // namespace zt::data

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <memory>
 
@@ -21,7 +22,8 @@ namespace {
 constexpr std::string_view kBom = "\xEF\xBB\xBF";
 constexpr std::array<std::string_view, 4> kSharedHeader = {"#1 ID", "#2 ID", "#1 String", "#2 String"};
 
-// Splits on every tab; an empty field between two tabs is kept so field counts are exact.
+}  // namespace
+
 std::vector<std::string_view> split_tabs(std::string_view line) {
   std::vector<std::string_view> fields;
   size_t start = 0;
@@ -36,8 +38,6 @@ std::vector<std::string_view> split_tabs(std::string_view line) {
   }
 }
 
-// A field as the user should see it in an error: quoted, cut at 40 bytes, with control characters and the
-// byte order mark (invisible in a terminal) written as \xNN escapes.
 std::string quoted_prefix(std::string_view s) {
   constexpr size_t kMax = 40;
   std::string out(1, '\'');
@@ -58,6 +58,8 @@ std::string quoted_prefix(std::string_view s) {
   if (has_bom) out.append(" (a UTF-8 byte order mark)");
   return out;
 }
+
+namespace {
 
 // Parses the file line by line, so a reader can stream a file through it.
 class RowParser {
@@ -147,20 +149,19 @@ GlueDataset RowParser::finish() {
 
 }  // namespace
 
-GlueDataset parse_glue_mrpc_tsv(std::string_view text, const std::string& source) {
-  RowParser parser(source);
+void for_each_line(std::string_view text, const std::string& source,
+                   const std::function<void(std::string_view)>& on_line) {
   size_t pos = 0;
   for (int64_t line_number = 1; pos < text.size(); ++line_number) {
     size_t end = text.find('\n', pos);
     if (end == std::string_view::npos) end = text.size();
     if (end - pos > kMaxTsvLineBytes) fail_long_line(source, line_number);
-    parser.add_line(text.substr(pos, end - pos));
+    on_line(text.substr(pos, end - pos));
     pos = end + 1;
   }
-  return parser.finish();
 }
 
-GlueDataset read_glue_mrpc_tsv(const std::string& path) {
+void for_each_file_line(const std::string& path, const std::function<void(std::string_view)>& on_line) {
   std::error_code ignored;
   // Opening a directory succeeds on Linux and reads nothing, which said "empty file".
   ZT_CHECK(!std::filesystem::is_directory(path, ignored), "GLUE TSV file '", path,
@@ -169,7 +170,6 @@ GlueDataset read_glue_mrpc_tsv(const std::string& path) {
   ZT_CHECK(file != nullptr, "cannot open GLUE TSV file '", path, "' (", std::strerror(errno), ")");
   // Read in blocks and hand over complete lines, so memory is bounded by the line limit whatever the input
   // (/dev/zero has no line end at all); the file is opened once, so a FIFO works.
-  RowParser parser(path);
   std::string line;
   char buffer[1 << 16];
   int64_t lines = 0;
@@ -182,7 +182,7 @@ GlueDataset read_glue_mrpc_tsv(const std::string& path) {
       if (line.size() + piece.size() > kMaxTsvLineBytes) fail_long_line(path, lines + 1);
       line.append(piece);
       if (end == std::string_view::npos) break;
-      parser.add_line(line);
+      on_line(line);
       ++lines;
       line.clear();
       block.remove_prefix(end + 1);
@@ -190,7 +190,18 @@ GlueDataset read_glue_mrpc_tsv(const std::string& path) {
     if (got < sizeof(buffer)) break;
   }
   ZT_CHECK(!std::ferror(file.get()), "error while reading '", path, "' (", std::strerror(errno), ")");
-  if (!line.empty()) parser.add_line(line);
+  if (!line.empty()) on_line(line);
+}
+
+GlueDataset parse_glue_mrpc_tsv(std::string_view text, const std::string& source) {
+  RowParser parser(source);
+  for_each_line(text, source, [&](std::string_view line) { parser.add_line(line); });
+  return parser.finish();
+}
+
+GlueDataset read_glue_mrpc_tsv(const std::string& path) {
+  RowParser parser(path);
+  for_each_file_line(path, [&](std::string_view line) { parser.add_line(line); });
   return parser.finish();
 }
 

@@ -19,6 +19,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,15 +32,22 @@ inline constexpr size_t kMaxTsvLineBytes = size_t{1} << 20;
 
 struct SentencePairExample {
   int64_t index = 0;  // GLUE "index" column for unlabeled files; the 0-based row number otherwise
-  int label = -1;     // 0 / 1, or -1 for unlabeled files
+  int label = -1;     // class id (0 / 1 for MRPC), or -1 for unlabeled files and regression rows
+  float score = std::numeric_limits<float>::quiet_NaN();  // regression target; NaN when unlabeled
   std::string id1, id2;
-  std::string sentence1, sentence2;
-  int64_t line = 0;  // 1-based line in the source file (the header is line 1)
+  std::string sentence1, sentence2;  // sentence2 is empty and unused when the dataset is single_sentence
+  int64_t line = 0;                  // 1-based line in the source file (the header is line 1)
 };
 
+// Rows of one file of any task (MRPC, the other GLUE tasks in data/glue_tasks.h, user CSV / JSON lines in
+// data/user_files.h), in file order.
 struct GlueDataset {
   std::string source;  // file path (or the name given to parse_glue_mrpc_tsv)
   bool labeled = true;
+  bool single_sentence = false;  // rows are encoded [CLS] sentence1 [SEP]
+  bool regression = false;       // rows carry `score` (f32), not a class id
+  int64_t skipped_rows = 0;      // QQP rows with missing fields, skipped as HF's processor did
+  int64_t first_skipped_line = 0;
   std::vector<SentencePairExample> rows;
 };
 
@@ -53,6 +62,19 @@ GlueDataset parse_glue_mrpc_tsv(std::string_view text, const std::string& source
 // ("--train_file"), so an unlabeled GLUE test file is refused instead of training on label -1 (loss 0,
 // gradient 0) or scoring 0 of 0 rows.
 void require_labels(const GlueDataset& dataset, std::string_view role);
+
+// Calls `on_line` with each line of the file / text, without its LF (a CR before it is left for the
+// caller); a line longer than kMaxTsvLineBytes is an error naming `source` and the line number.
+void for_each_file_line(const std::string& path, const std::function<void(std::string_view)>& on_line);
+void for_each_line(std::string_view text, const std::string& source,
+                   const std::function<void(std::string_view)>& on_line);
+
+// Splits on every tab; an empty field between two tabs is kept so field counts are exact.
+std::vector<std::string_view> split_tabs(std::string_view line);
+
+// A field as the user should see it in an error: quoted, cut at 40 bytes, with control characters and the
+// byte order mark (invisible in a terminal) written as \xNN escapes.
+std::string quoted_prefix(std::string_view s);
 
 // <data_dir>/<split>.tsv for split in {train, dev, test, test_glue_unlabeled}; throws on other names.
 std::string mrpc_split_path(const std::string& data_dir, const std::string& split);

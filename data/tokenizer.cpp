@@ -80,6 +80,26 @@ PairEncoding Tokenizer::encode_pair(std::string_view a, std::string_view b, int6
   return out;
 }
 
+PairEncoding Tokenizer::encode_single(std::string_view a, int64_t max_length, Padding padding) const {
+  ZT_CHECK(max_length >= 2, "max_length must leave room for [CLS] A [SEP], got ", max_length);
+  const std::vector<int32_t> pieces_a = encode(a);
+  PairEncoding out;
+  out.pieces_a = static_cast<int64_t>(pieces_a.size());
+  const int64_t kept = std::min(out.pieces_a, max_length - 2);
+  out.truncated = kept < out.pieces_a;
+  const int64_t length = kept + 2;
+  const int64_t padded = padding == Padding::max_length ? max_length : length;
+  out.input_ids.reserve(padded);
+  out.input_ids.push_back(cls_id_);
+  out.input_ids.insert(out.input_ids.end(), pieces_a.begin(), pieces_a.begin() + kept);
+  out.input_ids.push_back(sep_id_);
+  out.input_ids.resize(padded, pad_id_);
+  out.attention_mask.assign(padded, 0);
+  std::fill_n(out.attention_mask.begin(), length, 1);
+  out.num_padding = padded - length;
+  return out;
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   std::string text;
   std::vector<int> run;  // consecutive ordinary pieces, decoded together so "▁" becomes spaces

@@ -1,9 +1,10 @@
 // SentencePiece tokenizer for sentence-pair classification, matching what HF run_glue feeds DeBERTa-v2.
 //
-// Pair layout: [CLS] A [SEP] B [SEP]; attention_mask = 1 on those tokens, 0 on padding ([PAD]).
-// Pieces come from libsentencepiece with the model's own normalizer (nmt_nfkc for DeBERTa's spm.model),
-// i.e. HF 4.x behaviour; see data/README.md for where HF 5.x differs (a few NFKC-only characters).
-// Special ids are looked up by piece name ([CLS], [SEP], [PAD], [UNK]); a model without them is an error.
+// Pair layout: [CLS] A [SEP] B [SEP] (single sentence: [CLS] A [SEP]); attention_mask = 1 on those tokens, 0
+// on padding ([PAD]). Pieces come from libsentencepiece with the model's own normalizer (nmt_nfkc for
+// DeBERTa's spm.model), i.e. HF 4.x behaviour; see data/README.md for where HF 5.x differs (a few NFKC-only
+// characters). Special ids are looked up by piece name ([CLS], [SEP], [PAD], [UNK]); a model without them is
+// an error.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +56,11 @@ class Tokenizer {
   // [CLS] A [SEP] B [SEP], truncated longest_first to fit max_length (>= 3), padded per `padding`.
   PairEncoding encode_pair(std::string_view a, std::string_view b, int64_t max_length = 128,
                            Padding padding = Padding::none) const;
+
+  // [CLS] A [SEP] for single-sentence tasks (CoLA, SST-2, a user file with one text column): A keeps its
+  // first max_length - 2 pieces (>= 2), as HF truncation=True does with one sequence. pieces_b is 0.
+  PairEncoding encode_single(std::string_view a, int64_t max_length = 128,
+                             Padding padding = Padding::none) const;
 
   // Joins pieces into text (specials and padding shown as their piece names, e.g. "[CLS]").
   std::string decode(std::span<const int32_t> ids) const;

@@ -96,6 +96,8 @@ struct DebertaConfig {
   float attention_scale() const;  // sqrt(head_size * scale_factor) in fp32, as HF computes it
   double classifier_dropout() const { return cls_dropout.value_or(hidden_dropout_prob); }
   bool has_conv() const { return conv_kernel_size > 0; }
+  // HF's choice of loss: problem_type when set, else regression (MSE) exactly when num_labels is 1.
+  bool is_regression() const { return problem_type ? *problem_type == "regression" : num_labels == 1; }
 
   // config.json text HF's DebertaV2Config.from_pretrained reads back to the same model.
   std::string to_json() const;

@@ -16,6 +16,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/linear.h"
+#include "kernels/mse_loss.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/step_profile.h"
@@ -320,6 +321,12 @@ DebertaForSequenceClassification::DebertaForSequenceClassification(DebertaConfig
   ZT_CHECK(config_.relative_attention && config_.share_att_key && !config_.position_biased_input,
            "the model implements DeBERTa-v2 relative attention with shared keys only");
   ZT_CHECK(config_.rel_embeddings_layer_norm, "the model implements norm_rel_ebd = layer_norm only");
+  ZT_CHECK(config_.problem_type.value_or("") != "multi_label_classification",
+           "problem_type multi_label_classification (BCE over several labels) is not implemented");
+  ZT_CHECK(!config_.is_regression() || config_.num_labels == 1,
+           "a regression head here has num_labels 1 (one "
+           "score per example); the config has problem_type regression with ",
+           config_.num_labels, " labels");
 }
 
 DebertaForSequenceClassification::~DebertaForSequenceClassification() = default;
@@ -554,7 +561,13 @@ float DebertaForSequenceClassification::forward(const DebertaTensors& params, co
   ZT_CHECK(batch.input_ids.device() == device() && batch.attention_mask.device() == device() &&
                (!batch.labels.defined() || batch.labels.numel() == 0 || batch.labels.device() == device()),
            "the batch must live where the model runs (", device() == DeviceKind::cuda ? "cuda" : "cpu", ")");
-  if (batch.labels.defined() && batch.labels.numel() > 0) check_shape(batch.labels, {B}, "labels");
+  if (batch.labels.defined() && batch.labels.numel() > 0) {
+    check_shape(batch.labels, {B}, "labels");
+    const DType want = config_.is_regression() ? DType::f32 : DType::i64;
+    ZT_CHECK(batch.labels.dtype() == want, "labels must be ", dtype_name(want), " for a ",
+             config_.is_regression() ? "regression" : "classification", " head, got ",
+             batch.labels.describe());
+  }
   s.batch = B;
   s.seq = L;
   s.inputs = batch;
@@ -636,7 +649,11 @@ float DebertaForSequenceClassification::forward(const DebertaTensors& params, co
   hook.release(shared, kPass);
   if (!batch.labels.defined() || batch.labels.numel() == 0) return 0.0f;
   Tensor loss = A("head.loss", {1});
-  kernels::cross_entropy_forward(logits, batch.labels, loss);
+  if (c.is_regression()) {
+    kernels::mse_loss_forward(logits, batch.labels, loss);
+  } else {
+    kernels::cross_entropy_forward(logits, batch.labels, loss);
+  }
   prof.mark("fwd.head");
   float value = 0.0f;
   copy_tensor(loss, Tensor(&value, {1}, DType::f32));
@@ -670,7 +687,12 @@ void DebertaForSequenceClassification::backward(const DebertaTensors& params, co
   // Head.
   hook.acquire(shared, kPass);
   Tensor dlogits = A("grad.logits", {B, c.num_labels});
-  kernels::cross_entropy_backward(A("head.logits", {B, c.num_labels}), s.inputs.labels, loss_scale, dlogits);
+  if (c.is_regression()) {
+    kernels::mse_loss_backward(A("head.logits", {B, c.num_labels}), s.inputs.labels, loss_scale, dlogits);
+  } else {
+    kernels::cross_entropy_backward(A("head.logits", {B, c.num_labels}), s.inputs.labels, loss_scale,
+                                    dlogits);
+  }
   if (s.compute != DType::f32) {
     Tensor dlogits16 = A("grad.logits16", {B, c.num_labels});
     kernels::copy(dlogits, dlogits16);

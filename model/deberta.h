@@ -14,7 +14,8 @@
 //     l == 0 (conv): t = Drop(Conv1d(E) * m);  s3 = z + gelu(t);  h[1] = LN_c(s3) * m
 //     otherwise h[l+1] = z
 //   cls = h[n][:, 0];  pp = cls Wp'+bp;  pg = gelu(pp);  pd = Drop(pg);  logits = pd Wc'+bc
-//   loss = CrossEntropy(logits, labels)  (labels < 0 ignored)
+//   loss = CrossEntropy(logits, labels)  (labels < 0 ignored); regression heads (num_labels 1,
+//          DebertaConfig::is_regression): loss = MSE(logits[:, 0], labels)  (NaN labels ignored)
 //
 // Memory: every activation the backward reads lives in one arena whose layout is planned from
 // (max_batch, max_seq) at construction, so the peak is known before the first step; smaller batches and
@@ -39,7 +40,8 @@ namespace zt {
 struct DebertaBatch {
   Tensor input_ids;       // [B, L] i64
   Tensor attention_mask;  // [B, L] i64, 1 = real token, 0 = padding
-  Tensor labels;          // [B] i64, < 0 ignored; undefined for inference (loss is then 0)
+  Tensor labels;          // [B] i64, < 0 ignored (regression: f32 targets, NaN ignored); undefined for
+                          // inference (loss is then 0)
 };
 
 // Dropout is on only in training; masks are pure functions of (seed, step, layer, site) (kernels/dropout.h),

@@ -14,8 +14,11 @@
 #include "app/config/train_config.h"
 #include "app/trainer/trainer.h"
 #include "data/glue_tsv.h"
+#include "data/task_data.h"
 #include "model/config.h"
 #include "model/deberta.h"
+#include "model/model_file.h"
+#include "model/model_source.h"
 #include "model/parameters.h"
 #include "optim/zero/memory_estimate.h"
 #include "runtime/check.h"
@@ -93,20 +96,35 @@ int run(int argc, char** argv) {
     if (launch.rank != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
       ZT_FAIL("rank ", launch.rank, ": cannot silence stdout");
   }
-  const zt::DebertaConfig model_config = zt::optim::model_config_for_run(config);
-  apply_embedded_defaults(config, default_model);
-
-  // Step counts depend on the number of training rows, so the train file is read before resolving; the
-  // trainer gets these rows rather than reading the file again (a FIFO can be read only once).
+  // --model_name_or_path may name an HF checkpoint directory (config.json + weights + spm.model): it is
+  // converted once with convert_hf's reader and the cached copy is used from then on.
+  if (!config.model_name_or_path.empty() && zt::is_hf_checkpoint_dir(config.model_name_or_path)) {
+    const std::string cache = zt::optim::hf_conversion_cache(config.model_name_or_path);
+    const zt::ModelSource source = zt::resolve_model_source(config.model_name_or_path, cache);
+    std::printf("HF checkpoint %s: %s %s\n", config.model_name_or_path.c_str(),
+                source.converted ? "converted to" : "using the converted copy", source.model_file.c_str());
+  }
+  // The data decides the head (labels, regression) and the step counts, so the task's files are read
+  // before resolving; the trainer gets them rather than reading the files again (a FIFO reads once).
+  // The checkpoint's own config (its label2id names user labels when they match).
+  const zt::DebertaConfig base_model =
+      config.model_name_or_path.empty()
+          ? zt::DebertaConfig{}
+          : zt::ModelFile(zt::optim::resolve_model_path(config.model_name_or_path)).config();
   TrainConfig probe = config;
-  if (probe.data_dir.empty()) probe.data_dir = ZT_DATA_DIR;
-  const std::string train_file =
-      !config.train_file.empty() ? config.train_file : zt::data::mrpc_split_path(probe.data_dir, "train");
-  zt::data::GlueDataset train_rows = zt::data::read_glue_mrpc_tsv(train_file);
-  zt::data::require_labels(train_rows, "--train_file");
+  if (probe.origin_of("task_name") != zt::optim::Origin::flag &&
+      (probe.train_file.ends_with(".csv") || probe.train_file.ends_with(".json") ||
+       probe.train_file.ends_with(".jsonl")))
+    probe.task_name.clear();  // run_glue without --task_name (TrainConfig::resolve decides the same)
+  zt::data::TaskData task = zt::data::load_task_data(zt::optim::task_data_request(probe, base_model));
+  zt::data::require_labels(task.train, "--train_file");
+  if (launch.rank == 0)
+    for (const std::string& note : task.notes) std::printf("%s\n", note.c_str());
+  const zt::DebertaConfig model_config = zt::optim::model_config_for_task(config, task);
+  apply_embedded_defaults(config, default_model);
   config.resolve({.world_size = launch.world_size,
                   .hidden_size = model_config.hidden_size,
-                  .num_train_examples = static_cast<int64_t>(train_rows.rows.size())});
+                  .num_train_examples = static_cast<int64_t>(task.train.rows.size())});
 
   const zt::DType compute = zt::optim::compute_dtype_for_run(config);
   zt::ParameterTable table(model_config);
@@ -171,7 +189,7 @@ int run(int argc, char** argv) {
     };
     const std::unique_ptr<zt::optim::MrpcTrainer> trainer_ptr = make_trainer();
     zt::optim::MrpcTrainer& trainer = *trainer_ptr;
-    trainer.set_train_rows(std::move(train_rows));
+    trainer.set_task_data(std::move(task));
     epochs = trainer.train();
   } catch (const zt::Error& e) {
     throw with_fitting_settings(e);
@@ -179,8 +197,15 @@ int run(int argc, char** argv) {
   if (zt::stop_requested()) return zt::stop_exit_code();  // 130 SIGINT, 143 SIGTERM; checkpoint written
   if (!epochs.empty()) {
     const auto& last = epochs.back();
-    std::printf("done: %lld optimizer steps, dev accuracy %.4f, dev F1 %.4f\n",
-                static_cast<long long>(last.optimizer_steps), last.eval.accuracy, last.eval.f1);
+    if (config.task_name == "mrpc") {
+      std::printf("done: %lld optimizer steps, dev accuracy %.4f, dev F1 %.4f\n",
+                  static_cast<long long>(last.optimizer_steps), last.eval.accuracy, last.eval.f1);
+    } else {
+      std::string shown;
+      for (const auto& [name, value] : last.eval.metrics) shown += zt::str(", dev ", name, " ", value);
+      std::printf("done: %lld optimizer steps%s\n", static_cast<long long>(last.optimizer_steps),
+                  shown.c_str());
+    }
   }
   return 0;
 }

@@ -160,11 +160,11 @@ struct ResolveInputs {
 
 struct TrainConfig {
   // ---- HF run_glue_no_trainer.py flags (names and defaults as there) ----
-  std::string task_name = "mrpc";  // only MRPC is supported; accepted so HF command lines work unchanged
+  std::string task_name = "mrpc";  // a GLUE task (data/glue_tasks.h); "" = user CSV / JSON-lines files
   std::string model_name_or_path;  // a zerotrain model file/dir; empty = the embedded default
-  std::string train_file;          // empty until resolve(): <data_dir>/train.tsv
-  std::string validation_file;     // empty until resolve(): <data_dir>/dev.tsv
-  std::string test_file;           // empty until resolve(): <data_dir>/test.tsv
+  std::string train_file;          // MRPC: empty until resolve(): <data_dir>/train.tsv; other tasks: as given
+  std::string validation_file;     // MRPC: empty until resolve(): <data_dir>/dev.tsv
+  std::string test_file;           // MRPC: empty until resolve(): <data_dir>/test.tsv
   int64_t max_length = 128;
   bool pad_to_max_length = false;  // false = dynamic padding to the longest row of each batch
   int64_t per_device_train_batch_size = 8;
@@ -200,7 +200,7 @@ struct TrainConfig {
   double adam_beta1 = 0.9;     // HF Trainer's names; run_glue_no_trainer uses torch's defaults
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
-  std::string data_dir;    // defaults to the shipped MRPC
+  std::string data_dir;    // the task's GLUE folder; MRPC defaults to the shipped one
   int64_t log_every = 10;  // optimizer steps between loss lines; DeepSpeed's steps_per_print sets it too
   bool show_help = false;  // --help was given; nothing else was parsed after it
   // Ranks of the run. --world_size N runs N ranks as threads of this process (in-process collectives);

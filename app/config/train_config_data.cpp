@@ -1,5 +1,5 @@
-// Data section: the MRPC files, the batch sizes (DeepSpeed's train_batch_size derivation) and the step
-// counts.
+// Data section: the task and its files, the batch sizes (DeepSpeed's train_batch_size derivation) and the
+// step counts.
 #include "app/config/train_config_sections.h"
 #include "data/glue_tsv.h"
 #include "optim/epoch_steps.h"
@@ -12,10 +12,19 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+bool is_user_file(const std::string& path) {
+  return path.ends_with(".csv") || path.ends_with(".json") || path.ends_with(".jsonl");
+}
+
 }  // namespace
 
 void resolve_data_paths(ResolveContext& context) {
   TrainConfig& c = context.config;
+  // run_glue without --task_name: the user's CSV / JSON-lines files.
+  if (c.origin_of("task_name") != Origin::flag && is_user_file(c.train_file)) c.task_name.clear();
+  // Only MRPC ships with the repo; the other tasks' files are where --data_dir or the file flags say
+  // (data/task_data.h resolves them).
+  if (c.task_name != "mrpc") return;
   if (c.data_dir.empty()) c.data_dir = ZT_DATA_DIR;
   if (c.train_file.empty()) c.train_file = data::mrpc_split_path(c.data_dir, "train");
   if (c.validation_file.empty()) c.validation_file = data::mrpc_split_path(c.data_dir, "dev");

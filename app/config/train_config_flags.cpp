@@ -2,6 +2,7 @@
 // documented), and the table of defaults that depend on the run (Note [Defaults that depend on the run]).
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "app/config/train_config_sections.h"
+#include "data/glue_tasks.h"
 #include "runtime/flag_table.h"
 #include "runtime/memory_size.h"
 
@@ -53,23 +55,32 @@ using F = std::string_view;
 
 const std::vector<FlagSpec>& flag_table() {
   static const std::vector<FlagSpec> table = {
-      {"task_name", "NAME", "GLUE task; only mrpc is supported",
+      {"task_name", "NAME",
+       "GLUE task: cola sst2 mrpc qqp stsb mnli qnli rte wnli (files from --data_dir); without it (or '') "
+       "--train_file/--validation_file are CSV or JSON lines",
        [](C& c, F f, V v) {
-         ZT_CHECK(v == "mrpc", "--", f, " supports only 'mrpc', got '", v, "'");
-         c.task_name = v;
+         std::string name(v);
+         std::transform(name.begin(), name.end(), name.begin(),
+                        [](unsigned char ch) { return std::tolower(ch); });
+         if (!name.empty()) data::glue_task(name);  // an unknown name is an error listing the tasks
+         c.task_name = name;
        },
        [](const C& c) { return c.task_name; }},
       {"model_name_or_path", "PATH", "zerotrain model file or directory; empty = the embedded default model",
        [](C& c, F, V v) { c.model_name_or_path = v; }, [](const C& c) { return c.model_name_or_path; }},
-      {"data_dir", "DIR", "directory holding the MRPC train/dev/test TSVs",
+      {"data_dir", "DIR",
+       "the task's GLUE folder (train.tsv, dev.tsv, test.tsv; MNLI dev_matched/mismatched)",
        [](C& c, F, V v) { c.data_dir = v; }, [](const C& c) { return c.data_dir; }},
-      {"train_file", "PATH", "training TSV", [](C& c, F, V v) { c.train_file = v; },
+      {"train_file", "PATH", "training file: the task's TSV, or CSV / JSON lines without --task_name",
+       [](C& c, F, V v) { c.train_file = v; },
        [](const C& c) { return c.train_file.empty() ? std::string("<data_dir>/train.tsv") : c.train_file; }},
-      {"validation_file", "PATH", "validation TSV", [](C& c, F, V v) { c.validation_file = v; },
+      {"validation_file", "PATH", "validation file (TSV of the task, or CSV / JSON lines)",
+       [](C& c, F, V v) { c.validation_file = v; },
        [](const C& c) {
          return c.validation_file.empty() ? std::string("<data_dir>/dev.tsv") : c.validation_file;
        }},
-      {"test_file", "PATH", "test TSV", [](C& c, F, V v) { c.test_file = v; },
+      {"test_file", "PATH", "test file; predictions go to the task's GLUE submission file",
+       [](C& c, F, V v) { c.test_file = v; },
        [](const C& c) { return c.test_file.empty() ? std::string("<data_dir>/test.tsv") : c.test_file; }},
       {"max_length", "N", "maximum tokens per sentence pair after tokenization; longer pairs are truncated",
        [](C& c, F f, V v) { c.max_length = zt::parse_integer_flag(f, v, 3); },

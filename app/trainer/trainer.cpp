@@ -20,11 +20,13 @@
 #include "app/tracking/run_tracker.h"
 #include "data/glue_metrics.h"
 #include "data/glue_tsv.h"
+#include "data/task_data.h"
 #include "data/tokenizer.h"
 #include "kernels/elementwise.h"
 #include "model/deberta.h"
 #include "model/init.h"
 #include "model/model_file.h"
+#include "model/model_source.h"
 #include "optim/adamw.h"
 #include "optim/epoch_steps.h"
 #include "optim/grad_clip.h"
@@ -79,7 +81,7 @@ DebertaConfig checkpointed_if_asked(DebertaConfig model, const TrainConfig& conf
 }
 }  // namespace
 
-DebertaConfig model_config_for_run(const TrainConfig& config, int64_t num_labels) {
+DebertaConfig model_config_for_run(const TrainConfig& config, int64_t num_labels, const std::string& task) {
   // The embedded default: the full xlarge architecture (random init) on the GPU, a small model on the CPU.
   if (config.model_name_or_path.empty()) {
     return checkpointed_if_asked(
@@ -91,9 +93,10 @@ DebertaConfig model_config_for_run(const TrainConfig& config, int64_t num_labels
   if (model.num_labels != num_labels) {
     ZT_CHECK(
         config.ignore_mismatched_sizes, "--model_name_or_path ", config.model_name_or_path, " has ",
-        model.num_labels, " labels but MRPC has ", num_labels,
+        model.num_labels, " labels but ", task, " has ", num_labels,
         ": pass --ignore_mismatched_sizes to re-initialize the classifier (or convert with convert_hf import "
-        "--num_labels 2)");
+        "--num_labels ",
+        num_labels, ")");
     model.num_labels = num_labels;
     model.id2label.clear();
     model.label2id.clear();
@@ -105,8 +108,80 @@ DebertaConfig model_config_for_run(const TrainConfig& config, int64_t num_labels
   return model;
 }
 
+data::TaskDataRequest task_data_request(const TrainConfig& config, const DebertaConfig& model) {
+  data::TaskDataRequest request;
+  request.task_name = config.task_name;
+  request.data_dir = config.data_dir;
+  request.train_file = config.train_file;
+  request.validation_file = config.validation_file;
+  request.test_file = config.test_file;
+  // The shipped MRPC when nothing else is named (TrainConfig::resolve fills the same paths).
+  if (request.task_name == "mrpc" && request.data_dir.empty()) request.data_dir = ZT_DATA_DIR;
+  if (!config.model_name_or_path.empty()) request.model_label2id = model.label2id;
+  return request;
+}
+
+namespace {
+// A new head for `task`: its label count, its names as id2label (run_glue sets label2id from the data's
+// label list), MSE for regression.
+void set_task_head(DebertaConfig& model, const data::TaskData& task) {
+  model.num_labels = task.num_labels();
+  model.id2label.clear();
+  model.label2id.clear();
+  for (int64_t i = 0; i < model.num_labels; ++i) {
+    const std::string name = task.regression || static_cast<size_t>(i) >= task.label_names.size()
+                                 ? str("LABEL_", i)
+                                 : task.label_names[static_cast<size_t>(i)];
+    model.id2label.push_back(name);
+    model.label2id[name] = i;
+  }
+  if (task.regression) {
+    model.problem_type = "regression";
+  } else if (model.problem_type == "regression") {
+    model.problem_type.reset();
+  }
+}
+}  // namespace
+
+DebertaConfig model_config_for_task(const TrainConfig& config, const data::TaskData& task) {
+  DebertaConfig model;
+  if (config.model_name_or_path.empty()) {
+    model = model_config_for_run(config);
+    // The embedded default's head is MRPC's; any other task gets its own.
+    if (task.task_name != "mrpc") set_task_head(model, task);
+  } else {
+    model = model_config_for_run(config, task.num_labels(), task.display_name());
+    const int64_t stored = ModelFile(resolve_model_path(config.model_name_or_path)).config().num_labels;
+    if (stored != task.num_labels()) set_task_head(model, task);
+  }
+  ZT_CHECK(model.is_regression() == task.regression, "--model_name_or_path ", config.model_name_or_path,
+           " has a ", model.is_regression() ? "regression" : "classification", " head but ",
+           task.display_name(), " is ", task.regression ? "regression" : "classification",
+           " (pass --ignore_mismatched_sizes with a head of another size, or another checkpoint)");
+  return model;
+}
+
+std::string hf_conversion_cache(const std::string& hf_dir) {
+  // One folder per checkpoint path: HF's own cache convention (~/.cache/...), overridable for CI and tests.
+  const char* override_dir = std::getenv("ZT_HF_CACHE");
+  const char* home = std::getenv("HOME");
+  const std::filesystem::path root =
+      override_dir != nullptr && *override_dir != '\0'
+          ? std::filesystem::path(override_dir)
+          : std::filesystem::path(home != nullptr ? home : "/tmp") / ".cache" / "zerotrain" / "hf";
+  const std::string absolute = std::filesystem::absolute(hf_dir).lexically_normal().string();
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a of the absolute path
+  for (unsigned char ch : absolute) hash = (hash ^ ch) * 1099511628211ull;
+  char name[17];
+  std::snprintf(name, sizeof(name), "%016llx", static_cast<unsigned long long>(hash));
+  return (root / (std::filesystem::path(absolute).filename().string() + "-" + name)).string();
+}
+
 std::string resolve_model_path(const std::string& file_or_dir) {
   const std::filesystem::path path(file_or_dir);
+  if (is_hf_checkpoint_dir(file_or_dir)) {
+    return resolve_model_source(file_or_dir, hf_conversion_cache(file_or_dir)).model_file;
+  }
   if (std::filesystem::is_directory(path)) {
     const auto file = path / "model.h5";
     ZT_CHECK(std::filesystem::exists(file), "--model_name_or_path ", file_or_dir,
@@ -119,6 +194,13 @@ std::string resolve_model_path(const std::string& file_or_dir) {
 }
 
 namespace {
+
+// "%.4f", as the epoch line prints every metric.
+std::string format_fixed4(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.4f", value);
+  return text;
+}
 
 data::Batcher make_eval_batcher(const data::EncodedDataset& dataset, int64_t batch_size) {
   data::BatcherOptions options;
@@ -198,7 +280,10 @@ struct MrpcTrainer::Impl {
   // allocator, which ends with the rank's state.
   std::vector<std::unique_ptr<Communicator>> comms;
   std::unique_ptr<data::Tokenizer> tokenizer;
-  std::unique_ptr<data::EncodedDataset> train_set, dev_set, test_set;
+  std::unique_ptr<data::EncodedDataset> train_set;
+  // The task's evaluation splits (MNLI: matched, mismatched) and test splits, encoded in task order.
+  std::vector<std::unique_ptr<data::EncodedDataset>> eval_sets, test_sets;
+  std::optional<data::TaskData> task;  // set_task_data, or read by load_data
   std::unique_ptr<data::Batcher> train_batcher;
   int64_t optimizer_step = 0;  // optimizer steps taken so far, fp16 overflow-skipped ones included
   int64_t scheduler_step = 0;  // learning-rate schedule steps: applied updates only (DeepSpeed)
@@ -465,18 +550,23 @@ struct MrpcTrainer::Impl {
   // The batch as the model wants it: views of the host batch on the CPU, a copy in the rank's batch arena on
   // the GPU.
   DebertaBatch upload(RankState& rank, data::Batch& batch) {
+    // A regression head reads f32 targets (NaN: unlabeled), a classifier i64 labels.
+    const bool regression = model_config.is_regression();
     if (device == DeviceKind::cpu) {
-      return {batch.input_ids_tensor(), batch.attention_mask_tensor(), batch.labels_tensor()};
+      return {batch.input_ids_tensor(), batch.attention_mask_tensor(),
+              regression ? batch.scores_tensor() : batch.labels_tensor()};
     }
     auto slot = [&](const char* name, Shape shape) {
       return Tensor(rank.batch_arena->tensor(name).data(), shape, DType::i64, DeviceKind::cuda);
     };
+    // The labels slot holds i64 labels or, in its first half, f32 targets.
     DebertaBatch out{slot("input_ids", {batch.batch_size, batch.seq_len}),
                      slot("attention_mask", {batch.batch_size, batch.seq_len}),
-                     slot("labels", {batch.batch_size})};
+                     Tensor(rank.batch_arena->tensor("labels").data(), {batch.batch_size},
+                            regression ? DType::f32 : DType::i64, DeviceKind::cuda)};
     copy_tensor(batch.input_ids_tensor(), out.input_ids);
     copy_tensor(batch.attention_mask_tensor(), out.attention_mask);
-    copy_tensor(batch.labels_tensor(), out.labels);
+    copy_tensor(regression ? batch.scores_tensor() : batch.labels_tensor(), out.labels);
     return out;
   }
 
@@ -573,9 +663,8 @@ struct MrpcTrainer::Impl {
   }
 
   void load_data() {
-    // A converted model brings its own spm.model (beside the model file); the default model uses the shipped
-    // one.
-    std::string spm = (std::filesystem::path(config.data_dir) / "spm8k.model").string();
+    // The tokenizer belongs to the model: spm.model beside a converted model, else the embedded default's.
+    std::string spm = std::string(ZT_DATA_DIR) + "/spm8k.model";
     if (!config.model_name_or_path.empty()) {
       const auto beside =
           std::filesystem::path(resolve_model_path(config.model_name_or_path)).parent_path() / "spm.model";
@@ -584,18 +673,30 @@ struct MrpcTrainer::Impl {
     tokenizer = std::make_unique<data::Tokenizer>(spm);
     ZT_CHECK(tokenizer->vocab_size() <= model_config.vocab_size, "tokenizer ", spm, " has ",
              tokenizer->vocab_size(), " pieces but the model's vocabulary holds ", model_config.vocab_size);
-    // Each input is read once: rows given by set_train_rows are not read again (a FIFO has them only once).
-    if (!given_train_rows) given_train_rows = data::read_glue_mrpc_tsv(config.train_file);
-    data::require_labels(*given_train_rows, "--train_file");
-    train_set = std::make_unique<data::EncodedDataset>(*given_train_rows, *tokenizer, config.max_length);
-    given_train_rows.reset();
-    const data::GlueDataset dev_rows = data::read_glue_mrpc_tsv(config.validation_file);
-    data::require_labels(dev_rows, "--validation_file");
-    dev_set = std::make_unique<data::EncodedDataset>(dev_rows, *tokenizer, config.max_length);
-    if (!config.test_file.empty() && std::filesystem::exists(config.test_file)) {
-      test_set = std::make_unique<data::EncodedDataset>(data::read_glue_mrpc_tsv(config.test_file),
-                                                        *tokenizer, config.max_length);
+    // Each input is read once: rows given by set_train_rows / set_task_data are not read again (a FIFO has
+    // them only once).
+    if (!task) {
+      data::TaskDataRequest request = task_data_request(config, model_config);
+      if (given_train_rows) request.train_rows = std::move(*given_train_rows);
+      task = data::load_task_data(request);
+      if (main_process())
+        for (const std::string& note : task->notes) std::printf("%s\n", note.c_str());
     }
+    given_train_rows.reset();
+    data::require_labels(task->train, "--train_file");
+    for (const data::TaskSplit& split : task->eval) data::require_labels(split.rows, "--validation_file");
+    ZT_CHECK(
+        task->num_labels() == model_config.num_labels && task->regression == model_config.is_regression(),
+        task->display_name(), " has ",
+        task->regression ? "a regression target" : str(task->num_labels(), " labels"),
+        " but the model's head has ", model_config.num_labels,
+        model_config.is_regression() ? " (regression)" : "",
+        " (model_config_for_task builds the head a task needs)");
+    train_set = std::make_unique<data::EncodedDataset>(task->train, *tokenizer, config.max_length);
+    for (const data::TaskSplit& split : task->eval)
+      eval_sets.push_back(std::make_unique<data::EncodedDataset>(split.rows, *tokenizer, config.max_length));
+    for (const data::TaskSplit& split : task->test)
+      test_sets.push_back(std::make_unique<data::EncodedDataset>(split.rows, *tokenizer, config.max_length));
     data::BatcherOptions options;
     options.batch_size = config.per_device_train_batch_size;
     options.shuffle = true;
@@ -657,6 +758,10 @@ void MrpcTrainer::reset_memory_peaks() {
 
 void MrpcTrainer::set_train_rows(data::GlueDataset rows) {
   impl_->given_train_rows = std::move(rows);
+}
+
+void MrpcTrainer::set_task_data(data::TaskData task) {
+  impl_->task = std::move(task);
 }
 
 void MrpcTrainer::set_step_callback(std::function<void(const StepRecord&)> callback) {
@@ -746,6 +851,8 @@ EvalResult MrpcTrainer::evaluate(const data::EncodedDataset& dataset) {
   data::Batcher batcher = make_eval_batcher(dataset, s.config.per_device_eval_batch_size);
   data::Batch batch;
   std::vector<int64_t> labels;
+  std::vector<double> targets;
+  const bool regression = s.model_config.is_regression();
   double loss_sum = 0;
   int64_t labeled = 0;
   // Stage 3 gathers parameters inside forward (collectives), so every rank runs the evaluation; below stage
@@ -768,21 +875,38 @@ EvalResult MrpcTrainer::evaluate(const data::EncodedDataset& dataset) {
       copy_tensor(logits, Tensor(host.data(), logits.shape(), DType::f32));
     });
     if (!s.main_process()) continue;  // rank 0's process holds the logits; the others only joined
-    for (int64_t p : data::argmax_predictions(Tensor(host.data(), logits_shape, DType::f32))) {
-      result.predictions.push_back(p);
+    int64_t batch_labeled = 0;
+    if (regression) {
+      // The head's single logit is the predicted score; NaN targets are unlabeled rows.
+      for (int64_t i = 0; i < logits_shape[0]; ++i) result.scores.push_back(host[static_cast<size_t>(i)]);
+      targets.insert(targets.end(), batch.scores.begin(), batch.scores.end());
+      batch_labeled =
+          std::count_if(batch.scores.begin(), batch.scores.end(), [](float t) { return !std::isnan(t); });
+    } else {
+      for (int64_t p : data::argmax_predictions(Tensor(host.data(), logits_shape, DType::f32))) {
+        result.predictions.push_back(p);
+      }
+      labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
+      batch_labeled =
+          std::count_if(batch.labels.begin(), batch.labels.end(), [](int64_t l) { return l >= 0; });
     }
-    labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
-    const int64_t batch_labeled =
-        std::count_if(batch.labels.begin(), batch.labels.end(), [](int64_t l) { return l >= 0; });
     loss_sum += static_cast<double>(loss) * batch_labeled;  // the batch loss is a mean over its labeled rows
     labeled += batch_labeled;
   }
-  result.examples = static_cast<int64_t>(result.predictions.size());
+  result.examples = static_cast<int64_t>(regression ? result.scores.size() : result.predictions.size());
   if (labeled > 0) {
-    const data::GlueMetrics metrics = data::glue_metrics(result.predictions, labels);
     result.loss = loss_sum / static_cast<double>(labeled);
-    result.accuracy = metrics.accuracy;
-    result.f1 = metrics.f1;
+    if (!regression) {
+      const data::GlueMetrics metrics = data::glue_metrics(result.predictions, labels);
+      result.accuracy = metrics.accuracy;
+      result.f1 = metrics.f1;
+    }
+    if (s.task && labeled == result.examples) {
+      result.metrics = data::task_metrics(*s.task, {.classes = result.predictions, .scores = result.scores},
+                                          {.classes = labels, .scores = targets});
+    } else if (!regression) {
+      result.metrics = {{"accuracy", result.accuracy}, {"f1", result.f1}};
+    }
   }
   return result;
 }
@@ -920,7 +1044,21 @@ std::vector<EpochRecord> MrpcTrainer::train() {
     s.epoch_loss_sum = 0;
     s.epoch_optimizer_steps = 0;
     record.train_samples_per_s = samples / std::max(record.seconds, 1e-9);
-    record.eval = evaluate(*s.dev_set);
+    // Every evaluation split (MNLI: matched, then mismatched with keys suffixed _mm, as run_glue's).
+    std::string shown_metrics;
+    std::vector<tracking::Scalar> eval_scalars;
+    for (size_t k = 0; k < s.eval_sets.size(); ++k) {
+      const EvalResult eval = evaluate(*s.eval_sets[k]);
+      if (k == 0) record.eval = eval;
+      const std::string suffix = s.task->eval[k].key_suffix;
+      for (const auto& [name, value] : eval.metrics) {
+        shown_metrics += str("dev_", name, suffix, " ", format_fixed4(value), "  ");
+        eval_scalars.push_back({"eval_" + name + suffix, value});
+      }
+      shown_metrics += str("dev_loss", suffix, " ", format_fixed4(eval.loss), "  ");
+      eval_scalars.push_back({"eval_loss" + suffix, eval.loss});
+      record.eval_splits.push_back(eval);
+    }
     // The weights of the last step are checked here only: a step whose update overflowed them has finite
     // loss and gradient norm itself. Nothing more is written from them (no model.h5, no MRPC.tsv). In a
     // process group process 0 evaluates; every process learns its verdict, so all stop together.
@@ -930,29 +1068,25 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       if (diverged.front() > 0) record.eval.loss = std::numeric_limits<double>::quiet_NaN();
     }
     ZT_CHECK(std::isfinite(record.eval.loss), "training diverged at optimizer step ", s.optimizer_step,
-             ": the evaluation of its weights on ", c.validation_file, " gives loss ", record.eval.loss,
+             ": the evaluation of its weights on ", s.task->eval.front().rows.source, " gives loss ",
+             record.eval.loss,
              s.steps.empty() ? std::string()
                              : str(" (the step had loss ", s.steps.back().loss, ", gradient norm ",
                                    s.steps.back().grad_norm, " and learning rate ", s.steps.back().lr, ")"),
              "; model.h5 and the predictions are not written");
     record.optimizer_steps = s.optimizer_step;
     epochs.push_back(record);
-    std::printf(
-        "epoch %lld: train_loss %.4f  dev_accuracy %.4f  dev_f1 %.4f  dev_loss %.4f  %.1f samples/s  %.1f "
-        "s\n",
-        static_cast<long long>(epoch + 1), record.train_loss, record.eval.accuracy, record.eval.f1,
-        record.eval.loss, record.train_samples_per_s, record.seconds);
+    std::printf("epoch %lld: train_loss %.4f  %s%.1f samples/s  %.1f s\n", static_cast<long long>(epoch + 1),
+                record.train_loss, shown_metrics.c_str(), record.train_samples_per_s, record.seconds);
     if (s.compute == DType::f16) {
       std::printf("  fp16 loss scale %g, %lld overflow-skipped steps so far\n", s.local_rank().scaler.scale(),
                   static_cast<long long>(s.local_rank().scaler.skipped_steps()));
     }
     std::fflush(stdout);
-    std::vector<tracking::Scalar> epoch_scalars = {{"train_loss", record.train_loss},
-                                                   {"eval_accuracy", record.eval.accuracy},
-                                                   {"eval_f1", record.eval.f1},
-                                                   {"eval_loss", record.eval.loss},
-                                                   {"train_samples_per_s", record.train_samples_per_s},
-                                                   {"epoch_seconds", record.seconds}};
+    std::vector<tracking::Scalar> epoch_scalars = {{"train_loss", record.train_loss}};
+    epoch_scalars.insert(epoch_scalars.end(), eval_scalars.begin(), eval_scalars.end());
+    epoch_scalars.push_back({"train_samples_per_s", record.train_samples_per_s});
+    epoch_scalars.push_back({"epoch_seconds", record.seconds});
     if (s.compute == DType::f16) {
       epoch_scalars.push_back({"loss_scale", s.local_rank().scaler.scale()});
       epoch_scalars.push_back({"skipped_steps", static_cast<double>(s.local_rank().scaler.skipped_steps())});
@@ -963,18 +1097,23 @@ std::vector<EpochRecord> MrpcTrainer::train() {
       save_checkpoint(c.output_dir);
     }
   }
-  if (s.test_set) {
-    const EvalResult test = evaluate(*s.test_set);
-    if (test.loss > 0) {  // a labeled test file (the shipped test.tsv is GLUE's labeled test set)
+  for (size_t k = 0; k < s.test_sets.size(); ++k) {
+    const data::TaskSplit& split = s.task->test[k];
+    const EvalResult test = evaluate(*s.test_sets[k]);
+    if (!test.metrics.empty() && s.task->task_name == "mrpc") {  // the shipped test.tsv is GLUE's labeled set
       std::printf("test: accuracy %.4f  F1 %.4f  (%lld examples)\n", test.accuracy, test.f1,
+                  static_cast<long long>(test.examples));
+    } else if (!test.metrics.empty()) {
+      std::string shown;
+      for (const auto& [name, value] : test.metrics) shown += str(name, " ", format_fixed4(value), "  ");
+      std::printf("%s: %s(%lld examples)\n", split.name.c_str(), shown.c_str(),
                   static_cast<long long>(test.examples));
     }
     if (!c.output_dir.empty() && s.main_process()) {
-      std::vector<int64_t> indices(test.predictions.size());
-      for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
-      const std::string path = (std::filesystem::path(c.output_dir) / "MRPC.tsv").string();
-      data::write_glue_submission(path, indices, test.predictions);
-      std::printf("GLUE test predictions: %s\n", path.c_str());
+      data::write_task_submission(c.output_dir, *s.task, split,
+                                  {.classes = test.predictions, .scores = test.scores});
+      std::printf("GLUE test predictions: %s\n",
+                  (std::filesystem::path(c.output_dir) / split.submission).string().c_str());
     }
   }
   // Written last: a model.h5 says the run finished (a resume of it has nothing to do).

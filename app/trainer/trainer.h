@@ -1,12 +1,14 @@
-// The MRPC fine-tuning loop of train_mrpc, as HF run_glue_no_trainer.py runs it:
+// The GLUE / user-data fine-tuning loop of train_mrpc, as HF run_glue_no_trainer.py runs it (any task of
+// data/task_data.h; MRPC by default):
 //
 //   for epoch: for each micro-batch:  loss = model(batch) / accumulation;  backward
 //              every `accumulation` micro-batches (and at the end of an epoch):
 //                  clip the global grad norm, AdamW step at lr = schedule(step), zero grads, step += 1
 //              checkpoint every N steps (or each epoch); stop at max_train_steps
 //   every log_every steps and after each epoch: metrics.jsonl lines (and TensorBoard scalars with
-//   --with_tracking; app/tracking/run_tracker.h); after each epoch: dev accuracy / F1, a progress line
-//   at the end: GLUE test predictions (MRPC.tsv) and the final model
+//   --with_tracking; app/tracking/run_tracker.h); after each epoch: the task's metrics on every
+//   evaluation split (MRPC: dev accuracy / F1), a progress line
+//   at the end: GLUE test predictions (the task's submission files, e.g. MRPC.tsv) and the final model
 //
 // The step is deterministic: dropout masks are pure functions of (seed, micro-step, layer, site), the data
 // order of (seed, epoch), so a run resumed from a checkpoint continues bitwise identically on the CPU. On the
@@ -23,6 +25,7 @@
 #include "app/config/train_config.h"
 #include "data/batcher.h"
 #include "data/glue_tsv.h"
+#include "data/task_data.h"
 #include "model/config.h"
 #include "model/parameters.h"
 #include "runtime/arena.h"
@@ -42,23 +45,31 @@ struct StepRecord {
 
 struct EvalResult {
   double loss = 0;
-  double accuracy = 0;
+  double accuracy = 0;  // classification: accuracy and binary F1 (MRPC's metrics)
   double f1 = 0;
   int64_t examples = 0;
-  std::vector<int64_t> predictions;  // argmax per example, dataset order
+  std::vector<int64_t> predictions;  // argmax per example, dataset order (classification)
+  std::vector<double> scores;        // the single logit per example, dataset order (regression)
+  // The task's metrics under run_glue's keys ("accuracy", "matthews_correlation", ...), labeled splits only.
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 struct EpochRecord {
   int64_t epoch = 0;
-  double train_loss = 0;  // mean over the epoch's optimizer steps
-  EvalResult eval;
+  double train_loss = 0;                // mean over the epoch's optimizer steps
+  EvalResult eval;                      // the first evaluation split
+  std::vector<EvalResult> eval_splits;  // every evaluation split, in task order (MNLI: matched, mismatched)
   double train_samples_per_s = 0;
   double seconds = 0;
   int64_t optimizer_steps = 0;  // total so far
 };
 
-// A model file path, or a directory holding model.h5; throws naming what is missing.
+// A model file path, a directory holding model.h5, or an HF checkpoint directory (converted on first use
+// into hf_conversion_cache(dir), model/model_source.h); throws naming what is missing.
 std::string resolve_model_path(const std::string& file_or_dir);
+// Where an HF checkpoint directory's conversion is kept: $ZT_HF_CACHE, else ~/.cache/zerotrain/hf, then
+// <name>-<hash of its absolute path>.
+std::string hf_conversion_cache(const std::string& hf_dir);
 
 // The storage dtype of parameters and activations a run computes in: --dtype with --device cuda; f32 on
 // the CPU backend (call after the device is resolved).
@@ -67,7 +78,17 @@ DType compute_dtype_for_run(const TrainConfig& config);
 // The architecture a run trains: the embedded default (xlarge with --device cuda, the small CPU model
 // otherwise; call after the device is resolved), or the config stored in --model_name_or_path
 // with its label count set to `num_labels` when --ignore_mismatched_sizes allows replacing the classifier.
-DebertaConfig model_config_for_run(const TrainConfig& config, int64_t num_labels = 2);
+DebertaConfig model_config_for_run(const TrainConfig& config, int64_t num_labels = 2,
+                                   const std::string& task = "MRPC");
+
+// What to read for a run: --task_name (MRPC's shipped folder when neither --data_dir nor files are given),
+// --data_dir, the files, and `model`'s label2id (user files take the checkpoint's ids when the names match).
+data::TaskDataRequest task_data_request(const TrainConfig& config, const DebertaConfig& model);
+
+// model_config_for_run for `task`: the head gets the task's label count (num_labels 1 and MSE for
+// regression; a checkpoint head of another size needs --ignore_mismatched_sizes) and, when the head is new,
+// the task's label names as id2label (as run_glue sets them).
+DebertaConfig model_config_for_task(const TrainConfig& config, const data::TaskData& task);
 
 class MrpcTrainer {
  public:
@@ -87,6 +108,9 @@ class MrpcTrainer {
   // rows for TrainConfig::resolve and to train on; a FIFO can be read only once). Without it the trainer
   // reads config.train_file itself. Call before train().
   void set_train_rows(data::GlueDataset rows);
+  // The whole task, already read (load_task_data): train_mrpc reads it once to count the training rows.
+  // Without it (and without set_train_rows) the trainer reads task_data_request(config) itself.
+  void set_task_data(data::TaskData task);
 
   // Runs the whole job: training, per-epoch evaluation, checkpoints, metrics, test predictions, and last
   // the model file. With --resume_from_checkpoint: settings changed since the checkpoint are said or

@@ -286,8 +286,8 @@ TEST(TrainConfigFlags, BadNumbersAreNamed) {
                    "--pad_to_max_length");
   EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--lr_scheduler_type", "linaer"}),
                    "linaer");
-  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--task_name", "sst2"}), "--task_name",
-                   "sst2");
+  EXPECT_ERROR_HAS(TrainConfig::from_args(std::vector<std::string>{"--task_name", "squad"}), "--task_name",
+                   "squad");
 }
 
 TEST(TrainConfigFlags, HelpListsEveryFlag) {

@@ -253,5 +253,37 @@ TEST(Trainer, FiftyStepLossCurveMatchesPyTorch) {
   std::printf("max relative loss error over 50 steps: %.3g\n", worst);
 }
 
+// The head follows the task: the embedded default keeps MRPC's, STS-B gets one regression output (MSE),
+// MNLI three labels named as HF datasets names them, a user file its own label strings.
+TEST(ModelConfigForTask, HeadFollowsTheTask) {
+  const TrainConfig config = resolved({"--dtype", "f32"});
+  const DebertaConfig mrpc_default = model_config_for_run(config);
+  data::TaskData mrpc;
+  mrpc.task_name = "mrpc";
+  mrpc.labels = {"0", "1"};
+  mrpc.label_names = {"not_equivalent", "equivalent"};
+  EXPECT_EQ(model_config_for_task(config, mrpc), mrpc_default);
+
+  data::TaskData stsb;
+  stsb.task_name = "stsb";
+  stsb.regression = true;
+  const DebertaConfig regression = model_config_for_task(config, stsb);
+  EXPECT_EQ(regression.num_labels, 1);
+  EXPECT_TRUE(regression.is_regression());
+  EXPECT_EQ(regression.problem_type.value_or(""), "regression");
+  EXPECT_EQ(ParameterTable(regression).at("classifier.weight").shape,
+            (Shape{1, regression.pooler_hidden_size}));
+
+  data::TaskData mnli;
+  mnli.task_name = "mnli";
+  mnli.labels = {"entailment", "neutral", "contradiction"};
+  mnli.label_names = mnli.labels;
+  const DebertaConfig three = model_config_for_task(config, mnli);
+  EXPECT_EQ(three.num_labels, 3);
+  EXPECT_FALSE(three.is_regression());
+  EXPECT_EQ(three.id2label, mnli.labels);
+  EXPECT_EQ(three.label2id.at("contradiction"), 2);
+}
+
 }  // namespace
 }  // namespace zt::optim

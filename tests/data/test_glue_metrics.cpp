@@ -164,5 +164,40 @@ TEST_F(GlueSubmissionTest, InvalidRowsLeaveThePreviousFileIntact) {
   EXPECT_EQ(read_text(path), "index\tprediction\n7\t0\n");
 }
 
+TEST(GlueMetrics, MatthewsCorrelationOfABinaryConfusionMatrix) {
+  // TP 2, FP 2, FN 1, TN 3: (TP TN - FP FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)) = 4 / sqrt(240).
+  const Values predictions{1, 1, 1, 0, 0, 0, 1, 0};
+  const Values labels{1, 0, 0, 0, 1, 0, 1, 0};
+  EXPECT_NEAR(matthews_correlation(predictions, labels), 4.0 / std::sqrt(240.0), 1e-15);
+  EXPECT_DOUBLE_EQ(matthews_correlation(labels, labels), 1.0);
+  const Values flipped{0, 1, 1, 1, 0, 1, 0, 1};
+  EXPECT_DOUBLE_EQ(matthews_correlation(flipped, labels), -1.0);
+}
+
+TEST(GlueMetrics, MatthewsCorrelationIsZeroWhenUndefinedAndHandlesThreeClasses) {
+  EXPECT_EQ(matthews_correlation(Values{1, 1, 1}, Values{0, 1, 0}), 0.0);  // one predicted class
+  // c = 4, s = 6, t = p = (2, 2, 2): (24 - 12) / sqrt((36 - 12)(36 - 12)) = 0.5.
+  EXPECT_DOUBLE_EQ(matthews_correlation(Values{0, 2, 2, 0, 1, 1}, Values{0, 1, 2, 0, 1, 2}), 0.5);
+}
+
+TEST(GlueMetrics, PearsonAndSpearmanWithTies) {
+  using Reals = std::vector<double>;
+  // mean 2.5 / 5: sxy = 11, sxx = 5, syy = 26.
+  EXPECT_NEAR(pearson(Reals{1, 2, 3, 4}, Reals{2, 4, 5, 9}), 11.0 / std::sqrt(130.0), 1e-15);
+  EXPECT_EQ(average_ranks(Reals{10, 20, 20, 5}), (Reals{2, 3.5, 3.5, 1}));
+  // ranks (1, 2.5, 2.5, 4) and (1, 3, 2, 4): sxy = 4.5, sxx = 4.5, syy = 5.
+  EXPECT_NEAR(spearman(Reals{1, 2, 2, 3}, Reals{1, 3, 2, 4}), 4.5 / std::sqrt(22.5), 1e-15);
+  EXPECT_TRUE(std::isnan(pearson(Reals{1, 1, 1}, Reals{1, 2, 3})));  // constant input, as scipy
+  expect_error([] { pearson(Reals{1}, Reals{1}); }, "at least 2");
+}
+
+TEST_F(GlueSubmissionTest, TextPredictionsForAnyTask) {
+  const std::string path = (dir_ / "MNLI-m.tsv").string();
+  const std::vector<std::string> predictions{"entailment", "neutral"};
+  write_glue_submission_text(path, Values{3, 1}, predictions);
+  EXPECT_EQ(read_text(path), "index\tprediction\n3\tentailment\n1\tneutral\n");
+  expect_error([&] { write_glue_submission_text(path, Values{2, 2}, predictions); }, "index 2 appears twice");
+}
+
 }  // namespace
 }  // namespace zt::data

@@ -117,6 +117,31 @@ TEST(Tokenizer, PadsToMaxLengthWithPadAndZeroMask) {
   }
 }
 
+TEST(Tokenizer, SingleSentenceLayoutTruncationAndPadding) {
+  const Tokenizer tok(kModel);
+  const std::string text = "one two three four five six seven eight nine ten";
+  const auto a = tok.encode(text);
+  ASSERT_GT(a.size(), 4u);
+  const PairEncoding whole = tok.encode_single(text);
+  std::vector<int32_t> expected = {tok.cls_id()};
+  expected.insert(expected.end(), a.begin(), a.end());
+  expected.push_back(tok.sep_id());
+  EXPECT_EQ(whole.input_ids, expected);
+  EXPECT_FALSE(whole.truncated);
+  EXPECT_EQ(whole.pieces_b, 0);
+
+  // max_length 6 keeps 4 pieces: [CLS] a0 a1 a2 a3 [SEP].
+  const PairEncoding cut = tok.encode_single(text, 6);
+  EXPECT_TRUE(cut.truncated);
+  EXPECT_EQ(cut.input_ids, (std::vector<int32_t>{tok.cls_id(), a[0], a[1], a[2], a[3], tok.sep_id()}));
+  const PairEncoding padded = tok.encode_single("yes", 8, Padding::max_length);
+  ASSERT_EQ(padded.input_ids.size(), 8u);
+  EXPECT_EQ(padded.input_ids.back(), tok.pad_id());
+  EXPECT_EQ(padded.attention_mask[padded.real_length() - 1], 1);
+  EXPECT_EQ(padded.attention_mask[padded.real_length()], 0);
+  EXPECT_THROW(tok.encode_single("a", 1), Error);
+}
+
 TEST(Tokenizer, TruncatesPairsLongestFirst) {
   const Tokenizer tok(kModel);
   const std::string long_a = "one two three four five six seven eight nine ten eleven twelve thirteen";

@@ -35,14 +35,16 @@ struct GoldenCase {
   Arena params;
   Arena grads;
   std::vector<int64_t> ids, mask, labels;
+  std::vector<float> targets;  // the labels of a regression head (f32)
   int64_t batch, seq;
   Arena inputs_arena;  // the batch, where the model runs
   DebertaForSequenceClassification model;
   float loss = 0;
 
-  static ArenaLayout inputs_layout(int64_t b, int64_t l) {
-    return ArenaLayout(
-        {{"ids", {b, l}, DType::i64}, {"mask", {b, l}, DType::i64}, {"labels", {b}, DType::i64}});
+  static ArenaLayout inputs_layout(int64_t b, int64_t l, bool regression) {
+    return ArenaLayout({{"ids", {b, l}, DType::i64},
+                        {"mask", {b, l}, DType::i64},
+                        {"labels", {b}, regression ? DType::f32 : DType::i64}});
   }
 
   // `compute`: the model's storage dtype; 16-bit parameters are the golden init rounded to nearest even.
@@ -56,10 +58,11 @@ struct GoldenCase {
         grads("grads", table.layout(DType::f32), {.kind = kind, .zero_fill = true}),
         ids(fixture.read_i64("input_ids")),
         mask(fixture.read_i64("attention_mask")),
-        labels(fixture.read_i64("labels")),
+        labels(config.is_regression() ? std::vector<int64_t>{} : fixture.read_i64("labels")),
+        targets(config.is_regression() ? fixture.read_f32("labels") : std::vector<float>{}),
         batch(fixture.shape("input_ids")[0]),
         seq(fixture.shape("input_ids")[1]),
-        inputs_arena("inputs", inputs_layout(batch, seq), {.kind = kind}),
+        inputs_arena("inputs", inputs_layout(batch, seq, config.is_regression()), {.kind = kind}),
         model(config, batch, seq, device, compute) {
     for (const ParameterInfo& p : table.entries()) {
       std::vector<float> host(static_cast<size_t>(p.numel()));
@@ -76,7 +79,11 @@ struct GoldenCase {
     }
     copy_tensor(Tensor(ids.data(), {batch, seq}, DType::i64), inputs_arena.tensor("ids"));
     copy_tensor(Tensor(mask.data(), {batch, seq}, DType::i64), inputs_arena.tensor("mask"));
-    copy_tensor(Tensor(labels.data(), {batch}, DType::i64), inputs_arena.tensor("labels"));
+    if (config.is_regression()) {
+      copy_tensor(Tensor(targets.data(), {batch}, DType::f32), inputs_arena.tensor("labels"));
+    } else {
+      copy_tensor(Tensor(labels.data(), {batch}, DType::i64), inputs_arena.tensor("labels"));
+    }
   }
 
   DebertaBatch inputs() {

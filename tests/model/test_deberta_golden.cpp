@@ -31,7 +31,8 @@ TEST_P(DebertaGolden, LogitsLossHiddenStatesAndEveryGradient) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DebertaGolden,
                          ::testing::Values("deberta_tiny.h5", "deberta_tiny_padded.h5",
-                                           "deberta_xlarge_layout.h5"),
+                                           "deberta_xlarge_layout.h5", "deberta_v3_tiny_3class.h5",
+                                           "deberta_v3_tiny_regression.h5"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            std::string name = info.param;
                            return name.substr(0, name.find('.'));

@@ -252,6 +252,45 @@ TEST(HfExport, ReimportIsBitIdentical) {
   fs::remove_all(dir);
 }
 
+// ---- DeBERTa-v3 shape (no conv layer) ----
+
+TEST(HfImport, DebertaV3ShapeImportsMatchesHfAndRoundTrips) {
+  const std::string v3 = test::fixture_path("hf_tiny_v3");
+  fs::path dir = temp_dir();
+  const std::string first = (dir / "v3.h5").string();
+  HfImportReport r = import_hf_checkpoint(v3, first, quiet());
+  EXPECT_TRUE(r.copied_tokenizer);
+  EXPECT_FALSE(r.config.has_conv());
+  EXPECT_EQ(r.config.num_labels, 3);
+  EXPECT_EQ(r.config.label2id.at("contradiction"), 2);
+  Imported m(first);
+  for (const ParameterInfo& p : m.table.entries())
+    EXPECT_EQ(p.name.find(".conv."), std::string::npos) << p.name;
+  // Forward on the imported weights against HF's logits on the same batch.
+  test::Fixture f(v3 + "/logits.h5");
+  std::vector<int64_t> ids = f.read_i64("input_ids"), mask = f.read_i64("attention_mask");
+  const int64_t b = f.shape("input_ids")[0], l = f.shape("input_ids")[1];
+  DebertaForSequenceClassification model(m.file.config(), b, l);
+  model.forward(m.params,
+                {Tensor(ids.data(), {b, l}, DType::i64), Tensor(mask.data(), {b, l}, DType::i64), {}}, {});
+  Tensor out = model.logits();
+  EXPECT_TRUE(test::all_close("v3 logits",
+                              std::vector<float>(out.data_as<float>(), out.data_as<float>() + out.numel()),
+                              f.read_f32("logits_f32"), test::tolerance_for(DType::f32)));
+  // Export and import again: the same config and bit-identical parameters; HF's reader gets no conv layer.
+  const fs::path hf = dir / "v3_hf";
+  export_hf_checkpoint(first, hf.string(), false);
+  const auto exported = nlohmann::json::parse(std::ifstream(hf / "config.json"));
+  EXPECT_EQ(exported.value("conv_kernel_size", -1), 0);
+  const std::string second = (dir / "v3_again.h5").string();
+  import_hf_checkpoint(hf.string(), second, quiet());
+  Imported again(second);
+  EXPECT_EQ(m.file.config(), again.file.config());
+  ASSERT_EQ(m.params.bytes(), again.params.bytes());
+  EXPECT_EQ(std::memcmp(m.params.data(), again.params.data(), m.params.bytes()), 0);
+  fs::remove_all(dir);
+}
+
 // ---- hostile and broken inputs ----
 
 // A ZIP of stored entries, written from the format description: local headers, central directory, EOCD.

@@ -17,7 +17,14 @@ mis-mapped tensor changes the logits. Output, under tests/fixtures/hf_tiny_mnli/
                          HF forward in f32 on the f32 weights / on the f16- / bf16-rounded weights upcast
   attrs                  config_json, transformers_version, torch_version
 
-Usage: python3 tools/golden/make_hf_checkpoints.py [--out_dir tests/fixtures/hf_tiny_mnli]
+A DeBERTa-v3-shaped checkpoint (no conv layer: the config has no conv_* keys, as microsoft/deberta-v3-*)
+with a 3-label head, under tests/fixtures/hf_tiny_v3/: config.json, model.safetensors (F32), spm.model (a real
+56-piece SentencePiece model with DeBERTa's [PAD] [CLS] [SEP] [UNK] ids 0-3, trained here on a fixed word list,
+so train_mrpc can fine-tune the checkpoint end to end; sentencepiece's trainer is not byte-reproducible),
+logits.h5 (input_ids, attention_mask, logits_f32 of HF
+on those weights).
+
+Usage: python3 tools/golden/make_hf_checkpoints.py [--out_dir tests/fixtures/hf_tiny_mnli] [--which mnli,v3]
 """
 
 import argparse
@@ -45,6 +52,15 @@ def tiny_mnli_config():
     cfg["label2id"] = {n: i for i, n in enumerate(MNLI_LABELS)}
     for key in ("transformers_version",):
         cfg.pop(key, None)
+    return DebertaV2Config(**cfg)
+
+
+def tiny_v3_config():
+    cfg = json.loads(tiny_mnli_config().to_json_string())
+    for key in [k for k in cfg if k.startswith("conv_")] + ["transformers_version"]:
+        cfg.pop(key, None)
+    cfg["id2label"] = {"0": "entailment", "1": "neutral", "2": "contradiction"}
+    cfg["label2id"] = {"entailment": 0, "neutral": 1, "contradiction": 2}
     return DebertaV2Config(**cfg)
 
 
@@ -92,10 +108,61 @@ def write_dir(out, name, config_json, spm=False):
     return d
 
 
+TINY_WORDS = ("the a movie film story plot actor scene evening sunday night day week city old new small big good bad "
+              "great awful entailment neutral contradiction question answer yes no is was").split()
+
+
+def write_tiny_spm(path):
+    import random
+    import tempfile
+    import sentencepiece as spm
+    rng = random.Random(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = os.path.join(tmp, "corpus.txt")
+        with open(corpus, "w") as f:
+            f.write("\n".join(" ".join(rng.choice(TINY_WORDS) for _ in range(8)) for _ in range(2000)))
+        spm.SentencePieceTrainer.train(input=corpus, model_prefix=os.path.join(tmp, "spm"), vocab_size=56,
+                                       model_type="unigram", pad_id=0, pad_piece="[PAD]", bos_id=1,
+                                       bos_piece="[CLS]", eos_id=2, eos_piece="[SEP]", unk_id=3, unk_piece="[UNK]",
+                                       normalization_rule_name="identity", character_coverage=1.0, minloglevel=2,
+                                       num_threads=1)
+        shutil.copy(os.path.join(tmp, "spm.model"), path)
+
+
+def make_v3(out):
+    config = tiny_v3_config()
+    model = make_model(config)
+    assert not hasattr(model.deberta.encoder, "conv") or model.deberta.encoder.conv is None
+    config_json = config.to_json_string()
+    assert "conv_kernel_size" not in json.loads(config_json)
+    sd = OrderedDict((k, v.detach().clone().contiguous()) for k, v in model.state_dict().items())
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        f.write(config_json)
+    write_tiny_spm(os.path.join(out, "spm.model"))
+    save_file(dict(sd), os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    ids, mask = batch()
+    with h5py.File(os.path.join(out, "logits.h5"), "w") as f:
+        f.attrs["config_json"] = config_json
+        f.attrs["transformers_version"] = str(transformers.__version__)
+        f.attrs["torch_version"] = str(torch.__version__)
+        f.attrs["generator"] = "tools/golden/make_hf_checkpoints.py"
+        f["input_ids"] = ids.numpy()
+        f["attention_mask"] = mask.numpy()
+        f["logits_f32"] = logits_with(make_model(config), sd, ids, mask)
+    print("wrote", out, "tensors", len(sd))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out_dir", default=os.path.join(REPO_ROOT, "tests", "fixtures", "hf_tiny_mnli"))
+    ap.add_argument("--v3_out_dir", default=os.path.join(REPO_ROOT, "tests", "fixtures", "hf_tiny_v3"))
+    ap.add_argument("--which", default="mnli,v3", help="comma-separated: mnli, v3")
     args = ap.parse_args()
+    if "v3" in args.which.split(","):
+        make_v3(args.v3_out_dir)
+    if "mnli" not in args.which.split(","):
+        return
     out = args.out_dir
     os.makedirs(out, exist_ok=True)
 

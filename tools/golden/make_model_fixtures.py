@@ -6,7 +6,8 @@ so the files hold only inputs, outputs and gradients. One gzip HDF5 per configur
 
   attrs    config_json (as save_pretrained writes it), config_json_full (no diff), transformers_version, torch_version, generator, notes
            param_table_json  [[HF name, [shape...]], ...] in state-dict order
-  input_ids [B,L] i64, attention_mask [B,L] i64, labels [B] i64, logits [B,C] f32, loss [] f32
+  input_ids [B,L] i64, attention_mask [B,L] i64, labels [B] i64 (f32 for a regression head), logits [B,C] f32,
+  loss [] f32
   hidden_states/<k>                 k = 0 embedding output, k = 1.. every layer output (HF output_hidden_states)
   grad/<HF name>                    every parameter gradient (numel <= 65536)
   grad_sample/<HF name>/{index,value}, grad_stats/<HF name> = [sum, L2 norm] (f64)   (numel > 65536)
@@ -87,6 +88,19 @@ XLARGE_LAYOUT_CONFIG = dict(
 )
 
 
+# DeBERTa-v3 (microsoft/deberta-v3-base/large config.json): model type deberta-v2 without the conv layer (no
+# conv_kernel_size / conv_act keys), 128k vocabulary, position_buckets 256. Tiny sizes otherwise; the vocab
+# stays small (the 128k rows change no code path), so each fixture is about 250 KiB.
+V3_TINY_CONFIG = {k: v for k, v in TINY_CONFIG.items() if not k.startswith("conv_")}
+V3_TINY_3CLASS_CONFIG = dict(
+    V3_TINY_CONFIG,
+    num_labels=3,
+    id2label={"0": "entailment", "1": "neutral", "2": "contradiction"},
+    label2id={"contradiction": 2, "entailment": 0, "neutral": 1},
+)
+V3_TINY_REGRESSION_CONFIG = dict(V3_TINY_CONFIG, num_labels=1, id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
+
+
 def token_ids(rng, batch, length, vocab):
     """Ids in [4, vocab): 0..3 are [PAD] [CLS] [SEP] [UNK]; rows start with [CLS]=1 and end with [SEP]=2."""
     ids = rng.integers(4, vocab, size=(batch, length), dtype=np.int64)
@@ -136,6 +150,24 @@ def case_xlarge_layout():
     labels = np.array([2, 0], dtype=np.int64)
     notes = "xlarge layer layout, vocab 1000, 2 layers; B=2 L=136 > bucket midpoint 128; row 1 has 97 real tokens"
     return "deberta_xlarge_layout.h5", XLARGE_LAYOUT_CONFIG, ids, mask, labels, notes
+
+
+def case_v3_three_class():
+    rng = np.random.default_rng(1004)
+    ids = token_ids(rng, 4, 14, V3_TINY_CONFIG["vocab_size"])
+    ids, mask = pad_rows(ids, [14, 10, 6, 14])
+    labels = np.array([2, 0, 1, 2], dtype=np.int64)
+    notes = "DeBERTa-v3 shape (no conv), 3-class head; B=4 L=14, real lengths [14,10,6,14]"
+    return "deberta_v3_tiny_3class.h5", V3_TINY_3CLASS_CONFIG, ids, mask, labels, notes
+
+
+def case_v3_regression():
+    rng = np.random.default_rng(1005)
+    ids = token_ids(rng, 3, 12, V3_TINY_CONFIG["vocab_size"])
+    ids, mask = pad_rows(ids, [12, 8, 5])
+    labels = np.array([4.6, 0.25, 2.0], dtype=np.float32)
+    notes = "DeBERTa-v3 shape (no conv), regression head (num_labels 1, MSELoss on f32 labels); B=3 L=12"
+    return "deberta_v3_tiny_regression.h5", V3_TINY_REGRESSION_CONFIG, ids, mask, labels, notes
 
 
 def build_model(config_dict):
@@ -255,7 +287,8 @@ def make_fixture(out_dir, case):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out_dir", default=os.path.join(REPO_ROOT, "tests", "fixtures"))
-    parser.add_argument("--only", default="", help="comma-separated subset: tiny,tiny_padded,xlarge_layout")
+    parser.add_argument("--only", default="",
+                        help="comma-separated subset: tiny,tiny_padded,xlarge_layout,v3_3class,v3_regression")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     torch.use_deterministic_algorithms(True)
@@ -268,6 +301,8 @@ def main():
         "tiny": case_tiny,
         "tiny_padded": lambda: case_tiny_padded(dropped),
         "xlarge_layout": case_xlarge_layout,
+        "v3_3class": case_v3_three_class,
+        "v3_regression": case_v3_regression,
     }
     selected = [c for c in args.only.split(",") if c] or list(cases)
     for key in selected:
