@@ -12,6 +12,7 @@
 
 #include "app/config/engine_options.h"
 #include "app/config/train_config.h"
+#include "app/plan/auto_plan.h"
 #include "app/trainer/trainer.h"
 #include "data/glue_tsv.h"
 #include "data/task_data.h"
@@ -24,6 +25,7 @@
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
+#include "runtime/host_memory.h"
 #include "runtime/memory_size.h"
 #include "runtime/mpi_launch.h"
 #include "runtime/signals.h"
@@ -47,7 +49,8 @@ void apply_embedded_defaults(TrainConfig& config, bool default_model) {
 void choose_device(TrainConfig& config) {
   const bool gpu = zt::cuda_available();
   if (config.device == DeviceChoice::cuda) {
-    ZT_CHECK(gpu, "--device cuda: ", zt::describe_devices());
+    // --estimate_memory plans a GPU run on a machine without one (a login node).
+    ZT_CHECK(gpu || config.estimate_memory, "--device cuda: ", zt::describe_devices());
   } else if (config.device == DeviceChoice::auto_detect) {
     config.device = gpu ? DeviceChoice::cuda : DeviceChoice::cpu;
   }
@@ -66,6 +69,27 @@ void choose_device(TrainConfig& config) {
         "memory only\n",
         zt::format_memory_size(config.gpu_memory_limit).c_str());
   }
+}
+
+// --auto_plan: the planner (app/plan) chooses how the step is computed for the resolved global batch, under
+// --gpu_memory_limit or the device's free memory (a CPU run: the host's available memory).
+void apply_auto_plan(TrainConfig& config, const zt::DebertaConfig& model, bool gpu) {
+  const bool device_present = gpu && zt::cuda_available();
+  ZT_CHECK(config.gpu_memory_limit > 0 || !gpu || device_present,
+           "--auto_plan without a GPU present needs --gpu_memory_limit (the card to plan for)");
+  size_t cap = config.gpu_memory_limit;
+  if (cap == 0) {
+    cap = device_present
+              ? zt::device_allocator().backend().free_memory() / static_cast<size_t>(config.world_size)
+              : zt::read_host_memory_limits().available;
+  }
+  const auto figures = config.machine_figures.empty()
+                           ? zt::plan::MachineFigures{}
+                           : zt::plan::MachineFigures::load(config.machine_figures);
+  const zt::plan::AutoPlan plan =
+      zt::plan::choose_auto_plan(config, model, zt::optim::compute_dtype_for_run(config), cap, gpu, figures);
+  std::fputs(plan.report.c_str(), stdout);
+  zt::plan::apply_plan(plan.plan, config);
 }
 
 int run(int argc, char** argv) {
@@ -120,13 +144,19 @@ int run(int argc, char** argv) {
   zt::data::require_labels(task.train, "--train_file");
   if (launch.rank == 0)
     for (const std::string& note : task.notes) std::printf("%s\n", note.c_str());
-  const zt::DebertaConfig model_config = zt::optim::model_config_for_task(config, task);
+  zt::DebertaConfig model_config = zt::optim::model_config_for_task(config, task);
   apply_embedded_defaults(config, default_model);
   config.resolve({.world_size = launch.world_size,
                   .hidden_size = model_config.hidden_size,
                   .num_train_examples = static_cast<int64_t>(task.train.rows.size())});
 
   const zt::DType compute = zt::optim::compute_dtype_for_run(config);
+  if (config.auto_plan) {
+    // The plan is for the model this run trains (the task's head and loss); its checkpointing choice
+    // lands in the model config.
+    apply_auto_plan(config, model_config, gpu);
+    model_config = zt::optim::model_config_for_task(config, task);
+  }
   zt::ParameterTable table(model_config);
   const int64_t max_batch = std::max(config.per_device_train_batch_size, config.per_device_eval_batch_size);
   const zt::ArenaLayout activations = zt::DebertaForSequenceClassification::plan_activations(

@@ -278,6 +278,7 @@ std::string TrainConfig::describe() const {
   out.line("report_to", report_to);
   out.line("wall_clock_breakdown", show_bool(wall_clock_breakdown));
   out.line("estimate_memory", show_bool(estimate_memory));
+  out.line("auto_plan", show_bool(auto_plan));
   describe_deepspeed_keys(*this, text);
   return text.str();
 }

@@ -206,7 +206,11 @@ struct TrainConfig {
   // Ranks of the run. --world_size N runs N ranks as threads of this process (in-process collectives);
   // resolve() reconciles it with ResolveInputs::world_size. 1..kMaxWorldSize.
   int world_size = 1;
-  bool estimate_memory = false;    // --estimate_memory: print the memory estimate and exit without training
+  bool estimate_memory = false;  // --estimate_memory: print the memory estimate and exit without training
+  // --auto_plan: app/plan chooses the stage, offload, checkpointing and micro-batch x accumulation (the same
+  // global batch); --machine_figures: its cost model's figures (JSON; empty = the built-in measured ones).
+  bool auto_plan = false;
+  std::string machine_figures;
   bool debug_collectives = false;  // --debug_collectives: extra checks and logging around collectives
   // --offload_delayed_update: ZeRO-Offload's delayed parameter update (one step stale; needs
   // zero_optimization.offload_optimizer.device cpu).

@@ -142,7 +142,7 @@ void resolve_disk_tier(ResolveContext& context) {
         "false or remove it");
   }
 
-  ZT_CHECK(c.host_memory_limit == 0 || any_offload(c), "--host_memory_limit ",
+  ZT_CHECK(c.host_memory_limit == 0 || any_offload(c) || c.auto_plan, "--host_memory_limit ",
            format_memory_size(c.host_memory_limit),
            " caps the host memory of offloaded state, but nothing is offloaded (set "
            "zero_optimization.offload_optimizer.device to cpu or nvme)");

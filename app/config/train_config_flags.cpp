@@ -238,6 +238,14 @@ const std::vector<FlagSpec>& flag_table() {
        [](const C& c) { return show_bool(c.overlap_optimizer); }},
       {"estimate_memory", "", "print the memory estimate of the run and exit without training",
        [](C& c, F, V) { c.estimate_memory = true; }, [](const C& c) { return show_bool(c.estimate_memory); }},
+      {"auto_plan", "",
+       "choose the fastest ZeRO stage, offload, gradient checkpointing and micro-batch x accumulation that "
+       "fit "
+       "the device cap for the same global batch (app/plan); with --estimate_memory print the plan and exit",
+       [](C& c, F, V) { c.auto_plan = true; }, [](const C& c) { return show_bool(c.auto_plan); }},
+      {"machine_figures", "FILE",
+       "--auto_plan's cost model figures (JSON, app/plan/cost_model.h); default: the measured H200 figures",
+       [](C& c, F, V v) { c.machine_figures = v; }, [](const C& c) { return c.machine_figures; }},
       {"overwrite_output_dir", "", "write into --output_dir even when it already holds files (HF's flag)",
        [](C& c, F, V) { c.overwrite_output_dir = true; },
        [](const C& c) { return show_bool(c.overwrite_output_dir); }},

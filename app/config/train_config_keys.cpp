@@ -157,7 +157,7 @@ constexpr auto kDeepSpeedKeys = std::to_array<DeepSpeedKey>({
      "an ordering of DeepSpeed's bf16 optimizer; zerotrain's gradients are reduced once final", {}, JsonType::any, false, {}},
 
     // ---- zero_optimization ----
-    {"zero_optimization.stage", Rule::honoured, {}, {}, JsonType::integer, false, "0"},
+    {"zero_optimization.stage", Rule::honoured, {}, {}, JsonType::integer, true, "0"},
     {"zero_optimization.allgather_partitions", Rule::honoured, {}, {}, JsonType::boolean, false, "true"},
     {"zero_optimization.allgather_bucket_size", Rule::honoured, {}, {}, JsonType::integer, false, "5e8"},
     {"zero_optimization.overlap_comm", Rule::honoured, {}, {}, JsonType::boolean, false, "false (true at stage 3)"},
@@ -215,7 +215,7 @@ constexpr auto kDeepSpeedKeys = std::to_array<DeepSpeedKey>({
     {"zero_optimization.zenflow", Rule::refused, "ZenFlow is not implemented", {}, JsonType::any, false, {}},
 
     // ---- offload sections ----
-    {"zero_optimization.offload_optimizer.device", Rule::honoured, {}, {}, JsonType::string, false, "none"},
+    {"zero_optimization.offload_optimizer.device", Rule::honoured, {}, {}, JsonType::string, true, "none"},
     {"zero_optimization.offload_optimizer.pin_memory", Rule::honoured, {}, {}, JsonType::boolean, false, "false"},
     {"zero_optimization.offload_optimizer.nvme_path", Rule::honoured, {}, {}, JsonType::string, false, ""},
     {"zero_optimization.offload_optimizer.buffer_count", Rule::honoured, {}, {}, JsonType::integer, false, "4"},
@@ -223,7 +223,7 @@ constexpr auto kDeepSpeedKeys = std::to_array<DeepSpeedKey>({
     {"zero_optimization.offload_optimizer.pipeline_write", Rule::honoured, {}, {}, JsonType::boolean, false, "false"},
     {"zero_optimization.offload_optimizer.fast_init", Rule::honoured, {}, {}, JsonType::boolean, false, "false"},
     {"zero_optimization.offload_optimizer.ratio", Rule::honoured, {}, {}, JsonType::number, false, "1"},
-    {"zero_optimization.offload_param.device", Rule::honoured, {}, {}, JsonType::string, false, "none"},
+    {"zero_optimization.offload_param.device", Rule::honoured, {}, {}, JsonType::string, true, "none"},
     {"zero_optimization.offload_param.pin_memory", Rule::honoured, {}, {}, JsonType::boolean, false, "false"},
     {"zero_optimization.offload_param.nvme_path", Rule::honoured, {}, {}, JsonType::string, false, ""},
     {"zero_optimization.offload_param.buffer_count", Rule::honoured, {}, {}, JsonType::integer, false, "5"},

@@ -1,5 +1,6 @@
 // Offload sections of zero_optimization (offload_optimizer, offload_param), DeepSpeed's keys:
-//   device       none | cpu (honoured: optim/zero/engine.h, "CPU offload") | nvme (the CPU offload with the
+//   device       auto (--auto_plan: the planner chooses, app/plan) | none | cpu (honoured:
+//   optim/zero/engine.h, "CPU offload") | nvme (the CPU offload with the
 //                optimizer state / the stage-3 parameter shard on disk, app/config/train_config_aio.cpp)
 //   pin_memory   honoured: the offloaded buffers are page-locked on a GPU run (checked against the
 //                locked-memory limit before allocation), pageable when false
@@ -19,10 +20,15 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
   std::optional<JsonSection> section = zero_section.section(key);
   if (!section) return;
   const JsonValue<std::string> device = section->string("device");
+  if (device.automatic()) {  // the planner chooses (--auto_plan, app/plan); none until it runs
+    c.auto_plan = true;
+    c.origins[device.path] = Origin::json_auto;
+    c.origin_notes[device.path] = "--auto_plan";
+  }
   const bool wants_offload = device.given() && device.value != "none";
   if (device.given()) {
     ZT_CHECK(device.value == "cpu" || device.value == "nvme" || device.value == "none", context.where(),
-             device.path, " must be none, cpu or nvme, got '", device.value, "'");
+             device.path, " must be none, cpu, nvme or auto, got '", device.value, "'");
     set_json_origin(c, device.path, device.path);
   }
   // Stage rules first: they hold whatever the device, so a config that is wrong twice is told the lasting

@@ -149,7 +149,16 @@ void resolve_zero(ResolveContext& context) {
   };
 
   int64_t stage = 0;
-  integer("stage", stage, std::nullopt, std::numeric_limits<int64_t>::min());
+  // "auto": the planner chooses the stage (--auto_plan, app/plan); 0 until it runs.
+  if (const JsonValue<int64_t> v = z->integer("stage", std::numeric_limits<int64_t>::min());
+      v.given()) {
+    stage = v.value;
+    set_json_origin(c, v.path, v.path);
+  } else if (v.automatic()) {
+    c.auto_plan = true;
+    c.origins[v.path] = Origin::json_auto;
+    c.origin_notes[v.path] = "--auto_plan";
+  }
   ZT_CHECK(stage >= 0 && stage <= 3, context.where(), "zero_optimization.stage must be 0, 1, 2 or 3, got ",
            stage);
   zero.stage = static_cast<int>(stage);

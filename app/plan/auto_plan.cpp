@@ -1,0 +1,100 @@
+#include "app/plan/auto_plan.h"
+
+#include <algorithm>
+
+#include "app/config/engine_options.h"
+#include "model/parameters.h"
+#include "optim/zero/memory_estimate.h"
+#include "runtime/host_memory.h"
+
+namespace zt::plan {
+
+PlanRequest plan_request(const optim::TrainConfig& config, size_t device_cap, bool gpu) {
+  PlanRequest r;
+  r.global_batch = config.train_batch_size;
+  r.world_size = config.world_size;
+  r.device_cap = device_cap;
+  r.headroom = optim::kOomHeadroom;
+  r.gpu = gpu;
+  if (config.host_memory_limit > 0) {
+    r.host_cap = config.host_memory_limit;
+  } else {
+    const size_t available = read_host_memory_limits().available;
+    r.host_cap = available == kUnlimitedBytes ? 0 : available;
+  }
+  r.allow_nvme = !config.zero.offload_optimizer.nvme.nvme_path.empty();
+  return r;
+}
+
+namespace {
+
+PlanMemory estimate_at(const DebertaConfig& model, DType compute, const optim::TrainConfig& config,
+                       const Plan& plan, bool gpu) {
+  optim::TrainConfig c = config;
+  apply_plan(plan, c);
+  DebertaConfig m = model;
+  m.gradient_checkpointing = plan.gradient_checkpointing;
+  const int64_t max_batch = std::max(plan.micro_batch, config.per_device_eval_batch_size);
+  const optim::MemoryEstimate e =
+      optim::estimate_memory(m, plan.stage, c.world_size, compute, max_batch, c.max_length,
+                             optim::zero_offload(c), gpu, plan.accumulation);
+  return {.device = e.total(), .host = e.host() * static_cast<size_t>(c.world_size)};
+}
+
+}  // namespace
+
+PlanMemory plan_memory_from_estimate(const DebertaConfig& model, DType compute,
+                                     const optim::TrainConfig& config, const Plan& plan, bool gpu) {
+  if (!plan.partial_offload()) return estimate_at(model, compute, config, plan, gpu);
+  Plan none = plan, full = plan;
+  none.optimizer_offload = OptimizerOffload::none;
+  full.offload_ratio = 1.0;
+  const PlanMemory a = estimate_at(model, compute, config, none, gpu);
+  const PlanMemory b = estimate_at(model, compute, config, full, gpu);
+  const double r = plan.offload_ratio;
+  auto mix = [r](size_t x, size_t y) {
+    return static_cast<size_t>((1 - r) * static_cast<double>(x) + r * static_cast<double>(y));
+  };
+  return {.device = mix(a.device, b.device), .host = mix(a.host, b.host)};
+}
+
+AutoPlan choose_auto_plan(const optim::TrainConfig& config, const DebertaConfig& model, DType compute,
+                          size_t device_cap, bool gpu, const MachineFigures& figures) {
+  const PlanRequest request = plan_request(config, device_cap, gpu);
+  const CostInputs inputs{.model = &model,
+                          .max_length = config.max_length,
+                          .world_size = config.world_size,
+                          .parameters = ParameterTable(model).total_numel()};
+  AutoPlan result;
+  result.choice = choose_plan(
+      request, enumerate_plans(request),
+      [&](const Plan& p) { return plan_memory_from_estimate(model, compute, config, p, gpu); },
+      [&](const Plan& p) { return predict_step(p, inputs, figures); });
+  ZT_CHECK(result.choice.chosen.has_value(), describe_no_fit(result.choice, request));
+  result.plan = result.choice.ranked[*result.choice.chosen].plan;
+  result.report = describe_choice(result.choice, request) + "  machine figures: " + figures.name + "\n";
+  return result;
+}
+
+void apply_plan(const Plan& plan, optim::TrainConfig& config) {
+  using optim::Origin;
+  config.zero.stage = plan.stage;
+  auto& opt = config.zero.offload_optimizer;
+  opt.enabled = plan.optimizer_offload != OptimizerOffload::none;
+  opt.nvme.enabled = plan.optimizer_offload == OptimizerOffload::nvme;
+  if (opt.enabled) opt.pin_memory = true;
+  config.zero.offload_param.enabled = plan.param_offload;
+  if (plan.param_offload) config.zero.offload_param.pin_memory = true;
+  config.zero.offload_param.nvme.enabled = false;
+  config.gradient_checkpointing = plan.gradient_checkpointing;
+  config.per_device_train_batch_size = plan.micro_batch;
+  config.gradient_accumulation_steps = plan.accumulation;
+  for (const char* key : {"zero_optimization.stage", "zero_optimization.offload_optimizer.device",
+                          "zero_optimization.offload_param.device", "gradient_checkpointing",
+                          "per_device_train_batch_size", "gradient_accumulation_steps"}) {
+    config.origins[key] = Origin::derived;
+    config.origin_notes[key] = "--auto_plan";
+  }
+}
+
+}  // namespace zt::plan

@@ -1,0 +1,82 @@
+// The predicted step time of a plan, from the parts of the step (per rank):
+//
+//   part            time                                                              per
+//   GEMMs           6 x (encoder layer parameters) x tokens + attention's 6 B L h (2L + 2W)   micro-batch
+//                   FLOPs at gemm_tflops (8 and 8/6 of it with checkpointing: one more
+//                   forward)
+//   memory-bound    activation_bytes_per_token_layer x tokens x layers at hbm_gbps         micro-batch
+//   launch floor    layer_latency_us x layers (x 4/3 with checkpointing)                    micro-batch
+//   ZeRO stage      2/3: the gradient fold into the shard, 8 bytes a parameter at hbm;     micro-batch
+//                   3: the gathers, 8 bytes a parameter; 0/1 with accumulation: the
+//                   accumulating GEMMs read the f32 gradients, 4 bytes a parameter
+//   GPU AdamW       shard parameters at gpu_adamw_gparams                                  step
+//   CPU offload     gradient download 4 bytes a parameter at pcie (exposed only past the    step
+//                   last backward and the norm pass), the host norm pass 4 bytes at
+//                   host_gbps, the CPU AdamW at cpu_adamw_gparams, the 16-bit upload at
+//                   pcie (exposed past the CPU AdamW); the overlapped update (world 1,
+//                   no disk) hides up to 0.9 of the next forward
+//   disk tier       12 bytes a parameter read at disk_read_gbps and written at              step
+//                   disk_write_gbps, in series with the CPU AdamW
+//   param offload   the stage-3 shard uploaded for forward and backward, 4 bytes a          micro-batch
+//                   parameter at pcie
+//   partial offload ratio r: the CPU side's parts on r of the state, the GPU AdamW on 1 - r,  step
+//                   both updates at once (max)
+// The defaults are docs/PERFORMANCE.md's measured xlarge figures (seq 128, bf16, one H200; the H100 runs of
+// issue 40 agree within a few %): stage 0 bs 8 / 40 / 64 / 80 28.3 / 67.5 / 95.1 / 119 ms, +20.7 ms with
+// checkpointing at bs 40, stage 2 / 3 +2.1 / +3.9 %, GPU AdamW 8.22 ms, ZeRO-2 + optimizer offload bs 40 /
+// 128 274 / 359 ms, CPU AdamW 0.20 s, the norm pass 21 ms, ZeRO-3 + both offloads bs 40 342 ms, disk 1.6 /
+// 2.0 GB/s. The model reproduces those within ~6 % (tests/app/test_plan_cost_model.cpp). Communication
+// between ranks is not modelled (the figures are world size 1).
+//
+// A machine's own figures can be kept in a small JSON file (MachineFigures::load / save, train_mrpc
+// --machine_figures). TODO(issue 40): `--calibrate`, which measures them on the machine (a GEMM, a copy
+// kernel, pinned copies both ways, the CPU AdamW) and writes that file, needs a GPU run.
+#pragma once
+
+#include <string>
+
+#include "app/plan/plan.h"
+#include "model/config.h"
+
+namespace zt::plan {
+
+struct MachineFigures {
+  std::string name = "H200, docs/PERFORMANCE.md";
+  double gemm_tflops = 600;       // the step's GEMMs, sustained (bf16)
+  double hbm_gbps = 4000;         // memory-bound kernels
+  double layer_latency_us = 430;  // per encoder layer and micro-batch, forward + backward: launches, tails
+  double activation_bytes_per_token_layer_per_hidden = 260;  // memory-bound bytes / (token x layer x hidden)
+  double gpu_adamw_gparams = 108;                            // G parameters/s
+  double pcie_gbps = 55;                                     // pinned copies, each direction
+  double host_gbps = 170;                                    // the host's gradient norm pass
+  double cpu_adamw_gparams = 4.4;                            // G parameters/s, all cores
+  double overlap_hidden_forward = 0.9;  // of the next forward hidden under the overlapped CPU update
+  double disk_read_gbps = 1.6;
+  double disk_write_gbps = 2.0;
+
+  // Throws zt::Error naming the file and key on a missing file, bad JSON or a non-positive figure; keys not
+  // in the file keep their defaults.
+  static MachineFigures load(const std::string& path);
+  void save(const std::string& path) const;
+};
+
+// The step's parts in milliseconds (per rank); total() is the predicted step.
+struct StepCost {
+  double compute_ms = 0;    // GEMMs + memory-bound kernels + launch floor, all micro-batches
+  double zero_ms = 0;       // the stage's extra work (folds, gathers, accumulating reads)
+  double optimizer_ms = 0;  // the update: GPU AdamW, or the exposed offload parts, or both (partial)
+  double transfer_ms = 0;   // parameter offload uploads, exposed gradient downloads
+  double hidden_ms = 0;     // the next forward hidden under the overlapped CPU update (subtracted)
+  double total() const { return compute_ms + zero_ms + optimizer_ms + transfer_ms - hidden_ms; }
+};
+
+struct CostInputs {
+  const DebertaConfig* model = nullptr;  // the architecture (gradient_checkpointing is the plan's)
+  int64_t max_length = 128;
+  int world_size = 1;
+  int64_t parameters = 0;  // total parameters of the model
+};
+
+StepCost predict_step(const Plan& plan, const CostInputs& inputs, const MachineFigures& figures);
+
+}  // namespace zt::plan

@@ -1,0 +1,59 @@
+// An execution plan: how a step of a fixed global batch is computed (ZeRO stage, where the optimizer state
+// and parameters live, gradient checkpointing, micro-batch x accumulation), never what — every plan trains on
+// the same samples with the same math (the delayed update, which changes the math, is never a plan).
+//
+//   PlanRequest request{.global_batch = 128, .world_size = 1, .device_cap = 24_GiB};
+//   for (const Plan& p : enumerate_plans(request)) ...   // every valid combination, executable or not
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zt::plan {
+
+enum class OptimizerOffload { none, cpu, nvme };
+std::string_view optimizer_offload_name(OptimizerOffload offload);
+
+struct Plan {
+  int stage = 0;  // ZeRO stage 0-3
+  OptimizerOffload optimizer_offload = OptimizerOffload::none;
+  // The fraction of the optimizer state kept and updated on the host (DeepSpeed's offload_optimizer.ratio);
+  // 1 with cpu/nvme offload. Below 1 the plan is not executable yet (the engine refuses a ratio).
+  double offload_ratio = 1.0;
+  bool param_offload = false;  // stage 3 with the optimizer offloaded: the parameter shard on the host
+  bool gradient_checkpointing = false;
+  int64_t micro_batch = 1;   // per rank
+  int64_t accumulation = 1;  // micro-batches per step and rank
+
+  bool partial_offload() const { return optimizer_offload != OptimizerOffload::none && offload_ratio < 1.0; }
+  bool executable() const { return !partial_offload(); }
+  // "stage 2 + offload cpu, micro 64 x 2, checkpointing"
+  std::string describe() const;
+};
+
+// What the planner is asked: the global batch is micro-batch x accumulation x world size in every plan.
+struct PlanRequest {
+  int64_t global_batch = 1;
+  int world_size = 1;
+  size_t device_cap = 0;    // bytes per rank (--gpu_memory_limit or the device's free memory)
+  size_t host_cap = 0;      // bytes of host memory for the offloaded state of all ranks; 0 = not checked
+  double headroom = 0.05;   // of the device cap kept free (optim::kOomHeadroom)
+  bool gpu = true;          // false: the "device" is host memory, offload moves nothing off it (not planned)
+  bool allow_nvme = false;  // an nvme_path is configured: the optimizer state may go to disk
+  // Enumerate partial offload ratios too (listed, never chosen: not yet executable).
+  bool include_partial_offload = false;
+  std::vector<double> partial_ratios = {0.25, 0.5, 0.75};
+
+  double device_budget() const { return static_cast<double>(device_cap) * (1.0 - headroom); }
+  double host_budget() const { return static_cast<double>(host_cap) * (1.0 - headroom); }
+};
+
+// Every valid plan: stages 0-3; optimizer offload none / cpu / nvme (stages 1-3; nvme only when allowed);
+// partial ratios when asked; parameter offload at stage 3 with the optimizer offloaded; checkpointing off
+// and on; every micro-batch that divides global_batch / world_size. Throws zt::Error when the global batch
+// is not a multiple of the world size.
+std::vector<Plan> enumerate_plans(const PlanRequest& request);
+
+}  // namespace zt::plan
