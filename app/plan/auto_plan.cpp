@@ -23,6 +23,7 @@ PlanRequest plan_request(const optim::TrainConfig& config, size_t device_cap, bo
     r.host_cap = available == kUnlimitedBytes ? 0 : available;
   }
   r.allow_nvme = !config.zero.offload_optimizer.nvme.nvme_path.empty();
+  r.eval_batch = config.per_device_eval_batch_size;
   return r;
 }
 

@@ -44,6 +44,9 @@ struct PlanRequest {
   bool allow_nvme = false;  // an nvme_path is configured: the optimizer state may go to disk
   // Enumerate partial offload ratios too (listed, never chosen: not yet executable).
   bool include_partial_offload = false;
+  // The run's --per_device_eval_batch_size: the activation arena is planned for the larger of it and the
+  // micro-batch (said when nothing fits); 0 = not given.
+  int64_t eval_batch = 0;
   std::vector<double> partial_ratios = {0.25, 0.5, 0.75};
 
   double device_budget() const { return static_cast<double>(device_cap) * (1.0 - headroom); }

@@ -110,8 +110,11 @@ std::string describe_no_fit(const PlanChoice& choice, const PlanRequest& request
   std::vector<const Candidate*> executable;
   for (const Candidate& c : choice.ranked)
     if (c.plan.executable()) executable.push_back(&c);
+  // Least over budget first; among equals (the host's excess is the same for every offload plan) the one
+  // with the least device excess.
   std::stable_sort(executable.begin(), executable.end(), [&](const Candidate* a, const Candidate* b) {
-    return excess(*a, request) < excess(*b, request);
+    if (excess(*a, request) != excess(*b, request)) return excess(*a, request) < excess(*b, request);
+    return a->memory.device < b->memory.device;
   });
   std::ostringstream out;
   out << "--auto_plan: no plan fits. " << header(request)
@@ -131,6 +134,13 @@ std::string describe_no_fit(const PlanChoice& choice, const PlanRequest& request
           << format_memory_size(static_cast<size_t>(static_cast<double>(c.memory.host) / keep) + 1);
     out << "\n";
   }
+  bool host_short = false;
+  for (const Candidate* c : executable) host_short = host_short || (c->fits_device && !c->fits_host);
+  if (host_short && !request.allow_nvme)
+    out << "  with an nvme_path (offload_optimizer device nvme), the optimizer state could go to disk\n";
+  if (request.eval_batch > 0)
+    out << "  the activations are planned for the larger of the micro-batch and --per_device_eval_batch_size "
+        << request.eval_batch << "\n";
   out << "  or lower the global batch or max_length, or add ranks";
   return out.str();
 }
