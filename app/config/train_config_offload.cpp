@@ -1,7 +1,7 @@
 // Offload sections of zero_optimization (offload_optimizer, offload_param), DeepSpeed's keys:
-//   device       auto (--auto_plan: the planner chooses, app/plan) | none | cpu (honoured:
-//   optim/zero/engine.h, "CPU offload") | nvme (the CPU offload with the
-//                optimizer state / the stage-3 parameter shard on disk, app/config/train_config_aio.cpp)
+//   device       none | cpu (honoured: optim/zero/engine.h, "CPU offload") | nvme (the CPU offload with the
+//                optimizer state / the stage-3 parameter shard on disk, app/config/train_config_aio.cpp) |
+//                auto (the planner chooses: --auto_plan, app/plan; none until it runs)
 //   pin_memory   honoured: the offloaded buffers are page-locked on a GPU run (checked against the
 //                locked-memory limit before allocation), pageable when false
 //   nvme_path, buffer_count, pipeline_*, buffer_size, max_in_cpu: the disk tier's keys
@@ -28,7 +28,8 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
   const bool wants_offload = device.given() && device.value != "none";
   if (device.given()) {
     ZT_CHECK(device.value == "cpu" || device.value == "nvme" || device.value == "none", context.where(),
-             device.path, " must be none, cpu, nvme or auto, got '", device.value, "'");
+             device.path, " must be none, cpu or nvme (or auto: the planner chooses), got '", device.value,
+             "'");
     set_json_origin(c, device.path, device.path);
   }
   // Stage rules first: they hold whatever the device, so a config that is wrong twice is told the lasting

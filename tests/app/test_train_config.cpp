@@ -475,8 +475,8 @@ TEST(TrainConfigJson, UnknownKeysNameTheirFullPath) {
 TEST(TrainConfigJson, WrongTypesAndMisplacedAutoNameTheKey) {
   EXPECT_ERROR_HAS(resolved({}, R"({"zero_optimization": {"stage": "two"}})"), "zero_optimization.stage",
                    "integer");
-  EXPECT_ERROR_HAS(resolved({}, R"({"zero_optimization": {"stage": "auto"}})"), "zero_optimization.stage",
-                   "auto");
+  EXPECT_ERROR_HAS(resolved({}, R"({"zero_optimization": {"overlap_comm": "auto"}})"),
+                   "zero_optimization.overlap_comm", "auto");
   EXPECT_ERROR_HAS(resolved({}, R"({"zero_optimization": {"allgather_bucket_size": 2.5}})"),
                    "zero_optimization.allgather_bucket_size");
   EXPECT_ERROR_HAS(resolved({}, R"([1, 2])"), "must be a JSON object");
@@ -881,6 +881,24 @@ TEST(TrainConfigZero, StageMustBeZeroToThree) {
   EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": 4)")), "test.json",
                    "zero_optimization.stage must be 0, 1, 2 or 3, got 4");
   EXPECT_ERROR_HAS(resolved({}, zero_json(R"("stage": -1)")), "got -1");
+}
+
+// "auto" for the stage or an offload device asks for the planner (--auto_plan, app/plan), which sets them;
+// until it runs the stage is 0 and nothing is offloaded.
+TEST(TrainConfigZero, StageAndOffloadDeviceAutoAskForThePlanner) {
+  TrainConfig c = resolved({}, zero_json(R"("stage": "auto")"));
+  EXPECT_TRUE(c.auto_plan);
+  EXPECT_EQ(c.zero.stage, 0);
+  EXPECT_EQ(c.origin_of("zero_optimization.stage"), Origin::json_auto);
+  c = resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "auto"})"));
+  EXPECT_TRUE(c.auto_plan);
+  EXPECT_FALSE(c.zero.offload_optimizer.enabled);
+  EXPECT_EQ(c.origin_of("zero_optimization.offload_optimizer.device"), Origin::json_auto);
+  EXPECT_FALSE(resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu"})")).auto_plan);
+  // A host-memory cap is no error when the planner may offload.
+  EXPECT_TRUE(resolved({"--host_memory_limit", "1GiB"}, zero_json(R"("stage": "auto")")).auto_plan);
+  EXPECT_ERROR_HAS(resolved({"--host_memory_limit", "1GiB"}, zero_json(R"("stage": 2)")),
+                   "nothing is offloaded");
 }
 
 TEST(TrainConfigZero, OffloadKeysAreHonouredOrRefusedWithTheReason) {
