@@ -5,6 +5,7 @@
 #include "app/config/engine_options.h"
 #include "model/parameters.h"
 #include "optim/zero/memory_estimate.h"
+#include "runtime/check.h"
 #include "runtime/host_memory.h"
 
 namespace zt::plan {
@@ -61,6 +62,10 @@ PlanMemory plan_memory_from_estimate(const DebertaConfig& model, DType compute,
 
 AutoPlan choose_auto_plan(const optim::TrainConfig& config, const DebertaConfig& model, DType compute,
                           size_t device_cap, bool gpu, const MachineFigures& figures) {
+  ZT_CHECK(
+      !config.offload_delayed_update,
+      "--auto_plan with --offload_delayed_update: the delayed update changes the math (one step stale), so "
+      "the planner never chooses it and cannot keep it; remove one of them");
   const PlanRequest request = plan_request(config, device_cap, gpu);
   const CostInputs inputs{.model = &model,
                           .max_length = config.max_length,

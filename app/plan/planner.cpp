@@ -54,7 +54,7 @@ namespace {
 
 std::string row(const Candidate& c) {
   char line[256];
-  std::snprintf(line, sizeof line, "%-48s %9.1f ms  device %10s  host %10s", c.plan.describe().c_str(),
+  std::snprintf(line, sizeof line, "%-56s %9.1f ms  device %10s  host %10s", c.plan.describe().c_str(),
                 c.predicted_ms(), format_memory_size(c.memory.device).c_str(),
                 format_memory_size(c.memory.host).c_str());
   return line;
