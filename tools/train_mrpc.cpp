@@ -7,12 +7,14 @@
 //   train_mrpc --output_dir out --num_train_epochs 3 --learning_rate 1e-4
 //   train_mrpc --help
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <utility>
 
 #include "app/config/engine_options.h"
 #include "app/config/train_config.h"
 #include "app/plan/auto_plan.h"
+#include "app/plan/calibrate.h"
 #include "app/trainer/trainer.h"
 #include "data/glue_tsv.h"
 #include "data/task_data.h"
@@ -98,6 +100,18 @@ int run(int argc, char** argv) {
   const zt::LaunchInfo launch = zt::detect_launch();
   if (config.show_help) {
     std::fputs(TrainConfig::help_text().c_str(), stdout);
+    return 0;
+  }
+  if (config.calibrate) {
+    ZT_CHECK(!config.machine_figures.empty(),
+             "--calibrate needs --machine_figures FILE (where to write them)");
+    const zt::plan::MachineFigures base = std::filesystem::exists(config.machine_figures)
+                                              ? zt::plan::MachineFigures::load(config.machine_figures)
+                                              : zt::plan::MachineFigures{};
+    const zt::plan::MachineFigures measured = zt::plan::calibrate_host(base);
+    measured.save(config.machine_figures);
+    std::printf("calibrated: CPU AdamW %.2f G parameters/s, norm pass %.1f GB/s -> %s\n",
+                measured.cpu_adamw_gparams, measured.host_gbps, config.machine_figures.c_str());
     return 0;
   }
   const bool default_model = config.model_name_or_path.empty();

@@ -211,6 +211,7 @@ struct TrainConfig {
   // global batch); --machine_figures: its cost model's figures (JSON; empty = the built-in measured ones).
   bool auto_plan = false;
   std::string machine_figures;
+  bool calibrate = false;          // --calibrate: measure the host's figures into --machine_figures and exit
   bool debug_collectives = false;  // --debug_collectives: extra checks and logging around collectives
   // --offload_delayed_update: ZeRO-Offload's delayed parameter update (one step stale; needs
   // zero_optimization.offload_optimizer.device cpu).

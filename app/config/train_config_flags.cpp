@@ -243,6 +243,9 @@ const std::vector<FlagSpec>& flag_table() {
        "fit "
        "the device cap for the same global batch (app/plan); with --estimate_memory print the plan and exit",
        [](C& c, F, V) { c.auto_plan = true; }, [](const C& c) { return show_bool(c.auto_plan); }},
+      {"calibrate", "",
+       "measure this host's CPU AdamW rate and norm-pass bandwidth, write them to --machine_figures and exit",
+       [](C& c, F, V) { c.calibrate = true; }, [](const C& c) { return show_bool(c.calibrate); }},
       {"machine_figures", "FILE",
        "--auto_plan's cost model figures (JSON, app/plan/cost_model.h); default: the measured H200 figures",
        [](C& c, F, V v) { c.machine_figures = v; }, [](const C& c) { return c.machine_figures; }},

@@ -28,9 +28,9 @@
 // 2.0 GB/s. The model reproduces those within ~6 % (tests/app/test_plan_cost_model.cpp). Communication
 // between ranks is not modelled (the figures are world size 1).
 //
-// A machine's own figures can be kept in a small JSON file (MachineFigures::load / save, train_mrpc
-// --machine_figures). TODO(issue 40): `--calibrate`, which measures them on the machine (a GEMM, a copy
-// kernel, pinned copies both ways, the CPU AdamW) and writes that file, needs a GPU run.
+// A machine's own figures are kept in a small JSON file (MachineFigures::load / save, train_mrpc
+// --machine_figures); `--calibrate` measures the host's into it (app/plan/calibrate.h). TODO(issue 40): the
+// GPU figures (a GEMM, a copy kernel, pinned copies both ways) need a GPU run.
 #pragma once
 
 #include <string>

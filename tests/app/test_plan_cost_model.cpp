@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "app/plan/calibrate.h"
 #include "app/plan/cost_model.h"
 #include "model/config.h"
 #include "model/parameters.h"
@@ -110,6 +111,22 @@ TEST(MachineFigures, SaveLoadRoundTripAndBadFiles) {
   EXPECT_THROW(MachineFigures::load(write("bad.json", "{")), Error);
   EXPECT_THROW(MachineFigures::load((dir / "missing.json").string()), Error);
   std::filesystem::remove_all(dir);
+}
+
+// The host figures come from a measurement (the best of a few runs), the GPU ones are kept.
+TEST(Calibrate, MeasuresTheHostFiguresAndKeepsTheGpuOnes) {
+  MachineFigures base;
+  base.cpu_adamw_gparams = 1e6;  // impossible rates: a calibration that kept them fails
+  base.host_gbps = 1e9;
+  base.gemm_tflops = 321;
+  const MachineFigures m = calibrate_host(base, int64_t{1} << 20, 2);
+  EXPECT_GT(m.cpu_adamw_gparams, 0.0);
+  EXPECT_LT(m.cpu_adamw_gparams, 1000.0);
+  EXPECT_GT(m.host_gbps, 0.0);
+  EXPECT_LT(m.host_gbps, 10000.0);
+  EXPECT_EQ(m.gemm_tflops, 321);
+  EXPECT_NE(m.name.find("--calibrate"), std::string::npos);
+  EXPECT_THROW(calibrate_host(base, 0, 1), Error);
 }
 
 }  // namespace
