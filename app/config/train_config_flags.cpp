@@ -240,8 +240,8 @@ const std::vector<FlagSpec>& flag_table() {
        [](C& c, F, V) { c.estimate_memory = true; }, [](const C& c) { return show_bool(c.estimate_memory); }},
       {"auto_plan", "",
        "choose the fastest ZeRO stage, offload, gradient checkpointing and micro-batch x accumulation that "
-       "fit "
-       "the device cap for the same global batch (app/plan); with --estimate_memory print the plan and exit",
+       "fit the device cap for the same global batch (app/plan); with --estimate_memory print the plan and "
+       "exit",
        [](C& c, F, V) { c.auto_plan = true; }, [](const C& c) { return show_bool(c.auto_plan); }},
       {"calibrate", "",
        "measure this host's CPU AdamW rate and norm-pass bandwidth, write them to --machine_figures and exit",

@@ -150,8 +150,7 @@ void resolve_zero(ResolveContext& context) {
 
   int64_t stage = 0;
   // "auto": the planner chooses the stage (--auto_plan, app/plan); 0 until it runs.
-  if (const JsonValue<int64_t> v = z->integer("stage", std::numeric_limits<int64_t>::min());
-      v.given()) {
+  if (const JsonValue<int64_t> v = z->integer("stage", std::numeric_limits<int64_t>::min()); v.given()) {
     stage = v.value;
     set_json_origin(c, v.path, v.path);
   } else if (v.automatic()) {

@@ -1,6 +1,8 @@
 #include "app/plan/auto_plan.h"
 
 #include <algorithm>
+#include <sstream>
+#include <string>
 
 #include "app/config/engine_options.h"
 #include "model/parameters.h"
@@ -43,6 +45,16 @@ PlanMemory estimate_at(const DebertaConfig& model, DType compute, const optim::T
   return {.device = e.total(), .host = e.host() * static_cast<size_t>(c.world_size)};
 }
 
+// The model the plan was made for, as the run trains it: its size and head (the task's labels and loss) are
+// in the estimate, so the report names them.
+std::string describe_planned_model(const DebertaConfig& model, const CostInputs& inputs) {
+  std::ostringstream out;
+  out << model.name_or_path.value_or("deberta-v2") << ", " << inputs.parameters << " parameters, head "
+      << model.num_labels << (model.num_labels == 1 ? " output" : " labels") << " ("
+      << (model.is_regression() ? "MSE regression" : "cross-entropy") << ")";
+  return out.str();
+}
+
 }  // namespace
 
 PlanMemory plan_memory_from_estimate(const DebertaConfig& model, DType compute,
@@ -78,7 +90,9 @@ AutoPlan choose_auto_plan(const optim::TrainConfig& config, const DebertaConfig&
       [&](const Plan& p) { return predict_step(p, inputs, figures); });
   ZT_CHECK(result.choice.chosen.has_value(), describe_no_fit(result.choice, request));
   result.plan = result.choice.ranked[*result.choice.chosen].plan;
-  result.report = describe_choice(result.choice, request) + "  machine figures: " + figures.name + "\n";
+  result.report = describe_choice(result.choice, request) +
+                  "  planned for: " + describe_planned_model(model, inputs) +
+                  "; machine figures: " + figures.name + "\n";
   return result;
 }
 

@@ -12,6 +12,8 @@ Run by ctest:  test_glue_tasks_cli.py TRAIN_MRPC CASE
   user_csv_3class, user_jsonl_5class: string labels sorted into ids; the predictions file holds label strings
                   and its accuracy equals the printed one.
   bad_user_file   an unknown label in the validation file: exit 2 with one error line naming file and row.
+  auto_plan_head  --auto_plan --estimate_memory on STS-B, MNLI and MRPC: the plan names the task's head and
+                  loss, and its parameter count is that of the model the run prints.
   hf_checkpoint   --model_name_or_path a DeBERTa-v3-shaped HF checkpoint directory (FIXTURE_DIR/hf_tiny_v3):
                   converted on the first run, the cached copy used on the second; a user file whose labels are
                   the checkpoint's label2id names gets its ids; --task_name rte (2 labels) needs
@@ -404,6 +406,27 @@ def case_hf_checkpoint(binary, work, fixtures):
     check(replaced.returncode == 0, "hf_checkpoint: rte with a new head: %s" % replaced.stderr[-300:])
 
 
+def case_auto_plan_head(binary, work):
+    """--auto_plan plans the model the task trains: STS-B's one-output MSE head, MNLI's three labels, with the
+    same parameter count the run then prints for its model."""
+    rng = random.Random(5)
+    for task, head in (("stsb", "head 1 output (MSE regression)"), ("mnli", "head 3 labels (cross-entropy)"),
+                       ("mrpc", "head 2 labels (cross-entropy)")):
+        folder = os.path.join(work, task)
+        write_task(task, folder, rng)
+        out = run(binary, ["--task_name", task, "--data_dir", folder, "--estimate_memory", "--auto_plan",
+                           "--gpu_memory_limit", "4GiB", "--per_device_train_batch_size", "8"], work)
+        check(out.returncode == 0, "auto_plan %s: exit %d: %s" % (task, out.returncode, out.stderr[-500:]))
+        planned = re.search(r"planned for: .*?, (\d+) parameters, (head [^;]*);", out.stdout)
+        check(planned, "auto_plan %s: no 'planned for' line in: %s" % (task, out.stdout[-800:]))
+        check(planned.group(2) == head, "auto_plan %s: planned for '%s', expected '%s'" % (task, planned.group(2), head))
+        trained = re.search(r"^model: .*?, (\d+) parameters", out.stdout, re.M)
+        check(trained and trained.group(1) == planned.group(1),
+              "auto_plan %s: planned for %s parameters, the run's model has %s" %
+              (task, planned.group(1), trained.group(1) if trained else "?"))
+        print("auto_plan %s: %s, %s parameters" % (task, head, planned.group(1)))
+
+
 def main():
     binary, case = sys.argv[1], sys.argv[2]
     work = tempfile.mkdtemp(prefix="zt_glue_tasks_")
@@ -420,6 +443,8 @@ def main():
             case_user(binary, work, "jsonl")
         elif case == "bad_user_file":
             case_bad_user_file(binary, work)
+        elif case == "auto_plan_head":
+            case_auto_plan_head(binary, work)
         elif case == "hf_checkpoint":
             case_hf_checkpoint(binary, work, sys.argv[3])
         else:
