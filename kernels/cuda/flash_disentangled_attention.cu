@@ -155,6 +155,32 @@ __device__ __forceinline__ void load_tile(T* tile, const T* x, const FlashAttent
   }
 }
 
+// The same rows by cp.async (16 bytes a copy, zero-filled past L), so a tile's loads run while the previous
+// tile is computed; the caller commits the group and waits for it (cp.async.wait_group) before a barrier.
+__device__ __forceinline__ void copy_async16(void* shared, const void* global, bool valid) {
+  const auto destination = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  const int source_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(global),
+               "r"(source_bytes));
+}
+__device__ __forceinline__ void commit_async_copies() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+// Waits until at most one committed group (the newest) is still in flight.
+__device__ __forceinline__ void wait_all_but_newest_copies() {
+  asm volatile("cp.async.wait_group 1;\n" ::);
+}
+template <typename T>
+__device__ __forceinline__ void prefetch_tile(T* tile, const T* x, const FlashAttentionParams& p, int64_t b,
+                                              int64_t h, int first) {
+  for (int chunk = static_cast<int>(threadIdx.x); chunk < kTile * 8; chunk += kThreads) {
+    const int r = chunk / 8, c = chunk % 8;
+    const bool valid = first + r < p.length;
+    const T* source = valid ? x + (b * p.length + first + r) * p.features + h * kD + c * 8 : x;
+    copy_async16(tile + r * kPitch + c * 8, source, valid);
+  }
+}
+
 // diag[t] = c(i,j) - window_begin for i - j = i0 - j0 - 63 + t. Where |i - j| >= L (no pair of the tile with
 // i, j < L) the nearest reachable diagonal's bucket: the table stays monotone, so diag[0] == diag[126] means
 // one bucket for every pair of the tile.
@@ -166,33 +192,49 @@ __device__ __forceinline__ void load_diagonals(int* diag, const FlashAttentionPa
 }
 
 // keep[ti][tj] = 1 where dropout keeps P[b, h, i0 + ti, j0 + tj] (the unfused path's draw: element
-// e = ((b*N + h)*L + i)*L + j, word e % 4 of Philox block e / 4). Four consecutive keys a thread: one block
-// when e starts one, two otherwise.
+// e = ((b*N + h)*L + i)*L + j, word e % 4 of Philox block e / 4). Four consecutive keys a thread, stored as
+// one 32-bit word: one block when e starts one (every row when L % 4 == 0), else the two it straddles. The
+// words are picked with constant indices: a run-time index puts the block in local memory.
+__device__ __forceinline__ uint32_t keep_byte(uint32_t word, float p) {
+  return uniform_from_bits(word) >= p ? 1u : 0u;
+}
+__device__ __forceinline__ uint32_t word_of(const PhiloxCounter& block, uint64_t element) {
+  switch (static_cast<int>(element & 3)) {
+    case 0:
+      return block.word[0];
+    case 1:
+      return block.word[1];
+    case 2:
+      return block.word[2];
+    default:
+      return block.word[3];
+  }
+}
 __device__ __forceinline__ void fill_keep_tile(uint8_t* keep, const FlashAttentionParams& p, int64_t bh,
                                                int i0, int j0) {
   for (int idx = static_cast<int>(threadIdx.x); idx < kTile * (kTile / 4); idx += kThreads) {
     const int ti = idx / (kTile / 4), tj = 4 * (idx % (kTile / 4));
     const int i = i0 + ti, j = j0 + tj;
-    uint8_t bits[4] = {0, 0, 0, 0};
+    uint32_t bits = 0;
     if (i < p.length && j < p.length) {
       const uint64_t e = (static_cast<uint64_t>(bh) * p.length + i) * p.length + j;
-      const PhiloxCounter first = philox_block(p.seed, p.site_id, e >> 2);
-      PhiloxCounter second = first;
-      if ((e & 3) != 0) second = philox_block(p.seed, p.site_id, (e >> 2) + 1);
+      if ((e & 3) == 0) {
+        const PhiloxCounter block = philox_block(p.seed, p.site_id, e >> 2);
+        bits = keep_byte(block.word[0], p.dropout_p) | keep_byte(block.word[1], p.dropout_p) << 8 |
+               keep_byte(block.word[2], p.dropout_p) << 16 | keep_byte(block.word[3], p.dropout_p) << 24;
+      } else {
+        const PhiloxCounter first = philox_block(p.seed, p.site_id, e >> 2);
+        const PhiloxCounter second = philox_block(p.seed, p.site_id, (e >> 2) + 1);
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const uint64_t element = e + u;
-        const PhiloxCounter& block = (element >> 2) == (e >> 2) ? first : second;
-        const int w = static_cast<int>(element & 3);
-        const uint32_t word = w == 0   ? block.word[0]
-                              : w == 1 ? block.word[1]
-                              : w == 2 ? block.word[2]
-                                       : block.word[3];
-        bits[u] = uniform_from_bits(word) >= p.dropout_p ? 1 : 0;
+        for (int u = 0; u < 4; ++u) {
+          const uint64_t element = e + static_cast<uint64_t>(u);
+          const uint32_t word =
+              (element >> 2) == (e >> 2) ? word_of(first, element) : word_of(second, element);
+          bits |= keep_byte(word, p.dropout_p) << (8 * u);
+        }
       }
     }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) keep[ti * kKeepPitch + tj + u] = bits[u];
+    *reinterpret_cast<uint32_t*>(keep + ti * kKeepPitch + tj) = bits;
   }
 }
 
@@ -214,19 +256,30 @@ constexpr size_t kStagedBytes = 2 * kTile * kSlicePitch * sizeof(float);
 
 __device__ __forceinline__ void stage_positional(float* staged, const FlashAttentionParams& p,
                                                  const int* diag, int64_t head_rows, int i0, int j0) {
-  float* c2p_slice = staged;
-  float* p2c_slice = staged + kTile * kSlicePitch;
-  for (int idx = static_cast<int>(threadIdx.x); idx < kTile * kTile; idx += kThreads) {
-    const int t = idx / kTile, u = idx % kTile;
-    if (p.c2p != nullptr) {
-      const int i = i0 + t, c = diag[t] + u;
-      c2p_slice[t * kSlicePitch + u] =
-          (i < p.length && c < p.window_pitch) ? p.c2p[(head_rows + i) * p.window_pitch + c] : 0.0f;
-    }
-    if (p.p2c != nullptr) {
-      const int j = j0 + t, c = diag[kTile - 1 - t] + u;
-      p2c_slice[t * kSlicePitch + u] =
-          (j < p.length && c < p.window_pitch) ? p.p2c[(head_rows + j) * p.window_pitch + c] : 0.0f;
+  // Eight loads in flight a thread before their stores (a load-store loop waits out each L2 round trip).
+  constexpr int kBatch = 8;
+  constexpr int kPerThread = kTile * kTile / kThreads;  // 32 elements of each slice
+  static_assert(kPerThread % kBatch == 0);
+  for (int slice = 0; slice < 2; ++slice) {
+    const float* scores = slice == 0 ? p.c2p : p.p2c;
+    if (scores == nullptr) continue;
+    float* out = staged + slice * kTile * kSlicePitch;
+    const int first = slice == 0 ? i0 : j0;
+    for (int batch = 0; batch < kPerThread; batch += kBatch) {
+      float value[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int idx = static_cast<int>(threadIdx.x) + (batch + k) * kThreads;
+        const int t = idx / kTile, u = idx % kTile;
+        const int row = first + t, c = diag[slice == 0 ? t : kTile - 1 - t] + u;
+        value[k] =
+            (row < p.length && c < p.window_pitch) ? scores[(head_rows + row) * p.window_pitch + c] : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int idx = static_cast<int>(threadIdx.x) + (batch + k) * kThreads;
+        out[(idx / kTile) * kSlicePitch + idx % kTile] = value[k];
+      }
     }
   }
 }
@@ -290,15 +343,15 @@ struct ForwardShared {
   int diag[kDiagonals + 1];
   float query_term[kTile], key_term[kTile];  // uniform tiles: C2P[i, c0], P2C[j, c0]
   uint8_t key_keep[kTile];
-  uint8_t keep[kTile * kKeepPitch];
+  alignas(4) uint8_t keep[kTile * kKeepPitch];  // 32-bit stores of 4 keys
 };
 
 template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(FlashAttentionParams p) {
   extern __shared__ float staged[];  // kStagedBytes when kStaged
-  __shared__ __align__(16) T q_tile[kTile * kPitch];
-  __shared__ __align__(16) T k_tile[kTile * kPitch];
-  __shared__ __align__(16) T v_tile[kTile * kPitch];
+  // Two buffers of (K tile, V tile): tile t + 1 is copied in (cp.async) while tile t is computed. Q goes
+  // through kv[2] for its fragments before any copy into the second buffer.
+  __shared__ __align__(16) T kv[4][kTile * kPitch];
   __shared__ ForwardShared sh;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, q = lane % 4;
@@ -311,10 +364,13 @@ __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(Flash
   const T* vx = static_cast<const T*>(p.v);
   const bool positional = p.c2p != nullptr || p.p2c != nullptr;
 
-  load_tile(q_tile, qx, p, b, h, i0);
+  load_tile(kv[2], qx, p, b, h, i0);
   __syncthreads();
   uint32_t qa[4][4];
-  load_a_fragments(q_tile, warp * 16, qa);
+  load_a_fragments(kv[2], warp * 16, qa);
+  prefetch_tile(kv[0], kx, p, b, h, 0);
+  prefetch_tile(kv[1], vx, p, b, h, 0);
+  commit_async_copies();
 
   const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
   bool row_kept[2];
@@ -328,14 +384,20 @@ __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(Flash
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
 
-  for (int j0 = 0; j0 < L; j0 += kTile) {
-    __syncthreads();  // the previous tile's readers are done
-    load_tile(k_tile, kx, p, b, h, j0);
-    load_tile(v_tile, vx, p, b, h, j0);
+  for (int j0 = 0, buffer = 0; j0 < L; j0 += kTile, buffer ^= 1) {
+    __syncthreads();  // the previous tile's readers are done (of the other buffer, of sh and Q's kv[2])
+    if (j0 + kTile < L) {
+      prefetch_tile(kv[2 * (buffer ^ 1)], kx, p, b, h, j0 + kTile);
+      prefetch_tile(kv[2 * (buffer ^ 1) + 1], vx, p, b, h, j0 + kTile);
+    }
+    commit_async_copies();  // an empty group on the last tile keeps the count: this tile's is the older one
+    const T* k_tile = kv[2 * buffer];
+    const T* v_tile = kv[2 * buffer + 1];
     for (int t = static_cast<int>(threadIdx.x); t < kTile; t += kThreads)
       sh.key_keep[t] = j0 + t < L && p.keep[b * L + j0 + t] != 0;
     if (positional) load_diagonals(sh.diag, p, i0, j0);
     if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
+    wait_all_but_newest_copies();
     __syncthreads();
     const bool uniform = positional && sh.diag[0] == sh.diag[kDiagonals - 1];
     if (positional) {
@@ -433,7 +495,7 @@ struct BackwardShared {
   float query_term[kTile], key_term[kTile];  // uniform tiles: C2P[i, c0], P2C[j, c0]
   uint8_t other_keep[kTile];  // the looped-over tile's mask: keys (rows kernel) or queries (keys kernel)
   float other_max[kTile], other_inverse[kTile], other_dot[kTile];  // keys kernel: the query tile's stats
-  uint8_t keep[kTile * kKeepPitch];                                // dropout bits [query][key]
+  alignas(4) uint8_t keep[kTile * kKeepPitch];                     // dropout bits [query][key]
   float grad[kTile * kGradPitch];                                  // G staged for the bucket scatter
 };
 
