@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/cuda/launch_common.cuh"
 #include "kernels/philox.h"
@@ -63,7 +64,8 @@ __device__ __forceinline__ uint32_t pair(T lo, T hi) {
   return static_cast<uint32_t>(l) | (static_cast<uint32_t>(h) << 16);
 }
 
-// c += A B for one m16n8k16 tile, f32 accumulate.
+// c += A B for one m16n8k16 tile, f32 accumulate. Volatile, as the ldmatrix loads are: the two keep their
+// order, so a product's loads are not all hoisted ahead of its multiplies (64 registers at once).
 template <typename T>
 __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -100,43 +102,98 @@ __device__ __forceinline__ void load_a_fragments(const T* tile, int row0, uint32
   }
 }
 
+// ldmatrix (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): lanes 8m .. 8m + 7 give the row
+// addresses of 8 x 8 matrix m (16-byte rows); lane (g, q) receives, of matrix m, row g columns 2q, 2q + 1
+// (plain) or rows 2q, 2q + 1 of column g (.trans), as one 32-bit register. Rows 144 bytes apart hit 8
+// distinct 4-bank groups: no conflicts. The lane's address is one register plus a constant byte offset in
+// the instruction (a register per unrolled address would stay live across the key loop).
+template <int kOffset>
+__device__ __forceinline__ void load_matrices(uint32_t r[4], uint32_t lane_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4 + %5];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(lane_address), "n"(kOffset));
+}
+template <int kOffset>
+__device__ __forceinline__ void load_matrices_transposed(uint32_t r[4], uint32_t lane_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4 + %5];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(lane_address), "n"(kOffset));
+}
+template <int kCount, typename F>
+__device__ __forceinline__ void unrolled(F&& f) {
+  [&]<int... kI>(std::integer_sequence<int, kI...>) {
+    (f(std::integral_constant<int, kI>{}), ...);
+  }
+  (std::make_integer_sequence<int, kCount>{});
+}
+template <typename T>
+__device__ __forceinline__ uint32_t shared_address(const T* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
 // S[16 rows, 64 cols] = A (this warp's rows, d = 64 deep) times rows^T of a [64, kPitch] tile (column n of
-// the product is row n of the tile).
+// the product is row n of the tile). One ldmatrix.x4 gives the B fragments (b0 = k 2q.., b1 = k 2q + 8..,
+// n = g) of two 16-deep chunks: matrix m is rows 8 nt .. 8 nt + 7, columns 32 kp + 8m ...
 template <typename T>
 __device__ __forceinline__ void product_with_rows(const uint32_t a[4][4], const T* tile, float s[8][4]) {
-  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const uint32_t lane_address = shared_address(tile + (lane % 8) * kPitch + (lane / 8) * 8);
+  unrolled<8>([&](auto nt) {
     s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    unrolled<2>([&](auto kp) {
+      uint32_t b[4];
+      load_matrices<static_cast<int>(sizeof(T)) * (nt * 8 * kPitch + kp * 32)>(b, lane_address);
+      mma<T>(s[nt], a[2 * kp], b[0], b[1]);
+      mma<T>(s[nt], a[2 * kp + 1], b[2], b[3]);
+    });
+  });
+}
+
+// The same product with A read from shared memory too (rows row0 .. row0 + 15 of a [64, kPitch] tile, by
+// ldmatrix.x4: matrix m is rows 8 (m % 2) .., columns 8 (m / 2) .. of a 16-deep chunk), for kernels whose
+// fixed operand stays in shared memory rather than in 16 registers for the whole loop.
+template <typename T>
+__device__ __forceinline__ void product_with_rows(const T* a_tile, int row0, const T* tile, float s[8][4]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, m = lane / 8;
+  const uint32_t a_address = shared_address(a_tile + (row0 + (m % 2) * 8 + lane % 8) * kPitch + (m / 2) * 8);
+  const uint32_t lane_address = shared_address(tile + (lane % 8) * kPitch + (lane / 8) * 8);
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) {
-      const T* row = tile + (nt * 8 + g) * kPitch + kc * 16 + 2 * q;
-      mma<T>(s[nt], a[kc], word_at(row), word_at(row + 8));
-    }
-  }
+  for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+  unrolled<2>([&](auto kp) {
+    uint32_t a[2][4];
+    load_matrices<static_cast<int>(sizeof(T)) * 32 * kp>(a[0], a_address);
+    load_matrices<static_cast<int>(sizeof(T)) * (32 * kp + 16)>(a[1], a_address);
+    unrolled<8>([&](auto nt) {
+      uint32_t b[4];
+      load_matrices<static_cast<int>(sizeof(T)) * (nt * 8 * kPitch + kp * 32)>(b, lane_address);
+      mma<T>(s[nt], a[0], b[0], b[1]);
+      mma<T>(s[nt], a[1], b[2], b[3]);
+    });
+  });
 }
 
 // acc[16 rows, 64 features] += P (16 x 64 keys, as 8 C tiles in f32, rounded to T here) times a [64 keys,
-// kPitch] tile (row = key, column = feature).
+// kPitch] tile (row = key, column = feature). One ldmatrix.x4.trans gives the B fragments of two 8-feature
+// tiles: matrix m holds keys 16 kc + 8 (m % 2) .. and features 8 (np + m / 2) .., lane (g, q) receiving
+// keys 2q, 2q + 1 of feature g.
 template <typename T>
 __device__ __forceinline__ void accumulate_times_tile(const float p[8][4], const T* tile, float acc[8][4]) {
-  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
-#pragma unroll
-  for (int kc = 0; kc < 4; ++kc) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, m = lane / 8;
+  const uint32_t lane_address = shared_address(tile + ((m % 2) * 8 + lane % 8) * kPitch + (m / 2) * 8);
+  unrolled<4>([&](auto kc) {
     uint32_t a[4];
     a[0] = pack2<T>(p[2 * kc][0], p[2 * kc][1]);
     a[1] = pack2<T>(p[2 * kc][2], p[2 * kc][3]);
     a[2] = pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]);
     a[3] = pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3]);
-    const T* k0 = tile + (kc * 16 + 2 * q) * kPitch;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const int n = nt * 8 + g;
-      const uint32_t b0 = pair(k0[n], k0[kPitch + n]);
-      const uint32_t b1 = pair(k0[8 * kPitch + n], k0[9 * kPitch + n]);
-      mma<T>(acc[nt], a, b0, b1);
-    }
-  }
+    unrolled<4>([&](auto pair_index) {
+      constexpr int np = 2 * pair_index;
+      uint32_t b[4];
+      load_matrices_transposed<static_cast<int>(sizeof(T)) * (kc * 16 * kPitch + np * 8)>(b, lane_address);
+      mma<T>(acc[np], a, b[0], b[1]);
+      mma<T>(acc[np + 1], a, b[2], b[3]);
+    });
+  });
 }
 
 // ---- tiles ---------------------------------------------------------------------------------------------
@@ -253,6 +310,8 @@ __device__ __forceinline__ float disentangled_score(const FlashAttentionParams& 
 // P2C[j0 + u, diag[63 - u] ..]. Coalesced loads of 64 floats per row instead of a gather per score.
 constexpr int kSlicePitch = kTile + 1;
 constexpr size_t kStagedBytes = 2 * kTile * kSlicePitch * sizeof(float);
+// The backward kernels' two fixed tiles (16-bit T) ahead of the staged slices in dynamic shared memory.
+constexpr size_t kFixedTileBytes = 2 * kTile * kPitch * 2;
 
 __device__ __forceinline__ void stage_positional(float* staged, const FlashAttentionParams& p,
                                                  const int* diag, int64_t head_rows, int i0, int j0) {
@@ -317,8 +376,10 @@ __device__ __forceinline__ float uniform_score(const FlashAttentionParams& p, co
 
 // Adds a tile's score gradients into rows of Gc (by query) or Gp (by key): out row `row` (global index
 // into the [N, B*L, Wp] buffer, or < 0 to skip) gets sum over the tile's 64 columns `col` of grad[local][col]
-// bucketed by diag[t(local, col)]. Runs of equal buckets are summed in column order, then added: one CTA
-// owns each out row, so the order of the additions is fixed.
+// bucketed by diag[t(local, col)]. Runs of equal buckets are summed in column order, then added by a
+// reduction (red.global.add: the thread issues it and goes on, no round trip for the old value). One CTA
+// owns each out row and, within a tile, one thread each (row, bucket); the tiles are ordered by barriers
+// (and one thread's additions to one address by program order), so the order of the additions is fixed.
 __device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad_row, const int* diag,
                                                    int local, bool by_query, int columns) {
   float run = 0.0f;
@@ -328,13 +389,13 @@ __device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad
     const int t = by_query ? local - col + kTile - 1 : col - local + kTile - 1;
     const int c = diag[t];
     if (c != bucket) {
-      if (bucket >= 0) out[bucket] += run;
+      if (bucket >= 0) atomicAdd(out + bucket, run);
       bucket = c;
       run = 0.0f;
     }
     run += grad_row[col];
   }
-  if (bucket >= 0) out[bucket] += run;
+  if (bucket >= 0) atomicAdd(out + bucket, run);
 }
 
 // ---- forward -------------------------------------------------------------------------------------------
@@ -348,7 +409,8 @@ struct ForwardShared {
 
 template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(FlashAttentionParams p) {
-  extern __shared__ float staged[];  // kStagedBytes when kStaged
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];  // kStagedBytes when kStaged
+  float* staged = reinterpret_cast<float*>(dynamic_shared);
   // Two buffers of (K tile, V tile): tile t + 1 is copied in (cp.async) while tile t is computed. Q goes
   // through kv[2] for its fragments before any copy into the second buffer.
   __shared__ __align__(16) T kv[4][kTile * kPitch];
@@ -504,6 +566,10 @@ struct BackwardShared {
 struct ElementGrad {
   float g, p_tilde;
 };
+// The dropout factor of one element from its keep bit (1 without dropout).
+__device__ __forceinline__ float dropout_factor(const FlashAttentionParams& p, uint8_t kept) {
+  return p.dropout ? (kept ? p.kept_scale : 0.0f) : 1.0f;
+}
 __device__ __forceinline__ ElementGrad element_grad(const FlashAttentionParams& p, float x, bool valid,
                                                     bool kept, float max, float inverse, float dot,
                                                     float dp_tilde) {
@@ -516,9 +582,13 @@ __device__ __forceinline__ ElementGrad element_grad(const FlashAttentionParams& 
 // Rows kernel: one CTA per (b, h, 64 queries): dQ = G K and Gc.
 template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel(FlashAttentionParams p) {
-  extern __shared__ float staged[];
-  __shared__ __align__(16) T k_tile[kTile * kPitch];  // Q for the fragments first, then the key tiles
-  __shared__ __align__(16) T v_tile[kTile * kPitch];  // dC for the fragments first, then the value tiles
+  // Dynamic: this CTA's Q and dC tiles (the A operands, read by ldmatrix each tile), then the staged slices.
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  const T* q_fixed = reinterpret_cast<const T*>(dynamic_shared);
+  const T* dc_fixed = q_fixed + kTile * kPitch;
+  float* staged = reinterpret_cast<float*>(dynamic_shared + kFixedTileBytes);
+  __shared__ __align__(16) T k_tile[kTile * kPitch];
+  __shared__ __align__(16) T v_tile[kTile * kPitch];
   __shared__ BackwardShared sh;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, q = lane % 4;
@@ -528,12 +598,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
   const int64_t head_rows = (h * p.batch + b) * L;
   const bool positional = p.c2p != nullptr || p.p2c != nullptr;
 
-  uint32_t qa[4][4], dca[4][4];
-  load_tile(k_tile, static_cast<const T*>(p.q), p, b, h, i0);
-  load_tile(v_tile, static_cast<const T*>(p.dcontext), p, b, h, i0);
-  __syncthreads();
-  load_a_fragments(k_tile, warp * 16, qa);
-  load_a_fragments(v_tile, warp * 16, dca);
+  load_tile(const_cast<T*>(q_fixed), static_cast<const T*>(p.q), p, b, h, i0);
+  load_tile(const_cast<T*>(dc_fixed), static_cast<const T*>(p.dcontext), p, b, h, i0);
 
   const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
   bool row_kept[2];
@@ -569,8 +635,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
     }
 
     float s[8][4], dp[8][4];
-    product_with_rows(qa, k_tile, s);
-    product_with_rows(dca, v_tile, dp);
+    product_with_rows(q_fixed, warp * 16, k_tile, s);
+    product_with_rows(dc_fixed, warp * 16, v_tile, dp);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -605,7 +671,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
           sum += __shfl_xor_sync(0xffffffffu, sum, 1);
           sum += __shfl_xor_sync(0xffffffffu, sum, 2);
           const int i = i0 + local_row[r];
-          if (q == 0 && i < L) p.gc[(head_rows + i) * p.window_pitch + c] += sum;
+          if (q == 0 && i < L) atomicAdd(p.gc + (head_rows + i) * p.window_pitch + c, sum);
         }
       } else {
 #pragma unroll
@@ -642,9 +708,13 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
 // (rows = this CTA's keys, columns = the looped-over queries).
 template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel(FlashAttentionParams p) {
-  extern __shared__ float staged[];
-  __shared__ __align__(16) T q_tile[kTile * kPitch];   // K for the fragments first, then the query tiles
-  __shared__ __align__(16) T dc_tile[kTile * kPitch];  // V for the fragments first, then dC tiles
+  // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), then the staged slices.
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  const T* k_fixed = reinterpret_cast<const T*>(dynamic_shared);
+  const T* v_fixed = k_fixed + kTile * kPitch;
+  float* staged = reinterpret_cast<float*>(dynamic_shared + kFixedTileBytes);
+  __shared__ __align__(16) T q_tile[kTile * kPitch];
+  __shared__ __align__(16) T dc_tile[kTile * kPitch];
   __shared__ BackwardShared sh;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, q = lane % 4;
@@ -654,12 +724,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
   const int64_t head_rows = (h * p.batch + b) * L;
   const bool positional = p.c2p != nullptr || p.p2c != nullptr;
 
-  uint32_t ka[4][4], va[4][4];
-  load_tile(q_tile, static_cast<const T*>(p.k), p, b, h, j0);
-  load_tile(dc_tile, static_cast<const T*>(p.v), p, b, h, j0);
-  __syncthreads();
-  load_a_fragments(q_tile, warp * 16, ka);
-  load_a_fragments(dc_tile, warp * 16, va);
+  load_tile(const_cast<T*>(k_fixed), static_cast<const T*>(p.k), p, b, h, j0);
+  load_tile(const_cast<T*>(v_fixed), static_cast<const T*>(p.v), p, b, h, j0);
 
   const int local_key[2] = {warp * 16 + g, warp * 16 + g + 8};
   bool key_kept[2];
@@ -698,32 +764,54 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
       __syncthreads();
     }
 
-    float s[8][4], dp[8][4];
-    product_with_rows(ka, q_tile, s);    // s[key][query] = K_j . Q_i
-    product_with_rows(va, dc_tile, dp);  // dp[key][query] = V_j . dC_i
+    // Two passes so that only one 16 x 64 score block is live beside dK and dV at a time: P from S, then
+    // dV += P~^T dC, then dP~ and G = P (factor dP~ - D) / s (the same expressions as element_grad).
+    float s[8][4];
+    product_with_rows(k_fixed, warp * 16, q_tile, s);  // s[key][query] = K_j . Q_i
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2, il = nt * 8 + 2 * q + (e & 1), i = i0 + il, j = j0 + local_key[r];
-        ElementGrad out{0.0f, 0.0f};
+        float prob = 0.0f;
         if (i < L && j < L) {
           const int c = positional ? sh.diag[il - local_key[r] + kTile - 1] : 0;
-          const bool valid = key_kept[r] && sh.other_keep[il];
           float x = kMasked;
-          if (valid)
+          if (key_kept[r] && sh.other_keep[il])
             x = uniform   ? uniform_score(p, sh.query_term, sh.key_term, s[nt][e], il, local_key[r])
                 : kStaged ? staged_score(p, staged, sh.diag, s[nt][e], il, local_key[r])
                           : disentangled_score(p, s[nt][e], head_rows, i, j, c);
-          const bool kept = !p.dropout || sh.keep[il * kKeepPitch + local_key[r]];
-          out = element_grad(p, x, valid, kept, sh.other_max[il], sh.other_inverse[il], sh.other_dot[il],
-                             dp[nt][e]);
+          prob = __expf(x - sh.other_max[il]) * sh.other_inverse[il];
         }
-        s[nt][e] = out.g;
-        dp[nt][e] = out.p_tilde;
+        s[nt][e] = prob;
       }
     }
-    accumulate_times_tile(dp, dc_tile, dv);
+    {
+      float p_tilde[8][4];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
+          p_tilde[nt][e] = s[nt][e] * dropout_factor(p, sh.keep[il * kKeepPitch + local_key[r]]);
+        }
+      }
+      accumulate_times_tile(p_tilde, dc_tile, dv);
+    }
+    {
+      float dp[8][4];
+      product_with_rows(v_fixed, warp * 16, dc_tile, dp);  // dp[key][query] = V_j . dC_i
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
+          const bool valid = i0 + il < L && j0 + local_key[r] < L && key_kept[r] && sh.other_keep[il];
+          const float factor = dropout_factor(p, sh.keep[il * kKeepPitch + local_key[r]]);
+          s[nt][e] = valid ? s[nt][e] * (factor * dp[nt][e] - sh.other_dot[il]) * p.inverse_scale : 0.0f;
+        }
+      }
+    }
     accumulate_times_tile(s, q_tile, dk);
 
     if (p.gp != nullptr) {
@@ -737,7 +825,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
           sum += __shfl_xor_sync(0xffffffffu, sum, 1);
           sum += __shfl_xor_sync(0xffffffffu, sum, 2);
           const int j = j0 + local_key[r];
-          if (q == 0 && j < L) p.gp[(head_rows + j) * p.window_pitch + c] += sum;
+          if (q == 0 && j < L) atomicAdd(p.gp + (head_rows + j) * p.window_pitch + c, sum);
         }
       } else {
 #pragma unroll
@@ -794,16 +882,18 @@ dim3 tile_grid(const FlashAttentionParams& p) {
 
 // One CTA per (tile, b*N + h): the staged variant (with its dynamic shared memory) where the host said the
 // slices cover every tile and a positional term is on, the gathering one otherwise.
+// fixed_bytes: the dynamic shared memory both variants take ahead of the slices.
 template <typename Kernel>
-void launch_tiles(Kernel gathering, Kernel staged, const FlashAttentionParams& p, cudaStream_t stream) {
-  if (p.staged && (p.c2p != nullptr || p.p2c != nullptr)) {
-    static_assert(kStagedBytes > 0);
-    ZT_CUDA_CHECK(cudaFuncSetAttribute(staged, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kStagedBytes)));
-    staged<<<tile_grid(p), kThreads, kStagedBytes, stream>>>(p);
-  } else {
-    gathering<<<tile_grid(p), kThreads, 0, stream>>>(p);
+void launch_tiles(Kernel gathering, Kernel staged, size_t fixed_bytes, const FlashAttentionParams& p,
+                  cudaStream_t stream) {
+  const bool use_staged = p.staged && (p.c2p != nullptr || p.p2c != nullptr);
+  Kernel kernel = use_staged ? staged : gathering;
+  const size_t bytes = fixed_bytes + (use_staged ? kStagedBytes : 0);
+  if (bytes > 0) {
+    ZT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   }
+  kernel<<<tile_grid(p), kThreads, bytes, stream>>>(p);
 }
 
 }  // namespace
@@ -811,7 +901,7 @@ void launch_tiles(Kernel gathering, Kernel staged, const FlashAttentionParams& p
 void launch_flash_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
   dispatch_half(dtype, "flash_attention_forward", [&](auto tag) {
     using T = decltype(tag);
-    launch_tiles(flash_attention_forward_kernel<T, false>, flash_attention_forward_kernel<T, true>, params,
+    launch_tiles(flash_attention_forward_kernel<T, false>, flash_attention_forward_kernel<T, true>, 0, params,
                  stream);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_forward");
   });
@@ -826,10 +916,10 @@ void launch_flash_attention_backward(const FlashAttentionParams& params, DType d
                               kRowsPerBlock * 32, 0, stream>>>(params);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_row_dot");
     launch_tiles(flash_attention_backward_rows_kernel<T, false>,
-                 flash_attention_backward_rows_kernel<T, true>, params, stream);
+                 flash_attention_backward_rows_kernel<T, true>, kFixedTileBytes, params, stream);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_backward_rows");
     launch_tiles(flash_attention_backward_keys_kernel<T, false>,
-                 flash_attention_backward_keys_kernel<T, true>, params, stream);
+                 flash_attention_backward_keys_kernel<T, true>, kFixedTileBytes, params, stream);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_backward_keys");
   });
 }
