@@ -15,7 +15,7 @@
 #                                       # 32 GiB host cap with and without the disk tier
 #   scripts/gpu_acceptance.sh ds_nvme   # issue 15: DeepSpeed's NVMe offload (scripts/ds_nvme_anchor.sh)
 #   scripts/gpu_acceptance.sh big       # issue 18: the largest DeBERTa-v2-shaped model with ZeRO-3 + both offloads
-#   scripts/gpu_acceptance.sh attention # issue 16: ncu's full set on the attention kernels (fused and not),
+#   scripts/gpu_acceptance.sh attention # issue 16: ncu's full set on the attention kernels,
 #                                       # the attention per layer against disentangled-flash's kernels
 #                                       # (carry .whl), the bs-8 step's profile (and nsys where present)
 #   scripts/gpu_acceptance.sh validate  # a branch's GPU code: model/attention/trainer/ZeRO GPU tests, zt_bench's
@@ -48,7 +48,7 @@ elapsed() { echo "$(($(date +%s) - start)) s"; }
 
 targets=(train_mrpc bench_train_step bench_cpu_adam bench_disk test_zero_offload_gpu test_zero_training_gpu)
 # validate: the GPU tests of the model and the ZeRO engine (those this tree has).
-validate_tests=(test_zero_offload_gpu test_zero_training_gpu test_fused_disentangled_attention_gpu
+validate_tests=(test_zero_offload_gpu test_zero_training_gpu test_flash_disentangled_attention_gpu
   test_disentangled_attention_gpu test_deberta_mixed_precision_gpu test_deberta_golden_gpu test_model_streams_gpu
   test_trainer_bf16_gpu test_zero_overlap_gpu)
 # ds_nvme runs DeepSpeed only: nothing of ours to build.
@@ -163,7 +163,7 @@ if exact and delayed:
 PY
   ;;
 validate)
-  # GPU code that has not run yet (the streamed offload gradients, parameters on disk, the fused attention):
+  # GPU code that has not run yet (the streamed offload gradients, parameters on disk):
   # the engine's and the kernels' GPU tests, the model's and the trainer's bf16 curve against PyTorch; then
   # the steps (streamed offload steps plan 2.4 GiB less than the ones measured before).
   for t in "${validate_tests[@]}"; do
@@ -174,12 +174,6 @@ validate)
   done
   [[ -x $bin/zt_bench ]] && timeout 120 $bin/zt_bench --only attention >"$out/zt_bench_attention.txt" 2>&1
   step "stage 0 bs40" --batch 40 --zero_stage 0 --steps 10 --profile
-  # The fused attention kernels (off by default until they ran here): forward alone, then both.
-  export ZT_FUSED_ATTENTION=1
-  step "stage 0 bs40 fused attention forward" --batch 40 --zero_stage 0 --steps 10 --profile
-  export ZT_FUSED_ATTENTION_BACKWARD=1
-  step "stage 0 bs40 fused attention forward+backward" --batch 40 --zero_stage 0 --steps 10 --profile
-  unset ZT_FUSED_ATTENTION ZT_FUSED_ATTENTION_BACKWARD
   for stage in 2 3; do
     for overlap in "" --overlap_comm; do
       step "world 2 stage $stage bs40 ${overlap:-in order}" --batch 40 --zero_stage $stage --world_size 2 \
@@ -259,12 +253,12 @@ ds_nvme)
   say "ds_nvme_anchor exit $?: $(grep -A1 'ds_nvme_anchor summary' "$out/ds_nvme.txt" | tail -1 | head -c 1500)"
   ;;
 attention)
-  # Issue 16: why the fused attention kernels (correct) are slower than the unfused path — Nsight Compute's
-  # full set on every attention kernel of zt_bench's four attention rows (bs 40, seq 128, bf16), exported as
+  # Issue 16: where the attention kernels' time goes — Nsight Compute's full set on every attention kernel
+  # of zt_bench's attention rows (bs 40, seq 128, bf16), exported as
   # the details page (occupancy, memory and pipe throughput, warp stall reasons, shared-memory conflicts);
   # then where a bs-8 step's time goes (the step profile; nsys's GPU idle gaps where the machine has nsys).
   if command -v ncu >/dev/null; then
-    timeout 400 ncu --set full --kernel-name regex:'attention|softmax|gather|dropped' --launch-count 80 \
+    timeout 400 ncu --set full --kernel-name regex:'attention|softmax|gather|dropped|flash' --launch-count 80 \
       -f -o "$out/attention" $bin/zt_bench --only attention --reps 1 >"$out/ncu_stdout.txt" 2>&1
     say "ncu exit $? ($(elapsed))"
     ncu --import "$out/attention.ncu-rep" --page details --csv >"$out/attention_details.csv" 2>&1

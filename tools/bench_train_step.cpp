@@ -69,7 +69,7 @@
 
 namespace {
 
-// The ZT_* environment switches of this run (experiments such as ZT_FUSED_ATTENTION, ZT_GEMM_AUTOTUNE): a
+// The ZT_* environment switches of this run (experiments such as ZT_GEMM_AUTOTUNE): a
 // timing line says which code it timed.
 nlohmann::json zt_switches() {
   nlohmann::json out = nlohmann::json::object();
