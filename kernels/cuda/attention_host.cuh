@@ -9,8 +9,10 @@
 #include <cstdint>
 
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/relative_position.cuh"
 #include "kernels/disentangled_attention.h"
 #include "kernels/gemm.h"
+#include "runtime/cuda_check.h"
 #include "runtime/tensor.h"
 
 namespace zt::kernels::gpu::attention_host {
@@ -59,6 +61,27 @@ DeviceBuffer positional_scores(const Tensor& rows, const Tensor& table, int64_t 
 void positional_grads(const void* bucket_grad, const Tensor& rows, const Tensor& table, const Tensor& drows,
                       const Tensor& dtable, int64_t window_begin, const AttentionShape& s, DType T,
                       const char* op, cudaStream_t stream);
+
+// The stored path's bucket gathers: Gc into gc (c2p) and Gp into gp (p2c), [N, B*L, window_pitch] in T,
+// from G in f32 [B, N, L, L] (grad) or, where read_lowp (one-distance tables and the block kernel), from G in
+// T (lowp). Summed in increasing index order (deterministic, no atomics). attention_bucket_gather.cu.
+void bucket_gathers(const AttentionShape& s, DType T, const float* grad, const void* lowp, bool read_lowp,
+                    void* gc, void* gp, const RelativeIndexTables& tables, const char* op,
+                    cudaStream_t stream);
+// Whether the gathers stage a whole G[b, h] per CTA (decided with G staged in f32, whichever it stages).
+bool use_gather_block_kernel(const AttentionShape& s);
+
+// Whether p is aligned to `bytes`.
+inline bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+template <typename Kernel>
+void allow_shared_bytes(Kernel kernel, size_t bytes) {
+  if (bytes > (48 << 10)) {
+    ZT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  }
+}
 
 unsigned int grid_for(int64_t n);  // blocks of kThreads for n items, at most 65535
 GemmOperand head_operand(const void* data, DType dtype, int64_t row_offset, const AttentionShape& s);
