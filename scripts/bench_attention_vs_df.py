@@ -140,7 +140,7 @@ def main():
         print(json.dumps(row), flush=True)
         rows.append(row)
     print(f"\n{'shape':>8}  {'df fwd':>8} {'df bwd':>8} {'df sum':>8}  {'zt fwd':>8} {'zt bwd':>8} {'zt sum':>8}"
-          f"  {'df/zt':>6}  {'fused fwd':>9} {'fused bwd':>9}   (us per layer, bf16, dropout {DROPOUT})")
+          f"  {'df/zt':>6}  {'flash fwd':>9} {'flash bwd':>9}   (us per layer, bf16, dropout {DROPOUT})")
     for row in rows:
         df, zt = row.get("df", {}), row.get("zt", {})
         df_sum = df["forward_us"] + df["backward_us"] if df else None
@@ -149,7 +149,7 @@ def main():
         ratio = f"{df_sum / zt_sum:5.2f}x" if df_sum and zt_sum else "    -"
         print(f"{row['batch']:>3}x{row['seq']:<4}  {cell(df.get('forward_us'))} {cell(df.get('backward_us'))} {cell(df_sum)}"
               f"  {cell(zt.get('attention_forward'))} {cell(zt.get('attention_backward'))} {cell(zt_sum)}  {ratio}"
-              f"  {cell(zt.get('attention_forward_fused')):>9} {cell(zt.get('attention_backward_fused')):>9}")
+              f"  {cell(zt.get('attention_forward_flash')):>9} {cell(zt.get('attention_backward_flash')):>9}")
     for row in rows:
         df, zt = row.get("df"), row.get("zt", {})
         if not df or not zt.get("attention_forward") or not zt.get("attention_backward"):

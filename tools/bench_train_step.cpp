@@ -72,7 +72,7 @@
 
 namespace {
 
-// The ZT_* environment switches of this run (experiments such as ZT_FUSED_ATTENTION): a
+// The ZT_* environment switches of this run (experiments, ZT_PROFILE, ...): a
 // timing line says which code it timed.
 nlohmann::json zt_switches() {
   nlohmann::json out = nlohmann::json::object();

@@ -32,67 +32,31 @@
 //             N*B*L*Wp*sizeof(T) each
 //   plus the mask as bytes [B, L]; the index tables (int32, 2L - 1 + 2W) are cached per length.
 //
-// The fused forward (fused_disentangled_attention.cuh) replaces the forward's GEMMs, scratch and softmax
-// kernel by one kernel per (b, h, 32-query tile) for bf16/f16 with d in {16, 32, 64, 128} and L <= 512;
-// its scratch is the mask bytes only. disentangled_attention_forward takes it when ZT_FUSED_ATTENTION=1
-// (off by default: it ran correct and slower on the H200) and it supports the arguments. Likewise the fused
-// backward (a rows kernel for dQ and Gc, a keys kernel for dK, dV and Gp; scratch Gc, Gp and D_i [B N L] f32)
-// replaces everything before the positional GEMMs when ZT_FUSED_ATTENTION_BACKWARD=1. Either backward reads
-// the stored P, so the two switches are independent.
+// The bucket gathers are in attention_bucket_gather.cu. The flash path (no [B, N, L, L] buffers) is
+// flash_disentangled_attention*.cu; the host side both share is
+// attention_host.cuh.
 #include "kernels/cuda/disentangled_attention.cuh"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <limits>
-#include <map>
-#include <mutex>
-#include <string_view>
-#include <tuple>
 #include <type_traits>
-#include <vector>
 
-#include "kernels/cuda/flash_disentangled_attention.cuh"
-#include "kernels/cuda/fused_disentangled_attention.cuh"
+#include "kernels/cuda/attention_host.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/relative_position.cuh"
 #include "kernels/philox.h"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
-#include "runtime/env_switch.h"
-#include "runtime/log.h"
 #include "runtime/step_profile.h"
 
 namespace zt::kernels::gpu {
 namespace {
 
+using namespace attention_host;  // NOLINT(google-build-using-namespace): the shared host side
+
 constexpr int kWarpsPerBlock = 4;
-constexpr int kThreads = 256;
-
-// Everything the kernels need, by value.
-struct AttentionShape {
-  int64_t batch = 0, length = 0, features = 0, heads = 0, head_size = 0;
-  int64_t window = 0;  // W
-  // W rounded up to 8: the row stride of the [N, B*L, W] positional scratch and the W-dimension of every
-  // positional GEMM, which then see the padded table window (zero rows past W) and zero Gc/Gp columns past W.
-  // With W itself (255 at L = 128) as a dimension and leading dimension, cuBLAS ran those GEMMs on align1
-  // kernels (ncu on the H200: 64-87 us each, 8 per layer).
-  int64_t window_pitch = 0;
-  bool c2p = false, p2c = false;
-  float inverse_scale = 1.0f;
-  // Dropout: keep(e) = uniform(seed, site_id, e) >= p, kept entries scaled by kept_scale = 1 / (1 - p).
-  bool dropout = false;
-  float dropout_p = 0.0f, kept_scale = 1.0f;
-  uint64_t seed = 0, site_id = 0;
-};
-
-struct Plan {
-  AttentionShape shape;
-  DType dtype = DType::f32;  // T, the storage dtype of q, k, v, context and their gradients
-};
 
 __device__ __forceinline__ float warp_sum(float x) {
   for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
@@ -125,12 +89,6 @@ __device__ __forceinline__ void dropout_factors4(const AttentionShape& s, uint64
   }
 }
 
-template <typename M>
-__global__ void mask_to_keep_kernel(const M* __restrict__ mask, uint8_t* __restrict__ keep, int64_t n) {
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e < n) keep[e] = mask[e] != M(0) ? 1 : 0;
-}
-
 constexpr float kMasked = -3.40282346638528859811704183484516925e+38f;  // finfo(f32).min
 constexpr int kSoftmaxTileRows = 32;  // query rows per CTA of the forward softmax
 constexpr int kMaxRowChunks = 8;      // rows held in registers: L <= 128 * kMaxRowChunks
@@ -151,9 +109,6 @@ __device__ __forceinline__ Pack4<T> load4(const T* p) {
 template <typename T>
 __device__ __forceinline__ void store4(T* p, const Pack4<T>& pack) {
   *reinterpret_cast<Pack4<T>*>(p) = pack;
-}
-bool aligned_to(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
 // Calls f(std::integral_constant<int, C>) with C in {1, 2, 4, 8}, the fewest 128-key chunks that hold L keys.
@@ -378,275 +333,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-// Block gather: one CTA per (b, h) with G[b, h] staged in shared memory. A gather over G in global memory
-// walks G down columns for Gp (L floats apart: one 32-byte sector per lane) and the two gathers read G twice;
-// for L up to ~200 the [L, L] block fits in shared memory, so this kernel loads it once with coalesced reads
-// and writes both outputs from there (longer rows: the tile gathers below). The sums are the same f32
-// additions in the same order as the tile gathers' and the CPU reference's (increasing index). (A forward
-// softmax staging the whole [L, W] P2C block of a (b, h) measured 2.3x slower than a row per warp on the
-// H200 at B 40, L 128 — one 128 KiB CTA per SM — hence the forward's 32-row tiles with a 16 KiB slab.)
-
-constexpr int kBlockWarps = 8;
-constexpr int kBlockThreads = kBlockWarps * 32;
-constexpr size_t kMaxBlockSharedBytes = 200 << 10;  // under the 227 KiB opt-in limit of sm_90
-
-// Staged G[b, h] [L, L + 1] of `element` bytes each (f32, or T on the one-distance path), then rel_first and
-// rel_last [window_pitch] int32 each, 4-byte aligned.
-__host__ __device__ size_t gather_block_staged_bytes(const AttentionShape& s, size_t element) {
-  return (static_cast<size_t>(s.length * (s.length + 1)) * element + 3) / 4 * 4;
-}
-size_t gather_block_shared_bytes(const AttentionShape& s, size_t element) {
-  return gather_block_staged_bytes(s, element) + static_cast<size_t>(2 * s.window_pitch) * sizeof(int32_t);
-}
-
-// Whether the block kernel runs (decided with G staged in f32, whichever it stages).
-bool use_gather_block_kernel(const AttentionShape& s) {
-  return gather_block_shared_bytes(s, sizeof(float)) <= kMaxBlockSharedBytes;
-}
-
-// Both bucket gathers from one staged G[b, h] ([L, L + 1] pitch: column walks
-// stride L + 1, conflict-free): a warp per position (query i for Gc, key j for Gp), lanes along r, so each
-// output row is written coalesced; padding columns r >= W get zeros. gc / gp may be null when that term is
-// off. 32-bit loop indices and no divisions: at L = 128 every bucket holds one relative distance, so the
-// sums are single loads and a 64-bit e / W, e % W per output made the first version of this kernel
-// instruction-bound (293 us per layer at B 40, ncu on the H200).
-//
-// kOneDistance (RelativeIndexTables::one_distance_per_bucket: every bucket of the window holds exactly one
-// i - j, as at L = 128 with DeBERTa's log buckets, whose linear range is 128 wide): each sum has at most one
-// term, so an output is one bounds test and one load — 0.0f + G[i, j], the single-term loop's value (the add
-// turns -0 into +0 as the loop does), or 0 outside the block. ncu on the H200 (bs 40, L 128): the general
-// loops made the kernel instruction-bound (94 M instructions, 152 us per layer, DRAM at 23 %).
-//
-// G is what the kernel reads and stages: f32, or on the one-distance path with 16-bit storage G in T (the
-// softmax backward's 16-bit copy, which the dQ / dK GEMMs read too): a one-term sum rounded to T is T(G)
-// either way (T -> f32 -> T is exact; 0.0f + still turns -0 into +0), so the outputs keep their bits while
-// the kernel reads half the bytes, stages half the shared memory and the softmax backward skips G in f32.
-template <typename T, typename G, bool kOneDistance>
-__global__ void __launch_bounds__(kBlockThreads)
-    bucket_gather_block_kernel(const G* __restrict__ grad, T* __restrict__ gc, T* __restrict__ gp,
-                               const int32_t* __restrict__ rel_first, const int32_t* __restrict__ rel_last,
-                               AttentionShape s) {
-  static_assert(kOneDistance || std::is_same_v<G, float>, "sums of several terms are taken in f32");
-  extern __shared__ __align__(16) unsigned char gather_shared[];
-  G* staged_grad = reinterpret_cast<G*>(gather_shared);  // [L, L + 1], then first_of, last_of [window_pitch]
-  const int L = static_cast<int>(s.length), W = static_cast<int>(s.window);
-  const int pitch = L + 1, out_pitch = static_cast<int>(s.window_pitch);
-  int* first_of = reinterpret_cast<int*>(gather_shared + gather_block_staged_bytes(s, sizeof(G)));
-  int* last_of = first_of + out_pitch;
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t bh = blockIdx.x, h = bh % s.heads, b = bh / s.heads;
-  const G* g = grad + bh * L * L;
-  for (int i = warp; i < L; i += kBlockWarps) {
-    for (int j = lane; j < L; j += 32) staged_grad[i * pitch + j] = g[i * L + j];
-  }
-  for (int r = static_cast<int>(threadIdx.x); r < W; r += kBlockThreads) {
-    first_of[r] = rel_first[r];
-    last_of[r] = rel_last[r];
-  }
-  __syncthreads();
-  const int64_t out_rows = (h * s.batch + b) * L;  // row (b, 0) of head h in [N, B*L, window_pitch]
-  for (int position = warp; position < L; position += kBlockWarps) {
-    T* gc_row = gc != nullptr ? gc + (out_rows + position) * out_pitch : nullptr;
-    T* gp_row = gp != nullptr ? gp + (out_rows + position) * out_pitch : nullptr;
-    for (int r = lane; r < out_pitch; r += 32) {
-      float sum_c = 0.0f, sum_p = 0.0f;
-      if constexpr (kOneDistance) {
-        if (r < W) {
-          const int distance = first_of[r];   // the bucket's one i - j
-          const int j = position - distance;  // Gc: key of query `position`
-          const int i = position + distance;  // Gp: query of key `position`
-          if (gc_row != nullptr && static_cast<unsigned>(j) < static_cast<unsigned>(L)) {
-            sum_c = 0.0f + to_float(staged_grad[position * pitch + j]);
-          }
-          if (gp_row != nullptr && static_cast<unsigned>(i) < static_cast<unsigned>(L)) {
-            sum_p = 0.0f + to_float(staged_grad[i * pitch + position]);
-          }
-        }
-      } else if (r < W) {
-        const int first = first_of[r], last = last_of[r];
-        if (gc_row != nullptr) {  // Gc[(b, i), r] = sum over j with c(i, j) = r of G[i, j]
-          const int i = position;
-          const int j_begin = max(i - last, 0), j_end = min(i - first, L - 1);
-          for (int j = j_begin; j <= j_end; ++j) sum_c += staged_grad[i * pitch + j];
-        }
-        if (gp_row != nullptr) {  // Gp[(b, j), r] = sum over i with c(i, j) = r of G[i, j]
-          const int j = position;
-          const int i_begin = max(j + first, 0), i_end = min(j + last, L - 1);
-          for (int i = i_begin; i <= i_end; ++i) sum_p += staged_grad[i * pitch + j];
-        }
-      }
-      if (gc_row != nullptr) gc_row[r] = from_float<T>(sum_c);
-      if (gp_row != nullptr) gp_row[r] = from_float<T>(sum_p);
-    }
-  }
-}
-
-// Tile gathers, for lengths whose [L, L] block does not fit in shared memory (L > ~200):
-//   Gc[h, (b,i), r] = sum_{j : c(i,j) = r} G[b,h,i,j]  (kByQuery) — j runs over i - rel_last .. i -
-//   rel_first; Gp[h, (b,j), r] = sum_{i : c(i,j) = r} G[b,h,i,j]  (!kByQuery) — i runs over j + rel_first ..
-//   j + rel_last.
-// One CTA per (b, h, `lines` lines of G[b, h]), a line being a row i (Gc) or a column j (Gp): the CTA stages
-// its lines [lines, L] in f32 (a column as a contiguous line; G read along rows either way, 128 bytes a warp
-// for a tile of 32 columns), then a warp per line with lanes along r sums each bucket's range in increasing
-// index order from shared memory and writes the output row coalesced. Its predecessor, one thread per output
-// over G in global memory, walked G's columns for Gp (a 32-byte sector per term) and re-read every term of a
-// multi-distance bucket from HBM: 336-359 us per gather and layer at B 8, L 512 on the H200 (ncu), the step's
-// second largest segment. The sums are the same f32 additions in the same order. The line pitch is odd, so
-// lane t's column store at t * pitch + i and a warp's row reads fall in distinct banks.
-int gather_tile_lines(int64_t length) {
-  return length <= 512 ? 32 : 16;
-}
-int gather_tile_pitch(int64_t length) {
-  return static_cast<int>(length % 2 == 0 ? length + 1 : length + 2);
-}
-size_t gather_tile_shared_bytes(const AttentionShape& s) {
-  return (static_cast<size_t>(gather_tile_lines(s.length)) *
-              static_cast<size_t>(gather_tile_pitch(s.length)) +
-          static_cast<size_t>(2 * s.window_pitch)) *
-         sizeof(float);
-}
-
-constexpr int kGatherLoadBatch = 8;
-// vector: L % 4 == 0 and G 16-byte aligned (then every tile's first line, a multiple of 16, is a quad too).
-template <typename T, bool kByQuery>
-__global__ void __launch_bounds__(kBlockThreads)
-    bucket_gather_tile_kernel(const float* __restrict__ grad, T* __restrict__ out,
-                              const int32_t* __restrict__ rel_first, const int32_t* __restrict__ rel_last,
-                              AttentionShape s, int lines, int pitch, bool vector) {
-  extern __shared__ __align__(16) unsigned char gather_shared[];
-  float* staged = reinterpret_cast<float*>(gather_shared);  // [lines, pitch], then first_of, last_of
-  const int L = static_cast<int>(s.length), W = static_cast<int>(s.window);
-  const int out_pitch = static_cast<int>(s.window_pitch);
-  int* first_of = reinterpret_cast<int*>(staged + lines * pitch);
-  int* last_of = first_of + out_pitch;
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t bh = blockIdx.x, h = bh % s.heads, b = bh / s.heads;
-  const int line0 = static_cast<int>(blockIdx.y) * lines;
-  const int count = min(lines, L - line0);
-  const float* g = grad + bh * L * L;
-  if (vector) {
-    // The tile as float4s of G, kGatherLoadBatch loaded by each thread before it stores any (the staging is
-    // bound by loads in flight: one 4-byte load a lane at a time ran the kernel at a quarter of HBM speed):
-    // Gc [count rows, L / 4 quads], Gp [L rows, count / 4 quads] (quad c of row a = G[a, line0 + 4 c ..]).
-    const int quads_per_row = kByQuery ? L / 4 : count / 4;
-    const int quads = quads_per_row * (kByQuery ? count : L);
-    for (int first = static_cast<int>(threadIdx.x); first < quads;
-         first += kBlockThreads * kGatherLoadBatch) {
-      float4 loaded[kGatherLoadBatch];
-#pragma unroll
-      for (int u = 0; u < kGatherLoadBatch; ++u) {
-        const int f = first + u * kBlockThreads;
-        if (f >= quads) break;
-        const int a = f / quads_per_row, c = f % quads_per_row;
-        const int64_t offset = kByQuery ? static_cast<int64_t>(line0 + a) * L + 4 * c
-                                        : static_cast<int64_t>(a) * L + line0 + 4 * c;
-        loaded[u] = *reinterpret_cast<const float4*>(g + offset);
-      }
-#pragma unroll
-      for (int u = 0; u < kGatherLoadBatch; ++u) {
-        const int f = first + u * kBlockThreads;
-        if (f >= quads) break;
-        const int a = f / quads_per_row, c = f % quads_per_row;
-        const float values[4] = {loaded[u].x, loaded[u].y, loaded[u].z, loaded[u].w};
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          if constexpr (kByQuery) {
-            staged[a * pitch + 4 * c + q] = values[q];
-          } else {
-            staged[(4 * c + q) * pitch + a] = values[q];
-          }
-        }
-      }
-    }
-  } else if constexpr (kByQuery) {  // rows line0 .. line0 + count - 1, read along j
-    for (int t = warp; t < count; t += kBlockWarps) {
-      const float* row = g + static_cast<int64_t>(line0 + t) * L;
-      for (int j = lane; j < L; j += 32) staged[t * pitch + j] = row[j];
-    }
-  } else {  // columns line0 .. line0 + count - 1: row i's piece of them, lanes along the columns
-#pragma unroll 4
-    for (int i = warp; i < L; i += kBlockWarps) {
-      const float* row = g + static_cast<int64_t>(i) * L + line0;
-      for (int t = lane; t < count; t += 32) staged[t * pitch + i] = row[t];
-    }
-  }
-  for (int r = static_cast<int>(threadIdx.x); r < W; r += kBlockThreads) {
-    first_of[r] = rel_first[r];
-    last_of[r] = rel_last[r];
-  }
-  __syncthreads();
-  for (int t = warp; t < count; t += kBlockWarps) {
-    const int position = line0 + t;  // query i (Gc) or key j (Gp)
-    const float* line = staged + t * pitch;
-    T* out_row = out + ((h * s.batch + b) * L + position) * out_pitch;
-    for (int r = lane; r < out_pitch; r += 32) {
-      float sum = 0.0f;
-      if (r < W) {  // padding columns r >= W get zeros: the positional GEMMs read them
-        const int first = first_of[r], last = last_of[r];
-        const int begin = kByQuery ? max(position - last, 0) : max(position + first, 0);
-        const int end = kByQuery ? min(position - first, L - 1) : min(position + last, L - 1);
-        for (int x = begin; x <= end; ++x) sum += line[x];
-      }
-      out_row[r] = from_float<T>(sum);
-    }
-  }
-}
-
-template <typename Kernel>
-void allow_shared_bytes(Kernel kernel, size_t bytes) {
-  if (bytes > (48 << 10)) {
-    ZT_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  }
-}
-
-// k slices for the table-gradient GEMMs: the most slices (<= 16) that divide B*L into pieces of >= 256 rows;
-// 1 (no split) when none does.
-int64_t split_k_slices(int64_t rows) {
-  for (int64_t slices = 16; slices > 1; --slices) {
-    if (rows % slices == 0 && rows / slices >= 256) return slices;
-  }
-  return 1;
-}
-
-// dtable[window_begin + r, h*d + k] += sum over slices c (in order) of partial[h, c, r, k] (r < W of the
-// [N, slices, window_pitch, d] partials), summed in f32.
-template <typename D>
-__global__ void add_slice_partials_kernel(const float* __restrict__ partial, D* __restrict__ dtable,
-                                          int64_t slices, int64_t table_row, AttentionShape s) {
-  const int64_t d = s.head_size, W = s.window;
-  const int64_t total = s.heads * W * d;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t k = e % d, r = (e / d) % W, h = e / (d * W);
-    float sum = 0.0f;
-    for (int64_t c = 0; c < slices; ++c) sum += partial[((h * slices + c) * s.window_pitch + r) * d + k];
-    D& out = dtable[(table_row + r) * s.features + h * d + k];
-    out = from_float<D>(to_float(out) + sum);
-  }
-}
-
-unsigned int grid_for(int64_t n) {
-  const unsigned int blocks = blocks_for(n, kThreads);
-  return blocks < 65535u ? blocks : 65535u;
-}
-
 // The row kernels run one warp per score row (b, h, i), kWarpsPerBlock rows per block of
 // kWarpsPerBlock * 32 threads: the grid covers B*N*L rows, kWarpsPerBlock at a time.
 unsigned int row_grid(const AttentionShape& s) {
   return blocks_for(s.batch * s.heads * s.length, kWarpsPerBlock);
-}
-
-// A head of a [rows, D] feature tensor: [rows, d] at column h*d, batched over heads with stride d.
-GemmOperand head_operand(const void* data, DType dtype, int64_t row_offset, const AttentionShape& s) {
-  const char* base =
-      static_cast<const char*>(data) + row_offset * s.features * static_cast<int64_t>(dtype_size(dtype));
-  return {base, s.features, s.head_size};
-}
-
-GemmOutput head_output(void* data, DType dtype, int64_t row_offset, const AttentionShape& s) {
-  char* base = static_cast<char*>(data) + row_offset * s.features * static_cast<int64_t>(dtype_size(dtype));
-  return {base, dtype, s.features, s.head_size};
 }
 
 // The per-(batch row, head) [L, d] blocks of a [B, L, D] tensor: outer over b (stride L*D), batch over h.
@@ -671,28 +361,11 @@ GemmOutput score_blocks_out(void* data, DType dtype, const AttentionShape& s) {
   return {data, dtype, s.length, block, s.heads * block};
 }
 
-// Batched over heads: C[h] = alpha op(A[h]) op(B[h]) + beta C[h].
-GemmProblem head_gemm(int64_t m, int64_t n, int64_t k, DType dtype, const AttentionShape& s) {
-  GemmProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.batch = s.heads;
-  p.input_dtype = dtype;
-  return p;
-}
-
 // Batched over every (b, h): one GEMM call where a loop over b would issue B small ones.
 GemmProblem block_gemm(int64_t m, int64_t n, int64_t k, DType dtype, const AttentionShape& s) {
   GemmProblem p = head_gemm(m, n, k, dtype, s);
   p.outer = s.batch;
   return p;
-}
-
-void check_tensor(const Tensor& t, DType dtype, const Shape& shape, const char* op, const char* name) {
-  check_cuda_arg(t, dtype, op, name);
-  ZT_CHECK(t.shape() == shape, op, ": ", name, " must be ", shape.to_string(), ", got ",
-           t.shape().to_string());
 }
 
 // probs [B, N, L, L] is stored in T, the storage dtype of q, k, v (the CPU reference keeps it f32).
@@ -705,336 +378,11 @@ void check_probs(const Tensor& probs, DType storage, const AttentionShape& s, co
   check_tensor(probs, storage, Shape{s.batch, s.heads, s.length, s.length}, op, "probs");
 }
 
-Plan plan_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
-                    const Tensor& pos_query, const Tensor& attention_mask,
-                    const DisentangledAttentionConfig& config, const char* op) {
-  check_cuda_arg(q, op, "q");
-  ZT_CHECK(is_storage_dtype(q.dtype()), op, ": q must be f32, bf16 or f16, got ", q.describe());
-  ZT_CHECK(q.rank() == 3, op, ": q must be [B, L, D], got ", q.describe());
-  check_tensor(k, q.dtype(), q.shape(), op, "k");
-  check_tensor(v, q.dtype(), q.shape(), op, "v");
-  Plan plan;
-  plan.dtype = q.dtype();
-  AttentionShape& s = plan.shape;
-  s.batch = q.dim(0);
-  s.length = q.dim(1);
-  s.features = q.dim(2);
-  s.heads = config.num_heads;
-  ZT_CHECK(s.heads > 0 && s.features % s.heads == 0, op, ": hidden size ", s.features,
-           " is not a multiple of num_heads ", s.heads);
-  s.head_size = s.features / s.heads;
-  ZT_CHECK(config.dropout_p >= 0.0f && config.dropout_p < 1.0f, op, ": dropout_p must be in [0, 1), got ",
-           config.dropout_p);
-  s.inverse_scale = 1.0f / disentangled_attention_scale(s.head_size, config);
-  s.c2p = config.c2p;
-  s.p2c = config.p2c;
-  s.dropout = config.dropout_p > 0.0f;
-  s.dropout_p = config.dropout_p;
-  s.kept_scale = 1.0f / (1.0f - config.dropout_p);
-  s.seed = config.seed;
-  s.site_id = config.site_id;
-
-  check_cuda_arg(attention_mask, op, "attention_mask");
-  ZT_CHECK(attention_mask.shape() == (Shape{s.batch, s.length}), op,
-           ": attention_mask must be [B, L] = ", Shape{s.batch, s.length}.to_string(), ", got ",
-           attention_mask.shape().to_string());
-  ZT_CHECK(attention_mask.dtype() == DType::i64 || attention_mask.dtype() == DType::i32 ||
-               attention_mask.dtype() == DType::f32,
-           op, ": attention_mask must be i64, i32 or f32, got ", attention_mask.describe());
-  if (s.c2p || s.p2c) {
-    const int64_t span = config.positions.att_span();
-    ZT_CHECK(span > 0, op, ": the relative-position span must be positive");
-    if (s.c2p) check_tensor(pos_key, q.dtype(), Shape{2 * span, s.features}, op, "pos_key");
-    if (s.p2c) check_tensor(pos_query, q.dtype(), Shape{2 * span, s.features}, op, "pos_query");
-  }
-  return plan;
-}
-
-DeviceBuffer make_keep(const Tensor& mask, int64_t n, cudaStream_t stream) {
-  DeviceBuffer keep = scratch_buffer(static_cast<size_t>(n), "attention.keep");
-  const unsigned int grid = blocks_for(n, kThreads);
-  switch (mask.dtype()) {
-    case DType::i64:
-      mask_to_keep_kernel<int64_t>
-          <<<grid, kThreads, 0, stream>>>(mask.data_as<int64_t>(), keep.data_as<uint8_t>(), n);
-      break;
-    case DType::i32:
-      mask_to_keep_kernel<int32_t>
-          <<<grid, kThreads, 0, stream>>>(mask.data_as<int32_t>(), keep.data_as<uint8_t>(), n);
-      break;
-    default:
-      mask_to_keep_kernel<float>
-          <<<grid, kThreads, 0, stream>>>(mask.data_as<float>(), keep.data_as<uint8_t>(), n);
-      break;
-  }
-  ZT_CUDA_CHECK_LAUNCH("attention_mask_to_keep");
-  return keep;
-}
-
 size_t probs_elements(const AttentionShape& s) {
   return static_cast<size_t>(s.batch * s.heads * s.length * s.length);
 }
 
-void set_window(AttentionShape& s, int64_t window) {
-  s.window = window;
-  s.window_pitch = (window + 7) / 8 * 8;
-}
-
-// Rows window_begin .. window_begin + W - 1 of a relative table [2k, D] (T) copied into a [window_pitch, D]
-// scratch whose rows past W are zero: the operand of every positional GEMM, so their W-dimension can be the
-// padded one.
-DeviceBuffer padded_table_window(const Tensor& table, int64_t window_begin, const AttentionShape& s,
-                                 cudaStream_t stream) {
-  const size_t row_bytes = static_cast<size_t>(s.features) * dtype_size(table.dtype());
-  DeviceBuffer window =
-      scratch_buffer(static_cast<size_t>(s.window_pitch) * row_bytes, "attention.padded_table_window");
-  ZT_CUDA_CHECK(cudaMemcpyAsync(window.data(),
-                                static_cast<const char*>(table.data()) + window_begin * row_bytes,
-                                static_cast<size_t>(s.window) * row_bytes, cudaMemcpyDeviceToDevice, stream));
-  ZT_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(window.data()) + s.window * row_bytes, 0,
-                                static_cast<size_t>(s.window_pitch - s.window) * row_bytes, stream));
-  return window;
-}
-
-size_t positional_elements(const AttentionShape& s) {
-  return static_cast<size_t>(s.heads * s.batch * s.length * s.window_pitch);
-}
-
-// Positional scores over all B*L rows of a head: rows table_w^T, [N, B*L, window_pitch] f32 (C2P = Q PK_w^T,
-// P2C = K PQ_w^T).
-DeviceBuffer positional_scores(const Tensor& rows, const Tensor& table, int64_t window_begin,
-                               const AttentionShape& s, DType T, const char* name, cudaStream_t stream) {
-  const int64_t BL = s.batch * s.length;
-  DeviceBuffer out = scratch_buffer(positional_elements(s) * sizeof(float), name);
-  const DeviceBuffer window = padded_table_window(table, window_begin, s, stream);
-  GemmProblem p = head_gemm(BL, s.window_pitch, s.head_size, T, s);
-  p.a = head_operand(rows.data(), T, 0, s);
-  p.b = head_operand(window.data(), T, 0, s);
-  p.transpose_b = true;
-  p.c = {out.data(), DType::f32, s.window_pitch, BL * s.window_pitch};
-  gemm(p, stream);
-  return out;
-}
-
-// The positional terms of the backward, shared by every path: with Gx = Gc (c2p) or Gp (p2c) [N, B*L, Wp]
-// in T, d(rows) += Gx table_w and d(table_w) += Gx^T rows.
-void positional_grads(const void* bucket_grad, const Tensor& rows, const Tensor& table, const Tensor& drows,
-                      const Tensor& dtable, int64_t window_begin, const AttentionShape& s, DType T,
-                      const char* op, cudaStream_t stream) {
-  const int64_t table_row = window_begin, BL = s.batch * s.length, d = s.head_size;
-  const DeviceBuffer window = padded_table_window(table, table_row, s, stream);
-  GemmProblem into_rows = head_gemm(BL, d, s.window_pitch, T, s);
-  into_rows.a = {bucket_grad, s.window_pitch, BL * s.window_pitch};
-  into_rows.b = head_operand(window.data(), T, 0, s);
-  into_rows.c = head_output(drows.data(), T, 0, s);
-  into_rows.beta = 1.0f;
-  gemm(into_rows, stream);
-  // d(table_w) += Gx^T rows: per head a [W, d] output (255 x 64 at L = 128) summed over k = B*L rows. As
-  // one GEMM per head that is 24 heads x a few output tiles for 132 SMs: the two tables took 9.9 ms of the
-  // 91.5 ms bs-40 step (H200). So k is split into slices, the inner level of a two-level batch (outer:
-  // heads), partial products go to f32 scratch [N, slices, W, d], and one kernel adds the slices in order
-  // into dtable (deterministic).
-  const int64_t slices = split_k_slices(BL);
-  if (slices == 1) {
-    GemmProblem into_table = head_gemm(s.window, d, BL, T, s);
-    into_table.a = {bucket_grad, s.window_pitch, BL * s.window_pitch};
-    into_table.transpose_a = true;
-    into_table.b = head_operand(rows.data(), T, 0, s);
-    into_table.c = head_output(dtable.data(), dtable.dtype(), table_row, s);
-    into_table.beta = 1.0f;
-    gemm(into_table, stream);
-    return;
-  }
-  const int64_t slice_rows = BL / slices;
-  DeviceBuffer partial =
-      scratch_buffer(static_cast<size_t>(s.heads * slices * s.window_pitch * d) * sizeof(float),
-                     "attention.table_grad_partials");
-  GemmProblem into_partials = head_gemm(s.window_pitch, d, slice_rows, T, s);
-  into_partials.batch = slices;  // inner: k slices of one head
-  into_partials.outer = s.heads;
-  into_partials.a = {bucket_grad, s.window_pitch, slice_rows * s.window_pitch, BL * s.window_pitch};
-  into_partials.transpose_a = true;
-  into_partials.b = {rows.data(), s.features, slice_rows * s.features, s.head_size};
-  into_partials.c = {partial.data(), DType::f32, d, s.window_pitch * d, slices * s.window_pitch * d};
-  gemm(into_partials, stream);
-  const int64_t outputs = s.heads * s.window * d;
-  dispatch_storage(dtable.dtype(), op, [&](auto tag) {
-    using D = typename decltype(tag)::type;
-    add_slice_partials_kernel<D><<<grid_for(outputs), kThreads, 0, stream>>>(
-        partial.data_as<float>(), static_cast<D*>(dtable.data()), slices, table_row, s);
-    ZT_CUDA_CHECK_LAUNCH("attention_add_slice_partials");
-  });
-}
-
-// ---- the fused forward's host side (kernel: fused_disentangled_attention.cu) ----
-
-// Whether every (32-query tile, 32-key chunk) of the fused kernel reaches at most kFusedSliceRows window
-// rows: c(i, j) over any 63 consecutive relative positions spans at most 64 rows. True whenever the
-// bucketing moves by at most one row per unit of i - j; evaluated with the host's c2p_index (the fp32 logs
-// the index tables use), once per (bucketing, L) and cached.
-bool fused_slices_cover_chunks(const RelativePositionConfig& positions, int64_t length) {
-  using Key = std::tuple<int64_t, int64_t, int64_t>;
-  static std::mutex mutex;
-  static auto* cache = new std::map<Key, bool>;  // never destroyed, like the index-table cache
-  const std::lock_guard<std::mutex> lock(mutex);
-  const Key key{positions.position_buckets, positions.max_relative_positions, length};
-  if (const auto it = cache->find(key); it != cache->end()) return it->second;
-  const int64_t diagonals = 2 * length - 1;
-  std::vector<int64_t> row(static_cast<size_t>(diagonals));
-  for (int64_t t = 0; t < diagonals; ++t)
-    row[static_cast<size_t>(t)] = c2p_index(t - (length - 1), 0, positions);
-  constexpr int64_t kWidest = kFusedTileRows + kFusedKeyChunk - 2;  // largest i - j difference in a chunk
-  bool covers = true;
-  for (int64_t t = 0; t < diagonals && covers; ++t) {
-    const int64_t last = t + kWidest < diagonals - 1 ? t + kWidest : diagonals - 1;
-    covers = row[static_cast<size_t>(last)] - row[static_cast<size_t>(t)] < kFusedSliceRows;
-  }
-  cache->emplace(key, covers);
-  return covers;
-}
-
-// Whether every 64 consecutive diagonals i - j reach at most 64 table rows (FlashAttentionParams::staged),
-// with the host's c2p_index; once per (bucketing, L), cached.
-bool flash_slices_cover_tiles(const RelativePositionConfig& positions, int64_t length) {
-  using Key = std::tuple<int64_t, int64_t, int64_t>;
-  static std::mutex mutex;
-  static auto* cache = new std::map<Key, bool>;  // never destroyed, like the index-table cache
-  const std::lock_guard<std::mutex> lock(mutex);
-  const Key key{positions.position_buckets, positions.max_relative_positions, length};
-  if (const auto it = cache->find(key); it != cache->end()) return it->second;
-  const int64_t diagonals = 2 * length - 1;
-  std::vector<int64_t> row(static_cast<size_t>(diagonals));
-  for (int64_t t = 0; t < diagonals; ++t)
-    row[static_cast<size_t>(t)] = c2p_index(t - (length - 1), 0, positions);
-  bool covers = true;
-  for (int64_t t = 0; t < diagonals && covers; ++t) {
-    const int64_t last = std::min(t + kFlashTile - 1, diagonals - 1);
-    covers = row[static_cast<size_t>(last)] - row[static_cast<size_t>(t)] < kFlashTile;
-  }
-  cache->emplace(key, covers);
-  return covers;
-}
-
-// The fields FusedAttentionParams and FusedAttentionBackwardParams share: shape and dropout, from the plan.
-template <typename FusedParams>
-void set_shape_and_dropout(FusedParams& p, const AttentionShape& s) {
-  p.batch = static_cast<int>(s.batch);
-  p.length = static_cast<int>(s.length);
-  p.features = static_cast<int>(s.features);
-  p.heads = static_cast<int>(s.heads);
-  p.head_size = static_cast<int>(s.head_size);
-  p.dropout = s.dropout;
-  p.inverse_scale = s.inverse_scale;
-  p.dropout_p = s.dropout_p;
-  p.kept_scale = s.kept_scale;
-  p.seed = s.seed;
-  p.site_id = s.site_id;
-}
-
-// The fused forward for arguments that passed plan_attention and fused_attention_forward_unsupported.
-void run_fused_forward(const Plan& plan, const Tensor& q, const Tensor& k, const Tensor& v,
-                       const Tensor& pos_key, const Tensor& pos_query, const Tensor& attention_mask,
-                       const DisentangledAttentionConfig& config, const Tensor& context, const Tensor& probs,
-                       cudaStream_t stream) {
-  const AttentionShape& s = plan.shape;
-  const DeviceBuffer keep = make_keep(attention_mask, s.batch * s.length, stream);
-  FusedAttentionParams p;
-  if (s.c2p || s.p2c) {
-    const RelativeIndexTables tables = relative_index_tables(config.positions, s.length, stream);
-    p.diagonal = tables.diagonal;
-    p.window = static_cast<int>(tables.window);
-    const int64_t row_offset =
-        tables.window_begin * s.features * static_cast<int64_t>(dtype_size(plan.dtype));
-    if (s.c2p) p.pos_key_window = static_cast<const char*>(pos_key.data()) + row_offset;
-    if (s.p2c) p.pos_query_window = static_cast<const char*>(pos_query.data()) + row_offset;
-  }
-  p.q = q.data();
-  p.k = k.data();
-  p.v = v.data();
-  p.keep = keep.data_as<uint8_t>();
-  p.context = context.data();
-  p.probs = probs.data();
-  set_shape_and_dropout(p, s);
-  p.c2p = s.c2p;
-  p.p2c = s.p2c;
-  launch_fused_attention_forward(p, plan.dtype, stream);
-}
-
 }  // namespace
-
-const char* fused_attention_forward_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                const Tensor& pos_key, const Tensor& pos_query,
-                                                const Tensor& context,
-                                                const DisentangledAttentionConfig& config) {
-  if (q.dtype() != DType::bf16 && q.dtype() != DType::f16) return "the storage dtype is not bf16 or f16";
-  if (q.rank() != 3 || config.num_heads <= 0 || q.dim(2) % config.num_heads != 0)
-    return "q is not [B, L, D] with D a multiple of num_heads";
-  const int64_t length = q.dim(1), head_size = q.dim(2) / config.num_heads;
-  if (!fused_attention_head_size_supported(head_size)) return "the head size is not 16, 32, 64 or 128";
-  if (length > kFusedMaxLength) return "the sequence length is over 512";
-  if (q.dim(0) * config.num_heads > 65535) return "B * num_heads is over 65535";
-  if (fused_attention_shared_bytes(length, head_size, q.dtype()) > kFusedMaxSharedBytes)
-    return "the CTA's shared memory is over its budget";
-  using cuda_detail::is_aligned16;
-  if (!is_aligned16(q.data()) || !is_aligned16(k.data()) || !is_aligned16(v.data()) ||
-      !is_aligned16(context.data()) || (config.c2p && !is_aligned16(pos_key.data())) ||
-      (config.p2c && !is_aligned16(pos_query.data())))
-    return "a tensor is not 16-byte aligned";
-  if ((config.c2p || config.p2c) && length >= 1 && !fused_slices_cover_chunks(config.positions, length))
-    return "the bucketing reaches more than 64 table rows over 63 relative positions";
-  return nullptr;
-}
-
-namespace {
-// An on/off environment switch (runtime/env_switch.h), said once when on.
-bool read_switch(const char* name, const char* what) {
-  const bool on = read_env_switch(name);
-  if (on) ZT_LOG(info) << name << "=1: the fused attention " << what << " runs where supported";
-  return on;
-}
-}  // namespace
-
-bool fused_attention_forward_enabled() {
-  static const bool enabled = read_switch("ZT_FUSED_ATTENTION", "forward");
-  return enabled;
-}
-
-bool fused_attention_backward_enabled() {
-  static const bool enabled = read_switch("ZT_FUSED_ATTENTION_BACKWARD", "backward");
-  return enabled;
-}
-
-const char* fused_attention_backward_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                 const Tensor& pos_key, const Tensor& pos_query,
-                                                 const Tensor& dcontext, const Tensor& dq, const Tensor& dk,
-                                                 const Tensor& dv,
-                                                 const DisentangledAttentionConfig& config) {
-  if (const char* unsupported =
-          fused_attention_forward_unsupported(q, k, v, pos_key, pos_query, dcontext, config))
-    return unsupported;
-  using cuda_detail::is_aligned16;
-  if (!is_aligned16(dq.data()) || !is_aligned16(dk.data()) || !is_aligned16(dv.data()))
-    return "a gradient tensor is not 16-byte aligned";
-  if (fused_attention_backward_shared_bytes(q.dim(1), q.dim(2) / config.num_heads, q.dtype()) >
-      kFusedMaxSharedBytes)
-    return "the backward CTA's shared memory is over its budget";
-  return nullptr;
-}
-
-void fused_disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                          const Tensor& pos_key, const Tensor& pos_query,
-                                          const Tensor& attention_mask,
-                                          const DisentangledAttentionConfig& config, const Tensor& context,
-                                          const Tensor& probs, cudaStream_t stream) {
-  constexpr const char* op = "fused_disentangled_attention_forward";
-  const Plan plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
-  check_tensor(context, plan.dtype, q.shape(), op, "context");
-  check_probs(probs, plan.dtype, plan.shape, op);
-  if (plan.shape.batch == 0 || plan.shape.length == 0 || plan.shape.features == 0) return;
-  const char* unsupported = fused_attention_forward_unsupported(q, k, v, pos_key, pos_query, context, config);
-  ZT_CHECK(unsupported == nullptr, op, ": not supported here: ", unsupported);
-  run_fused_forward(plan, q, k, v, pos_key, pos_query, attention_mask, config, context, probs, stream);
-}
 
 void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
                                     const Tensor& pos_query, const Tensor& attention_mask,
@@ -1047,22 +395,6 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   check_tensor(context, T, q.shape(), op, "context");
   check_probs(probs, T, s, op);
   if (s.batch == 0 || s.length == 0 || s.features == 0) return;
-  // The fused forward where it is switched on (ZT_FUSED_ATTENTION=1; off by default until it has been
-  // validated and timed on a GPU) and supports the arguments (bf16/f16, d in {16, 32, 64, 128}, L <= 512,
-  // ...): everything below is the unfused path, kept intact for f32, other shapes and the A/B comparison.
-  if (fused_attention_forward_enabled()) {
-    const char* unsupported =
-        fused_attention_forward_unsupported(q, k, v, pos_key, pos_query, context, config);
-    if (unsupported == nullptr) {
-      run_fused_forward(plan, q, k, v, pos_key, pos_query, attention_mask, config, context, probs, stream);
-      StepProfile::global().mark("attn.fwd.fused");
-      return;
-    }
-    static std::atomic<bool> told{false};
-    if (!told.exchange(true))
-      ZT_LOG(info) << "ZT_FUSED_ATTENTION=1 but " << unsupported << " (" << q.describe()
-                   << "): the unfused attention forward runs (said once)";
-  }
   const int64_t L = s.length, d = s.head_size, BL = s.batch * s.length;
 
   const DeviceBuffer keep = make_keep(attention_mask, BL, stream);
@@ -1139,18 +471,12 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
 
 namespace {
 
-// Which backward runs: the unfused one, the fused one where supported (else the unfused one, said once),
-// or the fused one only (unsupported arguments are an error).
-enum class BackwardPath { unfused, fused_where_supported, fused_only };
-
-void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const Tensor& pos_key, const Tensor& pos_query, const Tensor& attention_mask,
-                        const Tensor& probs, const Tensor& dcontext,
-                        const DisentangledAttentionConfig& config, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, const Tensor& dpos_key, const Tensor& dpos_query,
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+                        const Tensor& pos_query, const Tensor& attention_mask, const Tensor& probs,
+                        const Tensor& dcontext, const DisentangledAttentionConfig& config, const Tensor& dq,
+                        const Tensor& dk, const Tensor& dv, const Tensor& dpos_key, const Tensor& dpos_query,
                         cudaStream_t stream) {
-  const char* op = path == BackwardPath::fused_only ? "fused_disentangled_attention_backward"
-                                                    : "disentangled_attention_backward";
+  constexpr const char* op = "disentangled_attention_backward";
   Plan plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
   AttentionShape& s = plan.shape;
   const DType T = plan.dtype;
@@ -1159,15 +485,7 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
   check_tensor(dq, T, q.shape(), op, "dq");
   check_tensor(dk, T, q.shape(), op, "dk");
   check_tensor(dv, T, q.shape(), op, "dv");
-  auto check_table_grad = [&](const Tensor& grad, const Tensor& table, const char* name) {
-    check_cuda_arg(grad, op, name);
-    ZT_CHECK(grad.dtype() == T || grad.dtype() == DType::f32, op, ": ", name, " must be ", dtype_name(T),
-             " or f32, got ", grad.describe());
-    ZT_CHECK(grad.shape() == table.shape(), op, ": ", name, " must be ", table.shape().to_string(), ", got ",
-             grad.shape().to_string());
-  };
-  if (s.c2p) check_table_grad(dpos_key, pos_key, "dpos_key");
-  if (s.p2c) check_table_grad(dpos_query, pos_query, "dpos_query");
+  check_table_grads(s, T, pos_key, pos_query, dpos_key, dpos_query, op);
   if (s.batch == 0 || s.length == 0 || s.features == 0) return;
   const int64_t L = s.length, d = s.head_size, BL = s.batch * s.length;
   const int64_t element = static_cast<int64_t>(dtype_size(T));
@@ -1177,53 +495,6 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
   if (s.c2p || s.p2c) {
     tables = relative_index_tables(config.positions, L, stream);
     set_window(s, tables.window);
-  }
-  // The fused backward where chosen (ZT_FUSED_ATTENTION_BACKWARD=1, off by default: correct and slower on the
-  // H200, or fused_disentangled_attention_backward) and supported: dq, dk, dv and Gc, Gp from two kernels,
-  // then the positional GEMMs above. Everything after this block is the unfused path, unchanged.
-  if (path != BackwardPath::unfused) {
-    const char* unsupported =
-        fused_attention_backward_unsupported(q, k, v, pos_key, pos_query, dcontext, dq, dk, dv, config);
-    if (unsupported == nullptr) {
-      DeviceBuffer c2p_grad, p2c_grad;
-      if (s.c2p) c2p_grad = scratch_buffer(positional_elements(s) * element, "attention.c2p_grad");
-      if (s.p2c) p2c_grad = scratch_buffer(positional_elements(s) * element, "attention.p2c_grad");
-      const DeviceBuffer row_dot =
-          scratch_buffer(static_cast<size_t>(s.batch * s.heads * L) * sizeof(float), "attention.row_dot");
-      FusedAttentionBackwardParams p;
-      p.q = q.data();
-      p.k = k.data();
-      p.v = v.data();
-      p.dcontext = dcontext.data();
-      p.probs = probs.data();
-      p.keep = keep.data_as<uint8_t>();
-      p.rel_first = tables.rel_first;
-      p.rel_last = tables.rel_last;
-      p.dq = dq.data();
-      p.dk = dk.data();
-      p.dv = dv.data();
-      p.gc = c2p_grad.data();
-      p.gp = p2c_grad.data();
-      p.row_dot = row_dot.data_as<float>();
-      set_shape_and_dropout(p, s);  // L = s.length, d = s.head_size
-      p.window = static_cast<int>(s.window);
-      p.window_pitch = static_cast<int>(s.window_pitch);
-      launch_fused_attention_backward(p, T, stream);
-      StepProfile& prof = StepProfile::global();
-      prof.mark("attn.bwd.fused");
-      if (s.c2p)
-        positional_grads(c2p_grad.data(), q, pos_key, dq, dpos_key, tables.window_begin, s, T, op, stream);
-      if (s.p2c)
-        positional_grads(p2c_grad.data(), k, pos_query, dk, dpos_query, tables.window_begin, s, T, op,
-                         stream);
-      prof.mark("attn.bwd.positional_gemm");
-      return;
-    }
-    ZT_CHECK(path != BackwardPath::fused_only, op, ": not supported here: ", unsupported);
-    static std::atomic<bool> told{false};
-    if (!told.exchange(true))
-      ZT_LOG(info) << "ZT_FUSED_ATTENTION_BACKWARD=1 but " << unsupported << " (" << q.describe()
-                   << "): the unfused attention backward runs (said once)";
   }
   // dP~ = dC V^T (f32) first; the softmax backward then writes G (f32 and / or T, see below) and, with
   // dropout, P~ in T (without it P~ = P: probs itself, already in T); then dV = P~^T dC.
@@ -1297,43 +568,8 @@ void attention_backward(BackwardPath path, const Tensor& q, const Tensor& k, con
   if (s.c2p) c2p_grad = scratch_buffer(positional_elements(s) * element, "attention.c2p_grad");
   if (s.p2c) p2c_grad = scratch_buffer(positional_elements(s) * element, "attention.p2c_grad");
   if (s.c2p || s.p2c) {
-    dispatch_storage(T, op, [&](auto tag) {
-      using S = typename decltype(tag)::type;
-      if (use_gather_block_kernel(s)) {
-        if (gathers_read_lowp) {
-          const size_t shared = gather_block_shared_bytes(s, sizeof(S));
-          allow_shared_bytes(bucket_gather_block_kernel<S, S, true>, shared);
-          bucket_gather_block_kernel<S, S, true>
-              <<<static_cast<unsigned>(s.batch * s.heads), kBlockThreads, shared, stream>>>(
-                  lowp.data_as<S>(), c2p_grad.data_as<S>(), p2c_grad.data_as<S>(), tables.rel_first,
-                  tables.rel_last, s);
-        } else {
-          const size_t shared = gather_block_shared_bytes(s, sizeof(float));
-          const auto kernel = tables.one_distance_per_bucket ? bucket_gather_block_kernel<S, float, true>
-                                                             : bucket_gather_block_kernel<S, float, false>;
-          allow_shared_bytes(kernel, shared);
-          kernel<<<static_cast<unsigned>(s.batch * s.heads), kBlockThreads, shared, stream>>>(
-              grad.data_as<float>(), c2p_grad.data_as<S>(), p2c_grad.data_as<S>(), tables.rel_first,
-              tables.rel_last, s);
-        }
-        ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather_block");
-        return;
-      }
-      const int lines = gather_tile_lines(L), pitch = gather_tile_pitch(L);
-      const size_t shared = gather_tile_shared_bytes(s);
-      const bool vector = L % 4 == 0 && aligned_to(grad.data(), 16);
-      const dim3 grid(static_cast<unsigned>(s.batch * s.heads),
-                      static_cast<unsigned>((L + lines - 1) / lines));
-      auto launch_tiles = [&](auto by_query, S* out) {  // Gc (by query) or Gp
-        const auto kernel = bucket_gather_tile_kernel<S, decltype(by_query)::value>;
-        allow_shared_bytes(kernel, shared);
-        kernel<<<grid, kBlockThreads, shared, stream>>>(grad.data_as<float>(), out, tables.rel_first,
-                                                        tables.rel_last, s, lines, pitch, vector);
-        ZT_CUDA_CHECK_LAUNCH("attention_bucket_gather_tile");
-      };
-      if (s.c2p) launch_tiles(std::true_type{}, c2p_grad.data_as<S>());
-      if (s.p2c) launch_tiles(std::false_type{}, p2c_grad.data_as<S>());
-    });
+    bucket_gathers(s, T, grad.data_as<float>(), lowp.data(), gathers_read_lowp, c2p_grad.data(),
+                   p2c_grad.data(), tables, op, stream);
   }
   prof.mark("attn.bwd.bucket_gather");
   if (s.c2p)
@@ -1351,200 +587,8 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
                                      const DisentangledAttentionConfig& config, const Tensor& dq,
                                      const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
                                      const Tensor& dpos_query, cudaStream_t stream) {
-  attention_backward(
-      fused_attention_backward_enabled() ? BackwardPath::fused_where_supported : BackwardPath::unfused, q, k,
-      v, pos_key, pos_query, attention_mask, probs, dcontext, config, dq, dk, dv, dpos_key, dpos_query,
-      stream);
-}
-
-void fused_disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                           const Tensor& pos_key, const Tensor& pos_query,
-                                           const Tensor& attention_mask, const Tensor& probs,
-                                           const Tensor& dcontext, const DisentangledAttentionConfig& config,
-                                           const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                                           const Tensor& dpos_key, const Tensor& dpos_query,
-                                           cudaStream_t stream) {
-  attention_backward(BackwardPath::fused_only, q, k, v, pos_key, pos_query, attention_mask, probs, dcontext,
-                     config, dq, dk, dv, dpos_key, dpos_query, stream);
-}
-
-// ---- the flash attention's host side (kernels: flash_disentangled_attention.cu) ----
-
-const char* flash_attention_unsupported(const Tensor& q, const DisentangledAttentionConfig& config) {
-  if (q.dtype() != DType::bf16 && q.dtype() != DType::f16) return "the storage dtype is not bf16 or f16";
-  if (q.rank() != 3 || config.num_heads <= 0 || q.dim(2) % config.num_heads != 0)
-    return "q is not [B, L, D] with D a multiple of num_heads";
-  if (q.dim(2) / config.num_heads != kFlashHeadSize) return "the head size is not 64";
-  if (q.dim(0) * config.num_heads > 65535) return "B * num_heads is over 65535";
-  if (q.dim(1) > (int64_t{1} << 30) / kFlashTile) return "the sequence length is over the grid's limit";
-  return nullptr;
-}
-
-namespace {
-
-struct FlashRun {
-  Plan plan;
-  DeviceBuffer keep, c2p_scores, p2c_scores;
-  RelativeIndexTables tables;
-  FlashAttentionParams params;
-};
-
-// The checks, the mask bytes, the index tables and the positional scores both directions need.
-FlashRun prepare_flash(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
-                       const Tensor& pos_query, const Tensor& attention_mask,
-                       const DisentangledAttentionConfig& config, const Tensor& context,
-                       const Tensor& softmax_stats, const char* op, cudaStream_t stream) {
-  FlashRun run;
-  run.plan = plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, op);
-  AttentionShape& s = run.plan.shape;
-  const DType T = run.plan.dtype;
-  const char* unsupported = gpu::flash_attention_unsupported(q, config);
-  ZT_CHECK(unsupported == nullptr, op, ": not supported: ", unsupported);
-  check_tensor(context, T, q.shape(), op, "context");
-  check_tensor(softmax_stats, DType::f32, Shape{s.batch, s.heads, s.length, 2}, op, "softmax_stats");
-  using cuda_detail::is_aligned16;
-  ZT_CHECK(is_aligned16(q.data()) && is_aligned16(k.data()) && is_aligned16(v.data()) &&
-               is_aligned16(context.data()),
-           op, ": q, k, v and context must be 16-byte aligned");
-  if (s.batch == 0 || s.length == 0) return run;
-  const int64_t BL = s.batch * s.length;
-  run.keep = make_keep(attention_mask, BL, stream);
-  FlashAttentionParams& p = run.params;
-  if (s.c2p || s.p2c) {
-    run.tables = relative_index_tables(config.positions, s.length, stream);
-    set_window(s, run.tables.window);
-    if (s.c2p)
-      run.c2p_scores =
-          positional_scores(q, pos_key, run.tables.window_begin, s, T, "attention.c2p_scores", stream);
-    if (s.p2c)
-      run.p2c_scores =
-          positional_scores(k, pos_query, run.tables.window_begin, s, T, "attention.p2c_scores", stream);
-    p.diagonal = run.tables.diagonal;
-    p.c2p = run.c2p_scores.data_as<float>();
-    p.p2c = run.p2c_scores.data_as<float>();
-    p.window_pitch = static_cast<int>(s.window_pitch);
-    p.staged = flash_slices_cover_tiles(config.positions, s.length);
-  }
-  p.q = q.data();
-  p.k = k.data();
-  p.v = v.data();
-  p.keep = run.keep.data_as<uint8_t>();
-  p.context = context.data();
-  p.stats = softmax_stats.data_as<float>();
-  p.batch = static_cast<int>(s.batch);
-  p.length = static_cast<int>(s.length);
-  p.heads = static_cast<int>(s.heads);
-  p.features = static_cast<int>(s.features);
-  p.inverse_scale = s.inverse_scale;
-  p.dropout = s.dropout;
-  p.dropout_p = s.dropout_p;
-  p.kept_scale = s.kept_scale;
-  p.seed = s.seed;
-  p.site_id = s.site_id;
-  return run;
-}
-
-// out[e] = T(in[e]) over n elements.
-template <typename T>
-__global__ void round_to_storage_kernel(const float* __restrict__ in, T* __restrict__ out, int64_t n) {
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[e] = from_float<T>(in[e]);
-}
-
-}  // namespace
-
-void flash_disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                          const Tensor& pos_key, const Tensor& pos_query,
-                                          const Tensor& attention_mask,
-                                          const DisentangledAttentionConfig& config, const Tensor& context,
-                                          const Tensor& softmax_stats, cudaStream_t stream) {
-  constexpr const char* op = "flash_disentangled_attention_forward";
-  const FlashRun run =
-      prepare_flash(q, k, v, pos_key, pos_query, attention_mask, config, context, softmax_stats, op, stream);
-  const AttentionShape& s = run.plan.shape;
-  if (s.batch == 0 || s.length == 0) return;
-  StepProfile& prof = StepProfile::global();
-  prof.mark("attn.fwd.c2p_p2c_gemm");
-  launch_flash_attention_forward(run.params, run.plan.dtype, stream);
-  prof.mark("attn.fwd.flash");
-}
-
-void flash_disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                           const Tensor& pos_key, const Tensor& pos_query,
-                                           const Tensor& attention_mask, const Tensor& context,
-                                           const Tensor& softmax_stats, const Tensor& dcontext,
-                                           const DisentangledAttentionConfig& config, const Tensor& dq,
-                                           const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
-                                           const Tensor& dpos_query, cudaStream_t stream) {
-  constexpr const char* op = "flash_disentangled_attention_backward";
-  FlashRun run =
-      prepare_flash(q, k, v, pos_key, pos_query, attention_mask, config, context, softmax_stats, op, stream);
-  const AttentionShape& s = run.plan.shape;
-  const DType T = run.plan.dtype;
-  check_tensor(dcontext, T, q.shape(), op, "dcontext");
-  check_tensor(dq, T, q.shape(), op, "dq");
-  check_tensor(dk, T, q.shape(), op, "dk");
-  check_tensor(dv, T, q.shape(), op, "dv");
-  using cuda_detail::is_aligned16;
-  ZT_CHECK(is_aligned16(dcontext.data()) && is_aligned16(dq.data()) && is_aligned16(dk.data()) &&
-               is_aligned16(dv.data()),
-           op, ": dcontext, dq, dk and dv must be 16-byte aligned");
-  auto check_table_grad = [&](const Tensor& grad, const Tensor& table, const char* name) {
-    check_cuda_arg(grad, op, name);
-    ZT_CHECK(grad.dtype() == T || grad.dtype() == DType::f32, op, ": ", name, " must be ", dtype_name(T),
-             " or f32, got ", grad.describe());
-    ZT_CHECK(grad.shape() == table.shape(), op, ": ", name, " must be ", table.shape().to_string(), ", got ",
-             grad.shape().to_string());
-  };
-  if (s.c2p) check_table_grad(dpos_key, pos_key, "dpos_key");
-  if (s.p2c) check_table_grad(dpos_query, pos_query, "dpos_query");
-  if (s.batch == 0 || s.length == 0) return;
-  StepProfile& prof = StepProfile::global();
-  prof.mark("attn.bwd.c2p_p2c_gemm");
-
-  const size_t positional_bytes = positional_elements(s) * sizeof(float);
-  DeviceBuffer c2p_grad32, p2c_grad32;
-  if (s.c2p) {
-    c2p_grad32 = scratch_buffer(positional_bytes, "attention.c2p_grad_f32");
-    ZT_CUDA_CHECK(cudaMemsetAsync(c2p_grad32.data(), 0, positional_bytes, stream));
-  }
-  if (s.p2c) {
-    p2c_grad32 = scratch_buffer(positional_bytes, "attention.p2c_grad_f32");
-    ZT_CUDA_CHECK(cudaMemsetAsync(p2c_grad32.data(), 0, positional_bytes, stream));
-  }
-  const DeviceBuffer row_dot =
-      scratch_buffer(static_cast<size_t>(s.batch * s.heads * s.length) * sizeof(float), "attention.row_dot");
-  FlashAttentionParams& p = run.params;
-  p.dcontext = dcontext.data();
-  p.row_dot = row_dot.data_as<float>();
-  p.dq = dq.data();
-  p.dk = dk.data();
-  p.dv = dv.data();
-  p.gc = c2p_grad32.data_as<float>();
-  p.gp = p2c_grad32.data_as<float>();
-  launch_flash_attention_backward(p, T, stream);
-  run.c2p_scores = DeviceBuffer();  // the recomputed scores are dead: their memory goes back first
-  run.p2c_scores = DeviceBuffer();
-  prof.mark("attn.bwd.flash");
-
-  // Gc and Gp rounded to T once, then the positional GEMMs of the stored path.
-  auto positional = [&](DeviceBuffer& grad32, const Tensor& rows, const Tensor& table, const Tensor& drows,
-                        const Tensor& dtable, const char* name) {
-    const int64_t n = static_cast<int64_t>(positional_elements(s));
-    DeviceBuffer grad = scratch_buffer(static_cast<size_t>(n) * dtype_size(T), name);
-    dispatch_storage(T, op, [&](auto tag) {
-      using S = typename decltype(tag)::type;
-      round_to_storage_kernel<S>
-          <<<grid_for(n), kThreads, 0, stream>>>(grad32.data_as<float>(), grad.data_as<S>(), n);
-      ZT_CUDA_CHECK_LAUNCH("attention_round_bucket_grad");
-    });
-    grad32 = DeviceBuffer();
-    positional_grads(grad.data(), rows, table, drows, dtable, run.tables.window_begin, s, T, op, stream);
-  };
-  if (s.c2p) positional(c2p_grad32, q, pos_key, dq, dpos_key, "attention.c2p_grad");
-  if (s.p2c) positional(p2c_grad32, k, pos_query, dk, dpos_query, "attention.p2c_grad");
-  prof.mark("attn.bwd.positional_gemm");
+  attention_backward(q, k, v, pos_key, pos_query, attention_mask, probs, dcontext, config, dq, dk, dv,
+                     dpos_key, dpos_query, stream);
 }
 
 }  // namespace zt::kernels::gpu

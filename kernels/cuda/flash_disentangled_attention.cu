@@ -1,288 +1,21 @@
-// The flash disentangled-attention kernels (see flash_disentangled_attention.cuh for the algorithm).
-//
-// Tensor cores through mma.sync.m16n8k16 (PTX ISA, "Matrix fragments for mma.m16n8k16"): with g = lane / 4
-// and q = lane % 4 a thread holds
-//   A (16 x 16, row-major)  a0 = (g, 2q..2q+1)  a1 = (g+8, 2q..)  a2 = (g, 2q+8..)  a3 = (g+8, 2q+8..)
-//   B (16 x 8, "col")        b0 = (k 2q..2q+1, n g)                b1 = (k 2q+8..2q+9, n g)
-//   C (16 x 8, f32)          c0, c1 = (g, 2q..2q+1)               c2, c3 = (g+8, 2q..2q+1)
-// so the C fragments of two neighbouring 8-column tiles are, rounded to T, the A fragment of a 16-deep
-// product (flash attention's register reuse of P). Each warp owns 16 rows of a 64-row tile.
-//
-// Exponentials by __expf (ex2.approx of x log2 e; a few ulp where it matters, exp(a - max) in [0, 1]), the
-// same in forward and backward, so P recomputed from the statistics is the forward's P.
-//
-// Shared memory: 64 x 64 T tiles with rows padded to 72 elements (144 bytes: 16-byte aligned rows, and the
-// 32-bit fragment loads of a warp, lanes (g, q) at word 36 g + q, hit 32 distinct banks).
+// The flash disentangled-attention kernels (see flash_disentangled_attention.cuh for the algorithm,
+// flash_attention_tiles.cuh for the fragments, tiles and staging they are built from).
 #include "kernels/cuda/flash_disentangled_attention.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
-#include <type_traits>
 
+#include "kernels/cuda/flash_attention_tiles.cuh"
 #include "kernels/cuda/launch_common.cuh"
-#include "kernels/philox.h"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
 
 namespace zt::kernels::gpu {
 namespace {
 
-using cuda_detail::from_float;
-using cuda_detail::to_float;
-
-constexpr int kTile = kFlashTile;
-constexpr int kD = kFlashHeadSize;
-constexpr int kThreads = 128;   // 4 warps x 16 rows
-constexpr int kPitch = kD + 8;  // T elements per shared row
-constexpr int kKeepPitch = kTile + 4;
-constexpr int kGradPitch = kTile + 1;
-constexpr int kDiagonals = 2 * kTile - 1;  // i - j values one (query tile, key tile) pair reaches
-constexpr float kMasked = -3.40282346638528859811704183484516925e+38f;  // finfo(f32).min, as unfused
-
-// ---- fragments -----------------------------------------------------------------------------------------
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  const __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// Two 16-bit values (lo at the lower address) as one 32-bit register.
-template <typename T>
-__device__ __forceinline__ uint32_t pair(T lo, T hi) {
-  const uint16_t l = *reinterpret_cast<const uint16_t*>(&lo), h = *reinterpret_cast<const uint16_t*>(&hi);
-  return static_cast<uint32_t>(l) | (static_cast<uint32_t>(h) << 16);
-}
-
-// c += A B for one m16n8k16 tile, f32 accumulate.
-template <typename T>
-__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-__device__ __forceinline__ uint32_t word_at(const void* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
-
-// The A fragments of rows row0 .. row0 + 15 of a [64, kPitch] tile, all four 16-deep chunks of d = 64.
-template <typename T>
-__device__ __forceinline__ void load_a_fragments(const T* tile, int row0, uint32_t a[4][4]) {
-  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
-#pragma unroll
-  for (int kc = 0; kc < 4; ++kc) {
-    const T* top = tile + (row0 + g) * kPitch + kc * 16 + 2 * q;
-    const T* bottom = top + 8 * kPitch;
-    a[kc][0] = word_at(top);
-    a[kc][1] = word_at(bottom);
-    a[kc][2] = word_at(top + 8);
-    a[kc][3] = word_at(bottom + 8);
-  }
-}
-
-// S[16 rows, 64 cols] = A (this warp's rows, d = 64 deep) times rows^T of a [64, kPitch] tile (column n of
-// the product is row n of the tile).
-template <typename T>
-__device__ __forceinline__ void product_with_rows(const uint32_t a[4][4], const T* tile, float s[8][4]) {
-  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-    s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) {
-      const T* row = tile + (nt * 8 + g) * kPitch + kc * 16 + 2 * q;
-      mma<T>(s[nt], a[kc], word_at(row), word_at(row + 8));
-    }
-  }
-}
-
-// acc[16 rows, 64 features] += P (16 x 64 keys, as 8 C tiles in f32, rounded to T here) times a [64 keys,
-// kPitch] tile (row = key, column = feature).
-template <typename T>
-__device__ __forceinline__ void accumulate_times_tile(const float p[8][4], const T* tile, float acc[8][4]) {
-  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
-#pragma unroll
-  for (int kc = 0; kc < 4; ++kc) {
-    uint32_t a[4];
-    a[0] = pack2<T>(p[2 * kc][0], p[2 * kc][1]);
-    a[1] = pack2<T>(p[2 * kc][2], p[2 * kc][3]);
-    a[2] = pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]);
-    a[3] = pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3]);
-    const T* k0 = tile + (kc * 16 + 2 * q) * kPitch;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const int n = nt * 8 + g;
-      const uint32_t b0 = pair(k0[n], k0[kPitch + n]);
-      const uint32_t b1 = pair(k0[8 * kPitch + n], k0[9 * kPitch + n]);
-      mma<T>(acc[nt], a, b0, b1);
-    }
-  }
-}
-
-// ---- tiles ---------------------------------------------------------------------------------------------
-
-// Rows first .. first + 63 of head h of a [B, L, D] tensor (batch b) into a [64, kPitch] tile; rows >= L are
-// zero. 16-byte loads (the host checks the alignment).
-template <typename T>
-__device__ __forceinline__ void load_tile(T* tile, const T* x, const FlashAttentionParams& p, int64_t b,
-                                          int64_t h, int first) {
-  for (int chunk = static_cast<int>(threadIdx.x); chunk < kTile * 8; chunk += kThreads) {
-    const int r = chunk / 8, c = chunk % 8;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (first + r < p.length)
-      value = *reinterpret_cast<const uint4*>(x + (b * p.length + first + r) * p.features + h * kD + c * 8);
-    *reinterpret_cast<uint4*>(tile + r * kPitch + c * 8) = value;
-  }
-}
-
-// diag[t] = c(i,j) - window_begin for i - j = i0 - j0 - 63 + t. Where |i - j| >= L (no pair of the tile with
-// i, j < L) the nearest reachable diagonal's bucket: the table stays monotone, so diag[0] == diag[126] means
-// one bucket for every pair of the tile.
-__device__ __forceinline__ void load_diagonals(int* diag, const FlashAttentionParams& p, int i0, int j0) {
-  for (int t = static_cast<int>(threadIdx.x); t < kDiagonals; t += kThreads) {
-    const int r = min(max(i0 - j0 - (kTile - 1) + t, 1 - p.length), p.length - 1);
-    diag[t] = p.diagonal[r + p.length - 1];
-  }
-}
-
-// keep[ti][tj] = 1 where dropout keeps P[b, h, i0 + ti, j0 + tj] (the unfused path's draw: element
-// e = ((b*N + h)*L + i)*L + j, word e % 4 of Philox block e / 4). Four consecutive keys a thread: one block
-// when e starts one, two otherwise.
-__device__ __forceinline__ void fill_keep_tile(uint8_t* keep, const FlashAttentionParams& p, int64_t bh,
-                                               int i0, int j0) {
-  for (int idx = static_cast<int>(threadIdx.x); idx < kTile * (kTile / 4); idx += kThreads) {
-    const int ti = idx / (kTile / 4), tj = 4 * (idx % (kTile / 4));
-    const int i = i0 + ti, j = j0 + tj;
-    uint8_t bits[4] = {0, 0, 0, 0};
-    if (i < p.length && j < p.length) {
-      const uint64_t e = (static_cast<uint64_t>(bh) * p.length + i) * p.length + j;
-      const PhiloxCounter first = philox_block(p.seed, p.site_id, e >> 2);
-      PhiloxCounter second = first;
-      if ((e & 3) != 0) second = philox_block(p.seed, p.site_id, (e >> 2) + 1);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const uint64_t element = e + u;
-        const PhiloxCounter& block = (element >> 2) == (e >> 2) ? first : second;
-        const int w = static_cast<int>(element & 3);
-        const uint32_t word = w == 0   ? block.word[0]
-                              : w == 1 ? block.word[1]
-                              : w == 2 ? block.word[2]
-                                       : block.word[3];
-        bits[u] = uniform_from_bits(word) >= p.dropout_p ? 1 : 0;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) keep[ti * kKeepPitch + tj + u] = bits[u];
-  }
-}
-
-// The raw score a(i, j) (before the mask) from the content product s.
-__device__ __forceinline__ float disentangled_score(const FlashAttentionParams& p, float s, int64_t head_rows,
-                                                    int i, int j, int c) {
-  float a = s;
-  if (p.c2p != nullptr) a += p.c2p[(head_rows + i) * p.window_pitch + c];
-  if (p.p2c != nullptr) a += p.p2c[(head_rows + j) * p.window_pitch + c];
-  return a * p.inverse_scale;
-}
-
-// The positional scores one tile reads, staged in shared memory (FlashAttentionParams::staged): row t of
-// c2p_slice holds C2P[i0 + t, diag[t] .. diag[t] + 63], the table rows query i0 + t meets over the tile's
-// keys (c(i, j) runs over diag[t .. t + 63], at most 64 consecutive rows); row u of p2c_slice holds
-// P2C[j0 + u, diag[63 - u] ..]. Coalesced loads of 64 floats per row instead of a gather per score.
-constexpr int kSlicePitch = kTile + 1;
-constexpr size_t kStagedBytes = 2 * kTile * kSlicePitch * sizeof(float);
-
-__device__ __forceinline__ void stage_positional(float* staged, const FlashAttentionParams& p,
-                                                 const int* diag, int64_t head_rows, int i0, int j0) {
-  float* c2p_slice = staged;
-  float* p2c_slice = staged + kTile * kSlicePitch;
-  for (int idx = static_cast<int>(threadIdx.x); idx < kTile * kTile; idx += kThreads) {
-    const int t = idx / kTile, u = idx % kTile;
-    if (p.c2p != nullptr) {
-      const int i = i0 + t, c = diag[t] + u;
-      c2p_slice[t * kSlicePitch + u] =
-          (i < p.length && c < p.window_pitch) ? p.c2p[(head_rows + i) * p.window_pitch + c] : 0.0f;
-    }
-    if (p.p2c != nullptr) {
-      const int j = j0 + t, c = diag[kTile - 1 - t] + u;
-      p2c_slice[t * kSlicePitch + u] =
-          (j < p.length && c < p.window_pitch) ? p.p2c[(head_rows + j) * p.window_pitch + c] : 0.0f;
-    }
-  }
-}
-
-// a(i, j) from the staged slices, for query i0 + qi and key j0 + kj.
-__device__ __forceinline__ float staged_score(const FlashAttentionParams& p, const float* staged,
-                                              const int* diag, float s, int qi, int kj) {
-  const int c = diag[qi - kj + kTile - 1];
-  float a = s;
-  if (p.c2p != nullptr) a += staged[qi * kSlicePitch + c - diag[qi]];
-  if (p.p2c != nullptr) a += staged[kTile * kSlicePitch + kj * kSlicePitch + c - diag[kTile - 1 - kj]];
-  return a * p.inverse_scale;
-}
-
-// A tile whose 127 diagonals share one bucket c0 (every tile farther off the diagonal than the buckets
-// reach): the positional terms are one number per query, C2P[i, c0], and one per key, P2C[j, c0].
-__device__ __forceinline__ void stage_uniform_terms(float* query_term, float* key_term,
-                                                    const FlashAttentionParams& p, int64_t head_rows, int i0,
-                                                    int j0, int c0) {
-  const int t = static_cast<int>(threadIdx.x) % kTile;
-  if (static_cast<int>(threadIdx.x) < kTile) {
-    const int i = i0 + t;
-    query_term[t] = (p.c2p != nullptr && i < p.length) ? p.c2p[(head_rows + i) * p.window_pitch + c0] : 0.0f;
-  } else if (static_cast<int>(threadIdx.x) < 2 * kTile) {
-    const int j = j0 + t;
-    key_term[t] = (p.p2c != nullptr && j < p.length) ? p.p2c[(head_rows + j) * p.window_pitch + c0] : 0.0f;
-  }
-}
-
-// a(i, j) on such a tile, summed in the same order ((S + C2P) + P2C) / s (an absent term adds +0).
-__device__ __forceinline__ float uniform_score(const FlashAttentionParams& p, const float* query_term,
-                                               const float* key_term, float s, int qi, int kj) {
-  return (s + query_term[qi] + key_term[kj]) * p.inverse_scale;
-}
-
-// Adds a tile's score gradients into rows of Gc (by query) or Gp (by key): out row `row` (global index
-// into the [N, B*L, Wp] buffer, or < 0 to skip) gets sum over the tile's 64 columns `col` of grad[local][col]
-// bucketed by diag[t(local, col)]. Runs of equal buckets are summed in column order, then added: one CTA
-// owns each out row, so the order of the additions is fixed.
-__device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad_row, const int* diag,
-                                                   int local, bool by_query, int columns) {
-  float run = 0.0f;
-  int bucket = -1;
-  for (int col = 0; col < columns; ++col) {
-    // by query: i = local, j = col, t = i - j + 63; by key: j = local, i = col.
-    const int t = by_query ? local - col + kTile - 1 : col - local + kTile - 1;
-    const int c = diag[t];
-    if (c != bucket) {
-      if (bucket >= 0) out[bucket] += run;
-      bucket = c;
-      run = 0.0f;
-    }
-    run += grad_row[col];
-  }
-  if (bucket >= 0) out[bucket] += run;
-}
+using namespace flash_tiles;  // NOLINT(google-build-using-namespace): this file's building blocks
 
 // ---- forward -------------------------------------------------------------------------------------------
 
@@ -290,15 +23,16 @@ struct ForwardShared {
   int diag[kDiagonals + 1];
   float query_term[kTile], key_term[kTile];  // uniform tiles: C2P[i, c0], P2C[j, c0]
   uint8_t key_keep[kTile];
-  uint8_t keep[kTile * kKeepPitch];
+  alignas(4) uint8_t keep[kTile * kKeepPitch];  // 32-bit stores of 4 keys
 };
 
 template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(FlashAttentionParams p) {
-  extern __shared__ float staged[];  // kStagedBytes when kStaged
-  __shared__ __align__(16) T q_tile[kTile * kPitch];
-  __shared__ __align__(16) T k_tile[kTile * kPitch];
-  __shared__ __align__(16) T v_tile[kTile * kPitch];
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];  // kStagedBytes when kStaged
+  float* staged = reinterpret_cast<float*>(dynamic_shared);
+  // Two buffers of (K tile, V tile): tile t + 1 is copied in (cp.async) while tile t is computed. Q goes
+  // through kv[2] for its fragments before any copy into the second buffer.
+  __shared__ __align__(16) T kv[4][kTile * kPitch];
   __shared__ ForwardShared sh;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, q = lane % 4;
@@ -311,10 +45,13 @@ __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(Flash
   const T* vx = static_cast<const T*>(p.v);
   const bool positional = p.c2p != nullptr || p.p2c != nullptr;
 
-  load_tile(q_tile, qx, p, b, h, i0);
+  load_tile(kv[2], qx, p, b, h, i0);
   __syncthreads();
   uint32_t qa[4][4];
-  load_a_fragments(q_tile, warp * 16, qa);
+  load_a_fragments(kv[2], warp * 16, qa);
+  prefetch_tile(kv[0], kx, p, b, h, 0);
+  prefetch_tile(kv[1], vx, p, b, h, 0);
+  commit_async_copies();
 
   const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
   bool row_kept[2];
@@ -328,14 +65,20 @@ __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(Flash
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
 
-  for (int j0 = 0; j0 < L; j0 += kTile) {
-    __syncthreads();  // the previous tile's readers are done
-    load_tile(k_tile, kx, p, b, h, j0);
-    load_tile(v_tile, vx, p, b, h, j0);
+  for (int j0 = 0, buffer = 0; j0 < L; j0 += kTile, buffer ^= 1) {
+    __syncthreads();  // the previous tile's readers are done (of the other buffer, of sh and Q's kv[2])
+    if (j0 + kTile < L) {
+      prefetch_tile(kv[2 * (buffer ^ 1)], kx, p, b, h, j0 + kTile);
+      prefetch_tile(kv[2 * (buffer ^ 1) + 1], vx, p, b, h, j0 + kTile);
+    }
+    commit_async_copies();  // an empty group on the last tile keeps the count: this tile's is the older one
+    const T* k_tile = kv[2 * buffer];
+    const T* v_tile = kv[2 * buffer + 1];
     for (int t = static_cast<int>(threadIdx.x); t < kTile; t += kThreads)
       sh.key_keep[t] = j0 + t < L && p.keep[b * L + j0 + t] != 0;
     if (positional) load_diagonals(sh.diag, p, i0, j0);
     if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
+    wait_all_but_newest_copies();
     __syncthreads();
     const bool uniform = positional && sh.diag[0] == sh.diag[kDiagonals - 1];
     if (positional) {
@@ -433,7 +176,7 @@ struct BackwardShared {
   float query_term[kTile], key_term[kTile];  // uniform tiles: C2P[i, c0], P2C[j, c0]
   uint8_t other_keep[kTile];  // the looped-over tile's mask: keys (rows kernel) or queries (keys kernel)
   float other_max[kTile], other_inverse[kTile], other_dot[kTile];  // keys kernel: the query tile's stats
-  uint8_t keep[kTile * kKeepPitch];                                // dropout bits [query][key]
+  alignas(4) uint8_t keep[kTile * kKeepPitch];                     // dropout bits [query][key]
   float grad[kTile * kGradPitch];                                  // G staged for the bucket scatter
 };
 
@@ -442,6 +185,10 @@ struct BackwardShared {
 struct ElementGrad {
   float g, p_tilde;
 };
+// The dropout factor of one element from its keep bit (1 without dropout).
+__device__ __forceinline__ float dropout_factor(const FlashAttentionParams& p, uint8_t kept) {
+  return p.dropout ? (kept ? p.kept_scale : 0.0f) : 1.0f;
+}
 __device__ __forceinline__ ElementGrad element_grad(const FlashAttentionParams& p, float x, bool valid,
                                                     bool kept, float max, float inverse, float dot,
                                                     float dp_tilde) {
@@ -454,9 +201,13 @@ __device__ __forceinline__ ElementGrad element_grad(const FlashAttentionParams& 
 // Rows kernel: one CTA per (b, h, 64 queries): dQ = G K and Gc.
 template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel(FlashAttentionParams p) {
-  extern __shared__ float staged[];
-  __shared__ __align__(16) T k_tile[kTile * kPitch];  // Q for the fragments first, then the key tiles
-  __shared__ __align__(16) T v_tile[kTile * kPitch];  // dC for the fragments first, then the value tiles
+  // Dynamic: this CTA's Q and dC tiles (the A operands, read by ldmatrix each tile), then the staged slices.
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  const T* q_fixed = reinterpret_cast<const T*>(dynamic_shared);
+  const T* dc_fixed = q_fixed + kTile * kPitch;
+  float* staged = reinterpret_cast<float*>(dynamic_shared + kFixedTileBytes);
+  __shared__ __align__(16) T k_tile[kTile * kPitch];
+  __shared__ __align__(16) T v_tile[kTile * kPitch];
   __shared__ BackwardShared sh;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, q = lane % 4;
@@ -466,12 +217,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
   const int64_t head_rows = (h * p.batch + b) * L;
   const bool positional = p.c2p != nullptr || p.p2c != nullptr;
 
-  uint32_t qa[4][4], dca[4][4];
-  load_tile(k_tile, static_cast<const T*>(p.q), p, b, h, i0);
-  load_tile(v_tile, static_cast<const T*>(p.dcontext), p, b, h, i0);
-  __syncthreads();
-  load_a_fragments(k_tile, warp * 16, qa);
-  load_a_fragments(v_tile, warp * 16, dca);
+  load_tile(const_cast<T*>(q_fixed), static_cast<const T*>(p.q), p, b, h, i0);
+  load_tile(const_cast<T*>(dc_fixed), static_cast<const T*>(p.dcontext), p, b, h, i0);
 
   const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
   bool row_kept[2];
@@ -507,8 +254,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
     }
 
     float s[8][4], dp[8][4];
-    product_with_rows(qa, k_tile, s);
-    product_with_rows(dca, v_tile, dp);
+    product_with_rows(q_fixed, warp * 16, k_tile, s);
+    product_with_rows(dc_fixed, warp * 16, v_tile, dp);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -543,7 +290,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
           sum += __shfl_xor_sync(0xffffffffu, sum, 1);
           sum += __shfl_xor_sync(0xffffffffu, sum, 2);
           const int i = i0 + local_row[r];
-          if (q == 0 && i < L) p.gc[(head_rows + i) * p.window_pitch + c] += sum;
+          if (q == 0 && i < L) atomicAdd(p.gc + (head_rows + i) * p.window_pitch + c, sum);
         }
       } else {
 #pragma unroll
@@ -580,9 +327,13 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
 // (rows = this CTA's keys, columns = the looped-over queries).
 template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel(FlashAttentionParams p) {
-  extern __shared__ float staged[];
-  __shared__ __align__(16) T q_tile[kTile * kPitch];   // K for the fragments first, then the query tiles
-  __shared__ __align__(16) T dc_tile[kTile * kPitch];  // V for the fragments first, then dC tiles
+  // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), then the staged slices.
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  const T* k_fixed = reinterpret_cast<const T*>(dynamic_shared);
+  const T* v_fixed = k_fixed + kTile * kPitch;
+  float* staged = reinterpret_cast<float*>(dynamic_shared + kFixedTileBytes);
+  __shared__ __align__(16) T q_tile[kTile * kPitch];
+  __shared__ __align__(16) T dc_tile[kTile * kPitch];
   __shared__ BackwardShared sh;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, q = lane % 4;
@@ -592,12 +343,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
   const int64_t head_rows = (h * p.batch + b) * L;
   const bool positional = p.c2p != nullptr || p.p2c != nullptr;
 
-  uint32_t ka[4][4], va[4][4];
-  load_tile(q_tile, static_cast<const T*>(p.k), p, b, h, j0);
-  load_tile(dc_tile, static_cast<const T*>(p.v), p, b, h, j0);
-  __syncthreads();
-  load_a_fragments(q_tile, warp * 16, ka);
-  load_a_fragments(dc_tile, warp * 16, va);
+  load_tile(const_cast<T*>(k_fixed), static_cast<const T*>(p.k), p, b, h, j0);
+  load_tile(const_cast<T*>(v_fixed), static_cast<const T*>(p.v), p, b, h, j0);
 
   const int local_key[2] = {warp * 16 + g, warp * 16 + g + 8};
   bool key_kept[2];
@@ -636,32 +383,54 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
       __syncthreads();
     }
 
-    float s[8][4], dp[8][4];
-    product_with_rows(ka, q_tile, s);    // s[key][query] = K_j . Q_i
-    product_with_rows(va, dc_tile, dp);  // dp[key][query] = V_j . dC_i
+    // Two passes so that only one 16 x 64 score block is live beside dK and dV at a time: P from S, then
+    // dV += P~^T dC, then dP~ and G = P (factor dP~ - D) / s (the same expressions as element_grad).
+    float s[8][4];
+    product_with_rows(k_fixed, warp * 16, q_tile, s);  // s[key][query] = K_j . Q_i
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2, il = nt * 8 + 2 * q + (e & 1), i = i0 + il, j = j0 + local_key[r];
-        ElementGrad out{0.0f, 0.0f};
+        float prob = 0.0f;
         if (i < L && j < L) {
           const int c = positional ? sh.diag[il - local_key[r] + kTile - 1] : 0;
-          const bool valid = key_kept[r] && sh.other_keep[il];
           float x = kMasked;
-          if (valid)
+          if (key_kept[r] && sh.other_keep[il])
             x = uniform   ? uniform_score(p, sh.query_term, sh.key_term, s[nt][e], il, local_key[r])
                 : kStaged ? staged_score(p, staged, sh.diag, s[nt][e], il, local_key[r])
                           : disentangled_score(p, s[nt][e], head_rows, i, j, c);
-          const bool kept = !p.dropout || sh.keep[il * kKeepPitch + local_key[r]];
-          out = element_grad(p, x, valid, kept, sh.other_max[il], sh.other_inverse[il], sh.other_dot[il],
-                             dp[nt][e]);
+          prob = __expf(x - sh.other_max[il]) * sh.other_inverse[il];
         }
-        s[nt][e] = out.g;
-        dp[nt][e] = out.p_tilde;
+        s[nt][e] = prob;
       }
     }
-    accumulate_times_tile(dp, dc_tile, dv);
+    {
+      float p_tilde[8][4];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
+          p_tilde[nt][e] = s[nt][e] * dropout_factor(p, sh.keep[il * kKeepPitch + local_key[r]]);
+        }
+      }
+      accumulate_times_tile(p_tilde, dc_tile, dv);
+    }
+    {
+      float dp[8][4];
+      product_with_rows(v_fixed, warp * 16, dc_tile, dp);  // dp[key][query] = V_j . dC_i
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
+          const bool valid = i0 + il < L && j0 + local_key[r] < L && key_kept[r] && sh.other_keep[il];
+          const float factor = dropout_factor(p, sh.keep[il * kKeepPitch + local_key[r]]);
+          s[nt][e] = valid ? s[nt][e] * (factor * dp[nt][e] - sh.other_dot[il]) * p.inverse_scale : 0.0f;
+        }
+      }
+    }
     accumulate_times_tile(s, q_tile, dk);
 
     if (p.gp != nullptr) {
@@ -675,7 +444,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
           sum += __shfl_xor_sync(0xffffffffu, sum, 1);
           sum += __shfl_xor_sync(0xffffffffu, sum, 2);
           const int j = j0 + local_key[r];
-          if (q == 0 && j < L) p.gp[(head_rows + j) * p.window_pitch + c] += sum;
+          if (q == 0 && j < L) atomicAdd(p.gp + (head_rows + j) * p.window_pitch + c, sum);
         }
       } else {
 #pragma unroll
@@ -732,16 +501,18 @@ dim3 tile_grid(const FlashAttentionParams& p) {
 
 // One CTA per (tile, b*N + h): the staged variant (with its dynamic shared memory) where the host said the
 // slices cover every tile and a positional term is on, the gathering one otherwise.
+// fixed_bytes: the dynamic shared memory both variants take ahead of the slices.
 template <typename Kernel>
-void launch_tiles(Kernel gathering, Kernel staged, const FlashAttentionParams& p, cudaStream_t stream) {
-  if (p.staged && (p.c2p != nullptr || p.p2c != nullptr)) {
-    static_assert(kStagedBytes > 0);
-    ZT_CUDA_CHECK(cudaFuncSetAttribute(staged, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kStagedBytes)));
-    staged<<<tile_grid(p), kThreads, kStagedBytes, stream>>>(p);
-  } else {
-    gathering<<<tile_grid(p), kThreads, 0, stream>>>(p);
+void launch_tiles(Kernel gathering, Kernel staged, size_t fixed_bytes, const FlashAttentionParams& p,
+                  cudaStream_t stream) {
+  const bool use_staged = p.staged && (p.c2p != nullptr || p.p2c != nullptr);
+  Kernel kernel = use_staged ? staged : gathering;
+  const size_t bytes = fixed_bytes + (use_staged ? kStagedBytes : 0);
+  if (bytes > 0) {
+    ZT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   }
+  kernel<<<tile_grid(p), kThreads, bytes, stream>>>(p);
 }
 
 }  // namespace
@@ -749,7 +520,7 @@ void launch_tiles(Kernel gathering, Kernel staged, const FlashAttentionParams& p
 void launch_flash_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
   dispatch_half(dtype, "flash_attention_forward", [&](auto tag) {
     using T = decltype(tag);
-    launch_tiles(flash_attention_forward_kernel<T, false>, flash_attention_forward_kernel<T, true>, params,
+    launch_tiles(flash_attention_forward_kernel<T, false>, flash_attention_forward_kernel<T, true>, 0, params,
                  stream);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_forward");
   });
@@ -764,10 +535,10 @@ void launch_flash_attention_backward(const FlashAttentionParams& params, DType d
                               kRowsPerBlock * 32, 0, stream>>>(params);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_row_dot");
     launch_tiles(flash_attention_backward_rows_kernel<T, false>,
-                 flash_attention_backward_rows_kernel<T, true>, params, stream);
+                 flash_attention_backward_rows_kernel<T, true>, kFixedTileBytes, params, stream);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_backward_rows");
     launch_tiles(flash_attention_backward_keys_kernel<T, false>,
-                 flash_attention_backward_keys_kernel<T, true>, params, stream);
+                 flash_attention_backward_keys_kernel<T, true>, kFixedTileBytes, params, stream);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_backward_keys");
   });
 }

@@ -16,9 +16,10 @@
 //   P = exp(a - m_i) / l_i,  dP~ = dC V^T,  G = [m_i m_j] P (keep(e) dP~ / (1 - p) - D_i) / s,
 //   a rows kernel per (b, h, 64 queries): dQ = G K (written, not accumulated) and Gc[i, c(i,j)] += G;
 //   a keys kernel per (b, h, 64 keys):    dK = G^T Q, dV = P~^T dC and Gp[j, c(i,j)] += G.
-// Each Gc row (Gp row) belongs to one CTA, which adds its tiles in a fixed order (plain loads and stores of
-// f32 [N, B*L, window_pitch], zeroed first): deterministic, no atomics. The rows kernel and the keys kernel
-// both recompute S and dP~ (no dQ atomics, at the cost of those products twice).
+// Each Gc row (Gp row) belongs to one CTA, which adds its tiles in a fixed order into f32
+// [N, B*L, window_pitch], zeroed first (red.global.add with one adding thread per address a tile, the tiles
+// ordered by barriers): deterministic, the same sums as loads and stores. The rows kernel and the keys
+// kernel both recompute S and dP~ (no dQ atomics, at the cost of those products twice).
 #pragma once
 
 #include <cuda_runtime.h>

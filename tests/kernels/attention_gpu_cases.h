@@ -1,6 +1,6 @@
 // The parameter type and relative-position configurations of the disentangled-attention GPU tests
-// (test_disentangled_attention_gpu.cpp for the unfused path, test_fused_disentangled_attention_gpu.cpp for
-// the fused kernels), so both suites describe their cases the same way.
+// (test_disentangled_attention_gpu.cpp for the stored path, and the flash path's suites), so they describe
+// their cases the same way.
 #pragma once
 
 #include <cstdint>

@@ -225,42 +225,24 @@ struct Attention {
     kernels::disentangled_attention_forward(t[q], t[k], t[v], t[pos_key], t[pos_query], t[mask], config,
                                             t[context], t[probs]);
   }
-  // The GPU side: the fused kernel (whatever ZT_FUSED_ATTENTION says) or the entry point; the CPU reference
-  // on the CPU side.
-  void forward_on(const Args& t, bool on_gpu, bool fused) const {
-    if (!on_gpu || !fused) return forward(t);
-    kernels::gpu::fused_disentangled_attention_forward(t[q], t[k], t[v], t[pos_key], t[pos_query], t[mask],
-                                                       config, t[context], t[probs], kStream);
-  }
 };
 
-// flops = B N (4 L^2 d + 2 * 2 L W d): Q K^T and P~ V, and the c2p and p2c score GEMMs (the fused kernel's
-// extra products over the table rows each key chunk reaches are not counted, as the unfused path's padded
-// window is not).
+// flops = B N (4 L^2 d + 2 * 2 L W d): Q K^T and P~ V, and the c2p and p2c score GEMMs (the padded window's
+// extra products are not counted).
 // bytes = 2 (3 B L D + tables) q, k, v, tables read + 8 B L mask + 2 B L D context + 2 B N L^2 probs.
-// fused: the fused kernel (kernels/cuda/fused_disentangled_attention.cuh) whatever ZT_FUSED_ATTENTION says,
-// so that --only attention shows both paths; the unfused entry takes the fused path too when it is set.
-Setup attention_forward_setup(Env& e, const Dims& d, bool fused) {
+Setup attention_forward(Env& e, const Dims& d) {
   const Attention a(e, d, false);
   return Setup(str(e.desc("q", a.q), " ", e.desc("rel", a.pos_key), " h", d.N),
                2.0 * (4.0 * d.R() * d.D + a.tables) + 8.0 * d.R() + 2.0 * a.bn * a.L * a.L,
                a.bn * (4.0 * a.L * a.L * a.d + 4.0 * a.L * a.W * a.d),
-               [=](const Args& t, bool on_gpu) { a.forward_on(t, on_gpu, fused); });
-}
-Setup attention_forward(Env& e, const Dims& d) {
-  return attention_forward_setup(e, d, false);
-}
-Setup attention_forward_fused(Env& e, const Dims& d) {
-  return attention_forward_setup(e, d, true);
+               [=](const Args& t, bool) { a.forward(t); });
 }
 
 // flops = B N (8 L^2 d + 4 * 2 L W d): dV, dP, dQ, dK (one L^2 d GEMM each way), and per positional term
 // one GEMM into dQ or dK and one into dpos.
 // bytes = 2 (4 B L D + tables) q, k, v, dcontext, tables read + 8 B L mask + 2 B N L^2 probs read
 //       + 2 * 3 B L D dq, dk, dv written + 2 * 2 tables dpos read and written.
-// fused: the GPU side runs the fused backward whatever ZT_FUSED_ATTENTION_BACKWARD says, after the
-// (switch-chosen) forward.
-Setup attention_backward_setup(Env& e, const Dims& d, bool fused) {
+Setup attention_backward(Env& e, const Dims& d) {
   const Attention a(e, d, true);
   const int dc = e.in(bf16, {d.B, d.L, d.D}), dq = e.out("dq", bf16, {d.B, d.L, d.D});
   const int dk = e.out("dk", bf16, {d.B, d.L, d.D}), dv = e.out("dv", bf16, {d.B, d.L, d.D});
@@ -271,24 +253,12 @@ Setup attention_backward_setup(Env& e, const Dims& d, bool fused) {
       2.0 * (4.0 * d.R() * d.D + a.tables) + 8.0 * d.R() + 2.0 * a.bn * a.L * a.L + 6.0 * d.R() * d.D +
           4.0 * a.tables,
       a.bn * (8.0 * a.L * a.L * a.d + 8.0 * a.L * a.W * a.d),
-      [=](const Args& t, bool on_gpu) {
-        if (on_gpu && fused) {
-          kernels::gpu::fused_disentangled_attention_backward(
-              t[a.q], t[a.k], t[a.v], t[a.pos_key], t[a.pos_query], t[a.mask], t[a.probs], t[dc], a.config,
-              t[dq], t[dk], t[dv], t[dpk], t[dpq], kStream);
-          return;
-        }
+      [=](const Args& t, bool) {
         kernels::disentangled_attention_backward(t[a.q], t[a.k], t[a.v], t[a.pos_key], t[a.pos_query],
                                                  t[a.mask], t[a.probs], t[dc], a.config, t[dq], t[dk], t[dv],
                                                  t[dpk], t[dpq]);
       },
       [=](const Args& t, bool) { a.forward(t); });
-}
-Setup attention_backward(Env& e, const Dims& d) {
-  return attention_backward_setup(e, d, false);
-}
-Setup attention_backward_fused(Env& e, const Dims& d) {
-  return attention_backward_setup(e, d, true);
 }
 
 // The flash attention (kernels/cuda/flash_disentangled_attention.cuh): the same op with the softmax
@@ -462,9 +432,7 @@ const Kernel kKernels[] = {
     {"cross_entropy_forward", "f32", f32, cross_entropy_forward},
     {"cross_entropy_backward", "f32", f32, cross_entropy_backward},
     {"attention_forward", "bf16", bf16, attention_forward},
-    {"attention_forward_fused", "bf16", bf16, attention_forward_fused},
     {"attention_backward", "bf16", bf16, attention_backward},
-    {"attention_backward_fused", "bf16", bf16, attention_backward_fused},
     {"attention_forward_flash", "bf16", bf16, attention_forward_flash},
     {"attention_backward_flash", "bf16", bf16, attention_backward_flash},
     {"conv1d_forward", "bf16", bf16, conv1d_forward},

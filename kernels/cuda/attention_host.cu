@@ -1,0 +1,253 @@
+// The attention paths' shared host side (attention_host.cuh).
+#include "kernels/cuda/attention_host.cuh"
+
+#include "kernels/cuda/launch_common.cuh"
+#include "kernels/relative_position.h"
+#include "runtime/check.h"
+#include "runtime/cuda_check.h"
+
+namespace zt::kernels::gpu::attention_host {
+namespace {
+
+using cuda_detail::from_float;
+using cuda_detail::to_float;
+
+template <typename M>
+__global__ void mask_to_keep_kernel(const M* __restrict__ mask, uint8_t* __restrict__ keep, int64_t n) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e < n) keep[e] = mask[e] != M(0) ? 1 : 0;
+}
+
+// k slices for the table-gradient GEMMs: the most slices (<= 16) that divide B*L into pieces of >= 256 rows;
+// 1 (no split) when none does.
+int64_t split_k_slices(int64_t rows) {
+  for (int64_t slices = 16; slices > 1; --slices) {
+    if (rows % slices == 0 && rows / slices >= 256) return slices;
+  }
+  return 1;
+}
+
+// dtable[window_begin + r, h*d + k] += sum over slices c (in order) of partial[h, c, r, k] (r < W of the
+// [N, slices, window_pitch, d] partials), summed in f32.
+template <typename D>
+__global__ void add_slice_partials_kernel(const float* __restrict__ partial, D* __restrict__ dtable,
+                                          int64_t slices, int64_t table_row, AttentionShape s) {
+  const int64_t d = s.head_size, W = s.window;
+  const int64_t total = s.heads * W * d;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = e % d, r = (e / d) % W, h = e / (d * W);
+    float sum = 0.0f;
+    for (int64_t c = 0; c < slices; ++c) sum += partial[((h * slices + c) * s.window_pitch + r) * d + k];
+    D& out = dtable[(table_row + r) * s.features + h * d + k];
+    out = from_float<D>(to_float(out) + sum);
+  }
+}
+
+// Rows window_begin .. window_begin + W - 1 of a relative table [2k, D] (T) copied into a [window_pitch, D]
+// scratch whose rows past W are zero: the operand of every positional GEMM, so their W-dimension can be the
+// padded one.
+DeviceBuffer padded_table_window(const Tensor& table, int64_t window_begin, const AttentionShape& s,
+                                 cudaStream_t stream) {
+  const size_t row_bytes = static_cast<size_t>(s.features) * dtype_size(table.dtype());
+  DeviceBuffer window =
+      scratch_buffer(static_cast<size_t>(s.window_pitch) * row_bytes, "attention.padded_table_window");
+  ZT_CUDA_CHECK(cudaMemcpyAsync(window.data(),
+                                static_cast<const char*>(table.data()) + window_begin * row_bytes,
+                                static_cast<size_t>(s.window) * row_bytes, cudaMemcpyDeviceToDevice, stream));
+  ZT_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(window.data()) + s.window * row_bytes, 0,
+                                static_cast<size_t>(s.window_pitch - s.window) * row_bytes, stream));
+  return window;
+}
+
+}  // namespace
+
+unsigned int grid_for(int64_t n) {
+  const unsigned int blocks = blocks_for(n, kThreads);
+  return blocks < 65535u ? blocks : 65535u;
+}
+
+// A head of a [rows, D] feature tensor: [rows, d] at column h*d, batched over heads with stride d.
+GemmOperand head_operand(const void* data, DType dtype, int64_t row_offset, const AttentionShape& s) {
+  const char* base =
+      static_cast<const char*>(data) + row_offset * s.features * static_cast<int64_t>(dtype_size(dtype));
+  return {base, s.features, s.head_size};
+}
+
+GemmOutput head_output(void* data, DType dtype, int64_t row_offset, const AttentionShape& s) {
+  char* base = static_cast<char*>(data) + row_offset * s.features * static_cast<int64_t>(dtype_size(dtype));
+  return {base, dtype, s.features, s.head_size};
+}
+
+// Batched over heads: C[h] = alpha op(A[h]) op(B[h]) + beta C[h].
+GemmProblem head_gemm(int64_t m, int64_t n, int64_t k, DType dtype, const AttentionShape& s) {
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.batch = s.heads;
+  p.input_dtype = dtype;
+  return p;
+}
+
+void check_tensor(const Tensor& t, DType dtype, const Shape& shape, const char* op, const char* name) {
+  check_cuda_arg(t, dtype, op, name);
+  ZT_CHECK(t.shape() == shape, op, ": ", name, " must be ", shape.to_string(), ", got ",
+           t.shape().to_string());
+}
+
+Plan plan_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+                    const Tensor& pos_query, const Tensor& attention_mask,
+                    const DisentangledAttentionConfig& config, const char* op) {
+  check_cuda_arg(q, op, "q");
+  ZT_CHECK(is_storage_dtype(q.dtype()), op, ": q must be f32, bf16 or f16, got ", q.describe());
+  ZT_CHECK(q.rank() == 3, op, ": q must be [B, L, D], got ", q.describe());
+  check_tensor(k, q.dtype(), q.shape(), op, "k");
+  check_tensor(v, q.dtype(), q.shape(), op, "v");
+  Plan plan;
+  plan.dtype = q.dtype();
+  AttentionShape& s = plan.shape;
+  s.batch = q.dim(0);
+  s.length = q.dim(1);
+  s.features = q.dim(2);
+  s.heads = config.num_heads;
+  ZT_CHECK(s.heads > 0 && s.features % s.heads == 0, op, ": hidden size ", s.features,
+           " is not a multiple of num_heads ", s.heads);
+  s.head_size = s.features / s.heads;
+  ZT_CHECK(config.dropout_p >= 0.0f && config.dropout_p < 1.0f, op, ": dropout_p must be in [0, 1), got ",
+           config.dropout_p);
+  s.inverse_scale = 1.0f / disentangled_attention_scale(s.head_size, config);
+  s.c2p = config.c2p;
+  s.p2c = config.p2c;
+  s.dropout = config.dropout_p > 0.0f;
+  s.dropout_p = config.dropout_p;
+  s.kept_scale = 1.0f / (1.0f - config.dropout_p);
+  s.seed = config.seed;
+  s.site_id = config.site_id;
+
+  check_cuda_arg(attention_mask, op, "attention_mask");
+  ZT_CHECK(attention_mask.shape() == (Shape{s.batch, s.length}), op,
+           ": attention_mask must be [B, L] = ", Shape{s.batch, s.length}.to_string(), ", got ",
+           attention_mask.shape().to_string());
+  ZT_CHECK(attention_mask.dtype() == DType::i64 || attention_mask.dtype() == DType::i32 ||
+               attention_mask.dtype() == DType::f32,
+           op, ": attention_mask must be i64, i32 or f32, got ", attention_mask.describe());
+  if (s.c2p || s.p2c) {
+    const int64_t span = config.positions.att_span();
+    ZT_CHECK(span > 0, op, ": the relative-position span must be positive");
+    if (s.c2p) check_tensor(pos_key, q.dtype(), Shape{2 * span, s.features}, op, "pos_key");
+    if (s.p2c) check_tensor(pos_query, q.dtype(), Shape{2 * span, s.features}, op, "pos_query");
+  }
+  return plan;
+}
+
+DeviceBuffer make_keep(const Tensor& mask, int64_t n, cudaStream_t stream) {
+  DeviceBuffer keep = scratch_buffer(static_cast<size_t>(n), "attention.keep");
+  const unsigned int grid = blocks_for(n, kThreads);
+  switch (mask.dtype()) {
+    case DType::i64:
+      mask_to_keep_kernel<int64_t>
+          <<<grid, kThreads, 0, stream>>>(mask.data_as<int64_t>(), keep.data_as<uint8_t>(), n);
+      break;
+    case DType::i32:
+      mask_to_keep_kernel<int32_t>
+          <<<grid, kThreads, 0, stream>>>(mask.data_as<int32_t>(), keep.data_as<uint8_t>(), n);
+      break;
+    default:
+      mask_to_keep_kernel<float>
+          <<<grid, kThreads, 0, stream>>>(mask.data_as<float>(), keep.data_as<uint8_t>(), n);
+      break;
+  }
+  ZT_CUDA_CHECK_LAUNCH("attention_mask_to_keep");
+  return keep;
+}
+
+void set_window(AttentionShape& s, int64_t window) {
+  s.window = window;
+  s.window_pitch = (window + 7) / 8 * 8;
+}
+
+size_t positional_elements(const AttentionShape& s) {
+  return static_cast<size_t>(s.heads * s.batch * s.length * s.window_pitch);
+}
+
+// Positional scores over all B*L rows of a head: rows table_w^T, [N, B*L, window_pitch] f32 (C2P = Q PK_w^T,
+// P2C = K PQ_w^T).
+DeviceBuffer positional_scores(const Tensor& rows, const Tensor& table, int64_t window_begin,
+                               const AttentionShape& s, DType T, const char* name, cudaStream_t stream) {
+  const int64_t BL = s.batch * s.length;
+  DeviceBuffer out = scratch_buffer(positional_elements(s) * sizeof(float), name);
+  const DeviceBuffer window = padded_table_window(table, window_begin, s, stream);
+  GemmProblem p = head_gemm(BL, s.window_pitch, s.head_size, T, s);
+  p.a = head_operand(rows.data(), T, 0, s);
+  p.b = head_operand(window.data(), T, 0, s);
+  p.transpose_b = true;
+  p.c = {out.data(), DType::f32, s.window_pitch, BL * s.window_pitch};
+  gemm(p, stream);
+  return out;
+}
+
+// The positional terms of the backward, shared by every path: with Gx = Gc (c2p) or Gp (p2c) [N, B*L, Wp]
+// in T, d(rows) += Gx table_w and d(table_w) += Gx^T rows.
+void positional_grads(const void* bucket_grad, const Tensor& rows, const Tensor& table, const Tensor& drows,
+                      const Tensor& dtable, int64_t window_begin, const AttentionShape& s, DType T,
+                      const char* op, cudaStream_t stream) {
+  const int64_t table_row = window_begin, BL = s.batch * s.length, d = s.head_size;
+  const DeviceBuffer window = padded_table_window(table, table_row, s, stream);
+  GemmProblem into_rows = head_gemm(BL, d, s.window_pitch, T, s);
+  into_rows.a = {bucket_grad, s.window_pitch, BL * s.window_pitch};
+  into_rows.b = head_operand(window.data(), T, 0, s);
+  into_rows.c = head_output(drows.data(), T, 0, s);
+  into_rows.beta = 1.0f;
+  gemm(into_rows, stream);
+  // d(table_w) += Gx^T rows: per head a [W, d] output (255 x 64 at L = 128) summed over k = B*L rows. As
+  // one GEMM per head that is 24 heads x a few output tiles for 132 SMs: the two tables took 9.9 ms of the
+  // 91.5 ms bs-40 step (H200). So k is split into slices, the inner level of a two-level batch (outer:
+  // heads), partial products go to f32 scratch [N, slices, W, d], and one kernel adds the slices in order
+  // into dtable (deterministic).
+  const int64_t slices = split_k_slices(BL);
+  if (slices == 1) {
+    GemmProblem into_table = head_gemm(s.window, d, BL, T, s);
+    into_table.a = {bucket_grad, s.window_pitch, BL * s.window_pitch};
+    into_table.transpose_a = true;
+    into_table.b = head_operand(rows.data(), T, 0, s);
+    into_table.c = head_output(dtable.data(), dtable.dtype(), table_row, s);
+    into_table.beta = 1.0f;
+    gemm(into_table, stream);
+    return;
+  }
+  const int64_t slice_rows = BL / slices;
+  DeviceBuffer partial =
+      scratch_buffer(static_cast<size_t>(s.heads * slices * s.window_pitch * d) * sizeof(float),
+                     "attention.table_grad_partials");
+  GemmProblem into_partials = head_gemm(s.window_pitch, d, slice_rows, T, s);
+  into_partials.batch = slices;  // inner: k slices of one head
+  into_partials.outer = s.heads;
+  into_partials.a = {bucket_grad, s.window_pitch, slice_rows * s.window_pitch, BL * s.window_pitch};
+  into_partials.transpose_a = true;
+  into_partials.b = {rows.data(), s.features, slice_rows * s.features, s.head_size};
+  into_partials.c = {partial.data(), DType::f32, d, s.window_pitch * d, slices * s.window_pitch * d};
+  gemm(into_partials, stream);
+  const int64_t outputs = s.heads * s.window * d;
+  dispatch_storage(dtable.dtype(), op, [&](auto tag) {
+    using D = typename decltype(tag)::type;
+    add_slice_partials_kernel<D><<<grid_for(outputs), kThreads, 0, stream>>>(
+        partial.data_as<float>(), static_cast<D*>(dtable.data()), slices, table_row, s);
+    ZT_CUDA_CHECK_LAUNCH("attention_add_slice_partials");
+  });
+}
+
+void check_table_grads(const AttentionShape& s, DType T, const Tensor& pos_key, const Tensor& pos_query,
+                       const Tensor& dpos_key, const Tensor& dpos_query, const char* op) {
+  auto check = [&](const Tensor& grad, const Tensor& table, const char* name) {
+    check_cuda_arg(grad, op, name);
+    ZT_CHECK(grad.dtype() == T || grad.dtype() == DType::f32, op, ": ", name, " must be ", dtype_name(T),
+             " or f32, got ", grad.describe());
+    ZT_CHECK(grad.shape() == table.shape(), op, ": ", name, " must be ", table.shape().to_string(), ", got ",
+             grad.shape().to_string());
+  };
+  if (s.c2p) check(dpos_key, pos_key, "dpos_key");
+  if (s.p2c) check(dpos_query, pos_query, "dpos_query");
+}
+
+}  // namespace zt::kernels::gpu::attention_host

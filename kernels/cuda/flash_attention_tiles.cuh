@@ -1,0 +1,403 @@
+// Device building blocks of the flash disentangled-attention kernels (flash_disentangled_attention.cu):
+// tensor-core fragments, tile loads, the dropout keep tile, the positional-score staging and the bucket
+// scatter. Internal to kernels/cuda.
+//
+// Tensor cores through mma.sync.m16n8k16 (PTX ISA, "Matrix fragments for mma.m16n8k16"): with g = lane / 4
+// and q = lane % 4 a thread holds
+//   A (16 x 16, row-major)  a0 = (g, 2q..2q+1)  a1 = (g+8, 2q..)  a2 = (g, 2q+8..)  a3 = (g+8, 2q+8..)
+//   B (16 x 8, "col")        b0 = (k 2q..2q+1, n g)                b1 = (k 2q+8..2q+9, n g)
+//   C (16 x 8, f32)          c0, c1 = (g, 2q..2q+1)               c2, c3 = (g+8, 2q..2q+1)
+// so the C fragments of two neighbouring 8-column tiles are, rounded to T, the A fragment of a 16-deep
+// product (flash attention's register reuse of P). Each warp owns 16 rows of a 64-row tile.
+//
+// Exponentials by __expf (ex2.approx of x log2 e; a few ulp where it matters, exp(a - max) in [0, 1]), the
+// same in forward and backward, so P recomputed from the statistics is the forward's P.
+//
+// Shared memory: 64 x 64 T tiles with rows padded to 72 elements (144 bytes: 16-byte aligned rows; the
+// 32-bit fragment loads of a warp, lanes (g, q) at word 36 g + q, hit 32 distinct banks, and the 8 row
+// addresses of an ldmatrix phase 8 distinct 4-bank groups).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "kernels/cuda/flash_disentangled_attention.cuh"
+#include "kernels/cuda/launch_common.cuh"
+#include "kernels/philox.h"
+
+namespace zt::kernels::gpu::flash_tiles {
+
+using cuda_detail::from_float;
+using cuda_detail::to_float;
+
+constexpr int kTile = kFlashTile;
+constexpr int kD = kFlashHeadSize;
+constexpr int kThreads = 128;   // 4 warps x 16 rows
+constexpr int kPitch = kD + 8;  // T elements per shared row
+constexpr int kKeepPitch = kTile + 4;
+constexpr int kGradPitch = kTile + 1;
+constexpr int kDiagonals = 2 * kTile - 1;  // i - j values one (query tile, key tile) pair reaches
+constexpr float kMasked = -3.40282346638528859811704183484516925e+38f;  // finfo(f32).min, as unfused
+
+// ---- fragments -----------------------------------------------------------------------------------------
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Two 16-bit values (lo at the lower address) as one 32-bit register.
+template <typename T>
+__device__ __forceinline__ uint32_t pair(T lo, T hi) {
+  const uint16_t l = *reinterpret_cast<const uint16_t*>(&lo), h = *reinterpret_cast<const uint16_t*>(&hi);
+  return static_cast<uint32_t>(l) | (static_cast<uint32_t>(h) << 16);
+}
+
+// c += A B for one m16n8k16 tile, f32 accumulate. Volatile, as the ldmatrix loads are: the two keep their
+// order, so a product's loads are not all hoisted ahead of its multiplies (64 registers at once).
+template <typename T>
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ uint32_t word_at(const void* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// The A fragments of rows row0 .. row0 + 15 of a [64, kPitch] tile, all four 16-deep chunks of d = 64.
+template <typename T>
+__device__ __forceinline__ void load_a_fragments(const T* tile, int row0, uint32_t a[4][4]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    const T* top = tile + (row0 + g) * kPitch + kc * 16 + 2 * q;
+    const T* bottom = top + 8 * kPitch;
+    a[kc][0] = word_at(top);
+    a[kc][1] = word_at(bottom);
+    a[kc][2] = word_at(top + 8);
+    a[kc][3] = word_at(bottom + 8);
+  }
+}
+
+// ldmatrix (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): lanes 8m .. 8m + 7 give the row
+// addresses of 8 x 8 matrix m (16-byte rows); lane (g, q) receives, of matrix m, row g columns 2q, 2q + 1
+// (plain) or rows 2q, 2q + 1 of column g (.trans), as one 32-bit register. Rows 144 bytes apart hit 8
+// distinct 4-bank groups: no conflicts. The lane's address is one register plus a constant byte offset in
+// the instruction (a register per unrolled address would stay live across the key loop).
+template <int kOffset>
+__device__ __forceinline__ void load_matrices(uint32_t r[4], uint32_t lane_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4 + %5];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(lane_address), "n"(kOffset));
+}
+template <int kOffset>
+__device__ __forceinline__ void load_matrices_transposed(uint32_t r[4], uint32_t lane_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4 + %5];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(lane_address), "n"(kOffset));
+}
+template <int kCount, typename F>
+__device__ __forceinline__ void unrolled(F&& f) {
+  [&]<int... kI>(std::integer_sequence<int, kI...>) {
+    (f(std::integral_constant<int, kI>{}), ...);
+  }
+  (std::make_integer_sequence<int, kCount>{});
+}
+template <typename T>
+__device__ __forceinline__ uint32_t shared_address(const T* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// S[16 rows, 64 cols] = A (this warp's rows, d = 64 deep) times rows^T of a [64, kPitch] tile (column n of
+// the product is row n of the tile). One ldmatrix.x4 gives the B fragments (b0 = k 2q.., b1 = k 2q + 8..,
+// n = g) of two 16-deep chunks: matrix m is rows 8 nt .. 8 nt + 7, columns 32 kp + 8m ...
+template <typename T>
+__device__ __forceinline__ void product_with_rows(const uint32_t a[4][4], const T* tile, float s[8][4]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const uint32_t lane_address = shared_address(tile + (lane % 8) * kPitch + (lane / 8) * 8);
+  unrolled<8>([&](auto nt) {
+    s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    unrolled<2>([&](auto kp) {
+      uint32_t b[4];
+      load_matrices<static_cast<int>(sizeof(T)) * (nt * 8 * kPitch + kp * 32)>(b, lane_address);
+      mma<T>(s[nt], a[2 * kp], b[0], b[1]);
+      mma<T>(s[nt], a[2 * kp + 1], b[2], b[3]);
+    });
+  });
+}
+
+// The same product with A read from shared memory too (rows row0 .. row0 + 15 of a [64, kPitch] tile, by
+// ldmatrix.x4: matrix m is rows 8 (m % 2) .., columns 8 (m / 2) .. of a 16-deep chunk), for kernels whose
+// fixed operand stays in shared memory rather than in 16 registers for the whole loop.
+template <typename T>
+__device__ __forceinline__ void product_with_rows(const T* a_tile, int row0, const T* tile, float s[8][4]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, m = lane / 8;
+  const uint32_t a_address = shared_address(a_tile + (row0 + (m % 2) * 8 + lane % 8) * kPitch + (m / 2) * 8);
+  const uint32_t lane_address = shared_address(tile + (lane % 8) * kPitch + (lane / 8) * 8);
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+  unrolled<2>([&](auto kp) {
+    uint32_t a[2][4];
+    load_matrices<static_cast<int>(sizeof(T)) * 32 * kp>(a[0], a_address);
+    load_matrices<static_cast<int>(sizeof(T)) * (32 * kp + 16)>(a[1], a_address);
+    unrolled<8>([&](auto nt) {
+      uint32_t b[4];
+      load_matrices<static_cast<int>(sizeof(T)) * (nt * 8 * kPitch + kp * 32)>(b, lane_address);
+      mma<T>(s[nt], a[0], b[0], b[1]);
+      mma<T>(s[nt], a[1], b[2], b[3]);
+    });
+  });
+}
+
+// acc[16 rows, 64 features] += P (16 x 64 keys, as 8 C tiles in f32, rounded to T here) times a [64 keys,
+// kPitch] tile (row = key, column = feature). One ldmatrix.x4.trans gives the B fragments of two 8-feature
+// tiles: matrix m holds keys 16 kc + 8 (m % 2) .. and features 8 (np + m / 2) .., lane (g, q) receiving
+// keys 2q, 2q + 1 of feature g.
+template <typename T>
+__device__ __forceinline__ void accumulate_times_tile(const float p[8][4], const T* tile, float acc[8][4]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, m = lane / 8;
+  const uint32_t lane_address = shared_address(tile + ((m % 2) * 8 + lane % 8) * kPitch + (m / 2) * 8);
+  unrolled<4>([&](auto kc) {
+    uint32_t a[4];
+    a[0] = pack2<T>(p[2 * kc][0], p[2 * kc][1]);
+    a[1] = pack2<T>(p[2 * kc][2], p[2 * kc][3]);
+    a[2] = pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]);
+    a[3] = pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3]);
+    unrolled<4>([&](auto pair_index) {
+      constexpr int np = 2 * pair_index;
+      uint32_t b[4];
+      load_matrices_transposed<static_cast<int>(sizeof(T)) * (kc * 16 * kPitch + np * 8)>(b, lane_address);
+      mma<T>(acc[np], a, b[0], b[1]);
+      mma<T>(acc[np + 1], a, b[2], b[3]);
+    });
+  });
+}
+
+// ---- tiles ---------------------------------------------------------------------------------------------
+
+// Rows first .. first + 63 of head h of a [B, L, D] tensor (batch b) into a [64, kPitch] tile; rows >= L are
+// zero. 16-byte loads (the host checks the alignment).
+template <typename T>
+__device__ __forceinline__ void load_tile(T* tile, const T* x, const FlashAttentionParams& p, int64_t b,
+                                          int64_t h, int first) {
+  for (int chunk = static_cast<int>(threadIdx.x); chunk < kTile * 8; chunk += kThreads) {
+    const int r = chunk / 8, c = chunk % 8;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (first + r < p.length)
+      value = *reinterpret_cast<const uint4*>(x + (b * p.length + first + r) * p.features + h * kD + c * 8);
+    *reinterpret_cast<uint4*>(tile + r * kPitch + c * 8) = value;
+  }
+}
+
+// The same rows by cp.async (16 bytes a copy, zero-filled past L), so a tile's loads run while the previous
+// tile is computed; the caller commits the group and waits for it (cp.async.wait_group) before a barrier.
+__device__ __forceinline__ void copy_async16(void* shared, const void* global, bool valid) {
+  const auto destination = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  const int source_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(global),
+               "r"(source_bytes));
+}
+__device__ __forceinline__ void commit_async_copies() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+// Waits until at most one committed group (the newest) is still in flight.
+__device__ __forceinline__ void wait_all_but_newest_copies() {
+  asm volatile("cp.async.wait_group 1;\n" ::);
+}
+template <typename T>
+__device__ __forceinline__ void prefetch_tile(T* tile, const T* x, const FlashAttentionParams& p, int64_t b,
+                                              int64_t h, int first) {
+  for (int chunk = static_cast<int>(threadIdx.x); chunk < kTile * 8; chunk += kThreads) {
+    const int r = chunk / 8, c = chunk % 8;
+    const bool valid = first + r < p.length;
+    const T* source = valid ? x + (b * p.length + first + r) * p.features + h * kD + c * 8 : x;
+    copy_async16(tile + r * kPitch + c * 8, source, valid);
+  }
+}
+
+// diag[t] = c(i,j) - window_begin for i - j = i0 - j0 - 63 + t. Where |i - j| >= L (no pair of the tile with
+// i, j < L) the nearest reachable diagonal's bucket: the table stays monotone, so diag[0] == diag[126] means
+// one bucket for every pair of the tile.
+__device__ __forceinline__ void load_diagonals(int* diag, const FlashAttentionParams& p, int i0, int j0) {
+  for (int t = static_cast<int>(threadIdx.x); t < kDiagonals; t += kThreads) {
+    const int r = min(max(i0 - j0 - (kTile - 1) + t, 1 - p.length), p.length - 1);
+    diag[t] = p.diagonal[r + p.length - 1];
+  }
+}
+
+// keep[ti][tj] = 1 where dropout keeps P[b, h, i0 + ti, j0 + tj] (the unfused path's draw: element
+// e = ((b*N + h)*L + i)*L + j, word e % 4 of Philox block e / 4). Four consecutive keys a thread, stored as
+// one 32-bit word: one block when e starts one (every row when L % 4 == 0), else the two it straddles. The
+// words are picked with constant indices: a run-time index puts the block in local memory.
+__device__ __forceinline__ uint32_t keep_byte(uint32_t word, float p) {
+  return uniform_from_bits(word) >= p ? 1u : 0u;
+}
+__device__ __forceinline__ uint32_t word_of(const PhiloxCounter& block, uint64_t element) {
+  switch (static_cast<int>(element & 3)) {
+    case 0:
+      return block.word[0];
+    case 1:
+      return block.word[1];
+    case 2:
+      return block.word[2];
+    default:
+      return block.word[3];
+  }
+}
+__device__ __forceinline__ void fill_keep_tile(uint8_t* keep, const FlashAttentionParams& p, int64_t bh,
+                                               int i0, int j0) {
+  for (int idx = static_cast<int>(threadIdx.x); idx < kTile * (kTile / 4); idx += kThreads) {
+    const int ti = idx / (kTile / 4), tj = 4 * (idx % (kTile / 4));
+    const int i = i0 + ti, j = j0 + tj;
+    uint32_t bits = 0;
+    if (i < p.length && j < p.length) {
+      const uint64_t e = (static_cast<uint64_t>(bh) * p.length + i) * p.length + j;
+      if ((e & 3) == 0) {
+        const PhiloxCounter block = philox_block(p.seed, p.site_id, e >> 2);
+        bits = keep_byte(block.word[0], p.dropout_p) | keep_byte(block.word[1], p.dropout_p) << 8 |
+               keep_byte(block.word[2], p.dropout_p) << 16 | keep_byte(block.word[3], p.dropout_p) << 24;
+      } else {
+        const PhiloxCounter first = philox_block(p.seed, p.site_id, e >> 2);
+        const PhiloxCounter second = philox_block(p.seed, p.site_id, (e >> 2) + 1);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const uint64_t element = e + static_cast<uint64_t>(u);
+          const uint32_t word =
+              (element >> 2) == (e >> 2) ? word_of(first, element) : word_of(second, element);
+          bits |= keep_byte(word, p.dropout_p) << (8 * u);
+        }
+      }
+    }
+    *reinterpret_cast<uint32_t*>(keep + ti * kKeepPitch + tj) = bits;
+  }
+}
+
+// The raw score a(i, j) (before the mask) from the content product s.
+__device__ __forceinline__ float disentangled_score(const FlashAttentionParams& p, float s, int64_t head_rows,
+                                                    int i, int j, int c) {
+  float a = s;
+  if (p.c2p != nullptr) a += p.c2p[(head_rows + i) * p.window_pitch + c];
+  if (p.p2c != nullptr) a += p.p2c[(head_rows + j) * p.window_pitch + c];
+  return a * p.inverse_scale;
+}
+
+// The positional scores one tile reads, staged in shared memory (FlashAttentionParams::staged): row t of
+// c2p_slice holds C2P[i0 + t, diag[t] .. diag[t] + 63], the table rows query i0 + t meets over the tile's
+// keys (c(i, j) runs over diag[t .. t + 63], at most 64 consecutive rows); row u of p2c_slice holds
+// P2C[j0 + u, diag[63 - u] ..]. Coalesced loads of 64 floats per row instead of a gather per score.
+constexpr int kSlicePitch = kTile + 1;
+constexpr size_t kStagedBytes = 2 * kTile * kSlicePitch * sizeof(float);
+// The backward kernels' two fixed tiles (16-bit T) ahead of the staged slices in dynamic shared memory.
+constexpr size_t kFixedTileBytes = 2 * kTile * kPitch * 2;
+
+__device__ __forceinline__ void stage_positional(float* staged, const FlashAttentionParams& p,
+                                                 const int* diag, int64_t head_rows, int i0, int j0) {
+  // Eight loads in flight a thread before their stores (a load-store loop waits out each L2 round trip).
+  constexpr int kBatch = 8;
+  constexpr int kPerThread = kTile * kTile / kThreads;  // 32 elements of each slice
+  static_assert(kPerThread % kBatch == 0);
+  for (int slice = 0; slice < 2; ++slice) {
+    const float* scores = slice == 0 ? p.c2p : p.p2c;
+    if (scores == nullptr) continue;
+    float* out = staged + slice * kTile * kSlicePitch;
+    const int first = slice == 0 ? i0 : j0;
+    for (int batch = 0; batch < kPerThread; batch += kBatch) {
+      float value[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int idx = static_cast<int>(threadIdx.x) + (batch + k) * kThreads;
+        const int t = idx / kTile, u = idx % kTile;
+        const int row = first + t, c = diag[slice == 0 ? t : kTile - 1 - t] + u;
+        value[k] =
+            (row < p.length && c < p.window_pitch) ? scores[(head_rows + row) * p.window_pitch + c] : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int idx = static_cast<int>(threadIdx.x) + (batch + k) * kThreads;
+        out[(idx / kTile) * kSlicePitch + idx % kTile] = value[k];
+      }
+    }
+  }
+}
+
+// a(i, j) from the staged slices, for query i0 + qi and key j0 + kj.
+__device__ __forceinline__ float staged_score(const FlashAttentionParams& p, const float* staged,
+                                              const int* diag, float s, int qi, int kj) {
+  const int c = diag[qi - kj + kTile - 1];
+  float a = s;
+  if (p.c2p != nullptr) a += staged[qi * kSlicePitch + c - diag[qi]];
+  if (p.p2c != nullptr) a += staged[kTile * kSlicePitch + kj * kSlicePitch + c - diag[kTile - 1 - kj]];
+  return a * p.inverse_scale;
+}
+
+// A tile whose 127 diagonals share one bucket c0 (every tile farther off the diagonal than the buckets
+// reach): the positional terms are one number per query, C2P[i, c0], and one per key, P2C[j, c0].
+__device__ __forceinline__ void stage_uniform_terms(float* query_term, float* key_term,
+                                                    const FlashAttentionParams& p, int64_t head_rows, int i0,
+                                                    int j0, int c0) {
+  const int t = static_cast<int>(threadIdx.x) % kTile;
+  if (static_cast<int>(threadIdx.x) < kTile) {
+    const int i = i0 + t;
+    query_term[t] = (p.c2p != nullptr && i < p.length) ? p.c2p[(head_rows + i) * p.window_pitch + c0] : 0.0f;
+  } else if (static_cast<int>(threadIdx.x) < 2 * kTile) {
+    const int j = j0 + t;
+    key_term[t] = (p.p2c != nullptr && j < p.length) ? p.p2c[(head_rows + j) * p.window_pitch + c0] : 0.0f;
+  }
+}
+
+// a(i, j) on such a tile, summed in the same order ((S + C2P) + P2C) / s (an absent term adds +0).
+__device__ __forceinline__ float uniform_score(const FlashAttentionParams& p, const float* query_term,
+                                               const float* key_term, float s, int qi, int kj) {
+  return (s + query_term[qi] + key_term[kj]) * p.inverse_scale;
+}
+
+// Adds a tile's score gradients into rows of Gc (by query) or Gp (by key): out row `row` (global index
+// into the [N, B*L, Wp] buffer, or < 0 to skip) gets sum over the tile's 64 columns `col` of grad[local][col]
+// bucketed by diag[t(local, col)]. Runs of equal buckets are summed in column order, then added by a
+// reduction (red.global.add: the thread issues it and goes on, no round trip for the old value). One CTA
+// owns each out row and, within a tile, one thread each (row, bucket); the tiles are ordered by barriers
+// (and one thread's additions to one address by program order), so the order of the additions is fixed.
+__device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad_row, const int* diag,
+                                                   int local, bool by_query, int columns) {
+  float run = 0.0f;
+  int bucket = -1;
+  for (int col = 0; col < columns; ++col) {
+    // by query: i = local, j = col, t = i - j + 63; by key: j = local, i = col.
+    const int t = by_query ? local - col + kTile - 1 : col - local + kTile - 1;
+    const int c = diag[t];
+    if (c != bucket) {
+      if (bucket >= 0) atomicAdd(out + bucket, run);
+      bucket = c;
+      run = 0.0f;
+    }
+    run += grad_row[col];
+  }
+  if (bucket >= 0) atomicAdd(out + bucket, run);
+}
+
+}  // namespace zt::kernels::gpu::flash_tiles
