@@ -9,9 +9,9 @@
 #include <cstdint>
 
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/relative_position.cuh"
 #include "kernels/disentangled_attention.h"
-#include "kernels/gemm.h"
 #include "runtime/cuda_check.h"
 #include "runtime/tensor.h"
 

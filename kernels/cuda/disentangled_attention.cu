@@ -3,9 +3,9 @@
 // backward, and the bucket gathers Gc/Gp. Every product is a GEMM, every row reduction is a warp.
 //
 // Layouts. Head h of a [B, L, D] feature tensor is the [L, d] matrix at column h*d with row stride D, so
-//   - the L x L products (Q K^T, P~ V, ...) are one two-level batched GEMM over every (b, h) (kernels/gemm.h:
-//     outer b with stride L*D, inner h with stride d): one launch filling the GPU, not B launches of N
-//     blocks;
+//   - the L x L products (Q K^T, P~ V, ...) are one two-level batched GEMM over every (b, h)
+//     (kernels/cuda/gemm.h: outer b with stride L*D, inner h with stride d): one launch filling the GPU, not
+//     B launches of N blocks;
 //   - the positional products see all B*L rows of a head at once (row stride D), so they are batched over
 //     heads only: C2P = Q PK^T, P2C = K PQ^T, dQ += Gc PK, dPK += Gc^T Q, ... are one call each, with the
 //     per-head scratch laid out head-major [N, B*L, W] (W = window of table rows c(i,j) reaches; rows
