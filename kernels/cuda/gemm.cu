@@ -25,7 +25,7 @@ namespace {
 // is being captured — a graph would keep pointers into state that later eager work changes or frees, and a
 // first use would only record its initialization (a memset, a fill) into the graph — and not on the special
 // handles whose work is not one stream's (cudaStreamPerThread is a different stream on each thread). Such
-// calls take the uncached path, bitwise the same.
+// calls fill their arrays per call (a captured one into the stream's capture buffer), bitwise the same.
 bool is_shared_handle(cudaStream_t stream) {
   return stream == cudaStreamPerThread || stream == cudaStreamLegacy;
 }
