@@ -25,12 +25,19 @@ namespace {
 // is being captured — a graph would keep pointers into state that later eager work changes or frees, and a
 // first use would only record its initialization (a memset, a fill) into the graph — and not on the special
 // handles whose work is not one stream's (cudaStreamPerThread is a different stream on each thread). Such
-// calls take the uncached path, bitwise the same.
-bool per_stream_state_allowed(cudaStream_t stream) {
-  if (stream == cudaStreamPerThread || stream == cudaStreamLegacy) return false;
+// calls fill their arrays per call (a captured one into the stream's capture buffer), bitwise the same.
+bool is_shared_handle(cudaStream_t stream) {
+  return stream == cudaStreamPerThread || stream == cudaStreamLegacy;
+}
+
+bool is_capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   ZT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  return capture == cudaStreamCaptureStatusNone;
+  return capture != cudaStreamCaptureStatusNone;
+}
+
+bool per_stream_state_allowed(cudaStream_t stream) {
+  return !is_shared_handle(stream) && !is_capturing(stream);
 }
 }  // namespace
 
@@ -191,6 +198,12 @@ struct StreamContext {
   DeviceBuffer workspace;  // kWorkspaceBytes, scratch of the allocator current at the stream's first GEMM
   cublasHandle_t blas = nullptr;  // created on first fallback, bound to the stream and `workspace`
   std::map<PointerArrayKey, DeviceBuffer> pointer_arrays;
+  // Where captured calls write their pointer arrays (a capture may not allocate: cudaMalloc is refused), at
+  // least as large as any arrays an eager call on the stream has cached. Captured work on one stream is
+  // ordered, so its calls share it, like the workspace; a graph keeps pointing into it, so outgrown buffers
+  // stay until the stream is retired.
+  DeviceBuffer capture_pointer_arrays;
+  std::vector<DeviceBuffer> outgrown_capture_pointer_arrays;
 };
 
 std::mutex g_mutex;  // guards everything below and the plans' descriptors (see DeviceContext)
@@ -459,8 +472,19 @@ void run_pointer_batched(StreamContext& context, const GemmProblem& p, cudaStrea
               .allocate(bytes, MemoryCategory::scratch, "gemm.pointer_arrays.cached");
       it = context.pointer_arrays.emplace(key, std::move(arrays_buffer)).first;
       fill(it->second);
+      if (context.capture_pointer_arrays.size() < bytes) {
+        DeviceBuffer grown = stream_state_allocator(current_device(), stream)
+                                 .allocate(bytes, MemoryCategory::scratch, "gemm.pointer_arrays.capture");
+        if (context.capture_pointer_arrays.size() > 0)
+          context.outgrown_capture_pointer_arrays.push_back(std::move(context.capture_pointer_arrays));
+        context.capture_pointer_arrays = std::move(grown);
+      }
     }
     arrays = it->second.data_as<const void*>();
+  } else if (!is_shared_handle(stream) && context.capture_pointer_arrays.size() >= bytes) {
+    // Under capture (the only other way here for a stream's own handle), into memory an eager call reserved.
+    fill(context.capture_pointer_arrays);
+    arrays = context.capture_pointer_arrays.data_as<const void*>();
   } else {
     pointers = device_allocator().allocate(bytes, MemoryCategory::scratch, "gemm.pointer_arrays");
     fill(pointers);

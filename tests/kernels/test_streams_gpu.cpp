@@ -287,6 +287,45 @@ TEST(RanksOnOneGpu, OpsUnderAScopeCaptureIntoAGraphOnItsStream) {
   expect_same_bytes(output_bytes(t), eager, "graph replay");
 }
 
+// A two-level batch whose items are not equally spaced (attention's head layout) runs through pointer arrays:
+// eager calls cache them per stream, a captured call may neither use that cache nor allocate, so it writes
+// them into memory the eager call reserved. One eager call must be enough for the capture, and the replay
+// must write the eager product bit for bit.
+TEST(RanksOnOneGpu, TwoLevelBatchedGemmCapturesAfterOneEagerCall) {
+  ZT_SKIP_WITHOUT_GPU();
+  DeviceAllocator allocator(make_cuda_memory_backend(0));  // empty cache: a block missing under capture fails
+  AllocatorScope use_allocator(allocator);
+  test::BlockingStream stream;
+  StreamScope on_stream(stream);
+  const int64_t outer = 3, batch = 5, m = 19, n = 13, k = 24;
+  const int64_t a_size = outer * m * batch * k, b_size = outer * n * batch * k,
+                c_size = outer * m * batch * n;
+  const DeviceTensor a = to_device(test::random_uniform(a_size, 11), {a_size}, kT);
+  const DeviceTensor b = to_device(test::random_uniform(b_size, 12), {b_size}, kT);
+  const DeviceTensor c =
+      to_device(std::vector<float>(static_cast<size_t>(c_size), 0.0f), {c_size}, DType::f32);
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.batch = batch;
+  p.outer = outer;
+  p.input_dtype = kT;
+  p.transpose_b = true;
+  p.a = {a.tensor.data(), batch * k, k, m * batch * k};
+  p.b = {b.tensor.data(), batch * k, k, n * batch * k};
+  p.c = {c.tensor.data(), DType::f32, batch * n, n, m * batch * n};
+  gemm(p, stream);
+  const std::vector<float> eager = test::to_host(c.tensor);
+  fill(c.tensor, 9.0f);
+
+  test::CapturedGraph graph(stream, [&] { gemm(p, stream); });
+  ASSERT_TRUE(graph.ok()) << "the captured GEMM: " << graph.error();
+  EXPECT_NE(test::to_host(c.tensor), eager) << "capturing must not run the GEMM";
+  graph.replay(stream);
+  EXPECT_EQ(test::to_host(c.tensor), eager) << "graph replay";
+}
+
 }  // namespace
 }  // namespace zt::kernels
 
