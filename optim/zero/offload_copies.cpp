@@ -16,7 +16,7 @@ namespace zt::optim {
 struct OffloadCopies::Streams {
   Stream down, up;
   std::vector<Event> block_arrived;  // one per block, recorded on `down`
-  Event work_done, down_done, up_done;
+  Event work_done, down_done, up_done, work_done_before_up;
 };
 
 namespace {
@@ -101,6 +101,15 @@ void OffloadCopies::up(const Tensor& host_src, const Tensor& device_dst) {
   }
 #ifdef ZT_WITH_CUDA
   copy_async(host_src, device_dst, streams_->up);
+#endif
+}
+
+void OffloadCopies::up_after_current_stream() {
+  if (!streams_) return;  // synchronous: copy_tensor is queued on the rank's stream itself
+#ifdef ZT_WITH_CUDA
+  Streams& s = *streams_;
+  s.work_done_before_up.record(current_stream());
+  s.up.wait(s.work_done_before_up);
 #endif
 }
 

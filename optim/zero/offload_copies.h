@@ -15,6 +15,11 @@
 //                                the calling thread's stream waits for block k's download (and zero fill)
 //                                without the host: before backward writes that bucket again
 //                  up(...)       queued on the up stream (H2D engines run beside the D2H ones)
+//                  up_after_current_stream()
+//                                the up stream waits for the work queued on the rank's stream so far:
+//                                the next up copies overwrite bytes that work may still write or read
+//                                (the compute copy's zero fill at construction, a backward still reading
+//                                the parameters when a delayed update is published)
 //                  join()        the rank's stream waits for both copy streams: nothing reads the
 //                                parameters or rewrites the gradients before the copies are done
 //                  wait_up()     the host waits for the up copies (a delayed update rewrites their
@@ -47,6 +52,7 @@ class OffloadCopies {
   void wait_down(size_t block);
   void current_stream_waits_down(size_t block);
   void up(const Tensor& host_src, const Tensor& device_dst);
+  void up_after_current_stream();
   void join();
   // The host waits for the up copies queued so far (their host sources may then be rewritten).
   void wait_up();

@@ -202,6 +202,7 @@ void OffloadedOptimizer::update(double lr, float grad_scale, const std::function
     });
     return;
   }
+  copies_->up_after_current_stream();  // the uploads overwrite what the rank's queued work reads
   update_blocks(lr, grad_scale, /*publish_each=*/true, *host_gradients_);
   copies_->join();  // the all-gather and the next forward read what went up
   clear_gradients();
@@ -266,6 +267,9 @@ bool OffloadedOptimizer::publish_delayed() {
   wait_for_delayed_update();
   if (!delayed_ || !delayed_->publish_pending) return false;
   delayed_->publish_pending = false;
+  // step() publishes before the norm: the backward still queued on the rank's stream reads the parameters
+  // the uploads overwrite.
+  copies_->up_after_current_stream();
   for (const OwnedBlock& b : blocks_) publish(b);
   copies_->join();
   return true;
@@ -304,6 +308,9 @@ void OffloadedOptimizer::copy_state(size_t unit, int kind, int64_t offset, std::
 void OffloadedOptimizer::refresh_parameters() {
   wait_for_delayed_update();
   if (delayed_) delayed_->publish_pending = false;  // everything is published from the master below
+  // The compute copy's zero fill (its arena, on the rank's stream) and any pass still queued there come
+  // before the uploads that overwrite it.
+  copies_->up_after_current_stream();
   for (const OwnedBlock& b : blocks_) {
     // Every element of the block is written (the master's padding is zero).
     const Tensor staged = begin_params_write(b, /*keep_unwritten=*/false);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/elementwise.h"
 #include "tests/optim/zero_offload_harness.h"
 #include "tests/support/gpu.h"
 
@@ -80,6 +81,41 @@ TEST(ZeroOffloadGpu, OffloadedStepsEqualDeviceStepsBitForBit) {
           << dtype_name(compute) << " stage " << stage << " sub_group_size 1000";
     }
   }
+}
+
+// The pipelined upload of the parameters goes on its own copy stream: it must wait for the work queued on the
+// rank's stream that writes the same bytes (at construction the compute copy's zero fill; here a fill queued
+// behind ~40 ms of other work), or that work lands after the upload and the forward reads it instead of the
+// loaded values.
+TEST(ZeroOffloadGpu, UploadsWaitForTheRanksStream) {
+  ZT_SKIP_WITHOUT_GPU();
+  const DebertaConfig config = testing::offload_tiny_config();
+  const ParameterTable table(config);
+  auto comms = make_in_process_group(1);
+  ZeroEngineOptions options;
+  options.stage = 1;
+  options.device = DeviceKind::cuda;
+  options.compute = DType::bf16;
+  options.offload = {.optimizer = true, .pipelined = true};
+  options.pin_memory = true;
+  ZeroEngine engine(table, config, *comms[0], options);
+  const Arena init = testing::synthetic_initial_parameters(table);
+  engine.load_full_parameters(init);
+  const Tensor ln_weight = engine.parameter_handles().embeddings.ln_weight;
+  std::vector<bf16> loaded(static_cast<size_t>(ln_weight.numel()));
+  copy_tensor(ln_weight, Tensor(loaded.data(), ln_weight.shape(), DType::bf16));
+  // The rank's stream busy (a 1 GiB fill, 64 times: ~25 ms on an H100), then the parameters overwritten
+  // there; the reload's upload (host work of a few ms) must come after that.
+  Arena busy("busy", ArenaLayout({{"busy", {int64_t{1} << 28}, DType::f32}}),
+             {.kind = MemoryKind::device, .category = MemoryCategory::scratch});
+  for (int i = 0; i < 64; ++i) kernels::fill(busy.flat(DType::f32), static_cast<float>(i));
+  kernels::fill(ln_weight, 7.0f);
+  engine.load_full_parameters(init);
+  std::vector<bf16> reloaded(loaded.size());
+  copy_tensor(ln_weight, Tensor(reloaded.data(), ln_weight.shape(), DType::bf16));
+  ASSERT_EQ(reloaded.size(), loaded.size());
+  for (size_t i = 0; i < loaded.size(); ++i)
+    EXPECT_EQ(reloaded[i].bits, loaded[i].bits) << "element " << i << " of embeddings.ln_weight";
 }
 
 }  // namespace
