@@ -154,6 +154,16 @@ class MrpcTrainer {
 
  private:
   struct Impl;
+  struct TrainRun;  // what one call of train() keeps across its parts (app/trainer/trainer_impl.h)
+
+  // The parts of train(): an epoch's optimizer steps (false when a signal stopped the run), the checkpoint
+  // and message of such a stop, the epoch's evaluation and report, the test predictions, the model file.
+  bool train_epoch(TrainRun& run, int64_t epoch, int64_t& samples);
+  void stop_after_signal(bool checkpoint_written);
+  EpochRecord finish_epoch(TrainRun& run, int64_t epoch, double seconds, int64_t samples);
+  void write_test_predictions();
+  void write_model(const std::string& model_path);
+
   std::unique_ptr<Impl> impl_;
 };
 
