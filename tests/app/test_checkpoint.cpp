@@ -21,6 +21,7 @@
 
 #include "runtime/check.h"
 #include "runtime/h5file.h"
+#include "tests/app/narrow_model.h"
 
 namespace zt::optim {
 namespace {
@@ -30,17 +31,10 @@ namespace fs = std::filesystem;
 // A DeBERTa-v2 small enough that a checkpoint is a few hundred KiB, with every optional module (conv,
 // relative-embedding LayerNorm) so the table has all kinds of tensors.
 DebertaConfig tiny_config() {
-  DebertaConfig c = deberta_small_cpu_config();
+  DebertaConfig c = test_models::narrow_model(16, 8);
   c.vocab_size = 96;
-  c.hidden_size = 16;
   c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.attention_head_size = 8;
-  c.intermediate_size = 32;
   c.max_position_embeddings = 64;
-  c.position_buckets = 8;
-  c.embedding_size = 16;
-  c.pooler_hidden_size = 16;
   return c;
 }
 

@@ -9,41 +9,29 @@
 
 #include "app/config/train_config.h"
 #include "runtime/check.h"
+#include "tests/app/config_test_support.h"
 
 namespace zt::optim {
 namespace {
 
-constexpr int64_t kHidden = 1536;
-constexpr int64_t kExamples = 3668;
-
-TrainConfig resolve(const std::vector<std::string>& flags, const std::string& json) {
-  TrainConfig config = TrainConfig::from_args(flags);
-  config.resolve_with_json_text(json, "test.json",
-                                {.world_size = 1, .hidden_size = kHidden, .num_train_examples = kExamples});
-  return config;
-}
+using config_test::line_of;
+using config_test::resolved;
 
 TrainConfig resolve_json(const std::string& json, const std::vector<std::string>& flags = {}) {
-  return resolve(flags, json);
+  return resolved(flags, json);
 }
 
 // Expects resolving to fail with a message holding every part.
 void expect_error(const std::vector<std::string>& flags, const std::string& json,
                   std::initializer_list<std::string> parts) {
   try {
-    resolve(flags, json);
+    resolved(flags, json);
     ADD_FAILURE() << "expected an error for " << json;
   } catch (const Error& e) {
     for (const std::string& part : parts)
       EXPECT_NE(e.message().find(part), std::string::npos)
           << "'" << part << "' missing from: " << e.message();
   }
-}
-
-std::string line_of(const std::string& text, const std::string& key) {
-  const size_t start = text.find("  " + key + " ");
-  if (start == std::string::npos) return "";
-  return text.substr(start, text.find('\n', start) - start);
 }
 
 const std::string kNvmeOptimizer = R"({"zero_optimization": {"stage": 3, "offload_optimizer": {
@@ -211,7 +199,7 @@ TEST(TrainConfigDiskTier, SubGroupSizeCutsTheOffloadedStateAndSaysWhere) {
 // DeepSpeed ignores disk-tier keys without device nvme; so do we, and describe() says that they do nothing.
 TEST(TrainConfigDiskTier, KeysWithoutNvmeChangeNothingAndSaySo) {
   const TrainConfig c =
-      resolve({}, R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "none",
+      resolved({}, R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "none",
       "nvme_path": "/n", "buffer_count": 8}}, "aio": {"queue_depth": 32}})");
   EXPECT_FALSE(c.zero.offload_optimizer.nvme.enabled);
   const std::string text = c.describe();
@@ -225,7 +213,7 @@ TEST(TrainConfigDiskTier, KeysWithoutNvmeChangeNothingAndSaySo) {
   // Keys the JSON did not give stay out of the description.
   EXPECT_EQ(line_of(text, "zero_optimization.offload_optimizer.pipeline_read"), "") << text;
   // And a config without any disk tier prints no aio group.
-  EXPECT_EQ(resolve({}, "{}").describe().find("aio."), std::string::npos);
+  EXPECT_EQ(resolved({}, "{}").describe().find("aio."), std::string::npos);
 }
 
 TEST(TrainConfigDiskTier, HostMemoryLimit) {

@@ -17,21 +17,14 @@
 #include "model/golden_init.h"
 #include "model/init.h"
 #include "model/model_file.h"
+#include "tests/app/narrow_model.h"
 #include "tests/support/fixtures.h"
 
 namespace zt::optim {
 namespace {
 
 DebertaConfig small_model() {
-  DebertaConfig c = deberta_small_cpu_config();
-  c.hidden_size = 32;
-  c.num_attention_heads = 2;
-  c.attention_head_size = 16;
-  c.intermediate_size = 64;
-  c.pooler_hidden_size = 32;
-  c.embedding_size = 32;
-  c.position_buckets = 16;
-  return c;
+  return test_models::narrow_model(32, 16);
 }
 
 TrainConfig resolved(std::vector<std::string> args, int64_t train_rows = 3668) {

@@ -16,19 +16,13 @@
 #include "model/config.h"
 #include "optim/epoch_steps.h"
 #include "runtime/check.h"
+#include "tests/app/narrow_model.h"
 
 namespace zt::optim {
 namespace {
 
 DebertaConfig tiny_model() {
-  DebertaConfig c = deberta_small_cpu_config();
-  c.hidden_size = 32;
-  c.num_attention_heads = 2;
-  c.attention_head_size = 16;
-  c.intermediate_size = 64;
-  c.pooler_hidden_size = 32;
-  c.embedding_size = 32;
-  c.position_buckets = 16;
+  DebertaConfig c = test_models::narrow_model(32, 16);
   c.num_hidden_layers = 1;
   return c;
 }

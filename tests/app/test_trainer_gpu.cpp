@@ -15,6 +15,7 @@
 #include "app/trainer/trainer.h"
 #include "model/config.h"
 #include "runtime/device.h"
+#include "tests/app/narrow_model.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
 
@@ -22,15 +23,7 @@ namespace zt::optim {
 namespace {
 
 DebertaConfig small_model() {
-  DebertaConfig c = deberta_small_cpu_config();
-  c.hidden_size = 64;
-  c.num_attention_heads = 2;
-  c.attention_head_size = 32;
-  c.intermediate_size = 128;
-  c.pooler_hidden_size = 64;
-  c.embedding_size = 64;
-  c.position_buckets = 16;
-  return c;
+  return test_models::narrow_model(64, 16);
 }
 
 std::vector<float> host_params(const MrpcTrainer& trainer) {

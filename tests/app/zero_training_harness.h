@@ -19,6 +19,7 @@
 #include "app/trainer/trainer.h"
 #include "model/config.h"
 #include "model/model_file.h"
+#include "tests/app/narrow_model.h"
 
 // RunSpec is filled with designated initializers; the members left out keep their defaults on purpose.
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -30,15 +31,7 @@ constexpr int kSteps = 20;
 // A small model so 4 stages x 4 worlds x 2 accumulations x 20 steps run in CI (~35k parameters in the
 // encoder; the word embeddings of the 8k-piece vocabulary dominate).
 inline DebertaConfig tiny_model() {
-  DebertaConfig c = deberta_small_cpu_config();
-  c.hidden_size = 16;
-  c.embedding_size = 16;
-  c.num_attention_heads = 2;
-  c.attention_head_size = 8;
-  c.intermediate_size = 32;
-  c.pooler_hidden_size = 16;
-  c.position_buckets = 8;
-  return c;
+  return test_models::narrow_model(16, 8);
 }
 
 struct RunSpec {
