@@ -94,6 +94,48 @@ void apply_auto_plan(TrainConfig& config, const zt::DebertaConfig& model, bool g
   zt::plan::apply_plan(plan.plan, config);
 }
 
+// --calibrate: this host's figures for the planner, written to --machine_figures.
+void calibrate(const TrainConfig& config) {
+  ZT_CHECK(!config.machine_figures.empty(), "--calibrate needs --machine_figures FILE (where to write them)");
+  const zt::plan::MachineFigures base = std::filesystem::exists(config.machine_figures)
+                                            ? zt::plan::MachineFigures::load(config.machine_figures)
+                                            : zt::plan::MachineFigures{};
+  const zt::plan::MachineFigures measured = zt::plan::calibrate_host(base);
+  measured.save(config.machine_figures);
+  std::printf("calibrated: CPU AdamW %.2f G parameters/s, norm pass %.1f GB/s -> %s\n",
+              measured.cpu_adamw_gparams, measured.host_gbps, config.machine_figures.c_str());
+}
+
+// A process started by mpirun: refused before anything is read (N ranks on the CPU backend, a build without
+// NCCL or MPI, more ranks on a node than it has GPUs); else it takes its GPU, and ranks other than 0 are
+// silent (DeepSpeed's and Accelerate's convention; errors still reach stderr).
+void join_mpi_launch(const zt::LaunchInfo& launch, bool gpu) {
+  if (const std::string p =
+          zt::launch_support_problem(launch, gpu ? zt::DeviceKind::cuda : zt::DeviceKind::cpu,
+                                     zt::built_with_cuda(), zt::built_with_nccl(), zt::built_with_mpi());
+      !p.empty())
+    ZT_FAIL(p);
+  if (gpu) {
+    if (const std::string p = zt::gpu_assignment_problem(launch, zt::cuda_device_count()); !p.empty())
+      ZT_FAIL(p);
+    zt::use_cuda_device(launch.local_rank);
+  }
+  if (launch.rank != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
+    ZT_FAIL("rank ", launch.rank, ": cannot silence stdout");
+}
+
+// The last line: steps and the last epoch's dev metrics (MRPC's accuracy and F1 as before).
+void print_done(const TrainConfig& config, const zt::optim::EpochRecord& last) {
+  if (config.task_name == "mrpc") {
+    std::printf("done: %lld optimizer steps, dev accuracy %.4f, dev F1 %.4f\n",
+                static_cast<long long>(last.optimizer_steps), last.eval.accuracy, last.eval.f1);
+    return;
+  }
+  std::string shown;
+  for (const auto& [name, value] : last.eval.metrics) shown += zt::str(", dev ", name, " ", value);
+  std::printf("done: %lld optimizer steps%s\n", static_cast<long long>(last.optimizer_steps), shown.c_str());
+}
+
 int run(int argc, char** argv) {
   TrainConfig config = TrainConfig::from_args(argc, argv);
   // Under mpirun (-np N, one process per GPU) this process is rank launch.rank of launch.world_size.
@@ -103,37 +145,13 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (config.calibrate) {
-    ZT_CHECK(!config.machine_figures.empty(),
-             "--calibrate needs --machine_figures FILE (where to write them)");
-    const zt::plan::MachineFigures base = std::filesystem::exists(config.machine_figures)
-                                              ? zt::plan::MachineFigures::load(config.machine_figures)
-                                              : zt::plan::MachineFigures{};
-    const zt::plan::MachineFigures measured = zt::plan::calibrate_host(base);
-    measured.save(config.machine_figures);
-    std::printf("calibrated: CPU AdamW %.2f G parameters/s, norm pass %.1f GB/s -> %s\n",
-                measured.cpu_adamw_gparams, measured.host_gbps, config.machine_figures.c_str());
+    calibrate(config);
     return 0;
   }
   const bool default_model = config.model_name_or_path.empty();
   choose_device(config);
   const bool gpu = config.device == DeviceChoice::cuda;
-  if (launch.under_mpi) {
-    // Refused before anything is read: N ranks on the CPU backend, in a build without NCCL or MPI, or more
-    // ranks on a node than it has GPUs.
-    if (const std::string p =
-            zt::launch_support_problem(launch, gpu ? zt::DeviceKind::cuda : zt::DeviceKind::cpu,
-                                       zt::built_with_cuda(), zt::built_with_nccl(), zt::built_with_mpi());
-        !p.empty())
-      ZT_FAIL(p);
-    if (gpu) {
-      if (const std::string p = zt::gpu_assignment_problem(launch, zt::cuda_device_count()); !p.empty())
-        ZT_FAIL(p);
-      zt::use_cuda_device(launch.local_rank);
-    }
-    // Rank 0 speaks for the run (DeepSpeed's and Accelerate's convention); errors still reach stderr.
-    if (launch.rank != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
-      ZT_FAIL("rank ", launch.rank, ": cannot silence stdout");
-  }
+  if (launch.under_mpi) join_mpi_launch(launch, gpu);
   // --model_name_or_path may name an HF checkpoint directory (config.json + weights + spm.model): it is
   // converted once with convert_hf's reader and the cached copy is used from then on.
   if (!config.model_name_or_path.empty() && zt::is_hf_checkpoint_dir(config.model_name_or_path)) {
@@ -239,18 +257,7 @@ int run(int argc, char** argv) {
     throw with_fitting_settings(e);
   }
   if (zt::stop_requested()) return zt::stop_exit_code();  // 130 SIGINT, 143 SIGTERM; checkpoint written
-  if (!epochs.empty()) {
-    const auto& last = epochs.back();
-    if (config.task_name == "mrpc") {
-      std::printf("done: %lld optimizer steps, dev accuracy %.4f, dev F1 %.4f\n",
-                  static_cast<long long>(last.optimizer_steps), last.eval.accuracy, last.eval.f1);
-    } else {
-      std::string shown;
-      for (const auto& [name, value] : last.eval.metrics) shown += zt::str(", dev ", name, " ", value);
-      std::printf("done: %lld optimizer steps%s\n", static_cast<long long>(last.optimizer_steps),
-                  shown.c_str());
-    }
-  }
+  if (!epochs.empty()) print_done(config, epochs.back());
   return 0;
 }
 
