@@ -4,7 +4,7 @@
 #
 #   git archive main | (mkdir -p .ab-base && tar -x -C .ab-base)      # here, before the call (carry .ab-base)
 #   scripts/device/run.sh ab .ab-base                                   # main against this tree
-#   scripts/device/run.sh ab . "fused|.|ZT_FUSED_ATTENTION=1|" "overlap|.||--overlap_optimizer"
+#   scripts/device/run.sh ab . "flash|.||--attention flash" "overlap|.||--overlap_optimizer"
 #
 # A variant is label|tree|env words|bench_train_step flags; without any, the variant is "new|.||" (this tree).
 # The base variant is "base|<base-tree>||". Each variant is compared with the first variant that ran with the
