@@ -127,6 +127,31 @@ void attention_dropout_factors(float* factor, int64_t count, uint64_t first_elem
   }
 }
 
+// The position terms' share of one head's backward, from its bucket gradients Gc, Gp [L, W] over the
+// window of table rows: dQ += Gc PK, dPK += Gc^T Q (c2p); dK += Gp PQ, dPQ += Gp^T K (p2c).
+void add_position_gradients(const Problem& pr, const DisentangledAttentionConfig& config, int64_t h,
+                            const std::vector<float>& grad_c2p, const std::vector<float>& grad_p2c,
+                            const Tensor& pos_key, const Tensor& pos_query, const ConstHeadView& qh,
+                            const ConstHeadView& kh, HeadView& dqh, HeadView& dkh, const Tensor& dpos_key,
+                            const Tensor& dpos_query) {
+  const int64_t L = pr.length, D = pr.features, d = pr.head_size, W = pr.window;
+  const int64_t first = pr.window_begin * D + h * d;
+  if (config.c2p) {
+    ConstDense gc(grad_c2p.data(), L, W);
+    ConstHeadView pk(pos_key.data_as<float>() + first, W, d, Strided(D));
+    HeadView dpk(dpos_key.data_as<float>() + first, W, d, Strided(D));
+    dqh.noalias() += gc * pk;
+    dpk.noalias() += gc.transpose() * qh;
+  }
+  if (config.p2c) {
+    ConstDense gp(grad_p2c.data(), L, W);
+    ConstHeadView pq(pos_query.data_as<float>() + first, W, d, Strided(D));
+    HeadView dpq(dpos_query.data_as<float>() + first, W, d, Strided(D));
+    dkh.noalias() += gp * pq;
+    dpq.noalias() += gp.transpose() * kh;
+  }
+}
+
 }  // namespace
 
 float disentangled_attention_scale(int64_t head_size, const DisentangledAttentionConfig& config) {
@@ -288,20 +313,8 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
           for (int64_t j = 0; j < L; ++j) grad_p2c[j * W + index[j]] += row[j];
         }
       }
-      if (config.c2p) {
-        ConstDense gc(grad_c2p.data(), L, W);
-        ConstHeadView pk(pos_key.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
-        HeadView dpk(dpos_key.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
-        dqh.noalias() += gc * pk;
-        dpk.noalias() += gc.transpose() * qh;
-      }
-      if (config.p2c) {
-        ConstDense gp(grad_p2c.data(), L, W);
-        ConstHeadView pq(pos_query.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
-        HeadView dpq(dpos_query.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
-        dkh.noalias() += gp * pq;
-        dpq.noalias() += gp.transpose() * kh;
-      }
+      add_position_gradients(pr, config, h, grad_c2p, grad_p2c, pos_key, pos_query, qh, kh, dqh, dkh,
+                             dpos_key, dpos_query);
     }
   }
 }
@@ -487,20 +500,8 @@ void flash_disentangled_attention_backward(const Tensor& q, const Tensor& k, con
           if (config.p2c) grad_p2c[static_cast<size_t>(j * W + c)] += g;
         }
       }
-      if (config.c2p) {
-        ConstDense gc(grad_c2p.data(), L, W);
-        ConstHeadView pk(pos_key.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
-        HeadView dpk(dpos_key.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
-        dqh.noalias() += gc * pk;
-        dpk.noalias() += gc.transpose() * qh;
-      }
-      if (config.p2c) {
-        ConstDense gp(grad_p2c.data(), L, W);
-        ConstHeadView pq(pos_query.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
-        HeadView dpq(dpos_query.data_as<float>() + pr.window_begin * D + h * d, W, d, Strided(D));
-        dkh.noalias() += gp * pq;
-        dpq.noalias() += gp.transpose() * kh;
-      }
+      add_position_gradients(pr, config, h, grad_c2p, grad_p2c, pos_key, pos_query, qh, kh, dqh, dkh,
+                             dpos_key, dpos_query);
     }
   }
 }
