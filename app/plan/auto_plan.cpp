@@ -78,6 +78,15 @@ AutoPlan choose_auto_plan(const optim::TrainConfig& config, const DebertaConfig&
       !config.offload_delayed_update,
       "--auto_plan with --offload_delayed_update: the delayed update changes the math (one step stale), so "
       "the planner never chooses it and cannot keep it; remove one of them");
+  // What the plan sets must not be set elsewhere too: the plan would override it unseen. "auto" in the JSON
+  // (or nothing) leaves it to the planner; the batch sizes only state the global batch the plan splits.
+  for (const char* key : {"zero_optimization.stage", "zero_optimization.offload_optimizer.device",
+                          "zero_optimization.offload_param.device", "gradient_checkpointing"}) {
+    const optim::Origin origin = config.origin_of(key);
+    ZT_CHECK(origin == optim::Origin::default_value || origin == optim::Origin::json_auto,
+             "--auto_plan chooses ", key, ", which is also set [", optim::origin_name(origin),
+             "]: remove it or write \"auto\"");
+  }
   const PlanRequest request = plan_request(config, device_cap, gpu);
   const CostInputs inputs{.model = &model,
                           .max_length = config.max_length,
