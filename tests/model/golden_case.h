@@ -47,11 +47,19 @@ struct GoldenCase {
                         {"labels", {b}, regression ? DType::f32 : DType::i64}});
   }
 
+  // The fixture's config with the attention core to run (a training-time choice config.json never holds).
+  static DebertaConfig config_with(const std::string& config_json, DebertaConfig::AttentionKernel kernel) {
+    DebertaConfig c = parse_deberta_config(config_json);
+    c.attention_kernel = kernel;
+    return c;
+  }
+
   // `compute`: the model's storage dtype; 16-bit parameters are the golden init rounded to nearest even.
   explicit GoldenCase(const std::string& file, DeviceKind device = DeviceKind::cpu,
-                      DType compute = DType::f32)
+                      DType compute = DType::f32,
+                      DebertaConfig::AttentionKernel kernel = DebertaConfig::AttentionKernel::automatic)
       : fixture(file),
-        config(parse_deberta_config(fixture.attr_str("config_json"))),
+        config(config_with(fixture.attr_str("config_json"), kernel)),
         table(config),
         kind(device == DeviceKind::cuda ? MemoryKind::device : MemoryKind::host),
         params("params", table.layout(compute), {.kind = kind}),
@@ -90,10 +98,13 @@ struct GoldenCase {
     return {inputs_arena.tensor("ids"), inputs_arena.tensor("mask"), inputs_arena.tensor("labels")};
   }
 
+  // The factor the fixture's gradients carry (of grad_scale x loss; 1 where it stores none).
+  float grad_scale() const { return fixture.has("grad_scale") ? fixture.read_f32("grad_scale")[0] : 1.0f; }
+
   void run() {
     // The fixtures are made with every dropout probability 0 in train mode; training=true runs the same path.
     loss = model.forward(params, inputs(), {.training = true, .seed = 1234, .step = 0});
-    model.backward(params, grads);
+    model.backward(params, grads, grad_scale());
   }
 };
 

@@ -8,6 +8,8 @@ so the files hold only inputs, outputs and gradients. One gzip HDF5 per configur
            param_table_json  [[HF name, [shape...]], ...] in state-dict order
   input_ids [B,L] i64, attention_mask [B,L] i64, labels [B] i64 (f32 for a regression head), logits [B,C] f32,
   loss [] f32
+  grad_scale [] f32                 (some files) the grads below are of grad_scale x loss: a power of 2, so
+                                    exactly the loss's gradients scaled, lifting ~1e-6 ones above f32's atol
   hidden_states/<k>                 k = 0 embedding output, k = 1.. every layer output (HF output_hidden_states)
   grad/<HF name>                    every parameter gradient (numel <= 65536)
   grad_sample/<HF name>/{index,value}, grad_stats/<HF name> = [sum, L2 norm] (f64)   (numel > 65536)
@@ -101,6 +103,21 @@ V3_TINY_3CLASS_CONFIG = dict(
 V3_TINY_REGRESSION_CONFIG = dict(V3_TINY_CONFIG, num_labels=1, id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
 
 
+# Past 512 tokens: DeBERTa-v2/v3 have no absolute position embedding (position_biased_input false), so
+# max_position_embeddings 512 only sets the relative range (max_relative_positions -1 resolves to it) and
+# inputs may be longer. Head size 64 (the GPU flash kernels' size) with one head, and 16 log buckets, keep
+# every gradient stored whole in a ~0.4 MB file.
+LONG_CONFIG = dict(
+    TINY_CONFIG,
+    hidden_size=64,
+    num_attention_heads=1,
+    intermediate_size=128,
+    pooler_hidden_size=64,
+    max_position_embeddings=512,
+    position_buckets=16,
+)
+
+
 def token_ids(rng, batch, length, vocab):
     """Ids in [4, vocab): 0..3 are [PAD] [CLS] [SEP] [UNK]; rows start with [CLS]=1 and end with [SEP]=2."""
     ids = rng.integers(4, vocab, size=(batch, length), dtype=np.int64)
@@ -170,6 +187,18 @@ def case_v3_regression():
     return "deberta_v3_tiny_regression.h5", V3_TINY_REGRESSION_CONFIG, ids, mask, labels, notes
 
 
+def case_long():
+    rng = np.random.default_rng(1006)
+    ids = token_ids(rng, 2, 777, LONG_CONFIG["vocab_size"])
+    ids, mask = pad_rows(ids, [777, 530])
+    labels = np.array([1, 0], dtype=np.int64)
+    notes = ("B=2 L=777 > max_position_embeddings 512 (relative positions only); row 1 has 530 real tokens; "
+             "16 log buckets over max_relative_positions 512: distances past ~512 clamp to the last bucket; "
+             "grads of 64 x loss: the largest (classifier) near 1, where the f32 tolerance is stated; the attention "
+             "projections' then ~1e-4 instead of ~1e-6, above its atol")
+    return "deberta_long.h5", LONG_CONFIG, ids, mask, labels, notes, 64.0
+
+
 def build_model(config_dict):
     config = DebertaV2Config(**config_dict)
     torch.manual_seed(0)  # irrelevant (every parameter is overwritten) but keeps construction deterministic
@@ -236,7 +265,8 @@ def set_ascii_attr(f, name, text):
 
 
 def make_fixture(out_dir, case):
-    file_name, config_dict, ids, mask, labels, notes = case
+    file_name, config_dict, ids, mask, labels, notes, *rest = case
+    grad_scale = rest[0] if rest else None
     model = build_model(config_dict)
     config_json = model.config.to_json_string(use_diff=True)  # what save_pretrained writes as config.json
     config_json_full = model.config.to_json_string(use_diff=False)  # plus every generic HF key
@@ -248,7 +278,7 @@ def make_fixture(out_dir, case):
         labels=torch.from_numpy(labels),
         output_hidden_states=True,
     )
-    out.loss.backward()
+    (out.loss * grad_scale if grad_scale else out.loss).backward()
 
     path = os.path.join(out_dir, file_name)
     counts = {"full": 0, "sampled": 0}
@@ -265,6 +295,8 @@ def make_fixture(out_dir, case):
         f.create_dataset("labels", data=labels)
         f.create_dataset("logits", data=out.logits.detach().numpy().astype(np.float32))
         f.create_dataset("loss", data=np.float32(out.loss.item()))
+        if grad_scale:
+            f.create_dataset("grad_scale", data=np.float32(grad_scale))
         for k, h in enumerate(out.hidden_states):
             write_tensor(f, "hidden_states", "hidden_sample", "hidden_stats", str(k), h.detach().numpy())
         for name, p in params.items():
@@ -288,7 +320,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out_dir", default=os.path.join(REPO_ROOT, "tests", "fixtures"))
     parser.add_argument("--only", default="",
-                        help="comma-separated subset: tiny,tiny_padded,xlarge_layout,v3_3class,v3_regression")
+                        help="comma-separated subset: tiny,tiny_padded,xlarge_layout,v3_3class,v3_regression,long")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     torch.use_deterministic_algorithms(True)
@@ -303,6 +335,7 @@ def main():
         "xlarge_layout": case_xlarge_layout,
         "v3_3class": case_v3_three_class,
         "v3_regression": case_v3_regression,
+        "long": case_long,
     }
     selected = [c for c in args.only.split(",") if c] or list(cases)
     for key in selected:
