@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""HF DeBERTa-v2 under PyTorch (eager, torch.compile, disentangled-flash) and zerotrain, one training step
-timed side by side.
+"""HF DeBERTa-v2 under PyTorch (eager, torch.compile, disentangled-flash, FlashDeBERTa) and zerotrain, one
+training step timed side by side.
 
 Trains DebertaV2ForSequenceClassification (xlarge architecture, random init, 2 labels) with torch and the
 zerotrain training step on the same config, then prints samples/s, step ms, peak GiB and zerotrain's ratios
@@ -10,16 +10,28 @@ time after warmup; the model is built on the GPU it trains on (its random init r
 has the seconds its worker spent importing and building, import_s and build_s, before the first step).
 `df` is HF eager with disentangled-flash's fused Triton attention (forward and backward, no L x L tensor
 stored; `optimize_deberta_training(model.deberta, backend="triton")` before the optimizer), `compile-df`
-the same under torch.compile; their wheel comes from --df-wheel-dir (scripts/fetch_wheels.sh puts
-disentangled_flash-1.1.1 in .whl/, git-ignored: carry it to the GPU machine). The last lines check the
-performance goals (GOALS: the speed ratio to torch.compile per batch and sequence length, and where stated
-a peak no higher than disentangled-flash's), each PASS, FAIL or n/a when this run does not cover it.
+the same under torch.compile; `fdb` is FlashDeBERTa 0.0.8's own DeBERTa-v2 model classes (knowledgator's
+flash-style disentangled attention in Triton; no attention-probability dropout in its kernels), built as
+shared/bench/torch_baseline.py --fdb builds it. Their wheels come from --wheel-dir (scripts/fetch_wheels.sh
+puts disentangled_flash-1.1.1, flashdeberta-0.0.8 and einops in .whl/, git-ignored: carry it to the GPU
+machine). The last lines check the performance goals (GOALS: the speed ratio to torch.compile per batch and
+sequence length, and where stated a peak no higher than disentangled-flash's), each PASS, FAIL or n/a when
+this run does not cover it.
+
+--long-goals runs the long-document issue's shapes (40x128, 16x512, 4x2048, 1x8192) with zerotrain,
+FlashDeBERTa, disentangled-flash and torch.compile (compile at 128 and 512 only: HF eager runs out of memory
+at 4x2048 on 80 GB, and compile with it; compile runs last, so a call cut short keeps the rest) and checks
+LONG_GOALS: 4x2048 and 1x8192 >= 1.5x FlashDeBERTa's samples/s at a peak below both torch packages';
+16x512 and 40x128 >= 2x torch.compile's at a peak no higher than disentangled-flash's; and at 2048 and
+8192 the estimator's planned device total (bench_train_step's estimate_gib.total) within 5 % of the measured
+peak (peak_gib).
 
   python3 scripts/bench_vs_torch.py --zt-bin build/bin/bench_train_step               # bs 40, seq 128
   python3 scripts/bench_vs_torch.py --zt-bin build/bin/bench_train_step --batches 40,8,64 --impls eager,compile,df,zerotrain
   python3 scripts/bench_vs_torch.py --zt-bin build/bin/bench_train_step --seq 512 --batches 8,16
   python3 scripts/bench_vs_torch.py --impls zerotrain --layers 2 --json-out /tmp/zt.json
   python3 scripts/bench_vs_torch.py --zt-bin build/bin/bench_train_step --goals --json-out goals.json --resume
+  python3 scripts/bench_vs_torch.py --zt-bin build/bin/bench_train_step --long-goals --steps 5 --json-out long.json
 
 --goals runs every goal's shape (seq 128 bs 40/8/64, seq 512 bs 8/16) with compile, df and zerotrain: ~15
 minutes, most of it torch.compile, longer than one device command may run. With --resume the same command
@@ -51,14 +63,26 @@ XLARGE = dict(vocab_size=128100, hidden_size=1536, num_hidden_layers=24, num_att
               layer_norm_eps=1e-7, conv_kernel_size=3, conv_act="gelu", position_biased_input=False,
               pooler_hidden_size=1536, pooler_hidden_act="gelu", num_labels=2)
 LABELS = {"eager": "torch-eager", "compile": "torch-compile", "df": "torch-eager+df",
-          "compile-df": "torch-compile+df", "zerotrain": "zerotrain"}
-WARMUP = {"eager": 3, "compile": 5, "df": 3, "compile-df": 5}  # untimed; compile's step 0 compiles fwd and bwd
+          "compile-df": "torch-compile+df", "fdb": "torch-eager+fdb", "zerotrain": "zerotrain"}
+WARMUP = {"eager": 3, "compile": 5, "df": 3, "compile-df": 5, "fdb": 3}  # untimed; compile's step 0 compiles
+# The wheels (in --wheel-dir) each torch impl imports beyond torch and transformers.
+WHEELS = {"df": ["disentangled_flash"], "compile-df": ["disentangled_flash"], "fdb": ["flashdeberta", "einops"]}
 TARGET = dict(batch=40, dtype="bf16", seq=128)  # runs first: the headline pair
 # The performance issue's goals (bf16): zerotrain's samples/s over torch.compile's at (seq, batch), and
 # whether its peak must stay below HF eager + disentangled-flash's (the lowest-memory PyTorch).
-GOALS = [dict(seq=128, batch=40, min_ratio=1.5, peak_below="df"), dict(seq=128, batch=8, min_ratio=3.0),
-         dict(seq=128, batch=64, min_ratio=1.4), dict(seq=512, batch=8, min_ratio=1.5, peak_below="df"),
-         dict(seq=512, batch=16, min_ratio=1.5, peak_below="df")]
+GOALS = [dict(seq=128, batch=40, min_ratio=1.5, peak_below=["df"]), dict(seq=128, batch=8, min_ratio=3.0),
+         dict(seq=128, batch=64, min_ratio=1.4), dict(seq=512, batch=8, min_ratio=1.5, peak_below=["df"]),
+         dict(seq=512, batch=16, min_ratio=1.5, peak_below=["df"])]
+# The long-document issue's goals (xlarge, bf16, dropout 0.1): zerotrain's samples/s over `versus`'s at
+# (seq, batch), its peak strictly below each of peak_below's or at most each of peak_at_most's, and where
+# estimate_within is set, the estimator's plan within that fraction of zerotrain's measured peak.
+LONG_GOALS = [dict(seq=2048, batch=4, min_ratio=1.5, versus="fdb", peak_below=["fdb", "df"]),
+              dict(seq=8192, batch=1, min_ratio=1.5, versus="fdb", peak_below=["fdb", "df"]),
+              dict(seq=512, batch=16, min_ratio=2.0, peak_at_most=["df"]),
+              dict(seq=128, batch=40, min_ratio=2.0, peak_at_most=["df"]),
+              dict(seq=2048, batch=4, estimate_within=0.05), dict(seq=8192, batch=1, estimate_within=0.05)]
+LONG_IMPLS = ["zerotrain", "fdb", "df", "compile"]
+LONG_COMPILE_MAX_SEQ = 512  # HF eager (and compile) run out of memory at 4x2048 on 80 GB
 
 
 # ---------------------------------------------------------------- worker side (torch imported here only)
@@ -69,11 +93,22 @@ def worker_info():
                 cuda=torch.version.cuda)
 
 
+def build_model(impl, cfg):
+    """HF's DebertaV2ForSequenceClassification, or FlashDeBERTa's (fdb) built as torch_baseline.py --fdb does."""
+    if impl == "fdb":
+        from flashdeberta import FlashDebertaV2ForSequenceClassification
+        from flashdeberta.model import DebertaV2Config as FdbConfig
+        config = FdbConfig(**cfg, _attn_implementation="eager")
+        config._attn_implementation_autoset = False
+        return FlashDebertaV2ForSequenceClassification(config)
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
+    return DebertaV2ForSequenceClassification(DebertaV2Config(**cfg))
+
+
 def worker_train(args):
     """torch_baseline.train_steps for one (impl, batch, dtype); returns the result dict."""
     t_import = time.perf_counter()
     import torch, transformers
-    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
     t_build = time.perf_counter()
     dev = args.worker_device
     cuda = dev == "cuda"
@@ -86,7 +121,7 @@ def worker_train(args):
     # Built where it trains: the random init of ~887 M parameters runs on that device (on the CPU, torch's
     # normal_ is one thread: ~10 s a run, spent before any timing, in each of a sweep's torch runs).
     with torch.device(dev):
-        model = DebertaV2ForSequenceClassification(DebertaV2Config(**cfg)).train()
+        model = build_model(args.worker, cfg).train()
     nparam = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.0, fused=True)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
@@ -94,6 +129,7 @@ def worker_train(args):
     if args.worker in ("df", "compile-df"):  # fused attention modules swapped in before the optimizer exists
         from disentangled_flash import optimize_deberta_training
         optimize_deberta_training(model.deberta, backend="triton")
+
     fwd = torch.compile(model) if args.worker in ("compile", "compile-df") else model
     ids = torch.randint(5, 128000, (args.batch, args.seq), device=dev)
     mask = torch.ones_like(ids)
@@ -170,22 +206,35 @@ def last_json(text):
     return None
 
 
-def df_site(args):
-    """A directory holding disentangled_flash (the wheel unpacked once), for the df workers' PYTHONPATH."""
-    wheels = sorted(f for f in os.listdir(args.df_wheel_dir) if f.startswith("disentangled_flash-")
-                    and f.endswith(".whl")) if os.path.isdir(args.df_wheel_dir) else []
+def wheel_site(wheel_dir, package):
+    """A directory holding `package` (its newest wheel in wheel_dir unpacked once: pure Python), or None."""
+    wheels = sorted(f for f in os.listdir(wheel_dir) if f.startswith(package + "-")
+                    and f.endswith(".whl")) if os.path.isdir(wheel_dir) else []
     if not wheels: return None
-    site = os.path.join("/tmp", "zt-df-site", wheels[-1][:-4])
-    if not os.path.isdir(os.path.join(site, "disentangled_flash")):
+    site = os.path.join("/tmp", "zt-wheel-site", wheels[-1][:-4])
+    if not os.path.isdir(os.path.join(site, package)):
         import zipfile
-        zipfile.ZipFile(os.path.join(args.df_wheel_dir, wheels[-1])).extractall(site)  # pure Python
+        zipfile.ZipFile(os.path.join(wheel_dir, wheels[-1])).extractall(site)
     return site
+
+
+def wheel_sites(args):
+    """{impl: [site, ...]} for the torch impls of this run that need wheels; exits naming a missing one."""
+    sites = {}
+    for impl in args.impls:
+        for package in WHEELS.get(impl, []):
+            site = wheel_site(args.wheel_dir, package)
+            if site is None:
+                sys.exit(f"--impls {impl} needs {package}-*.whl in {args.wheel_dir} (scripts/fetch_wheels.sh "
+                         "downloads it; carry .whl to the GPU machine)")
+            sites.setdefault(impl, []).append(site)
+    return sites
 
 
 def child_env(args, impl):
     env = dict(os.environ)
-    if impl in ("df", "compile-df") and args.df_site:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.df_site, env.get("PYTHONPATH")]))
+    if args.wheel_sites.get(impl):
+        env["PYTHONPATH"] = os.pathsep.join(args.wheel_sites[impl] + [p for p in [env.get("PYTHONPATH")] if p])
     return env
 
 
@@ -245,7 +294,7 @@ def table(args, results):
     results: {(impl, batch, dtype, seq): record}."""
     head = ["seq", "batch", "dtype"]
     for impl in args.impls: head += [f"{impl} samples/s", "step ms", "GiB"]
-    others = [i for i in ("compile", "df", "eager") if i in args.impls and "zerotrain" in args.impls]
+    others = [i for i in ("compile", "fdb", "df", "eager") if i in args.impls and "zerotrain" in args.impls]
     for o in others: head += [f"zt/{o} samples/s", "peak"]
     rows, errors = [], []
     for dtype in args.dtypes:
@@ -272,13 +321,48 @@ def table(args, results):
     for e in errors: print(f"note: {e}")
 
 
-def goals(args, results):
-    """One line per goal of GOALS: PASS, FAIL, or n/a where this run does not measure it."""
+def goal_name(g):
+    if "estimate_within" in g:
+        return (f"GOAL bs{g['batch']}/seq{g['seq']}/bf16: estimator's plan within "
+                f"{g['estimate_within']:.0%} of the measured peak")
+    versus = g.get("versus", "compile")
+    name = f"GOAL bs{g['batch']}/seq{g['seq']}/bf16: >= {g['min_ratio']}x {LABELS[versus]}"
+    if g.get("peak_below"): name += ", peak below " + " and ".join(LABELS[i] for i in g["peak_below"])
+    if g.get("peak_at_most"): name += ", peak at most " + " and ".join(LABELS[i] for i in g["peak_at_most"])
+    return name
+
+
+def goal_verdict(g, got):
+    """(result, text, speed ratio) of one goal from its impls' records (each present and error-free)."""
+    zt = got["zerotrain"]
+    if "estimate_within" in g:
+        plan, peak = (zt.get("estimate_gib") or {}).get("total"), zt.get("peak_gib")
+        if not isinstance(plan, (int, float)) or not isinstance(peak, (int, float)) or peak <= 0:
+            return "FAIL", "no estimate_gib.total or peak_gib in zerotrain's result", None
+        off = plan / peak - 1
+        return ("PASS" if abs(off) <= g["estimate_within"] else "FAIL"), \
+            f"plan {plan:.2f} vs peak {peak:.2f} GiB ({off:+.1%})", None
+    sp = ratio(zt, got[g.get("versus", "compile")], "samples_per_s")
+    ok = sp is not None and sp >= g["min_ratio"]
+    text = f"{fmt(sp, '.3f')}x"
+    zp = zt.get("peak_gib")
+    for key, better in (("peak_below", lambda a, b: a < b), ("peak_at_most", lambda a, b: a <= b)):
+        for other in g.get(key, []):
+            op = got[other].get("peak_gib")
+            ok = ok and zp is not None and op is not None and better(zp, op)
+            text += f", peak {fmt(zp, '.2f')} vs {LABELS[other]} {fmt(op, '.2f')} GiB"
+    return ("PASS" if ok else "FAIL"), text, sp
+
+
+def goals(args, results, goal_list=None):
+    """One line per goal of goal_list (GOALS, or LONG_GOALS with --long-goals): PASS, FAIL, or n/a where this
+    run does not measure it."""
+    if goal_list is None: goal_list = LONG_GOALS if args.long_goals else GOALS
     lines, summary = [], []
-    for g in GOALS:
-        name = f"GOAL bs{g['batch']}/seq{g['seq']}/bf16: >= {g['min_ratio']}x torch.compile" + (
-            f", peak below {LABELS[g['peak_below']]}" if "peak_below" in g else "")
-        needed = {"zerotrain", "compile"} | ({g["peak_below"]} if "peak_below" in g else set())
+    for g in goal_list:
+        name = goal_name(g)
+        needed = {"zerotrain"} if "estimate_within" in g else \
+            {"zerotrain", g.get("versus", "compile")} | set(g.get("peak_below", [])) | set(g.get("peak_at_most", []))
         if (g["seq"], g["batch"]) not in args.shapes or args.layers not in (0, 24) \
                 or "bf16" not in args.dtypes or not needed <= set(args.impls):
             lines.append(f"{name}: n/a (not in this run)"); summary.append(dict(goal=name, result="n/a")); continue
@@ -290,14 +374,7 @@ def goals(args, results):
             res = "FAIL" if zt_failed else "n/a"
             lines.append(f"{name}: {res} ({'; '.join(missing)})"); summary.append(dict(goal=name, result=res))
             continue
-        sp = ratio(got["zerotrain"], got["compile"], "samples_per_s")
-        ok = sp is not None and sp >= g["min_ratio"]
-        text = f"{fmt(sp, '.3f')}x"
-        if "peak_below" in g:
-            zp, op = got["zerotrain"].get("peak_gib"), got[g["peak_below"]].get("peak_gib")
-            ok = ok and zp is not None and op is not None and zp < op
-            text += f", peak {fmt(zp, '.2f')} vs {fmt(op, '.2f')} GiB"
-        res = "PASS" if ok else "FAIL"
+        res, text, sp = goal_verdict(g, got)
         lines.append(f"{name}: {text}: {res}")
         summary.append(dict(goal=name, result=res, samples_ratio=sp))
     return dict(goals=summary, line="\n".join(lines))
@@ -383,14 +460,19 @@ def main():
     p.add_argument("--dtypes", type=csv(str), default=["bf16"], help="comma-separated, of bf16,fp16,fp32")
     p.add_argument("--impls", type=csv(str), default=["eager", "compile", "zerotrain"],
                    help="comma-separated, of " + ",".join(LABELS))
-    p.add_argument("--df-wheel-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".whl"),
-                   help="where disentangled_flash-*.whl is (scripts/fetch_wheels.sh)")
+    p.add_argument("--wheel-dir", "--df-wheel-dir", dest="wheel_dir",
+                   default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".whl"),
+                   help="where the disentangled_flash, flashdeberta and einops wheels are (scripts/fetch_wheels.sh)")
     p.add_argument("--steps", type=int, default=12, help="timed steps (torch adds warmup steps before)")
     p.add_argument("--seq", type=csv(int), default=[128], help="comma-separated sequence lengths (each with --batches)")
     p.add_argument("--shapes", type=csv(str), default=[],
                    help="comma-separated BATCHxSEQ (e.g. 40x128,8x512) instead of --batches x --seq")
     p.add_argument("--goals", action="store_true", help="the goals' shapes (" +
                    ",".join(f"{g['batch']}x{g['seq']}" for g in GOALS) + "), impls compile,df,zerotrain")
+    p.add_argument("--long-goals", action="store_true", help="the long-document goals' shapes (" +
+                   ",".join(sorted({f"{g['batch']}x{g['seq']}" for g in LONG_GOALS}, key=lambda t: int(t.split("x")[1])))
+                   + "), impls " + ",".join(LONG_IMPLS) + f" (compile at seq <= {LONG_COMPILE_MAX_SEQ} only), "
+                   "compile last; with --verdict-from: these goals")
     p.add_argument("--resume", action="store_true",
                    help="keep the error-free results already in --json-out (same tree, GPU and settings) and "
                         "run the rest: a sweep longer than one command's time limit, in one file")
@@ -404,7 +486,7 @@ def main():
                         "(what training runs; lets a step's tail overlap the next step's start)")
     p.add_argument("--zt-args", default="", help="extra flags for the zerotrain binary, e.g. --overlap_optimizer")
     p.add_argument("--timeout-s", type=int, default=480, help="limit for each run, seconds")
-    p.add_argument("--worker", choices=["info", "eager", "compile", "df", "compile-df"], help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=["info", "eager", "compile", "df", "compile-df", "fdb"], help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, default=40, help=argparse.SUPPRESS)
     p.add_argument("--dtype", default="bf16", help=argparse.SUPPRESS)
     p.add_argument("--worker-device", default="cuda", help=argparse.SUPPRESS)  # "cpu" to test the loop
@@ -415,8 +497,13 @@ def main():
     if args.verdict_from:
         if args.resume or args.goals or args.shapes: p.error("--verdict-from runs nothing: no --resume, --goals, --shapes")
         return verdict_from(args)
+    if args.goals and args.long_goals: p.error("--goals and --long-goals: one or the other")
+    if args.long_goals:
+        if args.shapes: p.error("--long-goals and --shapes: one or the other")
+        args.shapes = sorted({f"{g['batch']}x{g['seq']}" for g in LONG_GOALS}, key=lambda t: int(t.split("x")[1]))
+        if args.impls == p.get_default("impls"): args.impls = list(LONG_IMPLS)
     if (args.goals or args.shapes) and (args.batches != p.get_default("batches") or args.seq != p.get_default("seq")):
-        p.error("--goals and --shapes name the shapes: no --batches or --seq with them")
+        p.error("--goals, --long-goals and --shapes name the shapes: no --batches or --seq with them")
     if args.goals:
         if args.shapes: p.error("--goals and --shapes: one or the other")
         args.shapes = [f"{g['batch']}x{g['seq']}" for g in GOALS]
@@ -432,10 +519,7 @@ def main():
     # A job runs in a process group of its own (run_child); SIGTERM (an outer `timeout`) must end it too, or a
     # torch.compile worker goes on using the GPU beside whatever runs next.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"bench_vs_torch: stopped by signal {signum}"))
-    args.df_site = df_site(args) if {"df", "compile-df"} & set(args.impls) else None
-    if {"df", "compile-df"} & set(args.impls) and args.df_site is None:
-        p.error(f"--impls df/compile-df need disentangled_flash-*.whl in {args.df_wheel_dir} "
-                "(scripts/fetch_wheels.sh downloads it; carry .whl to the GPU machine)")
+    args.wheel_sites = wheel_sites(args)
 
     meta = header(args)
     meta["settings"] = dict(steps=args.steps, dropout=args.dropout, layers=args.layers,
@@ -445,6 +529,12 @@ def main():
     jobs = [(impl, b, d, seq) for d in args.dtypes for seq, b in args.shapes for impl in args.impls]
     target = (TARGET["batch"], TARGET["dtype"], TARGET["seq"])
     jobs.sort(key=lambda j: j[1:] != target)  # stable: target first
+    if args.long_goals:  # compile only where HF fits, and last: its minutes of compiling go where time is left
+        skipped = sorted({(b, seq) for impl, b, _, seq in jobs if impl in ("eager", "compile") and seq > LONG_COMPILE_MAX_SEQ})
+        jobs = [j for j in jobs if not (j[0] in ("eager", "compile") and j[3] > LONG_COMPILE_MAX_SEQ)]
+        jobs.sort(key=lambda j: j[0] in ("eager", "compile"))
+        for b, seq in skipped:
+            print(f"# eager/compile not run at {b}x{seq}: HF eager runs out of memory there on 80 GB", flush=True)
     results = resumed(args, meta)
     records = list(results.values())
     if results: print(f"# --resume: {len(results)} results kept from {args.json_out}", flush=True)

@@ -23,5 +23,14 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DebertaGoldenGpu,
                            return name.substr(0, name.find('.'));
                          });
 
+// Past 512 tokens in f32: the automatic attention runs the stored-probabilities kernels at L 777 (the flash
+// kernels take 16-bit inputs only; tests/model/test_deberta_mixed_precision_gpu.cpp runs them on this file).
+TEST(DebertaGoldenGpuLong, F32LogitsLossHiddenStatesAndEveryGradient) {
+  ZT_SKIP_WITHOUT_GPU();
+  golden::GoldenCase c("deberta_long.h5", DeviceKind::cuda);
+  ASSERT_GT(c.seq, c.config.max_position_embeddings);
+  golden::check_step_against_fixture(c, "gpu deberta_long");
+}
+
 }  // namespace
 }  // namespace zt

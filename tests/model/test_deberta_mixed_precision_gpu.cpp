@@ -39,14 +39,10 @@ void reference_and_got(const test::Fixture& f, const std::string& name, const st
   for (int64_t i : f.read_i64("grad_sample/" + name + "/index")) got.push_back(all[static_cast<size_t>(i)]);
 }
 
-using Param = std::tuple<const char*, DType>;
-class DebertaMixedPrecisionGpu : public ::testing::TestWithParam<Param> {};
-
-TEST_P(DebertaMixedPrecisionGpu, LogitsLossAndGradientsMatchTheF32Reference) {
-  ZT_SKIP_WITHOUT_GPU();
-  const auto [file, dtype] = GetParam();
+// Runs forward + backward of `c` in `dtype` and checks logits, loss and every gradient against the f32
+// fixture with the limits above.
+void expect_close_to_f32_reference(golden::GoldenCase& c, DType dtype, const std::string& label) {
   const Limits limit = limits_for(dtype);
-  golden::GoldenCase c(file, DeviceKind::cuda, dtype);
   // f16 needs loss scaling, as in training: unscaled, the tiny models' small activation gradients fall under
   // f16's subnormal range (6e-8) and flush to zero. bf16 has f32's exponent range and runs unscaled.
   const float loss_scale = dtype == DType::f16 ? 1024.0f : 1.0f;
@@ -73,7 +69,7 @@ TEST_P(DebertaMixedPrecisionGpu, LogitsLossAndGradientsMatchTheF32Reference) {
   for (const ParameterInfo& p : c.table.entries()) {
     std::vector<float> ref, got;
     std::vector<float> all = golden::host_values(c.grads.tensor(p.name));
-    for (float& g : all) g /= loss_scale;
+    for (float& g : all) g *= c.grad_scale() / loss_scale;  // in the fixture's units
     reference_and_got(f, p.name, all, ref, got);
     double dot = 0, gg = 0, rr = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
@@ -96,7 +92,18 @@ TEST_P(DebertaMixedPrecisionGpu, LogitsLossAndGradientsMatchTheF32Reference) {
   std::printf(
       "%s %s: logits rel err %.3g, loss rel err %.3g, worst grad cosine %.6f (%s), grad norm rel err "
       "%.3g\n",
-      dtype_name(dtype).data(), file, logits_rel, loss_rel, worst_cosine, worst_name.c_str(), norm_rel);
+      dtype_name(dtype).data(), label.c_str(), logits_rel, loss_rel, worst_cosine, worst_name.c_str(),
+      norm_rel);
+}
+
+using Param = std::tuple<const char*, DType>;
+class DebertaMixedPrecisionGpu : public ::testing::TestWithParam<Param> {};
+
+TEST_P(DebertaMixedPrecisionGpu, LogitsLossAndGradientsMatchTheF32Reference) {
+  ZT_SKIP_WITHOUT_GPU();
+  const auto [file, dtype] = GetParam();
+  golden::GoldenCase c(file, DeviceKind::cuda, dtype);
+  expect_close_to_f32_reference(c, dtype, file);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DebertaMixedPrecisionGpu,
@@ -107,6 +114,29 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DebertaMixedPrecisionGpu,
                            std::string name = std::get<0>(info.param);
                            return name.substr(0, name.find('.')) + "_" +
                                   std::string(dtype_name(std::get<1>(info.param)));
+                         });
+
+// Past 512 tokens (deberta_long.h5: L 777, head size 64, padding) with each attention core in 16 bits: the
+// flash kernels and the automatic choice (the stored-probabilities kernels at this length, today).
+using Kernel = DebertaConfig::AttentionKernel;
+using LongParam = std::tuple<DType, Kernel>;
+class DebertaLongMixedPrecisionGpu : public ::testing::TestWithParam<LongParam> {};
+
+TEST_P(DebertaLongMixedPrecisionGpu, LogitsLossAndGradientsMatchTheF32Reference) {
+  ZT_SKIP_WITHOUT_GPU();
+  const auto [dtype, kernel] = GetParam();
+  golden::GoldenCase c("deberta_long.h5", DeviceKind::cuda, dtype, kernel);
+  const bool flash = DebertaForSequenceClassification::uses_flash_attention(c.config, c.seq, dtype);
+  EXPECT_TRUE(flash || kernel != Kernel::flash) << "flash asked for, not run";
+  expect_close_to_f32_reference(c, dtype, flash ? "long, flash attention" : "long, stored attention");
+}
+
+INSTANTIATE_TEST_SUITE_P(AttentionKernels, DebertaLongMixedPrecisionGpu,
+                         ::testing::Combine(::testing::Values(DType::bf16, DType::f16),
+                                            ::testing::Values(Kernel::automatic, Kernel::flash)),
+                         [](const ::testing::TestParamInfo<LongParam>& info) {
+                           return std::string(dtype_name(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) == Kernel::flash ? "_flash" : "_automatic");
                          });
 
 }  // namespace

@@ -133,6 +133,57 @@ with tempfile.TemporaryDirectory() as tmp:
     lines = {l.split(":")[0]: l for l in so.splitlines() if l.startswith("GOAL")}
     check("FAIL" in lines.get("GOAL bs8/seq512/bf16", ""), "seq512 bs8: zerotrain out of memory: FAIL")
 
+    # --long-goals: its four shapes; compile (and eager) never past seq 512 and after every other job; the
+    # FlashDeBERTa wheels named when missing.
+    rc, so, se = run("--long-goals", "--wheel-dir", tmp, "--zt-bin", fake, "--json-out", out + "5", env_extra=env)
+    check(rc != 0 and "flashdeberta" in se, f"--long-goals without the FlashDeBERTa wheel is refused ({se[-200:]})")
+    wheels = os.path.join(tmp, "wheels")
+    os.makedirs(wheels)
+    import zipfile
+    for name, package in (("disentangled_flash-1.1.1-py3-none-any.whl", "disentangled_flash"),
+                          ("flashdeberta-0.0.8-py3-none-any.whl", "flashdeberta"),
+                          ("einops-0.8.2-py3-none-any.whl", "einops")):
+        with zipfile.ZipFile(os.path.join(wheels, name), "w") as z: z.writestr(f"{package}/__init__.py", "")
+    open(log, "w").close()
+    # The torch workers stand in for themselves: without a GPU (or torch) each records an error at once.
+    rc, so, se = run("--long-goals", "--wheel-dir", wheels, "--zt-bin", fake, "--json-out", out + "5",
+                     env_extra=env)
+    jobs = [l for l in so.splitlines() if l.startswith("# [")]
+    impl_of = lambda l: "zerotrain" if fake in l else l.split("--worker ")[1].split()[0]
+    seq_of = lambda l: int(l.split("--seq ")[1].split()[0])
+    check(rc == 0 and len(jobs) == 14, f"--long-goals runs 4 shapes x zerotrain,fdb,df + compile at 2: {len(jobs)}")
+    compiles = [i for i, l in enumerate(jobs) if impl_of(l) == "compile"]
+    check(sorted(seq_of(jobs[i]) for i in compiles) == [128, 512] and compiles == [12, 13],
+          "compile runs at 128 and 512 only, last")
+    check(sorted(seq_of(l) for l in jobs if impl_of(l) == "fdb") == [128, 512, 2048, 8192],
+          "FlashDeBERTa runs at every shape")
+    check(sorted(int(c.split("--seq ")[1].split()[0]) for c in open(log).read().splitlines()) == [128, 512, 2048, 8192],
+          "zerotrain runs at every shape")
+    check("out of memory there" in so, "the skipped eager/compile shapes are said")
+
+    # The long goals' verdicts from records: speed and peak against FlashDeBERTa / compile / df, the estimator.
+    def zt_rec(batch, seq, ms, gib, plan):
+        return dict(rec("zerotrain", batch, seq, ms, gib), estimate_gib=dict(total=plan))
+    recs = [zt_rec(4, 2048, 250, 20, 20.5), rec("torch-eager+fdb", 4, 2048, 424, 25.4),
+            rec("torch-eager+df", 4, 2048, 610, 23.8),                    # 1.70x, below both: PASS; plan +2.5 %
+            zt_rec(1, 8192, 800, 18, 20), rec("torch-eager+fdb", 1, 8192, 1081, 26.2),
+            rec("torch-eager+df", 1, 8192, 1944, 23.8),                   # 1.35x: FAIL; plan +11 %: FAIL
+            zt_rec(16, 512, 130, 23.8, 20), rec("torch-compile", 16, 512, 271, 35.3),
+            rec("torch-eager+df", 16, 512, 285, 23.8),                    # 2.08x, peak equal to df's: PASS
+            zt_rec(40, 128, 55, 16.1, 15), rec("torch-compile", 40, 128, 111.5, 23.3),
+            rec("torch-eager+df", 40, 128, 187, 16.0)]                    # 2.03x, peak above df's: FAIL
+    with open(os.path.join(tmp, "long.json"), "w") as f: json.dump(dict(meta={}, results=recs), f)
+    rc, so, se = run("--verdict-from", os.path.join(tmp, "long.json"), "--long-goals")
+    goal_lines = [l for l in so.splitlines() if l.startswith("GOAL")]
+    verdict = lambda *words: [l.rsplit(": ", 1)[-1] for l in goal_lines if all(w in l for w in words)]
+    check(rc == 0 and len(goal_lines) == 6, f"--verdict-from --long-goals prints the six long goals ({se[-200:]})")
+    check(verdict("bs4/seq2048", "fdb") == ["PASS"], f"4x2048: 1.70x FlashDeBERTa, peak below both: PASS {goal_lines}")
+    check(verdict("bs1/seq8192", "fdb") == ["FAIL"], "1x8192: 1.35x FlashDeBERTa: FAIL")
+    check(verdict("bs16/seq512", "compile") == ["PASS"], "16x512: 2.08x compile, peak equal to df's: PASS")
+    check(verdict("bs40/seq128", "compile") == ["FAIL"], "40x128: peak above df's: FAIL")
+    check(verdict("bs4/seq2048", "estimator") == ["PASS"], "4x2048: plan 2.5 % above the peak: PASS")
+    check(verdict("bs1/seq8192", "estimator") == ["FAIL"], "1x8192: plan 11 % above the peak: FAIL")
+
 if failures:
     print(f"bench_vs_torch: {len(failures)} checks failed")
     sys.exit(1)
