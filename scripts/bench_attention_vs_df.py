@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""Per-layer disentangled attention, forward and backward: zerotrain's kernels against disentangled-flash's.
+"""Per-layer disentangled attention, forward and backward: zerotrain's kernels against disentangled-flash's
+and FlashDeBERTa's.
 
 Issue 16 asks for the attention forward + backward per layer to beat disentangled-flash's Triton training
-kernels at the same shapes (seq 128 and 512, bf16, dropout on), side by side in one run. Both sides time the
-attention core alone — given Q, K, V [B, N, L, d], the projected relative tables and the [B, L] mask, the
+kernels at the same shapes (seq 128 and 512, bf16, dropout on), side by side in one run; the long-document
+issue adds FlashDeBERTa's kernels and 4x2048, 1x8192. Every side times the attention core alone — given Q, K, V [B, N, L, d], the projected relative tables and the [B, L] mask, the
 context (forward) and the gradients of Q, K, V and both tables (backward); the projections around it are
 ordinary GEMMs on both sides and not part of it:
 
-  zerotrain  `zt_bench --only attention --batch B --seq L --json ...`: rows attention_forward and
-             attention_backward (and the fused kernels' rows, off by default in training), each call timed
-             alone by CUDA events after an L2 flush, median of --reps calls.
+  zerotrain  `zt_bench --only attention --batch B --seq L --json ...` (past 1024 tokens `--only flash`: the
+             stored attention stops there): rows attention_forward/_backward (stored probabilities) and
+             attention_forward_flash/_backward_flash, each call timed alone by CUDA events after an L2 flush,
+             median of --reps calls. "zt" is the core the model runs at that length (automatic: stored up to
+             1024 tokens, flash past it); the flash rows are shown beside it.
   df         disentangled-flash 1.1.1's TritonTrainingDisentangledSelfAttention (built from the xlarge
              DebertaV2Config, bf16, training mode, attention dropout 0.1): its autograd function
              `training_attention` on the module's own inputs (QKV projected and split into heads, the
@@ -17,26 +20,79 @@ ordinary GEMMs on both sides and not part of it:
              which calls it the same way), forward and backward timed the same way (L2 flushed, CUDA events,
              median). This reaches into the module's private helpers, pinned to 1.1.1: a newer wheel may
              need this script updated, and says so by failing with the traceback.
+  fdb        FlashDeBERTa 0.0.8's `flash_attention_with_disentangled` (what its FlashDisentangledSelfAttention
+             calls with a full mask): Q, K, V [B, N, L, d] and the projected tables [1, N, 2*256, d] for
+             c2p and p2c, buckets 256 over 512 positions; its c2p/p2c score GEMMs run inside, as in its
+             training. Its kernels have no attention-probability dropout (the module drops nothing there).
 
-On the GPU machine (the wheel from scripts/fetch_wheels.sh in .whl/, carried):
+On the GPU machine (the wheels from scripts/fetch_wheels.sh in .whl/, carried):
   python3 scripts/bench_attention_vs_df.py --zt-bench build-gpu/bin/zt_bench --shapes 40x128,8x512,16x512
+  python3 scripts/bench_attention_vs_df.py --zt-bench build-gpu/bin/zt_bench --shapes 40x128,16x512,4x2048,1x8192
 
-Prints one table (us per layer) and a GOAL line per shape: zerotrain's forward + backward below df's.
+Prints one table (us per layer), a GOAL line per shape (zerotrain's forward + backward below df's) and a
+CORE line per shape (zerotrain's against FlashDeBERTa's). Exit 1 when a side failed at a shape.
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile, zipfile
+import argparse, json, os, statistics, subprocess, sys, tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_vs_torch import WHEELS, wheel_site  # noqa: E402
 
 HIDDEN, HEADS, BUCKETS, MAX_POSITIONS, DROPOUT = 1536, 24, 256, 512, 0.1  # DeBERTa-v2-xlarge
 
 
-def df_site(wheel_dir):
-    wheels = sorted(f for f in os.listdir(wheel_dir) if f.startswith("disentangled_flash-") and f.endswith(".whl"))
-    if not wheels:
-        sys.exit(f"no disentangled_flash-*.whl in {wheel_dir} (scripts/fetch_wheels.sh puts it in .whl/)")
-    site = os.path.join(tempfile.gettempdir(), "zt-df-site", wheels[-1][:-4])
-    if not os.path.isdir(os.path.join(site, "disentangled_flash")):
-        with zipfile.ZipFile(os.path.join(wheel_dir, wheels[-1])) as z:
-            z.extractall(site)
-    return site
+STORED_MAX_SEQ = 1024  # kernels::kStoredAttentionMaxLength: past it zerotrain runs (and zt_bench times) flash only
+
+
+def sites(wheel_dir, impl):
+    """The unpacked wheels `impl` imports, for its worker's PYTHONPATH."""
+    out = []
+    for package in WHEELS[impl]:
+        site = wheel_site(wheel_dir, package)
+        if site is None:
+            sys.exit(f"no {package}-*.whl in {wheel_dir} (scripts/fetch_wheels.sh puts it in .whl/)")
+        out.append(site)
+    return out
+
+
+def time_core(forward, leaves, reps):
+    """Median forward and backward microseconds of `forward()` over `leaves`: L2 flushed, CUDA events."""
+    import torch
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    grad = torch.randn_like(forward())
+    fwd_us, bwd_us = [], []
+    for i in range(3 + reps):  # 3 warm-up calls (autotuning, if any, happens there)
+        for t in leaves:
+            t.grad = None
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = forward()
+        end.record()
+        flush.zero_()
+        start_b, end_b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start_b.record()
+        out.backward(grad)
+        end_b.record()
+        torch.cuda.synchronize()
+        if i >= 3:
+            fwd_us.append(start.elapsed_time(end) * 1e3)
+            bwd_us.append(start_b.elapsed_time(end_b) * 1e3)
+    return {"forward_us": statistics.median(fwd_us), "backward_us": statistics.median(bwd_us)}
+
+
+def fdb_worker(batch, seq, reps):
+    """Median forward and backward microseconds of FlashDeBERTa's attention core at [batch, seq]."""
+    import math
+    import torch
+    from flashdeberta.ops.flash_attention import flash_attention_with_disentangled
+
+    torch.manual_seed(0)
+    head = HIDDEN // HEADS
+    new = lambda *shape: (torch.randn(*shape, device="cuda", dtype=torch.bfloat16) * 0.5).requires_grad_(True)
+    leaves = [new(batch, HEADS, seq, head) for _ in range(3)] + [new(1, HEADS, 2 * BUCKETS, head) for _ in range(2)]
+    q, k, v, pos_key, pos_query = leaves
+    return time_core(lambda: flash_attention_with_disentangled(
+        q, k, v, None, pos_key, pos_query, False, 1.0 / math.sqrt(head * 3), BUCKETS, MAX_POSITIONS), leaves, reps)
 
 
 def df_worker(batch, seq, reps):
@@ -77,32 +133,13 @@ def df_worker(batch, seq, reps):
                 gradient_band=plan.gradient_band),
             options)
 
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device=device)
-    grad = torch.randn_like(forward())
-    fwd_us, bwd_us = [], []
-    for i in range(3 + reps):  # 3 warm-up calls (autotuning, if any, happens there)
-        for t in leaves:
-            t.grad = None
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        out = forward()
-        end.record()
-        flush.zero_()
-        start_b, end_b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start_b.record()
-        out.backward(grad)
-        end_b.record()
-        torch.cuda.synchronize()
-        if i >= 3:
-            fwd_us.append(start.elapsed_time(end) * 1e3)
-            bwd_us.append(start_b.elapsed_time(end_b) * 1e3)
-    return {"forward_us": statistics.median(fwd_us), "backward_us": statistics.median(bwd_us)}
+    return time_core(forward, leaves, reps)
 
 
 def zt_rows(zt_bench, batch, seq, reps):
+    only = "flash" if seq > STORED_MAX_SEQ else "attention"
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        run = subprocess.run([zt_bench, "--only", "attention", "--batch", str(batch), "--seq", str(seq),
+        run = subprocess.run([zt_bench, "--only", only, "--batch", str(batch), "--seq", str(seq),
                               "--reps", str(reps), "--json", f.name], capture_output=True, text=True)
         if run.returncode != 0:
             raise RuntimeError(f"zt_bench exit {run.returncode}: {run.stderr[-800:]}")
@@ -110,19 +147,33 @@ def zt_rows(zt_bench, batch, seq, reps):
     return {r["name"]: r.get("median_us") for r in doc["results"] if r["name"].startswith("attention")}
 
 
+def zt_core(row):
+    """(forward, backward) microseconds of the core zerotrain's model runs at this length, or None."""
+    zt = row.get("zt", {})
+    suffix = "_flash" if row["seq"] > STORED_MAX_SEQ else ""
+    f, b = zt.get("attention_forward" + suffix), zt.get("attention_backward" + suffix)
+    return (f, b) if f and b else None
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--zt-bench", default="build/bin/zt_bench")
     p.add_argument("--shapes", default="40x128,8x512,16x512", help="BxL pairs")
     p.add_argument("--reps", type=int, default=20)
-    p.add_argument("--df-wheel-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".whl"))
-    p.add_argument("--worker", help=argparse.SUPPRESS)  # BxL: run df in this process, print JSON
+    p.add_argument("--impls", default="df,fdb", help="torch sides, of df,fdb")
+    p.add_argument("--wheel-dir", "--df-wheel-dir", dest="wheel_dir",
+                   default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".whl"))
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # BxL: run --impls' one side in this process, print JSON
     args = p.parse_args()
+    impls = [i for i in args.impls.split(",") if i]
+    if not impls or set(impls) - {"df", "fdb"}: p.error("--impls takes a subset of df,fdb")
     if args.worker:
         batch, seq = map(int, args.worker.split("x"))
-        print(json.dumps(df_worker(batch, seq, args.reps)))
+        worker = df_worker if impls == ["df"] else fdb_worker
+        print(json.dumps(worker(batch, seq, args.reps)))
         return 0
-    env = dict(os.environ, PYTHONPATH=df_site(args.df_wheel_dir) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    envs = {i: dict(os.environ, PYTHONPATH=os.pathsep.join(sites(args.wheel_dir, i) + [os.environ.get("PYTHONPATH", "")]))
+            for i in impls}
     rows, failed = [], False
     for shape in args.shapes.split(","):
         batch, seq = map(int, shape.split("x"))
@@ -131,35 +182,50 @@ def main():
             row["zt"] = zt_rows(args.zt_bench, batch, seq, args.reps)
         except Exception as e:  # noqa: BLE001 - reported per shape
             row["zt_error"] = str(e)
-        run = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", shape, "--reps", str(args.reps)],
-                             capture_output=True, text=True, env=env)
-        if run.returncode == 0:
-            row["df"] = json.loads(run.stdout.strip().splitlines()[-1])
-        else:
-            row["df_error"] = run.stderr[-1500:]
+        for impl in impls:
+            run = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", shape, "--impls", impl,
+                                  "--reps", str(args.reps)], capture_output=True, text=True, env=envs[impl])
+            if run.returncode == 0:
+                row[impl] = json.loads(run.stdout.strip().splitlines()[-1])
+            else:
+                row[impl + "_error"] = run.stderr[-1500:]
         print(json.dumps(row), flush=True)
         rows.append(row)
-    print(f"\n{'shape':>8}  {'df fwd':>8} {'df bwd':>8} {'df sum':>8}  {'zt fwd':>8} {'zt bwd':>8} {'zt sum':>8}"
-          f"  {'df/zt':>6}  {'flash fwd':>9} {'flash bwd':>9}   (us per layer, bf16, dropout {DROPOUT})")
+    cell = lambda v: f"{v:8.1f}" if v else f"{'-':>8}"
+    head = f"\n{'shape':>10}"
+    for impl in impls: head += f"  {impl + ' fwd':>8} {impl + ' bwd':>8} {impl + ' sum':>8}"
+    head += f"  {'zt fwd':>8} {'zt bwd':>8} {'zt sum':>8} {'zt core':>7}"
+    for impl in impls: head += f"  {impl + '/zt':>7}"
+    print(head + f"  {'flash fwd':>9} {'flash bwd':>9}   (us per layer, bf16, dropout {DROPOUT}; fdb: none)")
     for row in rows:
-        df, zt = row.get("df", {}), row.get("zt", {})
-        df_sum = df["forward_us"] + df["backward_us"] if df else None
-        zt_sum = zt["attention_forward"] + zt["attention_backward"] if zt.get("attention_forward") and zt.get("attention_backward") else None
-        cell = lambda v: f"{v:8.1f}" if v else f"{'-':>8}"
-        ratio = f"{df_sum / zt_sum:5.2f}x" if df_sum and zt_sum else "    -"
-        print(f"{row['batch']:>3}x{row['seq']:<4}  {cell(df.get('forward_us'))} {cell(df.get('backward_us'))} {cell(df_sum)}"
-              f"  {cell(zt.get('attention_forward'))} {cell(zt.get('attention_backward'))} {cell(zt_sum)}  {ratio}"
-              f"  {cell(zt.get('attention_forward_flash')):>9} {cell(zt.get('attention_backward_flash')):>9}")
+        line = f"{row['batch']:>4}x{row['seq']:<5}"
+        sums = {}
+        for impl in impls:
+            r = row.get(impl, {})
+            sums[impl] = r["forward_us"] + r["backward_us"] if r else None
+            line += f"  {cell(r.get('forward_us'))} {cell(r.get('backward_us'))} {cell(sums[impl])}"
+        core = zt_core(row)
+        zt_sum = sum(core) if core else None
+        path = "flash" if row["seq"] > STORED_MAX_SEQ else "stored"
+        line += f"  {cell(core and core[0])} {cell(core and core[1])} {cell(zt_sum)} {path:>7}"
+        for impl in impls:
+            line += f"  {sums[impl] / zt_sum:6.2f}x" if sums[impl] and zt_sum else f"  {'-':>7}"
+        zt = row.get("zt", {})
+        print(line + f"  {cell(zt.get('attention_forward_flash')):>9} {cell(zt.get('attention_backward_flash')):>9}")
     for row in rows:
-        df, zt = row.get("df"), row.get("zt", {})
-        if not df or not zt.get("attention_forward") or not zt.get("attention_backward"):
-            print(f"GOAL attention bs{row['batch']}/seq{row['seq']}: n/a ({row.get('df_error') or row.get('zt_error', 'missing')[:300]!r})")
-            failed = True
-            continue
-        zt_sum = zt["attention_forward"] + zt["attention_backward"]
-        df_sum = df["forward_us"] + df["backward_us"]
-        verdict = "PASS" if zt_sum < df_sum else "FAIL"
-        print(f"GOAL attention bs{row['batch']}/seq{row['seq']}: zerotrain fwd+bwd {zt_sum:.1f} us vs df {df_sum:.1f} us: {verdict}")
+        core = zt_core(row)
+        for impl, label in (("df", "GOAL attention"), ("fdb", "CORE vs FlashDeBERTa")):
+            if impl not in impls: continue
+            other = row.get(impl)
+            if not other or not core:
+                why = row.get(impl + "_error") or row.get("zt_error", "missing")
+                print(f"{label} bs{row['batch']}/seq{row['seq']}: n/a ({why.strip().splitlines()[-1][:300]!r})")
+                failed = True
+                continue
+            zt_sum, other_sum = sum(core), other["forward_us"] + other["backward_us"]
+            verdict = ("PASS" if zt_sum < other_sum else "FAIL") if impl == "df" else f"{other_sum / zt_sum:.2f}x"
+            print(f"{label} bs{row['batch']}/seq{row['seq']}: zerotrain fwd+bwd {zt_sum:.1f} us vs {impl} "
+                  f"{other_sum:.1f} us: {verdict}")
     return 1 if failed else 0
 
 
