@@ -14,6 +14,7 @@
 #   disk [--deepspeed]          the disk tier: disk rates, the NVMe-offloaded step, the largest model
 #   validate [--xlarge]         golden fixtures and tokenizer parity regenerated here, compared with the committed
 #   flash [--quick]             the flash attention: its GPU tests, long-sequence steps, the core, determinism
+#   long                        long documents: GPU tests, 1x16384, steps and cores beside FlashDeBERTa/df/compile
 #
 # The build: build-gpu/ (Ninja, Release, sm_90a), only the targets the task needs, liburing always (the disk
 # tier's io_uring backend): from .device-deps/ (scripts/device_deps.sh here; carry ".device-deps") or the

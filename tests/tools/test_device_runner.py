@@ -53,7 +53,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # Every task file: a dry run that plans one configure (Ninja, Release, build-gpu/, carried liburing) and
     # one build of its targets, and the usage text names it.
     tasks = sorted(f[:-3] for f in os.listdir(TASKS) if f.endswith(".sh"))
-    check({"tests", "goals", "ab", "bench", "profile", "offload", "zero", "disk", "validate", "flash"} <= set(tasks),
+    check({"tests", "goals", "ab", "bench", "profile", "offload", "zero", "disk", "validate", "flash", "long"} <= set(tasks),
           f"the tasks are all there ({' '.join(tasks)})")
     rc, _, usage = run([], deps, out)
     check(rc == 2, f"no task: usage, exit 2 (rc {rc})")
@@ -83,6 +83,17 @@ with tempfile.TemporaryDirectory() as tmp:
     check(re.search(r"bench_vs_torch\.py .*--goals.*--json-out \.goals/goals\.json --resume", stdout) is not None,
           "goals: bench_vs_torch.py --goals --resume into .goals/goals.json")
     check("GOALS_SWITCHES" not in stdout and "pick_switches" not in stdout, "goals: no switch selection")
+
+    rc, stdout, _ = run(["--dry-run", "long"], deps, out)
+    plan = stdout.splitlines()
+    at = lambda pattern: next((i for i, l in enumerate(plan) if re.search(pattern, l)), -1)
+    order = [at(r"test_long_training_determinism_gpu >"), at(r"--seq 16384 .*--repeat_batch"),
+             at(r"bench_vs_torch\.py .*--long-goals --impls zerotrain,fdb,df .*--json-out \.long/long\.json --resume"),
+             at(r"bench_attention_vs_df\.py .*--shapes 40x128,16x512,4x2048,1x8192"),
+             at(r"bench_vs_torch\.py .*--long-goals --impls compile .*--json-out \.long/long\.json --resume"),
+             at(r"--verdict-from \.long/long\.json --long-goals")]
+    check(rc == 0 and -1 not in order and order == sorted(order),
+          f"long: tests, 1x16384, zerotrain/fdb/df, the cores, compile, the verdicts, in that order ({order})")
 
     # The A/B: base first, every variant in turn in each round, AB_TESTS built in this tree only and run first.
     rc, stdout, _ = run(["--dry-run", "ab", base, "fused|.|ZT_FUSED_ATTENTION=1|", "ov|.||--overlap_optimizer"],

@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
 # flash [--quick]: the flash attention's checks and timings (xlarge, bf16, dropout 0.1), most wanted first:
-#   1. the attention GPU tests (flash, stored, fused);
+#   1. the attention GPU tests (flash, stored);
 #   2. training steps (steps.jsonl): 4 x 2048, 40 x 128 with the stored and the flash attention, 1 x 8192,
 #      16 x 512 with both, and 1 x 16384 on a repeated batch (loss finite and falling);
 #   3. the attention core per layer (zt_bench --only attention; past 1024 --only flash) at 40 x 128,
@@ -8,7 +8,7 @@
 #   4. determinism at L 2048: two runs of 2 layers x 3 steps on a repeated batch, losses compared.
 # --quick: the tests and the first four steps only.
 targets=(test_flash_disentangled_attention_gpu test_disentangled_attention_gpu
-  test_fused_disentangled_attention_gpu bench_train_step zt_bench)
+  bench_train_step zt_bench)
 quick=0
 task_args() {
   case "$*" in
@@ -18,7 +18,7 @@ task_args() {
   esac
 }
 task_run() {
-  gtest test_flash_disentangled_attention_gpu test_disentangled_attention_gpu test_fused_disentangled_attention_gpu
+  gtest test_flash_disentangled_attention_gpu test_disentangled_attention_gpu
   step "4x2048" --batch 4 --seq 2048 --dropout 0.1 --steps 3 --warmup 1
   step "40x128 stored" --batch 40 --seq 128 --dropout 0.1 --attention stored --steps 6 --warmup 2
   step "40x128 flash" --batch 40 --seq 128 --dropout 0.1 --attention flash --steps 6 --warmup 2
