@@ -3,7 +3,8 @@
 # with the time it needs left of LONG_BUDGET_S (default 420, the build included):
 #   1. tests: the flash attention's GPU tests, the HF golden data past 512 tokens (f32; bf16/f16 with the
 #      flash and the automatic attention), training at L 2048 deterministic run to run;
-#   2. 1 x 16384 on a repeated batch: trains on one 80 GB GPU, loss finite and falling (steps.jsonl);
+#   2. 1 x 16384 on a repeated batch: trains on one 80 GB GPU, loss finite and falling (steps.jsonl); and
+#      1 x 8192 with --gradient_checkpointing (the flash attention under recomputation; plan vs peak);
 #   3. the side-by-side steps (scripts/bench_vs_torch.py --long-goals): zerotrain, FlashDeBERTa and
 #      disentangled-flash at 40x128, 16x512, 4x2048, 1x8192 into .long/long.json;
 #   4. the attention core per layer against FlashDeBERTa's and disentangled-flash's kernels at the same
@@ -57,7 +58,7 @@ task_run() {
     long_tests || status=1
     finished tests
   fi
-  if part steps_16384 45; then
+  if part steps_16384 60; then
     if step "1x16384 repeated batch" --batch 1 --seq 16384 --dropout 0.1 --steps 4 --warmup 0 --repeat_batch \
       --lr 1e-4; then
       verdict=$(losses_fall) || status=1
@@ -65,6 +66,8 @@ task_run() {
     else
       ((dry_run)) || status=1
     fi
+    step "1x8192 gradient checkpointing" --batch 1 --seq 8192 --dropout 0.1 --gradient_checkpointing \
+      --steps 2 --warmup 1 || ((dry_run)) || status=1
     finished steps_16384
   fi
   if part side_by_side 120; then
