@@ -41,8 +41,8 @@ void reference_and_got(const test::Fixture& f, const std::string& name, const st
 
 // Runs forward + backward of `c` in `dtype` and checks logits, loss and every gradient against the f32
 // fixture with the limits above.
-void expect_close_to_f32_reference(golden::GoldenCase& c, DType dtype, const std::string& label) {
-  const Limits limit = limits_for(dtype);
+void expect_close_to_f32_reference(golden::GoldenCase& c, DType dtype, const std::string& label,
+                                   const Limits& limit) {
   // f16 needs loss scaling, as in training: unscaled, the tiny models' small activation gradients fall under
   // f16's subnormal range (6e-8) and flush to zero. bf16 has f32's exponent range and runs unscaled.
   const float loss_scale = dtype == DType::f16 ? 1024.0f : 1.0f;
@@ -103,7 +103,7 @@ TEST_P(DebertaMixedPrecisionGpu, LogitsLossAndGradientsMatchTheF32Reference) {
   ZT_SKIP_WITHOUT_GPU();
   const auto [file, dtype] = GetParam();
   golden::GoldenCase c(file, DeviceKind::cuda, dtype);
-  expect_close_to_f32_reference(c, dtype, file);
+  expect_close_to_f32_reference(c, dtype, file, limits_for(dtype));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DebertaMixedPrecisionGpu,
@@ -117,7 +117,18 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DebertaMixedPrecisionGpu,
                          });
 
 // Past 512 tokens (deberta_long.h5: L 777, head size 64, padding) with each attention core in 16 bits: the
-// flash kernels and the automatic choice (the stored-probabilities kernels at this length, today).
+// flash kernels and the automatic choice (the stored-probabilities kernels at this length, today). The limits
+// above, but f16's gradient cosine 0.995: HF on this fixture with every parameter, module output and output
+// gradient rounded to f16 (f32 arithmetic between, the loss scaled by 1024) gave 0.9989 for the query
+// projection's bias (a sum over the batch's 1554 positions of ~1e-6 attention gradients) and >= 0.9999
+// elsewhere; bf16 so emulated gave >= 0.997 everywhere, logits within 1.1e-2, the gradient norm within 0.2 %
+// (tools/golden/emulate_16bit_storage.py).
+Limits long_limits_for(DType dtype) {
+  Limits limit = limits_for(dtype);
+  if (dtype == DType::f16) limit.grad_cosine = 0.995;
+  return limit;
+}
+
 using Kernel = DebertaConfig::AttentionKernel;
 using LongParam = std::tuple<DType, Kernel>;
 class DebertaLongMixedPrecisionGpu : public ::testing::TestWithParam<LongParam> {};
@@ -128,7 +139,8 @@ TEST_P(DebertaLongMixedPrecisionGpu, LogitsLossAndGradientsMatchTheF32Reference)
   golden::GoldenCase c("deberta_long.h5", DeviceKind::cuda, dtype, kernel);
   const bool flash = DebertaForSequenceClassification::uses_flash_attention(c.config, c.seq, dtype);
   EXPECT_TRUE(flash || kernel != Kernel::flash) << "flash asked for, not run";
-  expect_close_to_f32_reference(c, dtype, flash ? "long, flash attention" : "long, stored attention");
+  expect_close_to_f32_reference(c, dtype, flash ? "long, flash attention" : "long, stored attention",
+                                long_limits_for(dtype));
 }
 
 INSTANTIATE_TEST_SUITE_P(AttentionKernels, DebertaLongMixedPrecisionGpu,
