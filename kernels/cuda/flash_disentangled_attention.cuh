@@ -1,7 +1,8 @@
-// The flash disentangled attention's kernels (flash_disentangled_attention.cu): forward and backward of
-// kernels/disentangled_attention.h's formulas without any [L, L] buffer, for bf16/f16 storage and head size
-// 64, any L. Raw-pointer launchers; the checked tensor-level entry points are gpu::flash_disentangled_
-// attention_forward/backward (disentangled_attention.cu), which also run the positional GEMMs around them.
+// The flash disentangled attention's kernels (flash_disentangled_attention.cu: forward; _backward.cu:
+// backward): kernels/disentangled_attention.h's formulas without any [L, L] buffer, for bf16/f16 storage and
+// head size 64, any L. Raw-pointer launchers; the checked tensor-level entry points are
+// gpu::flash_disentangled_ attention_forward/backward (disentangled_attention.cu), which also run the
+// positional GEMMs around them.
 //
 // Forward, one CTA of 4 warps per (b, h, tile of 64 query rows), looping over tiles of 64 keys:
 //   S = Q_tile K_tile^T (mma.sync m16n8k16, f32 accumulators in registers),
