@@ -88,7 +88,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
 // Same keep bits as the stored path (the element numbering e is P's). CPU: f32, any head size, a row at a
 // time (O(L) scratch). CUDA (kernels/cuda/flash_disentangled_attention.cuh): bf16/f16, head size 64, any L;
 // its scratch is the positional scores (2 x 4*N*B*L*Wp bytes, as the stored forward's) and in the backward
-// Gc/Gp in f32 and in T (2 x 6*N*B*L*Wp) plus the mask bytes and D [B, N, L] f32 — linear in L.
+// Gc/Gp in f32 and in T (2 x 6*N*B*L*Wp) plus the mask bytes and flash_backward_scratch_bytes — linear in L.
 void flash_disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                           const Tensor& pos_key, const Tensor& pos_query,
                                           const Tensor& attention_mask,
@@ -102,6 +102,14 @@ void flash_disentangled_attention_backward(const Tensor& q, const Tensor& k, con
                                            const DisentangledAttentionConfig& config, const Tensor& dq,
                                            const Tensor& dk, const Tensor& dv, const Tensor& dpos_key,
                                            const Tensor& dpos_query);
+
+// The CUDA flash backward's scratch beside Gc/Gp, one buffer: dQ's running sum [B, N, L, 64] f32, D [B, N, L]
+// f32, and per (b, h, 64-query tile) the count of key tiles added so far plus a ticket (int32).
+inline size_t flash_backward_scratch_bytes(int64_t batch, int64_t heads, int64_t length) {
+  const auto rows = static_cast<size_t>(batch * heads * length);
+  const auto counts = static_cast<size_t>(batch * heads * ((length + 63) / 64) + 1);
+  return rows * 65 * sizeof(float) + counts * sizeof(int32_t);
+}
 
 // Why the flash path cannot take q (a phrase), or nullptr: on the CPU f32 is required; on the GPU bf16/f16
 // and head size 64.

@@ -174,27 +174,58 @@ __device__ __forceinline__ void product_with_rows(const T* a_tile, int row0, con
   });
 }
 
+// acc[16 rows, 64 features] += A times a [64 keys, kPitch] tile (row = key, column = feature), with A
+// (16 x 64 keys) given as 4 fragments of 16 keys each, already rounded to T. One ldmatrix.x4.trans gives the
+// B fragments of two 8-feature tiles: matrix m holds keys 16 kc + 8 (m % 2) .. and features 8 (np + m / 2)
+// .., lane (g, q) receiving keys 2q, 2q + 1 of feature g.
+template <typename T, int kKeyChunk>
+__device__ __forceinline__ void accumulate_key_chunk(const uint32_t a[4], uint32_t lane_address,
+                                                     float acc[8][4]) {
+  unrolled<4>([&](auto pair_index) {
+    constexpr int np = 2 * pair_index;
+    uint32_t b[4];
+    load_matrices_transposed<static_cast<int>(sizeof(T)) * (kKeyChunk * 16 * kPitch + np * 8)>(b,
+                                                                                               lane_address);
+    mma<T>(acc[np], a, b[0], b[1]);
+    mma<T>(acc[np + 1], a, b[2], b[3]);
+  });
+}
+template <typename T>
+__device__ __forceinline__ uint32_t key_chunk_address(const T* tile) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, m = lane / 8;
+  return shared_address(tile + ((m % 2) * 8 + lane % 8) * kPitch + (m / 2) * 8);
+}
+
 // acc[16 rows, 64 features] += P (16 x 64 keys, as 8 C tiles in f32, rounded to T here) times a [64 keys,
-// kPitch] tile (row = key, column = feature). One ldmatrix.x4.trans gives the B fragments of two 8-feature
-// tiles: matrix m holds keys 16 kc + 8 (m % 2) .. and features 8 (np + m / 2) .., lane (g, q) receiving
-// keys 2q, 2q + 1 of feature g.
+// kPitch] tile.
 template <typename T>
 __device__ __forceinline__ void accumulate_times_tile(const float p[8][4], const T* tile, float acc[8][4]) {
-  const int lane = static_cast<int>(threadIdx.x) % 32, m = lane / 8;
-  const uint32_t lane_address = shared_address(tile + ((m % 2) * 8 + lane % 8) * kPitch + (m / 2) * 8);
+  const uint32_t lane_address = key_chunk_address(tile);
   unrolled<4>([&](auto kc) {
     uint32_t a[4];
     a[0] = pack2<T>(p[2 * kc][0], p[2 * kc][1]);
     a[1] = pack2<T>(p[2 * kc][2], p[2 * kc][3]);
     a[2] = pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]);
     a[3] = pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3]);
-    unrolled<4>([&](auto pair_index) {
-      constexpr int np = 2 * pair_index;
-      uint32_t b[4];
-      load_matrices_transposed<static_cast<int>(sizeof(T)) * (kc * 16 * kPitch + np * 8)>(b, lane_address);
-      mma<T>(acc[np], a, b[0], b[1]);
-      mma<T>(acc[np + 1], a, b[2], b[3]);
-    });
+    accumulate_key_chunk<T, kc>(a, lane_address, acc);
+  });
+}
+
+// The same product with A the transpose of an f32 [64 keys, pitch] block in shared memory, rounded to T
+// here: A[r][k] = block[k * pitch + row0 + r] (the backward's G, stored by key, times K for dQ).
+template <typename T>
+__device__ __forceinline__ void accumulate_transposed_times_tile(const float* block, int pitch, int row0,
+                                                                 const T* tile, float acc[8][4]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+  const uint32_t lane_address = key_chunk_address(tile);
+  unrolled<4>([&](auto kc) {
+    const float* column = block + (kc * 16 + 2 * q) * pitch + row0 + g;  // A[g][16 kc + 2q]
+    uint32_t a[4];
+    a[0] = pack2<T>(column[0], column[pitch]);
+    a[1] = pack2<T>(column[8], column[pitch + 8]);
+    a[2] = pack2<T>(column[8 * pitch], column[9 * pitch]);
+    a[3] = pack2<T>(column[8 * pitch + 8], column[9 * pitch + 8]);
+    accumulate_key_chunk<T, kc>(a, lane_address, acc);
   });
 }
 
@@ -382,8 +413,9 @@ __device__ __forceinline__ float uniform_score(const FlashAttentionParams& p, co
 // reduction (red.global.add: the thread issues it and goes on, no round trip for the old value). One CTA
 // owns each out row and, within a tile, one thread each (row, bucket); the tiles are ordered by barriers
 // (and one thread's additions to one address by program order), so the order of the additions is fixed.
-__device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad_row, const int* diag,
-                                                   int local, bool by_query, int columns) {
+// stride: the distance between the row's consecutive columns in grad_row.
+__device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad_row, int stride,
+                                                   const int* diag, int local, bool by_query, int columns) {
   float run = 0.0f;
   int bucket = -1;
   for (int col = 0; col < columns; ++col) {
@@ -395,7 +427,7 @@ __device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad
       bucket = c;
       run = 0.0f;
     }
-    run += grad_row[col];
+    run += grad_row[col * stride];
   }
   if (bucket >= 0) atomicAdd(out + bucket, run);
 }

@@ -50,8 +50,12 @@ struct FlashAttentionParams {
   void* dq = nullptr;              // [B, L, D] T, overwritten
   void* dk = nullptr;
   void* dv = nullptr;
-  float* gc = nullptr;  // [N, B*L, window_pitch] f32, zeroed by the caller (c2p only)
-  float* gp = nullptr;  // [N, B*L, window_pitch] f32, zeroed by the caller (p2c only)
+  float* gc = nullptr;      // [N, B*L, window_pitch] f32, zeroed by the caller (c2p only)
+  float* gp = nullptr;      // [N, B*L, window_pitch] f32, zeroed by the caller (p2c only)
+  float* dq_sum = nullptr;  // [B*N, L, 64] f32 scratch: dQ summed over the key tiles so far
+  // [B*N * query tiles + 1] int32 scratch, zeroed by the caller: per (b, h, query tile) the number of key
+  // tiles added into dq_sum and Gc so far, then the CTAs' ticket counter.
+  int* tile_order = nullptr;
 
   int batch = 0, length = 0, heads = 0, features = 0;
   int window_pitch = 0;

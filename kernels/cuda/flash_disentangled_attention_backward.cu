@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "kernels/cuda/flash_attention_tiles.cuh"
 #include "kernels/cuda/flash_disentangled_attention.cuh"
@@ -166,8 +167,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
         __syncthreads();
         const int t = static_cast<int>(threadIdx.x);
         if (t < kTile && i0 + t < L) {
-          scatter_bucket_row(p.gc + (head_rows + i0 + t) * p.window_pitch, sh.grad + t * kGradPitch, sh.diag,
-                             t, /*by_query=*/true, min(kTile, L - j0));
+          scatter_bucket_row(p.gc + (head_rows + i0 + t) * p.window_pitch, sh.grad + t * kGradPitch, 1,
+                             sh.diag, t, /*by_query=*/true, min(kTile, L - j0));
         }
       }
     }
@@ -320,11 +321,242 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
         __syncthreads();
         const int t = static_cast<int>(threadIdx.x);
         if (t < kTile && j0 + t < L) {
-          scatter_bucket_row(p.gp + (head_rows + j0 + t) * p.window_pitch, sh.grad + t * kGradPitch, sh.diag,
-                             t, /*by_query=*/false, min(kTile, L - i0));
+          scatter_bucket_row(p.gp + (head_rows + j0 + t) * p.window_pitch, sh.grad + t * kGradPitch, 1,
+                             sh.diag, t, /*by_query=*/false, min(kTile, L - i0));
         }
       }
     }
+  }
+
+  T* dk_out = static_cast<T*>(p.dk);
+  T* dv_out = static_cast<T*>(p.dv);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = j0 + local_key[r];
+    if (j >= L) continue;
+    const int64_t offset = (b * L + j) * p.features + h * kD;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      *reinterpret_cast<uint32_t*>(dk_out + offset + nt * 8 + 2 * q) =
+          pack2<T>(dk[nt][2 * r], dk[nt][2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(dv_out + offset + nt * 8 + 2 * q) =
+          pack2<T>(dv[nt][2 * r], dv[nt][2 * r + 1]);
+    }
+  }
+}
+
+// The order of the additions into dQ and Gc across CTAs: a per-(b, h, query tile) count of the key tiles
+// added so far, read with acquire and advanced with release (PTX memory model) by thread 0 around barriers.
+__device__ __forceinline__ int load_acquire(const int* address) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+__device__ __forceinline__ void store_release(int* address, int value) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
+}
+
+// One kernel: one CTA per (b, h, 64 keys) loops over the query tiles: dK = G^T Q, dV = P~^T dC and Gp in
+// this CTA's registers and rows (as the keys kernel), and each tile's dQ part G K and Gc sums added into
+// dq_sum / Gc in key-tile order: the CTA of key tile t waits until the count of that query tile says t,
+// adds, and advances it; the last key tile writes dQ in T. CTAs take their (key tile, b, h) from a ticket
+// in launch order, so the tile a CTA waits for belongs to a CTA that started before it (forward progress
+// whatever order the hardware starts CTAs in). Deterministic: every sum has a fixed order.
+template <typename T, bool kStaged>
+__global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(FlashAttentionParams p) {
+  // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), then the staged slices.
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  const T* k_fixed = reinterpret_cast<const T*>(dynamic_shared);
+  const T* v_fixed = k_fixed + kTile * kPitch;
+  float* staged = reinterpret_cast<float*>(dynamic_shared + kFixedTileBytes);
+  __shared__ __align__(16) T q_tile[kTile * kPitch];
+  __shared__ __align__(16) T dc_tile[kTile * kPitch];
+  __shared__ BackwardShared sh;
+  __shared__ int ticket;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int L = p.length;
+  const int tiles = (L + kTile - 1) / kTile;
+  const int64_t heads_total = static_cast<int64_t>(p.batch) * p.heads;
+  if (threadIdx.x == 0) ticket = atomicAdd(p.tile_order + heads_total * tiles, 1);
+  __syncthreads();
+  const int key_tile = ticket % tiles;
+  const int j0 = key_tile * kTile;
+  const int64_t bh = ticket / tiles, b = bh / p.heads, h = bh % p.heads;
+  const int64_t head_rows = (h * p.batch + b) * L;
+  const bool positional = p.c2p != nullptr || p.p2c != nullptr;
+  const bool bucket_grads = p.gc != nullptr || p.gp != nullptr;
+  int* order = p.tile_order + bh * tiles;
+
+  load_tile(const_cast<T*>(k_fixed), static_cast<const T*>(p.k), p, b, h, j0);
+  load_tile(const_cast<T*>(v_fixed), static_cast<const T*>(p.v), p, b, h, j0);
+
+  const int local_key[2] = {warp * 16 + g, warp * 16 + g + 8};
+  bool key_kept[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = j0 + local_key[r];
+    key_kept[r] = j < L && p.keep[b * L + j] != 0;
+  }
+  float dk[8][4], dv[8][4];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    dk[nt][0] = dk[nt][1] = dk[nt][2] = dk[nt][3] = 0.0f;
+    dv[nt][0] = dv[nt][1] = dv[nt][2] = dv[nt][3] = 0.0f;
+  }
+
+  for (int query_tile = 0; query_tile < tiles; ++query_tile) {
+    const int i0 = query_tile * kTile;
+    __syncthreads();
+    load_tile(q_tile, static_cast<const T*>(p.q), p, b, h, i0);
+    load_tile(dc_tile, static_cast<const T*>(p.dcontext), p, b, h, i0);
+    for (int t = static_cast<int>(threadIdx.x); t < kTile; t += kThreads) {
+      const int i = i0 + t;
+      sh.other_keep[t] = i < L && p.keep[b * L + i] != 0;
+      sh.other_max[t] = i < L ? p.stats[(bh * L + i) * 2] : 0.0f;
+      sh.other_inverse[t] = i < L ? p.stats[(bh * L + i) * 2 + 1] : 0.0f;
+      sh.other_dot[t] = i < L ? p.row_dot[bh * L + i] : 0.0f;
+    }
+    if (positional) load_diagonals(sh.diag, p, i0, j0);
+    if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
+    __syncthreads();
+    const bool uniform = positional && sh.diag[0] == sh.diag[kDiagonals - 1];
+    if (positional) {
+      if (uniform)
+        stage_uniform_terms(sh.query_term, sh.key_term, p, head_rows, i0, j0, sh.diag[0]);
+      else if (kStaged)
+        stage_positional(staged, p, sh.diag, head_rows, i0, j0);
+      __syncthreads();
+    }
+
+    // As the keys kernel: P, dV += P~^T dC, then dP~ and G, dK += G^T Q.
+    float s[8][4];
+    product_with_rows(k_fixed, warp * 16, q_tile, s);  // s[key][query] = K_j . Q_i
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2, il = nt * 8 + 2 * q + (e & 1), i = i0 + il, j = j0 + local_key[r];
+        float prob = 0.0f;
+        if (i < L && j < L) {
+          const int c = positional ? sh.diag[il - local_key[r] + kTile - 1] : 0;
+          float x = kMasked;
+          if (key_kept[r] && sh.other_keep[il])
+            x = uniform   ? uniform_score(p, sh.query_term, sh.key_term, s[nt][e], il, local_key[r])
+                : kStaged ? staged_score(p, staged, sh.diag, s[nt][e], il, local_key[r])
+                          : disentangled_score(p, s[nt][e], head_rows, i, j, c);
+          prob = __expf(x - sh.other_max[il]) * sh.other_inverse[il];
+        }
+        s[nt][e] = prob;
+      }
+    }
+    {
+      float p_tilde[8][4];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
+          p_tilde[nt][e] = s[nt][e] * dropout_factor(p, sh.keep[il * kKeepPitch + local_key[r]]);
+        }
+      }
+      accumulate_times_tile(p_tilde, dc_tile, dv);
+    }
+    {
+      float dp[8][4];
+      product_with_rows(v_fixed, warp * 16, dc_tile, dp);  // dp[key][query] = V_j . dC_i
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
+          const bool valid = i0 + il < L && j0 + local_key[r] < L && key_kept[r] && sh.other_keep[il];
+          const float factor = dropout_factor(p, sh.keep[il * kKeepPitch + local_key[r]]);
+          s[nt][e] = valid ? s[nt][e] * (factor * dp[nt][e] - sh.other_dot[il]) * p.inverse_scale : 0.0f;
+        }
+      }
+    }
+    accumulate_times_tile(s, q_tile, dk);
+
+    // G by key into shared memory (f32): the A operand of dQ's part, and the Gc / Gp bucket sums.
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
+        sh.grad[local_key[r] * kGradPitch + il] = s[nt][e];
+      }
+    }
+    if (p.gp != nullptr && uniform) {
+      const int c = sh.diag[0];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) sum += s[nt][2 * r] + s[nt][2 * r + 1];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int j = j0 + local_key[r];
+        if (q == 0 && j < L) atomicAdd(p.gp + (head_rows + j) * p.window_pitch + c, sum);
+      }
+    }
+    __syncthreads();
+
+    float dq_part[8][4];  // rows: this warp's 16 queries of the tile
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) dq_part[nt][0] = dq_part[nt][1] = dq_part[nt][2] = dq_part[nt][3] = 0.0f;
+    accumulate_transposed_times_tile(sh.grad, kGradPitch, warp * 16, k_fixed, dq_part);
+
+    const int t = static_cast<int>(threadIdx.x);
+    float gc_uniform_sum = 0.0f;
+    if (bucket_grads && t < kTile) {
+      if (p.gc != nullptr && uniform) {
+        for (int key = 0; key < kTile; ++key) gc_uniform_sum += sh.grad[key * kGradPitch + t];
+      }
+    } else if (p.gp != nullptr && !uniform && t >= kTile && j0 + t - kTile < L) {
+      const int local = t - kTile;
+      scatter_bucket_row(p.gp + (head_rows + j0 + local) * p.window_pitch, sh.grad + local * kGradPitch, 1,
+                         sh.diag, local, /*by_query=*/false, min(kTile, L - i0));
+    }
+
+    // This query tile's turn: the key tiles before this one have added their parts.
+    if (t == 0) {
+      while (load_acquire(order + query_tile) != key_tile) {
+      }
+    }
+    __syncthreads();
+    float* dq_rows = p.dq_sum + (bh * L + i0) * kD;
+    T* dq_out = static_cast<T*>(p.dq) + (b * L + i0) * p.features + h * kD;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int il = warp * 16 + g + 8 * r;
+      if (i0 + il >= L) continue;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        float2* sum = reinterpret_cast<float2*>(dq_rows + il * kD + nt * 8 + 2 * q);
+        float2 value = make_float2(dq_part[nt][2 * r], dq_part[nt][2 * r + 1]);
+        if (key_tile > 0) {
+          const float2 before = __ldcg(sum);
+          value = make_float2(before.x + value.x, before.y + value.y);
+        }
+        if (key_tile == tiles - 1)
+          *reinterpret_cast<uint32_t*>(dq_out + il * p.features + nt * 8 + 2 * q) =
+              pack2<T>(value.x, value.y);
+        else
+          __stcg(sum, value);
+      }
+    }
+    if (p.gc != nullptr && t < kTile && i0 + t < L) {
+      float* gc_row = p.gc + (head_rows + i0 + t) * p.window_pitch;
+      if (uniform)
+        atomicAdd(gc_row + sh.diag[0], gc_uniform_sum);
+      else
+        scatter_bucket_row(gc_row, sh.grad + t, kGradPitch, sh.diag, t, /*by_query=*/true,
+                           min(kTile, L - j0));
+    }
+    __threadfence();
+    __syncthreads();
+    if (t == 0) store_release(order + query_tile, key_tile + 1);
   }
 
   T* dk_out = static_cast<T*>(p.dk);
@@ -377,6 +609,12 @@ void launch_tiles(Kernel gathering, Kernel staged, size_t fixed_bytes, const Fla
   kernel<<<tile_grid(p), kThreads, bytes, stream>>>(p);
 }
 
+// Temporary A/B switch: ZT_FLASH_BACKWARD_TWO_KERNELS=1 runs the rows + keys kernels.
+bool two_kernel_backward() {
+  const char* value = std::getenv("ZT_FLASH_BACKWARD_TWO_KERNELS");
+  return value != nullptr && value[0] == '1';
+}
+
 }  // namespace
 
 void launch_flash_attention_backward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
@@ -387,12 +625,25 @@ void launch_flash_attention_backward(const FlashAttentionParams& params, DType d
     flash_row_dot_kernel<T><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock),
                               kRowsPerBlock * 32, 0, stream>>>(params);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_row_dot");
-    launch_tiles(flash_attention_backward_rows_kernel<T, false>,
-                 flash_attention_backward_rows_kernel<T, true>, kFixedTileBytes, params, stream);
-    ZT_CUDA_CHECK_LAUNCH("flash_attention_backward_rows");
-    launch_tiles(flash_attention_backward_keys_kernel<T, false>,
-                 flash_attention_backward_keys_kernel<T, true>, kFixedTileBytes, params, stream);
-    ZT_CUDA_CHECK_LAUNCH("flash_attention_backward_keys");
+    if (two_kernel_backward()) {
+      launch_tiles(flash_attention_backward_rows_kernel<T, false>,
+                   flash_attention_backward_rows_kernel<T, true>, kFixedTileBytes, params, stream);
+      ZT_CUDA_CHECK_LAUNCH("flash_attention_backward_rows");
+      launch_tiles(flash_attention_backward_keys_kernel<T, false>,
+                   flash_attention_backward_keys_kernel<T, true>, kFixedTileBytes, params, stream);
+      ZT_CUDA_CHECK_LAUNCH("flash_attention_backward_keys");
+      return;
+    }
+    // One CTA per (key tile, b, h), in ticket order (a 1-D grid of the same count).
+    const bool use_staged = params.staged && (params.c2p != nullptr || params.p2c != nullptr);
+    auto kernel =
+        use_staged ? flash_attention_backward_kernel<T, true> : flash_attention_backward_kernel<T, false>;
+    const size_t bytes = kFixedTileBytes + (use_staged ? kStagedBytes : 0);
+    ZT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    const dim3 grid = tile_grid(params);
+    kernel<<<grid.x * grid.y, kThreads, bytes, stream>>>(params);
+    ZT_CUDA_CHECK_LAUNCH("flash_attention_backward");
   });
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/cuda/flash_disentangled_attention.cuh"
 #include "kernels/cuda/launch_common.cuh"
 #include "kernels/cuda/relative_position.cuh"
+#include "kernels/disentangled_attention.h"
 #include "kernels/relative_position.h"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
@@ -180,11 +181,18 @@ void flash_disentangled_attention_backward(const Tensor& q, const Tensor& k, con
     p2c_grad32 = scratch_buffer(positional_bytes, "attention.p2c_grad_f32");
     ZT_CUDA_CHECK(cudaMemsetAsync(p2c_grad32.data(), 0, positional_bytes, stream));
   }
-  const DeviceBuffer row_dot =
-      scratch_buffer(static_cast<size_t>(s.batch * s.heads * s.length) * sizeof(float), "attention.row_dot");
+  // flash_backward_scratch_bytes: dQ's running sum, D, then the tile order counts and the ticket (zeroed).
+  const auto rows = static_cast<size_t>(s.batch * s.heads * s.length);
+  const size_t order_bytes =
+      flash_backward_scratch_bytes(s.batch, s.heads, s.length) - rows * 65 * sizeof(float);
+  const DeviceBuffer backward_scratch =
+      scratch_buffer(flash_backward_scratch_bytes(s.batch, s.heads, s.length), "attention.flash_backward");
   FlashAttentionParams& p = run.params;
   p.dcontext = dcontext.data();
-  p.row_dot = row_dot.data_as<float>();
+  p.dq_sum = backward_scratch.data_as<float>();
+  p.row_dot = p.dq_sum + rows * kFlashHeadSize;
+  p.tile_order = reinterpret_cast<int32_t*>(p.row_dot + rows);
+  ZT_CUDA_CHECK(cudaMemsetAsync(p.tile_order, 0, order_bytes, stream));
   p.dq = dq.data();
   p.dk = dk.data();
   p.dv = dv.data();

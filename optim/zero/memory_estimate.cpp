@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "kernels/disentangled_attention.h"
 #include "model/deberta.h"
 #include "runtime/check.h"
 #include "runtime/device_allocator.h"
@@ -41,10 +42,11 @@ size_t attention_scratch_bytes(const DebertaConfig& model, int64_t batch, int64_
   const auto positional = static_cast<size_t>(model.num_attention_heads * batch * length * pitch);
   if (DebertaForSequenceClassification::uses_flash_attention(model, length, compute)) {
     // The flash path: nothing [L, L]. Forward: C2P and P2C in f32. Backward: both recomputed, the f32 bucket
-    // sums Gc, Gp beside them, and D [B, N, L] f32; after the kernels the scores go back before Gc, Gp are
-    // rounded to T (2 x 4 + 2 bytes a positional element, under the 4 x 4 peak).
-    const auto row_dot = static_cast<size_t>(batch * model.num_attention_heads * length) * 4;
-    return std::max(2 * held(positional * 4), 4 * held(positional * 4) + held(row_dot));
+    // sums Gc, Gp beside them, and flash_backward_scratch_bytes (dQ's f32 sum, D); after the kernels the
+    // scores go back before Gc, Gp are rounded to T (2 x 4 + 2 bytes a positional element, under the 4 x 4
+    // peak).
+    const size_t backward = kernels::flash_backward_scratch_bytes(batch, model.num_attention_heads, length);
+    return std::max(2 * held(positional * 4), 4 * held(positional * 4) + held(backward));
   }
   const bool dropout = model.attention_probs_dropout_prob > 0;
   const bool low_precision = compute != DType::f32;
