@@ -236,12 +236,22 @@ __device__ __forceinline__ void accumulate_transposed_times_tile(const float* bl
 template <typename T>
 __device__ __forceinline__ void load_tile(T* tile, const T* x, const FlashAttentionParams& p, int64_t b,
                                           int64_t h, int first) {
-  for (int chunk = static_cast<int>(threadIdx.x); chunk < kTile * 8; chunk += kThreads) {
-    const int r = chunk / 8, c = chunk % 8;
-    uint4 value = make_uint4(0, 0, 0, 0);
+  // Every load of the thread issued before its stores (a global load after a store through a generic
+  // pointer waits for it: one round trip each otherwise).
+  constexpr int kPerThread = kTile * 8 / kThreads;
+  uint4 value[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int chunk = static_cast<int>(threadIdx.x) + k * kThreads, r = chunk / 8, c = chunk % 8;
+    value[k] = make_uint4(0, 0, 0, 0);
     if (first + r < p.length)
-      value = *reinterpret_cast<const uint4*>(x + (b * p.length + first + r) * p.features + h * kD + c * 8);
-    *reinterpret_cast<uint4*>(tile + r * kPitch + c * 8) = value;
+      value[k] =
+          *reinterpret_cast<const uint4*>(x + (b * p.length + first + r) * p.features + h * kD + c * 8);
+  }
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int chunk = static_cast<int>(threadIdx.x) + k * kThreads, r = chunk / 8, c = chunk % 8;
+    *reinterpret_cast<uint4*>(tile + r * kPitch + c * 8) = value[k];
   }
 }
 
@@ -346,10 +356,10 @@ constexpr size_t kStagedBytes = 2 * kTile * kSlicePitch * sizeof(float);
 // The backward kernels' two fixed tiles (16-bit T) ahead of the staged slices in dynamic shared memory.
 constexpr size_t kFixedTileBytes = 2 * kTile * kPitch * 2;
 
+// kBatch loads in flight a thread before their stores (a load-store loop waits out each L2 round trip).
+template <int kBatch = 8>
 __device__ __forceinline__ void stage_positional(float* staged, const FlashAttentionParams& p,
                                                  const int* diag, int64_t head_rows, int i0, int j0) {
-  // Eight loads in flight a thread before their stores (a load-store loop waits out each L2 round trip).
-  constexpr int kBatch = 8;
   constexpr int kPerThread = kTile * kTile / kThreads;  // 32 elements of each slice
   static_assert(kPerThread % kBatch == 0);
   for (int slice = 0; slice < 2; ++slice) {

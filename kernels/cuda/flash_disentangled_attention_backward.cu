@@ -364,13 +364,13 @@ __device__ __forceinline__ void store_release(int* address, int value) {
 // whatever order the hardware starts CTAs in). Deterministic: every sum has a fixed order.
 template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(FlashAttentionParams p) {
-  // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), then the staged slices.
+  // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), two buffers of (Q tile,
+  // dC tile) (tile t + 1 copied in by cp.async while tile t is computed), then the staged slices.
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   const T* k_fixed = reinterpret_cast<const T*>(dynamic_shared);
   const T* v_fixed = k_fixed + kTile * kPitch;
-  float* staged = reinterpret_cast<float*>(dynamic_shared + kFixedTileBytes);
-  __shared__ __align__(16) T q_tile[kTile * kPitch];
-  __shared__ __align__(16) T dc_tile[kTile * kPitch];
+  T* query_buffers = const_cast<T*>(v_fixed) + kTile * kPitch;  // [2][Q, dC][kTile * kPitch]
+  float* staged = reinterpret_cast<float*>(dynamic_shared + 3 * kFixedTileBytes);
   __shared__ BackwardShared sh;
   __shared__ int ticket;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -390,6 +390,9 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
 
   load_tile(const_cast<T*>(k_fixed), static_cast<const T*>(p.k), p, b, h, j0);
   load_tile(const_cast<T*>(v_fixed), static_cast<const T*>(p.v), p, b, h, j0);
+  prefetch_tile(query_buffers, static_cast<const T*>(p.q), p, b, h, 0);
+  prefetch_tile(query_buffers + kTile * kPitch, static_cast<const T*>(p.dcontext), p, b, h, 0);
+  commit_async_copies();
 
   const int local_key[2] = {warp * 16 + g, warp * 16 + g + 8};
   bool key_kept[2];
@@ -407,25 +410,39 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
 
   for (int query_tile = 0; query_tile < tiles; ++query_tile) {
     const int i0 = query_tile * kTile;
-    __syncthreads();
-    load_tile(q_tile, static_cast<const T*>(p.q), p, b, h, i0);
-    load_tile(dc_tile, static_cast<const T*>(p.dcontext), p, b, h, i0);
-    for (int t = static_cast<int>(threadIdx.x); t < kTile; t += kThreads) {
-      const int i = i0 + t;
-      sh.other_keep[t] = i < L && p.keep[b * L + i] != 0;
-      sh.other_max[t] = i < L ? p.stats[(bh * L + i) * 2] : 0.0f;
-      sh.other_inverse[t] = i < L ? p.stats[(bh * L + i) * 2 + 1] : 0.0f;
-      sh.other_dot[t] = i < L ? p.row_dot[bh * L + i] : 0.0f;
+    __syncthreads();  // the previous tile's readers are done (of the other buffer and of sh)
+    T* next = query_buffers + 2 * kTile * kPitch * ((query_tile + 1) % 2);
+    if (query_tile + 1 < tiles) {
+      prefetch_tile(next, static_cast<const T*>(p.q), p, b, h, i0 + kTile);
+      prefetch_tile(next + kTile * kPitch, static_cast<const T*>(p.dcontext), p, b, h, i0 + kTile);
+    }
+    commit_async_copies();  // an empty group on the last tile keeps the count
+    const T* q_tile = query_buffers + 2 * kTile * kPitch * (query_tile % 2);
+    const T* dc_tile = q_tile + kTile * kPitch;
+    {
+      const int t = static_cast<int>(threadIdx.x) % kTile, i = i0 + t;
+      if (static_cast<int>(threadIdx.x) < kTile) {
+        const bool row_valid = i < L;
+        const uint8_t kept = row_valid ? p.keep[b * L + i] : 0;
+        const float2 stats = row_valid ? *reinterpret_cast<const float2*>(p.stats + (bh * L + i) * 2)
+                                       : make_float2(0.0f, 0.0f);
+        const float dot = row_valid ? p.row_dot[bh * L + i] : 0.0f;
+        sh.other_keep[t] = kept != 0;
+        sh.other_max[t] = stats.x;
+        sh.other_inverse[t] = stats.y;
+        sh.other_dot[t] = dot;
+      }
     }
     if (positional) load_diagonals(sh.diag, p, i0, j0);
     if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
+    wait_all_but_newest_copies();
     __syncthreads();
     const bool uniform = positional && sh.diag[0] == sh.diag[kDiagonals - 1];
     if (positional) {
       if (uniform)
         stage_uniform_terms(sh.query_term, sh.key_term, p, head_rows, i0, j0, sh.diag[0]);
       else if (kStaged)
-        stage_positional(staged, p, sh.diag, head_rows, i0, j0);
+        stage_positional<16>(staged, p, sh.diag, head_rows, i0, j0);
       __syncthreads();
     }
 
@@ -527,23 +544,27 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
     __syncthreads();
     float* dq_rows = p.dq_sum + (bh * L + i0) * kD;
     T* dq_out = static_cast<T*>(p.dq) + (b * L + i0) * p.features + h * kD;
+    // A row's 8 loads are all issued before its stores (a load after a store to unknown addresses waits
+    // for it: 16 round trips to L2 otherwise).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int il = warp * 16 + g + 8 * r;
       if (i0 + il >= L) continue;
+      float2* sum = reinterpret_cast<float2*>(dq_rows + il * kD + 2 * q);
+      float2 before[8];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+        before[nt] = key_tile > 0 ? __ldcg(sum + nt * 4) : make_float2(0.0f, 0.0f);
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-        float2* sum = reinterpret_cast<float2*>(dq_rows + il * kD + nt * 8 + 2 * q);
-        float2 value = make_float2(dq_part[nt][2 * r], dq_part[nt][2 * r + 1]);
-        if (key_tile > 0) {
-          const float2 before = __ldcg(sum);
-          value = make_float2(before.x + value.x, before.y + value.y);
-        }
+        const float2 value = key_tile > 0 ? make_float2(before[nt].x + dq_part[nt][2 * r],
+                                                        before[nt].y + dq_part[nt][2 * r + 1])
+                                          : make_float2(dq_part[nt][2 * r], dq_part[nt][2 * r + 1]);
         if (key_tile == tiles - 1)
           *reinterpret_cast<uint32_t*>(dq_out + il * p.features + nt * 8 + 2 * q) =
               pack2<T>(value.x, value.y);
         else
-          __stcg(sum, value);
+          __stcg(sum + nt * 4, value);
       }
     }
     if (p.gc != nullptr && t < kTile && i0 + t < L) {
@@ -638,7 +659,7 @@ void launch_flash_attention_backward(const FlashAttentionParams& params, DType d
     const bool use_staged = params.staged && (params.c2p != nullptr || params.p2c != nullptr);
     auto kernel =
         use_staged ? flash_attention_backward_kernel<T, true> : flash_attention_backward_kernel<T, false>;
-    const size_t bytes = kFixedTileBytes + (use_staged ? kStagedBytes : 0);
+    const size_t bytes = 3 * kFixedTileBytes + (use_staged ? kStagedBytes : 0);
     ZT_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     const dim3 grid = tile_grid(params);

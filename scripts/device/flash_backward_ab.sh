@@ -29,11 +29,13 @@ for part in "${@:-tests bench ncu}"; do
       IFS=x read -r batch seq <<<"$shape"
       for two in 1 0; do
         ZT_FLASH_BACKWARD_TWO_KERNELS=$two timeout 60 build-gpu/bin/zt_bench --only flash --batch "$batch" \
-          --seq "$seq" --reps 5 >"$out/core_${shape}_two$two.txt" 2>&1
-        say "$shape two_kernels=$two: $(grep -E '^attention_(forward|backward)_flash ' "$out/core_${shape}_two$two.txt" |
-          awk '{print $1, $(NF-5), $(NF-4)}' | tr '\n' ' ') $(grep -cE '^\[.*\] .* ok ' "$out/core_${shape}_two$two.txt") ok"
+          --seq "$seq" --reps 5 >"$out/core.tmp" 2>&1
+        { echo "## $shape ZT_FLASH_BACKWARD_TWO_KERNELS=$two"; cat "$out/core.tmp"; } >>"$out/core.txt"
+        say "$shape two_kernels=$two: $(grep -E '^attention_(forward|backward)_flash ' "$out/core.tmp" |
+          awk '{print $1, $(NF-5), $(NF-4)}' | tr '\n' ' ') $(grep -cE '^\[.*\] .* ok ' "$out/core.tmp") ok"
       done
     done
+    rm -f "$out/core.tmp"
     ;;
   ncu)
     timeout 120 ncu --set full -k regex:flash_attention_backward -s 2 -c 1 build-gpu/bin/zt_bench \
