@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
       if (uniform)
         stage_uniform_terms(sh.query_term, sh.key_term, p, head_rows, i0, j0, sh.diag[0]);
       else if (kStaged)
-        stage_positional(staged, p, sh.diag, head_rows, i0, j0);
+        stage_positional<16>(staged, p, sh.diag, head_rows, i0, j0);
       __syncthreads();
     }
 
@@ -186,6 +186,23 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel
   }
 }
 
+// The looped-over query tile's keep flags, statistics and D into shared memory (thread t < 64: row i0 + t),
+// every load issued before the stores.
+__device__ __forceinline__ void load_query_stats(BackwardShared& sh, const FlashAttentionParams& p, int64_t b,
+                                                 int64_t bh, int i0) {
+  const int t = static_cast<int>(threadIdx.x), i = i0 + t, L = p.length;
+  if (t >= kTile) return;
+  const bool row_valid = i < L;
+  const uint8_t kept = row_valid ? p.keep[b * L + i] : 0;
+  const float2 stats =
+      row_valid ? *reinterpret_cast<const float2*>(p.stats + (bh * L + i) * 2) : make_float2(0.0f, 0.0f);
+  const float dot = row_valid ? p.row_dot[bh * L + i] : 0.0f;
+  sh.other_keep[t] = kept != 0;
+  sh.other_max[t] = stats.x;
+  sh.other_inverse[t] = stats.y;
+  sh.other_dot[t] = dot;
+}
+
 // Keys kernel: one CTA per (b, h, 64 keys): dK = G^T Q, dV = P~^T dC and Gp. Works on the transposed tile
 // (rows = this CTA's keys, columns = the looped-over queries).
 template <typename T, bool kStaged>
@@ -227,13 +244,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
     __syncthreads();
     load_tile(q_tile, static_cast<const T*>(p.q), p, b, h, i0);
     load_tile(dc_tile, static_cast<const T*>(p.dcontext), p, b, h, i0);
-    for (int t = static_cast<int>(threadIdx.x); t < kTile; t += kThreads) {
-      const int i = i0 + t;
-      sh.other_keep[t] = i < L && p.keep[b * L + i] != 0;
-      sh.other_max[t] = i < L ? p.stats[(bh * L + i) * 2] : 0.0f;
-      sh.other_inverse[t] = i < L ? p.stats[(bh * L + i) * 2 + 1] : 0.0f;
-      sh.other_dot[t] = i < L ? p.row_dot[bh * L + i] : 0.0f;
-    }
+    load_query_stats(sh, p, b, bh, i0);
     if (positional) load_diagonals(sh.diag, p, i0, j0);
     if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
     __syncthreads();
@@ -242,7 +253,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
       if (uniform)
         stage_uniform_terms(sh.query_term, sh.key_term, p, head_rows, i0, j0, sh.diag[0]);
       else if (kStaged)
-        stage_positional(staged, p, sh.diag, head_rows, i0, j0);
+        stage_positional<16>(staged, p, sh.diag, head_rows, i0, j0);
       __syncthreads();
     }
 
@@ -364,13 +375,14 @@ __device__ __forceinline__ void store_release(int* address, int value) {
 // whatever order the hardware starts CTAs in). Deterministic: every sum has a fixed order.
 template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(FlashAttentionParams p) {
-  // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), two buffers of (Q tile,
-  // dC tile) (tile t + 1 copied in by cp.async while tile t is computed), then the staged slices.
+  // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), then the staged slices.
+  // (Q, dC double-buffered by cp.async took the L1 the spills and gathers hit: slower, 2026-12-06.)
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   const T* k_fixed = reinterpret_cast<const T*>(dynamic_shared);
   const T* v_fixed = k_fixed + kTile * kPitch;
-  T* query_buffers = const_cast<T*>(v_fixed) + kTile * kPitch;  // [2][Q, dC][kTile * kPitch]
-  float* staged = reinterpret_cast<float*>(dynamic_shared + 3 * kFixedTileBytes);
+  float* staged = reinterpret_cast<float*>(dynamic_shared + kFixedTileBytes);
+  __shared__ __align__(16) T q_tile[kTile * kPitch];
+  __shared__ __align__(16) T dc_tile[kTile * kPitch];
   __shared__ BackwardShared sh;
   __shared__ int ticket;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -390,9 +402,6 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
 
   load_tile(const_cast<T*>(k_fixed), static_cast<const T*>(p.k), p, b, h, j0);
   load_tile(const_cast<T*>(v_fixed), static_cast<const T*>(p.v), p, b, h, j0);
-  prefetch_tile(query_buffers, static_cast<const T*>(p.q), p, b, h, 0);
-  prefetch_tile(query_buffers + kTile * kPitch, static_cast<const T*>(p.dcontext), p, b, h, 0);
-  commit_async_copies();
 
   const int local_key[2] = {warp * 16 + g, warp * 16 + g + 8};
   bool key_kept[2];
@@ -410,32 +419,12 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
 
   for (int query_tile = 0; query_tile < tiles; ++query_tile) {
     const int i0 = query_tile * kTile;
-    __syncthreads();  // the previous tile's readers are done (of the other buffer and of sh)
-    T* next = query_buffers + 2 * kTile * kPitch * ((query_tile + 1) % 2);
-    if (query_tile + 1 < tiles) {
-      prefetch_tile(next, static_cast<const T*>(p.q), p, b, h, i0 + kTile);
-      prefetch_tile(next + kTile * kPitch, static_cast<const T*>(p.dcontext), p, b, h, i0 + kTile);
-    }
-    commit_async_copies();  // an empty group on the last tile keeps the count
-    const T* q_tile = query_buffers + 2 * kTile * kPitch * (query_tile % 2);
-    const T* dc_tile = q_tile + kTile * kPitch;
-    {
-      const int t = static_cast<int>(threadIdx.x) % kTile, i = i0 + t;
-      if (static_cast<int>(threadIdx.x) < kTile) {
-        const bool row_valid = i < L;
-        const uint8_t kept = row_valid ? p.keep[b * L + i] : 0;
-        const float2 stats = row_valid ? *reinterpret_cast<const float2*>(p.stats + (bh * L + i) * 2)
-                                       : make_float2(0.0f, 0.0f);
-        const float dot = row_valid ? p.row_dot[bh * L + i] : 0.0f;
-        sh.other_keep[t] = kept != 0;
-        sh.other_max[t] = stats.x;
-        sh.other_inverse[t] = stats.y;
-        sh.other_dot[t] = dot;
-      }
-    }
+    __syncthreads();
+    load_tile(q_tile, static_cast<const T*>(p.q), p, b, h, i0);
+    load_tile(dc_tile, static_cast<const T*>(p.dcontext), p, b, h, i0);
+    load_query_stats(sh, p, b, bh, i0);
     if (positional) load_diagonals(sh.diag, p, i0, j0);
     if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
-    wait_all_but_newest_copies();
     __syncthreads();
     const bool uniform = positional && sh.diag[0] == sh.diag[kDiagonals - 1];
     if (positional) {
@@ -659,7 +648,7 @@ void launch_flash_attention_backward(const FlashAttentionParams& params, DType d
     const bool use_staged = params.staged && (params.c2p != nullptr || params.p2c != nullptr);
     auto kernel =
         use_staged ? flash_attention_backward_kernel<T, true> : flash_attention_backward_kernel<T, false>;
-    const size_t bytes = 3 * kFixedTileBytes + (use_staged ? kStagedBytes : 0);
+    const size_t bytes = kFixedTileBytes + (use_staged ? kStagedBytes : 0);
     ZT_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     const dim3 grid = tile_grid(params);

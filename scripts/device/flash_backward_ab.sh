@@ -20,9 +20,12 @@ nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tee -a "$out/summa
 for part in "${@:-tests bench ncu}"; do
   case $part in
   tests)
-    timeout 150 build-gpu/bin/test_flash_disentangled_attention_gpu >"$out/tests.txt" 2>&1
-    say "tests exit $?: $(grep -E '^\[  (PASSED|FAILED)' "$out/tests.txt" | tr '\n' ' ')"
-    grep -E '^\[  FAILED' "$out/tests.txt" | head -20 | tee -a "$out/summary.txt"
+    for two in 0 1; do
+      ZT_FLASH_BACKWARD_TWO_KERNELS=$two timeout 150 build-gpu/bin/test_flash_disentangled_attention_gpu \
+        >"$out/tests_two$two.txt" 2>&1
+      say "tests two_kernels=$two exit $?: $(grep -E '^\[  (PASSED|FAILED)' "$out/tests_two$two.txt" | tr '\n' ' ')"
+      grep -E '^\[  FAILED' "$out/tests_two$two.txt" | head -20 | tee -a "$out/summary.txt"
+    done
     ;;
   bench)
     for shape in 4x2048 1x8192 16x512 40x128; do
