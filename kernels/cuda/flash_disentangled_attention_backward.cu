@@ -356,6 +356,46 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel
   }
 }
 
+// One row of Gc (by query, over the keys of one tile, grad_row[col * stride]): the interior runs of equal
+// buckets added into out at once, the first and last runs returned (bucket -1: none) for the caller to add
+// in key-tile order. One run: first only.
+struct EdgeRuns {
+  int first_bucket = -1, last_bucket = -1;
+  float first_sum = 0.0f, last_sum = 0.0f;
+};
+__device__ __forceinline__ EdgeRuns add_interior_runs(float* out, const float* grad_row, int stride,
+                                                      const int* diag, int local, int columns) {
+  EdgeRuns edges;
+  float run = 0.0f;
+  int bucket = -1;
+  for (int col = 0; col < columns; ++col) {
+    const int c = diag[local - col + kTile - 1];
+    if (c != bucket) {
+      if (bucket >= 0) {
+        if (edges.first_bucket < 0) {
+          edges.first_bucket = bucket;
+          edges.first_sum = run;
+        } else {
+          atomicAdd(out + bucket, run);
+        }
+      }
+      bucket = c;
+      run = 0.0f;
+    }
+    run += grad_row[col * stride];
+  }
+  if (bucket >= 0) {
+    if (edges.first_bucket < 0) {
+      edges.first_bucket = bucket;
+      edges.first_sum = run;
+    } else {
+      edges.last_bucket = bucket;
+      edges.last_sum = run;
+    }
+  }
+  return edges;
+}
+
 // The order of the additions into dQ and Gc across CTAs: a per-(b, h, query tile) count of the key tiles
 // added so far, read with acquire and advanced with release (PTX memory model) by thread 0 around barriers.
 __device__ __forceinline__ int load_acquire(const int* address) {
@@ -508,16 +548,31 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
     }
     __syncthreads();
 
+    // The first look at this query tile's count goes out now; its round trip overlaps dQ's part.
+    const int t = static_cast<int>(threadIdx.x);
+    int turn = t == 0 ? load_acquire(order + query_tile) : key_tile;
     float dq_part[8][4];  // rows: this warp's 16 queries of the tile
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) dq_part[nt][0] = dq_part[nt][1] = dq_part[nt][2] = dq_part[nt][3] = 0.0f;
     accumulate_transposed_times_tile(sh.grad, kGradPitch, warp * 16, k_fixed, dq_part);
 
-    const int t = static_cast<int>(threadIdx.x);
-    float gc_uniform_sum = 0.0f;
+    // Gc of query row i0 + t (t < 64): runs of equal buckets along the keys, summed in key order. A run
+    // strictly inside the row's 64 keys is a bucket no other key tile reaches for this row (c is monotone
+    // in i - j and each key tile covers its own 64 diagonals of the row): added now, its only addition.
+    // The first and last runs (and a uniform tile's one bucket) may be shared with the neighbouring key
+    // tiles: added below, in key-tile order.
+    EdgeRuns gc_edges;
     if (bucket_grads && t < kTile) {
-      if (p.gc != nullptr && uniform) {
-        for (int key = 0; key < kTile; ++key) gc_uniform_sum += sh.grad[key * kGradPitch + t];
+      if (p.gc != nullptr && i0 + t < L) {
+        float* gc_row = p.gc + (head_rows + i0 + t) * p.window_pitch;
+        if (uniform) {
+          float sum = 0.0f;
+          for (int key = 0; key < kTile; ++key) sum += sh.grad[key * kGradPitch + t];
+          gc_edges.first_bucket = sh.diag[0];
+          gc_edges.first_sum = sum;
+        } else {
+          gc_edges = add_interior_runs(gc_row, sh.grad + t, kGradPitch, sh.diag, t, min(kTile, L - j0));
+        }
       }
     } else if (p.gp != nullptr && !uniform && t >= kTile && j0 + t - kTile < L) {
       const int local = t - kTile;
@@ -526,10 +581,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
     }
 
     // This query tile's turn: the key tiles before this one have added their parts.
-    if (t == 0) {
-      while (load_acquire(order + query_tile) != key_tile) {
-      }
-    }
+    while (turn != key_tile) turn = load_acquire(order + query_tile);  // thread 0 only
     __syncthreads();
     float* dq_rows = p.dq_sum + (bh * L + i0) * kD;
     T* dq_out = static_cast<T*>(p.dq) + (b * L + i0) * p.features + h * kD;
@@ -558,13 +610,10 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
     }
     if (p.gc != nullptr && t < kTile && i0 + t < L) {
       float* gc_row = p.gc + (head_rows + i0 + t) * p.window_pitch;
-      if (uniform)
-        atomicAdd(gc_row + sh.diag[0], gc_uniform_sum);
-      else
-        scatter_bucket_row(gc_row, sh.grad + t, kGradPitch, sh.diag, t, /*by_query=*/true,
-                           min(kTile, L - j0));
+      if (gc_edges.first_bucket >= 0) atomicAdd(gc_row + gc_edges.first_bucket, gc_edges.first_sum);
+      if (gc_edges.last_bucket >= 0) atomicAdd(gc_row + gc_edges.last_bucket, gc_edges.last_sum);
     }
-    __threadfence();
+    // The barrier orders every thread's additions before thread 0's release (cumulative, gpu scope).
     __syncthreads();
     if (t == 0) store_release(order + query_tile, key_tile + 1);
   }
