@@ -1,8 +1,8 @@
 // The flash disentangled attention's kernels (flash_disentangled_attention.cu: forward; _backward.cu:
 // backward): kernels/disentangled_attention.h's formulas without any [L, L] buffer, for bf16/f16 storage and
 // head size 64, any L. Raw-pointer launchers; the checked tensor-level entry points are
-// gpu::flash_disentangled_ attention_forward/backward (disentangled_attention.cu), which also run the
-// positional GEMMs around them.
+// gpu::flash_disentangled_attention_forward/backward (flash_disentangled_attention_host.cu), which also run
+// the positional GEMMs around them.
 //
 // Forward, one CTA of 4 warps per (b, h, tile of 64 query rows), looping over tiles of 64 keys:
 //   S = Q_tile K_tile^T (mma.sync m16n8k16, f32 accumulators in registers),
@@ -15,12 +15,13 @@
 //
 // Backward (flash-2, P recomputed from the stats, D_i = dC_i . context_i computed first):
 //   P = exp(a - m_i) / l_i,  dP~ = dC V^T,  G = [m_i m_j] P (keep(e) dP~ / (1 - p) - D_i) / s,
-//   a rows kernel per (b, h, 64 queries): dQ = G K (written, not accumulated) and Gc[i, c(i,j)] += G;
-//   a keys kernel per (b, h, 64 keys):    dK = G^T Q, dV = P~^T dC and Gp[j, c(i,j)] += G.
-// Each Gc row (Gp row) belongs to one CTA, which adds its tiles in a fixed order into f32
-// [N, B*L, window_pitch], zeroed first (red.global.add with one adding thread per address a tile, the tiles
-// ordered by barriers): deterministic, the same sums as loads and stores. The rows kernel and the keys
-// kernel both recompute S and dP~ (no dQ atomics, at the cost of those products twice).
+// one kernel, one CTA per (b, h, 64 keys) looping over the query tiles:
+//   dK = G^T Q, dV = P~^T dC in registers and Gp[j, c(i,j)] += G (the CTA's own rows, tiles ordered by
+//   barriers); dQ = G K and Gc[i, c(i,j)] += G per query tile into f32 dq_sum / Gc in key-tile order: the
+//   CTA of key tile t waits until tile_order[b, h, query tile] == t (acquire), adds, sets t + 1 (release);
+//   the last key tile writes dQ in T. A bucket run of a Gc row strictly inside one key tile has that tile as
+//   its only contributor and is added without waiting. Deterministic (every sum in a fixed order); S and dP~
+//   are computed once per element.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,10 +1,10 @@
-// The flash disentangled-attention backward kernels (see flash_disentangled_attention.cuh for the
-// algorithm, flash_attention_tiles.cuh for the fragments, tiles and staging they are built from).
+// The flash disentangled attention's backward: D = rowsum(dC * context), then one kernel for dQ, dK, dV, Gc
+// and Gp (see flash_disentangled_attention.cuh for the algorithm, flash_attention_tiles.cuh for the
+// fragments, tiles and staging it is built from).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
-#include <cstdlib>
 
 #include "kernels/cuda/flash_attention_tiles.cuh"
 #include "kernels/cuda/flash_disentangled_attention.cuh"
@@ -16,8 +16,6 @@ namespace zt::kernels::gpu {
 namespace {
 
 using namespace flash_tiles;  // NOLINT(google-build-using-namespace): this file's building blocks
-
-// ---- backward ------------------------------------------------------------------------------------------
 
 // D[b, h, i] = sum_k dC[b, i, h*d + k] context[b, i, h*d + k] in f32: a warp per (b, i, h).
 template <typename T>
@@ -36,156 +34,17 @@ __global__ void flash_row_dot_kernel(FlashAttentionParams p) {
 
 struct BackwardShared {
   int diag[kDiagonals + 1];
-  float query_term[kTile], key_term[kTile];  // uniform tiles: C2P[i, c0], P2C[j, c0]
-  uint8_t other_keep[kTile];  // the looped-over tile's mask: keys (rows kernel) or queries (keys kernel)
-  float other_max[kTile], other_inverse[kTile], other_dot[kTile];  // keys kernel: the query tile's stats
+  float query_term[kTile], key_term[kTile];                        // uniform tiles: C2P[i, c0], P2C[j, c0]
+  uint8_t other_keep[kTile];                                       // the looped-over query tile's mask
+  float other_max[kTile], other_inverse[kTile], other_dot[kTile];  // and its stats and D
   alignas(4) uint8_t keep[kTile * kKeepPitch];                     // dropout bits [query][key]
-  float grad[kTile * kGradPitch];                                  // G staged for the bucket scatter
+  float grad[kTile * kGradPitch];  // G [key][query] f32: dQ's A operand and the bucket sums
 };
 
-// The score gradient G and the dropped probability P~ of one element, from the recomputed score x (masked
-// to finfo.min or -inf past L), the row's stats and dP~.
-struct ElementGrad {
-  float g, p_tilde;
-};
 // The dropout factor of one element from its keep bit (1 without dropout).
 __device__ __forceinline__ float dropout_factor(const FlashAttentionParams& p, uint8_t kept) {
   return p.dropout ? (kept ? p.kept_scale : 0.0f) : 1.0f;
 }
-__device__ __forceinline__ ElementGrad element_grad(const FlashAttentionParams& p, float x, bool valid,
-                                                    bool kept, float max, float inverse, float dot,
-                                                    float dp_tilde) {
-  const float prob = __expf(x - max) * inverse;
-  const float factor = p.dropout ? (kept ? p.kept_scale : 0.0f) : 1.0f;
-  const float g = valid ? prob * (factor * dp_tilde - dot) * p.inverse_scale : 0.0f;
-  return {g, prob * factor};
-}
-
-// Rows kernel: one CTA per (b, h, 64 queries): dQ = G K and Gc.
-template <typename T, bool kStaged>
-__global__ void __launch_bounds__(kThreads) flash_attention_backward_rows_kernel(FlashAttentionParams p) {
-  // Dynamic: this CTA's Q and dC tiles (the A operands, read by ldmatrix each tile), then the staged slices.
-  extern __shared__ __align__(16) unsigned char dynamic_shared[];
-  const T* q_fixed = reinterpret_cast<const T*>(dynamic_shared);
-  const T* dc_fixed = q_fixed + kTile * kPitch;
-  float* staged = reinterpret_cast<float*>(dynamic_shared + kFixedTileBytes);
-  __shared__ __align__(16) T k_tile[kTile * kPitch];
-  __shared__ __align__(16) T v_tile[kTile * kPitch];
-  __shared__ BackwardShared sh;
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int g = lane / 4, q = lane % 4;
-  const int L = p.length;
-  const int i0 = static_cast<int>(blockIdx.x) * kTile;
-  const int64_t bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
-  const int64_t head_rows = (h * p.batch + b) * L;
-  const bool positional = p.c2p != nullptr || p.p2c != nullptr;
-
-  load_tile(const_cast<T*>(q_fixed), static_cast<const T*>(p.q), p, b, h, i0);
-  load_tile(const_cast<T*>(dc_fixed), static_cast<const T*>(p.dcontext), p, b, h, i0);
-
-  const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
-  bool row_kept[2];
-  float max[2], inverse[2], dot[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = i0 + local_row[r];
-    row_kept[r] = i < L && p.keep[b * L + i] != 0;
-    max[r] = i < L ? p.stats[(bh * L + i) * 2] : 0.0f;
-    inverse[r] = i < L ? p.stats[(bh * L + i) * 2 + 1] : 0.0f;
-    dot[r] = i < L ? p.row_dot[bh * L + i] : 0.0f;
-  }
-  float dq[8][4];
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.0f;
-
-  for (int j0 = 0; j0 < L; j0 += kTile) {
-    __syncthreads();
-    load_tile(k_tile, static_cast<const T*>(p.k), p, b, h, j0);
-    load_tile(v_tile, static_cast<const T*>(p.v), p, b, h, j0);
-    for (int t = static_cast<int>(threadIdx.x); t < kTile; t += kThreads)
-      sh.other_keep[t] = j0 + t < L && p.keep[b * L + j0 + t] != 0;
-    if (positional) load_diagonals(sh.diag, p, i0, j0);
-    if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
-    __syncthreads();
-    const bool uniform = positional && sh.diag[0] == sh.diag[kDiagonals - 1];
-    if (positional) {
-      if (uniform)
-        stage_uniform_terms(sh.query_term, sh.key_term, p, head_rows, i0, j0, sh.diag[0]);
-      else if (kStaged)
-        stage_positional<16>(staged, p, sh.diag, head_rows, i0, j0);
-      __syncthreads();
-    }
-
-    float s[8][4], dp[8][4];
-    product_with_rows(q_fixed, warp * 16, k_tile, s);
-    product_with_rows(dc_fixed, warp * 16, v_tile, dp);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e / 2, jl = nt * 8 + 2 * q + (e & 1), j = j0 + jl, i = i0 + local_row[r];
-        float grad = 0.0f;
-        if (j < L && i < L) {
-          const int c = positional ? sh.diag[local_row[r] - jl + kTile - 1] : 0;
-          const bool valid = row_kept[r] && sh.other_keep[jl];
-          float x = kMasked;
-          if (valid)
-            x = uniform   ? uniform_score(p, sh.query_term, sh.key_term, s[nt][e], local_row[r], jl)
-                : kStaged ? staged_score(p, staged, sh.diag, s[nt][e], local_row[r], jl)
-                          : disentangled_score(p, s[nt][e], head_rows, i, j, c);
-          const bool kept = !p.dropout || sh.keep[local_row[r] * kKeepPitch + jl];
-          grad = element_grad(p, x, valid, kept, max[r], inverse[r], dot[r], dp[nt][e]).g;
-        }
-        s[nt][e] = grad;
-      }
-    }
-    accumulate_times_tile(s, k_tile, dq);
-
-    if (p.gc != nullptr) {
-      // c(i, j) is monotone in i - j: one bucket for the whole tile when its two extreme diagonals agree.
-      if (uniform) {
-        const int c = sh.diag[0];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float sum = 0.0f;
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) sum += s[nt][2 * r] + s[nt][2 * r + 1];
-          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-          sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-          const int i = i0 + local_row[r];
-          if (q == 0 && i < L) atomicAdd(p.gc + (head_rows + i) * p.window_pitch + c, sum);
-        }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = e / 2, jl = nt * 8 + 2 * q + (e & 1);
-            sh.grad[local_row[r] * kGradPitch + jl] = s[nt][e];
-          }
-        }
-        __syncthreads();
-        const int t = static_cast<int>(threadIdx.x);
-        if (t < kTile && i0 + t < L) {
-          scatter_bucket_row(p.gc + (head_rows + i0 + t) * p.window_pitch, sh.grad + t * kGradPitch, 1,
-                             sh.diag, t, /*by_query=*/true, min(kTile, L - j0));
-        }
-      }
-    }
-  }
-
-  T* dq_out = static_cast<T*>(p.dq);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = i0 + local_row[r];
-    if (i >= L) continue;
-    T* out = dq_out + (b * L + i) * p.features + h * kD;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-      *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * q) = pack2<T>(dq[nt][2 * r], dq[nt][2 * r + 1]);
-  }
-}
-
 // The looped-over query tile's keep flags, statistics and D into shared memory (thread t < 64: row i0 + t),
 // every load issued before the stores.
 __device__ __forceinline__ void load_query_stats(BackwardShared& sh, const FlashAttentionParams& p, int64_t b,
@@ -201,159 +60,6 @@ __device__ __forceinline__ void load_query_stats(BackwardShared& sh, const Flash
   sh.other_max[t] = stats.x;
   sh.other_inverse[t] = stats.y;
   sh.other_dot[t] = dot;
-}
-
-// Keys kernel: one CTA per (b, h, 64 keys): dK = G^T Q, dV = P~^T dC and Gp. Works on the transposed tile
-// (rows = this CTA's keys, columns = the looped-over queries).
-template <typename T, bool kStaged>
-__global__ void __launch_bounds__(kThreads) flash_attention_backward_keys_kernel(FlashAttentionParams p) {
-  // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), then the staged slices.
-  extern __shared__ __align__(16) unsigned char dynamic_shared[];
-  const T* k_fixed = reinterpret_cast<const T*>(dynamic_shared);
-  const T* v_fixed = k_fixed + kTile * kPitch;
-  float* staged = reinterpret_cast<float*>(dynamic_shared + kFixedTileBytes);
-  __shared__ __align__(16) T q_tile[kTile * kPitch];
-  __shared__ __align__(16) T dc_tile[kTile * kPitch];
-  __shared__ BackwardShared sh;
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int g = lane / 4, q = lane % 4;
-  const int L = p.length;
-  const int j0 = static_cast<int>(blockIdx.x) * kTile;
-  const int64_t bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
-  const int64_t head_rows = (h * p.batch + b) * L;
-  const bool positional = p.c2p != nullptr || p.p2c != nullptr;
-
-  load_tile(const_cast<T*>(k_fixed), static_cast<const T*>(p.k), p, b, h, j0);
-  load_tile(const_cast<T*>(v_fixed), static_cast<const T*>(p.v), p, b, h, j0);
-
-  const int local_key[2] = {warp * 16 + g, warp * 16 + g + 8};
-  bool key_kept[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int j = j0 + local_key[r];
-    key_kept[r] = j < L && p.keep[b * L + j] != 0;
-  }
-  float dk[8][4], dv[8][4];
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-    dk[nt][0] = dk[nt][1] = dk[nt][2] = dk[nt][3] = 0.0f;
-    dv[nt][0] = dv[nt][1] = dv[nt][2] = dv[nt][3] = 0.0f;
-  }
-
-  for (int i0 = 0; i0 < L; i0 += kTile) {
-    __syncthreads();
-    load_tile(q_tile, static_cast<const T*>(p.q), p, b, h, i0);
-    load_tile(dc_tile, static_cast<const T*>(p.dcontext), p, b, h, i0);
-    load_query_stats(sh, p, b, bh, i0);
-    if (positional) load_diagonals(sh.diag, p, i0, j0);
-    if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
-    __syncthreads();
-    const bool uniform = positional && sh.diag[0] == sh.diag[kDiagonals - 1];
-    if (positional) {
-      if (uniform)
-        stage_uniform_terms(sh.query_term, sh.key_term, p, head_rows, i0, j0, sh.diag[0]);
-      else if (kStaged)
-        stage_positional<16>(staged, p, sh.diag, head_rows, i0, j0);
-      __syncthreads();
-    }
-
-    // Two passes so that only one 16 x 64 score block is live beside dK and dV at a time: P from S, then
-    // dV += P~^T dC, then dP~ and G = P (factor dP~ - D) / s (the same expressions as element_grad).
-    float s[8][4];
-    product_with_rows(k_fixed, warp * 16, q_tile, s);  // s[key][query] = K_j . Q_i
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e / 2, il = nt * 8 + 2 * q + (e & 1), i = i0 + il, j = j0 + local_key[r];
-        float prob = 0.0f;
-        if (i < L && j < L) {
-          const int c = positional ? sh.diag[il - local_key[r] + kTile - 1] : 0;
-          float x = kMasked;
-          if (key_kept[r] && sh.other_keep[il])
-            x = uniform   ? uniform_score(p, sh.query_term, sh.key_term, s[nt][e], il, local_key[r])
-                : kStaged ? staged_score(p, staged, sh.diag, s[nt][e], il, local_key[r])
-                          : disentangled_score(p, s[nt][e], head_rows, i, j, c);
-          prob = __expf(x - sh.other_max[il]) * sh.other_inverse[il];
-        }
-        s[nt][e] = prob;
-      }
-    }
-    {
-      float p_tilde[8][4];
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
-          p_tilde[nt][e] = s[nt][e] * dropout_factor(p, sh.keep[il * kKeepPitch + local_key[r]]);
-        }
-      }
-      accumulate_times_tile(p_tilde, dc_tile, dv);
-    }
-    {
-      float dp[8][4];
-      product_with_rows(v_fixed, warp * 16, dc_tile, dp);  // dp[key][query] = V_j . dC_i
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
-          const bool valid = i0 + il < L && j0 + local_key[r] < L && key_kept[r] && sh.other_keep[il];
-          const float factor = dropout_factor(p, sh.keep[il * kKeepPitch + local_key[r]]);
-          s[nt][e] = valid ? s[nt][e] * (factor * dp[nt][e] - sh.other_dot[il]) * p.inverse_scale : 0.0f;
-        }
-      }
-    }
-    accumulate_times_tile(s, q_tile, dk);
-
-    if (p.gp != nullptr) {
-      if (uniform) {
-        const int c = sh.diag[0];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float sum = 0.0f;
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) sum += s[nt][2 * r] + s[nt][2 * r + 1];
-          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-          sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-          const int j = j0 + local_key[r];
-          if (q == 0 && j < L) atomicAdd(p.gp + (head_rows + j) * p.window_pitch + c, sum);
-        }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
-            sh.grad[local_key[r] * kGradPitch + il] = s[nt][e];
-          }
-        }
-        __syncthreads();
-        const int t = static_cast<int>(threadIdx.x);
-        if (t < kTile && j0 + t < L) {
-          scatter_bucket_row(p.gp + (head_rows + j0 + t) * p.window_pitch, sh.grad + t * kGradPitch, 1,
-                             sh.diag, t, /*by_query=*/false, min(kTile, L - i0));
-        }
-      }
-    }
-  }
-
-  T* dk_out = static_cast<T*>(p.dk);
-  T* dv_out = static_cast<T*>(p.dv);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int j = j0 + local_key[r];
-    if (j >= L) continue;
-    const int64_t offset = (b * L + j) * p.features + h * kD;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      *reinterpret_cast<uint32_t*>(dk_out + offset + nt * 8 + 2 * q) =
-          pack2<T>(dk[nt][2 * r], dk[nt][2 * r + 1]);
-      *reinterpret_cast<uint32_t*>(dv_out + offset + nt * 8 + 2 * q) =
-          pack2<T>(dv[nt][2 * r], dv[nt][2 * r + 1]);
-    }
-  }
 }
 
 // One row of Gc (by query, over the keys of one tile, grad_row[col * stride]): the interior runs of equal
@@ -407,8 +113,8 @@ __device__ __forceinline__ void store_release(int* address, int value) {
   asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
 }
 
-// One kernel: one CTA per (b, h, 64 keys) loops over the query tiles: dK = G^T Q, dV = P~^T dC and Gp in
-// this CTA's registers and rows (as the keys kernel), and each tile's dQ part G K and Gc sums added into
+// One CTA per (b, h, 64 keys) loops over the query tiles: dK = G^T Q, dV = P~^T dC and Gp in this CTA's
+// registers and rows, and each tile's dQ part G K and Gc sums added into
 // dq_sum / Gc in key-tile order: the CTA of key tile t waits until the count of that query tile says t,
 // adds, and advances it; the last key tile writes dQ in T. CTAs take their (key tile, b, h) from a ticket
 // in launch order, so the tile a CTA waits for belongs to a CTA that started before it (forward progress
@@ -416,7 +122,8 @@ __device__ __forceinline__ void store_release(int* address, int value) {
 template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(FlashAttentionParams p) {
   // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), then the staged slices.
-  // (Q, dC double-buffered by cp.async took the L1 the spills and gathers hit: slower, 2026-12-06.)
+  // Q and dC are loaded each tile, not double-buffered by cp.async: 18 KiB more shared memory leaves no L1
+  // for the spills and gathers (measured slower).
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   const T* k_fixed = reinterpret_cast<const T*>(dynamic_shared);
   const T* v_fixed = k_fixed + kTile * kPitch;
@@ -457,9 +164,10 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
     dv[nt][0] = dv[nt][1] = dv[nt][2] = dv[nt][3] = 0.0f;
   }
 
+  // No barrier at the top of a tile: the previous tile's last one (before the release) comes after every
+  // read of its Q, dC and shared state.
   for (int query_tile = 0; query_tile < tiles; ++query_tile) {
     const int i0 = query_tile * kTile;
-    __syncthreads();
     load_tile(q_tile, static_cast<const T*>(p.q), p, b, h, i0);
     load_tile(dc_tile, static_cast<const T*>(p.dcontext), p, b, h, i0);
     load_query_stats(sh, p, b, bh, i0);
@@ -475,7 +183,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
       __syncthreads();
     }
 
-    // As the keys kernel: P, dV += P~^T dC, then dP~ and G, dK += G^T Q.
+    // Two passes so that only one 16 x 64 score block is live beside dK and dV at a time: P from S, then
+    // dV += P~^T dC, then dP~ and G = P (factor dP~ - D) / s, dK += G^T Q.
     float s[8][4];
     product_with_rows(k_fixed, warp * 16, q_tile, s);  // s[key][query] = K_j . Q_i
 #pragma unroll
@@ -566,10 +275,11 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
       if (p.gc != nullptr && i0 + t < L) {
         float* gc_row = p.gc + (head_rows + i0 + t) * p.window_pitch;
         if (uniform) {
-          float sum = 0.0f;
-          for (int key = 0; key < kTile; ++key) sum += sh.grad[key * kGradPitch + t];
+          float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four chains of additions, keys k = 4 m + chain
+#pragma unroll
+          for (int key = 0; key < kTile; ++key) sum[key % 4] += sh.grad[key * kGradPitch + t];
           gc_edges.first_bucket = sh.diag[0];
-          gc_edges.first_sum = sum;
+          gc_edges.first_sum = (sum[0] + sum[1]) + (sum[2] + sum[3]);
         } else {
           gc_edges = add_interior_runs(gc_row, sh.grad + t, kGradPitch, sh.diag, t, min(kTile, L - j0));
         }
@@ -647,33 +357,6 @@ void dispatch_half(DType dtype, const char* op, F&& f) {
   }
 }
 
-dim3 tile_grid(const FlashAttentionParams& p) {
-  return dim3(static_cast<unsigned>((p.length + kTile - 1) / kTile),
-              static_cast<unsigned>(p.batch * p.heads));
-}
-
-// One CTA per (tile, b*N + h): the staged variant (with its dynamic shared memory) where the host said the
-// slices cover every tile and a positional term is on, the gathering one otherwise.
-// fixed_bytes: the dynamic shared memory both variants take ahead of the slices.
-template <typename Kernel>
-void launch_tiles(Kernel gathering, Kernel staged, size_t fixed_bytes, const FlashAttentionParams& p,
-                  cudaStream_t stream) {
-  const bool use_staged = p.staged && (p.c2p != nullptr || p.p2c != nullptr);
-  Kernel kernel = use_staged ? staged : gathering;
-  const size_t bytes = fixed_bytes + (use_staged ? kStagedBytes : 0);
-  if (bytes > 0) {
-    ZT_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  }
-  kernel<<<tile_grid(p), kThreads, bytes, stream>>>(p);
-}
-
-// Temporary A/B switch: ZT_FLASH_BACKWARD_TWO_KERNELS=1 runs the rows + keys kernels.
-bool two_kernel_backward() {
-  const char* value = std::getenv("ZT_FLASH_BACKWARD_TWO_KERNELS");
-  return value != nullptr && value[0] == '1';
-}
-
 }  // namespace
 
 void launch_flash_attention_backward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
@@ -684,15 +367,6 @@ void launch_flash_attention_backward(const FlashAttentionParams& params, DType d
     flash_row_dot_kernel<T><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock),
                               kRowsPerBlock * 32, 0, stream>>>(params);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_row_dot");
-    if (two_kernel_backward()) {
-      launch_tiles(flash_attention_backward_rows_kernel<T, false>,
-                   flash_attention_backward_rows_kernel<T, true>, kFixedTileBytes, params, stream);
-      ZT_CUDA_CHECK_LAUNCH("flash_attention_backward_rows");
-      launch_tiles(flash_attention_backward_keys_kernel<T, false>,
-                   flash_attention_backward_keys_kernel<T, true>, kFixedTileBytes, params, stream);
-      ZT_CUDA_CHECK_LAUNCH("flash_attention_backward_keys");
-      return;
-    }
     // One CTA per (key tile, b, h), in ticket order (a 1-D grid of the same count).
     const bool use_staged = params.staged && (params.c2p != nullptr || params.p2c != nullptr);
     auto kernel =
@@ -700,8 +374,9 @@ void launch_flash_attention_backward(const FlashAttentionParams& params, DType d
     const size_t bytes = kFixedTileBytes + (use_staged ? kStagedBytes : 0);
     ZT_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    const dim3 grid = tile_grid(params);
-    kernel<<<grid.x * grid.y, kThreads, bytes, stream>>>(params);
+    const auto ctas =
+        static_cast<unsigned>((params.length + kTile - 1) / kTile * params.batch * params.heads);
+    kernel<<<ctas, kThreads, bytes, stream>>>(params);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_backward");
   });
 }
