@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The flash backward against a base tree in one call (device, repository root; outputs in $OUT):
-#   scripts/device/flash_backward_ab.sh BASE_TREE
+#   docs/bench/2026-12-06-h100-flash/backward/run.sh BASE_TREE (copied to the tree root's scripts/ or run by path)
 # builds zt_bench there and zt_bench, the flash GPU tests and bench_train_step here (in parallel), runs the
 # tests, the attention core per layer (zt_bench --only flash) at 4x2048, 1x8192, 16x512 and 40x128 with
 # base and here in turn, then one training step timing at 4 x 2048 here.
