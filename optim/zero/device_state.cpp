@@ -13,13 +13,15 @@ using namespace zero_views;  // NOLINT: the engine's buffer views
 DeviceState::DeviceState(const ZeroPlan& plan, const ZeroPartition& partition,
                          const ZeroEngineOptions& options, int r, const ArenaOptions& device,
                          MemoryKind param_kind)
-    : split(plan.split_master), offload(plan.offload_optimizer) {
+    : split(plan.split_master), offload(plan.offload_optimizer && plan.device_state_numel() == 0) {
   auto on_device = [&](MemoryCategory category) {
     ArenaOptions o = device;
     o.category = category;
     return o;
   };
   const int64_t shard = plan.shard;
+  // The master's and moments' elements here: the model (stage 0), the shard, or its part not offloaded.
+  const int64_t state_numel = plan.device_state_numel();
   // The compute copy: full (named, the model binds it) below stage 3, the rank's shard at stage 3 (on the
   // host with offload_param).
   if (plan.stage < 3) {
@@ -62,12 +64,12 @@ DeviceState::DeviceState(const ZeroPlan& plan, const ZeroPartition& partition,
     }
   } else if (plan.mixed() && !offload) {
     master_arena = std::make_unique<Arena>(
-        "master", plan.full_state() ? partition.layout(DType::f32) : flat_layout(shard, DType::f32),
+        "master", plan.full_state() ? partition.layout(DType::f32) : flat_layout(state_numel, DType::f32),
         on_device(MemoryCategory::master));
   }
   auto moments = [&](const char* name) {
     return std::make_unique<Arena>(
-        name, plan.full_state() ? partition.layout(DType::f32) : flat_layout(shard, DType::f32),
+        name, plan.full_state() ? partition.layout(DType::f32) : flat_layout(state_numel, DType::f32),
         on_device(MemoryCategory::optimizer));
   };
   if (!offload) {

@@ -2,7 +2,8 @@
 // backend), allocated as the plan says (ZeroPlan): the compute copy the model reads (full below stage 3, the
 // rank's shard at stage 3: on the host with offload_param, or in the parameter file with its disk tier), the
 // f32 master where it is not the compute copy (mixed precision, not offloaded), or the split master (the bf16
-// compute copy + low halves + rounding bits, optim/split_master.h), and Adam's m and v (not offloaded).
+// compute copy + low halves + rounding bits, optim/split_master.h), and Adam's m and v (not offloaded; with a
+// partial offload those of the shard's part kept on the device).
 #pragma once
 
 #include <cstdint>
@@ -36,8 +37,10 @@ struct DeviceState {
   gpu::SplitMaster whole_split_master() const;
 #endif
 
-  bool split = false;    // ZeroPlan::split_master
-  bool offload = false;  // ZeroPlan::offload_optimizer: master, m, v live in the host store
+  bool split = false;  // ZeroPlan::split_master
+  // The whole shard's master, m, v live in the host store (ZeroPlan::offload_optimizer, not partial); a
+  // partial offload keeps the part not offloaded here (ZeroPlan::device_state_numel elements).
+  bool offload = false;
   // master_arena is null where the master is the compute copy (f32) or offloaded or split; with offload
   // exp_avg and exp_avg_sq are null too; compute_copy is null with the parameter file.
   std::unique_ptr<Arena> compute_copy, master_arena, exp_avg, exp_avg_sq;

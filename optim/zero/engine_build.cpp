@@ -41,6 +41,22 @@ void check_options(const ZeroEngineOptions& options) {
            "stream_gradients needs ZeRO stage 2 or 3 with offload_optimizer (it streams the gradient shard "
            "to the host), got stage ",
            stage, offload.optimizer ? "" : " without offload");
+  ZT_CHECK(
+      offload.ratio > 0.0 && offload.ratio <= 1.0,
+      "offload_optimizer.ratio (the fraction of the optimizer state on the host) must be in (0, 1], got ",
+      offload.ratio);
+  if (offload.ratio < 1.0) {
+    // A partial offload runs the update inside step(), the device part on the device and the host part
+    // from host memory; what moves the whole update elsewhere is not built for it.
+    const char* unsupported = !offload.optimizer ? "it needs offload_optimizer at ZeRO stage 1, 2 or 3"
+                              : offload.param    ? "not with offload_param (the device part's AdamW writes "
+                                                   "the compute copy on the device)"
+                              : offload.delayed_update ? "not with the delayed update"
+                              : options.disk           ? "not with the disk tier (offload_optimizer nvme)"
+                              : offload.overlap_update ? "not with overlap_update (the update runs in step())"
+                                                       : nullptr;
+    ZT_CHECK(unsupported == nullptr, "offload_optimizer.ratio ", offload.ratio, ": ", unsupported);
+  }
   ZT_CHECK(options.gradient_memory == nullptr || stage == 0,
            "gradients on the activations are a stage-0 placement, asked at stage ", stage);
 }
@@ -69,7 +85,7 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
   std::optional<swap::SwappedStateOptions> disk_state;
   std::vector<HostBlockExtent> sub_group_extents;  // offload: the host store's blocks
   if (s.plan->offload_optimizer) {
-    sub_group_extents = offloaded_sub_groups(partition_, options.offload.sub_group_size);
+    sub_group_extents = offloaded_sub_groups(partition_, options.offload.sub_group_size, s.plan->host_shard);
     if (options.disk) disk_state = swapped_state_options(*options.disk, r, numel_of(sub_group_extents));
     s.host_charges = preflight_offload(partition_, options_, r, disk_state, sub_group_extents.size());
   }
@@ -98,13 +114,26 @@ ZeroEngine::ZeroEngine(const ParameterTable& table, const DebertaConfig& config,
 
   // Owned blocks: stage 0 updates whole units in full buffers; the others their slice.
   s.blocks = owned_blocks(partition_, s.plan->stage, r, s.plan->mixed() || s.plan->offload_optimizer);
+  if (s.plan->partial_offload()) {
+    SplitOwnedBlocks split = split_owned_blocks(s.blocks, s.plan->host_shard, s.plan->mixed());
+    s.host_blocks = std::move(split.host);
+    s.device_blocks = std::move(split.device);
+    if (r == 0) {
+      ZT_LOG(info)
+          << "partial optimizer offload: " << s.plan->host_shard << " of " << s.plan->shard
+          << " shard elements (ratio " << options.offload.ratio
+          << ") keep their master, m and v on the host; the rest on the device, both updated at once";
+    }
+  }
   if (s.plan->offload_optimizer)
     build_offloaded_optimizer(options, host_kind, std::move(disk_state), std::move(sub_group_extents));
   s.order = UnitOrder(partition_);
   build_streams(options);
-  if (!s.offloaded)
-    s.resident = make_resident_adamw(s.device, *s.plan, s.blocks, *s.device_state, *s.reducer, adamw_,
-                                     s.streams, s.order);
+  if (!s.offloaded || s.plan->partial_offload()) {
+    s.resident =
+        make_resident_adamw(s.device, *s.plan, s.plan->partial_offload() ? s.device_blocks : s.blocks,
+                            *s.device_state, *s.reducer, adamw_, s.streams, s.order);
+  }
   bind_handles(config);
 }
 
@@ -117,13 +146,13 @@ void ZeroEngine::build_offloaded_optimizer(const ZeroEngineOptions& options, Mem
   if (disk_state) {
     store = std::make_unique<SwappedHostOptimizerStore>(*disk_state, options.disk->io);
   } else {
-    store = std::make_unique<ResidentHostOptimizerStore>(sub_group_extents, s.plan->shard, host_kind);
+    store = std::make_unique<ResidentHostOptimizerStore>(sub_group_extents, s.plan->host_shard, host_kind);
   }
   auto copies = std::make_unique<OffloadCopies>(s.device, options.offload.pipelined, s.blocks.size());
   Impl* impl = impl_.get();
   s.offloaded = std::make_unique<OffloadedOptimizer>(
-      *s.plan, partition_, s.blocks, std::move(store), std::move(sub_group_extents), host_kind,
-      std::move(copies), adamw_,
+      *s.plan, partition_, s.plan->partial_offload() ? s.host_blocks : s.blocks, std::move(store),
+      std::move(sub_group_extents), host_kind, std::move(copies), adamw_,
       OffloadedOptimizer::Places{.compute_copy = s.device_state->compute_copy.get(),
                                  .param_file = s.device_state->param_file.get(),
                                  .device_gradients = s.reducer->gradients(),
@@ -134,7 +163,8 @@ void ZeroEngine::build_offloaded_optimizer(const ZeroEngineOptions& options, Mem
   const bool overlap_asked = options.offload.overlap_update;
   if (overlap_asked || (options.offload.overlap_update_where_it_applies && s.device == DeviceKind::cuda)) {
     // What the overlapped update does not cover runs the update inside step(), and says so when asked.
-    const char* why = s.plan->delayed      ? "the delayed update overlaps it already"
+    const char* why = s.plan->delayed             ? "the delayed update overlaps it already"
+                      : s.plan->partial_offload() ? "a partial offload updates in step()"
                       : world_size() > 1   ? "world size > 1 (the ranks' all-gathers follow the update)"
                       : options.disk       ? "the optimizer state is on disk"
                       : options.param_disk ? "the parameters are on disk"

@@ -64,6 +64,9 @@ struct ZeroEngine::Impl {
   std::unique_ptr<GradientReducer> reducer;     // the gradient buffer, the buckets, the reductions
   std::unique_ptr<ParameterGatherer> gatherer;  // stage 3
   std::vector<OwnedBlock> blocks;               // one per unit
+  // Partial offload (ZeroPlan::partial_offload): each block's part whose state is on the host (what the
+  // offloaded optimizer updates) and on the device (what the resident AdamW updates); empty otherwise.
+  std::vector<OwnedBlock> host_blocks, device_blocks;
   bool first_micro = true, last_micro = true;
   // The streams and events of overlap_comm, overlap_optimizer and the early norm (declared after the buffers
   // their queued work reads: its streams synchronize first).
@@ -71,7 +74,8 @@ struct ZeroEngine::Impl {
   // The optimizer offloaded to the host (null without offload.optimizer; after the buffers it reads and
   // writes, so that its threads and copies end first).
   std::unique_ptr<OffloadedOptimizer> offloaded;
-  std::unique_ptr<ResidentAdamW> resident;  // without offload: the update on the engine's device
+  // Without offload, or for a partial offload's device part: the update on the engine's device.
+  std::unique_ptr<ResidentAdamW> resident;
   // Stage 3 with overlap: the layer whose gradients are ready but whose reduction waits for the next
   // gather to be queued (acquire), so that the gather the compute stream waits for is not behind it.
   std::optional<size_t> deferred_reduction;

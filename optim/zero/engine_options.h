@@ -17,7 +17,15 @@ namespace zt::optim {
 // CPU offload (optim/zero/engine.h).
 struct ZeroOffload {
   bool optimizer = false;  // stages 1-3: master, m, v on the host, updated by the CPU AdamW
-  bool param = false;      // stage 3 with optimizer: the compute-copy shard on the host
+  // Partial offload (DeepSpeed's offload_optimizer.ratio), in (0, 1]: with `optimizer`, about this fraction
+  // of the rank's shard — its first H elements, H = ratio x shard rounded to a multiple of 32
+  // (offloaded_shard_numel in optim/zero/owned_blocks.h) — keeps its master, m and v on the host, updated by
+  // the CPU AdamW as above; the rest stays on the device, updated by the device's AdamW, queued before the
+  // CPU's work so that the two run at once. The same arithmetic on every element: bit for bit the result of
+  // no offload. 1: everything on the host. Below 1 not with param, the delayed update, the disk tier or
+  // overlap_update (refused), and the gradients are not streamed (the device part reads the shard).
+  double ratio = 1.0;
+  bool param = false;  // stage 3 with optimizer: the compute-copy shard on the host
   // GPU: the copies on two copy streams, overlapping the CPU update (optim/zero/offload_copies.h); false:
   // each copy waited for in turn (the reference the pipelined mode must equal bit for bit). The CPU backend
   // is always synchronous.

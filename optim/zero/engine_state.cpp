@@ -28,10 +28,40 @@ static int64_t piece_state_offset(const ZeroPartition& part, int stage, bool mix
   return master_is_full_compute ? flat : u.shard_begin + in_slice;
 }
 
+// Partial offload: an owned piece's elements [0, numel) cut at the shard's host part (ZeroPlan::host_shard):
+// [0, on_host) in the host store at shard offset `shard`, [on_host, numel) on the device at `device`, its
+// offset in the device buffer of `kind` (the f32 master is the compute copy, as without offload).
+struct PieceSplit {
+  int64_t shard = 0, on_host = 0, device = 0;
+};
+static PieceSplit split_piece(const ZeroPartition& part, const ZeroPlan& plan, int rank,
+                              const ZeroEngine::OwnedPiece& p, int kind) {
+  PieceSplit out;
+  out.shard = piece_state_offset(part, plan.stage, plan.mixed(), true, rank, p, kind);
+  out.on_host = std::clamp<int64_t>(plan.host_shard - out.shard, 0, p.numel);
+  const ZeroEngine::OwnedPiece rest{p.tensor, p.tensor_offset + out.on_host, p.numel - out.on_host};
+  const int64_t resident = piece_state_offset(part, plan.stage, plan.mixed(), false, rank, rest, kind);
+  const bool in_compute_copy = kind == 0 && !plan.mixed();
+  out.device = rest.numel == 0 ? 0 : in_compute_copy ? resident : resident - plan.host_shard;
+  return out;
+}
+
 void ZeroEngine::read_state(int kind, const OwnedPiece& piece, std::span<float> host) const {
   impl_->land_all();  // the state an overlapped update writes
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: read_state size mismatch");
+  if (s.plan->partial_offload()) {
+    const PieceSplit at = split_piece(partition_, *s.plan, rank(), piece, kind);
+    const auto on_host = static_cast<size_t>(at.on_host);
+    if (on_host > 0) {
+      impl_->offloaded->copy_state(partition_.unit_of_tensor(piece.tensor), kind, at.shard,
+                                   host.first(on_host), false);
+    }
+    if (at.on_host < piece.numel)
+      copy_tensor(view(s.device_state->state(kind), DType::f32, at.device, piece.numel - at.on_host),
+                  Tensor(host.data() + on_host, Shape{piece.numel - at.on_host}, DType::f32));
+    return;
+  }
   const int64_t offset = piece_state_offset(partition_, s.plan->stage, s.plan->mixed(),
                                             s.plan->offload_optimizer, rank(), piece, kind);
   if (s.plan->offload_optimizer) {
@@ -57,6 +87,19 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
   impl_->land_all();
   const Impl& s = *impl_;
   ZT_CHECK(static_cast<int64_t>(host.size()) == piece.numel, "ZeRO engine: write_state size mismatch");
+  if (s.plan->partial_offload()) {
+    const PieceSplit at = split_piece(partition_, *s.plan, rank(), piece, kind);
+    const auto on_host = static_cast<size_t>(at.on_host);
+    if (on_host > 0) {
+      impl_->offloaded->copy_state(partition_.unit_of_tensor(piece.tensor), kind, at.shard,
+                                   {const_cast<float*>(host.data()), on_host}, true);
+    }
+    if (at.on_host < piece.numel)
+      copy_tensor(
+          Tensor(const_cast<float*>(host.data()) + on_host, Shape{piece.numel - at.on_host}, DType::f32),
+          view(s.device_state->state(kind), DType::f32, at.device, piece.numel - at.on_host));
+    return;
+  }
   const int64_t offset = piece_state_offset(partition_, s.plan->stage, s.plan->mixed(),
                                             s.plan->offload_optimizer, rank(), piece, kind);
   if (s.plan->offload_optimizer) {
@@ -83,11 +126,12 @@ void ZeroEngine::write_state(int kind, const OwnedPiece& piece, std::span<const 
 void ZeroEngine::refresh_compute_copy() {
   Impl& s = *impl_;
   s.land_all();
-  if (s.plan->offload_optimizer) {
-    s.offloaded->refresh_parameters();
-  } else if (s.plan->mixed() &&
-             !s.device_state->split) {  // the split master's high halves are the compute copy already
-    for (const OwnedBlock& b : s.blocks)
+  if (s.plan->offload_optimizer) s.offloaded->refresh_parameters();
+  // The device's master into the compute copy: every block, or a partial offload's device parts. The split
+  // master's high halves are the compute copy already.
+  if ((!s.plan->offload_optimizer || s.plan->partial_offload()) && s.plan->mixed() &&
+      !s.device_state->split) {
+    for (const OwnedBlock& b : s.plan->partial_offload() ? s.device_blocks : s.blocks)
       kernels::copy(view(*s.device_state->master_arena, DType::f32, b.master, b.numel),
                     view(*s.device_state->compute_copy, s.plan->compute, b.compute, b.numel));
   }
@@ -155,7 +199,14 @@ void ZeroEngine::gather_full_master(const TensorSink& take) {
     } else {
       full = scratch_f32(unit_buffer, "consolidation buffer", unit.numel);
       Tensor mine;
-      if (s.plan->offload_optimizer) {  // the slice comes up from the host store first
+      if (s.plan->partial_offload()) {  // the host part comes up from the host store, beside the device's
+        mine = scratch_f32(master_upload, "consolidation upload", b.numel);
+        const OwnedBlock& host = s.host_blocks[u];
+        const OwnedBlock& device = s.device_blocks[u];
+        s.offloaded->read_master(host, mine.slice_rows(0, host.numel));
+        kernels::copy(view(s.device_state->master(), DType::f32, device.master, device.numel),
+                      mine.slice_rows(host.numel, b.numel));
+      } else if (s.plan->offload_optimizer) {  // the slice comes up from the host store first
         mine = scratch_f32(master_upload, "consolidation upload", b.numel);
         s.offloaded->read_master(b, mine);
       } else {

@@ -47,9 +47,13 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     } else {
       grad_scale = static_cast<float>(device_gradient_factor(coef, loss_scale, W));
     }
+    // Partial offload: the device part's AdamW first (on the GPU queued, running while the CPU updates the
+    // host part; it writes other elements than the host part's downloads and uploads read and write); the
+    // gradients are cleared once, after both.
+    if (s.resident) s.resident->update(lr, coef, loss_scale, /*clear_gradients=*/false);
     s.offloaded->update(lr, grad_scale, [&] { s.reducer->clear_after_step(); });
     if (s.offloaded->overlapped_update() || s.plan->delayed) return {norm, true};
-  } else if (s.resident->update(lr, coef, loss_scale)) {
+  } else if (s.resident->update(lr, coef, loss_scale, /*clear_gradients=*/true)) {
     return {norm, true};  // on the optimizer stream: nothing follows it (no all-gather at world size 1)
   }
   // 7. Stages 1/2: everyone's updated slices into everyone's compute copy.

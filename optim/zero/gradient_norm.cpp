@@ -96,7 +96,7 @@ void GradientNorm::average_over_ranks() const {
       for (float& x : host_span(grad)) x /= w;
     }
     if (offloaded_ != nullptr && offloaded_->downloaded(b.unit)) {
-      const Tensor host_grad = offloaded_->host_gradients(b);
+      const Tensor host_grad = offloaded_->host_gradients(b.unit);
       for (float& x : host_span(host_grad)) x /= w;
     }
   }
@@ -134,7 +134,7 @@ GradientSums GradientNorm::sums() const {
       // (step 5 checks that every unit's went down)
       if (cpu) {
         std::vector<Tensor> host_blocks;
-        for (const OwnedBlock& b : blocks_) host_blocks.push_back(offloaded_->host_gradients(b));
+        for (const OwnedBlock& b : blocks_) host_blocks.push_back(offloaded_->host_gradients(b.unit));
         local = sums_of_squares(host_blocks, true, non_finite);
       } else {
 #ifdef ZT_WITH_CUDA

@@ -80,14 +80,17 @@ OffloadedOptimizer::OffloadedOptimizer(const ZeroPlan& plan, const ZeroPartition
       copies_(std::move(copies)),
       downloaded_(blocks.size(), false) {
   const ArenaOptions host{.kind = host_kind, .category = MemoryCategory::other, .zero_fill = true};
-  host_gradients_ = std::make_unique<Arena>("offloaded gradients", flat_layout(plan.shard, DType::f32), host);
+  // The host part of the shard (all of it, or a partial offload's first host_shard elements).
+  host_gradients_ =
+      std::make_unique<Arena>("offloaded gradients", flat_layout(plan.host_shard, DType::f32), host);
   if (plan.delayed) {
     delayed_ = std::make_unique<DelayedUpdate>();
     delayed_->gradients_in_update = std::make_unique<Arena>("offloaded gradients (delayed update)",
-                                                            flat_layout(plan.shard, DType::f32), host);
+                                                            flat_layout(plan.host_shard, DType::f32), host);
   }
   if (plan.host_staging())
-    host_params_ = std::make_unique<Arena>("parameter staging", flat_layout(plan.shard, plan.compute), host);
+    host_params_ =
+        std::make_unique<Arena>("parameter staging", flat_layout(plan.host_shard, plan.compute), host);
 }
 
 OffloadedOptimizer::~OffloadedOptimizer() = default;
@@ -143,13 +146,13 @@ void OffloadedOptimizer::publish(const OwnedBlock& b) {
 // of backward (GPU); with a delayed update into the shard the update in flight does not read.
 void OffloadedOptimizer::download(size_t unit) {
   const OwnedBlock& b = blocks_[unit];
-  copies_->down(unit, view(*places_.device_gradients, DType::f32, b.grad, b.numel), host_gradients(b));
+  copies_->down(unit, view(*places_.device_gradients, DType::f32, b.grad, b.numel), host_gradients(unit));
   downloaded_[unit] = true;
 }
 
 void OffloadedOptimizer::download_and_zero(size_t unit, size_t slot, const Tensor& slice,
                                            const Tensor& bucket) {
-  copies_->down_and_zero(unit, slice, host_gradients(blocks_[unit]), bucket);
+  copies_->down_and_zero(unit, slice, host_gradients(unit), bucket);
   downloaded_[unit] = true;
   bucket_last_unit_[slot] = unit;
 }
@@ -159,7 +162,8 @@ void OffloadedOptimizer::current_stream_waits_for_bucket(size_t slot) {
     copies_->current_stream_waits_down(*previous);
 }
 
-Tensor OffloadedOptimizer::host_gradients(const OwnedBlock& b) const {
+Tensor OffloadedOptimizer::host_gradients(size_t unit) const {
+  const OwnedBlock& b = blocks_[unit];
   return view(*host_gradients_, DType::f32, b.master, b.numel);
 }
 

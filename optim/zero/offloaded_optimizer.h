@@ -65,6 +65,8 @@ class OffloadedOptimizer {
     const Arena* device_gradients = nullptr;
     std::function<void(size_t)> prefetch_after_update;
   };
+  // `blocks`: the owned blocks whose state is on the host (with a partial offload their host parts,
+  // split_owned_blocks), one per unit; the host buffers hold the shard's first plan.host_shard elements.
   OffloadedOptimizer(const ZeroPlan& plan, const ZeroPartition& partition, std::vector<OwnedBlock>& blocks,
                      std::unique_ptr<HostOptimizerStore> store, std::vector<HostBlockExtent> extents,
                      MemoryKind host_kind, std::unique_ptr<OffloadCopies> copies, AdamW& adamw,
@@ -83,7 +85,8 @@ class OffloadedOptimizer {
   void download(size_t unit);
   void download_and_zero(size_t unit, size_t slot, const Tensor& slice, const Tensor& bucket);
   void current_stream_waits_for_bucket(size_t slot);
-  Tensor host_gradients(const OwnedBlock& b) const;
+  // The host copy of unit `unit`'s gradients: its owned block's, or with a partial offload its host part's.
+  Tensor host_gradients(size_t unit) const;
   bool downloaded(size_t unit) const { return downloaded_[unit]; }
   // fp16 overflow: the step is skipped; the downloads end before the gradients are cleared.
   void drop_downloads();

@@ -1,6 +1,7 @@
 #include "optim/zero/owned_blocks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "runtime/check.h"
@@ -34,10 +35,48 @@ std::vector<OwnedBlock> owned_blocks(const ZeroPartition& partition, int stage, 
   return blocks;
 }
 
-std::vector<HostBlockExtent> offloaded_sub_groups(const ZeroPartition& partition, int64_t sub_group_size) {
+int64_t offloaded_shard_numel(int64_t shard, double ratio) {
+  ZT_CHECK(ratio > 0.0 && ratio <= 1.0,
+           "the offloaded fraction of the optimizer state must be in (0, 1], got ", ratio);
+  if (ratio >= 1.0) return shard;
+  const auto units_of_32 = std::llround(ratio * static_cast<double>(shard) / 32.0);
+  return std::clamp<int64_t>(units_of_32 * 32, std::min<int64_t>(32, shard), shard);
+}
+
+std::vector<HostBlockExtent> offloaded_sub_groups(const ZeroPartition& partition, int64_t sub_group_size,
+                                                  int64_t host_numel) {
   std::vector<HostBlockExtent> slices;
-  for (const ZeroUnit& unit : partition.units()) slices.push_back({unit.shard_begin, unit.slice_numel});
+  for (const ZeroUnit& unit : partition.units()) {
+    const int64_t on_host = std::clamp<int64_t>(host_numel - unit.shard_begin, 0, unit.slice_numel);
+    // An empty clip at the host part's end, inside the host buffers (it is never read).
+    slices.push_back({std::min(unit.shard_begin, host_numel), on_host});
+  }
   return cut_into_sub_groups(slices, sub_group_size);
+}
+
+SplitOwnedBlocks split_owned_blocks(const std::vector<OwnedBlock>& blocks, int64_t host_numel, bool mixed) {
+  SplitOwnedBlocks out;
+  for (const OwnedBlock& b : blocks) {
+    const int64_t on_host = std::clamp<int64_t>(host_numel - b.master, 0, b.numel);
+    OwnedBlock host = b;
+    host.numel = on_host;
+    host.ranges = ranges_within(b.ranges, 0, on_host);
+    if (on_host == 0) host.master = host.moments = std::min(b.master, host_numel);  // inside the host buffers
+    OwnedBlock device = b;
+    device.numel = b.numel - on_host;
+    device.flat += on_host;
+    device.grad += on_host;
+    device.compute += on_host;
+    // An empty device part (the unit lies in the host part) at element 0 of the device's buffers.
+    device.moments = device.numel == 0 ? 0 : b.moments + on_host - host_numel;
+    device.master = !mixed ? device.compute : device.numel == 0 ? 0 : b.master + on_host - host_numel;
+    device.ranges = ranges_within(b.ranges, on_host, device.numel);
+    ZT_CHECK(device.moments >= 0 && device.master >= 0, "ZeRO engine: unit ", b.unit,
+             "'s device part starts before the host part ends");
+    out.host.push_back(std::move(host));
+    out.device.push_back(std::move(device));
+  }
+  return out;
 }
 
 std::vector<SubGroup> owned_sub_groups(std::vector<OwnedBlock>& blocks,

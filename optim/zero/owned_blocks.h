@@ -43,9 +43,29 @@ struct SubGroup {
 std::vector<OwnedBlock> owned_blocks(const ZeroPartition& partition, int stage, int rank,
                                      bool separate_master);
 
+// Partial offload (ZeroOffload::ratio): the host part of a rank's shard is its first H elements, H = ratio x
+// shard rounded to the nearest multiple of 32 (the units' slices are multiples of 32, so the device part of a
+// unit split by H starts 128-byte aligned), at least 32 and at most the shard; ratio 1 gives the shard. A
+// prefix, because the shard's offsets then stay the host buffers' offsets (the host arenas are H long) and
+// the device buffers' are shifted by -H (S - H long); every rank cuts its own shard (the same S) alike.
+int64_t offloaded_shard_numel(int64_t shard, double ratio);
+
 // The offloaded state's sub-groups (store blocks) in shard elements: each unit's slice, at its shard offset,
-// cut by sub_group_size. The owned blocks of stages 1-3 are these slices.
-std::vector<HostBlockExtent> offloaded_sub_groups(const ZeroPartition& partition, int64_t sub_group_size);
+// clipped to the shard's first `host_numel` elements (offloaded_shard_numel; an empty clip keeps one empty
+// block) and cut by sub_group_size. With the whole shard offloaded the owned blocks of stages 1-3 are these
+// slices.
+std::vector<HostBlockExtent> offloaded_sub_groups(const ZeroPartition& partition, int64_t sub_group_size,
+                                                  int64_t host_numel);
+
+// Partial offload: each owned block (stages 1-3) cut at shard element `host_numel` into the part whose state
+// lives on the host (`host`: the block's first elements, the same offsets; empty past host_numel) and the
+// part on the device (`device`: the rest, its master and moments at shard offset - host_numel in the device's
+// buffers of S - host_numel elements, or in f32 the compute copy itself as without offload). Both one block
+// per unit, in unit order.
+struct SplitOwnedBlocks {
+  std::vector<OwnedBlock> host, device;
+};
+SplitOwnedBlocks split_owned_blocks(const std::vector<OwnedBlock>& blocks, int64_t host_numel, bool mixed);
 
 // Sets each block's [first_sub_group, end_sub_group) and returns the sub-groups, block by block, checking
 // that `extents` (offloaded_sub_groups) cut exactly the blocks' elements. An empty block keeps one empty

@@ -31,7 +31,7 @@ class HostAdamW final : public ResidentAdamW {
  public:
   explicit HostAdamW(ResidentParts parts) : p_(parts) {}
 
-  bool update(double lr, double coef, double) override {
+  bool update(double lr, double coef, double, bool clear_gradients) override {
     if (coef < 1.0)
       for (const OwnedBlock& b : p_.blocks)
         scale_in_place(host_span(p_.reducer.block_gradients(b)), static_cast<float>(coef));
@@ -42,7 +42,7 @@ class HostAdamW final : public ResidentAdamW {
                        host_span(view(*p_.state.exp_avg_sq, DType::f32, b.moments, b.numel))},
                       b.ranges, lr);
     }
-    p_.reducer.clear_after_step();
+    if (clear_gradients) p_.reducer.clear_after_step();
     return false;
   }
 
@@ -55,7 +55,7 @@ class DeviceAdamW final : public ResidentAdamW {
  public:
   explicit DeviceAdamW(ResidentParts parts) : p_(parts) {}
 
-  bool update(double lr, double coef, double loss_scale) override {
+  bool update(double lr, double coef, double loss_scale, bool clear_gradients) override {
     const DeviceState& st = p_.state;
     const double factor = device_gradient_factor(coef, loss_scale, p_.plan.world_size);
     const AdamWStepScalars scalars = adamw_step_scalars(p_.adamw.hyper(), lr, p_.adamw.step_count());
@@ -82,7 +82,7 @@ class DeviceAdamW final : public ResidentAdamW {
       if (overlapped) p_.streams.record_unit_updated(u);
     }
     if (overlapped) return true;  // no stage 1, no all-gather after it with overlap_optimizer
-    if (p_.plan.stage == 1) p_.reducer.clear_after_step();
+    if (p_.plan.stage == 1 && clear_gradients) p_.reducer.clear_after_step();
     return false;
   }
 

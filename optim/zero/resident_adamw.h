@@ -27,10 +27,13 @@ class ResidentAdamW {
   virtual ~ResidentAdamW() = default;
   // The step's update (after AdamW::begin_step) with clip coefficient `coef` (1: none); true while the
   // update is still in flight on the optimizer stream (nothing may follow it in this step).
-  virtual bool update(double lr, double coef, double loss_scale) = 0;
+  // clear_gradients false: the gradients the next window accumulates into are left for the caller to clear
+  // (a partial offload, whose host part's downloads may still read them).
+  virtual bool update(double lr, double coef, double loss_scale, bool clear_gradients) = 0;
 };
 
-// The strategy for `device`. Every reference must outlive it.
+// The strategy for `device`, updating `blocks` (every owned block, or a partial offload's device parts).
+// Every reference must outlive it.
 std::unique_ptr<ResidentAdamW> make_resident_adamw(DeviceKind device, const ZeroPlan& plan,
                                                    const std::vector<OwnedBlock>& blocks,
                                                    const DeviceState& state, GradientReducer& reducer,

@@ -12,22 +12,24 @@ ZeroPlan::ZeroPlan(const ZeroPartition& partition, int stage_, DType compute_, c
   offload_optimizer = offload.optimizer && stage >= 1;
   offload_param = offload_optimizer && offload.param && stage == 3;
   delayed = offload_optimizer && offload.delayed_update;
-  streamed_gradients = offload_optimizer && offload.stream_gradients && stage >= 2;
+  psi = partition.total_numel();
+  shard = partition.shard_numel();
+  host_shard = offload_optimizer ? offloaded_shard_numel(shard, offload.ratio) : 0;
+  // A partial offload keeps the gradient shard on the device, where its device part is updated.
+  streamed_gradients = offload_optimizer && offload.stream_gradients && stage >= 2 && !partial_offload();
   direct_gradients = stage >= 2 && world_size == 1 && !streamed_gradients;
   split_master = split_master_;
   compute_copy = stage < 3                        ? ComputeCopyPlace::device_full
                  : !offload_param                 ? ComputeCopyPlace::device_shard
                  : offload.param_disk_buffers > 0 ? ComputeCopyPlace::disk_shard
                                                   : ComputeCopyPlace::host_shard;
-  psi = partition.total_numel();
-  shard = partition.shard_numel();
   sizes.embeddings = partition.units().front().numel;
   sizes.shared = partition.units().back().numel;
   sizes.largest_layer = partition.largest_layer_unit();
   sizes.largest_slice = optim::largest_slice(partition);
   sizes.unit_slices = optim::unit_slices(partition);
   if (offload_optimizer && offload.disk_buffers > 0)
-    sizes.sub_group_numel = numel_of(offloaded_sub_groups(partition, offload.sub_group_size));
+    sizes.sub_group_numel = numel_of(offloaded_sub_groups(partition, offload.sub_group_size, host_shard));
 }
 
 ZeroStateBytes ZeroPlan::bytes(const std::function<size_t(size_t)>& held_by_allocator) const {
@@ -55,10 +57,13 @@ ZeroStateBytes ZeroPlan::bytes(const std::function<size_t(size_t)>& held_by_allo
   if (buckets()) b.buffers += bucket_set(4);
   if (gather_buffers()) b.buffers += bucket_set(t);
   if (offload_optimizer) {
-    b.master = 0;
-    b.optimizer = 0;
-    b.host_optimizer = 3 * part * 4;  // a separate master even in f32: the device copy stays the model's
-    if (offload.disk_buffers > 0) {   // the disk tier: buffers of one sub-group each (master | m | v)
+    // The device keeps the state of the shard's part not offloaded (partial offload), the host the rest.
+    const auto on_device = static_cast<size_t>(device_state_numel());
+    const auto on_host = static_cast<size_t>(host_shard);
+    b.master = mixed() && on_device > 0 ? held(on_device * 4) : 0;
+    b.optimizer = on_device > 0 ? 2 * held(on_device * 4) : 0;
+    b.host_optimizer = 3 * on_host * 4;  // a separate master even in f32: the device copy stays the model's
+    if (offload.disk_buffers > 0) {      // the disk tier: buffers of one sub-group each (master | m | v)
       const swap::SwappedStateOptions disk{.directory = "",
                                            .rank = 0,
                                            .block_numel = sizes.sub_group_numel,
@@ -66,8 +71,8 @@ ZeroStateBytes ZeroPlan::bytes(const std::function<size_t(size_t)>& held_by_allo
       b.host_optimizer = swap::SwappedStateStore::buffer_bytes_for(disk);
       b.disk_file = swap::SwappedStateStore::file_bytes_for(disk);
     }
-    b.host_gradients = (delayed ? 2 : 1) * part * 4;  // delayed: one shard per update
-    b.host_parameters = part * t;
+    b.host_gradients = (delayed ? 2 : 1) * on_host * 4;  // delayed: one shard per update
+    b.host_parameters = on_host * t;
     if (offload_param && delayed) b.host_parameters += part * t;  // + staging
     if (offload_param) b.host_offloaded_parameters = part * t;
     if (compute_copy == ComputeCopyPlace::disk_shard) {  // the shard's buffers, not it

@@ -16,10 +16,12 @@
 //                        model (world 1, not streamed)
 //   gather buffers (t)   stage 3                                        the same shapes
 //   parameter upload     offload_param at world size > 1                the largest unit slice
-//   host: master, m, v   offload (disk tier: its buffers)               3 S x 4
-//   host: gradients      offload (two shards with a delayed update)     S x 4
-//   host: staging        offload, unless offload_param writes its       S t
+//   host: master, m, v   offload (disk tier: its buffers)               3 H x 4
+//   host: gradients      offload (two shards with a delayed update)     H x 4
+//   host: staging        offload, unless offload_param writes its       H t
 //                        shard in place (no delayed update)
+// H = the offloaded part of the shard: S, or with a partial offload (ZeroOffload::ratio < 1) about ratio x S
+// (offloaded_shard_numel), whose complement S - H keeps its master (mixed precision) and m, v on the device.
 #pragma once
 
 #include <cstddef>
@@ -74,6 +76,9 @@ struct ZeroPlan {
   bool streamed_gradients;  // stages 2/3 with offload: no device gradient shard, slices down from buckets
   bool direct_gradients;    // stages 2/3 at world size 1 (not streamed): backward writes the shard itself
   bool split_master;        // stage 0 bf16 on the GPU: the master as compute copy + low halves + bits
+  // Elements of the shard whose optimizer state lives on the host: its first host_shard (offload: S, or
+  // ratio x S for a partial offload; 0 without offload). The rest's is on the device.
+  int64_t host_shard = 0;
   ComputeCopyPlace compute_copy;
   int64_t psi, shard;  // elements: the padded model, the rank's shard
   // What bytes() sizes besides: the buckets' and gather buffers' units, the upload buffer, the records of
@@ -86,10 +91,15 @@ struct ZeroPlan {
   } sizes;
 
   bool mixed() const { return compute != DType::f32; }  // the master is a buffer of its own
-  bool full_gradients() const { return stage <= 1; }    // the gradient buffer is the whole model
-  bool full_state() const { return stage == 0; }        // master and moments are whole-model buffers
-  // An f32 master of its own on the device (mixed, not offloaded, not split).
-  bool master_buffer() const { return !split_master && mixed() && !offload_optimizer; }
+  // Part of the state on the host, part on the device (ZeroOffload::ratio < 1).
+  bool partial_offload() const { return offload_optimizer && host_shard < shard; }
+  // Elements of the master (mixed) and moments on the device: the whole model at stage 0, else the shard's
+  // part not offloaded.
+  int64_t device_state_numel() const { return full_state() ? psi : shard - host_shard; }
+  bool full_gradients() const { return stage <= 1; }  // the gradient buffer is the whole model
+  bool full_state() const { return stage == 0; }      // master and moments are whole-model buffers
+  // An f32 master of its own on the device (mixed, not split, not all offloaded).
+  bool master_buffer() const { return !split_master && mixed() && device_state_numel() > 0; }
   bool buckets() const { return stage >= 2 && !direct_gradients; }  // the gradient buckets
   bool gather_buffers() const { return stage == 3; }                // the gathered parameters
   // offload_param at world > 1: one unit slice uploaded to gather from.

@@ -12,6 +12,7 @@
 #include "optim/zero/engine.h"
 #include "optim/zero/host_optimizer_store.h"
 #include "optim/zero/memory_estimate.h"
+#include "optim/zero/owned_blocks.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
 #include "tests/optim/zero_offload_harness.h"
@@ -73,6 +74,83 @@ TEST(ZeroOffload, StateBytesMoveMasterAndMomentsToTheHost) {
       EXPECT_EQ(streamed.host_total(), kept.host_total());
     }
   }
+}
+
+// A partial offload (ZeroOffload::ratio) keeps the state of the shard's first H elements on the host and the
+// rest's on the device: the device's master (mixed) and m, v shrink to S - H, the host's buffers are H long,
+// and the device keeps its gradient shard (not streamed: the device part reads it).
+TEST(ZeroOffload, PartialOffloadSplitsTheStateBytes) {
+  const ParameterTable table(tiny_config());
+  for (int world : {1, 2, 4}) {
+    const ZeroPartition part(table, world);
+    const int64_t S = part.shard_numel();
+    for (const double ratio : {0.1, 0.5, 0.9}) {
+      const auto H = static_cast<size_t>(offloaded_shard_numel(S, ratio));
+      ASSERT_EQ(H % 32, 0u);
+      EXPECT_LT(H, static_cast<size_t>(S));
+      EXPECT_NEAR(static_cast<double>(H), ratio * static_cast<double>(S), 16.0);
+      const auto D = static_cast<size_t>(S) - H;
+      for (int stage = 1; stage <= 3; ++stage) {
+        const ZeroStateBytes plain = zero_state_bytes(part, stage, DType::bf16);
+        ZeroOffload offload{.optimizer = true, .stream_gradients = true};
+        offload.ratio = ratio;
+        const ZeroStateBytes partial = zero_state_bytes(part, stage, DType::bf16, offload);
+        EXPECT_EQ(partial.master, 4 * D);
+        EXPECT_EQ(partial.optimizer, 8 * D);
+        EXPECT_EQ(partial.gradients, plain.gradients) << "stage " << stage;  // not streamed
+        EXPECT_EQ(partial.compute_copy, plain.compute_copy);
+        EXPECT_EQ(partial.host_optimizer, 12 * H);
+        EXPECT_EQ(partial.host_gradients, 4 * H);
+        EXPECT_EQ(partial.host_parameters, 2 * H);
+        // f32: the compute copy is the device part's master.
+        EXPECT_EQ(zero_state_bytes(part, stage, DType::f32, offload).master, 0u);
+      }
+    }
+    EXPECT_EQ(offloaded_shard_numel(S, 1.0), S);
+    EXPECT_EQ(offloaded_shard_numel(S, 1e-9), 32);  // never an empty host part
+  }
+  EXPECT_THROW(offloaded_shard_numel(1024, 0.0), Error);
+  EXPECT_THROW(offloaded_shard_numel(1024, 1.5), Error);
+}
+
+// split_owned_blocks: the host parts are the shard's prefix with the blocks' own offsets, the device parts
+// the rest at shard offset - H in the device's buffers; together they cover each block once.
+TEST(ZeroOffload, PartialOffloadSplitsTheOwnedBlocksAtOneShardElement) {
+  const ParameterTable table(tiny_config());
+  const ZeroPartition part(table, 2);
+  const std::vector<OwnedBlock> blocks = owned_blocks(part, 2, 1, true);
+  const int64_t H = offloaded_shard_numel(part.shard_numel(), 0.5);
+  const SplitOwnedBlocks split = split_owned_blocks(blocks, H, /*mixed=*/true);
+  ASSERT_EQ(split.host.size(), blocks.size());
+  int64_t on_host = 0, on_device = 0, cut_units = 0;
+  for (size_t u = 0; u < blocks.size(); ++u) {
+    const OwnedBlock &b = blocks[u], &h = split.host[u], &d = split.device[u];
+    EXPECT_EQ(h.numel + d.numel, b.numel);
+    if (h.numel > 0) {
+      EXPECT_EQ(h.master, b.master);
+    }
+    EXPECT_LE(h.master + h.numel, H);  // inside the host buffers, even when empty
+    if (d.numel > 0) {
+      EXPECT_EQ(d.master, b.master + h.numel - H);
+      EXPECT_EQ(d.moments, d.master);
+      EXPECT_EQ(d.grad, b.grad + h.numel);
+      EXPECT_EQ(d.compute, b.compute + h.numel);
+    }
+    if (h.numel > 0 && d.numel > 0) ++cut_units;
+    int64_t ranged = 0, block_ranged = 0;
+    for (const TensorRange& r : h.ranges) ranged += r.numel;
+    for (const TensorRange& r : d.ranges) ranged += r.numel;
+    for (const TensorRange& r : b.ranges) block_ranged += r.numel;
+    EXPECT_EQ(ranged, block_ranged) << "unit " << u;
+    on_host += h.numel;
+    on_device += d.numel;
+  }
+  EXPECT_EQ(on_host, H);
+  EXPECT_EQ(on_device, part.shard_numel() - H);
+  EXPECT_EQ(cut_units, 1);  // the prefix ends inside one unit
+  // f32: the device part's master is the compute copy.
+  const SplitOwnedBlocks f32 = split_owned_blocks(blocks, H, /*mixed=*/false);
+  for (const OwnedBlock& d : f32.device) EXPECT_EQ(d.master, d.compute);
 }
 
 // Each DeepSpeed section's pin_memory pins its own buffers: offload_param's the stage-3 parameter shard (or
@@ -200,6 +278,62 @@ TEST(ZeroOffload, EngineStepEqualsTheNonOffloadedStep) {
   // The comparison can fail: fewer steps give other weights.
   EXPECT_NE(testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 2, {}, 4),
             testing::train_with_synthetic_gradients(DeviceKind::cpu, DType::f32, 2, {.optimizer = true}, 3));
+}
+
+// A partial offload at ratios 0.1-0.9 (the host part's AdamW on the host store, the device part's on the
+// engine's buffers, the gradients of the host part downloaded, its values uploaded) equals no offload bit
+// for bit at worlds 1-4 and stages 1-3; with sub-groups that cut the host part anywhere too. The ratio 1 is
+// the full offload.
+TEST(ZeroOffload, PartialOffloadEqualsNoOffloadBitForBit) {
+  for (int world = 1; world <= 4; ++world) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      const std::vector<float> plain = testing::train_ranks_with_synthetic_gradients(world, stage, {}, 3);
+      ASSERT_FALSE(plain.empty());
+      for (const double ratio : {0.1, 0.25, 0.5, 0.75, 0.9, 1.0}) {
+        ZeroOffload offload{.optimizer = true};
+        offload.ratio = ratio;
+        EXPECT_EQ(plain, testing::train_ranks_with_synthetic_gradients(world, stage, offload, 3))
+            << "world " << world << " stage " << stage << " ratio " << ratio;
+      }
+      ZeroOffload sub_grouped{.optimizer = true, .sub_group_size = 7};
+      sub_grouped.ratio = 0.5;
+      EXPECT_EQ(plain, testing::train_ranks_with_synthetic_gradients(world, stage, sub_grouped, 3))
+          << "world " << world << " stage " << stage << " ratio 0.5, sub_group_size 7";
+    }
+  }
+  // The comparison can fail: one step fewer gives other weights.
+  ZeroOffload half{.optimizer = true};
+  half.ratio = 0.5;
+  EXPECT_NE(testing::train_ranks_with_synthetic_gradients(2, 2, {}, 3),
+            testing::train_ranks_with_synthetic_gradients(2, 2, half, 2));
+}
+
+// The state read out per owned piece (a checkpoint) is the same whatever the ratio: a run checkpointed at one
+// ratio resumes at another, with the whole state on the host or none of it, and ends on the bits of the run
+// that never stopped.
+TEST(ZeroOffload, PartialOffloadStateResumesAtAnyRatio) {
+  const ZeroOffload none{};
+  ZeroOffload quarter{.optimizer = true}, three_quarters{.optimizer = true}, full{.optimizer = true};
+  quarter.ratio = 0.25;
+  three_quarters.ratio = 0.75;
+  struct Resume {
+    ZeroOffload from, to;
+    const char* what;
+  };
+  const Resume resumes[] = {{quarter, three_quarters, "0.25 -> 0.75"},
+                            {three_quarters, none, "0.75 -> no offload"},
+                            {none, quarter, "no offload -> 0.25"},
+                            {quarter, full, "0.25 -> 1"},
+                            {full, three_quarters, "1 -> 0.75"}};
+  for (int world = 1; world <= 4; ++world) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      const std::vector<float> straight = testing::train_ranks_with_synthetic_gradients(world, stage, {}, 4);
+      for (const Resume& r : resumes) {
+        EXPECT_EQ(straight, testing::train_ranks_with_synthetic_gradients(world, stage, r.from, 4, r.to, 2))
+            << "world " << world << " stage " << stage << " " << r.what;
+      }
+    }
+  }
 }
 
 // overlap_update: the exact CPU update on a host thread in the forward's unit order, each unit landed when
@@ -357,6 +491,36 @@ TEST(ZeroOffload, BadPlansAreRefusedBeforeAllocation) {
             std::string::npos);
   EXPECT_NE(
       engine_error({.stage = 3, .offload = {.param = true}}).find("offload_param needs offload_optimizer"),
+      std::string::npos);
+
+  // offload_optimizer.ratio: in (0, 1], and below 1 only where the update runs inside step() with the
+  // state in host memory.
+  auto with_ratio = [](ZeroEngineOptions options, double ratio) {
+    options.offload.ratio = ratio;
+    return options;
+  };
+  EXPECT_EQ(engine_error(with_ratio({.stage = 1, .offload = {.optimizer = true}}, 0.3)), "");
+  for (const double bad : {0.0, -0.5, 1.5}) {
+    EXPECT_NE(
+        engine_error(with_ratio({.stage = 2, .offload = {.optimizer = true}}, bad)).find("must be in (0, 1]"),
+        std::string::npos)
+        << bad;
+  }
+  EXPECT_NE(engine_error(with_ratio({.stage = 0}, 0.5)).find("needs offload_optimizer"), std::string::npos);
+  EXPECT_NE(engine_error(with_ratio({.stage = 3, .offload = {.optimizer = true, .param = true}}, 0.5))
+                .find("not with offload_param"),
+            std::string::npos);
+  EXPECT_NE(
+      engine_error(with_ratio({.stage = 2, .offload = {.optimizer = true, .delayed_update = true}}, 0.5))
+          .find("not with the delayed update"),
+      std::string::npos);
+  EXPECT_NE(
+      engine_error(with_ratio({.stage = 2, .offload = {.optimizer = true, .overlap_update = true}}, 0.5))
+          .find("not with overlap_update"),
+      std::string::npos);
+  EXPECT_NE(
+      engine_error(with_ratio({.stage = 2, .offload = {.optimizer = true}, .disk = ZeroDiskTier{}}, 0.5))
+          .find("not with the disk tier"),
       std::string::npos);
 
   // A host that cannot hold the plan (the preflight runs before the constructor's first arena): the error

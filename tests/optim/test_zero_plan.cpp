@@ -128,7 +128,8 @@ TEST(OwnedBlocks, SubGroupsTileEachBlockAndKeepItsRanges) {
   const ZeroPartition part(tiny_table(), 2);
   std::vector<OwnedBlock> blocks = owned_blocks(part, 2, 1, true);
   const int64_t sub_group_size = 100;
-  const std::vector<SubGroup> subs = owned_sub_groups(blocks, offloaded_sub_groups(part, sub_group_size));
+  const std::vector<SubGroup> subs =
+      owned_sub_groups(blocks, offloaded_sub_groups(part, sub_group_size, part.shard_numel()));
   size_t next = 0;
   for (const OwnedBlock& b : blocks) {
     EXPECT_EQ(b.first_sub_group, next);
@@ -151,7 +152,7 @@ TEST(OwnedBlocks, SubGroupsTileEachBlockAndKeepItsRanges) {
   EXPECT_EQ(next, subs.size());
   EXPECT_GT(subs.size(), blocks.size());  // the size cut some blocks
   // Extents that are not the blocks' slices are refused.
-  std::vector<HostBlockExtent> shifted = offloaded_sub_groups(part, sub_group_size);
+  std::vector<HostBlockExtent> shifted = offloaded_sub_groups(part, sub_group_size, part.shard_numel());
   shifted[1].offset += 1;
   std::vector<OwnedBlock> again = owned_blocks(part, 2, 1, true);
   EXPECT_THROW(owned_sub_groups(again, shifted), Error);

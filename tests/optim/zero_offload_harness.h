@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cmath>
+#include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "model/config.h"
@@ -14,6 +16,7 @@
 #include "optim/zero/engine.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "tests/support/rank_threads.h"
 
 namespace zt::optim::testing {
 
@@ -121,6 +124,78 @@ inline std::vector<float> train_with_synthetic_gradients(DeviceKind device, DTyp
   }
   Arena out("final master", table.layout(DType::f32), {.zero_fill = true});
   engine.gather_full_master(&out);
+  const Tensor flat = out.flat(DType::f32);
+  return {flat.data_as<float>(), flat.data_as<float>() + flat.numel()};
+}
+
+// One rank's checkpointed state: master, m and v of each owned piece (owned_pieces order), the AdamW step.
+struct RankState {
+  std::vector<std::vector<float>> kinds[3];
+  int64_t step_count = 0;
+};
+
+inline RankState read_rank_state(const ZeroEngine& engine) {
+  RankState out;
+  for (const ZeroEngine::OwnedPiece& piece : engine.owned_pieces()) {
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<float> values(static_cast<size_t>(piece.numel));
+      engine.read_state(kind, piece, values);
+      out.kinds[kind].push_back(std::move(values));
+    }
+  }
+  out.step_count = engine.adamw().step_count();
+  return out;
+}
+
+// Collective (refresh_compute_copy). The engine must own the pieces `state` was read from (same world and
+// stage: the same owned_pieces).
+inline void write_rank_state(ZeroEngine& engine, const RankState& state) {
+  const std::vector<ZeroEngine::OwnedPiece> pieces = engine.owned_pieces();
+  for (size_t i = 0; i < pieces.size(); ++i)
+    for (int kind = 0; kind < 3; ++kind) engine.write_state(kind, pieces[i], state.kinds[kind][i]);
+  engine.adamw().set_step_count(state.step_count);
+  engine.refresh_compute_copy();
+}
+
+// World-`world` CPU training with synthetic gradients (f32; max_grad_norm small enough to clip): `steps`
+// steps with `offload`; with `resumed` the state after `resume_after` steps is read out (as a checkpoint
+// does: read_state per owned piece), a new engine with the offload `resumed` is built, the state written into
+// it, and the remaining steps run there. Returns the gathered fp32 master.
+inline std::vector<float> train_ranks_with_synthetic_gradients(int world, int stage, ZeroOffload offload,
+                                                               int steps,
+                                                               std::optional<ZeroOffload> resumed = {},
+                                                               int resume_after = 0) {
+  const DebertaConfig config = offload_tiny_config();
+  const ParameterTable table(config);
+  const Arena init = synthetic_initial_parameters(table);
+  auto comms = make_in_process_group(world);
+  Arena out("final master", table.layout(DType::f32), {.zero_fill = true});
+  auto make_engine = [&](Communicator& comm, const ZeroOffload& o) {
+    ZeroEngineOptions options;
+    options.stage = stage;
+    options.device = DeviceKind::cpu;
+    options.compute = DType::f32;
+    options.max_grad_norm = 0.5;
+    options.offload = o;
+    options.ranks_sharing_host = world;
+    return std::make_unique<ZeroEngine>(table, config, comm, options);
+  };
+  const std::vector<std::string> errors = zt::test::run_ranks(comms, [&](Communicator& comm) {
+    std::unique_ptr<ZeroEngine> engine = make_engine(comm, offload);
+    engine->load_full_parameters(init);
+    LossScaler scaler = LossScaler::disabled();
+    for (int step = 0; step < steps; ++step) {
+      if (resumed && step == resume_after) {
+        const RankState state = read_rank_state(*engine);
+        engine.reset();
+        engine = make_engine(comm, *resumed);
+        write_rank_state(*engine, state);
+      }
+      synthetic_step(*engine, config, step, 1.0, scaler);
+    }
+    engine->gather_full_master(comm.rank() == 0 ? &out : nullptr);
+  });
+  zt::test::expect_all_succeeded(errors);
   const Tensor flat = out.flat(DType::f32);
   return {flat.data_as<float>(), flat.data_as<float>() + flat.numel()};
 }
