@@ -39,6 +39,7 @@ ZeroOffload zero_offload(const TrainConfig& config) {
   const bool optimizer = config.zero.offload_optimizer.enabled;
   const NvmeOffloadSettings& nvme = config.zero.offload_optimizer.nvme;
   return {.optimizer = optimizer,
+          .ratio = config.zero.offload_optimizer.ratio,
           .param = config.zero.offload_param.enabled,
           .pipelined = true,
           .delayed_update = config.offload_delayed_update,
@@ -47,7 +48,9 @@ ZeroOffload zero_offload(const TrainConfig& config) {
                                     ? static_cast<int>(config.zero.offload_param.nvme.buffer_count)
                                     : 0,
           .sub_group_size = config.zero.sub_group_size,
-          .stream_gradients = optimizer && config.zero.stage >= 2 && config.gradient_accumulation_steps == 1,
+          .stream_gradients = optimizer && config.zero.stage >= 2 &&
+                              config.gradient_accumulation_steps == 1 &&
+                              config.zero.offload_optimizer.ratio >= 1.0,
           .overlap_update = config.offload_overlap_update,
           .overlap_update_where_it_applies = optimizer && !config.no_offload_overlap_update};
 }

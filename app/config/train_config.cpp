@@ -201,6 +201,7 @@ void TrainConfig::resolve_impl(const json* ds, std::string_view source, const Re
   resolve_precision(context);
   resolve_zero(context);
   resolve_disk_tier(context);
+  resolve_offload_ratio();
   ZT_CHECK(!(offload_overlap_update && no_offload_overlap_update),
            "--offload_overlap_update and --no_offload_overlap_update contradict each other: give one");
   ZT_CHECK(
@@ -230,9 +231,38 @@ void TrainConfig::resolve_impl(const json* ds, std::string_view source, const Re
 // ---------------------------------------------------------------------------------------------------------
 // describe()
 
+// --offload_ratio into zero_optimization.offload_optimizer.ratio, and a partial offload's conditions: the
+// state in host memory (cpu) at stages 1-3, the update inside step() (optim/zero/engine_options.h).
+void TrainConfig::resolve_offload_ratio() {
+  OffloadSettings& optimizer = zero.offload_optimizer;
+  const std::string key = "zero_optimization.offload_optimizer.ratio";
+  if (offload_ratio > 0.0) {
+    ZT_CHECK(origin_of(key) != Origin::json || optimizer.ratio == offload_ratio, "--offload_ratio ",
+             offload_ratio, " contradicts ", key, " ", optimizer.ratio, " in the DeepSpeed config: give one");
+    optimizer.ratio = offload_ratio;
+  }
+  if (optimizer.ratio >= 1.0) return;
+  const double r = optimizer.ratio;
+  ZT_CHECK(
+      optimizer.enabled && zero.stage >= 1, "offload_optimizer.ratio ", r,
+      " (a partial optimizer offload) needs zero_optimization.offload_optimizer.device cpu at ZeRO stage "
+      "1, 2 or 3; got device ",
+      optimizer.enabled ? "cpu" : "none", " at stage ", zero.stage);
+  ZT_CHECK(!optimizer.nvme.enabled, "offload_optimizer.ratio ", r,
+           ": a partial offload keeps its host part in host memory; device nvme (the disk tier) is not built "
+           "for it");
+  ZT_CHECK(!zero.offload_param.enabled, "offload_optimizer.ratio ", r,
+           ": not with offload_param (the device part's AdamW writes the parameters on the device)");
+  ZT_CHECK(!offload_delayed_update, "offload_optimizer.ratio ", r,
+           ": not with --offload_delayed_update (a partial offload updates both parts inside the step)");
+  ZT_CHECK(!offload_overlap_update, "offload_optimizer.ratio ", r,
+           ": not with --offload_overlap_update (a partial offload updates both parts inside the step)");
+}
+
 bool TrainConfig::offload_overlap_update_applies() const {
-  return zero.offload_optimizer.enabled && !zero.offload_optimizer.nvme.enabled &&
-         !zero.offload_param.nvme.enabled && !offload_delayed_update && world_size == 1;
+  return zero.offload_optimizer.enabled && zero.offload_optimizer.ratio >= 1.0 &&
+         !zero.offload_optimizer.nvme.enabled && !zero.offload_param.nvme.enabled &&
+         !offload_delayed_update && world_size == 1;
 }
 
 std::string TrainConfig::describe() const {

@@ -113,6 +113,9 @@ struct NvmeOffloadSettings {
 struct OffloadSettings {
   bool enabled = false;  // device "cpu"
   bool pin_memory = false;
+  // offload_optimizer.ratio (or --offload_ratio): the fraction of the optimizer state kept and updated on
+  // the host, in (0, 1] (ZeroOffload::ratio: a partial offload below 1, device cpu, stages 1-3).
+  double ratio = 1.0;
   NvmeOffloadSettings nvme;
 };
 
@@ -216,6 +219,8 @@ struct TrainConfig {
   // --offload_delayed_update: ZeRO-Offload's delayed parameter update (one step stale; needs
   // zero_optimization.offload_optimizer.device cpu).
   bool offload_delayed_update = false;
+  // --offload_ratio R: zero_optimization.offload_optimizer.ratio (0: not given; the JSON's, or 1).
+  double offload_ratio = 0;
   // --offload_overlap_update: the exact CPU update overlapping the next forward (ZeroOffload::overlap_update;
   // needs offload_optimizer cpu, world size 1, no delayed update, the state not on disk). Without either flag
   // it is on for GPU runs where those hold (ZeroOffload::overlap_update_where_it_applies);
@@ -287,8 +292,8 @@ struct TrainConfig {
   LrSchedule hf_schedule() const;
 
   // Whether the overlapped CPU update can run, the device aside (resolved): the optimizer offloaded to host
-  // memory, world size 1, no delayed update, nothing on disk. --offload_overlap_update needs it; without
-  // either flag the overlap is on where it holds on a GPU.
+  // memory (all of it: not a partial offload), world size 1, no delayed update, nothing on disk.
+  // --offload_overlap_update needs it; without either flag the overlap is on where it holds on a GPU.
   bool offload_overlap_update_applies() const;
 
   std::map<std::string, Origin, std::less<>> origins;            // key -> where its value came from
@@ -296,6 +301,7 @@ struct TrainConfig {
 
  private:
   void resolve_impl(const nlohmann::json* ds, std::string_view source, const ResolveInputs& inputs);
+  void resolve_offload_ratio();
 };
 
 inline constexpr int kMaxWorldSize = 64;                             // --world_size's upper bound

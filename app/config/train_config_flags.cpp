@@ -221,6 +221,16 @@ const std::vector<FlagSpec>& flag_table() {
        "which then use parameters one update old (ZeRO-Offload's delayed parameter update)",
        [](C& c, F, V) { c.offload_delayed_update = true; },
        [](const C& c) { return show_bool(c.offload_delayed_update); }},
+      {"offload_ratio", "R",
+       "with CPU optimizer offload: keep and update this fraction (0 < R <= 1) of each rank's optimizer "
+       "state on the host and the rest on the device, both updates at once (exact; "
+       "zero_optimization.offload_optimizer.ratio)",
+       [](C& c, F f, V v) {
+         c.offload_ratio = zt::parse_number_flag(f, v, 0.0);
+         ZT_CHECK(c.offload_ratio > 0.0 && c.offload_ratio <= 1.0, "--", f,
+                  " must be in (0, 1] (the fraction of the optimizer state on the host), got ", v);
+       },
+       [](const C& c) { return zt::str(c.offload_ratio); }},
       {"offload_overlap_update", "",
        "with CPU optimizer offload: run each step's (exact) CPU update on a host thread while the next "
        "forward starts, which waits for each layer's update before it uses that layer (world size 1)",

@@ -7,8 +7,11 @@
 //   nvme_path, buffer_count, pipeline_*, buffer_size, max_in_cpu: the disk tier's keys
 //                (app/config/train_config_aio.cpp, Note [Disk tier keys])
 //   fast_init    false accepted; true refused (not implemented)
-//   ratio        (offload_optimizer; DeepSpeed's partial "Twin-Flow" offload at stage 3) 1 honoured; < 1
-//                refused: the whole shard is offloaded or none of it
+//   ratio        (offload_optimizer; DeepSpeed's partial "Twin-Flow" offload) honoured at stages 1-3 with
+//                device cpu: that fraction of each rank's shard keeps its optimizer state on the host, the
+//                rest on the device (ZeroOffload::ratio, exact); --offload_ratio sets it too. In (0, 1];
+//                below 1 not with device nvme, offload_param, --offload_delayed_update or
+//                --offload_overlap_update (TrainConfig::resolve says why)
 // Stage rules: offload_optimizer needs stage 1-3, offload_param needs stage 3 and offload_optimizer.
 #include "app/config/train_config_sections.h"
 
@@ -68,9 +71,10 @@ void resolve_offload(ResolveContext& context, JsonSection& zero_section, std::st
   }
   if (key == "offload_optimizer") {
     if (const JsonValue<double> v = section->number("ratio"); v.given()) {
-      ZT_CHECK(v.value == 1.0, context.where(), v.path, " ", v.value,
-               ": partial optimizer offload is not supported (the whole shard is offloaded); set 1 or remove "
-               "it");
+      ZT_CHECK(v.value > 0.0 && v.value <= 1.0, context.where(), v.path, " ", v.value,
+               ": the fraction of the optimizer state kept on the host must be in (0, 1]");
+      settings.ratio = v.value;
+      set_json_origin(c, v.path, v.path);
     }
   }
   if (key == "offload_param" && settings.enabled) {
@@ -88,6 +92,12 @@ void describe_offload(const TrainConfig& c, DescribeWriter& out, std::string_vie
   if (c.origin_of(prefix + "pin_memory") == Origin::json || settings.enabled) {
     out.line(prefix + "pin_memory", show_bool(settings.pin_memory),
              settings.enabled ? std::string_view{} : "none; nothing is offloaded");
+  }
+  if (key == "offload_optimizer" && (settings.ratio < 1.0 || c.origin_of(prefix + "ratio") == Origin::json)) {
+    out.line(prefix + "ratio", str(settings.ratio),
+             settings.ratio < 1.0 ? "partial: that fraction of each rank's optimizer state on the host, the "
+                                    "rest on the device"
+                                  : "");
   }
   describe_nvme_offload(c, out, key, settings.nvme);
 }

@@ -24,6 +24,62 @@ std::string zero_json(const std::string& keys) {
   return R"({"zero_optimization": {)" + keys + "}}";
 }
 
+// offload_optimizer.ratio (or --offload_ratio): a partial optimizer offload at stages 1-3 with device cpu,
+// handed to the engine (ZeroOffload::ratio); outside (0, 1], or with what it is not built for, an error that
+// says why.
+TEST(TrainConfigZero, OffloadRatioIsAPartialOffload) {
+  for (const int stage : {1, 2, 3}) {
+    const TrainConfig c = resolved(
+        {},
+        zero_json(str(R"("stage": )", stage, R"(, "offload_optimizer": {"device": "cpu", "ratio": 0.3})")));
+    EXPECT_EQ(c.zero.offload_optimizer.ratio, 0.3);
+    EXPECT_EQ(zero_offload(c).ratio, 0.3);
+    EXPECT_FALSE(zero_offload(c).stream_gradients) << "the device part reads the gradient shard";
+    EXPECT_FALSE(c.offload_overlap_update_applies());
+    EXPECT_NE(line_of(c.describe(), "zero_optimization.offload_optimizer.ratio").find("partial"),
+              std::string::npos);
+  }
+  const std::string cpu2 = zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu"})");
+  EXPECT_EQ(zero_offload(resolved({"--offload_ratio", "0.25"}, cpu2)).ratio, 0.25);
+  EXPECT_EQ(zero_offload(resolved({}, cpu2)).ratio, 1.0);
+  EXPECT_TRUE(zero_offload(resolved({}, cpu2)).stream_gradients);
+  // The flag agrees with the JSON or is refused.
+  const std::string json_half =
+      zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5})");
+  EXPECT_EQ(resolved({"--offload_ratio", "0.5"}, json_half).zero.offload_optimizer.ratio, 0.5);
+  EXPECT_ERROR_HAS(resolved({"--offload_ratio", "0.25"}, json_half), "--offload_ratio 0.25 contradicts");
+  for (const char* bad : {"0", "1.5"}) {
+    EXPECT_ERROR_HAS(resolved({"--offload_ratio", bad}, cpu2), "--offload_ratio must be in (0, 1]");
+  }
+  EXPECT_ERROR_HAS(resolved({"--offload_ratio", "-0.1"}, cpu2), "--offload_ratio must be at least 0");
+  for (const char* bad : {"0", "1.5"}) {
+    EXPECT_ERROR_HAS(
+        resolved({},
+                 zero_json(str(R"("stage": 2, "offload_optimizer": {"device": "cpu", "ratio": )", bad, "}"))),
+        "zero_optimization.offload_optimizer.ratio", "must be in (0, 1]");
+  }
+  // Where it does not run.
+  EXPECT_ERROR_HAS(resolved({"--offload_ratio", "0.5"}, zero_json(R"("stage": 0)")),
+                   "needs zero_optimization.offload_optimizer.device cpu at ZeRO stage 1, 2 or 3",
+                   "device none at stage 0");
+  EXPECT_ERROR_HAS(resolved({"--offload_ratio", "0.5"}, zero_json(R"("stage": 2)")),
+                   "device none at stage 2");
+  EXPECT_ERROR_HAS(
+      resolved(
+          {"--offload_ratio", "0.5"},
+          zero_json(
+              R"("stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"})")),
+      "not with offload_param");
+  EXPECT_ERROR_HAS(
+      resolved({"--offload_ratio", "0.5"},
+               zero_json(R"("stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"})")),
+      "device nvme (the disk tier) is not built for it");
+  EXPECT_ERROR_HAS(resolved({"--offload_ratio", "0.5", "--offload_delayed_update"}, cpu2),
+                   "not with --offload_delayed_update");
+  EXPECT_ERROR_HAS(resolved({"--offload_ratio", "0.5", "--offload_overlap_update"}, cpu2),
+                   "not with --offload_overlap_update");
+}
+
 TEST(TrainConfigZero, StageMustBeZeroToThree) {
   for (const int stage : {0, 1, 2, 3}) {
     EXPECT_EQ(resolved({}, zero_json(str(R"("stage": )", stage))).zero.stage, stage);
@@ -65,9 +121,6 @@ TEST(TrainConfigZero, OffloadKeysAreHonouredOrRefusedWithTheReason) {
   EXPECT_ERROR_HAS(
       resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu", "fast_init": true})")),
       "zero_optimization.offload_optimizer.fast_init true", "not implemented");
-  EXPECT_ERROR_HAS(
-      resolved({}, zero_json(R"("stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.3})")),
-      "zero_optimization.offload_optimizer.ratio 0.3", "partial optimizer offload is not supported");
   // The disk tier's keys with device cpu change nothing, and describe() says so
   // (app/config/train_config_aio.cpp).
   EXPECT_NE(line_of(resolved({}, zero_json(R"("stage": 2, "offload_optimizer": {"device": "cpu", "nvme_path":
