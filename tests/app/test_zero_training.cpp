@@ -194,6 +194,41 @@ TEST_P(ZeroOffloadTraining, EqualsTheSameStageWithoutOffloadBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Worlds, ZeroOffloadTraining, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
+// A partial optimizer offload (offload_optimizer.ratio): the state of each rank's first ratio x shard
+// elements on the host, the rest on the device, both updated in the step — equal to no offload bit for bit
+// at worlds 1-4 and stages 1-3 with real forwards, clipping and accumulation, and without accumulation (where
+// a full offload streams the gradients, a partial one keeps the shard). The whole grid of ratios 0.1-0.9 is
+// tests/optim/test_zero_offload.cpp's (the engine with synthetic gradients); here the ends and the middle.
+class PartialOffloadTraining : public ::testing::TestWithParam<int> {};
+
+TEST_P(PartialOffloadTraining, EqualsTheSameStageWithoutOffloadBitForBit) {
+  const int world = GetParam();
+  for (int stage = 1; stage <= 3; ++stage) {
+    const RunSpec base{.stage = stage, .world = world, .accumulation = 2, .steps = 4, .max_grad_norm = 0.01};
+    const RunResult plain = run(base);
+    ASSERT_EQ(plain.losses.size(), 4u);
+    for (const double ratio : {0.1, 0.5, 0.9}) {
+      RunSpec partial = base;
+      partial.offload_optimizer = true;
+      partial.offload_ratio = ratio;
+      EXPECT_TRUE(bitwise_equal(plain, run(partial)))
+          << "stage " << stage << " world " << world << " ratio " << ratio;
+    }
+    if (stage >= 2) {
+      RunSpec single = base;
+      single.accumulation = 1;
+      RunSpec partial = single;
+      partial.offload_optimizer = true;
+      partial.offload_ratio = 0.25;
+      EXPECT_TRUE(bitwise_equal(run(single), run(partial)))
+          << "stage " << stage << " world " << world << " ratio 0.25, one micro-batch a step";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, PartialOffloadTraining, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
 // The disk tier (offload_optimizer device nvme, issue 15): training with the optimizer state in swap files
 // equals training without offload bit for bit, at worlds 1 and 2 and stages 1-3, under a --host_memory_limit
 // that the resident CPU offload exceeds (so every shard goes through the disk: one buffer per rank, fewer
@@ -496,6 +531,33 @@ TEST(ZeroOffloadTrainingCheckpoint, OffloadedStateSavesAndResumes) {
                            .offload_optimizer = true,
                            .offload_param = true},
                           "offloaded stage-2 checkpoint resumed offloaded at stage 3, world 3");
+  std::filesystem::remove_all(dir);
+}
+
+// A checkpoint written with a partial offload holds the same state as any other (each owned piece read from
+// the host store and the device's buffers): resumed at another ratio, with the whole state on the host or
+// none of it, the run continues the curve of the run that never stopped bit for bit (same world and stage);
+// and a checkpoint without offload resumes at a ratio.
+TEST(ZeroOffloadTrainingCheckpoint, PartialOffloadResumesAtAnyRatioBitForBit) {
+  const std::string dir = temp_dir("partial_resume");
+  const RunResult straight = run({.stage = 2, .world = 2, .accumulation = 3, .steps = 8});
+  RunSpec crashed = crashing_after_checkpoint(dir);
+  crashed.offload_optimizer = true;
+  crashed.offload_ratio = 0.25;
+  run(crashed);
+  RunSpec resumed{.stage = 2, .world = 2, .accumulation = 3, .steps = 8};
+  EXPECT_TRUE(resumes_bitwise(straight, crashed, resumed)) << "ratio 0.25 resumed without offload";
+  resumed.offload_optimizer = true;
+  resumed.offload_ratio = 0.75;
+  EXPECT_TRUE(resumes_bitwise(straight, crashed, resumed)) << "ratio 0.25 resumed at 0.75";
+  resumed.offload_ratio = 1.0;
+  EXPECT_TRUE(resumes_bitwise(straight, crashed, resumed)) << "ratio 0.25 resumed with full offload";
+  std::filesystem::remove_all(dir);
+
+  RunSpec plain_crashed = crashing_after_checkpoint(dir);
+  run(plain_crashed);
+  resumed.offload_ratio = 0.5;
+  EXPECT_TRUE(resumes_bitwise(straight, plain_crashed, resumed)) << "no offload resumed at 0.5";
   std::filesystem::remove_all(dir);
 }
 

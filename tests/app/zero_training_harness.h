@@ -63,6 +63,7 @@ struct RunSpec {
   bool overlap_comm = false;  // zero_optimization.overlap_comm (GPU, world > 1: reductions on a comm stream)
   bool overlap_optimizer = false;       // --overlap_optimizer (GPU: the AdamW on its own stream)
   bool gradient_checkpointing = false;  // --gradient_checkpointing
+  double offload_ratio = 1.0;           // zero_optimization.offload_optimizer.ratio (partial offload)
 };
 
 inline TrainConfig config_for(const RunSpec& r) {
@@ -93,6 +94,7 @@ inline TrainConfig config_for(const RunSpec& r) {
   config.zero.overlap_comm = r.overlap_comm;
   config.zero.offload_optimizer.enabled = r.offload_optimizer;
   config.zero.offload_param.enabled = r.offload_param;
+  config.zero.offload_optimizer.ratio = r.offload_ratio;
   config.max_grad_norm = r.max_grad_norm;
   config.offload_delayed_update = r.delayed_update;
   config.offload_overlap_update = r.overlap_update;
@@ -143,6 +145,10 @@ inline RunResult run(const RunSpec& spec) {
   return out;
 }
 
+// `crashed` (already run) stopped after its checkpoint at step crashed.crash_after; `resumed` resumes from it
+// at the same world size and stage and must continue `straight`'s curve bit for bit.
+inline bool resumes_bitwise(const RunResult& straight, const RunSpec& crashed, RunSpec resumed);
+
 inline bool bitwise_equal(const RunResult& a, const RunResult& b) {
   return a.losses == b.losses && a.grad_norms == b.grad_norms && a.weights.size() == b.weights.size() &&
          std::memcmp(a.weights.data(), b.weights.data(), a.weights.size() * sizeof(float)) == 0;
@@ -171,6 +177,16 @@ inline void expect_resume_continues(const RunResult& straight, const RunSpec& cr
                        {straight.grad_norms.begin() + done, straight.grad_norms.end()},
                        straight.weights};
   expect_close(after, tail, what);
+}
+
+inline bool resumes_bitwise(const RunResult& straight, const RunSpec& crashed, RunSpec resumed) {
+  resumed.resume = resolve_checkpoint_path(crashed.output_dir);
+  const RunResult after = run(resumed);
+  const auto done = static_cast<std::ptrdiff_t>(crashed.crash_after);
+  const RunResult tail{{straight.losses.begin() + done, straight.losses.end()},
+                       {straight.grad_norms.begin() + done, straight.grad_norms.end()},
+                       straight.weights};
+  return bitwise_equal(after, tail);
 }
 
 // The model file at `path` (a run's model.h5, a consolidated checkpoint) holds exactly `run`'s final weights
