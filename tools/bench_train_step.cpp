@@ -15,7 +15,9 @@
 // ZT_PROFILE=1) a per-segment device-time table of the timed steps goes to stderr (with CPU offload it has
 // the offload's segments: optimizer.grad_norm, optimizer.offload_download_wait, optimizer.offload_cpu_adamw,
 // optimizer.offload_delayed_land). CPU offload: --offload optimizer (stages 1-3) or both (stage 3: the
-// parameter shard too), --pin_memory for page-locked host buffers, --delayed_update for ZeRO-Offload's
+// parameter shard too), --offload_ratio R for a partial offload (that fraction of the optimizer state on the
+// host, the rest updated on the device at the same time), --pin_memory for page-locked host buffers,
+// --delayed_update for ZeRO-Offload's
 // one-step-stale update; the exact update overlapping the next forward is on where it applies (as in
 // train_mrpc), --overlap_update asks for it (an error where it cannot run), --no_overlap_update turns it off
 // (the JSON's overlap_update says what ran). --nvme_path DIR
@@ -104,9 +106,10 @@ struct Options {
   std::string offload = "none";   // none | optimizer | both
   bool pin_memory = false;
   bool delayed_update = false;
-  bool overlap_update = false;          // --offload_overlap_update (asked: refused where it cannot run)
-  bool no_overlap_update = false;       // --no_offload_overlap_update (it is on by default where it applies)
-  bool overlap_optimizer = false;       // --overlap_optimizer
+  double offload_ratio = 1.0;      // offload_optimizer.ratio: the fraction of the state on the host (partial)
+  bool overlap_update = false;     // --offload_overlap_update (asked: refused where it cannot run)
+  bool no_overlap_update = false;  // --no_offload_overlap_update (it is on by default where it applies)
+  bool overlap_optimizer = false;  // --overlap_optimizer
   bool gradient_checkpointing = false;  // --gradient_checkpointing: each layer recomputed in the backward
   std::string attention = "auto";       // --attention auto|stored|flash (DebertaConfig::attention_kernel)
   bool back_to_back = false;  // timed steps without a device sync between them: step_ms = window / steps
@@ -182,6 +185,11 @@ const auto kFlags = std::to_array<zt::Flag<Options>>({
      [](Options& o, F, V) { o.pin_memory = true; }, nullptr},
     {"delayed_update", "", "ZeRO-Offload's one-step-stale update",
      [](Options& o, F, V) { o.delayed_update = true; }, nullptr},
+    {"offload_ratio", "R",
+     "with --offload optimizer: the fraction (0 < R <= 1) of the optimizer state kept and updated on the "
+     "host, the rest on the device (offload_optimizer.ratio)",
+     [](Options& o, F f, V v) { o.offload_ratio = zt::parse_number_flag(f, v, 0.0); },
+     [](const Options& o) { return zt::str(o.offload_ratio); }},
     {"overlap_update", "",
      "ask for the exact update overlapping the next forward (an error where it cannot run)",
      [](Options& o, F, V) { o.overlap_update = true; }, nullptr},
@@ -236,6 +244,9 @@ Options parse(int argc, char** argv) {
   ZT_CHECK(!o.nvme_param || (o.offload == "both" && !o.nvme_path.empty() && o.zero_stage == 3),
            "--nvme_param puts the stage-3 parameter shard on disk: it needs --zero_stage 3, --offload both "
            "and --nvme_path DIR");
+  ZT_CHECK(o.offload_ratio == 1.0 || o.offload != "none",
+           "--offload_ratio keeps part of the offloaded optimizer state on the device: it needs --offload "
+           "optimizer");
   ZT_CHECK(o.nvme_param_buffers >= 1, "--nvme_param_buffers must be at least 1, got ", o.nvme_param_buffers);
   return o;
 }
@@ -289,6 +300,7 @@ nlohmann::json deepspeed_zero_json(const Options& o) {
       {"stage", o.zero_stage}, {"overlap_comm", o.overlap_comm}, {"sub_group_size", o.sub_group_size}};
   if (o.offload != "none") {
     zero["offload_optimizer"] = {{"device", device}, {"pin_memory", o.pin_memory}};
+    if (o.offload_ratio != 1.0) zero["offload_optimizer"]["ratio"] = o.offload_ratio;
     if (!o.nvme_path.empty()) {
       zero["offload_optimizer"].update({{"nvme_path", o.nvme_path},
                                         {"buffer_count", o.nvme_buffers},
@@ -453,6 +465,7 @@ int run(int argc, char** argv) {
       {"offload", o.offload},
       {"pin_memory", o.pin_memory},
       {"delayed_update", o.delayed_update},
+      {"offload_ratio", o.offload_ratio},
       {"overlap_update", trainer.overlaps_offloaded_update()},  // as the engine decided (on where it applies)
       {"overlap_optimizer", o.overlap_optimizer},
       {"gradient_checkpointing", o.gradient_checkpointing},

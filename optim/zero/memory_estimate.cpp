@@ -211,7 +211,7 @@ std::string describe_memory_estimates(const DebertaConfig& model, int run_stage,
   out << "memory per rank (" << dtype_name(compute) << ", world size " << world_size << ", batch "
       << max_batch << " x " << max_length << "; device columns, then host with CPU offload):\n";
   char line[320];
-  std::snprintf(line, sizeof line, "  %-18s %11s %11s %11s %11s %11s %11s %11s %11s\n", "stage", "params",
+  std::snprintf(line, sizeof line, "  %-22s %11s %11s %11s %11s %11s %11s %11s %11s\n", "stage", "params",
                 "grads", "master", "adam m,v", "buffers", "activations", "device", "host");
   out << line;
   struct Row {
@@ -240,14 +240,19 @@ std::string describe_memory_estimates(const DebertaConfig& model, int run_stage,
                       {3, offload_at_stage(both, 3), "3 +offload both"}};
   std::vector<Row> all(std::begin(rows), std::end(rows));
   if (run_offload.disk_buffers > 0 || param_disk) all.push_back(disk_row);
+  // A partial offload's row for the run: (1 - ratio) of the state on the device, ratio on the host.
+  const std::string partial_label = str(run_stage, " +offload ", run_offload.ratio);
+  if (run_offload.optimizer && run_offload.ratio < 1.0 && run_stage >= 1)
+    all.push_back({run_stage, offload_at_stage(run_offload, run_stage), partial_label.c_str()});
   for (const Row& row : all) {
     const MemoryEstimate e = estimate_memory(model, row.stage, world_size, compute, max_batch, max_length,
                                              row.offload, device, micro_batches_per_step);
     const bool is_run = row.stage == run_stage && row.offload.optimizer == run_offload.optimizer &&
+                        (!row.offload.optimizer || row.offload.ratio == run_offload.ratio) &&
                         row.offload.param == run_offload.param &&
                         row.offload.disk_buffers == run_offload.disk_buffers &&
                         row.offload.param_disk_buffers == run_offload.param_disk_buffers;
-    std::snprintf(line, sizeof line, "  %-18s %11s %11s %11s %11s %11s %11s %11s %11s\n",
+    std::snprintf(line, sizeof line, "  %-22s %11s %11s %11s %11s %11s %11s %11s %11s\n",
                   (std::string(row.label) + (is_run ? " (run)" : "")).c_str(),
                   format_memory_size(e.state.compute_copy).c_str(),
                   format_memory_size(e.state.gradients).c_str(), format_memory_size(e.state.master).c_str(),

@@ -72,7 +72,8 @@ std::string fitting_settings_hint(const DebertaConfig& model, int stage, int wor
                                   ZeroOffload offload = {}, int64_t micro_batches_per_step = 1);
 
 // A table per rank, columns by category (device) and host: one row per stage 0-3, then stages 1-3 with the
-// optimizer offloaded and stage 3 with parameters offloaded too; the run's row marked.
+// optimizer offloaded and stage 3 with parameters offloaded too (and the run's partial offload, ratio < 1:
+// 1 - ratio of the optimizer state on the device, ratio on the host); the run's row marked.
 std::string describe_memory_estimates(const DebertaConfig& model, int run_stage, int world_size,
                                       DType compute, int64_t max_batch, int64_t max_length,
                                       ZeroOffload run_offload = {}, bool device = true,

@@ -218,6 +218,17 @@ TEST(ZeroOffload, EstimatorReportsDeviceAndHostSeparately) {
   EXPECT_NE(table.find("3 +offload both (run)"), std::string::npos) << table;
   EXPECT_EQ(table.find("2 +offload opt (run)"), std::string::npos) << table;
   EXPECT_NE(table.find("host"), std::string::npos) << table;
+  // A partial offload: between no offload and the full one on both sides, its own row marked as the run's.
+  ZeroOffload partial{.optimizer = true};
+  partial.ratio = 0.5;
+  const MemoryEstimate half = estimate_memory(model, 2, 2, DType::bf16, 4, 16, partial);
+  EXPECT_LT(half.total(), plain.total());
+  EXPECT_GT(half.total(), off.total());
+  EXPECT_GT(half.host(), 0u);
+  EXPECT_LT(half.host(), off.host());
+  const std::string partial_table = describe_memory_estimates(model, 2, 2, DType::bf16, 4, 16, partial);
+  EXPECT_NE(partial_table.find("2 +offload 0.5 (run)"), std::string::npos) << partial_table;
+  EXPECT_EQ(partial_table.find("2 +offload opt (run)"), std::string::npos) << partial_table;
 }
 
 // The engine alone (synthetic gradients, clipping active): offloaded equals not offloaded, bit for bit, at
