@@ -240,6 +240,8 @@ void TrainConfig::resolve_offload_ratio() {
     ZT_CHECK(origin_of(key) != Origin::json || optimizer.ratio == offload_ratio, "--offload_ratio ",
              offload_ratio, " contradicts ", key, " ", optimizer.ratio, " in the DeepSpeed config: give one");
     optimizer.ratio = offload_ratio;
+    origins[key] = Origin::flag;
+    origin_notes[key] = "--offload_ratio";
   }
   if (optimizer.ratio >= 1.0) return;
   const double r = optimizer.ratio;

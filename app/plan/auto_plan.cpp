@@ -26,6 +26,8 @@ PlanRequest plan_request(const optim::TrainConfig& config, size_t device_cap, bo
     r.host_cap = available == kUnlimitedBytes ? 0 : available;
   }
   r.allow_nvme = !config.zero.offload_optimizer.nvme.nvme_path.empty();
+  // A partial offload updates inside the step: not where the exact update is asked to overlap the forward.
+  r.include_partial_offload = gpu && !config.offload_overlap_update;
   r.eval_batch = config.per_device_eval_batch_size;
   return r;
 }
@@ -59,17 +61,7 @@ std::string describe_planned_model(const DebertaConfig& model, const CostInputs&
 
 PlanMemory plan_memory_from_estimate(const DebertaConfig& model, DType compute,
                                      const optim::TrainConfig& config, const Plan& plan, bool gpu) {
-  if (!plan.partial_offload()) return estimate_at(model, compute, config, plan, gpu);
-  Plan none = plan, full = plan;
-  none.optimizer_offload = OptimizerOffload::none;
-  full.offload_ratio = 1.0;
-  const PlanMemory a = estimate_at(model, compute, config, none, gpu);
-  const PlanMemory b = estimate_at(model, compute, config, full, gpu);
-  const double r = plan.offload_ratio;
-  auto mix = [r](size_t x, size_t y) {
-    return static_cast<size_t>((1 - r) * static_cast<double>(x) + r * static_cast<double>(y));
-  };
-  return {.device = mix(a.device, b.device), .host = mix(a.host, b.host)};
+  return estimate_at(model, compute, config, plan, gpu);
 }
 
 AutoPlan choose_auto_plan(const optim::TrainConfig& config, const DebertaConfig& model, DType compute,
@@ -81,6 +73,7 @@ AutoPlan choose_auto_plan(const optim::TrainConfig& config, const DebertaConfig&
   // What the plan sets must not be set elsewhere too: the plan would override it unseen. "auto" in the JSON
   // (or nothing) leaves it to the planner; the batch sizes only state the global batch the plan splits.
   for (const char* key : {"zero_optimization.stage", "zero_optimization.offload_optimizer.device",
+                          "zero_optimization.offload_optimizer.ratio",
                           "zero_optimization.offload_param.device", "gradient_checkpointing"}) {
     const optim::Origin origin = config.origin_of(key);
     ZT_CHECK(origin == optim::Origin::default_value || origin == optim::Origin::json_auto,
@@ -111,6 +104,7 @@ void apply_plan(const Plan& plan, optim::TrainConfig& config) {
   auto& opt = config.zero.offload_optimizer;
   opt.enabled = plan.optimizer_offload != OptimizerOffload::none;
   opt.nvme.enabled = plan.optimizer_offload == OptimizerOffload::nvme;
+  opt.ratio = opt.enabled ? plan.offload_ratio : 1.0;
   if (opt.enabled) opt.pin_memory = true;
   config.zero.offload_param.enabled = plan.param_offload;
   if (plan.param_offload) config.zero.offload_param.pin_memory = true;
@@ -118,9 +112,10 @@ void apply_plan(const Plan& plan, optim::TrainConfig& config) {
   config.gradient_checkpointing = plan.gradient_checkpointing;
   config.per_device_train_batch_size = plan.micro_batch;
   config.gradient_accumulation_steps = plan.accumulation;
-  for (const char* key : {"zero_optimization.stage", "zero_optimization.offload_optimizer.device",
-                          "zero_optimization.offload_param.device", "gradient_checkpointing",
-                          "per_device_train_batch_size", "gradient_accumulation_steps"}) {
+  for (const char* key :
+       {"zero_optimization.stage", "zero_optimization.offload_optimizer.device",
+        "zero_optimization.offload_optimizer.ratio", "zero_optimization.offload_param.device",
+        "gradient_checkpointing", "per_device_train_batch_size", "gradient_accumulation_steps"}) {
     config.origins[key] = Origin::derived;
     config.origin_notes[key] = "--auto_plan";
   }

@@ -29,8 +29,7 @@ struct AutoPlan {
 PlanRequest plan_request(const optim::TrainConfig& config, size_t device_cap, bool gpu);
 
 // The estimator's device and host bytes for `plan` applied to `config` (the eval batch counts where larger:
-// the run plans its activations for both). Partial offload: the device and host bytes interpolated between
-// the plan without offload and with full offload (the engine does not size it yet).
+// the run plans its activations for both); a partial offload as the engine sizes it (ZeroPlan).
 PlanMemory plan_memory_from_estimate(const DebertaConfig& model, DType compute,
                                      const optim::TrainConfig& config, const Plan& plan, bool gpu);
 
@@ -39,8 +38,9 @@ PlanMemory plan_memory_from_estimate(const DebertaConfig& model, DType compute,
 AutoPlan choose_auto_plan(const optim::TrainConfig& config, const DebertaConfig& model, DType compute,
                           size_t device_cap, bool gpu, const MachineFigures& figures);
 
-// Sets the stage, the offload sections (cpu offload pinned), gradient checkpointing, micro-batch and
-// accumulation of a resolved config; origins "derived", noted "--auto_plan". train_batch_size is unchanged.
+// Sets the stage, the offload sections (cpu offload pinned, its ratio), gradient checkpointing, micro-batch
+// and accumulation of a resolved config; origins "derived", noted "--auto_plan". train_batch_size is
+// unchanged.
 void apply_plan(const Plan& plan, optim::TrainConfig& config);
 
 }  // namespace zt::plan

@@ -97,12 +97,15 @@ StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigur
 
   const double on_host = plan.optimizer_offload == OptimizerOffload::none ? 0.0 : plan.offload_ratio;
   const double gpu_update_ms = (1 - on_host) * shard / (f.gpu_adamw_gparams * 1e9) * 1e3;
-  double host_update_ms = 0;
+  double host_update_ms = 0, before_updates_ms = 0;
   if (on_host > 0) {
     const double host_shard = on_host * shard;
     // Backward (with checkpointing: the recomputed forward too) is 2 of the 3 (3 of the 4) forwards.
     const double backward_ms = micro * (plan.gradient_checkpointing ? 3.0 / 4.0 : 2.0 / 3.0);
-    const double norm_ms = ms_for_bytes(4 * host_shard, f.host_gbps);
+    // The norm pass: on the host over the streamed gradients (full offload), on the device over the gradient
+    // shard a partial offload keeps there.
+    const double norm_ms = plan.partial_offload() ? ms_for_bytes(4 * shard, f.hbm_gbps)
+                                                  : ms_for_bytes(4 * host_shard, f.host_gbps);
     const double download_ms = ms_for_bytes(4 * host_shard, f.pcie_gbps);
     double adam_ms = host_shard / (f.cpu_adamw_gparams * 1e9) * 1e3;
     if (plan.optimizer_offload == OptimizerOffload::nvme)
@@ -110,13 +113,15 @@ StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigur
           ms_for_bytes(12 * host_shard, f.disk_read_gbps) + ms_for_bytes(12 * host_shard, f.disk_write_gbps);
     const double upload_ms = ms_for_bytes(2 * host_shard, f.pcie_gbps);
     c.transfer_ms += std::max(0.0, download_ms - backward_ms - norm_ms);
-    host_update_ms = norm_ms + adam_ms + std::max(0.0, upload_ms - adam_ms);
+    // A partial offload takes the norm before queueing either update; the full one's is the CPU side's.
+    (plan.partial_offload() ? before_updates_ms : host_update_ms) += norm_ms;
+    host_update_ms += adam_ms + std::max(0.0, upload_ms - adam_ms);
     // The overlapped exact update (ZeroOffload::overlap_update: world 1, state in host memory) runs under
     // the next forward's first units.
     if (in.world_size == 1 && plan.optimizer_offload == OptimizerOffload::cpu && !plan.partial_offload())
       c.hidden_ms = std::min(adam_ms, f.overlap_hidden_forward * micro / 3.0);
   }
-  c.optimizer_ms = std::max(gpu_update_ms, host_update_ms);
+  c.optimizer_ms = before_updates_ms + std::max(gpu_update_ms, host_update_ms);
   if (plan.param_offload) c.transfer_ms += accumulation * ms_for_bytes(4 * shard, f.pcie_gbps);
   return c;
 }

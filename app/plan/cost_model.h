@@ -19,8 +19,10 @@
 //                   disk_write_gbps, in series with the CPU AdamW
 //   param offload   the stage-3 shard uploaded for forward and backward, 4 bytes a          micro-batch
 //                   parameter at pcie
-//   partial offload ratio r: the CPU side's parts on r of the state, the GPU AdamW on 1 - r,  step
-//                   both updates at once (max)
+//   partial offload ratio r (ZeroOffload::ratio): the GPU AdamW on 1 - r of the shard        step
+//                   queued first, beside the CPU side on r (download, CPU AdamW, upload):
+//                   max of the two; the norm pass on the device (the gradient shard stays
+//                   there), no overlapped update
 // The defaults are docs/PERFORMANCE.md's measured xlarge figures (seq 128, bf16, one H200; the H100 runs of
 // issue 40 agree within a few %): stage 0 bs 8 / 40 / 64 / 80 28.3 / 67.5 / 95.1 / 119 ms, +20.7 ms with
 // checkpointing at bs 40, stage 2 / 3 +2.1 / +3.9 %, GPU AdamW 8.22 ms, ZeRO-2 + optimizer offload bs 40 /

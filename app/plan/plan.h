@@ -19,8 +19,9 @@ std::string_view optimizer_offload_name(OptimizerOffload offload);
 struct Plan {
   int stage = 0;  // ZeRO stage 0-3
   OptimizerOffload optimizer_offload = OptimizerOffload::none;
-  // The fraction of the optimizer state kept and updated on the host (DeepSpeed's offload_optimizer.ratio);
-  // 1 with cpu/nvme offload. Below 1 the plan is not executable yet (the engine refuses a ratio).
+  // The fraction of the optimizer state kept and updated on the host (DeepSpeed's offload_optimizer.ratio,
+  // ZeroOffload::ratio); 1 with cpu/nvme offload, below 1 a partial offload (cpu, stages 1-3, no parameter
+  // offload): the rest of the state on the device, both updates at once.
   double offload_ratio = 1.0;
   bool param_offload = false;  // stage 3 with the optimizer offloaded: the parameter shard on the host
   bool gradient_checkpointing = false;
@@ -28,7 +29,6 @@ struct Plan {
   int64_t accumulation = 1;  // micro-batches per step and rank
 
   bool partial_offload() const { return optimizer_offload != OptimizerOffload::none && offload_ratio < 1.0; }
-  bool executable() const { return !partial_offload(); }
   // "stage 2 + offload cpu, micro 64 x 2, checkpointing"
   std::string describe() const;
 };
@@ -42,7 +42,7 @@ struct PlanRequest {
   double headroom = 0.05;   // of the device cap kept free (optim::kOomHeadroom)
   bool gpu = true;          // false: the "device" is host memory, offload moves nothing off it (not planned)
   bool allow_nvme = false;  // an nvme_path is configured: the optimizer state may go to disk
-  // Enumerate partial offload ratios too (listed, never chosen: not yet executable).
+  // Enumerate partial offload ratios too (partial_ratios; cpu at stages 1-3).
   bool include_partial_offload = false;
   // The run's --per_device_eval_batch_size: the activation arena is planned for the larger of it and the
   // micro-batch (said when nothing fits); 0 = not given.

@@ -25,7 +25,7 @@ PlanChoice choose_plan(const PlanRequest& request, const std::vector<Plan>& plan
     return a.memory.device < b.memory.device;
   });
   for (size_t i = 0; i < choice.ranked.size(); ++i) {
-    if (choice.ranked[i].fits() && choice.ranked[i].plan.executable()) {
+    if (choice.ranked[i].fits()) {
       choice.chosen = i;
       break;
     }
@@ -46,7 +46,6 @@ std::string rejection_reason(const Candidate& c, const PlanRequest& request) {
         << format_memory_size(static_cast<size_t>(request.host_budget()));
     sep = "; ";
   }
-  if (!c.plan.executable()) out << sep << "not executable yet (partial offload: the engine refuses a ratio)";
   return out.str();
 }
 
@@ -88,7 +87,7 @@ std::string describe_choice(const PlanChoice& choice, const PlanRequest& request
   out << "  chosen:  " << row(choice.ranked[chosen]) << "\n";
   int shown = 0;
   for (size_t i = chosen + 1; i < choice.ranked.size() && shown < next_best; ++i) {
-    if (!choice.ranked[i].fits() || !choice.ranked[i].plan.executable()) continue;
+    if (!choice.ranked[i].fits()) continue;
     out << "  next:    " << row(choice.ranked[i]) << "\n";
     ++shown;
   }
@@ -107,12 +106,11 @@ std::string describe_choice(const PlanChoice& choice, const PlanRequest& request
 }
 
 std::string describe_no_fit(const PlanChoice& choice, const PlanRequest& request, int closest) {
-  std::vector<const Candidate*> executable;
-  for (const Candidate& c : choice.ranked)
-    if (c.plan.executable()) executable.push_back(&c);
+  std::vector<const Candidate*> closest_first;
+  for (const Candidate& c : choice.ranked) closest_first.push_back(&c);
   // Least over budget first; among equals (the host's excess is the same for every offload plan) the one
   // with the least device excess.
-  std::stable_sort(executable.begin(), executable.end(), [&](const Candidate* a, const Candidate* b) {
+  std::stable_sort(closest_first.begin(), closest_first.end(), [&](const Candidate* a, const Candidate* b) {
     if (excess(*a, request) != excess(*b, request)) return excess(*a, request) < excess(*b, request);
     return a->memory.device < b->memory.device;
   });
@@ -120,8 +118,8 @@ std::string describe_no_fit(const PlanChoice& choice, const PlanRequest& request
   out << "--auto_plan: no plan fits. " << header(request)
       << "  the closest plans and what would make them fit:\n";
   const double keep = 1.0 - request.headroom;
-  for (int i = 0; i < closest && i < static_cast<int>(executable.size()); ++i) {
-    const Candidate& c = *executable[i];
+  for (int i = 0; i < closest && i < static_cast<int>(closest_first.size()); ++i) {
+    const Candidate& c = *closest_first[i];
     out << "    " << row(c) << ": " << rejection_reason(c, request) << "; fits ";
     const char* sep = "";
     if (!c.fits_device) {
@@ -135,7 +133,7 @@ std::string describe_no_fit(const PlanChoice& choice, const PlanRequest& request
     out << "\n";
   }
   bool host_short = false;
-  for (const Candidate* c : executable) host_short = host_short || (c->fits_device && !c->fits_host);
+  for (const Candidate* c : closest_first) host_short = host_short || (c->fits_device && !c->fits_host);
   if (host_short && !request.allow_nvme)
     out << "  with an nvme_path (offload_optimizer device nvme), the optimizer state could go to disk\n";
   if (request.eval_batch > 0)

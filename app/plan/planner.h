@@ -7,8 +7,7 @@
 //   std::fputs(describe_choice(c, request).c_str(), stdout);
 //
 // Ranking: the predicted step, then the device bytes, then the enumeration's order (lower stage, no offload,
-// no checkpointing, larger micro-batch first), so ties go to the plan that changes the least. Plans that are
-// not executable yet (partial offload) are ranked and listed but never chosen.
+// no checkpointing, larger micro-batch first), so ties go to the plan that changes the least.
 #pragma once
 
 #include <cstddef>
@@ -39,7 +38,7 @@ struct Candidate {
 
 struct PlanChoice {
   std::vector<Candidate> ranked;  // every plan, fastest first
-  std::optional<size_t> chosen;   // index into ranked: the first executable plan that fits
+  std::optional<size_t> chosen;   // index into ranked: the first plan that fits
 };
 
 using MemoryOf = std::function<PlanMemory(const Plan&)>;
@@ -48,7 +47,7 @@ using CostOf = std::function<StepCost(const Plan&)>;
 PlanChoice choose_plan(const PlanRequest& request, const std::vector<Plan>& plans, const MemoryOf& memory_of,
                        const CostOf& cost_of);
 
-// Why a plan was not chosen: "device 36.1 GiB > budget 22.8 GiB", "not executable yet (partial offload)".
+// Why a plan was not chosen: "device 36.1 GiB > budget 22.8 GiB", "host 40 GiB > budget 30.4 GiB".
 std::string rejection_reason(const Candidate& c, const PlanRequest& request);
 
 // The chosen plan, the next `next_best` fitting plans with their predicted ms and GiB, and every faster plan

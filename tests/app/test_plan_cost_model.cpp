@@ -66,16 +66,26 @@ TEST_F(CostModelXlarge, CheckpointingAccumulationAndStagesCostTime) {
   EXPECT_GT(predict(2, 64, 1, OptimizerOffload::nvme), 10 * predict(2, 64, 1, OptimizerOffload::cpu));
 }
 
+// A partial offload (the engine's ZeroOffload::ratio): the norm on the device, then the GPU AdamW on 1 - r of
+// the shard beside the CPU AdamW on r (its upload hidden behind it): the longer of the two, not their sum,
+// so the update shrinks with r while the CPU side is the longer, down to the GPU AdamW alone.
 TEST_F(CostModelXlarge, PartialOffloadRunsBothUpdatesAtOnce) {
   Plan p{.stage = 2, .optimizer_offload = OptimizerOffload::cpu, .micro_batch = 64};
-  const double full = predict_step(p, inputs, figures).optimizer_ms;
-  p.offload_ratio = 0.5;
-  const StepCost half = predict_step(p, inputs, figures);
-  EXPECT_LT(half.optimizer_ms, full);
-  EXPECT_GT(half.optimizer_ms, full / 2 * 0.9);
-  p.offload_ratio = 0.0001;  // almost all on the GPU: close to the GPU AdamW alone
-  const double gpu_only = inputs.parameters / (figures.gpu_adamw_gparams * 1e9) * 1e3;
-  EXPECT_NEAR(predict_step(p, inputs, figures).optimizer_ms, gpu_only, 0.01 * gpu_only);
+  const auto n = static_cast<double>(inputs.parameters);
+  const double gpu_all = n / (figures.gpu_adamw_gparams * 1e9) * 1e3;
+  const double cpu_all = n / (figures.cpu_adamw_gparams * 1e9) * 1e3;
+  const double device_norm = 4 * n / (figures.hbm_gbps * 1e9) * 1e3;
+  double previous = predict_step(p, inputs, figures).optimizer_ms;  // the full offload
+  for (const double r : {0.75, 0.5, 0.25, 0.1}) {
+    p.offload_ratio = r;
+    const StepCost cost = predict_step(p, inputs, figures);
+    EXPECT_LT(cost.optimizer_ms, previous) << r;
+    EXPECT_NEAR(cost.optimizer_ms, device_norm + std::max((1 - r) * gpu_all, r * cpu_all), 1e-6) << r;
+    EXPECT_EQ(cost.hidden_ms, 0) << "a partial offload updates inside the step";
+    previous = cost.optimizer_ms;
+  }
+  p.offload_ratio = 0.0001;  // almost all on the GPU: the GPU AdamW after the norm
+  EXPECT_NEAR(predict_step(p, inputs, figures).optimizer_ms, device_norm + gpu_all, 0.01 * gpu_all);
 }
 
 TEST_F(CostModelXlarge, FasterCpuAdamMakesOffloadCheaper) {

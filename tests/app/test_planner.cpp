@@ -1,15 +1,21 @@
 // The planner's choice (app/plan/planner.h) on synthetic memory and cost tables: the fastest plan that fits
-// wins, ties go to the smaller then the earlier plan, partial offload is never chosen, the host cap counts,
-// and nothing fitting names the closest plans with the cap that would fit them.
+// wins, ties go to the smaller then the earlier plan, a partial offload is chosen where fastest, the host cap
+// counts, and nothing fitting names the closest plans with the cap that would fit them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
 
+#include "app/config/engine_options.h"
+#include "app/plan/auto_plan.h"
 #include "app/plan/plan.h"
 #include "app/plan/planner.h"
+#include "model/config.h"
+#include "optim/zero/memory_estimate.h"
 #include "runtime/check.h"
+#include "tests/app/config_test_support.h"
 
 namespace zt::plan {
 namespace {
@@ -47,7 +53,7 @@ TEST(PlanEnumeration, EveryPlanKeepsTheGlobalBatchAndValidCombinations) {
       EXPECT_NE(p.optimizer_offload, OptimizerOffload::none);
     }
     EXPECT_NE(p.optimizer_offload, OptimizerOffload::nvme) << "nvme without an nvme_path";
-    EXPECT_TRUE(p.executable()) << "partial offload without include_partial_offload";
+    EXPECT_FALSE(p.partial_offload()) << "partial offload without include_partial_offload";
     micros.insert(p.micro_batch);
   }
   EXPECT_EQ(micros, (std::set<int64_t>{1, 2, 3, 6}));
@@ -60,7 +66,11 @@ TEST(PlanEnumeration, EveryPlanKeepsTheGlobalBatchAndValidCombinations) {
   int nvme = 0, partial = 0;
   for (const Plan& p : enumerate_plans(r)) {
     nvme += p.optimizer_offload == OptimizerOffload::nvme;
-    partial += !p.executable();
+    partial += p.partial_offload();
+    if (p.partial_offload()) {
+      EXPECT_EQ(p.optimizer_offload, OptimizerOffload::cpu) << p.describe();
+      EXPECT_FALSE(p.param_offload) << p.describe();
+    }
   }
   EXPECT_EQ(nvme, (3 + 1) * 2 * 4);   // stages 1-3, and stage 3 with parameters too
   EXPECT_EQ(partial, 3 * 3 * 2 * 4);  // three ratios at stages 1-3
@@ -159,19 +169,33 @@ TEST(Planner, AccumulationAgainstOffload) {
   }
 }
 
-TEST(Planner, PartialOffloadIsListedButNeverChosen) {
-  const PlanRequest r = request_with(128, 24);
+// A partial offload is a plan like any other: chosen where it is the fastest that fits (here between no
+// offload, over the cap, and the full offload, slower), rejected with its bytes where it does not fit.
+TEST(Planner, PartialOffloadIsChosenWhereItIsFastest) {
+  const PlanRequest r = request_with(128, 24);  // budget 22.8 GiB
+  const Plan none = plan(2, 128, 1);
   Plan partial = plan(2, 128, 1, OptimizerOffload::cpu);
   partial.offload_ratio = 0.5;
   const Plan full = plan(2, 128, 1, OptimizerOffload::cpu);
   Table t;
+  t.rows[none.describe()] = {120, 28};
   t.rows[partial.describe()] = {200, 22};
   t.rows[full.describe()] = {359, 20.8};
-  const PlanChoice c = choose_plan(r, {partial, full}, t.memory(), t.cost());
+  const PlanChoice c = choose_plan(r, {none, partial, full}, t.memory(), t.cost());
   ASSERT_TRUE(c.chosen.has_value());
-  EXPECT_EQ(c.ranked[*c.chosen].plan.describe(), full.describe());
-  EXPECT_NE(describe_choice(c, r).find("ratio 0.5"), std::string::npos);
-  EXPECT_NE(describe_choice(c, r).find("not executable yet"), std::string::npos);
+  EXPECT_EQ(c.ranked[*c.chosen].plan.describe(), partial.describe());
+  const std::string text = describe_choice(c, r);
+  EXPECT_NE(text.find("chosen:  " + partial.describe()), std::string::npos) << text;
+  EXPECT_NE(text.find("ratio 0.5"), std::string::npos) << text;
+
+  // Over the cap: rejected with its bytes, the full offload chosen.
+  t.rows[partial.describe()] = {200, 23.5};
+  const PlanChoice over = choose_plan(r, {none, partial, full}, t.memory(), t.cost());
+  ASSERT_TRUE(over.chosen.has_value());
+  EXPECT_EQ(over.ranked[*over.chosen].plan.describe(), full.describe());
+  const std::string rejected = describe_choice(over, r);
+  EXPECT_NE(rejected.find(partial.describe() + " "), std::string::npos) << rejected;
+  EXPECT_NE(rejected.find("device 23.5 GiB > budget"), std::string::npos) << rejected;
 }
 
 TEST(Planner, HostCapRejectsOffload) {
@@ -217,6 +241,40 @@ TEST(Planner, NothingFitsNamesTheClosestPlansAndTheCapThatFitsThem) {
   EXPECT_EQ(text.find("micro 128 x 1"), std::string::npos) << "only the 2 closest: " << text;
   EXPECT_NE(text.find("fits a device cap of 10 GiB"), std::string::npos) << text;
   EXPECT_NE(text.find("fits a device cap of 20 GiB"), std::string::npos) << text;
+}
+
+// A partial plan applied to a configuration is the engine's partial offload (the ratio handed to
+// ZeroOffload), and its memory is the estimator's for that ratio (the engine's ZeroPlan): between no offload
+// and the full one, on the device and on the host.
+TEST(AutoPlan, PartialPlanIsTheEnginesPartialOffload) {
+  const optim::TrainConfig base = optim::config_test::resolved({"--per_device_train_batch_size", "8"}, "{}");
+  const DebertaConfig model = deberta_v2_xlarge_config();
+  Plan partial{
+      .stage = 2, .optimizer_offload = OptimizerOffload::cpu, .offload_ratio = 0.25, .micro_batch = 8};
+  optim::TrainConfig c = base;
+  apply_plan(partial, c);
+  EXPECT_TRUE(c.zero.offload_optimizer.enabled);
+  EXPECT_EQ(optim::zero_offload(c).ratio, 0.25);
+  EXPECT_FALSE(optim::zero_offload(c).stream_gradients);
+  EXPECT_EQ(c.origin_of("zero_optimization.offload_optimizer.ratio"), optim::Origin::derived);
+  const PlanMemory mem = plan_memory_from_estimate(model, DType::bf16, base, partial, true);
+  const optim::MemoryEstimate e =
+      optim::estimate_memory(model, 2, 1, DType::bf16, std::max<int64_t>(8, base.per_device_eval_batch_size),
+                             base.max_length, optim::zero_offload(c), true, 1);
+  EXPECT_EQ(mem.device, e.total());
+  EXPECT_EQ(mem.host, e.host());
+  Plan none = partial, full = partial;
+  none.optimizer_offload = OptimizerOffload::none;
+  full.offload_ratio = 1.0;
+  const PlanMemory on_device = plan_memory_from_estimate(model, DType::bf16, base, none, true);
+  const PlanMemory on_host = plan_memory_from_estimate(model, DType::bf16, base, full, true);
+  EXPECT_LT(mem.device, on_device.device);
+  EXPECT_GT(mem.device, on_host.device);
+  EXPECT_GT(mem.host, 0u);
+  EXPECT_LT(mem.host, on_host.host);
+  // Applying a plan without offload leaves the ratio at 1.
+  apply_plan(none, c);
+  EXPECT_EQ(optim::zero_offload(c).ratio, 1.0);
 }
 
 }  // namespace
