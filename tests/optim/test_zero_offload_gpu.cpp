@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/elementwise.h"
@@ -79,6 +80,54 @@ TEST(ZeroOffloadGpu, OffloadedStepsEqualDeviceStepsBitForBit) {
       EXPECT_EQ(device, testing::train_with_synthetic_gradients(DeviceKind::cuda, compute, stage, sub_grouped,
                                                                 5, true))
           << dtype_name(compute) << " stage " << stage << " sub_group_size 1000";
+    }
+  }
+}
+
+// A partial offload on the GPU: the device part's AdamW kernels queued on the rank's stream first, then the
+// host part's CPU AdamW (its gradients downloaded during backward, its values uploaded on the copy streams,
+// which wait for the rank's stream) — the device step's bits at ratios 0.1-0.9, every dtype and stages 1-3,
+// pinned or not, pipelined or not, with sub-groups; and the state read out at one ratio resumes at another,
+// without offload and with the full one, on the same bits.
+TEST(ZeroOffloadGpu, PartialOffloadEqualsDeviceStepsBitForBit) {
+  ZT_SKIP_WITHOUT_GPU();
+  for (const DType compute : {DType::bf16, DType::f16, DType::f32}) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      const std::vector<float> device =
+          testing::train_with_synthetic_gradients(DeviceKind::cuda, compute, stage, {}, 5);
+      ASSERT_FALSE(device.empty());
+      for (const double ratio : {0.1, 0.5, 0.9}) {
+        for (const bool pipelined : {false, true}) {
+          ZeroOffload partial{.optimizer = true, .pipelined = pipelined};
+          partial.ratio = ratio;
+          EXPECT_EQ(device, testing::train_with_synthetic_gradients(DeviceKind::cuda, compute, stage, partial,
+                                                                    5, true))
+              << dtype_name(compute) << " stage " << stage << " ratio " << ratio << " pipelined "
+              << pipelined;
+        }
+      }
+      ZeroOffload sub_grouped{.optimizer = true, .sub_group_size = 1000};
+      sub_grouped.ratio = 0.5;
+      EXPECT_EQ(device, testing::train_with_synthetic_gradients(DeviceKind::cuda, compute, stage, sub_grouped,
+                                                                5, false))
+          << dtype_name(compute) << " stage " << stage << " ratio 0.5, sub_group_size 1000, pageable";
+    }
+  }
+  for (const DType compute : {DType::bf16, DType::f32}) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      const std::vector<float> straight =
+          testing::train_ranks_with_synthetic_gradients(1, stage, {}, 4, {}, 0, DeviceKind::cuda, compute);
+      ZeroOffload quarter{.optimizer = true}, three_quarters{.optimizer = true};
+      quarter.ratio = 0.25;
+      three_quarters.ratio = 0.75;
+      for (const auto& [from, to] :
+           {std::pair{quarter, three_quarters}, std::pair{quarter, ZeroOffload{}},
+            std::pair{ZeroOffload{}, quarter}, std::pair{three_quarters, ZeroOffload{.optimizer = true}}}) {
+        EXPECT_EQ(straight, testing::train_ranks_with_synthetic_gradients(1, stage, from, 4, to, 2,
+                                                                          DeviceKind::cuda, compute))
+            << dtype_name(compute) << " stage " << stage << " resumed from ratio "
+            << (from.optimizer ? from.ratio : 0) << " at " << (to.optimizer ? to.ratio : 0);
+      }
     }
   }
 }

@@ -157,14 +157,14 @@ inline void write_rank_state(ZeroEngine& engine, const RankState& state) {
   engine.refresh_compute_copy();
 }
 
-// World-`world` CPU training with synthetic gradients (f32; max_grad_norm small enough to clip): `steps`
-// steps with `offload`; with `resumed` the state after `resume_after` steps is read out (as a checkpoint
-// does: read_state per owned piece), a new engine with the offload `resumed` is built, the state written into
-// it, and the remaining steps run there. Returns the gathered fp32 master.
-inline std::vector<float> train_ranks_with_synthetic_gradients(int world, int stage, ZeroOffload offload,
-                                                               int steps,
-                                                               std::optional<ZeroOffload> resumed = {},
-                                                               int resume_after = 0) {
+// World-`world` training with synthetic gradients (max_grad_norm small enough to clip; on the CPU in f32, on
+// the GPU at world 1 in f32 or bf16): `steps` steps with `offload`; with `resumed` the state after
+// `resume_after` steps is read out (as a checkpoint does: read_state per owned piece), a new engine with the
+// offload `resumed` is built, the state written into it, and the remaining steps run there. Returns the
+// gathered fp32 master.
+inline std::vector<float> train_ranks_with_synthetic_gradients(
+    int world, int stage, ZeroOffload offload, int steps, std::optional<ZeroOffload> resumed = {},
+    int resume_after = 0, DeviceKind device = DeviceKind::cpu, DType compute = DType::f32) {
   const DebertaConfig config = offload_tiny_config();
   const ParameterTable table(config);
   const Arena init = synthetic_initial_parameters(table);
@@ -173,8 +173,8 @@ inline std::vector<float> train_ranks_with_synthetic_gradients(int world, int st
   auto make_engine = [&](Communicator& comm, const ZeroOffload& o) {
     ZeroEngineOptions options;
     options.stage = stage;
-    options.device = DeviceKind::cpu;
-    options.compute = DType::f32;
+    options.device = device;
+    options.compute = compute;
     options.max_grad_norm = 0.5;
     options.offload = o;
     options.ranks_sharing_host = world;
