@@ -51,6 +51,10 @@
 //     the "device" is the host and the copies are memcpys, through the same code.
 //     The math is the non-offloaded step's (same norm, same factor, the GPU AdamW's arithmetic), so an
 //     offloaded run equals the non-offloaded one bit for bit.
+//   offload.ratio < 1 (a partial offload): only the shard's first H ~ ratio x S elements go through the
+//     pipeline above; the rest keep their master and m, v on the device and are updated there by the
+//     device's AdamW, queued before the CPU's work so that both run at once (split_owned_blocks in
+//     optim/zero/owned_blocks.h); checkpoints see one layout whatever the ratio.
 //   offload.param (stage 3, needs offload.optimizer): the rank's compute-copy shard lives on the host;
 //     acquire() copies the unit's slice up (H2D) into an upload buffer and all-gathers from there. With
 //     the shard on disk (ZeroEngineOptions::param_disk) the slice is first read from its record in the
