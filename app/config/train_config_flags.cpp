@@ -230,7 +230,9 @@ const std::vector<FlagSpec>& flag_table() {
          ZT_CHECK(c.offload_ratio > 0.0 && c.offload_ratio <= 1.0, "--", f,
                   " must be in (0, 1] (the fraction of the optimizer state on the host), got ", v);
        },
-       [](const C& c) { return zt::str(c.offload_ratio); }},
+       [](const C& c) {
+         return zt::str(c.offload_ratio > 0 ? c.offload_ratio : c.zero.offload_optimizer.ratio);
+       }},
       {"offload_overlap_update", "",
        "with CPU optimizer offload: run each step's (exact) CPU update on a host thread while the next "
        "forward starts, which waits for each layer's update before it uses that layer (world size 1)",
