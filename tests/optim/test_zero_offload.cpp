@@ -534,6 +534,23 @@ TEST(ZeroOffload, BadPlansAreRefusedBeforeAllocation) {
           .find("not with the disk tier"),
       std::string::npos);
 
+  // The preflight counts a partial offload's host part only: a host that holds it but not the whole shard.
+  {
+    const ParameterTable table(tiny_config());
+    const ZeroPartition part(table, 1);
+    ZeroOffload partial{.optimizer = true};
+    partial.ratio = 0.25;
+    const size_t needed = zero_state_bytes(part, 2, DType::f32, partial).host_total();
+    ASSERT_LT(needed, zero_state_bytes(part, 2, DType::f32, {.optimizer = true}).host_total());
+    const HostMemoryLimits limits{.available = needed + needed / 2};
+    EXPECT_EQ(engine_error(with_ratio(
+                  {.stage = 2, .offload = {.optimizer = true}, .host_memory_limits = limits}, 0.25)),
+              "");
+    EXPECT_NE(engine_error({.stage = 2, .offload = {.optimizer = true}, .host_memory_limits = limits})
+                  .find("needs"),
+              std::string::npos);
+  }
+
   // A host that cannot hold the plan (the preflight runs before the constructor's first arena): the error
   // names the plan and the bytes.
   const std::string small = engine_error({.stage = 3,
