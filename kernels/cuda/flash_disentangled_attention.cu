@@ -18,22 +18,193 @@ namespace {
 using namespace flash_tiles;  // NOLINT(google-build-using-namespace): this file's building blocks
 
 // ---- forward -------------------------------------------------------------------------------------------
+//
+// Note [forward pipeline]: one barrier a key tile. While tile t is computed, everything tile t + 1 reads is
+// on its way into the other of two buffers: its K and V rows and its positional slices (or, on a uniform
+// tile, its per-query and per-key terms) by cp.async, its 127 diagonals and 64 key-mask bytes by plain loads
+// into registers, stored into shared memory once tile t's scores are formed. The barrier at the top of tile t
+// + 1 then both publishes them and frees the buffers of tile t. The dropout keep bits never touch shared
+// memory: each thread draws the Philox blocks of its own accumulator elements (below).
 
-struct ForwardShared {
-  int diag[kDiagonals + 1];
-  float query_term[kTile], key_term[kTile];  // uniform tiles: C2P[i, c0], P2C[j, c0]
-  uint8_t key_keep[kTile];
-  alignas(4) uint8_t keep[kTile * kKeepPitch];  // 32-bit stores of 4 keys
+// A staged slice row: 68 floats from the 4-aligned column at or below its first bucket (17 16-byte copies
+// cover the 64 buckets the row can reach). 68 = 4 mod 32: a warp's P2C reads (rows 2q, columns ~g) hit 32
+// distinct banks.
+constexpr int kForwardSlicePitch = kTile + 4;
+constexpr int kForwardSliceChunks = kForwardSlicePitch / 4;
+constexpr int kForwardSliceFloats = 2 * kTile * kForwardSlicePitch;  // C2P slice, then P2C slice
+// Dynamic shared memory: two buffers of (K, V) tiles, then (staged variant) two buffers of slices.
+constexpr size_t kForwardKvBytes = 2 * 2 * kTile * kPitch * sizeof(uint16_t);
+constexpr size_t kForwardSliceBytes = 2 * kForwardSliceFloats * sizeof(float);
+constexpr float kLog2e = 1.4426950408889634f;
+
+// What one key tile's scores read besides K, V and the slices (one per buffer).
+struct ForwardTileInfo {
+  int diag[kDiagonals + 1];  // c(i, j) - window_begin at i - j = i0 - j0 - 63 + t
+  uint32_t key_bits[2];      // bit l of word w: key j0 + 32 w + l is < L and m_j != 0
+  float query_term[kTile];   // uniform tiles: C2P[i0 + t, c0]
+  float key_term[kTile];     //                P2C[j0 + t, c0]
 };
 
+// The next tile's metadata, in flight in registers (Note [forward pipeline]).
+struct NextTileLoads {
+  int diag = 0;             // diag[threadIdx.x] (threads < 127)
+  int slice_diag = 0;       // the first diagonal of the slice row this lane's warp copies (below)
+  int first = 0, last = 0;  // diag[0], diag[126]: equal on a uniform tile
+  bool key_kept = false;    // threads < 64: key j0 + threadIdx.x
+};
+
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// 4 bytes by cp.async (zero-filled when !valid).
+__device__ __forceinline__ void copy_async4(void* shared, const void* global, bool valid) {
+  const auto destination = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  const int source_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(destination), "l"(global),
+               "r"(source_bytes));
+}
+__device__ __forceinline__ void wait_all_copies() {
+  asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+__device__ __forceinline__ int diagonal_at(const FlashAttentionParams& p, int i0, int j0, int t) {
+  const int r = min(max(i0 - j0 - (kTile - 1) + t, 1 - p.length), p.length - 1);
+  return p.diagonal[r + p.length - 1];
+}
+
+// Warp w copies slice rows 16 w .. 16 w + 15 of C2P (query rows, first bucket diag[row]) and of P2C (key rows
+// u, first bucket diag[63 - u]); lane l < 16 holds the first diagonal of C2P row 16 w + l, lane l >= 16 that
+// of P2C row 16 w + l - 16.
+__device__ __forceinline__ int slice_row_diagonal_index(int warp, int lane) {
+  return lane < 16 ? warp * 16 + lane : kTile - 1 - (warp * 16 + lane - 16);
+}
+
+__device__ __forceinline__ NextTileLoads load_next_tile(const FlashAttentionParams& p, int64_t b, int i0,
+                                                        int j0, bool positional) {
+  NextTileLoads n;
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < kTile) n.key_kept = j0 + t < p.length && p.keep[b * p.length + j0 + t] != 0;
+  if (positional) {
+    if (t < kDiagonals) n.diag = diagonal_at(p, i0, j0, t);
+    n.slice_diag = diagonal_at(p, i0, j0, slice_row_diagonal_index(t / 32, t % 32));
+    n.first = diagonal_at(p, i0, j0, 0);
+    n.last = diagonal_at(p, i0, j0, kDiagonals - 1);
+  }
+  return n;
+}
+
+// Issues the cp.async copies of the next tile's positional data into `info` (uniform terms) or `slices`.
+template <bool kStaged>
+__device__ __forceinline__ void copy_positional(const FlashAttentionParams& p, const NextTileLoads& n,
+                                                ForwardTileInfo& info, float* slices, int64_t head_rows,
+                                                int i0, int j0) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const float* any_scores = p.c2p != nullptr ? p.c2p : p.p2c;  // a readable address for the empty copies
+  if (n.first == n.last) {
+    const bool query = lane < 16;
+    const int t = warp * 16 + lane % 16, row = (query ? i0 : j0) + t;
+    const float* scores = query ? p.c2p : p.p2c;
+    const bool valid = scores != nullptr && row < p.length;
+    const float* source = valid ? scores + (head_rows + row) * p.window_pitch + n.first : any_scores;
+    copy_async4(query ? &info.query_term[t] : &info.key_term[t], source, valid);
+    return;
+  }
+  if constexpr (kStaged) {
+    // Row r (0..31) of this warp: C2P row 16 w + r for r < 16, P2C row 16 w + r - 16 after; 16 rounds of two
+    // rows x 16 chunks, then one of 32 rows x chunk 16.
+    auto copy_chunk = [&](int r, int chunk) {
+      const int base = __shfl_sync(0xffffffffu, n.slice_diag, r) & ~3;
+      const bool query = r < 16;
+      const int t = warp * 16 + r % 16, row = (query ? i0 : j0) + t, column = base + 4 * chunk;
+      const float* scores = query ? p.c2p : p.p2c;
+      const bool valid = scores != nullptr && row < p.length && column < p.window_pitch;
+      const float* source = valid ? scores + (head_rows + row) * p.window_pitch + column : any_scores;
+      float* destination =
+          slices + (query ? 0 : kTile * kForwardSlicePitch) + t * kForwardSlicePitch + 4 * chunk;
+      copy_async16(destination, source, valid);
+    };
+    static_assert(kForwardSliceChunks == 17);
+#pragma unroll
+    for (int round = 0; round < 16; ++round) copy_chunk(2 * round + lane / 16, lane % 16);
+    copy_chunk(lane, kForwardSliceChunks - 1);
+  }
+}
+
+// Stores the next tile's diagonals and key bits (the loads issued at the top of the current tile).
+__device__ __forceinline__ void publish_next_tile(const NextTileLoads& n, ForwardTileInfo& info,
+                                                  bool positional) {
+  const int t = static_cast<int>(threadIdx.x);
+  if (positional && t < kDiagonals) info.diag[t] = n.diag;
+  if (t < kTile) {
+    const uint32_t bits = __ballot_sync(0xffffffffu, n.key_kept);
+    if (t % 32 == 0) info.key_bits[t / 32] = bits;
+  }
+}
+
+// The dropout keep bits of this thread's accumulator elements of one tile: bit 2 nt + c of rows[r] keeps
+// P[i0 + 16 w + g + 8 r, j0 + 8 nt + 2 q + c] (lane = 4 g + q), by the unfused path's draw (element
+// e = ((b N + h) L + i) L + j, word e % 4 of Philox block e / 4, kept when (word >> 8) 2^-24 >= p, i.e.
+// (word >> 8) >= ceil(p 2^24)). With L % 4 == 0 a block is 4 keys of one row starting at a multiple of 4:
+// lanes q and q ^ 1 need keys 4 (q / 2) .. + 3 of both rows, so the even lane draws the upper row's block,
+// the odd lane the lower row's, and they swap halves: one block per 4 elements.
+struct KeepBits {
+  uint32_t rows[2];
+};
+__device__ __forceinline__ uint32_t kept_of_word(uint32_t word, uint32_t threshold) {
+  return (word >> 8) >= threshold ? 1u : 0u;
+}
+__device__ __forceinline__ KeepBits draw_keep_bits(const FlashAttentionParams& p, uint32_t threshold,
+                                                   int64_t bh, int row0, int j0) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, q = lane % 4;
+  const uint64_t L = static_cast<uint64_t>(p.length);
+  KeepBits keep{{0u, 0u}};
+  if (L % 4 == 0) {
+    const bool even = (q & 1) == 0;
+    const uint64_t row = static_cast<uint64_t>(row0 + (even ? 0 : 8));
+    const uint64_t first_block = ((static_cast<uint64_t>(bh) * L + row) * L + j0 + 4 * (q / 2)) / 4;
+    uint32_t own = 0, send = 0;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const PhiloxCounter block = philox_block(p.seed, p.site_id, first_block + 2 * nt);
+      const uint32_t low = kept_of_word(block.word[0], threshold) | kept_of_word(block.word[1], threshold)
+                                                                        << 1;
+      const uint32_t high = kept_of_word(block.word[2], threshold) | kept_of_word(block.word[3], threshold)
+                                                                         << 1;
+      own |= (even ? low : high) << (2 * nt);
+      send |= (even ? high : low) << (2 * nt);
+    }
+    const uint32_t received = __shfl_xor_sync(0xffffffffu, send, 1);
+    keep.rows[0] = even ? own : received;
+    keep.rows[1] = even ? received : own;
+    return keep;
+  }
+  // Any L: each pair of keys from its block(s), the second of a block's last word from the next block.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint64_t row = static_cast<uint64_t>(row0 + 8 * r);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const uint64_t e = (static_cast<uint64_t>(bh) * L + row) * L + j0 + 8 * nt + 2 * q;
+      const PhiloxCounter block = philox_block(p.seed, p.site_id, e / 4);
+      const uint32_t first = word_of(block, e);
+      const uint32_t second =
+          (e & 3) == 3 ? philox_block(p.seed, p.site_id, e / 4 + 1).word[0] : word_of(block, e + 1);
+      keep.rows[r] |= (kept_of_word(first, threshold) | kept_of_word(second, threshold) << 1) << (2 * nt);
+    }
+  }
+  return keep;
+}
+
 template <typename T, bool kStaged>
-__global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(FlashAttentionParams p) {
-  extern __shared__ __align__(16) unsigned char dynamic_shared[];  // kStagedBytes when kStaged
-  float* staged = reinterpret_cast<float*>(dynamic_shared);
-  // Two buffers of (K tile, V tile): tile t + 1 is copied in (cp.async) while tile t is computed. Q goes
-  // through kv[2] for its fragments before any copy into the second buffer.
-  __shared__ __align__(16) T kv[4][kTile * kPitch];
-  __shared__ ForwardShared sh;
+__global__ void __launch_bounds__(kThreads, 2) flash_attention_forward_kernel(FlashAttentionParams p) {
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  // [buffer][K, V][kTile * kPitch]; Q goes through buffer 1's K tile before any copy into it.
+  T* kv = reinterpret_cast<T*>(dynamic_shared);
+  float* slices = reinterpret_cast<float*>(dynamic_shared + kForwardKvBytes);  // [buffer][C2P, P2C]
+  __shared__ ForwardTileInfo info[2];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, q = lane % 4;
   const int L = p.length;
@@ -44,14 +215,23 @@ __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(Flash
   const T* kx = static_cast<const T*>(p.k);
   const T* vx = static_cast<const T*>(p.v);
   const bool positional = p.c2p != nullptr || p.p2c != nullptr;
+  const bool has_c2p = p.c2p != nullptr, has_p2c = p.p2c != nullptr;
+  auto kv_tile = [&](int buffer, int which) { return kv + (2 * buffer + which) * kTile * kPitch; };
+  auto slice_buffer = [&](int buffer) { return slices + buffer * kForwardSliceFloats; };
 
-  load_tile(kv[2], qx, p, b, h, i0);
+  // Tile 0's data in flight, Q's fragments read.
+  load_tile(kv_tile(1, 0), qx, p, b, h, i0);
+  prefetch_tile(kv_tile(0, 0), kx, p, b, h, 0);
+  prefetch_tile(kv_tile(0, 1), vx, p, b, h, 0);
+  {
+    const NextTileLoads first = load_next_tile(p, b, i0, 0, positional);
+    if (positional) copy_positional<kStaged>(p, first, info[0], slice_buffer(0), head_rows, i0, 0);
+    publish_next_tile(first, info[0], positional);
+  }
+  commit_async_copies();
   __syncthreads();
   uint32_t qa[4][4];
-  load_a_fragments(kv[2], warp * 16, qa);
-  prefetch_tile(kv[0], kx, p, b, h, 0);
-  prefetch_tile(kv[1], vx, p, b, h, 0);
-  commit_async_copies();
+  load_a_fragments(kv_tile(1, 0), warp * 16, qa);
 
   const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
   bool row_kept[2];
@@ -60,77 +240,126 @@ __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(Flash
     const int i = i0 + local_row[r];
     row_kept[r] = i < L && p.keep[b * L + i] != 0;
   }
+  // A padded query row attends uniformly to every key < L (every score finfo.min in the unfused path): its
+  // scores are taken as 0 here and its saved max is finfo.min, so the backward's exp(a - max) is 1 too.
+  const float masked_score[2] = {row_kept[0] ? kMasked : 0.0f, row_kept[1] ? kMasked : 0.0f};
+  const uint32_t threshold = static_cast<uint32_t>(ceilf(p.dropout_p * 16777216.0f));
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   float o[8][4];
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
 
   for (int j0 = 0, buffer = 0; j0 < L; j0 += kTile, buffer ^= 1) {
-    __syncthreads();  // the previous tile's readers are done (of the other buffer, of sh and Q's kv[2])
-    if (j0 + kTile < L) {
-      prefetch_tile(kv[2 * (buffer ^ 1)], kx, p, b, h, j0 + kTile);
-      prefetch_tile(kv[2 * (buffer ^ 1) + 1], vx, p, b, h, j0 + kTile);
-    }
-    commit_async_copies();  // an empty group on the last tile keeps the count: this tile's is the older one
-    const T* k_tile = kv[2 * buffer];
-    const T* v_tile = kv[2 * buffer + 1];
-    for (int t = static_cast<int>(threadIdx.x); t < kTile; t += kThreads)
-      sh.key_keep[t] = j0 + t < L && p.keep[b * L + j0 + t] != 0;
-    if (positional) load_diagonals(sh.diag, p, i0, j0);
-    if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
-    wait_all_but_newest_copies();
-    __syncthreads();
-    const bool uniform = positional && sh.diag[0] == sh.diag[kDiagonals - 1];
-    if (positional) {
-      if (uniform)
-        stage_uniform_terms(sh.query_term, sh.key_term, p, head_rows, i0, j0, sh.diag[0]);
-      else if (kStaged)
-        stage_positional(staged, p, sh.diag, head_rows, i0, j0);
-      __syncthreads();
+    wait_all_copies();
+    __syncthreads();  // this tile's data visible; the other buffer's readers (the previous tile) done
+    const ForwardTileInfo& tile = info[buffer];
+    const bool has_next = j0 + kTile < L;
+    NextTileLoads next;
+    if (has_next) {
+      prefetch_tile(kv_tile(buffer ^ 1, 0), kx, p, b, h, j0 + kTile);
+      prefetch_tile(kv_tile(buffer ^ 1, 1), vx, p, b, h, j0 + kTile);
+      next = load_next_tile(p, b, i0, j0 + kTile, positional);
     }
 
     float s[8][4];
-    product_with_rows(qa, k_tile, s);
+    product_with_rows(qa, kv_tile(buffer, 0), s);
+    if (has_next && positional)
+      copy_positional<kStaged>(p, next, info[buffer ^ 1], slice_buffer(buffer ^ 1), head_rows, i0,
+                               j0 + kTile);
+    commit_async_copies();
+
+    // a(i, j) = ((S + C2P) + P2C) / s, then the masks: finfo.min unless m_i m_j, -inf past L.
+    const uint32_t key_bits[2] = {tile.key_bits[0] >> (2 * q), tile.key_bits[1] >> (2 * q)};
+    const int keys_left = L - j0;
+    const bool uniform = positional && tile.diag[0] == tile.diag[kDiagonals - 1];
+    auto mask = [&](float a, int r, int nt, int e) {
+      const int kj = nt * 8 + 2 * q + (e & 1);
+      const bool kept = row_kept[r] && ((key_bits[nt / 4] >> ((nt % 4) * 8 + (e & 1))) & 1u) != 0;
+      return kept ? a : (kj < keys_left ? masked_score[r] : -INFINITY);
+    };
+    if (!positional) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = mask(s[nt][e] * p.inverse_scale, e / 2, nt, e);
+    } else if (uniform) {
+      const float query_term[2] = {tile.query_term[local_row[0]], tile.query_term[local_row[1]]};
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float key_term = tile.key_term[nt * 8 + 2 * q + (e & 1)];
+          s[nt][e] = mask((s[nt][e] + query_term[e / 2] + key_term) * p.inverse_scale, e / 2, nt, e);
+        }
+    } else if (kStaged) {
+      const float* staged = slice_buffer(buffer);
+      int query_base[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        query_base[r] = local_row[r] * kForwardSlicePitch - (tile.diag[local_row[r]] & ~3);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int kj = nt * 8 + 2 * q + c;
+          const int key_base =
+              kTile * kForwardSlicePitch + kj * kForwardSlicePitch - (tile.diag[kTile - 1 - kj] & ~3);
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int bucket = tile.diag[local_row[r] - kj + kTile - 1];
+            float a = s[nt][2 * r + c];
+            if (has_c2p) a += staged[query_base[r] + bucket];
+            if (has_p2c) a += staged[key_base + bucket];
+            s[nt][2 * r + c] = mask(a * p.inverse_scale, r, nt, 2 * r + c);
+          }
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2, kj = nt * 8 + 2 * q + (e & 1);
+          const int j = min(j0 + kj, L - 1);  // keys past L are masked to -inf below
+          const int bucket = tile.diag[local_row[r] - kj + kTile - 1];
+          s[nt][e] = mask(
+              disentangled_score(p, s[nt][e], head_rows, min(i0 + local_row[r], L - 1), j, bucket), r, nt, e);
+        }
+    }
+    if (has_next) publish_next_tile(next, info[buffer ^ 1], positional);
+
+    // Online softmax in base 2: exp(a - m) = 2^(a log2 e - m log2 e).
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e / 2, jl = nt * 8 + 2 * q + (e & 1), j = j0 + jl, i = i0 + local_row[r];
-        float x = -INFINITY;  // keys past L take no part
-        if (j < L) {
-          const int c = positional ? sh.diag[local_row[r] - jl + kTile - 1] : 0;
-          const float a = uniform   ? uniform_score(p, sh.query_term, sh.key_term, s[nt][e], local_row[r], jl)
-                          : kStaged ? staged_score(p, staged, sh.diag, s[nt][e], local_row[r], jl)
-                                    : disentangled_score(p, s[nt][e], head_rows, i, j, c);
-          x = (row_kept[r] && sh.key_keep[jl]) ? a : kMasked;
-        }
-        s[nt][e] = x;
-        tile_max[r] = fmaxf(tile_max[r], x);
-      }
-    }
-    float correction[2];
+      for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
+    float correction[2], scaled_max[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      const float new_max = fmaxf(row_max[r], tile_max[r]);  // finite: every tile has a key < L
-      correction[r] = __expf(row_max[r] - new_max);          // 0 on the first tile (-inf)
+      const float new_max = fmaxf(row_max[r], tile_max[r]);          // finite: every tile has a key < L
+      correction[r] = exp2_approx((row_max[r] - new_max) * kLog2e);  // 0 on the first tile (-inf)
       row_max[r] = new_max;
       row_sum[r] *= correction[r];
+      // finfo.min log2 e overflows: a row whose keys so far are all masked uses -FLT_MAX, so its (masked)
+      // scores give 0 and the first real key's correction clears them.
+      scaled_max[r] = fmaxf(new_max * kLog2e, -3.40282346638528859811704183484516925e+38f);
     }
+    KeepBits keep{{~0u, ~0u}};
+    if (p.dropout) keep = draw_keep_bits(p, threshold, bh, i0 + local_row[0], j0);
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = e / 2, jl = nt * 8 + 2 * q + (e & 1);
-        const float pe = __expf(s[nt][e] - row_max[r]);
+        const int r = e / 2;
+        const float pe = exp2_approx(fmaf(s[nt][e], kLog2e, -scaled_max[r]));
         row_sum[r] += pe;
-        s[nt][e] = (!p.dropout || sh.keep[local_row[r] * kKeepPitch + jl]) ? pe * p.kept_scale : 0.0f;
+        const bool kept = ((keep.rows[r] >> (2 * nt + (e & 1))) & 1u) != 0;
+        s[nt][e] = kept ? pe * p.kept_scale : 0.0f;
         o[nt][e] *= correction[r];
       }
-    }
-    accumulate_times_tile(s, v_tile, o);
+    accumulate_times_tile(s, kv_tile(buffer, 1), o);
   }
 
   T* context = static_cast<T*>(p.context);
@@ -148,7 +377,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_forward_kernel(Flash
           pack2<T>(o[nt][2 * r] * inverse, o[nt][2 * r + 1] * inverse);
     }
     if (q == 0) {
-      p.stats[(bh * L + i) * 2] = row_max[r];
+      p.stats[(bh * L + i) * 2] = row_kept[r] ? row_max[r] : kMasked;
       p.stats[(bh * L + i) * 2 + 1] = inverse;
     }
   }
@@ -171,19 +400,19 @@ dim3 tile_grid(const FlashAttentionParams& p) {
               static_cast<unsigned>(p.batch * p.heads));
 }
 
-// One CTA per (tile, b*N + h): the staged variant (with its dynamic shared memory) where the host said the
-// slices cover every tile and a positional term is on, the gathering one otherwise.
-// fixed_bytes: the dynamic shared memory both variants take ahead of the slices.
+// One CTA per (query tile, b*N + h): the staged variant (with the slice buffers) where the host said the
+// slices cover every tile and a positional term is on, the gathering one otherwise. Two CTAs an SM (106 KiB
+// of dynamic shared memory each when staged).
 template <typename Kernel>
-void launch_tiles(Kernel gathering, Kernel staged, size_t fixed_bytes, const FlashAttentionParams& p,
-                  cudaStream_t stream) {
+void launch_forward(Kernel gathering, Kernel staged, const FlashAttentionParams& p, cudaStream_t stream) {
   const bool use_staged = p.staged && (p.c2p != nullptr || p.p2c != nullptr);
+  // The slices are copied 16 bytes at a time from 4-aligned columns.
+  ZT_CHECK(!use_staged || p.window_pitch % 4 == 0, "flash_attention_forward: window pitch ", p.window_pitch,
+           " is not a multiple of 4");
   Kernel kernel = use_staged ? staged : gathering;
-  const size_t bytes = fixed_bytes + (use_staged ? kStagedBytes : 0);
-  if (bytes > 0) {
-    ZT_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  }
+  const size_t bytes = kForwardKvBytes + (use_staged ? kForwardSliceBytes : 0);
+  ZT_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   kernel<<<tile_grid(p), kThreads, bytes, stream>>>(p);
 }
 
@@ -192,8 +421,8 @@ void launch_tiles(Kernel gathering, Kernel staged, size_t fixed_bytes, const Fla
 void launch_flash_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
   dispatch_half(dtype, "flash_attention_forward", [&](auto tag) {
     using T = decltype(tag);
-    launch_tiles(flash_attention_forward_kernel<T, false>, flash_attention_forward_kernel<T, true>, 0, params,
-                 stream);
+    launch_forward(flash_attention_forward_kernel<T, false>, flash_attention_forward_kernel<T, true>, params,
+                   stream);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_forward");
   });
 }
