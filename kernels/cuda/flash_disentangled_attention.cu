@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/flash_attention_tiles.cuh"
 #include "kernels/cuda/launch_common.cuh"
@@ -24,7 +25,11 @@ using namespace flash_tiles;  // NOLINT(google-build-using-namespace): this file
 // tile, its per-query and per-key terms) by cp.async, its 127 diagonals and 64 key-mask bytes by plain loads
 // into registers, stored into shared memory once tile t's scores are formed. The barrier at the top of tile t
 // + 1 then both publishes them and frees the buffers of tile t. The dropout keep bits never touch shared
-// memory: each thread draws the Philox blocks of its own accumulator elements (below).
+// memory: each thread draws the Philox blocks of its own accumulator elements (Note [keep bits in
+// registers]). Integer work a score is kept small (ncu: the address arithmetic of generic tile loops and the
+// Philox key schedule were half the instructions): each thread's copy addresses are fixed per tile up to a
+// constant, the diagonals are stored as byte offsets, and eight Philox blocks run round by round with one key
+// schedule.
 
 // A staged slice row: 68 floats from the 4-aligned column at or below its first bucket (17 16-byte copies
 // cover the 64 buckets the row can reach). 68 = 4 mod 32: a warp's P2C reads (rows 2q, columns ~g) hit 32
@@ -39,16 +44,16 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 // What one key tile's scores read besides K, V and the slices (one per buffer).
 struct ForwardTileInfo {
-  int diag[kDiagonals + 1];  // c(i, j) - window_begin at i - j = i0 - j0 - 63 + t
-  uint32_t key_bits[2];      // bit l of word w: key j0 + 32 w + l is < L and m_j != 0
-  float query_term[kTile];   // uniform tiles: C2P[i0 + t, c0]
-  float key_term[kTile];     //                P2C[j0 + t, c0]
+  int diag_bytes[kDiagonals + 1];  // 4 (c(i, j) - window_begin) at i - j = i0 - j0 - 63 + t
+  uint32_t key_bits[2];            // bit l of word w: key j0 + 32 w + l is < L and m_j != 0
+  float query_term[kTile];         // uniform tiles: C2P[i0 + t, c0]
+  float key_term[kTile];           //                P2C[j0 + t, c0]
 };
 
 // The next tile's metadata, in flight in registers (Note [forward pipeline]).
 struct NextTileLoads {
   int diag = 0;             // diag[threadIdx.x] (threads < 127)
-  int slice_diag = 0;       // the first diagonal of the slice row this lane's warp copies (below)
+  int slice_diag = 0;       // the first diagonal of the slice row this lane copies (copy_positional)
   int first = 0, last = 0;  // diag[0], diag[126]: equal on a uniform tile
   bool key_kept = false;    // threads < 64: key j0 + threadIdx.x
 };
@@ -59,25 +64,59 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-// 4 bytes by cp.async (zero-filled when !valid).
+// cp.async of 4 or 16 bytes through L1 (zero-filled when !valid): the slice rows' neighbouring copies share
+// 32-byte sectors.
 __device__ __forceinline__ void copy_async4(void* shared, const void* global, bool valid) {
   const auto destination = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
   const int source_bytes = valid ? 4 : 0;
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(destination), "l"(global),
                "r"(source_bytes));
 }
+__device__ __forceinline__ void copy_async16_cached(void* shared, const void* global, bool valid) {
+  const auto destination = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  const int source_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(global),
+               "r"(source_bytes));
+}
 __device__ __forceinline__ void wait_all_copies() {
   asm volatile("cp.async.wait_group 0;\n" ::);
 }
+
+// This thread's four 16-byte chunks of a [64, kD] tile of K or V (rows threadIdx / 8 + 16 k, columns
+// 8 (threadIdx % 8) ..): the source of tile j0 is a fixed pointer plus j0 rows, the destination a fixed
+// offset.
+template <typename T>
+struct TileCopier {
+  const T* origin;  // the tensor: a readable address for the empty copies
+  const T* source;  // row threadIdx / 8 of key tile 0
+  int row;          // threadIdx / 8
+  int64_t pitch;    // elements between rows
+  int offset;       // into a [64, kPitch] tile
+  __device__ __forceinline__ TileCopier(const T* x, const FlashAttentionParams& p, int64_t b, int64_t h) {
+    const int t = static_cast<int>(threadIdx.x);
+    row = t / 8;
+    pitch = p.features;
+    origin = x;
+    source = x + (b * p.length + row) * pitch + h * kD + (t % 8) * 8;
+    offset = row * kPitch + (t % 8) * 8;
+  }
+  __device__ __forceinline__ void copy(T* tile, int j0, int length) const {
+    const T* first = source + j0 * pitch;
+#pragma unroll
+    for (int k = 0; k < kTile * 8 / kThreads; ++k) {
+      const bool valid = j0 + row + 16 * k < length;
+      copy_async16(tile + offset + 16 * k * kPitch, valid ? first + 16 * k * pitch : origin, valid);
+    }
+  }
+};
 
 __device__ __forceinline__ int diagonal_at(const FlashAttentionParams& p, int i0, int j0, int t) {
   const int r = min(max(i0 - j0 - (kTile - 1) + t, 1 - p.length), p.length - 1);
   return p.diagonal[r + p.length - 1];
 }
 
-// Warp w copies slice rows 16 w .. 16 w + 15 of C2P (query rows, first bucket diag[row]) and of P2C (key rows
-// u, first bucket diag[63 - u]); lane l < 16 holds the first diagonal of C2P row 16 w + l, lane l >= 16 that
-// of P2C row 16 w + l - 16.
+// Lane l of warp w copies slice row l: C2P row 16 w + l (first bucket diag[16 w + l]) for l < 16, P2C row
+// 16 w + l - 16 (first bucket diag[63 - (16 w + l - 16)]) after.
 __device__ __forceinline__ int slice_row_diagonal_index(int warp, int lane) {
   return lane < 16 ? warp * 16 + lane : kTile - 1 - (warp * 16 + lane - 16);
 }
@@ -102,34 +141,27 @@ __device__ __forceinline__ void copy_positional(const FlashAttentionParams& p, c
                                                 ForwardTileInfo& info, float* slices, int64_t head_rows,
                                                 int i0, int j0) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const bool query = lane < 16;
+  const int t = warp * 16 + lane % 16, row = (query ? i0 : j0) + t;
+  const float* scores = query ? p.c2p : p.p2c;
+  const bool row_valid = scores != nullptr && row < p.length;
   const float* any_scores = p.c2p != nullptr ? p.c2p : p.p2c;  // a readable address for the empty copies
   if (n.first == n.last) {
-    const bool query = lane < 16;
-    const int t = warp * 16 + lane % 16, row = (query ? i0 : j0) + t;
-    const float* scores = query ? p.c2p : p.p2c;
-    const bool valid = scores != nullptr && row < p.length;
-    const float* source = valid ? scores + (head_rows + row) * p.window_pitch + n.first : any_scores;
-    copy_async4(query ? &info.query_term[t] : &info.key_term[t], source, valid);
+    const float* source = row_valid ? scores + (head_rows + row) * p.window_pitch + n.first : any_scores;
+    copy_async4(query ? &info.query_term[t] : &info.key_term[t], source, row_valid);
     return;
   }
   if constexpr (kStaged) {
-    // Row r (0..31) of this warp: C2P row 16 w + r for r < 16, P2C row 16 w + r - 16 after; 16 rounds of two
-    // rows x 16 chunks, then one of 32 rows x chunk 16.
-    auto copy_chunk = [&](int r, int chunk) {
-      const int base = __shfl_sync(0xffffffffu, n.slice_diag, r) & ~3;
-      const bool query = r < 16;
-      const int t = warp * 16 + r % 16, row = (query ? i0 : j0) + t, column = base + 4 * chunk;
-      const float* scores = query ? p.c2p : p.p2c;
-      const bool valid = scores != nullptr && row < p.length && column < p.window_pitch;
-      const float* source = valid ? scores + (head_rows + row) * p.window_pitch + column : any_scores;
-      float* destination =
-          slices + (query ? 0 : kTile * kForwardSlicePitch) + t * kForwardSlicePitch + 4 * chunk;
-      copy_async16(destination, source, valid);
-    };
-    static_assert(kForwardSliceChunks == 17);
+    const int base = n.slice_diag & ~3;
+    // Chunks past the table's (4-aligned) width or of rows past L are zero-filled.
+    const int chunks = row_valid ? (p.window_pitch - base) / 4 : 0;
+    const float* source = row_valid ? scores + (head_rows + row) * p.window_pitch + base : any_scores;
+    float* destination = slices + (query ? 0 : kTile * kForwardSlicePitch) + t * kForwardSlicePitch;
 #pragma unroll
-    for (int round = 0; round < 16; ++round) copy_chunk(2 * round + lane / 16, lane % 16);
-    copy_chunk(lane, kForwardSliceChunks - 1);
+    for (int chunk = 0; chunk < kForwardSliceChunks; ++chunk) {
+      const bool valid = chunk < chunks;
+      copy_async16_cached(destination + 4 * chunk, valid ? source + 4 * chunk : any_scores, valid);
+    }
   }
 }
 
@@ -137,49 +169,80 @@ __device__ __forceinline__ void copy_positional(const FlashAttentionParams& p, c
 __device__ __forceinline__ void publish_next_tile(const NextTileLoads& n, ForwardTileInfo& info,
                                                   bool positional) {
   const int t = static_cast<int>(threadIdx.x);
-  if (positional && t < kDiagonals) info.diag[t] = n.diag;
+  if (positional && t < kDiagonals) info.diag_bytes[t] = n.diag * static_cast<int>(sizeof(float));
   if (t < kTile) {
     const uint32_t bits = __ballot_sync(0xffffffffu, n.key_kept);
     if (t % 32 == 0) info.key_bits[t / 32] = bits;
   }
 }
 
-// The dropout keep bits of this thread's accumulator elements of one tile: bit 2 nt + c of rows[r] keeps
-// P[i0 + 16 w + g + 8 r, j0 + 8 nt + 2 q + c] (lane = 4 g + q), by the unfused path's draw (element
-// e = ((b N + h) L + i) L + j, word e % 4 of Philox block e / 4, kept when (word >> 8) 2^-24 >= p, i.e.
-// (word >> 8) >= ceil(p 2^24)). With L % 4 == 0 a block is 4 keys of one row starting at a multiple of 4:
-// lanes q and q ^ 1 need keys 4 (q / 2) .. + 3 of both rows, so the even lane draws the upper row's block,
-// the odd lane the lower row's, and they swap halves: one block per 4 elements.
-struct KeepBits {
-  uint32_t rows[2];
-};
-__device__ __forceinline__ uint32_t kept_of_word(uint32_t word, uint32_t threshold) {
-  return (word >> 8) >= threshold ? 1u : 0u;
+// Note [keep bits in registers]: bit 4 nt + e of the result keeps this thread's element s[nt][e], i.e.
+// P[i0 + 16 w + g + 8 (e / 2), j0 + 8 nt + 2 q + e % 2] (lane = 4 g + q), by the unfused path's draw (element
+// e = ((b N + h) L + i) L + j, word e % 4 of Philox block e / 4, kept when (word >> 8) 2^-24 >= p, i.e. when
+// word >= 256 ceil(p 2^24)). With L % 4 == 0 a block is 4 keys of one row from a multiple of 4: lanes q and
+// q ^ 1 need keys 8 nt + 4 (q / 2) .. + 3 of both their rows, so the even lane draws its upper row's block,
+// the odd lane its lower row's, and they swap halves: one block per 4 elements. The 8 blocks of a thread run
+// round by round (one key schedule for all, the site words' first product shared).
+__device__ __forceinline__ void philox_eight(uint64_t first_block, uint64_t seed, uint64_t site_id,
+                                             uint32_t words[8][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const uint64_t block = first_block + 2 * static_cast<uint64_t>(n);
+    words[n][0] = static_cast<uint32_t>(block);
+    words[n][1] = static_cast<uint32_t>(block >> 32);
+    words[n][2] = static_cast<uint32_t>(site_id);
+    words[n][3] = static_cast<uint32_t>(site_id >> 32);
+  }
+  uint32_t key0 = static_cast<uint32_t>(seed), key1 = static_cast<uint32_t>(seed >> 32);
+#pragma unroll
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      key0 += philox_detail::kWeyl0;
+      key1 += philox_detail::kWeyl1;
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      uint32_t high0, low0, high1, low1;
+      philox_detail::multiply_high_low(philox_detail::kMultiplier0, words[n][0], high0, low0);
+      philox_detail::multiply_high_low(philox_detail::kMultiplier1, words[n][2], high1, low1);
+      const uint32_t next0 = high1 ^ words[n][1] ^ key0, next2 = high0 ^ words[n][3] ^ key1;
+      words[n][0] = next0;
+      words[n][1] = low1;
+      words[n][2] = next2;
+      words[n][3] = low0;
+    }
+  }
 }
-__device__ __forceinline__ KeepBits draw_keep_bits(const FlashAttentionParams& p, uint32_t threshold,
+// Swaps the two 2-bit halves of every nibble.
+__device__ __forceinline__ uint32_t swap_nibble_halves(uint32_t x) {
+  return ((x >> 2) & 0x33333333u) | ((x << 2) & 0xccccccccu);
+}
+__device__ __forceinline__ uint32_t draw_keep_bits(const FlashAttentionParams& p, uint32_t word_threshold,
                                                    int64_t bh, int row0, int j0) {
   const int lane = static_cast<int>(threadIdx.x) % 32, q = lane % 4;
   const uint64_t L = static_cast<uint64_t>(p.length);
-  KeepBits keep{{0u, 0u}};
+  uint32_t bits = 0;
   if (L % 4 == 0) {
     const bool even = (q & 1) == 0;
     const uint64_t row = static_cast<uint64_t>(row0 + (even ? 0 : 8));
-    const uint64_t first_block = ((static_cast<uint64_t>(bh) * L + row) * L + j0 + 4 * (q / 2)) / 4;
-    uint32_t own = 0, send = 0;
+    uint32_t words[8][4];
+    philox_eight(((static_cast<uint64_t>(bh) * L + row) * L + j0 + 4 * (q / 2)) / 4, p.seed, p.site_id,
+                 words);
+    // drawn: nibble nt = this lane's block (keys 4 (q / 2) .. + 3 of its drawing row).
+    uint32_t drawn = 0;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const PhiloxCounter block = philox_block(p.seed, p.site_id, first_block + 2 * nt);
-      const uint32_t low = kept_of_word(block.word[0], threshold) | kept_of_word(block.word[1], threshold)
-                                                                        << 1;
-      const uint32_t high = kept_of_word(block.word[2], threshold) | kept_of_word(block.word[3], threshold)
-                                                                         << 1;
-      own |= (even ? low : high) << (2 * nt);
-      send |= (even ? high : low) << (2 * nt);
-    }
-    const uint32_t received = __shfl_xor_sync(0xffffffffu, send, 1);
-    keep.rows[0] = even ? own : received;
-    keep.rows[1] = even ? received : own;
-    return keep;
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int w = 0; w < 4; ++w) drawn |= (words[n][w] >= word_threshold ? 1u : 0u) << (4 * n + w);
+    // Even lane: its keys are the nibbles' low halves (row 0), the odd partner's the high halves; odd lane
+    // (drawing row 1): its keys are the high halves. mine: low halves = this lane's keys of its drawing row.
+    const uint32_t mine = even ? drawn : swap_nibble_halves(drawn);
+    const uint32_t theirs =
+        __shfl_xor_sync(0xffffffffu, mine & 0xccccccccu, 1);  // partner's keys, high halves
+    // Low half of a nibble: the drawing row, high half: the other row; the even lane's drawing row is row 0.
+    const uint32_t by_draw = (mine & 0x33333333u) | theirs;
+    bits = even ? by_draw : swap_nibble_halves(by_draw);
+    return bits;
   }
   // Any L: each pair of keys from its block(s), the second of a block's last word from the next block.
 #pragma unroll
@@ -192,13 +255,14 @@ __device__ __forceinline__ KeepBits draw_keep_bits(const FlashAttentionParams& p
       const uint32_t first = word_of(block, e);
       const uint32_t second =
           (e & 3) == 3 ? philox_block(p.seed, p.site_id, e / 4 + 1).word[0] : word_of(block, e + 1);
-      keep.rows[r] |= (kept_of_word(first, threshold) | kept_of_word(second, threshold) << 1) << (2 * nt);
+      bits |= ((first >= word_threshold ? 1u : 0u) | (second >= word_threshold ? 2u : 0u))
+              << (4 * nt + 2 * r);
     }
   }
-  return keep;
+  return bits;
 }
 
-template <typename T, bool kStaged>
+template <typename T, bool kStaged, bool kDropout>
 __global__ void __launch_bounds__(kThreads, 2) flash_attention_forward_kernel(FlashAttentionParams p) {
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   // [buffer][K, V][kTile * kPitch]; Q goes through buffer 1's K tile before any copy into it.
@@ -211,18 +275,17 @@ __global__ void __launch_bounds__(kThreads, 2) flash_attention_forward_kernel(Fl
   const int i0 = static_cast<int>(blockIdx.x) * kTile;
   const int64_t bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
   const int64_t head_rows = (h * p.batch + b) * L;  // row (b, 0) of head h in the positional scores
-  const T* qx = static_cast<const T*>(p.q);
-  const T* kx = static_cast<const T*>(p.k);
-  const T* vx = static_cast<const T*>(p.v);
   const bool positional = p.c2p != nullptr || p.p2c != nullptr;
   const bool has_c2p = p.c2p != nullptr, has_p2c = p.p2c != nullptr;
   auto kv_tile = [&](int buffer, int which) { return kv + (2 * buffer + which) * kTile * kPitch; };
   auto slice_buffer = [&](int buffer) { return slices + buffer * kForwardSliceFloats; };
+  const TileCopier<T> k_copier(static_cast<const T*>(p.k), p, b, h);
+  const TileCopier<T> v_copier(static_cast<const T*>(p.v), p, b, h);
 
   // Tile 0's data in flight, Q's fragments read.
-  load_tile(kv_tile(1, 0), qx, p, b, h, i0);
-  prefetch_tile(kv_tile(0, 0), kx, p, b, h, 0);
-  prefetch_tile(kv_tile(0, 1), vx, p, b, h, 0);
+  load_tile(kv_tile(1, 0), static_cast<const T*>(p.q), p, b, h, i0);
+  k_copier.copy(kv_tile(0, 0), 0, L);
+  v_copier.copy(kv_tile(0, 1), 0, L);
   {
     const NextTileLoads first = load_next_tile(p, b, i0, 0, positional);
     if (positional) copy_positional<kStaged>(p, first, info[0], slice_buffer(0), head_rows, i0, 0);
@@ -240,10 +303,12 @@ __global__ void __launch_bounds__(kThreads, 2) flash_attention_forward_kernel(Fl
     const int i = i0 + local_row[r];
     row_kept[r] = i < L && p.keep[b * L + i] != 0;
   }
+  const bool warp_rows_kept = __all_sync(0xffffffffu, row_kept[0] && row_kept[1]);
   // A padded query row attends uniformly to every key < L (every score finfo.min in the unfused path): its
   // scores are taken as 0 here and its saved max is finfo.min, so the backward's exp(a - max) is 1 too.
   const float masked_score[2] = {row_kept[0] ? kMasked : 0.0f, row_kept[1] ? kMasked : 0.0f};
-  const uint32_t threshold = static_cast<uint32_t>(ceilf(p.dropout_p * 16777216.0f));
+  // word >= 256 ceil(p 2^24) (Note [keep bits in registers]); p < 1, so ceil(p 2^24) < 2^24.
+  const uint32_t word_threshold = static_cast<uint32_t>(ceilf(p.dropout_p * 16777216.0f)) << 8;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   float o[8][4];
 #pragma unroll
@@ -256,8 +321,8 @@ __global__ void __launch_bounds__(kThreads, 2) flash_attention_forward_kernel(Fl
     const bool has_next = j0 + kTile < L;
     NextTileLoads next;
     if (has_next) {
-      prefetch_tile(kv_tile(buffer ^ 1, 0), kx, p, b, h, j0 + kTile);
-      prefetch_tile(kv_tile(buffer ^ 1, 1), vx, p, b, h, j0 + kTile);
+      k_copier.copy(kv_tile(buffer ^ 1, 0), j0 + kTile, L);
+      v_copier.copy(kv_tile(buffer ^ 1, 1), j0 + kTile, L);
       next = load_next_tile(p, b, i0, j0 + kTile, positional);
     }
 
@@ -268,63 +333,83 @@ __global__ void __launch_bounds__(kThreads, 2) flash_attention_forward_kernel(Fl
                                j0 + kTile);
     commit_async_copies();
 
-    // a(i, j) = ((S + C2P) + P2C) / s, then the masks: finfo.min unless m_i m_j, -inf past L.
+    // a(i, j) = ((S + C2P) + P2C) / s, then the masks: finfo.min unless m_i m_j, -inf past L. A full tile
+    // of kept keys met by kept rows only (no padding there) skips them.
     const uint32_t key_bits[2] = {tile.key_bits[0] >> (2 * q), tile.key_bits[1] >> (2 * q)};
     const int keys_left = L - j0;
-    const bool uniform = positional && tile.diag[0] == tile.diag[kDiagonals - 1];
+    const bool unmasked = warp_rows_kept && (tile.key_bits[0] & tile.key_bits[1]) == ~0u;
+    const bool uniform = positional && tile.diag_bytes[0] == tile.diag_bytes[kDiagonals - 1];
     auto mask = [&](float a, int r, int nt, int e) {
       const int kj = nt * 8 + 2 * q + (e & 1);
       const bool kept = row_kept[r] && ((key_bits[nt / 4] >> ((nt % 4) * 8 + (e & 1))) & 1u) != 0;
       return kept ? a : (kj < keys_left ? masked_score[r] : -INFINITY);
     };
-    if (!positional) {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = mask(s[nt][e] * p.inverse_scale, e / 2, nt, e);
-    } else if (uniform) {
-      const float query_term[2] = {tile.query_term[local_row[0]], tile.query_term[local_row[1]]};
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float key_term = tile.key_term[nt * 8 + 2 * q + (e & 1)];
-          s[nt][e] = mask((s[nt][e] + query_term[e / 2] + key_term) * p.inverse_scale, e / 2, nt, e);
+    auto scores = [&](auto masking) {
+      auto finish = [&](float a, int r, int nt, int e) {
+        if constexpr (decltype(masking)::value) {
+          return mask(a, r, nt, e);
+        } else {
+          return a;
         }
-    } else if (kStaged) {
-      const float* staged = slice_buffer(buffer);
-      int query_base[2];
+      };
+      if (!positional) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
-        query_base[r] = local_row[r] * kForwardSlicePitch - (tile.diag[local_row[r]] & ~3);
+        for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
+          for (int e = 0; e < 4; ++e) s[nt][e] = finish(s[nt][e] * p.inverse_scale, e / 2, nt, e);
+      } else if (uniform) {
+        const float query_term[2] = {tile.query_term[local_row[0]], tile.query_term[local_row[1]]};
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int kj = nt * 8 + 2 * q + c;
-          const int key_base =
-              kTile * kForwardSlicePitch + kj * kForwardSlicePitch - (tile.diag[kTile - 1 - kj] & ~3);
+        for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int bucket = tile.diag[local_row[r] - kj + kTile - 1];
-            float a = s[nt][2 * r + c];
-            if (has_c2p) a += staged[query_base[r] + bucket];
-            if (has_p2c) a += staged[key_base + bucket];
-            s[nt][2 * r + c] = mask(a * p.inverse_scale, r, nt, 2 * r + c);
+          for (int e = 0; e < 4; ++e) {
+            const float key_term = tile.key_term[nt * 8 + 2 * q + (e & 1)];
+            s[nt][e] = finish((s[nt][e] + query_term[e / 2] + key_term) * p.inverse_scale, e / 2, nt, e);
           }
-        }
-    } else {
+      } else if constexpr (kStaged) {
+        // Byte addresses: slice row start minus its 4-aligned first bucket, plus the element's bucket.
+        const char* staged = reinterpret_cast<const char*>(slice_buffer(buffer));
+        const char* query_row[2];
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e / 2, kj = nt * 8 + 2 * q + (e & 1);
-          const int j = min(j0 + kj, L - 1);  // keys past L are masked to -inf below
-          const int bucket = tile.diag[local_row[r] - kj + kTile - 1];
-          s[nt][e] = mask(
-              disentangled_score(p, s[nt][e], head_rows, min(i0 + local_row[r], L - 1), j, bucket), r, nt, e);
+        for (int r = 0; r < 2; ++r) {
+          query_row[r] =
+              staged + local_row[r] * kForwardSlicePitch * 4 - (tile.diag_bytes[local_row[r]] & ~15);
         }
-    }
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int kj = nt * 8 + 2 * q + c;
+            const char* key_row =
+                staged + (kTile + kj) * kForwardSlicePitch * 4 - (tile.diag_bytes[kTile - 1 - kj] & ~15);
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int bucket_bytes = tile.diag_bytes[local_row[r] - kj + kTile - 1];
+              float a = s[nt][2 * r + c];
+              if (has_c2p) a += *reinterpret_cast<const float*>(query_row[r] + bucket_bytes);
+              if (has_p2c) a += *reinterpret_cast<const float*>(key_row + bucket_bytes);
+              s[nt][2 * r + c] = finish(a * p.inverse_scale, r, nt, 2 * r + c);
+            }
+          }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = e / 2, kj = nt * 8 + 2 * q + (e & 1);
+            const int j = min(j0 + kj, L - 1);  // keys past L are masked to -inf
+            const int bucket =
+                tile.diag_bytes[local_row[r] - kj + kTile - 1] / static_cast<int>(sizeof(float));
+            s[nt][e] =
+                mask(disentangled_score(p, s[nt][e], head_rows, min(i0 + local_row[r], L - 1), j, bucket), r,
+                     nt, e);
+          }
+      }
+    };
+    if (unmasked)
+      scores(std::false_type{});
+    else
+      scores(std::true_type{});
     if (has_next) publish_next_tile(next, info[buffer ^ 1], positional);
 
     // Online softmax in base 2: exp(a - m) = 2^(a log2 e - m log2 e).
@@ -346,18 +431,22 @@ __global__ void __launch_bounds__(kThreads, 2) flash_attention_forward_kernel(Fl
       // scores give 0 and the first real key's correction clears them.
       scaled_max[r] = fmaxf(new_max * kLog2e, -3.40282346638528859811704183484516925e+38f);
     }
-    KeepBits keep{{~0u, ~0u}};
-    if (p.dropout) keep = draw_keep_bits(p, threshold, bh, i0 + local_row[0], j0);
+    // Once the row maxima settle the corrections are 1: the warp then skips rescaling O.
+    if (!__all_sync(0xffffffffu, correction[0] == 1.0f && correction[1] == 1.0f)) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[nt][e] *= correction[e / 2];
+    }
+    uint32_t keep = ~0u;
+    if constexpr (kDropout) keep = draw_keep_bits(p, word_threshold, bh, i0 + local_row[0], j0);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = e / 2;
-        const float pe = exp2_approx(fmaf(s[nt][e], kLog2e, -scaled_max[r]));
-        row_sum[r] += pe;
-        const bool kept = ((keep.rows[r] >> (2 * nt + (e & 1))) & 1u) != 0;
-        s[nt][e] = kept ? pe * p.kept_scale : 0.0f;
-        o[nt][e] *= correction[r];
+        const float pe = exp2_approx(fmaf(s[nt][e], kLog2e, -scaled_max[e / 2]));
+        row_sum[e / 2] += pe;
+        s[nt][e] = ((keep >> (4 * nt + e)) & 1u) != 0 ? pe * p.kept_scale : 0.0f;
       }
     accumulate_times_tile(s, kv_tile(buffer, 1), o);
   }
@@ -400,17 +489,15 @@ dim3 tile_grid(const FlashAttentionParams& p) {
               static_cast<unsigned>(p.batch * p.heads));
 }
 
-// One CTA per (query tile, b*N + h): the staged variant (with the slice buffers) where the host said the
-// slices cover every tile and a positional term is on, the gathering one otherwise. Two CTAs an SM (106 KiB
-// of dynamic shared memory each when staged).
+// One CTA per (query tile, b*N + h).
 template <typename Kernel>
-void launch_forward(Kernel gathering, Kernel staged, const FlashAttentionParams& p, cudaStream_t stream) {
-  const bool use_staged = p.staged && (p.c2p != nullptr || p.p2c != nullptr);
+void launch_forward(Kernel kernel, bool staged, const FlashAttentionParams& p, cudaStream_t stream) {
   // The slices are copied 16 bytes at a time from 4-aligned columns.
-  ZT_CHECK(!use_staged || p.window_pitch % 4 == 0, "flash_attention_forward: window pitch ", p.window_pitch,
+  ZT_CHECK(!staged || p.window_pitch % 4 == 0, "flash_attention_forward: window pitch ", p.window_pitch,
            " is not a multiple of 4");
-  Kernel kernel = use_staged ? staged : gathering;
-  const size_t bytes = kForwardKvBytes + (use_staged ? kForwardSliceBytes : 0);
+  ZT_CHECK(!p.dropout || p.dropout_p < 1.0f, "flash_attention_forward: dropout p ", p.dropout_p,
+           " is not < 1");
+  const size_t bytes = kForwardKvBytes + (staged ? kForwardSliceBytes : 0);
   ZT_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   kernel<<<tile_grid(p), kThreads, bytes, stream>>>(p);
@@ -421,8 +508,15 @@ void launch_forward(Kernel gathering, Kernel staged, const FlashAttentionParams&
 void launch_flash_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
   dispatch_half(dtype, "flash_attention_forward", [&](auto tag) {
     using T = decltype(tag);
-    launch_forward(flash_attention_forward_kernel<T, false>, flash_attention_forward_kernel<T, true>, params,
-                   stream);
+    // The staged variant (with the slice buffers) where the host said the slices cover every tile and a
+    // positional term is on, the gathering one otherwise; dropout or not. Two CTAs an SM (106 KiB of dynamic
+    // shared memory each when staged).
+    const bool staged = params.staged && (params.c2p != nullptr || params.p2c != nullptr);
+    const auto kernel = staged ? (params.dropout ? flash_attention_forward_kernel<T, true, true>
+                                                 : flash_attention_forward_kernel<T, true, false>)
+                               : (params.dropout ? flash_attention_forward_kernel<T, false, true>
+                                                 : flash_attention_forward_kernel<T, false, false>);
+    launch_forward(kernel, staged, params, stream);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_forward");
   });
 }
