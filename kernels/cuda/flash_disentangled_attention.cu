@@ -20,16 +20,17 @@ using namespace flash_tiles;  // NOLINT(google-build-using-namespace): this file
 
 // ---- forward -------------------------------------------------------------------------------------------
 //
-// Note [forward pipeline]: one barrier a key tile. While tile t is computed, everything tile t + 1 reads is
-// on its way into the other of two buffers: its K and V rows and its positional slices (or, on a uniform
-// tile, its per-query and per-key terms) by cp.async, its 127 diagonals and 64 key-mask bytes by plain loads
-// into registers, stored into shared memory once tile t's scores are formed. The barrier at the top of tile t
-// + 1 then both publishes them and frees the buffers of tile t. The dropout keep bits never touch shared
-// memory: each thread draws the Philox blocks of its own accumulator elements (Note [keep bits in
-// registers]). Integer work a score is kept small (ncu: the address arithmetic of generic tile loops and the
-// Philox key schedule were half the instructions): each thread's copy addresses are fixed per tile up to a
-// constant, the diagonals are stored as byte offsets, and eight Philox blocks run round by round with one key
-// schedule.
+// Note [forward pipeline]: while tile t is computed, everything tile t + 1 reads is on its way: its K and V
+// rows by cp.async into the other of two buffers from the start of tile t, its 127 diagonals and 64 key-mask
+// bytes by plain loads into registers, stored into the other of two info buffers once tile t's scores are
+// formed; then its positional slices by cp.async into the one slice buffer (after a barrier: every warp has
+// read tile t's) or, on a uniform tile, its per-query and per-key terms into the other info buffer. The
+// barrier at the top of tile t + 1 publishes them and frees tile t's buffers. The dropout keep bits never
+// touch shared memory: each thread draws the Philox blocks of its own accumulator elements (Note [keep bits
+// in registers]). Integer work a score is kept small (ncu: the address arithmetic of generic tile loops and
+// the Philox key schedule were half the instructions): each thread's copy addresses are fixed per tile up to
+// a constant, the diagonals are stored as byte offsets, and eight Philox blocks run round by round with one
+// key schedule.
 
 // A staged slice row: 68 floats from the 4-aligned column at or below its first bucket (17 16-byte copies
 // cover the 64 buckets the row can reach). 68 = 4 mod 32: a warp's P2C reads (rows 2q, columns ~g) hit 32
@@ -37,9 +38,10 @@ using namespace flash_tiles;  // NOLINT(google-build-using-namespace): this file
 constexpr int kForwardSlicePitch = kTile + 4;
 constexpr int kForwardSliceChunks = kForwardSlicePitch / 4;
 constexpr int kForwardSliceFloats = 2 * kTile * kForwardSlicePitch;  // C2P slice, then P2C slice
-// Dynamic shared memory: two buffers of (K, V) tiles, then (staged variant) two buffers of slices.
+// Dynamic shared memory: two buffers of (K, V) tiles, then (staged variant) one of slices: 72 KiB, so three
+// CTAs (12 warps) share an SM.
 constexpr size_t kForwardKvBytes = 2 * 2 * kTile * kPitch * sizeof(uint16_t);
-constexpr size_t kForwardSliceBytes = 2 * kForwardSliceFloats * sizeof(float);
+constexpr size_t kForwardSliceBytes = kForwardSliceFloats * sizeof(float);
 constexpr float kLog2e = 1.4426950408889634f;
 
 // What one key tile's scores read besides K, V and the slices (one per buffer).
@@ -263,11 +265,12 @@ __device__ __forceinline__ uint32_t draw_keep_bits(const FlashAttentionParams& p
 }
 
 template <typename T, bool kStaged, bool kDropout>
-__global__ void __launch_bounds__(kThreads, 2) flash_attention_forward_kernel(FlashAttentionParams p) {
+__global__ void __launch_bounds__(kThreads, kStaged ? 3 : 2)
+    flash_attention_forward_kernel(FlashAttentionParams p) {
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   // [buffer][K, V][kTile * kPitch]; Q goes through buffer 1's K tile before any copy into it.
   T* kv = reinterpret_cast<T*>(dynamic_shared);
-  float* slices = reinterpret_cast<float*>(dynamic_shared + kForwardKvBytes);  // [buffer][C2P, P2C]
+  float* slices = reinterpret_cast<float*>(dynamic_shared + kForwardKvBytes);  // [C2P, P2C]
   __shared__ ForwardTileInfo info[2];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, q = lane % 4;
@@ -278,7 +281,6 @@ __global__ void __launch_bounds__(kThreads, 2) flash_attention_forward_kernel(Fl
   const bool positional = p.c2p != nullptr || p.p2c != nullptr;
   const bool has_c2p = p.c2p != nullptr, has_p2c = p.p2c != nullptr;
   auto kv_tile = [&](int buffer, int which) { return kv + (2 * buffer + which) * kTile * kPitch; };
-  auto slice_buffer = [&](int buffer) { return slices + buffer * kForwardSliceFloats; };
   const TileCopier<T> k_copier(static_cast<const T*>(p.k), p, b, h);
   const TileCopier<T> v_copier(static_cast<const T*>(p.v), p, b, h);
 
@@ -288,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_attention_forward_kernel(Fl
   v_copier.copy(kv_tile(0, 1), 0, L);
   {
     const NextTileLoads first = load_next_tile(p, b, i0, 0, positional);
-    if (positional) copy_positional<kStaged>(p, first, info[0], slice_buffer(0), head_rows, i0, 0);
+    if (positional) copy_positional<kStaged>(p, first, info[0], slices, head_rows, i0, 0);
     publish_next_tile(first, info[0], positional);
   }
   commit_async_copies();
@@ -328,10 +330,6 @@ __global__ void __launch_bounds__(kThreads, 2) flash_attention_forward_kernel(Fl
 
     float s[8][4];
     product_with_rows(qa, kv_tile(buffer, 0), s);
-    if (has_next && positional)
-      copy_positional<kStaged>(p, next, info[buffer ^ 1], slice_buffer(buffer ^ 1), head_rows, i0,
-                               j0 + kTile);
-    commit_async_copies();
 
     // a(i, j) = ((S + C2P) + P2C) / s, then the masks: finfo.min unless m_i m_j, -inf past L. A full tile
     // of kept keys met by kept rows only (no padding there) skips them.
@@ -368,7 +366,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_attention_forward_kernel(Fl
           }
       } else if constexpr (kStaged) {
         // Byte addresses: slice row start minus its 4-aligned first bucket, plus the element's bucket.
-        const char* staged = reinterpret_cast<const char*>(slice_buffer(buffer));
+        const char* staged = reinterpret_cast<const char*>(slices);
         const char* query_row[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -411,6 +409,13 @@ __global__ void __launch_bounds__(kThreads, 2) flash_attention_forward_kernel(Fl
     else
       scores(std::true_type{});
     if (has_next) publish_next_tile(next, info[buffer ^ 1], positional);
+    // The next tile's slices replace this one's once every warp has read them (no barrier where this tile or
+    // the next is uniform: the terms go to the other info buffer).
+    if (has_next && positional) {
+      if (kStaged && !uniform && next.first != next.last) __syncthreads();
+      copy_positional<kStaged>(p, next, info[buffer ^ 1], slices, head_rows, i0, j0 + kTile);
+    }
+    commit_async_copies();
 
     // Online softmax in base 2: exp(a - m) = 2^(a log2 e - m log2 e).
     float tile_max[2] = {-INFINITY, -INFINITY};
@@ -500,6 +505,9 @@ void launch_forward(Kernel kernel, bool staged, const FlashAttentionParams& p, c
   const size_t bytes = kForwardKvBytes + (staged ? kForwardSliceBytes : 0);
   ZT_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  // The whole unified L1 as shared memory: three staged CTAs an SM.
+  ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     cudaSharedmemCarveoutMaxShared));
   kernel<<<tile_grid(p), kThreads, bytes, stream>>>(p);
 }
 
@@ -508,9 +516,8 @@ void launch_forward(Kernel kernel, bool staged, const FlashAttentionParams& p, c
 void launch_flash_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
   dispatch_half(dtype, "flash_attention_forward", [&](auto tag) {
     using T = decltype(tag);
-    // The staged variant (with the slice buffers) where the host said the slices cover every tile and a
-    // positional term is on, the gathering one otherwise; dropout or not. Two CTAs an SM (106 KiB of dynamic
-    // shared memory each when staged).
+    // The staged variant (with the slice buffer) where the host said the slices cover every tile and a
+    // positional term is on, the gathering one otherwise; dropout or not.
     const bool staged = params.staged && (params.c2p != nullptr || params.p2c != nullptr);
     const auto kernel = staged ? (params.dropout ? flash_attention_forward_kernel<T, true, true>
                                                  : flash_attention_forward_kernel<T, true, false>)
