@@ -27,10 +27,9 @@ using namespace flash_tiles;  // NOLINT(google-build-using-namespace): this file
 // read tile t's) or, on a uniform tile, its per-query and per-key terms into the other info buffer. The
 // barrier at the top of tile t + 1 publishes them and frees tile t's buffers. The dropout keep bits never
 // touch shared memory: each thread draws the Philox blocks of its own accumulator elements (Note [keep bits
-// in registers]). Integer work a score is kept small (ncu: the address arithmetic of generic tile loops and
-// the Philox key schedule were half the instructions): each thread's copy addresses are fixed per tile up to
-// a constant, the diagonals are stored as byte offsets, and eight Philox blocks run round by round with one
-// key schedule.
+// in registers]). Issue slots, not memory, bound the kernel, so the integer work a score is kept small: each
+// thread's copy addresses are fixed per tile up to a constant, the diagonals are stored as byte offsets, and
+// eight Philox blocks run round by round with one key schedule.
 
 // A staged slice row: 68 floats from the 4-aligned column at or below its first bucket (17 16-byte copies
 // cover the 64 buckets the row can reach). 68 = 4 mod 32: a warp's P2C reads (rows 2q, columns ~g) hit 32
@@ -60,6 +59,9 @@ struct NextTileLoads {
   bool key_kept = false;    // threads < 64: key j0 + threadIdx.x
 };
 
+// exp(a - m) as 2^(a log2 e - m log2 e), one FFMA and one MUFU.EX2 (__expf is ex2.approx of (a - m) log2 e):
+// the backward's __expf(a - m) recomputes P from the saved (m, 1 / l) to within a few ulp of the exponent,
+// far inside the bf16/f16 tolerances the tests hold both directions to.
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
