@@ -15,6 +15,7 @@
 // the 10 rounds once. All functions are ZT_HOST_DEVICE so the same code compiles into CUDA kernels.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #ifndef ZT_HOST_DEVICE
@@ -80,9 +81,46 @@ ZT_HOST_DEVICE inline PhiloxCounter philox_block(uint64_t seed, uint64_t site_id
   return philox4x32_10(counter, key);
 }
 
+// Blocks first, first + stride, ..., first + (N - 1) stride of one site, the same words as philox_block of
+// each, computed round by round: one key schedule for all N and N independent rounds to interleave (the GPU
+// flash attention draws 8 blocks a thread this way).
+template <int N>
+ZT_HOST_DEVICE inline void philox_blocks(uint64_t seed, uint64_t site_id, uint64_t first, uint64_t stride,
+                                         PhiloxCounter (&out)[N]) {
+#ifdef __CUDA_ARCH__
+#pragma unroll  // the N x 4 words stay in registers
+#endif
+  for (int n = 0; n < N; ++n) {
+    const uint64_t block = first + stride * static_cast<uint64_t>(n);
+    out[n] = PhiloxCounter{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                            static_cast<uint32_t>(site_id), static_cast<uint32_t>(site_id >> 32)}};
+  }
+  PhiloxKey key{{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}};
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+  for (int r = 0; r < 10; ++r) {
+    if (r > 0) {
+      key.word[0] += philox_detail::kWeyl0;
+      key.word[1] += philox_detail::kWeyl1;
+    }
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (int n = 0; n < N; ++n) out[n] = philox_detail::philox_round(out[n], key);
+  }
+}
+
 // uniform(seed, site_id, index) in [0, 1): the random number behind element `index` of a dropout site.
 ZT_HOST_DEVICE inline float uniform(uint64_t seed, uint64_t site_id, uint64_t index) {
   return uniform_from_bits(philox_block(seed, site_id, index >> 2).word[index & 3]);
+}
+
+// The keep test on a raw Philox word, without the float conversion: for p in [0, 1),
+// uniform_from_bits(word) >= p exactly when word >= keep_threshold_word(p), since (word >> 8) 2^-24 >= p
+// is (word >> 8) >= ceil(p 2^24) (p 2^24 is exact in f32), i.e. word >= 256 ceil(p 2^24) (< 2^32).
+ZT_HOST_DEVICE inline uint32_t keep_threshold_word(float p) {
+  return static_cast<uint32_t>(ceilf(p * 16777216.0f)) << 8;
 }
 
 // Whether dropout with drop probability p keeps element `index` of a site. p == 0 keeps everything.

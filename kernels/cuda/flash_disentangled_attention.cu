@@ -186,37 +186,8 @@ __device__ __forceinline__ void publish_next_tile(const NextTileLoads& n, Forwar
 // word >= 256 ceil(p 2^24)). With L % 4 == 0 a block is 4 keys of one row from a multiple of 4: lanes q and
 // q ^ 1 need keys 8 nt + 4 (q / 2) .. + 3 of both their rows, so the even lane draws its upper row's block,
 // the odd lane its lower row's, and they swap halves: one block per 4 elements. The 8 blocks of a thread run
-// round by round (one key schedule for all, the site words' first product shared).
-__device__ __forceinline__ void philox_eight(uint64_t first_block, uint64_t seed, uint64_t site_id,
-                                             uint32_t words[8][4]) {
-#pragma unroll
-  for (int n = 0; n < 8; ++n) {
-    const uint64_t block = first_block + 2 * static_cast<uint64_t>(n);
-    words[n][0] = static_cast<uint32_t>(block);
-    words[n][1] = static_cast<uint32_t>(block >> 32);
-    words[n][2] = static_cast<uint32_t>(site_id);
-    words[n][3] = static_cast<uint32_t>(site_id >> 32);
-  }
-  uint32_t key0 = static_cast<uint32_t>(seed), key1 = static_cast<uint32_t>(seed >> 32);
-#pragma unroll
-  for (int round = 0; round < 10; ++round) {
-    if (round > 0) {
-      key0 += philox_detail::kWeyl0;
-      key1 += philox_detail::kWeyl1;
-    }
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      uint32_t high0, low0, high1, low1;
-      philox_detail::multiply_high_low(philox_detail::kMultiplier0, words[n][0], high0, low0);
-      philox_detail::multiply_high_low(philox_detail::kMultiplier1, words[n][2], high1, low1);
-      const uint32_t next0 = high1 ^ words[n][1] ^ key0, next2 = high0 ^ words[n][3] ^ key1;
-      words[n][0] = next0;
-      words[n][1] = low1;
-      words[n][2] = next2;
-      words[n][3] = low0;
-    }
-  }
-}
+// round by round (philox_blocks: one key schedule for all, the site words' first product shared).
+
 // Swaps the two 2-bit halves of every nibble.
 __device__ __forceinline__ uint32_t swap_nibble_halves(uint32_t x) {
   return ((x >> 2) & 0x33333333u) | ((x << 2) & 0xccccccccu);
@@ -229,15 +200,15 @@ __device__ __forceinline__ uint32_t draw_keep_bits(const FlashAttentionParams& p
   if (L % 4 == 0) {
     const bool even = (q & 1) == 0;
     const uint64_t row = static_cast<uint64_t>(row0 + (even ? 0 : 8));
-    uint32_t words[8][4];
-    philox_eight(((static_cast<uint64_t>(bh) * L + row) * L + j0 + 4 * (q / 2)) / 4, p.seed, p.site_id,
-                 words);
+    PhiloxCounter blocks[8];
+    philox_blocks(p.seed, p.site_id, ((static_cast<uint64_t>(bh) * L + row) * L + j0 + 4 * (q / 2)) / 4, 2,
+                  blocks);
     // drawn: nibble nt = this lane's block (keys 4 (q / 2) .. + 3 of its drawing row).
     uint32_t drawn = 0;
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int w = 0; w < 4; ++w) drawn |= (words[n][w] >= word_threshold ? 1u : 0u) << (4 * n + w);
+      for (int w = 0; w < 4; ++w) drawn |= (blocks[n].word[w] >= word_threshold ? 1u : 0u) << (4 * n + w);
     // Even lane: its keys are the nibbles' low halves (row 0), the odd partner's the high halves; odd lane
     // (drawing row 1): its keys are the high halves. mine: low halves = this lane's keys of its drawing row.
     const uint32_t mine = even ? drawn : swap_nibble_halves(drawn);
@@ -311,8 +282,8 @@ __global__ void __launch_bounds__(kThreads, kStaged ? 3 : 2)
   // A padded query row attends uniformly to every key < L (every score finfo.min in the unfused path): its
   // scores are taken as 0 here and its saved max is finfo.min, so the backward's exp(a - max) is 1 too.
   const float masked_score[2] = {row_kept[0] ? kMasked : 0.0f, row_kept[1] ? kMasked : 0.0f};
-  // word >= 256 ceil(p 2^24) (Note [keep bits in registers]); p < 1, so ceil(p 2^24) < 2^24.
-  const uint32_t word_threshold = static_cast<uint32_t>(ceilf(p.dropout_p * 16777216.0f)) << 8;
+  // Note [keep bits in registers]; the launcher checks p < 1.
+  const uint32_t word_threshold = keep_threshold_word(p.dropout_p);
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   float o[8][4];
 #pragma unroll

@@ -83,5 +83,40 @@ TEST(Philox, DropoutKeepIsUniformAtLeastP) {
   }
 }
 
+// The round-by-round form the GPU flash attention draws with: the blocks of philox_block, including a block
+// index that carries into the counter's high word.
+TEST(Philox, BlocksRoundByRoundEqualPhiloxBlock) {
+  constexpr uint64_t kSeed = 0x0123456789abcdefull, kSite = 0xfedcba9876543210ull;
+  for (const uint64_t first : {uint64_t{0}, uint64_t{0xfffffffbull}, uint64_t{1} << 40}) {
+    PhiloxCounter blocks[8];
+    philox_blocks(kSeed, kSite, first, 2, blocks);
+    for (int n = 0; n < 8; ++n) {
+      const PhiloxCounter want = philox_block(kSeed, kSite, first + 2 * static_cast<uint64_t>(n));
+      for (int w = 0; w < 4; ++w)
+        EXPECT_EQ(blocks[n].word[w], want.word[w]) << "first " << first << " n " << n;
+    }
+  }
+}
+
+// word >= keep_threshold_word(p) is uniform_from_bits(word) >= p, checked at every 24-bit value around the
+// threshold (low bytes 0, 1, 255) and at the ends, for drop probabilities that are and are not multiples of
+// 2^-24.
+TEST(Philox, KeepThresholdWordIsTheUniformCompare) {
+  for (const float p : {0.0f, 1e-9f, 0.1f, 0.3f, 0.5f, 0.7f, 0.9999999f, 3.0f / 16777216.0f}) {
+    const uint32_t threshold = keep_threshold_word(p);
+    const int64_t center = static_cast<int64_t>(threshold >> 8);
+    int64_t checked = 0;
+    for (int64_t top = 0; top < (int64_t{1} << 24); ++top) {
+      if (top > 4 && top < (int64_t{1} << 24) - 4 && (top < center - 300 || top > center + 300)) continue;
+      for (const uint32_t low : {0u, 1u, 255u}) {
+        const uint32_t word = static_cast<uint32_t>(top) << 8 | low;
+        ASSERT_EQ(word >= threshold, uniform_from_bits(word) >= p) << "p " << p << " word " << word;
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, 600) << "p " << p;
+  }
+}
+
 }  // namespace
 }  // namespace zt::kernels
