@@ -8,6 +8,7 @@
 
 #include "optim/adamw.h"
 #include "runtime/check.h"
+#include "runtime/device.h"
 
 namespace zt::plan {
 
@@ -70,5 +71,30 @@ MachineFigures calibrate_host(MachineFigures base, int64_t elements, int repeats
   if (!base.name.ends_with(suffix)) base.name += suffix;
   return base;
 }
+
+std::string GpuFigures::describe() const {
+  return str(device, ": GEMM ", gemm_tflops, " TFLOP/s, HBM ", hbm_gbps, " GB/s, PCIe pinned ",
+             h2d_pinned_gbps, " GB/s up / ", d2h_pinned_gbps, " down, pageable ", h2d_pageable_gbps, " up / ",
+             d2h_pageable_gbps, " down, GPU AdamW ", gpu_adamw_gparams, " G parameters/s");
+}
+
+MachineFigures with_gpu_figures(MachineFigures base, const GpuFigures& gpu) {
+  ZT_CHECK(gpu.gemm_tflops > 0 && gpu.hbm_gbps > 0 && gpu.h2d_pinned_gbps > 0 && gpu.d2h_pinned_gbps > 0 &&
+               gpu.gpu_adamw_gparams > 0,
+           "with_gpu_figures: a GPU figure is not positive (", gpu.describe(), ")");
+  base.gemm_tflops = gpu.gemm_tflops;
+  base.hbm_gbps = gpu.hbm_gbps;
+  base.pcie_gbps = std::min(gpu.h2d_pinned_gbps, gpu.d2h_pinned_gbps);
+  base.gpu_adamw_gparams = gpu.gpu_adamw_gparams;
+  const std::string suffix = " + " + gpu.device + " measured (--calibrate)";
+  if (!base.name.ends_with(suffix)) base.name += suffix;
+  return base;
+}
+
+#ifndef ZT_WITH_CUDA
+GpuFigures measure_gpu_figures(int64_t, int64_t, int64_t, int) {
+  ZT_FAIL("the GPU figures need a CUDA build with a GPU: ", describe_devices());
+}
+#endif
 
 }  // namespace zt::plan

@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/parameters.h"
 #include "runtime/check.h"
+#include "runtime/device.h"
 
 namespace zt::plan {
 namespace {
@@ -137,6 +138,38 @@ TEST(Calibrate, MeasuresTheHostFiguresAndKeepsTheGpuOnes) {
   EXPECT_EQ(m.gemm_tflops, 321);
   EXPECT_NE(m.name.find("--calibrate"), std::string::npos);
   EXPECT_THROW(calibrate_host(base, 0, 1), Error);
+}
+
+// The GPU's figures replace the model's rates; PCIe is the slower pinned direction (the offload uses both),
+// the pageable rates are reported only; the rest (the host's, the step's shape) stays.
+TEST(Calibrate, GpuFiguresReplaceTheDeviceRates) {
+  MachineFigures base;
+  base.cpu_adamw_gparams = 3.5;
+  GpuFigures g{.device = "1 x test GPU",
+               .gemm_tflops = 512,
+               .hbm_gbps = 2800,
+               .h2d_pinned_gbps = 40,
+               .d2h_pinned_gbps = 30,
+               .h2d_pageable_gbps = 10,
+               .d2h_pageable_gbps = 8,
+               .gpu_adamw_gparams = 70};
+  const MachineFigures m = with_gpu_figures(base, g);
+  EXPECT_EQ(m.gemm_tflops, 512);
+  EXPECT_EQ(m.hbm_gbps, 2800);
+  EXPECT_EQ(m.pcie_gbps, 30);
+  EXPECT_EQ(m.gpu_adamw_gparams, 70);
+  EXPECT_EQ(m.cpu_adamw_gparams, 3.5);
+  EXPECT_EQ(m.layer_latency_us, base.layer_latency_us);
+  EXPECT_NE(m.name.find("1 x test GPU"), std::string::npos);
+  EXPECT_EQ(with_gpu_figures(m, g).name, m.name);  // calibrating twice names the GPU once
+  g.d2h_pinned_gbps = 0;                           // a failed measurement is refused, not cached
+  EXPECT_THROW(with_gpu_figures(base, g), Error);
+}
+
+// Without a GPU the measurement refuses rather than inventing figures.
+TEST(Calibrate, GpuMeasurementNeedsAGpu) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is present";
+  EXPECT_THROW(measure_gpu_figures(1536, 6144), Error);
 }
 
 }  // namespace
