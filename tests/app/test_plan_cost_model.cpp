@@ -67,6 +67,29 @@ TEST_F(CostModelXlarge, CheckpointingAccumulationAndStagesCostTime) {
   EXPECT_GT(predict(2, 64, 1, OptimizerOffload::nvme), 10 * predict(2, 64, 1, OptimizerOffload::cpu));
 }
 
+// Checkpointing only adds work: with the optimizer offloaded too (where the update hides under the next
+// forward, whose recomputation is not part of that forward), on the xlarge and on a shallow model (where the
+// offload's parts dominate).
+TEST_F(CostModelXlarge, CheckpointingNeverMakesAStepFaster) {
+  for (int64_t layers : {24, 2}) {
+    model.num_hidden_layers = layers;
+    inputs.parameters = ParameterTable(model).total_numel();
+    for (int64_t micro : {1, 8, 40, 128})
+      for (int stage : {0, 2, 3})
+        for (OptimizerOffload offload : {OptimizerOffload::none, OptimizerOffload::cpu}) {
+          if (stage == 0 && offload != OptimizerOffload::none) continue;
+          for (bool param : {false, true}) {
+            if (param && (stage != 3 || offload == OptimizerOffload::none)) continue;
+            // Equal where the exposed download shrinks by the recompute (a download-bound step), to rounding.
+            EXPECT_GE(predict(stage, micro, 1, offload, true, param),
+                      predict(stage, micro, 1, offload, false, param) * (1 - 1e-12))
+                << layers << " layers, stage " << stage << " offload " << optimizer_offload_name(offload)
+                << (param ? " + parameters" : "") << ", micro " << micro;
+          }
+        }
+  }
+}
+
 // A partial offload (the engine's ZeroOffload::ratio): the norm on the device, then the GPU AdamW on 1 - r of
 // the shard beside the CPU AdamW on r (its upload hidden behind it): the longer of the two, not their sum,
 // so the update shrinks with r while the CPU side is the longer, down to the GPU AdamW alone.
