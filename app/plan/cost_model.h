@@ -31,8 +31,7 @@
 // between ranks is not modelled (the figures are world size 1).
 //
 // A machine's own figures are kept in a small JSON file (MachineFigures::load / save, train_mrpc
-// --machine_figures); `--calibrate` measures the host's into it (app/plan/calibrate.h). TODO(issue 40): the
-// GPU figures (a GEMM, a copy kernel, pinned copies both ways) need a GPU run.
+// --machine_figures); `--calibrate` measures the host's and the GPU's into it (app/plan/calibrate.h).
 #pragma once
 
 #include <string>
