@@ -16,8 +16,8 @@
 # The whole call stops starting parts at PLAN_BUDGET_S (default 480 s since the call began, the build
 # included); a part gets min(its budget, what is left). The state (measured plans, the table, the figures)
 # is kept in .plan/ on the device, so a later call on a warm machine continues with other --parts (remove
-# .plan to start over). --quick: a 2-layer model, one cap (24 GiB), two batches, 4-layer large model: a smoke
-# run of every code path in about a minute after the build. PLAN_MARGIN (default 1.15): the grid keeps the
+# .plan to start over). --quick: a 2-layer model, one cap (3 GiB: offload, accumulation), two batches, a
+# 4-layer large model, DeepSpeed at one batch and cap: a smoke run of every code path. PLAN_MARGIN (default 1.15): the grid keeps the
 # families predicted within it of the best.
 targets=(bench_train_step train_mrpc bench_cpu_adam)
 plan_quick=0
@@ -66,7 +66,7 @@ task_run() {
   ((dry_run)) || mkdir -p "$state" "$work/state"
   local driver=(python3 scripts/plan_goals.py --bin "$bin" --work "$state" --figures "$state/machine_figures.json"
     --margin "${PLAN_MARGIN:-1.15}")
-  ((plan_quick)) && driver+=(--quick --caps 24)
+  ((plan_quick)) && driver+=(--quick --caps 3 --warmup 1 --steps 2)
   plan_part calibrate 30 "${driver[@]}" calibrate
   if ((plan_quick)); then
     plan_part g128 40 "${driver[@]}" grid 16 128
