@@ -17,8 +17,8 @@
 # included); a part gets min(its budget, what is left). The state (measured plans, the table, the figures)
 # is kept in .plan/ on the device, so a later call on a warm machine continues with other --parts (remove
 # .plan to start over). --quick: a 2-layer model, one cap (3 GiB: offload, accumulation), two batches, a
-# 4-layer large model, DeepSpeed at one batch and cap: a smoke run of every code path. PLAN_MARGIN (default 1.15): the grid keeps the
-# families predicted within it of the best.
+# 4-layer large model, DeepSpeed at one batch and cap: a smoke run of every code path. PLAN_MARGIN (default
+# 1.15): the grid keeps the families predicted within it of the best.
 targets=(bench_train_step train_mrpc bench_cpu_adam)
 plan_quick=0
 plan_parts=calibrate,g128,g40,g512,g16x512,partial,delayed,ds,large,summary
