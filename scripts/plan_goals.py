@@ -84,6 +84,20 @@ def family(p):
     return (stage_class, p["offload"], p.get("offload_ratio", 1.0), p["gradient_checkpointing"])
 
 
+def dominates(q, p):
+    """q fits too and does the same work as p with less of it: p without checkpointing, or p's placement at a
+    lower stage (stage 3's gathers are pure overhead at world size 1); p is then never the faster plan."""
+    if (q["micro_batch"], q["accumulation"]) != (p["micro_batch"], p["accumulation"]):
+        return False
+    fq, fp = family(q), family(p)
+    if fq[1:3] != fp[1:3] and not (fq[1] == "optimizer" and fp[1] == "both" and fq[0] == fp[0] == "3"):
+        return False
+    less_recompute = fq[3] <= fp[3]
+    lower_stage = fq[0] != "3" or fp[0] == "3"
+    params_resident = not (fq[1] == "both") or fp[1] == "both"
+    return less_recompute and lower_stage and params_resident and (fq != fp)
+
+
 class Runner:
     def __init__(self, args):
         self.args = args
@@ -136,7 +150,7 @@ class Runner:
         key = f"seq{seq} {plan_key(p)}"
         if key in cache:
             return cache[key]
-        if self.left() < 15:
+        if self.left() < 8:
             return {"error": "skipped: time budget"}
         flags = [*plan_flags(p), "--seq", str(seq), "--warmup", str(self.args.warmup), "--steps",
                  str(self.args.steps), *self.quick_flags()]
@@ -185,6 +199,7 @@ class Runner:
             for c in fitting:  # ranked fastest first: the first of a family is its fastest fitting plan
                 by_family.setdefault(family(c), []).append(c)
             no_offload_s0 = {c["micro_batch"]: c["device_gib"] for c in fitting if family(c)[0] == "0-2"}
+            cap_picks = []
             for fam, members in by_family.items():
                 top = members[0]
                 if fam[0] == "3" and fam[1] == "none" and no_offload_s0.get(top["micro_batch"], 1e9) <= \
@@ -198,9 +213,12 @@ class Runner:
                     smaller = [m for m in members if m["micro_batch"] < top["micro_batch"]]
                     if smaller:
                         picks.append(max(smaller, key=lambda m: m["micro_batch"]))
-                for p in picks:
-                    equivalent = (family(p), p["micro_batch"])
-                    selected.setdefault(equivalent, p)  # the first (the planner's pick on a tie) stands
+                cap_picks.extend(picks)
+            for p in cap_picks:
+                if any(q is not p and dominates(q, p) for q in cap_picks):
+                    continue
+                equivalent = (family(p), p["micro_batch"])
+                selected.setdefault(equivalent, p)  # the first (the planner's pick on a tie) stands
         return chosen, list(selected.values())
 
     def caps(self):

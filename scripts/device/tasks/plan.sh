@@ -3,16 +3,18 @@
 # measures), the parts in order of value, each under its own budget (seconds) so a call cut short keeps what
 # it measured; every result line lands in the summary as it comes:
 #   calibrate 30  train_mrpc --calibrate: this machine's CPU and GPU figures, which every --auto_plan reads
-#   g128 100      the grid and the auto plan at caps 12/16/24/40 GiB, global batch 128 seq 128
-#   g40 60        ... global batch 40
-#   g512 100      ... global batch 512
+#   g128 80       the grid and the auto plan at caps 12/16/24/40 GiB, global batch 128 seq 128
+#   g40 50        ... global batch 40
+#   g512 110      ... global batch 512
 #   g16x512 50    ... global batch 16 at seq 512
 #   partial 30    partial offload ratios against full offload where only offload fits (needs --offload_ratio)
 #   delayed 30    the delayed update at batch 40 against max(forward + backward, CPU update)
 #   ds 120        DeepSpeed's ZeRO-2 + offload at global batches 40/128/512 and its largest batch per cap
 #                 (.ds/ from scripts/fetch_deepspeed.sh, carry [".ds", ".device-deps"]; skipped without it)
-#   large 90      the 6.2 B model, ZeRO-3 + both offloads, 20 steps on a repeated batch: the losses
+#   large 150     the 6.2 B model, ZeRO-3 + both offloads, 20 steps on a repeated batch: the losses
 #   summary       the goals table again
+# The parts sum to ~700 s with a ~40 s build: one call of 500 s gets calibrate..delayed and part of ds; a
+# second call on the warm machine runs the rest (--parts ds,large,summary).
 # The whole call stops starting parts at PLAN_BUDGET_S (default 480 s since the call began, the build
 # included); a part gets min(its budget, what is left). The state (measured plans, the table, the figures)
 # is kept in .plan/ on the device, so a later call on a warm machine continues with other --parts (remove
@@ -72,9 +74,9 @@ task_run() {
     plan_part g128 40 "${driver[@]}" grid 16 128
     plan_part g16x512 20 "${driver[@]}" grid 4 512
   else
-    plan_part g128 100 "${driver[@]}" grid 128 128
-    plan_part g40 60 "${driver[@]}" grid 40 128
-    plan_part g512 100 "${driver[@]}" grid 512 128
+    plan_part g128 80 "${driver[@]}" grid 128 128
+    plan_part g40 50 "${driver[@]}" grid 40 128
+    plan_part g512 110 "${driver[@]}" grid 512 128
     plan_part g16x512 50 "${driver[@]}" grid 16 512
   fi
   plan_part partial 30 "${driver[@]}" partial
@@ -88,7 +90,7 @@ task_run() {
       say "plan ds: skipped (no .ds/wheels: scripts/fetch_deepspeed.sh, carry .ds)"
     fi
   fi
-  plan_part large 90 "${driver[@]}" large
+  plan_part large 150 "${driver[@]}" large
   plan_part summary 20 "${driver[@]}" summary
   return 0
 }
