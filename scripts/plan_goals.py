@@ -25,7 +25,8 @@ planned device bytes and predicted ms): plans equal at world size 1 are one (sta
 are stage 0's memory and time, stage 1 and 2 with offload are one; stage 3 without offload only where it
 plans less memory), and per cap each remaining family (placement x checkpointing) contributes its fastest
 fitting micro-batch (and the next smaller one where that is within 5 % of the cap) when its predicted step
-is within --margin of the best. Lines for the summary go to stdout as they land.
+is within --margin of the best, unless a fitting plan dominates it (the same micro-batch without
+checkpointing, or at a lower stage: never slower). Lines for the summary go to stdout as they land.
 """
 import argparse
 import json
@@ -215,7 +216,7 @@ class Runner:
                         picks.append(max(smaller, key=lambda m: m["micro_batch"]))
                 cap_picks.extend(picks)
             for p in cap_picks:
-                if any(q is not p and dominates(q, p) for q in cap_picks):
+                if any(dominates(q, p) for q in fitting):
                     continue
                 equivalent = (family(p), p["micro_batch"])
                 selected.setdefault(equivalent, p)  # the first (the planner's pick on a tie) stands
