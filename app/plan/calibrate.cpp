@@ -47,7 +47,7 @@ double parallel_sum_of_squares(const std::vector<float>& x) {
 
 }  // namespace
 
-MachineFigures calibrate_host(MachineFigures base, int64_t elements, int repeats) {
+HostCalibration calibrate_host(MachineFigures base, int64_t elements, int repeats) {
   ZT_CHECK(elements > 0 && repeats > 0, "calibrate_host: elements and repeats must be positive");
   const auto n = static_cast<size_t>(elements);
   std::vector<float> params(n, 0.5f), grads(n, 1e-3f), m(n, 0.0f), v(n, 0.0f);
@@ -66,10 +66,9 @@ MachineFigures calibrate_host(MachineFigures base, int64_t elements, int repeats
   }
   ZT_CHECK(checksum > 0, "calibrate_host: the norm pass summed nothing");
   base.cpu_adamw_gparams = static_cast<double>(elements) / best_adam / 1e9;
-  base.host_gbps = static_cast<double>(elements) * 4 / best_norm / 1e9;
-  const std::string suffix = " + this host's CPU AdamW and norm pass (--calibrate)";
+  const std::string suffix = " + this host's CPU AdamW (--calibrate)";
   if (!base.name.ends_with(suffix)) base.name += suffix;
-  return base;
+  return {.figures = base, .host_norm_gbps = static_cast<double>(elements) * 4 / best_norm / 1e9};
 }
 
 std::string GpuFigures::describe() const {

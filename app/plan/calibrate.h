@@ -3,7 +3,10 @@
 // parameters/s on two H200 hosts, docs/PERFORMANCE.md) and that decide between offload and accumulation.
 //   cpu_adamw_gparams  the real CPU AdamW (optim/adamw.h, all threads, the bf16 copy written as the offloaded
 //                      update writes it) over `elements` parameters, the best of `repeats`
-//   host_gbps          a sum of squares over the f32 gradients on all threads (the host norm pass)
+//   host_norm_gbps     a sum of squares over f32 gradients on all threads (reported, not stored: the GPU
+//                      engine takes the gradient norm on the device, optim/zero/gradient_norm.cpp, and the
+//                      model's host_gbps term stays the fitted figure; on one H100 host the measured 74 GB/s
+//                      in its place predicted the ZeRO-1 + offload bs 40 step 16 % slow, the fitted one 5 %)
 // With a GPU present (CUDA builds) `measure_gpu_figures` measures the device side on the current device:
 //   gemm_tflops        the encoder layer's six projections (Q, K, V, O: h x h; the feed-forward h x I, I x h)
 //                      forward, dX and dW through kernels::linear (cuBLASLt, bf16, fp32 accumulate) at
@@ -24,7 +27,11 @@
 
 namespace zt::plan {
 
-MachineFigures calibrate_host(MachineFigures base, int64_t elements = int64_t{64} << 20, int repeats = 3);
+struct HostCalibration {
+  MachineFigures figures;  // base with cpu_adamw_gparams measured
+  double host_norm_gbps = 0;
+};
+HostCalibration calibrate_host(MachineFigures base, int64_t elements = int64_t{64} << 20, int repeats = 3);
 
 struct GpuFigures {
   std::string device;  // describe_devices()
