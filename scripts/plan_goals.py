@@ -294,10 +294,9 @@ class Runner:
         if "error" in d:
             say(f"delayed: FAILED {d['error'][:300]}")
             return
-        parts = {k: v for k, v in d.items() if isinstance(v, (int, float)) and
-                 re.search(r"forward|backward|cpu_update|cpu_adam|floor", k)}
-        fwd_bwd = next((v for k, v in parts.items() if "forward" in k and "backward" in k), None)
-        cpu = next((v for k, v in parts.items() if "cpu" in k), None)
+        # The step's parts where bench_train_step prints them (any nesting): forward + backward, the CPU update.
+        fwd_bwd = _find_number(d, ("forward", "backward"))
+        cpu = _find_number(d, ("cpu", "update")) or _find_number(d, ("cpu", "adam"))
         source = "its JSON"
         if fwd_bwd is None or cpu is None:
             source = "the ZeRO-2 step less its optimizer segments, bench_cpu_adam"
@@ -357,6 +356,20 @@ def _last_json(text):
         return json.loads(text[start:])
     except ValueError:
         return {}
+
+
+def _find_number(obj, words):
+    """The first number in a nested JSON whose key path mentions every word (ms; a path ending _s is seconds)."""
+    def walk(o, path):
+        if isinstance(o, dict):
+            for k, v in o.items():
+                yield from walk(v, path + [str(k)])
+        elif isinstance(o, (int, float)) and not isinstance(o, bool):
+            yield "/".join(path).lower(), o
+    for path, v in walk(obj, []):
+        if all(w in path for w in words) and "gib" not in path:
+            return float(v) * (1e3 if path.endswith("_s") else 1)
+    return None
 
 
 def table_line(row):

@@ -13,8 +13,11 @@
 #                 (.ds/ from scripts/fetch_deepspeed.sh, carry [".ds", ".device-deps"]; skipped without it)
 #   large 150     the 6.2 B model, ZeRO-3 + both offloads, 20 steps on a repeated batch: the losses
 #   summary       the goals table again
-# The parts sum to ~700 s with a ~40 s build: one call of 500 s gets calibrate..delayed and part of ds; a
-# second call on the warm machine runs the rest (--parts ds,large,summary).
+# Expected on one H100 (a fresh machine builds in ~35 s; a run of bench_train_step costs ~5-9 s besides its
+# steps): calibrate 5, g128 ~55, g40 ~40, g512 ~105, g16x512 ~45, partial 0 (skipped) or ~30, delayed ~25,
+# ds ~110 (JIT ~40, engine ~25), large ~120 (pinning 104 GiB ~65, 20 steps ~50): ~580 s in all. In two calls
+# of <= 500 s: --parts calibrate,g128,g40,g512,g16x512,partial,delayed (~340 s), then on the warm machine
+# --parts ds,large,summary (~250 s).
 # The whole call stops starting parts at PLAN_BUDGET_S (default 480 s since the call began, the build
 # included); a part gets min(its budget, what is left). The state (measured plans, the table, the figures)
 # is kept in .plan/ on the device, so a later call on a warm machine continues with other --parts (remove
