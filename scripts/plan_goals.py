@@ -26,7 +26,9 @@ are stage 0's memory and time, stage 1 and 2 with offload are one; stage 3 witho
 plans less memory), and per cap each remaining family (placement x checkpointing) contributes its fastest
 fitting micro-batch (and the next smaller one where that is within 5 % of the cap) when its predicted step
 is within --margin of the best, unless a fitting plan dominates it (the same micro-batch without
-checkpointing, or at a lower stage: never slower). Lines for the summary go to stdout as they land.
+checkpointing, or at a lower stage: never slower); of those the --per-cap fastest predicted and the fastest
+of each placement kind (no offload, full offload, partial offload) are measured. Lines for the summary go
+to stdout as they land.
 """
 import argparse
 import json
@@ -76,27 +78,37 @@ def plan_key(p):
 
 
 def family(p):
-    """Plans that are the same at world size 1 share a family key (stage class, placement, checkpointing)."""
+    """Plans that are the same at world size 1 share a family key (stage class, placement, checkpointing):
+    stages 0-2 without offload (stages 1 and 2 plan no less memory than 0 and run the same step); with
+    offload each stage is its own (stage 2 streams the gradients down: less memory than stage 1)."""
     stage = p["zero_stage"]
     if p["offload"] == "none":
         stage_class = "3" if stage == 3 else "0-2"
     else:
-        stage_class = "3" if stage == 3 else "1-2"
+        stage_class = str(stage)
     return (stage_class, p["offload"], p.get("offload_ratio", 1.0), p["gradient_checkpointing"])
+
+
+def placement_kind(p):
+    if p["offload"] == "none":
+        return "none"
+    return "partial" if p.get("offload_ratio", 1.0) < 1.0 else "full"
 
 
 def dominates(q, p):
     """q fits too and does the same work as p with less of it: p without checkpointing, or p's placement at a
-    lower stage (stage 3's gathers are pure overhead at world size 1); p is then never the faster plan."""
+    lower stage (stage 2's fold and stage 3's gathers are overhead at world size 1), or stage 3 with the
+    parameters resident; p is then never the faster plan."""
     if (q["micro_batch"], q["accumulation"]) != (p["micro_batch"], p["accumulation"]):
         return False
-    fq, fp = family(q), family(p)
-    if fq[1:3] != fp[1:3] and not (fq[1] == "optimizer" and fp[1] == "both" and fq[0] == fp[0] == "3"):
+    if q.get("offload_ratio", 1.0) != p.get("offload_ratio", 1.0):
         return False
-    less_recompute = fq[3] <= fp[3]
-    lower_stage = fq[0] != "3" or fp[0] == "3"
-    params_resident = not (fq[1] == "both") or fp[1] == "both"
-    return less_recompute and lower_stage and params_resident and (fq != fp)
+    same_placement = q["offload"] == p["offload"]
+    params_resident = q["offload"] == "optimizer" and p["offload"] == "both" and q["zero_stage"] == 3
+    if not (same_placement or params_resident):
+        return False
+    return (q["gradient_checkpointing"] <= p["gradient_checkpointing"] and q["zero_stage"] <= p["zero_stage"] and
+            family(q) != family(p))
 
 
 class Runner:
@@ -192,10 +204,11 @@ class Runner:
                 chosen[cap] = None
                 continue
             chosen[cap] = e["plan"]
-            fitting = [c for c in e["candidates"] if c["fits"] and c["executable"]]
+            fitting = [c for c in e["candidates"] if c["fits"] and c.get("executable", True)]
             if not fitting:
                 continue
             best = fitting[0]["predicted_ms"]
+            offload_only = not any(placement_kind(c) == "none" for c in fitting)
             by_family = {}
             for c in fitting:  # ranked fastest first: the first of a family is its fastest fitting plan
                 by_family.setdefault(family(c), []).append(c)
@@ -206,7 +219,7 @@ class Runner:
                 if fam[0] == "3" and fam[1] == "none" and no_offload_s0.get(top["micro_batch"], 1e9) <= \
                         top["device_gib"]:
                     continue  # stage 3 without offload plans no less than stage 0: the same plan, slower
-                if top["predicted_ms"] > self.args.margin * best:
+                if top["predicted_ms"] > self.args.margin * best and not offload_only:
                     continue
                 picks = [top]
                 budget = cap * (1 - HEADROOM)
@@ -215,9 +228,19 @@ class Runner:
                     if smaller:
                         picks.append(max(smaller, key=lambda m: m["micro_batch"]))
                 cap_picks.extend(picks)
-            for p in cap_picks:
-                if any(dominates(q, p) for q in fitting):
-                    continue
+            cap_picks = [p for p in cap_picks if not any(dominates(q, p) for q in fitting)]
+            cap_picks.sort(key=lambda p: p["predicted_ms"])
+            # The fastest few, and the fastest of each placement kind (no offload, full, partial) within the
+            # margin: the model may rank kinds wrongly, rarely two members of one kind.
+            keep = [p for p in cap_picks if p["predicted_ms"] <= self.args.margin * best][:self.args.per_cap]
+            # Where only offload fits, the fastest full and partial offload whatever their prediction: the
+            # partial goal compares them.
+            for kind in ("none", "full", "partial"):
+                first = next((p for p in cap_picks if placement_kind(p) == kind and
+                              (offload_only or p["predicted_ms"] <= self.args.margin * best)), None)
+                if first is not None and first not in keep:
+                    keep.append(first)
+            for p in keep:
                 equivalent = (family(p), p["micro_batch"])
                 selected.setdefault(equivalent, p)  # the first (the planner's pick on a tie) stands
         return chosen, list(selected.values())
@@ -251,40 +274,47 @@ class Runner:
             say("TABLE " + table_line(row))
 
     def partial(self):
+        """Where only offload fits (the measured grid says so): the best measured partial offload against the
+        best measured full offload; then, time left, the ratios 0.75/0.5/0.25 at the full offload's plan."""
         help_text = subprocess.run([str(self.bin / "bench_train_step"), "--help"], capture_output=True,
                                    text=True).stdout
         if "offload_ratio" not in help_text:
             say("partial: skipped: bench_train_step has no --offload_ratio (the partial offload branch is not in)")
             return
-        # A cap where full offload fits and no offload does not: the measured table says.
-        table = self.state.data.get("table", {})
         measured = self.state.data.get("measured", {})
-        for batch, seq in ((128, 128), (40, 128)):
+        found = False
+        for batch, seq in ((128, 128), (40, 128), (512, 128), (16, 512)):
             for cap in self.caps():
-                row = table.get(f"{batch}x{seq}@{cap}")
-                if not row or "fastest" not in row:
+                fits = {k: v for k, v in measured.items() if k.startswith(f"seq{seq} ") and _global(k) == batch and
+                        "error" not in v and v["peak_gib"] <= cap}
+                if not fits or any(" none " in k for k in fits):
                     continue
-                none_fits = any(k.startswith(f"seq{seq} ") and " none " in k and _global(k) == batch and
-                                "error" not in v and v["peak_gib"] <= cap for k, v in measured.items())
-                if none_fits or " none " in f" {row['fastest']} ":
+                full = {k: v for k, v in fits.items() if " r0." not in k}
+                part = {k: v for k, v in fits.items() if " r0." in k}
+                if not full or not part:
                     continue
-                base = row["fastest"]
-                m = re.match(r"s(\d) (\w+) (\d+)x(\d+)( ckpt)?", base)
-                if not m or m[2] != "optimizer":
+                kf = min(full, key=lambda k: full[k]["step_ms"])
+                kp = min(part, key=lambda k: part[k]["step_ms"])
+                f_ms, p_ms = full[kf]["step_ms"], part[kp]["step_ms"]
+                found = True
+                self.state.data.setdefault("partial", {})[f"{batch}x{seq}@{cap}"] = dict(
+                    full=kf, full_ms=f_ms, partial=kp, partial_ms=p_ms)
+                self.state.save()
+                say(f"PARTIAL b{batch} s{seq} cap {cap} GiB: best partial {kp[len(f'seq{seq} '):]} {p_ms} ms vs full "
+                    f"offload {kf[len(f'seq{seq} '):]} {f_ms} ms: {f_ms / p_ms:.2f}x "
+                    f"({'faster' if p_ms < f_ms else 'NOT faster'}, {100 * (f_ms - p_ms) / f_ms:.0f} % less time)")
+                m = re.match(r"seq\d+ s(\d) (\w+) (\d+)x(\d+)( ckpt)?$", kf)
+                if not m or self.left() < 30 or found and len(self.state.data["partial"]) > 1:
                     continue
-                say(f"partial: global batch {batch} seq {seq} cap {cap} GiB, full offload {base} "
-                    f"{row['fastest_ms']} ms")
-                for ratio in (0.75, 0.5, 0.25):
-                    p = {"zero_stage": int(m[1]), "offload": "optimizer", "offload_ratio": ratio,
-                         "micro_batch": int(m[3]), "accumulation": int(m[4]),
-                         "gradient_checkpointing": bool(m[5])}
+                for ratio in (0.75, 0.5, 0.25):  # the ratio alone changed, at the full offload's plan
+                    p = {"zero_stage": int(m[1]), "offload": m[2], "offload_ratio": ratio,
+                         "micro_batch": int(m[3]), "accumulation": int(m[4]), "gradient_checkpointing": bool(m[5])}
                     r = self.measure(p, seq, f"partial@{cap}")
                     if "error" not in r:
-                        verdict = "fits" if r["peak_gib"] <= cap else "over the cap"
-                        say(f"PARTIAL ratio {ratio}: {r['step_ms']} ms vs full {row['fastest_ms']} ms "
-                            f"({row['fastest_ms'] / r['step_ms']:.2f}x), peak {r['peak_gib']} GiB {verdict}")
-                return
-        say("partial: no measured cap where full offload fits and no offload does not")
+                        say(f"PARTIAL ratio {ratio} at {kf[len(f'seq{seq} '):]}: {r['step_ms']} ms vs {f_ms} ms, "
+                            f"peak {r['peak_gib']} GiB ({'fits' if r['peak_gib'] <= cap else 'over the cap'})")
+        if not found:
+            say("partial: no measured cap where full and partial offload fit and no offload does not")
 
     def delayed(self):
         base = ["--batch", "40", "--zero_stage", "2", "--seq", "128", "--warmup", str(self.args.warmup),
@@ -400,6 +430,8 @@ def main():
     ap.add_argument("--budget-s", type=float, default=120)
     ap.add_argument("--caps", default=",".join(map(str, CAPS_GIB)))
     ap.add_argument("--margin", type=float, default=1.3, help="families predicted within this of the best")
+    ap.add_argument("--per-cap", type=int, default=2,
+                    help="the fastest predicted picks kept per cap (besides each placement kind's fastest)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--step-timeout-s", type=float, default=90)

@@ -260,10 +260,12 @@ Options parse(int argc, char** argv) {
            "sizes must be positive (--hidden a multiple of 64)");
   ZT_CHECK(o.warmup >= 0 && o.lr_warmup >= 0, "--warmup and --lr_warmup must be >= 0");
   ZT_CHECK(o.accumulation >= 1, "--accumulation must be at least 1");
-  ZT_CHECK(!o.auto_plan || (o.accumulation == 1 && o.zero_stage == 0 && o.offload == "none" &&
-                            !o.gradient_checkpointing && !o.delayed_update && o.nvme_path.empty()),
+  ZT_CHECK(!o.auto_plan ||
+               (o.accumulation == 1 && o.zero_stage == 0 && o.offload == "none" && o.offload_ratio == 1.0 &&
+                !o.gradient_checkpointing && !o.delayed_update && o.nvme_path.empty()),
            "--auto_plan chooses the stage, offload, checkpointing and accumulation: leave --zero_stage, "
-           "--offload, --gradient_checkpointing, --accumulation, --delayed_update and --nvme_path out");
+           "--offload, --offload_ratio, --gradient_checkpointing, --accumulation, --delayed_update and "
+           "--nvme_path out");
   ZT_CHECK(!o.auto_plan || !o.estimate_only || !o.gpu_memory_limit.empty(),
            "--estimate_only --auto_plan needs --gpu_memory_limit (the card to plan for)");
   ZT_CHECK(o.dtype == "bf16" || o.dtype == "fp16" || o.dtype == "fp32", "--dtype must be bf16, fp16 or fp32");
@@ -399,8 +401,7 @@ nlohmann::json plan_json(const zt::plan::Candidate& c) {
           {"predicted_ms", round_to(c.predicted_ms(), 1e-2)},
           {"device_gib", gib(c.memory.device)},
           {"host_gib", gib(c.memory.host)},
-          {"fits", c.fits()},
-          {"executable", p.executable()}};
+          {"fits", c.fits()}};
 }
 
 // --auto_plan: the planner's choice for the global batch --batch (per rank) under the cap; `o` becomes the
@@ -419,6 +420,7 @@ zt::plan::AutoPlan choose_bench_plan(Options& o, const zt::DebertaConfig& model,
               : p.param_offload                                       ? "both"
                                                                       : "optimizer";
   o.pin_memory = o.pin_memory || p.optimizer_offload != zt::plan::OptimizerOffload::none;
+  o.offload_ratio = p.optimizer_offload == zt::plan::OptimizerOffload::none ? 1.0 : p.offload_ratio;
   o.gradient_checkpointing = p.gradient_checkpointing;
   o.batch = p.micro_batch;
   o.accumulation = p.accumulation;

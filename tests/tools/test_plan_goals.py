@@ -18,7 +18,7 @@ import plan_goals as pg  # noqa: E402
 
 def runner(bin_dir, work, caps="12,16,24,40"):
     return pg.Runner(argparse.Namespace(bin=bin_dir, work=work, figures="", budget_s=120, caps=caps, margin=1.15,
-                                        warmup=2, steps=3, step_timeout_s=60, quick=False))
+                                        per_cap=3, warmup=2, steps=3, step_timeout_s=60, quick=False))
 
 
 def plan(stage, offload, micro, acc, ckpt=False, ratio=1.0):
@@ -54,7 +54,9 @@ def check_dominance():
     assert not pg.dominates(plan(0, "none", 64, 2, ckpt=True), plan(0, "none", 64, 2))
     assert not pg.dominates(plan(0, "none", 32, 4), plan(0, "none", 64, 2, ckpt=True))  # other micro-batches
     assert not pg.dominates(plan(0, "none", 64, 2), plan(1, "optimizer", 64, 2))  # other placements
-    assert pg.family(plan(1, "optimizer", 8, 1)) == pg.family(plan(2, "optimizer", 8, 1))
+    assert pg.dominates(plan(1, "optimizer", 64, 2), plan(2, "optimizer", 64, 2))
+    assert not pg.dominates(plan(1, "optimizer", 64, 2, ratio=0.5), plan(1, "optimizer", 64, 2))
+    assert pg.family(plan(1, "optimizer", 8, 1)) != pg.family(plan(2, "optimizer", 8, 1))  # stage 2 streams
     assert pg.family(plan(0, "none", 8, 1)) == pg.family(plan(2, "none", 8, 1))
     assert pg.family(plan(3, "none", 8, 1)) != pg.family(plan(0, "none", 8, 1))
     assert pg.family(plan(2, "optimizer", 8, 1, ratio=0.5)) != pg.family(plan(2, "optimizer", 8, 1))
