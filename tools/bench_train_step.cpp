@@ -421,6 +421,9 @@ zt::plan::AutoPlan choose_bench_plan(Options& o, const zt::DebertaConfig& model,
                                                                       : "optimizer";
   o.pin_memory = o.pin_memory || p.optimizer_offload != zt::plan::OptimizerOffload::none;
   o.offload_ratio = p.optimizer_offload == zt::plan::OptimizerOffload::none ? 1.0 : p.offload_ratio;
+  // --host_memory_limit was the planner's host cap; a plan without offload has no host state to cap (and the
+  // explicit flags refuse a cap over nothing).
+  if (p.optimizer_offload == zt::plan::OptimizerOffload::none) o.host_memory_limit.clear();
   o.gradient_checkpointing = p.gradient_checkpointing;
   o.batch = p.micro_batch;
   o.accumulation = p.accumulation;
@@ -450,22 +453,25 @@ int run(int argc, char** argv) {
   if (o.auto_plan) {
     const zt::plan::AutoPlan chosen = choose_bench_plan(o, model, compute, config);
     chosen_plan = plan_json(chosen.choice.ranked[*chosen.choice.chosen]);
+    model.gradient_checkpointing = o.gradient_checkpointing;
+    config = bench_config(o, model, compute);  // resolved as an explicit run of the chosen plan is
     if (o.estimate_only) {
       nlohmann::json candidates = nlohmann::json::array();
       for (const zt::plan::Candidate& c : chosen.choice.ranked) candidates.push_back(plan_json(c));
+      // estimate_gib: the plan of the flags the choice became (its total is the chosen plan's device_gib).
       std::printf("%s\n", nlohmann::json{{"params", zt::ParameterTable(model).total_numel()},
                                          {"global_batch", o.batch * o.accumulation * o.world_size},
                                          {"seq", o.seq},
                                          {"gpu_memory_limit", o.gpu_memory_limit},
                                          {"plan", chosen_plan},
+                                         {"estimate_gib",
+                                          estimate_json(model, o, compute, zt::optim::zero_offload(config))},
                                          {"candidates", candidates}}
                               .dump()
                               .c_str());
       return 0;
     }
     std::fputs(chosen.report.c_str(), stderr);
-    model.gradient_checkpointing = o.gradient_checkpointing;
-    config = bench_config(o, model, compute);  // resolved as an explicit run of the chosen plan is
   }
   const zt::optim::ZeroOffload offload = zt::optim::zero_offload(config);
   if (o.estimate_only) {
