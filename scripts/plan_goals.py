@@ -337,7 +337,7 @@ class Runner:
             optimizer = sum(float(m[2]) for m in re.finditer(r"^(optimizer\S*)\s+\S+\s+(\S+)", s["stderr_tail"],
                                                              re.M))
             fwd_bwd = s["step_ms"] - optimizer
-            r = subprocess.run([str(self.bin / "bench_cpu_adam"), "--params", "887M", "--reps", "3"],
+            r = subprocess.run([str(self.bin / "bench_cpu_adam"), "--params", str(d["params"]), "--reps", "3"],
                                capture_output=True, text=True, timeout=max(10.0, self.left()))
             adam = _last_json(r.stdout)
             cpu = adam["adamw_seconds_median"] * 1e3 if "adamw_seconds_median" in adam else None
