@@ -11,8 +11,9 @@ of this script, each under its own time budget; results accumulate in STATE betw
              --auto_plan --estimate_only with FIGURES; measured too when not in the grid): its measured and
              predicted ms, the ratio to the fastest, the verdict (<= 1.05x, peak under the cap, prediction
              within 10 %)
-  partial    at a cap where full offload fits and no offload does not: ratios 0.25/0.5/0.75 (bench_train_step
-             --offload_ratio; skipped when the flag is refused) against full offload at the same micro-batch
+  partial    at each cap where the grid measured no plan without offload fitting: its best partial offload
+             against its best full offload; then, time left, ratios 0.75/0.5/0.25 at the full offload's plan
+             (bench_train_step --offload_ratio; skipped where the flag is refused)
   delayed    ZeRO-2 + offload --delayed_update at batch 40 against max(forward + backward, CPU update): the
              parts from its JSON where it prints them, else fwd+bwd = the ZeRO-2 step without offload less its
              optimizer segments (--profile) and the CPU update from bench_cpu_adam
