@@ -41,7 +41,16 @@
 // with ZeRO-3 and both offloads. --estimate_only prints the estimator's plan (device and host GiB; "disk":
 // the swap file with --nvme_path) for the flags and exits, without a GPU. --repeat_batch trains every step
 // on the same batch and --lr sets the learning rate, so a few steps of a big model show its loss falling
-// ("losses" lists every step's loss).
+// ("losses" lists every step's loss); --lr_warmup N ramps the rate up linearly over the first N steps
+// (constant_with_warmup).
+//
+// --accumulation K: each step accumulates K micro-batches of --batch per rank (gradient_accumulation_steps),
+// so a global batch can be timed as any micro-batch x accumulation. --auto_plan: --batch is the global batch
+// per rank, and the planner (app/plan, as train_mrpc --auto_plan; figures from --machine_figures) chooses the
+// stage, offload, checkpointing and micro-batch x accumulation for --gpu_memory_limit (else the device's
+// free memory); the JSON's "plan" is its choice with the predicted step. With --estimate_only it prints
+// {"plan": chosen, "candidates": every plan ranked, with predicted ms, planned GiB and whether it fits}
+// without a GPU (a cap is needed then), so a script can pick the plausible winners of a grid.
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,6 +67,7 @@
 
 #include "app/config/engine_options.h"
 #include "app/config/train_config.h"
+#include "app/plan/auto_plan.h"
 #include "app/trainer/trainer.h"
 #include "data/batcher.h"
 #include "model/config.h"
@@ -97,8 +107,12 @@ struct Options {
   int64_t layers = 0;  // 0: the xlarge depth (24)
   int64_t hidden = 0;  // 0: the xlarge width (1536); else heads of 64, FFN 4x (a DeBERTa-v2-shaped model)
   bool estimate_only = false;
-  bool repeat_batch = false;    // every step trains on the first batch: a few steps show the loss falling
-  double learning_rate = 2e-5;  // print the estimator's plan (device and host) and exit: no GPU needed
+  bool repeat_batch = false;  // every step trains on the first batch: a few steps show the loss falling
+  double learning_rate = 2e-5;
+  int64_t lr_warmup = 0;        // steps of linear warm-up (constant_with_warmup); 0 = constant
+  int64_t accumulation = 1;     // micro-batches of --batch per rank and step
+  bool auto_plan = false;       // --batch is the global batch per rank; app/plan chooses how to compute it
+  std::string machine_figures;  // the cost model's figures for --auto_plan; "" = the built-in ones
   int zero_stage = 0;           // ZeRO stage of the engine (world 1: its overhead over stage 0)
   int world_size = 1;
   std::string gpu_memory_limit;   // per rank; "" = none
@@ -163,6 +177,18 @@ const auto kFlags = std::to_array<zt::Flag<Options>>({
     {"lr", "LR", "learning rate",
      [](Options& o, F f, V v) { o.learning_rate = zt::parse_number_flag(f, v, 0.0); },
      [](const Options& o) { return zt::str(o.learning_rate); }},
+    {"lr_warmup", "N", "steps of linear learning-rate warm-up (constant_with_warmup); 0 = constant",
+     [](Options& o, F f, V v) { o.lr_warmup = integer(f, v); },
+     [](const Options& o) { return std::to_string(o.lr_warmup); }},
+    {"accumulation", "K", "micro-batches of --batch accumulated per rank and step",
+     [](Options& o, F f, V v) { o.accumulation = integer(f, v); },
+     [](const Options& o) { return std::to_string(o.accumulation); }},
+    {"auto_plan", "",
+     "--batch is the global batch per rank: the planner chooses the stage, offload, checkpointing and "
+     "micro-batch x accumulation (with --estimate_only: the ranked plans as JSON)",
+     [](Options& o, F, V) { o.auto_plan = true; }, nullptr},
+    {"machine_figures", "FILE", "the cost model's figures for --auto_plan (train_mrpc --calibrate)",
+     [](Options& o, F, V v) { o.machine_figures = v; }, [](const Options& o) { return o.machine_figures; }},
     {"zero_stage", "S", "ZeRO stage (0-3)", [](Options& o, F f, V v) { o.zero_stage = small_integer(f, v); },
      [](const Options& o) { return std::to_string(o.zero_stage); }},
     {"world_size", "N", "in-process ranks over this one GPU",
@@ -232,7 +258,16 @@ Options parse(int argc, char** argv) {
   ZT_CHECK(o.batch > 0 && o.seq > 1 && o.steps >= 1 && o.layers >= 0 && o.world_size >= 1 && o.hidden >= 0 &&
                o.hidden % 64 == 0,
            "sizes must be positive (--hidden a multiple of 64)");
-  ZT_CHECK(o.warmup >= 0, "--warmup must be >= 0");
+  ZT_CHECK(o.warmup >= 0 && o.lr_warmup >= 0, "--warmup and --lr_warmup must be >= 0");
+  ZT_CHECK(o.accumulation >= 1, "--accumulation must be at least 1");
+  ZT_CHECK(!o.auto_plan ||
+               (o.accumulation == 1 && o.zero_stage == 0 && o.offload == "none" && o.offload_ratio == 1.0 &&
+                !o.gradient_checkpointing && !o.delayed_update && o.nvme_path.empty()),
+           "--auto_plan chooses the stage, offload, checkpointing and accumulation: leave --zero_stage, "
+           "--offload, --offload_ratio, --gradient_checkpointing, --accumulation, --delayed_update and "
+           "--nvme_path out");
+  ZT_CHECK(!o.auto_plan || !o.estimate_only || !o.gpu_memory_limit.empty(),
+           "--estimate_only --auto_plan needs --gpu_memory_limit (the card to plan for)");
   ZT_CHECK(o.dtype == "bf16" || o.dtype == "fp16" || o.dtype == "fp32", "--dtype must be bf16, fp16 or fp32");
   ZT_CHECK(o.attention == "auto" || o.attention == "stored" || o.attention == "flash",
            "--attention must be auto, stored or flash, got ", o.attention);
@@ -277,7 +312,8 @@ double gib(
 nlohmann::json estimate_json(const zt::DebertaConfig& model, const Options& o, zt::DType compute,
                              zt::optim::ZeroOffload offload) {
   const zt::optim::MemoryEstimate plan =
-      zt::optim::estimate_memory(model, o.zero_stage, o.world_size, compute, o.batch, o.seq, offload);
+      zt::optim::estimate_memory(model, o.zero_stage, o.world_size, compute, o.batch, o.seq, offload,
+                                 /*device=*/true, o.accumulation);
   return {{"parameters", gib(plan.state.compute_copy)},
           {"gradients", gib(plan.state.gradients)},
           {"master", gib(plan.state.master)},
@@ -298,6 +334,7 @@ nlohmann::json deepspeed_zero_json(const Options& o) {
   const std::string device = o.nvme_path.empty() ? "cpu" : "nvme";
   nlohmann::json zero{
       {"stage", o.zero_stage}, {"overlap_comm", o.overlap_comm}, {"sub_group_size", o.sub_group_size}};
+  if (o.auto_plan) zero["stage"] = "auto";  // the planner's to choose (the offload devices default to none)
   if (o.offload != "none") {
     zero["offload_optimizer"] = {{"device", device}, {"pin_memory", o.pin_memory}};
     if (o.offload_ratio != 1.0) zero["offload_optimizer"]["ratio"] = o.offload_ratio;
@@ -319,31 +356,17 @@ nlohmann::json deepspeed_zero_json(const Options& o) {
 // The trainer's configuration for the flags, resolved (checked) as train_mrpc's is; needs no GPU.
 zt::optim::TrainConfig bench_config(const Options& o, const zt::DebertaConfig& model, zt::DType compute) {
   const std::string dtype_flag(zt::dtype_name(compute));
-  zt::optim::TrainConfig config =
-      zt::optim::TrainConfig::from_args(std::vector<std::string>{"--device",
-                                                                 "cuda",
-                                                                 "--dtype",
-                                                                 dtype_flag,
-                                                                 "--per_device_train_batch_size",
-                                                                 std::to_string(o.batch),
-                                                                 "--per_device_eval_batch_size",
-                                                                 std::to_string(o.batch),
-                                                                 "--max_length",
-                                                                 std::to_string(o.seq),
-                                                                 "--learning_rate",
-                                                                 std::to_string(o.learning_rate),
-                                                                 "--weight_decay",
-                                                                 "0",
-                                                                 "--max_grad_norm",
-                                                                 "1.0",
-                                                                 "--num_train_epochs",
-                                                                 "1",
-                                                                 "--lr_scheduler_type",
-                                                                 "constant",
-                                                                 "--num_warmup_steps",
-                                                                 "0",
-                                                                 "--world_size",
-                                                                 std::to_string(o.world_size)});
+  zt::optim::TrainConfig config = zt::optim::TrainConfig::from_args(std::vector<std::string>{
+      "--device", "cuda", "--dtype", dtype_flag, "--per_device_train_batch_size", std::to_string(o.batch),
+      "--gradient_accumulation_steps", std::to_string(o.accumulation),
+      // No evaluation here: the arena is
+      // planned for the micro-batch alone
+      // (--auto_plan: for each plan's).
+      "--per_device_eval_batch_size", o.auto_plan ? "1" : std::to_string(o.batch), "--max_length",
+      std::to_string(o.seq), "--learning_rate", std::to_string(o.learning_rate), "--weight_decay", "0",
+      "--max_grad_norm", "1.0", "--num_train_epochs", "1", "--lr_scheduler_type",
+      o.lr_warmup > 0 ? "constant_with_warmup" : "constant", "--num_warmup_steps",
+      std::to_string(o.lr_warmup), "--world_size", std::to_string(o.world_size)});
   if (!o.host_memory_limit.empty()) config.host_memory_limit = zt::parse_memory_size(o.host_memory_limit);
   if (!o.gpu_memory_limit.empty()) config.gpu_memory_limit = zt::parse_memory_size(o.gpu_memory_limit);
   config.offload_delayed_update = o.delayed_update;
@@ -355,15 +378,60 @@ zt::optim::TrainConfig bench_config(const Options& o, const zt::DebertaConfig& m
   // --deepspeed_config: every check the trainer's users get (stage rules, the disk-tier preflight,
   // --host_memory_limit against what is offloaded) applies to the benchmark too.
   const std::string zero_json = deepspeed_zero_json(o).dump();
-  config.resolve_with_json_text(zero_json, "bench_train_step's flags",
-                                {.world_size = 1,
-                                 .hidden_size = model.hidden_size,
-                                 .num_train_examples = o.batch * o.steps * o.world_size});
+  config.resolve_with_json_text(
+      zero_json, "bench_train_step's flags",
+      {.world_size = 1,
+       .hidden_size = model.hidden_size,
+       .num_train_examples = o.batch * o.accumulation * (o.warmup + o.steps) * o.world_size});
   return config;
 }
 
+nlohmann::json plan_json(const zt::plan::Candidate& c) {
+  const zt::plan::Plan& p = c.plan;
+  return {{"describe", p.describe()},
+          {"zero_stage", p.stage},
+          {"offload", p.optimizer_offload == zt::plan::OptimizerOffload::none ? "none"
+                      : p.param_offload                                       ? "both"
+                                                                              : "optimizer"},
+          {"offload_device", zt::plan::optimizer_offload_name(p.optimizer_offload)},
+          {"offload_ratio", p.offload_ratio},
+          {"gradient_checkpointing", p.gradient_checkpointing},
+          {"micro_batch", p.micro_batch},
+          {"accumulation", p.accumulation},
+          {"predicted_ms", round_to(c.predicted_ms(), 1e-2)},
+          {"device_gib", gib(c.memory.device)},
+          {"host_gib", gib(c.memory.host)},
+          {"fits", c.fits()}};
+}
+
+// --auto_plan: the planner's choice for the global batch --batch (per rank) under the cap; `o` becomes the
+// flags of the chosen plan, so the run that follows is the one an explicit run of that plan would be.
+zt::plan::AutoPlan choose_bench_plan(Options& o, const zt::DebertaConfig& model, zt::DType compute,
+                                     const zt::optim::TrainConfig& config) {
+  size_t cap = config.gpu_memory_limit;
+  if (cap == 0) cap = zt::device_allocator().backend().free_memory() / static_cast<size_t>(o.world_size);
+  const auto figures = o.machine_figures.empty() ? zt::plan::MachineFigures{}
+                                                 : zt::plan::MachineFigures::load(o.machine_figures);
+  zt::plan::AutoPlan chosen = zt::plan::choose_auto_plan(config, model, compute, cap, /*gpu=*/true, figures);
+  const zt::plan::Plan& p = chosen.plan;
+  o.auto_plan = false;
+  o.zero_stage = p.stage;
+  o.offload = p.optimizer_offload == zt::plan::OptimizerOffload::none ? "none"
+              : p.param_offload                                       ? "both"
+                                                                      : "optimizer";
+  o.pin_memory = o.pin_memory || p.optimizer_offload != zt::plan::OptimizerOffload::none;
+  o.offload_ratio = p.optimizer_offload == zt::plan::OptimizerOffload::none ? 1.0 : p.offload_ratio;
+  // --host_memory_limit was the planner's host cap; a plan without offload has no host state to cap (and the
+  // explicit flags refuse a cap over nothing).
+  if (p.optimizer_offload == zt::plan::OptimizerOffload::none) o.host_memory_limit.clear();
+  o.gradient_checkpointing = p.gradient_checkpointing;
+  o.batch = p.micro_batch;
+  o.accumulation = p.accumulation;
+  return chosen;
+}
+
 int run(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  Options o = parse(argc, argv);
   zt::DebertaConfig model = zt::deberta_v2_xlarge_config();
   if (o.layers > 0) model.num_hidden_layers = o.layers;
   if (o.hidden > 0) {  // wider: heads of 64, FFN 4x, as xlarge is at 1536
@@ -381,6 +449,30 @@ int run(int argc, char** argv) {
   // The configuration is checked first, so that a wrong flag is told on any machine; the estimate plans the
   // offload the trainer builds from it (zero_offload: streamed gradients, disk buffers, sub-groups).
   zt::optim::TrainConfig config = bench_config(o, model, compute);
+  nlohmann::json chosen_plan;
+  if (o.auto_plan) {
+    const zt::plan::AutoPlan chosen = choose_bench_plan(o, model, compute, config);
+    chosen_plan = plan_json(chosen.choice.ranked[*chosen.choice.chosen]);
+    model.gradient_checkpointing = o.gradient_checkpointing;
+    config = bench_config(o, model, compute);  // resolved as an explicit run of the chosen plan is
+    if (o.estimate_only) {
+      nlohmann::json candidates = nlohmann::json::array();
+      for (const zt::plan::Candidate& c : chosen.choice.ranked) candidates.push_back(plan_json(c));
+      // estimate_gib: the plan of the flags the choice became (its total is the chosen plan's device_gib).
+      std::printf("%s\n", nlohmann::json{{"params", zt::ParameterTable(model).total_numel()},
+                                         {"global_batch", o.batch * o.accumulation * o.world_size},
+                                         {"seq", o.seq},
+                                         {"gpu_memory_limit", o.gpu_memory_limit},
+                                         {"plan", chosen_plan},
+                                         {"estimate_gib",
+                                          estimate_json(model, o, compute, zt::optim::zero_offload(config))},
+                                         {"candidates", candidates}}
+                              .dump()
+                              .c_str());
+      return 0;
+    }
+    std::fputs(chosen.report.c_str(), stderr);
+  }
   const zt::optim::ZeroOffload offload = zt::optim::zero_offload(config);
   if (o.estimate_only) {
     std::printf("%s\n", nlohmann::json{{"params", zt::ParameterTable(model).total_numel()},
@@ -406,7 +498,8 @@ int run(int argc, char** argv) {
   for (int64_t step = 0; step < warmup + o.steps; ++step) {
     if (step == 0 || !o.repeat_batch) {
       window.clear();
-      for (int r = 0; r < o.world_size; ++r) window.push_back(synthetic_batch(o.batch, o.seq, rng));
+      for (int64_t r = 0; r < o.world_size * o.accumulation; ++r)
+        window.push_back(synthetic_batch(o.batch, o.seq, rng));
     }
     std::vector<zt::data::Batch> micro_batches = window;  // train_step may consume its batches
     // --back_to_back: one sync before the first timed step and one after the last (below), so a step's
@@ -439,7 +532,8 @@ int run(int argc, char** argv) {
   const zt::ParameterTable table(model);
   const int64_t embed = model.vocab_size * model.hidden_size;
   const double flops = 6.0 * static_cast<double>(table.total_numel() - embed) *
-                       static_cast<double>(o.batch * o.seq) * static_cast<double>(o.world_size);
+                       static_cast<double>(o.batch * o.accumulation * o.seq) *
+                       static_cast<double>(o.world_size);
   // Every rank's peaks by category next to the estimator's per-rank plan for this stage and world size.
   const std::vector<zt::DeviceMemoryStats> per_rank = trainer.rank_memory();
   zt::DeviceMemoryStats memory = per_rank.front();  // the largest rank's figures (ranks are near equal)
@@ -454,11 +548,12 @@ int run(int argc, char** argv) {
                      {"peak_reserved_gib", gib(m.peak_reserved)},
                      {"peak_by_category_gib", peaks}});
   }
-  const double samples = static_cast<double>(o.batch * o.world_size);
-  const nlohmann::json line = {
+  const double samples = static_cast<double>(o.batch * o.accumulation * o.world_size);
+  nlohmann::json line = {
       {"impl", "zerotrain"},
       {"dtype", o.dtype},
       {"batch", o.batch},
+      {"accumulation", o.accumulation},
       {"seq", o.seq},
       {"layers", model.num_hidden_layers},
       {"zero_stage", o.zero_stage},
@@ -490,6 +585,7 @@ int run(int argc, char** argv) {
       {"estimate_gib", estimate_json(model, o, compute, offload)},
       {"device", zt::describe_devices()},
       {"switches", zt_switches()}};
+  if (!chosen_plan.is_null()) line["plan"] = chosen_plan;  // --auto_plan: the choice, its predicted step
   if (o.profile) std::fputs(zt::StepProfile::global().report().c_str(), stderr);
   std::printf("%s\n", line.dump().c_str());
   return 0;

@@ -100,10 +100,20 @@ void calibrate(const TrainConfig& config) {
   const zt::plan::MachineFigures base = std::filesystem::exists(config.machine_figures)
                                             ? zt::plan::MachineFigures::load(config.machine_figures)
                                             : zt::plan::MachineFigures{};
-  const zt::plan::MachineFigures measured = zt::plan::calibrate_host(base);
+  const zt::plan::HostCalibration host = zt::plan::calibrate_host(base);
+  zt::plan::MachineFigures measured = host.figures;
+  if (zt::cuda_available()) {  // the GPU's rates at the xlarge layer's shapes, batch 40 x 128 tokens
+    const zt::DebertaConfig shapes = zt::deberta_v2_xlarge_config();
+    const zt::plan::GpuFigures gpu =
+        zt::plan::measure_gpu_figures(shapes.hidden_size, shapes.intermediate_size, 40 * 128);
+    std::printf("calibrated: %s\n", gpu.describe().c_str());
+    measured = zt::plan::with_gpu_figures(measured, gpu);
+  } else {
+    std::printf("no GPU: the GPU figures keep their values (%s)\n", measured.name.c_str());
+  }
   measured.save(config.machine_figures);
   std::printf("calibrated: CPU AdamW %.2f G parameters/s, norm pass %.1f GB/s -> %s\n",
-              measured.cpu_adamw_gparams, measured.host_gbps, config.machine_figures.c_str());
+              measured.cpu_adamw_gparams, host.host_norm_gbps, config.machine_figures.c_str());
 }
 
 // A process started by mpirun: refused before anything is read (N ranks on the CPU backend, a build without

@@ -256,7 +256,8 @@ const std::vector<FlagSpec>& flag_table() {
        "exit",
        [](C& c, F, V) { c.auto_plan = true; }, [](const C& c) { return show_bool(c.auto_plan); }},
       {"calibrate", "",
-       "measure this host's CPU AdamW rate and norm-pass bandwidth, write them to --machine_figures and exit",
+       "measure this host's CPU AdamW rate and norm-pass bandwidth (and, with a GPU, its GEMM, HBM, PCIe and "
+       "AdamW rates), write them to --machine_figures and exit",
        [](C& c, F, V) { c.calibrate = true; }, [](const C& c) { return show_bool(c.calibrate); }},
       {"machine_figures", "FILE",
        "--auto_plan's cost model figures (JSON, app/plan/cost_model.h); default: the measured H200 figures",

@@ -8,6 +8,7 @@
 
 #include "optim/adamw.h"
 #include "runtime/check.h"
+#include "runtime/device.h"
 
 namespace zt::plan {
 
@@ -46,7 +47,7 @@ double parallel_sum_of_squares(const std::vector<float>& x) {
 
 }  // namespace
 
-MachineFigures calibrate_host(MachineFigures base, int64_t elements, int repeats) {
+HostCalibration calibrate_host(MachineFigures base, int64_t elements, int repeats) {
   ZT_CHECK(elements > 0 && repeats > 0, "calibrate_host: elements and repeats must be positive");
   const auto n = static_cast<size_t>(elements);
   std::vector<float> params(n, 0.5f), grads(n, 1e-3f), m(n, 0.0f), v(n, 0.0f);
@@ -65,10 +66,34 @@ MachineFigures calibrate_host(MachineFigures base, int64_t elements, int repeats
   }
   ZT_CHECK(checksum > 0, "calibrate_host: the norm pass summed nothing");
   base.cpu_adamw_gparams = static_cast<double>(elements) / best_adam / 1e9;
-  base.host_gbps = static_cast<double>(elements) * 4 / best_norm / 1e9;
-  const std::string suffix = " + this host's CPU AdamW and norm pass (--calibrate)";
+  const std::string suffix = " + this host's CPU AdamW (--calibrate)";
+  if (!base.name.ends_with(suffix)) base.name += suffix;
+  return {.figures = base, .host_norm_gbps = static_cast<double>(elements) * 4 / best_norm / 1e9};
+}
+
+std::string GpuFigures::describe() const {
+  return str(device, ": GEMM ", gemm_tflops, " TFLOP/s, HBM ", hbm_gbps, " GB/s, PCIe pinned ",
+             h2d_pinned_gbps, " GB/s up / ", d2h_pinned_gbps, " down, pageable ", h2d_pageable_gbps, " up / ",
+             d2h_pageable_gbps, " down, GPU AdamW ", gpu_adamw_gparams, " G parameters/s");
+}
+
+MachineFigures with_gpu_figures(MachineFigures base, const GpuFigures& gpu) {
+  ZT_CHECK(gpu.gemm_tflops > 0 && gpu.hbm_gbps > 0 && gpu.h2d_pinned_gbps > 0 && gpu.d2h_pinned_gbps > 0 &&
+               gpu.gpu_adamw_gparams > 0,
+           "with_gpu_figures: a GPU figure is not positive (", gpu.describe(), ")");
+  base.gemm_tflops = gpu.gemm_tflops;
+  base.hbm_gbps = gpu.hbm_gbps;
+  base.pcie_gbps = std::min(gpu.h2d_pinned_gbps, gpu.d2h_pinned_gbps);
+  base.gpu_adamw_gparams = gpu.gpu_adamw_gparams;
+  const std::string suffix = " + " + gpu.device + " measured (--calibrate)";
   if (!base.name.ends_with(suffix)) base.name += suffix;
   return base;
 }
+
+#ifndef ZT_WITH_CUDA
+GpuFigures measure_gpu_figures(int64_t, int64_t, int64_t, int) {
+  ZT_FAIL("the GPU figures need a CUDA build with a GPU: ", describe_devices());
+}
+#endif
 
 }  // namespace zt::plan

@@ -3,17 +3,51 @@
 // parameters/s on two H200 hosts, docs/PERFORMANCE.md) and that decide between offload and accumulation.
 //   cpu_adamw_gparams  the real CPU AdamW (optim/adamw.h, all threads, the bf16 copy written as the offloaded
 //                      update writes it) over `elements` parameters, the best of `repeats`
-//   host_gbps          a sum of squares over the f32 gradients on all threads (the host norm pass)
-// The GPU figures (GEMM rate, HBM and PCIe bandwidth) keep the values passed in. TODO(issue 40): measure them
-// too where a GPU is present (a GEMM of the layer's shape, a copy kernel, pinned copies both ways).
+//   host_norm_gbps     a sum of squares over f32 gradients on all threads (reported, not stored: the GPU
+//                      engine takes the gradient norm on the device, optim/zero/gradient_norm.cpp, and the
+//                      model's host_gbps term stays the fitted figure; on one H100 host the measured 74 GB/s
+//                      in its place predicted the ZeRO-1 + offload bs 40 step 16 % slow, the fitted one 5 %)
+// With a GPU present (CUDA builds) `measure_gpu_figures` measures the device side on the current device:
+//   gemm_tflops        the encoder layer's six projections (Q, K, V, O: h x h; the feed-forward h x I, I x h)
+//                      forward, dX and dW through kernels::linear (cuBLASLt, bf16, fp32 accumulate) at
+//                      `tokens` rows: 3 x 2 x rows x (4 h^2 + 2 h I) FLOPs per pass, the best of `repeats`
+//   hbm_gbps           a device-to-device copy of 1 GiB, read + write bytes
+//   pcie_gbps          pinned copies of 256 MiB each way; the slower direction (both are on the offload's
+//                      path: gradients down, 16-bit parameters up). Pageable copies are reported beside them
+//                      (the plans pin their buffers, so the model does not use them).
+//   gpu_adamw_gparams  the fused GPU AdamW (optim/cuda/adamw.cuh) over 64 M parameters with the bf16 copy
+// layer_latency_us and the memory-bound bytes per token stay as given: they are the step's shape, not the
+// machine's rates.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "app/plan/cost_model.h"
 
 namespace zt::plan {
 
-MachineFigures calibrate_host(MachineFigures base, int64_t elements = int64_t{64} << 20, int repeats = 3);
+struct HostCalibration {
+  MachineFigures figures;  // base with cpu_adamw_gparams measured
+  double host_norm_gbps = 0;
+};
+HostCalibration calibrate_host(MachineFigures base, int64_t elements = int64_t{64} << 20, int repeats = 3);
+
+struct GpuFigures {
+  std::string device;  // describe_devices()
+  double gemm_tflops = 0;
+  double hbm_gbps = 0;
+  double h2d_pinned_gbps = 0, d2h_pinned_gbps = 0;
+  double h2d_pageable_gbps = 0, d2h_pageable_gbps = 0;
+  double gpu_adamw_gparams = 0;
+  std::string describe() const;  // one line of the figures, for --calibrate's report
+};
+
+// Measures the figures above on the current GPU for a layer of `hidden` x `intermediate` at `tokens` rows.
+// Throws zt::Error without a GPU (or in a build without CUDA).
+GpuFigures measure_gpu_figures(int64_t hidden, int64_t intermediate, int64_t tokens = 5120, int repeats = 5);
+
+// `base` with the GPU's figures in place (pcie_gbps: the slower pinned direction) and the device named.
+MachineFigures with_gpu_figures(MachineFigures base, const GpuFigures& gpu);
 
 }  // namespace zt::plan

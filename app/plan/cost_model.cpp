@@ -118,8 +118,11 @@ StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigur
     host_update_ms += adam_ms + std::max(0.0, upload_ms - adam_ms);
     // The overlapped exact update (ZeroOffload::overlap_update: world 1, state in host memory) runs under
     // the next forward's first units.
+    // That forward is 1 of the micro-batch's 3 forward-equivalents (4 with checkpointing, whose recomputed
+    // forward runs in the backward, not under the update).
+    const double next_forward_ms = micro / (plan.gradient_checkpointing ? 4.0 : 3.0);
     if (in.world_size == 1 && plan.optimizer_offload == OptimizerOffload::cpu && !plan.partial_offload())
-      c.hidden_ms = std::min(adam_ms, f.overlap_hidden_forward * micro / 3.0);
+      c.hidden_ms = std::min(adam_ms, f.overlap_hidden_forward * next_forward_ms);
   }
   c.optimizer_ms = before_updates_ms + std::max(gpu_update_ms, host_update_ms);
   if (plan.param_offload) c.transfer_ms += accumulation * ms_for_bytes(4 * shard, f.pcie_gbps);

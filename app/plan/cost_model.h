@@ -31,8 +31,7 @@
 // between ranks is not modelled (the figures are world size 1).
 //
 // A machine's own figures are kept in a small JSON file (MachineFigures::load / save, train_mrpc
-// --machine_figures); `--calibrate` measures the host's into it (app/plan/calibrate.h). TODO(issue 40): the
-// GPU figures (a GEMM, a copy kernel, pinned copies both ways) need a GPU run.
+// --machine_figures); `--calibrate` measures the host's and the GPU's into it (app/plan/calibrate.h).
 #pragma once
 
 #include <string>
@@ -50,8 +49,8 @@ struct MachineFigures {
   double activation_bytes_per_token_layer_per_hidden = 260;  // memory-bound bytes / (token x layer x hidden)
   double gpu_adamw_gparams = 108;                            // G parameters/s
   double pcie_gbps = 55;                                     // pinned copies, each direction
-  double host_gbps = 170;                                    // the host's gradient norm pass
-  double cpu_adamw_gparams = 4.4;                            // G parameters/s, all cores
+  double host_gbps = 170;  // the offload's end-of-backward term, 4 bytes a parameter (fitted, not calibrated)
+  double cpu_adamw_gparams = 4.4;       // G parameters/s, all cores
   double overlap_hidden_forward = 0.9;  // of the next forward hidden under the overlapped CPU update
   double disk_read_gbps = 1.6;
   double disk_write_gbps = 2.0;

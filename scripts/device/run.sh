@@ -15,6 +15,7 @@
 #   validate [--xlarge]         golden fixtures and tokenizer parity regenerated here, compared with the committed
 #   flash [--quick]             the flash attention: its GPU tests, long-sequence steps, the core, determinism
 #   long                        long documents: GPU tests, 1x16384, steps and cores beside FlashDeBERTa/df/compile
+#   plan [--quick] [--parts L]  issue 40: calibration, plan grids vs --auto_plan per cap, partial, delayed, 6.2 B, DeepSpeed
 #
 # The build: build-gpu/ (Ninja, Release, sm_90a), only the targets the task needs, liburing always (the disk
 # tier's io_uring backend): from .device-deps/ (scripts/device_deps.sh here; carry ".device-deps") or the

@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/parameters.h"
 #include "runtime/check.h"
+#include "runtime/device.h"
 
 namespace zt::plan {
 namespace {
@@ -64,6 +65,29 @@ TEST_F(CostModelXlarge, CheckpointingAccumulationAndStagesCostTime) {
   EXPECT_GT(predict(2, 64, 1, OptimizerOffload::cpu), predict(2, 64, 1));
   EXPECT_GT(predict(3, 64, 1, OptimizerOffload::cpu, false, true), predict(3, 64, 1, OptimizerOffload::cpu));
   EXPECT_GT(predict(2, 64, 1, OptimizerOffload::nvme), 10 * predict(2, 64, 1, OptimizerOffload::cpu));
+}
+
+// Checkpointing only adds work: with the optimizer offloaded too (where the update hides under the next
+// forward, whose recomputation is not part of that forward), on the xlarge and on a shallow model (where the
+// offload's parts dominate).
+TEST_F(CostModelXlarge, CheckpointingNeverMakesAStepFaster) {
+  for (int64_t layers : {24, 2}) {
+    model.num_hidden_layers = layers;
+    inputs.parameters = ParameterTable(model).total_numel();
+    for (int64_t micro : {1, 8, 40, 128})
+      for (int stage : {0, 2, 3})
+        for (OptimizerOffload offload : {OptimizerOffload::none, OptimizerOffload::cpu}) {
+          if (stage == 0 && offload != OptimizerOffload::none) continue;
+          for (bool param : {false, true}) {
+            if (param && (stage != 3 || offload == OptimizerOffload::none)) continue;
+            // Equal where the exposed download shrinks by the recompute (a download-bound step), to rounding.
+            EXPECT_GE(predict(stage, micro, 1, offload, true, param),
+                      predict(stage, micro, 1, offload, false, param) * (1 - 1e-12))
+                << layers << " layers, stage " << stage << " offload " << optimizer_offload_name(offload)
+                << (param ? " + parameters" : "") << ", micro " << micro;
+          }
+        }
+  }
 }
 
 // A partial offload (the engine's ZeroOffload::ratio): the norm on the device, then the GPU AdamW on 1 - r of
@@ -123,20 +147,56 @@ TEST(MachineFigures, SaveLoadRoundTripAndBadFiles) {
   std::filesystem::remove_all(dir);
 }
 
-// The host figures come from a measurement (the best of a few runs), the GPU ones are kept.
+// The CPU AdamW comes from a measurement (the best of a few runs); the host norm pass is measured and
+// reported but the model's host_gbps stays (the GPU engine takes the norm on the device); the GPU ones are
+// kept.
 TEST(Calibrate, MeasuresTheHostFiguresAndKeepsTheGpuOnes) {
   MachineFigures base;
   base.cpu_adamw_gparams = 1e6;  // impossible rates: a calibration that kept them fails
   base.host_gbps = 1e9;
   base.gemm_tflops = 321;
-  const MachineFigures m = calibrate_host(base, int64_t{1} << 20, 2);
+  const HostCalibration c = calibrate_host(base, int64_t{1} << 20, 2);
+  const MachineFigures& m = c.figures;
   EXPECT_GT(m.cpu_adamw_gparams, 0.0);
   EXPECT_LT(m.cpu_adamw_gparams, 1000.0);
-  EXPECT_GT(m.host_gbps, 0.0);
-  EXPECT_LT(m.host_gbps, 10000.0);
+  EXPECT_GT(c.host_norm_gbps, 0.0);
+  EXPECT_LT(c.host_norm_gbps, 10000.0);
+  EXPECT_EQ(m.host_gbps, 1e9);
   EXPECT_EQ(m.gemm_tflops, 321);
   EXPECT_NE(m.name.find("--calibrate"), std::string::npos);
   EXPECT_THROW(calibrate_host(base, 0, 1), Error);
+}
+
+// The GPU's figures replace the model's rates; PCIe is the slower pinned direction (the offload uses both),
+// the pageable rates are reported only; the rest (the host's, the step's shape) stays.
+TEST(Calibrate, GpuFiguresReplaceTheDeviceRates) {
+  MachineFigures base;
+  base.cpu_adamw_gparams = 3.5;
+  GpuFigures g{.device = "1 x test GPU",
+               .gemm_tflops = 512,
+               .hbm_gbps = 2800,
+               .h2d_pinned_gbps = 40,
+               .d2h_pinned_gbps = 30,
+               .h2d_pageable_gbps = 10,
+               .d2h_pageable_gbps = 8,
+               .gpu_adamw_gparams = 70};
+  const MachineFigures m = with_gpu_figures(base, g);
+  EXPECT_EQ(m.gemm_tflops, 512);
+  EXPECT_EQ(m.hbm_gbps, 2800);
+  EXPECT_EQ(m.pcie_gbps, 30);
+  EXPECT_EQ(m.gpu_adamw_gparams, 70);
+  EXPECT_EQ(m.cpu_adamw_gparams, 3.5);
+  EXPECT_EQ(m.layer_latency_us, base.layer_latency_us);
+  EXPECT_NE(m.name.find("1 x test GPU"), std::string::npos);
+  EXPECT_EQ(with_gpu_figures(m, g).name, m.name);  // calibrating twice names the GPU once
+  g.d2h_pinned_gbps = 0;                           // a failed measurement is refused, not cached
+  EXPECT_THROW(with_gpu_figures(base, g), Error);
+}
+
+// Without a GPU the measurement refuses rather than inventing figures.
+TEST(Calibrate, GpuMeasurementNeedsAGpu) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is present";
+  EXPECT_THROW(measure_gpu_figures(1536, 6144), Error);
 }
 
 }  // namespace

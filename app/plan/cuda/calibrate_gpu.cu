@@ -1,0 +1,149 @@
+// measure_gpu_figures (app/plan/calibrate.h): the cost model's device rates on the current GPU. Every figure
+// is the best of `repeats` timed passes (CUDA events on the thread's current stream) after one untimed pass,
+// so first-use costs (cuBLASLt plans, the GEMM workspace, page mapping of pinned memory) are not in it.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "app/plan/calibrate.h"
+#include "kernels/linear.h"
+#include "optim/cuda/adamw.cuh"
+#include "runtime/check.h"
+#include "runtime/cuda_check.h"
+#include "runtime/device.h"
+#include "runtime/device_allocator.h"
+#include "runtime/stream.h"
+
+namespace zt::plan {
+
+namespace {
+
+// The best time of `repeats` runs of `pass` (after one untimed run) on the current stream, milliseconds.
+template <typename Pass>
+double best_ms(int repeats, Pass&& pass) {
+  cudaStream_t stream = current_stream();
+  cudaEvent_t start, stop;
+  ZT_CUDA_CHECK(cudaEventCreate(&start));
+  ZT_CUDA_CHECK(cudaEventCreate(&stop));
+  pass();
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    ZT_CUDA_CHECK(cudaEventRecord(start, stream));
+    pass();
+    ZT_CUDA_CHECK(cudaEventRecord(stop, stream));
+    ZT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    best = std::min(best, static_cast<double>(ms));
+  }
+  ZT_CUDA_CHECK(cudaEventDestroy(start));
+  ZT_CUDA_CHECK(cudaEventDestroy(stop));
+  return best;
+}
+
+DeviceBuffer zeroed(size_t bytes, const char* name) {
+  DeviceBuffer b = device_allocator().allocate(bytes, MemoryCategory::scratch, name);
+  ZT_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, bytes, current_stream()));
+  return b;
+}
+
+double gbps(double bytes, double ms) {
+  return bytes / (ms * 1e-3) / 1e9;
+}
+
+// The layer's projections, forward + dX + dW each (kernels::linear, bf16 storage, f32 weight gradients).
+double measure_gemm_tflops(int64_t h, int64_t inter, int64_t rows, int repeats) {
+  const int64_t widest = std::max(h, inter);
+  DeviceBuffer x = zeroed(static_cast<size_t>(rows * widest) * 2, "calibrate x");
+  DeviceBuffer y = zeroed(static_cast<size_t>(rows * widest) * 2, "calibrate y");
+  DeviceBuffer dx = zeroed(static_cast<size_t>(rows * widest) * 2, "calibrate dx");
+  DeviceBuffer w = zeroed(static_cast<size_t>(h * inter) * 2, "calibrate w");
+  DeviceBuffer dw = zeroed(static_cast<size_t>(h * inter) * 4, "calibrate dw");
+  struct Projection {
+    int64_t in, out;
+  };
+  // Q, K, V, O, the feed-forward up and down.
+  const std::array<Projection, 6> layer = {{{h, h}, {h, h}, {h, h}, {h, h}, {h, inter}, {inter, h}}};
+  double flops = 0;
+  for (const Projection& p : layer) flops += 3.0 * 2.0 * static_cast<double>(rows * p.in * p.out);
+  const double ms = best_ms(repeats, [&] {
+    for (const Projection& p : layer) {
+      const Tensor tx(x.data(), {rows, p.in}, DType::bf16, DeviceKind::cuda);
+      const Tensor tdx(dx.data(), {rows, p.in}, DType::bf16, DeviceKind::cuda);
+      const Tensor tw(w.data(), {p.out, p.in}, DType::bf16, DeviceKind::cuda);
+      const Tensor tdw(dw.data(), {p.out, p.in}, DType::f32, DeviceKind::cuda);
+      const Tensor ty(y.data(), {rows, p.out}, DType::bf16, DeviceKind::cuda);
+      kernels::linear_forward(tx, tw, Tensor{}, ty);
+      kernels::linear_backward(ty, tx, tw, tdx, tdw, Tensor{});
+    }
+  });
+  return flops / (ms * 1e-3) / 1e12;
+}
+
+struct PinnedDeleter {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+
+}  // namespace
+
+GpuFigures measure_gpu_figures(int64_t hidden, int64_t intermediate, int64_t tokens, int repeats) {
+  ZT_CHECK(cuda_available(), "the GPU figures need a GPU: ", describe_devices());
+  ZT_CHECK(hidden > 0 && intermediate > 0 && tokens > 0 && repeats > 0,
+           "measure_gpu_figures: sizes and repeats must be positive");
+  GpuFigures g;
+  g.device = describe_devices();
+  cudaStream_t stream = current_stream();
+  g.gemm_tflops = measure_gemm_tflops(hidden, intermediate, tokens, repeats);
+
+  {  // HBM: a device-to-device copy reads and writes every byte.
+    const size_t bytes = size_t{1} << 30;
+    DeviceBuffer a = zeroed(bytes, "calibrate copy source");
+    DeviceBuffer b = zeroed(bytes, "calibrate copy target");
+    const double ms = best_ms(repeats, [&] {
+      ZT_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDefault, stream));
+    });
+    g.hbm_gbps = gbps(2.0 * static_cast<double>(bytes), ms);
+  }
+
+  {  // PCIe, pinned and pageable, each way.
+    const size_t bytes = size_t{256} << 20;
+    DeviceBuffer device = zeroed(bytes, "calibrate pcie");
+    void* raw = nullptr;
+    ZT_CUDA_CHECK(cudaMallocHost(&raw, bytes));
+    const std::unique_ptr<void, PinnedDeleter> pinned(raw);
+    std::vector<char> pageable(bytes, 1);
+    auto copy = [&](void* to, const void* from) {
+      return best_ms(repeats,
+                     [&] { ZT_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream)); });
+    };
+    const double b = static_cast<double>(bytes);
+    g.h2d_pinned_gbps = gbps(b, copy(device.data(), pinned.get()));
+    g.d2h_pinned_gbps = gbps(b, copy(pinned.get(), device.data()));
+    g.h2d_pageable_gbps = gbps(b, copy(device.data(), pageable.data()));
+    g.d2h_pageable_gbps = gbps(b, copy(pageable.data(), device.data()));
+  }
+
+  {  // The fused GPU AdamW with the bf16 copy, as the resident update runs it.
+    const int64_t n = int64_t{64} << 20;
+    const size_t f32_bytes = static_cast<size_t>(n) * 4;
+    DeviceBuffer p = zeroed(f32_bytes, "calibrate params"), gr = zeroed(f32_bytes, "calibrate grads");
+    DeviceBuffer m = zeroed(f32_bytes, "calibrate m"), v = zeroed(f32_bytes, "calibrate v");
+    DeviceBuffer p16 = zeroed(static_cast<size_t>(n) * 2, "calibrate params16");
+    auto flat = [n](const DeviceBuffer& b, DType t) { return Tensor(b.data(), {n}, t, DeviceKind::cuda); };
+    const optim::AdamWStepScalars s = optim::adamw_step_scalars(optim::AdamWHyper{.lr = 1e-5}, 1e-5, 1);
+    const optim::TensorRange all{.offset = 0, .numel = n, .weight_decay = true};
+    const double ms = best_ms(repeats, [&] {
+      optim::gpu::adamw_update(s, flat(p, DType::f32), flat(gr, DType::f32), flat(m, DType::f32),
+                               flat(v, DType::f32), {&all, 1}, flat(p16, DType::bf16), stream);
+    });
+    g.gpu_adamw_gparams = static_cast<double>(n) / (ms * 1e-3) / 1e9;
+  }
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return g;
+}
+
+}  // namespace zt::plan

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""DeepSpeed's anchor for issue 40's plan goals (scripts/device/tasks/plan.sh runs it after installing the
+.ds/ wheels; scripts/fetch_deepspeed.sh copies them): HF DebertaV2ForSequenceClassification with the xlarge
+shapes (random init, 2 labels, bf16, seq 128), ZeRO-2 + offload_optimizer cpu (pinned), the configuration the
+blog recommends, on one GPU, on ONE engine:
+
+  global   the global batches 40, 128 and 512 as micro-batch min(B, --max-micro) x accumulation
+           (engine.set_train_batch_size changes the accumulation; the micro-batch is what is fed): the
+           median of --steps timed optimizer steps after one untimed, and the peak allocated
+  caps     per cap (ascending, torch.cuda.set_per_process_memory_fraction): the largest micro-batch of a
+           ladder that runs one step, starting from the previous cap's largest (bounded by --budget-s)
+
+Prints one line per result ("DS ...") and rewrites OUT/ds_plan_anchor.json after each.
+--smoke: a tiny model on the CPU (gloo), to check the code paths without a GPU.
+"""
+import argparse
+import gc
+import json
+import os
+import pathlib
+import statistics
+import time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--out", required=True)
+ap.add_argument("--budget-s", type=float, default=150)
+ap.add_argument("--batches", default="40,128,512")
+ap.add_argument("--caps", default="12,16,24,40")
+ap.add_argument("--max-micro", type=int, default=128)
+ap.add_argument("--steps", type=int, default=2)
+ap.add_argument("--torch-adam", action="store_true", help="torch's fused CPU AdamW instead of DeepSpeedCPUAdam")
+ap.add_argument("--smoke", action="store_true")
+args = ap.parse_args()
+t0 = time.time()
+out = pathlib.Path(args.out)
+out.mkdir(parents=True, exist_ok=True)
+RES = {"config": vars(args), "global": {}, "caps": {}, "errors": {}}
+
+
+def left():
+    return args.budget_s - (time.time() - t0)
+
+
+def dump():
+    (out / "ds_plan_anchor.json").write_text(json.dumps(RES, indent=1))
+
+
+def say(line):
+    print("DS " + line, flush=True)
+
+
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+os.environ.setdefault("MASTER_PORT", "29533")
+os.environ.setdefault("RANK", "0")
+os.environ.setdefault("LOCAL_RANK", "0")
+os.environ.setdefault("WORLD_SIZE", "1")
+import torch  # noqa: E402
+import deepspeed  # noqa: E402
+from transformers import DebertaV2Config, DebertaV2ForSequenceClassification  # noqa: E402
+
+DEV = "cpu" if args.smoke else "cuda"
+SEQ = 128
+# DeBERTa-v2-xlarge's published shapes (the config zerotrain's deberta_v2_xlarge_config holds).
+SHAPES = dict(vocab_size=128100, hidden_size=1536, num_hidden_layers=24, num_attention_heads=24,
+              intermediate_size=6144, max_position_embeddings=512, type_vocab_size=0, relative_attention=True,
+              max_relative_positions=-1, position_buckets=256, norm_rel_ebd="layer_norm", share_att_key=True,
+              pos_att_type=["p2c", "c2p"], layer_norm_eps=1e-7, conv_kernel_size=3, conv_act="gelu",
+              position_biased_input=False, pooler_hidden_size=1536, num_labels=2)
+if args.smoke:
+    SHAPES.update(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=512, pooler_hidden_size=128)
+
+
+def sync():
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+
+
+def peak_gib():
+    return round(torch.cuda.max_memory_allocated() / 2**30, 3) if DEV == "cuda" else 0.0
+
+
+def build_engine():
+    opt = {"lr": 2e-5, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}
+    if args.torch_adam:
+        opt.update(torch_adam=True, fused=True)
+    cfg = {"train_batch_size": 1, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+           "bf16": {"enabled": True}, "gradient_clipping": 1.0, "optimizer": {"type": "AdamW", "params": opt},
+           "zero_optimization": {"stage": 2, "contiguous_gradients": True, "overlap_comm": True,
+                                 "reduce_bucket_size": int(2e8), "allgather_bucket_size": int(2e8),
+                                 "offload_optimizer": {"device": "cpu", "pin_memory": True}},
+           "steps_per_print": 10**9}
+    deepspeed.init_distributed(dist_backend="gloo" if args.smoke else "nccl")
+    torch.manual_seed(0)
+    model = DebertaV2ForSequenceClassification(DebertaV2Config(**SHAPES))
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    return engine
+
+
+def batch_of(n):
+    g = torch.Generator().manual_seed(n)
+    ids = torch.randint(5, SHAPES["vocab_size"], (n, SEQ), generator=g).to(DEV)
+    return ids, torch.ones_like(ids), torch.randint(0, 2, (n,), generator=g).to(DEV)
+
+
+def optimizer_step(engine, micro, accumulation):
+    """One optimizer step of `accumulation` micro-batches of `micro`; its wall time in ms."""
+    ids, mask, labels = batch_of(micro)
+    sync()
+    t = time.perf_counter()
+    for _ in range(accumulation):
+        loss = engine(input_ids=ids, attention_mask=mask, labels=labels).loss
+        engine.backward(loss)
+        engine.step()  # steps the optimizer at the accumulation boundary only
+    sync()
+    return (time.perf_counter() - t) * 1e3
+
+
+def recover(engine):
+    """After an out-of-memory step: drop what the failed step held, so the engine can go on."""
+    try:
+        engine.zero_grad()
+    except Exception:
+        pass
+    gc.collect()
+    if DEV == "cuda":
+        torch.cuda.empty_cache()
+
+
+def is_oom(e):
+    return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+def main():
+    t = time.time()
+    engine = build_engine()
+    RES["engine_init_s"] = round(time.time() - t, 1)
+    RES["optimizer"] = type(getattr(engine, "optimizer", None)).__name__
+    say(f"engine ready in {RES['engine_init_s']} s ({RES['optimizer']})")
+    dump()
+    for b in (int(x) for x in args.batches.split(",")):
+        if left() < 20:
+            RES["global"][b] = "skipped: time budget"
+            continue
+        micro = min(b, 8 if args.smoke else args.max_micro)
+        while b % micro:
+            micro -= 1
+        acc = b // micro
+        engine.set_train_batch_size(acc)  # configured micro-batch 1: the accumulation becomes `acc`
+        if DEV == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        try:
+            optimizer_step(engine, micro, acc)
+            times = [optimizer_step(engine, micro, acc) for _ in range(args.steps)]
+            RES["global"][b] = dict(micro=micro, accumulation=acc, step_ms=round(statistics.median(times), 1),
+                                    steps_ms=[round(x, 1) for x in times], peak_gib=peak_gib())
+            say(f"ZeRO-2 + offload global batch {b} ({micro} x {acc}): {RES['global'][b]['step_ms']} ms, "
+                f"peak {RES['global'][b]['peak_gib']} GiB")
+        except Exception as e:
+            RES["global"][b] = {"error": ("OOM: " if is_oom(e) else "") + str(e)[:300]}
+            say(f"ZeRO-2 + offload global batch {b}: FAILED {str(e)[:200]}")
+            recover(engine)
+        dump()
+    engine.set_train_batch_size(1)
+    ladder = [1, 2, 4, 8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256]
+    start = 0
+    total = torch.cuda.get_device_properties(0).total_memory if DEV == "cuda" else 0
+    for cap in (int(x) for x in args.caps.split(",")):
+        if left() < 15:
+            RES["caps"][cap] = "skipped: time budget"
+            continue
+        if DEV == "cuda":
+            recover(engine)
+            torch.cuda.set_per_process_memory_fraction(min(1.0, cap * 2**30 / total), 0)
+        largest, runs = 0, {}
+        for i in range(start, len(ladder)):
+            bs = ladder[i]
+            if left() < 10:
+                runs["stopped"] = "time budget"
+                break
+            if DEV == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            try:
+                ms = optimizer_step(engine, bs, 1)
+                runs[bs] = dict(step_ms=round(ms, 1), peak_gib=peak_gib())
+                largest, start = bs, i
+            except Exception as e:
+                runs[bs] = {"error": ("OOM: " if is_oom(e) else "") + str(e)[:200]}
+                recover(engine)
+                break
+        RES["caps"][cap] = dict(largest_batch=largest, runs=runs)
+        say(f"largest ZeRO-2 + offload batch under {cap} GiB: {largest} "
+            f"({runs.get(largest, {}).get('step_ms')} ms for the one step)")
+        dump()
+    if DEV == "cuda":
+        torch.cuda.set_per_process_memory_fraction(1.0, 0)
+    RES["wall_s"] = round(time.time() - t0, 1)
+    dump()
+
+
+try:
+    main()
+except Exception as e:
+    RES["errors"]["main"] = repr(e)[:1000]
+    dump()
+    say(f"FAILED {repr(e)[:300]}")
+    raise

@@ -1,0 +1,451 @@
+#!/usr/bin/env python3
+"""Issue 40's goals measured side by side on one GPU (scripts/device/run.sh plan runs it, one part per call
+of this script, each under its own time budget; results accumulate in STATE between parts):
+
+  calibrate  train_mrpc --calibrate: this machine's figures (CPU AdamW, norm pass, GEMM, HBM, PCIe, GPU AdamW)
+             into FIGURES, which every --auto_plan below reads
+  grid B S   global batch B at seq S: the plausible winners of the grid (stages 0-3 x offload none / cpu /
+             both x checkpointing x micro-batch x accumulation, the same global batch) measured once each
+             (bench_train_step, no cap: a plan's time does not depend on it); then per cap 12/16/24/40 GiB the
+             fastest measured plan whose measured peak fits, against the auto plan (bench_train_step
+             --auto_plan --estimate_only with FIGURES; measured too when not in the grid): its measured and
+             predicted ms, the ratio to the fastest, the verdict (<= 1.05x, peak under the cap, prediction
+             within 10 %)
+  partial    at each cap where the grid measured no plan without offload fitting: its best partial offload
+             against its best full offload; then, time left, ratios 0.75/0.5/0.25 at the full offload's plan
+             (bench_train_step --offload_ratio; skipped where the flag is refused)
+  delayed    ZeRO-2 + offload --delayed_update at batch 40 against max(forward + backward, CPU update): the
+             parts from its JSON where it prints them, else fwd+bwd = the ZeRO-2 step without offload less its
+             optimizer segments (--profile) and the CPU update from bench_cpu_adam
+  large      the 6.2 B DeBERTa-v2 shape (hidden 4096, 28 layers, ZeRO-3 + both offloads, batch 8) for 20 steps
+             on a repeated batch, lr 1e-5 with 5 warm-up steps, dropout 0: the losses
+  summary    the goals table from STATE
+
+The grid is pruned with the planner's own tables (--estimate_only --auto_plan lists every plan with its
+planned device bytes and predicted ms): plans equal at world size 1 are one (stages 1 and 2 without offload
+are stage 0's memory and time, stage 1 and 2 with offload are one; stage 3 without offload only where it
+plans less memory), and per cap each remaining family (placement x checkpointing) contributes its fastest
+fitting micro-batch (and the next smaller one where that is within 5 % of the cap) when its predicted step
+is within --margin of the best, unless a fitting plan dominates it (the same micro-batch without
+checkpointing, or at a lower stage: never slower); of those the --per-cap fastest predicted and the fastest
+of each placement kind (no offload, full offload, partial offload) are measured. Lines for the summary go
+to stdout as they land.
+"""
+import argparse
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+CAPS_GIB = (12, 16, 24, 40)
+BATCHES = ((40, 128), (128, 128), (512, 128), (16, 512))
+HEADROOM = 0.05  # optim::kOomHeadroom
+
+
+def say(*parts):
+    print(*parts, flush=True)
+
+
+class State:
+    def __init__(self, path):
+        self.path = pathlib.Path(path)
+        self.data = json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def save(self):
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1))
+        tmp.replace(self.path)
+
+
+def plan_flags(p):
+    """bench_train_step flags of a plan (a candidate's dict or a grid key's dict)."""
+    flags = ["--batch", str(p["micro_batch"]), "--accumulation", str(p["accumulation"]),
+             "--zero_stage", str(p["zero_stage"])]
+    if p["offload"] != "none":
+        flags += ["--offload", p["offload"], "--pin_memory"]
+        if p.get("offload_ratio", 1.0) < 1.0:
+            flags += ["--offload_ratio", str(p["offload_ratio"])]
+    if p["gradient_checkpointing"]:
+        flags.append("--gradient_checkpointing")
+    return flags
+
+
+def plan_key(p):
+    ratio = p.get("offload_ratio", 1.0)
+    return (f"s{p['zero_stage']} {p['offload']}{'' if ratio >= 1.0 else f' r{ratio:g}'} "
+            f"{p['micro_batch']}x{p['accumulation']}{' ckpt' if p['gradient_checkpointing'] else ''}")
+
+
+def family(p):
+    """Plans that are the same at world size 1 share a family key (stage class, placement, checkpointing):
+    stages 0-2 without offload (stages 1 and 2 plan no less memory than 0 and run the same step); with
+    offload each stage is its own (stage 2 streams the gradients down: less memory than stage 1)."""
+    stage = p["zero_stage"]
+    if p["offload"] == "none":
+        stage_class = "3" if stage == 3 else "0-2"
+    else:
+        stage_class = str(stage)
+    return (stage_class, p["offload"], p.get("offload_ratio", 1.0), p["gradient_checkpointing"])
+
+
+def placement_kind(p):
+    if p["offload"] == "none":
+        return "none"
+    return "partial" if p.get("offload_ratio", 1.0) < 1.0 else "full"
+
+
+def dominates(q, p):
+    """q fits too and does the same work as p with less of it: p without checkpointing, or p's placement at a
+    lower stage (stage 2's fold and stage 3's gathers are overhead at world size 1), or stage 3 with the
+    parameters resident; p is then never the faster plan."""
+    if (q["micro_batch"], q["accumulation"]) != (p["micro_batch"], p["accumulation"]):
+        return False
+    if q.get("offload_ratio", 1.0) != p.get("offload_ratio", 1.0):
+        return False
+    same_placement = q["offload"] == p["offload"]
+    params_resident = q["offload"] == "optimizer" and p["offload"] == "both" and q["zero_stage"] == 3
+    if not (same_placement or params_resident):
+        return False
+    return (q["gradient_checkpointing"] <= p["gradient_checkpointing"] and q["zero_stage"] <= p["zero_stage"] and
+            family(q) != family(p))
+
+
+class Runner:
+    def __init__(self, args):
+        self.args = args
+        self.bin = pathlib.Path(args.bin)
+        self.work = pathlib.Path(args.work)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.state = State(self.work / "plan_goals_state.json")
+        self.deadline = time.time() + args.budget_s
+
+    def left(self):
+        return self.deadline - time.time()
+
+    def bench(self, flags, timeout=None, label=""):
+        """One bench_train_step run; its JSON dict, or {"error": ...}."""
+        timeout = min(timeout or self.args.step_timeout_s, max(5.0, self.left()))
+        cmd = [str(self.bin / "bench_train_step"), "--dtype", "bf16", *flags]
+        with open(self.work / "commands.txt", "a") as log:
+            log.write(" ".join(cmd) + "\n")
+        t = time.time()
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"timeout {timeout:.0f} s", "wall_s": round(time.time() - t, 1)}
+        with open(self.work / "bench_stderr.txt", "a") as err:
+            err.write(f"== {label} {' '.join(flags)}\n{r.stderr[-4000:]}\n")
+        lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
+        if r.returncode != 0 or not lines:
+            tail = " ".join(l for l in r.stderr.strip().splitlines()[-2:])[:300]
+            oom = "out of memory" in r.stderr.lower() or "exceeds the" in r.stderr.lower()
+            return {"error": ("OOM: " if oom else "") + tail, "wall_s": round(time.time() - t, 1)}
+        out = json.loads(lines[-1])
+        out["wall_s"] = round(time.time() - t, 1)
+        out["stderr_tail"] = r.stderr[-3000:]
+        return out
+
+    def quick_flags(self):
+        return ["--layers", "2"] if self.args.quick else []
+
+    def estimate(self, batch, seq, cap):
+        flags = ["--estimate_only", "--auto_plan", "--batch", str(batch), "--seq", str(seq),
+                 "--gpu_memory_limit", f"{cap}GiB", *self.quick_flags()]
+        if self.args.figures and pathlib.Path(self.args.figures).exists():
+            flags += ["--machine_figures", self.args.figures]
+        r = self.bench(flags, timeout=60, label="estimate")
+        return r
+
+    def measure(self, p, seq, label, cap=None):
+        """Times plan p once per (plan, seq); cached in the state."""
+        cache = self.state.data.setdefault("measured", {})
+        key = f"seq{seq} {plan_key(p)}"
+        if key in cache:
+            return cache[key]
+        if self.left() < 8:
+            return {"error": "skipped: time budget"}
+        flags = [*plan_flags(p), "--seq", str(seq), "--warmup", str(self.args.warmup), "--steps",
+                 str(self.args.steps), *self.quick_flags()]
+        r = self.bench(flags, label=label)
+        keep = {k: r[k] for k in ("step_ms", "peak_gib", "peak_reserved_gib", "first_step_s", "wall_s", "error",
+                                  "overlap_update") if k in r}
+        keep["estimate_gib"] = r.get("estimate_gib", {}).get("total")
+        cache[key] = keep
+        self.state.save()
+        if "error" in keep:
+            say(f"  {label} {key}: FAILED {keep['error'][:200]} ({keep.get('wall_s')} s)")
+        else:
+            say(f"  {label} {key}: {keep['step_ms']} ms, peak {keep['peak_gib']} GiB "
+                f"(planned {keep['estimate_gib']}), {keep['wall_s']} s")
+        return keep
+
+    # ------------------------------------------------------------------------------------------------------
+    def calibrate(self):
+        figures = pathlib.Path(self.args.figures)
+        cmd = [str(self.bin / "train_mrpc"), "--calibrate", "--machine_figures", str(figures)]
+        t = time.time()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=max(10.0, self.left()))
+        (self.work / "calibrate.txt").write_text(r.stdout + r.stderr)
+        if r.returncode != 0 or not figures.exists():
+            say(f"calibrate: FAILED exit {r.returncode}: {(r.stdout + r.stderr).strip()[-300:]}")
+            return
+        for line in r.stdout.splitlines():
+            say(line)
+        say(f"calibrate: {time.time() - t:.1f} s; figures {json.dumps(json.loads(figures.read_text()))}")
+
+    def select_grid(self, batch, seq):
+        """The plans to measure for (batch, seq) and each cap's auto plan, from the planner's tables."""
+        chosen, selected = {}, {}
+        for cap in self.caps():
+            e = self.estimate(batch, seq, cap)
+            if "error" in e:
+                say(f"  estimate b{batch} s{seq} cap {cap} GiB: {e['error'][:300]}")
+                chosen[cap] = None
+                continue
+            chosen[cap] = e["plan"]
+            fitting = [c for c in e["candidates"] if c["fits"] and c.get("executable", True)]
+            if not fitting:
+                continue
+            best = fitting[0]["predicted_ms"]
+            offload_only = not any(placement_kind(c) == "none" for c in fitting)
+            by_family = {}
+            for c in fitting:  # ranked fastest first: the first of a family is its fastest fitting plan
+                by_family.setdefault(family(c), []).append(c)
+            no_offload_s0 = {c["micro_batch"]: c["device_gib"] for c in fitting if family(c)[0] == "0-2"}
+            cap_picks = []
+            for fam, members in by_family.items():
+                top = members[0]
+                if fam[0] == "3" and fam[1] == "none" and no_offload_s0.get(top["micro_batch"], 1e9) <= \
+                        top["device_gib"]:
+                    continue  # stage 3 without offload plans no less than stage 0: the same plan, slower
+                if top["predicted_ms"] > self.args.margin * best and not offload_only:
+                    continue
+                picks = [top]
+                budget = cap * (1 - HEADROOM)
+                if top["device_gib"] > 0.95 * budget:  # at the edge: the next smaller micro-batch too
+                    smaller = [m for m in members if m["micro_batch"] < top["micro_batch"]]
+                    if smaller:
+                        picks.append(max(smaller, key=lambda m: m["micro_batch"]))
+                cap_picks.extend(picks)
+            cap_picks = [p for p in cap_picks if not any(dominates(q, p) for q in fitting)]
+            cap_picks.sort(key=lambda p: p["predicted_ms"])
+            # The fastest few, and the fastest of each placement kind (no offload, full, partial) within the
+            # margin: the model may rank kinds wrongly, rarely two members of one kind.
+            keep = [p for p in cap_picks if p["predicted_ms"] <= self.args.margin * best][:self.args.per_cap]
+            # Where only offload fits, the fastest full and partial offload whatever their prediction: the
+            # partial goal compares them.
+            for kind in ("none", "full", "partial"):
+                first = next((p for p in cap_picks if placement_kind(p) == kind and
+                              (offload_only or p["predicted_ms"] <= self.args.margin * best)), None)
+                if first is not None and first not in keep:
+                    keep.append(first)
+            for p in keep:
+                equivalent = (family(p), p["micro_batch"])
+                selected.setdefault(equivalent, p)  # the first (the planner's pick on a tie) stands
+        return chosen, list(selected.values())
+
+    def caps(self):
+        return [int(c) for c in self.args.caps.split(",")]
+
+    def grid(self, batch, seq):
+        say(f"grid global batch {batch} seq {seq}: {self.left():.0f} s left")
+        chosen, plans = self.select_grid(batch, seq)
+        plans.sort(key=lambda p: p["predicted_ms"])
+        say(f"  {len(plans)} plans: " + "; ".join(f"{plan_key(p)} ({p['predicted_ms']:.0f} ms)" for p in plans))
+        results = []
+        for p in plans:
+            results.append((p, self.measure(p, seq, f"b{batch}")))
+        rows = self.state.data.setdefault("table", {})
+        for cap in self.caps():
+            auto = chosen.get(cap)
+            fits = [(p, m) for p, m in results if "error" not in m and m["peak_gib"] <= cap]
+            fastest = min(fits, key=lambda pm: pm[1]["step_ms"], default=None)
+            row = {"cap": cap, "batch": batch, "seq": seq}
+            if auto is not None:
+                m = self.measure(auto, seq, f"b{batch} auto@{cap}")
+                row.update(auto=plan_key(auto), predicted_ms=auto["predicted_ms"], auto_ms=m.get("step_ms"),
+                           auto_peak=m.get("peak_gib"), auto_error=m.get("error"))
+            if fastest:
+                row.update(fastest=plan_key(fastest[0]), fastest_ms=fastest[1]["step_ms"],
+                           fastest_peak=fastest[1]["peak_gib"])
+            rows[f"{batch}x{seq}@{cap}"] = row
+            self.state.save()
+            say("TABLE " + table_line(row))
+
+    def partial(self):
+        """Where only offload fits (the measured grid says so): the best measured partial offload against the
+        best measured full offload; then, time left, the ratios 0.75/0.5/0.25 at the full offload's plan."""
+        help_text = subprocess.run([str(self.bin / "bench_train_step"), "--help"], capture_output=True,
+                                   text=True).stdout
+        if "offload_ratio" not in help_text:
+            say("partial: skipped: bench_train_step has no --offload_ratio (the partial offload branch is not in)")
+            return
+        measured = self.state.data.get("measured", {})
+        found = False
+        for batch, seq in ((128, 128), (40, 128), (512, 128), (16, 512)):
+            for cap in self.caps():
+                fits = {k: v for k, v in measured.items() if k.startswith(f"seq{seq} ") and _global(k) == batch and
+                        "error" not in v and v["peak_gib"] <= cap}
+                if not fits or any(" none " in k for k in fits):
+                    continue
+                full = {k: v for k, v in fits.items() if " r0." not in k}
+                part = {k: v for k, v in fits.items() if " r0." in k}
+                if not full or not part:
+                    continue
+                kf = min(full, key=lambda k: full[k]["step_ms"])
+                kp = min(part, key=lambda k: part[k]["step_ms"])
+                f_ms, p_ms = full[kf]["step_ms"], part[kp]["step_ms"]
+                found = True
+                self.state.data.setdefault("partial", {})[f"{batch}x{seq}@{cap}"] = dict(
+                    full=kf, full_ms=f_ms, partial=kp, partial_ms=p_ms)
+                self.state.save()
+                say(f"PARTIAL b{batch} s{seq} cap {cap} GiB: best partial {kp[len(f'seq{seq} '):]} {p_ms} ms vs full "
+                    f"offload {kf[len(f'seq{seq} '):]} {f_ms} ms: {f_ms / p_ms:.2f}x "
+                    f"({'faster' if p_ms < f_ms else 'NOT faster'}, {100 * (f_ms - p_ms) / f_ms:.0f} % less time)")
+                m = re.match(r"seq\d+ s(\d) (\w+) (\d+)x(\d+)( ckpt)?$", kf)
+                if not m or self.left() < 30 or found and len(self.state.data["partial"]) > 1:
+                    continue
+                for ratio in (0.75, 0.5, 0.25):  # the ratio alone changed, at the full offload's plan
+                    p = {"zero_stage": int(m[1]), "offload": m[2], "offload_ratio": ratio,
+                         "micro_batch": int(m[3]), "accumulation": int(m[4]), "gradient_checkpointing": bool(m[5])}
+                    r = self.measure(p, seq, f"partial@{cap}")
+                    if "error" not in r:
+                        say(f"PARTIAL ratio {ratio} at {kf[len(f'seq{seq} '):]}: {r['step_ms']} ms vs {f_ms} ms, "
+                            f"peak {r['peak_gib']} GiB ({'fits' if r['peak_gib'] <= cap else 'over the cap'})")
+        if not found:
+            say("partial: no measured cap where full and partial offload fit and no offload does not")
+
+    def delayed(self):
+        base = ["--batch", "40", "--zero_stage", "2", "--seq", "128", "--warmup", str(self.args.warmup),
+                "--steps", "4", *self.quick_flags()]
+        d = self.bench([*base, "--offload", "optimizer", "--pin_memory", "--delayed_update", "--profile"],
+                       label="delayed")
+        if "error" in d:
+            say(f"delayed: FAILED {d['error'][:300]}")
+            return
+        # The step's parts where bench_train_step prints them (any nesting): forward + backward, the CPU update.
+        fwd_bwd = _find_number(d, ("forward", "backward"))
+        cpu = _find_number(d, ("cpu", "update")) or _find_number(d, ("cpu", "adam"))
+        source = "its JSON"
+        if fwd_bwd is None or cpu is None:
+            source = "the ZeRO-2 step less its optimizer segments, bench_cpu_adam"
+            s = self.bench([*base, "--profile"], label="delayed base")
+            if "error" in s:
+                say(f"delayed: the ZeRO-2 step FAILED {s['error'][:200]}")
+                return
+            optimizer = sum(float(m[2]) for m in re.finditer(r"^(optimizer\S*)\s+\S+\s+(\S+)", s["stderr_tail"],
+                                                             re.M))
+            fwd_bwd = s["step_ms"] - optimizer
+            r = subprocess.run([str(self.bin / "bench_cpu_adam"), "--params", str(d["params"]), "--reps", "3"],
+                               capture_output=True, text=True, timeout=max(10.0, self.left()))
+            adam = _last_json(r.stdout)
+            cpu = adam["adamw_seconds_median"] * 1e3 if "adamw_seconds_median" in adam else None
+            (self.work / "bench_cpu_adam.json").write_text(r.stdout)
+        floor = max(fwd_bwd or 0, cpu or 0)
+        ratio = d["step_ms"] / floor if floor else float("nan")
+        self.state.data["delayed"] = dict(step_ms=d["step_ms"], fwd_bwd_ms=fwd_bwd, cpu_update_ms=cpu,
+                                          ratio=ratio, source=source)
+        self.state.save()
+        say(f"DELAYED bs40: step {d['step_ms']} ms vs max(fwd+bwd {fwd_bwd and round(fwd_bwd, 1)}, CPU update "
+            f"{cpu and round(cpu, 1)}) = {ratio:.2f}x ({'PASS' if ratio <= 1.15 else 'FAIL'} <= 1.15x; parts from "
+            f"{source})")
+
+    def large(self):
+        flags = ["--hidden", "4096", "--layers", "4" if self.args.quick else "28", "--zero_stage", "3",
+                 "--offload", "both", "--pin_memory", "--batch", "8", "--seq", "128", "--repeat_batch",
+                 "--lr", "1e-5", "--lr_warmup", "5", "--dropout", "0", "--warmup", "0", "--steps",
+                 "6" if self.args.quick else "20"]
+        r = self.bench(flags, timeout=max(20.0, self.left() - 5), label="large")
+        if "error" in r:
+            say(f"large: FAILED {r['error'][:300]} ({r.get('wall_s')} s)")
+            return
+        losses = [round(x, 4) for x in r["losses"]]
+        self.state.data["large"] = dict(params=r["params"], losses=losses, step_ms=r["step_ms"],
+                                        peak_gib=r["peak_gib"], wall_s=r["wall_s"])
+        self.state.save()
+        falls = losses[-1] < 0.5 * losses[0] and min(losses[-5:]) < losses[0]
+        say(f"LARGE {r['params']} parameters: losses {losses}; step {r['step_ms']} ms, peak {r['peak_gib']} GiB, "
+            f"{r['wall_s']} s ({'falls' if falls else 'DOES NOT FALL'})")
+
+    def summary(self):
+        for key, row in self.state.data.get("table", {}).items():
+            say("TABLE " + table_line(row))
+
+
+def _global(key):
+    m = re.search(r"(\d+)x(\d+)", key)
+    return int(m[1]) * int(m[2]) if m else 0
+
+
+def _last_json(text):
+    """The JSON object a tool printed last (one line or pretty-printed)."""
+    start = text.rfind("\n{")
+    start = 0 if start < 0 else start + 1
+    try:
+        return json.loads(text[start:])
+    except ValueError:
+        return {}
+
+
+def _find_number(obj, words):
+    """The first number in a nested JSON whose key path mentions every word (ms; a path ending _s is seconds)."""
+    def walk(o, path):
+        if isinstance(o, dict):
+            for k, v in o.items():
+                yield from walk(v, path + [str(k)])
+        elif isinstance(o, (int, float)) and not isinstance(o, bool):
+            yield "/".join(path).lower(), o
+    for path, v in walk(obj, []):
+        if all(w in path for w in words) and "gib" not in path:
+            return float(v) * (1e3 if path.endswith("_s") else 1)
+    return None
+
+
+def table_line(row):
+    auto_ms, fast_ms, pred = row.get("auto_ms"), row.get("fastest_ms"), row.get("predicted_ms")
+    ratio = auto_ms / fast_ms if auto_ms and fast_ms else None
+    error = (pred - auto_ms) / auto_ms * 100 if auto_ms and pred else None
+    verdict = "n/a"
+    if ratio is not None:
+        ok = ratio <= 1.05 and row.get("auto_peak", 1e9) <= row["cap"]
+        verdict = ("PASS" if ok else "FAIL") + (" pred-ok" if error is not None and abs(error) <= 10 else " pred-off")
+    elif row.get("auto_error"):
+        verdict = "auto FAILED: " + str(row["auto_error"])[:80]
+    elif "fastest" not in row:
+        verdict = "nothing measured fits"
+    return (f"cap {row['cap']:>2} GiB b{row['batch']} s{row['seq']}: auto {row.get('auto')} "
+            f"{auto_ms} ms (pred {pred and round(pred, 1)}, err {error and round(error, 1)} %, peak "
+            f"{row.get('auto_peak')}) | fastest {row.get('fastest')} {fast_ms} ms (peak {row.get('fastest_peak')}) "
+            f"| ratio {ratio and round(ratio, 3)} | {verdict}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("part", choices=("calibrate", "grid", "partial", "delayed", "large", "summary"))
+    ap.add_argument("shape", nargs="*", type=int, help="grid: global batch and seq")
+    ap.add_argument("--bin", default="build-gpu/bin")
+    ap.add_argument("--work", required=True, help="state and raw outputs")
+    ap.add_argument("--figures", default="", help="the machine figures file (calibrate writes it)")
+    ap.add_argument("--budget-s", type=float, default=120)
+    ap.add_argument("--caps", default=",".join(map(str, CAPS_GIB)))
+    ap.add_argument("--margin", type=float, default=1.3, help="families predicted within this of the best")
+    ap.add_argument("--per-cap", type=int, default=2,
+                    help="the fastest predicted picks kept per cap (besides each placement kind's fastest)")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--step-timeout-s", type=float, default=90)
+    ap.add_argument("--quick", action="store_true", help="a 2-layer model (the large part: 4 layers, 6 steps)")
+    args = ap.parse_args()
+    runner = Runner(args)
+    if args.part == "grid":
+        if len(args.shape) != 2:
+            ap.error("grid takes the global batch and the sequence length")
+        runner.grid(*args.shape)
+    else:
+        getattr(runner, args.part)()
+
+
+if __name__ == "__main__":
+    main()
