@@ -135,6 +135,13 @@ std::string StepProfile::report() const {
   return out.str();
 }
 
+std::map<std::string, double> StepProfile::ms_per_step() const {
+  const double steps = static_cast<double>(std::max<int64_t>(collected_steps_, 1));
+  std::map<std::string, double> out;
+  for (const auto& [name, ms] : total_ms_) out[name] = ms / steps;
+  return out;
+}
+
 void StepProfile::reset() {
   total_ms_.clear();
   collected_steps_ = 0;

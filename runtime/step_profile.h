@@ -42,6 +42,8 @@ class StepProfile {
   void collect();
   // Per segment: total ms, ms per collected step, share of the total; sorted by total.
   std::string report() const;
+  // Per segment: ms per collected step (what report() prints in its ms/step column).
+  std::map<std::string, double> ms_per_step() const;
   void reset();
 
  private:

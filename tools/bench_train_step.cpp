@@ -13,14 +13,18 @@
 // peak_gib is the caching allocator's peak of live bytes (the counterpart of
 // torch.cuda.max_memory_allocated); peak_reserved_gib adds what it kept cached. With --profile (or
 // ZT_PROFILE=1) a per-segment device-time table of the timed steps goes to stderr (with CPU offload it has
-// the offload's segments: optimizer.grad_norm, optimizer.offload_download_wait, optimizer.offload_cpu_adamw,
-// optimizer.offload_delayed_land). CPU offload: --offload optimizer (stages 1-3) or both (stage 3: the
-// parameter shard too), --offload_ratio R for a partial offload (that fraction of the optimizer state on the
-// host, the rest updated on the device at the same time), --pin_memory for page-locked host buffers,
-// --delayed_update for ZeRO-Offload's
-// one-step-stale update; the exact update overlapping the next forward is on where it applies (as in
-// train_mrpc), --overlap_update asks for it (an error where it cannot run), --no_overlap_update turns it off
-// (the JSON's overlap_update says what ran). --nvme_path DIR
+// the offload's segments: optimizer.grad_norm, optimizer.offload_download_wait, optimizer.offload_cpu_adamw;
+// delayed: optimizer.offload_delayed_wait (the stream idle while the host waits for the CPU update),
+// optimizer.offload_delayed_land (the uploads and all-gather after it), optimizer.offload_delayed_start),
+// and the JSON has segments_ms (the table per step) and forward_backward_ms (its fwd.* and bwd.* sum);
+// cpu_update_ms is the CPU AdamW's host time per update with any offload. CPU offload: --offload optimizer
+// (stages 1-3) or both (stage 3: the parameter shard too), --offload_ratio R for a partial offload (that
+// fraction of the optimizer state on the host, the rest updated on the device at the same time),
+// --pin_memory for page-locked host buffers, --delayed_update for ZeRO-Offload's one-step-stale update
+// (--delayed_landing whole|after_norm|in_backward, DelayedLanding in optim/zero/engine_options.h; whole is
+// the reference); the exact update overlapping the next forward is on where it applies (as in train_mrpc),
+// --overlap_update asks for it (an error where it cannot run), --no_overlap_update turns it off (the JSON's
+// overlap_update says what ran). --nvme_path DIR
 // (with --offload) puts the offloaded optimizer state on the disk tier (offload_optimizer device nvme;
 // --nvme_buffers, --nvme_pipeline for buffer_count and pipeline_read/write; --sub_group_size for
 // zero_optimization.sub_group_size, the disk tier's record): issue 15's "step with the disk tier vs the
@@ -120,10 +124,11 @@ struct Options {
   std::string offload = "none";   // none | optimizer | both
   bool pin_memory = false;
   bool delayed_update = false;
-  double offload_ratio = 1.0;      // offload_optimizer.ratio: the fraction of the state on the host (partial)
-  bool overlap_update = false;     // --offload_overlap_update (asked: refused where it cannot run)
-  bool no_overlap_update = false;  // --no_offload_overlap_update (it is on by default where it applies)
-  bool overlap_optimizer = false;  // --overlap_optimizer
+  double offload_ratio = 1.0;  // offload_optimizer.ratio: the fraction of the state on the host (partial)
+  std::string delayed_landing = "in_backward";  // whole | after_norm | in_backward (DelayedLanding)
+  bool overlap_update = false;          // --offload_overlap_update (asked: refused where it cannot run)
+  bool no_overlap_update = false;       // --no_offload_overlap_update (it is on by default where it applies)
+  bool overlap_optimizer = false;       // --overlap_optimizer
   bool gradient_checkpointing = false;  // --gradient_checkpointing: each layer recomputed in the backward
   std::string attention = "auto";       // --attention auto|stored|flash (DebertaConfig::attention_kernel)
   bool back_to_back = false;  // timed steps without a device sync between them: step_ms = window / steps
@@ -216,6 +221,9 @@ const auto kFlags = std::to_array<zt::Flag<Options>>({
      "host, the rest on the device (offload_optimizer.ratio)",
      [](Options& o, F f, V v) { o.offload_ratio = zt::parse_number_flag(f, v, 0.0); },
      [](const Options& o) { return zt::str(o.offload_ratio); }},
+    {"delayed_landing", "whole|after_norm|in_backward",
+     "with --delayed_update: where it lands (whole at step()'s start: the reference)",
+     [](Options& o, F, V v) { o.delayed_landing = v; }, [](const Options& o) { return o.delayed_landing; }},
     {"overlap_update", "",
      "ask for the exact update overlapping the next forward (an error where it cannot run)",
      [](Options& o, F, V) { o.overlap_update = true; }, nullptr},
@@ -370,6 +378,7 @@ zt::optim::TrainConfig bench_config(const Options& o, const zt::DebertaConfig& m
   if (!o.host_memory_limit.empty()) config.host_memory_limit = zt::parse_memory_size(o.host_memory_limit);
   if (!o.gpu_memory_limit.empty()) config.gpu_memory_limit = zt::parse_memory_size(o.gpu_memory_limit);
   config.offload_delayed_update = o.delayed_update;
+  config.offload_delayed_landing = o.delayed_landing;
   config.offload_overlap_update = o.overlap_update;
   config.no_offload_overlap_update = o.no_overlap_update;
   config.overlap_optimizer = o.overlap_optimizer;
@@ -491,7 +500,7 @@ int run(int argc, char** argv) {
 
   std::mt19937_64 rng(0);
   const int64_t warmup = o.warmup;
-  std::vector<double> times, losses;
+  std::vector<double> times, losses, cpu_update_ms;
   std::vector<zt::data::Batch> window;
   double first_step_s = 0;
   std::chrono::steady_clock::time_point window_start;
@@ -513,6 +522,7 @@ int run(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (step == 0) first_step_s = seconds;
     if (step >= warmup) times.push_back(seconds);
+    if (step >= warmup) cpu_update_ms.push_back(trainer.offloaded_update_ms());
     zt::StepProfile& profile = zt::StepProfile::global();
     profile.collect();
     if (step + 1 == warmup) {
@@ -527,6 +537,20 @@ int run(int argc, char** argv) {
     zt::device_synchronize();
     step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count() /
              static_cast<double>(o.steps);
+  }
+
+  // What the delayed update's floor, max(forward + backward, CPU update), is made of: the CPU AdamW's host
+  // time (the median over the timed steps of the latest update that ended; delayed: the previous step's),
+  // and with --profile the device time of the fwd.* and bwd.* segments per step.
+  std::nth_element(cpu_update_ms.begin(),
+                   cpu_update_ms.begin() + static_cast<std::ptrdiff_t>(cpu_update_ms.size() / 2),
+                   cpu_update_ms.end());
+  const double cpu_update = cpu_update_ms.empty() ? 0.0 : cpu_update_ms[cpu_update_ms.size() / 2];
+  nlohmann::json segments = nlohmann::json::object();
+  double forward_backward_ms = 0;
+  for (const auto& [name, ms] : zt::StepProfile::global().ms_per_step()) {
+    segments[name] = round_to(ms, 1e-3);
+    if (name.starts_with("fwd.") || name.starts_with("bwd.")) forward_backward_ms += ms;
   }
 
   const zt::ParameterTable table(model);
@@ -561,6 +585,7 @@ int run(int argc, char** argv) {
       {"pin_memory", o.pin_memory},
       {"delayed_update", o.delayed_update},
       {"offload_ratio", o.offload_ratio},
+      {"delayed_landing", o.delayed_landing},
       {"overlap_update", trainer.overlaps_offloaded_update()},  // as the engine decided (on where it applies)
       {"overlap_optimizer", o.overlap_optimizer},
       {"gradient_checkpointing", o.gradient_checkpointing},
@@ -575,6 +600,10 @@ int run(int argc, char** argv) {
       {"first_step_s", round_to(first_step_s, 1e-3)},
       {"losses", losses},
       {"step_ms", round_to(step_s * 1e3, 1e-2)},
+      {"cpu_update_ms", round_to(cpu_update, 1e-2)},
+      {"forward_backward_ms",
+       o.profile ? nlohmann::json(round_to(forward_backward_ms, 1e-2)) : nlohmann::json()},
+      {"segments_ms", segments},
       {"samples_per_s", round_to(samples / step_s, 0.1)},
       {"approx_tflops", round_to(flops / step_s / 1e12, 0.1)},
       {"peak_gib", round_to(static_cast<double>(memory.peak_in_use_total) / kGiB, 0.01)},

@@ -43,6 +43,7 @@ ZeroOffload zero_offload(const TrainConfig& config) {
           .param = config.zero.offload_param.enabled,
           .pipelined = true,
           .delayed_update = config.offload_delayed_update,
+          .delayed_landing = delayed_landing_named(config.offload_delayed_landing),
           .disk_buffers = nvme.enabled ? static_cast<int>(nvme.buffer_count) : 0,
           .param_disk_buffers = config.zero.offload_param.nvme.enabled
                                     ? static_cast<int>(config.zero.offload_param.nvme.buffer_count)

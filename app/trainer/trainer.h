@@ -147,6 +147,8 @@ class MrpcTrainer {
   // Whether the ranks' offloaded CPU update overlaps the next forward
   // (ZeroEngine::overlaps_offloaded_update).
   bool overlaps_offloaded_update() const;
+  // The first rank's ZeroEngine::offloaded_update_ms: the CPU update's host time (0 without offload).
+  double offloaded_update_ms() const;
   // Restarts every rank's peaks from its current in-use bytes (measure a steady state after warm-up).
   void reset_memory_peaks();
   // Called after every optimizer step (progress, tests stopping a run early).

@@ -357,6 +357,10 @@ bool MrpcTrainer::overlaps_offloaded_update() const {
   return impl_->ranks.front().engine->overlaps_offloaded_update();
 }
 
+double MrpcTrainer::offloaded_update_ms() const {
+  return impl_->ranks.front().engine->offloaded_update_ms();
+}
+
 void MrpcTrainer::reset_memory_peaks() {
   Impl& s = *impl_;
   if (s.device != DeviceKind::cuda) return;

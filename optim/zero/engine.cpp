@@ -19,6 +19,18 @@ bool ZeroEngine::overlaps_offloaded_update() const {
   return impl_->offloaded && impl_->offloaded->overlapped_update();
 }
 
+DelayedLanding delayed_landing_named(std::string_view name) {
+  if (name == "whole") return DelayedLanding::whole;
+  if (name == "after_norm") return DelayedLanding::after_norm;
+  ZT_CHECK(name == "in_backward", "delayed landing \"", name,
+           "\": expected whole, after_norm or in_backward");
+  return DelayedLanding::in_backward;
+}
+
+double ZeroEngine::offloaded_update_ms() const {
+  return impl_->offloaded ? impl_->offloaded->last_update_ms() : 0.0;
+}
+
 ZeroStateBytes ZeroEngine::state_bytes() const {
   return impl_->plan->bytes();
 }
@@ -125,6 +137,9 @@ void ZeroEngine::release(size_t, Pass) {}
 void ZeroEngine::gradients_ready(size_t unit) {
   Impl& s = *impl_;
   s.land_unit(unit);  // an overlapped update no longer reads the gradients this reduction rewrites
+  // The backward queued so far has read the unit's parameters for the last time this step.
+  if (s.offloaded && s.last_micro && options_.offload.delayed_landing == DelayedLanding::in_backward)
+    s.offloaded->land_delayed_unit_if_updated(unit);
   s.reducer->zero_gaps(unit);
 #ifdef ZT_WITH_CUDA
   // The early gradient norm: the unit's gradients are final on the last micro-batch; its sum of squares (the

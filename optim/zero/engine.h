@@ -147,7 +147,8 @@ class ZeroEngine final : public DebertaUnitHooks {
   kernels::GradWrite gradient_write(size_t unit) override;
 
   // One optimizer step over the reduced gradients (collective). `scaler` is disabled outside fp16. With
-  // offload.delayed_update it first lands the previous step's update, then starts this one's and returns.
+  // offload.delayed_update it takes the norm, lands what is left of the previous step's update (unit by
+  // unit as the CPU finishes each; ZeroOffload::delayed_landing), then starts this one's and returns.
   ZeroStepResult step(double lr, LossScaler& scaler);
   // Collective: waits for a delayed update in flight and puts its parameters where the model reads them
   // (stage 1/2: all-gathered). Call on every rank before reading parameters outside the step loop
@@ -194,6 +195,9 @@ class ZeroEngine final : public DebertaUnitHooks {
   // Whether the offloaded CPU update overlaps the next forward in this run (ZeroOffload::overlap_update,
   // asked or where it applies): what the engine decided from the options, the device and the world size.
   bool overlaps_offloaded_update() const;
+  // With offload.optimizer: host wall time of the CPU AdamW of the latest update that ended (delayed: the
+  // one that landed last), in ms; 0 without offload or before the first.
+  double offloaded_update_ms() const;
 
   AdamW& adamw() { return adamw_; }
   const AdamW& adamw() const { return adamw_; }

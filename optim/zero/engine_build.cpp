@@ -180,14 +180,15 @@ void ZeroEngine::build_offloaded_optimizer(const ZeroEngineOptions& options, Mem
                       "the next forward, which waits for each layer's update; --no_offload_overlap_update "
                       "turns it off";
     }
-    // The update's threads run beside the rank's thread, which launches the forward meanwhile; with
-    // every hardware thread in the AdamW that thread waits for a time slice between launches: on the
-    // H200's 16 cores the overlap hid 40 ms at bs 128 and nothing at bs 40, where the forward's kernels are
-    // shorter; with one core left free, 51 ms at bs 128 and 21 ms at bs 40. The AdamW is memory-bound, and
-    // its results do not depend on the thread count.
-    if (s.offloaded->overlapped_update() && s.device == DeviceKind::cuda && adamw_.num_threads() > 2)
-      adamw_.set_num_threads(adamw_.num_threads() - 1);
   }
+  // An overlapped or delayed update's threads run beside the rank's thread, which launches the forward
+  // (and, delayed, the backward) meanwhile; with every hardware thread in the AdamW that thread waits for a
+  // time slice between launches: on the H200's 16 cores the overlap hid 40 ms at bs 128 and nothing at
+  // bs 40, where the forward's kernels are shorter; with one core left free, 51 ms at bs 128 and 21 ms at
+  // bs 40. The AdamW is memory-bound, and its results do not depend on the thread count.
+  const bool update_beside_launches = s.offloaded->overlapped_update() || s.plan->delayed;
+  if (update_beside_launches && s.device == DeviceKind::cuda && adamw_.num_threads() > 2)
+    adamw_.set_num_threads(adamw_.num_threads() - 1);
 }
 
 void ZeroEngine::build_streams(const ZeroEngineOptions& options) {

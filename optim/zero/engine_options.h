@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "optim/adamw.h"
 #include "runtime/device.h"
@@ -13,6 +14,18 @@
 #include "runtime/tensor.h"
 
 namespace zt::optim {
+
+// Where step t's delayed update lands in step t+1: the same values in the same places in every mode.
+enum class DelayedLanding {
+  whole,       // step() waits for the whole update at its start, then copies every unit (the reference)
+  after_norm,  // step() takes the norm first, then copies each unit as soon as the CPU is done with it,
+               // beside the CPU update of the later units
+  in_backward  // after_norm, and a unit the CPU is done with when backward is (gradients_ready on the last
+               // micro-batch) is copied then, beside the rest of backward; not with offload_param, nor
+               // on a GPU without pipelined copies from pinned memory (after_norm there)
+};
+// "whole", "after_norm", "in_backward" (bench_train_step --delayed_landing); throws on anything else.
+DelayedLanding delayed_landing_named(std::string_view name);
 
 // CPU offload (optim/zero/engine.h).
 struct ZeroOffload {
@@ -31,10 +44,12 @@ struct ZeroOffload {
   // is always synchronous.
   bool pipelined = true;
   // Delayed parameter update (ZeRO-Offload's DPU; opt-in): step t's CPU update runs on a host thread while
-  // step t+1's forward and backward run with the parameters of step t (one update stale); it lands at the
-  // start of step t+1's step() (or finish_delayed_update()). Stage 3 with param keeps a separate staging
-  // shard so that the update never writes what the forward is gathering.
+  // step t+1's forward and backward run with the parameters of step t (one update stale); it lands in step
+  // t+1's step() (or finish_delayed_update()). Stage 3 with param keeps a separate staging shard so that
+  // the update never writes what the forward is gathering.
   bool delayed_update = false;
+  // Where the delayed update lands (DelayedLanding).
+  DelayedLanding delayed_landing = DelayedLanding::in_backward;
   // > 0: the master, m and v on the disk tier (ZeroEngineOptions::disk, which sets it) with this many host
   // buffers of the largest sub-group, instead of the shard in host memory.
   int disk_buffers = 0;

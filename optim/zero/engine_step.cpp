@@ -11,8 +11,11 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   StepProfile& prof = StepProfile::global();  // offload segment marks: no-ops unless profiling is on
   compute_waits_for_comm();                   // overlap_comm: every reduction before the norm reads them
   s.land_all();                               // a step without a forward since the last
-  if (s.plan->delayed) {
-    finish_delayed_update();  // the previous step's delayed update before this step's
+  // The previous step's delayed update lands before this step's starts: after this step's norm, which reads
+  // only gradients (unit by unit beside the CPU update's end), or here, whole.
+  const bool land_after_norm = s.plan->delayed && options_.offload.delayed_landing != DelayedLanding::whole;
+  if (s.plan->delayed && !land_after_norm) {
+    finish_delayed_update();
     prof.mark("optimizer.offload_delayed_land");
   }
   const GradientNorm gradient_norm(*s.plan, partition_, comm_, s.blocks, *s.reducer, s.offloaded.get(),
@@ -27,6 +30,7 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
     const bool overflow = sums.non_finite > 0 || !std::isfinite(total);
     if (!scaler.update(overflow)) {
       ZT_LOG(info) << "fp16 overflow: step skipped, loss scale " << loss_scale << " -> " << scaler.scale();
+      if (land_after_norm) finish_delayed_update();  // the next forward reads it as without the overflow
       if (s.offloaded) s.offloaded->drop_downloads();
       s.reducer->clear_after_step();
       return {std::numeric_limits<double>::infinity(), false};
@@ -34,11 +38,17 @@ ZeroStepResult ZeroEngine::step(double lr, LossScaler& scaler) {
   }
   ZT_CHECK(std::isfinite(norm), "gradient norm is not finite (", norm, ")");
 
+  if (land_after_norm) {
+    prof.mark("optimizer.grad_norm");
+    finish_delayed_update();  // before begin_step: the update in flight reads the AdamW's step count
+    prof.mark("optimizer.offload_delayed_land");
+  }
+
   // 5-6. Clip and update the owned blocks.
   const double coef = options_.max_grad_norm > 0 ? clip_coefficient(norm, options_.max_grad_norm) : 1.0;
   adamw_.begin_step();
   if (s.offloaded) {
-    prof.mark("optimizer.grad_norm");
+    if (!land_after_norm) prof.mark("optimizer.grad_norm");
     // The factor the CPU update applies to the gradients: on the CPU backend the clip (1/W was divided in
     // step 2; scale_in_place's float product), on the GPU 1/(loss_scale W) and the clip (the kernel's).
     float grad_scale = 1.0f;
@@ -78,7 +88,9 @@ void ZeroEngine::gather_updated_compute_copy() {
 void ZeroEngine::finish_delayed_update() {
   Impl& s = *impl_;
   s.land_all();
-  if (!s.offloaded || !s.offloaded->publish_delayed()) return;
+  if (!s.offloaded ||
+      !s.offloaded->publish_delayed(options_.offload.delayed_landing != DelayedLanding::whole))
+    return;
   gather_updated_compute_copy();
 }
 

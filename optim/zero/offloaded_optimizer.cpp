@@ -1,6 +1,7 @@
 #include "optim/zero/offloaded_optimizer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "optim/zero/buffer_views.h"
@@ -40,6 +41,11 @@ bool OverlappedUnitUpdate::pending(size_t unit) const {
   return future_.valid() && !landed_[unit];
 }
 
+bool OverlappedUnitUpdate::updated(size_t unit) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return updated_[unit] != 0 && !failed_;
+}
+
 void OverlappedUnitUpdate::wait_until_updated(size_t unit) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -57,11 +63,13 @@ void OverlappedUnitUpdate::mark_landed(size_t unit) {
 }
 
 // The delayed update in flight: the gradient shard it reads, while the next step's backward downloads into
-// the other (the two swap at each update), and whether its parameters still have to be published.
+// the other (the two swap at each update), its units in the owned blocks' order, each pending until its
+// parameters went where the model reads them, and whether publish_delayed has yet to run for it (the
+// caller's all-gather follows it, even when every unit landed during the backward).
 struct OffloadedOptimizer::DelayedUpdate {
   std::unique_ptr<Arena> gradients_in_update;
   bool publish_pending = false;
-  std::future<void> pending;  // last: the thread ends before the shard goes
+  OverlappedUnitUpdate units;  // last: its thread ends before the shard goes
 };
 
 OffloadedOptimizer::OffloadedOptimizer(const ZeroPlan& plan, const ZeroPartition& partition,
@@ -178,20 +186,30 @@ void OffloadedOptimizer::update(double lr, float grad_scale, const std::function
              " never went down: gradients_ready(", b.unit, ") was not called on the last micro-batch");
   }
   downloaded_.assign(blocks_.size(), false);
+  update_ns_in_progress_.store(0);  // no update is in flight: the previous one landed
   if (delayed_) {
+    ZT_CHECK(!delayed_->publish_pending && !delayed_->units.any_pending(),
+             "ZeRO offload: a delayed update starts before the previous one landed");
     // The gradients must be on the host before the next backward rewrites them, and the previous update's
-    // parameters must have gone up from the staging shard this update rewrites; the update then runs on a
-    // host thread and lands at the next step() (or finish_delayed_update()), while the next backward
-    // downloads into the other gradient shard.
+    // parameters must have gone up from the staging shard this update rewrites (publish_delayed queued
+    // them unit by unit beside that update, in this order: by now only the last units' may be in flight);
+    // the update then runs on a host thread and lands at the next step() (or finish_delayed_update()),
+    // while the next backward downloads into the other gradient shard.
     for (const OwnedBlock& b : blocks_) copies_->wait_down(b.unit);
     copies_->join();
     copies_->wait_up();
     clear_gradients();
     std::swap(host_gradients_, delayed_->gradients_in_update);
     const Arena* gradients = delayed_->gradients_in_update.get();
-    delayed_->pending = std::async(std::launch::async, [this, lr, grad_scale, gradients] {
-      update_blocks(lr, grad_scale, /*publish_each=*/false, *gradients);
-    });
+    std::vector<size_t> order;
+    for (const OwnedBlock& b : blocks_) order.push_back(b.unit);
+    const size_t last = order.back();
+    delayed_->units.start(blocks_.size(), std::move(order),
+                          [this, lr, grad_scale, gradients, last](size_t unit) {
+                            timed_update_block(unit, lr, grad_scale, *gradients, unit == last);
+                          });
+    delayed_->publish_pending = true;
+    StepProfile::global().mark("optimizer.offload_delayed_start");
     return;
   }
   if (overlapped_) {
@@ -201,30 +219,43 @@ void OffloadedOptimizer::update(double lr, float grad_scale, const std::function
     copies_->join();
     clear_gradients();
     const Arena* gradients = host_gradients_.get();
-    overlapped_->start(blocks_.size(), forward_order_, [this, lr, grad_scale, gradients](size_t unit) {
-      update_block(unit, lr, grad_scale, *gradients);
+    const size_t last = forward_order_.back();
+    overlapped_->start(blocks_.size(), forward_order_, [this, lr, grad_scale, gradients, last](size_t unit) {
+      timed_update_block(unit, lr, grad_scale, *gradients, unit == last);
     });
     return;
   }
   copies_->up_after_current_stream();  // the uploads overwrite what the rank's queued work reads
-  update_blocks(lr, grad_scale, /*publish_each=*/true, *host_gradients_);
+  update_blocks(lr, grad_scale, *host_gradients_);
   copies_->join();  // the all-gather and the next forward read what went up
   clear_gradients();
 }
 
-void OffloadedOptimizer::update_blocks(double lr, float grad_scale, bool publish_each,
-                                       const Arena& gradients) {
+// The update inside step(): each block once its gradients are down, its upload queued as it ends.
+void OffloadedOptimizer::update_blocks(double lr, float grad_scale, const Arena& gradients) {
   for (const OwnedBlock& b : blocks_) {
-    // A delayed update (on its own thread) starts with every block on the host: step() waited for them.
-    if (publish_each) copies_->wait_down(b.unit);
-    // Segment marks only on the rank's thread (StepProfile is single-threaded): not in a delayed update.
-    if (publish_each) StepProfile::global().mark("optimizer.offload_download_wait");
-    update_block(b.unit, lr, grad_scale, gradients);
-    if (publish_each) {
-      publish(b);
-      StepProfile::global().mark("optimizer.offload_cpu_adamw");
-    }
+    copies_->wait_down(b.unit);
+    StepProfile::global().mark("optimizer.offload_download_wait");
+    timed_update_block(b.unit, lr, grad_scale, gradients, &b == &blocks_.back());
+    publish(b);
+    StepProfile::global().mark("optimizer.offload_cpu_adamw");
   }
+}
+
+// update_block, its host wall time added to the update in progress; `last`: the update's last block, whose
+// end makes the sum the latest update's (last_update_ms). Called by the rank's thread or an update's thread.
+void OffloadedOptimizer::timed_update_block(size_t unit, double lr, float grad_scale, const Arena& gradients,
+                                            bool last) {
+  const auto start = std::chrono::steady_clock::now();
+  update_block(unit, lr, grad_scale, gradients);
+  const int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  const int64_t total = update_ns_in_progress_.fetch_add(ns) + ns;
+  if (last) last_update_ns_.store(total);
+}
+
+double OffloadedOptimizer::last_update_ms() const {
+  return static_cast<double>(last_update_ns_.load()) * 1e-6;
 }
 
 void OffloadedOptimizer::update_block(size_t unit, double lr, float grad_scale, const Arena& gradients) {
@@ -262,21 +293,46 @@ void OffloadedOptimizer::land_all() {
 // alone must not start: a rank whose own slice were new while the others' are old would train on a mix
 // until the all-gather.
 void OffloadedOptimizer::wait_for_delayed_update() {
-  if (!delayed_ || !delayed_->pending.valid()) return;
-  delayed_->pending.get();  // rethrows the update's error
-  delayed_->publish_pending = true;
+  if (!delayed_) return;
+  for (const OwnedBlock& b : blocks_) {
+    if (delayed_->units.pending(b.unit)) delayed_->units.wait_until_updated(b.unit);  // rethrows its error
+  }
 }
 
-bool OffloadedOptimizer::publish_delayed() {
-  wait_for_delayed_update();
+// Unit by unit, each unit's upload is queued as soon as the thread is done with it, so the copies run
+// beside the CPU update of the later units and only the last units' copies follow the update's end.
+bool OffloadedOptimizer::publish_delayed(bool unit_by_unit) {
   if (!delayed_ || !delayed_->publish_pending) return false;
   delayed_->publish_pending = false;
-  // step() publishes before the norm: the backward still queued on the rank's stream reads the parameters
-  // the uploads overwrite.
+  if (!unit_by_unit) wait_for_delayed_update();
+  // The backward still queued on the rank's stream reads the parameters the uploads overwrite.
   copies_->up_after_current_stream();
-  for (const OwnedBlock& b : blocks_) publish(b);
+  for (const OwnedBlock& b : blocks_) {
+    if (!delayed_->units.pending(b.unit)) continue;  // landed during the backward
+    delayed_->units.wait_until_updated(b.unit);      // rethrows the update's error
+    publish(b);
+    delayed_->units.mark_landed(b.unit);
+  }
+  // The rank's stream sat idle from the previous mark while the host waited for the CPU update; the next
+  // mark (after join) adds the copies that outlast it.
+  StepProfile::global().mark("optimizer.offload_delayed_wait");
   copies_->join();
   return true;
+}
+
+// Only where queuing the copy leaves the rank's thread free to launch the rest of the backward: on the CPU
+// backend (a memcpy; its backward ran already) or a pipelined upload from page-locked memory (a pageable
+// or synchronous one may wait for the rank's stream, stalling the launches, and a pageable one copies on
+// this thread). With offload_param the copy is a host memcpy into the shard the forward gathers from: it
+// stays in step().
+void OffloadedOptimizer::land_delayed_unit_if_updated(size_t unit) {
+  if (!delayed_ || plan_.offload_param || !delayed_->publish_pending) return;
+  const bool device_copy = places_.compute_copy->kind() == MemoryKind::device;
+  if (device_copy && !(copies_->pipelined() && host_params_->pinned())) return;
+  if (!delayed_->units.pending(unit) || !delayed_->units.updated(unit)) return;
+  copies_->up_after_current_stream();  // after the backward's last read of the unit's parameters
+  publish(blocks_[unit]);
+  delayed_->units.mark_landed(unit);
 }
 
 void OffloadedOptimizer::copy_state(size_t unit, int kind, int64_t offset, std::span<float> host,
@@ -311,7 +367,12 @@ void OffloadedOptimizer::copy_state(size_t unit, int kind, int64_t offset, std::
 
 void OffloadedOptimizer::refresh_parameters() {
   wait_for_delayed_update();
-  if (delayed_) delayed_->publish_pending = false;  // everything is published from the master below
+  if (delayed_) {  // everything is published from the master below
+    delayed_->publish_pending = false;
+    for (const OwnedBlock& b : blocks_) {
+      if (delayed_->units.pending(b.unit)) delayed_->units.mark_landed(b.unit);
+    }
+  }
   // The compute copy's zero fill (its arena, on the rank's stream) and any pass still queued there come
   // before the uploads that overwrite it.
   copies_->up_after_current_stream();

@@ -6,13 +6,16 @@
 //   in step()   update_in_step: unit by unit, each unit's upload queued as its update ends;
 //   overlapped  OverlappedUnitUpdate: on a host thread in the forward's order, each unit landed by the
 //               next forward's acquire (land_unit) or by land_all;
-//   delayed     DelayedUpdate: on a host thread while the next step's forward and backward run on the
-//               parameters one update old, into a second gradient shard; published collectively by
-//               publish_delayed (ZeroEngine::finish_delayed_update).
+//   delayed     DelayedUpdate: on a host thread, unit by unit, while the next step's forward and backward
+//               run on the parameters one update old, into a second gradient shard; published collectively
+//               by publish_delayed (ZeroEngine::finish_delayed_update), each unit's upload queued as soon as
+//               the thread is done with it, beside the CPU update of the units after it.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <future>
 #include <memory>
@@ -41,6 +44,9 @@ class OverlappedUnitUpdate {
   // Whether unit `unit`'s update is in flight and not landed yet; wait_until_updated then blocks until the
   // thread is done with it (rethrowing the thread's error); mark_landed records that it landed.
   bool pending(size_t unit) const;
+  bool any_pending() const { return future_.valid(); }
+  // Whether the thread is done with unit `unit` (without waiting; false once it failed).
+  bool updated(size_t unit);
   void wait_until_updated(size_t unit);
   void mark_landed(size_t unit);
 
@@ -99,9 +105,17 @@ class OffloadedOptimizer {
   void land_unit(size_t unit);
   void land_all();
   // Delayed update: waits for it to end (the host state is complete); publish_delayed also puts its
-  // parameters where the model reads them (then the caller all-gathers) and says whether there were any.
+  // parameters where the model reads them (then the caller all-gathers) and says whether there were any:
+  // `unit_by_unit`, each unit not landed yet as soon as the thread is done with it; otherwise after the
+  // whole update (the reference: the same copies of the same values). land_delayed_unit_if_updated: unit
+  // `unit`'s now if the thread is done with it (the caller's stream has queued the last read of its
+  // parameters); not with offload_param, nor on a GPU without pipelined copies from pinned memory.
   void wait_for_delayed_update();
-  bool publish_delayed();
+  bool publish_delayed(bool unit_by_unit);
+  void land_delayed_unit_if_updated(size_t unit);
+  // Host wall time of the CPU AdamW over every owned block in the latest update that ended (in step(),
+  // overlapped or delayed; the sum of the blocks' updates), in ms; 0 before the first.
+  double last_update_ms() const;
 
   // Checkpoints: the state of `kind` (0 master, 1 m, 2 v) for shard elements [offset, offset + host.size())
   // of unit `unit`, read or written through the host store.
@@ -118,8 +132,9 @@ class OffloadedOptimizer {
   Tensor begin_params_write(const OwnedBlock& b, bool keep_unwritten);
   void end_params_write(const OwnedBlock& b);
   void publish(const OwnedBlock& b);
-  void update_blocks(double lr, float grad_scale, bool publish_each, const Arena& gradients);
+  void update_blocks(double lr, float grad_scale, const Arena& gradients);
   void update_block(size_t unit, double lr, float grad_scale, const Arena& gradients);
+  void timed_update_block(size_t unit, double lr, float grad_scale, const Arena& gradients, bool last);
 
   const ZeroPlan& plan_;
   const ZeroPartition& partition_;
@@ -135,6 +150,10 @@ class OffloadedOptimizer {
   std::vector<bool> downloaded_;  // per unit: its final gradients went down this step
   // Streamed gradients: the unit whose slice last went down from each bucket slot.
   std::optional<size_t> bucket_last_unit_[4];
+  // timed_update_block's sums: the update in progress, and the latest one that ended (read by the rank's
+  // thread while a delayed or overlapped update's thread writes them).
+  std::atomic<int64_t> update_ns_in_progress_{0};
+  std::atomic<int64_t> last_update_ns_{0};
   std::unique_ptr<OverlappedUnitUpdate> overlapped_;
   std::unique_ptr<DelayedUpdate> delayed_;  // last: destroyed first, so its thread ends before the buffers go
 };

@@ -22,7 +22,16 @@ def step():
     keys = ("batch", "zero_stage", "world_size", "offload", "delayed_update", "overlap_update", "params",
             "first_step_s", "step_ms", "samples_per_s", "peak_gib", "peak_reserved_gib")
     estimate = r.get("estimate_gib", {})
-    print({k: r[k] for k in keys if k in r}, "estimate", estimate.get("total"), "host", estimate.get("host"))
+    fields = {k: r[k] for k in keys if k in r}
+    if r.get("delayed_update"):
+        # The delayed update's floor: max(forward + backward, the CPU update), both measured in this run.
+        fields["delayed_landing"] = r.get("delayed_landing")
+        fields["cpu_update_ms"] = r.get("cpu_update_ms")
+        fields["forward_backward_ms"] = r.get("forward_backward_ms")
+        floor = max(r.get("cpu_update_ms") or 0, r.get("forward_backward_ms") or 0)
+        if floor > 0:
+            fields["floor_ratio"] = round(r["step_ms"] / floor, 3)
+    print(fields, "estimate", estimate.get("total"), "host", estimate.get("host"))
 
 
 def ab_run():

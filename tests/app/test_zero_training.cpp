@@ -597,6 +597,44 @@ TEST(ZeroOffloadTraining, DelayedUpdateIsOneStepStaleAndClose) {
   }
 }
 
+// Wherever the delayed update lands — whole at the start of step() (the reference), unit by unit after the
+// next step's norm, or each unit the CPU is done with at its gradients_ready during the backward — training
+// gives the same losses, norms and weights, bit for bit, at stages 1-3 (stage 3 with offload_param too),
+// worlds 1-2, with and without pinned host buffers and accumulation, for 3, 4 and 7 units. The comparison
+// can fail: the exact update gives other losses.
+TEST(ZeroOffloadTraining, DelayedUpdateLandsTheSameWherever) {
+  for (const int layers : {1, 2, 5}) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      for (const int world : {1, 2}) {
+        const bool pin = (stage + world + layers) % 2 == 0;
+        RunSpec whole{.stage = stage,
+                      .world = world,
+                      .accumulation = world == 1 && layers == 2 ? 2 : 1,
+                      .steps = 3,
+                      .offload_optimizer = true,
+                      .offload_param = stage == 3 && world == 2 && layers != 1,
+                      .delayed_update = true,
+                      .delayed_landing = "whole",
+                      .pin_memory = pin,
+                      .layers = layers};
+        const RunResult expected = run(whole);
+        ASSERT_EQ(expected.losses.size(), 3u);
+        for (const char* landing : {"after_norm", "in_backward"}) {
+          RunSpec other = whole;
+          other.delayed_landing = landing;
+          EXPECT_TRUE(bitwise_equal(expected, run(other))) << landing << ", layers " << layers << " stage "
+                                                           << stage << " world " << world << " pin " << pin;
+        }
+        if (layers == 2 && stage == 2 && world == 2) {
+          RunSpec exact = whole;
+          exact.delayed_update = false;
+          EXPECT_FALSE(bitwise_equal(expected, run(exact)));
+        }
+      }
+    }
+  }
+}
+
 // The delayed update runs the CPU update on a host thread, which then walks the swap files: the disk tier
 // changes nothing there either (bit for bit the resident delayed update).
 TEST(ZeroDiskTierTraining, DelayedUpdateEqualsTheResidentOne) {

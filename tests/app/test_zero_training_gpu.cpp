@@ -108,6 +108,39 @@ TEST(ZeroTrainingGpuBf16, GradientCheckpointingTrainsBitForBitTheSame) {
   }
 }
 
+// The delayed update on the GPU (bf16, which trains deterministically here: the test above): landed whole
+// at the start of step(), unit by unit after the next norm, or each unit at its gradients_ready while the
+// rest of the backward runs (the upload stream waiting for the backward's last read of the unit), the
+// same losses, norms and weights bit for bit, at stages 1-3 (stage 3 with offload_param too), one rank and
+// two shared-GPU ranks, pinned and pageable host buffers.
+TEST(ZeroTrainingGpuBf16, DelayedUpdateLandsTheSameWherever) {
+  ZT_SKIP_WITHOUT_GPU();
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (const int world : {1, 2}) {
+      for (const bool pin : {false, true}) {
+        const RunSpec whole{.stage = stage,
+                            .world = world,
+                            .steps = kGpuSteps,
+                            .offload_optimizer = true,
+                            .offload_param = stage == 3 && pin,
+                            .delayed_update = true,
+                            .delayed_landing = "whole",
+                            .pin_memory = pin,
+                            .gpu = true,
+                            .dtype = "bf16"};
+        const RunResult expected = run(whole);
+        ASSERT_EQ(expected.losses.size(), static_cast<size_t>(kGpuSteps));
+        for (const char* landing : {"after_norm", "in_backward"}) {
+          RunSpec other = whole;
+          other.delayed_landing = landing;
+          EXPECT_TRUE(bitwise_equal(expected, run(other)))
+              << landing << ", stage " << stage << " world " << world << " pin " << pin;
+        }
+      }
+    }
+  }
+}
+
 TEST(ZeroTrainingGpuBf16, StageThreeAtWorldTwoFollowsTheOneRankCurve) {
   ZT_SKIP_WITHOUT_GPU();
   const RunResult single =

@@ -43,11 +43,14 @@ struct RunSpec {
   int checkpoint_every = 0;
   std::string resume;
   int crash_after = 0;  // > 0: the run throws in step crash_after + 1 (after step crash_after's checkpoint)
-  bool offload_optimizer = false;  // zero_optimization.offload_optimizer.device cpu
-  bool offload_param = false;      // zero_optimization.offload_param.device cpu (stage 3)
-  double max_grad_norm = 1.0;      // small: every step clips
-  bool delayed_update = false;     // --offload_delayed_update
-  bool overlap_update = false;     // --offload_overlap_update
+  bool offload_optimizer = false;               // zero_optimization.offload_optimizer.device cpu
+  bool offload_param = false;                   // zero_optimization.offload_param.device cpu (stage 3)
+  double max_grad_norm = 1.0;                   // small: every step clips
+  bool delayed_update = false;                  // --offload_delayed_update
+  std::string delayed_landing = "in_backward";  // whole, after_norm, in_backward (DelayedLanding)
+  bool pin_memory = false;                      // offload_optimizer and offload_param pin_memory
+  int layers = 0;               // > 0: the model's layers (its units: layers + 2); 0: tiny_model's
+  bool overlap_update = false;  // --offload_overlap_update
   // zero_optimization.offload_optimizer.device nvme with this nvme_path (the disk tier); empty: none.
   std::string nvme_path;
   int nvme_buffers = 4;
@@ -97,6 +100,9 @@ inline TrainConfig config_for(const RunSpec& r) {
   config.zero.offload_optimizer.ratio = r.offload_ratio;
   config.max_grad_norm = r.max_grad_norm;
   config.offload_delayed_update = r.delayed_update;
+  config.offload_delayed_landing = r.delayed_landing;
+  config.zero.offload_optimizer.pin_memory = r.pin_memory;
+  config.zero.offload_param.pin_memory = r.pin_memory;
   config.offload_overlap_update = r.overlap_update;
   config.overlap_optimizer = r.overlap_optimizer;
   config.gradient_checkpointing = r.gradient_checkpointing;
@@ -124,8 +130,14 @@ struct RunResult {
   std::vector<float> weights;
 };
 
+inline DebertaConfig model_for(const RunSpec& spec) {
+  DebertaConfig model = tiny_model();
+  if (spec.layers > 0) model.num_hidden_layers = spec.layers;
+  return model;
+}
+
 inline RunResult run(const RunSpec& spec) {
-  MrpcTrainer trainer(config_for(spec), tiny_model());
+  MrpcTrainer trainer(config_for(spec), model_for(spec));
   if (spec.crash_after > 0) {
     trainer.set_step_callback([&](const StepRecord& r) {
       if (r.step == spec.crash_after) throw std::runtime_error("simulated crash");

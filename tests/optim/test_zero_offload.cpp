@@ -401,6 +401,78 @@ TEST(ZeroOffload, DelayedUpdateLandsOneStepLater) {
                Error);
 }
 
+// What the model reads of every unit (stages 1/2: views of the whole compute copy), as bits.
+std::vector<float> parameters_the_model_reads(const ZeroEngine& engine) {
+  const DebertaTensors& p = engine.parameter_handles();
+  std::vector<const Tensor*> tensors = {&p.embeddings.word_embeddings, &p.embeddings.ln_bias,
+                                        &p.shared.rel_embeddings, &p.shared.classifier_weight};
+  for (const DebertaLayerTensors& l : p.layers) {
+    tensors.push_back(&l.query_weight);
+    tensors.push_back(&l.output_ln_bias);
+  }
+  std::vector<float> out;
+  for (const Tensor* t : tensors)
+    out.insert(out.end(), t->data_as<float>(), t->data_as<float>() + t->numel());
+  return out;
+}
+
+// Wherever the delayed update lands — whole at the start of step() (the reference), unit by unit after the
+// next step's norm, or each unit the CPU is done with at its gradients_ready during the backward — the model
+// reads the same values: the compute copy after every step, bit for bit, for 3, 4 and 7 units, with
+// sub-groups that cut units and streamed gradients. The comparison can fail: the parameters change every
+// step.
+TEST(ZeroOffload, DelayedLandingPutsTheSameParametersWherever) {
+  for (const int layers : {1, 2, 5}) {
+    DebertaConfig config = tiny_config();
+    config.num_hidden_layers = layers;
+    const ParameterTable table(config);
+    for (int stage = 1; stage <= 2; ++stage) {
+      for (ZeroOffload offload :
+           {ZeroOffload{.optimizer = true, .delayed_update = true},
+            ZeroOffload{.optimizer = true, .delayed_update = true, .sub_group_size = 7},
+            ZeroOffload{.optimizer = true, .delayed_update = true, .stream_gradients = true}}) {
+        if (offload.stream_gradients && stage < 2) continue;
+        auto comms = make_in_process_group(1);
+        ZeroEngineOptions options{.stage = stage, .max_grad_norm = 0.5, .offload = offload};
+        options.offload.delayed_landing = DelayedLanding::whole;
+        ZeroEngine whole(table, config, *comms[0], options);
+        options.offload.delayed_landing = DelayedLanding::after_norm;
+        ZeroEngine after_norm(table, config, *comms[0], options);
+        options.offload.delayed_landing = DelayedLanding::in_backward;
+        ZeroEngine in_backward(table, config, *comms[0], options);
+        const std::vector<ZeroEngine*> engines = {&whole, &after_norm, &in_backward};
+        for (ZeroEngine* engine : engines)
+          engine->load_full_parameters(testing::synthetic_initial_parameters(table));
+        LossScaler scaler = LossScaler::disabled();
+        std::vector<float> before = parameters_the_model_reads(whole);
+        for (int step = 0; step < 4; ++step) {
+          for (ZeroEngine* engine : engines) testing::synthetic_step(*engine, config, step, 1.0, scaler);
+          const std::vector<float> after = parameters_the_model_reads(whole);
+          const std::string where =
+              str("layers ", layers, " stage ", stage, " sub-groups ", offload.sub_group_size, " streamed ",
+                  offload.stream_gradients, " step ", step);
+          EXPECT_EQ(after, parameters_the_model_reads(after_norm)) << where;
+          EXPECT_EQ(after, parameters_the_model_reads(in_backward)) << where;
+          if (step > 0) {
+            EXPECT_NE(before, after) << where << ": the previous update landed";
+          }
+          before = after;
+        }
+        for (ZeroEngine* engine : engines) engine->finish_delayed_update();
+        EXPECT_EQ(parameters_the_model_reads(whole), parameters_the_model_reads(after_norm));
+        EXPECT_EQ(parameters_the_model_reads(whole), parameters_the_model_reads(in_backward));
+      }
+    }
+  }
+}
+
+TEST(ZeroOffload, DelayedLandingNames) {
+  EXPECT_EQ(delayed_landing_named("whole"), DelayedLanding::whole);
+  EXPECT_EQ(delayed_landing_named("after_norm"), DelayedLanding::after_norm);
+  EXPECT_EQ(delayed_landing_named("in_backward"), DelayedLanding::in_backward);
+  EXPECT_THROW(delayed_landing_named("in_forward"), Error);
+}
+
 // The gradients go down from gradients_ready on the last micro-batch; a step without them is an error, not
 // an update from stale host gradients.
 TEST(ZeroOffload, StepWithoutDownloadedGradientsIsAnError) {

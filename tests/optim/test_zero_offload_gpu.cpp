@@ -7,12 +7,16 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "kernels/elementwise.h"
+#include "runtime/device.h"
 #include "tests/optim/zero_offload_harness.h"
 #include "tests/support/gpu.h"
 
@@ -165,6 +169,63 @@ TEST(ZeroOffloadGpu, UploadsWaitForTheRanksStream) {
   ASSERT_EQ(reloaded.size(), loaded.size());
   for (size_t i = 0; i < loaded.size(); ++i)
     EXPECT_EQ(reloaded[i].bits, loaded[i].bits) << "element " << i << " of embeddings.ln_weight";
+}
+
+// The delayed update landed during the backward (DelayedLanding::in_backward): unit u's upload, queued at its
+// gradients_ready, waits for the work queued on the rank's stream before it (the backward's last read of
+// u's parameters). Here that read is a copy queued behind ~25 ms of other work: it must still see the
+// parameters before the update, and the model the updated ones once the step is done.
+TEST(ZeroOffloadGpu, DelayedLandingInBackwardWaitsForTheBackwardsReads) {
+  ZT_SKIP_WITHOUT_GPU();
+  const DebertaConfig config = testing::offload_tiny_config();
+  const ParameterTable table(config);
+  auto comms = make_in_process_group(1);
+  ZeroEngineOptions options;
+  options.stage = 2;
+  options.device = DeviceKind::cuda;
+  options.compute = DType::bf16;
+  options.max_grad_norm = 0;
+  options.offload = {.optimizer = true, .pipelined = true, .delayed_update = true};
+  options.offload.delayed_landing = DelayedLanding::in_backward;
+  options.pin_memory = true;
+  ZeroEngine engine(table, config, *comms[0], options);
+  engine.load_full_parameters(testing::synthetic_initial_parameters(table));
+  LossScaler scaler = LossScaler::disabled();
+  testing::synthetic_step(engine, config, 0, 1.0, scaler);      // update 0 starts on a host thread
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // and ends (a few thousand parameters)
+  const Tensor weight = engine.parameter_handles().shared.classifier_weight;
+  auto to_host = [&](const Tensor& t) {
+    std::vector<bf16> out(static_cast<size_t>(t.numel()));
+    copy_tensor(t, Tensor(out.data(), t.shape(), DType::bf16));
+    return out;
+  };
+  const std::vector<bf16> before = to_host(weight);
+  // Step 1's backward by hand: every unit's gradients ready, the shared unit's after a read of its
+  // parameters queued behind a busy stream.
+  engine.begin_backward(true, true);
+  const size_t shared = shared_unit(config);
+  for (size_t u = 0; u < shared; ++u) engine.gradients_ready(u);
+  Arena busy("busy", ArenaLayout({{"busy", {int64_t{1} << 28}, DType::f32}}),
+             {.kind = MemoryKind::device, .category = MemoryCategory::scratch});
+  for (int i = 0; i < 64; ++i) kernels::fill(busy.flat(DType::f32), static_cast<float>(i));
+  Arena seen("seen", ArenaLayout({{"seen", weight.shape(), DType::bf16}}),
+             {.kind = MemoryKind::device, .category = MemoryCategory::scratch});
+  kernels::copy(weight, seen.flat(DType::bf16));
+  engine.gradients_ready(shared);  // update 0 of the shared unit is done: its upload is queued here
+  const std::vector<bf16> read = to_host(seen.flat(DType::bf16));
+  ASSERT_EQ(read.size(), before.size());
+  for (size_t i = 0; i < before.size(); ++i)
+    ASSERT_EQ(read[i].bits, before[i].bits)
+        << "element " << i << " of the classifier weight read in backward";
+  // The copy stream done: update 0 of the shared unit landed during the backward, before step().
+  device_synchronize();
+  const std::vector<bf16> landed = to_host(weight);
+  EXPECT_NE(0, std::memcmp(landed.data(), before.data(), before.size() * sizeof(bf16)))
+      << "update 0 of the shared unit landed at its gradients_ready";
+  engine.step(1e-2, scaler);
+  const std::vector<bf16> after = to_host(weight);
+  EXPECT_EQ(0, std::memcmp(after.data(), landed.data(), before.size() * sizeof(bf16)))
+      << "step() put nothing else there";
 }
 
 }  // namespace
