@@ -210,9 +210,9 @@ TEST(ZeroOffloadGpu, DelayedLandingInBackwardWaitsForTheBackwardsReads) {
   for (int i = 0; i < 64; ++i) kernels::fill(busy.flat(DType::f32), static_cast<float>(i));
   Arena seen("seen", ArenaLayout({{"seen", weight.shape(), DType::bf16}}),
              {.kind = MemoryKind::device, .category = MemoryCategory::scratch});
-  kernels::copy(weight, seen.flat(DType::bf16));
+  kernels::copy(weight, seen.tensor("seen"));
   engine.gradients_ready(shared);  // update 0 of the shared unit is done: its upload is queued here
-  const std::vector<bf16> read = to_host(seen.flat(DType::bf16));
+  const std::vector<bf16> read = to_host(seen.tensor("seen"));
   ASSERT_EQ(read.size(), before.size());
   for (size_t i = 0; i < before.size(); ++i)
     ASSERT_EQ(read[i].bits, before[i].bits)
