@@ -1,9 +1,12 @@
 #include "app/plan/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "runtime/check.h"
 
@@ -31,6 +34,95 @@ double ms_for_bytes(double bytes, double gbps) {
   return bytes / (gbps * 1e9) * 1e3;
 }
 
+// The measured layer keys: all in a file or none.
+constexpr const char* kLayerKeys[] = {"layer_fixed_us",      "layer_token_ns", "layer_score_ps",
+                                      "layer_forward_share", "head_fixed_us",  "head_token_ns"};
+
+MeasuredLayerCost load_layer_cost(const nlohmann::json& j, const std::string& path) {
+  MeasuredLayerCost c;
+  int given = 0;
+  for (const char* key : kLayerKeys) given += j.contains(key) ? 1 : 0;
+  if (given == 0) return c;
+  for (const char* key : kLayerKeys)
+    ZT_CHECK(j.contains(key), "--machine_figures ", path, ": ", key,
+             " is missing (the measured layer keys come all together, from --calibrate)");
+  auto number = [&](const char* key, bool zero_allowed) {
+    ZT_CHECK(j[key].is_number() && (j[key].get<double>() > 0 || (zero_allowed && j[key].get<double>() == 0)),
+             "--machine_figures ", path, ": ", key,
+             zero_allowed ? " must be a number >= 0" : " must be positive");
+    return j[key].get<double>();
+  };
+  c.fixed_us = number("layer_fixed_us", true);
+  c.token_ns = number("layer_token_ns", true);
+  c.forward_share = number("layer_forward_share", false);
+  ZT_CHECK(c.forward_share < 1, "--machine_figures ", path, ": layer_forward_share must be below 1");
+  c.head_fixed_us = number("head_fixed_us", true);
+  c.head_token_ns = number("head_token_ns", true);
+  const nlohmann::json& table = j["layer_score_ps"];
+  ZT_CHECK(table.is_array() && !table.empty(), "--machine_figures ", path,
+           ": layer_score_ps must be a non-empty array of [length, ps per score]");
+  for (const nlohmann::json& row : table) {
+    ZT_CHECK(row.is_array() && row.size() == 2 && row[0].is_number() && row[1].is_number() &&
+                 row[0].get<double>() > 0 && row[1].get<double>() > 0,
+             "--machine_figures ", path, ": layer_score_ps rows are [length, ps per score], both positive");
+    ZT_CHECK(c.score_lengths.empty() || row[0].get<double>() > c.score_lengths.back(), "--machine_figures ",
+             path, ": layer_score_ps lengths must ascend");
+    c.score_lengths.push_back(row[0].get<double>());
+    c.score_ps.push_back(row[1].get<double>());
+  }
+  return c;
+}
+
+bool is_layer_key(const std::string& key) {
+  return std::any_of(std::begin(kLayerKeys), std::end(kLayerKeys), [&](const char* k) { return key == k; });
+}
+
+// Solves A x = b (n x n, row-major) by Gaussian elimination with partial pivoting; false when singular.
+bool solve_linear(std::vector<double> a, std::vector<double> b, std::vector<double>& x) {
+  const size_t n = b.size();
+  for (size_t col = 0; col < n; ++col) {
+    size_t pivot = col;
+    for (size_t r = col + 1; r < n; ++r)
+      if (std::abs(a[r * n + col]) > std::abs(a[pivot * n + col])) pivot = r;
+    if (std::abs(a[pivot * n + col]) < 1e-12) return false;
+    for (size_t k = 0; k < n; ++k) std::swap(a[col * n + k], a[pivot * n + k]);
+    std::swap(b[col], b[pivot]);
+    for (size_t r = col + 1; r < n; ++r) {
+      const double f = a[r * n + col] / a[col * n + col];
+      for (size_t k = col; k < n; ++k) a[r * n + k] -= f * a[col * n + k];
+      b[r] -= f * b[col];
+    }
+  }
+  x.assign(n, 0);
+  for (size_t r = n; r-- > 0;) {
+    double s = b[r];
+    for (size_t k = r + 1; k < n; ++k) s -= a[r * n + k] * x[k];
+    x[r] = s / a[r * n + r];
+  }
+  return true;
+}
+
+// Least squares min |X c - y| over columns scaled to unit maximum (the columns span 1 to ~1e9), through
+// the normal equations; false when the columns are dependent.
+bool least_squares(const std::vector<std::vector<double>>& rows, const std::vector<double>& y,
+                   std::vector<double>& coefficients) {
+  const size_t n = rows.front().size();
+  std::vector<double> scale(n, 0);
+  for (const auto& r : rows)
+    for (size_t k = 0; k < n; ++k) scale[k] = std::max(scale[k], std::abs(r[k]));
+  for (double& s : scale)
+    if (s == 0) return false;
+  std::vector<double> ata(n * n, 0), aty(n, 0);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (size_t p = 0; p < n; ++p) {
+      aty[p] += rows[i][p] / scale[p] * y[i];
+      for (size_t q = 0; q < n; ++q) ata[p * n + q] += rows[i][p] / scale[p] * rows[i][q] / scale[q];
+    }
+  if (!solve_linear(ata, aty, coefficients)) return false;
+  for (size_t k = 0; k < n; ++k) coefficients[k] /= scale[k];
+  return true;
+}
+
 }  // namespace
 
 MachineFigures MachineFigures::load(const std::string& path) {
@@ -47,8 +139,9 @@ MachineFigures MachineFigures::load(const std::string& path) {
              " must be a positive number");
     field = j[key].get<double>();
   });
+  m.layer = load_layer_cost(j, path);
   for (const auto& [key, value] : j.items()) {
-    bool known = key == "name";
+    bool known = key == "name" || is_layer_key(key);
     for_each_figure(m, [&](const char* k, double&) { known = known || key == k; });
     ZT_CHECK(known, "--machine_figures ", path, ": unknown key '", key, "'");
   }
@@ -60,9 +153,111 @@ void MachineFigures::save(const std::string& path) const {
   j["name"] = name;
   MachineFigures copy = *this;
   for_each_figure(copy, [&](const char* key, double& field) { j[key] = field; });
+  if (layer.present()) {
+    j["layer_fixed_us"] = layer.fixed_us;
+    j["layer_token_ns"] = layer.token_ns;
+    nlohmann::json table = nlohmann::json::array();
+    for (size_t i = 0; i < layer.score_lengths.size(); ++i)
+      table.push_back({layer.score_lengths[i], layer.score_ps[i]});
+    j["layer_score_ps"] = table;
+    j["layer_forward_share"] = layer.forward_share;
+    j["head_fixed_us"] = layer.head_fixed_us;
+    j["head_token_ns"] = layer.head_token_ns;
+  }
   std::ofstream out(path);
   ZT_CHECK(out.good(), "cannot write ", path);
   out << j.dump(2) << "\n";
+}
+
+double MeasuredLayerCost::score_ps_at(double length) const {
+  ZT_CHECK(present() && score_ps.size() == score_lengths.size(), "score_ps_at: no measured per-score cost");
+  if (length <= score_lengths.front()) return score_ps.front();
+  if (length >= score_lengths.back()) return score_ps.back();
+  size_t i = 1;
+  while (score_lengths[i] < length) ++i;
+  const double t =
+      std::log(length / score_lengths[i - 1]) / std::log(score_lengths[i] / score_lengths[i - 1]);
+  return score_ps[i - 1] + t * (score_ps[i] - score_ps[i - 1]);
+}
+
+double MeasuredLayerCost::layer_us(double batch, double length, double heads) const {
+  return fixed_us + token_ns * 1e-3 * batch * length +
+         score_ps_at(length) * 1e-6 * batch * heads * length * length;
+}
+
+double MeasuredLayerCost::head_us(double batch, double length) const {
+  return head_fixed_us + head_token_ns * 1e-3 * batch * length;
+}
+
+MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t heads,
+                                 std::vector<double> score_lengths) {
+  ZT_CHECK(heads > 0 && !score_lengths.empty() && std::is_sorted(score_lengths.begin(), score_lengths.end()),
+           "fit_layer_cost: heads and ascending score lengths needed");
+  // (batch, length) -> the timings at 1 and 2 layers.
+  std::map<std::pair<int64_t, int64_t>, std::pair<const LayerTiming*, const LayerTiming*>> pairs;
+  for (const LayerTiming& t : timings) {
+    ZT_CHECK(t.layers == 1 || t.layers == 2, "fit_layer_cost: timings at 1 and 2 layers only, not ",
+             t.layers);
+    ZT_CHECK(t.batch > 0 && t.length > 0 && t.pair_ms > 0 && t.forward_ms > 0,
+             "fit_layer_cost: a timing is not positive");
+    auto& slot = pairs[{t.batch, t.length}];
+    (t.layers == 1 ? slot.first : slot.second) = &t;
+  }
+  const size_t nodes = score_lengths.size();
+  std::vector<std::vector<double>> layer_rows, head_rows;
+  std::vector<double> layer_us, head_us;
+  double forward_sum = 0, pair_sum = 0;
+  for (const auto& [key, slot] : pairs) {
+    const auto [batch, length] = key;
+    ZT_CHECK(slot.first != nullptr && slot.second != nullptr, "fit_layer_cost: batch ", batch, " length ",
+             length, " lacks its timing at ", slot.first == nullptr ? 1 : 2, " layer(s)");
+    const double b = static_cast<double>(batch), l = static_cast<double>(length);
+    const double one_layer_us = (slot.second->pair_ms - slot.first->pair_ms) * 1e3;
+    forward_sum += slot.second->forward_ms - slot.first->forward_ms;
+    pair_sum += slot.second->pair_ms - slot.first->pair_ms;
+    // Columns: fixed, tokens (in thousands: ns -> us), then the scores (in millions: ps -> us) spread over
+    // the two measured lengths around l by score_ps_at's log-L weights.
+    std::vector<double> row(2 + nodes, 0);
+    row[0] = 1;
+    row[1] = b * l * 1e-3;
+    const double scores = b * static_cast<double>(heads) * l * l * 1e-6;
+    if (l <= score_lengths.front()) {
+      row[2] = scores;
+    } else if (l >= score_lengths.back()) {
+      row[1 + nodes] = scores;
+    } else {
+      size_t i = 1;
+      while (score_lengths[i] < l) ++i;
+      const double t = std::log(l / score_lengths[i - 1]) / std::log(score_lengths[i] / score_lengths[i - 1]);
+      row[2 + i - 1] = (1 - t) * scores;
+      row[2 + i] = t * scores;
+    }
+    layer_rows.push_back(row);
+    layer_us.push_back(one_layer_us);
+    head_rows.push_back({1, b * l * 1e-3});
+    head_us.push_back(slot.first->pair_ms * 1e3 - one_layer_us);
+  }
+  std::vector<double> layer_fit, head_fit;
+  ZT_CHECK(layer_rows.size() >= 2 + nodes && least_squares(layer_rows, layer_us, layer_fit),
+           "fit_layer_cost: the timings do not determine the fit (", layer_rows.size(),
+           " (batch, length) pairs ", "for ", 2 + nodes, " coefficients; two batch sizes and a length below ",
+           score_lengths.front(), " are needed)");
+  ZT_CHECK(least_squares(head_rows, head_us, head_fit), "fit_layer_cost: the head's fit is singular");
+  MeasuredLayerCost c;
+  c.fixed_us = std::max(0.0, layer_fit[0]);
+  c.token_ns = std::max(0.0, layer_fit[1]);
+  c.score_lengths = std::move(score_lengths);
+  for (size_t i = 0; i < nodes; ++i) {
+    ZT_CHECK(layer_fit[2 + i] > 0, "fit_layer_cost: the per-score cost at length ", c.score_lengths[i],
+             " fitted non-positive (", layer_fit[2 + i], " ps): the timings are too noisy");
+    c.score_ps.push_back(layer_fit[2 + i]);
+  }
+  ZT_CHECK(pair_sum > 0 && forward_sum > 0 && forward_sum < pair_sum,
+           "fit_layer_cost: the forward's share of a layer is not in (0, 1)");
+  c.forward_share = forward_sum / pair_sum;
+  c.head_fixed_us = std::max(0.0, head_fit[0]);
+  c.head_token_ns = std::max(0.0, head_fit[1]);
+  return c;
 }
 
 StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigures& f) {
@@ -84,7 +279,21 @@ StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigur
   const double memory_ms =
       ms_for_bytes(f.activation_bytes_per_token_layer_per_hidden * tokens * layers * h * passes, f.hbm_gbps);
   const double floor_ms = f.layer_latency_us * layers * passes * 1e-3;
-  const double micro = gemm_ms + memory_ms + floor_ms;
+  // Measured: the layers' forward + backward, checkpointing's recompute as their forward share once more.
+  const double micro = f.layer.present()
+                           ? (f.layer.head_us(static_cast<double>(plan.micro_batch), length) +
+                              layers *
+                                  f.layer.layer_us(static_cast<double>(plan.micro_batch), length,
+                                                   static_cast<double>(m.num_attention_heads)) *
+                                  (plan.gradient_checkpointing ? 1 + f.layer.forward_share : 1.0)) *
+                                 1e-3
+                           : gemm_ms + memory_ms + floor_ms;
+  // The forward's part of the micro-batch (the update may hide under the next one); the rest is backward
+  // (with checkpointing including the recompute).
+  const double forward_share =
+      f.layer.present()
+          ? f.layer.forward_share / (plan.gradient_checkpointing ? 1 + f.layer.forward_share : 1.0)
+          : 1.0 / passes / 3.0;
   const auto accumulation = static_cast<double>(plan.accumulation);
 
   StepCost c;
@@ -100,8 +309,8 @@ StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigur
   double host_update_ms = 0, before_updates_ms = 0;
   if (on_host > 0) {
     const double host_shard = on_host * shard;
-    // Backward (with checkpointing: the recomputed forward too) is 2 of the 3 (3 of the 4) forwards.
-    const double backward_ms = micro * (plan.gradient_checkpointing ? 3.0 / 4.0 : 2.0 / 3.0);
+    // Backward: all but the forward share (with checkpointing the recomputed forward is in it).
+    const double backward_ms = micro * (1 - forward_share);
     // The norm pass: on the host over the streamed gradients (full offload), on the device over the gradient
     // shard a partial offload keeps there.
     const double norm_ms = plan.partial_offload() ? ms_for_bytes(4 * shard, f.hbm_gbps)
@@ -118,9 +327,9 @@ StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigur
     host_update_ms += adam_ms + std::max(0.0, upload_ms - adam_ms);
     // The overlapped exact update (ZeroOffload::overlap_update: world 1, state in host memory) runs under
     // the next forward's first units.
-    // That forward is 1 of the micro-batch's 3 forward-equivalents (4 with checkpointing, whose recomputed
-    // forward runs in the backward, not under the update).
-    const double next_forward_ms = micro / (plan.gradient_checkpointing ? 4.0 : 3.0);
+    // That forward is the micro-batch's forward share (with the formulas 1 of 3 forward-equivalents, 4 with
+    // checkpointing, whose recomputed forward runs in the backward, not under the update).
+    const double next_forward_ms = micro * forward_share;
     if (in.world_size == 1 && plan.optimizer_offload == OptimizerOffload::cpu && !plan.partial_offload())
       c.hidden_ms = std::min(adam_ms, f.overlap_hidden_forward * next_forward_ms);
   }

@@ -30,16 +30,42 @@
 // 2.0 GB/s. The model reproduces those within ~6 % (tests/app/test_plan_cost_model.cpp). Communication
 // between ranks is not modelled (the figures are world size 1).
 //
+// Measured encoder costs (MachineFigures::layer, from --calibrate's timing of the model's own layers on the
+// GPU) replace the three compute rows above where present: per micro-batch of B sequences of length L,
+//   encoder layer, forward + backward   fixed_us + token_ns x B L + score_ps(L) x B heads L^2
+//                                       (score_ps interpolated in log L between the measured lengths:
+//                                       the attention kernel, stored or flash, changes with L)
+//   embeddings + head, fwd + bwd        head_fixed_us + head_token_ns x B L
+//   checkpointing's recompute           forward_share of the layers' forward + backward, once more
 // A machine's own figures are kept in a small JSON file (MachineFigures::load / save, train_mrpc
 // --machine_figures); `--calibrate` measures the host's and the GPU's into it (app/plan/calibrate.h).
 #pragma once
 
+#include <span>
 #include <string>
+#include <vector>
 
 #include "app/plan/plan.h"
 #include "model/config.h"
 
 namespace zt::plan {
+
+// The encoder's compute measured on one GPU at one model's dims (fit_layer_cost); all costs per micro-batch.
+struct MeasuredLayerCost {
+  double fixed_us = 0;  // per encoder layer, forward + backward: launches, tails
+  double token_ns = 0;  // per token and layer, forward + backward (projections, memory-bound kernels)
+  std::vector<double> score_lengths;  // ascending sequence lengths the per-score cost was measured at
+  std::vector<double> score_ps;       // per score (B x heads x L^2) and layer, forward + backward, at each
+  double forward_share = 0;           // the forward's part of a layer's forward + backward
+  double head_fixed_us = 0;           // embeddings, classifier head and loss, forward + backward
+  double head_token_ns = 0;
+  bool present() const { return !score_lengths.empty(); }
+  // score_ps at `length`: linear in log L between the measured lengths, the end values outside them.
+  double score_ps_at(double length) const;
+  // One encoder layer's forward + backward for `batch` sequences of `length`, microseconds.
+  double layer_us(double batch, double length, double heads) const;
+  double head_us(double batch, double length) const;
+};
 
 struct MachineFigures {
   std::string name = "H200, docs/PERFORMANCE.md";
@@ -54,9 +80,12 @@ struct MachineFigures {
   double overlap_hidden_forward = 0.9;  // of the next forward hidden under the overlapped CPU update
   double disk_read_gbps = 1.6;
   double disk_write_gbps = 2.0;
+  // Measured on the GPU by --calibrate (JSON keys layer_fixed_us, layer_token_ns, layer_score_ps as
+  // [[L, ps], ...], layer_forward_share, head_fixed_us, head_token_ns: all or none); absent in the defaults.
+  MeasuredLayerCost layer;
 
-  // Throws zt::Error naming the file and key on a missing file, bad JSON or a non-positive figure; keys not
-  // in the file keep their defaults.
+  // Throws zt::Error naming the file and key on a missing file, bad JSON, a non-positive figure, an unknown
+  // key or a partial set of the measured layer keys; keys not in the file keep their defaults.
   static MachineFigures load(const std::string& path);
   void save(const std::string& path) const;
 };
@@ -77,6 +106,21 @@ struct CostInputs {
   int world_size = 1;
   int64_t parameters = 0;  // total parameters of the model
 };
+
+// Timings of the model's forward + backward (and forward alone) at `layers` encoder layers, for the fit.
+struct LayerTiming {
+  int64_t layers = 0, batch = 0, length = 0;
+  double pair_ms = 0;     // forward + backward
+  double forward_ms = 0;  // forward alone
+};
+// The least-squares fit of MeasuredLayerCost to timings at 1 and 2 layers for each (batch, length) (their
+// difference is one layer, the rest embeddings + head). score_ps gets a value at each length in
+// `score_lengths`; timings at lengths below the first share its value, which separates the per-token cost
+// from the per-score one (at one length both grow with B alone). Needs two batch sizes at the shortest
+// length and lengths besides; throws zt::Error on missing pairs or a singular fit. Negative intercepts
+// (noise) become 0.
+MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t heads,
+                                 std::vector<double> score_lengths);
 
 StepCost predict_step(const Plan& plan, const CostInputs& inputs, const MachineFigures& figures);
 
