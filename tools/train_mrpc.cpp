@@ -6,10 +6,12 @@
 //   train_mrpc                                   # embedded default
 //   train_mrpc --output_dir out --num_train_epochs 3 --learning_rate 1e-4
 //   train_mrpc --help
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "app/config/engine_options.h"
 #include "app/config/train_config.h"
@@ -108,6 +110,22 @@ void calibrate(const TrainConfig& config) {
         zt::plan::measure_gpu_figures(shapes.hidden_size, shapes.intermediate_size, 40 * 128);
     std::printf("calibrated: %s\n", gpu.describe().c_str());
     measured = zt::plan::with_gpu_figures(measured, gpu);
+    // The encoder's own forward + backward at the xlarge dims, per layer (the planner's compute part).
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<zt::plan::LayerTiming> timings =
+        zt::plan::time_encoder_layers(shapes, zt::plan::layer_timing_points());
+    const zt::plan::MeasuredLayerCost layer =
+        zt::plan::fit_layer_cost(timings, shapes.num_attention_heads, zt::plan::layer_score_lengths());
+    std::string scores;
+    for (size_t i = 0; i < layer.score_lengths.size(); ++i)
+      scores += zt::str(i ? ", " : "", layer.score_lengths[i], ": ", layer.score_ps[i]);
+    std::printf(
+        "calibrated: encoder layer %.1f us + %.4f ns/token + ps/score {%s}, forward share %.3f; embeddings + "
+        "head %.1f us + %.4f ns/token (%zu timings, %.1f s)\n",
+        layer.fixed_us, layer.token_ns, scores.c_str(), layer.forward_share, layer.head_fixed_us,
+        layer.head_token_ns, timings.size(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    measured = zt::plan::with_layer_cost(measured, layer, shapes);
   } else {
     std::printf("no GPU: the GPU figures keep their values (%s)\n", measured.name.c_str());
   }

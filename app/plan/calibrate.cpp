@@ -90,9 +90,35 @@ MachineFigures with_gpu_figures(MachineFigures base, const GpuFigures& gpu) {
   return base;
 }
 
+std::vector<LayerTimingPoint> layer_timing_points() {
+  std::vector<LayerTimingPoint> points;
+  for (int64_t length : {64, 128, 512, 1024, 2048})
+    for (int64_t tokens : {4096, 16384}) points.push_back({.batch = tokens / length, .length = length});
+  return points;
+}
+
+std::vector<double> layer_score_lengths() {
+  return {128, 512, 1024, 2048};
+}
+
+MachineFigures with_layer_cost(MachineFigures base, const MeasuredLayerCost& layer,
+                               const DebertaConfig& model) {
+  ZT_CHECK(layer.present(), "with_layer_cost: no measured layer cost");
+  base.layer = layer;
+  const std::string suffix = str(" + encoder layers (hidden ", model.hidden_size, ", ffn ",
+                                 model.intermediate_size, ", ", model.num_attention_heads,
+                                 " heads, bf16) timed forward + backward at lengths 64-2048 (--calibrate)");
+  if (!base.name.ends_with(suffix)) base.name += suffix;
+  return base;
+}
+
 #ifndef ZT_WITH_CUDA
 GpuFigures measure_gpu_figures(int64_t, int64_t, int64_t, int) {
   ZT_FAIL("the GPU figures need a CUDA build with a GPU: ", describe_devices());
+}
+
+std::vector<LayerTiming> time_encoder_layers(const DebertaConfig&, std::span<const LayerTimingPoint>, int) {
+  ZT_FAIL("timing the encoder layers needs a CUDA build with a GPU: ", describe_devices());
 }
 #endif
 

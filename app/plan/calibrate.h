@@ -16,14 +16,22 @@
 //                      path: gradients down, 16-bit parameters up). Pageable copies are reported beside them
 //                      (the plans pin their buffers, so the model does not use them).
 //   gpu_adamw_gparams  the fused GPU AdamW (optim/cuda/adamw.cuh) over 64 M parameters with the bf16 copy
-// layer_latency_us and the memory-bound bytes per token stay as given: they are the step's shape, not the
-// machine's rates.
+// and `time_encoder_layers` times the model's own encoder (MachineFigures::layer, which then replaces the
+// GEMM, memory-bound and latency rows of the step's compute): DebertaForSequenceClassification at the run's
+// dims (bf16, a 1024-token vocabulary, dropout on), with 1 and 2 encoder layers, forward + backward and
+// forward alone, at each of layer_timing_points() (lengths 64 to 2048, 4096 and 16384 tokens a micro-batch),
+// the attention kernel the model picks at each length (stored up to 1024, flash beyond); fit_layer_cost
+// (app/plan/cost_model.h) turns them into the per-layer fixed, per-token and per-score costs by length.
+// Without them (old figures files) layer_latency_us and the memory-bound bytes per token stay as given.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "app/plan/cost_model.h"
+#include "model/config.h"
 
 namespace zt::plan {
 
@@ -46,6 +54,24 @@ struct GpuFigures {
 // Measures the figures above on the current GPU for a layer of `hidden` x `intermediate` at `tokens` rows.
 // Throws zt::Error without a GPU (or in a build without CUDA).
 GpuFigures measure_gpu_figures(int64_t hidden, int64_t intermediate, int64_t tokens = 5120, int repeats = 5);
+
+// The (batch, length) points time_encoder_layers times, each at 1 and 2 layers; and the lengths the per-score
+// cost is fitted at (the shortest point, below the first, separates the per-token cost).
+struct LayerTimingPoint {
+  int64_t batch = 0, length = 0;
+};
+std::vector<LayerTimingPoint> layer_timing_points();
+std::vector<double> layer_score_lengths();
+
+// The model's forward + backward and forward alone timed on the current GPU at `model`'s dims with 1 and 2
+// encoder layers at each of `points` (the best of `repeats` after one untimed run each). Throws zt::Error
+// without a GPU (or in a build without CUDA).
+std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
+                                             std::span<const LayerTimingPoint> points, int repeats = 3);
+
+// `base` with the measured layer costs in place and the name saying what was timed.
+MachineFigures with_layer_cost(MachineFigures base, const MeasuredLayerCost& layer,
+                               const DebertaConfig& model);
 
 // `base` with the GPU's figures in place (pcie_gbps: the slower pinned direction) and the device named.
 MachineFigures with_gpu_figures(MachineFigures base, const GpuFigures& gpu);

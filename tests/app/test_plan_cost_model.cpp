@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "app/plan/calibrate.h"
 #include "app/plan/cost_model.h"
@@ -197,6 +199,191 @@ TEST(Calibrate, GpuFiguresReplaceTheDeviceRates) {
 TEST(Calibrate, GpuMeasurementNeedsAGpu) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is present";
   EXPECT_THROW(measure_gpu_figures(1536, 6144), Error);
+  const std::vector<LayerTimingPoint> points = layer_timing_points();
+  EXPECT_THROW(time_encoder_layers(deberta_v2_xlarge_config(), points), Error);
+}
+
+// Measured layer costs as a calibration would fit them (per-score cost by length: stored kernel at 128-1024,
+// flash at 2048, unlike each other).
+MeasuredLayerCost synthetic_layer_cost() {
+  MeasuredLayerCost c;
+  c.fixed_us = 180;
+  c.token_ns = 410;
+  c.score_lengths = {128, 512, 1024, 2048};
+  c.score_ps = {50, 39, 37, 48};
+  c.forward_share = 0.36;
+  c.head_fixed_us = 300;
+  c.head_token_ns = 20;
+  return c;
+}
+
+// Timings the way time_encoder_layers reports them, made from `c` (a model of 1 or 2 layers = the head + that
+// many layers; the forward the share of the layers plus a third of the head), with a relative `noise`
+// alternating in sign.
+std::vector<LayerTiming> synthetic_timings(const MeasuredLayerCost& c, int64_t heads, double noise) {
+  std::vector<LayerTiming> out;
+  int sign = 1;
+  for (int64_t layers : {1, 2})
+    for (const LayerTimingPoint& p : layer_timing_points()) {
+      const double b = static_cast<double>(p.batch), l = static_cast<double>(p.length);
+      const double layer_us = c.layer_us(b, l, static_cast<double>(heads)), head_us = c.head_us(b, l);
+      const double pair_us = head_us + static_cast<double>(layers) * layer_us;
+      const double forward_us = head_us / 3 + static_cast<double>(layers) * layer_us * c.forward_share;
+      sign = -sign;
+      out.push_back({.layers = layers,
+                     .batch = p.batch,
+                     .length = p.length,
+                     .pair_ms = pair_us * 1e-3 * (1 + sign * noise),
+                     .forward_ms = forward_us * 1e-3 * (1 + sign * noise)});
+    }
+  return out;
+}
+
+TEST(LayerCostFit, RecoversTheCoefficientsFromTimings) {
+  const MeasuredLayerCost want = synthetic_layer_cost();
+  const std::vector<LayerTiming> timings = synthetic_timings(want, 24, 0.0);
+  const MeasuredLayerCost got = fit_layer_cost(timings, 24, layer_score_lengths());
+  EXPECT_NEAR(got.fixed_us, want.fixed_us, 1e-6 * want.fixed_us);
+  EXPECT_NEAR(got.token_ns, want.token_ns, 1e-6 * want.token_ns);
+  ASSERT_EQ(got.score_lengths, want.score_lengths);
+  for (size_t i = 0; i < want.score_ps.size(); ++i)
+    EXPECT_NEAR(got.score_ps[i], want.score_ps[i], 1e-6 * want.score_ps[i]) << want.score_lengths[i];
+  EXPECT_NEAR(got.forward_share, want.forward_share, 1e-9);
+  EXPECT_NEAR(got.head_fixed_us, want.head_fixed_us, 1e-6 * want.head_fixed_us);
+  EXPECT_NEAR(got.head_token_ns, want.head_token_ns, 1e-6 * want.head_token_ns);
+
+  // With 1 % timing noise the fitted costs still predict every timed layer within a few %.
+  const MeasuredLayerCost noisy =
+      fit_layer_cost(synthetic_timings(want, 24, 0.01), 24, layer_score_lengths());
+  for (const LayerTimingPoint& p : layer_timing_points()) {
+    const double b = static_cast<double>(p.batch), l = static_cast<double>(p.length);
+    EXPECT_NEAR(noisy.layer_us(b, l, 24) / want.layer_us(b, l, 24), 1.0, 0.05)
+        << p.batch << " x " << p.length;
+  }
+}
+
+TEST(LayerCostFit, RefusesTimingsThatDoNotDetermineIt) {
+  const MeasuredLayerCost want = synthetic_layer_cost();
+  std::vector<LayerTiming> timings = synthetic_timings(want, 24, 0.0);
+  // Without the lengths below the first score length the per-token and per-score costs are not separable.
+  std::vector<LayerTiming> no_short;
+  for (const LayerTiming& t : timings)
+    if (t.length >= 128) no_short.push_back(t);
+  EXPECT_THROW(fit_layer_cost(no_short, 24, layer_score_lengths()), Error);
+  // A point lacking its 2-layer timing; a 3-layer timing; a non-positive time.
+  std::vector<LayerTiming> missing(timings.begin(), timings.end() - 1);
+  EXPECT_THROW(fit_layer_cost(missing, 24, layer_score_lengths()), Error);
+  std::vector<LayerTiming> three = timings;
+  three.back().layers = 3;
+  EXPECT_THROW(fit_layer_cost(three, 24, layer_score_lengths()), Error);
+  std::vector<LayerTiming> zero = timings;
+  zero.front().pair_ms = 0;
+  EXPECT_THROW(fit_layer_cost(zero, 24, layer_score_lengths()), Error);
+  EXPECT_THROW(fit_layer_cost(timings, 24, {512, 128}), Error);
+}
+
+TEST(LayerCostFit, ScoreCostInterpolatesInLogLength) {
+  const MeasuredLayerCost c = synthetic_layer_cost();
+  EXPECT_EQ(c.score_ps_at(64), 50);                             // below the first: its value
+  EXPECT_EQ(c.score_ps_at(4096), 48);                           // past the last: its value
+  EXPECT_NEAR(c.score_ps_at(256), 50 + 0.5 * (39 - 50), 1e-9);  // halfway between 128 and 512 in log L
+  EXPECT_NEAR(c.score_ps_at(512), 39, 1e-12);
+}
+
+// With measured layer costs the compute part is theirs: the micro-batch's forward + backward = the head + the
+// layers; checkpointing adds the layers' forward share once more; the attention's part grows with L^2 (a
+// seq-512 plan's share of scores is far above a seq-128 one's at the same tokens).
+TEST_F(CostModelXlarge, MeasuredLayerCostsGiveTheComputePart) {
+  figures.layer = synthetic_layer_cost();
+  const MeasuredLayerCost& c = figures.layer;
+  const double heads = static_cast<double>(model.num_attention_heads);
+  const double layers = static_cast<double>(model.num_hidden_layers);
+  const Plan p{.stage = 0, .micro_batch = 16};
+  inputs.max_length = 512;
+  const double expected_ms = (c.head_us(16, 512) + layers * c.layer_us(16, 512, heads)) * 1e-3;
+  EXPECT_NEAR(predict_step(p, inputs, figures).compute_ms, expected_ms, 1e-9 * expected_ms);
+  Plan ckpt = p;
+  ckpt.gradient_checkpointing = true;
+  const double recompute_ms = layers * c.layer_us(16, 512, heads) * c.forward_share * 1e-3;
+  EXPECT_NEAR(predict_step(ckpt, inputs, figures).compute_ms, expected_ms + recompute_ms, 1e-9 * expected_ms);
+  Plan accumulated{.stage = 0, .micro_batch = 8, .accumulation = 2};
+  const double half_ms = (c.head_us(8, 512) + layers * c.layer_us(8, 512, heads)) * 1e-3;
+  EXPECT_NEAR(predict_step(accumulated, inputs, figures).compute_ms, 2 * half_ms, 1e-9 * half_ms);
+
+  // Same tokens (8192), seq 128 x 64 against seq 512 x 16: the seq-512 step costs more, by the scores' L^2.
+  auto score_ms = [&](double b, double l) {
+    return layers * c.score_ps_at(l) * 1e-6 * b * heads * l * l * 1e-3;
+  };
+  const double at_512 = predict_step(p, inputs, figures).compute_ms;
+  inputs.max_length = 128;
+  const double at_128 = predict_step(Plan{.stage = 0, .micro_batch = 64}, inputs, figures).compute_ms;
+  EXPECT_NEAR(at_512 - at_128, score_ms(16, 512) - score_ms(64, 128), 1e-6 * at_512);
+  EXPECT_GT(score_ms(16, 512) / at_512, 1.8 * score_ms(64, 128) / at_128);  // 0.52 against 0.26
+  // And the formulas' compute differs (they do not see the kernel's rate).
+  const MachineFigures formulas;
+  EXPECT_NE(predict_step(Plan{.stage = 0, .micro_batch = 64}, inputs, formulas).compute_ms, at_128);
+}
+
+// The update hidden under the next forward uses the measured forward share, not a third of the work.
+TEST_F(CostModelXlarge, MeasuredForwardShareBoundsTheHiddenUpdate) {
+  figures.layer = synthetic_layer_cost();
+  figures.overlap_hidden_forward = 1.0;
+  figures.cpu_adamw_gparams = 0.01;  // a CPU update far longer than any forward: the whole forward hides
+  const Plan p{.stage = 2, .optimizer_offload = OptimizerOffload::cpu, .micro_batch = 32};
+  const StepCost cost = predict_step(p, inputs, figures);
+  EXPECT_NEAR(cost.hidden_ms, cost.compute_ms * figures.layer.forward_share, 0.05 * cost.hidden_ms);
+  EXPECT_GT(cost.hidden_ms, cost.compute_ms / 3 * 1.05);
+}
+
+TEST(MachineFigures, MeasuredLayerCostRoundTripsAndPartialSetsAreRefused) {
+  const auto dir = std::filesystem::temp_directory_path() / "zt_machine_figures_layer_test";
+  std::filesystem::create_directories(dir);
+  MachineFigures m;
+  m.layer = synthetic_layer_cost();
+  m.save((dir / "m.json").string());
+  const MachineFigures back = MachineFigures::load((dir / "m.json").string());
+  EXPECT_EQ(back.layer.fixed_us, m.layer.fixed_us);
+  EXPECT_EQ(back.layer.token_ns, m.layer.token_ns);
+  EXPECT_EQ(back.layer.score_lengths, m.layer.score_lengths);
+  EXPECT_EQ(back.layer.score_ps, m.layer.score_ps);
+  EXPECT_EQ(back.layer.forward_share, m.layer.forward_share);
+  EXPECT_EQ(back.layer.head_fixed_us, m.layer.head_fixed_us);
+  EXPECT_EQ(back.layer.head_token_ns, m.layer.head_token_ns);
+  // Figures without them (old files) load with none: the formulas.
+  MachineFigures{}.save((dir / "old.json").string());
+  EXPECT_FALSE(MachineFigures::load((dir / "old.json").string()).layer.present());
+
+  auto write = [&](const char* name, const std::string& text) {
+    std::ofstream((dir / name).string()) << text;
+    return (dir / name).string();
+  };
+  const std::string rest =
+      R"("layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_share": 0.4, "head_fixed_us": 0, "head_token_ns": 1)";
+  EXPECT_NO_THROW(MachineFigures::load(write("ok.json", "{" + rest + R"(, "layer_score_ps": [[128, 5]]})")));
+  EXPECT_THROW(MachineFigures::load(write("partial.json", R"({"layer_fixed_us": 1})")), Error);
+  EXPECT_THROW(MachineFigures::load(
+                   write("descending.json", "{" + rest + R"(, "layer_score_ps": [[512, 5], [128, 5]]})")),
+               Error);
+  EXPECT_THROW(MachineFigures::load(write("row.json", "{" + rest + R"(, "layer_score_ps": [[128]]})")),
+               Error);
+  EXPECT_THROW(MachineFigures::load(write("zero.json", "{" + rest + R"(, "layer_score_ps": [[128, 0]]})")),
+               Error);
+  EXPECT_THROW(MachineFigures::load(write("empty.json", "{" + rest + R"(, "layer_score_ps": []})")), Error);
+  EXPECT_THROW(
+      MachineFigures::load(write(
+          "share.json",
+          R"({"layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_share": 1.5, "head_fixed_us": 0, "head_token_ns": 1, "layer_score_ps": [[128, 5]]})")),
+      Error);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Calibrate, LayerCostNamesWhatWasTimed) {
+  const DebertaConfig model = deberta_v2_xlarge_config();
+  const MachineFigures m = with_layer_cost(MachineFigures{}, synthetic_layer_cost(), model);
+  EXPECT_TRUE(m.layer.present());
+  EXPECT_NE(m.name.find("encoder layers (hidden 1536"), std::string::npos) << m.name;
+  EXPECT_EQ(with_layer_cost(m, synthetic_layer_cost(), model).name, m.name);
+  EXPECT_THROW(with_layer_cost(MachineFigures{}, MeasuredLayerCost{}, model), Error);
 }
 
 }  // namespace

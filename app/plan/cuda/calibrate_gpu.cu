@@ -6,11 +6,16 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "app/plan/calibrate.h"
+#include "kernels/elementwise.h"
 #include "kernels/linear.h"
+#include "model/deberta.h"
+#include "model/parameters.h"
 #include "optim/cuda/adamw.cuh"
+#include "runtime/arena.h"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
 #include "runtime/device.h"
@@ -84,11 +89,61 @@ double measure_gemm_tflops(int64_t h, int64_t inter, int64_t rows, int repeats) 
   return flops / (ms * 1e-3) / 1e12;
 }
 
+// One (layers, batch, length) point of time_encoder_layers on `params` (bf16) and `grads` (f32).
+LayerTiming time_model(const DebertaConfig& config, const Arena& params, const Arena& grads, int64_t batch,
+                       int64_t length, int repeats) {
+  DebertaForSequenceClassification model(config, batch, length, DeviceKind::cuda, DType::bf16);
+  Arena inputs("calibrate batch",
+               ArenaLayout({{"ids", {batch, length}, DType::i64},
+                            {"mask", {batch, length}, DType::i64},
+                            {"labels", {batch}, DType::i64}}),
+               {.kind = MemoryKind::device});
+  std::vector<int64_t> ids(static_cast<size_t>(batch * length)), mask(ids.size(), 1),
+      labels(static_cast<size_t>(batch));
+  std::mt19937_64 random(7);
+  for (int64_t& id : ids) id = static_cast<int64_t>(random() % static_cast<uint64_t>(config.vocab_size));
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 2);
+  copy_tensor(Tensor(ids.data(), {batch, length}, DType::i64), inputs.tensor("ids"));
+  copy_tensor(Tensor(mask.data(), {batch, length}, DType::i64), inputs.tensor("mask"));
+  copy_tensor(Tensor(labels.data(), {batch}, DType::i64), inputs.tensor("labels"));
+  const DebertaBatch data{inputs.tensor("ids"), inputs.tensor("mask"), inputs.tensor("labels")};
+  const DropoutSchedule dropout{.training = true, .seed = 1, .step = 0};
+  LayerTiming t{.layers = config.num_hidden_layers, .batch = batch, .length = length};
+  t.pair_ms = best_ms(repeats, [&] {
+    model.forward(params, data, dropout);
+    model.backward(params, grads);
+  });
+  t.forward_ms = best_ms(repeats, [&] { model.forward(params, data, dropout); });
+  return t;
+}
+
 struct PinnedDeleter {
   void operator()(void* p) const { cudaFreeHost(p); }
 };
 
 }  // namespace
+
+std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
+                                             std::span<const LayerTimingPoint> points, int repeats) {
+  ZT_CHECK(cuda_available(), "timing the encoder layers needs a GPU: ", describe_devices());
+  ZT_CHECK(repeats > 0 && !points.empty(), "time_encoder_layers: points and repeats must be positive");
+  std::vector<LayerTiming> timings;
+  for (int64_t layers : {1, 2}) {
+    // The run's layer dims; a small vocabulary (the word embeddings' gradient is not the encoder's cost).
+    DebertaConfig config = model;
+    config.num_hidden_layers = layers;
+    config.vocab_size = 1024;
+    config.attention_kernel = DebertaConfig::AttentionKernel::automatic;
+    const ParameterTable table(config);
+    Arena params("calibrate params", table.layout(DType::bf16), {.kind = MemoryKind::device});
+    Arena grads("calibrate grads", table.layout(DType::f32), {.kind = MemoryKind::device, .zero_fill = true});
+    kernels::fill(params.flat(DType::bf16), 0.02f);
+    for (const LayerTimingPoint& p : points)
+      timings.push_back(time_model(config, params, grads, p.batch, p.length, repeats));
+  }
+  ZT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+  return timings;
+}
 
 GpuFigures measure_gpu_figures(int64_t hidden, int64_t intermediate, int64_t tokens, int repeats) {
   ZT_CHECK(cuda_available(), "the GPU figures need a GPU: ", describe_devices());
