@@ -1,0 +1,51 @@
+// The encoder's calibration on a GPU (app/plan/calibrate.h, time_encoder_layers): the model's own forward +
+// backward at the xlarge dims with 1 and 2 layers, fitted by fit_layer_cost. The timings are ordered as work
+// is (a second layer costs time, the forward is part of the pair, a longer sequence at the same tokens costs
+// more: the attention's L^2), and the fit reproduces every timed layer within 15 %.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "app/plan/calibrate.h"
+#include "app/plan/cost_model.h"
+#include "model/config.h"
+#include "tests/support/gpu.h"
+
+namespace zt::plan {
+namespace {
+
+TEST(CalibrateGpu, TimesTheEncoderLayersAndFitsThem) {
+  ZT_SKIP_WITHOUT_GPU();
+  const DebertaConfig model = deberta_v2_xlarge_config();
+  const std::vector<LayerTimingPoint> points = layer_timing_points();
+  const std::vector<LayerTiming> timings = time_encoder_layers(model, points);
+  ASSERT_EQ(timings.size(), 2 * points.size());
+  std::map<std::pair<int64_t, int64_t>, std::pair<double, double>> pair_by_point;  // (1 layer, 2 layers)
+  for (const LayerTiming& t : timings) {
+    EXPECT_GT(t.forward_ms, 0) << t.batch << "x" << t.length;
+    EXPECT_LT(t.forward_ms, t.pair_ms) << t.batch << "x" << t.length;
+    auto& slot = pair_by_point[{t.batch, t.length}];
+    (t.layers == 1 ? slot.first : slot.second) = t.pair_ms;
+  }
+  for (const auto& [point, ms] : pair_by_point)
+    EXPECT_GT(ms.second, ms.first) << point.first << "x" << point.second << ": the second layer costs time";
+  // 16384 tokens: 8 x 2048 (flash) and 16 x 1024 costlier than 256 x 64.
+  EXPECT_GT(pair_by_point.at({8, 2048}).second, pair_by_point.at({256, 64}).second);
+  EXPECT_GT(pair_by_point.at({16, 1024}).second, pair_by_point.at({256, 64}).second);
+
+  const MeasuredLayerCost fit = fit_layer_cost(timings, model.num_attention_heads, layer_score_lengths());
+  const auto heads = static_cast<double>(model.num_attention_heads);
+  for (const auto& [point, ms] : pair_by_point) {
+    const double b = static_cast<double>(point.first), l = static_cast<double>(point.second);
+    const double measured_us = (ms.second - ms.first) * 1e3;
+    EXPECT_NEAR(fit.layer_us(b, l, heads) / measured_us, 1.0, 0.15)
+        << point.first << "x" << point.second << ": measured " << measured_us << " us";
+  }
+  EXPECT_GT(fit.forward_share, 0.2);
+  EXPECT_LT(fit.forward_share, 0.6);
+}
+
+}  // namespace
+}  // namespace zt::plan
