@@ -28,6 +28,15 @@ using namespace zero_harness;  // NOLINT: the harness is this test's vocabulary
 
 constexpr int kGpuSteps = 10;
 
+// The largest difference between two runs' final weights and losses.
+double largest_gap(const RunResult& a, const RunResult& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.weights.size(); ++i)
+    worst = std::max(worst, static_cast<double>(std::abs(a.weights[i] - b.weights[i])));
+  for (size_t i = 0; i < a.losses.size(); ++i) worst = std::max(worst, std::abs(a.losses[i] - b.losses[i]));
+  return worst;
+}
+
 class ZeroTrainingGpu : public ::testing::TestWithParam<int> {};
 
 TEST_P(ZeroTrainingGpu, SharedGpuRanksTrainLikeOneRankAtEveryStage) {
@@ -189,16 +198,10 @@ TEST(ZeroTrainingGpuBf16, ParametersOnDiskTrainLikeParametersOnTheHost) {
   on_disk.param_nvme_path = dir;
   on_disk.param_nvme_buffers = 2;
   const RunResult disk = run(on_disk);
-  auto gap = [](const RunResult& a, const RunResult& b) {
-    double worst = 0;
-    for (size_t i = 0; i < a.weights.size(); ++i)
-      worst = std::max(worst, static_cast<double>(std::abs(a.weights[i] - b.weights[i])));
-    for (size_t i = 0; i < a.losses.size(); ++i) worst = std::max(worst, std::abs(a.losses[i] - b.losses[i]));
-    return worst;
-  };
   ASSERT_EQ(disk.weights.size(), first.weights.size());
   ASSERT_EQ(disk.losses.size(), first.losses.size());
-  EXPECT_LE(gap(disk, first), 2 * gap(again, first)) << "run to run " << gap(again, first);
+  EXPECT_LE(largest_gap(disk, first), 2 * largest_gap(again, first))
+      << "run to run " << largest_gap(again, first);
   std::filesystem::remove_all(dir);
 }
 
@@ -208,13 +211,6 @@ TEST(ZeroTrainingGpuBf16, ParametersOnDiskTrainLikeParametersOnTheHost) {
 // backward's float atomics may make trainer runs differ in the last bits), at stages 1-3, world 2, bf16.
 TEST(ZeroTrainingGpuBf16, PartialOffloadTrainsLikeNoOffload) {
   ZT_SKIP_WITHOUT_GPU();
-  auto gap = [](const RunResult& a, const RunResult& b) {
-    double worst = 0;
-    for (size_t i = 0; i < a.weights.size(); ++i)
-      worst = std::max(worst, static_cast<double>(std::abs(a.weights[i] - b.weights[i])));
-    for (size_t i = 0; i < a.losses.size(); ++i) worst = std::max(worst, std::abs(a.losses[i] - b.losses[i]));
-    return worst;
-  };
   for (int stage = 1; stage <= 3; ++stage) {
     const RunSpec device{.stage = stage, .world = 2, .steps = kGpuSteps, .gpu = true, .dtype = "bf16"};
     const RunResult first = run(device);
@@ -225,8 +221,8 @@ TEST(ZeroTrainingGpuBf16, PartialOffloadTrainsLikeNoOffload) {
     const RunResult half = run(partial);
     ASSERT_EQ(half.weights.size(), first.weights.size());
     ASSERT_EQ(half.losses.size(), first.losses.size());
-    EXPECT_LE(gap(half, first), 2 * gap(again, first))
-        << "stage " << stage << ", run to run " << gap(again, first);
+    EXPECT_LE(largest_gap(half, first), 2 * largest_gap(again, first))
+        << "stage " << stage << ", run to run " << largest_gap(again, first);
   }
 }
 

@@ -157,6 +157,15 @@ inline RunResult run(const RunSpec& spec) {
   return out;
 }
 
+// `straight`'s losses and norms from step `done` on, with its final weights: what a run resumed there must
+// give.
+inline RunResult steps_after(const RunResult& straight, int done) {
+  const auto skip = static_cast<std::ptrdiff_t>(done);
+  return RunResult{{straight.losses.begin() + skip, straight.losses.end()},
+                   {straight.grad_norms.begin() + skip, straight.grad_norms.end()},
+                   straight.weights};
+}
+
 // `crashed` (already run) stopped after its checkpoint at step crashed.crash_after; `resumed` resumes from it
 // at the same world size and stage and must continue `straight`'s curve bit for bit.
 inline bool resumes_bitwise(const RunResult& straight, const RunSpec& crashed, RunSpec resumed);
@@ -184,20 +193,14 @@ inline void expect_resume_continues(const RunResult& straight, const RunSpec& cr
                                     const std::string& what) {
   resumed.resume = resolve_checkpoint_path(crashed.output_dir);
   const RunResult after = run(resumed);
-  const auto done = static_cast<std::ptrdiff_t>(crashed.crash_after);
-  const RunResult tail{{straight.losses.begin() + done, straight.losses.end()},
-                       {straight.grad_norms.begin() + done, straight.grad_norms.end()},
-                       straight.weights};
+  const RunResult tail = steps_after(straight, crashed.crash_after);
   expect_close(after, tail, what);
 }
 
 inline bool resumes_bitwise(const RunResult& straight, const RunSpec& crashed, RunSpec resumed) {
   resumed.resume = resolve_checkpoint_path(crashed.output_dir);
   const RunResult after = run(resumed);
-  const auto done = static_cast<std::ptrdiff_t>(crashed.crash_after);
-  const RunResult tail{{straight.losses.begin() + done, straight.losses.end()},
-                       {straight.grad_norms.begin() + done, straight.grad_norms.end()},
-                       straight.weights};
+  const RunResult tail = steps_after(straight, crashed.crash_after);
   return bitwise_equal(after, tail);
 }
 

@@ -136,6 +136,17 @@ TEST(ZeroOffloadGpu, PartialOffloadEqualsDeviceStepsBitForBit) {
   }
 }
 
+// bf16 on the GPU with the optimizer offloaded to pinned memory, copies pipelined.
+ZeroEngineOptions pinned_bf16_offload(int stage) {
+  ZeroEngineOptions options;
+  options.stage = stage;
+  options.device = DeviceKind::cuda;
+  options.compute = DType::bf16;
+  options.offload = {.optimizer = true, .pipelined = true};
+  options.pin_memory = true;
+  return options;
+}
+
 // The pipelined upload of the parameters goes on its own copy stream: it must wait for the work queued on the
 // rank's stream that writes the same bytes (at construction the compute copy's zero fill; here a fill queued
 // behind ~40 ms of other work), or that work lands after the upload and the forward reads it instead of the
@@ -145,12 +156,7 @@ TEST(ZeroOffloadGpu, UploadsWaitForTheRanksStream) {
   const DebertaConfig config = testing::offload_tiny_config();
   const ParameterTable table(config);
   auto comms = make_in_process_group(1);
-  ZeroEngineOptions options;
-  options.stage = 1;
-  options.device = DeviceKind::cuda;
-  options.compute = DType::bf16;
-  options.offload = {.optimizer = true, .pipelined = true};
-  options.pin_memory = true;
+  ZeroEngineOptions options = pinned_bf16_offload(1);
   ZeroEngine engine(table, config, *comms[0], options);
   const Arena init = testing::synthetic_initial_parameters(table);
   engine.load_full_parameters(init);
@@ -180,14 +186,10 @@ TEST(ZeroOffloadGpu, DelayedLandingInBackwardWaitsForTheBackwardsReads) {
   const DebertaConfig config = testing::offload_tiny_config();
   const ParameterTable table(config);
   auto comms = make_in_process_group(1);
-  ZeroEngineOptions options;
-  options.stage = 2;
-  options.device = DeviceKind::cuda;
-  options.compute = DType::bf16;
+  ZeroEngineOptions options = pinned_bf16_offload(2);
   options.max_grad_norm = 0;
-  options.offload = {.optimizer = true, .pipelined = true, .delayed_update = true};
+  options.offload.delayed_update = true;
   options.offload.delayed_landing = DelayedLanding::in_backward;
-  options.pin_memory = true;
   ZeroEngine engine(table, config, *comms[0], options);
   engine.load_full_parameters(testing::synthetic_initial_parameters(table));
   LossScaler scaler = LossScaler::disabled();
