@@ -102,6 +102,11 @@ def dominates(q, p):
     parameters resident; p is then never the faster plan."""
     if (q["micro_batch"], q["accumulation"]) != (p["micro_batch"], p["accumulation"]):
         return False
+    if q["offload"] == "none" and p["offload"] != "none" and q["zero_stage"] <= max(p["zero_stage"], 2):
+        # The optimizer on the device does the same step without the offload's PCIe traffic and CPU update:
+        # at world size 1 offload (full or partial) only buys memory (b512 on the H100: r0.25 128x4 766.6 ms
+        # against 719.6 without offload, 64x8 801.3 against 757.9).
+        return q["gradient_checkpointing"] <= p["gradient_checkpointing"]
     if q.get("offload_ratio", 1.0) != p.get("offload_ratio", 1.0):
         return False
     same_placement = q["offload"] == p["offload"]
@@ -217,7 +222,7 @@ class Runner:
 
     def select_grid(self, batch, seq):
         """The plans to measure for (batch, seq) and each cap's auto plan, from the planner's tables."""
-        chosen, selected = {}, {}
+        chosen, selected, fallbacks = {}, {}, {}
         for cap in self.caps():
             e = self.estimate(batch, seq, cap)
             if "error" in e:
@@ -234,7 +239,7 @@ class Runner:
             for c in fitting:  # ranked fastest first: the first of a family is its fastest fitting plan
                 by_family.setdefault(family(c), []).append(c)
             no_offload_s0 = {c["micro_batch"]: c["device_gib"] for c in fitting if family(c)[0] == "0-2"}
-            cap_picks = []
+            cap_picks, edge_fallback = [], {}
             for fam, members in by_family.items():
                 top = members[0]
                 if fam[0] == "3" and fam[1] == "none" and no_offload_s0.get(top["micro_batch"], 1e9) <= \
@@ -242,13 +247,12 @@ class Runner:
                     continue  # stage 3 without offload plans no less than stage 0: the same plan, slower
                 if top["predicted_ms"] > self.args.margin * best and not offload_only:
                     continue
-                picks = [top]
                 budget = cap * (1 - HEADROOM)
-                if top["device_gib"] > 0.95 * budget:  # at the edge: the next smaller micro-batch too
+                if top["device_gib"] > 0.95 * budget:  # at the edge: the next smaller micro-batch as its fallback
                     smaller = [m for m in members if m["micro_batch"] < top["micro_batch"]]
                     if smaller:
-                        picks.append(max(smaller, key=lambda m: m["micro_batch"]))
-                cap_picks.extend(picks)
+                        edge_fallback[id(top)] = max(smaller, key=lambda m: m["micro_batch"])
+                cap_picks.append(top)
             cap_picks = [p for p in cap_picks if not any(dominates(q, p) for q in fitting)]
             cap_picks.sort(key=lambda p: p["predicted_ms"])
             # The fastest few, and the fastest of each placement kind (no offload, full, partial) within the
@@ -264,7 +268,14 @@ class Runner:
             for p in keep:
                 equivalent = (family(p), p["micro_batch"])
                 selected.setdefault(equivalent, p)  # the first (the planner's pick on a tie) stands
-        return chosen, list(selected.values())
+                if id(p) in edge_fallback:
+                    f = edge_fallback[id(p)]
+                    fallbacks.setdefault((family(f), f["micro_batch"]), (f, []))[1].append((cap, p))
+        plans = list(selected.values())
+        for equivalent, (f, tops) in fallbacks.items():
+            if equivalent not in selected:  # measured only where its plan at the edge fails under a cap (grid)
+                plans.append(dict(f, fallback_for=tops))
+        return chosen, plans
 
     def caps(self):
         return [int(c) for c in self.args.caps.split(",")]
@@ -273,10 +284,20 @@ class Runner:
         say(f"grid global batch {batch} seq {seq}: {self.left():.0f} s left")
         chosen, plans = self.select_grid(batch, seq)
         plans.sort(key=lambda p: p["predicted_ms"])
-        say(f"  {len(plans)} plans: " + "; ".join(f"{plan_key(p)} ({p['predicted_ms']:.0f} ms)" for p in plans))
+        say(f"  {len(plans)} plans: " + "; ".join(f"{plan_key(p)} ({p['predicted_ms']:.0f} ms"
+                                                  f"{', fallback' if 'fallback_for' in p else ''})" for p in plans))
         results = []
-        for p in plans:
+        for p in (p for p in plans if "fallback_for" not in p):
             results.append((p, self.measure(p, seq, f"b{batch}")))
+        for p in (p for p in plans if "fallback_for" in p):
+            # The next smaller micro-batch of a plan at the edge of a cap: needed only where that plan does not
+            # run under the cap with its uncapped time (a capped rerun may be slower, an OOM leaves its family
+            # without a plan).
+            edge = [(cap, top) for cap, top in p["fallback_for"] if
+                    self.under_cap(top, seq, cap, f"b{batch}")["how"] != "uncapped"]
+            if edge:
+                say(f"  {plan_key(p)}: the fallback of {', '.join(f'{plan_key(t)} at {c} GiB' for c, t in edge)}")
+                results.append((p, self.measure(p, seq, f"b{batch}")))
         rows = self.state.data.setdefault("table", {})
         for cap in self.caps():
             auto = chosen.get(cap)

@@ -76,7 +76,11 @@ def check_dominance():
     assert not pg.dominates(plan(3, "optimizer", 64, 2), plan(1, "optimizer", 64, 2))
     assert not pg.dominates(plan(0, "none", 64, 2, ckpt=True), plan(0, "none", 64, 2))
     assert not pg.dominates(plan(0, "none", 32, 4), plan(0, "none", 64, 2, ckpt=True))  # other micro-batches
-    assert not pg.dominates(plan(0, "none", 64, 2), plan(1, "optimizer", 64, 2))  # other placements
+    assert not pg.dominates(plan(1, "optimizer", 64, 2), plan(0, "none", 64, 2))  # offload buys memory only
+    assert pg.dominates(plan(0, "none", 64, 2), plan(1, "optimizer", 64, 2, ratio=0.25))  # ... not time
+    assert pg.dominates(plan(0, "none", 64, 2), plan(2, "optimizer", 64, 2, ckpt=True))
+    assert not pg.dominates(plan(0, "none", 64, 2, ckpt=True), plan(1, "optimizer", 64, 2))
+    assert not pg.dominates(plan(0, "none", 32, 4), plan(1, "optimizer", 64, 2))
     assert pg.dominates(plan(1, "optimizer", 64, 2), plan(2, "optimizer", 64, 2))
     assert not pg.dominates(plan(1, "optimizer", 64, 2, ratio=0.5), plan(1, "optimizer", 64, 2))
     assert pg.family(plan(1, "optimizer", 8, 1)) != pg.family(plan(2, "optimizer", 8, 1))  # stage 2 streams
@@ -104,7 +108,8 @@ def check_fit_protocol(work):
     p16, p8, p8c = plan(0, "none", 16, 1), plan(0, "none", 8, 2), plan(0, "none", 8, 2, ckpt=True)
     p16c = plan(1, "optimizer", 16, 1, ckpt=True)
     uncapped = {"s0 none 16x1": (168.97, 23.58, 25.23), "s0 none 8x2": (182.31, 20.29, 21.53),
-                "s0 none 8x2 ckpt": (251.66, 15.07, 16.31), "s1 optimizer 16x1 ckpt": (367.26, 7.97, 8.83)}
+                "s0 none 8x2 ckpt": (251.66, 15.07, 16.31), "s1 optimizer 16x1 ckpt": (367.26, 7.97, 8.83),
+                "s0 none 4x4 ckpt": (330.0, 12.4, 13.1)}
     never = lambda: (_ for _ in ()).throw(AssertionError("re-run though the cap cannot bind or cannot fit"))
     m = {k: dict(step_ms=v[0], peak_gib=v[1], peak_reserved_gib=v[2]) for k, v in uncapped.items()}
     assert pg.fit_under_cap(m["s0 none 8x2"], 24, never)["how"] == "uncapped"
@@ -124,6 +129,10 @@ def check_fit_protocol(work):
             r = FakeRunner(w, uncapped, table, caps="16,24")
             autos = {16: dict(p8c, predicted_ms=140.0), 24: dict(p8, predicted_ms=108.0)}
             grid = [dict(p, predicted_ms=ms) for p, ms in ((p16, 96.0), (p8, 108.0), (p8c, 140.0), (p16c, 289.0))]
+            # Edge fallbacks: 4x4 ckpt backs 8x2 ckpt at 16 (which OOMs there: measured), 4x4 backs 8x2 at 24
+            # (which fits uncapped: never measured; the fake has no entry for it).
+            grid += [dict(plan(0, "none", 4, 4, ckpt=True), predicted_ms=170.0, fallback_for=[(16, p8c)]),
+                     dict(plan(0, "none", 4, 4), predicted_ms=120.0, fallback_for=[(24, p8)])]
             r.select_grid = lambda batch, seq: (autos, grid)
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
@@ -133,7 +142,7 @@ def check_fit_protocol(work):
             if name == "oom":
                 assert "| fastest s0 none 8x2 182.31 ms" in lines[24] and "uncapped) | ratio 1.0 | PASS" in lines[24], \
                     lines[24]
-                assert "fastest s1 optimizer 16x1 ckpt 367.26" in lines[16], lines[16]
+                assert "fastest s0 none 4x4 ckpt 330.0" in lines[16], lines[16]  # the fallback, measured
                 assert "FAIL auto does not fit (OOM" in lines[16], lines[16]
             else:
                 assert "fastest s0 none 16x1 171.0 ms" in lines[24] and "capped rerun) | ratio 1.066 | FAIL" in \
