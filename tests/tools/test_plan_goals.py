@@ -153,6 +153,34 @@ def check_fit_protocol(work):
                                                                                      ("8", "16GiB")], capped_runs
 
 
+def ds_search_functions():
+    """ds_plan_anchor.py's search, without its torch and DeepSpeed imports."""
+    import ast
+    path = pathlib.Path(__file__).resolve().parents[2] / "scripts/device/ds_plan_anchor.py"
+    names = ("predicted_largest", "largest_under_cap")
+    body = [n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef) and n.name in names]
+    ns = {}
+    exec(compile(ast.Module(body, []), str(path), "exec"), ns)
+    return ns["predicted_largest"], ns["largest_under_cap"]
+
+
+def check_ds_search():
+    predicted_largest, largest_under_cap = ds_search_functions()
+    assert predicted_largest([(40, 20.0), (128, 56.0)], 24) == 48  # 40 + 4 / (36 / 88) = 49.8 -> 48
+    assert predicted_largest([(128, 56.0)], 24) is None
+    for true_max in (0, 3, 13, 40, 77, 150):
+        for guess in (8, 48, 128, None):
+            calls = []
+            lo, hi = largest_under_cap(lambda bs: calls.append(bs) or bs <= true_max, 0, guess, 5)
+            assert len(calls) <= 5 and lo <= true_max and (hi is None or hi > true_max), (true_max, guess, calls)
+    # A good guess brackets the answer within 8 in a few probes; a known lower bound is never probed again.
+    calls = []
+    assert largest_under_cap(lambda bs: calls.append(bs) or bs <= 77, 0, 72, 5) == (72, 80) and len(calls) <= 3
+    calls = []
+    lo, hi = largest_under_cap(lambda bs: calls.append(bs) or bs <= 150, 144, 100, 5)
+    assert (lo, hi) == (150, 151) or (lo >= 144 and hi and hi - lo <= 8 and min(calls) > 144), (lo, hi, calls)
+
+
 def check_step_counts(work):
     r = runner("/nonexistent", work)
     assert r.step_counts({"predicted_ms": 900.0}) == (1, 3)
@@ -176,6 +204,7 @@ def main():
         check_verdicts()
         check_fit_protocol(work)
         check_step_counts(work)
+        check_ds_search()
         check_grid(bin_dir, work)
         check_partial_skip(bin_dir, work)
     print("plan_goals: ok")
