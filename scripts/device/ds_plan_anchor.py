@@ -6,7 +6,8 @@ blog recommends, on one GPU, on ONE engine:
 
   global   the global batches 40, 128 and 512 as micro-batch min(B, --max-micro) x accumulation
            (engine.set_train_batch_size changes the accumulation; the micro-batch is what is fed): the
-           median of --steps timed optimizer steps after one untimed, and the peak allocated
+           median of --steps timed optimizer steps after one untimed where the micro-batch is new (512 =
+           128 x 4 reuses 128's), the peaks allocated and reserved
   caps     per cap (ascending, torch.cuda.set_per_process_memory_fraction, which caps the caching
            allocator's reserved bytes): the largest micro-batch that runs one step, to within 8: a bounded
            search (at most --probes one-step runs a cap) that starts where the line through the global
@@ -198,6 +199,7 @@ def main():
     RES["optimizer"] = type(getattr(engine, "optimizer", None)).__name__
     say(f"engine ready in {RES['engine_init_s']} s ({RES['optimizer']})")
     dump()
+    warmed = set()
     for b in (int(x) for x in args.batches.split(",")):
         if left() < 20:
             RES["global"][b] = "skipped: time budget"
@@ -211,7 +213,9 @@ def main():
             torch.cuda.empty_cache()  # the reserved peak is this batch's, not the cache of the one before
             torch.cuda.reset_peak_memory_stats()
         try:
-            optimizer_step(engine, micro, acc)
+            if micro not in warmed:  # a new micro-batch shape: one untimed step (allocations, kernels)
+                optimizer_step(engine, micro, acc)
+                warmed.add(micro)
             times = [optimizer_step(engine, micro, acc) for _ in range(args.steps)]
             RES["global"][b] = dict(micro=micro, accumulation=acc, step_ms=round(statistics.median(times), 1),
                                     steps_ms=[round(x, 1) for x in times], peak_gib=peak_gib(),
