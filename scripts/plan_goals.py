@@ -568,7 +568,8 @@ def table_line(row):
         verdict = "nothing measured fits"
     return (f"cap {row['cap']:>2} GiB b{row['batch']} s{row['seq']}: auto {row.get('auto')} "
             f"{_r(auto_ms)} ms (pred {_r(pred)}, err {_r(error)} %, peak {_r(row.get('auto_peak'))}, reserved "
-            f"{_r(row.get('auto_reserved'))}, {how or 'live peak only'}) | fastest {row.get('fastest')} {_r(fast_ms)} ms "
+            f"{_r(row.get('auto_reserved'))}, {how or 'live peak only'}) | fastest {row.get('fastest')} "
+            f"{_r(fast_ms)} ms "
             f"(peak {_r(row.get('fastest_peak'))}, reserved {_r(row.get('fastest_reserved'))}, "
             f"{row.get('fastest_how', 'live peak only')}) | ratio {_r(ratio, 3)} | {verdict}")
 
