@@ -383,7 +383,8 @@ class Runner:
                     r = self.measure(p, seq, f"partial@{cap}")
                     if "error" not in r:
                         say(f"PARTIAL ratio {ratio} at {kf[len(f'seq{seq} '):]}: {r['step_ms']} ms vs {f_ms} ms, "
-                            f"peak {r['peak_gib']} GiB ({'fits' if r['peak_gib'] <= cap else 'over the cap'})")
+                            f"peak {r['peak_gib']} GiB, reserved {r.get('peak_reserved_gib')} "
+                            f"({'fits' if r.get('peak_reserved_gib', r['peak_gib']) <= cap else 'not shown to fit'})")
         if not found:
             say("partial: no measured cap where full and partial offload fit and no offload does not")
 
