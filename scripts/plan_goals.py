@@ -5,30 +5,52 @@ of this script, each under its own time budget; results accumulate in STATE betw
   calibrate  train_mrpc --calibrate: this machine's figures (CPU AdamW, norm pass, GEMM, HBM, PCIe, GPU AdamW)
              into FIGURES, which every --auto_plan below reads
   grid B S   global batch B at seq S: the plausible winners of the grid (stages 0-3 x offload none / cpu /
-             both x checkpointing x micro-batch x accumulation, the same global batch) measured once each
-             (bench_train_step, no cap: a plan's time does not depend on it); then per cap 12/16/24/40 GiB the
-             fastest measured plan whose measured peak fits, against the auto plan (bench_train_step
-             --auto_plan --estimate_only with FIGURES; measured too when not in the grid): its measured and
-             predicted ms, the ratio to the fastest, the verdict (<= 1.05x, peak under the cap, prediction
+             both / a partial ratio x checkpointing x micro-batch x accumulation, the same global batch)
+             measured once each without a cap; then per cap 12/16/24/40 GiB the fastest plan that fits
+             against the auto plan (bench_train_step --auto_plan --estimate_only with FIGURES): its measured
+             and predicted ms, the ratio to the fastest, the verdict (<= 1.05x, fits the cap, prediction
              within 10 %)
-  partial    at each cap where the grid measured no plan without offload fitting: its best partial offload
-             against its best full offload; then, time left, ratios 0.75/0.5/0.25 at the full offload's plan
-             (bench_train_step --offload_ratio; skipped where the flag is refused)
+  partial    at each cap where no measured plan without offload fits: the best partial offload against the
+             best full offload (from the grid); then, only with time left (>= 30 s), ratios 0.75/0.5/0.25 at
+             the full offload's plan
   delayed    ZeRO-2 + offload --delayed_update at batch 40 against max(forward + backward, CPU update): the
              parts from its JSON where it prints them, else fwd+bwd = the ZeRO-2 step without offload less its
-             optimizer segments (--profile) and the CPU update from bench_cpu_adam
+             optimizer segments (--profile) and the CPU update from bench_cpu_adam; and the same step with
+             --delayed_landing whole (the landing before the unit-by-unit one) beside it
   large      the 6.2 B DeBERTa-v2 shape (hidden 4096, 28 layers, ZeRO-3 + both offloads, batch 8) for 20 steps
              on a repeated batch, lr 1e-5 with 5 warm-up steps, dropout 0: the losses
   summary    the goals table from STATE
 
-The grid is pruned with the planner's own tables (--estimate_only --auto_plan lists every plan with its
-planned device bytes and predicted ms): plans equal at world size 1 are one (stages 1 and 2 without offload
-are stage 0's memory and time, stage 1 and 2 with offload are one; stage 3 without offload only where it
-plans less memory), and per cap each remaining family (placement x checkpointing) contributes its fastest
-fitting micro-batch (and the next smaller one where that is within 5 % of the cap) when its predicted step
-is within --margin of the best, unless a fitting plan dominates it (the same micro-batch without
-checkpointing, or at a lower stage: never slower); of those the --per-cap fastest predicted and the fastest
-of each placement kind (no offload, full offload, partial offload) are measured. Lines for the summary go
+Fits under the cap. --gpu_memory_limit caps the RESERVED bytes (the allocator returns its cache and retries
+before it reports an out-of-memory), which exceed the live peak by the size classes and the cache (seq 512
+16x1 on the H100: live 23.58, reserved 25.23 GiB). So a plan fits a cap when it runs under
+--gpu_memory_limit CAP: a live peak over the cap cannot; an uncapped reserved peak within the cap never meets
+it (the uncapped measurement stands); in between the plan is run again under the cap, and that run's step
+time is the one that counts (an out-of-memory = does not fit). This holds for the auto plan of each cap and
+for the grid's plans, of which only the borderline ones that could still be the fastest are re-run: walking
+the plans by uncapped time, the walk stops at the first no faster than the best that fits (a capped run is
+never faster than the uncapped one). The table lines say which (uncapped / capped rerun / OOM / over).
+
+Pruning (the grid holds every plausible winner of each cap; the planner's own tables, --estimate_only
+--auto_plan, list every plan with its planned device bytes and predicted ms):
+  - plans equal at world size 1 are one: stages 1 and 2 without offload are stage 0's memory and time; stage
+    3 without offload only where it plans less memory than stage 0;
+  - a plan is dropped where a fitting plan dominates it (never slower, the same micro-batch x accumulation):
+    the same placement without checkpointing or at a lower stage; stage 3 with the parameters resident
+    against both offloads; the optimizer on the device against any (full or partial) offload: at world size
+    1 offload only buys memory (b512 on the H100: r0.25 128x4 766.6 ms against 719.6 without offload);
+  - per cap each family (placement x checkpointing) offers its fastest fitting micro-batch if predicted
+    within --margin (1.15) of the best: the model's pairwise ranking errors measured on the H100 span ~11 %
+    (predicted/measured 0.86-0.97 at b128), so a plan predicted more than 15 % slower than the best cannot be
+    the one the auto plan must be within 5 % of; of those the --per-cap fastest predicted and the fastest of
+    each placement kind (no offload, full, partial) are measured; where only offload fits, the fastest full
+    and the fastest partial whatever their prediction (the partial goal compares them);
+  - a plan at the edge of the cap (planned above 95 % of the budget) gets its family's next smaller
+    micro-batch as a fallback, measured only where the edge plan does not run uncapped under the cap.
+Steps: plans predicted over --long-step-ms (450; measured ~10 % above) run 1 warm-up + 3 timed steps, the
+others --warmup + --steps (2 + 3); each bench_train_step run costs ~3.5 s of start-up, and an offload plan
+~9.5 s more per full optimizer state it pins (14.2 GB at ~1.5 GB/s: cudaHostAlloc).
+Lines for the summary go
 to stdout as they land.
 """
 import argparse
@@ -42,6 +64,7 @@ import time
 CAPS_GIB = (12, 16, 24, 40)
 BATCHES = ((40, 128), (128, 128), (512, 128), (16, 512))
 HEADROOM = 0.05  # optim::kOomHeadroom
+LARGE_STARTUP_S, LARGE_STEP_S = 125.0, 2.3  # the 6.2 B run on one H200 (docs/bench/2026-12-03-h200-session*/big)
 
 
 def say(*parts):
@@ -102,6 +125,11 @@ def dominates(q, p):
     parameters resident; p is then never the faster plan."""
     if (q["micro_batch"], q["accumulation"]) != (p["micro_batch"], p["accumulation"]):
         return False
+    if q["offload"] == "none" and p["offload"] != "none" and q["zero_stage"] <= max(p["zero_stage"], 2):
+        # The optimizer on the device does the same step without the offload's PCIe traffic and CPU update:
+        # at world size 1 offload (full or partial) only buys memory (b512 on the H100: r0.25 128x4 766.6 ms
+        # against 719.6 without offload, 64x8 801.3 against 757.9).
+        return q["gradient_checkpointing"] <= p["gradient_checkpointing"]
     if q.get("offload_ratio", 1.0) != p.get("offload_ratio", 1.0):
         return False
     same_placement = q["offload"] == p["offload"]
@@ -140,7 +168,7 @@ class Runner:
         lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
         if r.returncode != 0 or not lines:
             tail = " ".join(l for l in r.stderr.strip().splitlines()[-2:])[:300]
-            oom = "out of memory" in r.stderr.lower() or "exceeds the" in r.stderr.lower()
+            oom = is_oom_text(r.stderr)
             return {"error": ("OOM: " if oom else "") + tail, "wall_s": round(time.time() - t, 1)}
         out = json.loads(lines[-1])
         out["wall_s"] = round(time.time() - t, 1)
@@ -158,28 +186,48 @@ class Runner:
         r = self.bench(flags, timeout=60, label="estimate")
         return r
 
+    def step_counts(self, p):
+        """(warm-up, timed) steps for plan p: a long step (predicted over --long-step-ms) needs fewer to settle
+        (its first step already allocated everything; the median of 3 is what counts), a short one keeps
+        --warmup/--steps."""
+        if p.get("predicted_ms", 0) > self.args.long_step_ms:
+            return 1, min(3, self.args.steps)
+        return self.args.warmup, self.args.steps
+
     def measure(self, p, seq, label, cap=None):
-        """Times plan p once per (plan, seq); cached in the state."""
+        """Times plan p once per (plan, seq), without a cap, or under --gpu_memory_limit CAP GiB (the cap on
+        reserved bytes: the allocator returns its cache and retries before it fails); cached in the state."""
         cache = self.state.data.setdefault("measured", {})
-        key = f"seq{seq} {plan_key(p)}"
+        key = measured_key(p, seq, cap)
         if key in cache:
             return cache[key]
         if self.left() < 8:
             return {"error": "skipped: time budget"}
-        flags = [*plan_flags(p), "--seq", str(seq), "--warmup", str(self.args.warmup), "--steps",
-                 str(self.args.steps), *self.quick_flags()]
+        warmup, steps = self.step_counts(p)
+        flags = [*plan_flags(p), "--seq", str(seq), "--warmup", str(warmup), "--steps", str(steps),
+                 *self.quick_flags()]
+        if cap is not None:
+            flags += ["--gpu_memory_limit", f"{cap}GiB"]
         r = self.bench(flags, label=label)
         keep = {k: r[k] for k in ("step_ms", "peak_gib", "peak_reserved_gib", "first_step_s", "wall_s", "error",
                                   "overlap_update") if k in r}
         keep["estimate_gib"] = r.get("estimate_gib", {}).get("total")
+        if keep.get("error", "").startswith("skipped"):
+            return keep  # not measured: not cached, a later call may have the time
         cache[key] = keep
         self.state.save()
         if "error" in keep:
             say(f"  {label} {key}: FAILED {keep['error'][:200]} ({keep.get('wall_s')} s)")
         else:
             say(f"  {label} {key}: {keep['step_ms']} ms, peak {keep['peak_gib']} GiB "
-                f"(planned {keep['estimate_gib']}), {keep['wall_s']} s")
+                f"(reserved {keep.get('peak_reserved_gib')}, planned {keep['estimate_gib']}), {keep['wall_s']} s")
         return keep
+
+    def under_cap(self, p, seq, cap, label):
+        """How plan p runs under the cap (fit_under_cap), re-running it capped when its uncapped reserved peak
+        is over the cap but its live peak is not."""
+        return fit_under_cap(self.measure(p, seq, label), cap,
+                             lambda: self.measure(p, seq, f"{label} capped@{cap}", cap=cap))
 
     # ------------------------------------------------------------------------------------------------------
     def calibrate(self):
@@ -197,7 +245,7 @@ class Runner:
 
     def select_grid(self, batch, seq):
         """The plans to measure for (batch, seq) and each cap's auto plan, from the planner's tables."""
-        chosen, selected = {}, {}
+        chosen, selected, fallbacks = {}, {}, {}
         for cap in self.caps():
             e = self.estimate(batch, seq, cap)
             if "error" in e:
@@ -214,7 +262,7 @@ class Runner:
             for c in fitting:  # ranked fastest first: the first of a family is its fastest fitting plan
                 by_family.setdefault(family(c), []).append(c)
             no_offload_s0 = {c["micro_batch"]: c["device_gib"] for c in fitting if family(c)[0] == "0-2"}
-            cap_picks = []
+            cap_picks, edge_fallback = [], {}
             for fam, members in by_family.items():
                 top = members[0]
                 if fam[0] == "3" and fam[1] == "none" and no_offload_s0.get(top["micro_batch"], 1e9) <= \
@@ -222,13 +270,12 @@ class Runner:
                     continue  # stage 3 without offload plans no less than stage 0: the same plan, slower
                 if top["predicted_ms"] > self.args.margin * best and not offload_only:
                     continue
-                picks = [top]
                 budget = cap * (1 - HEADROOM)
-                if top["device_gib"] > 0.95 * budget:  # at the edge: the next smaller micro-batch too
+                if top["device_gib"] > 0.95 * budget:  # at the edge: the next smaller micro-batch as its fallback
                     smaller = [m for m in members if m["micro_batch"] < top["micro_batch"]]
                     if smaller:
-                        picks.append(max(smaller, key=lambda m: m["micro_batch"]))
-                cap_picks.extend(picks)
+                        edge_fallback[id(top)] = max(smaller, key=lambda m: m["micro_batch"])
+                cap_picks.append(top)
             cap_picks = [p for p in cap_picks if not any(dominates(q, p) for q in fitting)]
             cap_picks.sort(key=lambda p: p["predicted_ms"])
             # The fastest few, and the fastest of each placement kind (no offload, full, partial) within the
@@ -244,7 +291,14 @@ class Runner:
             for p in keep:
                 equivalent = (family(p), p["micro_batch"])
                 selected.setdefault(equivalent, p)  # the first (the planner's pick on a tie) stands
-        return chosen, list(selected.values())
+                if id(p) in edge_fallback:
+                    f = edge_fallback[id(p)]
+                    fallbacks.setdefault((family(f), f["micro_batch"]), (f, []))[1].append((cap, p))
+        plans = list(selected.values())
+        for equivalent, (f, tops) in fallbacks.items():
+            if equivalent not in selected:  # measured only where its plan at the edge fails under a cap (grid)
+                plans.append(dict(f, fallback_for=tops))
+        return chosen, plans
 
     def caps(self):
         return [int(c) for c in self.args.caps.split(",")]
@@ -253,23 +307,38 @@ class Runner:
         say(f"grid global batch {batch} seq {seq}: {self.left():.0f} s left")
         chosen, plans = self.select_grid(batch, seq)
         plans.sort(key=lambda p: p["predicted_ms"])
-        say(f"  {len(plans)} plans: " + "; ".join(f"{plan_key(p)} ({p['predicted_ms']:.0f} ms)" for p in plans))
+        say(f"  {len(plans)} plans: " + "; ".join(f"{plan_key(p)} ({p['predicted_ms']:.0f} ms"
+                                                  f"{', fallback' if 'fallback_for' in p else ''})" for p in plans))
         results = []
-        for p in plans:
+        for p in (p for p in plans if "fallback_for" not in p):
             results.append((p, self.measure(p, seq, f"b{batch}")))
+        for p in (p for p in plans if "fallback_for" in p):
+            # The next smaller micro-batch of a plan at the edge of a cap: needed only where that plan does not
+            # run under the cap with its uncapped time (a capped rerun may be slower, an OOM leaves its family
+            # without a plan).
+            edge = [(cap, top) for cap, top in p["fallback_for"] if
+                    self.under_cap(top, seq, cap, f"b{batch}")["how"] != "uncapped"]
+            if edge:
+                say(f"  {plan_key(p)}: the fallback of {', '.join(f'{plan_key(t)} at {c} GiB' for c, t in edge)}")
+                results.append((p, self.measure(p, seq, f"b{batch}")))
         rows = self.state.data.setdefault("table", {})
         for cap in self.caps():
             auto = chosen.get(cap)
-            fits = [(p, m) for p, m in results if "error" not in m and m["peak_gib"] <= cap]
-            fastest = min(fits, key=lambda pm: pm[1]["step_ms"], default=None)
+            label = f"b{batch}"
+            fastest, _ = fastest_under_cap(results, cap, lambda p, m: self.under_cap(p, seq, cap, label))
             row = {"cap": cap, "batch": batch, "seq": seq}
             if auto is not None:
-                m = self.measure(auto, seq, f"b{batch} auto@{cap}")
-                row.update(auto=plan_key(auto), predicted_ms=auto["predicted_ms"], auto_ms=m.get("step_ms"),
-                           auto_peak=m.get("peak_gib"), auto_error=m.get("error"))
+                f = self.under_cap(auto, seq, cap, f"b{batch} auto@{cap}")
+                row.update(auto=plan_key(auto), predicted_ms=auto["predicted_ms"], auto_ms=f.get("step_ms"),
+                           auto_peak=f.get("peak_gib"), auto_reserved=f.get("reserved_gib"), auto_how=f["how"],
+                           auto_error=f.get("error"))
+                # The auto plan is a plan of the grid too: where it fits and beats the grid's fastest, it is.
+                if f["how"] in FITS and (fastest is None or f["step_ms"] < fastest[1]["step_ms"]):
+                    fastest = (auto, f)
             if fastest:
                 row.update(fastest=plan_key(fastest[0]), fastest_ms=fastest[1]["step_ms"],
-                           fastest_peak=fastest[1]["peak_gib"])
+                           fastest_peak=fastest[1]["peak_gib"], fastest_reserved=fastest[1]["reserved_gib"],
+                           fastest_how=fastest[1]["how"])
             rows[f"{batch}x{seq}@{cap}"] = row
             self.state.save()
             say("TABLE " + table_line(row))
@@ -286,8 +355,9 @@ class Runner:
         found = False
         for batch, seq in ((128, 128), (40, 128), (512, 128), (16, 512)):
             for cap in self.caps():
-                fits = {k: v for k, v in measured.items() if k.startswith(f"seq{seq} ") and _global(k) == batch and
-                        "error" not in v and v["peak_gib"] <= cap}
+                fits = {k: v for k, v in measured.items() if k.startswith(f"seq{seq} ") and "@" not in k and
+                        _global(k) == batch and _fits_measured(measured, k, cap)}
+                fits = {k: dict(v, step_ms=_fits_measured(measured, k, cap)) for k, v in fits.items()}
                 if not fits or any(" none " in k for k in fits):
                     continue
                 full = {k: v for k, v in fits.items() if " r0." not in k}
@@ -313,7 +383,8 @@ class Runner:
                     r = self.measure(p, seq, f"partial@{cap}")
                     if "error" not in r:
                         say(f"PARTIAL ratio {ratio} at {kf[len(f'seq{seq} '):]}: {r['step_ms']} ms vs {f_ms} ms, "
-                            f"peak {r['peak_gib']} GiB ({'fits' if r['peak_gib'] <= cap else 'over the cap'})")
+                            f"peak {r['peak_gib']} GiB, reserved {r.get('peak_reserved_gib')} "
+                            f"({'fits' if r.get('peak_reserved_gib', r['peak_gib']) <= cap else 'not shown to fit'})")
         if not found:
             say("partial: no measured cap where full and partial offload fit and no offload does not")
 
@@ -325,6 +396,13 @@ class Runner:
         if "error" in d:
             say(f"delayed: FAILED {d['error'][:300]}")
             return
+        # The previous landing (the whole update lands before the next forward) beside the default one.
+        w = self.bench([*base, "--offload", "optimizer", "--pin_memory", "--delayed_update", "--delayed_landing",
+                        "whole"], label="delayed whole")
+        whole_ms = w.get("step_ms")
+        say(f"DELAYED landing: {d.get('delayed_landing', 'default')} {d['step_ms']} ms vs whole "
+            + (f"{whole_ms} ms ({whole_ms / d['step_ms']:.2f}x, {whole_ms - d['step_ms']:.1f} ms a step saved)"
+               if whole_ms else f"FAILED {w['error'][:200]}"))
         # The step's parts where bench_train_step prints them (any nesting): forward + backward, the CPU update.
         fwd_bwd = _find_number(d, ("forward", "backward"))
         cpu = _find_number(d, ("cpu", "update")) or _find_number(d, ("cpu", "adam"))
@@ -346,17 +424,20 @@ class Runner:
         floor = max(fwd_bwd or 0, cpu or 0)
         ratio = d["step_ms"] / floor if floor else float("nan")
         self.state.data["delayed"] = dict(step_ms=d["step_ms"], fwd_bwd_ms=fwd_bwd, cpu_update_ms=cpu,
-                                          ratio=ratio, source=source)
+                                          ratio=ratio, source=source, whole_landing_ms=whole_ms)
         self.state.save()
         say(f"DELAYED bs40: step {d['step_ms']} ms vs max(fwd+bwd {fwd_bwd and round(fwd_bwd, 1)}, CPU update "
             f"{cpu and round(cpu, 1)}) = {ratio:.2f}x ({'PASS' if ratio <= 1.15 else 'FAIL'} <= 1.15x; parts from "
             f"{source})")
 
     def large(self):
+        # 20 steps where the budget holds them: the run prints its losses only at its end, so a run cut by the
+        # budget would show none. Its start-up (pinning 104.5 GiB, the host init) took 125-160 s on the H200,
+        # a step 2.13 s; fewer steps (not under 12) where the budget is short of that.
+        steps = 6 if self.args.quick else max(12, min(20, int((self.left() - LARGE_STARTUP_S) / LARGE_STEP_S)))
         flags = ["--hidden", "4096", "--layers", "4" if self.args.quick else "28", "--zero_stage", "3",
                  "--offload", "both", "--pin_memory", "--batch", "8", "--seq", "128", "--repeat_batch",
-                 "--lr", "1e-5", "--lr_warmup", "5", "--dropout", "0", "--warmup", "0", "--steps",
-                 "6" if self.args.quick else "20"]
+                 "--lr", "1e-5", "--lr_warmup", "5", "--dropout", "0", "--warmup", "0", "--steps", str(steps)]
         r = self.bench(flags, timeout=max(20.0, self.left() - 5), label="large")
         if "error" in r:
             say(f"large: FAILED {r['error'][:300]} ({r.get('wall_s')} s)")
@@ -372,6 +453,69 @@ class Runner:
     def summary(self):
         for key, row in self.state.data.get("table", {}).items():
             say("TABLE " + table_line(row))
+
+
+def is_oom_text(text):
+    """A run that failed for want of device memory (the allocator's "out of device memory", CUDA's, or the
+    planner refusing a plan over the cap)."""
+    t = text.lower()
+    return "out of device memory" in t or "out of memory" in t or "exceeds the" in t
+
+
+def measured_key(p, seq, cap=None):
+    return f"seq{seq} {plan_key(p)}" + ("" if cap is None else f" @{cap}GiB")
+
+
+FITS = ("uncapped", "capped rerun")
+
+
+def fit_under_cap(m, cap, rerun):
+    """Whether a plan runs under --gpu_memory_limit CAP GiB, which caps RESERVED bytes, and its step time there.
+    m is its uncapped measurement; rerun() measures it under the cap. A live peak over the cap cannot fit;
+    an uncapped reserved peak within the cap means the cap never binds (the uncapped measurement stands);
+    in between the allocator would have to return its cache, so only a run under the cap tells (its time
+    is the one that counts; an out-of-memory = does not fit). Returns {how, step_ms, peak_gib, reserved_gib}:
+    how is uncapped / capped rerun (both fit) or over (live peak), OOM, failed, unverified (no time)."""
+    if "error" in m:
+        return {"how": "failed", "error": m["error"]}
+    reserved = m.get("peak_reserved_gib", m["peak_gib"])
+    if m["peak_gib"] > cap:
+        return {"how": "over", "peak_gib": m["peak_gib"], "reserved_gib": reserved}
+    if reserved <= cap:
+        return {"how": "uncapped", "step_ms": m["step_ms"], "peak_gib": m["peak_gib"], "reserved_gib": reserved}
+    c = rerun()
+    if "error" in c:
+        how = ("OOM" if c["error"].startswith("OOM") else
+               "unverified" if c["error"].startswith("skipped") else "failed")
+        return {"how": how, "error": c["error"], "peak_gib": m["peak_gib"], "reserved_gib": reserved}
+    return {"how": "capped rerun", "step_ms": c["step_ms"], "peak_gib": c["peak_gib"],
+            "reserved_gib": c.get("peak_reserved_gib", c["peak_gib"]), "uncapped_ms": m["step_ms"]}
+
+
+def fastest_under_cap(results, cap, check):
+    """The fastest of the measured (plan, uncapped measurement) pairs that fits the cap (fit_under_cap via
+    check(plan, m)), and the (plan, fit) pairs checked. Walks the plans by uncapped step time and stops at
+    the first whose uncapped time is no faster than the best fitting one found: a run under a cap is never
+    faster than the same run without it, so only borderline plans that could still win are re-run."""
+    ranked = sorted(((p, m) for p, m in results if "error" not in m), key=lambda pm: pm[1]["step_ms"])
+    best, checked = None, []
+    for p, m in ranked:
+        if best is not None and m["step_ms"] >= best[1]["step_ms"]:
+            break
+        if m["peak_gib"] > cap:
+            continue
+        f = check(p, m)
+        checked.append((p, f))
+        if f["how"] in FITS and (best is None or f["step_ms"] < best[1]["step_ms"]):
+            best = (p, f)
+    return best, checked
+
+
+def _fits_measured(measured, key, cap):
+    """The step time that counts for the uncapped measurement `key` under the cap (fit_under_cap, with the
+    capped rerun from the cache: one not run does not count), or None where it does not fit."""
+    f = fit_under_cap(measured[key], cap, lambda: measured.get(f"{key} @{cap}GiB", {"error": "skipped: not run"}))
+    return f["step_ms"] if f["how"] in FITS else None
 
 
 def _global(key):
@@ -404,21 +548,35 @@ def _find_number(obj, words):
 
 
 def table_line(row):
+    """One goals line: the auto plan (measured ms, predicted, peak, how it fits the cap), the grid's fastest
+    fitting plan, the ratio and the verdict. A row from before the fit protocol (no auto_how) is judged by its
+    live peak."""
     auto_ms, fast_ms, pred = row.get("auto_ms"), row.get("fastest_ms"), row.get("predicted_ms")
     ratio = auto_ms / fast_ms if auto_ms and fast_ms else None
     error = (pred - auto_ms) / auto_ms * 100 if auto_ms and pred else None
+    how = row.get("auto_how")
+    auto_fits = how in FITS if how is not None else row.get("auto_peak", 1e9) <= row["cap"]
     verdict = "n/a"
-    if ratio is not None:
-        ok = ratio <= 1.05 and row.get("auto_peak", 1e9) <= row["cap"]
+    if how is not None and not auto_fits:
+        verdict = f"FAIL auto does not fit ({how}" + (f": {str(row.get('auto_error'))[:60]}" if row.get(
+            "auto_error") else "") + ")"
+    elif ratio is not None:
+        ok = ratio <= 1.05 and auto_fits
         verdict = ("PASS" if ok else "FAIL") + (" pred-ok" if error is not None and abs(error) <= 10 else " pred-off")
     elif row.get("auto_error"):
         verdict = "auto FAILED: " + str(row["auto_error"])[:80]
     elif "fastest" not in row:
         verdict = "nothing measured fits"
     return (f"cap {row['cap']:>2} GiB b{row['batch']} s{row['seq']}: auto {row.get('auto')} "
-            f"{auto_ms} ms (pred {pred and round(pred, 1)}, err {error and round(error, 1)} %, peak "
-            f"{row.get('auto_peak')}) | fastest {row.get('fastest')} {fast_ms} ms (peak {row.get('fastest_peak')}) "
-            f"| ratio {ratio and round(ratio, 3)} | {verdict}")
+            f"{_r(auto_ms)} ms (pred {_r(pred)}, err {_r(error)} %, peak {_r(row.get('auto_peak'))}, reserved "
+            f"{_r(row.get('auto_reserved'))}, {how or 'live peak only'}) | fastest {row.get('fastest')} "
+            f"{_r(fast_ms)} ms "
+            f"(peak {_r(row.get('fastest_peak'))}, reserved {_r(row.get('fastest_reserved'))}, "
+            f"{row.get('fastest_how', 'live peak only')}) | ratio {_r(ratio, 3)} | {verdict}")
+
+
+def _r(x, digits=2):
+    return None if x is None else round(x, digits)
 
 
 def main():
@@ -436,6 +594,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--step-timeout-s", type=float, default=90)
+    ap.add_argument("--long-step-ms", type=float, default=450,
+                    help="plans predicted slower than this run 1 warm-up + 3 timed steps (measured ~10 %% above)")
     ap.add_argument("--quick", action="store_true", help="a 2-layer model (the large part: 4 layers, 6 steps)")
     args = ap.parse_args()
     runner = Runner(args)

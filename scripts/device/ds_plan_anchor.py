@@ -6,9 +6,20 @@ blog recommends, on one GPU, on ONE engine:
 
   global   the global batches 40, 128 and 512 as micro-batch min(B, --max-micro) x accumulation
            (engine.set_train_batch_size changes the accumulation; the micro-batch is what is fed): the
-           median of --steps timed optimizer steps after one untimed, and the peak allocated
-  caps     per cap (ascending, torch.cuda.set_per_process_memory_fraction): the largest micro-batch of a
-           ladder that runs one step, starting from the previous cap's largest (bounded by --budget-s)
+           median of --steps timed optimizer steps after one untimed where the micro-batch is new (512 =
+           128 x 4 reuses 128's), the peaks allocated and reserved
+  caps     per cap (ascending, torch.cuda.set_per_process_memory_fraction, which caps the caching
+           allocator's reserved bytes): the largest micro-batch that runs one step, to within 8: a bounded
+           search (at most --probes one-step runs a cap) that starts where the line through the global
+           runs' reserved peaks (two micro-batches: bytes = a + b x batch, ZeRO-2 + offload's fixed bf16
+           parameters and gradients plus the activations) crosses the cap, steps up or down by 8 from there
+           and bisects once it has a batch that runs and one that does not; a cap's answer is the next
+           cap's lower bound
+
+--jit-only: compile DeepSpeed's CPU Adam (TORCH_EXTENSIONS_DIR) and exit: the plan task runs it beside the
+build, so that the timed part finds it compiled (~40 s on the H100 host otherwise).
+Time on one H100 (the CPU Adam compiled): imports ~5 s, model init ~10 s, engine ~10 s (pins ~11 GB), the
+global batches ~15 s (the 512's steps ~3.5 s each), the caps ~4 x 4 probes of ~1 s: ~60 s.
 
 Prints one line per result ("DS ...") and rewrites OUT/ds_plan_anchor.json after each.
 --smoke: a tiny model on the CPU (gloo), to check the code paths without a GPU.
@@ -29,6 +40,8 @@ ap.add_argument("--caps", default="12,16,24,40")
 ap.add_argument("--max-micro", type=int, default=128)
 ap.add_argument("--steps", type=int, default=2)
 ap.add_argument("--torch-adam", action="store_true", help="torch's fused CPU AdamW instead of DeepSpeedCPUAdam")
+ap.add_argument("--probes", type=int, default=5, help="one-step runs at most per cap")
+ap.add_argument("--jit-only", action="store_true", help="compile DeepSpeed's CPU Adam and exit")
 ap.add_argument("--smoke", action="store_true")
 args = ap.parse_args()
 t0 = time.time()
@@ -58,6 +71,13 @@ import torch  # noqa: E402
 import deepspeed  # noqa: E402
 from transformers import DebertaV2Config, DebertaV2ForSequenceClassification  # noqa: E402
 
+if args.jit_only:
+    from deepspeed.ops.op_builder import CPUAdamBuilder  # noqa: E402
+    t = time.time()
+    CPUAdamBuilder().load()
+    print(f"DS CPU Adam compiled in {time.time() - t:.1f} s", flush=True)
+    raise SystemExit(0)
+
 DEV = "cpu" if args.smoke else "cuda"
 SEQ = 128
 # DeBERTa-v2-xlarge's published shapes (the config zerotrain's deberta_v2_xlarge_config holds).
@@ -78,6 +98,47 @@ def sync():
 
 def peak_gib():
     return round(torch.cuda.max_memory_allocated() / 2**30, 3) if DEV == "cuda" else 0.0
+
+
+def peak_reserved_gib():
+    return round(torch.cuda.max_memory_reserved() / 2**30, 3) if DEV == "cuda" else 0.0
+
+
+def predicted_largest(points, cap):
+    """The batch where the line through (micro-batch, reserved GiB) points crosses the cap, rounded down to a
+    multiple of 8 (at least 8); None without two distinct micro-batches."""
+    pts = sorted(dict(points).items())
+    if len(pts) < 2:
+        return None
+    (m0, g0), (m1, g1) = pts[0], pts[-1]
+    slope = (g1 - g0) / (m1 - m0)
+    if slope <= 0:
+        return None
+    return max(8, int(m0 + (cap - g0) / slope) // 8 * 8)
+
+
+def largest_under_cap(runs_one, lower, guess, probes):
+    """The largest batch for which runs_one(batch) is True, to within 8 (to within 1 below 8), knowing that
+    `lower` runs (0: none known), from `guess`: up by 8, 16, 32 ... until one fails, down to `lower` when the
+    guess fails, then bisection; at most `probes` calls. Returns (the largest that ran, the smallest that
+    failed or None)."""
+    lo, hi, up = lower, None, 8
+    bs = max(guess or lower + 8, lower + 1)
+    for _ in range(probes):
+        if runs_one(bs):
+            lo = bs
+        else:
+            hi = bs
+        if hi is not None and hi - lo <= (8 if hi > 16 else 1):
+            break
+        if hi is None:
+            bs, up = lo + up, up * 2
+        elif hi - lo > 16:
+            bs = (lo + hi) // 2 // 8 * 8
+            bs = bs if bs > lo else lo + 8
+        else:
+            bs = (lo + hi) // 2
+    return lo, hi
 
 
 def build_engine():
@@ -138,6 +199,7 @@ def main():
     RES["optimizer"] = type(getattr(engine, "optimizer", None)).__name__
     say(f"engine ready in {RES['engine_init_s']} s ({RES['optimizer']})")
     dump()
+    warmed = set()
     for b in (int(x) for x in args.batches.split(",")):
         if left() < 20:
             RES["global"][b] = "skipped: time budget"
@@ -148,12 +210,16 @@ def main():
         acc = b // micro
         engine.set_train_batch_size(acc)  # configured micro-batch 1: the accumulation becomes `acc`
         if DEV == "cuda":
+            torch.cuda.empty_cache()  # the reserved peak is this batch's, not the cache of the one before
             torch.cuda.reset_peak_memory_stats()
         try:
-            optimizer_step(engine, micro, acc)
+            if micro not in warmed:  # a new micro-batch shape: one untimed step (allocations, kernels)
+                optimizer_step(engine, micro, acc)
+                warmed.add(micro)
             times = [optimizer_step(engine, micro, acc) for _ in range(args.steps)]
             RES["global"][b] = dict(micro=micro, accumulation=acc, step_ms=round(statistics.median(times), 1),
-                                    steps_ms=[round(x, 1) for x in times], peak_gib=peak_gib())
+                                    steps_ms=[round(x, 1) for x in times], peak_gib=peak_gib(),
+                                    peak_reserved_gib=peak_reserved_gib())
             say(f"ZeRO-2 + offload global batch {b} ({micro} x {acc}): {RES['global'][b]['step_ms']} ms, "
                 f"peak {RES['global'][b]['peak_gib']} GiB")
         except Exception as e:
@@ -162,8 +228,9 @@ def main():
             recover(engine)
         dump()
     engine.set_train_batch_size(1)
-    ladder = [1, 2, 4, 8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256]
-    start = 0
+    points = [(r["micro"], r["peak_reserved_gib"]) for r in RES["global"].values() if isinstance(r, dict) and
+              "peak_reserved_gib" in r]
+    lower = 0
     total = torch.cuda.get_device_properties(0).total_memory if DEV == "cuda" else 0
     for cap in (int(x) for x in args.caps.split(",")):
         if left() < 15:
@@ -172,25 +239,29 @@ def main():
         if DEV == "cuda":
             recover(engine)
             torch.cuda.set_per_process_memory_fraction(min(1.0, cap * 2**30 / total), 0)
-        largest, runs = 0, {}
-        for i in range(start, len(ladder)):
-            bs = ladder[i]
-            if left() < 10:
-                runs["stopped"] = "time budget"
-                break
+        runs = {}
+
+        def runs_one(bs):
+            if left() < 8:
+                runs[bs] = {"error": "skipped: time budget"}
+                return False
             if DEV == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             try:
                 ms = optimizer_step(engine, bs, 1)
-                runs[bs] = dict(step_ms=round(ms, 1), peak_gib=peak_gib())
-                largest, start = bs, i
+                runs[bs] = dict(step_ms=round(ms, 1), peak_gib=peak_gib(), peak_reserved_gib=peak_reserved_gib())
+                return True
             except Exception as e:
                 runs[bs] = {"error": ("OOM: " if is_oom(e) else "") + str(e)[:200]}
                 recover(engine)
-                break
-        RES["caps"][cap] = dict(largest_batch=largest, runs=runs)
-        say(f"largest ZeRO-2 + offload batch under {cap} GiB: {largest} "
-            f"({runs.get(largest, {}).get('step_ms')} ms for the one step)")
+                return False
+
+        guess = predicted_largest(points, cap) if DEV == "cuda" else 8
+        largest, failed = largest_under_cap(runs_one, lower, guess, args.probes)
+        lower = largest
+        RES["caps"][cap] = dict(largest_batch=largest, smallest_failed=failed, guess=guess, runs=runs)
+        say(f"largest ZeRO-2 + offload batch under {cap} GiB: {largest} (fails at {failed}; line's guess {guess}; "
+            f"{runs.get(largest, {}).get('step_ms')} ms for the one step; {len(runs)} probes)")
         dump()
     if DEV == "cuda":
         torch.cuda.set_per_process_memory_fraction(1.0, 0)
