@@ -2,7 +2,9 @@
 // --machine_figures file, the figures that differ most between hosts (the CPU AdamW ran 3.92 and 5.45 G
 // parameters/s on two H200 hosts, docs/PERFORMANCE.md) and that decide between offload and accumulation.
 //   cpu_adamw_gparams  the real CPU AdamW (optim/adamw.h, all threads, the bf16 copy written as the offloaded
-//                      update writes it) over `elements` parameters, the best of `repeats`
+//                      update writes it) over `elements` parameters, the best of `repeats`: the threads the
+//                      engine gives the update inside step() (a partial offload's, the non-overlapped full
+//                      one's); the overlapped and delayed updates leave one core to the rank's thread
 //   host_norm_gbps     a sum of squares over f32 gradients on all threads (reported, not stored: the GPU
 //                      engine takes the gradient norm on the device, optim/zero/gradient_norm.cpp, and the
 //                      model's host_gbps term stays the fitted figure; on one H100 host the measured 74 GB/s
