@@ -104,13 +104,17 @@ void calibrate(const TrainConfig& config) {
                                             : zt::plan::MachineFigures{};
   const zt::plan::HostCalibration host = zt::plan::calibrate_host(base);
   zt::plan::MachineFigures measured = host.figures;
-  if (zt::cuda_available()) {  // the GPU's rates at the xlarge layer's shapes, batch 40 x 128 tokens
-    const zt::DebertaConfig shapes = zt::deberta_v2_xlarge_config();
+  if (zt::cuda_available()) {
+    // The GPU's rates at the run's layer shapes (batch 40 x 128 tokens) and the encoder the run trains (the
+    // flags' or the checkpoint's model), recorded as that model's: the planner uses them for it alone.
+    const zt::DebertaConfig shapes = zt::optim::model_config_for_calibration(config, /*gpu=*/true);
+    std::printf("calibrating for %s: %s\n", shapes.name_or_path.value_or("deberta-v2").c_str(),
+                zt::plan::LayerDims::of(shapes).describe().c_str());
     const zt::plan::GpuFigures gpu =
         zt::plan::measure_gpu_figures(shapes.hidden_size, shapes.intermediate_size, 40 * 128);
     std::printf("calibrated: %s\n", gpu.describe().c_str());
     measured = zt::plan::with_gpu_figures(measured, gpu);
-    // The encoder's own forward + backward at the xlarge dims, per layer (the planner's compute part). A fit
+    // The encoder's own forward + backward at the run's dims, per layer (the planner's compute part). A fit
     // the timings do not determine (noise) keeps the formulas, said so, with the timings shown.
     const auto start = std::chrono::steady_clock::now();
     const std::vector<zt::plan::LayerTiming> timings =

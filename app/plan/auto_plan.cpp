@@ -95,6 +95,8 @@ AutoPlan choose_auto_plan(const optim::TrainConfig& config, const DebertaConfig&
   result.report = describe_choice(result.choice, request) +
                   "  planned for: " + describe_planned_model(model, inputs) +
                   "; machine figures: " + figures.name + "\n";
+  if (const std::string why = measured_layer_cost_mismatch(figures, model); !why.empty())
+    result.report += "  note: " + why + "\n";
   return result;
 }
 

@@ -105,9 +105,9 @@ MachineFigures with_layer_cost(MachineFigures base, const MeasuredLayerCost& lay
                                const DebertaConfig& model) {
   ZT_CHECK(layer.present(), "with_layer_cost: no measured layer cost");
   base.layer = layer;
-  const std::string suffix = str(" + encoder layers (hidden ", model.hidden_size, ", ffn ",
-                                 model.intermediate_size, ", ", model.num_attention_heads,
-                                 " heads, bf16) timed forward + backward at lengths 64-2048 (--calibrate)");
+  base.layer.dims = LayerDims::of(model);
+  const std::string suffix = str(" + encoder layers (", base.layer.dims.describe(),
+                                 ", bf16) timed forward + backward at lengths 64-2048 (--calibrate)");
   if (!base.name.ends_with(suffix)) base.name += suffix;
   return base;
 }

@@ -2,13 +2,16 @@
 // --machine_figures file, the figures that differ most between hosts (the CPU AdamW ran 3.92 and 5.45 G
 // parameters/s on two H200 hosts, docs/PERFORMANCE.md) and that decide between offload and accumulation.
 //   cpu_adamw_gparams  the real CPU AdamW (optim/adamw.h, all threads, the bf16 copy written as the offloaded
-//                      update writes it) over `elements` parameters, the best of `repeats`
+//                      update writes it) over `elements` parameters, the best of `repeats`: the threads the
+//                      engine gives the update inside step() (a partial offload's, the non-overlapped full
+//                      one's); the overlapped and delayed updates leave one core to the rank's thread
 //   host_norm_gbps     a sum of squares over f32 gradients on all threads (reported, not stored: the GPU
 //                      engine takes the gradient norm on the device, optim/zero/gradient_norm.cpp, and the
 //                      model's host_gbps term stays the fitted figure; on one H100 host the measured 74 GB/s
 //                      in its place predicted the ZeRO-1 + offload bs 40 step 16 % slow, the fitted one 5 %)
 // With a GPU present (CUDA builds) `measure_gpu_figures` measures the device side on the current device:
-//   gemm_tflops        the encoder layer's six projections (Q, K, V, O: h x h; the feed-forward h x I, I x h)
+//   gemm_tflops        the run's encoder layer's six projections (Q, K, V, O: h x h; the feed-forward h x I,
+//   I x h)
 //                      forward, dX and dW through kernels::linear (cuBLASLt, bf16, fp32 accumulate) at
 //                      `tokens` rows: 3 x 2 x rows x (4 h^2 + 2 h I) FLOPs per pass, the best of `repeats`
 //   hbm_gbps           a device-to-device copy of 1 GiB, read + write bytes
@@ -18,9 +21,10 @@
 //   gpu_adamw_gparams  the fused GPU AdamW (optim/cuda/adamw.cuh) over 64 M parameters with the bf16 copy
 // and `time_encoder_layers` times the model's own encoder (MachineFigures::layer, which then replaces the
 // GEMM, memory-bound and latency rows of the step's compute): DebertaForSequenceClassification at the run's
-// dims (bf16, a 1024-token vocabulary, dropout on), with 1 and 2 encoder layers, forward + backward and
-// forward alone, at each of layer_timing_points() (lengths 64 to 2048, 4096 and 16384 tokens a micro-batch),
-// the attention kernel the model picks at each length (stored up to 1024, flash beyond); fit_layer_cost
+// dims (model_config_for_calibration: the flags' or the checkpoint's model; bf16, a 1024-token vocabulary,
+// dropout on), with 1 and 2 encoder layers, forward + backward and forward alone, at each of
+// layer_timing_points() (lengths 64 to 2048, 4096 and 16384 tokens a micro-batch), with the model's attention
+// kernel (automatic: stored up to 1024, flash beyond; or the one it forces); fit_layer_cost
 // (app/plan/cost_model.h) turns them into the per-layer fixed, per-token and per-score costs by length.
 // Without them (old figures files) layer_latency_us and the memory-bound bytes per token stay as given.
 #pragma once
@@ -69,7 +73,8 @@ std::vector<double> layer_score_lengths();
 std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
                                              std::span<const LayerTimingPoint> points, int repeats = 3);
 
-// `base` with the measured layer costs in place and the name saying what was timed.
+// `base` with the measured layer costs in place, recorded as `model`'s (MeasuredLayerCost::dims: predict_step
+// uses them for that model's dims only) and the name saying what was timed.
 MachineFigures with_layer_cost(MachineFigures base, const MeasuredLayerCost& layer,
                                const DebertaConfig& model);
 

@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "model/parameters.h"
+#include "optim/zero/owned_blocks.h"
+#include "optim/zero/partition.h"
 #include "runtime/check.h"
 
 namespace zt::plan {
@@ -42,6 +45,8 @@ MeasuredLayerCost load_layer_cost(const nlohmann::json& j, const std::string& pa
   MeasuredLayerCost c;
   int given = 0;
   for (const char* key : kLayerKeys) given += j.contains(key) ? 1 : 0;
+  ZT_CHECK(given > 0 || !j.contains("layer_model"), "--machine_figures ", path,
+           ": layer_model names the model of measured layer costs, and there are none");
   if (given == 0) return c;
   for (const char* key : kLayerKeys)
     ZT_CHECK(j.contains(key), "--machine_figures ", path, ": ", key,
@@ -58,6 +63,24 @@ MeasuredLayerCost load_layer_cost(const nlohmann::json& j, const std::string& pa
   ZT_CHECK(c.forward_share < 1, "--machine_figures ", path, ": layer_forward_share must be below 1");
   c.head_fixed_us = number("head_fixed_us", true);
   c.head_token_ns = number("head_token_ns", true);
+  if (j.contains("layer_model")) {
+    const nlohmann::json& d = j["layer_model"];
+    auto dim = [&](const char* key) {
+      ZT_CHECK(d.is_object() && d.contains(key) && d[key].is_number_integer() && d[key].get<int64_t>() > 0,
+               "--machine_figures ", path, ": layer_model.", key, " must be a positive integer");
+      return d[key].get<int64_t>();
+    };
+    c.dims.hidden = dim("hidden_size");
+    c.dims.intermediate = dim("intermediate_size");
+    c.dims.heads = dim("num_attention_heads");
+    c.dims.relative_rows = dim("relative_rows");
+    ZT_CHECK(d.contains("attention_kernel") && d["attention_kernel"].is_string(), "--machine_figures ", path,
+             ": layer_model.attention_kernel must be a string");
+    c.dims.attention_kernel = d["attention_kernel"].get<std::string>();
+    ZT_CHECK(d.size() == 5, "--machine_figures ", path,
+             ": layer_model has keys besides hidden_size, intermediate_size, num_attention_heads, "
+             "relative_rows and attention_kernel");
+  }
   const nlohmann::json& table = j["layer_score_ps"];
   ZT_CHECK(table.is_array() && !table.empty(), "--machine_figures ", path,
            ": layer_score_ps must be a non-empty array of [length, ps per score]");
@@ -141,7 +164,7 @@ MachineFigures MachineFigures::load(const std::string& path) {
   });
   m.layer = load_layer_cost(j, path);
   for (const auto& [key, value] : j.items()) {
-    bool known = key == "name" || is_layer_key(key);
+    bool known = key == "name" || key == "layer_model" || is_layer_key(key);
     for_each_figure(m, [&](const char* k, double&) { known = known || key == k; });
     ZT_CHECK(known, "--machine_figures ", path, ": unknown key '", key, "'");
   }
@@ -163,10 +186,45 @@ void MachineFigures::save(const std::string& path) const {
     j["layer_forward_share"] = layer.forward_share;
     j["head_fixed_us"] = layer.head_fixed_us;
     j["head_token_ns"] = layer.head_token_ns;
+    if (layer.dims.known())
+      j["layer_model"] = {{"hidden_size", layer.dims.hidden},
+                          {"intermediate_size", layer.dims.intermediate},
+                          {"num_attention_heads", layer.dims.heads},
+                          {"relative_rows", layer.dims.relative_rows},
+                          {"attention_kernel", layer.dims.attention_kernel}};
   }
   std::ofstream out(path);
   ZT_CHECK(out.good(), "cannot write ", path);
   out << j.dump(2) << "\n";
+}
+
+LayerDims LayerDims::of(const DebertaConfig& model) {
+  using Kernel = DebertaConfig::AttentionKernel;
+  return {.hidden = model.hidden_size,
+          .intermediate = model.intermediate_size,
+          .heads = model.num_attention_heads,
+          .relative_rows = model.relative_attention ? model.rel_embedding_rows() : 0,
+          .attention_kernel = model.attention_kernel == Kernel::stored  ? "stored"
+                              : model.attention_kernel == Kernel::flash ? "flash"
+                                                                        : "automatic"};
+}
+
+std::string LayerDims::describe() const {
+  return str("hidden ", hidden, ", ffn ", intermediate, ", ", heads, " heads, ", relative_rows,
+             " relative rows, attention ", attention_kernel);
+}
+
+std::string measured_layer_cost_mismatch(const MachineFigures& f, const DebertaConfig& model) {
+  if (!f.layer.present()) return "";
+  const LayerDims wanted = LayerDims::of(model);
+  if (!f.layer.dims.known())
+    return str("the machine figures' encoder layer costs do not say which model they were timed for (",
+               f.name, "); this model is ", wanted.describe(),
+               ": the compute part is the formulas' (run train_mrpc --calibrate with this model's flags)");
+  if (f.layer.dims == wanted) return "";
+  return str("the machine figures' encoder layer costs were timed for ", f.layer.dims.describe(),
+             "; this model is ", wanted.describe(),
+             ": the compute part is the formulas' (run train_mrpc --calibrate with this model's flags)");
 }
 
 double MeasuredLayerCost::score_ps_at(double length) const {
@@ -260,6 +318,63 @@ MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t h
   return c;
 }
 
+namespace {
+
+// A partial offload's CPU side from the norm's end, as the engine runs it (optim/zero/engine.h): the host
+// part of unit u (the first host_shard elements of the rank's shard, unit by unit) goes down when u's
+// gradients are final on the last micro-batch: the layers evenly through the backward from the last one, the
+// embeddings and the shared unit at its end; the downloads queue on one copy stream. step() waits for the
+// norm, then the CPU takes the units in order (the embeddings first), each once its download landed, and
+// queues its upload (2 bytes a parameter, the other copy stream) as it ends; the step waits for the last.
+struct PartialHostSide {
+  double download_wait_ms = 0;  // the CPU idle, waiting for downloads
+  double adam_ms = 0;           // the CPU AdamW over the host part
+  double upload_tail_ms = 0;    // the uploads past the CPU AdamW's end
+};
+
+PartialHostSide partial_host_side(const Plan& plan, const CostInputs& in, const MachineFigures& f,
+                                  double backward_ms, double norm_ms) {
+  const optim::ZeroPartition partition(ParameterTable(*in.model), plan.stage == 0 ? 1 : in.world_size);
+  const auto& units = partition.units();
+  const int64_t host_shard = optim::offloaded_shard_numel(partition.shard_numel(), plan.offload_ratio);
+  auto host_numel = [&](const optim::ZeroUnit& u) {
+    return static_cast<double>(std::clamp<int64_t>(host_shard - u.shard_begin, 0, u.slice_numel));
+  };
+  const auto layers = static_cast<double>(in.model->num_hidden_layers);
+  // Times from the last backward's start. Ready: layer l after (L - l) / L of the backward.
+  std::vector<double> ready(units.size(), backward_ms);
+  for (size_t u = 0; u < units.size(); ++u)
+    if (units[u].layer >= 0) ready[u] = backward_ms * (layers - units[u].layer) / layers;
+  std::vector<size_t> queued;  // the download queue's order: the layers last to first, then the rest
+  for (size_t u = units.size(); u-- > 0;)
+    if (units[u].layer >= 0) queued.push_back(u);
+  for (size_t u = 0; u < units.size(); ++u)
+    if (units[u].layer < 0) queued.push_back(u);
+  std::vector<double> landed(units.size(), 0);
+  double copy_free = 0;
+  for (const size_t u : queued) {
+    copy_free = std::max(copy_free, ready[u]) + ms_for_bytes(4 * host_numel(units[u]), f.pcie_gbps);
+    landed[u] = copy_free;
+  }
+  PartialHostSide side;
+  const double start = backward_ms + norm_ms;
+  double cpu = start, upload_free = start;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const double n = host_numel(units[u]);
+    if (n == 0) continue;
+    side.download_wait_ms += std::max(0.0, landed[u] - cpu);
+    cpu = std::max(cpu, landed[u]);
+    const double adam_ms = n / (f.cpu_adamw_gparams * 1e9) * 1e3;
+    side.adam_ms += adam_ms;
+    cpu += adam_ms;
+    upload_free = std::max(upload_free, cpu) + ms_for_bytes(2 * n, f.pcie_gbps);
+  }
+  side.upload_tail_ms = std::max(0.0, upload_free - cpu);
+  return side;
+}
+
+}  // namespace
+
 StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigures& f) {
   ZT_CHECK(in.model != nullptr && in.parameters > 0, "predict_step: no model");
   const DebertaConfig& m = *in.model;
@@ -279,24 +394,26 @@ StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigur
   const double memory_ms =
       ms_for_bytes(f.activation_bytes_per_token_layer_per_hidden * tokens * layers * h * passes, f.hbm_gbps);
   const double floor_ms = f.layer_latency_us * layers * passes * 1e-3;
-  // Measured: the layers' forward + backward, checkpointing's recompute as their forward share once more.
-  const double micro = f.layer.present()
-                           ? (f.layer.head_us(static_cast<double>(plan.micro_batch), length) +
-                              layers *
-                                  f.layer.layer_us(static_cast<double>(plan.micro_batch), length,
-                                                   static_cast<double>(m.num_attention_heads)) *
-                                  (plan.gradient_checkpointing ? 1 + f.layer.forward_share : 1.0)) *
-                                 1e-3
-                           : gemm_ms + memory_ms + floor_ms;
+  // Measured: the layers' forward + backward, checkpointing's recompute as their forward share once more;
+  // only where they were timed for this model's dims.
+  const std::string mismatch = measured_layer_cost_mismatch(f, m);
+  const bool measured = f.layer.present() && mismatch.empty();
+  const double micro = measured ? (f.layer.head_us(static_cast<double>(plan.micro_batch), length) +
+                                   layers *
+                                       f.layer.layer_us(static_cast<double>(plan.micro_batch), length,
+                                                        static_cast<double>(m.num_attention_heads)) *
+                                       (plan.gradient_checkpointing ? 1 + f.layer.forward_share : 1.0)) *
+                                      1e-3
+                                : gemm_ms + memory_ms + floor_ms;
   // The forward's part of the micro-batch (the update may hide under the next one); the rest is backward
   // (with checkpointing including the recompute).
   const double forward_share =
-      f.layer.present()
-          ? f.layer.forward_share / (plan.gradient_checkpointing ? 1 + f.layer.forward_share : 1.0)
-          : 1.0 / passes / 3.0;
+      measured ? f.layer.forward_share / (plan.gradient_checkpointing ? 1 + f.layer.forward_share : 1.0)
+               : 1.0 / passes / 3.0;
   const auto accumulation = static_cast<double>(plan.accumulation);
 
   StepCost c;
+  c.compute_note = mismatch;
   c.compute_ms = micro * accumulation;
   const auto all = static_cast<double>(in.parameters);
   const double shard = plan.stage == 0 ? all : all / in.world_size;
@@ -306,15 +423,21 @@ StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigur
 
   const double on_host = plan.optimizer_offload == OptimizerOffload::none ? 0.0 : plan.offload_ratio;
   const double gpu_update_ms = (1 - on_host) * shard / (f.gpu_adamw_gparams * 1e9) * 1e3;
-  double host_update_ms = 0, before_updates_ms = 0;
-  if (on_host > 0) {
+  // Backward: all but the forward share (with checkpointing the recomputed forward is in it).
+  const double backward_ms = micro * (1 - forward_share);
+  if (plan.partial_offload()) {
+    // The norm over the gradient shard on the device, then both updates at once (see the table above).
+    const double norm_ms = ms_for_bytes(4 * shard, f.hbm_gbps);
+    const PartialHostSide host = partial_host_side(plan, in, f, backward_ms, norm_ms);
+    const double busy_ms = host.adam_ms + host.upload_tail_ms;
+    c.optimizer_ms = norm_ms + std::max(gpu_update_ms, busy_ms);
+    // The CPU side's waits for downloads still in flight, where they make it the longer side.
+    c.transfer_ms +=
+        std::max(gpu_update_ms, busy_ms + host.download_wait_ms) - std::max(gpu_update_ms, busy_ms);
+  } else if (on_host > 0) {
     const double host_shard = on_host * shard;
-    // Backward: all but the forward share (with checkpointing the recomputed forward is in it).
-    const double backward_ms = micro * (1 - forward_share);
-    // The norm pass: on the host over the streamed gradients (full offload), on the device over the gradient
-    // shard a partial offload keeps there.
-    const double norm_ms = plan.partial_offload() ? ms_for_bytes(4 * shard, f.hbm_gbps)
-                                                  : ms_for_bytes(4 * host_shard, f.host_gbps);
+    // The norm pass on the host over the streamed gradients.
+    const double norm_ms = ms_for_bytes(4 * host_shard, f.host_gbps);
     const double download_ms = ms_for_bytes(4 * host_shard, f.pcie_gbps);
     double adam_ms = host_shard / (f.cpu_adamw_gparams * 1e9) * 1e3;
     if (plan.optimizer_offload == OptimizerOffload::nvme)
@@ -322,18 +445,17 @@ StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigur
           ms_for_bytes(12 * host_shard, f.disk_read_gbps) + ms_for_bytes(12 * host_shard, f.disk_write_gbps);
     const double upload_ms = ms_for_bytes(2 * host_shard, f.pcie_gbps);
     c.transfer_ms += std::max(0.0, download_ms - backward_ms - norm_ms);
-    // A partial offload takes the norm before queueing either update; the full one's is the CPU side's.
-    (plan.partial_offload() ? before_updates_ms : host_update_ms) += norm_ms;
-    host_update_ms += adam_ms + std::max(0.0, upload_ms - adam_ms);
+    c.optimizer_ms = norm_ms + adam_ms + std::max(0.0, upload_ms - adam_ms);
     // The overlapped exact update (ZeroOffload::overlap_update: world 1, state in host memory) runs under
     // the next forward's first units.
     // That forward is the micro-batch's forward share (with the formulas 1 of 3 forward-equivalents, 4 with
     // checkpointing, whose recomputed forward runs in the backward, not under the update).
     const double next_forward_ms = micro * forward_share;
-    if (in.world_size == 1 && plan.optimizer_offload == OptimizerOffload::cpu && !plan.partial_offload())
+    if (in.world_size == 1 && plan.optimizer_offload == OptimizerOffload::cpu)
       c.hidden_ms = std::min(adam_ms, f.overlap_hidden_forward * next_forward_ms);
+  } else {
+    c.optimizer_ms = gpu_update_ms;
   }
-  c.optimizer_ms = before_updates_ms + std::max(gpu_update_ms, host_update_ms);
   if (plan.param_offload) c.transfer_ms += accumulation * ms_for_bytes(4 * shard, f.pcie_gbps);
   return c;
 }

@@ -19,10 +19,16 @@
 //                   disk_write_gbps, in series with the CPU AdamW
 //   param offload   the stage-3 shard uploaded for forward and backward, 4 bytes a          micro-batch
 //                   parameter at pcie
-//   partial offload ratio r (ZeroOffload::ratio): the GPU AdamW on 1 - r of the shard        step
-//                   queued first, beside the CPU side on r (download, CPU AdamW, upload):
-//                   max of the two; the norm pass on the device (the gradient shard stays
-//                   there), no overlapped update
+//   partial offload ratio r (ZeroOffload::ratio; the engine's step at any stage, no            step
+//                   overlapped update, the CPU AdamW on all threads): the host part is the
+//                   shard's first r S elements, the embeddings and the first layers. Each unit's
+//                   host part goes down at gradients_ready on the last micro-batch (one copy
+//                   stream at pcie, in backward's order: the last layer first, the embeddings
+//                   last, ready at the backward's end: at xlarge 197 M parameters, ~14 ms that
+//                   nothing hides). step(): the norm on the device over the shard, then the GPU
+//                   AdamW on 1 - r queued beside the CPU side, which takes the blocks in unit
+//                   order, each once its download landed, queueing its upload (2 bytes a
+//                   parameter) as it ends: the longer side after the norm
 // The defaults are docs/PERFORMANCE.md's measured xlarge figures (seq 128, bf16, one H200; the H100 runs of
 // issue 40 agree within a few %): stage 0 bs 8 / 40 / 64 / 80 28.3 / 67.5 / 95.1 / 119 ms, +20.7 ms with
 // checkpointing at bs 40, stage 2 / 3 +2.1 / +3.9 %, GPU AdamW 8.22 ms, ZeRO-2 + optimizer offload bs 40 /
@@ -37,6 +43,9 @@
 //                                       the attention kernel, stored or flash, changes with L)
 //   embeddings + head, fwd + bwd        head_fixed_us + head_token_ns x B L
 //   checkpointing's recompute           forward_share of the layers' forward + backward, once more
+// The measured costs are those of the model they were timed for (MeasuredLayerCost::dims: hidden, ffn, heads,
+// relative window, attention kernel); for another model predict_step keeps the formulas and says why
+// (StepCost::compute_note), as it does for figures that do not name their model.
 // A machine's own figures are kept in a small JSON file (MachineFigures::load / save, train_mrpc
 // --machine_figures); `--calibrate` measures the host's and the GPU's into it (app/plan/calibrate.h).
 #pragma once
@@ -50,8 +59,20 @@
 
 namespace zt::plan {
 
+// What decides an encoder layer's measured cost: the projections' h and I, the attention's heads, relative
+// window (rows of the relative embeddings) and kernel.
+struct LayerDims {
+  int64_t hidden = 0, intermediate = 0, heads = 0, relative_rows = 0;
+  std::string attention_kernel;  // "automatic" (stored up to 1024 tokens, flash beyond), "stored", "flash"
+  static LayerDims of(const DebertaConfig& model);
+  bool known() const { return hidden > 0; }
+  std::string describe() const;  // "hidden 1536, ffn 6144, 24 heads, 512 relative rows, attention automatic"
+  bool operator==(const LayerDims&) const = default;
+};
+
 // The encoder's compute measured on one GPU at one model's dims (fit_layer_cost); all costs per micro-batch.
 struct MeasuredLayerCost {
+  LayerDims dims;       // the model timed (JSON key layer_model); unknown in files that do not say
   double fixed_us = 0;  // per encoder layer, forward + backward: launches, tails
   double token_ns = 0;  // per token and layer, forward + backward (projections, memory-bound kernels)
   std::vector<double> score_lengths;  // ascending sequence lengths the per-score cost was measured at
@@ -81,7 +102,8 @@ struct MachineFigures {
   double disk_read_gbps = 1.6;
   double disk_write_gbps = 2.0;
   // Measured on the GPU by --calibrate (JSON keys layer_fixed_us, layer_token_ns, layer_score_ps as
-  // [[L, ps], ...], layer_forward_share, head_fixed_us, head_token_ns: all or none); absent in the defaults.
+  // [[L, ps], ...], layer_forward_share, head_fixed_us, head_token_ns: all or none, and layer_model, an
+  // object of the LayerDims, with them); absent in the defaults.
   MeasuredLayerCost layer;
 
   // Throws zt::Error naming the file and key on a missing file, bad JSON, a non-positive figure, an unknown
@@ -92,11 +114,13 @@ struct MachineFigures {
 
 // The step's parts in milliseconds (per rank); total() is the predicted step.
 struct StepCost {
-  double compute_ms = 0;    // GEMMs + memory-bound kernels + launch floor, all micro-batches
-  double zero_ms = 0;       // the stage's extra work (folds, gathers, accumulating reads)
-  double optimizer_ms = 0;  // the update: GPU AdamW, or the exposed offload parts, or both (partial)
-  double transfer_ms = 0;   // parameter offload uploads, exposed gradient downloads
-  double hidden_ms = 0;     // the next forward hidden under the overlapped CPU update (subtracted)
+  double compute_ms = 0;     // GEMMs + memory-bound kernels + launch floor, all micro-batches
+  double zero_ms = 0;        // the stage's extra work (folds, gathers, accumulating reads)
+  double optimizer_ms = 0;   // the update: GPU AdamW, or the exposed offload parts, or both (partial)
+  double transfer_ms = 0;    // parameter offload uploads, exposed gradient downloads
+  double hidden_ms = 0;      // the next forward hidden under the overlapped CPU update (subtracted)
+  std::string compute_note;  // why measured layer costs were not used for the compute part ("" if they were
+                             // or there were none)
   double total() const { return compute_ms + zero_ms + optimizer_ms + transfer_ms - hidden_ms; }
 };
 
@@ -121,6 +145,10 @@ struct LayerTiming {
 // (noise) become 0.
 MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t heads,
                                  std::vector<double> score_lengths);
+
+// Why the figures' measured layer costs do not apply to `model` ("" when they do or there are none): they
+// were timed for another model's dims, or do not say which.
+std::string measured_layer_cost_mismatch(const MachineFigures& figures, const DebertaConfig& model);
 
 StepCost predict_step(const Plan& plan, const CostInputs& inputs, const MachineFigures& figures);
 

@@ -51,6 +51,14 @@ DebertaConfig model_config_for_run(const TrainConfig& config, int64_t num_labels
   return model;
 }
 
+DebertaConfig model_config_for_calibration(TrainConfig config, bool gpu) {
+  if (config.device == DeviceChoice::auto_detect)
+    config.device = gpu ? DeviceChoice::cuda : DeviceChoice::cpu;
+  if (config.model_name_or_path.empty()) return model_config_for_run(config);
+  const int64_t stored = ModelFile(resolve_model_path(config.model_name_or_path)).config().num_labels;
+  return model_config_for_run(config, stored, "the checkpoint's own head");
+}
+
 data::TaskDataRequest task_data_request(const TrainConfig& config, const DebertaConfig& model) {
   data::TaskDataRequest request;
   request.task_name = config.task_name;

@@ -81,6 +81,11 @@ DType compute_dtype_for_run(const TrainConfig& config);
 DebertaConfig model_config_for_run(const TrainConfig& config, int64_t num_labels = 2,
                                    const std::string& task = "MRPC");
 
+// The model `train_mrpc --calibrate` times on the GPU: the one this run trains, as model_config_for_run
+// resolves it (the device left to --device auto is the GPU when `gpu`), a checkpoint's with its own head
+// (the head's size is not the encoder's cost; no task data is read).
+DebertaConfig model_config_for_calibration(TrainConfig config, bool gpu);
+
 // What to read for a run: --task_name (MRPC's shipped folder when neither --data_dir nor files are given),
 // --data_dir, the files, and `model`'s label2id (user files take the checkpoint's ids when the names match).
 data::TaskDataRequest task_data_request(const TrainConfig& config, const DebertaConfig& model);

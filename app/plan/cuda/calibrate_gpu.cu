@@ -133,7 +133,6 @@ std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
     DebertaConfig config = model;
     config.num_hidden_layers = layers;
     config.vocab_size = 1024;
-    config.attention_kernel = DebertaConfig::AttentionKernel::automatic;
     const ParameterTable table(config);
     Arena params("calibrate params", table.layout(DType::bf16), {.kind = MemoryKind::device});
     Arena grads("calibrate grads", table.layout(DType::f32), {.kind = MemoryKind::device, .zero_fill = true});
