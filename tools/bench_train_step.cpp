@@ -192,7 +192,8 @@ const auto kFlags = std::to_array<zt::Flag<Options>>({
      "--batch is the global batch per rank: the planner chooses the stage, offload, checkpointing and "
      "micro-batch x accumulation (with --estimate_only: the ranked plans as JSON)",
      [](Options& o, F, V) { o.auto_plan = true; }, nullptr},
-    {"machine_figures", "FILE", "the cost model's figures for --auto_plan (train_mrpc --calibrate)",
+    {"machine_figures", "FILE",
+     "the cost model's figures for --auto_plan (train_mrpc --calibrate); default: the cached calibration",
      [](Options& o, F, V v) { o.machine_figures = v; }, [](const Options& o) { return o.machine_figures; }},
     {"zero_stage", "S", "ZeRO stage (0-3)", [](Options& o, F f, V v) { o.zero_stage = small_integer(f, v); },
      [](const Options& o) { return std::to_string(o.zero_stage); }},
@@ -419,9 +420,10 @@ zt::plan::AutoPlan choose_bench_plan(Options& o, const zt::DebertaConfig& model,
                                      const zt::optim::TrainConfig& config) {
   size_t cap = config.gpu_memory_limit;
   if (cap == 0) cap = zt::device_allocator().backend().free_memory() / static_cast<size_t>(o.world_size);
-  const auto figures = o.machine_figures.empty() ? zt::plan::MachineFigures{}
-                                                 : zt::plan::MachineFigures::load(o.machine_figures);
-  zt::plan::AutoPlan chosen = zt::plan::choose_auto_plan(config, model, compute, cap, /*gpu=*/true, figures);
+  const zt::plan::PlanningFigures figures = zt::plan::planning_figures(o.machine_figures);
+  zt::plan::AutoPlan chosen =
+      zt::plan::choose_auto_plan(config, model, compute, cap, /*gpu=*/true, figures.figures);
+  chosen.report = "machine figures from " + figures.source + "\n" + chosen.report;
   const zt::plan::Plan& p = chosen.plan;
   o.auto_plan = false;
   o.zero_stage = p.stage;

@@ -87,21 +87,21 @@ void apply_auto_plan(TrainConfig& config, const zt::DebertaConfig& model, bool g
               ? zt::device_allocator().backend().free_memory() / static_cast<size_t>(config.world_size)
               : zt::read_host_memory_limits().available;
   }
-  const auto figures = config.machine_figures.empty()
-                           ? zt::plan::MachineFigures{}
-                           : zt::plan::MachineFigures::load(config.machine_figures);
-  const zt::plan::AutoPlan plan =
-      zt::plan::choose_auto_plan(config, model, zt::optim::compute_dtype_for_run(config), cap, gpu, figures);
+  const zt::plan::PlanningFigures figures = zt::plan::planning_figures(config.machine_figures);
+  const zt::plan::AutoPlan plan = zt::plan::choose_auto_plan(
+      config, model, zt::optim::compute_dtype_for_run(config), cap, gpu, figures.figures);
+  std::printf("machine figures from %s\n", figures.source.c_str());
   std::fputs(plan.report.c_str(), stdout);
   zt::plan::apply_plan(plan.plan, config);
 }
 
-// --calibrate: this host's figures for the planner, written to --machine_figures.
+// --calibrate: this host's figures for the planner, written to --machine_figures, else to the cache every
+// later --auto_plan reads (zt::plan::default_machine_figures_path()).
 void calibrate(const TrainConfig& config) {
-  ZT_CHECK(!config.machine_figures.empty(), "--calibrate needs --machine_figures FILE (where to write them)");
-  const zt::plan::MachineFigures base = std::filesystem::exists(config.machine_figures)
-                                            ? zt::plan::MachineFigures::load(config.machine_figures)
-                                            : zt::plan::MachineFigures{};
+  const std::string path =
+      config.machine_figures.empty() ? zt::plan::default_machine_figures_path() : config.machine_figures;
+  const zt::plan::MachineFigures base =
+      std::filesystem::exists(path) ? zt::plan::MachineFigures::load(path) : zt::plan::MachineFigures{};
   const zt::plan::HostCalibration host = zt::plan::calibrate_host(base);
   zt::plan::MachineFigures measured = host.figures;
   if (zt::cuda_available()) {
@@ -144,9 +144,11 @@ void calibrate(const TrainConfig& config) {
   } else {
     std::printf("no GPU: the GPU figures keep their values (%s)\n", measured.name.c_str());
   }
-  measured.save(config.machine_figures);
+  if (const std::filesystem::path dir = std::filesystem::path(path).parent_path(); !dir.empty())
+    std::filesystem::create_directories(dir);
+  measured.save(path);
   std::printf("calibrated: CPU AdamW %.2f G parameters/s, norm pass %.1f GB/s -> %s\n",
-              measured.cpu_adamw_gparams, host.host_norm_gbps, config.machine_figures.c_str());
+              measured.cpu_adamw_gparams, host.host_norm_gbps, path.c_str());
 }
 
 // A process started by mpirun: refused before anything is read (N ranks on the CPU backend, a build without

@@ -257,10 +257,12 @@ const std::vector<FlagSpec>& flag_table() {
        [](C& c, F, V) { c.auto_plan = true; }, [](const C& c) { return show_bool(c.auto_plan); }},
       {"calibrate", "",
        "measure this host's CPU AdamW rate and norm-pass bandwidth (and, with a GPU, its GEMM, HBM, PCIe and "
-       "AdamW rates), write them to --machine_figures and exit",
+       "AdamW rates and the model's encoder), write them to --machine_figures (default: the cache "
+       "~/.cache/zerotrain/machine_figures.json that --auto_plan reads) and exit",
        [](C& c, F, V) { c.calibrate = true; }, [](const C& c) { return show_bool(c.calibrate); }},
       {"machine_figures", "FILE",
-       "--auto_plan's cost model figures (JSON, app/plan/cost_model.h); default: the measured H200 figures",
+       "--auto_plan's cost model figures (JSON, app/plan/cost_model.h); default: this machine's cached "
+       "--calibrate, else the built-in H200 figures",
        [](C& c, F, V v) { c.machine_figures = v; }, [](const C& c) { return c.machine_figures; }},
       {"overwrite_output_dir", "", "write into --output_dir even when it already holds files (HF's flag)",
        [](C& c, F, V) { c.overwrite_output_dir = true; },

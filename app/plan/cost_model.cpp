@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -374,6 +376,28 @@ PartialHostSide partial_host_side(const Plan& plan, const CostInputs& in, const 
 }
 
 }  // namespace
+
+std::string default_machine_figures_path() {
+  if (const char* explicit_path = std::getenv("ZT_MACHINE_FIGURES"); explicit_path && *explicit_path)
+    return explicit_path;
+  std::filesystem::path base;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    base = xdg;
+  } else if (const char* home = std::getenv("HOME"); home && *home) {
+    base = std::filesystem::path(home) / ".cache";
+  } else {
+    base = ".cache";
+  }
+  return (base / "zerotrain" / "machine_figures.json").string();
+}
+
+PlanningFigures planning_figures(const std::string& path) {
+  if (!path.empty()) return {MachineFigures::load(path), "--machine_figures " + path};
+  const std::string cached = default_machine_figures_path();
+  if (std::filesystem::exists(cached))
+    return {MachineFigures::load(cached), "this machine's calibration, " + cached};
+  return {MachineFigures{}, "the built-in figures (no calibration at " + cached + ": run --calibrate once)"};
+}
 
 StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigures& f) {
   ZT_CHECK(in.model != nullptr && in.parameters > 0, "predict_step: no model");

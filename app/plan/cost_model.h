@@ -112,6 +112,20 @@ struct MachineFigures {
   void save(const std::string& path) const;
 };
 
+// Where `--calibrate` keeps this machine's figures when no --machine_figures is given, and where the planner
+// looks for them: $ZT_MACHINE_FIGURES, else $XDG_CACHE_HOME/zerotrain/machine_figures.json, else
+// ~/.cache/zerotrain/machine_figures.json (the relative ".cache/..." when HOME is unset too).
+std::string default_machine_figures_path();
+
+// The figures a plan is ranked with: `path` when given (it must load), else the cached calibration at
+// default_machine_figures_path() when that file exists, else the built-in ones; `source` says which and
+// where, for the plan's report.
+struct PlanningFigures {
+  MachineFigures figures;
+  std::string source;
+};
+PlanningFigures planning_figures(const std::string& path);
+
 // The step's parts in milliseconds (per rank); total() is the predicted step.
 struct StepCost {
   double compute_ms = 0;     // GEMMs + memory-bound kernels + launch floor, all micro-batches

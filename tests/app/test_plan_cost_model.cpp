@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "tests/app/narrow_model.h"
+#include "tests/support/temp_dir_test.h"
 
 namespace zt::plan {
 namespace {
@@ -560,6 +563,68 @@ TEST(Calibrate, LayerCostNamesWhatWasTimed) {
   EXPECT_NE(m.name.find("encoder layers (hidden 1536"), std::string::npos) << m.name;
   EXPECT_EQ(with_layer_cost(m, synthetic_layer_cost(), model).name, m.name);
   EXPECT_THROW(with_layer_cost(MachineFigures{}, MeasuredLayerCost{}, model), Error);
+}
+
+// The planner's figures when none are named: the cached calibration at default_machine_figures_path()
+// ($ZT_MACHINE_FIGURES here), else the built-in ones; a named file wins over the cache.
+class PlanningFiguresTest : public test::TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    const char* before = std::getenv("ZT_MACHINE_FIGURES");
+    saved_ = before ? std::optional<std::string>(before) : std::nullopt;
+    setenv("ZT_MACHINE_FIGURES", path("cache/machine_figures.json").c_str(), 1);
+  }
+  void TearDown() override {
+    if (saved_) {
+      setenv("ZT_MACHINE_FIGURES", saved_->c_str(), 1);
+    } else {
+      unsetenv("ZT_MACHINE_FIGURES");
+    }
+    TempDirTest::TearDown();
+  }
+  std::optional<std::string> saved_;
+};
+
+TEST_F(PlanningFiguresTest, TheCachedCalibrationIsUsedUntilAFileIsNamed) {
+  EXPECT_EQ(default_machine_figures_path(), path("cache/machine_figures.json"));
+  const PlanningFigures built_in = planning_figures("");
+  EXPECT_EQ(built_in.figures.name, MachineFigures{}.name);
+  EXPECT_NE(built_in.source.find("built-in"), std::string::npos) << built_in.source;
+  EXPECT_NE(built_in.source.find("--calibrate"), std::string::npos) << built_in.source;
+
+  std::filesystem::create_directories(path("cache"));
+  MachineFigures calibrated;
+  calibrated.name = "this host, calibrated";
+  calibrated.cpu_adamw_gparams = 3.25;
+  calibrated.save(default_machine_figures_path());
+  const PlanningFigures cached = planning_figures("");
+  EXPECT_EQ(cached.figures.name, "this host, calibrated");
+  EXPECT_DOUBLE_EQ(cached.figures.cpu_adamw_gparams, 3.25);
+  EXPECT_NE(cached.source.find(default_machine_figures_path()), std::string::npos) << cached.source;
+
+  MachineFigures named;
+  named.name = "named";
+  named.save(path("named.json"));
+  const PlanningFigures explicit_file = planning_figures(path("named.json"));
+  EXPECT_EQ(explicit_file.figures.name, "named");
+  EXPECT_NE(explicit_file.source.find("--machine_figures"), std::string::npos) << explicit_file.source;
+  EXPECT_THROW(planning_figures(path("missing.json")), Error);
+}
+
+TEST_F(PlanningFiguresTest, TheCacheFollowsXdgThenHome) {
+  unsetenv("ZT_MACHINE_FIGURES");
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const std::optional<std::string> saved_xdg = xdg ? std::optional<std::string>(xdg) : std::nullopt;
+  setenv("XDG_CACHE_HOME", path("xdg").c_str(), 1);
+  EXPECT_EQ(default_machine_figures_path(), path("xdg/zerotrain/machine_figures.json"));
+  unsetenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  if (home && *home) {
+    EXPECT_EQ(default_machine_figures_path(),
+              (std::filesystem::path(home) / ".cache/zerotrain/machine_figures.json").string());
+  }
+  if (saved_xdg) setenv("XDG_CACHE_HOME", saved_xdg->c_str(), 1);
 }
 
 }  // namespace
