@@ -48,10 +48,21 @@ Pruning (the grid holds every plausible winner of each cap; the planner's own ta
   - a plan at the edge of the cap (planned above 95 % of the budget) gets its family's next smaller
     micro-batch as a fallback, measured only where the edge plan does not run uncapped under the cap.
 Steps: plans predicted over --long-step-ms (450; measured ~10 % above) run 1 warm-up + 3 timed steps, the
-others --warmup + --steps (2 + 3); each bench_train_step run costs ~3.5 s of start-up, and an offload plan
-~9.5 s more per full optimizer state it pins (14.2 GB at ~1.5 GB/s: cudaHostAlloc).
-Lines for the summary go
-to stdout as they land.
+others --warmup + --steps (2 + 3).
+
+Time. One bench_train_step run takes RUN_STARTUP_S + RUN_PIN_S_PER_GIB x its planned host GiB (pinning:
+cudaHostAlloc) + its steps x the step: fitted to the 42 runs of the two H100 calls of 2026-12-06
+(docs/bench/2026-12-06-h100-plan, the planner's host GiB, the measured steps): call 1 3.9 s + 0.60 s/GiB,
+call 2 5.2 s + 0.94 s/GiB (a host that pinned ~1.5x slower), residuals within 2.2 s; the slower host's
+figures are the expectation. A run's timeout is 1.5 x (start-up + pinning) + 5 s + its steps x an allowance
+that is never below what a winner could need: twice its predicted step, or, where every cap the plan fits
+already has a measured plan that fits it for sure (reserved peak within the cap), the slowest of those
+caps' best steps (a plan slower than that wins no cap), and 3x its prediction where some cap has none yet.
+Each part prints its expected seconds (the sum of its runs) and runs under min(1.25 x expected + 10 s, the
+call's time left): a grid plan is started whenever the call's time holds its expected time (a part may
+overrun its own budget by those plans, never the call's), extras (the partial ratio sweep) only within the
+part's budget. `expect` prints every part's expected seconds and the call plan's (plan.sh's header).
+Lines for the summary go to stdout as they land.
 """
 import argparse
 import json
@@ -65,6 +76,78 @@ CAPS_GIB = (12, 16, 24, 40)
 BATCHES = ((40, 128), (128, 128), (512, 128), (16, 512))
 HEADROOM = 0.05  # optim::kOomHeadroom
 LARGE_STARTUP_S, LARGE_STEP_S = 125.0, 2.3  # the 6.2 B run on one H200 (docs/bench/2026-12-03-h200-session*/big)
+# One bench_train_step run's wall time (module docstring, "Time"): the slower H100 host's fit of 2026-12-06.
+RUN_STARTUP_S, RUN_PIN_S_PER_GIB = 5.2, 0.94
+TIMEOUT_FACTOR, TIMEOUT_SLACK_S = 1.5, 5.0
+STEP_ALLOWANCE, STEP_ALLOWANCE_UNBOUNDED = 2.0, 3.0  # x the predicted step (module docstring, "Time")
+PART_FACTOR, PART_SLACK_S = 1.25, 10.0
+FULL_OFFLOAD_HOST_GIB = 14.87  # xlarge's planned host state with the whole optimizer offloaded (AdamW, f32)
+ESTIMATES_S = 2.0  # a grid's four --estimate_only runs
+CALIBRATE_S = 5.0  # train_mrpc --calibrate (call 2: 4.9 s with the encoder timings)
+SWEEP_RATIOS = (0.75, 0.5, 0.25)
+DELAYED_STEP_MS = 210.0  # ZeRO-2 + offload --delayed_update at batch 40 (call 1: 202.7 ms)
+LARGE_EXPECTED_S = LARGE_STARTUP_S + 20 * LARGE_STEP_S
+# The call's other costs (seconds): the build of the plan task's three targets on a fresh H100 (call 2: 60 s,
+# call 1: 36 s), warm ~1 s; DeepSpeed's CPU Adam compiled beside a fresh build, waited for after it (call 2:
+# 38 s; ds_plan_anchor.py --jit-only no longer imports transformers); DeepSpeed's anchor (ds_plan_anchor.py's
+# docstring: install + imports ~16, the engine with the model built on the GPU ~20 (10-16 s in
+# ds_nvme_anchor.py on the H200; 68.9 s in call 2 with the model built on the CPU), the global batches ~12,
+# 4 caps x 3 one-step probes ~18).
+BUILD_FRESH_S, BUILD_WARM_S, DS_JIT_WAIT_S, DS_EXPECTED_S, SUMMARY_S = 60.0, 1.0, 40.0, 66.0, 1.0
+
+
+GRID_PARTS = {"g128": (128, 128), "g40": (40, 128), "g512": (512, 128), "g16x512": (16, 512)}
+# Issue 40's goals in back-to-back calls on one machine (plan.sh's header): the first on a fresh machine
+# (the build, DeepSpeed's CPU Adam compiled beside it), the next within 30 s on the warm one. Each call's
+# PLAN_BUDGET_S: CALL_FACTOR x its expected seconds, rounded up to 10 s; the device call's timeout_s 30 s more.
+CALL_PLAN = (("calibrate,g128,g40,g512,g16x512", True), ("partial,delayed,ds,summary", False))
+CALL_FACTOR, CALL_LIMIT_S, GOALS_DEVICE_S = 1.2, 600, 800
+
+
+def call_budget_s(expected_s):
+    return int(-(-CALL_FACTOR * expected_s // 10) * 10)
+
+
+def partial_expected_s(ratio_sweep):
+    """From the grid's measurements (~1 s); the sweep: SWEEP_RATIOS at one cap's full offload plan (~400 ms)."""
+    sweep = sum(expected_run_s(r * FULL_OFFLOAD_HOST_GIB, 5, 400.0) for r in SWEEP_RATIOS) if ratio_sweep else 0.0
+    return 1.0 + sweep
+
+
+def delayed_expected_s(warmup):
+    """Two ZeRO-2 + offload runs at batch 40 (the delayed update's landings), warmup + 4 steps each."""
+    return 2 * expected_run_s(FULL_OFFLOAD_HOST_GIB, warmup + 4, DELAYED_STEP_MS)
+
+
+def expected_run_s(host_gib, steps, step_ms):
+    """The wall time one bench_train_step run is expected to take: start-up, pinning, its steps."""
+    return RUN_STARTUP_S + RUN_PIN_S_PER_GIB * host_gib + steps * step_ms / 1e3
+
+
+def run_timeout_s(host_gib, steps, allowed_step_ms):
+    """The run's timeout: the start-up and pinning with a safety factor, its steps at the allowed step time."""
+    return TIMEOUT_FACTOR * (RUN_STARTUP_S + RUN_PIN_S_PER_GIB * host_gib) + TIMEOUT_SLACK_S + \
+        steps * allowed_step_ms / 1e3
+
+
+def host_gib(p):
+    """The plan's planned host bytes (the planner's candidates carry them; a plan built here, by its ratio)."""
+    if "host_gib" in p:
+        return p["host_gib"]
+    return 0.0 if p["offload"] == "none" else FULL_OFFLOAD_HOST_GIB * p.get("offload_ratio", 1.0)
+
+
+def step_allowance_ms(p, cap_bests):
+    """The step time p's timeout allows: never below what a winner could need. cap_bests maps each cap p fits
+    (planned) to the best measured step of a plan that fits it for sure, or None where none is measured yet."""
+    pred = p.get("predicted_ms", 0.0)
+    if not cap_bests or any(b is None for b in cap_bests.values()):
+        return STEP_ALLOWANCE_UNBOUNDED * pred
+    return max(STEP_ALLOWANCE * pred, max(cap_bests.values()))
+
+
+def part_budget_s(expected_s, ceiling_s):
+    return min(ceiling_s, PART_FACTOR * expected_s + PART_SLACK_S)
 
 
 def say(*parts):
@@ -147,14 +230,28 @@ class Runner:
         self.work = pathlib.Path(args.work)
         self.work.mkdir(parents=True, exist_ok=True)
         self.state = State(self.work / "plan_goals_state.json")
-        self.deadline = time.time() + args.budget_s
+        self.ceiling = time.time() + args.budget_s  # the call's time: no run outlives it
+        self.deadline = self.ceiling  # the part's budget (start_part)
 
     def left(self):
+        """The part's time left."""
         return self.deadline - time.time()
+
+    def call_left(self):
+        return self.ceiling - time.time()
+
+    def start_part(self, name, expected_s, detail=""):
+        """Prints the part's expected seconds and sets its budget from them (module docstring, "Time")."""
+        budget = part_budget_s(expected_s, self.call_left())
+        self.deadline = time.time() + budget
+        self.state.data.setdefault("expected_s", {})[name] = round(expected_s, 1)
+        self.state.save()
+        say(f"{name}: expected {expected_s:.0f} s{detail}, budget {budget:.0f} s ({self.call_left():.0f} s left "
+            f"in the call)")
 
     def bench(self, flags, timeout=None, label=""):
         """One bench_train_step run; its JSON dict, or {"error": ...}."""
-        timeout = min(timeout or self.args.step_timeout_s, max(5.0, self.left()))
+        timeout = min(timeout or self.args.step_timeout_s, max(5.0, self.call_left()))
         cmd = [str(self.bin / "bench_train_step"), "--dtype", "bf16", *flags]
         with open(self.work / "commands.txt", "a") as log:
             log.write(" ".join(cmd) + "\n")
@@ -194,21 +291,27 @@ class Runner:
             return 1, min(3, self.args.steps)
         return self.args.warmup, self.args.steps
 
-    def measure(self, p, seq, label, cap=None):
+    def measure(self, p, seq, label, cap=None, allowed_step_ms=None, extra=False):
         """Times plan p once per (plan, seq), without a cap, or under --gpu_memory_limit CAP GiB (the cap on
-        reserved bytes: the allocator returns its cache and retries before it fails); cached in the state."""
+        reserved bytes: the allocator returns its cache and retries before it fails); cached in the state.
+        Its timeout allows allowed_step_ms a step (default: STEP_ALLOWANCE x its prediction); it starts only
+        where the call's time (an extra: the part's) holds its expected time."""
         cache = self.state.data.setdefault("measured", {})
         key = measured_key(p, seq, cap)
         if key in cache:
             return cache[key]
-        if self.left() < 8:
-            return {"error": "skipped: time budget"}
         warmup, steps = self.step_counts(p)
+        host = host_gib(p)
+        expected = expected_run_s(host, warmup + steps, p.get("predicted_ms", 0.0))
+        if (self.left() if extra else self.call_left()) < expected:
+            return {"error": f"skipped: time budget (expected {expected:.0f} s)"}
+        allowed = allowed_step_ms or STEP_ALLOWANCE * p.get("predicted_ms", 0.0)
+        timeout = run_timeout_s(host, warmup + steps, allowed)
         flags = [*plan_flags(p), "--seq", str(seq), "--warmup", str(warmup), "--steps", str(steps),
                  *self.quick_flags()]
         if cap is not None:
             flags += ["--gpu_memory_limit", f"{cap}GiB"]
-        r = self.bench(flags, label=label)
+        r = self.bench(flags, timeout=timeout, label=label)
         keep = {k: r[k] for k in ("step_ms", "peak_gib", "peak_reserved_gib", "first_step_s", "wall_s", "error",
                                   "overlap_update") if k in r}
         keep["estimate_gib"] = r.get("estimate_gib", {}).get("total")
@@ -216,21 +319,26 @@ class Runner:
             return keep  # not measured: not cached, a later call may have the time
         cache[key] = keep
         self.state.save()
+        keep["expected_s"], keep["timeout_s"] = round(expected, 1), round(timeout, 1)
         if "error" in keep:
-            say(f"  {label} {key}: FAILED {keep['error'][:200]} ({keep.get('wall_s')} s)")
+            say(f"  {label} {key}: FAILED {keep['error'][:200]} ({keep.get('wall_s')} s, expected {expected:.1f})")
         else:
             say(f"  {label} {key}: {keep['step_ms']} ms, peak {keep['peak_gib']} GiB "
-                f"(reserved {keep.get('peak_reserved_gib')}, planned {keep['estimate_gib']}), {keep['wall_s']} s")
+                f"(reserved {keep.get('peak_reserved_gib')}, planned {keep['estimate_gib']}), {keep['wall_s']} s "
+                f"(expected {expected:.1f}, timeout {timeout:.0f})")
         return keep
 
     def under_cap(self, p, seq, cap, label):
         """How plan p runs under the cap (fit_under_cap), re-running it capped when its uncapped reserved peak
         is over the cap but its live peak is not."""
-        return fit_under_cap(self.measure(p, seq, label), cap,
-                             lambda: self.measure(p, seq, f"{label} capped@{cap}", cap=cap))
+        m = self.measure(p, seq, label)
+        # A run under the cap is never faster than without it; the allocator's retries may slow it.
+        return fit_under_cap(m, cap, lambda: self.measure(dict(p, predicted_ms=m["step_ms"]), seq,
+                                                          f"{label} capped@{cap}", cap=cap))
 
     # ------------------------------------------------------------------------------------------------------
     def calibrate(self):
+        self.start_part("calibrate", CALIBRATE_S)
         figures = pathlib.Path(self.args.figures)
         cmd = [str(self.bin / "train_mrpc"), "--calibrate", "--machine_figures", str(figures)]
         t = time.time()
@@ -303,15 +411,39 @@ class Runner:
     def caps(self):
         return [int(c) for c in self.args.caps.split(",")]
 
+    def cap_bests(self, p, results):
+        """Per cap that plan p fits as planned: the best step of a measured plan that fits it for sure (its
+        reserved peak within the cap), or None (step_allowance_ms)."""
+        bests = {}
+        for cap in self.caps():
+            if p["device_gib"] > cap * (1 - HEADROOM):
+                continue
+            sure = [m["step_ms"] for _, m in results if "error" not in m and
+                    m.get("peak_reserved_gib", m["peak_gib"]) <= cap]
+            bests[cap] = min(sure) if sure else None
+        return bests
+
+    def expected_plan_s(self, plans):
+        return {plan_key(p): expected_run_s(host_gib(p), sum(self.step_counts(p)), p["predicted_ms"]) for p in plans}
+
     def grid(self, batch, seq):
-        say(f"grid global batch {batch} seq {seq}: {self.left():.0f} s left")
         chosen, plans = self.select_grid(batch, seq)
         plans.sort(key=lambda p: p["predicted_ms"])
-        say(f"  {len(plans)} plans: " + "; ".join(f"{plan_key(p)} ({p['predicted_ms']:.0f} ms"
+        expected = self.expected_plan_s(plans)
+        fallback_s = sum(expected[plan_key(p)] for p in plans if "fallback_for" in p)
+        self.start_part(f"grid global batch {batch} seq {seq}", grid_expected_s(plans, self.step_counts),
+                        f" ({len(plans)} plans; fallbacks {fallback_s:.0f} s more where needed)")
+        say(f"  {len(plans)} plans: " + "; ".join(f"{plan_key(p)} ({p['predicted_ms']:.0f} ms, "
+                                                  f"{expected[plan_key(p)]:.0f} s"
                                                   f"{', fallback' if 'fallback_for' in p else ''})" for p in plans))
         results = []
+
+        def timed(p):
+            allowed = step_allowance_ms(p, self.cap_bests(p, results))
+            return self.measure(p, seq, f"b{batch}", allowed_step_ms=allowed)
+
         for p in (p for p in plans if "fallback_for" not in p):
-            results.append((p, self.measure(p, seq, f"b{batch}")))
+            results.append((p, timed(p)))
         for p in (p for p in plans if "fallback_for" in p):
             # The next smaller micro-batch of a plan at the edge of a cap: needed only where that plan does not
             # run under the cap with its uncapped time (a capped rerun may be slower, an OOM leaves its family
@@ -320,7 +452,7 @@ class Runner:
                     self.under_cap(top, seq, cap, f"b{batch}")["how"] != "uncapped"]
             if edge:
                 say(f"  {plan_key(p)}: the fallback of {', '.join(f'{plan_key(t)} at {c} GiB' for c, t in edge)}")
-                results.append((p, self.measure(p, seq, f"b{batch}")))
+                results.append((p, timed(p)))
         rows = self.state.data.setdefault("table", {})
         for cap in self.caps():
             auto = chosen.get(cap)
@@ -351,6 +483,8 @@ class Runner:
         if "offload_ratio" not in help_text:
             say("partial: skipped: bench_train_step has no --offload_ratio (the partial offload branch is not in)")
             return
+        self.start_part("partial", partial_expected_s(self.args.ratio_sweep),
+                        " (from the grid" + (", the ratio sweep at one cap)" if self.args.ratio_sweep else ")"))
         measured = self.state.data.get("measured", {})
         found = False
         for batch, seq in ((128, 128), (40, 128), (512, 128), (16, 512)):
@@ -375,12 +509,13 @@ class Runner:
                     f"offload {kf[len(f'seq{seq} '):]} {f_ms} ms: {f_ms / p_ms:.2f}x "
                     f"({'faster' if p_ms < f_ms else 'NOT faster'}, {100 * (f_ms - p_ms) / f_ms:.0f} % less time)")
                 m = re.match(r"seq\d+ s(\d) (\w+) (\d+)x(\d+)( ckpt)?$", kf)
-                if not m or self.left() < 30 or found and len(self.state.data["partial"]) > 1:
+                if not m or not self.args.ratio_sweep or len(self.state.data["partial"]) > 1:
                     continue
-                for ratio in (0.75, 0.5, 0.25):  # the ratio alone changed, at the full offload's plan
+                for ratio in SWEEP_RATIOS:  # the ratio alone changed, at the full offload's plan
                     p = {"zero_stage": int(m[1]), "offload": m[2], "offload_ratio": ratio,
-                         "micro_batch": int(m[3]), "accumulation": int(m[4]), "gradient_checkpointing": bool(m[5])}
-                    r = self.measure(p, seq, f"partial@{cap}")
+                         "micro_batch": int(m[3]), "accumulation": int(m[4]), "gradient_checkpointing": bool(m[5]),
+                         "predicted_ms": f_ms}
+                    r = self.measure(p, seq, f"partial@{cap}", extra=True)
                     if "error" not in r:
                         say(f"PARTIAL ratio {ratio} at {kf[len(f'seq{seq} '):]}: {r['step_ms']} ms vs {f_ms} ms, "
                             f"peak {r['peak_gib']} GiB, reserved {r.get('peak_reserved_gib')} "
@@ -389,16 +524,18 @@ class Runner:
             say("partial: no measured cap where full and partial offload fit and no offload does not")
 
     def delayed(self):
+        self.start_part("delayed", delayed_expected_s(self.args.warmup))
         base = ["--batch", "40", "--zero_stage", "2", "--seq", "128", "--warmup", str(self.args.warmup),
                 "--steps", "4", *self.quick_flags()]
+        timeout = run_timeout_s(FULL_OFFLOAD_HOST_GIB, self.args.warmup + 4, STEP_ALLOWANCE * DELAYED_STEP_MS)
         d = self.bench([*base, "--offload", "optimizer", "--pin_memory", "--delayed_update", "--profile"],
-                       label="delayed")
+                       timeout=timeout, label="delayed")
         if "error" in d:
             say(f"delayed: FAILED {d['error'][:300]}")
             return
         # The previous landing (the whole update lands before the next forward) beside the default one.
         w = self.bench([*base, "--offload", "optimizer", "--pin_memory", "--delayed_update", "--delayed_landing",
-                        "whole"], label="delayed whole")
+                        "whole"], timeout=timeout, label="delayed whole")
         whole_ms = w.get("step_ms")
         say(f"DELAYED landing: {d.get('delayed_landing', 'default')} {d['step_ms']} ms vs whole "
             + (f"{whole_ms} ms ({whole_ms / d['step_ms']:.2f}x, {whole_ms - d['step_ms']:.1f} ms a step saved)"
@@ -409,7 +546,8 @@ class Runner:
         source = "its JSON"
         if fwd_bwd is None or cpu is None:
             source = "the ZeRO-2 step less its optimizer segments, bench_cpu_adam"
-            s = self.bench([*base, "--profile"], label="delayed base")
+            s = self.bench([*base, "--profile"], timeout=run_timeout_s(0.0, self.args.warmup + 4, 200.0),
+                           label="delayed base")
             if "error" in s:
                 say(f"delayed: the ZeRO-2 step FAILED {s['error'][:200]}")
                 return
@@ -434,6 +572,7 @@ class Runner:
         # 20 steps where the budget holds them: the run prints its losses only at its end, so a run cut by the
         # budget would show none. Its start-up (pinning 104.5 GiB, the host init) took 125-160 s on the H200,
         # a step 2.13 s; fewer steps (not under 12) where the budget is short of that.
+        self.start_part("large", LARGE_EXPECTED_S)
         steps = 6 if self.args.quick else max(12, min(20, int((self.left() - LARGE_STARTUP_S) / LARGE_STEP_S)))
         flags = ["--hidden", "4096", "--layers", "4" if self.args.quick else "28", "--zero_stage", "3",
                  "--offload", "both", "--pin_memory", "--batch", "8", "--seq", "128", "--repeat_batch",
@@ -450,9 +589,41 @@ class Runner:
         say(f"LARGE {r['params']} parameters: losses {losses}; step {r['step_ms']} ms, peak {r['peak_gib']} GiB, "
             f"{r['wall_s']} s ({'falls' if falls else 'DOES NOT FALL'})")
 
+    def expect(self):
+        """Every part's expected seconds (the grids from the planner's selection with --figures) and the call
+        plan's: the lines plan.sh's header quotes."""
+        parts = {"calibrate": CALIBRATE_S, "partial": partial_expected_s(self.args.ratio_sweep),
+                 "delayed": delayed_expected_s(self.args.warmup), "ds": DS_EXPECTED_S, "large": LARGE_EXPECTED_S,
+                 "summary": SUMMARY_S}
+        for name, (batch, seq) in GRID_PARTS.items():
+            _, plans = self.select_grid(batch, seq)
+            parts[name] = grid_expected_s(plans, self.step_counts)
+            say(f"EXPECT {name}: {parts[name]:.0f} s: " + "; ".join(
+                f"{plan_key(p)} {expected_run_s(host_gib(p), sum(self.step_counts(p)), p['predicted_ms']):.1f}"
+                + (" (fallback)" if "fallback_for" in p else "") for p in plans))
+        total_budget = 0
+        for i, (names, fresh) in enumerate(CALL_PLAN, 1):
+            fixed = BUILD_FRESH_S + DS_JIT_WAIT_S if fresh else BUILD_WARM_S
+            expected = fixed + sum(parts[n] for n in names.split(","))
+            budget = call_budget_s(expected)
+            total_budget += budget + 30
+            say(f"EXPECT call {i}: PLAN_BUDGET_S={budget} --parts {names}: expected {expected:.0f} s (build"
+                f"{' + DS JIT wait' if fresh else ''} {fixed:.0f}, " +
+                ", ".join(f"{n} {parts[n]:.0f}" for n in names.split(",")) + f"); timeout_s {budget + 30}")
+        say(f"EXPECT goals: {len(CALL_PLAN)} calls, {total_budget} s of device time at most "
+            f"({'fits' if total_budget <= GOALS_DEVICE_S else 'OVER'} {GOALS_DEVICE_S}); large alone: PLAN_BUDGET_S="
+            f"{call_budget_s(BUILD_WARM_S + LARGE_EXPECTED_S)}")
+        return parts, total_budget
+
     def summary(self):
         for key, row in self.state.data.get("table", {}).items():
             say("TABLE " + table_line(row))
+
+
+def grid_expected_s(plans, step_counts):
+    """A grid part's expected seconds: its estimates and its plans other than the fallbacks."""
+    return ESTIMATES_S + sum(expected_run_s(host_gib(p), sum(step_counts(p)), p["predicted_ms"]) for p in plans
+                             if "fallback_for" not in p)
 
 
 def is_oom_text(text):
@@ -581,14 +752,14 @@ def _r(x, digits=2):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("part", choices=("calibrate", "grid", "partial", "delayed", "large", "summary"))
+    ap.add_argument("part", choices=("calibrate", "grid", "partial", "delayed", "large", "summary", "expect"))
     ap.add_argument("shape", nargs="*", type=int, help="grid: global batch and seq")
     ap.add_argument("--bin", default="build-gpu/bin")
     ap.add_argument("--work", required=True, help="state and raw outputs")
     ap.add_argument("--figures", default="", help="the machine figures file (calibrate writes it)")
     ap.add_argument("--budget-s", type=float, default=120)
     ap.add_argument("--caps", default=",".join(map(str, CAPS_GIB)))
-    ap.add_argument("--margin", type=float, default=1.3, help="families predicted within this of the best")
+    ap.add_argument("--margin", type=float, default=1.15, help="families predicted within this of the best")
     ap.add_argument("--per-cap", type=int, default=2,
                     help="the fastest predicted picks kept per cap (besides each placement kind's fastest)")
     ap.add_argument("--warmup", type=int, default=2)
@@ -596,6 +767,8 @@ def main():
     ap.add_argument("--step-timeout-s", type=float, default=90)
     ap.add_argument("--long-step-ms", type=float, default=450,
                     help="plans predicted slower than this run 1 warm-up + 3 timed steps (measured ~10 %% above)")
+    ap.add_argument("--ratio-sweep", action="store_true",
+                    help="partial: the ratios 0.75/0.5/0.25 at one cap's full offload plan, within the part's budget")
     ap.add_argument("--quick", action="store_true", help="a 2-layer model (the large part: 4 layers, 6 steps)")
     args = ap.parse_args()
     runner = Runner(args)

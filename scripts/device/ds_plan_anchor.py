@@ -14,12 +14,15 @@ blog recommends, on one GPU, on ONE engine:
            runs' reserved peaks (two micro-batches: bytes = a + b x batch, ZeRO-2 + offload's fixed bf16
            parameters and gradients plus the activations) crosses the cap, steps up or down by 8 from there
            and bisects once it has a batch that runs and one that does not; a cap's answer is the next
-           cap's lower bound
+           cap's lower bound (3 probes bracket it within 8 where the line's guess is within 8; the line
+           says which batch failed, so a wider bracket shows)
 
 --jit-only: compile DeepSpeed's CPU Adam (TORCH_EXTENSIONS_DIR) and exit: the plan task runs it beside the
 build, so that the timed part finds it compiled (~40 s on the H100 host otherwise).
-Time on one H100 (the CPU Adam compiled): imports ~5 s, model init ~10 s, engine ~10 s (pins ~11 GB), the
-global batches ~15 s (the 512's steps ~3.5 s each), the caps ~4 x 4 probes of ~1 s: ~60 s.
+Time on one H100 (the CPU Adam compiled; scripts/plan_goals.py's DS_EXPECTED_S): install + imports ~16 s, the
+engine with the model built on the GPU ~20 s (pins the f32 state; with the model built on the CPU it took
+68.9 s in call 2 of docs/bench/2026-12-06-h100-plan), the global batches ~12 s (the 512's steps ~3.5 s
+each), the caps 4 x 3 probes of ~1.5 s: ~66 s.
 
 Prints one line per result ("DS ...") and rewrites OUT/ds_plan_anchor.json after each.
 --smoke: a tiny model on the CPU (gloo), to check the code paths without a GPU.
@@ -40,7 +43,7 @@ ap.add_argument("--caps", default="12,16,24,40")
 ap.add_argument("--max-micro", type=int, default=128)
 ap.add_argument("--steps", type=int, default=2)
 ap.add_argument("--torch-adam", action="store_true", help="torch's fused CPU AdamW instead of DeepSpeedCPUAdam")
-ap.add_argument("--probes", type=int, default=5, help="one-step runs at most per cap")
+ap.add_argument("--probes", type=int, default=3, help="one-step runs at most per cap")
 ap.add_argument("--jit-only", action="store_true", help="compile DeepSpeed's CPU Adam and exit")
 ap.add_argument("--smoke", action="store_true")
 args = ap.parse_args()
@@ -69,14 +72,14 @@ os.environ.setdefault("LOCAL_RANK", "0")
 os.environ.setdefault("WORLD_SIZE", "1")
 import torch  # noqa: E402
 import deepspeed  # noqa: E402
-from transformers import DebertaV2Config, DebertaV2ForSequenceClassification  # noqa: E402
 
-if args.jit_only:
+if args.jit_only:  # before transformers' import: the compile waits for nothing else
     from deepspeed.ops.op_builder import CPUAdamBuilder  # noqa: E402
     t = time.time()
     CPUAdamBuilder().load()
     print(f"DS CPU Adam compiled in {time.time() - t:.1f} s", flush=True)
     raise SystemExit(0)
+from transformers import DebertaV2Config, DebertaV2ForSequenceClassification  # noqa: E402
 
 DEV = "cpu" if args.smoke else "cuda"
 SEQ = 128
@@ -153,7 +156,10 @@ def build_engine():
            "steps_per_print": 10**9}
     deepspeed.init_distributed(dist_backend="gloo" if args.smoke else "nccl")
     torch.manual_seed(0)
-    model = DebertaV2ForSequenceClassification(DebertaV2Config(**SHAPES))
+    # Built on the device: the random init of 887 M parameters on the CPU made the engine take 68.9 s (call 2);
+    # ds_nvme_anchor.py builds it so and has its ZeRO-2 + offload engine in 10-16 s.
+    with torch.device(DEV):
+        model = DebertaV2ForSequenceClassification(DebertaV2Config(**SHAPES))
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     return engine
 

@@ -9,7 +9,9 @@ results) the fit protocol: a plan fits a cap when it runs under --gpu_memory_lim
 import argparse
 import contextlib
 import io
+import json
 import pathlib
+import re
 import sys
 import tempfile
 
@@ -17,22 +19,26 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts"))
 import plan_goals as pg  # noqa: E402
 
 
-def runner(bin_dir, work, caps="12,16,24,40"):
-    return pg.Runner(argparse.Namespace(bin=bin_dir, work=work, figures="", budget_s=120, caps=caps, margin=1.15,
-                                        per_cap=3, warmup=2, steps=3, step_timeout_s=60, quick=False,
-                                        long_step_ms=450))
+BENCH = pathlib.Path(__file__).resolve().parents[2] / "docs/bench/2026-12-06-h100-plan"
+
+
+def runner(bin_dir, work, caps="12,16,24,40", figures="", per_cap=3, budget_s=120):
+    return pg.Runner(argparse.Namespace(bin=bin_dir, work=work, figures=figures, budget_s=budget_s, caps=caps,
+                                        margin=1.15, per_cap=per_cap, warmup=2, steps=3, step_timeout_s=60,
+                                        quick=False, long_step_ms=450, ratio_sweep=False))
 
 
 class FakeRunner(pg.Runner):
     """bench_train_step replaced by a table: plan key -> (step_ms, live peak, reserved peak) uncapped, and
     (plan key, cap) -> the capped run's (step_ms, live, reserved) or "OOM"; records every run's flags."""
 
-    def __init__(self, work, uncapped, capped, caps="12,16,24,40"):
-        super().__init__(runner("/nonexistent", work, caps).args)
-        self.uncapped, self.capped, self.runs = uncapped, capped, []
+    def __init__(self, work, uncapped, capped, caps="12,16,24,40", budget_s=120):
+        super().__init__(runner("/nonexistent", work, caps, budget_s=budget_s).args)
+        self.uncapped, self.capped, self.runs, self.timeouts = uncapped, capped, [], []
 
     def bench(self, flags, timeout=None, label=""):
         self.runs.append(flags)
+        self.timeouts.append(timeout)
         f = dict(zip(flags, flags[1:] + [""]))
         p = plan(int(f["--zero_stage"]), f.get("--offload", "none"), int(f["--batch"]), int(f["--accumulation"]),
                  ckpt="--gradient_checkpointing" in flags, ratio=float(f.get("--offload_ratio", 1.0)))
@@ -128,11 +134,13 @@ def check_fit_protocol(work):
         with tempfile.TemporaryDirectory() as w:
             r = FakeRunner(w, uncapped, table, caps="16,24")
             autos = {16: dict(p8c, predicted_ms=140.0), 24: dict(p8, predicted_ms=108.0)}
-            grid = [dict(p, predicted_ms=ms) for p, ms in ((p16, 96.0), (p8, 108.0), (p8c, 140.0), (p16c, 289.0))]
+            grid = [dict(p, predicted_ms=ms, device_gib=uncapped[pg.plan_key(p)][1])
+                    for p, ms in ((p16, 96.0), (p8, 108.0), (p8c, 140.0), (p16c, 289.0))]
             # Edge fallbacks: 4x4 ckpt backs 8x2 ckpt at 16 (which OOMs there: measured), 4x4 backs 8x2 at 24
             # (which fits uncapped: never measured; the fake has no entry for it).
-            grid += [dict(plan(0, "none", 4, 4, ckpt=True), predicted_ms=170.0, fallback_for=[(16, p8c)]),
-                     dict(plan(0, "none", 4, 4), predicted_ms=120.0, fallback_for=[(24, p8)])]
+            grid += [dict(plan(0, "none", 4, 4, ckpt=True), predicted_ms=170.0, device_gib=12.4,
+                          fallback_for=[(16, p8c)]),
+                     dict(plan(0, "none", 4, 4), predicted_ms=120.0, device_gib=17.0, fallback_for=[(24, p8)])]
             r.select_grid = lambda batch, seq: (autos, grid)
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
@@ -181,6 +189,109 @@ def check_ds_search():
     assert (lo, hi) == (150, 151) or (lo >= 144 and hi and hi - lo <= 8 and min(calls) > 144), (lo, hi, calls)
 
 
+def measured_runs(bin_dir, work):
+    """Both H100 calls' runs (docs/bench/2026-12-06-h100-plan) with the planner's host GiB and predicted step
+    (call 2's figures) and the (warm-up, timed) steps they ran."""
+    r = runner(bin_dir, work, figures=str(BENCH / "call2_machine_figures.json"))
+    cands = {}
+    for batch, seq in pg.BATCHES:
+        for c in r.estimate(batch, seq, 80)["candidates"]:
+            cands.setdefault(f"seq{seq} {pg.plan_key(c)}", c)
+    runs = []
+    for call in (1, 2):
+        state = json.loads((BENCH / f"call{call}_plan_goals_state.json").read_text())
+        for key, m in state["measured"].items():
+            c = cands[key]
+            runs.append((call, key, c, sum(r.step_counts(c)), m))
+    return runs
+
+
+def check_run_model(bin_dir, work):
+    """The run-time model against the 42 measured runs: call 2's walls expected within 2.5 s from the measured
+    steps; every run's new timeout (from its prediction) above its wall, and above the two cuts of call 2
+    (b40 s1 optimizer 40x1 at 15 s, b512 s1 optimizer 32x16 at 21 s) with the walls those plans took in call
+    1 (13.3 and 17.4 s) scaled by the slower host."""
+    runs = measured_runs(bin_dir, work)
+    assert len(runs) == 45, len(runs)
+    cut = 0
+    for call, key, c, steps, m in runs:
+        host = pg.host_gib(c)
+        timeout = pg.run_timeout_s(host, steps, pg.step_allowance_ms(c, {}))
+        if "error" in m:  # the two runs the old per-part timeouts cut
+            assert m["error"].startswith("timeout") and timeout > 1.6 * m["wall_s"], (key, timeout, m)
+            cut += 1
+            continue
+        assert timeout > 1.4 * m["wall_s"], (call, key, timeout, m["wall_s"])
+        if call == 2:
+            expected = pg.expected_run_s(host, steps, m["step_ms"])
+            assert abs(expected - m["wall_s"]) <= 2.5, (key, expected, m["wall_s"])
+    assert cut == 3, cut  # call 1's r0.75 64x8 ckpt at 11 s, call 2's two
+    # Every offload plan pins its planned host state: full 14.87 GiB, partial by its ratio.
+    assert pg.host_gib({"offload": "optimizer", "offload_ratio": 0.5}) == pg.FULL_OFFLOAD_HOST_GIB / 2
+    assert pg.host_gib({"offload": "none"}) == 0.0
+
+
+def check_step_allowance():
+    p = {"predicted_ms": 300.0}
+    assert pg.step_allowance_ms(p, {}) == 900.0  # no cap known: 3x
+    assert pg.step_allowance_ms(p, {12: None, 16: 250.0}) == 900.0  # one cap without a measured best
+    assert pg.step_allowance_ms(p, {12: 400.0, 16: 250.0}) == 600.0  # 2x the prediction covers both bests
+    assert pg.step_allowance_ms(p, {12: 800.0, 16: 250.0}) == 800.0  # a winner at 12 could take 800 ms
+    assert pg.part_budget_s(100.0, 500.0) == 135.0 and pg.part_budget_s(100.0, 90.0) == 90.0
+
+
+def check_grid_timeouts(work):
+    """The grid gives each plan its model timeout (not the part's leftover), and skips a plan the call's time
+    cannot hold instead of starting it to be cut."""
+    uncapped = {"s0 none 16x1": (168.97, 23.58, 23.9), "s1 optimizer 16x1 ckpt": (367.26, 7.97, 8.83)}
+    grid = [dict(plan(0, "none", 16, 1), predicted_ms=160.0, device_gib=23.58, host_gib=0.0),
+            dict(plan(1, "optimizer", 16, 1, ckpt=True), predicted_ms=400.0, device_gib=7.97, host_gib=14.87)]
+    autos = {12: grid[1], 24: grid[0]}
+    with tempfile.TemporaryDirectory() as w:
+        r = FakeRunner(w, uncapped, {}, caps="12,24")
+        r.select_grid = lambda batch, seq: (autos, [dict(p) for p in grid])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            r.grid(16, 512)
+        expected = pg.grid_expected_s(grid, r.step_counts)
+        assert f"expected {expected:.0f} s" in out.getvalue(), out.getvalue()
+        # 16x1 first: nothing measured fits any cap yet (3x its prediction); then the offload plan, which fits
+        # 12 and 24: 24 has 16x1's 168.97 ms, 12 nothing yet (3x).
+        want = [pg.run_timeout_s(0.0, 5, 480.0), pg.run_timeout_s(14.87, 5, 1200.0)]
+        assert [round(t, 3) for t in r.timeouts] == [round(t, 3) for t in want], (r.timeouts, want)
+    with tempfile.TemporaryDirectory() as w:
+        r = FakeRunner(w, uncapped, {}, caps="12,24", budget_s=12)  # the offload plan expects 21.3 s
+        r.select_grid = lambda batch, seq: (autos, [dict(p) for p in grid])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            r.grid(16, 512)
+        assert len(r.runs) == 1 and "skipped: time budget (expected 21 s)" in out.getvalue(), out.getvalue()
+
+
+def check_call_plan(bin_dir, work):
+    """The call plan (`plan_goals.py expect` with call 2's figures) fits issue 40's share of next session's
+    device time, each call within the device's 600 s, and plan.sh's header states the same commands."""
+    r = runner(bin_dir, work, figures=str(BENCH / "call2_machine_figures.json"), per_cap=2)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        parts, total = r.expect()
+    assert total <= pg.GOALS_DEVICE_S, out.getvalue()
+    header = (pathlib.Path(__file__).resolve().parents[2] / "scripts/device/tasks/plan.sh").read_text()
+    for i, (names, fresh) in enumerate(pg.CALL_PLAN, 1):
+        expected = (pg.BUILD_FRESH_S + pg.DS_JIT_WAIT_S if fresh else pg.BUILD_WARM_S) + sum(
+            parts[n] for n in names.split(","))
+        budget = pg.call_budget_s(expected)
+        assert budget + 30 <= pg.CALL_LIMIT_S and budget >= expected, (names, budget, expected)
+        assert f"PLAN_BUDGET_S={budget} scripts/device/run.sh plan --parts {names}" in header, (budget, names)
+        assert f"timeout_s={budget + 30}" in header, budget
+        for n in names.split(","):  # every part's expected seconds as plan.sh passes them
+            assert re.search(rf"plan_part {n} {parts[n]:.0f} ", header) or n == "ds" and \
+                f"plan_part ds {pg.DS_EXPECTED_S:.0f} model" in header, (n, parts[n])
+    # All of issue 40's goals: every grid, partial, delayed, DeepSpeed; the 6.2 B run is not among them.
+    planned = {n for names, _ in pg.CALL_PLAN for n in names.split(",")}
+    assert planned == {"calibrate", *pg.GRID_PARTS, "partial", "delayed", "ds", "summary"}, planned
+
+
 def check_step_counts(work):
     r = runner("/nonexistent", work)
     assert r.step_counts({"predicted_ms": 900.0}) == (1, 3)
@@ -204,7 +315,11 @@ def main():
         check_verdicts()
         check_fit_protocol(work)
         check_step_counts(work)
+        check_step_allowance()
+        check_grid_timeouts(work)
         check_ds_search()
+        check_run_model(bin_dir, work)
+        check_call_plan(bin_dir, work)
         check_grid(bin_dir, work)
         check_partial_skip(bin_dir, work)
     print("plan_goals: ok")

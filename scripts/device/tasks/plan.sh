@@ -1,42 +1,48 @@
 # shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
 # plan [--quick] [--parts LIST]: issue 40's goals (scripts/plan_goals.py says what each part measures, how a
-# plan is judged to fit a cap and how the grid is pruned), the parts in order of value, each under its own
-# budget (seconds) so a call cut short keeps what it measured; every result line lands in the summary as it
-# comes. Budget, then what it took or should take on one H100 (docs/bench/2026-12-06-h100-plan: a
-# bench_train_step run costs ~3.5 s of start-up, an offload plan ~9.5 s more to pin its ~14 GB):
-#   calibrate 10  (3)   train_mrpc --calibrate: this machine's figures, which every --auto_plan reads
-#   g128 70       (~60) the grid and the auto plan at caps 12/16/24/40 GiB, global batch 128 seq 128 (7 plans)
-#   g40 40        (~32) ... global batch 40 (4 plans)
-#   g512 105      (~95) ... global batch 512 (7 plans, steps of 0.7-1.1 s: 1 warm-up + 3 timed)
-#   g16x512 65    (~55) ... global batch 16 at seq 512 (6 plans + the capped reruns: 16x1 at 24, 8x2 ckpt at 16)
-#   partial 10    (~1)  from the grid: where only offload fits, the best partial against the best full offload
-#                       (the ratio sweep runs only with >= 30 s of budget left: PLAN_PARTIAL_S=60)
-#   delayed 35    (~28) the delayed update at batch 40 against max(forward + backward, CPU update), and the
-#                       same step with --delayed_landing whole (two offload runs)
-#   ds 75         (~60) DeepSpeed's ZeRO-2 + offload at global batches 40/128/512 and its largest batch per cap
-#                       (<= 5 one-step probes a cap); its CPU Adam compiled beside the build (below), else +40
-#                       (.ds/ from scripts/fetch_deepspeed.sh, carry [".ds", ".device-deps"]; skipped without it)
-#   large 180     (~170) the 6.2 B model, ZeRO-3 + both offloads, 20 steps on a repeated batch: the losses. Its
-#                       start-up, measured at 125-160 s on the H200 (docs/bench/2026-12-03-h200-session*/big),
-#                       is mostly pinning 104.5 GiB (cudaHostAlloc, ~1.5 GB/s: ~70 s) and the host init; the
-#                       steps 2.13 s each (the CPU AdamW of 6.2 B: 1.39 s). Pinning is kept: without it the
-#                       start-up saves ~60 s but every step moves ~37 GB pageable (9-15 GB/s against 54):
-#                       ~+2.8 s a step, ~+56 s over 20 steps; a wash, and the pinned run is the one the
-#                       estimate's 104.48 GiB host figure checks
-#   summary       (~1)  the goals table again (always runs)
-# Two back-to-back calls, 560 s in all, the build included (~40 s fresh, ~1 s warm):
-#   1: PLAN_BUDGET_S=320 scripts/device/run.sh plan --parts calibrate,g128,g40,g512,g16x512,partial,delayed
-#      (~315 s: build 40 + 3 + 60 + 32 + 95 + 55 + 1 + 28); a fresh build also compiles DeepSpeed's CPU Adam
-#      beside it when .ds/ is carried (ds_plan_anchor.py --jit-only, waited for before the first part)
-#   2: on the warm machine, PLAN_BUDGET_S=240 scripts/device/run.sh plan --parts ds,large,summary (~232 s)
-# The call stops starting parts at PLAN_BUDGET_S (default 480 s since the call began, the build included); a
-# part gets min(its budget, what is left - 5). The state (measured plans, the table, the figures) is kept in
-# .plan/ on the device, so a later call on a warm machine continues with other --parts (remove .plan to start
-# over). --quick: a 2-layer model, one cap (3 GiB: offload, accumulation), two batches, a 4-layer large
-# model, DeepSpeed at one batch and cap: a smoke run of every code path. PLAN_MARGIN (default 1.15),
-# PLAN_PER_CAP (2): the grid keeps per cap the PLAN_PER_CAP fastest families predicted within the margin of
-# the best and each placement kind's fastest (24 plans for the four batches, and up to 8 fallbacks measured
-# only where needed).
+# plan is judged to fit a cap, how the grid is pruned and how its time is modelled), the parts in order of
+# value; every result line lands in the summary as it comes. Each part prints its expected seconds first.
+# Time model (plan_goals.py, "Time"; fitted to the 42 runs of docs/bench/2026-12-06-h100-plan): a
+# bench_train_step run takes 5.2 s + 0.94 s per planned host GiB (pinning) + its steps (the slower of the two
+# H100 hosts; the other: 3.9 s + 0.60 s/GiB); its timeout 1.5 x (start-up + pinning) + 5 s + its steps at
+# twice the predicted step, or what a winner of its caps could still need. Expected seconds on one H100
+# (`python3 scripts/plan_goals.py expect --bin build-cpu/bin --work /tmp/x --figures
+# docs/bench/2026-12-06-h100-plan/call2_machine_figures.json`, call 2's calibration):
+#   calibrate 5    train_mrpc --calibrate: this machine's figures, which every --auto_plan reads
+#   g128 84        the grid and the auto plan at caps 12/16/24/40 GiB, global batch 128 seq 128 (7 plans, 4
+#                  fallbacks measured only where their edge plan needs them)
+#   g40 47         ... global batch 40 (4 plans + 3 fallbacks)
+#   g512 133       ... global batch 512 (8 plans + 1; five offload plans pin 7-15 GiB: 16-24 s each)
+#   g16x512 73     ... global batch 16 at seq 512 (6 plans + 2; the capped reruns: 16x1 at 24, 8x2 ckpt at 16)
+#   partial 1      from the grid: where only offload fits, the best partial against the best full offload
+#                  (PLAN_RATIO_SWEEP=1: the ratios 0.75/0.5/0.25 at one cap's full offload plan, +43 s)
+#   delayed 41     the delayed update at batch 40 against max(forward + backward, CPU update), and the same
+#                  step with --delayed_landing whole (two offload runs)
+#   ds 66          DeepSpeed's ZeRO-2 + offload at global batches 40/128/512 and its largest batch per cap
+#                  (3 one-step probes a cap), the model built on the GPU (on the CPU its engine took 68.9 s);
+#                  its CPU Adam compiled beside a fresh build (below) (.ds/ from scripts/fetch_deepspeed.sh)
+#   large 171      not a goal: the 6.2 B model, ZeRO-3 + both offloads, 12-20 steps on a repeated batch: the
+#                  losses. Its start-up (125-160 s on the H200) is mostly pinning 104.5 GiB and the host init.
+#   summary 1      the goals table again (always runs)
+# A fresh build of the three targets takes ~60 s (call 2; call 1: 36 s), DeepSpeed's CPU Adam beside it ~40 s
+# more (waited for before the first part, so that no measurement shares the CPU with it); warm ~1 s.
+# Issue 40's goals in ONE run: two back-to-back device calls on the same machine (the second within 30 s of
+# the first's end), 680 s of budget, 740 s of device time at most (the expected: 443 + 110 s):
+#   1: run(timeout_s=570, carry=[".wt-NAME", ".device-deps", ".ds"]):
+#      PLAN_BUDGET_S=540 scripts/device/run.sh plan --parts calibrate,g128,g40,g512,g16x512
+#      (expected 443 s: build + DS JIT 100, calibrate 5, g128 84, g40 47, g512 133, g16x512 73)
+#   2: run(timeout_s=170, same carry): PLAN_BUDGET_S=140 scripts/device/run.sh plan --parts partial,delayed,ds,summary
+#      (expected 110 s: build 1, partial 1, delayed 41, ds 66, summary 1)
+#   the 6.2 B run on its own: PLAN_BUDGET_S=210 scripts/device/run.sh plan --parts large (timeout_s 240)
+# (`plan_goals.py expect` prints these lines from the model; the CPU test checks that they fit 800 s.)
+# Budgets: PLAN_BUDGET_S is the call's (default 480 s since the call began, the build included); a part run by
+# plan_goals.py gets what the call has left - 5 and budgets itself (min(1.25 x expected + 10 s, that): a grid
+# plan that could win may overrun its part, never the call); DeepSpeed's part gets min(1.25 x 66 + 10, left - 5).
+# The state (measured plans, the table, the figures) is kept in .plan/ on the device, so a later call on a
+# warm machine continues with other --parts (remove .plan to start over). --quick: a 2-layer model, one cap
+# (3 GiB: offload, accumulation), two batches, a 4-layer large model, DeepSpeed at one batch and cap: a smoke
+# run of every code path. PLAN_MARGIN (default 1.15), PLAN_PER_CAP (2): the grid keeps per cap the
+# PLAN_PER_CAP fastest families predicted within the margin of the best and each placement kind's fastest.
 targets=(bench_train_step train_mrpc bench_cpu_adam)
 plan_quick=0
 plan_parts=calibrate,g128,g40,g512,g16x512,partial,delayed,ds,large,summary
@@ -79,22 +85,25 @@ plan_wait_ds_jit() {
   cp /tmp/ds_jit.log "$work/ds_jit.log" 2>/dev/null
   plan_jit_pid=
 }
-# plan_part NAME BUDGET COMMAND...: runs the part when chosen and time is left; its lines go to the summary.
+# plan_part NAME EXPECTED self|model COMMAND...: runs the part when chosen and the call has >= 15 s (or the
+# part's expected seconds, the header's) left; its lines go to the summary. "self": plan_goals.py budgets the
+# part from its own expectation within what the call has left; "model": the budget is 1.25 x EXPECTED + 10 s.
 plan_part() {
-  local name=$1 budget=$2 wanted=$2 left
-  shift 2
+  local name=$1 expected=$2 how=$3 left budget
+  shift 3
   [[ ,$plan_parts, == *,$name,* ]] || return 0
   left=$((${PLAN_BUDGET_S:-480} - ($(date +%s) - start)))
-  ((budget > left - 5)) && budget=$((left - 5))
-  if ((budget < wanted && budget < 15)) && [[ $name != summary ]]; then  # the summary only reads the state
-    say "plan $name: skipped, ${left} s left in the call"
+  budget=$((left - 5))
+  [[ $how == model ]] && ((budget > expected * 5 / 4 + 10)) && budget=$((expected * 5 / 4 + 10))
+  if ((budget < expected && budget < 15)) && [[ $name != summary ]]; then  # the summary only reads the state
+    say "plan $name: skipped, ${left} s left in the call (expected ${expected} s)"
     return 0
   fi
   if ((dry_run)); then
-    echo "run: timeout $((budget + 20)) $* --budget-s $budget    # part $name"
+    echo "run: timeout $((budget + 20)) $* --budget-s $budget    # part $name, expected ${expected} s"
     return 0
   fi
-  say "plan $name: budget ${budget} s ($(elapsed) into the call)"
+  say "plan $name: expected ${expected} s, budget ${budget} s ($(elapsed) into the call)"
   timeout -k 5 $((budget + 20)) "$@" --budget-s "$budget" 2>>"$work/$name.err" |
     while IFS= read -r line; do say "$line"; done
   cp -r "$state"/. "$work/state/" 2>/dev/null
@@ -107,28 +116,32 @@ task_run() {
     --margin "${PLAN_MARGIN:-1.15}" --per-cap "${PLAN_PER_CAP:-2}")
   ((plan_quick)) && driver+=(--quick --caps 3 --warmup 1 --steps 2)
   plan_wait_ds_jit
-  plan_part calibrate 10 "${driver[@]}" calibrate
+  plan_part calibrate 5 self "${driver[@]}" calibrate
   if ((plan_quick)); then
-    plan_part g128 40 "${driver[@]}" grid 16 128
-    plan_part g16x512 20 "${driver[@]}" grid 4 512
+    plan_part g128 20 self "${driver[@]}" grid 16 128
+    plan_part g16x512 15 self "${driver[@]}" grid 4 512
   else
-    plan_part g128 70 "${driver[@]}" grid 128 128
-    plan_part g40 40 "${driver[@]}" grid 40 128
-    plan_part g512 105 "${driver[@]}" grid 512 128
-    plan_part g16x512 65 "${driver[@]}" grid 16 512
+    plan_part g128 84 self "${driver[@]}" grid 128 128
+    plan_part g40 47 self "${driver[@]}" grid 40 128
+    plan_part g512 133 self "${driver[@]}" grid 512 128
+    plan_part g16x512 73 self "${driver[@]}" grid 16 512
   fi
-  plan_part partial "${PLAN_PARTIAL_S:-10}" "${driver[@]}" partial
-  plan_part delayed 35 "${driver[@]}" delayed
+  if [[ ${PLAN_RATIO_SWEEP:-0} == 1 ]]; then
+    plan_part partial 44 self "${driver[@]}" partial --ratio-sweep
+  else
+    plan_part partial 1 self "${driver[@]}" partial
+  fi
+  plan_part delayed 41 self "${driver[@]}" delayed
   if [[ ,$plan_parts, == *,ds,* ]]; then
     if [[ -d .ds/wheels ]]; then
       local ds_args=(--out "$work/ds")
       ((plan_quick)) && ds_args+=(--batches 40 --caps 24 --steps 1)
-      plan_part ds 75 bash scripts/device/ds_plan_anchor.sh "${ds_args[@]}"
+      plan_part ds 66 model bash scripts/device/ds_plan_anchor.sh "${ds_args[@]}"
     else
       say "plan ds: skipped (no .ds/wheels: scripts/fetch_deepspeed.sh, carry .ds)"
     fi
   fi
-  plan_part large 180 "${driver[@]}" large
-  plan_part summary 10 "${driver[@]}" summary
+  plan_part large 171 self "${driver[@]}" large
+  plan_part summary 1 self "${driver[@]}" summary
   return 0
 }
