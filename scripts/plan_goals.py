@@ -94,18 +94,22 @@ LARGE_EXPECTED_S = LARGE_STARTUP_S + 20 * LARGE_STEP_S
 # ds_nvme_anchor.py on the H200; 68.9 s in call 2 with the model built on the CPU), the global batches ~12,
 # 4 caps x 3 one-step probes ~18).
 BUILD_FRESH_S, BUILD_WARM_S, DS_JIT_WAIT_S, DS_EXPECTED_S, SUMMARY_S = 60.0, 1.0, 40.0, 66.0, 1.0
+# A call with DeepSpeed's anchor budgets its engine as slow as call 2's (68.9 s against the expected ~20): the
+# model built on the GPU is measured in ds_nvme_anchor.py, not yet in this anchor.
+DS_ENGINE_CONTINGENCY_S = 49.0
 
 
 GRID_PARTS = {"g128": (128, 128), "g40": (40, 128), "g512": (512, 128), "g16x512": (16, 512)}
 # Issue 40's goals in back-to-back calls on one machine (plan.sh's header): the first on a fresh machine
 # (the build, DeepSpeed's CPU Adam compiled beside it), the next within 30 s on the warm one. Each call's
-# PLAN_BUDGET_S: CALL_FACTOR x its expected seconds, rounded up to 10 s; the device call's timeout_s 30 s more.
+# PLAN_BUDGET_S: CALL_FACTOR x its expected seconds (+ DS_ENGINE_CONTINGENCY_S with DeepSpeed's part),
+# rounded up to 10 s; the device call's timeout_s 30 s more.
 CALL_PLAN = (("calibrate,g128,g40,g512,g16x512", True), ("partial,delayed,ds,summary", False))
 CALL_FACTOR, CALL_LIMIT_S, GOALS_DEVICE_S = 1.2, 600, 800
 
 
-def call_budget_s(expected_s):
-    return int(-(-CALL_FACTOR * expected_s // 10) * 10)
+def call_budget_s(expected_s, contingency_s=0.0):
+    return int(-(-(CALL_FACTOR * expected_s + contingency_s) // 10) * 10)
 
 
 def partial_expected_s(ratio_sweep):
@@ -342,7 +346,8 @@ class Runner:
         figures = pathlib.Path(self.args.figures)
         cmd = [str(self.bin / "train_mrpc"), "--calibrate", "--machine_figures", str(figures)]
         t = time.time()
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=max(10.0, self.left()))
+        # Every --auto_plan after it reads its figures: bounded by the call's time, not the part's.
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=max(10.0, self.call_left()))
         (self.work / "calibrate.txt").write_text(r.stdout + r.stderr)
         if r.returncode != 0 or not figures.exists():
             say(f"calibrate: FAILED exit {r.returncode}: {(r.stdout + r.stderr).strip()[-300:]}")
@@ -605,7 +610,7 @@ class Runner:
         for i, (names, fresh) in enumerate(CALL_PLAN, 1):
             fixed = BUILD_FRESH_S + DS_JIT_WAIT_S if fresh else BUILD_WARM_S
             expected = fixed + sum(parts[n] for n in names.split(","))
-            budget = call_budget_s(expected)
+            budget = call_budget_s(expected, DS_ENGINE_CONTINGENCY_S if "ds" in names.split(",") else 0.0)
             total_budget += budget + 30
             say(f"EXPECT call {i}: PLAN_BUDGET_S={budget} --parts {names}: expected {expected:.0f} s (build"
                 f"{' + DS JIT wait' if fresh else ''} {fixed:.0f}, " +
