@@ -28,7 +28,8 @@
 # more (waited for before the first part, so that no measurement shares the CPU with it); warm ~1 s.
 # Issue 40's goals in ONE run: two back-to-back device calls on the same machine (the second within 30 s of
 # the first's end), 730 s of budget, 790 s of device time at most (the expected: 443 + 110 s):
-#   1: run(timeout_s=570, carry=[".wt-NAME", ".device-deps", ".ds"]):
+#   1: run(timeout_s=570, carry=[".device-deps", ".ds"]) from main's tree (4.8 MiB carried; from a worktree
+#      copy .wt-NAME add it to the carry and start with `cd .wt-NAME && ln -s ../.device-deps ../.ds . &&`):
 #      PLAN_BUDGET_S=540 scripts/device/run.sh plan --parts calibrate,g128,g40,g512,g16x512
 #      (expected 443 s: build + DS JIT 100, calibrate 5, g128 84, g40 47, g512 133, g16x512 73)
 #   2: run(timeout_s=220, same carry): PLAN_BUDGET_S=190 scripts/device/run.sh plan --parts partial,delayed,ds,summary
