@@ -197,7 +197,9 @@ const std::vector<FlagSpec>& flag_table() {
       {"device", "auto|cpu|cuda", "where to compute; auto = cuda when a GPU is present",
        [](C& c, F f, V v) { c.device = parse_device(f, v); },
        [](const C& c) { return std::string(device_choice_name(c.device)); }},
-      {"log_every", "N", "optimizer steps between loss lines (DeepSpeed steps_per_print sets it too)",
+      {"log_every", "N",
+       "optimizer steps between metrics.jsonl / TensorBoard records (HF's logging steps; DeepSpeed's "
+       "steps_per_print does not set it)",
        [](C& c, F f, V v) { c.log_every = zt::parse_integer_flag(f, v, 1); },
        [](const C& c) { return std::to_string(c.log_every); }},
       {"world_size", "N",
