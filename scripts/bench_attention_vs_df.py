@@ -163,34 +163,47 @@ def main():
     p.add_argument("--impls", default="df,fdb", help="torch sides, of df,fdb")
     p.add_argument("--wheel-dir", "--df-wheel-dir", dest="wheel_dir",
                    default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".whl"))
-    p.add_argument("--worker", help=argparse.SUPPRESS)  # BxL: run --impls' one side in this process, print JSON
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # BxL,...: --impls' one side at each shape, a JSON line each
     args = p.parse_args()
     impls = [i for i in args.impls.split(",") if i]
     if not impls or set(impls) - {"df", "fdb"}: p.error("--impls takes a subset of df,fdb")
-    if args.worker:
-        batch, seq = map(int, args.worker.split("x"))
+    if args.worker:  # one JSON line per shape, in order (a failed shape's line holds its error)
         worker = df_worker if impls == ["df"] else fdb_worker
-        print(json.dumps(worker(batch, seq, args.reps)))
-        return 0
+        status = 0
+        for shape in args.worker.split(","):
+            batch, seq = map(int, shape.split("x"))
+            try:
+                print(json.dumps(worker(batch, seq, args.reps)), flush=True)
+            except Exception as e:  # noqa: BLE001 - reported per shape
+                import traceback
+                traceback.print_exc()
+                print(json.dumps({"error": f"{type(e).__name__}: {e}"[:1500]}), flush=True)
+                status = 1
+        return status
     envs = {i: dict(os.environ, PYTHONPATH=os.pathsep.join(sites(args.wheel_dir, i) + [os.environ.get("PYTHONPATH", "")]))
             for i in impls}
     rows, failed = [], False
-    for shape in args.shapes.split(","):
+    shapes = args.shapes.split(",")
+    for shape in shapes:
         batch, seq = map(int, shape.split("x"))
         row = {"batch": batch, "seq": seq}
         try:
             row["zt"] = zt_rows(args.zt_bench, batch, seq, args.reps)
         except Exception as e:  # noqa: BLE001 - reported per shape
             row["zt_error"] = str(e)
-        for impl in impls:
-            run = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", shape, "--impls", impl,
-                                  "--reps", str(args.reps)], capture_output=True, text=True, env=envs[impl])
-            if run.returncode == 0:
-                row[impl] = json.loads(run.stdout.strip().splitlines()[-1])
-            else:
-                row[impl + "_error"] = run.stderr[-1500:]
-        print(json.dumps(row), flush=True)
         rows.append(row)
+    # Each torch side times every shape in one process: its start, torch import and module build once.
+    for impl in impls:
+        run = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", ",".join(shapes), "--impls", impl,
+                              "--reps", str(args.reps)], capture_output=True, text=True, env=envs[impl])
+        got = [json.loads(l) for l in run.stdout.splitlines() if l.startswith("{")]
+        for n, row in enumerate(rows):
+            if n < len(got) and "error" not in got[n]:
+                row[impl] = got[n]
+            else:
+                row[impl + "_error"] = got[n]["error"] if n < len(got) else (run.stderr[-1500:] or f"exit {run.returncode}")
+    for row in rows:
+        print(json.dumps(row), flush=True)
     cell = lambda v: f"{v:8.1f}" if v else f"{'-':>8}"
     head = f"\n{'shape':>10}"
     for impl in impls: head += f"  {impl + ' fwd':>8} {impl + ' bwd':>8} {impl + ' sum':>8}"

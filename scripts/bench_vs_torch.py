@@ -18,7 +18,7 @@ machine). The last lines check the performance goals (GOALS: the speed ratio to 
 sequence length, and where stated a peak no higher than disentangled-flash's), each PASS, FAIL or n/a when
 this run does not cover it.
 
---long-goals runs the long-document issue's shapes (40x128, 16x512, 4x2048, 1x8192) with zerotrain,
+--long-goals runs the long-document issue's shapes (40x128, 16x512, 4x2048, 1x8192, or the subset --shapes names) with zerotrain,
 FlashDeBERTa, disentangled-flash and torch.compile (compile at 128 and 512 only: HF eager runs out of memory
 at 4x2048 on 80 GB, and compile with it; compile runs last, so a call cut short keeps the rest) and checks
 LONG_GOALS: 4x2048 and 1x8192 >= 1.5x FlashDeBERTa's samples/s at a peak below both torch packages';
@@ -39,11 +39,16 @@ run again keeps the results already in --json-out (when the tree, GPU, library v
 and runs the rest, so the whole table comes from one file of one commit on one GPU model. SIGTERM (an outer
 `timeout`) ends the running job's process group too.
 
-Every (impl, batch, dtype, seq) runs in a subprocess of its own, so each has a fresh CUDA context and its own peak:
-torch runs re-invoke this file with the hidden --worker flag, zerotrain runs
+Every zerotrain and torch.compile (impl, batch, dtype, seq) runs in a subprocess of its own, with a fresh CUDA
+context and its own peak; eager, df and fdb train all their shapes of a dtype in one worker process, one
+after another (one model and optimizer, the peak reset before each shape: the same peak as a fresh process,
+whose peak comes once the AdamW state exists; ~20 s of start, import and build saved a shape). Torch runs
+re-invoke this file with the hidden --worker flag (--batch B --seq S, or --shapes B1xS1,B2xS2 printing a
+JSON line per shape in order), zerotrain runs
   <zt-bin> --batch B --seq S --dtype bf16|fp16|fp32 --steps N --dropout P [--layers L]
 whose last JSON line on stdout is the result (extra keys pass through to --json-out). A run that fails, runs
-out of memory or passes --timeout-s is recorded with an "error" and the sweep goes on. Torch runs do
+out of memory or passes --timeout-s (per shape of its process) is recorded with an "error" and the sweep goes
+on; a shared process records its shapes' errors one by one and goes on with the next. Torch runs do
 --steps timed steps after WARMUP steps (torch.compile compiles in step 0, reported as first_step_s); the
 binary gets --steps unchanged and does its own warmup. Torch is imported only in workers, so
 `--impls zerotrain` needs none. The bs40/seq128/bf16 shape runs first, and --json-out is rewritten after every run,
@@ -81,6 +86,11 @@ LONG_GOALS = [dict(seq=2048, batch=4, min_ratio=1.5, versus="fdb", peak_below=["
               dict(seq=512, batch=16, min_ratio=2.0, peak_at_most=["df"]),
               dict(seq=128, batch=40, min_ratio=2.0, peak_at_most=["df"]),
               dict(seq=2048, batch=4, estimate_within=0.05), dict(seq=8192, batch=1, estimate_within=0.05)]
+# Torch impls that train several shapes one after another in one worker process (one model, one optimizer;
+# each shape's peak from a reset). Not torch.compile's: a second shape in a process makes dynamo recompile with
+# symbolic sizes (automatic dynamic shapes), another program than a fresh process compiles, and its minutes of
+# compiling dwarf the ~20 s a process costs.
+SHARED_PROCESS = ("eager", "df", "fdb")
 LONG_IMPLS = ["zerotrain", "fdb", "df", "compile"]
 LONG_COMPILE_MAX_SEQ = 512  # HF eager (and compile) run out of memory at 4x2048 on 80 GB
 
@@ -105,8 +115,9 @@ def build_model(impl, cfg):
     return DebertaV2ForSequenceClassification(DebertaV2Config(**cfg))
 
 
-def worker_train(args):
-    """torch_baseline.train_steps for one (impl, batch, dtype); returns the result dict."""
+def worker_trainer(args):
+    """The model, optimizer and loop of torch_baseline.train_steps for one (impl, dtype), built once; returns
+    train(batch, seq) -> the result dict of that shape, called for one shape after another in this process."""
     t_import = time.perf_counter()
     import torch, transformers
     t_build = time.perf_counter()
@@ -114,7 +125,6 @@ def worker_train(args):
     cuda = dev == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     torch.manual_seed(0)
-    if cuda: torch.cuda.reset_peak_memory_stats()
     cfg = dict(XLARGE)
     if args.layers: cfg["num_hidden_layers"] = args.layers
     cfg["hidden_dropout_prob"] = cfg["attention_probs_dropout_prob"] = cfg["pooler_dropout"] = args.dropout
@@ -131,52 +141,84 @@ def worker_train(args):
         optimize_deberta_training(model.deberta, backend="triton")
 
     fwd = torch.compile(model) if args.worker in ("compile", "compile-df") else model
-    ids = torch.randint(5, 128000, (args.batch, args.seq), device=dev)
-    mask = torch.ones_like(ids)
-    labels = torch.randint(0, 2, (args.batch,), device=dev)
     sync()
     setup = dict(import_s=round(t_build - t_import, 2), build_s=round(time.perf_counter() - t_build, 2))
-    warmup = WARMUP[args.worker]
-    times = []
-    window = None
-    for i in range(warmup + args.steps):
-        each = not args.back_to_back or i < warmup  # --back-to-back: one sync around the timed window
-        if each or i == warmup: sync()
-        t = time.perf_counter()
-        if i == warmup: window = t
-        with torch.autocast(dev, dtype=dtype, enabled=(dtype != torch.float32)):
-            loss = fwd(input_ids=ids, attention_mask=mask, labels=labels).loss
-        scaler.scale(loss).backward()
-        scaler.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)
-        if each: sync()
-        times.append(time.perf_counter() - t)
-    step = statistics.median(times[warmup:])
-    if args.back_to_back:
-        sync(); step = (time.perf_counter() - window) / args.steps
-    flops = 6 * (nparam - XLARGE["vocab_size"] * XLARGE["hidden_size"]) * args.batch * args.seq
-    peak = torch.cuda.max_memory_allocated() if cuda else 0
-    return dict(impl=LABELS[args.worker], dtype=args.dtype, batch=args.batch, seq=args.seq, params=nparam,
-                first_step_s=round(times[0], 3), step_ms=round(step * 1e3, 2),
-                samples_per_s=round(args.batch / step, 1), approx_tflops=round(flops / step / 1e12, 1),
-                peak_gib=round(peak / 2**30, 2), warmup_steps=warmup, timed_steps=args.steps,
-                final_loss=round(loss.item(), 4), torch=torch.__version__, transformers=transformers.__version__,
-                **setup)
+
+    def train(batch, seq):
+        # A shape after another in this process: a failed shape's gradients and cached blocks go first. The
+        # peak counts from here, with the weights (and after the first shape the AdamW state) already held:
+        # what a fresh process holds from its first optimizer step on, where its peak is.
+        opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        ids = torch.randint(5, 128000, (batch, seq), device=dev)
+        mask = torch.ones_like(ids)
+        labels = torch.randint(0, 2, (batch,), device=dev)
+        sync()
+        warmup = WARMUP[args.worker]
+        times = []
+        window = None
+        for i in range(warmup + args.steps):
+            each = not args.back_to_back or i < warmup  # --back-to-back: one sync around the timed window
+            if each or i == warmup: sync()
+            t = time.perf_counter()
+            if i == warmup: window = t
+            with torch.autocast(dev, dtype=dtype, enabled=(dtype != torch.float32)):
+                loss = fwd(input_ids=ids, attention_mask=mask, labels=labels).loss
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)
+            if each: sync()
+            times.append(time.perf_counter() - t)
+        step = statistics.median(times[warmup:])
+        if args.back_to_back:
+            sync(); step = (time.perf_counter() - window) / args.steps
+        flops = 6 * (nparam - XLARGE["vocab_size"] * XLARGE["hidden_size"]) * batch * seq
+        peak = torch.cuda.max_memory_allocated() if cuda else 0
+        return dict(impl=LABELS[args.worker], dtype=args.dtype, batch=batch, seq=seq, params=nparam,
+                    first_step_s=round(times[0], 3), step_ms=round(step * 1e3, 2),
+                    samples_per_s=round(batch / step, 1), approx_tflops=round(flops / step / 1e12, 1),
+                    peak_gib=round(peak / 2**30, 2), warmup_steps=warmup, timed_steps=args.steps,
+                    final_loss=round(loss.item(), 4), torch=torch.__version__,
+                    transformers=transformers.__version__, **setup)
+
+    return train
 
 
-def worker_main(args):
+def error_line(e):
+    """One JSON line for a failed run (the traceback to stderr)."""
+    import traceback
+    traceback.print_exc()
+    text = f"{type(e).__name__}: {e}"
+    oom = type(e).__name__ == "OutOfMemoryError" or "out of memory" in text.lower()
+    return json.dumps(dict(error="OOM" if oom else text.strip().splitlines()[0][:300]))
+
+
+def worker_main(args, shapes):
+    """One JSON line per (batch, seq) of shapes, in order, whatever happened."""
+    if args.worker == "info":
+        try:
+            print(json.dumps(worker_info()), flush=True)
+            return 0
+        except Exception as e:
+            print(error_line(e), flush=True)
+            return 1
     try:
-        out = worker_info() if args.worker == "info" else worker_train(args)
-    except Exception as e:  # report one JSON line whatever happened; the traceback goes to stderr
-        import traceback
-        traceback.print_exc()
-        text = f"{type(e).__name__}: {e}"
-        oom = type(e).__name__ == "OutOfMemoryError" or "out of memory" in text.lower()
-        print(json.dumps(dict(error="OOM" if oom else text.strip().splitlines()[0][:300])), flush=True)
+        train = worker_trainer(args)
+    except Exception as e:
+        line = error_line(e)
+        for _ in shapes: print(line, flush=True)
         return 1
-    print(json.dumps(out), flush=True)
-    return 0
+    status = 0
+    for batch, seq in shapes:
+        try:
+            line = json.dumps(train(batch, seq))
+        except Exception as e:
+            line, status = error_line(e), 1
+        print(line, flush=True)
+    return status
 
 
 # ---------------------------------------------------------------- driver side
@@ -238,45 +280,75 @@ def child_env(args, impl):
     return env
 
 
-def child_cmd(args, impl, batch, dtype, seq):
-    common = ["--batch", str(batch), "--seq", str(seq), "--dtype", dtype, "--steps", str(args.steps),
-              "--dropout", str(args.dropout)] + (["--layers", str(args.layers)] if args.layers else [])
+def child_cmd(args, impl, dtype, shapes):
+    """The command of one child: zerotrain's binary or a torch worker at shapes [(batch, seq)] (several only
+    for SHARED_PROCESS impls)."""
+    (batch, seq), = shapes if len(shapes) == 1 else [(None, None)]
+    where = ["--batch", str(batch), "--seq", str(seq)] if batch else \
+        ["--shapes", ",".join(f"{b}x{q}" for b, q in shapes)]
+    common = where + ["--dtype", dtype, "--steps", str(args.steps), "--dropout", str(args.dropout)] + \
+        (["--layers", str(args.layers)] if args.layers else [])
     if impl == "zerotrain":
         return [args.zt_bin] + common + (["--back_to_back"] if args.back_to_back else []) + shlex.split(args.zt_args)
     if args.back_to_back: common.append("--back-to-back")
     return [sys.executable, os.path.abspath(__file__), "--worker", impl] + common
 
 
-def measure(args, impl, batch, dtype, seq):
-    rec = dict(impl=LABELS[impl], batch=batch, dtype=dtype, seq=seq)
-    cmd = child_cmd(args, impl, batch, dtype, seq)
+def measure(args, impl, dtype, shapes):
+    """Runs one child (child_cmd) and returns a record per (batch, seq) of shapes: the child's JSON lines in
+    order when it ran several, its last JSON line when one."""
+    cmd = child_cmd(args, impl, dtype, shapes)
+    recs = [dict(impl=LABELS[impl], batch=batch, dtype=dtype, seq=seq) for batch, seq in shapes]
     t0 = time.time()
     try:
-        out, err, rc, timed_out = run_child(cmd, args.timeout_s, child_env(args, impl))
+        out, err, rc, timed_out = run_child(cmd, args.timeout_s * len(shapes), child_env(args, impl))
     except OSError as e:  # binary missing or not executable
-        return dict(rec, error=f"cannot run {cmd[0]}: {e.strerror}")
-    rec["wall_s"] = round(time.time() - t0, 1)
-    got = last_json(out) or {}
-    for key in ("batch", "seq"):  # a binary that ignored a flag measured something else
-        if key in got and got[key] != rec[key]:
-            got.setdefault("error", f"reported {key}={got[key]}, asked for {rec[key]}")
-            got[f"reported_{key}"] = got[key]
-    if got.get("dtype", dtype) != dtype:  # a warning only: the binary may spell it differently
-        got.setdefault("warning", f"reported dtype {got['dtype']}")
-    rec.update({k: v for k, v in got.items() if k not in ("impl", "batch", "seq", "dtype")})
-    if timed_out:
-        rec["error"] = f"timeout after {args.timeout_s}s"
-    elif "error" not in rec and not isinstance(rec.get("samples_per_s"), (int, float)):
-        tail = [l for l in err.strip().splitlines() if l.strip()]
-        if "out of memory" in err.lower(): rec["error"] = "OOM"
-        elif rc < 0: rec["error"] = f"killed by signal {-rc}"
-        else: rec["error"] = f"exit {rc}: " + (tail[-1][:300] if tail else "no JSON result on stdout")
-    elif rc != 0 and "error" not in rec:
-        rec["warning"] = f"exit {rc} after printing its result"
-    if "error" in rec and err.strip():
-        lines = [f"# stderr tail of {rec['impl']} bs{batch} seq{seq} {dtype}:"] + err.strip().splitlines()[-15:]
-        print("\n  | ".join(lines), file=sys.stderr, flush=True)
-    return rec
+        return [dict(rec, error=f"cannot run {cmd[0]}: {e.strerror}") for rec in recs]
+    wall = round(time.time() - t0, 1)
+    if len(shapes) == 1:
+        lines = [last_json(out) or {}]
+    else:
+        lines = [obj for obj in map(last_json, out.splitlines()) if obj is not None]
+    for n, rec in enumerate(recs):
+        batch, seq = rec["batch"], rec["seq"]
+        rec["wall_s"] = wall
+        if len(shapes) > 1: rec["shapes_in_process"] = len(shapes)
+        got = lines[n] if n < len(lines) else {}
+        for key in ("batch", "seq"):  # a binary that ignored a flag measured something else
+            if key in got and got[key] != rec[key]:
+                got.setdefault("error", f"reported {key}={got[key]}, asked for {rec[key]}")
+                got[f"reported_{key}"] = got[key]
+        if got.get("dtype", dtype) != dtype:  # a warning only: the binary may spell it differently
+            got.setdefault("warning", f"reported dtype {got['dtype']}")
+        rec.update({k: v for k, v in got.items() if k not in ("impl", "batch", "seq", "dtype")})
+        if timed_out and "samples_per_s" not in rec:
+            rec["error"] = f"timeout after {args.timeout_s * len(shapes)}s"
+        elif "error" not in rec and not isinstance(rec.get("samples_per_s"), (int, float)):
+            tail = [l for l in err.strip().splitlines() if l.strip()]
+            if "out of memory" in err.lower(): rec["error"] = "OOM"
+            elif rc < 0: rec["error"] = f"killed by signal {-rc}"
+            else: rec["error"] = f"exit {rc}: " + (tail[-1][:300] if tail else "no JSON result on stdout")
+        elif rc != 0 and "error" not in rec:
+            rec["warning"] = f"exit {rc} after printing its result"
+        if "error" in rec and err.strip():
+            lines_ = [f"# stderr tail of {rec['impl']} bs{batch} seq{seq} {dtype}:"] + err.strip().splitlines()[-15:]
+            print("\n  | ".join(lines_), file=sys.stderr, flush=True)
+    return recs
+
+
+def processes(jobs):
+    """The child processes of jobs [(impl, batch, dtype, seq)], in order: [(impl, dtype, [(batch, seq), ...])].
+    A SHARED_PROCESS impl runs all its shapes of a dtype in one process, where its first job stood (each
+    process pays ~20 s of start, torch import and model build before its first step); the others one shape
+    a process."""
+    runs, shared = [], {}
+    for impl, batch, dtype, seq in jobs:
+        if impl in SHARED_PROCESS and (impl, dtype) in shared:
+            shared[(impl, dtype)].append((batch, seq))
+            continue
+        runs.append((impl, dtype, [(batch, seq)]))
+        if impl in SHARED_PROCESS: shared[(impl, dtype)] = runs[-1][2]
+    return runs
 
 
 def ratio(num, den, key):
@@ -492,15 +564,20 @@ def main():
     p.add_argument("--worker-device", default="cuda", help=argparse.SUPPRESS)  # "cpu" to test the loop
     args = p.parse_args()
     if args.worker:
-        args.seq = args.seq[0]  # the driver passes one
-        return worker_main(args)
+        args.seq = args.seq[0]  # the driver passes one, or --shapes
+        shapes = [tuple(int(v) for v in x.split("x")) for x in args.shapes] or [(args.batch, args.seq)]
+        if len(shapes) > 1 and args.worker not in SHARED_PROCESS:
+            p.error(f"--worker {args.worker} runs one shape a process")
+        return worker_main(args, shapes)
     if args.verdict_from:
         if args.resume or args.goals or args.shapes: p.error("--verdict-from runs nothing: no --resume, --goals, --shapes")
         return verdict_from(args)
     if args.goals and args.long_goals: p.error("--goals and --long-goals: one or the other")
     if args.long_goals:
-        if args.shapes: p.error("--long-goals and --shapes: one or the other")
-        args.shapes = sorted({f"{g['batch']}x{g['seq']}" for g in LONG_GOALS}, key=lambda t: int(t.split("x")[1]))
+        long_shapes = sorted({f"{g['batch']}x{g['seq']}" for g in LONG_GOALS}, key=lambda t: int(t.split("x")[1]))
+        if set(args.shapes) - set(long_shapes):
+            p.error(f"--long-goals --shapes takes a subset of {','.join(long_shapes)}, got {','.join(args.shapes)}")
+        args.shapes = args.shapes or long_shapes
         if args.impls == p.get_default("impls"): args.impls = list(LONG_IMPLS)
     if (args.goals or args.shapes) and (args.batches != p.get_default("batches") or args.seq != p.get_default("seq")):
         p.error("--goals, --long-goals and --shapes name the shapes: no --batches or --seq with them")
@@ -539,12 +616,13 @@ def main():
     records = list(results.values())
     if results: print(f"# --resume: {len(results)} results kept from {args.json_out}", flush=True)
     todo = [j for j in jobs if j not in results]
-    for n, (impl, batch, dtype, seq) in enumerate(todo, 1):
-        print(f"# [{n}/{len(todo)}] {shlex.join(child_cmd(args, impl, batch, dtype, seq))}", flush=True)
-        rec = measure(args, impl, batch, dtype, seq)
-        results[(impl, batch, dtype, seq)] = rec
-        records.append(rec)
-        print(json.dumps(rec), flush=True)
+    runs = processes(todo)
+    for n, (impl, dtype, shapes) in enumerate(runs, 1):
+        print(f"# [{n}/{len(runs)}] {shlex.join(child_cmd(args, impl, dtype, shapes))}", flush=True)
+        for rec in measure(args, impl, dtype, shapes):
+            results[(impl, rec["batch"], dtype, rec["seq"])] = rec
+            records.append(rec)
+            print(json.dumps(rec), flush=True)
         write_json(args, meta, records)
     print()
     table(args, results)

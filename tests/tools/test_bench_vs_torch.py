@@ -150,16 +150,32 @@ with tempfile.TemporaryDirectory() as tmp:
                      env_extra=env)
     jobs = [l for l in so.splitlines() if l.startswith("# [")]
     impl_of = lambda l: "zerotrain" if fake in l else l.split("--worker ")[1].split()[0]
-    seq_of = lambda l: int(l.split("--seq ")[1].split()[0])
-    check(rc == 0 and len(jobs) == 14, f"--long-goals runs 4 shapes x zerotrain,fdb,df + compile at 2: {len(jobs)}")
+    seqs_of = lambda l: [int(l.split("--seq ")[1].split()[0])] if "--seq " in l else \
+        [int(x.split("x")[1]) for x in l.split("--shapes ")[1].split()[0].split(",")]
+    check(rc == 0 and len(jobs) == 8, f"--long-goals: zerotrain 4 processes, fdb and df one each, compile 2: {len(jobs)}")
     compiles = [i for i, l in enumerate(jobs) if impl_of(l) == "compile"]
-    check(sorted(seq_of(jobs[i]) for i in compiles) == [128, 512] and compiles == [12, 13],
-          "compile runs at 128 and 512 only, last")
-    check(sorted(seq_of(l) for l in jobs if impl_of(l) == "fdb") == [128, 512, 2048, 8192],
-          "FlashDeBERTa runs at every shape")
+    check(sorted(s for i in compiles for s in seqs_of(jobs[i])) == [128, 512] and compiles == [6, 7],
+          "compile runs at 128 and 512 only, one shape a process, last")
+    fdb = [l for l in jobs if impl_of(l) == "fdb"]
+    check(len(fdb) == 1 and seqs_of(fdb[0]) == [128, 512, 2048, 8192],
+          f"FlashDeBERTa runs every shape in one process ({fdb})")
+    recs = json.load(open(out + "5"))["results"]
+    fdb_recs = [r for r in recs if r["impl"] == "torch-eager+fdb"]
+    check(sorted(r["seq"] for r in fdb_recs) == [128, 512, 2048, 8192] and all(
+        "error" in r and r.get("shapes_in_process") == 4 for r in fdb_recs),
+          "a shared process's failure is recorded at each of its shapes")
     check(sorted(int(c.split("--seq ")[1].split()[0]) for c in open(log).read().splitlines()) == [128, 512, 2048, 8192],
           "zerotrain runs at every shape")
     check("out of memory there" in so, "the skipped eager/compile shapes are said")
+    # --long-goals --shapes: a subset of its shapes, resumed into the same file (the long task's parts).
+    open(log, "w").close()
+    rc, so, se = run("--long-goals", "--shapes", "4x2048,1x8192", "--impls", "zerotrain", "--zt-bin", fake,
+                     "--json-out", out + "6", env_extra=env)
+    check(rc == 0 and sorted(int(c.split("--seq ")[1].split()[0]) for c in open(log).read().splitlines()) == [2048, 8192]
+          and "GOAL bs40/seq128/bf16: >= 2.0x torch-compile, peak at most torch-eager+df: n/a" in so,
+          f"--long-goals --shapes runs those shapes only ({se[-200:]})")
+    rc, so, se = run("--long-goals", "--shapes", "8x512", "--impls", "zerotrain", "--zt-bin", fake, env_extra=env)
+    check(rc != 0 and "subset of" in se, "--long-goals --shapes refuses a shape that is not a long goal's")
 
     # The long goals' verdicts from records: speed and peak against FlashDeBERTa / compile / df, the estimator.
     def zt_rec(batch, seq, ms, gib, plan):
