@@ -15,7 +15,9 @@
 #   disk [--deepspeed]          the disk tier: disk rates, the NVMe-offloaded step, the largest model
 #   validate [--xlarge]         golden fixtures and tokenizer parity regenerated here, compared with the committed
 #   flash [--quick]             the flash attention: its GPU tests, long-sequence steps, the core, determinism
-#   long                        long documents: GPU tests, 1x16384, steps and cores beside FlashDeBERTa/df/compile
+#   long [--candidate DIR] [--with-compile]
+#                               long documents: GPU tests, 1x16384, steps and cores beside FlashDeBERTa/df (compile
+#                               opt-in); a candidate kernel tree tested and timed beside this one in the same call
 #   plan [--quick] [--parts L]  issue 40: calibration, plan grids vs --auto_plan per cap, partial, delayed, 6.2 B, DeepSpeed
 #
 # The build: build-gpu/ (Ninja, Release, sm_90a), only the targets the task needs, liburing always (the disk
@@ -64,9 +66,10 @@ export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 # --- helpers the tasks use ---------------------------------------------------------------------------------
 pack() {
   ((dry_run)) && return 0
-  tar czf "$out/$task.tgz.tmp" -C "$(dirname "$work")" --exclude='*.h5' --exclude='*.zero' \
+  local tmp=$out/$task.tgz.$BASHPID.tmp  # one per process: the trees' builds run side by side
+  tar czf "$tmp" -C "$(dirname "$work")" --exclude='*.h5' --exclude='*.zero' \
     --exclude='*.ncu-rep' --exclude='*.nsys-rep' --exclude='*.sqlite' "$task" 2>/dev/null &&
-    mv "$out/$task.tgz.tmp" "$out/$task.tgz"
+    mv "$tmp" "$out/$task.tgz"
 }
 say() {  # one result line: to stdout and $OUT/summary.txt, then the outputs packed
   echo "$*"
@@ -122,23 +125,79 @@ largest_batch() {
   say "LARGEST under 24 GiB, $label: batch $b"
 }
 # gtest NAME...: GPU test binaries, one summary line each, failures kept; returns 1 when any failed.
-gtest() {
-  local t status failed=0
+gtest() { gtest_in . "$@"; }
+# gtest_in TREE NAME...: the same with TREE's binaries (bin_of); another tree's outputs are named after it.
+gtest_in() {
+  local tree=$1 t status failed=0 name
+  shift
   for t in "$@"; do
-    x --timeout 300 --to "$work/$t.txt" $bin/"$t"
+    name=$t
+    [[ $tree == . ]] || name=$(basename "$tree")_$t
+    x --timeout 300 --to "$work/$name.txt" "$(bin_of "$tree")/$t"
     status=$?
     ((dry_run)) && continue
     ((status == 0)) || failed=1
-    say "$t exit $status: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$work/$t.txt" | tr '\n' ' ')"
-    grep -B3 -A12 "Failure" "$work/$t.txt" | head -40 >>"$work/failures.txt"
+    say "$name exit $status: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$work/$name.txt" | tr '\n' ' ')"
+    grep -B3 -A12 "Failure" "$work/$name.txt" | head -40 >>"$work/failures.txt"
   done
   return "$failed"
+}
+# Variants (the ab task; long --candidate): parallel arrays of label, source tree, env words (ZT_NAME=value) and
+# bench_train_step flags; variant_flags are every variant's common flags (the task sets them).
+labels=() variant_trees=() envs=() flags=() variant_flags=()
+variant_run() {  # variant index, then bench_train_step flags
+  local i=$1 env_words flag_words
+  shift
+  read -r -a env_words <<<"${envs[$i]}"
+  read -r -a flag_words <<<"${flags[$i]}"
+  x --timeout 150 env "${env_words[@]}" "$(bin_of "${variant_trees[$i]}")/bench_train_step" --dtype bf16 \
+    --dropout 0.1 "${variant_flags[@]}" "$@" "${flag_words[@]}"
+}
+# variant_rounds LOG REPS STEPS BATCH...: per batch, REPS rounds of every variant in turn (so drift on the machine
+# shows in every column), one line a run in LOG; then summaries.py ab's lines (mean step per variant, ratio to
+# its reference, last losses' bits) as results, kept in LOG's _summary.txt. Returns 1 when a run failed or a
+# variant's last loss differs from its reference's.
+variant_rounds() {
+  local log=$1 reps=$2 steps=$3 bs rep i line
+  shift 3
+  for i in "${!labels[@]}"; do
+    line="variant ${labels[$i]}: tree ${variant_trees[$i]} env ${envs[$i]:-none} flags ${flags[$i]:-none}"
+    say "$line"
+    ((dry_run)) || echo "$line" >>"$log"
+  done
+  for bs in "$@"; do
+    for rep in $(seq "$reps"); do
+      for i in "${!labels[@]}"; do
+        if ((dry_run)); then
+          variant_run "$i" --batch "$bs" --steps "$steps"
+          continue
+        fi
+        line=$(variant_run "$i" --batch "$bs" --steps "$steps" 2>"$work/err.txt" | tail -1)
+        if [[ $line == \{* ]]; then
+          echo "bs$bs ${labels[$i]} #$rep: $(echo "$line" | python3 "$device_dir/summaries.py" ab-run)" | tee -a "$log"
+          pack
+        else
+          echo "bs$bs ${labels[$i]} #$rep: FAILED $(tail -3 "$work/err.txt" | tr '\n' ' ')" | tee -a "$log"
+        fi
+      done
+    done
+  done
+  ((dry_run)) && return 0
+  python3 "$device_dir/summaries.py" ab "$log" "${labels[@]}" >"${log%.log}_summary.txt"
+  while read -r line; do say "$line"; done <"${log%.log}_summary.txt"
+  ! grep -q 'FAILED\|differs' "${log%.log}_summary.txt"
 }
 
 # --- the task: its targets, its arguments checked before anything is built ---------------------------------
 targets=()             # the task's build targets in this tree; "all" builds everything
-other_tree_targets=()  # in the other trees (the ab task's base), when not the same
-trees=(.)    # source trees to build (the ab task adds its base tree)
+other_tree_targets=()  # in the other trees (the ab task's base, long's candidate), when not the same
+trees=(.)    # source trees to build (the ab task adds its base tree, long its candidate)
+other_tree_build=""    # the other tree's build folder, when not <tree>/build-gpu (one other tree only)
+# bin_of TREE: where TREE's binaries are built.
+bin_of() {
+  if [[ $1 == . ]]; then echo "$bin"; elif [[ -n $other_tree_build ]]; then echo "$other_tree_build/bin"
+  else echo "$1/$bin"; fi
+}
 task_args() { (($# == 0)) || refuse "$task takes no arguments (got: $*)"; }
 # shellcheck source=/dev/null
 source "$device_dir/tasks/$task.sh"
@@ -161,7 +220,8 @@ fi
 # --- one configure-and-build step for every tree -------------------------------------------------------------
 build() {  # TREE: configure (Ninja, Release, liburing) and build the task's targets
   local tree=$1 log
-  local dir=$tree/build-gpu
+  local dir
+  dir=$(dirname "$(bin_of "$tree")")
   local configure=(cmake -S "$tree" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${uring_flags[@]}")
   local make=(cmake --build "$dir" -j"$(nproc)") want=("${targets[@]}")
   [[ $tree != . ]] && ((${#other_tree_targets[@]})) && want=("${other_tree_targets[@]}")
@@ -196,7 +256,19 @@ else
     "zerotrain $(git describe --always --dirty 2>/dev/null || echo unknown)" >>"$summary"
   trap pack EXIT
 fi
-for tree in "${trees[@]}"; do build "$tree"; done
+# Two trees build side by side (a fresh machine's build is mostly single-file nvcc tails); either failing ends the call.
+if ((dry_run || ${#trees[@]} == 1)); then
+  for tree in "${trees[@]}"; do build "$tree"; done
+else
+  builds=()
+  for tree in "${trees[@]}"; do
+    build "$tree" &
+    builds+=($!)
+  done
+  built=0
+  for pid in "${builds[@]}"; do wait "$pid" || built=1; done
+  ((built == 0)) || exit 1
+fi
 task_run "$@"
 status=$?
 say "$task done: exit $status, $(elapsed)"

@@ -6,6 +6,8 @@
   summaries.py ab LOG LABEL...           the A/B summary: mean step per variant, ratio to its reference
                                          (the first variant of the same flags), and whether its last
                                          losses are the reference's bit for bit
+  summaries.py core-ab SHAPE BASE CAND   two zt_bench --json files of one shape: each attention kernel's
+                                         median us in both and the base's over the candidate's (>1: faster)
   summaries.py zero-memory JSONL         per-rank peak by category against the estimator's plan
   summaries.py mpirun DIR                each ZeRO stage's train_mrpc loss curve against stage 0's
   summaries.py disk DIR                  the disk tier's record: rates, steps, the floor (JSON)
@@ -80,6 +82,29 @@ def ab(log, labels):
             else:
                 bits = f"last loss {next(iter(loss))} differs from {ref}'s {sorted(ref_loss)}"
             print(f"summary bs{bs} {label}: mean {mean(ms):.2f} ms over {len(ms)}{ratio}; {bits}")
+
+
+def core_ab(shape, base_path, candidate_path):
+    def medians(path):
+        try:
+            doc = json.load(open(path))
+        except (OSError, ValueError) as e:
+            return {"error": str(e)}
+        return {r["name"]: r.get("median_us") for r in doc.get("results", []) if r["name"].startswith("attention")}
+
+    base, cand = medians(base_path), medians(candidate_path)
+    total = {"base": 0.0, "candidate": 0.0}
+    for name in sorted(set(base) | set(cand)):
+        b, c = base.get(name), cand.get(name)
+        if isinstance(b, (int, float)) and isinstance(c, (int, float)) and c > 0:
+            print(f"core {shape} {name}: base {b:.1f} us, candidate {c:.1f} us: {b / c:.3f}x")
+            total["base"] += b
+            total["candidate"] += c
+        else:
+            print(f"core {shape} {name}: base {b}, candidate {c}: no ratio")
+    if total["candidate"] > 0:
+        print(f"core {shape} sum: base {total['base']:.1f} us, candidate {total['candidate']:.1f} us: "
+              f"{total['base'] / total['candidate']:.3f}x")
 
 
 def zero_memory(path):
@@ -171,6 +196,8 @@ if __name__ == "__main__":
         ab_run()
     elif what == "ab" and len(args) >= 2:
         ab(args[0], args[1:])
+    elif what == "core-ab" and len(args) == 3:
+        core_ab(*args)
     elif what == "zero-memory" and len(args) == 1:
         zero_memory(args[0])
     elif what == "mpirun" and len(args) == 1:

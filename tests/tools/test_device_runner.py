@@ -84,17 +84,54 @@ with tempfile.TemporaryDirectory() as tmp:
           "goals: bench_vs_torch.py --goals --resume into .goals/goals.json")
     check("GOALS_SWITCHES" not in stdout and "pick_switches" not in stdout, "goals: no switch selection")
 
+    # long: the parts in order of value, each with its budget; torch.compile only with --with-compile.
     rc, stdout, _ = run(["--dry-run", "long"], deps, out)
     plan = stdout.splitlines()
     at = lambda pattern: next((i for i, l in enumerate(plan) if re.search(pattern, l)), -1)
-    order = [at(r"test_long_training_determinism_gpu >"), at(r"--seq 16384 .*--repeat_batch"),
-             at(r"bench_vs_torch\.py .*--long-goals --impls zerotrain,fdb,df .*--json-out \.long/long\.json --resume"),
-             at(r"bench_attention_vs_df\.py .*--shapes 40x128,16x512,4x2048,1x8192"),
-             at(r"bench_vs_torch\.py .*--long-goals --impls compile .*--json-out \.long/long\.json --resume"),
+    order = [at(r"test_long_training_determinism_gpu >"),
+             at(r"bench_vs_torch\.py .*--long-goals --impls zerotrain,fdb,df --shapes 4x2048,1x8192 .*"
+                r"--json-out \.long/long\.json --resume"),
+             at(r"--seq 16384 .*--repeat_batch"),
+             at(r"bench_attention_vs_df\.py .*--shapes 4x2048,1x8192"),
+             at(r"--seq 8192 .*--gradient_checkpointing"),
+             at(r"bench_vs_torch\.py .*--long-goals --impls zerotrain,fdb,df --shapes 16x512,40x128 .*--resume"),
+             at(r"bench_attention_vs_df\.py .*--shapes 40x128,16x512"),
              at(r"--verdict-from \.long/long\.json --long-goals")]
     check(rc == 0 and -1 not in order and order == sorted(order),
-          f"long: tests, 1x16384, zerotrain/fdb/df, the cores, compile, the verdicts, in that order ({order})")
+          f"long: tests, the goals' side by side, 1x16384, their cores, checkpointing, the short shapes, the "
+          f"verdicts, in that order ({order})")
+    budgets = re.findall(r"^part (\w+): budget (\d+) s$", stdout, re.M)
+    check([p for p, _ in budgets] == ["tests", "goals_side", "steps_16384", "goals_cores", "steps_checkpoint",
+                                      "short_side", "short_cores"] and all(int(b) > 0 for _, b in budgets),
+          f"long: every part says its budget ({budgets})")
+    check("--impls compile" not in stdout and "candidate" not in stdout, "long: no compile, no candidate unless asked")
+    rc, stdout, _ = run(["--dry-run", "long", "--with-compile"], deps, out)
+    plan = stdout.splitlines()
+    check(rc == 0 and at(r"bench_vs_torch\.py .*--long-goals --impls compile --shapes 16x512,40x128") >
+          at(r"bench_attention_vs_df\.py .*--shapes 40x128,16x512") > 0, "long --with-compile: compile last")
 
+    # long --candidate: the candidate tree built into build-gpu-candidate/ with its own targets, its tests after
+    # this tree's, its cores and 4x2048 step in turn with this tree's, after 1x16384.
+    rc, stdout, _ = run(["--dry-run", "long", "--candidate", base, "--with-compile"], deps, out)
+    plan = stdout.splitlines()
+    make = [l for l in build_lines(stdout) if l.startswith("cmake --build")]
+    configure = [l for l in build_lines(stdout) if l.startswith("cmake -S")]
+    check(rc == 0 and len(make) == 2 and configure[1].startswith(f"cmake -S {base} -B build-gpu-candidate ")
+          and re.fullmatch(r"cmake --build build-gpu-candidate -j\d+ --target test_flash_disentangled_attention_gpu "
+                           r"bench_train_step zt_bench", make[1]) is not None,
+          f"long --candidate: the candidate builds its three targets into build-gpu-candidate/ ({make})")
+    cand_test = at(r"build-gpu-candidate/bin/test_flash_disentangled_attention_gpu > \S+/\w+_test_flash")
+    cores = [l for l in plan if re.search(r"zt_bench --only flash", l)]
+    check(at(r"build-gpu/bin/test_flash_disentangled_attention_gpu >") < cand_test <
+          at(r"--shapes 4x2048,1x8192 .*--json-out") and cand_test > 0, "long --candidate: its tests after this tree's")
+    check([("candidate" in l, re.search(r"--batch (\d+) --seq (\d+)", l).groups()) for l in cores] ==
+          [(False, ("4", "2048")), (True, ("4", "2048")), (False, ("1", "8192")), (True, ("1", "8192"))],
+          f"long --candidate: the cores at 4x2048 and 1x8192, this tree's and the candidate's in turn ({cores})")
+    steps = [l for l in plan if re.search(r"bench_train_step .*--seq 2048 .*--batch 4 --steps 3", l)]
+    check([("build-gpu-candidate/" in l) for l in steps] == [False, True, False, True],
+          f"long --candidate: the 4x2048 step, two rounds of both in turn ({steps})")
+    check(at(r"--seq 16384") < at(r"zt_bench --only flash") < at(r"bench_attention_vs_df\.py .*4x2048"),
+          "long --candidate: its A/B after 1x16384, before the cores beside torch")
     # The A/B: base first, every variant in turn in each round, AB_TESTS built in this tree only and run first.
     rc, stdout, _ = run(["--dry-run", "ab", base, "fused|.|ZT_FUSED_ATTENTION=1|", "ov|.||--overlap_optimizer"],
                         deps, out, extra_env={"AB_BATCHES": "40 8", "AB_REPS": "2", "AB_TESTS": "test_gemm_gpu"})
@@ -131,6 +168,10 @@ with tempfile.TemporaryDirectory() as tmp:
         (["profile", "8by128"], "is not BATCHxSEQ"),
         (["zero", "--np", "0"], "zero takes [--np N]"),
         (["disk", "--fast"], "disk takes [--deepspeed]"),
+        (["long", "--fast"], "long takes [--candidate DIR] [--with-compile]"),
+        (["long", "--candidate"], "--candidate needs a source tree"),
+        (["long", "--candidate", os.path.join(tmp, "missing")], "--candidate: no source tree"),
+        (["long", "--candidate", ROOT], "--candidate is this tree"),
     ]:
         for dry in ([], ["--dry-run"]):
             rc, stdout, stderr = run([*dry, *args], deps, out)
@@ -144,6 +185,25 @@ with tempfile.TemporaryDirectory() as tmp:
         rc, stdout, stderr = run([*dry, "tests"], no_deps, out)
         check(rc == 2 and "no liburing" in stderr and "build:" not in stdout and not os.path.exists(out),
               f"{' '.join(dry + ['tests'])}: refused without liburing (rc {rc})")
+
+
+# summaries.py core-ab: the candidate's kernels against the base's, per kernel and summed (base over candidate).
+with tempfile.TemporaryDirectory() as tmp:
+    for name, fwd, bwd in (("base", 1764.0, 11288.0), ("candidate", 1760.0, 9030.4)):
+        with open(os.path.join(tmp, name + ".json"), "w") as f:
+            f.write('{"results": [{"name": "attention_forward_flash", "median_us": %s}, {"name": '
+                    '"attention_backward_flash", "median_us": %s}, {"name": "gemm", "median_us": 1}]}' % (fwd, bwd))
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "device", "summaries.py"), "core-ab", "4x2048",
+                        os.path.join(tmp, "base.json"), os.path.join(tmp, "candidate.json")], capture_output=True, text=True)
+    lines = p.stdout.splitlines()
+    check(p.returncode == 0 and lines == [
+        "core 4x2048 attention_backward_flash: base 11288.0 us, candidate 9030.4 us: 1.250x",
+        "core 4x2048 attention_forward_flash: base 1764.0 us, candidate 1760.0 us: 1.002x",
+        "core 4x2048 sum: base 13052.0 us, candidate 10790.4 us: 1.210x"], f"summaries.py core-ab: ratios ({lines})")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "device", "summaries.py"), "core-ab", "4x2048",
+                        os.path.join(tmp, "base.json"), os.path.join(tmp, "none.json")], capture_output=True, text=True)
+    check(p.returncode == 0 and "no ratio" in p.stdout and " sum:" not in p.stdout,
+          "summaries.py core-ab: a missing candidate result gives no ratio")
 
 
 FAKE_CMAKE = """cmake_minimum_required(VERSION 3.16)

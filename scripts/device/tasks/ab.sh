@@ -18,7 +18,6 @@
 # reference's bit for bit. Exit status 1 when a test or a run failed or a variant's last loss differs.
 targets=(bench_train_step)
 other_tree_targets=(bench_train_step)
-labels=() variant_trees=() envs=() flags=()
 task_args() {
   (($# >= 1)) || refuse "ab needs a base tree: ab <base-tree> [label|tree|env|flags ...]"
   local specs=("base|$1||") spec label tree env_words flag_words
@@ -39,48 +38,18 @@ task_args() {
   read -r -a ab_tests <<<"${AB_TESTS:-}"
   targets+=("${ab_tests[@]}")
 }
-ab_run() {  # variant index, then bench_train_step flags
-  local i=$1 env_words flag_words
-  shift
-  read -r -a env_words <<<"${envs[$i]}"
-  read -r -a flag_words <<<"${flags[$i]}"
-  x --timeout 150 env "${env_words[@]}" "${variant_trees[$i]}/$bin/bench_train_step" --seq "${AB_SEQ:-128}" \
-    --dtype bf16 --dropout 0.1 "${common[@]}" "$@" "${flag_words[@]}"
-}
 task_run() {
-  local log=$work/ab.log i bs rep line batches common
-  read -r -a batches <<<"${AB_BATCHES:-40 8}"
+  local common
   read -r -a common <<<"${AB_COMMON:-}"
-  for i in "${!labels[@]}"; do
-    say "variant ${labels[$i]}: tree ${variant_trees[$i]} env ${envs[$i]:-none} flags ${flags[$i]:-none}"
-    ((dry_run)) || echo "variant ${labels[$i]}: tree ${variant_trees[$i]} env ${envs[$i]:-none} flags ${flags[$i]:-none}" >>"$log"
-  done
+  variant_flags=(--seq "${AB_SEQ:-128}" "${common[@]}")
+  local batches status=0
+  read -r -a batches <<<"${AB_BATCHES:-40 8}"
   gtest "${ab_tests[@]}" || { say "a GPU test failed: nothing timed"; return 1; }
-  for bs in "${batches[@]}"; do
-    for rep in $(seq "${AB_REPS:-3}"); do
-      for i in "${!labels[@]}"; do
-        if ((dry_run)); then
-          ab_run "$i" --batch "$bs" --steps 20
-          continue
-        fi
-        line=$(ab_run "$i" --batch "$bs" --steps 20 2>"$work/err.txt" | tail -1)
-        if [[ $line == \{* ]]; then
-          echo "bs$bs ${labels[$i]} #$rep: $(echo "$line" | python3 "$device_dir/summaries.py" ab-run)" | tee -a "$log"
-          pack
-        else
-          echo "bs$bs ${labels[$i]} #$rep: FAILED $(tail -3 "$work/err.txt" | tr '\n' ' ')" | tee -a "$log"
-        fi
-      done
-    done
-  done
-  if ((!dry_run)); then
-    python3 "$device_dir/summaries.py" ab "$log" "${labels[@]}" >"$work/ab_summary.txt"
-    while read -r line; do say "$line"; done <"$work/ab_summary.txt"
-  fi
-  local pbs=${AB_PROFILE_BATCH:-8}
+  variant_rounds "$work/ab.log" "${AB_REPS:-3}" 20 "${batches[@]}" || status=1
+  local pbs=${AB_PROFILE_BATCH:-8} i
   for i in "${!labels[@]}"; do
-    if ((dry_run)); then ab_run "$i" --batch "$pbs" --steps 10 --profile; continue; fi
-    ab_run "$i" --batch "$pbs" --steps 10 --profile >/dev/null 2>"$work/profile_bs${pbs}_${labels[$i]}.txt"
+    if ((dry_run)); then variant_run "$i" --batch "$pbs" --steps 10 --profile; continue; fi
+    variant_run "$i" --batch "$pbs" --steps 10 --profile >/dev/null 2>"$work/profile_bs${pbs}_${labels[$i]}.txt"
   done
-  ((dry_run)) || ! grep -q 'FAILED\|differs' "$work/ab_summary.txt"
+  return "$status"
 }

@@ -1,35 +1,90 @@
 # shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
-# long: the long-document issue's acceptance runs (xlarge, bf16, dropout 0.1), most wanted first, each only
-# with the time it needs left of LONG_BUDGET_S (default 420, the build included):
-#   1. tests: the flash attention's GPU tests, the HF golden data past 512 tokens (f32; bf16/f16 with the
-#      flash and the automatic attention), training at L 2048 deterministic run to run;
-#   2. 1 x 16384 on a repeated batch: trains on one 80 GB GPU, loss finite and falling (steps.jsonl); and
-#      1 x 8192 with --gradient_checkpointing (the flash attention under recomputation; plan vs peak);
-#   3. the side-by-side steps (scripts/bench_vs_torch.py --long-goals): zerotrain, FlashDeBERTa and
-#      disentangled-flash at 40x128, 16x512, 4x2048, 1x8192 into .long/long.json;
-#   4. the attention core per layer against FlashDeBERTa's and disentangled-flash's kernels at the same
-#      shapes, forward and backward (scripts/bench_attention_vs_df.py; core.txt);
-#   5. torch.compile at 40x128 and 16x512 into the same .long/long.json (HF eager and compile run out of
-#      memory past that);
-#   6. the verdicts from .long/long.json: the speed and peak goals, and the estimator's plan within 5 % of
-#      the measured peak at 4x2048 and 1x8192.
-# The torch runs need the wheels of scripts/fetch_wheels.sh: carry ".whl". What a call finishes is kept in
-# .long/ (done markers, long.json): the same command again on the warm machine (or a fresh one given .long
-# in carry) runs the rest. A first call on a fresh H100 builds for ~90-120 s and reaches step 3; the whole
-# list takes ~15 minutes of GPU time, about three calls of 420 s. Remove .long/ to start over.
+# long [--candidate DIR] [--with-compile]: the long-document issue's acceptance runs (xlarge, bf16, dropout 0.1)
+# in parts, most wanted first; a part starts only with its budget left of LONG_BUDGET_S (default 580, the build
+# included) and is marked done in .long/, so the same command on the warm machine runs the rest. Budgets are
+# from the H100 runs of 2026-12-06 (docs/bench/2026-12-06-h100-flash: each step's process 5-12 s, 1x16384
+# 30 s, a zt_bench core 1-2 s) and the H200 torch runs (a torch eager/df process 23-43 s, 18-20 s of it start,
+# import and build; torch.compile 100-190 s a shape). Each part prints its budget and what it took.
+#
+#   part            budget  what
+#   tests             50 s  the flash attention's GPU tests, HF golden data past 512 tokens (f32; bf16/f16
+#                           with the flash and the automatic attention), L 2048 deterministic run to run
+#   candidate_tests   20 s  (--candidate) the candidate tree's flash attention GPU tests
+#   goals_side       150 s  zerotrain, FlashDeBERTa, disentangled-flash at 4x2048 and 1x8192 (bench_vs_torch.py
+#                           --long-goals --shapes; 6 processes) into .long/long.json
+#   steps_16384       40 s  1 x 16384 on a repeated batch: trains on one 80 GB GPU, loss finite and falling
+#   candidate_ab      60 s  (--candidate) zt_bench --only flash at 4x2048 and 1x8192, this tree's and the
+#                           candidate's in turn, the ratios; the 4x2048 step, 2 rounds of both in turn
+#   goals_cores       60 s  the attention core per layer at 4x2048 and 1x8192 beside FlashDeBERTa's and df's
+#                           kernels (bench_attention_vs_df.py; 4 torch processes)
+#   steps_checkpoint  25 s  1 x 8192 with --gradient_checkpointing (the flash attention under recomputation)
+#   short_side       110 s  zerotrain, FlashDeBERTa, df at 16x512 and 40x128 into the same .long/long.json
+#   short_cores       50 s  the cores at 40x128 and 16x512
+#   compile          330 s  (--with-compile) torch.compile at 40x128 and 16x512 (two compiles of 100-190 s)
+# then the verdicts from .long/long.json: the speed and peak goals, and the estimator's plan within 5 % of the
+# measured peak at 4x2048 and 1x8192 (the goals of shapes not yet run say n/a).
+#
+# A fresh H100 builds this tree (and the candidate's, side by side) in ~100-150 s; the decisive parts through
+# candidate_ab take ~370 s more: call 1 (600 s) reaches them and usually goals_cores and steps_checkpoint; call 2
+# on the warm machine (its build a no-op, ~10 s) runs short_side and short_cores, ~170 s:
+#
+#   scripts/fetch_wheels.sh                  # here: .whl/ (flashdeberta 0.0.8, einops, disentangled-flash 1.1.1)
+#   rsync -a --delete --exclude='/build*' --exclude=.git --exclude=.venv ../wt/flashbwd2/ .wt-flashbwd2/
+#   call 1: run(command="scripts/device/run.sh long --candidate .wt-flashbwd2", timeout_s=600,
+#               carry=[".device-deps", ".whl", ".wt-flashbwd2"])
+#   call 2, within 30 s: run(command="LONG_BUDGET_S=250 scripts/device/run.sh long --candidate .wt-flashbwd2",
+#               timeout_s=270, carry=[".device-deps", ".whl", ".wt-flashbwd2"])
+#
+# The candidate builds into build-gpu-candidate/ at the top of this tree, not inside the carried folder (a
+# carried folder replaces its copy on the machine, which would drop its build between the calls). A fresh
+# machine for call 2 needs ".long" in carry too (its done markers and long.json). Remove .long/ to start over.
 targets=(test_flash_disentangled_attention_gpu test_deberta_golden_gpu test_deberta_mixed_precision_gpu
   test_long_training_determinism_gpu bench_train_step zt_bench)
+candidate_targets=(test_flash_disentangled_attention_gpu bench_train_step zt_bench)
 long_dir=.long
-shapes=40x128,16x512,4x2048,1x8192
-left() { echo $((${LONG_BUDGET_S:-420} - ($(date +%s) - start))); }
-# part NAME NEED_S: whether part NAME is to run now: not done in an earlier call and NEED_S seconds left.
+candidate="" with_compile=0
+task_args() {
+  while (($#)); do
+    case $1 in
+    --candidate)
+      (($# >= 2)) || refuse "long: --candidate needs a source tree"
+      [[ -f $2/CMakeLists.txt ]] || refuse "long: --candidate: no source tree at '$2'"
+      [[ $(realpath "$2") != "$(realpath .)" ]] || refuse "long: --candidate is this tree"
+      candidate=$2
+      shift
+      ;;
+    --with-compile) with_compile=1 ;;
+    *) refuse "long takes [--candidate DIR] [--with-compile] (got: $1)" ;;
+    esac
+    shift
+  done
+  if [[ -n $candidate ]]; then
+    trees+=("$candidate")
+    other_tree_targets=("${candidate_targets[@]}")
+    other_tree_build=build-gpu-candidate
+  fi
+}
+left() { echo $((${LONG_BUDGET_S:-580} - ($(date +%s) - start))); }
+# part NAME BUDGET_S: whether part NAME is to run now: not done in an earlier call and BUDGET_S seconds left.
+part_start=0
 part() {
-  ((dry_run)) && return 0
+  if ((dry_run)); then
+    echo "part $1: budget $2 s"
+    return 0
+  fi
   [[ -f $long_dir/$1.done ]] && { say "$1: done in an earlier call (remove $long_dir/ to run it again)"; return 1; }
-  (($(left) >= $2)) || { say "$1: $(left) s left, fewer than its $2: next call"; return 1; }
+  (($(left) >= $2)) || { say "$1: $(left) s left, fewer than its budget of $2 s: next call"; return 1; }
+  say "$1: starts at $(elapsed), budget $2 s, $(left) s left"
+  part_start=$(date +%s)
   return 0
 }
-finished() { ((dry_run)) || touch "$long_dir/$1.done"; }
+# finished NAME [RC]: marks part NAME done when RC (default 0) is 0; says what it took.
+finished() {
+  ((dry_run)) && return 0
+  local rc=${2:-0}
+  ((rc == 0)) && touch "$long_dir/$1.done"
+  say "$1: exit $rc, took $(($(date +%s) - part_start)) s"
+}
 long_tests() {
   gtest test_flash_disentangled_attention_gpu test_long_training_determinism_gpu
   local status=$?
@@ -46,49 +101,99 @@ ok = all(math.isfinite(x) for x in losses) and len(losses) > 1 and losses[-1] < 
 print(("finite and falling" if ok else "NOT finite and falling") + ": " + " ".join(f"{x:.4f}" for x in losses))
 sys.exit(0 if ok else 1)'
 }
-torch_side() {  # IMPLS: bench_vs_torch --long-goals for these impls, resumed into .long/long.json
-  x --timeout $(($(left) - 5)) --to "$work/vs_torch_${1//,/_}.txt" python3 scripts/bench_vs_torch.py \
-    --zt-bin "$bin"/bench_train_step --long-goals --impls "$1" --steps 5 --timeout-s 240 \
+torch_side() {  # IMPLS SHAPES: bench_vs_torch --long-goals for these impls and shapes, resumed into .long/long.json
+  x --timeout $(($(left) - 5)) --to "$work/vs_torch_${1//,/_}_${2//,/_}.txt" python3 scripts/bench_vs_torch.py \
+    --zt-bin "$bin"/bench_train_step --long-goals --impls "$1" --shapes "$2" --steps 5 --timeout-s 240 \
     --json-out $long_dir/long.json --resume
+}
+cores() {  # SHAPES: the attention core per layer beside FlashDeBERTa's and df's kernels
+  x --timeout $(($(left) - 5)) --to "$work/core_${1//,/_}.txt" python3 scripts/bench_attention_vs_df.py \
+    --zt-bench "$bin"/zt_bench --shapes "$1" --reps 5
+  local rc=$?
+  ((dry_run)) || grep -E "^(GOAL|CORE)|^ +shape|^ +[0-9]+x" "$work/core_${1//,/_}.txt" | tee -a "$summary"
+  return "$rc"
+}
+# The candidate's flash kernels beside this tree's at the goals' long shapes, each timed alone in turn, then
+# the 4x2048 step of both in turn (ratios: this tree's time over the candidate's, > 1 when it is faster).
+candidate_ab() {
+  local shape batch seq tree tag failed=0
+  for shape in 4x2048 1x8192; do
+    IFS=x read -r batch seq <<<"$shape"
+    for tree in . "$candidate"; do
+      tag=base
+      [[ $tree == . ]] || tag=candidate
+      x --timeout 120 --to "$work/core_ab_${shape}_$tag.txt" "$(bin_of "$tree")/zt_bench" --only flash \
+        --batch "$batch" --seq "$seq" --reps 5 --json "$work/core_ab_${shape}_$tag.json" || failed=1
+    done
+    ((dry_run)) && continue
+    python3 "$device_dir/summaries.py" core-ab "$shape" "$work/core_ab_${shape}_base.json" \
+      "$work/core_ab_${shape}_candidate.json" | while read -r line; do say "$line"; done
+  done
+  labels=(main candidate) variant_trees=(. "$candidate") envs=("" "") flags=("" "")
+  variant_flags=(--seq 2048 --warmup 1)
+  # The candidate's last loss may differ from main's (another summation order): reported, not a failure.
+  variant_rounds "$work/candidate_step.log" 2 3 4
+  ((dry_run)) || ! grep -q FAILED "$work/candidate_step_summary.txt" || failed=1
+  return "$failed"
 }
 task_run() {
   local status=0 rc verdict
   ((dry_run)) || mkdir -p "$long_dir"
-  if part tests 60; then
-    long_tests || status=1
-    finished tests
+  if part tests 50; then
+    long_tests
+    rc=$?
+    ((rc == 0)) || status=1
+    finished tests "$rc"
   fi
-  if part steps_16384 60; then
+  if [[ -n $candidate ]] && part candidate_tests 20; then
+    gtest_in "$candidate" test_flash_disentangled_attention_gpu
+    rc=$?
+    ((rc == 0)) || status=1
+    finished candidate_tests "$rc"
+  fi
+  if part goals_side 150; then
+    torch_side zerotrain,fdb,df 4x2048,1x8192
+    finished goals_side $?
+  fi
+  if part steps_16384 40; then
+    rc=1
     if step "1x16384 repeated batch" --batch 1 --seq 16384 --dropout 0.1 --steps 4 --warmup 0 --repeat_batch \
       --lr 1e-4; then
-      verdict=$(losses_fall) || status=1
+      verdict=$(losses_fall)
+      rc=$?
       say "1x16384 losses $verdict"
-    else
-      ((dry_run)) || status=1
     fi
+    ((rc == 0)) || ((dry_run)) || status=1
+    finished steps_16384 "$rc"
+  fi
+  if [[ -n $candidate ]] && part candidate_ab 60; then
+    candidate_ab
+    rc=$?
+    ((rc == 0)) || status=1
+    finished candidate_ab "$rc"
+  fi
+  if part goals_cores 60; then
+    cores 4x2048,1x8192
+    finished goals_cores $?
+  fi
+  if part steps_checkpoint 25; then
     step "1x8192 gradient checkpointing" --batch 1 --seq 8192 --dropout 0.1 --gradient_checkpointing \
-      --steps 2 --warmup 1 || ((dry_run)) || status=1
-    finished steps_16384
-  fi
-  if part side_by_side 120; then
-    torch_side zerotrain,fdb,df
+      --steps 2 --warmup 1
     rc=$?
-    ((rc == 0)) && finished side_by_side
-    ((dry_run)) || say "side by side (zerotrain, fdb, df): exit $rc after $(elapsed)"
+    ((rc == 0)) || ((dry_run)) || status=1
+    finished steps_checkpoint "$rc"
   fi
-  if part cores 90; then
-    x --timeout $(($(left) - 5)) --to "$work/core.txt" python3 scripts/bench_attention_vs_df.py \
-      --zt-bench "$bin"/zt_bench --shapes "$shapes" --reps 5
-    rc=$?
-    ((rc == 0)) && finished cores
-    ((dry_run)) || say "cores: exit $rc after $(elapsed)"
-    ((dry_run)) || grep -E "^(GOAL|CORE)|^ +shape|^ +[0-9]+x" "$work/core.txt" | tee -a "$summary"
+  if part short_side 110; then
+    torch_side zerotrain,fdb,df 16x512,40x128
+    finished short_side $?
   fi
-  if part compile 150; then
-    torch_side compile
-    rc=$?
-    ((rc == 0)) && finished compile
-    ((dry_run)) || say "torch.compile at 40x128, 16x512: exit $rc after $(elapsed)"
+  if part short_cores 50; then
+    cores 40x128,16x512
+    finished short_cores $?
+  fi
+  if ((with_compile)) && part compile 330; then
+    torch_side compile 16x512,40x128
+    finished compile $?
   fi
   if ((dry_run)); then
     x python3 scripts/bench_vs_torch.py --verdict-from $long_dir/long.json --long-goals
