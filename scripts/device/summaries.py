@@ -8,6 +8,9 @@
                                          losses are the reference's bit for bit
   summaries.py core-ab SHAPE BASE CAND   two zt_bench --json files of one shape: each attention kernel's
                                          median us in both and the base's over the candidate's (>1: faster)
+  summaries.py side-complete JSON IMPLS SHAPES
+                                         whether bench_vs_torch's JSON holds every impl at every BxS of the
+                                         comma lists, measured or out of memory; names the rest (exit 1)
   summaries.py zero-memory JSONL         per-rank peak by category against the estimator's plan
   summaries.py mpirun DIR                each ZeRO stage's train_mrpc loss curve against stage 0's
   summaries.py disk DIR                  the disk tier's record: rates, steps, the floor (JSON)
@@ -107,6 +110,29 @@ def core_ab(shape, base_path, candidate_path):
               f"{total['base'] / total['candidate']:.3f}x")
 
 
+def side_complete(path, impls, shapes):
+    labels = {"zerotrain": "zerotrain", "fdb": "torch-eager+fdb", "df": "torch-eager+df", "compile": "torch-compile",
+              "eager": "torch-eager", "compile-df": "torch-compile+df"}
+    try:
+        records = json.load(open(path)).get("results") or []
+    except (OSError, ValueError) as e:
+        print(f"no results: {e}")
+        return 1
+    got = {(r.get("impl"), r.get("batch"), r.get("seq")): r for r in records}
+    missing = []
+    for impl in impls.split(","):
+        for shape in shapes.split(","):
+            batch, seq = map(int, shape.split("x"))
+            r = got.get((labels.get(impl, impl), batch, seq))
+            if r is None:
+                missing.append(f"{impl} {shape}: not run")
+            elif r.get("error") not in (None, "OOM"):
+                missing.append(f"{impl} {shape}: {r['error'][:120]}")
+    for line in missing:
+        print(line)
+    return 1 if missing else 0
+
+
 def zero_memory(path):
     print("world stage  step_ms  samples/s | per-rank peak GiB (measured / estimated) by category")
     for line in open(path):
@@ -198,6 +224,8 @@ if __name__ == "__main__":
         ab(args[0], args[1:])
     elif what == "core-ab" and len(args) == 3:
         core_ab(*args)
+    elif what == "side-complete" and len(args) == 3:
+        sys.exit(side_complete(*args))
     elif what == "zero-memory" and len(args) == 1:
         zero_memory(args[0])
     elif what == "mpirun" and len(args) == 1:

@@ -78,12 +78,14 @@ part() {
   part_start=$(date +%s)
   return 0
 }
-# finished NAME [RC]: marks part NAME done when RC (default 0) is 0; says what it took.
+# finished NAME [RC [OUTPUT]]: marks part NAME done when RC (default 0) is 0; says what it took, and when it
+# failed, the last line of OUTPUT's stderr (x --to's OUTPUT.err).
 finished() {
   ((dry_run)) && return 0
-  local rc=${2:-0}
+  local rc=${2:-0} why=""
   ((rc == 0)) && touch "$long_dir/$1.done"
-  say "$1: exit $rc, took $(($(date +%s) - part_start)) s"
+  ((rc != 0)) && [[ -s ${3:-}.err ]] && why=": $(grep -v '^\s*$' "$3.err" | tail -1 | head -c 300)"
+  say "$1: exit $rc, took $(($(date +%s) - part_start)) s$why"
 }
 long_tests() {
   gtest test_flash_disentangled_attention_gpu test_long_training_determinism_gpu
@@ -101,10 +103,20 @@ ok = all(math.isfinite(x) for x in losses) and len(losses) > 1 and losses[-1] < 
 print(("finite and falling" if ok else "NOT finite and falling") + ": " + " ".join(f"{x:.4f}" for x in losses))
 sys.exit(0 if ok else 1)'
 }
-torch_side() {  # IMPLS SHAPES: bench_vs_torch --long-goals for these impls and shapes, resumed into .long/long.json
-  x --timeout $(($(left) - 5)) --to "$work/vs_torch_${1//,/_}_${2//,/_}.txt" python3 scripts/bench_vs_torch.py \
+side_out() { echo "$work/vs_torch_${1//,/_}_${2//,/_}.txt"; }  # IMPLS SHAPES: torch_side's output
+# torch_side IMPLS SHAPES: bench_vs_torch --long-goals for these impls and shapes, resumed into .long/long.json;
+# 0 when the file then holds each of them measured (or out of memory), else the rest are named (run again).
+torch_side() {
+  x --timeout $(($(left) - 5)) --to "$(side_out "$1" "$2")" python3 scripts/bench_vs_torch.py \
     --zt-bin "$bin"/bench_train_step --long-goals --impls "$1" --shapes "$2" --steps 5 --timeout-s 240 \
-    --json-out $long_dir/long.json --resume
+    --json-out $long_dir/long.json --resume || return 1
+  ((dry_run)) && return 0
+  local line rc=0
+  while read -r line; do
+    rc=1
+    say "  not measured: $line"
+  done < <(python3 "$device_dir/summaries.py" side-complete $long_dir/long.json "$1" "$2")
+  return "$rc"
 }
 cores() {  # SHAPES: the attention core per layer beside FlashDeBERTa's and df's kernels
   x --timeout $(($(left) - 5)) --to "$work/core_${1//,/_}.txt" python3 scripts/bench_attention_vs_df.py \
@@ -153,7 +165,7 @@ task_run() {
   fi
   if part goals_side 150; then
     torch_side zerotrain,fdb,df 4x2048,1x8192
-    finished goals_side $?
+    finished goals_side $? "$(side_out zerotrain,fdb,df 4x2048,1x8192)"
   fi
   if part steps_16384 40; then
     rc=1
@@ -174,7 +186,7 @@ task_run() {
   fi
   if part goals_cores 60; then
     cores 4x2048,1x8192
-    finished goals_cores $?
+    finished goals_cores $? "$work/core_4x2048_1x8192.txt"
   fi
   if part steps_checkpoint 25; then
     step "1x8192 gradient checkpointing" --batch 1 --seq 8192 --dropout 0.1 --gradient_checkpointing \
@@ -185,15 +197,15 @@ task_run() {
   fi
   if part short_side 110; then
     torch_side zerotrain,fdb,df 16x512,40x128
-    finished short_side $?
+    finished short_side $? "$(side_out zerotrain,fdb,df 16x512,40x128)"
   fi
   if part short_cores 50; then
     cores 40x128,16x512
-    finished short_cores $?
+    finished short_cores $? "$work/core_40x128_16x512.txt"
   fi
   if ((with_compile)) && part compile 330; then
     torch_side compile 16x512,40x128
-    finished compile $?
+    finished compile $? "$(side_out compile 16x512,40x128)"
   fi
   if ((dry_run)); then
     x python3 scripts/bench_vs_torch.py --verdict-from $long_dir/long.json --long-goals
