@@ -4,7 +4,8 @@ one configure-and-build step (Ninja, build-gpu/, the task's targets only, liburi
 alternation of variants, and the refusals (unknown task or option, bad arguments, no liburing) before any
 build. Then the runner for real on a stand-in tree (a CMake project whose bench_train_step and test binary
 are shell scripts; needs ninja): the A/B's summary, its bitwise verdict, the archive in $OUT, and no timing
-after a failed GPU test.
+after a failed GPU test; long --candidate on a stand-in pair of trees (the candidate built beside, its
+tests, cores and steps in turn, parts done and left across two calls).
 
   test_device_runner.py <repo root>          # exit 0 and "device runner: all checks passed"
 """
@@ -271,6 +272,62 @@ else:
         summary = open(os.path.join(out2, "summary.txt")).read() if os.path.exists(os.path.join(out2, "summary.txt")) else ""
         check(p.returncode == 1 and "test_stand_in_gpu exit 1" in summary and "a GPU test failed: nothing timed" in summary
               and "summary bs" not in summary, "ab, real run: a failed GPU test (its output says PASSED) stops the timing")
+
+# long --candidate for real on a stand-in tree: every target a script (the candidate's zt_bench reports a faster
+# backward), no torch wheels here, so the side-by-side and core parts fail and stay to do; the others finish.
+LONG_TARGETS = ["test_flash_disentangled_attention_gpu", "test_deberta_golden_gpu", "test_deberta_mixed_precision_gpu",
+                "test_long_training_determinism_gpu", "bench_train_step", "zt_bench"]
+FAKE_ZT_BENCH = """#!/usr/bin/env bash
+for ((i=1;i<=$#;i++)); do j=$((i+1)); [[ ${!i} == --json ]] && out=${!j}; done
+us=BACKWARD_US
+echo "{\\"results\\": [{\\"name\\": \\"attention_forward_flash\\", \\"median_us\\": 300}, {\\"name\\": \\"attention_backward_flash\\", \\"median_us\\": $us}]}" >"$out"
+"""
+
+
+def long_stand_in(path, backward_us):
+    os.makedirs(path)
+    with open(os.path.join(path, "CMakeLists.txt"), "w") as f:
+        f.write(FAKE_CMAKE.replace("bench_train_step test_stand_in_gpu", " ".join(LONG_TARGETS)))
+    files = {"bench_train_step.sh": FAKE_BENCH, "zt_bench.sh": FAKE_ZT_BENCH.replace("BACKWARD_US", str(backward_us))}
+    for t in LONG_TARGETS[:4]:
+        files[t + ".sh"] = "#!/usr/bin/env bash\necho '[  PASSED  ] 1 test.'\necho 'L 2048: the same losses'\n"
+    for name, text in files.items():
+        with open(os.path.join(path, name), "w") as f:
+            f.write(text)
+        os.chmod(os.path.join(path, name), 0o755)
+
+
+if shutil.which("ninja") is not None and shutil.which("cmake") is not None:
+    with tempfile.TemporaryDirectory() as tmp:
+        tree, cand, out = os.path.join(tmp, "tree"), os.path.join(tmp, "cand"), os.path.join(tmp, "out")
+        long_stand_in(tree, 1000)
+        long_stand_in(cand, 800)
+        shutil.copytree(os.path.join(ROOT, "scripts"), os.path.join(tree, "scripts"))
+        header = os.path.join(tmp, "liburing.h")
+        open(header, "w").close()
+        env = dict(os.environ, OUT=out, ZT_SYSTEM_URING_HEADER=header, ZT_DEVICE_WORK=os.path.join(tmp, "work"),
+                   ZT_DEVICE_DEPS=os.path.join(tmp, "none"), LONG_BUDGET_S="300")
+        runner = os.path.join(tree, "scripts", "device", "run.sh")
+        p = subprocess.run(["bash", runner, "long", "--candidate", "../cand"], capture_output=True, text=True,
+                           env=env, cwd=tree)
+        summary = open(os.path.join(out, "summary.txt")).read() if os.path.exists(os.path.join(out, "summary.txt")) else ""
+        check(p.returncode == 1 and os.path.isfile(os.path.join(tree, "build-gpu-candidate", "bin", "zt_bench")),
+              f"long --candidate, real run: the candidate built into build-gpu-candidate/ (rc {p.returncode}: {p.stderr[-300:]})")
+        check("cand_test_flash_disentangled_attention_gpu exit 0" in summary, "long --candidate, real run: its tests ran")
+        check("core 4x2048 attention_backward_flash: base 1000.0 us, candidate 800.0 us: 1.250x" in summary
+              and "core 1x8192 sum: base 1300.0 us, candidate 1100.0 us: 1.182x" in summary,
+              "long --candidate, real run: the cores' ratios at 4x2048 and 1x8192")
+        check("summary bs4 candidate: mean 4.25 ms over 2 (1.0000 of main)" in summary,
+              "long --candidate, real run: the 4x2048 step of both, two rounds")
+        done = sorted(f[:-5] for f in os.listdir(os.path.join(tree, ".long")) if f.endswith(".done"))
+        check(done == ["candidate_ab", "candidate_tests", "steps_16384", "steps_checkpoint", "tests"],
+              f"long --candidate, real run: the parts that ran are done, the torch ones (no wheels) are not ({done})")
+        p = subprocess.run(["bash", runner, "long", "--candidate", "../cand"], capture_output=True, text=True,
+                           env=dict(env, LONG_BUDGET_S="100"), cwd=tree)
+        again = open(os.path.join(out, "summary.txt")).read()[len(summary):]
+        check("tests: done in an earlier call" in again and "cand_test_flash" not in again and
+              re.search(r"goals_side: (100|9\d) s left, fewer than its budget of 150 s", again) is not None,
+              "long --candidate, a second call: done parts skipped, a part over the budget left to the next call")
 
 if failures:
     print(f"device runner: {len(failures)} checks failed")
