@@ -11,12 +11,13 @@
 #                           with the flash and the automatic attention), L 2048 deterministic run to run
 #   candidate_tests   20 s  (--candidate) the candidate tree's flash attention GPU tests
 #   goals_side       150 s  zerotrain, FlashDeBERTa, disentangled-flash at 4x2048 and 1x8192 (bench_vs_torch.py
-#                           --long-goals --shapes; 6 processes) into .long/long.json
+#                           --long-goals --shapes; 4 processes: zerotrain's 2, fdb's and df's one each, ~20 s
+#                           of start each plus 3 warmup and 5 timed steps a shape) into .long/long.json
 #   steps_16384       40 s  1 x 16384 on a repeated batch: trains on one 80 GB GPU, loss finite and falling
 #   candidate_ab      60 s  (--candidate) zt_bench --only flash at 4x2048 and 1x8192, this tree's and the
 #                           candidate's in turn, the ratios; the 4x2048 step, 2 rounds of both in turn
 #   goals_cores       60 s  the attention core per layer at 4x2048 and 1x8192 beside FlashDeBERTa's and df's
-#                           kernels (bench_attention_vs_df.py; 4 torch processes)
+#                           kernels (bench_attention_vs_df.py; a torch process each for df and fdb)
 #   steps_checkpoint  25 s  1 x 8192 with --gradient_checkpointing (the flash attention under recomputation)
 #   short_side       110 s  zerotrain, FlashDeBERTa, df at 16x512 and 40x128 into the same .long/long.json
 #   short_cores       50 s  the cores at 40x128 and 16x512
@@ -25,19 +26,23 @@
 # measured peak at 4x2048 and 1x8192 (the goals of shapes not yet run say n/a).
 #
 # A fresh H100 builds this tree (and the candidate's, side by side) in ~100-150 s; the decisive parts through
-# candidate_ab take ~370 s more: call 1 (600 s) reaches them and usually goals_cores and steps_checkpoint; call 2
-# on the warm machine (its build a no-op, ~10 s) runs short_side and short_cores, ~170 s:
+# candidate_ab take ~320 s more (tests 50, candidate_tests 20, goals_side 150, steps_16384 40, candidate_ab 60):
+# call 1 (LONG_BUDGET_S 580) reaches them, then goals_cores and steps_checkpoint (~85 s) where the build was
+# quick. Call 2, only where the session has the device time, on the warm machine within 30 s (its build a
+# no-op, ~10 s): short_side, and short_cores if it fits (~170 s for both). From /work/main, main checked out:
 #
-#   scripts/fetch_wheels.sh                  # here: .whl/ (flashdeberta 0.0.8, einops, disentangled-flash 1.1.1)
-#   rsync -a --delete --exclude='/build*' --exclude=.git --exclude=.venv ../wt/flashbwd2/ .wt-flashbwd2/
+#   scripts/fetch_wheels.sh                     # .whl/: flashdeberta 0.0.8, einops, disentangled-flash 1.1.1
+#   rm -rf .wt-flashbwd2 && mkdir .wt-flashbwd2 && git archive flashbwd2 | tar -x -C .wt-flashbwd2   # ~13 MB
 #   call 1: run(command="scripts/device/run.sh long --candidate .wt-flashbwd2", timeout_s=600,
 #               carry=[".device-deps", ".whl", ".wt-flashbwd2"])
-#   call 2, within 30 s: run(command="LONG_BUDGET_S=250 scripts/device/run.sh long --candidate .wt-flashbwd2",
-#               timeout_s=270, carry=[".device-deps", ".whl", ".wt-flashbwd2"])
+#   call 2: run(command="LONG_BUDGET_S=170 scripts/device/run.sh long --candidate .wt-flashbwd2", timeout_s=190,
+#               carry=[".device-deps", ".whl", ".wt-flashbwd2"])
+#   scripts/device/run.sh --dry-run long --candidate .wt-flashbwd2      # here: the plan, every part's budget
 #
 # The candidate builds into build-gpu-candidate/ at the top of this tree, not inside the carried folder (a
 # carried folder replaces its copy on the machine, which would drop its build between the calls). A fresh
-# machine for call 2 needs ".long" in carry too (its done markers and long.json). Remove .long/ to start over.
+# machine for call 2 needs ".long" in carry too (its done markers and long.json) and rebuilds (~100-150 s).
+# Remove .long/ to start over.
 targets=(test_flash_disentangled_attention_gpu test_deberta_golden_gpu test_deberta_mixed_precision_gpu
   test_long_training_determinism_gpu bench_train_step zt_bench)
 candidate_targets=(test_flash_disentangled_attention_gpu bench_train_step zt_bench)
