@@ -193,6 +193,7 @@ targets=()             # the task's build targets in this tree; "all" builds eve
 other_tree_targets=()  # in the other trees (the ab task's base, long's candidate), when not the same
 trees=(.)    # source trees to build (the ab task adds its base tree, long its candidate)
 other_tree_build=""    # the other tree's build folder, when not <tree>/build-gpu (one other tree only)
+other_tree_optional=0  # 1: a failed build of another tree leaves it out (unbuilt_trees) instead of ending the call
 # bin_of TREE: where TREE's binaries are built.
 bin_of() {
   if [[ $1 == . ]]; then echo "$bin"; elif [[ -n $other_tree_build ]]; then echo "$other_tree_build/bin"
@@ -256,7 +257,9 @@ else
     "zerotrain $(git describe --always --dirty 2>/dev/null || echo unknown)" >>"$summary"
   trap pack EXIT
 fi
-# Two trees build side by side (a fresh machine's build is mostly single-file nvcc tails); either failing ends the call.
+# Trees build side by side (a fresh machine's build is mostly single-file nvcc tails). A failed build ends the
+# call, except another tree's where the task sets other_tree_optional: that tree goes in unbuilt_trees.
+unbuilt_trees=()
 if ((dry_run || ${#trees[@]} == 1)); then
   for tree in "${trees[@]}"; do build "$tree"; done
 else
@@ -265,9 +268,11 @@ else
     build "$tree" &
     builds+=($!)
   done
-  built=0
-  for pid in "${builds[@]}"; do wait "$pid" || built=1; done
-  ((built == 0)) || exit 1
+  for i in "${!trees[@]}"; do
+    wait "${builds[$i]}" && continue
+    [[ ${trees[$i]} != . ]] && ((${other_tree_optional:-0})) || exit 1
+    unbuilt_trees+=("${trees[$i]}")
+  done
 fi
 task_run "$@"
 status=$?

@@ -328,6 +328,17 @@ if shutil.which("ninja") is not None and shutil.which("cmake") is not None:
         check("tests: done in an earlier call" in again and "cand_test_flash" not in again and
               re.search(r"goals_side: (100|9\d) s left, fewer than its budget of 150 s", again) is not None,
               "long --candidate, a second call: done parts skipped, a part over the budget left to the next call")
+        with open(os.path.join(cand, "CMakeLists.txt"), "a") as f:
+            f.write("not_cmake(\n")  # a candidate that does not configure: the goals are measured all the same
+        shutil.rmtree(os.path.join(tree, ".long"))
+        shutil.rmtree(os.path.join(tree, "build-gpu-candidate"))
+        before = len(open(os.path.join(out, "summary.txt")).read())
+        p = subprocess.run(["bash", runner, "long", "--candidate", "../cand"], capture_output=True, text=True,
+                           env=env, cwd=tree)
+        summary = open(os.path.join(out, "summary.txt")).read()[before:]
+        check(p.returncode == 1 and "build of ../cand failed" in summary and "its parts left out" in summary
+              and "1x16384 losses finite and falling" in summary and "candidate_ab" not in summary,
+              "long --candidate that does not build: its parts left out, the rest run")
 
 if failures:
     print(f"device runner: {len(failures)} checks failed")

@@ -67,6 +67,7 @@ task_args() {
     trees+=("$candidate")
     other_tree_targets=("${candidate_targets[@]}")
     other_tree_build=build-gpu-candidate
+    other_tree_optional=1  # a candidate that does not build must not cost the goals' measurements
   fi
 }
 left() { echo $((${LONG_BUDGET_S:-580} - ($(date +%s) - start))); }
@@ -156,6 +157,10 @@ candidate_ab() {
 task_run() {
   local status=0 rc verdict
   ((dry_run)) || mkdir -p "$long_dir"
+  if [[ -n $candidate && " ${unbuilt_trees[*]} " == *" $candidate "* ]]; then
+    say "candidate $candidate did not build (build log in the outputs): its parts left out"
+    candidate="" status=1
+  fi
   if part tests 50; then
     long_tests
     rc=$?
