@@ -422,7 +422,8 @@ zt::plan::AutoPlan choose_bench_plan(Options& o, const zt::DebertaConfig& model,
   if (cap == 0) cap = zt::device_allocator().backend().free_memory() / static_cast<size_t>(o.world_size);
   const zt::plan::PlanningFigures figures = zt::plan::planning_figures(o.machine_figures);
   zt::plan::AutoPlan chosen =
-      zt::plan::choose_auto_plan(config, model, compute, cap, /*gpu=*/true, figures.figures);
+      zt::plan::choose_auto_plan(config, model, compute, cap, /*gpu=*/true, figures.figures,
+                                 zt::plan::CollectiveTransport::shared_device);  // in-process ranks, one GPU
   chosen.report = "machine figures from " + figures.source + "\n" + chosen.report;
   const zt::plan::Plan& p = chosen.plan;
   o.auto_plan = false;

@@ -77,7 +77,9 @@ void choose_device(TrainConfig& config) {
 
 // --auto_plan: the planner (app/plan) chooses how the step is computed for the resolved global batch, under
 // --gpu_memory_limit or the device's free memory (a CPU run: the host's available memory).
-void apply_auto_plan(TrainConfig& config, const zt::DebertaConfig& model, bool gpu) {
+// Under mpirun the ranks are one process per GPU (NCCL); else --world_size ranks share this process's GPU.
+void apply_auto_plan(TrainConfig& config, const zt::DebertaConfig& model, bool gpu,
+                     bool one_rank_per_process) {
   const bool device_present = gpu && zt::cuda_available();
   ZT_CHECK(config.gpu_memory_limit > 0 || !gpu || device_present,
            "--auto_plan without a GPU present needs --gpu_memory_limit (the card to plan for)");
@@ -89,7 +91,9 @@ void apply_auto_plan(TrainConfig& config, const zt::DebertaConfig& model, bool g
   }
   const zt::plan::PlanningFigures figures = zt::plan::planning_figures(config.machine_figures);
   const zt::plan::AutoPlan plan = zt::plan::choose_auto_plan(
-      config, model, zt::optim::compute_dtype_for_run(config), cap, gpu, figures.figures);
+      config, model, zt::optim::compute_dtype_for_run(config), cap, gpu, figures.figures,
+      one_rank_per_process ? zt::plan::CollectiveTransport::nccl
+                           : zt::plan::CollectiveTransport::shared_device);
   std::printf("machine figures from %s\n", figures.source.c_str());
   std::fputs(plan.report.c_str(), stdout);
   zt::plan::apply_plan(plan.plan, config);
@@ -114,6 +118,16 @@ void calibrate(const TrainConfig& config) {
         zt::plan::measure_gpu_figures(shapes.hidden_size, shapes.intermediate_size, 40 * 128);
     std::printf("calibrated: %s\n", gpu.describe().c_str());
     measured = zt::plan::with_gpu_figures(measured, gpu);
+    // The collectives' rates: in-process ranks on this GPU, and NCCL across the visible GPUs (>= 2). A
+    // failure keeps the figures as they were, said so.
+    try {
+      const zt::plan::CollectiveFigures collectives = zt::plan::measure_collective_figures();
+      std::printf("calibrated: %s\n", collectives.describe().c_str());
+      measured = zt::plan::with_collective_figures(measured, collectives);
+    } catch (const zt::Error& e) {
+      std::printf("calibrated: no collective figures (%s): NCCL %.0f GB/s bus, in-process %.0f GB/s kept\n",
+                  e.what(), measured.nccl_bus_gbps, measured.device_group_gbps);
+    }
     // The encoder's own forward + backward at the run's dims, per layer (the planner's compute part). A fit
     // the timings do not determine (noise) keeps the formulas, said so, with the timings shown.
     const auto start = std::chrono::steady_clock::now();
@@ -231,7 +245,7 @@ int run(int argc, char** argv) {
   if (config.auto_plan) {
     // The plan is for the model this run trains (the task's head and loss); its checkpointing choice
     // lands in the model config.
-    apply_auto_plan(config, model_config, gpu);
+    apply_auto_plan(config, model_config, gpu, launch.under_mpi);
     model_config = zt::optim::model_config_for_task(config, task);
   }
   zt::ParameterTable table(model_config);

@@ -259,7 +259,8 @@ const std::vector<FlagSpec>& flag_table() {
        [](C& c, F, V) { c.auto_plan = true; }, [](const C& c) { return show_bool(c.auto_plan); }},
       {"calibrate", "",
        "measure this host's CPU AdamW rate and norm-pass bandwidth (and, with a GPU, its GEMM, HBM, PCIe and "
-       "AdamW rates and the model's encoder), write them to --machine_figures (default: the cache "
+       "AdamW rates, the model's encoder and the collectives' rates: in-process ranks on the GPU, NCCL "
+       "across >= 2 GPUs), write them to --machine_figures (default: the cache "
        "~/.cache/zerotrain/machine_figures.json that --auto_plan reads) and exit",
        [](C& c, F, V) { c.calibrate = true; }, [](const C& c) { return show_bool(c.calibrate); }},
       {"machine_figures", "FILE",

@@ -64,8 +64,21 @@ PlanMemory plan_memory_from_estimate(const DebertaConfig& model, DType compute,
   return estimate_at(model, compute, config, plan, gpu);
 }
 
+CostInputs cost_inputs(const optim::TrainConfig& config, const DebertaConfig& model, DType compute,
+                       CollectiveTransport collectives) {
+  return {.model = &model,
+          .max_length = config.max_length,
+          .world_size = config.world_size,
+          .parameters = ParameterTable(model).total_numel(),
+          .collectives = collectives,
+          .compute_bytes = static_cast<double>(dtype_size(compute)),
+          .overlap_comm = config.zero.overlap_comm,
+          .reduce_scatter = config.zero.reduce_scatter};
+}
+
 AutoPlan choose_auto_plan(const optim::TrainConfig& config, const DebertaConfig& model, DType compute,
-                          size_t device_cap, bool gpu, const MachineFigures& figures) {
+                          size_t device_cap, bool gpu, const MachineFigures& figures,
+                          CollectiveTransport collectives) {
   ZT_CHECK(
       !config.offload_delayed_update,
       "--auto_plan with --offload_delayed_update: the delayed update changes the math (one step stale), so "
@@ -81,10 +94,7 @@ AutoPlan choose_auto_plan(const optim::TrainConfig& config, const DebertaConfig&
              "]: remove it or write \"auto\"");
   }
   const PlanRequest request = plan_request(config, device_cap, gpu);
-  const CostInputs inputs{.model = &model,
-                          .max_length = config.max_length,
-                          .world_size = config.world_size,
-                          .parameters = ParameterTable(model).total_numel()};
+  const CostInputs inputs = cost_inputs(config, model, compute, collectives);
   AutoPlan result;
   result.choice = choose_plan(
       request, enumerate_plans(request),
@@ -95,6 +105,18 @@ AutoPlan choose_auto_plan(const optim::TrainConfig& config, const DebertaConfig&
   result.report = describe_choice(result.choice, request) +
                   "  planned for: " + describe_planned_model(model, inputs) +
                   "; machine figures: " + figures.name + "\n";
+  if (config.world_size > 1) {
+    const Candidate& chosen = result.choice.ranked[*result.choice.chosen];
+    result.report +=
+        collectives == CollectiveTransport::nccl
+            ? str("  collectives: ", config.world_size, " ranks, one a GPU, over NCCL at ",
+                  figures.nccl_bus_gbps, " GB/s bus bandwidth, overlap_comm ",
+                  config.zero.overlap_comm ? "on" : "off")
+            : str("  collectives: ", config.world_size,
+                  " in-process ranks sharing one GPU (device copies at ", figures.device_group_gbps,
+                  " GB/s; the group's step is about ", config.world_size, " x the per-rank one)");
+    result.report += str("; the chosen plan's exposed collectives ", chosen.cost.comm_ms, " ms a step\n");
+  }
   if (const std::string why = measured_layer_cost_mismatch(figures, model); !why.empty())
     result.report += "  note: " + why + "\n";
   return result;

@@ -33,10 +33,17 @@ PlanRequest plan_request(const optim::TrainConfig& config, size_t device_cap, bo
 PlanMemory plan_memory_from_estimate(const DebertaConfig& model, DType compute,
                                      const optim::TrainConfig& config, const Plan& plan, bool gpu);
 
+// The cost model's inputs for a run: the world size, the compute dtype's bytes (the all-gathers'),
+// zero_optimization.overlap_comm and reduce_scatter as configured, and how its collectives run.
+CostInputs cost_inputs(const optim::TrainConfig& config, const DebertaConfig& model, DType compute,
+                       CollectiveTransport collectives);
+
 // Throws zt::Error with describe_no_fit when nothing fits.
 // gpu: the run's device is a GPU (false: the cap is host memory, and offload is not planned).
+// collectives: nccl for one process per GPU (mpirun), shared_device for --world_size in-process ranks.
 AutoPlan choose_auto_plan(const optim::TrainConfig& config, const DebertaConfig& model, DType compute,
-                          size_t device_cap, bool gpu, const MachineFigures& figures);
+                          size_t device_cap, bool gpu, const MachineFigures& figures,
+                          CollectiveTransport collectives);
 
 // Sets the stage, the offload sections (cpu offload pinned, its ratio), gradient checkpointing, micro-batch
 // and accumulation of a resolved config; origins "derived", noted "--auto_plan". train_batch_size is

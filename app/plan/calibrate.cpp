@@ -90,6 +90,28 @@ MachineFigures with_gpu_figures(MachineFigures base, const GpuFigures& gpu) {
   return base;
 }
 
+std::string CollectiveFigures::describe() const {
+  return str("collectives: ",
+             nccl_bus_gbps > 0
+                 ? str("NCCL all-reduce across ", nccl_gpus, " GPUs ", nccl_bus_gbps, " GB/s bus")
+                 : "NCCL not measured (" + nccl_note + ")",
+             ", in-process device group ", device_group_gbps, " GB/s");
+}
+
+MachineFigures with_collective_figures(MachineFigures base, const CollectiveFigures& measured) {
+  ZT_CHECK(measured.device_group_gbps > 0 && measured.nccl_bus_gbps >= 0,
+           "with_collective_figures: a figure is not positive (", measured.describe(), ")");
+  base.device_group_gbps = measured.device_group_gbps;
+  std::string suffix = " + in-process collectives";
+  if (measured.nccl_bus_gbps > 0) {
+    base.nccl_bus_gbps = measured.nccl_bus_gbps;
+    suffix += str(" + NCCL across ", measured.nccl_gpus, " GPUs");
+  }
+  suffix += " measured (--calibrate)";
+  if (!base.name.ends_with(suffix)) base.name += suffix;
+  return base;
+}
+
 std::vector<LayerTimingPoint> layer_timing_points() {
   std::vector<LayerTimingPoint> points;
   for (int64_t length : {64, 128, 512, 1024, 2048})
@@ -119,6 +141,10 @@ GpuFigures measure_gpu_figures(int64_t, int64_t, int64_t, int) {
 
 std::vector<LayerTiming> time_encoder_layers(const DebertaConfig&, std::span<const LayerTimingPoint>, int) {
   ZT_FAIL("timing the encoder layers needs a CUDA build with a GPU: ", describe_devices());
+}
+
+CollectiveFigures measure_collective_figures(int64_t, int) {
+  ZT_FAIL("the collectives' figures need a CUDA build with a GPU: ", describe_devices());
 }
 #endif
 

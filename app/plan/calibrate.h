@@ -81,4 +81,26 @@ MachineFigures with_layer_cost(MachineFigures base, const MeasuredLayerCost& lay
 // `base` with the GPU's figures in place (pcie_gbps: the slower pinned direction) and the device named.
 MachineFigures with_gpu_figures(MachineFigures base, const GpuFigures& gpu);
 
+// The collectives' rates (MachineFigures::nccl_bus_gbps, device_group_gbps; cost_model.h's table), each an
+// all-reduce of `bytes` of f32, one host thread a rank, the best of `repeats` (a barrier before each) after
+// one untimed:
+//   nccl_bus_gbps      across every visible GPU (make_nccl_group, one communicator a GPU): NCCL's bus
+//                      bandwidth, bytes x 2 (W-1)/W / time; not measured (nccl_note says why) with fewer
+//                      than 2 GPUs or without NCCL
+//   device_group_gbps  two in-process ranks on the current GPU (make_in_process_device_group): the ranks'
+//                      memory traffic, W (W + 3) bytes, over the time (the cost model charges each rank its
+//                      (W + 3) bytes at this rate, its share of the one GPU)
+struct CollectiveFigures {
+  double nccl_bus_gbps = 0;  // 0: not measured
+  int nccl_gpus = 0;
+  std::string nccl_note;  // why it was not measured ("" when it was)
+  double device_group_gbps = 0;
+  std::string describe() const;
+};
+// Throws zt::Error without a GPU (or in a build without CUDA).
+CollectiveFigures measure_collective_figures(int64_t bytes = int64_t{256} << 20, int repeats = 5);
+
+// `base` with the measured collective rates in place (those not measured keep their values).
+MachineFigures with_collective_figures(MachineFigures base, const CollectiveFigures& measured);
+
 }  // namespace zt::plan

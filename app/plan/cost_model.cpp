@@ -33,6 +33,8 @@ void for_each_figure(MachineFigures& m, F&& f) {
   f("overlap_hidden_forward", m.overlap_hidden_forward);
   f("disk_read_gbps", m.disk_read_gbps);
   f("disk_write_gbps", m.disk_write_gbps);
+  f("nccl_bus_gbps", m.nccl_bus_gbps);
+  f("device_group_gbps", m.device_group_gbps);
 }
 
 double ms_for_bytes(double bytes, double gbps) {
@@ -399,6 +401,56 @@ PlanningFigures planning_figures(const std::string& path) {
   return {MachineFigures{}, "the built-in figures (no calibration at " + cached + ": run --calibrate once)"};
 }
 
+double collective_ms(CollectiveKind kind, double bytes, int world_size, CollectiveTransport transport,
+                     const MachineFigures& f) {
+  ZT_CHECK(world_size >= 1 && bytes >= 0, "collective_ms: world size ", world_size, ", bytes ", bytes);
+  if (world_size == 1) return 0;
+  const double w = world_size;
+  const bool sum_all = kind == CollectiveKind::all_reduce_sum;
+  ZT_CHECK(sum_all || kind == CollectiveKind::reduce_scatter_sum || kind == CollectiveKind::all_gather,
+           "collective_ms: ", collective_name(kind), " is not one the step runs");
+  if (transport == CollectiveTransport::nccl)
+    return ms_for_bytes((sum_all ? 2 : 1) * (w - 1) / w * bytes, f.nccl_bus_gbps);
+  // The in-process device group: the memory traffic of the rank's own kernels.
+  const double traffic = sum_all                                      ? (w + 3) * bytes
+                         : kind == CollectiveKind::reduce_scatter_sum ? (1 + 1 / w) * bytes
+                                                                      : 2 * (w - 1) / w * bytes;
+  return ms_for_bytes(traffic, f.device_group_gbps);
+}
+
+CollectiveCost predict_collectives(const Plan& plan, const CostInputs& in, const MachineFigures& f,
+                                   double backward_ms) {
+  CollectiveCost c;
+  const int w = in.world_size;
+  if (w == 1) return c;
+  const optim::ZeroPartition partition(ParameterTable(*in.model), w);
+  double numel = 0, at_backward_end = 0;  // the padded model; the units reduced after the last layer
+  for (const optim::ZeroUnit& u : partition.units()) {
+    numel += static_cast<double>(u.numel);
+    if (u.layer < 0) at_backward_end += static_cast<double>(u.numel);
+  }
+  auto ms = [&](CollectiveKind kind, double bytes) {
+    return collective_ms(kind, bytes, w, in.collectives, f);
+  };
+  const double gradient_bytes = 4 * numel, parameter_bytes = in.compute_bytes * numel;
+  // Stage 0 all-reduces; 1-3 reduce-scatter (all-reduce without reduce_scatter).
+  const CollectiveKind reduction = plan.stage == 0 || !in.reduce_scatter ? CollectiveKind::all_reduce_sum
+                                                                         : CollectiveKind::reduce_scatter_sum;
+  const double reduction_ms = ms(reduction, gradient_bytes);
+  // Stages 0/1 reduce once, after the last micro-batch's backward; 2/3 every micro-batch's bucket.
+  const double reductions = plan.stage <= 1 ? 1.0 : static_cast<double>(plan.accumulation);
+  c.gradient_ms = reductions * reduction_ms;
+  if (plan.stage == 1 || plan.stage == 2) c.gather_ms = ms(CollectiveKind::all_gather, parameter_bytes);
+  if (plan.stage == 3)
+    c.gather_ms =
+        2 * static_cast<double>(plan.accumulation) * ms(CollectiveKind::all_gather, parameter_bytes);
+  if (in.overlap_comm && in.collectives == CollectiveTransport::nccl) {
+    const double exposed = std::max(reduction_ms * at_backward_end / numel, reduction_ms - backward_ms);
+    c.hidden_ms = reductions * (reduction_ms - std::min(reduction_ms, exposed));
+  }
+  return c;
+}
+
 StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigures& f) {
   ZT_CHECK(in.model != nullptr && in.parameters > 0, "predict_step: no model");
   const DebertaConfig& m = *in.model;
@@ -481,6 +533,7 @@ StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigur
     c.optimizer_ms = gpu_update_ms;
   }
   if (plan.param_offload) c.transfer_ms += accumulation * ms_for_bytes(4 * shard, f.pcie_gbps);
+  if (in.world_size > 1) c.comm_ms = predict_collectives(plan, in, f, backward_ms).exposed_ms();
   return c;
 }
 

@@ -33,8 +33,32 @@
 // issue 40 agree within a few %): stage 0 bs 8 / 40 / 64 / 80 28.3 / 67.5 / 95.1 / 119 ms, +20.7 ms with
 // checkpointing at bs 40, stage 2 / 3 +2.1 / +3.9 %, GPU AdamW 8.22 ms, ZeRO-2 + optimizer offload bs 40 /
 // 128 274 / 359 ms, CPU AdamW 0.20 s, the norm pass 21 ms, ZeRO-3 + both offloads bs 40 342 ms, disk 1.6 /
-// 2.0 GB/s. The model reproduces those within ~6 % (tests/app/test_plan_cost_model.cpp). Communication
-// between ranks is not modelled (the figures are world size 1).
+// 2.0 GB/s. The model reproduces those within ~6 % (tests/app/test_plan_cost_model.cpp).
+//
+// Collectives at world size W > 1 (StepCost::comm_ms; predict_collectives), as the engine issues them: one
+// per unit (the partition's units, padded numel n), f32 gradients (4 n bytes), the compute copy in the
+// compute dtype (t n bytes, CostInputs::compute_bytes):
+//   stage 0     all-reduce of the gradients                                                     step
+//   stage 1     reduce-scatter of the gradients (all-reduce without reduce_scatter)             step
+//               + all-gather of the updated compute copy                                         step
+//   stage 2     reduce-scatter of the gradients (every micro-batch's bucket)                     micro-batch
+//               + all-gather of the updated compute copy                                         step
+//   stage 3     reduce-scatter of the gradients + the forward's and the backward's all-gathers    micro-batch
+//               of the parameters (no gather after the step: the next forward's are these)
+// A collective of B bytes (the whole buffer: all-reduce's, reduce-scatter's input, all-gather's output):
+//   nccl (one rank per GPU)  ring: all-reduce 2 (W-1)/W B, reduce-scatter and all-gather (W-1)/W B, at
+//                            nccl_bus_gbps (NCCL's bus bandwidth: algorithm bandwidth x those factors)
+//   shared_device (in-process ranks on one GPU, runtime/cuda/in_process_device_communicator.cu): the rank's
+//                            kernels read the peers' buffers on the same device: all-reduce (W + 3) B (W
+//                            inputs read, the scratch written, then copied to the output), reduce-scatter
+//                            (1 + 1/W) B, all-gather 2 (W-1)/W B of memory traffic, at device_group_gbps.
+//                            Every rank's compute and collectives share that GPU, so the group's step is
+//                            about W times the predicted (per-rank) one; the ranking is the same.
+// Hidden: with overlap_comm on NCCL the gradient collectives run on the comm stream under the backward of
+// the micro-batches that reduce (0/1: the last; 2/3: each): of a backward's reduction R, all but the units
+// ready at its end (embeddings and the shared unit, reduced after the last layer) may hide, exposed
+// max(R x those units' share, R - backward). The all-gathers are waited for (exposed); on a shared device
+// nothing is hidden (the collective kernels compete with the backward's on the one GPU).
 //
 // Measured encoder costs (MachineFigures::layer, from --calibrate's timing of the model's own layers on the
 // GPU) replace the three compute rows above where present: per micro-batch of B sequences of length L,
@@ -56,6 +80,7 @@
 
 #include "app/plan/plan.h"
 #include "model/config.h"
+#include "runtime/communicator.h"
 
 namespace zt::plan {
 
@@ -101,6 +126,14 @@ struct MachineFigures {
   double overlap_hidden_forward = 0.9;  // of the next forward hidden under the overlapped CPU update
   double disk_read_gbps = 1.6;
   double disk_write_gbps = 2.0;
+  // NCCL's bus bandwidth between the GPUs (nccl-tests' busBw: the algorithm bandwidth times 2 (W-1)/W for
+  // an all-reduce, (W-1)/W for a reduce-scatter or all-gather). The default is a conservative figure for
+  // H100 NVLink-class machines, not a measurement: under half of NVLink 4's 450 GB/s a direction (PCIe-only
+  // GPUs reach ~20); --calibrate measures it where >= 2 GPUs are visible.
+  double nccl_bus_gbps = 200;
+  // In-process ranks sharing one GPU: the memory traffic rate of their collective kernels (the default is
+  // hbm_gbps's; --calibrate times a two-rank all-reduce on the device).
+  double device_group_gbps = 4000;
   // Measured on the GPU by --calibrate (JSON keys layer_fixed_us, layer_token_ns, layer_score_ps as
   // [[L, ps], ...], layer_forward_share, head_fixed_us, head_token_ns: all or none, and layer_model, an
   // object of the LayerDims, with them); absent in the defaults.
@@ -133,9 +166,16 @@ struct StepCost {
   double optimizer_ms = 0;   // the update: GPU AdamW, or the exposed offload parts, or both (partial)
   double transfer_ms = 0;    // parameter offload uploads, exposed gradient downloads
   double hidden_ms = 0;      // the next forward hidden under the overlapped CPU update (subtracted)
+  double comm_ms = 0;        // the collectives between ranks not hidden under backward (0 at world size 1)
   std::string compute_note;  // why measured layer costs were not used for the compute part ("" if they were
                              // or there were none)
-  double total() const { return compute_ms + zero_ms + optimizer_ms + transfer_ms - hidden_ms; }
+  double total() const { return compute_ms + zero_ms + optimizer_ms + transfer_ms - hidden_ms + comm_ms; }
+};
+
+// How the ranks' collectives run (runtime/communicator.h).
+enum class CollectiveTransport {
+  nccl,           // one rank per GPU (mpirun -np W): NCCL's ring collectives
+  shared_device,  // --world_size W in one process on one GPU: the in-process device group's kernels
 };
 
 struct CostInputs {
@@ -143,7 +183,27 @@ struct CostInputs {
   int64_t max_length = 128;
   int world_size = 1;
   int64_t parameters = 0;  // total parameters of the model
+  CollectiveTransport collectives = CollectiveTransport::nccl;
+  double compute_bytes = 2;    // the compute dtype's bytes a parameter: what the all-gathers move
+  bool overlap_comm = false;   // zero_optimization.overlap_comm: the reductions on the comm stream (nccl)
+  bool reduce_scatter = true;  // zero_optimization.reduce_scatter: false all-reduces the gradients instead
 };
+
+// One collective of `bytes` (the whole buffer: an all-reduce's, a reduce-scatter's input, an all-gather's
+// output) for one rank, milliseconds (the table above); 0 at world size 1.
+double collective_ms(CollectiveKind kind, double bytes, int world_size, CollectiveTransport transport,
+                     const MachineFigures& figures);
+
+// A step's collectives (per rank, all micro-batches), milliseconds.
+struct CollectiveCost {
+  double gradient_ms = 0;  // the gradients' all-reduce or reduce-scatters
+  double gather_ms = 0;  // the parameters' all-gathers (stages 1/2: the updated copy; 3: forward + backward)
+  double hidden_ms = 0;  // of gradient_ms, under backward (overlap_comm over NCCL)
+  double exposed_ms() const { return gradient_ms + gather_ms - hidden_ms; }
+};
+// `backward_ms`: one micro-batch's backward (what a reduction can hide under).
+CollectiveCost predict_collectives(const Plan& plan, const CostInputs& inputs, const MachineFigures& figures,
+                                   double backward_ms);
 
 // Timings of the model's forward + backward (and forward alone) at `layers` encoder layers, for the fit.
 struct LayerTiming {

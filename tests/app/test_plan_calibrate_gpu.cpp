@@ -1,7 +1,8 @@
 // The encoder's calibration on a GPU (app/plan/calibrate.h, time_encoder_layers): the model's own forward +
 // backward at the xlarge dims with 1 and 2 layers, fitted by fit_layer_cost. The timings are ordered as work
 // is (a second layer costs time, the forward is part of the pair, a longer sequence at the same tokens costs
-// more: the attention's L^2), and the fit reproduces every timed layer within 15 %.
+// more: the attention's L^2), and the fit reproduces every timed layer within 15 %. The collectives' rates
+// (measure_collective_figures): the in-process device group's always, NCCL's where >= 2 GPUs are visible.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -11,6 +12,7 @@
 #include "app/plan/calibrate.h"
 #include "app/plan/cost_model.h"
 #include "model/config.h"
+#include "runtime/device.h"
 #include "tests/support/gpu.h"
 
 namespace zt::plan {
@@ -45,6 +47,24 @@ TEST(CalibrateGpu, TimesTheEncoderLayersAndFitsThem) {
   }
   EXPECT_GT(fit.forward_share, 0.2);
   EXPECT_LT(fit.forward_share, 0.6);
+}
+
+TEST(CalibrateGpu, MeasuresTheCollectiveRates) {
+  ZT_SKIP_WITHOUT_GPU();
+  const CollectiveFigures c = measure_collective_figures(int64_t{64} << 20, 3);
+  // Memory traffic of a device's copies and sums: above PCIe's, below any HBM's.
+  EXPECT_GT(c.device_group_gbps, 100) << c.describe();
+  EXPECT_LT(c.device_group_gbps, 20000) << c.describe();
+#ifdef ZT_WITH_NCCL
+  if (cuda_device_count() >= 2) {
+    EXPECT_EQ(c.nccl_gpus, cuda_device_count());
+    EXPECT_GT(c.nccl_bus_gbps, 1) << c.describe();
+    EXPECT_LT(c.nccl_bus_gbps, 2000) << c.describe();
+    return;
+  }
+#endif
+  EXPECT_EQ(c.nccl_bus_gbps, 0);
+  EXPECT_FALSE(c.nccl_note.empty());
 }
 
 }  // namespace

@@ -227,11 +227,15 @@ TEST(MachineFigures, SaveLoadRoundTripAndBadFiles) {
   m.name = "test machine";
   m.gemm_tflops = 123.5;
   m.cpu_adamw_gparams = 7.25;
+  m.nccl_bus_gbps = 321.5;
+  m.device_group_gbps = 2750;
   m.save((dir / "m.json").string());
   const MachineFigures back = MachineFigures::load((dir / "m.json").string());
   EXPECT_EQ(back.name, "test machine");
   EXPECT_EQ(back.gemm_tflops, 123.5);
   EXPECT_EQ(back.cpu_adamw_gparams, 7.25);
+  EXPECT_EQ(back.nccl_bus_gbps, 321.5);
+  EXPECT_EQ(back.device_group_gbps, 2750);
   EXPECT_EQ(back.pcie_gbps, MachineFigures{}.pcie_gbps);
 
   auto write = [&](const char* name, const char* text) {
@@ -242,6 +246,10 @@ TEST(MachineFigures, SaveLoadRoundTripAndBadFiles) {
   const MachineFigures partial = MachineFigures::load(write("partial.json", R"({"pcie_gbps": 25})"));
   EXPECT_EQ(partial.pcie_gbps, 25);
   EXPECT_EQ(partial.gemm_tflops, MachineFigures{}.gemm_tflops);
+  // Files written before the collectives' figures keep their defaults.
+  EXPECT_EQ(partial.nccl_bus_gbps, MachineFigures{}.nccl_bus_gbps);
+  EXPECT_EQ(partial.device_group_gbps, MachineFigures{}.device_group_gbps);
+  EXPECT_THROW(MachineFigures::load(write("zero_bus.json", R"({"nccl_bus_gbps": 0})")), Error);
   EXPECT_THROW(MachineFigures::load(write("unknown.json", R"({"pcie_gbs": 25})")), Error);
   EXPECT_THROW(MachineFigures::load(write("negative.json", R"({"hbm_gbps": -1})")), Error);
   EXPECT_THROW(MachineFigures::load(write("bad.json", "{")), Error);

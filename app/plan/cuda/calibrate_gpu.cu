@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <exception>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "app/plan/calibrate.h"
@@ -17,6 +20,7 @@
 #include "optim/cuda/adamw.cuh"
 #include "runtime/arena.h"
 #include "runtime/check.h"
+#include "runtime/communicator.h"
 #include "runtime/cuda_check.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
@@ -121,6 +125,50 @@ struct PinnedDeleter {
   void operator()(void* p) const { cudaFreeHost(p); }
 };
 
+// The best host time of `repeats` all-reduces of `numel` f32 (a barrier before each, after one untimed) on
+// rank 0 of `comms`, each rank on its own host thread, device and stream; seconds. A failing rank aborts the
+// group (the others throw too) and the first error is rethrown.
+double best_all_reduce_seconds(std::vector<std::unique_ptr<Communicator>>& comms, int64_t numel,
+                               int repeats) {
+  std::vector<double> best(comms.size(), 1e30);
+  std::vector<std::exception_ptr> errors(comms.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < comms.size(); ++r) {
+    threads.emplace_back([&, r] {
+      Communicator& comm = *comms[r];
+      cudaStream_t stream = nullptr;
+      void* data = nullptr;
+      try {
+        ZT_CUDA_CHECK(cudaSetDevice(comm.cuda_device()));
+        ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        ZT_CUDA_CHECK(cudaMalloc(&data, static_cast<size_t>(numel) * 4));
+        ZT_CUDA_CHECK(cudaMemsetAsync(data, 0, static_cast<size_t>(numel) * 4, stream));
+        const Tensor buffer(data, {numel}, DType::f32, DeviceKind::cuda);
+        comm.all_reduce_sum(buffer, stream);
+        for (int i = 0; i < repeats; ++i) {
+          comm.barrier(stream);
+          const auto start = std::chrono::steady_clock::now();
+          comm.all_reduce_sum(buffer, stream);
+          ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+          best[r] = std::min(best[r],
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+        comm.barrier(stream);
+      } catch (...) {
+        errors[r] = std::current_exception();
+        comm.abort("the collective calibration failed on this rank");
+      }
+      if (stream != nullptr) (void)cudaStreamSynchronize(stream);
+      if (data != nullptr) (void)cudaFree(data);
+      if (stream != nullptr) (void)cudaStreamDestroy(stream);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return best.front();
+}
+
 }  // namespace
 
 std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
@@ -198,6 +246,39 @@ GpuFigures measure_gpu_figures(int64_t hidden, int64_t intermediate, int64_t tok
   }
   ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
   return g;
+}
+
+CollectiveFigures measure_collective_figures(int64_t bytes, int repeats) {
+  ZT_CHECK(cuda_available(), "the collectives' figures need a GPU: ", describe_devices());
+  ZT_CHECK(bytes >= 1024 && repeats > 0, "measure_collective_figures: bytes and repeats must be positive");
+  const int64_t numel = bytes / 4;
+  const double b = static_cast<double>(numel) * 4;
+  CollectiveFigures c;
+  int current = 0;
+  ZT_CUDA_CHECK(cudaGetDevice(&current));
+  {  // Two in-process ranks on this GPU: W (W + 3) bytes of memory traffic (see the cost model).
+    constexpr int kRanks = 2;
+    auto comms = make_in_process_device_group(kRanks, current);
+    const double seconds = best_all_reduce_seconds(comms, numel, repeats);
+    c.device_group_gbps = kRanks * (kRanks + 3) * b / seconds / 1e9;
+  }
+  const int gpus = cuda_device_count();
+#ifdef ZT_WITH_NCCL
+  if (gpus >= 2) {
+    std::vector<int> devices(static_cast<size_t>(gpus));
+    for (int d = 0; d < gpus; ++d) devices[static_cast<size_t>(d)] = d;
+    auto comms = make_nccl_group(devices);
+    const double seconds = best_all_reduce_seconds(comms, numel, repeats);
+    c.nccl_gpus = gpus;
+    c.nccl_bus_gbps = b * 2 * (gpus - 1) / gpus / seconds / 1e9;
+  } else {
+    c.nccl_note = str(gpus, " GPU visible: NCCL's rate needs 2 or more");
+  }
+#else
+  c.nccl_note = str("a build without NCCL (", gpus, " GPUs visible)");
+#endif
+  ZT_CUDA_CHECK(cudaSetDevice(current));
+  return c;
 }
 
 }  // namespace zt::plan
