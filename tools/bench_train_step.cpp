@@ -442,8 +442,8 @@ zt::plan::AutoPlan choose_bench_plan(Options& o, const zt::DebertaConfig& model,
   return chosen;
 }
 
-int run(int argc, char** argv) {
-  Options o = parse(argc, argv);
+// The architecture timed: xlarge, optionally shallower (--layers) or wider (--hidden).
+zt::DebertaConfig bench_model(const Options& o) {
   zt::DebertaConfig model = zt::deberta_v2_xlarge_config();
   if (o.layers > 0) model.num_hidden_layers = o.layers;
   if (o.hidden > 0) {  // wider: heads of 64, FFN 4x, as xlarge is at 1536
@@ -457,6 +457,92 @@ int run(int argc, char** argv) {
   model.attention_kernel = o.attention == "stored"  ? AttentionKernel::stored
                            : o.attention == "flash" ? AttentionKernel::flash
                                                     : AttentionKernel::automatic;
+  return model;
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2),
+                   values.end());
+  return values[values.size() / 2];
+}
+
+struct TimedSteps {
+  std::vector<double> losses;
+  double step_s = 0;         // the median timed step (--back_to_back: the window's mean)
+  double first_step_s = 0;   // the first (warm-up) step, set-up included
+  double cpu_update_ms = 0;  // the median CPU AdamW host time of the timed steps (offload; delayed: the
+                             // previous step's update)
+};
+
+// --warmup untimed steps (profile and peaks reset after them), then --steps timed ones on synthetic batches.
+TimedSteps time_steps(const Options& o, zt::optim::MrpcTrainer& trainer) {
+  std::mt19937_64 rng(0);
+  const int64_t warmup = o.warmup;
+  TimedSteps out;
+  std::vector<double> times, cpu_update_ms;
+  std::vector<zt::data::Batch> window;
+  std::chrono::steady_clock::time_point window_start;
+  for (int64_t step = 0; step < warmup + o.steps; ++step) {
+    if (step == 0 || !o.repeat_batch) {
+      window.clear();
+      for (int64_t r = 0; r < o.world_size * o.accumulation; ++r)
+        window.push_back(synthetic_batch(o.batch, o.seq, rng));
+    }
+    std::vector<zt::data::Batch> micro_batches = window;  // train_step may consume its batches
+    // --back_to_back: one sync before the first timed step and one after the last (below), so a step's
+    // queued work may overlap the next one's (overlap_optimizer, overlap_update), as in training.
+    const bool sync_each = !o.back_to_back || step < warmup;
+    if (sync_each || step == warmup) zt::device_synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    if (step == warmup) window_start = start;
+    out.losses.push_back(trainer.train_step(micro_batches).loss);  // the optimizer is queued; the sync waits
+    if (sync_each) zt::device_synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (step == 0) out.first_step_s = seconds;
+    if (step >= warmup) times.push_back(seconds);
+    if (step >= warmup) cpu_update_ms.push_back(trainer.offloaded_update_ms());
+    zt::StepProfile& profile = zt::StepProfile::global();
+    profile.collect();
+    if (step + 1 == warmup) {
+      profile.reset();  // profile the timed steps only
+      trainer.reset_memory_peaks();
+    }
+  }
+  out.step_s = median(times);
+  if (o.back_to_back) {  // the mean over the window: per-step host times say little here
+    zt::device_synchronize();
+    out.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count() /
+                 static_cast<double>(o.steps);
+  }
+  out.cpu_update_ms = median(cpu_update_ms);
+  return out;
+}
+
+// Every rank's peaks by category (the estimator's per-rank plan is beside them in the line), and the
+// largest rank's figures.
+struct RankPeaks {
+  nlohmann::json ranks = nlohmann::json::array();
+  zt::DeviceMemoryStats largest;
+};
+RankPeaks rank_peaks(const zt::optim::MrpcTrainer& trainer) {
+  const std::vector<zt::DeviceMemoryStats> per_rank = trainer.rank_memory();
+  RankPeaks out{.largest = per_rank.front()};  // ranks are near equal
+  for (const zt::DeviceMemoryStats& m : per_rank) {
+    if (m.peak_in_use_total > out.largest.peak_in_use_total) out.largest = m;
+    nlohmann::json peaks;
+    for (int c = 0; c < zt::kMemoryCategoryCount; ++c)
+      peaks[std::string(zt::memory_category_name(static_cast<zt::MemoryCategory>(c)))] = gib(m.peak[c]);
+    out.ranks.push_back({{"peak_gib", gib(m.peak_in_use_total)},
+                         {"peak_reserved_gib", gib(m.peak_reserved)},
+                         {"peak_by_category_gib", peaks}});
+  }
+  return out;
+}
+
+int run(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  zt::DebertaConfig model = bench_model(o);
   const zt::DType compute = zt::parse_dtype(o.dtype);  // --dtype was checked: bf16, fp16 or fp32
   // The configuration is checked first, so that a wrong flag is told on any machine; the estimate plans the
   // offload the trainer builds from it (zero_offload: streamed gradients, disk buffers, sub-groups).
@@ -500,82 +586,23 @@ int run(int argc, char** argv) {
     zt::set_device_memory_limit(config.gpu_memory_limit);  // ranks > 1: per rank, by the trainer
   if (o.profile) zt::StepProfile::global().enable(true);
   zt::optim::MrpcTrainer trainer(config, model);
-
-  std::mt19937_64 rng(0);
-  const int64_t warmup = o.warmup;
-  std::vector<double> times, losses, cpu_update_ms;
-  std::vector<zt::data::Batch> window;
-  double first_step_s = 0;
-  std::chrono::steady_clock::time_point window_start;
-  for (int64_t step = 0; step < warmup + o.steps; ++step) {
-    if (step == 0 || !o.repeat_batch) {
-      window.clear();
-      for (int64_t r = 0; r < o.world_size * o.accumulation; ++r)
-        window.push_back(synthetic_batch(o.batch, o.seq, rng));
-    }
-    std::vector<zt::data::Batch> micro_batches = window;  // train_step may consume its batches
-    // --back_to_back: one sync before the first timed step and one after the last (below), so a step's
-    // queued work may overlap the next one's (overlap_optimizer, overlap_update), as in training.
-    const bool sync_each = !o.back_to_back || step < warmup;
-    if (sync_each || step == warmup) zt::device_synchronize();
-    const auto start = std::chrono::steady_clock::now();
-    if (step == warmup) window_start = start;
-    losses.push_back(trainer.train_step(micro_batches).loss);  // the optimizer is queued; the sync waits
-    if (sync_each) zt::device_synchronize();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (step == 0) first_step_s = seconds;
-    if (step >= warmup) times.push_back(seconds);
-    if (step >= warmup) cpu_update_ms.push_back(trainer.offloaded_update_ms());
-    zt::StepProfile& profile = zt::StepProfile::global();
-    profile.collect();
-    if (step + 1 == warmup) {
-      profile.reset();  // profile the timed steps only
-      trainer.reset_memory_peaks();
-    }
-  }
-  std::vector<double> warm = times;
-  std::nth_element(warm.begin(), warm.begin() + static_cast<std::ptrdiff_t>(warm.size() / 2), warm.end());
-  double step_s = warm[warm.size() / 2];  // the median step
-  if (o.back_to_back) {                   // the mean over the window: per-step host times say little here
-    zt::device_synchronize();
-    step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count() /
-             static_cast<double>(o.steps);
-  }
+  const TimedSteps timed = time_steps(o, trainer);
 
   // What the delayed update's floor, max(forward + backward, CPU update), is made of: the CPU AdamW's host
-  // time (the median over the timed steps of the latest update that ended; delayed: the previous step's),
-  // and with --profile the device time of the fwd.* and bwd.* segments per step.
-  std::nth_element(cpu_update_ms.begin(),
-                   cpu_update_ms.begin() + static_cast<std::ptrdiff_t>(cpu_update_ms.size() / 2),
-                   cpu_update_ms.end());
-  const double cpu_update = cpu_update_ms.empty() ? 0.0 : cpu_update_ms[cpu_update_ms.size() / 2];
+  // time, and with --profile the device time of the fwd.* and bwd.* segments per step.
   nlohmann::json segments = nlohmann::json::object();
   double forward_backward_ms = 0;
   for (const auto& [name, ms] : zt::StepProfile::global().ms_per_step()) {
     segments[name] = round_to(ms, 1e-3);
     if (name.starts_with("fwd.") || name.starts_with("bwd.")) forward_backward_ms += ms;
   }
-
   const zt::ParameterTable table(model);
   const int64_t embed = model.vocab_size * model.hidden_size;
-  const double flops = 6.0 * static_cast<double>(table.total_numel() - embed) *
-                       static_cast<double>(o.batch * o.accumulation * o.seq) *
-                       static_cast<double>(o.world_size);
-  // Every rank's peaks by category next to the estimator's per-rank plan for this stage and world size.
-  const std::vector<zt::DeviceMemoryStats> per_rank = trainer.rank_memory();
-  zt::DeviceMemoryStats memory = per_rank.front();  // the largest rank's figures (ranks are near equal)
-  for (const zt::DeviceMemoryStats& m : per_rank)
-    if (m.peak_in_use_total > memory.peak_in_use_total) memory = m;
-  nlohmann::json ranks = nlohmann::json::array();
-  for (const zt::DeviceMemoryStats& m : per_rank) {
-    nlohmann::json peaks;
-    for (int c = 0; c < zt::kMemoryCategoryCount; ++c)
-      peaks[std::string(zt::memory_category_name(static_cast<zt::MemoryCategory>(c)))] = gib(m.peak[c]);
-    ranks.push_back({{"peak_gib", gib(m.peak_in_use_total)},
-                     {"peak_reserved_gib", gib(m.peak_reserved)},
-                     {"peak_by_category_gib", peaks}});
-  }
   const double samples = static_cast<double>(o.batch * o.accumulation * o.world_size);
+  const double flops =
+      6.0 * static_cast<double>(table.total_numel() - embed) * samples * static_cast<double>(o.seq);
+  const RankPeaks peaks = rank_peaks(trainer);
+  const double step_s = timed.step_s;
   nlohmann::json line = {
       {"impl", "zerotrain"},
       {"dtype", o.dtype},
@@ -600,20 +627,20 @@ int run(int argc, char** argv) {
       {"nvme_path", o.nvme_path},
       {"nvme_param", o.nvme_param},
       {"params", table.total_numel()},
-      {"first_step_s", round_to(first_step_s, 1e-3)},
-      {"losses", losses},
+      {"first_step_s", round_to(timed.first_step_s, 1e-3)},
+      {"losses", timed.losses},
       {"step_ms", round_to(step_s * 1e3, 1e-2)},
-      {"cpu_update_ms", round_to(cpu_update, 1e-2)},
+      {"cpu_update_ms", round_to(timed.cpu_update_ms, 1e-2)},
       {"forward_backward_ms",
        o.profile ? nlohmann::json(round_to(forward_backward_ms, 1e-2)) : nlohmann::json()},
       {"segments_ms", segments},
       {"samples_per_s", round_to(samples / step_s, 0.1)},
       {"approx_tflops", round_to(flops / step_s / 1e12, 0.1)},
-      {"peak_gib", round_to(static_cast<double>(memory.peak_in_use_total) / kGiB, 0.01)},
-      {"peak_reserved_gib", round_to(static_cast<double>(memory.peak_reserved) / kGiB, 0.01)},
+      {"peak_gib", round_to(static_cast<double>(peaks.largest.peak_in_use_total) / kGiB, 0.01)},
+      {"peak_reserved_gib", round_to(static_cast<double>(peaks.largest.peak_reserved) / kGiB, 0.01)},
       {"world_size", o.world_size},
       {"gpu_memory_limit", o.gpu_memory_limit},
-      {"ranks", ranks},
+      {"ranks", peaks.ranks},
       {"estimate_gib", estimate_json(model, o, compute, offload)},
       {"device", zt::describe_devices()},
       {"switches", zt_switches()}};
