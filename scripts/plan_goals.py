@@ -15,8 +15,7 @@ of this script, each under its own time budget; results accumulate in STATE betw
              the full offload's plan
   delayed    ZeRO-2 + offload --delayed_update at batch 40 against max(forward + backward, CPU update): the
              parts from its JSON where it prints them, else fwd+bwd = the ZeRO-2 step without offload less its
-             optimizer segments (--profile) and the CPU update from bench_cpu_adam; and the same step with
-             --delayed_landing whole (the landing before the unit-by-unit one) beside it
+             optimizer segments (--profile) and the CPU update from bench_cpu_adam
   large      the 6.2 B DeBERTa-v2 shape (hidden 4096, 28 layers, ZeRO-3 + both offloads, batch 8) for 20 steps
              on a repeated batch, lr 1e-5 with 5 warm-up steps, dropout 0: the losses
   summary    the goals table from STATE
@@ -119,8 +118,8 @@ def partial_expected_s(ratio_sweep):
 
 
 def delayed_expected_s(warmup):
-    """Two ZeRO-2 + offload runs at batch 40 (the delayed update's landings), warmup + 4 steps each."""
-    return 2 * expected_run_s(FULL_OFFLOAD_HOST_GIB, warmup + 4, DELAYED_STEP_MS)
+    """One ZeRO-2 + offload run at batch 40 with the delayed update, warmup + 4 steps."""
+    return expected_run_s(FULL_OFFLOAD_HOST_GIB, warmup + 4, DELAYED_STEP_MS)
 
 
 def expected_run_s(host_gib, steps, step_ms):
@@ -538,13 +537,6 @@ class Runner:
         if "error" in d:
             say(f"delayed: FAILED {d['error'][:300]}")
             return
-        # The previous landing (the whole update lands before the next forward) beside the default one.
-        w = self.bench([*base, "--offload", "optimizer", "--pin_memory", "--delayed_update", "--delayed_landing",
-                        "whole"], timeout=timeout, label="delayed whole")
-        whole_ms = w.get("step_ms")
-        say(f"DELAYED landing: {d.get('delayed_landing', 'default')} {d['step_ms']} ms vs whole "
-            + (f"{whole_ms} ms ({whole_ms / d['step_ms']:.2f}x, {whole_ms - d['step_ms']:.1f} ms a step saved)"
-               if whole_ms else f"FAILED {w['error'][:200]}"))
         # The step's parts where bench_train_step prints them (any nesting): forward + backward, the CPU update.
         fwd_bwd = _find_number(d, ("forward", "backward"))
         cpu = _find_number(d, ("cpu", "update")) or _find_number(d, ("cpu", "adam"))
@@ -567,7 +559,7 @@ class Runner:
         floor = max(fwd_bwd or 0, cpu or 0)
         ratio = d["step_ms"] / floor if floor else float("nan")
         self.state.data["delayed"] = dict(step_ms=d["step_ms"], fwd_bwd_ms=fwd_bwd, cpu_update_ms=cpu,
-                                          ratio=ratio, source=source, whole_landing_ms=whole_ms)
+                                          ratio=ratio, source=source)
         self.state.save()
         say(f"DELAYED bs40: step {d['step_ms']} ms vs max(fwd+bwd {fwd_bwd and round(fwd_bwd, 1)}, CPU update "
             f"{cpu and round(cpu, 1)}) = {ratio:.2f}x ({'PASS' if ratio <= 1.15 else 'FAIL'} <= 1.15x; parts from "

@@ -21,8 +21,8 @@
 // (stages 1-3) or both (stage 3: the parameter shard too), --offload_ratio R for a partial offload (that
 // fraction of the optimizer state on the host, the rest updated on the device at the same time),
 // --pin_memory for page-locked host buffers, --delayed_update for ZeRO-Offload's one-step-stale update
-// (--delayed_landing whole|after_norm|in_backward, DelayedLanding in optim/zero/engine_options.h; whole is
-// the reference); the exact update overlapping the next forward is on where it applies (as in train_mrpc),
+// (landing unit by unit beside the CPU update); the exact update overlapping the next forward is on where it
+// applies (as in train_mrpc),
 // --overlap_update asks for it (an error where it cannot run), --no_overlap_update turns it off (the JSON's
 // overlap_update says what ran). --nvme_path DIR
 // (with --offload) puts the offloaded optimizer state on the disk tier (offload_optimizer device nvme;
@@ -124,11 +124,10 @@ struct Options {
   std::string offload = "none";   // none | optimizer | both
   bool pin_memory = false;
   bool delayed_update = false;
-  double offload_ratio = 1.0;  // offload_optimizer.ratio: the fraction of the state on the host (partial)
-  std::string delayed_landing = "in_backward";  // whole | after_norm | in_backward (DelayedLanding)
-  bool overlap_update = false;          // --offload_overlap_update (asked: refused where it cannot run)
-  bool no_overlap_update = false;       // --no_offload_overlap_update (it is on by default where it applies)
-  bool overlap_optimizer = false;       // --overlap_optimizer
+  double offload_ratio = 1.0;      // offload_optimizer.ratio: the fraction of the state on the host (partial)
+  bool overlap_update = false;     // --offload_overlap_update (asked: refused where it cannot run)
+  bool no_overlap_update = false;  // --no_offload_overlap_update (it is on by default where it applies)
+  bool overlap_optimizer = false;  // --overlap_optimizer
   bool gradient_checkpointing = false;  // --gradient_checkpointing: each layer recomputed in the backward
   std::string attention = "auto";       // --attention auto|stored|flash (DebertaConfig::attention_kernel)
   bool back_to_back = false;  // timed steps without a device sync between them: step_ms = window / steps
@@ -222,9 +221,6 @@ const auto kFlags = std::to_array<zt::Flag<Options>>({
      "host, the rest on the device (offload_optimizer.ratio)",
      [](Options& o, F f, V v) { o.offload_ratio = zt::parse_number_flag(f, v, 0.0); },
      [](const Options& o) { return zt::str(o.offload_ratio); }},
-    {"delayed_landing", "whole|after_norm|in_backward",
-     "with --delayed_update: where it lands (whole at step()'s start: the reference)",
-     [](Options& o, F, V v) { o.delayed_landing = v; }, [](const Options& o) { return o.delayed_landing; }},
     {"overlap_update", "",
      "ask for the exact update overlapping the next forward (an error where it cannot run)",
      [](Options& o, F, V) { o.overlap_update = true; }, nullptr},
@@ -379,7 +375,6 @@ zt::optim::TrainConfig bench_config(const Options& o, const zt::DebertaConfig& m
   if (!o.host_memory_limit.empty()) config.host_memory_limit = zt::parse_memory_size(o.host_memory_limit);
   if (!o.gpu_memory_limit.empty()) config.gpu_memory_limit = zt::parse_memory_size(o.gpu_memory_limit);
   config.offload_delayed_update = o.delayed_update;
-  config.offload_delayed_landing = o.delayed_landing;
   config.offload_overlap_update = o.overlap_update;
   config.no_offload_overlap_update = o.no_overlap_update;
   config.overlap_optimizer = o.overlap_optimizer;
@@ -615,7 +610,6 @@ int run(int argc, char** argv) {
       {"pin_memory", o.pin_memory},
       {"delayed_update", o.delayed_update},
       {"offload_ratio", o.offload_ratio},
-      {"delayed_landing", o.delayed_landing},
       {"overlap_update", trainer.overlaps_offloaded_update()},  // as the engine decided (on where it applies)
       {"overlap_optimizer", o.overlap_optimizer},
       {"gradient_checkpointing", o.gradient_checkpointing},

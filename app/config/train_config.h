@@ -221,8 +221,9 @@ struct TrainConfig {
   bool offload_delayed_update = false;
   // --offload_ratio R: zero_optimization.offload_optimizer.ratio (0: not given; the JSON's, or 1).
   double offload_ratio = 0;
-  // Where the delayed update lands: whole, after_norm or in_backward (ZeroOffload::delayed_landing; the same
-  // values in each; bench_train_step --delayed_landing times them side by side).
+  // Where the delayed update lands: in_backward (unit by unit, the only landing a run uses; after_norm where
+  // in_backward cannot run), or whole / after_norm forced — no flag or key sets it: the tests compare the
+  // unit-by-unit landing with the whole one (ZeroOffload::delayed_landing; the same values in each).
   std::string offload_delayed_landing = "in_backward";
   // --offload_overlap_update: the exact CPU update overlapping the next forward (ZeroOffload::overlap_update;
   // needs offload_optimizer cpu, world size 1, no delayed update, the state not on disk). Without either flag

@@ -24,7 +24,7 @@ enum class DelayedLanding {
                // micro-batch) is copied then, beside the rest of backward; not with offload_param, nor
                // on a GPU without pipelined copies from pinned memory (after_norm there)
 };
-// "whole", "after_norm", "in_backward" (bench_train_step --delayed_landing); throws on anything else.
+// "whole", "after_norm", "in_backward" (TrainConfig::offload_delayed_landing); throws on anything else.
 DelayedLanding delayed_landing_named(std::string_view name);
 
 // CPU offload (optim/zero/engine.h).

@@ -10,7 +10,6 @@
 #   bench                       every kernel (zt_bench) and the step at the goals' shapes
 #   profile [BxS ...]           the step profile and every kernel's time (ncu) per shape
 #   offload [--deepspeed]       CPU offload: its GPU tests, CPU AdamW, offloaded steps, largest batches
-#   delayed                     the delayed update: its GPU tests, the step per landing against its floor
 #   zero [--np N]               ZeRO stages: memory per rank at world 1/2/4, the blog's configs, mpirun curves
 #   disk [--deepspeed]          the disk tier: disk rates, the NVMe-offloaded step, the largest model
 #   validate [--xlarge]         golden fixtures and tokenizer parity regenerated here, compared with the committed

@@ -30,7 +30,6 @@ def step():
     fields = {k: r[k] for k in keys if k in r}
     if r.get("delayed_update"):
         # The delayed update's floor: max(forward + backward, the CPU update), both measured in this run.
-        fields["delayed_landing"] = r.get("delayed_landing")
         fields["cpu_update_ms"] = r.get("cpu_update_ms")
         fields["forward_backward_ms"] = r.get("forward_backward_ms")
         floor = max(r.get("cpu_update_ms") or 0, r.get("forward_backward_ms") or 0)
