@@ -37,6 +37,14 @@ struct Problem {
   std::vector<uint8_t> key_keep;   // [B, L] m[b,j] != 0
   std::vector<uint8_t> none_kept;  // [L] zeros: a padded query row has every key masked
   float scale = 1.0f;
+
+  // Head h of batch row b of a [B, L, D] f32 tensor: its [L, d] slice, rows D apart (read-only unless
+  // View = HeadView).
+  template <typename View = ConstHeadView>
+  View head(const Tensor& t, int64_t b, int64_t h) const {
+    return View(t.data_as<float>() + b * length * features + h * head_size, length, head_size,
+                Strided(features));
+  }
 };
 
 // An f32, contiguous, host tensor of exactly `shape`.
@@ -183,12 +191,11 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
   std::vector<float> dropped(static_cast<size_t>(dropout ? L * L : 0));
 
   for (int64_t b = 0; b < pr.batch; ++b) {
-    const int64_t row0 = b * L * D;
     const uint8_t* key_keep = pr.key_keep.data() + b * L;
     for (int64_t h = 0; h < pr.heads; ++h) {
-      ConstHeadView qh(q.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      ConstHeadView kh(k.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      ConstHeadView vh(v.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView qh = pr.head(q, b, h);
+      ConstHeadView kh = pr.head(k, b, h);
+      ConstHeadView vh = pr.head(v, b, h);
       float* p = probs.data_as<float>() + probs_offset(pr, b, h);
       Dense scores(p, L, L);
       scores.noalias() = qh * kh.transpose();
@@ -214,7 +221,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
         for (int64_t j = 0; j < L; ++j) row[j] *= inverse_scale;
         cpu::masked_softmax_row(row, key_keep[i] ? key_keep : pr.none_kept.data(), row, L);
       }
-      HeadView ch(context.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      HeadView ch = pr.head<HeadView>(context, b, h);
       if (dropout) {
         attention_dropout_factors(dropped.data(), L * L, probs_offset(pr, b, h), config);
         Dense p_dropped(dropped.data(), L, L);
@@ -254,7 +261,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
     check_f32_arg(dpos_query, pos_query.shape(), op, "dpos_query");
   }
 
-  const int64_t L = pr.length, D = pr.features, d = pr.head_size, W = pr.window;
+  const int64_t L = pr.length, W = pr.window;
   const float inverse_scale = 1.0f / pr.scale;
   const bool dropout = config.dropout_p > 0.0f;
   std::vector<float> dropped(static_cast<size_t>(dropout ? L * L : 0));
@@ -264,16 +271,15 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
   std::vector<float> grad_p2c(static_cast<size_t>(config.p2c ? L * W : 0));  // Gp [L, W]
 
   for (int64_t b = 0; b < pr.batch; ++b) {
-    const int64_t row0 = b * L * D;
     const uint8_t* key_keep = pr.key_keep.data() + b * L;
     for (int64_t h = 0; h < pr.heads; ++h) {
-      ConstHeadView qh(q.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      ConstHeadView kh(k.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      ConstHeadView vh(v.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      ConstHeadView dch(dcontext.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      HeadView dqh(dq.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      HeadView dkh(dk.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      HeadView dvh(dv.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView qh = pr.head(q, b, h);
+      ConstHeadView kh = pr.head(k, b, h);
+      ConstHeadView vh = pr.head(v, b, h);
+      ConstHeadView dch = pr.head(dcontext, b, h);
+      HeadView dqh = pr.head<HeadView>(dq, b, h);
+      HeadView dkh = pr.head<HeadView>(dk, b, h);
+      HeadView dvh = pr.head<HeadView>(dv, b, h);
       const float* p = probs.data_as<float>() + probs_offset(pr, b, h);
       Dense grad(grad_scores.data(), L, L);
 
@@ -391,18 +397,17 @@ void flash_disentangled_attention_forward(const Tensor& q, const Tensor& k, cons
   const Problem pr = plan(q, k, v, pos_key, pos_query, attention_mask, config, op, /*with_index=*/false);
   check_f32_arg(context, q.shape(), op, "context");
   check_stats(softmax_stats, pr, op);
-  const int64_t L = pr.length, D = pr.features, d = pr.head_size;
+  const int64_t L = pr.length;
   constexpr float kMaskedScore = std::numeric_limits<float>::lowest();
   std::vector<float> scores(static_cast<size_t>(L)), probs(static_cast<size_t>(L));
   std::vector<float> factor(static_cast<size_t>(config.dropout_p > 0.0f ? L : 0));
   for (int64_t b = 0; b < pr.batch; ++b) {
-    const int64_t row0 = b * L * D;
     const uint8_t* key_keep = pr.key_keep.data() + b * L;
     for (int64_t h = 0; h < pr.heads; ++h) {
-      ConstHeadView qh(q.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      ConstHeadView kh(k.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      ConstHeadView vh(v.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      HeadView ch(context.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView qh = pr.head(q, b, h);
+      ConstHeadView kh = pr.head(k, b, h);
+      ConstHeadView vh = pr.head(v, b, h);
+      HeadView ch = pr.head<HeadView>(context, b, h);
       const PositionalScores pos = head_positional_scores(pr, config, qh, kh, pos_key, pos_query, h);
       float* stats = softmax_stats.data_as<float>() + (b * pr.heads + h) * L * 2;
       for (int64_t i = 0; i < L; ++i) {
@@ -452,7 +457,7 @@ void flash_disentangled_attention_backward(const Tensor& q, const Tensor& k, con
   check_f32_arg(dv, q.shape(), op, "dv");
   if (config.c2p) check_f32_arg(dpos_key, pos_key.shape(), op, "dpos_key");
   if (config.p2c) check_f32_arg(dpos_query, pos_query.shape(), op, "dpos_query");
-  const int64_t L = pr.length, D = pr.features, d = pr.head_size, W = pr.window;
+  const int64_t L = pr.length, W = pr.window;
   constexpr float kMaskedScore = std::numeric_limits<float>::lowest();
   const bool dropout = config.dropout_p > 0.0f;
   std::vector<float> scores(static_cast<size_t>(L)), dp(static_cast<size_t>(L));
@@ -460,17 +465,16 @@ void flash_disentangled_attention_backward(const Tensor& q, const Tensor& k, con
   std::vector<float> grad_c2p(static_cast<size_t>(config.c2p ? L * W : 0));
   std::vector<float> grad_p2c(static_cast<size_t>(config.p2c ? L * W : 0));
   for (int64_t b = 0; b < pr.batch; ++b) {
-    const int64_t row0 = b * L * D;
     const uint8_t* key_keep = pr.key_keep.data() + b * L;
     for (int64_t h = 0; h < pr.heads; ++h) {
-      ConstHeadView qh(q.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      ConstHeadView kh(k.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      ConstHeadView vh(v.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      ConstHeadView ch(context.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      ConstHeadView dch(dcontext.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      HeadView dqh(dq.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      HeadView dkh(dk.data_as<float>() + row0 + h * d, L, d, Strided(D));
-      HeadView dvh(dv.data_as<float>() + row0 + h * d, L, d, Strided(D));
+      ConstHeadView qh = pr.head(q, b, h);
+      ConstHeadView kh = pr.head(k, b, h);
+      ConstHeadView vh = pr.head(v, b, h);
+      ConstHeadView ch = pr.head(context, b, h);
+      ConstHeadView dch = pr.head(dcontext, b, h);
+      HeadView dqh = pr.head<HeadView>(dq, b, h);
+      HeadView dkh = pr.head<HeadView>(dk, b, h);
+      HeadView dvh = pr.head<HeadView>(dv, b, h);
       const PositionalScores pos = head_positional_scores(pr, config, qh, kh, pos_key, pos_query, h);
       const float* stats = softmax_stats.data_as<float>() + (b * pr.heads + h) * L * 2;
       dqh.setZero();
