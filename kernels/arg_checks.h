@@ -48,6 +48,12 @@ inline void check_same_shape(const Tensor& got, const Tensor& like, const char* 
            like.shape().to_string(), ", got ", got.shape().to_string());
 }
 
+// Throws unless `loss` is an f32 tensor of one element on `device` (what the loss kernels write).
+inline void check_loss_arg(const Tensor& loss, DeviceKind device, const char* op) {
+  check_arg(loss, DType::f32, device, op, "loss");
+  ZT_CHECK(loss.numel() == 1, op, ": loss must hold one element, got ", loss.describe());
+}
+
 // Whether the storage of a and b shares any byte.
 inline bool overlaps(const Tensor& a, const Tensor& b) {
   const auto a0 = reinterpret_cast<uintptr_t>(a.data()), b0 = reinterpret_cast<uintptr_t>(b.data());

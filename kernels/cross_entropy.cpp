@@ -29,8 +29,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& labels, const Ten
   const bool cuda = runs_on_cuda(logits, op);
   const DeviceKind device = cuda ? DeviceKind::cuda : DeviceKind::cpu;
   check_cross_entropy_args(device, logits, labels, op);
-  check_arg(loss, DType::f32, device, op, "loss");
-  ZT_CHECK(loss.numel() == 1, op, ": loss must hold one element, got ", loss.describe());
+  check_loss_arg(loss, device, op);
   if (cuda) {
 #ifdef ZT_WITH_CUDA
     return gpu::cross_entropy_forward(logits, labels, loss, current_stream());

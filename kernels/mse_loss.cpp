@@ -28,8 +28,7 @@ void mse_loss_forward(const Tensor& predictions, const Tensor& targets, const Te
   const bool cuda = runs_on_cuda(predictions, op);
   const DeviceKind device = cuda ? DeviceKind::cuda : DeviceKind::cpu;
   check_mse_args(device, predictions, targets, op);
-  check_arg(loss, DType::f32, device, op, "loss");
-  ZT_CHECK(loss.numel() == 1, op, ": loss must hold one element, got ", loss.describe());
+  check_loss_arg(loss, device, op);
   if (cuda) {
 #ifdef ZT_WITH_CUDA
     return gpu::mse_loss_forward(predictions, targets, loss, current_stream());
