@@ -197,11 +197,13 @@ Setup cross_entropy_backward(Env& e, const Dims& d) {
 // [B, N, L, L], all bf16 (the GPU saves probs in the storage dtype). W = c(L-1, 0) - c(0, L-1) + 1 table rows
 // are reached (255 at L 128), so the c2p and p2c score GEMMs are [L, d] x [d, W] per head; dpos_* are bf16,
 // the dy of the position projections' linear.
-struct Attention {
-  int q, k, v, pos_key, pos_query, mask, context, probs;
+// What both attention paths take and count: the inputs, the context, the op's configuration and the
+// figures of the byte and FLOP counts.
+struct AttentionInputs {
+  int q, k, v, pos_key, pos_query, mask, context;
   kernels::DisentangledAttentionConfig config;
   double bn, L, d, W, tables;  // B N, L, head size, W, elements of both tables
-  Attention(Env& e, const Dims& dims, bool saved_only) {
+  AttentionInputs(Env& e, const Dims& dims, bool saved_only) {
     const int64_t rows = 2 * dims.positions.att_span();
     q = e.in(bf16, {dims.B, dims.L, dims.D}), k = e.in(bf16, {dims.B, dims.L, dims.D});
     v = e.in(bf16, {dims.B, dims.L, dims.D});
@@ -209,8 +211,6 @@ struct Attention {
     mask = e.ids({dims.B, dims.L}, padding_mask(dims.B, dims.L));
     context = saved_only ? e.work(bf16, {dims.B, dims.L, dims.D})
                          : e.out("context", bf16, {dims.B, dims.L, dims.D});
-    probs = saved_only ? e.work(bf16, {dims.B, dims.N, dims.L, dims.L})
-                       : e.out("probs", bf16, {dims.B, dims.N, dims.L, dims.L});
     config.num_heads = dims.N;
     config.positions = dims.positions;
     config.dropout_p = dims.attention_dropout;
@@ -221,6 +221,13 @@ struct Attention {
     W = static_cast<double>(kernels::c2p_index(dims.L - 1, 0, dims.positions) -
                             kernels::c2p_index(0, dims.L - 1, dims.positions) + 1);
   }
+};
+struct Attention : AttentionInputs {
+  int probs;
+  Attention(Env& e, const Dims& dims, bool saved_only)
+      : AttentionInputs(e, dims, saved_only),
+        probs(saved_only ? e.work(bf16, {dims.B, dims.N, dims.L, dims.L})
+                         : e.out("probs", bf16, {dims.B, dims.N, dims.L, dims.L})) {}
   void forward(const Args& t) const {
     kernels::disentangled_attention_forward(t[q], t[k], t[v], t[pos_key], t[pos_query], t[mask], config,
                                             t[context], t[probs]);
@@ -270,30 +277,12 @@ Dims flash_dims(Dims d) {
   if (d.D / d.N != 64) d.D = 64 * d.N;
   return d;
 }
-struct FlashAttention {
-  int q, k, v, pos_key, pos_query, mask, context, stats;
-  kernels::DisentangledAttentionConfig config;
-  double bn, L, d, W, tables;
-  FlashAttention(Env& e, const Dims& dims, bool saved_only) {
-    const int64_t rows = 2 * dims.positions.att_span();
-    q = e.in(bf16, {dims.B, dims.L, dims.D}), k = e.in(bf16, {dims.B, dims.L, dims.D});
-    v = e.in(bf16, {dims.B, dims.L, dims.D});
-    pos_key = e.in(bf16, {rows, dims.D}), pos_query = e.in(bf16, {rows, dims.D});
-    mask = e.ids({dims.B, dims.L}, padding_mask(dims.B, dims.L));
-    context = saved_only ? e.work(bf16, {dims.B, dims.L, dims.D})
-                         : e.out("context", bf16, {dims.B, dims.L, dims.D});
-    stats = saved_only ? e.work(f32, {dims.B, dims.N, dims.L, 2})
-                       : e.out("softmax_stats", f32, {dims.B, dims.N, dims.L, 2});
-    config.num_heads = dims.N;
-    config.positions = dims.positions;
-    config.dropout_p = dims.attention_dropout;
-    config.seed = 42;
-    config.site_id = kernels::dropout_site_id(1, 0, 1);
-    bn = static_cast<double>(dims.B * dims.N), L = static_cast<double>(dims.L);
-    d = static_cast<double>(dims.D / dims.N), tables = 2.0 * static_cast<double>(rows * dims.D);
-    W = static_cast<double>(kernels::c2p_index(dims.L - 1, 0, dims.positions) -
-                            kernels::c2p_index(0, dims.L - 1, dims.positions) + 1);
-  }
+struct FlashAttention : AttentionInputs {
+  int stats;
+  FlashAttention(Env& e, const Dims& dims, bool saved_only)
+      : AttentionInputs(e, dims, saved_only),
+        stats(saved_only ? e.work(f32, {dims.B, dims.N, dims.L, 2})
+                         : e.out("softmax_stats", f32, {dims.B, dims.N, dims.L, 2})) {}
   void forward(const Args& t) const {
     kernels::flash_disentangled_attention_forward(t[q], t[k], t[v], t[pos_key], t[pos_query], t[mask], config,
                                                   t[context], t[stats]);
