@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/flash_attention_tiles.cuh"
 #include "kernels/cuda/flash_disentangled_attention.cuh"
@@ -45,6 +46,56 @@ struct BackwardShared {
 __device__ __forceinline__ float dropout_factor(const FlashAttentionParams& p, uint8_t kept) {
   return p.dropout ? (kept ? p.kept_scale : 0.0f) : 1.0f;
 }
+// A tile's positional terms by (key kj, query qi), one per score: C2P[i0 + qi, c] and P2C[j0 + kj, c] with
+// c = c(i, j) from the diagonal table, gathered once per tile so the score loop reads two words a score at
+// addresses known without a lookup (no diagonal, no slice offset). Any bucketing. Warp w reads only the
+// rows of its own 16 keys: they lie in one region of 2 x 16 x 64 floats (C2P rows, then P2C rows), 64
+// floats a row with the columns XOR-swizzled by (kj % 4) * 8 (key kj, query qi, term 0 for C2P, 1 for P2C
+// at (kj / 16) kPositionalRegion + term 16 * 64 + (kj % 16) 64 + (qi ^ 8 (kj % 4))), so that a warp's 64-bit
+// reads (lane (g, q): key g, queries 2q, 2q + 1) hit 32 distinct banks in each half-warp.
+constexpr int kKeysPerWarp = 16;
+constexpr int kPositionalRegion = 2 * kKeysPerWarp * kTile;                 // floats, one warp's keys
+constexpr size_t kPositionalBytes = kThreads / 32 * kPositionalRegion * 4;  // 32 KiB
+// Rows past L and absent terms read 0. 16 loads in flight a thread before their stores. Element k of the
+// thread (k < 32) is key kj0 + 4 (k / 2), query qi0 + 32 (k % 2), with kj0 = lane / 8, qi0 = 8 warp +
+// lane % 8 (a warp: C2P 8 rows of 4 adjacent table entries, P2C 4 rows of 8): every index is a per-thread
+// base plus a constant (kj % 4 = kj0, so the swizzle is the base's), nothing for the compiler to keep.
+__device__ __forceinline__ void stage_positional_tiles(float* tiles, const FlashAttentionParams& p,
+                                                       const int* diag, int64_t head_rows, int i0, int j0) {
+  constexpr int kPerThread = kTile * kTile / kThreads;
+  constexpr int kBatch = 16;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int kj0 = lane / 8, qi0 = 8 * warp + lane % 8;
+  const int* diag_base = diag + qi0 - kj0 + kTile - 1;
+  float* store_base = tiles + kj0 * kTile + (qi0 ^ (kj0 << 3));
+#pragma unroll
+  for (int term = 0; term < 2; ++term) {
+    const float* scores = term == 0 ? p.c2p : p.p2c;
+    if (scores == nullptr) continue;
+#pragma unroll
+    for (int batch = 0; batch < kPerThread; batch += kBatch) {
+      float value[kBatch];
+#pragma unroll
+      for (int k = batch; k < batch + kBatch; ++k) {
+        const int qi = qi0 + 32 * (k % 2), kj = kj0 + 4 * (k / 2);
+        const int row = term == 0 ? i0 + qi : j0 + kj;
+        const int c = diag_base[32 * (k % 2) - 4 * (k / 2)];
+        value[k - batch] = row < p.length ? scores[(head_rows + row) * p.window_pitch + c] : 0.0f;
+      }
+#pragma unroll
+      for (int k = batch; k < batch + kBatch; ++k) {
+        const int m = k / 2;  // key kj0 + 4m: region m / 4, row kj0 + 4 (m % 4) of it
+        store_base[(m / 4) * kPositionalRegion + term * kKeysPerWarp * kTile + (m % 4) * 4 * kTile +
+                   32 * (k % 2)] = value[k - batch];
+      }
+    }
+  }
+}
+
+// How a tile's scores a(i, j) are formed: the content product alone, a far tile's one bucket (a term per
+// query and per key), or the staged per-score terms.
+enum class ScoreTerms { content, uniform, tiled };
+
 // The looped-over query tile's keep flags, statistics and D into shared memory (thread t < 64: row i0 + t),
 // every load issued before the stores.
 __device__ __forceinline__ void load_query_stats(BackwardShared& sh, const FlashAttentionParams& p, int64_t b,
@@ -119,15 +170,16 @@ __device__ __forceinline__ void store_release(int* address, int value) {
 // adds, and advances it; the last key tile writes dQ in T. CTAs take their (key tile, b, h) from a ticket
 // in launch order, so the tile a CTA waits for belongs to a CTA that started before it (forward progress
 // whatever order the hardware starts CTAs in). Deterministic: every sum has a fixed order.
-template <typename T, bool kStaged>
+template <typename T>
 __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(FlashAttentionParams p) {
-  // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), then the staged slices.
+  // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), then the positional
+  // tiles.
   // Q and dC are loaded each tile, not double-buffered by cp.async: 18 KiB more shared memory leaves no L1
   // for the spills and gathers (measured slower).
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   const T* k_fixed = reinterpret_cast<const T*>(dynamic_shared);
   const T* v_fixed = k_fixed + kTile * kPitch;
-  float* staged = reinterpret_cast<float*>(dynamic_shared + kFixedTileBytes);
+  float* positional_tiles = reinterpret_cast<float*>(dynamic_shared + kFixedTileBytes);
   __shared__ __align__(16) T q_tile[kTile * kPitch];
   __shared__ __align__(16) T dc_tile[kTile * kPitch];
   __shared__ BackwardShared sh;
@@ -178,8 +230,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
     if (positional) {
       if (uniform)
         stage_uniform_terms(sh.query_term, sh.key_term, p, head_rows, i0, j0, sh.diag[0]);
-      else if (kStaged)
-        stage_positional<16>(staged, p, sh.diag, head_rows, i0, j0);
+      else
+        stage_positional_tiles(positional_tiles, p, sh.diag, head_rows, i0, j0);
       __syncthreads();
     }
 
@@ -187,24 +239,47 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
     // dV += P~^T dC, then dP~ and G = P (factor dP~ - D) / s, dK += G^T Q.
     float s[8][4];
     product_with_rows(k_fixed, warp * 16, q_tile, s);  // s[key][query] = K_j . Q_i
+    // P = exp(a - m_i) / l_i, 0 outside L x L; every score computed and then selected (no branch per
+    // element, so the shared-memory reads of all 32 overlap). The same sums as the stored path's:
+    // ((S + C2P) + P2C) / s, an absent term skipped.
+    auto probabilities = [&](auto terms) {
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+      for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e / 2, il = nt * 8 + 2 * q + (e & 1), i = i0 + il, j = j0 + local_key[r];
-        float prob = 0.0f;
-        if (i < L && j < L) {
-          const int c = positional ? sh.diag[il - local_key[r] + kTile - 1] : 0;
-          float x = kMasked;
-          if (key_kept[r] && sh.other_keep[il])
-            x = uniform   ? uniform_score(p, sh.query_term, sh.key_term, s[nt][e], il, local_key[r])
-                : kStaged ? staged_score(p, staged, sh.diag, s[nt][e], il, local_key[r])
-                          : disentangled_score(p, s[nt][e], head_rows, i, j, c);
-          prob = __expf(x - sh.other_max[il]) * sh.other_inverse[il];
+        for (int r = 0; r < 2; ++r) {
+          const int kj = local_key[r], qi0 = nt * 8 + 2 * q;
+          float2 c2p_pair = make_float2(0.0f, 0.0f), p2c_pair = make_float2(0.0f, 0.0f);
+          if constexpr (decltype(terms)::value == ScoreTerms::tiled) {
+            // This warp's region, row g + 8r, columns 8 (nt ^ (g % 4)) + 2q.
+            const float* row = positional_tiles + warp * kPositionalRegion + (g + 8 * r) * kTile + 2 * q;
+            const int column = 8 * (nt ^ (g & 3));
+            if (p.c2p != nullptr) c2p_pair = *reinterpret_cast<const float2*>(row + column);
+            if (p.p2c != nullptr)
+              p2c_pair = *reinterpret_cast<const float2*>(row + kKeysPerWarp * kTile + column);
+          }
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int e = 2 * r + u, il = qi0 + u;
+            float a = s[nt][e];
+            if constexpr (decltype(terms)::value == ScoreTerms::uniform) {
+              a = a + sh.query_term[il] + sh.key_term[kj];
+            } else if constexpr (decltype(terms)::value == ScoreTerms::tiled) {
+              if (p.c2p != nullptr) a += u == 0 ? c2p_pair.x : c2p_pair.y;
+              if (p.p2c != nullptr) a += u == 0 ? p2c_pair.x : p2c_pair.y;
+            }
+            const float x = key_kept[r] && sh.other_keep[il] ? a * p.inverse_scale : kMasked;
+            const float prob = __expf(x - sh.other_max[il]) * sh.other_inverse[il];
+            s[nt][e] = i0 + il < L && j0 + kj < L ? prob : 0.0f;
+          }
         }
-        s[nt][e] = prob;
       }
-    }
+    };
+    if (!positional)
+      probabilities(std::integral_constant<ScoreTerms, ScoreTerms::content>{});
+    else if (uniform)
+      probabilities(std::integral_constant<ScoreTerms, ScoreTerms::uniform>{});
+    else
+      probabilities(std::integral_constant<ScoreTerms, ScoreTerms::tiled>{});
     {
       float p_tilde[8][4];
 #pragma unroll
@@ -368,10 +443,9 @@ void launch_flash_attention_backward(const FlashAttentionParams& params, DType d
                               kRowsPerBlock * 32, 0, stream>>>(params);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_row_dot");
     // One CTA per (key tile, b, h), in ticket order (a 1-D grid of the same count).
-    const bool use_staged = params.staged && (params.c2p != nullptr || params.p2c != nullptr);
-    auto kernel =
-        use_staged ? flash_attention_backward_kernel<T, true> : flash_attention_backward_kernel<T, false>;
-    const size_t bytes = kFixedTileBytes + (use_staged ? kStagedBytes : 0);
+    const bool positional = params.c2p != nullptr || params.p2c != nullptr;
+    auto kernel = flash_attention_backward_kernel<T>;
+    const size_t bytes = kFixedTileBytes + (positional ? kPositionalBytes : 0);
     ZT_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     const auto ctas =
