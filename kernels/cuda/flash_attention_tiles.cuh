@@ -153,23 +153,25 @@ __device__ __forceinline__ void product_with_rows(const uint32_t a[4][4], const 
 
 // The same product with A read from shared memory too (rows row0 .. row0 + 15 of a [64, kPitch] tile, by
 // ldmatrix.x4: matrix m is rows 8 (m % 2) .., columns 8 (m / 2) .. of a 16-deep chunk), for kernels whose
-// fixed operand stays in shared memory rather than in 16 registers for the whole loop.
-template <typename T>
-__device__ __forceinline__ void product_with_rows(const T* a_tile, int row0, const T* tile, float s[8][4]) {
+// fixed operand stays in shared memory rather than in 16 registers for the whole loop. kCount 8-column
+// tiles from column 8 kFirst: s[n] is columns 8 (kFirst + n) .. (a part of the product: fewer registers).
+template <typename T, int kFirst = 0, int kCount = 8>
+__device__ __forceinline__ void product_with_rows(const T* a_tile, int row0, const T* tile,
+                                                  float s[kCount][4]) {
   const int lane = static_cast<int>(threadIdx.x) % 32, m = lane / 8;
   const uint32_t a_address = shared_address(a_tile + (row0 + (m % 2) * 8 + lane % 8) * kPitch + (m / 2) * 8);
   const uint32_t lane_address = shared_address(tile + (lane % 8) * kPitch + (lane / 8) * 8);
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+  for (int n = 0; n < kCount; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
   unrolled<2>([&](auto kp) {
     uint32_t a[2][4];
     load_matrices<static_cast<int>(sizeof(T)) * 32 * kp>(a[0], a_address);
     load_matrices<static_cast<int>(sizeof(T)) * (32 * kp + 16)>(a[1], a_address);
-    unrolled<8>([&](auto nt) {
+    unrolled<kCount>([&](auto n) {
       uint32_t b[4];
-      load_matrices<static_cast<int>(sizeof(T)) * (nt * 8 * kPitch + kp * 32)>(b, lane_address);
-      mma<T>(s[nt], a[0], b[0], b[1]);
-      mma<T>(s[nt], a[1], b[2], b[3]);
+      load_matrices<static_cast<int>(sizeof(T)) * ((kFirst + n) * 8 * kPitch + kp * 32)>(b, lane_address);
+      mma<T>(s[n], a[0], b[0], b[1]);
+      mma<T>(s[n], a[1], b[2], b[3]);
     });
   });
 }
@@ -211,15 +213,17 @@ __device__ __forceinline__ void accumulate_times_tile(const float p[8][4], const
   });
 }
 
-// The same product with A the transpose of an f32 [64 keys, pitch] block in shared memory, rounded to T
-// here: A[r][k] = block[k * pitch + row0 + r] (the backward's G, stored by key, times K for dQ).
+// The same product with A the transpose of an f32 block of 64 keys in shared memory, rounded to T here:
+// A[r][k] = block[(k / 16) chunk_stride + (k % 16) pitch + row0 + r] (the backward's G, stored by key, times
+// K for dQ; chunk_stride = 16 pitch for a plain [64 keys, pitch] block).
 template <typename T>
-__device__ __forceinline__ void accumulate_transposed_times_tile(const float* block, int pitch, int row0,
-                                                                 const T* tile, float acc[8][4]) {
+__device__ __forceinline__ void accumulate_transposed_times_tile(const float* block, int pitch,
+                                                                 int chunk_stride, int row0, const T* tile,
+                                                                 float acc[8][4]) {
   const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
   const uint32_t lane_address = key_chunk_address(tile);
   unrolled<4>([&](auto kc) {
-    const float* column = block + (kc * 16 + 2 * q) * pitch + row0 + g;  // A[g][16 kc + 2q]
+    const float* column = block + kc * chunk_stride + 2 * q * pitch + row0 + g;  // A[g][16 kc + 2q]
     uint32_t a[4];
     a[0] = pack2<T>(column[0], column[pitch]);
     a[1] = pack2<T>(column[8], column[pitch + 8]);

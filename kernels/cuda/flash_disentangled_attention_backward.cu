@@ -39,7 +39,6 @@ struct BackwardShared {
   uint8_t other_keep[kTile];                                       // the looped-over query tile's mask
   float other_max[kTile], other_inverse[kTile], other_dot[kTile];  // and its stats and D
   alignas(4) uint8_t keep[kTile * kKeepPitch];                     // dropout bits [query][key]
-  float grad[kTile * kGradPitch];  // G [key][query] f32: dQ's A operand and the bucket sums
 };
 
 // The dropout factor of one element from its keep bit (1 without dropout).
@@ -56,6 +55,15 @@ __device__ __forceinline__ float dropout_factor(const FlashAttentionParams& p, u
 constexpr int kKeysPerWarp = 16;
 constexpr int kPositionalRegion = 2 * kKeysPerWarp * kTile;                 // floats, one warp's keys
 constexpr size_t kPositionalBytes = kThreads / 32 * kPositionalRegion * 4;  // 32 KiB
+// G [key][query] f32 (dQ's A operand and the bucket sums) shares those regions: key kj's row, kGradPitch
+// floats, in the region of kj's warp (16 rows, 1040 floats, from 16 w past the region's start: rows kj and
+// kj + 16 of a Gp column read fall in distinct banks), written by that warp once its last read of the
+// positional terms is done and read before the barrier ahead of the next tile's staging.
+constexpr int kGradChunkStride = kPositionalRegion + kKeysPerWarp;
+static_assert(3 * kGradChunkStride + kKeysPerWarp * kGradPitch <= 4 * kPositionalRegion);
+__device__ __forceinline__ int grad_row(int kj) {
+  return (kj / kKeysPerWarp) * kGradChunkStride + (kj % kKeysPerWarp) * kGradPitch;
+}
 // Rows past L and absent terms read 0. 16 loads in flight a thread before their stores. Element k of the
 // thread (k < 32) is key kj0 + 4 (k / 2), query qi0 + 32 (k % 2), with kj0 = lane / 8, qi0 = 8 warp +
 // lane % 8 (a warp: C2P 8 rows of 4 adjacent table entries, P2C 4 rows of 8): every index is a per-thread
@@ -120,8 +128,8 @@ struct EdgeRuns {
   int first_bucket = -1, last_bucket = -1;
   float first_sum = 0.0f, last_sum = 0.0f;
 };
-__device__ __forceinline__ EdgeRuns add_interior_runs(float* out, const float* grad_row, int stride,
-                                                      const int* diag, int local, int columns) {
+__device__ __forceinline__ EdgeRuns add_interior_runs(float* out, const float* grad_column, const int* diag,
+                                                      int local, int columns) {
   EdgeRuns edges;
   float run = 0.0f;
   int bucket = -1;
@@ -139,7 +147,7 @@ __device__ __forceinline__ EdgeRuns add_interior_runs(float* out, const float* g
       bucket = c;
       run = 0.0f;
     }
-    run += grad_row[col * stride];
+    run += grad_column[grad_row(col)];
   }
   if (bucket >= 0) {
     if (edges.first_bucket < 0) {
@@ -170,8 +178,13 @@ __device__ __forceinline__ void store_release(int* address, int value) {
 // adds, and advances it; the last key tile writes dQ in T. CTAs take their (key tile, b, h) from a ticket
 // in launch order, so the tile a CTA waits for belongs to a CTA that started before it (forward progress
 // whatever order the hardware starts CTAs in). Deterministic: every sum has a fixed order.
+// 3 CTAs an SM (12 warps, 3 a scheduler, to hide the fixed-latency dependencies of the score and product
+// chains): at most 168 registers a thread (65536 / 384, in steps of 8) and 75.8 KB of shared memory a CTA
+// (3 x (75.8 + 1 reserved) KB <= 228 KB).
+constexpr int kBackwardCtasPerSm = 3;
 template <typename T>
-__global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(FlashAttentionParams p) {
+__global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
+    flash_attention_backward_kernel(FlashAttentionParams p) {
   // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), then the positional
   // tiles.
   // Q and dC are loaded each tile, not double-buffered by cp.async: 18 KiB more shared memory leaves no L1
@@ -180,6 +193,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
   const T* k_fixed = reinterpret_cast<const T*>(dynamic_shared);
   const T* v_fixed = k_fixed + kTile * kPitch;
   float* positional_tiles = reinterpret_cast<float*>(dynamic_shared + kFixedTileBytes);
+  float* grad = positional_tiles;  // G, by grad_row
   __shared__ __align__(16) T q_tile[kTile * kPitch];
   __shared__ __align__(16) T dc_tile[kTile * kPitch];
   __shared__ BackwardShared sh;
@@ -292,29 +306,32 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
       }
       accumulate_times_tile(p_tilde, dc_tile, dv);
     }
-    {
-      float dp[8][4];
-      product_with_rows(v_fixed, warp * 16, dc_tile, dp);  // dp[key][query] = V_j . dC_i
+    // dp[key][query] = V_j . dC_i in two halves of 32 queries (16 registers fewer beside P, dK and dV).
+    unrolled<2>([&](auto half) {
+      float dp[4][4];
+      product_with_rows<T, 4 * half, 4>(v_fixed, warp * 16, dc_tile, dp);
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+      for (int n = 0; n < 4; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
+          const int nt = 4 * half + n, r = e / 2, il = nt * 8 + 2 * q + (e & 1);
           const bool valid = i0 + il < L && j0 + local_key[r] < L && key_kept[r] && sh.other_keep[il];
           const float factor = dropout_factor(p, sh.keep[il * kKeepPitch + local_key[r]]);
-          s[nt][e] = valid ? s[nt][e] * (factor * dp[nt][e] - sh.other_dot[il]) * p.inverse_scale : 0.0f;
+          s[nt][e] = valid ? s[nt][e] * (factor * dp[n][e] - sh.other_dot[il]) * p.inverse_scale : 0.0f;
         }
       }
-    }
+    });
     accumulate_times_tile(s, q_tile, dk);
 
-    // G by key into shared memory (f32): the A operand of dQ's part, and the Gc / Gp bucket sums.
+    // G by key into shared memory (f32): the A operand of dQ's part, and the Gc / Gp bucket sums. Over this
+    // warp's positional terms: every lane's reads of them are done (their values fed the products above).
+    __syncwarp();
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
-        sh.grad[local_key[r] * kGradPitch + il] = s[nt][e];
+        grad[grad_row(local_key[r]) + il] = s[nt][e];
       }
     }
     if (p.gp != nullptr && uniform) {
@@ -338,7 +355,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
     float dq_part[8][4];  // rows: this warp's 16 queries of the tile
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) dq_part[nt][0] = dq_part[nt][1] = dq_part[nt][2] = dq_part[nt][3] = 0.0f;
-    accumulate_transposed_times_tile(sh.grad, kGradPitch, warp * 16, k_fixed, dq_part);
+    accumulate_transposed_times_tile(grad, kGradPitch, kGradChunkStride, warp * 16, k_fixed, dq_part);
 
     // Gc of query row i0 + t (t < 64): runs of equal buckets along the keys, summed in key order. A run
     // strictly inside the row's 64 keys is a bucket no other key tile reaches for this row (c is monotone
@@ -352,17 +369,17 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
         if (uniform) {
           float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four chains of additions, keys k = 4 m + chain
 #pragma unroll
-          for (int key = 0; key < kTile; ++key) sum[key % 4] += sh.grad[key * kGradPitch + t];
+          for (int key = 0; key < kTile; ++key) sum[key % 4] += grad[grad_row(key) + t];
           gc_edges.first_bucket = sh.diag[0];
           gc_edges.first_sum = (sum[0] + sum[1]) + (sum[2] + sum[3]);
         } else {
-          gc_edges = add_interior_runs(gc_row, sh.grad + t, kGradPitch, sh.diag, t, min(kTile, L - j0));
+          gc_edges = add_interior_runs(gc_row, grad + t, sh.diag, t, min(kTile, L - j0));
         }
       }
     } else if (p.gp != nullptr && !uniform && t >= kTile && j0 + t - kTile < L) {
       const int local = t - kTile;
-      scatter_bucket_row(p.gp + (head_rows + j0 + local) * p.window_pitch, sh.grad + local * kGradPitch, 1,
-                         sh.diag, local, /*by_query=*/false, min(kTile, L - i0));
+      scatter_bucket_row(p.gp + (head_rows + j0 + local) * p.window_pitch, grad + grad_row(local), 1, sh.diag,
+                         local, /*by_query=*/false, min(kTile, L - i0));
     }
 
     // This query tile's turn: the key tiles before this one have added their parts.
@@ -443,11 +460,13 @@ void launch_flash_attention_backward(const FlashAttentionParams& params, DType d
                               kRowsPerBlock * 32, 0, stream>>>(params);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_row_dot");
     // One CTA per (key tile, b, h), in ticket order (a 1-D grid of the same count).
-    const bool positional = params.c2p != nullptr || params.p2c != nullptr;
+    // All of an SM's shared memory for the kernel (the L1 keeps the rest): kBackwardCtasPerSm CTAs fit.
     auto kernel = flash_attention_backward_kernel<T>;
-    const size_t bytes = kFixedTileBytes + (positional ? kPositionalBytes : 0);
+    const size_t bytes = kFixedTileBytes + kPositionalBytes;
     ZT_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared));
     const auto ctas =
         static_cast<unsigned>((params.length + kTile - 1) / kTile * params.batch * params.heads);
     kernel<<<ctas, kThreads, bytes, stream>>>(params);
