@@ -299,8 +299,9 @@ __device__ __forceinline__ void load_diagonals(int* diag, const FlashAttentionPa
 // e = ((b*N + h)*L + i)*L + j, word e % 4 of Philox block e / 4). Four consecutive keys a thread, stored as
 // one 32-bit word: one block when e starts one (every row when L % 4 == 0), else the two it straddles. The
 // words are picked with constant indices: a run-time index puts the block in local memory.
-__device__ __forceinline__ uint32_t keep_byte(uint32_t word, float p) {
-  return uniform_from_bits(word) >= p ? 1u : 0u;
+// uniform_from_bits(word) >= p as word >= keep_threshold_word(p) (philox.h): no conversion a word.
+__device__ __forceinline__ uint32_t keep_byte(uint32_t word, uint32_t threshold_word) {
+  return word >= threshold_word ? 1u : 0u;
 }
 __device__ __forceinline__ uint32_t word_of(const PhiloxCounter& block, uint64_t element) {
   switch (static_cast<int>(element & 3)) {
@@ -316,6 +317,7 @@ __device__ __forceinline__ uint32_t word_of(const PhiloxCounter& block, uint64_t
 }
 __device__ __forceinline__ void fill_keep_tile(uint8_t* keep, const FlashAttentionParams& p, int64_t bh,
                                                int i0, int j0) {
+  const uint32_t threshold = keep_threshold_word(p.dropout_p);
   for (int idx = static_cast<int>(threadIdx.x); idx < kTile * (kTile / 4); idx += kThreads) {
     const int ti = idx / (kTile / 4), tj = 4 * (idx % (kTile / 4));
     const int i = i0 + ti, j = j0 + tj;
@@ -324,8 +326,8 @@ __device__ __forceinline__ void fill_keep_tile(uint8_t* keep, const FlashAttenti
       const uint64_t e = (static_cast<uint64_t>(bh) * p.length + i) * p.length + j;
       if ((e & 3) == 0) {
         const PhiloxCounter block = philox_block(p.seed, p.site_id, e >> 2);
-        bits = keep_byte(block.word[0], p.dropout_p) | keep_byte(block.word[1], p.dropout_p) << 8 |
-               keep_byte(block.word[2], p.dropout_p) << 16 | keep_byte(block.word[3], p.dropout_p) << 24;
+        bits = keep_byte(block.word[0], threshold) | keep_byte(block.word[1], threshold) << 8 |
+               keep_byte(block.word[2], threshold) << 16 | keep_byte(block.word[3], threshold) << 24;
       } else {
         const PhiloxCounter first = philox_block(p.seed, p.site_id, e >> 2);
         const PhiloxCounter second = philox_block(p.seed, p.site_id, (e >> 2) + 1);
@@ -334,7 +336,7 @@ __device__ __forceinline__ void fill_keep_tile(uint8_t* keep, const FlashAttenti
           const uint64_t element = e + static_cast<uint64_t>(u);
           const uint32_t word =
               (element >> 2) == (e >> 2) ? word_of(first, element) : word_of(second, element);
-          bits |= keep_byte(word, p.dropout_p) << (8 * u);
+          bits |= keep_byte(word, threshold) << (8 * u);
         }
       }
     }
