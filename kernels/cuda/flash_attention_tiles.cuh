@@ -430,20 +430,36 @@ __device__ __forceinline__ float uniform_score(const FlashAttentionParams& p, co
 // owns each out row and, within a tile, one thread each (row, bucket); the tiles are ordered by barriers
 // (and one thread's additions to one address by program order), so the order of the additions is fixed.
 // stride: the distance between the row's consecutive columns in grad_row.
+// *address += value (red.global.add.f32, atomicAdd's reduction) where condition holds, as one predicated
+// instruction rather than a branch around it (lanes that differ do not diverge). Volatile: these keep their
+// order with each other and with the barriers, which the fixed order of the additions relies on.
+__device__ __forceinline__ void add_where(bool condition, float* address, float value) {
+  asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %0, 0;\n @p red.global.add.f32 [%1], %2;\n}\n" ::"r"(
+                   static_cast<uint32_t>(condition)),
+               "l"(address), "f"(value));
+}
+
+// Each column a step without a branch (the addition predicated, the run selected): the lanes of a warp,
+// whose rows change bucket at different columns, do not diverge; a full tile's 64 columns unrolled by 8.
 __device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad_row, int stride,
                                                    const int* diag, int local, bool by_query, int columns) {
   float run = 0.0f;
   int bucket = -1;
-  for (int col = 0; col < columns; ++col) {
+  auto step = [&](int col) {
     // by query: i = local, j = col, t = i - j + 63; by key: j = local, i = col.
     const int t = by_query ? local - col + kTile - 1 : col - local + kTile - 1;
     const int c = diag[t];
-    if (c != bucket) {
-      if (bucket >= 0) atomicAdd(out + bucket, run);
-      bucket = c;
-      run = 0.0f;
-    }
-    run += grad_row[col * stride];
+    const float value = grad_row[col * stride];
+    const bool changes = c != bucket;
+    add_where(changes && bucket >= 0, out + static_cast<uint32_t>(bucket), run);  // (bucket -1: no address)
+    run = (changes ? 0.0f : run) + value;
+    bucket = c;
+  };
+  if (columns == kTile) {
+#pragma unroll 8
+    for (int col = 0; col < kTile; ++col) step(col);
+  } else {
+    for (int col = 0; col < columns; ++col) step(col);
   }
   if (bucket >= 0) atomicAdd(out + bucket, run);
 }
