@@ -436,7 +436,7 @@ __device__ __forceinline__ float uniform_score(const FlashAttentionParams& p, co
 __device__ __forceinline__ void add_where(bool condition, float* address, float value) {
   asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %0, 0;\n @p red.global.add.f32 [%1], %2;\n}\n" ::"r"(
                    static_cast<uint32_t>(condition)),
-               "l"(address), "f"(value));
+               "l"(static_cast<uint64_t>(__cvta_generic_to_global(address))), "f"(value));
 }
 
 // Each column a step without a branch (the addition predicated, the run selected): the lanes of a warp,
@@ -451,7 +451,7 @@ __device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad
     const int c = diag[t];
     const float value = grad_row[col * stride];
     const bool changes = c != bucket;
-    add_where(changes && bucket >= 0, out + static_cast<uint32_t>(bucket), run);  // (bucket -1: no address)
+    add_where(changes && bucket >= 0, out + static_cast<uint32_t>(bucket), run);  // (-1 only where not added)
     run = (changes ? 0.0f : run) + value;
     bucket = c;
   };
