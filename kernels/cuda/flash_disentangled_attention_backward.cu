@@ -270,9 +270,8 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
           const int kj = local_key[r], qi0 = nt * 8 + 2 * q;
           float2 c2p_pair = make_float2(0.0f, 0.0f), p2c_pair = make_float2(0.0f, 0.0f);
           if constexpr (decltype(terms)::value == ScoreTerms::tiled) {
-            // This warp's region, row g + 8r, columns 8 (nt ^ (g % 4)) + 2q = 8 ((nt % 4) ^ (g % 4)) + 32 (nt
-            // / 4)
-            // + 2q: four addresses a thread, the rest constant offsets.
+            // This warp's region, row g + 8r, column 8 (nt ^ (g % 4)) + 2q
+            // = 8 ((nt % 4) ^ (g % 4)) + 32 (nt / 4) + 2q: four addresses a thread plus constant offsets.
             const float* row = positional_tiles + warp * kPositionalRegion + (g + 8 * r) * kTile + 2 * q;
             const int column = 8 * ((nt & 3) ^ (g & 3)) + 32 * (nt / 4);
             if (p.c2p != nullptr) c2p_pair = *reinterpret_cast<const float2*>(row + column);
