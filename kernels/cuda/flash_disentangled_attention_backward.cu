@@ -104,21 +104,53 @@ __device__ __forceinline__ void stage_positional_tiles(float* tiles, const Flash
 // query and per key), or the staged per-score terms.
 enum class ScoreTerms { content, uniform, tiled };
 
-// The looped-over query tile's keep flags, statistics and D into shared memory (thread t < 64: row i0 + t),
-// every load issued before the stores.
-__device__ __forceinline__ void load_query_stats(BackwardShared& sh, const FlashAttentionParams& p, int64_t b,
-                                                 int64_t bh, int i0) {
+// A query tile's keep flag, statistics and D of row i0 + t (thread t < 64), loaded into registers and
+// later stored into shared memory (the loads in flight while the thread does other work).
+struct QueryStats {
+  bool kept = false;
+  float2 stats = make_float2(0.0f, 0.0f);
+  float dot = 0.0f;
+};
+__device__ __forceinline__ QueryStats load_query_stats(const FlashAttentionParams& p, int64_t b, int64_t bh,
+                                                       int i0) {
   const int t = static_cast<int>(threadIdx.x), i = i0 + t, L = p.length;
+  QueryStats row;
+  if (t < kTile && i < L) {
+    row.kept = p.keep[b * L + i] != 0;
+    row.stats = *reinterpret_cast<const float2*>(p.stats + (bh * L + i) * 2);
+    row.dot = p.row_dot[bh * L + i];
+  }
+  return row;
+}
+__device__ __forceinline__ void store_query_stats(BackwardShared& sh, const QueryStats& row) {
+  const int t = static_cast<int>(threadIdx.x);
   if (t >= kTile) return;
-  const bool row_valid = i < L;
-  const uint8_t kept = row_valid ? p.keep[b * L + i] : 0;
-  const float2 stats =
-      row_valid ? *reinterpret_cast<const float2*>(p.stats + (bh * L + i) * 2) : make_float2(0.0f, 0.0f);
-  const float dot = row_valid ? p.row_dot[bh * L + i] : 0.0f;
-  sh.other_keep[t] = kept != 0;
-  sh.other_max[t] = stats.x;
-  sh.other_inverse[t] = stats.y;
-  sh.other_dot[t] = dot;
+  sh.other_keep[t] = row.kept;
+  sh.other_max[t] = row.stats.x;
+  sh.other_inverse[t] = row.stats.y;
+  sh.other_dot[t] = row.dot;
+}
+__device__ __forceinline__ void wait_all_copies() {
+  asm volatile("cp.async.wait_all;\n" ::);
+}
+// Rows i0 .. i0 + 63 of Q and dC into their tiles by cp.async (zero past L). The thread index read afresh
+// (volatile), so the copies' addresses are computed here each tile, not kept in registers through the loop.
+template <typename T>
+__device__ __forceinline__ void prefetch_query_tiles(T* q_tile, T* dc_tile, const FlashAttentionParams& p,
+                                                     int64_t b, int64_t h, int i0) {
+  uint32_t thread;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(thread));
+  const T* q = static_cast<const T*>(p.q);
+  const T* dc = static_cast<const T*>(p.dcontext);
+#pragma unroll
+  for (int k = 0; k < kTile * 8 / kThreads; ++k) {
+    const int chunk = static_cast<int>(thread) + k * kThreads, r = chunk / 8, c = chunk % 8;
+    const bool valid = i0 + r < p.length;
+    const int64_t offset = valid ? (b * p.length + i0 + r) * p.features + h * kD + c * 8 : 0;
+    copy_async16(q_tile + r * kPitch + c * 8, q + offset, valid);
+    copy_async16(dc_tile + r * kPitch + c * 8, dc + offset, valid);
+  }
+  commit_async_copies();
 }
 
 // One row of Gc (by query, over the keys of one tile, grad_row[col * stride]): the interior runs of equal
@@ -193,8 +225,8 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
     flash_attention_backward_kernel(FlashAttentionParams p) {
   // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), then the positional
   // tiles.
-  // Q and dC are loaded each tile, not double-buffered by cp.async: 18 KiB more shared memory leaves no L1
-  // for the spills and gathers (measured slower).
+  // Q and dC: one buffer each (a second would cost 18 KiB and the third CTA), the next tile's copied in by
+  // cp.async once this tile's last product has read them.
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   const T* k_fixed = reinterpret_cast<const T*>(dynamic_shared);
   const T* v_fixed = k_fixed + kTile * kPitch;
@@ -236,15 +268,19 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
     dv[nt][0] = dv[nt][1] = dv[nt][2] = dv[nt][3] = 0.0f;
   }
 
+  // The first query tile's Q, dC (cp.async), statistics and keep bits; each later tile's are fetched during
+  // the tile before it, once that tile's last reads of them are behind a barrier.
+  prefetch_query_tiles(q_tile, dc_tile, p, b, h, 0);
+  store_query_stats(sh, load_query_stats(p, b, bh, 0));
+  if (p.dropout) fill_keep_tile(sh.keep, p, bh, 0, j0);
+
   // No barrier at the top of a tile: the previous tile's last one (before the release) comes after every
-  // read of its Q, dC and shared state.
+  // read of its shared state.
   for (int query_tile = 0; query_tile < tiles; ++query_tile) {
     const int i0 = query_tile * kTile;
-    load_tile(q_tile, static_cast<const T*>(p.q), p, b, h, i0);
-    load_tile(dc_tile, static_cast<const T*>(p.dcontext), p, b, h, i0);
-    load_query_stats(sh, p, b, bh, i0);
+    const bool has_next = query_tile + 1 < tiles;
     if (positional) load_diagonals(sh.diag, p, i0, j0);
-    if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
+    wait_all_copies();
     __syncthreads();
     const bool uniform = positional && sh.diag[0] == sh.diag[kDiagonals - 1];
     if (positional) {
@@ -355,6 +391,16 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
       }
     }
     __syncthreads();
+
+    // Q, dC, the statistics and the keep bits are read no more this tile: the next tile's now (the copies in
+    // flight through dQ's part, the bucket sums and the wait for this tile's turn; the statistics' loads
+    // through the keep bits' Philox rounds).
+    if (has_next) prefetch_query_tiles(q_tile, dc_tile, p, b, h, i0 + kTile);
+    if (has_next) {
+      const QueryStats next_stats = load_query_stats(p, b, bh, i0 + kTile);
+      if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0 + kTile, j0);
+      store_query_stats(sh, next_stats);
+    }
 
     // The first look at this query tile's count goes out now; its round trip overlaps dQ's part.
     const int t = static_cast<int>(threadIdx.x);
