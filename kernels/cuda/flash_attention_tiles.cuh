@@ -315,9 +315,32 @@ __device__ __forceinline__ uint32_t word_of(const PhiloxCounter& block, uint64_t
       return block.word[3];
   }
 }
+__device__ __forceinline__ uint32_t keep_word(const PhiloxCounter& block, uint32_t threshold) {
+  return keep_byte(block.word[0], threshold) | keep_byte(block.word[1], threshold) << 8 |
+         keep_byte(block.word[2], threshold) << 16 | keep_byte(block.word[3], threshold) << 24;
+}
+// Where L % 4 == 0 every 4-key group starts a block, and thread t's 8 groups (rows t / 16 + 8n, keys
+// 4 (t % 16) ..) are blocks first + 2L n: drawn by philox_blocks, 8 independent chains round by round.
 __device__ __forceinline__ void fill_keep_tile(uint8_t* keep, const FlashAttentionParams& p, int64_t bh,
                                                int i0, int j0) {
   const uint32_t threshold = keep_threshold_word(p.dropout_p);
+  constexpr int kGroups = kTile * (kTile / 4) / kThreads;
+  static_assert(kThreads % (kTile / 4) == 0 && kGroups == 8);
+  if (p.length % 4 == 0) {
+    const int t = static_cast<int>(threadIdx.x), ti0 = t / (kTile / 4), tj = 4 * (t % (kTile / 4));
+    constexpr int kRowStep = kThreads / (kTile / 4);
+    const uint64_t first = ((static_cast<uint64_t>(bh) * p.length + i0 + ti0) * p.length + j0 + tj) >> 2;
+    PhiloxCounter blocks[kGroups];
+    philox_blocks<kGroups>(p.seed, p.site_id, first, static_cast<uint64_t>(kRowStep) * p.length / 4, blocks);
+#pragma unroll
+    for (int n = 0; n < kGroups; ++n) {
+      const int ti = ti0 + kRowStep * n;
+      const bool valid = i0 + ti < p.length && j0 + tj < p.length;
+      *reinterpret_cast<uint32_t*>(keep + ti * kKeepPitch + tj) =
+          valid ? keep_word(blocks[n], threshold) : 0u;
+    }
+    return;
+  }
   for (int idx = static_cast<int>(threadIdx.x); idx < kTile * (kTile / 4); idx += kThreads) {
     const int ti = idx / (kTile / 4), tj = 4 * (idx % (kTile / 4));
     const int i = i0 + ti, j = j0 + tj;
@@ -325,9 +348,7 @@ __device__ __forceinline__ void fill_keep_tile(uint8_t* keep, const FlashAttenti
     if (i < p.length && j < p.length) {
       const uint64_t e = (static_cast<uint64_t>(bh) * p.length + i) * p.length + j;
       if ((e & 3) == 0) {
-        const PhiloxCounter block = philox_block(p.seed, p.site_id, e >> 2);
-        bits = keep_byte(block.word[0], threshold) | keep_byte(block.word[1], threshold) << 8 |
-               keep_byte(block.word[2], threshold) << 16 | keep_byte(block.word[3], threshold) << 24;
+        bits = keep_word(philox_block(p.seed, p.site_id, e >> 2), threshold);
       } else {
         const PhiloxCounter first = philox_block(p.seed, p.site_id, e >> 2);
         const PhiloxCounter second = philox_block(p.seed, p.site_id, (e >> 2) + 1);
