@@ -153,23 +153,25 @@ __device__ __forceinline__ void product_with_rows(const uint32_t a[4][4], const 
 
 // The same product with A read from shared memory too (rows row0 .. row0 + 15 of a [64, kPitch] tile, by
 // ldmatrix.x4: matrix m is rows 8 (m % 2) .., columns 8 (m / 2) .. of a 16-deep chunk), for kernels whose
-// fixed operand stays in shared memory rather than in 16 registers for the whole loop.
-template <typename T>
-__device__ __forceinline__ void product_with_rows(const T* a_tile, int row0, const T* tile, float s[8][4]) {
+// fixed operand stays in shared memory rather than in 16 registers for the whole loop. kCount 8-column
+// tiles from column 8 kFirst: s[n] is columns 8 (kFirst + n) .. (a part of the product: fewer registers).
+template <typename T, int kFirst = 0, int kCount = 8>
+__device__ __forceinline__ void product_with_rows(const T* a_tile, int row0, const T* tile,
+                                                  float s[kCount][4]) {
   const int lane = static_cast<int>(threadIdx.x) % 32, m = lane / 8;
   const uint32_t a_address = shared_address(a_tile + (row0 + (m % 2) * 8 + lane % 8) * kPitch + (m / 2) * 8);
   const uint32_t lane_address = shared_address(tile + (lane % 8) * kPitch + (lane / 8) * 8);
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+  for (int n = 0; n < kCount; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
   unrolled<2>([&](auto kp) {
     uint32_t a[2][4];
     load_matrices<static_cast<int>(sizeof(T)) * 32 * kp>(a[0], a_address);
     load_matrices<static_cast<int>(sizeof(T)) * (32 * kp + 16)>(a[1], a_address);
-    unrolled<8>([&](auto nt) {
+    unrolled<kCount>([&](auto n) {
       uint32_t b[4];
-      load_matrices<static_cast<int>(sizeof(T)) * (nt * 8 * kPitch + kp * 32)>(b, lane_address);
-      mma<T>(s[nt], a[0], b[0], b[1]);
-      mma<T>(s[nt], a[1], b[2], b[3]);
+      load_matrices<static_cast<int>(sizeof(T)) * ((kFirst + n) * 8 * kPitch + kp * 32)>(b, lane_address);
+      mma<T>(s[n], a[0], b[0], b[1]);
+      mma<T>(s[n], a[1], b[2], b[3]);
     });
   });
 }
@@ -211,15 +213,17 @@ __device__ __forceinline__ void accumulate_times_tile(const float p[8][4], const
   });
 }
 
-// The same product with A the transpose of an f32 [64 keys, pitch] block in shared memory, rounded to T
-// here: A[r][k] = block[k * pitch + row0 + r] (the backward's G, stored by key, times K for dQ).
+// The same product with A the transpose of an f32 block of 64 keys in shared memory, rounded to T here:
+// A[r][k] = block[(k / 16) chunk_stride + (k % 16) pitch + row0 + r] (the backward's G, stored by key, times
+// K for dQ; chunk_stride = 16 pitch for a plain [64 keys, pitch] block).
 template <typename T>
-__device__ __forceinline__ void accumulate_transposed_times_tile(const float* block, int pitch, int row0,
-                                                                 const T* tile, float acc[8][4]) {
+__device__ __forceinline__ void accumulate_transposed_times_tile(const float* block, int pitch,
+                                                                 int chunk_stride, int row0, const T* tile,
+                                                                 float acc[8][4]) {
   const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
   const uint32_t lane_address = key_chunk_address(tile);
   unrolled<4>([&](auto kc) {
-    const float* column = block + (kc * 16 + 2 * q) * pitch + row0 + g;  // A[g][16 kc + 2q]
+    const float* column = block + kc * chunk_stride + 2 * q * pitch + row0 + g;  // A[g][16 kc + 2q]
     uint32_t a[4];
     a[0] = pack2<T>(column[0], column[pitch]);
     a[1] = pack2<T>(column[8], column[pitch + 8]);
@@ -295,8 +299,9 @@ __device__ __forceinline__ void load_diagonals(int* diag, const FlashAttentionPa
 // e = ((b*N + h)*L + i)*L + j, word e % 4 of Philox block e / 4). Four consecutive keys a thread, stored as
 // one 32-bit word: one block when e starts one (every row when L % 4 == 0), else the two it straddles. The
 // words are picked with constant indices: a run-time index puts the block in local memory.
-__device__ __forceinline__ uint32_t keep_byte(uint32_t word, float p) {
-  return uniform_from_bits(word) >= p ? 1u : 0u;
+// uniform_from_bits(word) >= p as word >= keep_threshold_word(p) (philox.h): no conversion a word.
+__device__ __forceinline__ uint32_t keep_byte(uint32_t word, uint32_t threshold_word) {
+  return word >= threshold_word ? 1u : 0u;
 }
 __device__ __forceinline__ uint32_t word_of(const PhiloxCounter& block, uint64_t element) {
   switch (static_cast<int>(element & 3)) {
@@ -310,8 +315,32 @@ __device__ __forceinline__ uint32_t word_of(const PhiloxCounter& block, uint64_t
       return block.word[3];
   }
 }
+__device__ __forceinline__ uint32_t keep_word(const PhiloxCounter& block, uint32_t threshold) {
+  return keep_byte(block.word[0], threshold) | keep_byte(block.word[1], threshold) << 8 |
+         keep_byte(block.word[2], threshold) << 16 | keep_byte(block.word[3], threshold) << 24;
+}
+// Where L % 4 == 0 every 4-key group starts a block, and thread t's 8 groups (rows t / 16 + 8n, keys
+// 4 (t % 16) ..) are blocks first + 2L n: drawn by philox_blocks, 8 independent chains round by round.
 __device__ __forceinline__ void fill_keep_tile(uint8_t* keep, const FlashAttentionParams& p, int64_t bh,
                                                int i0, int j0) {
+  const uint32_t threshold = keep_threshold_word(p.dropout_p);
+  constexpr int kGroups = kTile * (kTile / 4) / kThreads;
+  static_assert(kThreads % (kTile / 4) == 0 && kGroups == 8);
+  if (p.length % 4 == 0) {
+    const int t = static_cast<int>(threadIdx.x), ti0 = t / (kTile / 4), tj = 4 * (t % (kTile / 4));
+    constexpr int kRowStep = kThreads / (kTile / 4);
+    const uint64_t first = ((static_cast<uint64_t>(bh) * p.length + i0 + ti0) * p.length + j0 + tj) >> 2;
+    PhiloxCounter blocks[kGroups];
+    philox_blocks<kGroups>(p.seed, p.site_id, first, static_cast<uint64_t>(kRowStep) * p.length / 4, blocks);
+#pragma unroll
+    for (int n = 0; n < kGroups; ++n) {
+      const int ti = ti0 + kRowStep * n;
+      const bool valid = i0 + ti < p.length && j0 + tj < p.length;
+      *reinterpret_cast<uint32_t*>(keep + ti * kKeepPitch + tj) =
+          valid ? keep_word(blocks[n], threshold) : 0u;
+    }
+    return;
+  }
   for (int idx = static_cast<int>(threadIdx.x); idx < kTile * (kTile / 4); idx += kThreads) {
     const int ti = idx / (kTile / 4), tj = 4 * (idx % (kTile / 4));
     const int i = i0 + ti, j = j0 + tj;
@@ -319,9 +348,7 @@ __device__ __forceinline__ void fill_keep_tile(uint8_t* keep, const FlashAttenti
     if (i < p.length && j < p.length) {
       const uint64_t e = (static_cast<uint64_t>(bh) * p.length + i) * p.length + j;
       if ((e & 3) == 0) {
-        const PhiloxCounter block = philox_block(p.seed, p.site_id, e >> 2);
-        bits = keep_byte(block.word[0], p.dropout_p) | keep_byte(block.word[1], p.dropout_p) << 8 |
-               keep_byte(block.word[2], p.dropout_p) << 16 | keep_byte(block.word[3], p.dropout_p) << 24;
+        bits = keep_word(philox_block(p.seed, p.site_id, e >> 2), threshold);
       } else {
         const PhiloxCounter first = philox_block(p.seed, p.site_id, e >> 2);
         const PhiloxCounter second = philox_block(p.seed, p.site_id, (e >> 2) + 1);
@@ -330,7 +357,7 @@ __device__ __forceinline__ void fill_keep_tile(uint8_t* keep, const FlashAttenti
           const uint64_t element = e + static_cast<uint64_t>(u);
           const uint32_t word =
               (element >> 2) == (e >> 2) ? word_of(first, element) : word_of(second, element);
-          bits |= keep_byte(word, p.dropout_p) << (8 * u);
+          bits |= keep_byte(word, threshold) << (8 * u);
         }
       }
     }
@@ -424,20 +451,36 @@ __device__ __forceinline__ float uniform_score(const FlashAttentionParams& p, co
 // owns each out row and, within a tile, one thread each (row, bucket); the tiles are ordered by barriers
 // (and one thread's additions to one address by program order), so the order of the additions is fixed.
 // stride: the distance between the row's consecutive columns in grad_row.
+// *address += value (red.global.add.f32, atomicAdd's reduction) where condition holds, as one predicated
+// instruction rather than a branch around it (lanes that differ do not diverge). Volatile: these keep their
+// order with each other and with the barriers, which the fixed order of the additions relies on.
+__device__ __forceinline__ void add_where(bool condition, float* address, float value) {
+  asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %0, 0;\n @p red.global.add.f32 [%1], %2;\n}\n" ::"r"(
+                   static_cast<uint32_t>(condition)),
+               "l"(static_cast<uint64_t>(__cvta_generic_to_global(address))), "f"(value));
+}
+
+// Each column a step without a branch (the addition predicated, the run selected): the lanes of a warp,
+// whose rows change bucket at different columns, do not diverge; a full tile's 64 columns unrolled by 8.
 __device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad_row, int stride,
                                                    const int* diag, int local, bool by_query, int columns) {
   float run = 0.0f;
   int bucket = -1;
-  for (int col = 0; col < columns; ++col) {
+  auto step = [&](int col) {
     // by query: i = local, j = col, t = i - j + 63; by key: j = local, i = col.
     const int t = by_query ? local - col + kTile - 1 : col - local + kTile - 1;
     const int c = diag[t];
-    if (c != bucket) {
-      if (bucket >= 0) atomicAdd(out + bucket, run);
-      bucket = c;
-      run = 0.0f;
-    }
-    run += grad_row[col * stride];
+    const float value = grad_row[col * stride];
+    const bool changes = c != bucket;
+    add_where(changes && bucket >= 0, out + static_cast<uint32_t>(bucket), run);  // (-1 only where not added)
+    run = (changes ? 0.0f : run) + value;
+    bucket = c;
+  };
+  if (columns == kTile) {
+#pragma unroll 8
+    for (int col = 0; col < kTile; ++col) step(col);
+  } else {
+    for (int col = 0; col < columns; ++col) step(col);
   }
   if (bucket >= 0) atomicAdd(out + bucket, run);
 }

@@ -61,8 +61,9 @@ struct FlashAttentionParams {
   int batch = 0, length = 0, heads = 0, features = 0;
   int window_pitch = 0;
   // Every 64 consecutive diagonals reach at most 64 consecutive table rows (true when the bucketing moves by
-  // at most one row per unit of i - j, as HF's log buckets and the unbucketed clamp do): the kernels then
-  // stage each tile's C2P / P2C slices in shared memory instead of gathering per score.
+  // at most one row per unit of i - j, as HF's log buckets and the unbucketed clamp do): the forward then
+  // stages each tile's C2P / P2C slices in shared memory instead of gathering per score (the backward
+  // gathers each tile's per-score terms into shared memory whatever the bucketing).
   bool staged = false;
   float inverse_scale = 1.0f;
   bool dropout = false;

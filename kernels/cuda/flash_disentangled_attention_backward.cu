@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/flash_attention_tiles.cuh"
 #include "kernels/cuda/flash_disentangled_attention.cuh"
@@ -38,28 +39,118 @@ struct BackwardShared {
   uint8_t other_keep[kTile];                                       // the looped-over query tile's mask
   float other_max[kTile], other_inverse[kTile], other_dot[kTile];  // and its stats and D
   alignas(4) uint8_t keep[kTile * kKeepPitch];                     // dropout bits [query][key]
-  float grad[kTile * kGradPitch];  // G [key][query] f32: dQ's A operand and the bucket sums
 };
 
 // The dropout factor of one element from its keep bit (1 without dropout).
 __device__ __forceinline__ float dropout_factor(const FlashAttentionParams& p, uint8_t kept) {
   return p.dropout ? (kept ? p.kept_scale : 0.0f) : 1.0f;
 }
-// The looped-over query tile's keep flags, statistics and D into shared memory (thread t < 64: row i0 + t),
-// every load issued before the stores.
-__device__ __forceinline__ void load_query_stats(BackwardShared& sh, const FlashAttentionParams& p, int64_t b,
-                                                 int64_t bh, int i0) {
+// A tile's positional terms by (key kj, query qi), one per score: C2P[i0 + qi, c] and P2C[j0 + kj, c] with
+// c = c(i, j) from the diagonal table, gathered once per tile so the score loop reads two words a score at
+// addresses known without a lookup (no diagonal, no slice offset). Any bucketing. Warp w reads only the
+// rows of its own 16 keys: they lie in one region of 2 x 16 x 64 floats (C2P rows, then P2C rows), 64
+// floats a row with the columns XOR-swizzled by (kj % 4) * 8 (key kj, query qi, term 0 for C2P, 1 for P2C
+// at (kj / 16) kPositionalRegion + term 16 * 64 + (kj % 16) 64 + (qi ^ 8 (kj % 4))), so that a warp's 64-bit
+// reads (lane (g, q): key g, queries 2q, 2q + 1) hit 32 distinct banks in each half-warp.
+constexpr int kKeysPerWarp = 16;
+constexpr int kPositionalRegion = 2 * kKeysPerWarp * kTile;                 // floats, one warp's keys
+constexpr size_t kPositionalBytes = kThreads / 32 * kPositionalRegion * 4;  // 32 KiB
+// G [key][query] f32 (dQ's A operand and the bucket sums) shares those regions: key kj's row, kGradPitch
+// floats, in the region of kj's warp (16 rows, 1040 floats, from 16 w past the region's start: rows kj and
+// kj + 16 of a Gp column read fall in distinct banks), written by that warp once its last read of the
+// positional terms is done and read before the barrier ahead of the next tile's staging.
+constexpr int kGradChunkStride = kPositionalRegion + kKeysPerWarp;
+static_assert(3 * kGradChunkStride + kKeysPerWarp * kGradPitch <= 4 * kPositionalRegion);
+__device__ __forceinline__ int grad_row(int kj) {
+  return (kj / kKeysPerWarp) * kGradChunkStride + (kj % kKeysPerWarp) * kGradPitch;
+}
+// Rows past L and absent terms read 0. 16 loads in flight a thread before their stores. Element k of the
+// thread (k < 32) is key kj0 + 4 (k / 2), query qi0 + 32 (k % 2), with kj0 = lane / 8, qi0 = 8 warp +
+// lane % 8 (a warp: C2P 8 rows of 4 adjacent table entries, P2C 4 rows of 8): every index is a per-thread
+// base plus a constant (kj % 4 = kj0, so the swizzle is the base's), nothing for the compiler to keep.
+__device__ __forceinline__ void stage_positional_tiles(float* tiles, const FlashAttentionParams& p,
+                                                       const int* diag, int64_t head_rows, int i0, int j0) {
+  constexpr int kPerThread = kTile * kTile / kThreads;
+  constexpr int kBatch = 16;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int kj0 = lane / 8, qi0 = 8 * warp + lane % 8;
+  const int* diag_base = diag + qi0 - kj0 + kTile - 1;
+  float* store_base = tiles + kj0 * kTile + (qi0 ^ (kj0 << 3));
+#pragma unroll
+  for (int term = 0; term < 2; ++term) {
+    const float* scores = term == 0 ? p.c2p : p.p2c;
+    if (scores == nullptr) continue;
+#pragma unroll
+    for (int batch = 0; batch < kPerThread; batch += kBatch) {
+      float value[kBatch];
+#pragma unroll
+      for (int k = batch; k < batch + kBatch; ++k) {
+        const int qi = qi0 + 32 * (k % 2), kj = kj0 + 4 * (k / 2);
+        const int row = term == 0 ? i0 + qi : j0 + kj;
+        const int c = diag_base[32 * (k % 2) - 4 * (k / 2)];
+        value[k - batch] = row < p.length ? scores[(head_rows + row) * p.window_pitch + c] : 0.0f;
+      }
+#pragma unroll
+      for (int k = batch; k < batch + kBatch; ++k) {
+        const int m = k / 2;  // key kj0 + 4m: region m / 4, row kj0 + 4 (m % 4) of it
+        store_base[(m / 4) * kPositionalRegion + term * kKeysPerWarp * kTile + (m % 4) * 4 * kTile +
+                   32 * (k % 2)] = value[k - batch];
+      }
+    }
+  }
+}
+
+// How a tile's scores a(i, j) are formed: the content product alone, a far tile's one bucket (a term per
+// query and per key), or the staged per-score terms.
+enum class ScoreTerms { content, uniform, tiled };
+
+// A query tile's keep flag, statistics and D of row i0 + t (thread t < 64), loaded into registers and
+// later stored into shared memory (the loads in flight while the thread does other work).
+struct QueryStats {
+  bool kept = false;
+  float2 stats = make_float2(0.0f, 0.0f);
+  float dot = 0.0f;
+};
+__device__ __forceinline__ QueryStats load_query_stats(const FlashAttentionParams& p, int64_t b, int64_t bh,
+                                                       int i0) {
   const int t = static_cast<int>(threadIdx.x), i = i0 + t, L = p.length;
+  QueryStats row;
+  if (t < kTile && i < L) {
+    row.kept = p.keep[b * L + i] != 0;
+    row.stats = *reinterpret_cast<const float2*>(p.stats + (bh * L + i) * 2);
+    row.dot = p.row_dot[bh * L + i];
+  }
+  return row;
+}
+__device__ __forceinline__ void store_query_stats(BackwardShared& sh, const QueryStats& row) {
+  const int t = static_cast<int>(threadIdx.x);
   if (t >= kTile) return;
-  const bool row_valid = i < L;
-  const uint8_t kept = row_valid ? p.keep[b * L + i] : 0;
-  const float2 stats =
-      row_valid ? *reinterpret_cast<const float2*>(p.stats + (bh * L + i) * 2) : make_float2(0.0f, 0.0f);
-  const float dot = row_valid ? p.row_dot[bh * L + i] : 0.0f;
-  sh.other_keep[t] = kept != 0;
-  sh.other_max[t] = stats.x;
-  sh.other_inverse[t] = stats.y;
-  sh.other_dot[t] = dot;
+  sh.other_keep[t] = row.kept;
+  sh.other_max[t] = row.stats.x;
+  sh.other_inverse[t] = row.stats.y;
+  sh.other_dot[t] = row.dot;
+}
+__device__ __forceinline__ void wait_all_copies() {
+  asm volatile("cp.async.wait_all;\n" ::);
+}
+// Rows i0 .. i0 + 63 of Q and dC into their tiles by cp.async (zero past L). The thread index read afresh
+// (volatile), so the copies' addresses are computed here each tile, not kept in registers through the loop.
+template <typename T>
+__device__ __forceinline__ void prefetch_query_tiles(T* q_tile, T* dc_tile, const FlashAttentionParams& p,
+                                                     int64_t b, int64_t h, int i0) {
+  uint32_t thread;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(thread));
+  const T* q = static_cast<const T*>(p.q);
+  const T* dc = static_cast<const T*>(p.dcontext);
+#pragma unroll
+  for (int k = 0; k < kTile * 8 / kThreads; ++k) {
+    const int chunk = static_cast<int>(thread) + k * kThreads, r = chunk / 8, c = chunk % 8;
+    const bool valid = i0 + r < p.length;
+    const int64_t offset = valid ? (b * p.length + i0 + r) * p.features + h * kD + c * 8 : 0;
+    copy_async16(q_tile + r * kPitch + c * 8, q + offset, valid);
+    copy_async16(dc_tile + r * kPitch + c * 8, dc + offset, valid);
+  }
+  commit_async_copies();
 }
 
 // One row of Gc (by query, over the keys of one tile, grad_row[col * stride]): the interior runs of equal
@@ -69,26 +160,32 @@ struct EdgeRuns {
   int first_bucket = -1, last_bucket = -1;
   float first_sum = 0.0f, last_sum = 0.0f;
 };
-__device__ __forceinline__ EdgeRuns add_interior_runs(float* out, const float* grad_row, int stride,
-                                                      const int* diag, int local, int columns) {
+// Each column a step without a branch (the addition predicated, the run and the first edge selected), so
+// the lanes of a warp, whose rows change bucket at different columns, do not diverge; a full tile's 64
+// columns unrolled by 8 (their shared-memory reads overlap). The same sums: a run starts at 0 + its first
+// value and adds the rest in column order.
+__device__ __forceinline__ EdgeRuns add_interior_runs(float* out, const float* grad_column, const int* diag,
+                                                      int local, int columns) {
   EdgeRuns edges;
   float run = 0.0f;
   int bucket = -1;
-  for (int col = 0; col < columns; ++col) {
+  auto step = [&](int col) {
     const int c = diag[local - col + kTile - 1];
-    if (c != bucket) {
-      if (bucket >= 0) {
-        if (edges.first_bucket < 0) {
-          edges.first_bucket = bucket;
-          edges.first_sum = run;
-        } else {
-          atomicAdd(out + bucket, run);
-        }
-      }
-      bucket = c;
-      run = 0.0f;
-    }
-    run += grad_row[col * stride];
+    const float value = grad_column[grad_row(col)];
+    const bool changes = c != bucket;
+    const bool flush = changes && bucket >= 0;
+    const bool to_first = flush && edges.first_bucket < 0;
+    add_where(flush && !to_first, out + static_cast<uint32_t>(bucket), run);
+    edges.first_sum = to_first ? run : edges.first_sum;
+    edges.first_bucket = to_first ? bucket : edges.first_bucket;
+    run = (changes ? 0.0f : run) + value;
+    bucket = c;
+  };
+  if (columns == kTile) {
+#pragma unroll 8
+    for (int col = 0; col < kTile; ++col) step(col);
+  } else {
+    for (int col = 0; col < columns; ++col) step(col);
   }
   if (bucket >= 0) {
     if (edges.first_bucket < 0) {
@@ -119,15 +216,22 @@ __device__ __forceinline__ void store_release(int* address, int value) {
 // adds, and advances it; the last key tile writes dQ in T. CTAs take their (key tile, b, h) from a ticket
 // in launch order, so the tile a CTA waits for belongs to a CTA that started before it (forward progress
 // whatever order the hardware starts CTAs in). Deterministic: every sum has a fixed order.
-template <typename T, bool kStaged>
-__global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(FlashAttentionParams p) {
-  // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), then the staged slices.
-  // Q and dC are loaded each tile, not double-buffered by cp.async: 18 KiB more shared memory leaves no L1
-  // for the spills and gathers (measured slower).
+// 3 CTAs an SM (12 warps, 3 a scheduler, to hide the fixed-latency dependencies of the score and product
+// chains): at most 168 registers a thread (65536 / 384, in steps of 8) and 75.8 KB of shared memory a CTA
+// (3 x (75.8 + 1 reserved) KB <= 228 KB).
+constexpr int kBackwardCtasPerSm = 3;
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
+    flash_attention_backward_kernel(FlashAttentionParams p) {
+  // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), then the positional
+  // tiles.
+  // Q and dC: one buffer each (a second would cost 18 KiB and the third CTA), the next tile's copied in by
+  // cp.async once this tile's last product has read them.
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   const T* k_fixed = reinterpret_cast<const T*>(dynamic_shared);
   const T* v_fixed = k_fixed + kTile * kPitch;
-  float* staged = reinterpret_cast<float*>(dynamic_shared + kFixedTileBytes);
+  float* positional_tiles = reinterpret_cast<float*>(dynamic_shared + kFixedTileBytes);
+  float* grad = positional_tiles;  // G, by grad_row
   __shared__ __align__(16) T q_tile[kTile * kPitch];
   __shared__ __align__(16) T dc_tile[kTile * kPitch];
   __shared__ BackwardShared sh;
@@ -164,22 +268,26 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
     dv[nt][0] = dv[nt][1] = dv[nt][2] = dv[nt][3] = 0.0f;
   }
 
+  // The first query tile's Q, dC (cp.async), statistics and keep bits; each later tile's are fetched during
+  // the tile before it, once that tile's last reads of them are behind a barrier.
+  prefetch_query_tiles(q_tile, dc_tile, p, b, h, 0);
+  store_query_stats(sh, load_query_stats(p, b, bh, 0));
+  if (p.dropout) fill_keep_tile(sh.keep, p, bh, 0, j0);
+
   // No barrier at the top of a tile: the previous tile's last one (before the release) comes after every
-  // read of its Q, dC and shared state.
+  // read of its shared state.
   for (int query_tile = 0; query_tile < tiles; ++query_tile) {
     const int i0 = query_tile * kTile;
-    load_tile(q_tile, static_cast<const T*>(p.q), p, b, h, i0);
-    load_tile(dc_tile, static_cast<const T*>(p.dcontext), p, b, h, i0);
-    load_query_stats(sh, p, b, bh, i0);
+    const bool has_next = query_tile + 1 < tiles;
     if (positional) load_diagonals(sh.diag, p, i0, j0);
-    if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0, j0);
+    wait_all_copies();
     __syncthreads();
     const bool uniform = positional && sh.diag[0] == sh.diag[kDiagonals - 1];
     if (positional) {
       if (uniform)
         stage_uniform_terms(sh.query_term, sh.key_term, p, head_rows, i0, j0, sh.diag[0]);
-      else if (kStaged)
-        stage_positional<16>(staged, p, sh.diag, head_rows, i0, j0);
+      else
+        stage_positional_tiles(positional_tiles, p, sh.diag, head_rows, i0, j0);
       __syncthreads();
     }
 
@@ -187,24 +295,48 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
     // dV += P~^T dC, then dP~ and G = P (factor dP~ - D) / s, dK += G^T Q.
     float s[8][4];
     product_with_rows(k_fixed, warp * 16, q_tile, s);  // s[key][query] = K_j . Q_i
+    // P = exp(a - m_i) / l_i, 0 outside L x L; every score computed and then selected (no branch per
+    // element, so the shared-memory reads of all 32 overlap). The same sums as the stored path's:
+    // ((S + C2P) + P2C) / s, an absent term skipped.
+    auto probabilities = [&](auto terms) {
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+      for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e / 2, il = nt * 8 + 2 * q + (e & 1), i = i0 + il, j = j0 + local_key[r];
-        float prob = 0.0f;
-        if (i < L && j < L) {
-          const int c = positional ? sh.diag[il - local_key[r] + kTile - 1] : 0;
-          float x = kMasked;
-          if (key_kept[r] && sh.other_keep[il])
-            x = uniform   ? uniform_score(p, sh.query_term, sh.key_term, s[nt][e], il, local_key[r])
-                : kStaged ? staged_score(p, staged, sh.diag, s[nt][e], il, local_key[r])
-                          : disentangled_score(p, s[nt][e], head_rows, i, j, c);
-          prob = __expf(x - sh.other_max[il]) * sh.other_inverse[il];
+        for (int r = 0; r < 2; ++r) {
+          const int kj = local_key[r], qi0 = nt * 8 + 2 * q;
+          float2 c2p_pair = make_float2(0.0f, 0.0f), p2c_pair = make_float2(0.0f, 0.0f);
+          if constexpr (decltype(terms)::value == ScoreTerms::tiled) {
+            // This warp's region, row g + 8r, column 8 (nt ^ (g % 4)) + 2q
+            // = 8 ((nt % 4) ^ (g % 4)) + 32 (nt / 4) + 2q: four addresses a thread plus constant offsets.
+            const float* row = positional_tiles + warp * kPositionalRegion + (g + 8 * r) * kTile + 2 * q;
+            const int column = 8 * ((nt & 3) ^ (g & 3)) + 32 * (nt / 4);
+            if (p.c2p != nullptr) c2p_pair = *reinterpret_cast<const float2*>(row + column);
+            if (p.p2c != nullptr)
+              p2c_pair = *reinterpret_cast<const float2*>(row + kKeysPerWarp * kTile + column);
+          }
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int e = 2 * r + u, il = qi0 + u;
+            float a = s[nt][e];
+            if constexpr (decltype(terms)::value == ScoreTerms::uniform) {
+              a = a + sh.query_term[il] + sh.key_term[kj];
+            } else if constexpr (decltype(terms)::value == ScoreTerms::tiled) {
+              if (p.c2p != nullptr) a += u == 0 ? c2p_pair.x : c2p_pair.y;
+              if (p.p2c != nullptr) a += u == 0 ? p2c_pair.x : p2c_pair.y;
+            }
+            const float x = key_kept[r] && sh.other_keep[il] ? a * p.inverse_scale : kMasked;
+            const float prob = __expf(x - sh.other_max[il]) * sh.other_inverse[il];
+            s[nt][e] = i0 + il < L && j0 + kj < L ? prob : 0.0f;
+          }
         }
-        s[nt][e] = prob;
       }
-    }
+    };
+    if (!positional)
+      probabilities(std::integral_constant<ScoreTerms, ScoreTerms::content>{});
+    else if (uniform)
+      probabilities(std::integral_constant<ScoreTerms, ScoreTerms::uniform>{});
+    else
+      probabilities(std::integral_constant<ScoreTerms, ScoreTerms::tiled>{});
     {
       float p_tilde[8][4];
 #pragma unroll
@@ -217,29 +349,32 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
       }
       accumulate_times_tile(p_tilde, dc_tile, dv);
     }
-    {
-      float dp[8][4];
-      product_with_rows(v_fixed, warp * 16, dc_tile, dp);  // dp[key][query] = V_j . dC_i
+    // dp[key][query] = V_j . dC_i in two halves of 32 queries (16 registers fewer beside P, dK and dV).
+    unrolled<2>([&](auto half) {
+      float dp[4][4];
+      product_with_rows<T, 4 * half, 4>(v_fixed, warp * 16, dc_tile, dp);
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+      for (int n = 0; n < 4; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
+          const int nt = 4 * half + n, r = e / 2, il = nt * 8 + 2 * q + (e & 1);
           const bool valid = i0 + il < L && j0 + local_key[r] < L && key_kept[r] && sh.other_keep[il];
           const float factor = dropout_factor(p, sh.keep[il * kKeepPitch + local_key[r]]);
-          s[nt][e] = valid ? s[nt][e] * (factor * dp[nt][e] - sh.other_dot[il]) * p.inverse_scale : 0.0f;
+          s[nt][e] = valid ? s[nt][e] * (factor * dp[n][e] - sh.other_dot[il]) * p.inverse_scale : 0.0f;
         }
       }
-    }
+    });
     accumulate_times_tile(s, q_tile, dk);
 
-    // G by key into shared memory (f32): the A operand of dQ's part, and the Gc / Gp bucket sums.
+    // G by key into shared memory (f32): the A operand of dQ's part, and the Gc / Gp bucket sums. Over this
+    // warp's positional terms: every lane's reads of them are done (their values fed the products above).
+    __syncwarp();
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
-        sh.grad[local_key[r] * kGradPitch + il] = s[nt][e];
+        grad[grad_row(local_key[r]) + il] = s[nt][e];
       }
     }
     if (p.gp != nullptr && uniform) {
@@ -257,13 +392,23 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
     }
     __syncthreads();
 
+    // Q, dC, the statistics and the keep bits are read no more this tile: the next tile's now (the copies in
+    // flight through dQ's part, the bucket sums and the wait for this tile's turn; the statistics' loads
+    // through the keep bits' Philox rounds).
+    if (has_next) prefetch_query_tiles(q_tile, dc_tile, p, b, h, i0 + kTile);
+    if (has_next) {
+      const QueryStats next_stats = load_query_stats(p, b, bh, i0 + kTile);
+      if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0 + kTile, j0);
+      store_query_stats(sh, next_stats);
+    }
+
     // The first look at this query tile's count goes out now; its round trip overlaps dQ's part.
     const int t = static_cast<int>(threadIdx.x);
     int turn = t == 0 ? load_acquire(order + query_tile) : key_tile;
     float dq_part[8][4];  // rows: this warp's 16 queries of the tile
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) dq_part[nt][0] = dq_part[nt][1] = dq_part[nt][2] = dq_part[nt][3] = 0.0f;
-    accumulate_transposed_times_tile(sh.grad, kGradPitch, warp * 16, k_fixed, dq_part);
+    accumulate_transposed_times_tile(grad, kGradPitch, kGradChunkStride, warp * 16, k_fixed, dq_part);
 
     // Gc of query row i0 + t (t < 64): runs of equal buckets along the keys, summed in key order. A run
     // strictly inside the row's 64 keys is a bucket no other key tile reaches for this row (c is monotone
@@ -277,17 +422,17 @@ __global__ void __launch_bounds__(kThreads) flash_attention_backward_kernel(Flas
         if (uniform) {
           float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four chains of additions, keys k = 4 m + chain
 #pragma unroll
-          for (int key = 0; key < kTile; ++key) sum[key % 4] += sh.grad[key * kGradPitch + t];
+          for (int key = 0; key < kTile; ++key) sum[key % 4] += grad[grad_row(key) + t];
           gc_edges.first_bucket = sh.diag[0];
           gc_edges.first_sum = (sum[0] + sum[1]) + (sum[2] + sum[3]);
         } else {
-          gc_edges = add_interior_runs(gc_row, sh.grad + t, kGradPitch, sh.diag, t, min(kTile, L - j0));
+          gc_edges = add_interior_runs(gc_row, grad + t, sh.diag, t, min(kTile, L - j0));
         }
       }
     } else if (p.gp != nullptr && !uniform && t >= kTile && j0 + t - kTile < L) {
       const int local = t - kTile;
-      scatter_bucket_row(p.gp + (head_rows + j0 + local) * p.window_pitch, sh.grad + local * kGradPitch, 1,
-                         sh.diag, local, /*by_query=*/false, min(kTile, L - i0));
+      scatter_bucket_row(p.gp + (head_rows + j0 + local) * p.window_pitch, grad + grad_row(local), 1, sh.diag,
+                         local, /*by_query=*/false, min(kTile, L - i0));
     }
 
     // This query tile's turn: the key tiles before this one have added their parts.
@@ -368,12 +513,13 @@ void launch_flash_attention_backward(const FlashAttentionParams& params, DType d
                               kRowsPerBlock * 32, 0, stream>>>(params);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_row_dot");
     // One CTA per (key tile, b, h), in ticket order (a 1-D grid of the same count).
-    const bool use_staged = params.staged && (params.c2p != nullptr || params.p2c != nullptr);
-    auto kernel =
-        use_staged ? flash_attention_backward_kernel<T, true> : flash_attention_backward_kernel<T, false>;
-    const size_t bytes = kFixedTileBytes + (use_staged ? kStagedBytes : 0);
+    // All of an SM's shared memory for the kernel (the L1 keeps the rest): kBackwardCtasPerSm CTAs fit.
+    auto kernel = flash_attention_backward_kernel<T>;
+    const size_t bytes = kFixedTileBytes + kPositionalBytes;
     ZT_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared));
     const auto ctas =
         static_cast<unsigned>((params.length + kTile - 1) / kTile * params.batch * params.heads);
     kernel<<<ctas, kThreads, bytes, stream>>>(params);
