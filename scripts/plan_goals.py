@@ -17,7 +17,7 @@ of this script, each under its own time budget; results accumulate in STATE betw
              parts from its JSON where it prints them, else fwd+bwd = the ZeRO-2 step without offload less its
              optimizer segments (--profile) and the CPU update from bench_cpu_adam
   large      the 6.2 B DeBERTa-v2 shape (hidden 4096, 28 layers, ZeRO-3 + both offloads, batch 8) for 20 steps
-             on a repeated batch, lr 1e-5 with 5 warm-up steps, dropout 0: the losses
+             on a repeated batch, lr 1e-6 with 5 warm-up steps, dropout 0: the losses
   summary    the goals table from STATE
 
 Fits under the cap. --gpu_memory_limit caps the RESERVED bytes (the allocator returns its cache and retries
@@ -573,7 +573,7 @@ class Runner:
         steps = 6 if self.args.quick else max(12, min(20, int((self.left() - LARGE_STARTUP_S) / LARGE_STEP_S)))
         flags = ["--hidden", "4096", "--layers", "4" if self.args.quick else "28", "--zero_stage", "3",
                  "--offload", "both", "--pin_memory", "--batch", "8", "--seq", "128", "--repeat_batch",
-                 "--lr", "1e-5", "--lr_warmup", "5", "--dropout", "0", "--warmup", "0", "--steps", str(steps)]
+                 "--lr", "1e-6", "--lr_warmup", "5", "--dropout", "0", "--warmup", "0", "--steps", str(steps)]
         r = self.bench(flags, timeout=max(20.0, self.left() - 5), label="large")
         if "error" in r:
             say(f"large: FAILED {r['error'][:300]} ({r.get('wall_s')} s)")
