@@ -73,7 +73,9 @@ import time
 
 CAPS_GIB = (12, 16, 24, 40)
 BATCHES = ((40, 128), (128, 128), (512, 128), (16, 512))
-HEADROOM = 0.05  # optim::kOomHeadroom
+def budget_gib(cap):
+    """optim::oom_budget_bytes in GiB: the cap less 1 % of it, at least 256 MiB, at most 5 %."""
+    return cap - min(0.05 * cap, max(0.25, 0.01 * cap))
 LARGE_STARTUP_S, LARGE_STEP_S = 125.0, 2.3  # the 6.2 B run on one H200 (docs/bench/2026-12-03-h200-session*/big)
 # One bench_train_step run's wall time (module docstring, "Time"): the slower H100 host's fit of 2026-12-06.
 RUN_STARTUP_S, RUN_PIN_S_PER_GIB = 5.2, 0.94
@@ -382,7 +384,7 @@ class Runner:
                     continue  # stage 3 without offload plans no less than stage 0: the same plan, slower
                 if top["predicted_ms"] > self.args.margin * best and not offload_only:
                     continue
-                budget = cap * (1 - HEADROOM)
+                budget = budget_gib(cap)
                 if top["device_gib"] > 0.95 * budget:  # at the edge: the next smaller micro-batch as its fallback
                     smaller = [m for m in members if m["micro_batch"] < top["micro_batch"]]
                     if smaller:
@@ -420,7 +422,7 @@ class Runner:
         reserved peak within the cap), or None (step_allowance_ms)."""
         bests = {}
         for cap in self.caps():
-            if p["device_gib"] > cap * (1 - HEADROOM):
+            if p["device_gib"] > budget_gib(cap):
                 continue
             sure = [m["step_ms"] for _, m in results if "error" not in m and
                     m.get("peak_reserved_gib", m["peak_gib"]) <= cap]

@@ -142,13 +142,17 @@ void calibrate(const TrainConfig& config) {
     try {
       const zt::plan::MeasuredLayerCost layer =
           zt::plan::fit_layer_cost(timings, shapes.num_attention_heads, zt::plan::layer_score_lengths());
-      std::string scores;
-      for (size_t i = 0; i < layer.score_lengths.size(); ++i)
-        scores += zt::str(i ? ", " : "", layer.score_lengths[i], ": ", layer.score_ps[i]);
+      auto scores = [&](const std::vector<double>& ps) {
+        std::string text;
+        for (size_t i = 0; i < layer.score_lengths.size(); ++i)
+          text += zt::str(i ? ", " : "", layer.score_lengths[i], ": ", ps[i]);
+        return text;
+      };
       std::printf(
-          "calibrated: encoder layer %.1f us + %.4f ns/token + ps/score {%s}, forward share %.3f; embeddings "
-          "+ head %.1f us + %.4f ns/token\n",
-          layer.fixed_us, layer.token_ns, scores.c_str(), layer.forward_share, layer.head_fixed_us,
+          "calibrated: encoder layer %.1f us + %.4f ns/token + ps/score {%s}; its forward %.1f us + %.4f "
+          "ns/token + ps/score {%s}; embeddings + head %.1f us + %.4f ns/token\n",
+          layer.fixed_us, layer.token_ns, scores(layer.score_ps).c_str(), layer.forward_fixed_us,
+          layer.forward_token_ns, scores(layer.forward_score_ps).c_str(), layer.head_fixed_us,
           layer.head_token_ns);
       measured = zt::plan::with_layer_cost(measured, layer, shapes);
     } catch (const zt::Error& e) {

@@ -17,7 +17,7 @@ PlanRequest plan_request(const optim::TrainConfig& config, size_t device_cap, bo
   r.global_batch = config.train_batch_size;
   r.world_size = config.world_size;
   r.device_cap = device_cap;
-  r.headroom = optim::kOomHeadroom;
+  r.device_headroom = optim::oom_headroom_bytes(device_cap);
   r.gpu = gpu;
   if (config.host_memory_limit > 0) {
     r.host_cap = config.host_memory_limit;

@@ -119,6 +119,10 @@ std::vector<LayerTimingPoint> layer_timing_points() {
   return points;
 }
 
+std::vector<int64_t> layer_timing_depths() {
+  return {2, 4};
+}
+
 std::vector<double> layer_score_lengths() {
   return {128, 512, 1024, 2048};
 }

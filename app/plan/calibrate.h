@@ -22,9 +22,9 @@
 // and `time_encoder_layers` times the model's own encoder (MachineFigures::layer, which then replaces the
 // GEMM, memory-bound and latency rows of the step's compute): DebertaForSequenceClassification at the run's
 // dims (model_config_for_calibration: the flags' or the checkpoint's model; bf16, a 1024-token vocabulary,
-// dropout on), with 1 and 2 encoder layers, forward + backward and forward alone, at each of
-// layer_timing_points() (lengths 64 to 2048, 4096 and 16384 tokens a micro-batch), with the model's attention
-// kernel (automatic: stored up to 1024, flash beyond; or the one it forces); fit_layer_cost
+// dropout on), at layer_timing_depths() (2 and 4 encoder layers), forward + backward and forward alone, at
+// each of layer_timing_points() (lengths 64 to 2048, 4096 and 16384 tokens a micro-batch), with the model's
+// attention kernel (automatic: stored up to 1024, flash beyond; or the one it forces); fit_layer_cost
 // (app/plan/cost_model.h) turns them into the per-layer fixed, per-token and per-score costs by length.
 // Without them (old figures files) layer_latency_us and the memory-bound bytes per token stay as given.
 #pragma once
@@ -59,17 +59,23 @@ struct GpuFigures {
 // Throws zt::Error without a GPU (or in a build without CUDA).
 GpuFigures measure_gpu_figures(int64_t hidden, int64_t intermediate, int64_t tokens = 5120, int repeats = 5);
 
-// The (batch, length) points time_encoder_layers times, each at 1 and 2 layers; and the lengths the per-score
+// The (batch, length) points time_encoder_layers times, each at both depths; and the lengths the per-score
 // cost is fitted at (the shortest point, below the first, separates the per-token cost).
 struct LayerTimingPoint {
   int64_t batch = 0, length = 0;
 };
 std::vector<LayerTimingPoint> layer_timing_points();
+// The two encoder depths timed: a layer is their difference over the layers added. 2 and 4, not 1 and 2: the
+// last layer's backward follows its own forward, so its activations are still in L2; in the step's deep
+// model every other layer's are long gone. Timed at 1 and 2 layers (one H100, xlarge), a layer came out at
+// 699 us fixed + 257 ns a token (+ scores), while the 24-layer steps measured beside it grow by ~370 us +
+// ~300 ns: the model missed large micro-batches by up to 12 % and over-counted accumulation by 5 %.
+std::vector<int64_t> layer_timing_depths();
 std::vector<double> layer_score_lengths();
 
-// The model's forward + backward and forward alone timed on the current GPU at `model`'s dims with 1 and 2
-// encoder layers at each of `points` (the best of `repeats` after one untimed run each). Throws zt::Error
-// without a GPU (or in a build without CUDA).
+// The model's forward + backward and forward alone timed on the current GPU at `model`'s dims at each of
+// layer_timing_depths() and each of `points` (the best of `repeats` after one untimed run each). Throws
+// zt::Error without a GPU (or in a build without CUDA).
 std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
                                              std::span<const LayerTimingPoint> points, int repeats = 3);
 

@@ -42,11 +42,51 @@ double ms_for_bytes(double bytes, double gbps) {
 }
 
 // The measured layer keys: all in a file or none.
-constexpr const char* kLayerKeys[] = {"layer_fixed_us",      "layer_token_ns", "layer_score_ps",
-                                      "layer_forward_share", "head_fixed_us",  "head_token_ns"};
+constexpr const char* kLayerKeys[] = {
+    "layer_fixed_us",         "layer_token_ns",         "layer_score_ps", "layer_forward_fixed_us",
+    "layer_forward_token_ns", "layer_forward_score_ps", "head_fixed_us",  "head_token_ns"};
+
+// A [[L, ps], ...] table of the file: lengths ascending, both positive (ps >= 0 where zero_allowed).
+void load_score_table(const nlohmann::json& j, const char* key, const std::string& path, bool zero_allowed,
+                      std::vector<double>& lengths, std::vector<double>& ps) {
+  const nlohmann::json& table = j[key];
+  ZT_CHECK(table.is_array() && !table.empty(), "--machine_figures ", path, ": ", key,
+           " must be a non-empty array of [length, ps per score]");
+  for (const nlohmann::json& row : table) {
+    ZT_CHECK(row.is_array() && row.size() == 2 && row[0].is_number() && row[1].is_number() &&
+                 row[0].get<double>() > 0 && (row[1].get<double>() > 0 || (zero_allowed && row[1] == 0)),
+             "--machine_figures ", path, ": ", key, " rows are [length, ps per score], ",
+             zero_allowed ? "a positive length and ps >= 0" : "both positive");
+    ZT_CHECK(lengths.empty() || row[0].get<double>() > lengths.back(), "--machine_figures ", path, ": ", key,
+             " lengths must ascend");
+    lengths.push_back(row[0].get<double>());
+    ps.push_back(row[1].get<double>());
+  }
+}
+
+nlohmann::json score_table(const std::vector<double>& lengths, const std::vector<double>& ps) {
+  nlohmann::json table = nlohmann::json::array();
+  for (size_t i = 0; i < lengths.size(); ++i) table.push_back({lengths[i], ps[i]});
+  return table;
+}
+
+// Linear in log L between the measured lengths, the end values outside them.
+double interpolate_in_log_length(const std::vector<double>& lengths, const std::vector<double>& values,
+                                 double length) {
+  ZT_CHECK(!lengths.empty() && values.size() == lengths.size(), "no measured per-score cost");
+  if (length <= lengths.front()) return values.front();
+  if (length >= lengths.back()) return values.back();
+  size_t i = 1;
+  while (lengths[i] < length) ++i;
+  const double t = std::log(length / lengths[i - 1]) / std::log(lengths[i] / lengths[i - 1]);
+  return values[i - 1] + t * (values[i] - values[i - 1]);
+}
 
 MeasuredLayerCost load_layer_cost(const nlohmann::json& j, const std::string& path) {
   MeasuredLayerCost c;
+  ZT_CHECK(!j.contains("layer_forward_share"), "--machine_figures ", path,
+           ": layer_forward_share is an earlier --calibrate's figure (one forward share for every shape); "
+           "run train_mrpc --calibrate again");
   int given = 0;
   for (const char* key : kLayerKeys) given += j.contains(key) ? 1 : 0;
   ZT_CHECK(given > 0 || !j.contains("layer_model"), "--machine_figures ", path,
@@ -63,8 +103,8 @@ MeasuredLayerCost load_layer_cost(const nlohmann::json& j, const std::string& pa
   };
   c.fixed_us = number("layer_fixed_us", true);
   c.token_ns = number("layer_token_ns", true);
-  c.forward_share = number("layer_forward_share", false);
-  ZT_CHECK(c.forward_share < 1, "--machine_figures ", path, ": layer_forward_share must be below 1");
+  c.forward_fixed_us = number("layer_forward_fixed_us", true);
+  c.forward_token_ns = number("layer_forward_token_ns", true);
   c.head_fixed_us = number("head_fixed_us", true);
   c.head_token_ns = number("head_token_ns", true);
   if (j.contains("layer_model")) {
@@ -85,18 +125,11 @@ MeasuredLayerCost load_layer_cost(const nlohmann::json& j, const std::string& pa
              ": layer_model has keys besides hidden_size, intermediate_size, num_attention_heads, "
              "relative_rows and attention_kernel");
   }
-  const nlohmann::json& table = j["layer_score_ps"];
-  ZT_CHECK(table.is_array() && !table.empty(), "--machine_figures ", path,
-           ": layer_score_ps must be a non-empty array of [length, ps per score]");
-  for (const nlohmann::json& row : table) {
-    ZT_CHECK(row.is_array() && row.size() == 2 && row[0].is_number() && row[1].is_number() &&
-                 row[0].get<double>() > 0 && row[1].get<double>() > 0,
-             "--machine_figures ", path, ": layer_score_ps rows are [length, ps per score], both positive");
-    ZT_CHECK(c.score_lengths.empty() || row[0].get<double>() > c.score_lengths.back(), "--machine_figures ",
-             path, ": layer_score_ps lengths must ascend");
-    c.score_lengths.push_back(row[0].get<double>());
-    c.score_ps.push_back(row[1].get<double>());
-  }
+  load_score_table(j, "layer_score_ps", path, false, c.score_lengths, c.score_ps);
+  std::vector<double> forward_lengths;
+  load_score_table(j, "layer_forward_score_ps", path, true, forward_lengths, c.forward_score_ps);
+  ZT_CHECK(forward_lengths == c.score_lengths, "--machine_figures ", path,
+           ": layer_forward_score_ps is at other lengths than layer_score_ps");
   return c;
 }
 
@@ -183,11 +216,10 @@ void MachineFigures::save(const std::string& path) const {
   if (layer.present()) {
     j["layer_fixed_us"] = layer.fixed_us;
     j["layer_token_ns"] = layer.token_ns;
-    nlohmann::json table = nlohmann::json::array();
-    for (size_t i = 0; i < layer.score_lengths.size(); ++i)
-      table.push_back({layer.score_lengths[i], layer.score_ps[i]});
-    j["layer_score_ps"] = table;
-    j["layer_forward_share"] = layer.forward_share;
+    j["layer_score_ps"] = score_table(layer.score_lengths, layer.score_ps);
+    j["layer_forward_fixed_us"] = layer.forward_fixed_us;
+    j["layer_forward_token_ns"] = layer.forward_token_ns;
+    j["layer_forward_score_ps"] = score_table(layer.score_lengths, layer.forward_score_ps);
     j["head_fixed_us"] = layer.head_fixed_us;
     j["head_token_ns"] = layer.head_token_ns;
     if (layer.dims.known())
@@ -232,19 +264,21 @@ std::string measured_layer_cost_mismatch(const MachineFigures& f, const DebertaC
 }
 
 double MeasuredLayerCost::score_ps_at(double length) const {
-  ZT_CHECK(present() && score_ps.size() == score_lengths.size(), "score_ps_at: no measured per-score cost");
-  if (length <= score_lengths.front()) return score_ps.front();
-  if (length >= score_lengths.back()) return score_ps.back();
-  size_t i = 1;
-  while (score_lengths[i] < length) ++i;
-  const double t =
-      std::log(length / score_lengths[i - 1]) / std::log(score_lengths[i] / score_lengths[i - 1]);
-  return score_ps[i - 1] + t * (score_ps[i] - score_ps[i - 1]);
+  return interpolate_in_log_length(score_lengths, score_ps, length);
+}
+
+double MeasuredLayerCost::forward_score_ps_at(double length) const {
+  return interpolate_in_log_length(score_lengths, forward_score_ps, length);
 }
 
 double MeasuredLayerCost::layer_us(double batch, double length, double heads) const {
   return fixed_us + token_ns * 1e-3 * batch * length +
          score_ps_at(length) * 1e-6 * batch * heads * length * length;
+}
+
+double MeasuredLayerCost::layer_forward_us(double batch, double length, double heads) const {
+  return forward_fixed_us + forward_token_ns * 1e-3 * batch * length +
+         forward_score_ps_at(length) * 1e-6 * batch * heads * length * length;
 }
 
 double MeasuredLayerCost::head_us(double batch, double length) const {
@@ -255,28 +289,38 @@ MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t h
                                  std::vector<double> score_lengths) {
   ZT_CHECK(heads > 0 && !score_lengths.empty() && std::is_sorted(score_lengths.begin(), score_lengths.end()),
            "fit_layer_cost: heads and ascending score lengths needed");
-  // (batch, length) -> the timings at 1 and 2 layers.
+  // The two depths timed (the shallow and the deep model), then (batch, length) -> the timings at each.
+  std::vector<int64_t> depths;
+  for (const LayerTiming& t : timings)
+    if (std::find(depths.begin(), depths.end(), t.layers) == depths.end()) depths.push_back(t.layers);
+  std::sort(depths.begin(), depths.end());
+  ZT_CHECK(depths.size() == 2 && depths.front() >= 1,
+           "fit_layer_cost: timings at two depths (layer counts) "
+           "needed, not ",
+           depths.size());
+  const auto shallow = static_cast<double>(depths.front());
+  const auto added = static_cast<double>(depths.back() - depths.front());
   std::map<std::pair<int64_t, int64_t>, std::pair<const LayerTiming*, const LayerTiming*>> pairs;
   for (const LayerTiming& t : timings) {
-    ZT_CHECK(t.layers == 1 || t.layers == 2, "fit_layer_cost: timings at 1 and 2 layers only, not ",
-             t.layers);
     ZT_CHECK(t.batch > 0 && t.length > 0 && t.pair_ms > 0 && t.forward_ms > 0,
              "fit_layer_cost: a timing is not positive");
     auto& slot = pairs[{t.batch, t.length}];
-    (t.layers == 1 ? slot.first : slot.second) = &t;
+    (t.layers == depths.front() ? slot.first : slot.second) = &t;
   }
   const size_t nodes = score_lengths.size();
   std::vector<std::vector<double>> layer_rows, head_rows;
-  std::vector<double> layer_us, head_us;
-  double forward_sum = 0, pair_sum = 0;
+  std::vector<double> layer_us, layer_forward_us, head_us;
   for (const auto& [key, slot] : pairs) {
     const auto [batch, length] = key;
     ZT_CHECK(slot.first != nullptr && slot.second != nullptr, "fit_layer_cost: batch ", batch, " length ",
-             length, " lacks its timing at ", slot.first == nullptr ? 1 : 2, " layer(s)");
+             length, " lacks its timing at ", slot.first == nullptr ? depths.front() : depths.back(),
+             " layer(s)");
     const double b = static_cast<double>(batch), l = static_cast<double>(length);
-    const double one_layer_us = (slot.second->pair_ms - slot.first->pair_ms) * 1e3;
-    forward_sum += slot.second->forward_ms - slot.first->forward_ms;
-    pair_sum += slot.second->pair_ms - slot.first->pair_ms;
+    const double one_layer_us = (slot.second->pair_ms - slot.first->pair_ms) * 1e3 / added;
+    const double one_layer_forward_us = (slot.second->forward_ms - slot.first->forward_ms) * 1e3 / added;
+    ZT_CHECK(one_layer_forward_us > 0 && one_layer_forward_us < one_layer_us, "fit_layer_cost: at batch ",
+             batch, " length ", length, " a layer's forward (", one_layer_forward_us,
+             " us) is not in (0, its forward + backward ", one_layer_us, " us): the timings are too noisy");
     // Columns: fixed, tokens (in thousands: ns -> us), then the scores (in millions: ps -> us) spread over
     // the two measured lengths around l by score_ps_at's log-L weights.
     std::vector<double> row(2 + nodes, 0);
@@ -296,14 +340,17 @@ MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t h
     }
     layer_rows.push_back(row);
     layer_us.push_back(one_layer_us);
+    layer_forward_us.push_back(one_layer_forward_us);
     head_rows.push_back({1, b * l * 1e-3});
-    head_us.push_back(slot.first->pair_ms * 1e3 - one_layer_us);
+    head_us.push_back(slot.first->pair_ms * 1e3 - shallow * one_layer_us);
   }
-  std::vector<double> layer_fit, head_fit;
+  std::vector<double> layer_fit, forward_fit, head_fit;
   ZT_CHECK(layer_rows.size() >= 2 + nodes && least_squares(layer_rows, layer_us, layer_fit),
            "fit_layer_cost: the timings do not determine the fit (", layer_rows.size(),
            " (batch, length) pairs ", "for ", 2 + nodes, " coefficients; two batch sizes and a length below ",
            score_lengths.front(), " are needed)");
+  ZT_CHECK(least_squares(layer_rows, layer_forward_us, forward_fit),
+           "fit_layer_cost: the forward's fit is singular");
   ZT_CHECK(least_squares(head_rows, head_us, head_fit), "fit_layer_cost: the head's fit is singular");
   MeasuredLayerCost c;
   c.fixed_us = std::max(0.0, layer_fit[0]);
@@ -314,9 +361,10 @@ MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t h
              " fitted non-positive (", layer_fit[2 + i], " ps): the timings are too noisy");
     c.score_ps.push_back(layer_fit[2 + i]);
   }
-  ZT_CHECK(pair_sum > 0 && forward_sum > 0 && forward_sum < pair_sum,
-           "fit_layer_cost: the forward's share of a layer is not in (0, 1)");
-  c.forward_share = forward_sum / pair_sum;
+  // The forward's terms are smaller and noisier: a negative one (noise) becomes 0, as the intercepts do.
+  c.forward_fixed_us = std::max(0.0, forward_fit[0]);
+  c.forward_token_ns = std::max(0.0, forward_fit[1]);
+  for (size_t i = 0; i < nodes; ++i) c.forward_score_ps.push_back(std::max(0.0, forward_fit[2 + i]));
   c.head_fixed_us = std::max(0.0, head_fit[0]);
   c.head_token_ns = std::max(0.0, head_fit[1]);
   return c;
@@ -474,18 +522,22 @@ StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigur
   // only where they were timed for this model's dims.
   const std::string mismatch = measured_layer_cost_mismatch(f, m);
   const bool measured = f.layer.present() && mismatch.empty();
-  const double micro = measured ? (f.layer.head_us(static_cast<double>(plan.micro_batch), length) +
-                                   layers *
-                                       f.layer.layer_us(static_cast<double>(plan.micro_batch), length,
-                                                        static_cast<double>(m.num_attention_heads)) *
-                                       (plan.gradient_checkpointing ? 1 + f.layer.forward_share : 1.0)) *
-                                      1e-3
-                                : gemm_ms + memory_ms + floor_ms;
+  const auto micro_batch = static_cast<double>(plan.micro_batch);
+  const auto heads = static_cast<double>(m.num_attention_heads);
+  double micro = gemm_ms + memory_ms + floor_ms;
   // The forward's part of the micro-batch (the update may hide under the next one); the rest is backward
   // (with checkpointing including the recompute).
-  const double forward_share =
-      measured ? f.layer.forward_share / (plan.gradient_checkpointing ? 1 + f.layer.forward_share : 1.0)
-               : 1.0 / passes / 3.0;
+  double forward_share = 1.0 / passes / 3.0;
+  if (measured) {
+    const double layer_us = f.layer.layer_us(micro_batch, length, heads);
+    const double layer_forward_us = f.layer.layer_forward_us(micro_batch, length, heads);
+    const double head_us = f.layer.head_us(micro_batch, length);
+    const double recompute_us = plan.gradient_checkpointing ? layers * layer_forward_us : 0.0;
+    micro = (head_us + layers * layer_us + recompute_us) * 1e-3;
+    // The head's forward in the layers' proportion (it was timed only with them).
+    const double forward_us = (head_us / layer_us + layers) * layer_forward_us;
+    forward_share = forward_us * 1e-3 / micro;
+  }
   const auto accumulation = static_cast<double>(plan.accumulation);
 
   StepCost c;

@@ -66,7 +66,12 @@
 //                                       (score_ps interpolated in log L between the measured lengths:
 //                                       the attention kernel, stored or flash, changes with L)
 //   embeddings + head, fwd + bwd        head_fixed_us + head_token_ns x B L
-//   checkpointing's recompute           forward_share of the layers' forward + backward, once more
+//   an encoder layer's forward alone    forward_fixed_us + forward_token_ns x B L + forward_score_ps(L) x
+//                                       B heads L^2 (checkpointing's recompute, once more; what the
+//                                       overlapped update hides under): its own fit, since the forward's
+//                                       share of a layer moves with the shape (H100, xlarge: 0.35 at 32 x
+//                                       128, 0.42 at 32 x 512, 0.16 at 2 x 2048 where the flash backward
+//                                       dominates)
 // The measured costs are those of the model they were timed for (MeasuredLayerCost::dims: hidden, ffn, heads,
 // relative window, attention kernel); for another model predict_step keeps the formulas and says why
 // (StepCost::compute_note), as it does for figures that do not name their model.
@@ -102,14 +107,20 @@ struct MeasuredLayerCost {
   double token_ns = 0;  // per token and layer, forward + backward (projections, memory-bound kernels)
   std::vector<double> score_lengths;  // ascending sequence lengths the per-score cost was measured at
   std::vector<double> score_ps;       // per score (B x heads x L^2) and layer, forward + backward, at each
-  double forward_share = 0;           // the forward's part of a layer's forward + backward
-  double head_fixed_us = 0;           // embeddings, classifier head and loss, forward + backward
+  double forward_fixed_us = 0;        // the same terms for a layer's forward alone
+  double forward_token_ns = 0;
+  std::vector<double> forward_score_ps;  // at score_lengths
+  double head_fixed_us = 0;              // embeddings, classifier head and loss, forward + backward
   double head_token_ns = 0;
   bool present() const { return !score_lengths.empty(); }
-  // score_ps at `length`: linear in log L between the measured lengths, the end values outside them.
+  // score_ps (forward_score_ps) at `length`: linear in log L between the measured lengths, the end values
+  // outside them.
   double score_ps_at(double length) const;
+  double forward_score_ps_at(double length) const;
   // One encoder layer's forward + backward for `batch` sequences of `length`, microseconds.
   double layer_us(double batch, double length, double heads) const;
+  // Its forward alone.
+  double layer_forward_us(double batch, double length, double heads) const;
   double head_us(double batch, double length) const;
 };
 
@@ -135,8 +146,9 @@ struct MachineFigures {
   // hbm_gbps's; --calibrate times a two-rank all-reduce on the device).
   double device_group_gbps = 4000;
   // Measured on the GPU by --calibrate (JSON keys layer_fixed_us, layer_token_ns, layer_score_ps as
-  // [[L, ps], ...], layer_forward_share, head_fixed_us, head_token_ns: all or none, and layer_model, an
-  // object of the LayerDims, with them); absent in the defaults.
+  // [[L, ps], ...], layer_forward_fixed_us, layer_forward_token_ns, layer_forward_score_ps (the same
+  // lengths), head_fixed_us, head_token_ns: all or none, and layer_model, an object of the LayerDims, with
+  // them); absent in the defaults.
   MeasuredLayerCost layer;
 
   // Throws zt::Error naming the file and key on a missing file, bad JSON, a non-positive figure, an unknown
@@ -211,12 +223,12 @@ struct LayerTiming {
   double pair_ms = 0;     // forward + backward
   double forward_ms = 0;  // forward alone
 };
-// The least-squares fit of MeasuredLayerCost to timings at 1 and 2 layers for each (batch, length) (their
-// difference is one layer, the rest embeddings + head). score_ps gets a value at each length in
-// `score_lengths`; timings at lengths below the first share its value, which separates the per-token cost
-// from the per-score one (at one length both grow with B alone). Needs two batch sizes at the shortest
-// length and lengths besides; throws zt::Error on missing pairs or a singular fit. Negative intercepts
-// (noise) become 0.
+// The least-squares fit of MeasuredLayerCost to timings at two depths for each (batch, length) (their
+// difference over the layers added is a layer, the rest of the shallow model embeddings + head). score_ps
+// gets a value at each length in `score_lengths`; timings at lengths below the first share its value, which
+// separates the per-token cost from the per-score one (at one length both grow with B alone). Needs two batch
+// sizes at the shortest length and lengths besides; throws zt::Error on missing pairs or a singular fit.
+// Negative intercepts (noise) become 0.
 MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t heads,
                                  std::vector<double> score_lengths);
 

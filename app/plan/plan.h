@@ -6,6 +6,7 @@
 //   for (const Plan& p : enumerate_plans(request)) ...   // every valid combination, executable or not
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -37,9 +38,10 @@ struct Plan {
 struct PlanRequest {
   int64_t global_batch = 1;
   int world_size = 1;
-  size_t device_cap = 0;    // bytes per rank (--gpu_memory_limit or the device's free memory)
-  size_t host_cap = 0;      // bytes of host memory for the offloaded state of all ranks; 0 = not checked
-  double headroom = 0.05;   // of the device cap kept free (optim::kOomHeadroom)
+  size_t device_cap = 0;        // bytes per rank (--gpu_memory_limit or the device's free memory)
+  size_t host_cap = 0;          // bytes of host memory for the offloaded state of all ranks; 0 = not checked
+  size_t device_headroom = 0;   // bytes of the device cap kept free (optim::oom_headroom_bytes)
+  double host_headroom = 0.05;  // of the host cap kept free
   bool gpu = true;          // false: the "device" is host memory, offload moves nothing off it (not planned)
   bool allow_nvme = false;  // an nvme_path is configured: the optimizer state may go to disk
   // Enumerate partial offload ratios too (partial_ratios; cpu at stages 1-3).
@@ -49,8 +51,10 @@ struct PlanRequest {
   int64_t eval_batch = 0;
   std::vector<double> partial_ratios = {0.25, 0.5, 0.75};
 
-  double device_budget() const { return static_cast<double>(device_cap) * (1.0 - headroom); }
-  double host_budget() const { return static_cast<double>(host_cap) * (1.0 - headroom); }
+  double device_budget() const {
+    return static_cast<double>(device_cap - std::min(device_cap, device_headroom));
+  }
+  double host_budget() const { return static_cast<double>(host_cap) * (1.0 - host_headroom); }
 };
 
 // Every valid plan: stages 0-3; optimizer offload none / cpu / nvme (stages 1-3; nvme only when allowed);

@@ -64,7 +64,7 @@ std::string header(const PlanRequest& r) {
   out << "auto plan: global batch " << r.global_batch << " (micro-batch x accumulation x world size "
       << r.world_size << "), device cap " << format_memory_size(r.device_cap) << " per rank (budget "
       << format_memory_size(static_cast<size_t>(r.device_budget())) << ", "
-      << static_cast<int>(r.headroom * 100 + 0.5) << "% headroom), host "
+      << format_memory_size(r.device_headroom) << " headroom), host "
       << (r.host_cap == 0 ? std::string("not checked") : format_memory_size(r.host_cap)) << "\n";
   return out.str();
 }
@@ -117,7 +117,10 @@ std::string describe_no_fit(const PlanChoice& choice, const PlanRequest& request
   std::ostringstream out;
   out << "--auto_plan: no plan fits. " << header(request)
       << "  the closest plans and what would make them fit:\n";
-  const double keep = 1.0 - request.headroom;
+  // The cap whose budget holds the bytes: the budget's share of the cap scaled up (for a headroom that grows
+  // with the cap, at most 1 %, a little more than needed).
+  const double keep = request.device_budget() / static_cast<double>(request.device_cap);
+  const double host_keep = 1.0 - request.host_headroom;
   for (int i = 0; i < closest && i < static_cast<int>(closest_first.size()); ++i) {
     const Candidate& c = *closest_first[i];
     out << "    " << row(c) << ": " << rejection_reason(c, request) << "; fits ";
@@ -129,7 +132,7 @@ std::string describe_no_fit(const PlanChoice& choice, const PlanRequest& request
     }
     if (!c.fits_host)
       out << sep << "host memory of "
-          << format_memory_size(static_cast<size_t>(static_cast<double>(c.memory.host) / keep) + 1);
+          << format_memory_size(static_cast<size_t>(static_cast<double>(c.memory.host) / host_keep) + 1);
     out << "\n";
   }
   bool host_short = false;

@@ -460,8 +460,20 @@ __device__ __forceinline__ void add_where(bool condition, float* address, float 
                "l"(static_cast<uint64_t>(__cvta_generic_to_global(address))), "f"(value));
 }
 
+// step(col) for the tile's first `columns` columns: a full tile's 64 unrolled by 8 (their shared-memory
+// reads overlap), a partial one (the sequence's end) rolled.
+template <typename Step>
+__device__ __forceinline__ void for_each_column(int columns, Step&& step) {
+  if (columns == kTile) {
+#pragma unroll 8
+    for (int col = 0; col < kTile; ++col) step(col);
+  } else {
+    for (int col = 0; col < columns; ++col) step(col);
+  }
+}
+
 // Each column a step without a branch (the addition predicated, the run selected): the lanes of a warp,
-// whose rows change bucket at different columns, do not diverge; a full tile's 64 columns unrolled by 8.
+// whose rows change bucket at different columns, do not diverge.
 __device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad_row, int stride,
                                                    const int* diag, int local, bool by_query, int columns) {
   float run = 0.0f;
@@ -476,12 +488,7 @@ __device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad
     run = (changes ? 0.0f : run) + value;
     bucket = c;
   };
-  if (columns == kTile) {
-#pragma unroll 8
-    for (int col = 0; col < kTile; ++col) step(col);
-  } else {
-    for (int col = 0; col < columns; ++col) step(col);
-  }
+  for_each_column(columns, step);
   if (bucket >= 0) atomicAdd(out + bucket, run);
 }
 

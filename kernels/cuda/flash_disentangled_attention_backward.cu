@@ -161,9 +161,8 @@ struct EdgeRuns {
   float first_sum = 0.0f, last_sum = 0.0f;
 };
 // Each column a step without a branch (the addition predicated, the run and the first edge selected), so
-// the lanes of a warp, whose rows change bucket at different columns, do not diverge; a full tile's 64
-// columns unrolled by 8 (their shared-memory reads overlap). The same sums: a run starts at 0 + its first
-// value and adds the rest in column order.
+// the lanes of a warp, whose rows change bucket at different columns, do not diverge. The same sums: a run
+// starts at 0 + its first value and adds the rest in column order.
 __device__ __forceinline__ EdgeRuns add_interior_runs(float* out, const float* grad_column, const int* diag,
                                                       int local, int columns) {
   EdgeRuns edges;
@@ -181,12 +180,7 @@ __device__ __forceinline__ EdgeRuns add_interior_runs(float* out, const float* g
     run = (changes ? 0.0f : run) + value;
     bucket = c;
   };
-  if (columns == kTile) {
-#pragma unroll 8
-    for (int col = 0; col < kTile; ++col) step(col);
-  } else {
-    for (int col = 0; col < columns; ++col) step(col);
-  }
+  for_each_column(columns, step);
   if (bucket >= 0) {
     if (edges.first_bucket < 0) {
       edges.first_bucket = bucket;

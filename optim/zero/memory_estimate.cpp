@@ -162,11 +162,11 @@ ZeroOffload offload_at_stage(const ZeroOffload& run, int stage) {
 std::string fitting_settings_hint(const DebertaConfig& model, int stage, int world_size, DType compute,
                                   int64_t batch, int64_t max_length, size_t cap_bytes, ZeroOffload offload,
                                   int64_t micro_batches_per_step) {
-  const double budget = static_cast<double>(cap_bytes) * (1.0 - kOomHeadroom);
+  const double budget = oom_budget_bytes(cap_bytes);
   std::ostringstream out;
   out << "  settings that fit " << format_memory_size(cap_bytes) << " per rank (estimated, "
-      << static_cast<int>(kOomHeadroom * 100) << "% headroom; world size " << world_size << ", max_length "
-      << max_length << "):";
+      << format_memory_size(oom_headroom_bytes(cap_bytes)) << " headroom; world size " << world_size
+      << ", max_length " << max_length << "):";
   const int64_t limit = std::max<int64_t>(4 * batch, 1024);
   int64_t previous = -1, at_run_stage = 0;
   for (int s = stage; s <= 3; ++s) {

@@ -34,6 +34,7 @@
 // disk_file adds the parameter file (the shard in the compute dtype).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 
@@ -64,8 +65,22 @@ MemoryEstimate estimate_memory(const DebertaConfig& model, int stage, int world_
 // What fits `cap_bytes` per rank according to the estimator, for an out-of-memory message: the largest
 // per-rank batch at `stage` (and at each higher stage, where larger), and the lowest stage that fits `batch`.
 // The estimate leaves out small transients (LayerNorm partials, pointer arrays), so a setting at the edge may
-// still fail: the suggestions keep kOomHeadroom of the cap free.
-inline constexpr double kOomHeadroom = 0.05;
+// still fail: the suggestions (and --auto_plan's plans) keep oom_headroom_bytes of the cap free: 1 % of it,
+// at least 256 MiB, never over 5 % (the small CPU model's caps of a few hundred MiB). On one H100
+// (docs/bench/2026-12-06-h100-plan and -goals: 71 runs at 8-34 GiB) the live peak was at most 0.015 GiB above
+// the estimate, and the device allocator returns its cache before an allocation fails.
+inline constexpr size_t kOomHeadroomMinBytes = size_t{256} << 20;
+inline constexpr double kOomHeadroomShare = 0.01, kOomHeadroomMaxShare = 0.05;
+inline size_t oom_headroom_bytes(size_t cap_bytes) {
+  const auto cap = static_cast<double>(cap_bytes);
+  return static_cast<size_t>(
+      std::min(kOomHeadroomMaxShare * cap,
+               std::max(static_cast<double>(kOomHeadroomMinBytes), kOomHeadroomShare * cap)));
+}
+// The bytes a setting may plan under `cap_bytes`.
+inline double oom_budget_bytes(size_t cap_bytes) {
+  return static_cast<double>(cap_bytes - std::min(cap_bytes, oom_headroom_bytes(cap_bytes)));
+}
 // With offload the optimizer state is not on the device: the stages are compared with the run's offload.
 std::string fitting_settings_hint(const DebertaConfig& model, int stage, int world_size, DType compute,
                                   int64_t batch, int64_t max_length, size_t cap_bytes,

@@ -1,8 +1,9 @@
 // The encoder's calibration on a GPU (app/plan/calibrate.h, time_encoder_layers): the model's own forward +
-// backward at the xlarge dims with 1 and 2 layers, fitted by fit_layer_cost. The timings are ordered as work
-// is (a second layer costs time, the forward is part of the pair, a longer sequence at the same tokens costs
-// more: the attention's L^2), and the fit reproduces every timed layer within 15 %. The collectives' rates
-// (measure_collective_figures): the in-process device group's always, NCCL's where >= 2 GPUs are visible.
+// backward at the xlarge dims at layer_timing_depths() (2 and 4 layers), fitted by fit_layer_cost. The
+// timings are ordered as work is (a second layer costs time, the forward is part of the pair, a longer
+// sequence at the same tokens costs more: the attention's L^2), and the fit reproduces every timed layer
+// within 15 %. The collectives' rates (measure_collective_figures): the in-process device group's always,
+// NCCL's where >= 2 GPUs are visible.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -24,12 +25,13 @@ TEST(CalibrateGpu, TimesTheEncoderLayersAndFitsThem) {
   const std::vector<LayerTimingPoint> points = layer_timing_points();
   const std::vector<LayerTiming> timings = time_encoder_layers(model, points);
   ASSERT_EQ(timings.size(), 2 * points.size());
-  std::map<std::pair<int64_t, int64_t>, std::pair<double, double>> pair_by_point;  // (1 layer, 2 layers)
+  const std::vector<int64_t> depths = layer_timing_depths();
+  std::map<std::pair<int64_t, int64_t>, std::pair<double, double>> pair_by_point;  // (shallow, deep)
   for (const LayerTiming& t : timings) {
     EXPECT_GT(t.forward_ms, 0) << t.batch << "x" << t.length;
     EXPECT_LT(t.forward_ms, t.pair_ms) << t.batch << "x" << t.length;
     auto& slot = pair_by_point[{t.batch, t.length}];
-    (t.layers == 1 ? slot.first : slot.second) = t.pair_ms;
+    (t.layers == depths.front() ? slot.first : slot.second) = t.pair_ms;
   }
   for (const auto& [point, ms] : pair_by_point)
     EXPECT_GT(ms.second, ms.first) << point.first << "x" << point.second << ": the second layer costs time";
@@ -41,12 +43,15 @@ TEST(CalibrateGpu, TimesTheEncoderLayersAndFitsThem) {
   const auto heads = static_cast<double>(model.num_attention_heads);
   for (const auto& [point, ms] : pair_by_point) {
     const double b = static_cast<double>(point.first), l = static_cast<double>(point.second);
-    const double measured_us = (ms.second - ms.first) * 1e3;
+    const double measured_us =
+        (ms.second - ms.first) * 1e3 / static_cast<double>(depths.back() - depths.front());
     EXPECT_NEAR(fit.layer_us(b, l, heads) / measured_us, 1.0, 0.15)
         << point.first << "x" << point.second << ": measured " << measured_us << " us";
+    // A layer's forward alone: a part of its forward + backward (0.16-0.43 on an H100 at these shapes).
+    const double forward_share = fit.layer_forward_us(b, l, heads) / fit.layer_us(b, l, heads);
+    EXPECT_GT(forward_share, 0.08) << point.first << "x" << point.second;
+    EXPECT_LT(forward_share, 0.7) << point.first << "x" << point.second;
   }
-  EXPECT_GT(fit.forward_share, 0.2);
-  EXPECT_LT(fit.forward_share, 0.6);
 }
 
 TEST(CalibrateGpu, MeasuresTheCollectiveRates) {

@@ -17,10 +17,12 @@
 #include "model/config.h"
 #include "model/model_file.h"
 #include "model/parameters.h"
+#include "optim/zero/memory_estimate.h"
 #include "optim/zero/partition.h"
 #include "runtime/arena.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
+#include "tests/app/h100_calibrations.h"
 #include "tests/app/narrow_model.h"
 #include "tests/support/temp_dir_test.h"
 
@@ -43,6 +45,17 @@ class CostModelXlarge : public ::testing::Test {
                  .micro_batch = micro,
                  .accumulation = accumulation};
     return predict_step(p, inputs, figures).total();
+  }
+  // What --calibrate measured on one machine: its rates, and the encoder layers fitted from its timings.
+  void use_calibration(double gemm_tflops, double hbm_gbps, double pcie_gbps, double gpu_adamw_gparams,
+                       double cpu_adamw_gparams, const std::vector<LayerTiming>& timings) {
+    figures.gemm_tflops = gemm_tflops;
+    figures.hbm_gbps = hbm_gbps;
+    figures.pcie_gbps = pcie_gbps;
+    figures.gpu_adamw_gparams = gpu_adamw_gparams;
+    figures.cpu_adamw_gparams = cpu_adamw_gparams;
+    figures.layer = fit_layer_cost(timings, model.num_attention_heads, layer_score_lengths());
+    figures.layer.dims = LayerDims::of(model);
   }
 };
 
@@ -162,19 +175,7 @@ TEST_F(CostModelXlarge, PartialOffloadWaitsForTheEmbeddingsDownload) {
 // rank) with the figures --calibrate measured there: call 2's encoder layer costs, each call's CPU AdamW
 // (4.97 G/s in call 1, 3.72 in call 2), PCIe and GPU rates.
 TEST_F(CostModelXlarge, ReproducesTheMeasuredPartialOffloadSteps) {
-  figures.gemm_tflops = 741.2;
-  figures.gpu_adamw_gparams = 96.65;
-  figures.hbm_gbps = 3009.2;
-  figures.pcie_gbps = 55.30;
-  figures.cpu_adamw_gparams = 3.7216;
-  figures.layer = MeasuredLayerCost{.dims = LayerDims::of(model),
-                                    .fixed_us = 668.99,
-                                    .token_ns = 258.22,
-                                    .score_lengths = {128, 512, 1024, 2048},
-                                    .score_ps = {35.325, 35.094, 32.472, 30.816},
-                                    .forward_share = 0.30178,
-                                    .head_fixed_us = 455.48,
-                                    .head_token_ns = 193.47};
+  use_calibration(741.2, 3009.2, 55.30, 96.65, 3.7216, test::h100_plan_call2_timings());
   MachineFigures call1 = figures;
   call1.gemm_tflops = 738.2;
   call1.gpu_adamw_gparams = 95.17;
@@ -212,6 +213,115 @@ TEST_F(CostModelXlarge, ReproducesTheMeasuredPartialOffloadSteps) {
         << p.describe() << " seq " << pt.length << ": predicted " << predicted << " ms, measured "
         << pt.measured_ms;
   }
+}
+
+// The goals grid of docs/bench/2026-12-06-h100-goals (call A, one H100, xlarge bf16): every plan measured
+// there, predicted with the figures --calibrate measured in the same call (fitted here from its timings), and
+// the planner's rule replayed on them: per global batch and cap, the fastest predicted of the measured plans
+// whose planned peak fits the cap less oom_headroom_bytes, against the fastest measured plan that ran under
+// the cap (its uncapped reserved peak within it, or its rerun under --gpu_memory_limit).
+TEST_F(CostModelXlarge, ReproducesTheMeasuredGoalsGrid) {
+  use_calibration(731.51, 2985.67, 55.195, 94.859, 5.2795, test::h100_goals_call_a_timings());
+  struct Measured {
+    int64_t length;
+    int stage;
+    bool offload;
+    double ratio;
+    int64_t micro, accumulation;
+    bool checkpointing;
+    double step_ms, planned_gib, reserved_gib;
+    std::vector<std::pair<int, double>> capped_ms;  // reruns under --gpu_memory_limit: cap GiB, step ms
+  };
+  const Measured grid[] = {
+      {128, 0, false, 1.0, 128, 1, false, 184.44, 28.293, 30.06, {}},
+      {128, 0, false, 1.0, 64, 2, false, 194.55, 22.652, 23.97, {}},
+      {128, 0, false, 1.0, 32, 4, true, 286.75, 14.613, 15.66, {}},
+      {128, 1, true, 0.25, 64, 2, true, 313.99, 14.485, 15.0, {}},
+      {128, 1, true, 1.0, 128, 1, true, 385.49, 8.875, 9.84, {}},
+      {128, 1, true, 0.75, 64, 2, true, 404.3, 9.516, 10.03, {}},
+      {128, 0, false, 1.0, 40, 1, false, 71.08, 16.084, 17.23, {}},
+      {128, 0, false, 1.0, 40, 1, true, 92.48, 14.834, 15.98, {}},
+      {128, 1, true, 0.5, 40, 1, true, 189.02, 11.354, 11.7, {}},
+      {128, 1, true, 1.0, 40, 1, false, 247.93, 10.916, 11.27, {}},
+      {128, 0, false, 1.0, 128, 4, false, 722.13, 31.668, 33.43, {}},
+      {128, 0, false, 1.0, 64, 8, false, 766.83, 22.652, 23.97, {}},
+      {128, 1, true, 1.0, 512, 1, true, 977.4, 20.22, 23.85, {}},
+      {128, 1, true, 1.0, 64, 8, false, 921.27, 14.11, 14.63, {}},
+      {128, 1, true, 1.0, 256, 2, true, 1030.85, 12.657, 14.51, {}},
+      {128, 1, true, 0.75, 256, 2, true, 1096.21, 15.188, 17.04, {{16, 1193.57}}},
+      {128, 1, true, 1.0, 128, 4, true, 1104.7, 8.875, 9.84, {}},
+      {128, 1, true, 1.0, 32, 16, false, 1022.7, 9.852, 10.14, {}},
+      {128, 1, true, 0.75, 64, 8, true, 1163.98, 9.516, 10.03, {}},
+      {128, 1, true, 0.75, 128, 4, true, 1110.27, 11.407, 12.37, {}},
+      {512, 0, false, 1.0, 16, 1, false, 169.2, 23.574, 25.23, {{24, 171.47}}},
+      {512, 0, false, 1.0, 8, 2, false, 182.05, 20.293, 21.53, {}},
+      {512, 0, false, 1.0, 8, 2, true, 251.03, 15.074, 16.31, {{16, 251.83}}},
+      {512, 1, true, 0.75, 16, 1, true, 376.67, 10.5, 11.37, {}},
+      {512, 1, true, 1.0, 16, 1, true, 357.24, 7.969, 8.83, {}},
+      {512, 0, false, 1.0, 4, 4, true, 279.71, 14.387, 15.41, {}},
+  };
+  auto predicted_ms = [&](const Measured& m) {
+    inputs.max_length = m.length;
+    const Plan p{.stage = m.stage,
+                 .optimizer_offload = m.offload ? OptimizerOffload::cpu : OptimizerOffload::none,
+                 .offload_ratio = m.ratio,
+                 .gradient_checkpointing = m.checkpointing,
+                 .micro_batch = m.micro,
+                 .accumulation = m.accumulation};
+    return predict_step(p, inputs, figures).total();
+  };
+  // Within 10 % where the micro-batch is no larger than the calibration's (16384 tokens);
+  // beyond, the per-token cost is extrapolated (512 x 128: -11.9 %).
+  for (const Measured& m : grid)
+    EXPECT_NEAR(predicted_ms(m) / m.step_ms, 1.0, m.micro * m.length <= 16384 ? 0.10 : 0.15)
+        << "seq " << m.length << " stage " << m.stage << (m.offload ? " offload r " : " ")
+        << (m.offload ? std::to_string(m.ratio) : "") << " " << m.micro << "x" << m.accumulation
+        << (m.checkpointing ? " ckpt" : "") << ": predicted " << predicted_ms(m) << " ms, measured "
+        << m.step_ms;
+
+  // The step that counts under a cap: uncapped where its reserved peak fits, else its capped
+  // rerun.
+  auto under_cap_ms = [](const Measured& m, int cap) -> std::optional<double> {
+    if (m.reserved_gib <= cap) return m.step_ms;
+    for (const auto& [c, ms] : m.capped_ms)
+      if (c == cap) return ms;
+    return std::nullopt;
+  };
+  const std::pair<int64_t, int64_t> batches[] = {{40, 128}, {128, 128}, {512, 128}, {16, 512}};
+  for (const auto& [batch, length] : batches)
+    for (const int cap : {12, 16, 24, 40}) {
+      const double budget_gib = optim::oom_budget_bytes(static_cast<size_t>(cap) << 30) / (1 << 30);
+      const Measured *chosen = nullptr, *fastest = nullptr;
+      double chosen_predicted = 0, fastest_ms = 0;
+      for (const Measured& m : grid) {
+        if (m.length != length || m.micro * m.accumulation != batch) continue;
+        if (m.planned_gib <= budget_gib && (chosen == nullptr || predicted_ms(m) < chosen_predicted)) {
+          chosen = &m;
+          chosen_predicted = predicted_ms(m);
+        }
+        const std::optional<double> ms = under_cap_ms(m, cap);
+        if (ms && (fastest == nullptr || *ms < fastest_ms)) {
+          fastest = &m;
+          fastest_ms = *ms;
+        }
+      }
+      ASSERT_NE(chosen, nullptr) << batch << " x " << length << " at " << cap << " GiB";
+      ASSERT_NE(fastest, nullptr) << batch << " x " << length << " at " << cap << " GiB";
+      const std::optional<double> chosen_ms = under_cap_ms(*chosen, cap);
+      ASSERT_TRUE(chosen_ms.has_value()) << batch << " x " << length << " at " << cap
+                                         << " GiB: the chosen plan was not shown to run under the cap";
+      // The one miss of this calibration: the 1- and 2-layer timings put too much of a layer in
+      // its fixed cost and too little per token (layer_timing_depths says why), so the model
+      // prefers 128 x 4 with checkpointing (-5.8 %) to 32 x 16 without (+4.5 %). Calibrations
+      // at 2 and 4 layers are to remove it.
+      const bool known_miss = batch == 512 && length == 128 && cap == 12;
+      EXPECT_EQ(*chosen_ms / fastest_ms <= 1.05, !known_miss)
+          << (known_miss ? "the known miss is gone: take it out of the test; " : "") << batch << " x "
+          << length << " at " << cap << " GiB: chosen " << chosen->micro << "x" << chosen->accumulation
+          << " (stage " << chosen->stage << ", " << *chosen_ms << " ms, predicted " << chosen_predicted
+          << "), fastest " << fastest->micro << "x" << fastest->accumulation << " (stage " << fastest->stage
+          << ", " << fastest_ms << " ms)";
+    }
 }
 
 TEST_F(CostModelXlarge, FasterCpuAdamMakesOffloadCheaper) {
@@ -320,24 +430,27 @@ MeasuredLayerCost synthetic_layer_cost() {
   c.token_ns = 410;
   c.score_lengths = {128, 512, 1024, 2048};
   c.score_ps = {50, 39, 37, 48};
-  c.forward_share = 0.36;
+  c.forward_fixed_us = 60;
+  c.forward_token_ns = 100;
+  c.forward_score_ps = {18, 15, 13, 8};
   c.head_fixed_us = 300;
   c.head_token_ns = 20;
   return c;
 }
 
-// Timings the way time_encoder_layers reports them, made from `c` (a model of 1 or 2 layers = the head + that
-// many layers; the forward the share of the layers plus a third of the head), with a relative `noise`
-// alternating in sign.
+// Timings the way time_encoder_layers reports them, made from `c` (a model of 2 or 4 layers = the head + that
+// many layers; the forward the layers' forward plus a third of the head), with a relative `noise` alternating
+// in sign.
 std::vector<LayerTiming> synthetic_timings(const MeasuredLayerCost& c, int64_t heads, double noise) {
   std::vector<LayerTiming> out;
   int sign = 1;
-  for (int64_t layers : {1, 2})
+  for (const int64_t layers : layer_timing_depths())
     for (const LayerTimingPoint& p : layer_timing_points()) {
       const double b = static_cast<double>(p.batch), l = static_cast<double>(p.length);
       const double layer_us = c.layer_us(b, l, static_cast<double>(heads)), head_us = c.head_us(b, l);
       const double pair_us = head_us + static_cast<double>(layers) * layer_us;
-      const double forward_us = head_us / 3 + static_cast<double>(layers) * layer_us * c.forward_share;
+      const double forward_us =
+          head_us / 3 + static_cast<double>(layers) * c.layer_forward_us(b, l, static_cast<double>(heads));
       sign = -sign;
       out.push_back({.layers = layers,
                      .batch = p.batch,
@@ -357,7 +470,11 @@ TEST(LayerCostFit, RecoversTheCoefficientsFromTimings) {
   ASSERT_EQ(got.score_lengths, want.score_lengths);
   for (size_t i = 0; i < want.score_ps.size(); ++i)
     EXPECT_NEAR(got.score_ps[i], want.score_ps[i], 1e-6 * want.score_ps[i]) << want.score_lengths[i];
-  EXPECT_NEAR(got.forward_share, want.forward_share, 1e-9);
+  EXPECT_NEAR(got.forward_fixed_us, want.forward_fixed_us, 1e-6 * want.forward_fixed_us);
+  EXPECT_NEAR(got.forward_token_ns, want.forward_token_ns, 1e-6 * want.forward_token_ns);
+  ASSERT_EQ(got.forward_score_ps.size(), want.forward_score_ps.size());
+  for (size_t i = 0; i < want.forward_score_ps.size(); ++i)
+    EXPECT_NEAR(got.forward_score_ps[i], want.forward_score_ps[i], 1e-6 * want.forward_score_ps[i]);
   EXPECT_NEAR(got.head_fixed_us, want.head_fixed_us, 1e-6 * want.head_fixed_us);
   EXPECT_NEAR(got.head_token_ns, want.head_token_ns, 1e-6 * want.head_token_ns);
 
@@ -367,6 +484,8 @@ TEST(LayerCostFit, RecoversTheCoefficientsFromTimings) {
   for (const LayerTimingPoint& p : layer_timing_points()) {
     const double b = static_cast<double>(p.batch), l = static_cast<double>(p.length);
     EXPECT_NEAR(noisy.layer_us(b, l, 24) / want.layer_us(b, l, 24), 1.0, 0.05)
+        << p.batch << " x " << p.length;
+    EXPECT_NEAR(noisy.layer_forward_us(b, l, 24) / want.layer_forward_us(b, l, 24), 1.0, 0.1)
         << p.batch << " x " << p.length;
   }
 }
@@ -388,6 +507,12 @@ TEST(LayerCostFit, RefusesTimingsThatDoNotDetermineIt) {
   std::vector<LayerTiming> zero = timings;
   zero.front().pair_ms = 0;
   EXPECT_THROW(fit_layer_cost(zero, 24, layer_score_lengths()), Error);
+  // A layer whose forward alone is not shorter than its forward + backward (the 2-layer forward inflated).
+  std::vector<LayerTiming> slow_forward = timings;
+  for (LayerTiming& t : slow_forward)
+    if (t.layers == 2 && t.batch == slow_forward.front().batch && t.length == slow_forward.front().length)
+      t.forward_ms = t.pair_ms;
+  EXPECT_THROW(fit_layer_cost(slow_forward, 24, layer_score_lengths()), Error);
   EXPECT_THROW(fit_layer_cost(timings, 24, {512, 128}), Error);
 }
 
@@ -400,7 +525,7 @@ TEST(LayerCostFit, ScoreCostInterpolatesInLogLength) {
 }
 
 // With measured layer costs the compute part is theirs: the micro-batch's forward + backward = the head + the
-// layers; checkpointing adds the layers' forward share once more; the attention's part grows with L^2 (a
+// layers; checkpointing adds the layers' forward once more; the attention's part grows with L^2 (a
 // seq-512 plan's share of scores is far above a seq-128 one's at the same tokens).
 TEST_F(CostModelXlarge, MeasuredLayerCostsGiveTheComputePart) {
   figures.layer = synthetic_layer_cost();
@@ -413,7 +538,7 @@ TEST_F(CostModelXlarge, MeasuredLayerCostsGiveTheComputePart) {
   EXPECT_NEAR(predict_step(p, inputs, figures).compute_ms, expected_ms, 1e-9 * expected_ms);
   Plan ckpt = p;
   ckpt.gradient_checkpointing = true;
-  const double recompute_ms = layers * c.layer_us(16, 512, heads) * c.forward_share * 1e-3;
+  const double recompute_ms = layers * c.layer_forward_us(16, 512, heads) * 1e-3;
   EXPECT_NEAR(predict_step(ckpt, inputs, figures).compute_ms, expected_ms + recompute_ms, 1e-9 * expected_ms);
   Plan accumulated{.stage = 0, .micro_batch = 8, .accumulation = 2};
   const double half_ms = (c.head_us(8, 512) + layers * c.layer_us(8, 512, heads)) * 1e-3;
@@ -433,15 +558,22 @@ TEST_F(CostModelXlarge, MeasuredLayerCostsGiveTheComputePart) {
   EXPECT_NE(predict_step(Plan{.stage = 0, .micro_batch = 64}, inputs, formulas).compute_ms, at_128);
 }
 
-// The update hidden under the next forward uses the measured forward share, not a third of the work.
-TEST_F(CostModelXlarge, MeasuredForwardShareBoundsTheHiddenUpdate) {
+// The update hidden under the next forward is the measured forward (the layers' and the head's in their
+// proportion), not a third of the work.
+TEST_F(CostModelXlarge, MeasuredForwardBoundsTheHiddenUpdate) {
   figures.layer = synthetic_layer_cost();
   figures.overlap_hidden_forward = 1.0;
   figures.cpu_adamw_gparams = 0.01;  // a CPU update far longer than any forward: the whole forward hides
   const Plan p{.stage = 2, .optimizer_offload = OptimizerOffload::cpu, .micro_batch = 32};
   const StepCost cost = predict_step(p, inputs, figures);
-  EXPECT_NEAR(cost.hidden_ms, cost.compute_ms * figures.layer.forward_share, 0.05 * cost.hidden_ms);
-  EXPECT_GT(cost.hidden_ms, cost.compute_ms / 3 * 1.05);
+  const MeasuredLayerCost& c = figures.layer;
+  const double heads = static_cast<double>(model.num_attention_heads);
+  const double length = static_cast<double>(inputs.max_length);
+  const double forward_us =
+      (c.head_us(32, length) / c.layer_us(32, length, heads) + static_cast<double>(model.num_hidden_layers)) *
+      c.layer_forward_us(32, length, heads);
+  EXPECT_NEAR(cost.hidden_ms, forward_us * 1e-3, 1e-9 * cost.hidden_ms);
+  EXPECT_LT(cost.hidden_ms, cost.compute_ms / 3 * 0.95);  // this layer's forward is under a third
 }
 
 TEST(MachineFigures, MeasuredLayerCostRoundTripsAndPartialSetsAreRefused) {
@@ -455,7 +587,9 @@ TEST(MachineFigures, MeasuredLayerCostRoundTripsAndPartialSetsAreRefused) {
   EXPECT_EQ(back.layer.token_ns, m.layer.token_ns);
   EXPECT_EQ(back.layer.score_lengths, m.layer.score_lengths);
   EXPECT_EQ(back.layer.score_ps, m.layer.score_ps);
-  EXPECT_EQ(back.layer.forward_share, m.layer.forward_share);
+  EXPECT_EQ(back.layer.forward_fixed_us, m.layer.forward_fixed_us);
+  EXPECT_EQ(back.layer.forward_token_ns, m.layer.forward_token_ns);
+  EXPECT_EQ(back.layer.forward_score_ps, m.layer.forward_score_ps);
   EXPECT_EQ(back.layer.head_fixed_us, m.layer.head_fixed_us);
   EXPECT_EQ(back.layer.head_token_ns, m.layer.head_token_ns);
   EXPECT_EQ(back.layer.dims, m.layer.dims);
@@ -468,7 +602,8 @@ TEST(MachineFigures, MeasuredLayerCostRoundTripsAndPartialSetsAreRefused) {
     return (dir / name).string();
   };
   const std::string rest =
-      R"("layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_share": 0.4, "head_fixed_us": 0, "head_token_ns": 1)";
+      R"("layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_fixed_us": 0.5, "layer_forward_token_ns": 1, )"
+      R"("layer_forward_score_ps": [[128, 2]], "head_fixed_us": 0, "head_token_ns": 1)";
   EXPECT_NO_THROW(MachineFigures::load(write("ok.json", "{" + rest + R"(, "layer_score_ps": [[128, 5]]})")));
   // Without layer_model the costs load, for no model (predict_step keeps the formulas and says so).
   EXPECT_FALSE(MachineFigures::load((dir / "ok.json").string()).layer.dims.known());
@@ -495,11 +630,19 @@ TEST(MachineFigures, MeasuredLayerCostRoundTripsAndPartialSetsAreRefused) {
   EXPECT_THROW(MachineFigures::load(write("zero.json", "{" + rest + R"(, "layer_score_ps": [[128, 0]]})")),
                Error);
   EXPECT_THROW(MachineFigures::load(write("empty.json", "{" + rest + R"(, "layer_score_ps": []})")), Error);
-  EXPECT_THROW(
-      MachineFigures::load(write(
-          "share.json",
-          R"({"layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_share": 1.5, "head_fixed_us": 0, "head_token_ns": 1, "layer_score_ps": [[128, 5]]})")),
-      Error);
+  // The forward's table at other lengths than the forward + backward's.
+  EXPECT_THROW(MachineFigures::load(write("forward_lengths.json",
+                                          "{" + rest + R"(, "layer_score_ps": [[128, 5], [512, 4]]})")),
+               Error);
+  // An earlier calibration's single forward share: refused with what to do.
+  try {
+    MachineFigures::load(write(
+        "share.json",
+        R"({"layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_share": 0.3, "head_fixed_us": 0, "head_token_ns": 1, "layer_score_ps": [[128, 5]]})"));
+    ADD_FAILURE() << "an earlier calibration's layer_forward_share loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("run train_mrpc --calibrate again"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -42,7 +42,17 @@ double split_master_saving_gib(const DebertaConfig& model) {
 
 bool fits(const DebertaConfig& model, int stage, int64_t batch, size_t cap) {
   return static_cast<double>(estimate_memory(model, stage, 2, DType::bf16, batch, 128).total()) <=
-         static_cast<double>(cap) * (1.0 - kOomHeadroom);
+         oom_budget_bytes(cap);
+}
+
+// The headroom kept below a cap: 1 % of it, at least 256 MiB, never over 5 %.
+TEST(MemoryEstimateHint, HeadroomIsOnePercentAtLeast256MiBAtMostFivePercent) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  EXPECT_EQ(oom_headroom_bytes(24 * kGiB), 256 * kMiB);  // 1 % is 245.8 MiB
+  EXPECT_EQ(oom_headroom_bytes(80 * kGiB), 80 * kGiB / 100);
+  EXPECT_EQ(oom_headroom_bytes(200 * kMiB), 10 * kMiB);  // 5 % of a small cap
+  EXPECT_EQ(oom_headroom_bytes(5 * kGiB + 128 * kMiB), 256 * kMiB);
+  EXPECT_DOUBLE_EQ(oom_budget_bytes(24 * kGiB), static_cast<double>(24 * kGiB - 256 * kMiB));
 }
 
 TEST(MemoryEstimateHint, NamesTheLargestFittingBatchAndTheLowestFittingStage) {
@@ -89,7 +99,7 @@ TEST(MemoryEstimateHint, NamesTheBatchGradientCheckpointingFits) {
   const int64_t b = std::stoll(m[1]);
   EXPECT_GT(b, advised_batch(hint, 0)) << hint;
   model.gradient_checkpointing = true;
-  const double budget = static_cast<double>(cap) * (1.0 - kOomHeadroom);
+  const double budget = oom_budget_bytes(cap);
   EXPECT_LE(static_cast<double>(estimate_memory(model, 0, 1, DType::bf16, b, 128).total()), budget);
   EXPECT_GT(static_cast<double>(estimate_memory(model, 0, 1, DType::bf16, b + 1, 128).total()), budget);
   EXPECT_EQ(fitting_settings_hint(model, 0, 1, DType::bf16, 400, 128, cap).find("--gradient_checkpointing"),

@@ -71,7 +71,7 @@ def check_grid(bin_dir, work):
             assert auto is not None, f"b{batch} s{seq} cap {cap}: no auto plan"
             # The auto plan is a plausible winner: in the grid, or equal at world size 1 to a plan in it.
             assert (pg.family(auto), auto["micro_batch"]) in classes, f"cap {cap}: {pg.plan_key(auto)} not in {keys}"
-            fitting = [p for p in plans if p["device_gib"] <= cap * (1 - pg.HEADROOM)]
+            fitting = [p for p in plans if p["device_gib"] <= pg.budget_gib(cap)]
             assert fitting, f"b{batch} s{seq} cap {cap}: nothing in the grid fits"
 
 

@@ -176,7 +176,7 @@ std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
   ZT_CHECK(cuda_available(), "timing the encoder layers needs a GPU: ", describe_devices());
   ZT_CHECK(repeats > 0 && !points.empty(), "time_encoder_layers: points and repeats must be positive");
   std::vector<LayerTiming> timings;
-  for (int64_t layers : {1, 2}) {
+  for (const int64_t layers : layer_timing_depths()) {
     // The run's layer dims; a small vocabulary (the word embeddings' gradient is not the encoder's cost).
     DebertaConfig config = model;
     config.num_hidden_layers = layers;
