@@ -25,19 +25,19 @@
 # then the verdicts from .long/long.json: the speed and peak goals, and the estimator's plan within 5 % of the
 # measured peak at 4x2048 and 1x8192 (the goals of shapes not yet run say n/a).
 #
-# A fresh H100 builds this tree (and the candidate's, side by side) in ~100-150 s; the decisive parts through
-# candidate_ab take ~320 s more (tests 50, candidate_tests 20, goals_side 150, steps_16384 40, candidate_ab 60):
-# call 1 (LONG_BUDGET_S 580) reaches them, then goals_cores and steps_checkpoint (~85 s) where the build was
-# quick. Call 2, only where the session has the device time, on the warm machine within 30 s (its build a
-# no-op, ~10 s): short_side, and short_cores if it fits (~170 s for both). From /work/main, main checked out:
+# A fresh H100 builds this tree in ~100-150 s (a candidate beside it, side by side); the decisive parts take
+# ~250 s more (tests 50, goals_side 150, steps_16384 40; the candidate's: candidate_tests 20, candidate_ab
+# 60): call 1 (LONG_BUDGET_S 580) reaches them, then goals_cores, steps_checkpoint, short_side and short_cores
+# (~270 s; on 2026-12-06 all of them ran in 312 s on a warm H100 with a candidate). torch.compile (the 2x goal
+# at 40x128 and 16x512) only in a call of its own on the warm machine within 30 s. From /work/main:
 #
 #   scripts/fetch_wheels.sh                     # .whl/: flashdeberta 0.0.8, einops, disentangled-flash 1.1.1
-#   rm -rf .wt-flashbwd2 && mkdir .wt-flashbwd2 && git archive flashbwd2 | tar -x -C .wt-flashbwd2   # ~13 MB
-#   call 1: run(command="scripts/device/run.sh long --candidate .wt-flashbwd2", timeout_s=600,
-#               carry=[".device-deps", ".whl", ".wt-flashbwd2"])
-#   call 2: run(command="LONG_BUDGET_S=170 scripts/device/run.sh long --candidate .wt-flashbwd2", timeout_s=190,
-#               carry=[".device-deps", ".whl", ".wt-flashbwd2"])
-#   scripts/device/run.sh --dry-run long --candidate .wt-flashbwd2      # here: the plan, every part's budget
+#   call 1: run(command="scripts/device/run.sh long", timeout_s=600, carry=[".device-deps", ".whl"])
+#   call 2: run(command="LONG_BUDGET_S=400 scripts/device/run.sh long --with-compile", timeout_s=430,
+#               carry=[".device-deps", ".whl"])
+#   a kernel candidate (a branch): rm -rf .wt-NAME && mkdir .wt-NAME && git archive NAME | tar -x -C .wt-NAME,
+#   then `long --candidate .wt-NAME` with ".wt-NAME" in carry
+#   scripts/device/run.sh --dry-run long [--candidate DIR]      # here: the plan, every part's budget
 #
 # The candidate builds into build-gpu-candidate/ at the top of this tree, not inside the carried folder (a
 # carried folder replaces its copy on the machine, which would drop its build between the calls). A fresh
