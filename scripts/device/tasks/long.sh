@@ -20,7 +20,8 @@
 #                           kernels (bench_attention_vs_df.py; a torch process each for df and fdb)
 #   steps_checkpoint  25 s  1 x 8192 with --gradient_checkpointing (the flash attention under recomputation)
 #   short_side       110 s  zerotrain, FlashDeBERTa, df at 16x512 and 40x128 into the same .long/long.json
-#   short_cores       50 s  the cores at 40x128 and 16x512
+#   short_cores       65 s  the cores at 40x128, 16x512 and 8x1024 (the stored path's last length: is flash
+#                           faster there yet?)
 #   compile          330 s  (--with-compile) torch.compile at 40x128 and 16x512 (two compiles of 100-190 s)
 # then the verdicts from .long/long.json: the speed and peak goals, and the estimator's plan within 5 % of the
 # measured peak at 4x2048 and 1x8192 (the goals of shapes not yet run say n/a).
@@ -28,7 +29,7 @@
 # A fresh H100 builds this tree in ~100-150 s (a candidate beside it, side by side); the decisive parts take
 # ~250 s more (tests 50, goals_side 150, steps_16384 40; the candidate's: candidate_tests 20, candidate_ab
 # 60): call 1 (LONG_BUDGET_S 580) reaches them, then goals_cores, steps_checkpoint, short_side and short_cores
-# (~270 s; on 2026-12-06 all of them ran in 312 s on a warm H100 with a candidate). torch.compile (the 2x goal
+# (~285 s; on 2026-12-06 all of them ran in 312 s on a warm H100 with a candidate). torch.compile (the 2x goal
 # at 40x128 and 16x512) only in a call of its own on the warm machine within 30 s. From /work/main:
 #
 #   scripts/fetch_wheels.sh                     # .whl/: flashdeberta 0.0.8, einops, disentangled-flash 1.1.1
@@ -209,9 +210,9 @@ task_run() {
     torch_side zerotrain,fdb,df 16x512,40x128
     finished short_side $? "$(side_out zerotrain,fdb,df 16x512,40x128)"
   fi
-  if part short_cores 50; then
-    cores 40x128,16x512
-    finished short_cores $? "$work/core_40x128_16x512.txt"
+  if part short_cores 65; then
+    cores 40x128,16x512,8x1024
+    finished short_cores $? "$work/core_40x128_16x512_8x1024.txt"
   fi
   if ((with_compile)) && part compile 330; then
     torch_side compile 16x512,40x128
