@@ -450,18 +450,6 @@ __global__ void __launch_bounds__(kThreads, kStaged ? 3 : 2)
   }
 }
 
-template <typename F>
-void dispatch_half(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::bf16:
-      return f(__nv_bfloat16{});
-    case DType::f16:
-      return f(__half{});
-    default:
-      ZT_FAIL(op, ": bf16 or f16 only, got ", dtype_name(dtype));
-  }
-}
-
 dim3 tile_grid(const FlashAttentionParams& p) {
   return dim3(static_cast<unsigned>((p.length + kTile - 1) / kTile),
               static_cast<unsigned>(p.batch * p.heads));
@@ -487,7 +475,7 @@ void launch_forward(Kernel kernel, bool staged, const FlashAttentionParams& p, c
 }  // namespace
 
 void launch_flash_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
-  dispatch_half(dtype, "flash_attention_forward", [&](auto tag) {
+  cuda_detail::dispatch_half(dtype, "flash_attention_forward", [&](auto tag) {
     using T = decltype(tag);
     // The staged variant (with the slice buffer) where the host said the slices cover every tile and a
     // positional term is on, the gathering one otherwise; dropout or not.

@@ -484,22 +484,10 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
   }
 }
 
-template <typename F>
-void dispatch_half(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::bf16:
-      return f(__nv_bfloat16{});
-    case DType::f16:
-      return f(__half{});
-    default:
-      ZT_FAIL(op, ": bf16 or f16 only, got ", dtype_name(dtype));
-  }
-}
-
 }  // namespace
 
 void launch_flash_attention_backward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
-  dispatch_half(dtype, "flash_attention_backward", [&](auto tag) {
+  cuda_detail::dispatch_half(dtype, "flash_attention_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t rows = static_cast<int64_t>(params.batch) * params.length * params.heads;
     constexpr int kRowsPerBlock = 8;

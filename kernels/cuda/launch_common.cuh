@@ -115,6 +115,20 @@ void dispatch_float_storage(DType dtype, const char* op, F&& f) {
   }
 }
 
+// Calls f(T{}) with T the 16-bit storage type of `dtype` (bf16, f16: the tensor-core kernels); other dtypes
+// are an error naming `op`.
+template <typename F>
+void dispatch_half(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::bf16:
+      return f(__nv_bfloat16{});
+    case DType::f16:
+      return f(__half{});
+    default:
+      ZT_FAIL(op, ": bf16 or f16 only, got ", dtype_name(dtype));
+  }
+}
+
 // ---- reductions ----------------------------------------------------------------------------------------
 
 // Butterfly sum over the 32 lanes; every lane gets the total. The order is fixed, so the result is too.

@@ -60,12 +60,8 @@ TwoRankRun train_two_ranks(int stage, DType compute, bool overlap, ZeroOffload o
       try {
         AbortGroupOnException abort_on_error(*comms[static_cast<size_t>(r)]);
         RankDevice::Enter on_rank(*devices[static_cast<size_t>(r)]);
-        ZeroEngineOptions options;
-        options.stage = stage;
-        options.device = DeviceKind::cuda;
-        options.compute = compute;
-        options.max_grad_norm = 0.5;
-        options.offload = offload;
+        ZeroEngineOptions options =
+            testing::harness_engine_options(stage, DeviceKind::cuda, compute, offload);
         options.ranks_sharing_host = kWorld;
         options.overlap_comm = overlap;
         ZeroEngine engine(table, config, *comms[static_cast<size_t>(r)], options);

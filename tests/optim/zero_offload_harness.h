@@ -89,6 +89,18 @@ inline ZeroStepResult synthetic_step(ZeroEngine& engine, const DebertaConfig& co
 }
 
 // The initial parameters of the synthetic runs: 0.05 cos(0.11 i) over the flat f32 layout.
+// The engine options both harness runs share (clipping at 0.5, so the norm and its scale are exercised).
+inline ZeroEngineOptions harness_engine_options(int stage, DeviceKind device, DType compute,
+                                                const ZeroOffload& offload) {
+  ZeroEngineOptions options;
+  options.stage = stage;
+  options.device = device;
+  options.compute = compute;
+  options.max_grad_norm = 0.5;
+  options.offload = offload;
+  return options;
+}
+
 inline Arena synthetic_initial_parameters(const ParameterTable& table) {
   Arena init("initial parameters", table.layout(DType::f32), {.zero_fill = true});
   const Tensor flat = init.flat(DType::f32);
@@ -105,12 +117,7 @@ inline std::vector<float> train_with_synthetic_gradients(DeviceKind device, DTyp
   const DebertaConfig config = offload_tiny_config();
   const ParameterTable table(config);
   auto comms = make_in_process_group(1);
-  ZeroEngineOptions options;
-  options.stage = stage;
-  options.device = device;
-  options.compute = compute;
-  options.max_grad_norm = 0.5;
-  options.offload = offload;
+  ZeroEngineOptions options = harness_engine_options(stage, device, compute, offload);
   options.pin_memory = pin;
   options.pin_param_memory = pin;
   options.param_disk = std::move(param_disk);
@@ -171,12 +178,7 @@ inline std::vector<float> train_ranks_with_synthetic_gradients(
   auto comms = make_in_process_group(world);
   Arena out("final master", table.layout(DType::f32), {.zero_fill = true});
   auto make_engine = [&](Communicator& comm, const ZeroOffload& o) {
-    ZeroEngineOptions options;
-    options.stage = stage;
-    options.device = device;
-    options.compute = compute;
-    options.max_grad_norm = 0.5;
-    options.offload = o;
+    ZeroEngineOptions options = harness_engine_options(stage, device, compute, o);
     options.ranks_sharing_host = world;
     return std::make_unique<ZeroEngine>(table, config, comm, options);
   };
