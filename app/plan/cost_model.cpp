@@ -294,9 +294,7 @@ MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t h
   for (const LayerTiming& t : timings)
     if (std::find(depths.begin(), depths.end(), t.layers) == depths.end()) depths.push_back(t.layers);
   std::sort(depths.begin(), depths.end());
-  ZT_CHECK(depths.size() == 2 && depths.front() >= 1,
-           "fit_layer_cost: timings at two depths (layer counts) "
-           "needed, not ",
+  ZT_CHECK(depths.size() == 2 && depths.front() >= 1, "fit_layer_cost: timings at two depths needed, not ",
            depths.size());
   const auto shallow = static_cast<double>(depths.front());
   const auto added = static_cast<double>(depths.back() - depths.front());
