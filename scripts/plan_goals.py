@@ -42,8 +42,10 @@ Pruning (the grid holds every plausible winner of each cap; the planner's own ta
     within --margin (1.15) of the best: the model's pairwise ranking errors measured on the H100 span ~11 %
     (predicted/measured 0.86-0.97 at b128), so a plan predicted more than 15 % slower than the best cannot be
     the one the auto plan must be within 5 % of; of those the --per-cap fastest predicted and the fastest of
-    each placement kind (no offload, full, partial) are measured; where only offload fits, the fastest full
-    and the fastest partial whatever their prediction (the partial goal compares them);
+    each placement kind (no offload, full, partial) are measured, and of one kind the fastest with and
+    without checkpointing where both are predicted within --twin-margin (1.06) of the best; where only
+    offload fits, the fastest full and the fastest partial whatever their prediction (the partial goal
+    compares them);
   - a plan at the edge of the cap (planned above 95 % of the budget) gets its family's next smaller
     micro-batch as a fallback, measured only where the edge plan does not run uncapped under the cap.
 Steps: plans predicted over --long-step-ms (450; measured ~10 % above) run 1 warm-up + 3 timed steps, the
@@ -393,15 +395,24 @@ class Runner:
             cap_picks = [p for p in cap_picks if not any(dominates(q, p) for q in fitting)]
             cap_picks.sort(key=lambda p: p["predicted_ms"])
             # The fastest few, and the fastest of each placement kind (no offload, full, partial) within the
-            # margin: the model may rank kinds wrongly, rarely two members of one kind.
+            # margin: the model may rank kinds wrongly, rarely two members of one kind. Of one kind, the
+            # fastest with checkpointing and the fastest without where both are within --twin-margin of the
+            # best: there the recompute's error decides (H100, cap 12 x b512: full offload 128x4 with
+            # checkpointing predicted 996 ms, measured 1083; 32x16 without, 1020 and 1001).
             keep = [p for p in cap_picks if p["predicted_ms"] <= self.args.margin * best][:self.args.per_cap]
             # Where only offload fits, the fastest full and partial offload whatever their prediction: the
             # partial goal compares them.
             for kind in ("none", "full", "partial"):
-                first = next((p for p in cap_picks if placement_kind(p) == kind and
-                              (offload_only or p["predicted_ms"] <= self.args.margin * best)), None)
-                if first is not None and first not in keep:
-                    keep.append(first)
+                members = [p for p in cap_picks if placement_kind(p) == kind]
+                first = next((p for p in members if offload_only or p["predicted_ms"] <= self.args.margin * best),
+                             None)
+                if first is None:
+                    continue
+                twin = next((p for p in members if p["gradient_checkpointing"] != first["gradient_checkpointing"]
+                             and p["predicted_ms"] <= self.args.twin_margin * best), None)
+                for p in (first, twin):
+                    if p is not None and p not in keep:
+                        keep.append(p)
             for p in keep:
                 equivalent = (family(p), p["micro_batch"])
                 selected.setdefault(equivalent, p)  # the first (the planner's pick on a tie) stands
@@ -759,6 +770,8 @@ def main():
     ap.add_argument("--budget-s", type=float, default=120)
     ap.add_argument("--caps", default=",".join(map(str, CAPS_GIB)))
     ap.add_argument("--margin", type=float, default=1.15, help="families predicted within this of the best")
+    ap.add_argument("--twin-margin", type=float, default=1.06,
+                    help="a kind's fastest with and without checkpointing both measured within this of the best")
     ap.add_argument("--per-cap", type=int, default=2,
                     help="the fastest predicted picks kept per cap (besides each placement kind's fastest)")
     ap.add_argument("--warmup", type=int, default=2)

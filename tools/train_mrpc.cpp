@@ -136,9 +136,10 @@ void calibrate(const TrainConfig& config) {
     std::string shown;
     for (const zt::plan::LayerTiming& t : timings)
       shown += zt::str(shown.empty() ? "" : "; ", t.layers, "L ", t.batch, "x", t.length, " ", t.pair_ms, "/",
-                       t.forward_ms);
-    std::printf("calibrated: model forward + backward / forward ms: %s (%.1f s)\n", shown.c_str(),
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+                       t.forward_ms, "/", t.checkpointed_pair_ms);
+    std::printf(
+        "calibrated: model forward + backward / forward / checkpointed forward + backward ms: %s (%.1f s)\n",
+        shown.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     try {
       const zt::plan::MeasuredLayerCost layer =
           zt::plan::fit_layer_cost(timings, shapes.num_attention_heads, zt::plan::layer_score_lengths());
@@ -150,9 +151,11 @@ void calibrate(const TrainConfig& config) {
       };
       std::printf(
           "calibrated: encoder layer %.1f us + %.4f ns/token + ps/score {%s}; its forward %.1f us + %.4f "
-          "ns/token + ps/score {%s}; embeddings + head %.1f us + %.4f ns/token\n",
+          "ns/token + ps/score {%s}; checkpointing's recompute %.1f us + %.4f ns/token + ps/score {%s}; "
+          "embeddings + head %.1f us + %.4f ns/token\n",
           layer.fixed_us, layer.token_ns, scores(layer.score_ps).c_str(), layer.forward_fixed_us,
-          layer.forward_token_ns, scores(layer.forward_score_ps).c_str(), layer.head_fixed_us,
+          layer.forward_token_ns, scores(layer.forward_score_ps).c_str(), layer.recompute_fixed_us,
+          layer.recompute_token_ns, scores(layer.recompute_score_ps).c_str(), layer.head_fixed_us,
           layer.head_token_ns);
       measured = zt::plan::with_layer_cost(measured, layer, shapes);
     } catch (const zt::Error& e) {

@@ -42,9 +42,17 @@ double ms_for_bytes(double bytes, double gbps) {
 }
 
 // The measured layer keys: all in a file or none.
-constexpr const char* kLayerKeys[] = {
-    "layer_fixed_us",         "layer_token_ns",         "layer_score_ps", "layer_forward_fixed_us",
-    "layer_forward_token_ns", "layer_forward_score_ps", "head_fixed_us",  "head_token_ns"};
+constexpr const char* kLayerKeys[] = {"layer_fixed_us",
+                                      "layer_token_ns",
+                                      "layer_score_ps",
+                                      "layer_forward_fixed_us",
+                                      "layer_forward_token_ns",
+                                      "layer_forward_score_ps",
+                                      "layer_recompute_fixed_us",
+                                      "layer_recompute_token_ns",
+                                      "layer_recompute_score_ps",
+                                      "head_fixed_us",
+                                      "head_token_ns"};
 
 // A [[L, ps], ...] table of the file: lengths ascending, both positive (ps >= 0 where zero_allowed).
 void load_score_table(const nlohmann::json& j, const char* key, const std::string& path, bool zero_allowed,
@@ -92,6 +100,10 @@ MeasuredLayerCost load_layer_cost(const nlohmann::json& j, const std::string& pa
   ZT_CHECK(given > 0 || !j.contains("layer_model"), "--machine_figures ", path,
            ": layer_model names the model of measured layer costs, and there are none");
   if (given == 0) return c;
+  ZT_CHECK(j.contains("layer_recompute_fixed_us") || j.contains("layer_recompute_score_ps"),
+           "--machine_figures ", path,
+           ": an earlier --calibrate's figures (checkpointing's recompute not timed); run train_mrpc "
+           "--calibrate again");
   for (const char* key : kLayerKeys)
     ZT_CHECK(j.contains(key), "--machine_figures ", path, ": ", key,
              " is missing (the measured layer keys come all together, from --calibrate)");
@@ -105,6 +117,8 @@ MeasuredLayerCost load_layer_cost(const nlohmann::json& j, const std::string& pa
   c.token_ns = number("layer_token_ns", true);
   c.forward_fixed_us = number("layer_forward_fixed_us", true);
   c.forward_token_ns = number("layer_forward_token_ns", true);
+  c.recompute_fixed_us = number("layer_recompute_fixed_us", true);
+  c.recompute_token_ns = number("layer_recompute_token_ns", true);
   c.head_fixed_us = number("head_fixed_us", true);
   c.head_token_ns = number("head_token_ns", true);
   if (j.contains("layer_model")) {
@@ -130,6 +144,10 @@ MeasuredLayerCost load_layer_cost(const nlohmann::json& j, const std::string& pa
   load_score_table(j, "layer_forward_score_ps", path, true, forward_lengths, c.forward_score_ps);
   ZT_CHECK(forward_lengths == c.score_lengths, "--machine_figures ", path,
            ": layer_forward_score_ps is at other lengths than layer_score_ps");
+  std::vector<double> recompute_lengths;
+  load_score_table(j, "layer_recompute_score_ps", path, true, recompute_lengths, c.recompute_score_ps);
+  ZT_CHECK(recompute_lengths == c.score_lengths, "--machine_figures ", path,
+           ": layer_recompute_score_ps is at other lengths than layer_score_ps");
   return c;
 }
 
@@ -220,6 +238,9 @@ void MachineFigures::save(const std::string& path) const {
     j["layer_forward_fixed_us"] = layer.forward_fixed_us;
     j["layer_forward_token_ns"] = layer.forward_token_ns;
     j["layer_forward_score_ps"] = score_table(layer.score_lengths, layer.forward_score_ps);
+    j["layer_recompute_fixed_us"] = layer.recompute_fixed_us;
+    j["layer_recompute_token_ns"] = layer.recompute_token_ns;
+    j["layer_recompute_score_ps"] = score_table(layer.score_lengths, layer.recompute_score_ps);
     j["head_fixed_us"] = layer.head_fixed_us;
     j["head_token_ns"] = layer.head_token_ns;
     if (layer.dims.known())
@@ -276,9 +297,18 @@ double MeasuredLayerCost::layer_us(double batch, double length, double heads) co
          score_ps_at(length) * 1e-6 * batch * heads * length * length;
 }
 
+double MeasuredLayerCost::recompute_score_ps_at(double length) const {
+  return interpolate_in_log_length(score_lengths, recompute_score_ps, length);
+}
+
 double MeasuredLayerCost::layer_forward_us(double batch, double length, double heads) const {
   return forward_fixed_us + forward_token_ns * 1e-3 * batch * length +
          forward_score_ps_at(length) * 1e-6 * batch * heads * length * length;
+}
+
+double MeasuredLayerCost::layer_recompute_us(double batch, double length, double heads) const {
+  return recompute_fixed_us + recompute_token_ns * 1e-3 * batch * length +
+         recompute_score_ps_at(length) * 1e-6 * batch * heads * length * length;
 }
 
 double MeasuredLayerCost::head_us(double batch, double length) const {
@@ -305,9 +335,13 @@ MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t h
     auto& slot = pairs[{t.batch, t.length}];
     (t.layers == depths.front() ? slot.first : slot.second) = &t;
   }
+  const size_t checkpointed = static_cast<size_t>(std::count_if(
+      timings.begin(), timings.end(), [](const LayerTiming& t) { return t.checkpointed_pair_ms > 0; }));
+  ZT_CHECK(checkpointed == 0 || checkpointed == timings.size(), "fit_layer_cost: ", checkpointed, " of ",
+           timings.size(), " timings have their checkpointed pair: all or none");
   const size_t nodes = score_lengths.size();
   std::vector<std::vector<double>> layer_rows, head_rows;
-  std::vector<double> layer_us, layer_forward_us, head_us;
+  std::vector<double> layer_us, layer_forward_us, layer_recompute_us, head_us;
   for (const auto& [key, slot] : pairs) {
     const auto [batch, length] = key;
     ZT_CHECK(slot.first != nullptr && slot.second != nullptr, "fit_layer_cost: batch ", batch, " length ",
@@ -319,6 +353,15 @@ MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t h
     ZT_CHECK(one_layer_forward_us > 0 && one_layer_forward_us < one_layer_us, "fit_layer_cost: at batch ",
              batch, " length ", length, " a layer's forward (", one_layer_forward_us,
              " us) is not in (0, its forward + backward ", one_layer_us, " us): the timings are too noisy");
+    if (checkpointed > 0) {
+      const double one_layer_recompute_us =
+          (slot.second->checkpointed_pair_ms - slot.first->checkpointed_pair_ms) * 1e3 / added - one_layer_us;
+      ZT_CHECK(one_layer_recompute_us > 0 && one_layer_recompute_us < one_layer_us,
+               "fit_layer_cost: at batch ", batch, " length ", length, " checkpointing's cost a layer (",
+               one_layer_recompute_us, " us) is not in (0, its forward + backward ", one_layer_us,
+               " us): the timings are too noisy");
+      layer_recompute_us.push_back(one_layer_recompute_us);
+    }
     // Columns: fixed, tokens (in thousands: ns -> us), then the scores (in millions: ps -> us) spread over
     // the two measured lengths around l by score_ps_at's log-L weights.
     std::vector<double> row(2 + nodes, 0);
@@ -350,6 +393,11 @@ MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t h
   ZT_CHECK(least_squares(layer_rows, layer_forward_us, forward_fit),
            "fit_layer_cost: the forward's fit is singular");
   ZT_CHECK(least_squares(head_rows, head_us, head_fit), "fit_layer_cost: the head's fit is singular");
+  // Not timed: checkpointing's cost is its forward once more.
+  std::vector<double> recompute_fit = forward_fit;
+  if (checkpointed > 0)
+    ZT_CHECK(least_squares(layer_rows, layer_recompute_us, recompute_fit),
+             "fit_layer_cost: the recompute's fit is singular");
   MeasuredLayerCost c;
   c.fixed_us = std::max(0.0, layer_fit[0]);
   c.token_ns = std::max(0.0, layer_fit[1]);
@@ -363,6 +411,9 @@ MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t h
   c.forward_fixed_us = std::max(0.0, forward_fit[0]);
   c.forward_token_ns = std::max(0.0, forward_fit[1]);
   for (size_t i = 0; i < nodes; ++i) c.forward_score_ps.push_back(std::max(0.0, forward_fit[2 + i]));
+  c.recompute_fixed_us = std::max(0.0, recompute_fit[0]);
+  c.recompute_token_ns = std::max(0.0, recompute_fit[1]);
+  for (size_t i = 0; i < nodes; ++i) c.recompute_score_ps.push_back(std::max(0.0, recompute_fit[2 + i]));
   c.head_fixed_us = std::max(0.0, head_fit[0]);
   c.head_token_ns = std::max(0.0, head_fit[1]);
   return c;
@@ -516,8 +567,8 @@ StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigur
   const double memory_ms =
       ms_for_bytes(f.activation_bytes_per_token_layer_per_hidden * tokens * layers * h * passes, f.hbm_gbps);
   const double floor_ms = f.layer_latency_us * layers * passes * 1e-3;
-  // Measured: the layers' forward + backward, checkpointing's recompute as their forward share once more;
-  // only where they were timed for this model's dims.
+  // Measured: the layers' forward + backward, checkpointing's recompute as timed (or their forward once
+  // more); only where they were timed for this model's dims.
   const std::string mismatch = measured_layer_cost_mismatch(f, m);
   const bool measured = f.layer.present() && mismatch.empty();
   const auto micro_batch = static_cast<double>(plan.micro_batch);
@@ -530,7 +581,8 @@ StepCost predict_step(const Plan& plan, const CostInputs& in, const MachineFigur
     const double layer_us = f.layer.layer_us(micro_batch, length, heads);
     const double layer_forward_us = f.layer.layer_forward_us(micro_batch, length, heads);
     const double head_us = f.layer.head_us(micro_batch, length);
-    const double recompute_us = plan.gradient_checkpointing ? layers * layer_forward_us : 0.0;
+    const double recompute_us =
+        plan.gradient_checkpointing ? layers * f.layer.layer_recompute_us(micro_batch, length, heads) : 0.0;
     micro = (head_us + layers * layer_us + recompute_us) * 1e-3;
     // The head's forward in the layers' proportion (it was timed only with them).
     const double forward_us = (head_us / layer_us + layers) * layer_forward_us;

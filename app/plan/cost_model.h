@@ -72,6 +72,11 @@
 //                                       share of a layer moves with the shape (H100, xlarge: 0.35 at 32 x
 //                                       128, 0.42 at 32 x 512, 0.16 at 2 x 2048 where the flash backward
 //                                       dominates)
+//   checkpointing's recompute, a layer  recompute_fixed_us + recompute_token_ns x B L + recompute_score_ps(L)
+//                                       x B heads L^2: timed as the checkpointed pair less the plain one
+//                                       (H100, xlarge, 2026-12-06 grid: the recompute cost 1.02-1.18 x a
+//                                       forward, most at 128 x 128, where a forward's fit chose the slower
+//                                       plan); where not timed, a forward once more
 // The measured costs are those of the model they were timed for (MeasuredLayerCost::dims: hidden, ffn, heads,
 // relative window, attention kernel); for another model predict_step keeps the formulas and says why
 // (StepCost::compute_note), as it does for figures that do not name their model.
@@ -110,17 +115,23 @@ struct MeasuredLayerCost {
   double forward_fixed_us = 0;        // the same terms for a layer's forward alone
   double forward_token_ns = 0;
   std::vector<double> forward_score_ps;  // at score_lengths
-  double head_fixed_us = 0;              // embeddings, classifier head and loss, forward + backward
+  double recompute_fixed_us = 0;         // the same terms for checkpointing's cost a layer (its recompute)
+  double recompute_token_ns = 0;
+  std::vector<double> recompute_score_ps;  // at score_lengths
+  double head_fixed_us = 0;                // embeddings, classifier head and loss, forward + backward
   double head_token_ns = 0;
   bool present() const { return !score_lengths.empty(); }
   // score_ps (forward_score_ps) at `length`: linear in log L between the measured lengths, the end values
   // outside them.
   double score_ps_at(double length) const;
   double forward_score_ps_at(double length) const;
+  double recompute_score_ps_at(double length) const;
   // One encoder layer's forward + backward for `batch` sequences of `length`, microseconds.
   double layer_us(double batch, double length, double heads) const;
   // Its forward alone.
   double layer_forward_us(double batch, double length, double heads) const;
+  // What checkpointing adds to its forward + backward (the recomputed forward and its own costs).
+  double layer_recompute_us(double batch, double length, double heads) const;
   double head_us(double batch, double length) const;
 };
 
@@ -147,8 +158,9 @@ struct MachineFigures {
   double device_group_gbps = 4000;
   // Measured on the GPU by --calibrate (JSON keys layer_fixed_us, layer_token_ns, layer_score_ps as
   // [[L, ps], ...], layer_forward_fixed_us, layer_forward_token_ns, layer_forward_score_ps (the same
-  // lengths), head_fixed_us, head_token_ns: all or none, and layer_model, an object of the LayerDims, with
-  // them); absent in the defaults.
+  // lengths), layer_recompute_fixed_us, layer_recompute_token_ns, layer_recompute_score_ps, head_fixed_us,
+  // head_token_ns: all or none, and layer_model, an object of the LayerDims, with them); absent in the
+  // defaults.
   MeasuredLayerCost layer;
 
   // Throws zt::Error naming the file and key on a missing file, bad JSON, a non-positive figure, an unknown
@@ -220,15 +232,17 @@ CollectiveCost predict_collectives(const Plan& plan, const CostInputs& inputs, c
 // Timings of the model's forward + backward (and forward alone) at `layers` encoder layers, for the fit.
 struct LayerTiming {
   int64_t layers = 0, batch = 0, length = 0;
-  double pair_ms = 0;     // forward + backward
-  double forward_ms = 0;  // forward alone
+  double pair_ms = 0;               // forward + backward
+  double forward_ms = 0;            // forward alone
+  double checkpointed_pair_ms = 0;  // forward + backward with gradient checkpointing; 0: not timed
 };
 // The least-squares fit of MeasuredLayerCost to timings at two depths for each (batch, length) (their
 // difference over the layers added is a layer, the rest of the shallow model embeddings + head). score_ps
 // gets a value at each length in `score_lengths`; timings at lengths below the first share its value, which
 // separates the per-token cost from the per-score one (at one length both grow with B alone). Needs two batch
 // sizes at the shortest length and lengths besides; throws zt::Error on missing pairs or a singular fit.
-// Negative intercepts (noise) become 0.
+// Negative intercepts (noise) become 0. The recompute is fitted where every timing has its checkpointed pair
+// (a forward's terms where none has; some but not all throws).
 MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t heads,
                                  std::vector<double> score_lengths);
 

@@ -1,9 +1,9 @@
 // The encoder's calibration on a GPU (app/plan/calibrate.h, time_encoder_layers): the model's own forward +
 // backward at the xlarge dims at layer_timing_depths() (2 and 4 layers), fitted by fit_layer_cost. The
 // timings are ordered as work is (a second layer costs time, the forward is part of the pair, a longer
-// sequence at the same tokens costs more: the attention's L^2), and the fit reproduces every timed layer
-// within 15 %. The collectives' rates (measure_collective_figures): the in-process device group's always,
-// NCCL's where >= 2 GPUs are visible.
+// sequence at the same tokens costs more: the attention's L^2; checkpointing adds about a forward), and the
+// fit reproduces every timed layer within 15 %. The collectives' rates (measure_collective_figures): the
+// in-process device group's always, NCCL's where >= 2 GPUs are visible.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -30,6 +30,9 @@ TEST(CalibrateGpu, TimesTheEncoderLayersAndFitsThem) {
   for (const LayerTiming& t : timings) {
     EXPECT_GT(t.forward_ms, 0) << t.batch << "x" << t.length;
     EXPECT_LT(t.forward_ms, t.pair_ms) << t.batch << "x" << t.length;
+    // Checkpointing adds a forward's work to the pair, never as much again as the pair.
+    EXPECT_GT(t.checkpointed_pair_ms, t.pair_ms) << t.batch << "x" << t.length;
+    EXPECT_LT(t.checkpointed_pair_ms, 2 * t.pair_ms) << t.batch << "x" << t.length;
     auto& slot = pair_by_point[{t.batch, t.length}];
     (t.layers == depths.front() ? slot.first : slot.second) = t.pair_ms;
   }
@@ -51,6 +54,11 @@ TEST(CalibrateGpu, TimesTheEncoderLayersAndFitsThem) {
     const double forward_share = fit.layer_forward_us(b, l, heads) / fit.layer_us(b, l, heads);
     EXPECT_GT(forward_share, 0.08) << point.first << "x" << point.second;
     EXPECT_LT(forward_share, 0.7) << point.first << "x" << point.second;
+    // Checkpointing's cost a layer: about its forward again (0.5-2x of the forward's fit).
+    const double recompute_per_forward =
+        fit.layer_recompute_us(b, l, heads) / fit.layer_forward_us(b, l, heads);
+    EXPECT_GT(recompute_per_forward, 0.5) << point.first << "x" << point.second;
+    EXPECT_LT(recompute_per_forward, 2.0) << point.first << "x" << point.second;
   }
 }
 

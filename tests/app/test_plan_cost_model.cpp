@@ -433,14 +433,17 @@ MeasuredLayerCost synthetic_layer_cost() {
   c.forward_fixed_us = 60;
   c.forward_token_ns = 100;
   c.forward_score_ps = {18, 15, 13, 8};
+  c.recompute_fixed_us = 75;  // checkpointing's cost: a forward and more (its own fit, unlike the forward's)
+  c.recompute_token_ns = 125;
+  c.recompute_score_ps = {21, 17, 14, 9};
   c.head_fixed_us = 300;
   c.head_token_ns = 20;
   return c;
 }
 
 // Timings the way time_encoder_layers reports them, made from `c` (a model of 2 or 4 layers = the head + that
-// many layers; the forward the layers' forward plus a third of the head), with a relative `noise` alternating
-// in sign.
+// many layers; the forward the layers' forward plus a third of the head; checkpointed, the pair plus each
+// layer's recompute), with a relative `noise` alternating in sign.
 std::vector<LayerTiming> synthetic_timings(const MeasuredLayerCost& c, int64_t heads, double noise) {
   std::vector<LayerTiming> out;
   int sign = 1;
@@ -451,12 +454,15 @@ std::vector<LayerTiming> synthetic_timings(const MeasuredLayerCost& c, int64_t h
       const double pair_us = head_us + static_cast<double>(layers) * layer_us;
       const double forward_us =
           head_us / 3 + static_cast<double>(layers) * c.layer_forward_us(b, l, static_cast<double>(heads));
+      const double checkpointed_us =
+          pair_us + static_cast<double>(layers) * c.layer_recompute_us(b, l, static_cast<double>(heads));
       sign = -sign;
       out.push_back({.layers = layers,
                      .batch = p.batch,
                      .length = p.length,
                      .pair_ms = pair_us * 1e-3 * (1 + sign * noise),
-                     .forward_ms = forward_us * 1e-3 * (1 + sign * noise)});
+                     .forward_ms = forward_us * 1e-3 * (1 + sign * noise),
+                     .checkpointed_pair_ms = checkpointed_us * 1e-3 * (1 + sign * noise)});
     }
   return out;
 }
@@ -475,6 +481,11 @@ TEST(LayerCostFit, RecoversTheCoefficientsFromTimings) {
   ASSERT_EQ(got.forward_score_ps.size(), want.forward_score_ps.size());
   for (size_t i = 0; i < want.forward_score_ps.size(); ++i)
     EXPECT_NEAR(got.forward_score_ps[i], want.forward_score_ps[i], 1e-6 * want.forward_score_ps[i]);
+  EXPECT_NEAR(got.recompute_fixed_us, want.recompute_fixed_us, 1e-6 * want.recompute_fixed_us);
+  EXPECT_NEAR(got.recompute_token_ns, want.recompute_token_ns, 1e-6 * want.recompute_token_ns);
+  ASSERT_EQ(got.recompute_score_ps.size(), want.recompute_score_ps.size());
+  for (size_t i = 0; i < want.recompute_score_ps.size(); ++i)
+    EXPECT_NEAR(got.recompute_score_ps[i], want.recompute_score_ps[i], 1e-6 * want.recompute_score_ps[i]);
   EXPECT_NEAR(got.head_fixed_us, want.head_fixed_us, 1e-6 * want.head_fixed_us);
   EXPECT_NEAR(got.head_token_ns, want.head_token_ns, 1e-6 * want.head_token_ns);
 
@@ -488,6 +499,26 @@ TEST(LayerCostFit, RecoversTheCoefficientsFromTimings) {
     EXPECT_NEAR(noisy.layer_forward_us(b, l, 24) / want.layer_forward_us(b, l, 24), 1.0, 0.1)
         << p.batch << " x " << p.length;
   }
+}
+
+// Timings without their checkpointed pairs (recorded before it was timed): checkpointing costs the forward
+// once more. Some pairs but not all: refused.
+TEST(LayerCostFit, WithoutCheckpointedPairsTheRecomputeIsTheForward) {
+  const MeasuredLayerCost want = synthetic_layer_cost();
+  std::vector<LayerTiming> timings = synthetic_timings(want, 24, 0.0);
+  std::vector<LayerTiming> some = timings;
+  some.front().checkpointed_pair_ms = 0;
+  EXPECT_THROW(fit_layer_cost(some, 24, layer_score_lengths()), Error);
+  for (LayerTiming& t : timings) t.checkpointed_pair_ms = 0;
+  const MeasuredLayerCost got = fit_layer_cost(timings, 24, layer_score_lengths());
+  EXPECT_EQ(got.recompute_fixed_us, got.forward_fixed_us);
+  EXPECT_EQ(got.recompute_token_ns, got.forward_token_ns);
+  EXPECT_EQ(got.recompute_score_ps, got.forward_score_ps);
+  // A checkpointed pair no slower than the plain one (noise) is refused as the forward's is.
+  std::vector<LayerTiming> fast = synthetic_timings(want, 24, 0.0);
+  for (LayerTiming& t : fast)
+    if (t.layers == 4) t.checkpointed_pair_ms = t.pair_ms;
+  EXPECT_THROW(fit_layer_cost(fast, 24, layer_score_lengths()), Error);
 }
 
 TEST(LayerCostFit, RefusesTimingsThatDoNotDetermineIt) {
@@ -525,7 +556,7 @@ TEST(LayerCostFit, ScoreCostInterpolatesInLogLength) {
 }
 
 // With measured layer costs the compute part is theirs: the micro-batch's forward + backward = the head + the
-// layers; checkpointing adds the layers' forward once more; the attention's part grows with L^2 (a
+// layers; checkpointing adds the layers' measured recompute; the attention's part grows with L^2 (a
 // seq-512 plan's share of scores is far above a seq-128 one's at the same tokens).
 TEST_F(CostModelXlarge, MeasuredLayerCostsGiveTheComputePart) {
   figures.layer = synthetic_layer_cost();
@@ -538,7 +569,8 @@ TEST_F(CostModelXlarge, MeasuredLayerCostsGiveTheComputePart) {
   EXPECT_NEAR(predict_step(p, inputs, figures).compute_ms, expected_ms, 1e-9 * expected_ms);
   Plan ckpt = p;
   ckpt.gradient_checkpointing = true;
-  const double recompute_ms = layers * c.layer_forward_us(16, 512, heads) * 1e-3;
+  const double recompute_ms = layers * c.layer_recompute_us(16, 512, heads) * 1e-3;
+  EXPECT_NE(c.layer_recompute_us(16, 512, heads), c.layer_forward_us(16, 512, heads));
   EXPECT_NEAR(predict_step(ckpt, inputs, figures).compute_ms, expected_ms + recompute_ms, 1e-9 * expected_ms);
   Plan accumulated{.stage = 0, .micro_batch = 8, .accumulation = 2};
   const double half_ms = (c.head_us(8, 512) + layers * c.layer_us(8, 512, heads)) * 1e-3;
@@ -590,6 +622,9 @@ TEST(MachineFigures, MeasuredLayerCostRoundTripsAndPartialSetsAreRefused) {
   EXPECT_EQ(back.layer.forward_fixed_us, m.layer.forward_fixed_us);
   EXPECT_EQ(back.layer.forward_token_ns, m.layer.forward_token_ns);
   EXPECT_EQ(back.layer.forward_score_ps, m.layer.forward_score_ps);
+  EXPECT_EQ(back.layer.recompute_fixed_us, m.layer.recompute_fixed_us);
+  EXPECT_EQ(back.layer.recompute_token_ns, m.layer.recompute_token_ns);
+  EXPECT_EQ(back.layer.recompute_score_ps, m.layer.recompute_score_ps);
   EXPECT_EQ(back.layer.head_fixed_us, m.layer.head_fixed_us);
   EXPECT_EQ(back.layer.head_token_ns, m.layer.head_token_ns);
   EXPECT_EQ(back.layer.dims, m.layer.dims);
@@ -603,7 +638,8 @@ TEST(MachineFigures, MeasuredLayerCostRoundTripsAndPartialSetsAreRefused) {
   };
   const std::string rest =
       R"("layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_fixed_us": 0.5, "layer_forward_token_ns": 1, )"
-      R"("layer_forward_score_ps": [[128, 2]], "head_fixed_us": 0, "head_token_ns": 1)";
+      R"("layer_forward_score_ps": [[128, 2]], "layer_recompute_fixed_us": 0.5, "layer_recompute_token_ns": 1, )"
+      R"("layer_recompute_score_ps": [[128, 2]], "head_fixed_us": 0, "head_token_ns": 1)";
   EXPECT_NO_THROW(MachineFigures::load(write("ok.json", "{" + rest + R"(, "layer_score_ps": [[128, 5]]})")));
   // Without layer_model the costs load, for no model (predict_step keeps the formulas and says so).
   EXPECT_FALSE(MachineFigures::load((dir / "ok.json").string()).layer.dims.known());
@@ -640,6 +676,17 @@ TEST(MachineFigures, MeasuredLayerCostRoundTripsAndPartialSetsAreRefused) {
         "share.json",
         R"({"layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_share": 0.3, "head_fixed_us": 0, "head_token_ns": 1, "layer_score_ps": [[128, 5]]})"));
     ADD_FAILURE() << "an earlier calibration's layer_forward_share loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("run train_mrpc --calibrate again"), std::string::npos) << e.what();
+  }
+  // An earlier calibration without checkpointing's recompute: refused with what to do.
+  try {
+    MachineFigures::load(write(
+        "no_recompute.json",
+        R"({"layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_fixed_us": 0.5, "layer_forward_token_ns": 1, )"
+        R"("layer_forward_score_ps": [[128, 2]], "head_fixed_us": 0, "head_token_ns": 1, )"
+        R"("layer_score_ps": [[128, 5]]})"));
+    ADD_FAILURE() << "an earlier calibration without the recompute loaded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("run train_mrpc --calibrate again"), std::string::npos) << e.what();
   }

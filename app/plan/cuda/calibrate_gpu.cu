@@ -93,10 +93,11 @@ double measure_gemm_tflops(int64_t h, int64_t inter, int64_t rows, int repeats) 
   return flops / (ms * 1e-3) / 1e12;
 }
 
-// One (layers, batch, length) point of time_encoder_layers on `params` (bf16) and `grads` (f32).
+// One (layers, batch, length) point of time_encoder_layers on `params` (bf16) and `grads` (f32): forward +
+// backward and forward alone, then forward + backward with gradient checkpointing (a model of its own,
+// built once the first is gone: its buffers are planned for one layer's activations).
 LayerTiming time_model(const DebertaConfig& config, const Arena& params, const Arena& grads, int64_t batch,
                        int64_t length, int repeats) {
-  DebertaForSequenceClassification model(config, batch, length, DeviceKind::cuda, DType::bf16);
   Arena inputs("calibrate batch",
                ArenaLayout({{"ids", {batch, length}, DType::i64},
                             {"mask", {batch, length}, DType::i64},
@@ -113,11 +114,21 @@ LayerTiming time_model(const DebertaConfig& config, const Arena& params, const A
   const DebertaBatch data{inputs.tensor("ids"), inputs.tensor("mask"), inputs.tensor("labels")};
   const DropoutSchedule dropout{.training = true, .seed = 1, .step = 0};
   LayerTiming t{.layers = config.num_hidden_layers, .batch = batch, .length = length};
-  t.pair_ms = best_ms(repeats, [&] {
-    model.forward(params, data, dropout);
-    model.backward(params, grads);
-  });
-  t.forward_ms = best_ms(repeats, [&] { model.forward(params, data, dropout); });
+  auto pair_ms = [&](DebertaForSequenceClassification& model) {
+    return best_ms(repeats, [&] {
+      model.forward(params, data, dropout);
+      model.backward(params, grads);
+    });
+  };
+  {
+    DebertaForSequenceClassification model(config, batch, length, DeviceKind::cuda, DType::bf16);
+    t.pair_ms = pair_ms(model);
+    t.forward_ms = best_ms(repeats, [&] { model.forward(params, data, dropout); });
+  }
+  DebertaConfig checkpointed = config;
+  checkpointed.gradient_checkpointing = true;
+  DebertaForSequenceClassification model(checkpointed, batch, length, DeviceKind::cuda, DType::bf16);
+  t.checkpointed_pair_ms = pair_ms(model);
   return t;
 }
 
