@@ -143,7 +143,7 @@ GpuFigures measure_gpu_figures(int64_t, int64_t, int64_t, int) {
   ZT_FAIL("the GPU figures need a CUDA build with a GPU: ", describe_devices());
 }
 
-std::vector<LayerTiming> time_encoder_layers(const DebertaConfig&, std::span<const LayerTimingPoint>, int) {
+std::vector<LayerTiming> time_encoder_layers(const DebertaConfig&, std::span<const LayerTimingPoint>) {
   ZT_FAIL("timing the encoder layers needs a CUDA build with a GPU: ", describe_devices());
 }
 

@@ -22,11 +22,12 @@
 // and `time_encoder_layers` times the model's own encoder (MachineFigures::layer, which then replaces the
 // GEMM, memory-bound and latency rows of the step's compute): DebertaForSequenceClassification at the run's
 // dims (model_config_for_calibration: the flags' or the checkpoint's model; bf16, a 1024-token vocabulary,
-// dropout on), at layer_timing_depths() (2 and 4 encoder layers), forward + backward and forward alone, at
-// each of layer_timing_points() (lengths 64 to 2048, 4096 and 16384 tokens a micro-batch), with the model's
-// attention kernel (automatic: stored up to 1024, flash beyond; or the one it forces); fit_layer_cost
-// (app/plan/cost_model.h) turns them into the per-layer fixed, per-token and per-score costs by length.
-// Without them (old figures files) layer_latency_us and the memory-bound bytes per token stay as given.
+// dropout on), at layer_timing_depths() (2 and 4 encoder layers), forward + backward, forward alone and
+// forward + backward with gradient checkpointing, at each of layer_timing_points() (lengths 64 to 2048, 4096
+// and 16384 tokens a micro-batch), with the model's attention kernel (automatic: stored up to 1024, flash
+// beyond; or the one it forces); fit_layer_cost (app/plan/cost_model.h) turns them into the per-layer fixed,
+// per-token and per-score costs by length. Without them (old figures files) layer_latency_us and the
+// memory-bound bytes per token stay as given.
 #pragma once
 
 #include <cstdint>
@@ -73,11 +74,13 @@ std::vector<LayerTimingPoint> layer_timing_points();
 std::vector<int64_t> layer_timing_depths();
 std::vector<double> layer_score_lengths();
 
-// The model's forward + backward and forward alone timed on the current GPU at `model`'s dims at each of
-// layer_timing_depths() and each of `points` (the best of `repeats` after one untimed run each). Throws
-// zt::Error without a GPU (or in a build without CUDA).
+// The model's forward + backward, forward alone and checkpointed forward + backward timed on the current GPU
+// at `model`'s dims at each of layer_timing_depths() and each of `points`: each the mean of runs back to back
+// after 200 ms of them, at the clock the power limiter holds under a step's load (not a burst's best: on an
+// H100 the 24-layer step at 128 x 128 tokens ran ~10 % slower than 2- and 4-layer bursts predicted, at
+// 1790 MHz against 1980). Throws zt::Error without a GPU (or in a build without CUDA).
 std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
-                                             std::span<const LayerTimingPoint> points, int repeats = 3);
+                                             std::span<const LayerTimingPoint> points);
 
 // `base` with the measured layer costs in place, recorded as `model`'s (MeasuredLayerCost::dims: predict_step
 // uses them for that model's dims only) and the name saying what was timed.
