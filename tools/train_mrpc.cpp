@@ -131,8 +131,13 @@ void calibrate(const TrainConfig& config) {
     // The encoder's own forward + backward at the run's dims, per layer (the planner's compute part). A fit
     // the timings do not determine (noise) keeps the formulas, said so, with the timings shown.
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<zt::plan::LayerTiming> timings =
-        zt::plan::time_encoder_layers(shapes, zt::plan::layer_timing_points());
+    const std::vector<zt::plan::LayerTimingPoint> points = zt::plan::layer_timing_points();
+    std::printf(
+        "calibrating: the encoder at %zu shapes x %zu depths, each timed at the sustained clock "
+        "(about 25 s on an H100)\n",
+        points.size(), zt::plan::layer_timing_depths().size());
+    std::fflush(stdout);
+    const std::vector<zt::plan::LayerTiming> timings = zt::plan::time_encoder_layers(shapes, points);
     std::string shown;
     for (const zt::plan::LayerTiming& t : timings)
       shown += zt::str(shown.empty() ? "" : "; ", t.layers, "L ", t.batch, "x", t.length, " ", t.pair_ms, "/",
