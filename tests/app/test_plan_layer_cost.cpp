@@ -1,0 +1,193 @@
+// The encoder's measured cost (app/plan/cost_model.h: fit_layer_cost, MeasuredLayerCost): the fit recovers
+// the costs timings were made from and refuses timings that do not determine it; the machine-figures file
+// keeps them (all the layer keys or none; an earlier calibration's refused with what to do).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "app/plan/calibrate.h"
+#include "app/plan/cost_model.h"
+#include "runtime/check.h"
+#include "tests/app/synthetic_layer_cost.h"
+
+namespace zt::plan {
+namespace {
+
+TEST(LayerCostFit, RecoversTheCoefficientsFromTimings) {
+  const MeasuredLayerCost want = synthetic_layer_cost();
+  const std::vector<LayerTiming> timings = synthetic_timings(want, 24, 0.0);
+  const MeasuredLayerCost got = fit_layer_cost(timings, 24, layer_score_lengths());
+  EXPECT_NEAR(got.fixed_us, want.fixed_us, 1e-6 * want.fixed_us);
+  EXPECT_NEAR(got.token_ns, want.token_ns, 1e-6 * want.token_ns);
+  ASSERT_EQ(got.score_lengths, want.score_lengths);
+  for (size_t i = 0; i < want.score_ps.size(); ++i)
+    EXPECT_NEAR(got.score_ps[i], want.score_ps[i], 1e-6 * want.score_ps[i]) << want.score_lengths[i];
+  EXPECT_NEAR(got.forward_fixed_us, want.forward_fixed_us, 1e-6 * want.forward_fixed_us);
+  EXPECT_NEAR(got.forward_token_ns, want.forward_token_ns, 1e-6 * want.forward_token_ns);
+  ASSERT_EQ(got.forward_score_ps.size(), want.forward_score_ps.size());
+  for (size_t i = 0; i < want.forward_score_ps.size(); ++i)
+    EXPECT_NEAR(got.forward_score_ps[i], want.forward_score_ps[i], 1e-6 * want.forward_score_ps[i]);
+  EXPECT_NEAR(got.recompute_fixed_us, want.recompute_fixed_us, 1e-6 * want.recompute_fixed_us);
+  EXPECT_NEAR(got.recompute_token_ns, want.recompute_token_ns, 1e-6 * want.recompute_token_ns);
+  ASSERT_EQ(got.recompute_score_ps.size(), want.recompute_score_ps.size());
+  for (size_t i = 0; i < want.recompute_score_ps.size(); ++i)
+    EXPECT_NEAR(got.recompute_score_ps[i], want.recompute_score_ps[i], 1e-6 * want.recompute_score_ps[i]);
+  EXPECT_NEAR(got.head_fixed_us, want.head_fixed_us, 1e-6 * want.head_fixed_us);
+  EXPECT_NEAR(got.head_token_ns, want.head_token_ns, 1e-6 * want.head_token_ns);
+
+  // With 1 % timing noise the fitted costs still predict every timed layer within a few %.
+  const MeasuredLayerCost noisy =
+      fit_layer_cost(synthetic_timings(want, 24, 0.01), 24, layer_score_lengths());
+  for (const LayerTimingPoint& p : layer_timing_points()) {
+    const double b = static_cast<double>(p.batch), l = static_cast<double>(p.length);
+    EXPECT_NEAR(noisy.layer_us(b, l, 24) / want.layer_us(b, l, 24), 1.0, 0.05)
+        << p.batch << " x " << p.length;
+    EXPECT_NEAR(noisy.layer_forward_us(b, l, 24) / want.layer_forward_us(b, l, 24), 1.0, 0.1)
+        << p.batch << " x " << p.length;
+  }
+}
+
+// Timings without their checkpointed pairs (recorded before it was timed): checkpointing costs the forward
+// once more. Some pairs but not all: refused.
+TEST(LayerCostFit, WithoutCheckpointedPairsTheRecomputeIsTheForward) {
+  const MeasuredLayerCost want = synthetic_layer_cost();
+  std::vector<LayerTiming> timings = synthetic_timings(want, 24, 0.0);
+  std::vector<LayerTiming> some = timings;
+  some.front().checkpointed_pair_ms = 0;
+  EXPECT_THROW(fit_layer_cost(some, 24, layer_score_lengths()), Error);
+  for (LayerTiming& t : timings) t.checkpointed_pair_ms = 0;
+  const MeasuredLayerCost got = fit_layer_cost(timings, 24, layer_score_lengths());
+  EXPECT_EQ(got.recompute_fixed_us, got.forward_fixed_us);
+  EXPECT_EQ(got.recompute_token_ns, got.forward_token_ns);
+  EXPECT_EQ(got.recompute_score_ps, got.forward_score_ps);
+  // A checkpointed pair no slower than the plain one (noise) is refused as the forward's is.
+  std::vector<LayerTiming> fast = synthetic_timings(want, 24, 0.0);
+  for (LayerTiming& t : fast)
+    if (t.layers == 4) t.checkpointed_pair_ms = t.pair_ms;
+  EXPECT_THROW(fit_layer_cost(fast, 24, layer_score_lengths()), Error);
+}
+
+TEST(LayerCostFit, RefusesTimingsThatDoNotDetermineIt) {
+  const MeasuredLayerCost want = synthetic_layer_cost();
+  std::vector<LayerTiming> timings = synthetic_timings(want, 24, 0.0);
+  // Without the lengths below the first score length the per-token and per-score costs are not separable.
+  std::vector<LayerTiming> no_short;
+  for (const LayerTiming& t : timings)
+    if (t.length >= 128) no_short.push_back(t);
+  EXPECT_THROW(fit_layer_cost(no_short, 24, layer_score_lengths()), Error);
+  // A point lacking its 2-layer timing; a 3-layer timing; a non-positive time.
+  std::vector<LayerTiming> missing(timings.begin(), timings.end() - 1);
+  EXPECT_THROW(fit_layer_cost(missing, 24, layer_score_lengths()), Error);
+  std::vector<LayerTiming> three = timings;
+  three.back().layers = 3;
+  EXPECT_THROW(fit_layer_cost(three, 24, layer_score_lengths()), Error);
+  std::vector<LayerTiming> zero = timings;
+  zero.front().pair_ms = 0;
+  EXPECT_THROW(fit_layer_cost(zero, 24, layer_score_lengths()), Error);
+  // A layer whose forward alone is not shorter than its forward + backward (the 2-layer forward inflated).
+  std::vector<LayerTiming> slow_forward = timings;
+  for (LayerTiming& t : slow_forward)
+    if (t.layers == 2 && t.batch == slow_forward.front().batch && t.length == slow_forward.front().length)
+      t.forward_ms = t.pair_ms;
+  EXPECT_THROW(fit_layer_cost(slow_forward, 24, layer_score_lengths()), Error);
+  EXPECT_THROW(fit_layer_cost(timings, 24, {512, 128}), Error);
+}
+
+TEST(LayerCostFit, ScoreCostInterpolatesInLogLength) {
+  const MeasuredLayerCost c = synthetic_layer_cost();
+  EXPECT_EQ(c.score_ps_at(64), 50);                             // below the first: its value
+  EXPECT_EQ(c.score_ps_at(4096), 48);                           // past the last: its value
+  EXPECT_NEAR(c.score_ps_at(256), 50 + 0.5 * (39 - 50), 1e-9);  // halfway between 128 and 512 in log L
+  EXPECT_NEAR(c.score_ps_at(512), 39, 1e-12);
+}
+
+TEST(MachineFigures, MeasuredLayerCostRoundTripsAndPartialSetsAreRefused) {
+  const auto dir = std::filesystem::temp_directory_path() / "zt_machine_figures_layer_test";
+  std::filesystem::create_directories(dir);
+  MachineFigures m;
+  m.layer = synthetic_layer_cost();
+  m.save((dir / "m.json").string());
+  const MachineFigures back = MachineFigures::load((dir / "m.json").string());
+  EXPECT_EQ(back.layer.fixed_us, m.layer.fixed_us);
+  EXPECT_EQ(back.layer.token_ns, m.layer.token_ns);
+  EXPECT_EQ(back.layer.score_lengths, m.layer.score_lengths);
+  EXPECT_EQ(back.layer.score_ps, m.layer.score_ps);
+  EXPECT_EQ(back.layer.forward_fixed_us, m.layer.forward_fixed_us);
+  EXPECT_EQ(back.layer.forward_token_ns, m.layer.forward_token_ns);
+  EXPECT_EQ(back.layer.forward_score_ps, m.layer.forward_score_ps);
+  EXPECT_EQ(back.layer.recompute_fixed_us, m.layer.recompute_fixed_us);
+  EXPECT_EQ(back.layer.recompute_token_ns, m.layer.recompute_token_ns);
+  EXPECT_EQ(back.layer.recompute_score_ps, m.layer.recompute_score_ps);
+  EXPECT_EQ(back.layer.head_fixed_us, m.layer.head_fixed_us);
+  EXPECT_EQ(back.layer.head_token_ns, m.layer.head_token_ns);
+  EXPECT_EQ(back.layer.dims, m.layer.dims);
+  // Figures without them (old files) load with none: the formulas.
+  MachineFigures{}.save((dir / "old.json").string());
+  EXPECT_FALSE(MachineFigures::load((dir / "old.json").string()).layer.present());
+
+  auto write = [&](const char* name, const std::string& text) {
+    std::ofstream((dir / name).string()) << text;
+    return (dir / name).string();
+  };
+  const std::string rest =
+      R"("layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_fixed_us": 0.5, "layer_forward_token_ns": 1, )"
+      R"("layer_forward_score_ps": [[128, 2]], "layer_recompute_fixed_us": 0.5, "layer_recompute_token_ns": 1, )"
+      R"("layer_recompute_score_ps": [[128, 2]], "head_fixed_us": 0, "head_token_ns": 1)";
+  EXPECT_NO_THROW(MachineFigures::load(write("ok.json", "{" + rest + R"(, "layer_score_ps": [[128, 5]]})")));
+  // Without layer_model the costs load, for no model (predict_step keeps the formulas and says so).
+  EXPECT_FALSE(MachineFigures::load((dir / "ok.json").string()).layer.dims.known());
+  const std::string dims =
+      R"("layer_model": {"hidden_size": 32, "intermediate_size": 128, "num_attention_heads": 2, )"
+      R"("relative_rows": 32, "attention_kernel": "stored"})";
+  const MachineFigures named = MachineFigures::load(
+      write("named.json", "{" + rest + R"(, "layer_score_ps": [[128, 5]], )" + dims + "}"));
+  EXPECT_EQ(
+      named.layer.dims,
+      (LayerDims{
+          .hidden = 32, .intermediate = 128, .heads = 2, .relative_rows = 32, .attention_kernel = "stored"}));
+  EXPECT_THROW(MachineFigures::load(write("model_alone.json", "{" + dims + "}")), Error);
+  EXPECT_THROW(MachineFigures::load(write("model_bad.json", "{" + rest +
+                                                                R"(, "layer_score_ps": [[128, 5]], )"
+                                                                R"("layer_model": {"hidden_size": 32}})")),
+               Error);
+  EXPECT_THROW(MachineFigures::load(write("partial.json", R"({"layer_fixed_us": 1})")), Error);
+  EXPECT_THROW(MachineFigures::load(
+                   write("descending.json", "{" + rest + R"(, "layer_score_ps": [[512, 5], [128, 5]]})")),
+               Error);
+  EXPECT_THROW(MachineFigures::load(write("row.json", "{" + rest + R"(, "layer_score_ps": [[128]]})")),
+               Error);
+  EXPECT_THROW(MachineFigures::load(write("zero.json", "{" + rest + R"(, "layer_score_ps": [[128, 0]]})")),
+               Error);
+  EXPECT_THROW(MachineFigures::load(write("empty.json", "{" + rest + R"(, "layer_score_ps": []})")), Error);
+  // The forward's table at other lengths than the forward + backward's.
+  EXPECT_THROW(MachineFigures::load(write("forward_lengths.json",
+                                          "{" + rest + R"(, "layer_score_ps": [[128, 5], [512, 4]]})")),
+               Error);
+  // An earlier calibration's single forward share: refused with what to do.
+  try {
+    MachineFigures::load(write(
+        "share.json",
+        R"({"layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_share": 0.3, "head_fixed_us": 0, "head_token_ns": 1, "layer_score_ps": [[128, 5]]})"));
+    ADD_FAILURE() << "an earlier calibration's layer_forward_share loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("run train_mrpc --calibrate again"), std::string::npos) << e.what();
+  }
+  // An earlier calibration without checkpointing's recompute: refused with what to do.
+  try {
+    MachineFigures::load(write(
+        "no_recompute.json",
+        R"({"layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_fixed_us": 0.5, "layer_forward_token_ns": 1, )"
+        R"("layer_forward_score_ps": [[128, 2]], "head_fixed_us": 0, "head_token_ns": 1, )"
+        R"("layer_score_ps": [[128, 5]]})"));
+    ADD_FAILURE() << "an earlier calibration without the recompute loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("run train_mrpc --calibrate again"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace zt::plan
