@@ -253,7 +253,11 @@ ArenaLayout DebertaForSequenceClassification::plan_activations(const DebertaConf
 }
 
 namespace {
-constexpr int64_t kFlashAttentionFromLength = kernels::kStoredAttentionMaxLength + 1;
+// The flash path's forward + backward against the stored one's, a layer of xlarge in bf16 on one H100
+// (docs/bench/2026-12-06-h100-rerun, call 3): 8 x 1024 6604 against 7040 us, 16 x 512 5123 against 3949.
+// Between them (untimed) the stored path stays.
+constexpr int64_t kFlashAttentionFromLength = 1024;
+static_assert(kFlashAttentionFromLength <= kernels::kStoredAttentionMaxLength + 1);
 }  // namespace
 
 bool DebertaForSequenceClassification::uses_flash_attention(const DebertaConfig& c, int64_t max_seq,

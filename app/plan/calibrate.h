@@ -24,8 +24,8 @@
 // dims (model_config_for_calibration: the flags' or the checkpoint's model; bf16, a 1024-token vocabulary,
 // dropout on), at layer_timing_depths() (2 and 4 encoder layers), forward + backward, forward alone and
 // forward + backward with gradient checkpointing, at each of layer_timing_points() (lengths 64 to 2048, 4096
-// and 16384 tokens a micro-batch), with the model's attention kernel (automatic: stored up to 1024, flash
-// beyond; or the one it forces); fit_layer_cost (app/plan/cost_model.h) turns them into the per-layer fixed,
+// and 16384 tokens a micro-batch), with the model's attention kernel (automatic: stored below 1024, flash
+// from it; or the one it forces); fit_layer_cost (app/plan/cost_model.h) turns them into the per-layer fixed,
 // per-token and per-score costs by length. Without them (old figures files) layer_latency_us and the
 // memory-bound bytes per token stay as given.
 #pragma once

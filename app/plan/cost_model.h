@@ -98,7 +98,7 @@ namespace zt::plan {
 // window (rows of the relative embeddings) and kernel.
 struct LayerDims {
   int64_t hidden = 0, intermediate = 0, heads = 0, relative_rows = 0;
-  std::string attention_kernel;  // "automatic" (stored up to 1024 tokens, flash beyond), "stored", "flash"
+  std::string attention_kernel;  // "automatic" (stored below 1024 tokens, flash from 1024), "stored", "flash"
   static LayerDims of(const DebertaConfig& model);
   bool known() const { return hidden > 0; }
   std::string describe() const;  // "hidden 1536, ffn 6144, 24 heads, 512 relative rows, attention automatic"

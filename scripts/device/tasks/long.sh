@@ -20,8 +20,8 @@
 #                           kernels (bench_attention_vs_df.py; a torch process each for df and fdb)
 #   steps_checkpoint  25 s  1 x 8192 with --gradient_checkpointing (the flash attention under recomputation)
 #   short_side       110 s  zerotrain, FlashDeBERTa, df at 16x512 and 40x128 into the same .long/long.json
-#   short_cores       65 s  the cores at 40x128, 16x512 and 8x1024 (the stored path's last length: is flash
-#                           faster there yet?)
+#   short_cores       65 s  the cores at 40x128, 16x512 and 8x1024 (stored and flash: the automatic choice
+#                           takes flash from 1024, measured faster there on 2026-12-06)
 #   compile          330 s  (--with-compile) torch.compile at 40x128 and 16x512 (two compiles of 100-190 s)
 # then the verdicts from .long/long.json: the speed and peak goals, and the estimator's plan within 5 % of the
 # measured peak at 4x2048 and 1x8192 (the goals of shapes not yet run say n/a).
