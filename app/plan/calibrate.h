@@ -75,10 +75,11 @@ std::vector<int64_t> layer_timing_depths();
 std::vector<double> layer_score_lengths();
 
 // The model's forward + backward, forward alone and checkpointed forward + backward timed on the current GPU
-// at `model`'s dims at each of layer_timing_depths() and each of `points`: each the mean of runs back to back
-// after 200 ms of them, at the clock the power limiter holds under a step's load (not a burst's best: on an
-// H100 the 24-layer step at 128 x 128 tokens ran ~10 % slower than 2- and 4-layer bursts predicted, at
-// 1790 MHz against 1980). Throws zt::Error without a GPU (or in a build without CUDA).
+// at `model`'s dims at each of layer_timing_depths() and each of `points`: each the best of three runs after
+// an untimed one; with ZT_CALIBRATE_SUSTAINED=1 (not yet run on a GPU: docs/DESIGN.md's rule) the mean of
+// runs back to back after 200 ms of them, at the clock the power limiter holds under a step's load (on an
+// H100 the 24-layer step at 128 x 128 tokens ran ~10 % slower than 2- and 4-layer bursts predicted, at 1786
+// MHz against 1980). Throws zt::Error without a GPU (or in a build without CUDA).
 std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
                                              std::span<const LayerTimingPoint> points);
 
