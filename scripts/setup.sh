@@ -19,6 +19,7 @@ packages=(
   libyaml-cpp-dev            # Accelerate config files (train_mrpc --config_file)
   python3-venv               # .venv below: Python packages for tests
   liburing-dev           # io_uring backend of the disk tier (runtime/direct_io.h); optional
+  patch                  # tests/tools/test_device_runner.py: the device tasks' patches still apply
 )
 
 missing=()

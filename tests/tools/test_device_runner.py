@@ -53,6 +53,14 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # Every task file: a dry run that plans one configure (Ninja, Release, build-gpu/, carried liburing) and
     # one build of its targets, and the usage text names it.
+    # A task's patch (diagnostic code that never lands on main) still applies to this tree.
+    patches = os.path.join(ROOT, "scripts", "device", "patches")
+    for name in sorted(os.listdir(patches)) if os.path.isdir(patches) else []:
+        with open(os.path.join(patches, name)) as f:
+            r = subprocess.run(["patch", "-p1", "--dry-run", "--silent", "-d", ROOT], stdin=f, capture_output=True,
+                               text=True)
+        check(r.returncode == 0, f"scripts/device/patches/{name} applies to this tree ({r.stdout.strip()[-200:]})")
+
     tasks = sorted(f[:-3] for f in os.listdir(TASKS) if f.endswith(".sh"))
     check({"tests", "goals", "ab", "bench", "profile", "offload", "zero", "disk", "validate", "flash", "long"} <= set(tasks),
           f"the tasks are all there ({' '.join(tasks)})")
