@@ -346,26 +346,22 @@ class Runner:
 
     # ------------------------------------------------------------------------------------------------------
     def calibrate(self):
-        """The figures every --auto_plan after it reads, timed at the sustained clock (ZT_CALIBRATE_SUSTAINED=1,
-        GPU code not yet run: docs/DESIGN.md's rule); then the burst timing (the switch off) into
-        machine_figures_burst.json beside them, so the grid's measured steps judge both."""
+        """The figures every --auto_plan reads, at the sustained clock (ZT_CALIBRATE_SUSTAINED=1, docs/DESIGN.md);
+        the bursts' (the switch off) beside them in machine_figures_burst.json: the grid judges both."""
         self.start_part("calibrate", CALIBRATE_S)
         figures = pathlib.Path(self.args.figures)
         burst = figures.with_name(figures.stem + "_burst.json")
         for path, switch, log in ((figures, "1", "calibrate.txt"), (burst, "0", "calibrate_burst.txt")):
-            cmd = [str(self.bin / "train_mrpc"), "--calibrate", "--machine_figures", str(path)]
-            t = time.time()
-            # Bounded by the call's time, not the part's: every --auto_plan after it reads the figures.
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=max(10.0, self.call_left()),
+            t = time.time()  # bounded by the call's time, not the part's: every --auto_plan reads the figures
+            r = subprocess.run([str(self.bin / "train_mrpc"), "--calibrate", "--machine_figures", str(path)],
+                               capture_output=True, text=True, timeout=max(10.0, self.call_left()),
                                env=dict(os.environ, ZT_CALIBRATE_SUSTAINED=switch))
             (self.work / log).write_text(r.stdout + r.stderr)
             if r.returncode != 0 or not path.exists():
                 say(f"calibrate ({log}): FAILED exit {r.returncode}: {(r.stdout + r.stderr).strip()[-300:]}")
                 return
-            for line in r.stdout.splitlines():
-                say(line)
-            say(f"calibrate ({'sustained' if switch == '1' else 'bursts'}): {time.time() - t:.1f} s; figures "
-                f"{json.dumps(json.loads(path.read_text()))}")
+            for line in r.stdout.splitlines(): say(line)
+            say(f"calibrate ({log}): {time.time() - t:.1f} s; figures {json.dumps(json.loads(path.read_text()))}")
 
     def select_grid(self, batch, seq):
         """The plans to measure for (batch, seq) and each cap's auto plan, from the planner's tables."""

@@ -121,6 +121,7 @@ struct MeasuredLayerCost {
   double head_fixed_us = 0;                // embeddings, classifier head and loss, forward + backward
   double head_token_ns = 0;
   bool present() const { return !score_lengths.empty(); }
+  bool operator==(const MeasuredLayerCost&) const = default;
   // score_ps (forward_score_ps) at `length`: linear in log L between the measured lengths, the end values
   // outside them.
   double score_ps_at(double length) const;
