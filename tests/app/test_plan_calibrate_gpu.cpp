@@ -87,7 +87,7 @@ TEST(CalibrateGpu, SustainedTimingsFitAndAreNoFasterThanBursts) {
   for (const LayerTimingPoint& p : points) {
     const double b = static_cast<double>(p.batch), l = static_cast<double>(p.length);
     const double ratio = sustained.layer_us(b, l, heads) / bursts.layer_us(b, l, heads);
-    EXPECT_GT(ratio, 0.95) << p.batch << "x" << p.length;
+    EXPECT_GT(ratio, 0.9) << p.batch << "x" << p.length;
     EXPECT_LT(ratio, 1.3) << p.batch << "x" << p.length;
   }
 }
