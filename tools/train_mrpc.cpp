@@ -148,20 +148,20 @@ void calibrate(const TrainConfig& config) {
     try {
       const zt::plan::MeasuredLayerCost layer =
           zt::plan::fit_layer_cost(timings, shapes.num_attention_heads, zt::plan::layer_score_lengths());
-      auto scores = [&](const std::vector<double>& ps) {
-        std::string text;
+      // "<fixed> us + <per token> ns/token + ps/score {<length>: <ps>, ...}"
+      auto terms = [&](const zt::plan::LayerTerms& t) {
+        char head[96];
+        std::snprintf(head, sizeof head, "%.1f us + %.4f ns/token + ps/score {", t.fixed_us, t.token_ns);
+        std::string text = head;
         for (size_t i = 0; i < layer.score_lengths.size(); ++i)
-          text += zt::str(i ? ", " : "", layer.score_lengths[i], ": ", ps[i]);
-        return text;
+          text += zt::str(i ? ", " : "", layer.score_lengths[i], ": ", t.score_ps[i]);
+        return text + "}";
       };
       std::printf(
-          "calibrated: encoder layer %.1f us + %.4f ns/token + ps/score {%s}; its forward %.1f us + %.4f "
-          "ns/token + ps/score {%s}; checkpointing's recompute %.1f us + %.4f ns/token + ps/score {%s}; "
-          "embeddings + head %.1f us + %.4f ns/token\n",
-          layer.fixed_us, layer.token_ns, scores(layer.score_ps).c_str(), layer.forward_fixed_us,
-          layer.forward_token_ns, scores(layer.forward_score_ps).c_str(), layer.recompute_fixed_us,
-          layer.recompute_token_ns, scores(layer.recompute_score_ps).c_str(), layer.head_fixed_us,
-          layer.head_token_ns);
+          "calibrated: encoder layer %s; its forward %s; checkpointing's recompute %s; embeddings + head "
+          "%.1f us + %.4f ns/token\n",
+          terms(layer.pair).c_str(), terms(layer.forward).c_str(), terms(layer.recompute).c_str(),
+          layer.head_fixed_us, layer.head_token_ns);
       measured = zt::plan::with_layer_cost(measured, layer, shapes);
     } catch (const zt::Error& e) {
       std::printf("calibrated: no encoder layer costs (%s): the step's compute stays the formulas'\n",

@@ -1,6 +1,7 @@
 #include "app/plan/cost_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -53,6 +54,13 @@ constexpr const char* kLayerKeys[] = {"layer_fixed_us",
                                       "layer_recompute_score_ps",
                                       "head_fixed_us",
                                       "head_token_ns"};
+
+// MeasuredLayerCost's LayerTerms by their keys' prefix (<prefix>fixed_us, <prefix>token_ns,
+// <prefix>score_ps).
+constexpr std::array<std::pair<const char*, LayerTerms MeasuredLayerCost::*>, 3> kLayerTerms = {
+    {{"layer_", &MeasuredLayerCost::pair},
+     {"layer_forward_", &MeasuredLayerCost::forward},
+     {"layer_recompute_", &MeasuredLayerCost::recompute}}};
 
 // A [[L, ps], ...] table of the file: lengths ascending, both positive (ps >= 0 where zero_allowed).
 void load_score_table(const nlohmann::json& j, const char* key, const std::string& path, bool zero_allowed,
@@ -113,12 +121,10 @@ MeasuredLayerCost load_layer_cost(const nlohmann::json& j, const std::string& pa
              zero_allowed ? " must be a number >= 0" : " must be positive");
     return j[key].get<double>();
   };
-  c.fixed_us = number("layer_fixed_us", true);
-  c.token_ns = number("layer_token_ns", true);
-  c.forward_fixed_us = number("layer_forward_fixed_us", true);
-  c.forward_token_ns = number("layer_forward_token_ns", true);
-  c.recompute_fixed_us = number("layer_recompute_fixed_us", true);
-  c.recompute_token_ns = number("layer_recompute_token_ns", true);
+  for (const auto& [prefix, member] : kLayerTerms) {
+    (c.*member).fixed_us = number((std::string(prefix) + "fixed_us").c_str(), true);
+    (c.*member).token_ns = number((std::string(prefix) + "token_ns").c_str(), true);
+  }
   c.head_fixed_us = number("head_fixed_us", true);
   c.head_token_ns = number("head_token_ns", true);
   if (j.contains("layer_model")) {
@@ -139,15 +145,16 @@ MeasuredLayerCost load_layer_cost(const nlohmann::json& j, const std::string& pa
              ": layer_model has keys besides hidden_size, intermediate_size, num_attention_heads, "
              "relative_rows and attention_kernel");
   }
-  load_score_table(j, "layer_score_ps", path, false, c.score_lengths, c.score_ps);
-  std::vector<double> forward_lengths;
-  load_score_table(j, "layer_forward_score_ps", path, true, forward_lengths, c.forward_score_ps);
-  ZT_CHECK(forward_lengths == c.score_lengths, "--machine_figures ", path,
-           ": layer_forward_score_ps is at other lengths than layer_score_ps");
-  std::vector<double> recompute_lengths;
-  load_score_table(j, "layer_recompute_score_ps", path, true, recompute_lengths, c.recompute_score_ps);
-  ZT_CHECK(recompute_lengths == c.score_lengths, "--machine_figures ", path,
-           ": layer_recompute_score_ps is at other lengths than layer_score_ps");
+  // The forward + backward's table sets the lengths (its costs positive); the others' are at the same.
+  load_score_table(j, "layer_score_ps", path, false, c.score_lengths, c.pair.score_ps);
+  for (const auto& [prefix, member] : kLayerTerms) {
+    if (member == &MeasuredLayerCost::pair) continue;
+    const std::string key = std::string(prefix) + "score_ps";
+    std::vector<double> lengths;
+    load_score_table(j, key.c_str(), path, true, lengths, (c.*member).score_ps);
+    ZT_CHECK(lengths == c.score_lengths, "--machine_figures ", path, ": ", key,
+             " is at other lengths than layer_score_ps");
+  }
   return c;
 }
 
@@ -232,15 +239,12 @@ void MachineFigures::save(const std::string& path) const {
   MachineFigures copy = *this;
   for_each_figure(copy, [&](const char* key, double& field) { j[key] = field; });
   if (layer.present()) {
-    j["layer_fixed_us"] = layer.fixed_us;
-    j["layer_token_ns"] = layer.token_ns;
-    j["layer_score_ps"] = score_table(layer.score_lengths, layer.score_ps);
-    j["layer_forward_fixed_us"] = layer.forward_fixed_us;
-    j["layer_forward_token_ns"] = layer.forward_token_ns;
-    j["layer_forward_score_ps"] = score_table(layer.score_lengths, layer.forward_score_ps);
-    j["layer_recompute_fixed_us"] = layer.recompute_fixed_us;
-    j["layer_recompute_token_ns"] = layer.recompute_token_ns;
-    j["layer_recompute_score_ps"] = score_table(layer.score_lengths, layer.recompute_score_ps);
+    for (const auto& [prefix, member] : kLayerTerms) {
+      const LayerTerms& terms = layer.*member;
+      j[std::string(prefix) + "fixed_us"] = terms.fixed_us;
+      j[std::string(prefix) + "token_ns"] = terms.token_ns;
+      j[std::string(prefix) + "score_ps"] = score_table(layer.score_lengths, terms.score_ps);
+    }
     j["head_fixed_us"] = layer.head_fixed_us;
     j["head_token_ns"] = layer.head_token_ns;
     if (layer.dims.known())
@@ -284,36 +288,31 @@ std::string measured_layer_cost_mismatch(const MachineFigures& f, const DebertaC
              ": the compute part is the formulas' (run train_mrpc --calibrate with this model's flags)");
 }
 
-double MeasuredLayerCost::score_ps_at(double length) const {
-  return interpolate_in_log_length(score_lengths, score_ps, length);
+double MeasuredLayerCost::score_ps_at(const LayerTerms& terms, double length) const {
+  return interpolate_in_log_length(score_lengths, terms.score_ps, length);
 }
 
-double MeasuredLayerCost::forward_score_ps_at(double length) const {
-  return interpolate_in_log_length(score_lengths, forward_score_ps, length);
-}
-
-double MeasuredLayerCost::layer_us(double batch, double length, double heads) const {
-  return fixed_us + token_ns * 1e-3 * batch * length +
-         score_ps_at(length) * 1e-6 * batch * heads * length * length;
-}
-
-double MeasuredLayerCost::recompute_score_ps_at(double length) const {
-  return interpolate_in_log_length(score_lengths, recompute_score_ps, length);
-}
-
-double MeasuredLayerCost::layer_forward_us(double batch, double length, double heads) const {
-  return forward_fixed_us + forward_token_ns * 1e-3 * batch * length +
-         forward_score_ps_at(length) * 1e-6 * batch * heads * length * length;
-}
-
-double MeasuredLayerCost::layer_recompute_us(double batch, double length, double heads) const {
-  return recompute_fixed_us + recompute_token_ns * 1e-3 * batch * length +
-         recompute_score_ps_at(length) * 1e-6 * batch * heads * length * length;
+double MeasuredLayerCost::us(const LayerTerms& terms, double batch, double length, double heads) const {
+  return terms.fixed_us + terms.token_ns * 1e-3 * batch * length +
+         score_ps_at(terms, length) * 1e-6 * batch * heads * length * length;
 }
 
 double MeasuredLayerCost::head_us(double batch, double length) const {
   return head_fixed_us + head_token_ns * 1e-3 * batch * length;
 }
+
+namespace {
+
+// A fit's coefficients (fixed, per token, per score at each length) as LayerTerms, a negative one as 0.
+LayerTerms clamped_terms(const std::vector<double>& fit) {
+  LayerTerms t;
+  t.fixed_us = std::max(0.0, fit[0]);
+  t.token_ns = std::max(0.0, fit[1]);
+  for (size_t i = 2; i < fit.size(); ++i) t.score_ps.push_back(std::max(0.0, fit[i]));
+  return t;
+}
+
+}  // namespace
 
 MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t heads,
                                  std::vector<double> score_lengths) {
@@ -398,22 +397,16 @@ MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t h
   if (checkpointed > 0)
     ZT_CHECK(least_squares(layer_rows, layer_recompute_us, recompute_fit),
              "fit_layer_cost: the recompute's fit is singular");
-  MeasuredLayerCost c;
-  c.fixed_us = std::max(0.0, layer_fit[0]);
-  c.token_ns = std::max(0.0, layer_fit[1]);
-  c.score_lengths = std::move(score_lengths);
-  for (size_t i = 0; i < nodes; ++i) {
-    ZT_CHECK(layer_fit[2 + i] > 0, "fit_layer_cost: the per-score cost at length ", c.score_lengths[i],
+  for (size_t i = 0; i < nodes; ++i)
+    ZT_CHECK(layer_fit[2 + i] > 0, "fit_layer_cost: the per-score cost at length ", score_lengths[i],
              " fitted non-positive (", layer_fit[2 + i], " ps): the timings are too noisy");
-    c.score_ps.push_back(layer_fit[2 + i]);
-  }
-  // The forward's terms are smaller and noisier: a negative one (noise) becomes 0, as the intercepts do.
-  c.forward_fixed_us = std::max(0.0, forward_fit[0]);
-  c.forward_token_ns = std::max(0.0, forward_fit[1]);
-  for (size_t i = 0; i < nodes; ++i) c.forward_score_ps.push_back(std::max(0.0, forward_fit[2 + i]));
-  c.recompute_fixed_us = std::max(0.0, recompute_fit[0]);
-  c.recompute_token_ns = std::max(0.0, recompute_fit[1]);
-  for (size_t i = 0; i < nodes; ++i) c.recompute_score_ps.push_back(std::max(0.0, recompute_fit[2 + i]));
+  MeasuredLayerCost c;
+  c.score_lengths = std::move(score_lengths);
+  // The forward's and the recompute's terms are smaller and noisier: a negative one (noise) becomes 0, as
+  // the intercepts do.
+  c.pair = clamped_terms(layer_fit);
+  c.forward = clamped_terms(forward_fit);
+  c.recompute = clamped_terms(recompute_fit);
   c.head_fixed_us = std::max(0.0, head_fit[0]);
   c.head_token_ns = std::max(0.0, head_fit[1]);
   return c;

@@ -62,21 +62,17 @@
 //
 // Measured encoder costs (MachineFigures::layer, from --calibrate's timing of the model's own layers on the
 // GPU) replace the three compute rows above where present: per micro-batch of B sequences of length L,
-//   encoder layer, forward + backward   fixed_us + token_ns x B L + score_ps(L) x B heads L^2
-//                                       (score_ps interpolated in log L between the measured lengths:
-//                                       the attention kernel, stored or flash, changes with L)
+//   encoder layer, forward + backward   pair: fixed_us + token_ns x B L + score_ps(L) x B heads L^2
+//                                       (LayerTerms; score_ps interpolated in log L between the measured
+//                                       lengths: the attention kernel, stored or flash, changes with L)
 //   embeddings + head, fwd + bwd        head_fixed_us + head_token_ns x B L
-//   an encoder layer's forward alone    forward_fixed_us + forward_token_ns x B L + forward_score_ps(L) x
-//                                       B heads L^2 (checkpointing's recompute, once more; what the
-//                                       overlapped update hides under): its own fit, since the forward's
-//                                       share of a layer moves with the shape (H100, xlarge: 0.35 at 32 x
-//                                       128, 0.42 at 32 x 512, 0.16 at 2 x 2048 where the flash backward
-//                                       dominates)
-//   checkpointing's recompute, a layer  recompute_fixed_us + recompute_token_ns x B L + recompute_score_ps(L)
-//                                       x B heads L^2: timed as the checkpointed pair less the plain one
-//                                       (H100, xlarge, 2026-12-06 grid: the recompute cost 1.02-1.18 x a
-//                                       forward, most at 128 x 128, where a forward's fit chose the slower
-//                                       plan); where not timed, a forward once more
+//   an encoder layer's forward alone    forward: the same terms (what the overlapped update hides under),
+//                                       its own fit, since the forward's share of a layer moves with the
+//                                       shape (H100, xlarge: 0.35 at 32 x 128, 0.42 at 32 x 512, 0.16 at
+//                                       2 x 2048 where the flash backward dominates)
+//   checkpointing's cost, a layer       recompute: the same terms, timed as the checkpointed pair less the
+//                                       plain one (H100, xlarge: the forward's, 2.31 against 2.40 ms at
+//                                       128 x 128); where not timed, the forward's
 // The measured costs are those of the model they were timed for (MeasuredLayerCost::dims: hidden, ffn, heads,
 // relative window, attention kernel); for another model predict_step keeps the formulas and says why
 // (StepCost::compute_note), as it does for figures that do not name their model.
@@ -105,34 +101,37 @@ struct LayerDims {
   bool operator==(const LayerDims&) const = default;
 };
 
+// One of an encoder layer's measured costs in the fit's terms, per micro-batch of B sequences of length L:
+// fixed_us + token_ns x B L + score_ps(L) x B heads L^2.
+struct LayerTerms {
+  double fixed_us = 0;           // launches, tails
+  double token_ns = 0;           // per token (projections, memory-bound kernels)
+  std::vector<double> score_ps;  // per score, at MeasuredLayerCost::score_lengths
+  bool operator==(const LayerTerms&) const = default;
+};
+
 // The encoder's compute measured on one GPU at one model's dims (fit_layer_cost); all costs per micro-batch.
 struct MeasuredLayerCost {
-  LayerDims dims;       // the model timed (JSON key layer_model); unknown in files that do not say
-  double fixed_us = 0;  // per encoder layer, forward + backward: launches, tails
-  double token_ns = 0;  // per token and layer, forward + backward (projections, memory-bound kernels)
-  std::vector<double> score_lengths;  // ascending sequence lengths the per-score cost was measured at
-  std::vector<double> score_ps;       // per score (B x heads x L^2) and layer, forward + backward, at each
-  double forward_fixed_us = 0;        // the same terms for a layer's forward alone
-  double forward_token_ns = 0;
-  std::vector<double> forward_score_ps;  // at score_lengths
-  double recompute_fixed_us = 0;         // the same terms for checkpointing's cost a layer (its recompute)
-  double recompute_token_ns = 0;
-  std::vector<double> recompute_score_ps;  // at score_lengths
-  double head_fixed_us = 0;                // embeddings, classifier head and loss, forward + backward
+  LayerDims dims;  // the model timed (JSON key layer_model); unknown in files that do not say
+  std::vector<double> score_lengths;  // ascending sequence lengths the per-score costs were measured at
+  LayerTerms pair;                    // a layer's forward + backward
+  LayerTerms forward;                 // its forward alone
+  LayerTerms recompute;               // what checkpointing adds to its forward + backward (the recompute)
+  double head_fixed_us = 0;           // embeddings, classifier head and loss, forward + backward
   double head_token_ns = 0;
   bool present() const { return !score_lengths.empty(); }
   bool operator==(const MeasuredLayerCost&) const = default;
-  // score_ps (forward_score_ps) at `length`: linear in log L between the measured lengths, the end values
-  // outside them.
-  double score_ps_at(double length) const;
-  double forward_score_ps_at(double length) const;
-  double recompute_score_ps_at(double length) const;
-  // One encoder layer's forward + backward for `batch` sequences of `length`, microseconds.
-  double layer_us(double batch, double length, double heads) const;
-  // Its forward alone.
-  double layer_forward_us(double batch, double length, double heads) const;
-  // What checkpointing adds to its forward + backward (the recomputed forward and its own costs).
-  double layer_recompute_us(double batch, double length, double heads) const;
+  // terms.score_ps at `length`: linear in log L between the measured lengths, the end values outside them.
+  double score_ps_at(const LayerTerms& terms, double length) const;
+  // `terms` for `batch` sequences of `length`, microseconds.
+  double us(const LayerTerms& terms, double batch, double length, double heads) const;
+  double layer_us(double batch, double length, double heads) const { return us(pair, batch, length, heads); }
+  double layer_forward_us(double batch, double length, double heads) const {
+    return us(forward, batch, length, heads);
+  }
+  double layer_recompute_us(double batch, double length, double heads) const {
+    return us(recompute, batch, length, heads);
+  }
   double head_us(double batch, double length) const;
 };
 

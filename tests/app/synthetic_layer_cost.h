@@ -16,16 +16,11 @@ namespace zt::plan {
 inline MeasuredLayerCost synthetic_layer_cost() {
   MeasuredLayerCost c;
   c.dims = LayerDims::of(deberta_v2_xlarge_config());
-  c.fixed_us = 180;
-  c.token_ns = 410;
   c.score_lengths = {128, 512, 1024, 2048};
-  c.score_ps = {50, 39, 37, 48};
-  c.forward_fixed_us = 60;
-  c.forward_token_ns = 100;
-  c.forward_score_ps = {18, 15, 13, 8};
-  c.recompute_fixed_us = 75;  // checkpointing's cost: a forward and more (its own fit, unlike the forward's)
-  c.recompute_token_ns = 125;
-  c.recompute_score_ps = {21, 17, 14, 9};
+  c.pair = {.fixed_us = 180, .token_ns = 410, .score_ps = {50, 39, 37, 48}};
+  c.forward = {.fixed_us = 60, .token_ns = 100, .score_ps = {18, 15, 13, 8}};
+  // Checkpointing's cost: a forward and more (its own fit, unlike the forward's).
+  c.recompute = {.fixed_us = 75, .token_ns = 125, .score_ps = {21, 17, 14, 9}};
   c.head_fixed_us = 300;
   c.head_token_ns = 20;
   return c;

@@ -445,7 +445,7 @@ TEST_F(CostModelXlarge, MeasuredLayerCostsGiveTheComputePart) {
 
   // Same tokens (8192), seq 128 x 64 against seq 512 x 16: the seq-512 step costs more, by the scores' L^2.
   auto score_ms = [&](double b, double l) {
-    return layers * c.score_ps_at(l) * 1e-6 * b * heads * l * l * 1e-3;
+    return layers * c.score_ps_at(c.pair, l) * 1e-6 * b * heads * l * l * 1e-3;
   };
   const double at_512 = predict_step(p, inputs, figures).compute_ms;
   inputs.max_length = 128;

@@ -20,21 +20,18 @@ TEST(LayerCostFit, RecoversTheCoefficientsFromTimings) {
   const MeasuredLayerCost want = synthetic_layer_cost();
   const std::vector<LayerTiming> timings = synthetic_timings(want, 24, 0.0);
   const MeasuredLayerCost got = fit_layer_cost(timings, 24, layer_score_lengths());
-  EXPECT_NEAR(got.fixed_us, want.fixed_us, 1e-6 * want.fixed_us);
-  EXPECT_NEAR(got.token_ns, want.token_ns, 1e-6 * want.token_ns);
   ASSERT_EQ(got.score_lengths, want.score_lengths);
-  for (size_t i = 0; i < want.score_ps.size(); ++i)
-    EXPECT_NEAR(got.score_ps[i], want.score_ps[i], 1e-6 * want.score_ps[i]) << want.score_lengths[i];
-  EXPECT_NEAR(got.forward_fixed_us, want.forward_fixed_us, 1e-6 * want.forward_fixed_us);
-  EXPECT_NEAR(got.forward_token_ns, want.forward_token_ns, 1e-6 * want.forward_token_ns);
-  ASSERT_EQ(got.forward_score_ps.size(), want.forward_score_ps.size());
-  for (size_t i = 0; i < want.forward_score_ps.size(); ++i)
-    EXPECT_NEAR(got.forward_score_ps[i], want.forward_score_ps[i], 1e-6 * want.forward_score_ps[i]);
-  EXPECT_NEAR(got.recompute_fixed_us, want.recompute_fixed_us, 1e-6 * want.recompute_fixed_us);
-  EXPECT_NEAR(got.recompute_token_ns, want.recompute_token_ns, 1e-6 * want.recompute_token_ns);
-  ASSERT_EQ(got.recompute_score_ps.size(), want.recompute_score_ps.size());
-  for (size_t i = 0; i < want.recompute_score_ps.size(); ++i)
-    EXPECT_NEAR(got.recompute_score_ps[i], want.recompute_score_ps[i], 1e-6 * want.recompute_score_ps[i]);
+  // Each coefficient within 1e-6 of the one the timings were made from.
+  auto expect_terms = [](const LayerTerms& got_terms, const LayerTerms& want_terms, const char* which) {
+    EXPECT_NEAR(got_terms.fixed_us, want_terms.fixed_us, 1e-6 * want_terms.fixed_us) << which;
+    EXPECT_NEAR(got_terms.token_ns, want_terms.token_ns, 1e-6 * want_terms.token_ns) << which;
+    ASSERT_EQ(got_terms.score_ps.size(), want_terms.score_ps.size()) << which;
+    for (size_t i = 0; i < want_terms.score_ps.size(); ++i)
+      EXPECT_NEAR(got_terms.score_ps[i], want_terms.score_ps[i], 1e-6 * want_terms.score_ps[i]) << which << i;
+  };
+  expect_terms(got.pair, want.pair, "forward + backward");
+  expect_terms(got.forward, want.forward, "forward");
+  expect_terms(got.recompute, want.recompute, "recompute");
   EXPECT_NEAR(got.head_fixed_us, want.head_fixed_us, 1e-6 * want.head_fixed_us);
   EXPECT_NEAR(got.head_token_ns, want.head_token_ns, 1e-6 * want.head_token_ns);
 
@@ -60,9 +57,7 @@ TEST(LayerCostFit, WithoutCheckpointedPairsTheRecomputeIsTheForward) {
   EXPECT_THROW(fit_layer_cost(some, 24, layer_score_lengths()), Error);
   for (LayerTiming& t : timings) t.checkpointed_pair_ms = 0;
   const MeasuredLayerCost got = fit_layer_cost(timings, 24, layer_score_lengths());
-  EXPECT_EQ(got.recompute_fixed_us, got.forward_fixed_us);
-  EXPECT_EQ(got.recompute_token_ns, got.forward_token_ns);
-  EXPECT_EQ(got.recompute_score_ps, got.forward_score_ps);
+  EXPECT_EQ(got.recompute, got.forward);  // fixed, per token and per score, exactly
   // A checkpointed pair no slower than the plain one (noise) is refused as the forward's is.
   std::vector<LayerTiming> fast = synthetic_timings(want, 24, 0.0);
   for (LayerTiming& t : fast)
@@ -98,10 +93,11 @@ TEST(LayerCostFit, RefusesTimingsThatDoNotDetermineIt) {
 
 TEST(LayerCostFit, ScoreCostInterpolatesInLogLength) {
   const MeasuredLayerCost c = synthetic_layer_cost();
-  EXPECT_EQ(c.score_ps_at(64), 50);                             // below the first: its value
-  EXPECT_EQ(c.score_ps_at(4096), 48);                           // past the last: its value
-  EXPECT_NEAR(c.score_ps_at(256), 50 + 0.5 * (39 - 50), 1e-9);  // halfway between 128 and 512 in log L
-  EXPECT_NEAR(c.score_ps_at(512), 39, 1e-12);
+  EXPECT_EQ(c.score_ps_at(c.pair, 64), 50);    // below the first: its value
+  EXPECT_EQ(c.score_ps_at(c.pair, 4096), 48);  // past the last: its value
+  EXPECT_NEAR(c.score_ps_at(c.pair, 256), 50 + 0.5 * (39 - 50),
+              1e-9);  // halfway between 128 and 512 in log L
+  EXPECT_NEAR(c.score_ps_at(c.pair, 512), 39, 1e-12);
 }
 
 TEST(MachineFigures, MeasuredLayerCostRoundTripsAndPartialSetsAreRefused) {
