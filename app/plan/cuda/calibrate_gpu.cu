@@ -34,27 +34,31 @@ namespace zt::plan {
 
 namespace {
 
-// The best time of `repeats` runs of `pass` (after one untimed run) on the current stream, milliseconds.
-template <typename Pass>
-double best_ms(int repeats, Pass&& pass) {
+// The device time of what `enqueue` puts on the current stream, milliseconds (CUDA events around it).
+template <typename Enqueue>
+double event_ms(Enqueue&& enqueue) {
   cudaStream_t stream = current_stream();
   cudaEvent_t start, stop;
   ZT_CUDA_CHECK(cudaEventCreate(&start));
   ZT_CUDA_CHECK(cudaEventCreate(&stop));
-  pass();
-  ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    ZT_CUDA_CHECK(cudaEventRecord(start, stream));
-    pass();
-    ZT_CUDA_CHECK(cudaEventRecord(stop, stream));
-    ZT_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    best = std::min(best, static_cast<double>(ms));
-  }
+  ZT_CUDA_CHECK(cudaEventRecord(start, stream));
+  enqueue();
+  ZT_CUDA_CHECK(cudaEventRecord(stop, stream));
+  ZT_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
   ZT_CUDA_CHECK(cudaEventDestroy(start));
   ZT_CUDA_CHECK(cudaEventDestroy(stop));
+  return static_cast<double>(ms);
+}
+
+// The best time of `repeats` runs of `pass` (after one untimed run) on the current stream, milliseconds.
+template <typename Pass>
+double best_ms(int repeats, Pass&& pass) {
+  pass();
+  ZT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) best = std::min(best, event_ms(pass));
   return best;
 }
 
@@ -107,20 +111,11 @@ double sustained_ms(Pass&& pass) {
   const double single_ms = best_ms(1, pass);
   const int warm = static_cast<int>(std::ceil(kWarmMs / single_ms));
   const int timed = std::max(3, static_cast<int>(std::ceil(kTimedMs / single_ms)));
-  cudaStream_t stream = current_stream();
-  cudaEvent_t start, stop;
-  ZT_CUDA_CHECK(cudaEventCreate(&start));
-  ZT_CUDA_CHECK(cudaEventCreate(&stop));
   for (int r = 0; r < warm; ++r) pass();
-  ZT_CUDA_CHECK(cudaEventRecord(start, stream));
-  for (int r = 0; r < timed; ++r) pass();
-  ZT_CUDA_CHECK(cudaEventRecord(stop, stream));
-  ZT_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  ZT_CUDA_CHECK(cudaEventDestroy(start));
-  ZT_CUDA_CHECK(cudaEventDestroy(stop));
-  return static_cast<double>(ms) / timed;
+  return event_ms([&] {
+           for (int r = 0; r < timed; ++r) pass();
+         }) /
+         timed;
 }
 
 // The sustained clock's mean (ZT_CALIBRATE_SUSTAINED, docs/DESIGN.md's rule for unrun GPU code), else the
