@@ -401,8 +401,8 @@ class Runner:
             # The fastest few, and the fastest of each placement kind (no offload, full, partial) within the
             # margin: the model may rank kinds wrongly, rarely two members of one kind. Of one kind, the
             # fastest with checkpointing and the fastest without where both are within --twin-margin of the
-            # best: there the recompute's error decides (H100, cap 12 x b512: full offload 128x4 with
-            # checkpointing predicted 996 ms, measured 1083; 32x16 without, 1020 and 1001).
+            # best: the model's error by micro-batch size decides there (H100, cap 12 x b512: full offload
+            # 128x4 with checkpointing predicted 996 ms, measured 1083; 32x16 without, 1020 and 1001).
             keep = [p for p in cap_picks if p["predicted_ms"] <= self.args.margin * best][:self.args.per_cap]
             # Where only offload fits, the fastest full and partial offload whatever their prediction: the
             # partial goal compares them.

@@ -75,6 +75,19 @@ def check_grid(bin_dir, work):
             assert fitting, f"b{batch} s{seq} cap {cap}: nothing in the grid fits"
 
 
+def check_checkpointing_twins(bin_dir, work):
+    """Of one placement kind, the fastest plan with and without checkpointing are both measured where both are
+    predicted within --twin-margin of the best: with call 2's figures at 12 GiB x b512 the full offload's
+    128x4 with checkpointing and 32x16 without (the H100 ran the second faster, 1001 against 1083 ms)."""
+    r = runner(bin_dir, work, caps="12", figures=recorded_figures(work), per_cap=2)
+    keys = [pg.plan_key(p) for p in r.select_grid(512, 128)[1] if "fallback_for" not in p]
+    full = [k for k in keys if k.startswith("s1 optimizer ") and " r0." not in k]
+    assert any(k.endswith(" ckpt") for k in full) and any(not k.endswith(" ckpt") for k in full), keys
+    r.args.twin_margin = 1.0  # no twins: the kind's fastest alone, both with checkpointing here
+    keys = [pg.plan_key(p) for p in r.select_grid(512, 128)[1] if "fallback_for" not in p]
+    assert not any(k.startswith("s1 optimizer ") and " r0." not in k and not k.endswith(" ckpt") for k in keys), keys
+
+
 def check_dominance():
     assert pg.dominates(plan(1, "optimizer", 64, 2), plan(3, "optimizer", 64, 2))
     assert pg.dominates(plan(0, "none", 64, 2), plan(0, "none", 64, 2, ckpt=True))
@@ -330,6 +343,7 @@ def main():
         check_ds_search()
         check_run_model(bin_dir, work)
         check_call_plan(bin_dir, work)
+        check_checkpointing_twins(bin_dir, work)
         check_grid(bin_dir, work)
         check_partial_skip(bin_dir, work)
     print("plan_goals: ok")
