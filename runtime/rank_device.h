@@ -62,4 +62,9 @@ class RankDevice {
   std::unique_ptr<StreamHolder> stream_;  // destroyed before allocator_: its GEMM workspace came from there
 };
 
+// How many RankDevices exist on `device` now (0 when none: a single-rank run may use none). Kernels whose
+// CTAs wait on one another across a whole launch size their schedules by it: the ranks sharing a GPU run
+// their kernels at the same time, each with a part of the device's resident CTAs.
+int rank_devices_on(int device);
+
 }  // namespace zt

@@ -17,11 +17,11 @@
 //   P = exp(a - m_i) / l_i,  dP~ = dC V^T,  G = [m_i m_j] P (keep(e) dP~ / (1 - p) - D_i) / s,
 // one kernel, one CTA per (b, h, 64 keys) looping over the query tiles:
 //   dK = G^T Q, dV = P~^T dC in registers and Gp[j, c(i,j)] += G (the CTA's own rows, tiles ordered by
-//   barriers); dQ = G K and Gc[i, c(i,j)] += G per query tile into f32 dq_sum / Gc in key-tile order: the
-//   CTA of key tile t waits until tile_order[b, h, query tile] == t (acquire), adds, sets t + 1 (release);
-//   the last key tile writes dQ in T. A bucket run of a Gc row strictly inside one key tile has that tile as
-//   its only contributor and is added without waiting. Deterministic (every sum in a fixed order); S and dP~
-//   are computed once per element.
+//   barriers); dQ = G K and Gc[i, c(i,j)] += G per query tile into f32 dq_sum / Gc in a fixed order of the
+//   key tiles (ascending, or rotated: see rotated_order): the k-th adder of a query tile waits until
+//   tile_order[b, h, query tile] == k (acquire), adds, sets k + 1 (release); the last writes dQ in T. A
+//   bucket run of a Gc row strictly inside one key tile has that tile as its only contributor and is added
+//   without waiting. Deterministic (every sum in a fixed order); S and dP~ are computed once per element.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -69,7 +69,19 @@ struct FlashAttentionParams {
   bool dropout = false;
   float dropout_p = 0.0f, kept_scale = 1.0f;
   uint64_t seed = 0, site_id = 0;
+  // backward: CTA t (key tile t of n) visits query tiles t, t + 1, ... (mod n) instead of 0, 1, ..., so the
+  // adders of a query tile follow one another a step apart instead of a hop apart from a common start; CTA t
+  // then waits on t + 1, a later ticket: only when a head's n CTAs can all be resident (the launcher's
+  // choice, flash_backward_rotated_order).
+  bool rotated_order = false;
 };
+
+// Whether the backward may visit the query tiles in rotated order: the rotation's waits reach later tickets,
+// so a head's `tiles` CTAs must all fit on the device at once, beside the same kernel of every other rank
+// sharing the GPU (runtime rank_devices_on): tiles x max(1, ranks) <= the kernel's resident CTAs (the
+// occupancy at `dynamic_shared_bytes` x SMs). Enough: CTAs of other kernels finish, so some rank's kernel
+// always has a whole head resident, completes it and frees its slots.
+bool flash_backward_rotated_order(int tiles, int resident_ctas, int ranks_on_device);
 
 // dtype: bf16 or f16 (T of q, k, v, context and the gradients).
 void launch_flash_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream);

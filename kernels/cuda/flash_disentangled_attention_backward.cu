@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -12,6 +13,8 @@
 #include "kernels/cuda/launch_common.cuh"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
+#include "runtime/env_switch.h"
+#include "runtime/rank_device.h"
 
 namespace zt::kernels::gpu {
 namespace {
@@ -205,11 +208,19 @@ __device__ __forceinline__ void store_release(int* address, int value) {
 }
 
 // One CTA per (b, h, 64 keys) loops over the query tiles: dK = G^T Q, dV = P~^T dC and Gp in this CTA's
-// registers and rows, and each tile's dQ part G K and Gc sums added into
-// dq_sum / Gc in key-tile order: the CTA of key tile t waits until the count of that query tile says t,
-// adds, and advances it; the last key tile writes dQ in T. CTAs take their (key tile, b, h) from a ticket
-// in launch order, so the tile a CTA waits for belongs to a CTA that started before it (forward progress
-// whatever order the hardware starts CTAs in). Deterministic: every sum has a fixed order.
+// registers and rows, and each tile's dQ part G K and Gc sums added into dq_sum / Gc in a fixed order of the
+// key tiles: the k-th adder of a query tile waits until its count says k, adds, and advances it; the last
+// writes dQ in T. CTAs take their (key tile, b, h) from a ticket in launch order. Two orders
+// (FlashAttentionParams::rotated_order):
+//   ascending: step k visits query tile k, whose adders are key tiles 0, 1, ..., n - 1. A CTA waits only
+//     for earlier tickets (forward progress whatever the residency), but the n CTAs of a head start
+//     together, so key tile t first waits t hops (a hop: the predecessor's add and release, ~4 us): n^2 / 2
+//     hops of idle CTA slots a head, ~17 % of the kernel at 1 x 8192 (n = 128) on an H100;
+//   rotated: step k visits query tile (t + k) mod n as its k-th adder (adders of tile i: key tiles i, i - 1,
+//     ..., i + 1 mod n), each a whole step after the one before it: no skew. CTA t waits on CTA t + 1 (mod
+//     n), a later ticket, so a head's n CTAs must be able to be resident together: the host chooses it only
+//     when they fit beside the other ranks' (flash_backward_rotated_order).
+// Deterministic either way: every sum has a fixed order for a given (L, order).
 // 3 CTAs an SM (12 warps, 3 a scheduler, to hide the fixed-latency dependencies of the score and product
 // chains): at most 168 registers a thread (65536 / 384, in steps of 8) and 75.8 KB of shared memory a CTA
 // (3 x (75.8 + 1 reserved) KB <= 228 KB).
@@ -239,6 +250,9 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
   __syncthreads();
   const int key_tile = ticket % tiles;
   const int j0 = key_tile * kTile;
+  // Step k visits query tile query_tile_at(k) as the adder(k)-th key tile to add into its dQ / Gc.
+  auto query_tile_at = [&](int step) { return p.rotated_order ? (key_tile + step) % tiles : step; };
+  auto adder = [&](int step) { return p.rotated_order ? step : key_tile; };
   const int64_t bh = ticket / tiles, b = bh / p.heads, h = bh % p.heads;
   const int64_t head_rows = (h * p.batch + b) * L;
   const bool positional = p.c2p != nullptr || p.p2c != nullptr;
@@ -264,15 +278,18 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
 
   // The first query tile's Q, dC (cp.async), statistics and keep bits; each later tile's are fetched during
   // the tile before it, once that tile's last reads of them are behind a barrier.
-  prefetch_query_tiles(q_tile, dc_tile, p, b, h, 0);
-  store_query_stats(sh, load_query_stats(p, b, bh, 0));
-  if (p.dropout) fill_keep_tile(sh.keep, p, bh, 0, j0);
+  const int first_i0 = query_tile_at(0) * kTile;
+  prefetch_query_tiles(q_tile, dc_tile, p, b, h, first_i0);
+  store_query_stats(sh, load_query_stats(p, b, bh, first_i0));
+  if (p.dropout) fill_keep_tile(sh.keep, p, bh, first_i0, j0);
 
   // No barrier at the top of a tile: the previous tile's last one (before the release) comes after every
   // read of its shared state.
-  for (int query_tile = 0; query_tile < tiles; ++query_tile) {
-    const int i0 = query_tile * kTile;
-    const bool has_next = query_tile + 1 < tiles;
+  for (int step = 0; step < tiles; ++step) {
+    const int query_tile = query_tile_at(step), i0 = query_tile * kTile;
+    const bool has_next = step + 1 < tiles;
+    const int next_i0 = has_next ? query_tile_at(step + 1) * kTile : 0;
+    const int turn_wanted = adder(step);
     if (positional) load_diagonals(sh.diag, p, i0, j0);
     wait_all_copies();
     __syncthreads();
@@ -389,16 +406,16 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
     // Q, dC, the statistics and the keep bits are read no more this tile: the next tile's now (the copies in
     // flight through dQ's part, the bucket sums and the wait for this tile's turn; the statistics' loads
     // through the keep bits' Philox rounds).
-    if (has_next) prefetch_query_tiles(q_tile, dc_tile, p, b, h, i0 + kTile);
+    if (has_next) prefetch_query_tiles(q_tile, dc_tile, p, b, h, next_i0);
     if (has_next) {
-      const QueryStats next_stats = load_query_stats(p, b, bh, i0 + kTile);
-      if (p.dropout) fill_keep_tile(sh.keep, p, bh, i0 + kTile, j0);
+      const QueryStats next_stats = load_query_stats(p, b, bh, next_i0);
+      if (p.dropout) fill_keep_tile(sh.keep, p, bh, next_i0, j0);
       store_query_stats(sh, next_stats);
     }
 
     // The first look at this query tile's count goes out now; its round trip overlaps dQ's part.
     const int t = static_cast<int>(threadIdx.x);
-    int turn = t == 0 ? load_acquire(order + query_tile) : key_tile;
+    int turn = t == 0 ? load_acquire(order + query_tile) : turn_wanted;
     float dq_part[8][4];  // rows: this warp's 16 queries of the tile
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) dq_part[nt][0] = dq_part[nt][1] = dq_part[nt][2] = dq_part[nt][3] = 0.0f;
@@ -429,8 +446,8 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
                          local, /*by_query=*/false, min(kTile, L - i0));
     }
 
-    // This query tile's turn: the key tiles before this one have added their parts.
-    while (turn != key_tile) turn = load_acquire(order + query_tile);  // thread 0 only
+    // This query tile's turn: the key tiles before this one (in its order) have added their parts.
+    while (turn != turn_wanted) turn = load_acquire(order + query_tile);  // thread 0 only
     __syncthreads();
     float* dq_rows = p.dq_sum + (bh * L + i0) * kD;
     T* dq_out = static_cast<T*>(p.dq) + (b * L + i0) * p.features + h * kD;
@@ -444,13 +461,13 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
       float2 before[8];
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
-        before[nt] = key_tile > 0 ? __ldcg(sum + nt * 4) : make_float2(0.0f, 0.0f);
+        before[nt] = turn_wanted > 0 ? __ldcg(sum + nt * 4) : make_float2(0.0f, 0.0f);
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-        const float2 value = key_tile > 0 ? make_float2(before[nt].x + dq_part[nt][2 * r],
-                                                        before[nt].y + dq_part[nt][2 * r + 1])
-                                          : make_float2(dq_part[nt][2 * r], dq_part[nt][2 * r + 1]);
-        if (key_tile == tiles - 1)
+        const float2 value = turn_wanted > 0 ? make_float2(before[nt].x + dq_part[nt][2 * r],
+                                                           before[nt].y + dq_part[nt][2 * r + 1])
+                                             : make_float2(dq_part[nt][2 * r], dq_part[nt][2 * r + 1]);
+        if (turn_wanted == tiles - 1)
           *reinterpret_cast<uint32_t*>(dq_out + il * p.features + nt * 8 + 2 * q) =
               pack2<T>(value.x, value.y);
         else
@@ -464,7 +481,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
     }
     // The barrier orders every thread's additions before thread 0's release (cumulative, gpu scope).
     __syncthreads();
-    if (t == 0) store_release(order + query_tile, key_tile + 1);
+    if (t == 0) store_release(order + query_tile, turn_wanted + 1);
   }
 
   T* dk_out = static_cast<T*>(p.dk);
@@ -486,6 +503,10 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
 
 }  // namespace
 
+bool flash_backward_rotated_order(int tiles, int resident_ctas, int ranks_on_device) {
+  return static_cast<int64_t>(tiles) * std::max(1, ranks_on_device) <= resident_ctas;
+}
+
 void launch_flash_attention_backward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
   cuda_detail::dispatch_half(dtype, "flash_attention_backward", [&](auto tag) {
     using T = decltype(tag);
@@ -502,9 +523,16 @@ void launch_flash_attention_backward(const FlashAttentionParams& params, DType d
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        cudaSharedmemCarveoutMaxShared));
-    const auto ctas =
-        static_cast<unsigned>((params.length + kTile - 1) / kTile * params.batch * params.heads);
-    kernel<<<ctas, kThreads, bytes, stream>>>(params);
+    const int tiles = (params.length + kTile - 1) / kTile;
+    const auto ctas = static_cast<unsigned>(static_cast<int64_t>(tiles) * params.batch * params.heads);
+    int device = 0, sms = 0, per_sm = 0;
+    ZT_CUDA_CHECK(cudaGetDevice(&device));
+    ZT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    ZT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
+    FlashAttentionParams launched = params;
+    launched.rotated_order = read_env_switch("ZT_FLASH_ROTATED") &&
+                             flash_backward_rotated_order(tiles, per_sm * sms, rank_devices_on(device));
+    kernel<<<ctas, kThreads, bytes, stream>>>(launched);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_backward");
   });
 }

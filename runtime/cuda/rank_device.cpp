@@ -1,10 +1,27 @@
 #include "runtime/rank_device.h"
 
+#include <array>
+#include <atomic>
+
+#include "runtime/check.h"
 #include "runtime/cuda/device_scope.h"
 #include "runtime/cuda_check.h"
 #include "runtime/stream.h"
 
 namespace zt {
+
+namespace {
+constexpr int kCountedDevices = 64;
+std::array<std::atomic<int>, kCountedDevices> live_rank_devices{};
+std::atomic<int>& live_count(int device) {
+  ZT_CHECK(device >= 0 && device < kCountedDevices, "RankDevice: device ", device, " out of range");
+  return live_rank_devices[static_cast<size_t>(device)];
+}
+}  // namespace
+
+int rank_devices_on(int device) {
+  return live_count(device).load();
+}
 
 struct RankDevice::StreamHolder {
   Stream stream;
@@ -18,9 +35,11 @@ RankDevice::RankDevice(int device, size_t cap_bytes, StreamPriority priority)
   ZT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   stream_ = std::make_unique<StreamHolder>(
       StreamHolder{Stream(priority == StreamPriority::greatest ? greatest : least)});
+  live_count(device).fetch_add(1);
 }
 
 RankDevice::~RankDevice() {
+  live_count(device_).fetch_sub(1);
   if (stream_) {
     (void)cudaStreamSynchronize(stream_->stream.get());  // best effort: destructors must not throw
     stream_.reset();  // retire hooks return the stream's GEMM workspace to allocator_

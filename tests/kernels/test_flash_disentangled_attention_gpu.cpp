@@ -11,10 +11,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/disentangled_attention.cuh"
+#include "kernels/cuda/flash_disentangled_attention.cuh"
 #include "kernels/disentangled_attention.h"
 #include "kernels/dropout.h"
 #include "kernels/philox.h"
@@ -219,6 +221,72 @@ TEST_P(FlashAttentionGpu, DeterministicRunToRun) {
                             {&a.stats, &b.stats, "stats"}}) {
     EXPECT_EQ(to_host(x->tensor), to_host(y->tensor)) << what;
   }
+}
+
+// The backward's two orders of the dQ / Gc additions (ZT_FLASH_ROTATED: the rotated one where a head's CTAs
+// fit, kernels/cuda/flash_disentangled_attention.cuh): the same gradients within the dtype's tolerance (the
+// sums' order differs), the same forward bit for bit, each deterministic run to run.
+class FlashRotatedSwitch {
+ public:
+  explicit FlashRotatedSwitch(const char* value) {
+    const char* old = std::getenv("ZT_FLASH_ROTATED");
+    had_ = old != nullptr;
+    if (had_) saved_ = old;
+    setenv("ZT_FLASH_ROTATED", value, 1);
+  }
+  ~FlashRotatedSwitch() {
+    if (had_)
+      setenv("ZT_FLASH_ROTATED", saved_.c_str(), 1);
+    else
+      unsetenv("ZT_FLASH_ROTATED");
+  }
+  FlashRotatedSwitch(const FlashRotatedSwitch&) = delete;
+  FlashRotatedSwitch& operator=(const FlashRotatedSwitch&) = delete;
+
+ private:
+  bool had_ = false;
+  std::string saved_;
+};
+
+TEST_P(FlashAttentionGpu, RotatedOrderMatchesAscendingOrder) {
+  ZT_SKIP_WITHOUT_GPU();
+  const Problem p(GetParam());
+  GpuRun ascending(p), rotated(p), rotated_again(p);
+  {
+    const FlashRotatedSwitch off("0");
+    ascending.flash(p, true);
+  }
+  {
+    const FlashRotatedSwitch on("1");
+    rotated.flash(p, true);
+    rotated_again.flash(p, true);
+  }
+  Reference want;
+  want.context = to_host(ascending.context.tensor);
+  want.dq = to_host(ascending.dq.tensor);
+  want.dk = to_host(ascending.dk.tensor);
+  want.dv = to_host(ascending.dv.tensor);
+  want.dpk = to_host(ascending.dpk.tensor);
+  want.dpq = to_host(ascending.dpq.tensor);
+  EXPECT_TRUE(gradients_close(p, rotated, want, test::tolerance_for(p.c.dtype)));
+  EXPECT_EQ(to_host(rotated.context.tensor), want.context);
+  for (auto [x, y, what] : {std::tuple{&rotated.dq, &rotated_again.dq, "dq"},
+                            {&rotated.dk, &rotated_again.dk, "dk"},
+                            {&rotated.dv, &rotated_again.dv, "dv"},
+                            {&rotated.dpk, &rotated_again.dpk, "dpos_key"},
+                            {&rotated.dpq, &rotated_again.dpq, "dpos_query"}}) {
+    EXPECT_EQ(to_host(x->tensor), to_host(y->tensor)) << what;
+  }
+}
+
+// The rotation's waits reach later tickets: only when a head's tiles fit in the resident CTAs, shared by the
+// ranks on the device (none counted as one).
+TEST(FlashAttentionBackwardOrder, RotatedOnlyWhereAHeadsCtasFitBesideTheOtherRanks) {
+  EXPECT_TRUE(gpu::flash_backward_rotated_order(128, 396, 0));
+  EXPECT_TRUE(gpu::flash_backward_rotated_order(128, 396, 3));
+  EXPECT_FALSE(gpu::flash_backward_rotated_order(128, 396, 4));
+  EXPECT_FALSE(gpu::flash_backward_rotated_order(397, 396, 1));
+  EXPECT_TRUE(gpu::flash_backward_rotated_order(396, 396, 1));
 }
 
 INSTANTIATE_TEST_SUITE_P(
