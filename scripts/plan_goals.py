@@ -67,7 +67,6 @@ Lines for the summary go to stdout as they land.
 """
 import argparse
 import json
-import os
 import pathlib
 import re
 import subprocess
@@ -87,7 +86,7 @@ STEP_ALLOWANCE, STEP_ALLOWANCE_UNBOUNDED = 2.0, 3.0  # x the predicted step (mod
 PART_FACTOR, PART_SLACK_S = 1.25, 10.0
 FULL_OFFLOAD_HOST_GIB = 14.87  # xlarge's planned host state with the whole optimizer offloaded (AdamW, f32)
 ESTIMATES_S = 2.0  # a grid's four --estimate_only runs
-CALIBRATE_S = 33.0  # train_mrpc --calibrate twice: sustained (~25 s: ~0.3 s x 60 timings) and bursts (~8 s)
+CALIBRATE_S = 12.0  # train_mrpc --calibrate (H100, 2026-12-06: 5.7-7.7 s)
 SWEEP_RATIOS = (0.75, 0.5, 0.25)
 DELAYED_STEP_MS = 210.0  # ZeRO-2 + offload --delayed_update at batch 40 (call 1: 202.7 ms)
 LARGE_EXPECTED_S = LARGE_STARTUP_S + 20 * LARGE_STEP_S
@@ -346,22 +345,18 @@ class Runner:
 
     # ------------------------------------------------------------------------------------------------------
     def calibrate(self):
-        """The figures every --auto_plan reads, at the sustained clock (ZT_CALIBRATE_SUSTAINED=1, docs/DESIGN.md);
-        the bursts' (the switch off) beside them in machine_figures_burst.json: the grid judges both."""
+        """The figures every --auto_plan reads (train_mrpc --calibrate)."""
         self.start_part("calibrate", CALIBRATE_S)
-        figures = pathlib.Path(self.args.figures)
-        burst = figures.with_name(figures.stem + "_burst.json")
-        for path, switch, log in ((figures, "1", "calibrate.txt"), (burst, "0", "calibrate_burst.txt")):
-            t = time.time()  # bounded by the call's time, not the part's: every --auto_plan reads the figures
-            r = subprocess.run([str(self.bin / "train_mrpc"), "--calibrate", "--machine_figures", str(path)],
-                               capture_output=True, text=True, timeout=max(10.0, self.call_left()),
-                               env=dict(os.environ, ZT_CALIBRATE_SUSTAINED=switch))
-            (self.work / log).write_text(r.stdout + r.stderr)
-            if r.returncode != 0 or not path.exists():
-                say(f"calibrate ({log}): FAILED exit {r.returncode}: {(r.stdout + r.stderr).strip()[-300:]}")
-                return
-            for line in r.stdout.splitlines(): say(line)
-            say(f"calibrate ({log}): {time.time() - t:.1f} s; figures {json.dumps(json.loads(path.read_text()))}")
+        path = pathlib.Path(self.args.figures)
+        t = time.time()  # bounded by the call's time, not the part's: every --auto_plan reads the figures
+        r = subprocess.run([str(self.bin / "train_mrpc"), "--calibrate", "--machine_figures", str(path)],
+                           capture_output=True, text=True, timeout=max(10.0, self.call_left()))
+        (self.work / "calibrate.txt").write_text(r.stdout + r.stderr)
+        if r.returncode != 0 or not path.exists():
+            say(f"calibrate: FAILED exit {r.returncode}: {(r.stdout + r.stderr).strip()[-300:]}")
+            return
+        for line in r.stdout.splitlines(): say(line)
+        say(f"calibrate: {time.time() - t:.1f} s; figures {json.dumps(json.loads(path.read_text()))}")
 
     def select_grid(self, batch, seq):
         """The plans to measure for (batch, seq) and each cap's auto plan, from the planner's tables."""

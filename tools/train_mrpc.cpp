@@ -133,8 +133,8 @@ void calibrate(const TrainConfig& config) {
     const auto start = std::chrono::steady_clock::now();
     const std::vector<zt::plan::LayerTimingPoint> points = zt::plan::layer_timing_points();
     std::printf(
-        "calibrating: the encoder at %zu shapes x %zu depths, each timed at the sustained clock "
-        "(about 25 s on an H100)\n",
+        "calibrating: the encoder at %zu shapes x %zu depths, each the best of three runs "
+        "(about 8 s on an H100)\n",
         points.size(), zt::plan::layer_timing_depths().size());
     std::fflush(stdout);
     const std::vector<zt::plan::LayerTiming> timings = zt::plan::time_encoder_layers(shapes, points);

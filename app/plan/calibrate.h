@@ -76,10 +76,8 @@ std::vector<double> layer_score_lengths();
 
 // The model's forward + backward, forward alone and checkpointed forward + backward timed on the current GPU
 // at `model`'s dims at each of layer_timing_depths() and each of `points`: each the best of three runs after
-// an untimed one; with ZT_CALIBRATE_SUSTAINED=1 (not yet run on a GPU: docs/DESIGN.md's rule) the mean of
-// runs back to back after 200 ms of them, at the clock the power limiter holds under a step's load (on an
-// H100 the 24-layer step at 128 x 128 tokens ran ~10 % slower than 2- and 4-layer bursts predicted, at 1786
-// MHz against 1980). Throws zt::Error without a GPU (or in a build without CUDA).
+// an untimed one (the mean of back-to-back runs after 200 ms of them came out the same within 1 % on an
+// H100, docs/bench/2026-12-06-h100-session19). Throws zt::Error without a GPU (or in a build without CUDA).
 std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
                                              std::span<const LayerTimingPoint> points);
 

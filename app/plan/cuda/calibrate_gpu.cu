@@ -1,8 +1,6 @@
 // measure_gpu_figures (app/plan/calibrate.h): the cost model's device rates on the current GPU. Every figure
 // is the best of `repeats` timed passes (CUDA events on the thread's current stream) after one untimed pass,
 // so first-use costs (cuBLASLt plans, the GEMM workspace, page mapping of pinned memory) are not in it.
-// time_encoder_layers may time the model at the sustained clock instead (sustained_ms,
-// ZT_CALIBRATE_SUSTAINED): its costs are the step's, and a step runs long enough for the power limiter.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,7 +25,6 @@
 #include "runtime/cuda_check.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
-#include "runtime/env_switch.h"
 #include "runtime/stream.h"
 
 namespace zt::plan {
@@ -101,36 +98,11 @@ double measure_gemm_tflops(int64_t h, int64_t inter, int64_t rows, int repeats) 
   return flops / (ms * 1e-3) / 1e12;
 }
 
-// The mean time of `pass` run back to back at the GPU's sustained clock, milliseconds: after one untimed run,
-// kWarmMs of runs (the power limiter settles: an H100 under the 24-layer xlarge step at 128 x 128 tokens
-// holds ~1790 MHz at its 700 W cap, 1980 MHz in short bursts, so a burst's best time is ~10 % fast at large
-// micro-batches and exact at small ones), then at least kTimedMs of runs and 3, timed together.
-template <typename Pass>
-double sustained_ms(Pass&& pass) {
-  constexpr double kWarmMs = 200, kTimedMs = 100;
-  const double single_ms = best_ms(1, pass);
-  const int warm = static_cast<int>(std::ceil(kWarmMs / single_ms));
-  const int timed = std::max(3, static_cast<int>(std::ceil(kTimedMs / single_ms)));
-  for (int r = 0; r < warm; ++r) pass();
-  return event_ms([&] {
-           for (int r = 0; r < timed; ++r) pass();
-         }) /
-         timed;
-}
-
-// The sustained clock's mean (ZT_CALIBRATE_SUSTAINED, docs/DESIGN.md's rule for unrun GPU code), else the
-// best of three bursts (the timing that ran).
-// Not inlined: inlined into time_model, GCC 12 warns (free-nonheap-object) on its vectors' destructors.
-template <typename Pass>
-[[gnu::noinline]] double timed_ms(bool sustained, Pass&& pass) {
-  return sustained ? sustained_ms(pass) : best_ms(3, pass);
-}
-
 // One (layers, batch, length) point of time_encoder_layers on `params` (bf16) and `grads` (f32): forward +
 // backward and forward alone, then forward + backward with gradient checkpointing (a model of its own,
 // built once the first is gone: its buffers are planned for one layer's activations).
 LayerTiming time_model(const DebertaConfig& config, const Arena& params, const Arena& grads, int64_t batch,
-                       int64_t length, bool sustained) {
+                       int64_t length) {
   Arena inputs("calibrate batch",
                ArenaLayout({{"ids", {batch, length}, DType::i64},
                             {"mask", {batch, length}, DType::i64},
@@ -148,7 +120,7 @@ LayerTiming time_model(const DebertaConfig& config, const Arena& params, const A
   const DropoutSchedule dropout{.training = true, .seed = 1, .step = 0};
   LayerTiming t{.layers = config.num_hidden_layers, .batch = batch, .length = length};
   auto pair_ms = [&](DebertaForSequenceClassification& model) {
-    return timed_ms(sustained, [&] {
+    return best_ms(3, [&] {
       model.forward(params, data, dropout);
       model.backward(params, grads);
     });
@@ -156,7 +128,7 @@ LayerTiming time_model(const DebertaConfig& config, const Arena& params, const A
   {
     DebertaForSequenceClassification model(config, batch, length, DeviceKind::cuda, DType::bf16);
     t.pair_ms = pair_ms(model);
-    t.forward_ms = timed_ms(sustained, [&] { model.forward(params, data, dropout); });
+    t.forward_ms = best_ms(3, [&] { model.forward(params, data, dropout); });
   }
   DebertaConfig checkpointed = config;
   checkpointed.gradient_checkpointing = true;
@@ -219,7 +191,6 @@ std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
                                              std::span<const LayerTimingPoint> points) {
   ZT_CHECK(cuda_available(), "timing the encoder layers needs a GPU: ", describe_devices());
   ZT_CHECK(!points.empty(), "time_encoder_layers: no points");
-  const bool sustained = read_env_switch("ZT_CALIBRATE_SUSTAINED");
   std::vector<LayerTiming> timings;
   for (const int64_t layers : layer_timing_depths()) {
     // The run's layer dims; a small vocabulary (the word embeddings' gradient is not the encoder's cost).
@@ -231,7 +202,7 @@ std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
     Arena grads("calibrate grads", table.layout(DType::f32), {.kind = MemoryKind::device, .zero_fill = true});
     kernels::fill(params.flat(DType::bf16), 0.02f);
     for (const LayerTimingPoint& p : points)
-      timings.push_back(time_model(config, params, grads, p.batch, p.length, sustained));
+      timings.push_back(time_model(config, params, grads, p.batch, p.length));
   }
   ZT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   return timings;
