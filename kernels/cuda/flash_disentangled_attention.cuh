@@ -83,6 +83,13 @@ struct FlashAttentionParams {
 // always has a whole head resident, completes it and frees its slots.
 bool flash_backward_rotated_order(int tiles, int resident_ctas, int ranks_on_device);
 
+// The orders the backward's launcher may take, process-wide: automatic (rotated where
+// flash_backward_rotated_order allows, else ascending; the default) or ascending always (what the tests
+// compare the rotated order with; both deterministic, their sums in different orders).
+enum class FlashBackwardOrder : uint8_t { automatic, ascending };
+void set_flash_backward_order(FlashBackwardOrder order);
+FlashBackwardOrder flash_backward_order();
+
 // dtype: bf16 or f16 (T of q, k, v, context and the gradients).
 void launch_flash_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream);
 void launch_flash_attention_backward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream);

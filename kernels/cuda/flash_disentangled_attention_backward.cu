@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <type_traits>
 
@@ -13,7 +14,6 @@
 #include "kernels/cuda/launch_common.cuh"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
-#include "runtime/env_switch.h"
 #include "runtime/rank_device.h"
 
 namespace zt::kernels::gpu {
@@ -507,6 +507,16 @@ bool flash_backward_rotated_order(int tiles, int resident_ctas, int ranks_on_dev
   return static_cast<int64_t>(tiles) * std::max(1, ranks_on_device) <= resident_ctas;
 }
 
+namespace {
+std::atomic<FlashBackwardOrder> backward_order{FlashBackwardOrder::automatic};
+}  // namespace
+void set_flash_backward_order(FlashBackwardOrder order) {
+  backward_order.store(order);
+}
+FlashBackwardOrder flash_backward_order() {
+  return backward_order.load();
+}
+
 void launch_flash_attention_backward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
   cuda_detail::dispatch_half(dtype, "flash_attention_backward", [&](auto tag) {
     using T = decltype(tag);
@@ -530,7 +540,7 @@ void launch_flash_attention_backward(const FlashAttentionParams& params, DType d
     ZT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     ZT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
     FlashAttentionParams launched = params;
-    launched.rotated_order = read_env_switch("ZT_FLASH_ROTATED") &&
+    launched.rotated_order = flash_backward_order() == FlashBackwardOrder::automatic &&
                              flash_backward_rotated_order(tiles, per_sm * sms, rank_devices_on(device));
     kernel<<<ctas, kThreads, bytes, stream>>>(launched);
     ZT_CUDA_CHECK_LAUNCH("flash_attention_backward");

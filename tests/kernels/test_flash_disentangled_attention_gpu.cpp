@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -223,29 +222,20 @@ TEST_P(FlashAttentionGpu, DeterministicRunToRun) {
   }
 }
 
-// The backward's two orders of the dQ / Gc additions (ZT_FLASH_ROTATED: the rotated one where a head's CTAs
-// fit, kernels/cuda/flash_disentangled_attention.cuh): the same gradients within the dtype's tolerance (the
-// sums' order differs), the same forward bit for bit, each deterministic run to run.
-class FlashRotatedSwitch {
+// The backward's two orders of the dQ / Gc additions (the rotated one where a head's CTAs fit, the default;
+// kernels/cuda/flash_disentangled_attention.cuh): the same gradients within the dtype's tolerance (the sums'
+// order differs), the same forward bit for bit, each deterministic run to run.
+class AscendingOrderScope {
  public:
-  explicit FlashRotatedSwitch(const char* value) {
-    const char* old = std::getenv("ZT_FLASH_ROTATED");
-    had_ = old != nullptr;
-    if (had_) saved_ = old;
-    setenv("ZT_FLASH_ROTATED", value, 1);
+  AscendingOrderScope() : saved_(gpu::flash_backward_order()) {
+    gpu::set_flash_backward_order(gpu::FlashBackwardOrder::ascending);
   }
-  ~FlashRotatedSwitch() {
-    if (had_)
-      setenv("ZT_FLASH_ROTATED", saved_.c_str(), 1);
-    else
-      unsetenv("ZT_FLASH_ROTATED");
-  }
-  FlashRotatedSwitch(const FlashRotatedSwitch&) = delete;
-  FlashRotatedSwitch& operator=(const FlashRotatedSwitch&) = delete;
+  ~AscendingOrderScope() { gpu::set_flash_backward_order(saved_); }
+  AscendingOrderScope(const AscendingOrderScope&) = delete;
+  AscendingOrderScope& operator=(const AscendingOrderScope&) = delete;
 
  private:
-  bool had_ = false;
-  std::string saved_;
+  gpu::FlashBackwardOrder saved_;
 };
 
 TEST_P(FlashAttentionGpu, RotatedOrderMatchesAscendingOrder) {
@@ -253,14 +243,11 @@ TEST_P(FlashAttentionGpu, RotatedOrderMatchesAscendingOrder) {
   const Problem p(GetParam());
   GpuRun ascending(p), rotated(p), rotated_again(p);
   {
-    const FlashRotatedSwitch off("0");
+    const AscendingOrderScope scope;
     ascending.flash(p, true);
   }
-  {
-    const FlashRotatedSwitch on("1");
-    rotated.flash(p, true);
-    rotated_again.flash(p, true);
-  }
+  rotated.flash(p, true);
+  rotated_again.flash(p, true);
   Reference want;
   want.context = to_host(ascending.context.tensor);
   want.dq = to_host(ascending.dq.tensor);

@@ -26,10 +26,10 @@
 # A fresh build of the three targets takes ~60 s (call 2; call 1: 36 s), DeepSpeed's CPU Adam beside it ~40 s
 # more (waited for before the first part, so that no measurement shares the CPU with it); warm ~1 s.
 # Issue 40's goals in ONE run: two back-to-back device calls on the same machine (the second within 30 s of
-# the first's end), 740 s of budget, 800 s of device time at most (the expected: 390 + 157 s):
-#   1: run(timeout_s=530, carry=[".device-deps", ".ds"]) from main's tree (4.8 MiB carried; from a worktree
+# the first's end), 710 s of budget, 800 s of device time at most (the expected: 390 + 157 s):
+#   1: run(timeout_s=500, carry=[".device-deps", ".ds"]) from main's tree (4.8 MiB carried; from a worktree
 #      copy .wt-NAME add it to the carry and start with `cd .wt-NAME && ln -s ../.device-deps ../.ds . &&`):
-#      PLAN_BUDGET_S=500 scripts/device/run.sh plan --parts calibrate,g128,g40,g512
+#      PLAN_BUDGET_S=470 scripts/device/run.sh plan --parts calibrate,g128,g40,g512
 #      (expected 390 s: build + DS JIT 100, calibrate 12, g128 74, g40 47, g512 157)
 #   2: run(timeout_s=270, same carry): PLAN_BUDGET_S=240 scripts/device/run.sh plan --parts g16x512,partial,delayed,ds,summary
 #      (expected 157 s: build 1, g16x512 68, partial 1, delayed 20, ds 66, summary 1; the budget holds DeepSpeed's
