@@ -9,6 +9,7 @@
 #include "optim/adamw.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
+#include "runtime/env_switch.h"
 
 namespace zt::plan {
 
@@ -119,8 +120,9 @@ std::vector<LayerTimingPoint> layer_timing_points() {
   return points;
 }
 
-std::vector<int64_t> layer_timing_depths() {
-  return {2, 4};
+std::vector<int64_t> layer_timing_depths(int64_t model_layers) {
+  ZT_CHECK(model_layers > 0, "layer_timing_depths: the model has no layers");
+  return {2, read_env_switch("ZT_CALIBRATE_DEEP") ? std::max<int64_t>(4, model_layers) : 4};
 }
 
 std::vector<double> layer_score_lengths() {

@@ -26,13 +26,15 @@ inline MeasuredLayerCost synthetic_layer_cost() {
   return c;
 }
 
-// Timings the way time_encoder_layers reports them, made from `c` (a model of 2 or 4 layers = the head + that
-// many layers; the forward the layers' forward plus a third of the head; checkpointed, the pair plus each
-// layer's recompute), with a relative `noise` alternating in sign.
-inline std::vector<LayerTiming> synthetic_timings(const MeasuredLayerCost& c, int64_t heads, double noise) {
+// Timings the way time_encoder_layers reports them, made from `c` (a model at each of `depths` = the head +
+// that many layers; the forward the layers' forward plus a third of the head; checkpointed, the pair plus
+// each layer's recompute), with a relative `noise` alternating in sign.
+inline std::vector<LayerTiming> synthetic_timings(
+    const MeasuredLayerCost& c, int64_t heads, double noise,
+    const std::vector<int64_t>& depths = layer_timing_depths(24)) {
   std::vector<LayerTiming> out;
   int sign = 1;
-  for (const int64_t layers : layer_timing_depths())
+  for (const int64_t layers : depths)
     for (const LayerTimingPoint& p : layer_timing_points()) {
       const double b = static_cast<double>(p.batch), l = static_cast<double>(p.length);
       const double layer_us = c.layer_us(b, l, static_cast<double>(heads)), head_us = c.head_us(b, l);

@@ -3,6 +3,7 @@
 // keeps them (all the layer keys or none; an earlier calibration's refused with what to do).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -44,6 +45,27 @@ TEST(LayerCostFit, RecoversTheCoefficientsFromTimings) {
         << p.batch << " x " << p.length;
     EXPECT_NEAR(noisy.layer_forward_us(b, l, 24) / want.layer_forward_us(b, l, 24), 1.0, 0.1)
         << p.batch << " x " << p.length;
+  }
+}
+
+// ZT_CALIBRATE_DEEP=1: the deep model is the run's own depth (at least 4), and the fit takes a layer as the
+// difference over however many layers were added: timings at 2 and 24 layers give back the same costs.
+TEST(LayerCostFit, DeepCalibrationTimesTheModelsDepthAndFitsTheSameCosts) {
+  ASSERT_EQ(setenv("ZT_CALIBRATE_DEEP", "1", 1), 0);
+  const std::vector<int64_t> deep = layer_timing_depths(24), small = layer_timing_depths(2);
+  unsetenv("ZT_CALIBRATE_DEEP");
+  EXPECT_EQ(deep, (std::vector<int64_t>{2, 24}));
+  EXPECT_EQ(small, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(layer_timing_depths(24), (std::vector<int64_t>{2, 4}));  // off: 2 and 4 whatever the model
+  const MeasuredLayerCost want = synthetic_layer_cost();
+  const MeasuredLayerCost got =
+      fit_layer_cost(synthetic_timings(want, 24, 0.0, deep), 24, layer_score_lengths());
+  for (const LayerTimingPoint& p : layer_timing_points()) {
+    const double b = static_cast<double>(p.batch), l = static_cast<double>(p.length);
+    EXPECT_NEAR(got.layer_us(b, l, 24), want.layer_us(b, l, 24), 1e-6 * want.layer_us(b, l, 24));
+    EXPECT_NEAR(got.layer_recompute_us(b, l, 24), want.layer_recompute_us(b, l, 24),
+                1e-6 * want.layer_recompute_us(b, l, 24));
+    EXPECT_NEAR(got.head_us(b, l), want.head_us(b, l), 1e-6 * want.head_us(b, l));
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -262,6 +263,62 @@ TEST_P(FlashAttentionGpu, RotatedOrderMatchesAscendingOrder) {
                             {&rotated.dv, &rotated_again.dv, "dv"},
                             {&rotated.dpk, &rotated_again.dpk, "dpos_key"},
                             {&rotated.dpq, &rotated_again.dpq, "dpos_query"}}) {
+    EXPECT_EQ(to_host(x->tensor), to_host(y->tensor)) << what;
+  }
+}
+
+// ZT_FLASH_WARP_BUCKETS (not yet run on a GPU: docs/DESIGN.md's rule): the Gc / Gp bucket rows a warp at a
+// time give the thread-a-row gradients within the dtype's tolerance (their sums in another order), dv bit
+// for bit, and the same bits run to run.
+class EnvSwitchScope {
+ public:
+  EnvSwitchScope(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) saved_ = old;
+    setenv(name, value, 1);
+  }
+  ~EnvSwitchScope() {
+    if (had_)
+      setenv(name_, saved_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+  EnvSwitchScope(const EnvSwitchScope&) = delete;
+  EnvSwitchScope& operator=(const EnvSwitchScope&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string saved_;
+};
+
+TEST_P(FlashAttentionGpu, WarpBucketRowsMatchThreadRows) {
+  ZT_SKIP_WITHOUT_GPU();
+  const Problem p(GetParam());
+  GpuRun threads(p), warps(p), warps_again(p);
+  {
+    const EnvSwitchScope off("ZT_FLASH_WARP_BUCKETS", "0");
+    threads.flash(p, true);
+  }
+  {
+    const EnvSwitchScope on("ZT_FLASH_WARP_BUCKETS", "1");
+    warps.flash(p, true);
+    warps_again.flash(p, true);
+  }
+  Reference want;
+  want.context = to_host(threads.context.tensor);
+  want.dq = to_host(threads.dq.tensor);
+  want.dk = to_host(threads.dk.tensor);
+  want.dv = to_host(threads.dv.tensor);
+  want.dpk = to_host(threads.dpk.tensor);
+  want.dpq = to_host(threads.dpq.tensor);
+  EXPECT_TRUE(gradients_close(p, warps, want, test::tolerance_for(p.c.dtype)));
+  EXPECT_EQ(to_host(warps.dv.tensor), want.dv);  // the bucket sums reach dq, dk and the tables, not dv
+  for (auto [x, y, what] : {std::tuple{&warps.dq, &warps_again.dq, "dq"},
+                            {&warps.dk, &warps_again.dk, "dk"},
+                            {&warps.dpk, &warps_again.dpk, "dpos_key"},
+                            {&warps.dpq, &warps_again.dpq, "dpos_query"}}) {
     EXPECT_EQ(to_host(x->tensor), to_host(y->tensor)) << what;
   }
 }

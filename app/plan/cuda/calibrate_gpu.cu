@@ -192,7 +192,7 @@ std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
   ZT_CHECK(cuda_available(), "timing the encoder layers needs a GPU: ", describe_devices());
   ZT_CHECK(!points.empty(), "time_encoder_layers: no points");
   std::vector<LayerTiming> timings;
-  for (const int64_t layers : layer_timing_depths()) {
+  for (const int64_t layers : layer_timing_depths(model.num_hidden_layers)) {
     // The run's layer dims; a small vocabulary (the word embeddings' gradient is not the encoder's cost).
     DebertaConfig config = model;
     config.num_hidden_layers = layers;
