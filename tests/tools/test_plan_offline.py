@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""scripts/plan_offline.py on session 19's recorded plan run (docs/bench/2026-12-06-h100-session19): with
+the figures that run calibrated, the planner picks today what that run's --auto_plan picked in every cell
+and the verdict is the run's (12 GiB x 512 at 1.078x: exit 1); with the 24-layer steps' per-layer growth
+(370 us + 300 ns a token) every cell's pick is its fastest (exit 0)."""
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RUN = ROOT / "docs/bench/2026-12-06-h100-session19"
+
+
+def offline(bin_dir, *extra):
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/plan_offline.py"), "--bin", bin_dir, "--figures",
+                        str(RUN / "call1_machine_figures_sustained.json"), "--state",
+                        str(RUN / "call2_plan_goals_state.json"), *extra], capture_output=True, text=True)
+    picks = dict(re.findall(r"^(\S+)\s+pick (.+?)\s+predicted", r.stdout, re.M))
+    return r.returncode, picks, r.stdout + r.stderr
+
+
+def main():
+    bin_dir = sys.argv[1]
+    table = json.loads((RUN / "call2_plan_goals_state.json").read_text())["table"]
+    rc, picks, out = offline(bin_dir)
+    assert len(picks) == 16, out
+    for cell, row in table.items():
+        assert picks[cell] == row["auto"], (cell, picks[cell], row["auto"], out)
+    assert rc == 1 and "1.078x the fastest" in out, out
+    rc, picks, out = offline(bin_dir, "--layer", "370", "300")
+    assert rc == 0, out
+    assert picks["512x128@12"] == "s1 optimizer 32x16", out
+    print("plan_offline: ok")
+
+
+if __name__ == "__main__":
+    main()
