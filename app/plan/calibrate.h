@@ -75,7 +75,9 @@ std::vector<LayerTimingPoint> layer_timing_points();
 // (docs/bench/2026-12-06-h100-session19); with 370 + 300 the same grid's predictions are within 0.4-4.2 %
 // and pick its fastest plan at 12 GiB x 512. So with ZT_CALIBRATE_DEEP=1 (not yet run on a GPU:
 // docs/DESIGN.md's rule) the deep model is the run's own depth, `model_layers` (at least 4; its largest
-// point holds the activations of a 16384-token micro-batch at that depth: ~17 GiB for xlarge).
+// point holds the activations of a 16384-token micro-batch at that depth: ~17 GiB for xlarge, so
+// time_encoder_layers takes fewer layers, said so, where 85 % of the free memory does not hold them at the
+// shallow model's peak a layer).
 std::vector<int64_t> layer_timing_depths(int64_t model_layers);
 std::vector<double> layer_score_lengths();
 
