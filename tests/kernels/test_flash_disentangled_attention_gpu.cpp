@@ -179,6 +179,29 @@ Reference cpu_reference(const Problem& p, bool flash) {
   return r;
 }
 
+// A GPU run's outputs on the host, as a reference for another run.
+Reference outputs_of(const GpuRun& run) {
+  return {.context = to_host(run.context.tensor),
+          .dq = to_host(run.dq.tensor),
+          .dk = to_host(run.dk.tensor),
+          .dv = to_host(run.dv.tensor),
+          .dpk = to_host(run.dpk.tensor),
+          .dpq = to_host(run.dpq.tensor)};
+}
+
+// Two runs' outputs, bit for bit.
+void expect_same_bits(const GpuRun& a, const GpuRun& b) {
+  for (auto [x, y, what] : {std::tuple{&a.context, &b.context, "context"},
+                            {&a.dq, &b.dq, "dq"},
+                            {&a.dk, &b.dk, "dk"},
+                            {&a.dv, &b.dv, "dv"},
+                            {&a.dpk, &b.dpk, "dpos_key"},
+                            {&a.dpq, &b.dpq, "dpos_query"},
+                            {&a.stats, &b.stats, "stats"}}) {
+    EXPECT_EQ(to_host(x->tensor), to_host(y->tensor)) << what;
+  }
+}
+
 class FlashAttentionGpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FlashAttentionGpu, MatchesCpuReference) {
@@ -196,13 +219,7 @@ TEST_P(FlashAttentionGpu, MatchesStoredGpuPath) {
   GpuRun flash(p), stored(p);
   flash.flash(p, true);
   stored.stored(p);
-  Reference want;
-  want.context = to_host(stored.context.tensor);
-  want.dq = to_host(stored.dq.tensor);
-  want.dk = to_host(stored.dk.tensor);
-  want.dv = to_host(stored.dv.tensor);
-  want.dpk = to_host(stored.dpk.tensor);
-  want.dpq = to_host(stored.dpq.tensor);
+  const Reference want = outputs_of(stored);
   EXPECT_TRUE(gradients_close(p, flash, want, test::tolerance_for(p.c.dtype)));
 }
 
@@ -212,15 +229,7 @@ TEST_P(FlashAttentionGpu, DeterministicRunToRun) {
   GpuRun a(p), b(p);
   a.flash(p, true);
   b.flash(p, true);
-  for (auto [x, y, what] : {std::tuple{&a.context, &b.context, "context"},
-                            {&a.dq, &b.dq, "dq"},
-                            {&a.dk, &b.dk, "dk"},
-                            {&a.dv, &b.dv, "dv"},
-                            {&a.dpk, &b.dpk, "dpos_key"},
-                            {&a.dpq, &b.dpq, "dpos_query"},
-                            {&a.stats, &b.stats, "stats"}}) {
-    EXPECT_EQ(to_host(x->tensor), to_host(y->tensor)) << what;
-  }
+  expect_same_bits(a, b);
 }
 
 // The backward's two orders of the dQ / Gc additions (the rotated one where a head's CTAs fit, the default;
@@ -249,22 +258,10 @@ TEST_P(FlashAttentionGpu, RotatedOrderMatchesAscendingOrder) {
   }
   rotated.flash(p, true);
   rotated_again.flash(p, true);
-  Reference want;
-  want.context = to_host(ascending.context.tensor);
-  want.dq = to_host(ascending.dq.tensor);
-  want.dk = to_host(ascending.dk.tensor);
-  want.dv = to_host(ascending.dv.tensor);
-  want.dpk = to_host(ascending.dpk.tensor);
-  want.dpq = to_host(ascending.dpq.tensor);
+  const Reference want = outputs_of(ascending);
   EXPECT_TRUE(gradients_close(p, rotated, want, test::tolerance_for(p.c.dtype)));
   EXPECT_EQ(to_host(rotated.context.tensor), want.context);
-  for (auto [x, y, what] : {std::tuple{&rotated.dq, &rotated_again.dq, "dq"},
-                            {&rotated.dk, &rotated_again.dk, "dk"},
-                            {&rotated.dv, &rotated_again.dv, "dv"},
-                            {&rotated.dpk, &rotated_again.dpk, "dpos_key"},
-                            {&rotated.dpq, &rotated_again.dpq, "dpos_query"}}) {
-    EXPECT_EQ(to_host(x->tensor), to_host(y->tensor)) << what;
-  }
+  expect_same_bits(rotated, rotated_again);
 }
 
 // ZT_FLASH_WARP_BUCKETS (not yet run on a GPU: docs/DESIGN.md's rule): the Gc / Gp bucket rows a warp at a
@@ -306,21 +303,10 @@ TEST_P(FlashAttentionGpu, WarpBucketRowsMatchThreadRows) {
     warps.flash(p, true);
     warps_again.flash(p, true);
   }
-  Reference want;
-  want.context = to_host(threads.context.tensor);
-  want.dq = to_host(threads.dq.tensor);
-  want.dk = to_host(threads.dk.tensor);
-  want.dv = to_host(threads.dv.tensor);
-  want.dpk = to_host(threads.dpk.tensor);
-  want.dpq = to_host(threads.dpq.tensor);
+  const Reference want = outputs_of(threads);
   EXPECT_TRUE(gradients_close(p, warps, want, test::tolerance_for(p.c.dtype)));
   EXPECT_EQ(to_host(warps.dv.tensor), want.dv);  // the bucket sums reach dq, dk and the tables, not dv
-  for (auto [x, y, what] : {std::tuple{&warps.dq, &warps_again.dq, "dq"},
-                            {&warps.dk, &warps_again.dk, "dk"},
-                            {&warps.dpk, &warps_again.dpk, "dpos_key"},
-                            {&warps.dpq, &warps_again.dpq, "dpos_query"}}) {
-    EXPECT_EQ(to_host(x->tensor), to_host(y->tensor)) << what;
-  }
+  expect_same_bits(warps, warps_again);
 }
 
 // The rotation's waits reach later tickets: only when a head's tiles fit in the resident CTAs, shared by the
