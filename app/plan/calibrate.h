@@ -79,6 +79,11 @@ std::vector<LayerTimingPoint> layer_timing_points();
 // time_encoder_layers takes fewer layers, said so, where 85 % of the free memory does not hold them at the
 // shallow model's peak a layer).
 std::vector<int64_t> layer_timing_depths(int64_t model_layers);
+// The deep model's depth: `wanted`, or as many layers as fit 85 % of `free_bytes` at the shallow model's
+// peak a layer (`shallow_peak_bytes` over `shallow_layers`: an overestimate, the parameters, gradients and
+// head are in that peak too), at least 4.
+int64_t deep_layers_that_fit(int64_t wanted, int64_t shallow_layers, size_t shallow_peak_bytes,
+                             size_t free_bytes);
 std::vector<double> layer_score_lengths();
 
 // The model's forward + backward, forward alone and checkpointed forward + backward timed on the current GPU

@@ -69,6 +69,16 @@ TEST(LayerCostFit, DeepCalibrationTimesTheModelsDepthAndFitsTheSameCosts) {
   }
 }
 
+// The deep model's depth under the free memory: the wanted depth where it fits, else what 85 % of the free
+// memory holds at the shallow model's bytes a layer, never below 4.
+TEST(LayerCostFit, DeepCalibrationTakesTheLayersThatFit) {
+  constexpr size_t kGiB = size_t{1} << 30;
+  EXPECT_EQ(deep_layers_that_fit(24, 2, 3 * kGiB, 78 * kGiB), 24);  // 1.5 GiB a layer: 44 fit
+  EXPECT_EQ(deep_layers_that_fit(24, 2, 3 * kGiB, 22 * kGiB), 12);  // 18.7 GiB usable: 12 layers
+  EXPECT_EQ(deep_layers_that_fit(24, 2, 3 * kGiB, 4 * kGiB), 4);    // never below 4
+  EXPECT_THROW(deep_layers_that_fit(24, 2, 0, kGiB), Error);
+}
+
 // Timings without their checkpointed pairs (recorded before it was timed): checkpointing costs the forward
 // once more. Some pairs but not all: refused.
 TEST(LayerCostFit, WithoutCheckpointedPairsTheRecomputeIsTheForward) {

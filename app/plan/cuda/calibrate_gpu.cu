@@ -197,19 +197,13 @@ std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
   size_t shallow_peak = 0;  // bytes in use at the shallow depth's largest point
   for (int64_t layers : depths) {
     if (layers > 4 && shallow_peak > 0) {
-      // The deep model (ZT_CALIBRATE_DEEP) holds its depth's activations at the largest point: as many
-      // layers as fit 85 % of the free memory at the shallow model's peak a layer (an overestimate: the
-      // parameters, gradients and head are in that peak too), at least 4.
       const size_t free = device_allocator().backend().free_memory() + device_allocator().stats().cached;
-      const auto fitting =
-          static_cast<int64_t>(0.85 * static_cast<double>(free) /
-                               (static_cast<double>(shallow_peak) / static_cast<double>(depths.front())));
-      if (fitting < layers) {
-        ZT_LOG(info) << "calibrating: " << std::max<int64_t>(4, fitting) << " of the model's " << layers
+      const int64_t fitting = deep_layers_that_fit(layers, depths.front(), shallow_peak, free);
+      if (fitting < layers)
+        ZT_LOG(info) << "calibrating: " << fitting << " of the model's " << layers
                      << " layers fit the free memory (" << static_cast<double>(free) / (1 << 30)
                      << " GiB) at the largest point: the deep model has that many";
-        layers = std::max<int64_t>(4, fitting);
-      }
+      layers = fitting;
     }
     device_allocator().reset_peaks();
     // The run's layer dims; a small vocabulary (the word embeddings' gradient is not the encoder's cost).
