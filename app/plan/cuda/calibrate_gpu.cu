@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cmath>
 #include <exception>
 #include <memory>
 #include <random>
@@ -32,31 +31,27 @@ namespace zt::plan {
 
 namespace {
 
-// The device time of what `enqueue` puts on the current stream, milliseconds (CUDA events around it).
-template <typename Enqueue>
-double event_ms(Enqueue&& enqueue) {
+// The best time of `repeats` runs of `pass` (after one untimed run) on the current stream, milliseconds.
+template <typename Pass>
+double best_ms(int repeats, Pass&& pass) {
   cudaStream_t stream = current_stream();
   cudaEvent_t start, stop;
   ZT_CUDA_CHECK(cudaEventCreate(&start));
   ZT_CUDA_CHECK(cudaEventCreate(&stop));
-  ZT_CUDA_CHECK(cudaEventRecord(start, stream));
-  enqueue();
-  ZT_CUDA_CHECK(cudaEventRecord(stop, stream));
-  ZT_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  pass();
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    ZT_CUDA_CHECK(cudaEventRecord(start, stream));
+    pass();
+    ZT_CUDA_CHECK(cudaEventRecord(stop, stream));
+    ZT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    best = std::min(best, static_cast<double>(ms));
+  }
   ZT_CUDA_CHECK(cudaEventDestroy(start));
   ZT_CUDA_CHECK(cudaEventDestroy(stop));
-  return static_cast<double>(ms);
-}
-
-// The best time of `repeats` runs of `pass` (after one untimed run) on the current stream, milliseconds.
-template <typename Pass>
-double best_ms(int repeats, Pass&& pass) {
-  pass();
-  ZT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) best = std::min(best, event_ms(pass));
   return best;
 }
 
