@@ -3,7 +3,6 @@
 // keeps them (all the layer keys or none; an earlier calibration's refused with what to do).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -13,6 +12,8 @@
 #include "app/plan/cost_model.h"
 #include "runtime/check.h"
 #include "tests/app/synthetic_layer_cost.h"
+#include "tests/support/error_matchers.h"
+#include "tests/support/scoped_env.h"
 
 namespace zt::plan {
 namespace {
@@ -51,11 +52,15 @@ TEST(LayerCostFit, RecoversTheCoefficientsFromTimings) {
 // ZT_CALIBRATE_DEEP=1: the deep model is the run's own depth (at least 4), and the fit takes a layer as the
 // difference over however many layers were added: timings at 2 and 24 layers give back the same costs.
 TEST(LayerCostFit, DeepCalibrationTimesTheModelsDepthAndFitsTheSameCosts) {
-  ASSERT_EQ(setenv("ZT_CALIBRATE_DEEP", "1", 1), 0);
-  const std::vector<int64_t> deep = layer_timing_depths(24), small = layer_timing_depths(2);
-  unsetenv("ZT_CALIBRATE_DEEP");
+  std::vector<int64_t> deep, small;
+  {
+    const test::ScopedEnv on("ZT_CALIBRATE_DEEP", "1");
+    deep = layer_timing_depths(24);
+    small = layer_timing_depths(2);
+  }
   EXPECT_EQ(deep, (std::vector<int64_t>{2, 24}));
   EXPECT_EQ(small, (std::vector<int64_t>{2, 4}));
+  const test::ScopedEnv off("ZT_CALIBRATE_DEEP", nullptr);
   EXPECT_EQ(layer_timing_depths(24), (std::vector<int64_t>{2, 4}));  // off: 2 and 4 whatever the model
   const MeasuredLayerCost want = synthetic_layer_cost();
   const MeasuredLayerCost got =
@@ -183,25 +188,20 @@ TEST(MachineFigures, MeasuredLayerCostRoundTripsAndPartialSetsAreRefused) {
                                           "{" + rest + R"(, "layer_score_ps": [[128, 5], [512, 4]]})")),
                Error);
   // An earlier calibration's single forward share: refused with what to do.
-  try {
-    MachineFigures::load(write(
-        "share.json",
-        R"({"layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_share": 0.3, "head_fixed_us": 0, "head_token_ns": 1, "layer_score_ps": [[128, 5]]})"));
-    ADD_FAILURE() << "an earlier calibration's layer_forward_share loaded";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("run train_mrpc --calibrate again"), std::string::npos) << e.what();
-  }
+  EXPECT_ERROR_HAS(
+      MachineFigures::load(write(
+          "share.json",
+          R"({"layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_share": 0.3, "head_fixed_us": 0, )"
+          R"("head_token_ns": 1, "layer_score_ps": [[128, 5]]})")),
+      "run train_mrpc --calibrate again");
   // An earlier calibration without checkpointing's recompute: refused with what to do.
-  try {
-    MachineFigures::load(write(
-        "no_recompute.json",
-        R"({"layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_fixed_us": 0.5, "layer_forward_token_ns": 1, )"
-        R"("layer_forward_score_ps": [[128, 2]], "head_fixed_us": 0, "head_token_ns": 1, )"
-        R"("layer_score_ps": [[128, 5]]})"));
-    ADD_FAILURE() << "an earlier calibration without the recompute loaded";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("run train_mrpc --calibrate again"), std::string::npos) << e.what();
-  }
+  EXPECT_ERROR_HAS(
+      MachineFigures::load(
+          write("no_recompute.json",
+                R"({"layer_fixed_us": 1, "layer_token_ns": 2, "layer_forward_fixed_us": 0.5, )"
+                R"("layer_forward_token_ns": 1, "layer_forward_score_ps": [[128, 2]], "head_fixed_us": 0, )"
+                R"("head_token_ns": 1, "layer_score_ps": [[128, 5]]})")),
+      "run train_mrpc --calibrate again");
   std::filesystem::remove_all(dir);
 }
 

@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -25,6 +24,7 @@
 #include "tests/kernels/gemm_gpu_test_util.h"
 #include "tests/support/finite_difference.h"
 #include "tests/support/gpu.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/tolerance.h"
 
 namespace zt::kernels {
@@ -267,39 +267,16 @@ TEST_P(FlashAttentionGpu, RotatedOrderMatchesAscendingOrder) {
 // ZT_FLASH_WARP_BUCKETS (not yet run on a GPU: docs/DESIGN.md's rule): the Gc / Gp bucket rows a warp at a
 // time give the thread-a-row gradients within the dtype's tolerance (their sums in another order), dv bit
 // for bit, and the same bits run to run.
-class EnvSwitchScope {
- public:
-  EnvSwitchScope(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) saved_ = old;
-    setenv(name, value, 1);
-  }
-  ~EnvSwitchScope() {
-    if (had_)
-      setenv(name_, saved_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  EnvSwitchScope(const EnvSwitchScope&) = delete;
-  EnvSwitchScope& operator=(const EnvSwitchScope&) = delete;
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string saved_;
-};
-
 TEST_P(FlashAttentionGpu, WarpBucketRowsMatchThreadRows) {
   ZT_SKIP_WITHOUT_GPU();
   const Problem p(GetParam());
   GpuRun threads(p), warps(p), warps_again(p);
   {
-    const EnvSwitchScope off("ZT_FLASH_WARP_BUCKETS", "0");
+    const test::ScopedEnv off("ZT_FLASH_WARP_BUCKETS", "0");
     threads.flash(p, true);
   }
   {
-    const EnvSwitchScope on("ZT_FLASH_WARP_BUCKETS", "1");
+    const test::ScopedEnv on("ZT_FLASH_WARP_BUCKETS", "1");
     warps.flash(p, true);
     warps_again.flash(p, true);
   }

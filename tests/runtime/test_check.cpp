@@ -14,6 +14,7 @@
 #include <string>
 
 #include "runtime/check.h"
+#include "tests/support/scoped_env.h"
 
 namespace zt {
 namespace {
@@ -27,30 +28,6 @@ Error failed_check(int batch) {
   throw std::logic_error("ZT_CHECK did not throw");
 }
 
-// Sets ZT_VERBOSE_ERRORS for one scope, restoring what was there.
-class VerboseErrors {
- public:
-  explicit VerboseErrors(const char* value) {
-    if (const char* old = std::getenv("ZT_VERBOSE_ERRORS")) saved_ = old, had_ = true;
-    if (value != nullptr) {
-      setenv("ZT_VERBOSE_ERRORS", value, 1);
-    } else {
-      unsetenv("ZT_VERBOSE_ERRORS");
-    }
-  }
-  ~VerboseErrors() {
-    if (had_) {
-      setenv("ZT_VERBOSE_ERRORS", saved_.c_str(), 1);
-    } else {
-      unsetenv("ZT_VERBOSE_ERRORS");
-    }
-  }
-
- private:
-  std::string saved_;
-  bool had_ = false;
-};
-
 TEST(Check, ErrorKeepsTheMessageApartFromTheReport) {
   const Error e = failed_check(0);
   EXPECT_EQ(e.message(), "batch size must be positive, got 0");
@@ -63,15 +40,15 @@ TEST(Check, ErrorKeepsTheMessageApartFromTheReport) {
 TEST(Check, ToolsPrintTheMessageUnlessVerboseErrorsIsSet) {
   const Error e = failed_check(-3);
   {
-    const VerboseErrors unset(nullptr);
+    const test::ScopedEnv unset("ZT_VERBOSE_ERRORS", nullptr);
     EXPECT_EQ(error_text(e), "batch size must be positive, got -3");
   }
   {
-    const VerboseErrors off("0");
+    const test::ScopedEnv off("ZT_VERBOSE_ERRORS", "0");
     EXPECT_EQ(error_text(e), "batch size must be positive, got -3");
   }
   {
-    const VerboseErrors on("1");
+    const test::ScopedEnv on("ZT_VERBOSE_ERRORS", "1");
     EXPECT_EQ(error_text(e), std::string(e.what()));
   }
   const std::runtime_error other("not one of ours");

@@ -4,10 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <string>
-
-#include "runtime/check.h"
+#include "tests/support/error_matchers.h"
+#include "tests/support/scoped_env.h"
 
 namespace zt {
 namespace {
@@ -15,28 +13,23 @@ namespace {
 constexpr const char* kName = "ZT_TEST_ENV_SWITCH";
 
 TEST(EnvSwitch, OnlyOneIsOnAndUnsetEmptyOrZeroAreOff) {
-  unsetenv(kName);
-  EXPECT_FALSE(read_env_switch(kName));
-  setenv(kName, "", 1);
-  EXPECT_FALSE(read_env_switch(kName));
-  setenv(kName, "0", 1);
-  EXPECT_FALSE(read_env_switch(kName));
-  setenv(kName, "1", 1);
+  {
+    const test::ScopedEnv unset(kName, nullptr);
+    EXPECT_FALSE(read_env_switch(kName));
+  }
+  for (const char* off : {"", "0"}) {
+    const test::ScopedEnv env(kName, off);
+    EXPECT_FALSE(read_env_switch(kName)) << "'" << off << "'";
+  }
+  const test::ScopedEnv on(kName, "1");
   EXPECT_TRUE(read_env_switch(kName));
-  unsetenv(kName);
 }
 
 TEST(EnvSwitch, AnythingElseIsAnErrorNamingTheVariable) {
   for (const char* value : {"yes", "true", "on", "2", " 1"}) {
-    setenv(kName, value, 1);
-    try {
-      read_env_switch(kName);
-      ADD_FAILURE() << "'" << value << "' was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(kName), std::string::npos) << e.what();
-    }
+    const test::ScopedEnv env(kName, value);
+    EXPECT_ERROR_HAS(read_env_switch(kName), kName);
   }
-  unsetenv(kName);
 }
 
 }  // namespace
