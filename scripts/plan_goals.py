@@ -355,7 +355,8 @@ class Runner:
         if r.returncode != 0 or not path.exists():
             say(f"calibrate: FAILED exit {r.returncode}: {(r.stdout + r.stderr).strip()[-300:]}")
             return
-        for line in r.stdout.splitlines(): say(line)
+        for line in r.stdout.splitlines():
+            say(line)
         say(f"calibrate: {time.time() - t:.1f} s; figures {json.dumps(json.loads(path.read_text()))}")
 
     def select_grid(self, batch, seq):

@@ -19,13 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-
-def plan_key(c):
-    """plan_goals.py's label of a plan: 's1 optimizer r0.5 32x16 ckpt'."""
-    offload = "none" if c["offload"] == "none" else c["offload"]
-    ratio = f"r{c['offload_ratio']:g} " if offload != "none" and c["offload_ratio"] < 1 else ""
-    ckpt = " ckpt" if c["gradient_checkpointing"] else ""
-    return f"s{c['zero_stage']} {offload} {ratio}{c['micro_batch']}x{c['accumulation']}{ckpt}"
+from plan_goals import measured_key, plan_key  # the labels the recorded run measured its plans under
 
 
 def pick(bin_dir, figures, batch, seq, cap):
@@ -57,8 +51,8 @@ def main():
         path.write_text(json.dumps(figures))
         for name, cell in state["table"].items():
             p = pick(args.bin, path, cell["batch"], cell["seq"], cell["cap"])
-            key = f"seq{cell['seq']} {plan_key(p)}"
-            m = measured.get(f"{key} @{cell['cap']}GiB") or measured.get(key)
+            seq, cap = cell["seq"], cell["cap"]
+            m = measured.get(measured_key(p, seq, cap)) or measured.get(measured_key(p, seq))
             if m is None or not cell.get("fastest_ms"):
                 ok = False
                 print(f"{name:12s} pick {plan_key(p):32s} predicted {p['predicted_ms']:8.1f} ms: not measured")
