@@ -25,6 +25,7 @@
 #include "tests/app/h100_calibrations.h"
 #include "tests/app/narrow_model.h"
 #include "tests/app/synthetic_layer_cost.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/temp_dir_test.h"
 
 namespace zt::plan {
@@ -551,19 +552,13 @@ class PlanningFiguresTest : public test::TempDirTest {
  protected:
   void SetUp() override {
     TempDirTest::SetUp();
-    const char* before = std::getenv("ZT_MACHINE_FIGURES");
-    saved_ = before ? std::optional<std::string>(before) : std::nullopt;
-    setenv("ZT_MACHINE_FIGURES", path("cache/machine_figures.json").c_str(), 1);
+    figures_.emplace("ZT_MACHINE_FIGURES", path("cache/machine_figures.json").c_str());
   }
   void TearDown() override {
-    if (saved_) {
-      setenv("ZT_MACHINE_FIGURES", saved_->c_str(), 1);
-    } else {
-      unsetenv("ZT_MACHINE_FIGURES");
-    }
+    figures_.reset();
     TempDirTest::TearDown();
   }
-  std::optional<std::string> saved_;
+  std::optional<test::ScopedEnv> figures_;
 };
 
 TEST_F(PlanningFiguresTest, TheCachedCalibrationIsUsedUntilAFileIsNamed) {
@@ -593,18 +588,15 @@ TEST_F(PlanningFiguresTest, TheCachedCalibrationIsUsedUntilAFileIsNamed) {
 }
 
 TEST_F(PlanningFiguresTest, TheCacheFollowsXdgThenHome) {
-  unsetenv("ZT_MACHINE_FIGURES");
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const std::optional<std::string> saved_xdg = xdg ? std::optional<std::string>(xdg) : std::nullopt;
-  setenv("XDG_CACHE_HOME", path("xdg").c_str(), 1);
+  const test::ScopedEnv no_figures("ZT_MACHINE_FIGURES", nullptr);
+  std::optional<test::ScopedEnv> xdg(std::in_place, "XDG_CACHE_HOME", path("xdg").c_str());
   EXPECT_EQ(default_machine_figures_path(), path("xdg/zerotrain/machine_figures.json"));
-  unsetenv("XDG_CACHE_HOME");
+  xdg.emplace("XDG_CACHE_HOME", nullptr);
   const char* home = std::getenv("HOME");
   if (home && *home) {
     EXPECT_EQ(default_machine_figures_path(),
               (std::filesystem::path(home) / ".cache/zerotrain/machine_figures.json").string());
   }
-  if (saved_xdg) setenv("XDG_CACHE_HOME", saved_xdg->c_str(), 1);
 }
 
 }  // namespace

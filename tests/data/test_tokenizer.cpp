@@ -9,6 +9,7 @@
 
 #include "data/tokenizer.h"
 #include "runtime/check.h"
+#include "tests/support/error_matchers.h"
 
 namespace zt::data {
 namespace {
@@ -166,14 +167,8 @@ TEST(Tokenizer, TruncatesPairsLongestFirst) {
 }
 
 TEST(Tokenizer, MissingModelFileIsAnError) {
-  try {
-    Tokenizer tok("/nonexistent/spm.model");
-    FAIL() << "loaded a missing model";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot load SentencePiece model '/nonexistent/spm.model'"),
-              std::string::npos)
-        << e.what();
-  }
+  EXPECT_ERROR_HAS(Tokenizer("/nonexistent/spm.model"),
+                   "cannot load SentencePiece model '/nonexistent/spm.model'");
 }
 
 // The shipped model with its "[CLS]" piece renamed in place (same byte length keeps the protobuf valid).
@@ -188,12 +183,7 @@ TEST(Tokenizer, MissingSpecialPieceIsNamed) {
   ASSERT_GT(renamed, 0u);
   const auto path = std::filesystem::temp_directory_path() / "zt_test_no_cls.model";
   std::ofstream(path.string(), std::ios::binary) << bytes;
-  try {
-    Tokenizer tok(path.string());
-    FAIL() << "loaded a model without [CLS]";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("has no piece '[CLS]'"), std::string::npos) << e.what();
-  }
+  EXPECT_ERROR_HAS(Tokenizer(path.string()), "has no piece '[CLS]'");
   std::filesystem::remove(path);
 }
 
