@@ -4,8 +4,9 @@
 //   A[i,j] = ( Q_i . K_j  +  [c2p] Q_i . PK_{c(i,j)}  +  [p2c] K_j . PQ_{c(i,j)} ) / s,
 //   s = sqrt(d * (1 + [c2p] + [p2c]))                      (one shared scale, computed in fp32 like HF)
 //   P = masked_softmax(A, M),  M[i,j] = m_i m_j             (masked_softmax.h: padded query rows -> 1/L)
-//   P~[i,j] = keep(b,h,i,j) ? P[i,j] / (1 - p) : 0,  keep = philox uniform(seed, site_id, e) >= p with
-//             e = ((b*N + h)*L + i)*L + j  (the flat index into P); p == 0 skips dropout exactly
+//   P~[i,j] = keep(b,h,i,j) ? P[i,j] / (1 - p) : 0,  keep = philox.h's attention_keep(seed, site_id, e) (16
+//             bits an element) with e = ((b*N + h)*L + i)*L + j  (the flat index into P); p == 0 skips
+//             dropout exactly
 //   context_i = sum_j P~[i,j] V_j
 // Q, K, V are the biased projections of the layer input; PK = R~ Wk^T + bk and PQ = R~ Wq^T + bq are the
 // projections of the layer's dropped-out, layer-normed relative table (rows [0, 2S), S = att_span).

@@ -12,7 +12,8 @@
 //   keep    = uniform >= p                              kept values are scaled by 1 / (1 - p)
 //
 // Four consecutive indices share one Philox block, so a GPU thread (or a CPU loop) handling 4 elements runs
-// the 10 rounds once. All functions are ZT_HOST_DEVICE so the same code compiles into CUDA kernels.
+// the 10 rounds once. The attention probabilities (L^2 a head) use 16 bits an element instead: see
+// attention_keep at the end. All functions are ZT_HOST_DEVICE so the same code compiles into CUDA kernels.
 #pragma once
 
 #include <cmath>
@@ -81,18 +82,17 @@ ZT_HOST_DEVICE inline PhiloxCounter philox_block(uint64_t seed, uint64_t site_id
   return philox4x32_10(counter, key);
 }
 
-// Blocks first, first + stride, ..., first + (N - 1) stride of one site, the same words as philox_block of
-// each, computed round by round: one key schedule for all N and N independent rounds to interleave (the GPU
-// flash attention draws 8 blocks a thread this way).
+// The blocks block[0 .. N) of one site, the same words as philox_block of each, computed round by round: one
+// key schedule for all N and N independent rounds to interleave (the GPU flash attention draws several
+// blocks a thread this way).
 template <int N>
-ZT_HOST_DEVICE inline void philox_blocks(uint64_t seed, uint64_t site_id, uint64_t first, uint64_t stride,
+ZT_HOST_DEVICE inline void philox_blocks(uint64_t seed, uint64_t site_id, const uint64_t (&block)[N],
                                          PhiloxCounter (&out)[N]) {
 #ifdef __CUDA_ARCH__
 #pragma unroll  // the N x 4 words stay in registers
 #endif
   for (int n = 0; n < N; ++n) {
-    const uint64_t block = first + stride * static_cast<uint64_t>(n);
-    out[n] = PhiloxCounter{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+    out[n] = PhiloxCounter{{static_cast<uint32_t>(block[n]), static_cast<uint32_t>(block[n] >> 32),
                             static_cast<uint32_t>(site_id), static_cast<uint32_t>(site_id >> 32)}};
   }
   PhiloxKey key{{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}};
@@ -111,21 +111,70 @@ ZT_HOST_DEVICE inline void philox_blocks(uint64_t seed, uint64_t site_id, uint64
   }
 }
 
+// Blocks first, first + stride, ..., first + (N - 1) stride of one site.
+template <int N>
+ZT_HOST_DEVICE inline void philox_blocks(uint64_t seed, uint64_t site_id, uint64_t first, uint64_t stride,
+                                         PhiloxCounter (&out)[N]) {
+  uint64_t block[N];
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+  for (int n = 0; n < N; ++n) block[n] = first + stride * static_cast<uint64_t>(n);
+  philox_blocks<N>(seed, site_id, block, out);
+}
+
 // uniform(seed, site_id, index) in [0, 1): the random number behind element `index` of a dropout site.
 ZT_HOST_DEVICE inline float uniform(uint64_t seed, uint64_t site_id, uint64_t index) {
   return uniform_from_bits(philox_block(seed, site_id, index >> 2).word[index & 3]);
 }
 
-// The keep test on a raw Philox word, without the float conversion: for p in [0, 1),
-// uniform_from_bits(word) >= p exactly when word >= keep_threshold_word(p), since (word >> 8) 2^-24 >= p
-// is (word >> 8) >= ceil(p 2^24) (p 2^24 is exact in f32), i.e. word >= 256 ceil(p 2^24) (< 2^32).
-ZT_HOST_DEVICE inline uint32_t keep_threshold_word(float p) {
-  return static_cast<uint32_t>(ceilf(p * 16777216.0f)) << 8;
+// The attention probabilities' draw. P has L^2 elements a head (64 M at 8k tokens), so a Philox block serves
+// 8 of them, 16 bits each, half the rounds a score of the 24-bit draw above:
+//   half(e) = bits 16 (e % 2) .. + 15 of word (e % 8) / 2 of philox_block(seed, site_id, e / 8)
+//   keep(e) = half(e) >= attention_keep_threshold(p) = ceil(p 2^16)
+// The drop probability is p rounded up to a multiple of 2^-16 (0.1 drops with probability 0.1000061); kept
+// values are scaled by 1 / (1 - p) as at every other site. p 2^16 is exact in f32, so CPU and GPU agree.
+ZT_HOST_DEVICE inline uint32_t attention_keep_threshold(float p) {
+  return static_cast<uint32_t>(ceilf(p * 65536.0f));
 }
 
-// Whether dropout with drop probability p keeps element `index` of a site. p == 0 keeps everything.
-ZT_HOST_DEVICE inline bool dropout_keep(uint64_t seed, uint64_t site_id, uint64_t index, float p) {
-  return uniform(seed, site_id, index) >= p;
+// Half k (0..7) of a block; the words are picked with constant indices (on the GPU a run-time index into
+// the block would put it in local memory).
+ZT_HOST_DEVICE inline uint32_t half_of(const PhiloxCounter& block, uint32_t k) {
+  uint32_t word = block.word[3];
+  switch ((k >> 1) & 3u) {
+    case 0:
+      word = block.word[0];
+      break;
+    case 1:
+      word = block.word[1];
+      break;
+    case 2:
+      word = block.word[2];
+      break;
+    default:
+      break;
+  }
+  return (k & 1u) ? word >> 16 : word & 0xffffu;
+}
+
+// Bit k (0..7) set where the block keeps element 8 (block) + k.
+ZT_HOST_DEVICE inline uint32_t attention_keep_bits(const PhiloxCounter& block, uint32_t threshold) {
+  uint32_t bits = 0;
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+  for (int w = 0; w < 4; ++w) {
+    bits |= ((block.word[w] & 0xffffu) >= threshold ? 1u : 0u) << (2 * w);
+    bits |= ((block.word[w] >> 16) >= threshold ? 1u : 0u) << (2 * w + 1);
+  }
+  return bits;
+}
+
+// Whether the attention dropout of `site_id` keeps element `index` of P.
+ZT_HOST_DEVICE inline bool attention_keep(uint64_t seed, uint64_t site_id, uint64_t index,
+                                          uint32_t threshold) {
+  return half_of(philox_block(seed, site_id, index >> 3), static_cast<uint32_t>(index & 7)) >= threshold;
 }
 
 }  // namespace zt::kernels

@@ -118,20 +118,21 @@ uint64_t probs_offset(const Problem& pr, int64_t b, int64_t h) {
   return static_cast<uint64_t>((b * pr.heads + h) * pr.length * pr.length);
 }
 
-// factor[e] = keep(first_element + e) / (1 - p) for one head's [L, L] block: the dropout multiplier of P.
-// Same numbers as uniform(seed, site_id, index), but one Philox block serves four consecutive elements.
+// factor[e] = keep(first_element + e) / (1 - p) for one head's [L, L] block: the dropout multiplier of P
+// (philox.h's attention draw: one Philox block serves eight consecutive elements).
 void attention_dropout_factors(float* factor, int64_t count, uint64_t first_element,
                                const DisentangledAttentionConfig& config) {
   const float kept_scale = 1.0f / (1.0f - config.dropout_p);
+  const uint32_t threshold = attention_keep_threshold(config.dropout_p);
   uint64_t block = ~uint64_t{0};
   PhiloxCounter words{};
   for (int64_t e = 0; e < count; ++e) {
     const uint64_t element = first_element + static_cast<uint64_t>(e);
-    if ((element >> 2) != block) {
-      block = element >> 2;
+    if ((element >> 3) != block) {
+      block = element >> 3;
       words = philox_block(config.seed, config.site_id, block);
     }
-    factor[e] = uniform_from_bits(words.word[element & 3]) >= config.dropout_p ? kept_scale : 0.0f;
+    factor[e] = half_of(words, static_cast<uint32_t>(element & 7)) >= threshold ? kept_scale : 0.0f;
   }
 }
 

@@ -30,7 +30,8 @@ struct AttentionShape {
   int64_t window_pitch = 0;
   bool c2p = false, p2c = false;
   float inverse_scale = 1.0f;
-  // Dropout: keep(e) = uniform(seed, site_id, e) >= p, kept entries scaled by kept_scale = 1 / (1 - p).
+  // Dropout: keep(e) = attention_keep(seed, site_id, e, ceil(p 2^16)) (philox.h), kept entries scaled by
+  // kept_scale = 1 / (1 - p).
   bool dropout = false;
   float dropout_p = 0.0f, kept_scale = 1.0f;
   uint64_t seed = 0, site_id = 0;

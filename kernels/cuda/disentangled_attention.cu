@@ -68,21 +68,23 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
-// The dropout multiplier of P[e] (e = ((b*N + h)*L + i)*L + j): kept_scale or 0, as the CPU computes it.
+// The dropout multiplier of P[e] (e = ((b*N + h)*L + i)*L + j): kept_scale or 0, as the CPU computes it
+// (philox.h's attention draw).
 __device__ __forceinline__ float dropout_factor(const AttentionShape& s, uint64_t element) {
-  return uniform(s.seed, s.site_id, element) >= s.dropout_p ? s.kept_scale : 0.0f;
+  return attention_keep(s.seed, s.site_id, element, attention_keep_threshold(s.dropout_p)) ? s.kept_scale
+                                                                                           : 0.0f;
 }
 
-// The multipliers of elements e .. e + 3: one Philox block when e starts one (element e uses word e % 4 of
-// block e / 4, the CPU's grouping), so a thread covering 4 consecutive elements runs the 10 rounds once
-// instead of four times; per-element blocks otherwise (a row of length L % 4 != 0 starts mid-block).
+// The multipliers of elements e .. e + 3: half of one Philox block when e starts a half (element e uses
+// half e % 8 of block e / 8, the CPU's grouping), so a thread covering 4 consecutive elements runs the 10
+// rounds once instead of four times; per-element blocks otherwise (a row of length L % 4 != 0 starts
+// mid-block).
 __device__ __forceinline__ void dropout_factors4(const AttentionShape& s, uint64_t e, float factor[4]) {
   if ((e & 3) == 0) {
-    const PhiloxCounter block = philox_block(s.seed, s.site_id, e >> 2);
+    const PhiloxCounter block = philox_block(s.seed, s.site_id, e >> 3);
+    const uint32_t bits = attention_keep_bits(block, attention_keep_threshold(s.dropout_p)) >> (e & 4);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      factor[q] = uniform_from_bits(block.word[q]) >= s.dropout_p ? s.kept_scale : 0.0f;
-    }
+    for (int q = 0; q < 4; ++q) factor[q] = (bits >> q) & 1u ? s.kept_scale : 0.0f;
   } else {
 #pragma unroll
     for (int q = 0; q < 4; ++q) factor[q] = dropout_factor(s, e + q);

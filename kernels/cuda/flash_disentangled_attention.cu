@@ -181,57 +181,52 @@ __device__ __forceinline__ void publish_next_tile(const NextTileLoads& n, Forwar
 }
 
 // Note [keep bits in registers]: bit 4 nt + e of the result keeps this thread's element s[nt][e], i.e.
-// P[i0 + 16 w + g + 8 (e / 2), j0 + 8 nt + 2 q + e % 2] (lane = 4 g + q), by the unfused path's draw (element
-// e = ((b N + h) L + i) L + j, word e % 4 of Philox block e / 4, kept when (word >> 8) 2^-24 >= p, i.e. when
-// word >= 256 ceil(p 2^24)). With L % 4 == 0 a block is 4 keys of one row from a multiple of 4: lanes q and
-// q ^ 1 need keys 8 nt + 4 (q / 2) .. + 3 of both their rows, so the even lane draws its upper row's block,
-// the odd lane its lower row's, and they swap halves: one block per 4 elements. The 8 blocks of a thread run
-// round by round (philox_blocks: one key schedule for all, the site words' first product shared).
-
-// Swaps the two 2-bit halves of every nibble.
-__device__ __forceinline__ uint32_t swap_nibble_halves(uint32_t x) {
-  return ((x >> 2) & 0x33333333u) | ((x << 2) & 0xccccccccu);
-}
-__device__ __forceinline__ uint32_t draw_keep_bits(const FlashAttentionParams& p, uint32_t word_threshold,
+// P[i0 + 16 w + g + 8 (e / 2), j0 + 8 nt + 2 q + e % 2] (lane = 4 g + q), by the unfused path's draw
+// (philox.h's attention draw: element e = ((b N + h) L + i) L + j is half e % 8 of Philox block e / 8). With
+// L % 8 == 0 a block is the 8 keys 8 nt .. + 7 of one row, shared by the 4 lanes of a quad (lane q needs
+// halves 2 q, 2 q + 1): the quad's 16 blocks (2 rows x 8 nt) are drawn 4 a lane (lane q: nt = q and q + 4 of
+// both rows, round by round by philox_blocks), each lane's 4 x 8 keep bits are gathered by the quad (4
+// shuffles) and every lane picks its 2 bits of each block: one block per 8 elements.
+__device__ __forceinline__ uint32_t draw_keep_bits(const FlashAttentionParams& p, uint32_t threshold,
                                                    int64_t bh, int row0, int j0) {
   const int lane = static_cast<int>(threadIdx.x) % 32, q = lane % 4;
   const uint64_t L = static_cast<uint64_t>(p.length);
   uint32_t bits = 0;
-  if (L % 4 == 0) {
-    const bool even = (q & 1) == 0;
-    const uint64_t row = static_cast<uint64_t>(row0 + (even ? 0 : 8));
-    PhiloxCounter blocks[8];
-    philox_blocks(p.seed, p.site_id, ((static_cast<uint64_t>(bh) * L + row) * L + j0 + 4 * (q / 2)) / 4, 2,
-                  blocks);
-    // drawn: nibble nt = this lane's block (keys 4 (q / 2) .. + 3 of its drawing row).
+  if (L % 8 == 0) {
+    // Block n of this lane: row row0 + 8 (n % 2), key tile nt = q + 4 (n / 2).
+    const uint64_t row_block = ((static_cast<uint64_t>(bh) * L + static_cast<uint64_t>(row0)) * L + j0) / 8;
+    const uint64_t block[4] = {row_block + q, row_block + L + q, row_block + 4 + q, row_block + L + 4 + q};
+    PhiloxCounter blocks[4];
+    philox_blocks(p.seed, p.site_id, block, blocks);
+    // Byte n of drawn: block n's keep bits, bit k = key 8 nt + k.
     uint32_t drawn = 0;
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < 4; ++n) drawn |= attention_keep_bits(blocks[n], threshold) << (8 * n);
+    const int quad = lane & ~3;
 #pragma unroll
-      for (int w = 0; w < 4; ++w) drawn |= (blocks[n].word[w] >= word_threshold ? 1u : 0u) << (4 * n + w);
-    // Even lane: its keys are the nibbles' low halves (row 0), the odd partner's the high halves; odd lane
-    // (drawing row 1): its keys are the high halves. mine: low halves = this lane's keys of its drawing row.
-    const uint32_t mine = even ? drawn : swap_nibble_halves(drawn);
-    const uint32_t theirs =
-        __shfl_xor_sync(0xffffffffu, mine & 0xccccccccu, 1);  // partner's keys, high halves
-    // Low half of a nibble: the drawing row, high half: the other row; the even lane's drawing row is row 0.
-    const uint32_t by_draw = (mine & 0x33333333u) | theirs;
-    bits = even ? by_draw : swap_nibble_halves(by_draw);
+    for (int source = 0; source < 4; ++source) {
+      // Lane `source` drew nt = source and source + 4; this lane's keys are bits 2 q, 2 q + 1 of each byte.
+      const uint32_t theirs = __shfl_sync(0xffffffffu, drawn, quad + source) >> (2 * q);
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        const int nt = source + 4 * (n / 2), r = n % 2;
+        bits |= ((theirs >> (8 * n)) & 3u) << (4 * nt + 2 * r);
+      }
+    }
     return bits;
   }
-  // Any L: each pair of keys from its block(s), the second of a block's last word from the next block.
+  // Any L: each pair of keys from its block(s), the second from the next block where the first ends one.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const uint64_t row = static_cast<uint64_t>(row0 + 8 * r);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const uint64_t e = (static_cast<uint64_t>(bh) * L + row) * L + j0 + 8 * nt + 2 * q;
-      const PhiloxCounter block = philox_block(p.seed, p.site_id, e / 4);
-      const uint32_t first = word_of(block, e);
-      const uint32_t second =
-          (e & 3) == 3 ? philox_block(p.seed, p.site_id, e / 4 + 1).word[0] : word_of(block, e + 1);
-      bits |= ((first >= word_threshold ? 1u : 0u) | (second >= word_threshold ? 2u : 0u))
-              << (4 * nt + 2 * r);
+      const PhiloxCounter block = philox_block(p.seed, p.site_id, e / 8);
+      const uint32_t first = half_of(block, static_cast<uint32_t>(e & 7));
+      const uint32_t second = (e & 7) == 7 ? half_of(philox_block(p.seed, p.site_id, e / 8 + 1), 0)
+                                           : half_of(block, static_cast<uint32_t>((e + 1) & 7));
+      bits |= ((first >= threshold ? 1u : 0u) | (second >= threshold ? 2u : 0u)) << (4 * nt + 2 * r);
     }
   }
   return bits;
@@ -283,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, kStaged ? 3 : 2)
   // scores are taken as 0 here and its saved max is finfo.min, so the backward's exp(a - max) is 1 too.
   const float masked_score[2] = {row_kept[0] ? kMasked : 0.0f, row_kept[1] ? kMasked : 0.0f};
   // Note [keep bits in registers]; the launcher checks p < 1.
-  const uint32_t word_threshold = keep_threshold_word(p.dropout_p);
+  const uint32_t keep_threshold = attention_keep_threshold(p.dropout_p);
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   float o[8][4];
 #pragma unroll
@@ -417,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, kStaged ? 3 : 2)
         for (int e = 0; e < 4; ++e) o[nt][e] *= correction[e / 2];
     }
     uint32_t keep = ~0u;
-    if constexpr (kDropout) keep = draw_keep_bits(p, word_threshold, bh, i0 + local_row[0], j0);
+    if constexpr (kDropout) keep = draw_keep_bits(p, keep_threshold, bh, i0 + local_row[0], j0);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll

@@ -122,7 +122,8 @@ void naive_attention(const Problem& pr, std::vector<float>& context, std::vector
           if (query_real) p = pr.mask[b * kLength + j] ? std::exp(score[j] - max_kept) / sum : 0.0;
           probs[row + j] = static_cast<float>(p);
           const uint64_t element = static_cast<uint64_t>(row + j);
-          const bool keep = uniform(cfg.seed, cfg.site_id, element) >= cfg.dropout_p;
+          const bool keep =
+              attention_keep(cfg.seed, cfg.site_id, element, attention_keep_threshold(cfg.dropout_p));
           const double dropped = keep ? p / (1.0 - cfg.dropout_p) : 0.0;
           for (int64_t x = h * kHeadSize; x < (h + 1) * kHeadSize; ++x) {
             context[(b * kLength + i) * kFeatures + x] +=

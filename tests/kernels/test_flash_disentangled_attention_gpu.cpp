@@ -326,7 +326,7 @@ INSTANTIATE_TEST_SUITE_P(
 // where it keeps it (P > 0 there: every pair but a real query's padded keys).
 TEST(FlashAttentionDropoutGpu, KeepsTheHostsEntries) {
   ZT_SKIP_WITHOUT_GPU();
-  for (const int64_t L : {7, 64}) {
+  for (const int64_t L : {7, 36, 64}) {  // odd; a multiple of 4 whose rows start mid-block; of 8
     const Case c{"keep", DType::bf16, 2, L, 2, 64, test::tiny_buckets(), true, true, 0.3f};
     const Problem p(c, /*identity_v=*/true);
     GpuRun run(p);
@@ -341,7 +341,8 @@ TEST(FlashAttentionDropoutGpu, KeepsTheHostsEntries) {
             const bool real_query = p.mask[static_cast<size_t>(b * L + i)] != 0;
             if (real_query && p.mask[static_cast<size_t>(b * L + j)] == 0) continue;  // P = 0 there
             const uint64_t e = static_cast<uint64_t>(((b * N + h) * L + i) * L + j);
-            const bool keep = dropout_keep(p.config.seed, p.config.site_id, e, p.config.dropout_p);
+            const bool keep = attention_keep(p.config.seed, p.config.site_id, e,
+                                             attention_keep_threshold(p.config.dropout_p));
             dropped += keep ? 0 : 1;
             const float got = context[static_cast<size_t>((b * L + i) * D + h * d + j)];
             wrong += keep ? (got == 0.0f) : (got != 0.0f);

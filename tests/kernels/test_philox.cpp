@@ -1,5 +1,5 @@
-// Philox4x32-10 against the published Random123 known-answer vectors (kat_vectors), and the index layout of
-// uniform(seed, site_id, index).
+// Philox4x32-10 against the published Random123 known-answer vectors (kat_vectors), and the index layouts of
+// uniform(seed, site_id, index) and the attention draw.
 #include "kernels/philox.h"
 
 #include <gtest/gtest.h>
@@ -76,13 +76,6 @@ TEST(Philox, SeedAndSiteBothChangeTheStream) {
   EXPECT_GT(same_site_diff, 60);
 }
 
-TEST(Philox, DropoutKeepIsUniformAtLeastP) {
-  EXPECT_TRUE(dropout_keep(3, 5, 17, 0.0f));
-  for (uint64_t i = 0; i < 256; ++i) {
-    EXPECT_EQ(dropout_keep(3, 5, i, 0.3f), uniform(3, 5, i) >= 0.3f);
-  }
-}
-
 // The round-by-round form the GPU flash attention draws with: the blocks of philox_block, including a block
 // index that carries into the counter's high word.
 TEST(Philox, BlocksRoundByRoundEqualPhiloxBlock) {
@@ -98,23 +91,46 @@ TEST(Philox, BlocksRoundByRoundEqualPhiloxBlock) {
   }
 }
 
-// word >= keep_threshold_word(p) is uniform_from_bits(word) >= p, checked at every 24-bit value around the
-// threshold (low bytes 0, 1, 255) and at the ends, for drop probabilities that are and are not multiples of
-// 2^-24.
-TEST(Philox, KeepThresholdWordIsTheUniformCompare) {
-  for (const float p : {0.0f, 1e-9f, 0.1f, 0.3f, 0.5f, 0.7f, 0.9999999f, 3.0f / 16777216.0f}) {
-    const uint32_t threshold = keep_threshold_word(p);
-    const int64_t center = static_cast<int64_t>(threshold >> 8);
-    int64_t checked = 0;
-    for (int64_t top = 0; top < (int64_t{1} << 24); ++top) {
-      if (top > 4 && top < (int64_t{1} << 24) - 4 && (top < center - 300 || top > center + 300)) continue;
-      for (const uint32_t low : {0u, 1u, 255u}) {
-        const uint32_t word = static_cast<uint32_t>(top) << 8 | low;
-        ASSERT_EQ(word >= threshold, uniform_from_bits(word) >= p) << "p " << p << " word " << word;
-        ++checked;
-      }
+// The blocks of explicit indices (the flash forward's form) equal philox_block.
+TEST(Philox, BlocksAtIndicesEqualPhiloxBlock) {
+  constexpr uint64_t kSeed = 0x0123456789abcdefull, kSite = 0xfedcba9876543210ull;
+  const uint64_t block[4] = {3, 1000, 0xffffffffull, (uint64_t{1} << 40) + 7};
+  PhiloxCounter blocks[4];
+  philox_blocks(kSeed, kSite, block, blocks);
+  for (int n = 0; n < 4; ++n) {
+    const PhiloxCounter want = philox_block(kSeed, kSite, block[n]);
+    for (int w = 0; w < 4; ++w) EXPECT_EQ(blocks[n].word[w], want.word[w]) << "n " << n;
+  }
+}
+
+// The attention draw: element e is half e % 8 (low 16 bits first) of block e / 8, kept at or above
+// ceil(p 2^16); attention_keep_bits is the same test for a block's 8 elements at once.
+TEST(Philox, AttentionKeepUsesTheDocumentedHalf) {
+  constexpr uint64_t kSeed = 0x0123456789abcdefull, kSite = 0xfedcba9876543210ull;
+  for (const float p : {0.1f, 0.5f, 0.9f}) {
+    const uint32_t threshold = attention_keep_threshold(p);
+    EXPECT_EQ(threshold, static_cast<uint32_t>(std::ceil(static_cast<double>(p) * 65536.0)));
+    for (const uint64_t index : {0ull, 1ull, 7ull, 8ull, 13ull, 1000003ull, (1ull << 35) + 5}) {
+      const PhiloxCounter block = philox_block(kSeed, kSite, index / 8);
+      const uint32_t word = block.word[(index % 8) / 2];
+      const uint32_t half = index % 2 == 0 ? word & 0xffffu : word >> 16;
+      EXPECT_EQ(attention_keep(kSeed, kSite, index, threshold), half >= threshold) << "index " << index;
+      EXPECT_EQ((attention_keep_bits(block, threshold) >> (index % 8)) & 1u, half >= threshold ? 1u : 0u);
     }
-    EXPECT_GT(checked, 600) << "p " << p;
+  }
+}
+
+// The drop rate is p rounded up to 2^-16: within 5 sigma of p over 2^20 elements, and p = 0 keeps all.
+TEST(Philox, AttentionKeepDropsAtRateP) {
+  const uint32_t keep_all = attention_keep_threshold(0.0f);
+  for (uint64_t i = 0; i < 64; ++i) EXPECT_TRUE(attention_keep(3, 5, i, keep_all));
+  for (const double p : {0.1, 0.5}) {
+    const uint32_t threshold = attention_keep_threshold(static_cast<float>(p));
+    const int64_t n = int64_t{1} << 20;
+    int64_t dropped = 0;
+    for (int64_t i = 0; i < n; ++i)
+      dropped += attention_keep(7, 11, static_cast<uint64_t>(i), threshold) ? 0 : 1;
+    EXPECT_NEAR(static_cast<double>(dropped) / n, p, 5 * std::sqrt(p * (1 - p) / n)) << "p " << p;
   }
 }
 
