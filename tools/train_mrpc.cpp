@@ -132,7 +132,7 @@ void calibrate(const TrainConfig& config) {
     // the timings do not determine (noise) keeps the formulas, said so, with the timings shown.
     const auto start = std::chrono::steady_clock::now();
     const std::vector<zt::plan::LayerTimingPoint> points = zt::plan::layer_timing_points();
-    const std::vector<int64_t> depths = zt::plan::layer_timing_depths(shapes.num_hidden_layers);
+    const std::vector<int64_t> depths = zt::plan::layer_timing_depths();
     std::printf(
         "calibrating: the encoder at %zu shapes x %lld and %lld layers, each the best of three runs "
         "(about 8 s on an H100 at 2 and 4)\n",

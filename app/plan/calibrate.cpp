@@ -9,7 +9,6 @@
 #include "optim/adamw.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
-#include "runtime/env_switch.h"
 
 namespace zt::plan {
 
@@ -120,18 +119,8 @@ std::vector<LayerTimingPoint> layer_timing_points() {
   return points;
 }
 
-std::vector<int64_t> layer_timing_depths(int64_t model_layers) {
-  ZT_CHECK(model_layers > 0, "layer_timing_depths: the model has no layers");
-  return {2, read_env_switch("ZT_CALIBRATE_DEEP") ? std::max<int64_t>(4, model_layers) : 4};
-}
-
-int64_t deep_layers_that_fit(int64_t wanted, int64_t shallow_layers, size_t shallow_peak_bytes,
-                             size_t free_bytes) {
-  ZT_CHECK(wanted > 0 && shallow_layers > 0 && shallow_peak_bytes > 0,
-           "deep_layers_that_fit: sizes must be positive");
-  const double per_layer = static_cast<double>(shallow_peak_bytes) / static_cast<double>(shallow_layers);
-  const auto fitting = static_cast<int64_t>(0.85 * static_cast<double>(free_bytes) / per_layer);
-  return std::max<int64_t>(4, std::min(wanted, fitting));
+std::vector<int64_t> layer_timing_depths() {
+  return {2, 4};
 }
 
 std::vector<double> layer_score_lengths() {

@@ -22,7 +22,7 @@
 // and `time_encoder_layers` times the model's own encoder (MachineFigures::layer, which then replaces the
 // GEMM, memory-bound and latency rows of the step's compute): DebertaForSequenceClassification at the run's
 // dims (model_config_for_calibration: the flags' or the checkpoint's model; bf16, a 1024-token vocabulary,
-// dropout on), at layer_timing_depths() (2 and 4 encoder layers, or 2 and the model's), forward + backward,
+// dropout on), at layer_timing_depths() (2 and 4 encoder layers), forward + backward,
 // forward alone and forward + backward with gradient checkpointing, at each of layer_timing_points() (lengths
 // 64 to 2048, 4096 and 16384 tokens a micro-batch), with the model's attention kernel (automatic: stored
 // below 1024, flash from it; or the one it forces); fit_layer_cost (app/plan/cost_model.h) turns them into
@@ -69,25 +69,15 @@ std::vector<LayerTimingPoint> layer_timing_points();
 // The two encoder depths timed: a layer is their difference over the layers added. 2 and 4, not 1 and 2: the
 // last layer's backward follows its own forward, so its activations are still in L2; in the step's deep
 // model every other layer's are long gone. Timed at 1 and 2 layers (one H100, xlarge), a layer came out at
-// 699 us fixed + 257 ns a token (+ scores), while the 24-layer steps measured beside it grow by ~370 us +
-// ~300 ns: the model missed large micro-batches by up to 12 % and over-counted accumulation by 5 %. At 2 and
-// 4 layers: 633 us + 263 ns, the steps 6-8 % over at 16k tokens a micro-batch and 3-4 % under at 4k
-// (docs/bench/2026-12-06-h100-session19); with 370 + 300 the same grid's predictions are within 0.4-4.2 %
-// and pick its fastest plan at 12 GiB x 512. So with ZT_CALIBRATE_DEEP=1 (not yet run on a GPU:
-// docs/DESIGN.md's rule) the deep model is the run's own depth, `model_layers` (at least 4; its largest
-// point holds the activations of a 16384-token micro-batch at that depth: ~17 GiB for xlarge, so
-// time_encoder_layers takes fewer layers, said so, where 85 % of the free memory does not hold them at the
-// shallow model's peak a layer).
-std::vector<int64_t> layer_timing_depths(int64_t model_layers);
-// The deep model's depth: `wanted`, or as many layers as fit 85 % of `free_bytes` at the shallow model's
-// peak a layer (`shallow_peak_bytes` over `shallow_layers`: an overestimate, the parameters, gradients and
-// head are in that peak too), at least 4.
-int64_t deep_layers_that_fit(int64_t wanted, int64_t shallow_layers, size_t shallow_peak_bytes,
-                             size_t free_bytes);
+// 699 us fixed + 257 ns a token (+ scores); at 2 and 4, 633 us + 263 ns
+// (docs/bench/2026-12-06-h100-session19); at 2 and the model's 24, 645 us + 280 ns
+// (docs/bench/2026-12-06-h100-session20): deeper timing changes nothing that the planner's picks depend on,
+// so it takes the cheap pair.
+std::vector<int64_t> layer_timing_depths();
 std::vector<double> layer_score_lengths();
 
 // The model's forward + backward, forward alone and checkpointed forward + backward timed on the current GPU
-// at `model`'s dims at each of layer_timing_depths(its layers) and each of `points`: each the best of three
+// at `model`'s dims at each of layer_timing_depths() and each of `points`: each the best of three
 // runs after an untimed one (the mean of back-to-back runs after 200 ms of them came out the same within 1 %
 // on an H100, docs/bench/2026-12-06-h100-session19). Throws zt::Error without a GPU (or in a build without
 // CUDA).

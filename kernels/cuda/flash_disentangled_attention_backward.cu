@@ -14,7 +14,6 @@
 #include "kernels/cuda/launch_common.cuh"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
-#include "runtime/env_switch.h"
 #include "runtime/rank_device.h"
 
 namespace zt::kernels::gpu {
@@ -197,100 +196,6 @@ __device__ __forceinline__ EdgeRuns add_interior_runs(float* out, const float* g
   return edges;
 }
 
-// ZT_FLASH_WARP_BUCKETS (the kernel's kWarpBucketRows; docs/DESIGN.md's rule for unrun GPU code):
-// a non-uniform tile's Gc and Gp rows a warp at a time instead of a thread a row. A thread a row walks its 64
-// columns in order, so each of a warp's red.global.add hits 32 rows (32 L2 sectors; near the diagonal every
-// column is a bucket of its own: 64 of them a row and tile). A warp a row puts lane l on columns 2l and
-// 2l + 1: the row's buckets are contiguous and monotone along the columns, a run's lanes are adjacent and
-// its sum a segmented scan across them (a fixed order), and a warp's additions fall on one row's adjacent
-// buckets (4-8 sectors). flashdiag: the bucket sums were 1.58 ms of the 7.64 ms backward at 4 x 2048.
-//
-// Gc's edge runs (first and last: maybe shared with the neighbouring key tiles) go to `edges` for the
-// ordered add; by key (Gp: the CTA's own rows) every run is added now.
-constexpr int kEdgeFloats = 4 * kTile;  // per query row: first bucket, first sum, last bucket, last sum
-// Past G's last row, inside the positional tiles' regions (read no more once G is written).
-constexpr int kEdgeOffset = 3 * kGradChunkStride + kKeysPerWarp * kGradPitch;
-static_assert(kEdgeOffset + kEdgeFloats <= 4 * kPositionalRegion);
-struct WarpRowEdges {
-  int* first_bucket;
-  float* first_sum;
-  int* last_bucket;
-  float* last_sum;
-};
-__device__ __forceinline__ WarpRowEdges edge_arrays(float* area) {
-  return {reinterpret_cast<int*>(area), area + kTile, reinterpret_cast<int*>(area + 2 * kTile),
-          area + 3 * kTile};
-}
-// One row of G's tile: by query (Gc: row `local` over the keys, G[col][local]) or by key (Gp: row `local`
-// over the queries, G[local][col]); bucket of column col: diag[i - j + 63]. `columns` valid columns (the
-// sequence's end). Called by all 32 lanes of a warp with the same arguments.
-__device__ __forceinline__ void warp_bucket_row(float* out, const float* grad, const int* diag, int local,
-                                                bool by_query, int columns, bool separate_edges,
-                                                WarpRowEdges edges) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  auto bucket_at = [&](int col) {
-    return diag[by_query ? local - col + kTile - 1 : col - local + kTile - 1];
-  };
-  auto value_at = [&](int col) {
-    return by_query ? grad[grad_row(col) + local] : grad[grad_row(local) + col];
-  };
-  const int col0 = 2 * lane, col1 = col0 + 1;
-  // Past the end: a lane's second column merges into its first (adds 0), a lane with neither has bucket -1.
-  const bool valid0 = col0 < columns, valid1 = col1 < columns;
-  const int c0 = valid0 ? bucket_at(col0) : -1;
-  const int c1 = valid1 ? bucket_at(col1) : c0;
-  const float v0 = valid0 ? value_at(col0) : 0.0f;
-  const float v1 = valid1 ? value_at(col1) : 0.0f;
-  const int first_bucket = bucket_at(0), last_bucket = bucket_at(columns - 1);
-  // The run of column col1 from this lane back: a segmented inclusive scan keyed by c1 (c is monotone, so
-  // equal keys k lanes apart mean one run between them).
-  float run = (c0 == c1 ? v0 : 0.0f) + v1;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const float before = __shfl_up_sync(0xffffffffu, run, offset);
-    const int before_bucket = __shfl_up_sync(0xffffffffu, c1, offset);
-    if (lane >= offset && before_bucket == c1) run += before;
-  }
-  // Column col0's run, where it ends at col0 (c0 != c1): v0 plus the previous lane's run when it is c0's.
-  const float previous = __shfl_up_sync(0xffffffffu, run, 1);
-  const int previous_bucket = __shfl_up_sync(0xffffffffu, c1, 1);
-  const float run0 = v0 + (lane > 0 && previous_bucket == c0 ? previous : 0.0f);
-  const int next_bucket = __shfl_down_sync(0xffffffffu, c0, 1);
-  const bool ends0 = valid0 && c0 != c1;
-  const bool ends1 = valid0 && (lane == 31 || next_bucket != c1);
-  auto emit = [&](int c, float sum) {
-    if (separate_edges && c == first_bucket) {
-      edges.first_bucket[local] = c;
-      edges.first_sum[local] = sum;
-    } else if (separate_edges && c == last_bucket) {
-      edges.last_bucket[local] = c;
-      edges.last_sum[local] = sum;
-    } else {
-      add_where(true, out + static_cast<uint32_t>(c), sum);
-    }
-  };
-  if (ends0) emit(c0, run0);
-  if (ends1) emit(c1, run);
-  if (separate_edges && lane == 0 && last_bucket == first_bucket) edges.last_bucket[local] = -1;
-}
-
-// Warp w's rows of a non-uniform tile, 16 w .. 16 w + 15: Gc's queries (their edge runs into the edge
-// arrays past G, for the ordered add), Gp's keys (this warp's own).
-__device__ __forceinline__ void warp_bucket_rows(const FlashAttentionParams& p, float* grad, const int* diag,
-                                                 int warp, int64_t head_rows, int i0, int j0) {
-  const int L = p.length;
-#pragma unroll 1
-  for (int k = 0; k < kKeysPerWarp; ++k) {
-    const int local = warp * kKeysPerWarp + k;
-    if (p.gc != nullptr && i0 + local < L)
-      warp_bucket_row(p.gc + (head_rows + i0 + local) * p.window_pitch, grad, diag, local, /*by_query=*/true,
-                      min(kTile, L - j0), /*separate_edges=*/true, edge_arrays(grad + kEdgeOffset));
-    if (p.gp != nullptr && j0 + local < L)
-      warp_bucket_row(p.gp + (head_rows + j0 + local) * p.window_pitch, grad, diag, local, /*by_query=*/false,
-                      min(kTile, L - i0), /*separate_edges=*/false, edge_arrays(grad + kEdgeOffset));
-  }
-}
-
 // The order of the additions into dQ and Gc across CTAs: a per-(b, h, query tile) count of the key tiles
 // added so far, read with acquire and advanced with release (PTX memory model) by thread 0 around barriers.
 __device__ __forceinline__ int load_acquire(const int* address) {
@@ -320,9 +225,7 @@ __device__ __forceinline__ void store_release(int* address, int value) {
 // chains): at most 168 registers a thread (65536 / 384, in steps of 8) and 75.8 KB of shared memory a CTA
 // (3 x (75.8 + 1 reserved) KB <= 228 KB).
 constexpr int kBackwardCtasPerSm = 3;
-// kWarpBucketRows: warp_bucket_row for a non-uniform tile's Gc / Gp (a kernel of its own, so that the
-// default one's registers are not allocated for it).
-template <typename T, bool kWarpBucketRows>
+template <typename T>
 __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
     flash_attention_backward_kernel(FlashAttentionParams p) {
   // Dynamic: this CTA's K and V tiles (the A operands, read by ldmatrix each tile), then the positional
@@ -513,9 +416,6 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
     // The first look at this query tile's count goes out now; its round trip overlaps dQ's part.
     const int t = static_cast<int>(threadIdx.x);
     int turn = t == 0 ? load_acquire(order + query_tile) : turn_wanted;
-    const bool warp_rows = kWarpBucketRows && bucket_grads && !uniform;
-    // Before dQ's part (its 32 accumulators are not live through it).
-    if (warp_rows) warp_bucket_rows(p, grad, sh.diag, warp, head_rows, i0, j0);
     float dq_part[8][4];  // rows: this warp's 16 queries of the tile
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) dq_part[nt][0] = dq_part[nt][1] = dq_part[nt][2] = dq_part[nt][3] = 0.0f;
@@ -526,9 +426,8 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
     // in i - j and each key tile covers its own 64 diagonals of the row): added now, its only addition.
     // The first and last runs (and a uniform tile's one bucket) may be shared with the neighbouring key
     // tiles: added below, in key-tile order.
-    // (With warp_rows, above: the runs added, Gc's edges in the edge arrays.)
     EdgeRuns gc_edges;
-    if (!warp_rows && bucket_grads && t < kTile) {
+    if (bucket_grads && t < kTile) {
       if (p.gc != nullptr && i0 + t < L) {
         float* gc_row = p.gc + (head_rows + i0 + t) * p.window_pitch;
         if (uniform) {
@@ -541,7 +440,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
           gc_edges = add_interior_runs(gc_row, grad + t, sh.diag, t, min(kTile, L - j0));
         }
       }
-    } else if (!warp_rows && p.gp != nullptr && !uniform && t >= kTile && j0 + t - kTile < L) {
+    } else if (p.gp != nullptr && !uniform && t >= kTile && j0 + t - kTile < L) {
       const int local = t - kTile;
       scatter_bucket_row(p.gp + (head_rows + j0 + local) * p.window_pitch, grad + grad_row(local), 1, sh.diag,
                          local, /*by_query=*/false, min(kTile, L - i0));
@@ -577,13 +476,6 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
     }
     if (p.gc != nullptr && t < kTile && i0 + t < L) {
       float* gc_row = p.gc + (head_rows + i0 + t) * p.window_pitch;
-      if (warp_rows) {
-        const WarpRowEdges gc_edge_rows = edge_arrays(grad + kEdgeOffset);
-        gc_edges.first_bucket = gc_edge_rows.first_bucket[t];
-        gc_edges.first_sum = gc_edge_rows.first_sum[t];
-        gc_edges.last_bucket = gc_edge_rows.last_bucket[t];
-        gc_edges.last_sum = gc_edge_rows.last_sum[t];
-      }
       if (gc_edges.first_bucket >= 0) atomicAdd(gc_row + gc_edges.first_bucket, gc_edges.first_sum);
       if (gc_edges.last_bucket >= 0) atomicAdd(gc_row + gc_edges.last_bucket, gc_edges.last_sum);
     }
@@ -635,8 +527,7 @@ void launch_flash_attention_backward(const FlashAttentionParams& params, DType d
     ZT_CUDA_CHECK_LAUNCH("flash_attention_row_dot");
     // One CTA per (key tile, b, h), in ticket order (a 1-D grid of the same count).
     // All of an SM's shared memory for the kernel (the L1 keeps the rest): kBackwardCtasPerSm CTAs fit.
-    auto kernel = read_env_switch("ZT_FLASH_WARP_BUCKETS") ? flash_attention_backward_kernel<T, true>
-                                                           : flash_attention_backward_kernel<T, false>;
+    auto kernel = flash_attention_backward_kernel<T>;
     const size_t bytes = kFixedTileBytes + kPositionalBytes;
     ZT_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));

@@ -31,7 +31,7 @@ inline MeasuredLayerCost synthetic_layer_cost() {
 // each layer's recompute), with a relative `noise` alternating in sign.
 inline std::vector<LayerTiming> synthetic_timings(
     const MeasuredLayerCost& c, int64_t heads, double noise,
-    const std::vector<int64_t>& depths = layer_timing_depths(24)) {
+    const std::vector<int64_t>& depths = layer_timing_depths()) {
   std::vector<LayerTiming> out;
   int sign = 1;
   for (const int64_t layers : depths)

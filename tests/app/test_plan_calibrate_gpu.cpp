@@ -25,7 +25,7 @@ TEST(CalibrateGpu, TimesTheEncoderLayersAndFitsThem) {
   const std::vector<LayerTimingPoint> points = layer_timing_points();
   const std::vector<LayerTiming> timings = time_encoder_layers(model, points);
   ASSERT_EQ(timings.size(), 2 * points.size());
-  const std::vector<int64_t> depths = layer_timing_depths(model.num_hidden_layers);
+  const std::vector<int64_t> depths = layer_timing_depths();
   std::map<std::pair<int64_t, int64_t>, std::pair<double, double>> pair_by_point;  // (shallow, deep)
   for (const LayerTiming& t : timings) {
     EXPECT_GT(t.forward_ms, 0) << t.batch << "x" << t.length;

@@ -13,7 +13,6 @@
 #include "runtime/check.h"
 #include "tests/app/synthetic_layer_cost.h"
 #include "tests/support/error_matchers.h"
-#include "tests/support/scoped_env.h"
 
 namespace zt::plan {
 namespace {
@@ -49,22 +48,13 @@ TEST(LayerCostFit, RecoversTheCoefficientsFromTimings) {
   }
 }
 
-// ZT_CALIBRATE_DEEP=1: the deep model is the run's own depth (at least 4), and the fit takes a layer as the
-// difference over however many layers were added: timings at 2 and 24 layers give back the same costs.
-TEST(LayerCostFit, DeepCalibrationTimesTheModelsDepthAndFitsTheSameCosts) {
-  std::vector<int64_t> deep, small;
-  {
-    const test::ScopedEnv on("ZT_CALIBRATE_DEEP", "1");
-    deep = layer_timing_depths(24);
-    small = layer_timing_depths(2);
-  }
-  EXPECT_EQ(deep, (std::vector<int64_t>{2, 24}));
-  EXPECT_EQ(small, (std::vector<int64_t>{2, 4}));
-  const test::ScopedEnv off("ZT_CALIBRATE_DEEP", nullptr);
-  EXPECT_EQ(layer_timing_depths(24), (std::vector<int64_t>{2, 4}));  // off: 2 and 4 whatever the model
+// The fit takes a layer as the difference over however many layers were added: timings at 2 and 24 layers
+// give back the same costs as at layer_timing_depths()'s 2 and 4.
+TEST(LayerCostFit, AnyTwoDepthsFitTheSameCosts) {
+  EXPECT_EQ(layer_timing_depths(), (std::vector<int64_t>{2, 4}));
   const MeasuredLayerCost want = synthetic_layer_cost();
   const MeasuredLayerCost got =
-      fit_layer_cost(synthetic_timings(want, 24, 0.0, deep), 24, layer_score_lengths());
+      fit_layer_cost(synthetic_timings(want, 24, 0.0, {2, 24}), 24, layer_score_lengths());
   for (const LayerTimingPoint& p : layer_timing_points()) {
     const double b = static_cast<double>(p.batch), l = static_cast<double>(p.length);
     EXPECT_NEAR(got.layer_us(b, l, 24), want.layer_us(b, l, 24), 1e-6 * want.layer_us(b, l, 24));
@@ -72,16 +62,6 @@ TEST(LayerCostFit, DeepCalibrationTimesTheModelsDepthAndFitsTheSameCosts) {
                 1e-6 * want.layer_recompute_us(b, l, 24));
     EXPECT_NEAR(got.head_us(b, l), want.head_us(b, l), 1e-6 * want.head_us(b, l));
   }
-}
-
-// The deep model's depth under the free memory: the wanted depth where it fits, else what 85 % of the free
-// memory holds at the shallow model's bytes a layer, never below 4.
-TEST(LayerCostFit, DeepCalibrationTakesTheLayersThatFit) {
-  constexpr size_t kGiB = size_t{1} << 30;
-  EXPECT_EQ(deep_layers_that_fit(24, 2, 3 * kGiB, 78 * kGiB), 24);  // 1.5 GiB a layer: 44 fit
-  EXPECT_EQ(deep_layers_that_fit(24, 2, 3 * kGiB, 22 * kGiB), 12);  // 18.7 GiB usable: 12 layers
-  EXPECT_EQ(deep_layers_that_fit(24, 2, 3 * kGiB, 4 * kGiB), 4);    // never below 4
-  EXPECT_THROW(deep_layers_that_fit(24, 2, 0, kGiB), Error);
 }
 
 // Timings without their checkpointed pairs (recorded before it was timed): checkpointing costs the forward

@@ -24,7 +24,6 @@
 #include "tests/kernels/gemm_gpu_test_util.h"
 #include "tests/support/finite_difference.h"
 #include "tests/support/gpu.h"
-#include "tests/support/scoped_env.h"
 #include "tests/support/tolerance.h"
 
 namespace zt::kernels {
@@ -262,28 +261,6 @@ TEST_P(FlashAttentionGpu, RotatedOrderMatchesAscendingOrder) {
   EXPECT_TRUE(gradients_close(p, rotated, want, test::tolerance_for(p.c.dtype)));
   EXPECT_EQ(to_host(rotated.context.tensor), want.context);
   expect_same_bits(rotated, rotated_again);
-}
-
-// ZT_FLASH_WARP_BUCKETS (not yet run on a GPU: docs/DESIGN.md's rule): the Gc / Gp bucket rows a warp at a
-// time give the thread-a-row gradients within the dtype's tolerance (their sums in another order), dv bit
-// for bit, and the same bits run to run.
-TEST_P(FlashAttentionGpu, WarpBucketRowsMatchThreadRows) {
-  ZT_SKIP_WITHOUT_GPU();
-  const Problem p(GetParam());
-  GpuRun threads(p), warps(p), warps_again(p);
-  {
-    const test::ScopedEnv off("ZT_FLASH_WARP_BUCKETS", "0");
-    threads.flash(p, true);
-  }
-  {
-    const test::ScopedEnv on("ZT_FLASH_WARP_BUCKETS", "1");
-    warps.flash(p, true);
-    warps_again.flash(p, true);
-  }
-  const Reference want = outputs_of(threads);
-  EXPECT_TRUE(gradients_close(p, warps, want, test::tolerance_for(p.c.dtype)));
-  EXPECT_EQ(to_host(warps.dv.tensor), want.dv);  // the bucket sums reach dq, dk and the tables, not dv
-  expect_same_bits(warps, warps_again);
 }
 
 // The rotation's waits reach later tickets: only when a head's tiles fit in the resident CTAs, shared by the

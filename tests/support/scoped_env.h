@@ -1,6 +1,6 @@
 // Sets (or, with nullptr, unsets) one environment variable for a scope and restores what was there.
 //
-//   const test::ScopedEnv deep("ZT_CALIBRATE_DEEP", "1");
+//   const test::ScopedEnv cache("ZT_MACHINE_FIGURES", path.c_str());
 #pragma once
 
 #include <cstdlib>

@@ -24,7 +24,6 @@
 #include "runtime/cuda_check.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
-#include "runtime/log.h"
 #include "runtime/stream.h"
 
 namespace zt::plan {
@@ -188,19 +187,7 @@ std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
   ZT_CHECK(cuda_available(), "timing the encoder layers needs a GPU: ", describe_devices());
   ZT_CHECK(!points.empty(), "time_encoder_layers: no points");
   std::vector<LayerTiming> timings;
-  const std::vector<int64_t> depths = layer_timing_depths(model.num_hidden_layers);
-  size_t shallow_peak = 0;  // bytes in use at the shallow depth's largest point
-  for (int64_t layers : depths) {
-    if (layers > 4 && shallow_peak > 0) {
-      const size_t free = device_allocator().backend().free_memory() + device_allocator().stats().cached;
-      const int64_t fitting = deep_layers_that_fit(layers, depths.front(), shallow_peak, free);
-      if (fitting < layers)
-        ZT_LOG(info) << "calibrating: " << fitting << " of the model's " << layers
-                     << " layers fit the free memory (" << static_cast<double>(free) / (1 << 30)
-                     << " GiB) at the largest point: the deep model has that many";
-      layers = fitting;
-    }
-    device_allocator().reset_peaks();
+  for (const int64_t layers : layer_timing_depths()) {
     // The run's layer dims; a small vocabulary (the word embeddings' gradient is not the encoder's cost).
     DebertaConfig config = model;
     config.num_hidden_layers = layers;
@@ -211,7 +198,6 @@ std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
     kernels::fill(params.flat(DType::bf16), 0.02f);
     for (const LayerTimingPoint& p : points)
       timings.push_back(time_model(config, params, grads, p.batch, p.length));
-    if (layers == depths.front()) shallow_peak = device_allocator().stats().peak_in_use_total;
   }
   ZT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   return timings;

@@ -5,9 +5,7 @@
 # build and taken out after the runs; it reads ZT_FLASH_DIAG at L >= 1024 (zt_bench validates at small L
 # first) and leaves out: unordered, the wait for each query tile's turn to add into dQ and Gc (racy sums);
 # nobuckets, Gc and Gp (nogc, nogp: one of them); nodropout; nopositional, the C2P / P2C terms and their
-# buckets. zt_bench --only flash under each (and two together): the time saved is that work's share. Beside
-# them, warpbuckets: the whole backward with ZT_FLASH_WARP_BUCKETS=1 (the bucket rows a warp at a time; right
-# results), against none.
+# buckets. zt_bench --only flash under each (and two together): the time saved is that work's share.
 # ~120 s to build zt_bench on a fresh H100, then ~10 s a variant and shape. One call:
 #   run(carry=[".device-deps"], timeout_s=360): scripts/device/run.sh flashdiag
 targets=(zt_bench)
@@ -19,15 +17,13 @@ task_args() {
   patch -p1 --silent <"$flashdiag_patch"
 }
 task_run() {
-  local shape batch seq variant label diag warp
+  local shape batch seq variant label
   for shape in 4x2048 1x8192; do
     IFS=x read -r batch seq <<<"$shape"
-    for variant in "" warpbuckets unordered nobuckets nogc nogp nodropout nopositional "unordered nobuckets"; do
+    for variant in "" unordered nobuckets nogc nogp nodropout nopositional "unordered nobuckets"; do
       label=${variant:-none}
       label=${label// /+}
-      diag=$variant warp=0
-      [[ $variant == warpbuckets ]] && diag="" warp=1
-      ZT_FLASH_WARP_BUCKETS=$warp ZT_FLASH_DIAG="$diag" x --timeout 90 --to "$work/diag_${shape}_$label.txt" "$bin"/zt_bench --only flash \
+      ZT_FLASH_DIAG="$variant" x --timeout 90 --to "$work/diag_${shape}_$label.txt" "$bin"/zt_bench --only flash \
         --batch "$batch" --seq "$seq" --reps 5
       ((dry_run)) || say "$shape $label: $(grep -E 'flash' "$work/diag_${shape}_$label.txt" | tr -s ' ' | head -4 | tr '\n' ';')"
     done
