@@ -130,4 +130,8 @@ void SwappedParameterShard::prefetch(std::span<const size_t> upcoming) {
   }
 }
 
+void SwappedParameterShard::wait_for_transfers() {
+  cache_->wait_all();
+}
+
 }  // namespace zt::optim

@@ -82,6 +82,9 @@ class SwappedParameterShard {
   // Starts reads of `upcoming` (in the order given: the records the caller acquires next) that no buffer
   // has yet, while buffers that hold none of them (nor the held record) are left.
   void prefetch(std::span<const size_t> upcoming);
+  // Writes back every modified buffer not yet written and waits for every transfer in flight: afterwards
+  // no buffer is busy, so a prefetch finds every unheld buffer free.
+  void wait_for_transfers();
 
   size_t record_count() const { return record_numel_.size(); }
   int buffer_count() const { return cache_->buffer_count(); }
