@@ -8,7 +8,10 @@
 # twice the predicted step, or what a winner of its caps could still need. Expected seconds on one H100
 # (`python3 scripts/plan_goals.py expect --bin build-cpu/bin --work /tmp/x --figures
 # docs/bench/2026-12-06-h100-plan/call2_machine_figures.json`, call 2's calibration):
-#   calibrate 12   train_mrpc --calibrate: the figures every --auto_plan reads
+#   calibrate 12   train_mrpc --calibrate: the figures every --auto_plan reads (with ZT_CALIBRATE_SUSTAINED=1
+#                  exported before run.sh, each point's sustained clock too: ~40 s more, not yet run; judge
+#                  its figures first: python3 scripts/plan_offline.py --bin build-gpu/bin --figures
+#                  .plan/machine_figures.json --state docs/bench/2026-12-06-h100-session19/call2_plan_goals_state.json)
 #   g128 74        the grid and the auto plan at caps 12/16/24/40 GiB, global batch 128 seq 128 (6 plans, 4
 #                  fallbacks measured only where their edge plan needs them)
 #   g40 47         ... global batch 40 (4 plans + 3 fallbacks)
