@@ -35,27 +35,31 @@ namespace zt::plan {
 
 namespace {
 
-// The best time of `repeats` runs of `pass` (after one untimed run) on the current stream, milliseconds.
-template <typename Pass>
-double best_ms(int repeats, Pass&& pass) {
+// The device time of what `enqueue` puts on the current stream, milliseconds (CUDA events around it).
+template <typename Enqueue>
+double event_ms(Enqueue&& enqueue) {
   cudaStream_t stream = current_stream();
   cudaEvent_t start, stop;
   ZT_CUDA_CHECK(cudaEventCreate(&start));
   ZT_CUDA_CHECK(cudaEventCreate(&stop));
-  pass();
-  ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    ZT_CUDA_CHECK(cudaEventRecord(start, stream));
-    pass();
-    ZT_CUDA_CHECK(cudaEventRecord(stop, stream));
-    ZT_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    best = std::min(best, static_cast<double>(ms));
-  }
+  ZT_CUDA_CHECK(cudaEventRecord(start, stream));
+  enqueue();
+  ZT_CUDA_CHECK(cudaEventRecord(stop, stream));
+  ZT_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
   ZT_CUDA_CHECK(cudaEventDestroy(start));
   ZT_CUDA_CHECK(cudaEventDestroy(stop));
+  return static_cast<double>(ms);
+}
+
+// The best time of `repeats` runs of `pass` (after one untimed run) on the current stream, milliseconds.
+template <typename Pass>
+double best_ms(int repeats, Pass&& pass) {
+  pass();
+  ZT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) best = std::min(best, event_ms(pass));
   return best;
 }
 
@@ -67,22 +71,13 @@ double best_ms(int repeats, Pass&& pass) {
 template <typename Pass>
 double sustained_factor(double burst_ms, Pass&& pass) {
   constexpr double kWarmMs = 1500, kTimedMs = 400;
-  cudaStream_t stream = current_stream();
   const auto warm = static_cast<int>(std::ceil(kWarmMs / burst_ms));
   const int timed = std::max(3, static_cast<int>(std::ceil(kTimedMs / burst_ms)));
   for (int r = 0; r < warm; ++r) pass();
-  cudaEvent_t start, stop;
-  ZT_CUDA_CHECK(cudaEventCreate(&start));
-  ZT_CUDA_CHECK(cudaEventCreate(&stop));
-  ZT_CUDA_CHECK(cudaEventRecord(start, stream));
-  for (int r = 0; r < timed; ++r) pass();
-  ZT_CUDA_CHECK(cudaEventRecord(stop, stream));
-  ZT_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  ZT_CUDA_CHECK(cudaEventDestroy(start));
-  ZT_CUDA_CHECK(cudaEventDestroy(stop));
-  return std::max(1.0, static_cast<double>(ms) / timed / burst_ms);
+  const double ms = event_ms([&] {
+    for (int r = 0; r < timed; ++r) pass();
+  });
+  return std::max(1.0, ms / timed / burst_ms);
 }
 
 DeviceBuffer zeroed(size_t bytes, const char* name) {
@@ -128,7 +123,7 @@ double measure_gemm_tflops(int64_t h, int64_t inter, int64_t rows, int repeats) 
 // backward and forward alone, then forward + backward with gradient checkpointing (a model of its own,
 // built once the first is gone: its buffers are planned for one layer's activations).
 LayerTiming time_model(const DebertaConfig& config, const Arena& params, const Arena& grads, int64_t batch,
-                       int64_t length) {
+                       int64_t length, bool sustained) {
   Arena inputs("calibrate batch",
                ArenaLayout({{"ids", {batch, length}, DType::i64},
                             {"mask", {batch, length}, DType::i64},
@@ -145,22 +140,20 @@ LayerTiming time_model(const DebertaConfig& config, const Arena& params, const A
   const DebertaBatch data{inputs.tensor("ids"), inputs.tensor("mask"), inputs.tensor("labels")};
   const DropoutSchedule dropout{.training = true, .seed = 1, .step = 0};
   LayerTiming t{.layers = config.num_hidden_layers, .batch = batch, .length = length};
-  auto pair_ms = [&](DebertaForSequenceClassification& model) {
-    return best_ms(3, [&] {
+  auto pair_pass = [&](DebertaForSequenceClassification& model) {
+    return [&params, &grads, &data, &dropout, &model] {
       model.forward(params, data, dropout);
       model.backward(params, grads);
-    });
+    };
   };
   double factor = 1.0;  // the sustained clock's slowdown at this point (ZT_CALIBRATE_SUSTAINED), else 1
   {
     DebertaForSequenceClassification model(config, batch, length, DeviceKind::cuda, DType::bf16);
-    t.pair_ms = pair_ms(model);
+    const auto pair = pair_pass(model);
+    t.pair_ms = best_ms(3, pair);
     t.forward_ms = best_ms(3, [&] { model.forward(params, data, dropout); });
-    if (read_env_switch("ZT_CALIBRATE_SUSTAINED")) {
-      factor = sustained_factor(t.pair_ms, [&] {
-        model.forward(params, data, dropout);
-        model.backward(params, grads);
-      });
+    if (sustained) {
+      factor = sustained_factor(t.pair_ms, pair);
       ZT_LOG(info) << "calibrating: " << config.num_hidden_layers << " layers at " << batch << " x " << length
                    << ": sustained " << factor << " x the burst's " << t.pair_ms << " ms";
     }
@@ -168,7 +161,7 @@ LayerTiming time_model(const DebertaConfig& config, const Arena& params, const A
   DebertaConfig checkpointed = config;
   checkpointed.gradient_checkpointing = true;
   DebertaForSequenceClassification model(checkpointed, batch, length, DeviceKind::cuda, DType::bf16);
-  t.checkpointed_pair_ms = pair_ms(model) * factor;
+  t.checkpointed_pair_ms = best_ms(3, pair_pass(model)) * factor;
   t.pair_ms *= factor;
   t.forward_ms *= factor;
   return t;
@@ -228,6 +221,7 @@ std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
                                              std::span<const LayerTimingPoint> points) {
   ZT_CHECK(cuda_available(), "timing the encoder layers needs a GPU: ", describe_devices());
   ZT_CHECK(!points.empty(), "time_encoder_layers: no points");
+  const bool sustained = read_env_switch("ZT_CALIBRATE_SUSTAINED");
   std::vector<LayerTiming> timings;
   for (const int64_t layers : layer_timing_depths()) {
     // The run's layer dims; a small vocabulary (the word embeddings' gradient is not the encoder's cost).
@@ -239,7 +233,7 @@ std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
     Arena grads("calibrate grads", table.layout(DType::f32), {.kind = MemoryKind::device, .zero_fill = true});
     kernels::fill(params.flat(DType::bf16), 0.02f);
     for (const LayerTimingPoint& p : points)
-      timings.push_back(time_model(config, params, grads, p.batch, p.length));
+      timings.push_back(time_model(config, params, grads, p.batch, p.length, sustained));
   }
   ZT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   return timings;
