@@ -19,6 +19,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "model/deberta.h"
+#include "model/init.h"
 #include "model/parameters.h"
 #include "optim/cuda/adamw.cuh"
 #include "runtime/arena.h"
@@ -86,6 +87,24 @@ DeviceBuffer zeroed(size_t bytes, const char* name) {
   return b;
 }
 
+// n bf16 values ~ N(0, stddev^2) on the device: a GEMM's rate under the power limiter depends on its
+// operands (zeros toggle no bits). A block of 2^20 host normals, repeated.
+DeviceBuffer normal_bf16(int64_t n, float stddev, const char* name) {
+  constexpr int64_t kBlock = int64_t{1} << 20;
+  std::vector<bf16> block(static_cast<size_t>(std::min(n, kBlock)));
+  std::mt19937 random(11);
+  std::normal_distribution<float> normal(0.0f, stddev);
+  for (bf16& v : block) v = float_to_bf16(normal(random));
+  DeviceBuffer b = device_allocator().allocate(static_cast<size_t>(n) * 2, MemoryCategory::scratch, name);
+  for (int64_t at = 0; at < n; at += kBlock) {
+    const int64_t count = std::min(kBlock, n - at);
+    ZT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(b.data()) + at * 2, block.data(),
+                                  static_cast<size_t>(count) * 2, cudaMemcpyHostToDevice, current_stream()));
+  }
+  ZT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));  // the host block goes out of scope
+  return b;
+}
+
 double gbps(double bytes, double ms) {
   return bytes / (ms * 1e-3) / 1e9;
 }
@@ -93,10 +112,10 @@ double gbps(double bytes, double ms) {
 // The layer's projections, forward + dX + dW each (kernels::linear, bf16 storage, f32 weight gradients).
 double measure_gemm_tflops(int64_t h, int64_t inter, int64_t rows, int repeats) {
   const int64_t widest = std::max(h, inter);
-  DeviceBuffer x = zeroed(static_cast<size_t>(rows * widest) * 2, "calibrate x");
+  DeviceBuffer x = normal_bf16(rows * widest, 1.0f, "calibrate x");
   DeviceBuffer y = zeroed(static_cast<size_t>(rows * widest) * 2, "calibrate y");
   DeviceBuffer dx = zeroed(static_cast<size_t>(rows * widest) * 2, "calibrate dx");
-  DeviceBuffer w = zeroed(static_cast<size_t>(h * inter) * 2, "calibrate w");
+  DeviceBuffer w = normal_bf16(h * inter, 0.02f, "calibrate w");
   DeviceBuffer dw = zeroed(static_cast<size_t>(h * inter) * 4, "calibrate dw");
   struct Projection {
     int64_t in, out;
@@ -231,7 +250,17 @@ std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
     const ParameterTable table(config);
     Arena params("calibrate params", table.layout(DType::bf16), {.kind = MemoryKind::device});
     Arena grads("calibrate grads", table.layout(DType::f32), {.kind = MemoryKind::device, .zero_fill = true});
-    kernels::fill(params.flat(DType::bf16), 0.02f);
+    {
+      // The from-scratch init (N(0, 0.02^2) weights, LayerNorm 1 / 0), not a constant: a GEMM's power draw
+      // follows its operands' bit toggling, and the power limiter's clock is what the sustained timing
+      // measures. With every weight 0.02 the 4-layer points drew ~540-590 W at 1980 MHz on an H100 (session
+      // 21) while a 24-layer step at 16k tokens of random-init weights holds the 700 W cap at ~1786 MHz.
+      Arena host("calibrate init", table.layout(DType::f32), {.kind = MemoryKind::host});
+      init_parameters(config, table, host, /*seed=*/7);
+      Arena staged("calibrate init f32", table.layout(DType::f32), {.kind = MemoryKind::device});
+      copy_tensor(host.flat(DType::f32), staged.flat(DType::f32));
+      kernels::copy(staged.flat(DType::f32), params.flat(DType::bf16));
+    }
     for (const LayerTimingPoint& p : points)
       timings.push_back(time_model(config, params, grads, p.batch, p.length, sustained));
   }
