@@ -187,10 +187,14 @@ bool solve_linear(std::vector<double> a, std::vector<double> b, std::vector<doub
   return true;
 }
 
-// Least squares min |X c - y| over columns scaled to unit maximum (the columns span 1 to ~1e9), through
-// the normal equations; false when the columns are dependent.
+// Least squares min |W (X c - y)| over columns scaled to unit maximum (the columns span 1 to ~1e9), through
+// the normal equations; false when the columns are dependent. Error::absolute: W = 1; Error::relative: W =
+// diag(1 / y) (every y > 0), each timing's error as a fraction of it, so that a 4k-token micro-batch's 2 ms
+// weighs as much as a 16k one's 7: the absolute fit over-predicted the 4k points by 3.6-5 % (H100, session
+// 21), the planner's micro-batches of 32 x 128 by ~8 %, and chose 128 x 4 over a 7 % faster 32 x 16.
+enum class FitError { absolute, relative };
 bool least_squares(const std::vector<std::vector<double>>& rows, const std::vector<double>& y,
-                   std::vector<double>& coefficients) {
+                   std::vector<double>& coefficients, FitError error) {
   const size_t n = rows.front().size();
   std::vector<double> scale(n, 0);
   for (const auto& r : rows)
@@ -198,11 +202,13 @@ bool least_squares(const std::vector<std::vector<double>>& rows, const std::vect
   for (double& s : scale)
     if (s == 0) return false;
   std::vector<double> ata(n * n, 0), aty(n, 0);
-  for (size_t i = 0; i < rows.size(); ++i)
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const double w = error == FitError::relative ? 1.0 / y[i] : 1.0;
     for (size_t p = 0; p < n; ++p) {
-      aty[p] += rows[i][p] / scale[p] * y[i];
-      for (size_t q = 0; q < n; ++q) ata[p * n + q] += rows[i][p] / scale[p] * rows[i][q] / scale[q];
+      aty[p] += w * rows[i][p] / scale[p] * w * y[i];
+      for (size_t q = 0; q < n; ++q) ata[p * n + q] += w * rows[i][p] / scale[p] * w * rows[i][q] / scale[q];
     }
+  }
   if (!solve_linear(ata, aty, coefficients)) return false;
   for (size_t k = 0; k < n; ++k) coefficients[k] /= scale[k];
   return true;
@@ -385,17 +391,19 @@ MeasuredLayerCost fit_layer_cost(std::span<const LayerTiming> timings, int64_t h
     head_us.push_back(slot.first->pair_ms * 1e3 - shallow * one_layer_us);
   }
   std::vector<double> layer_fit, forward_fit, head_fit;
-  ZT_CHECK(layer_rows.size() >= 2 + nodes && least_squares(layer_rows, layer_us, layer_fit),
-           "fit_layer_cost: the timings do not determine the fit (", layer_rows.size(),
-           " (batch, length) pairs ", "for ", 2 + nodes, " coefficients; two batch sizes and a length below ",
-           score_lengths.front(), " are needed)");
-  ZT_CHECK(least_squares(layer_rows, layer_forward_us, forward_fit),
+  ZT_CHECK(
+      layer_rows.size() >= 2 + nodes && least_squares(layer_rows, layer_us, layer_fit, FitError::relative),
+      "fit_layer_cost: the timings do not determine the fit (", layer_rows.size(), " (batch, length) pairs ",
+      "for ", 2 + nodes, " coefficients; two batch sizes and a length below ", score_lengths.front(),
+      " are needed)");
+  ZT_CHECK(least_squares(layer_rows, layer_forward_us, forward_fit, FitError::relative),
            "fit_layer_cost: the forward's fit is singular");
-  ZT_CHECK(least_squares(head_rows, head_us, head_fit), "fit_layer_cost: the head's fit is singular");
+  ZT_CHECK(least_squares(head_rows, head_us, head_fit, FitError::absolute),
+           "fit_layer_cost: the head's fit is singular");
   // Not timed: checkpointing's cost is its forward once more.
   std::vector<double> recompute_fit = forward_fit;
   if (checkpointed > 0)
-    ZT_CHECK(least_squares(layer_rows, layer_recompute_us, recompute_fit),
+    ZT_CHECK(least_squares(layer_rows, layer_recompute_us, recompute_fit, FitError::relative),
              "fit_layer_cost: the recompute's fit is singular");
   for (size_t i = 0; i < nodes; ++i)
     ZT_CHECK(layer_fit[2 + i] > 0, "fit_layer_cost: the per-score cost at length ", score_lengths[i],

@@ -312,17 +312,13 @@ TEST_F(CostModelXlarge, ReproducesTheMeasuredGoalsGrid) {
       const std::optional<double> chosen_ms = under_cap_ms(*chosen, cap);
       ASSERT_TRUE(chosen_ms.has_value()) << batch << " x " << length << " at " << cap
                                          << " GiB: the chosen plan was not shown to run under the cap";
-      // The one miss of this calibration: the 1- and 2-layer timings put too much of a layer in
-      // its fixed cost and too little per token (layer_timing_depths says why), so the model
-      // prefers 128 x 4 with checkpointing (-5.8 %) to 32 x 16 without (+4.5 %). Calibrations
-      // at 2 and 4 layers are to remove it.
-      const bool known_miss = batch == 512 && length == 128 && cap == 12;
-      EXPECT_EQ(*chosen_ms / fastest_ms <= 1.05, !known_miss)
-          << (known_miss ? "the known miss is gone: take it out of the test; " : "") << batch << " x "
-          << length << " at " << cap << " GiB: chosen " << chosen->micro << "x" << chosen->accumulation
-          << " (stage " << chosen->stage << ", " << *chosen_ms << " ms, predicted " << chosen_predicted
-          << "), fastest " << fastest->micro << "x" << fastest->accumulation << " (stage " << fastest->stage
-          << ", " << fastest_ms << " ms)";
+      // Every cell, 512 x 128 at 12 GiB included: the absolute fit of these timings preferred
+      // 128 x 4 with checkpointing to the 7 % faster 32 x 16; fitted by relative error it does not.
+      EXPECT_LE(*chosen_ms / fastest_ms, 1.05)
+          << batch << " x " << length << " at " << cap << " GiB: chosen " << chosen->micro << "x"
+          << chosen->accumulation << " (stage " << chosen->stage << ", " << *chosen_ms << " ms, predicted "
+          << chosen_predicted << "), fastest " << fastest->micro << "x" << fastest->accumulation << " (stage "
+          << fastest->stage << ", " << fastest_ms << " ms)";
     }
 }
 

@@ -1,8 +1,7 @@
 // measure_gpu_figures (app/plan/calibrate.h): the cost model's device rates on the current GPU. Every figure
 // is the best of `repeats` timed passes (CUDA events on the thread's current stream) after one untimed pass,
 // so first-use costs (cuBLASLt plans, the GEMM workspace, page mapping of pinned memory) are not in it.
-// With ZT_CALIBRATE_SUSTAINED (docs/DESIGN.md's rule for unrun GPU code) time_model scales each point by its
-// sustained clock (sustained_factor).
+// time_model scales each encoder timing by its sustained clock (sustained_factor).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,7 +27,6 @@
 #include "runtime/cuda_check.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
-#include "runtime/env_switch.h"
 #include "runtime/log.h"
 #include "runtime/stream.h"
 
@@ -142,7 +140,7 @@ double measure_gemm_tflops(int64_t h, int64_t inter, int64_t rows, int repeats) 
 // backward and forward alone, then forward + backward with gradient checkpointing (a model of its own,
 // built once the first is gone: its buffers are planned for one layer's activations).
 LayerTiming time_model(const DebertaConfig& config, const Arena& params, const Arena& grads, int64_t batch,
-                       int64_t length, bool sustained) {
+                       int64_t length) {
   Arena inputs("calibrate batch",
                ArenaLayout({{"ids", {batch, length}, DType::i64},
                             {"mask", {batch, length}, DType::i64},
@@ -165,17 +163,15 @@ LayerTiming time_model(const DebertaConfig& config, const Arena& params, const A
       model.backward(params, grads);
     };
   };
-  double factor = 1.0;  // the sustained clock's slowdown at this point (ZT_CALIBRATE_SUSTAINED), else 1
+  double factor = 1.0;  // the sustained clock's slowdown at this point
   {
     DebertaForSequenceClassification model(config, batch, length, DeviceKind::cuda, DType::bf16);
     const auto pair = pair_pass(model);
     t.pair_ms = best_ms(3, pair);
     t.forward_ms = best_ms(3, [&] { model.forward(params, data, dropout); });
-    if (sustained) {
-      factor = sustained_factor(t.pair_ms, pair);
-      ZT_LOG(info) << "calibrating: " << config.num_hidden_layers << " layers at " << batch << " x " << length
-                   << ": sustained " << factor << " x the burst's " << t.pair_ms << " ms";
-    }
+    factor = sustained_factor(t.pair_ms, pair);
+    ZT_LOG(info) << "calibrating: " << config.num_hidden_layers << " layers at " << batch << " x " << length
+                 << ": sustained " << factor << " x the burst's " << t.pair_ms << " ms";
   }
   DebertaConfig checkpointed = config;
   checkpointed.gradient_checkpointing = true;
@@ -240,7 +236,6 @@ std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
                                              std::span<const LayerTimingPoint> points) {
   ZT_CHECK(cuda_available(), "timing the encoder layers needs a GPU: ", describe_devices());
   ZT_CHECK(!points.empty(), "time_encoder_layers: no points");
-  const bool sustained = read_env_switch("ZT_CALIBRATE_SUSTAINED");
   std::vector<LayerTiming> timings;
   for (const int64_t layers : layer_timing_depths()) {
     // The run's layer dims; a small vocabulary (the word embeddings' gradient is not the encoder's cost).
@@ -262,7 +257,7 @@ std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
       kernels::copy(staged.flat(DType::f32), params.flat(DType::bf16));
     }
     for (const LayerTimingPoint& p : points)
-      timings.push_back(time_model(config, params, grads, p.batch, p.length, sustained));
+      timings.push_back(time_model(config, params, grads, p.batch, p.length));
   }
   ZT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   return timings;
