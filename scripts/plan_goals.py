@@ -109,9 +109,10 @@ GRID_PARTS = {"g128": (128, 128), "g40": (40, 128), "g512": (512, 128), "g16x512
 # Issue 40's goals in back-to-back calls on one machine (plan.sh's header): the first on a fresh machine
 # (the build, DeepSpeed's CPU Adam compiled beside it), the next within 30 s on the warm one. Each call's
 # PLAN_BUDGET_S: CALL_FACTOR x its expected seconds (+ DS_ENGINE_CONTINGENCY_S with DeepSpeed's part),
-# rounded up to 10 s; the device call's timeout_s 30 s more.
+# rounded up to 10 s; the device call's timeout_s 30 s more. GOALS_DEVICE_S: their share of a session's
+# 1,800 s (the calibration's sustained clock, 50 s, took it from 800 to 850).
 CALL_PLAN = (("calibrate,g128,g40,g512", True), ("g16x512,partial,delayed,ds,summary", False))
-CALL_FACTOR, CALL_LIMIT_S, GOALS_DEVICE_S = 1.2, 600, 800
+CALL_FACTOR, CALL_LIMIT_S, GOALS_DEVICE_S = 1.2, 600, 850
 
 
 def call_budget_s(expected_s, contingency_s=0.0):

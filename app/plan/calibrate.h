@@ -77,11 +77,11 @@ std::vector<int64_t> layer_timing_depths();
 std::vector<double> layer_score_lengths();
 
 // The model's forward + backward, forward alone and checkpointed forward + backward timed on the current GPU
-// at `model`'s dims at each of layer_timing_depths() and each of `points`: each the best of three runs
-// after an untimed one; with ZT_CALIBRATE_SUSTAINED=1 (not yet run on a GPU) each point scaled by its
-// sustained clock (the mean of back-to-back runs after 1.5 s of them over that best: a step holds the power
-// cap's clock, bursts do not; 200 ms of them changed nothing, docs/bench/2026-12-06-h100-session19). Throws
-// zt::Error without a GPU (or in a build without CUDA).
+// at `model`'s dims at each of layer_timing_depths() and each of `points`, the weights the from-scratch
+// init's (a GEMM's power, hence the limiter's clock, follows its operands): each the best of three runs
+// after an untimed one, scaled by its sustained clock (the mean of back-to-back runs after 1.5 s of them
+// over that best: a step holds the power cap's clock, bursts do not). Throws zt::Error without a GPU (or in
+// a build without CUDA).
 std::vector<LayerTiming> time_encoder_layers(const DebertaConfig& model,
                                              std::span<const LayerTimingPoint> points);
 

@@ -8,10 +8,10 @@
 # twice the predicted step, or what a winner of its caps could still need. Expected seconds on one H100
 # (`python3 scripts/plan_goals.py expect --bin build-cpu/bin --work /tmp/x --figures
 # docs/bench/2026-12-06-h100-plan/call2_machine_figures.json`, call 2's calibration):
-#   calibrate 12   train_mrpc --calibrate: the figures every --auto_plan reads (with ZT_CALIBRATE_SUSTAINED=1
-#                  exported before run.sh, each point's sustained clock too: ~40 s more, not yet run; judge
-#                  its figures first: python3 scripts/plan_offline.py --bin build-gpu/bin --figures
-#                  .plan/machine_figures.json --state docs/bench/2026-12-06-h100-session19/call2_plan_goals_state.json)
+#   calibrate 50   train_mrpc --calibrate: the figures every --auto_plan reads (each point's sustained clock:
+#                  1.5 s of load and 0.4 s of timing a point; its figures can be judged before a grid:
+#                  python3 scripts/plan_offline.py --bin build-gpu/bin --figures .plan/machine_figures.json
+#                  --state docs/bench/2026-12-06-h100-session19/call2_plan_goals_state.json)
 #   g128 74        the grid and the auto plan at caps 12/16/24/40 GiB, global batch 128 seq 128 (6 plans, 4
 #                  fallbacks measured only where their edge plan needs them)
 #   g40 47         ... global batch 40 (4 plans + 3 fallbacks)
@@ -29,11 +29,11 @@
 # A fresh build of the three targets takes ~60 s (call 2; call 1: 36 s), DeepSpeed's CPU Adam beside it ~40 s
 # more (waited for before the first part, so that no measurement shares the CPU with it); warm ~1 s.
 # Issue 40's goals in ONE run: two back-to-back device calls on the same machine (the second within 30 s of
-# the first's end), 710 s of budget, 800 s of device time at most (the expected: 390 + 157 s):
-#   1: run(timeout_s=500, carry=[".device-deps", ".ds"]) from main's tree (4.8 MiB carried; from a worktree
+# the first's end), 760 s of budget, 820 s of device time at most (the expected: 428 + 157 s):
+#   1: run(timeout_s=550, carry=[".device-deps", ".ds"]) from main's tree (4.8 MiB carried; from a worktree
 #      copy .wt-NAME add it to the carry and start with `cd .wt-NAME && ln -s ../.device-deps ../.ds . &&`):
-#      PLAN_BUDGET_S=470 scripts/device/run.sh plan --parts calibrate,g128,g40,g512
-#      (expected 390 s: build + DS JIT 100, calibrate 12, g128 74, g40 47, g512 157)
+#      PLAN_BUDGET_S=520 scripts/device/run.sh plan --parts calibrate,g128,g40,g512
+#      (expected 428 s: build + DS JIT 100, calibrate 50, g128 74, g40 47, g512 157)
 #   2: run(timeout_s=270, same carry): PLAN_BUDGET_S=240 scripts/device/run.sh plan --parts g16x512,partial,delayed,ds,summary
 #      (expected 157 s: build 1, g16x512 68, partial 1, delayed 20, ds 66, summary 1; the budget holds DeepSpeed's
 #      engine as slow as call 2's, +49 s: the model built on the GPU is not yet measured in this anchor)
@@ -119,7 +119,7 @@ task_run() {
     --margin "${PLAN_MARGIN:-1.15}" --per-cap "${PLAN_PER_CAP:-2}")
   ((plan_quick)) && driver+=(--quick --caps 3 --warmup 1 --steps 2)
   plan_wait_ds_jit
-  plan_part calibrate 12 "${driver[@]}" calibrate
+  plan_part calibrate 50 "${driver[@]}" calibrate
   if ((plan_quick)); then
     plan_part g128 20 "${driver[@]}" grid 16 128
     plan_part g16x512 15 "${driver[@]}" grid 4 512
