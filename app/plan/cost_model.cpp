@@ -188,7 +188,7 @@ bool solve_linear(std::vector<double> a, std::vector<double> b, std::vector<doub
 }
 
 // Least squares min |W (X c - y)| over columns scaled to unit maximum (the columns span 1 to ~1e9), through
-// the normal equations; false when the columns are dependent. Error::absolute: W = 1; Error::relative: W =
+// the normal equations; false when the columns are dependent. FitError::absolute: W = 1; ::relative: W =
 // diag(1 / y) (every y > 0), each timing's error as a fraction of it, so that a 4k-token micro-batch's 2 ms
 // weighs as much as a 16k one's 7: the absolute fit over-predicted the 4k points by 3.6-5 % (H100, session
 // 21), the planner's micro-batches of 32 x 128 by ~8 %, and chose 128 x 4 over a 7 % faster 32 x 16.
