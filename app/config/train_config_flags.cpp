@@ -261,7 +261,7 @@ const std::vector<FlagSpec>& flag_table() {
        "measure this host's CPU AdamW rate and norm-pass bandwidth (and, with a GPU, its GEMM, HBM, PCIe and "
        "AdamW rates, the model's encoder and the collectives' rates: in-process ranks on the GPU, NCCL "
        "across >= 2 GPUs), write them to --machine_figures (default: the cache "
-       "~/.cache/zerotrain/machine_figures.json that --auto_plan reads) and exit",
+       "~/.cache/zerotrain/machine_figures.json that --auto_plan reads) and exit (under a minute)",
        [](C& c, F, V) { c.calibrate = true; }, [](const C& c) { return show_bool(c.calibrate); }},
       {"machine_figures", "FILE",
        "--auto_plan's cost model figures (JSON, app/plan/cost_model.h); default: this machine's cached "
