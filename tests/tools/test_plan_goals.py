@@ -294,24 +294,29 @@ def check_grid_timeouts(work):
 
 def check_call_plan(bin_dir, work):
     """The call plan (`plan_goals.py expect` with call 2's figures) fits issue 40's share of next session's
-    device time, each call within the device's 600 s, and plan.sh's header states the same commands."""
+    device time, each call within the device's 600 s and its expected seconds within its budget, the first call
+    holds every goal but DeepSpeed's anchor (a second call that finds no machine loses only that), and
+    plan.sh's header states the same commands."""
     r = runner(bin_dir, work, figures=recorded_figures(work), per_cap=2)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         parts, total = r.expect()
     assert total <= pg.GOALS_DEVICE_S, out.getvalue()
     header = (pathlib.Path(__file__).resolve().parents[2] / "scripts/device/tasks/plan.sh").read_text()
-    for i, (names, fresh) in enumerate(pg.CALL_PLAN, 1):
-        expected = (pg.BUILD_FRESH_S + pg.DS_JIT_WAIT_S if fresh else pg.BUILD_WARM_S) + sum(
-            parts[n] for n in names.split(","))
-        budget = pg.call_budget_s(expected, pg.DS_ENGINE_CONTINGENCY_S if "ds" in names else 0.0)
-        assert budget + 30 <= pg.CALL_LIMIT_S and budget >= expected, (names, budget, expected)
+    calls = pg.call_plan(parts)
+    for names, setup, setup_s, expected, budget in calls:
+        assert expected == setup_s + sum(parts[n] for n in names.split(",")), names
+        assert budget + pg.CALL_MARGIN_S <= pg.CALL_LIMIT_S and budget >= expected, (names, budget, expected)
         assert f"PLAN_BUDGET_S={budget} scripts/device/run.sh plan --parts {names}" in header, (budget, names)
-        assert f"timeout_s={budget + 30}" in header, budget
+        assert f"timeout_s={budget + pg.CALL_MARGIN_S}" in header, budget
+        assert f"EXPECT call {calls.index((names, setup, setup_s, expected, budget)) + 1}: PLAN_BUDGET_S={budget} " \
+            in out.getvalue(), out.getvalue()
         for n in names.split(","):  # every part's expected seconds as plan.sh passes them
             assert re.search(rf"plan_part {n} {parts[n]:.0f} ", header), (n, parts[n])
+    first = set(calls[0][0].split(","))
+    assert calls[0][1] == "fresh" and first >= {"calibrate", *pg.GRID_PARTS, "partial", "delayed"}, calls[0]
     # All of issue 40's goals: every grid, partial, delayed, DeepSpeed; the 6.2 B run is not among them.
-    planned = {n for names, _ in pg.CALL_PLAN for n in names.split(",")}
+    planned = {n for names, *_ in calls for n in names.split(",")}
     assert planned == {"calibrate", *pg.GRID_PARTS, "partial", "delayed", "ds", "summary"}, planned
 
 
