@@ -93,47 +93,34 @@ CALIBRATE_S = 50.0
 SWEEP_RATIOS = (0.75, 0.5, 0.25)
 DELAYED_STEP_MS = 210.0  # ZeRO-2 + offload --delayed_update at batch 40 (call 1: 202.7 ms)
 LARGE_EXPECTED_S = LARGE_STARTUP_S + 20 * LARGE_STEP_S
-# The call's other costs (seconds): the build of the plan task's three targets on a fresh H100 (call 2: 60 s,
-# call 1: 36 s), warm ~1 s; DeepSpeed's CPU Adam compiled beside a fresh build, waited for after it (call 2:
-# 38 s; ds_plan_anchor.py --jit-only no longer imports transformers); DeepSpeed's anchor (ds_plan_anchor.py's
-# docstring: install + imports ~16, the engine with the model built on the GPU ~20 (10-16 s in
-# ds_nvme_anchor.py on the H200; 68.9 s in call 2 with the model built on the CPU), the global batches ~12,
-# 4 caps x 3 one-step probes ~18).
+# The call's other costs (seconds): the plan task's build on a fresh H100 (call 2: 60 s, call 1: 36 s), warm
+# ~1 s; DeepSpeed's CPU Adam compiled (call 2: 38 s); DeepSpeed's anchor (ds_plan_anchor.py's docstring:
+# install + imports ~16, the engine with the model built on the GPU ~20, the global batches ~12, 4 caps x 3
+# one-step probes ~18). Its budget holds an engine as slow as call 2's, built on the CPU (68.9 s, +49 s).
 BUILD_FRESH_S, BUILD_WARM_S, DS_JIT_WAIT_S, DS_EXPECTED_S, SUMMARY_S = 60.0, 1.0, 40.0, 66.0, 1.0
-# A call with DeepSpeed's anchor budgets its engine as slow as call 2's (68.9 s against the expected ~20): the
-# model built on the GPU is measured in ds_nvme_anchor.py, not yet in this anchor.
 DS_ENGINE_CONTINGENCY_S = 49.0
 
 
 GRID_PARTS = {"g128": (128, 128), "g40": (40, 128), "g512": (512, 128), "g16x512": (16, 512)}
-# Issue 40's goals in back-to-back calls on one machine (plan.sh's header): the first on a fresh machine
-# holds every goal but DeepSpeed's anchor (the sixteen cells, partial offload, the delayed update), so that a
-# second call that finds no machine (starts failed for whole sessions on 2026-12-06) costs only the anchor;
-# the second, within 30 s on the warm machine, compiles DeepSpeed's CPU Adam (.ds carried in it only) and runs
-# the anchor. CALL_PLAN: (parts, what the call does before them: "fresh" the build, "ds_jit" DeepSpeed's CPU
-# Adam on the warm build). Each call's PLAN_BUDGET_S: CALL_FACTOR x its expected seconds
-# (+ DS_ENGINE_CONTINGENCY_S with DeepSpeed's part), rounded up to 10 s, at most CALL_LIMIT_S less the
-# timeout's CALL_MARGIN_S; the device call's timeout_s CALL_MARGIN_S more. GOALS_DEVICE_S: their share of a
-# session's 1,800 s (the calibration's sustained clock, 50 s, took it from 800 to 850).
+# Issue 40's goals: two back-to-back calls on one machine (plan.sh's header). The first (fresh: the build)
+# holds every goal but DeepSpeed's anchor, so a second call that finds no machine loses only the anchor; the
+# second (.ds carried: its CPU Adam compiled on the warm build) runs it. PLAN_BUDGET_S: CALL_FACTOR x the
+# expected seconds (+ DS_ENGINE_CONTINGENCY_S with DeepSpeed), up to 10 s, at most the call's limit less the
+# timeout's margin. GOALS_DEVICE_S: their share of a session's 1,800 s.
 CALL_PLAN = (("calibrate,g128,g40,g512,g16x512,partial,delayed,summary", "fresh"), ("ds,summary", "ds_jit"))
 CALL_SETUP_S = {"fresh": BUILD_FRESH_S, "ds_jit": BUILD_WARM_S + DS_JIT_WAIT_S}
 CALL_FACTOR, CALL_LIMIT_S, CALL_MARGIN_S, GOALS_DEVICE_S = 1.2, 600, 30, 850
 
 
 def call_budget_s(expected_s, contingency_s=0.0):
-    budget = int(-(-(CALL_FACTOR * expected_s + contingency_s) // 10) * 10)
-    return min(budget, CALL_LIMIT_S - CALL_MARGIN_S)
+    return min(int(-(-(CALL_FACTOR * expected_s + contingency_s) // 10) * 10), CALL_LIMIT_S - CALL_MARGIN_S)
 
 
 def call_plan(parts):
-    """Each call of CALL_PLAN as (parts, setup, setup seconds, expected seconds, PLAN_BUDGET_S), from the
-    parts' expected seconds."""
-    calls = []
-    for names, setup in CALL_PLAN:
-        expected = CALL_SETUP_S[setup] + sum(parts[n] for n in names.split(","))
-        contingency = DS_ENGINE_CONTINGENCY_S if "ds" in names.split(",") else 0.0
-        calls.append((names, setup, CALL_SETUP_S[setup], expected, call_budget_s(expected, contingency)))
-    return calls
+    """CALL_PLAN's calls as (parts, setup, its seconds, expected seconds, PLAN_BUDGET_S)."""
+    expected = [CALL_SETUP_S[setup] + sum(parts[n] for n in names.split(",")) for names, setup in CALL_PLAN]
+    return [(names, setup, CALL_SETUP_S[setup], e, call_budget_s(e, DS_ENGINE_CONTINGENCY_S * (
+        "ds" in names.split(",")))) for (names, setup), e in zip(CALL_PLAN, expected)]
 
 
 def partial_expected_s(ratio_sweep):
@@ -160,9 +147,8 @@ def run_timeout_s(host_gib, steps, allowed_step_ms):
 
 def host_gib(p):
     """The plan's planned host bytes (the planner's candidates carry them; a plan built here, by its ratio)."""
-    if "host_gib" in p:
-        return p["host_gib"]
-    return 0.0 if p["offload"] == "none" else FULL_OFFLOAD_HOST_GIB * p.get("offload_ratio", 1.0)
+    return p["host_gib"] if "host_gib" in p else \
+        0.0 if p["offload"] == "none" else FULL_OFFLOAD_HOST_GIB * p.get("offload_ratio", 1.0)
 
 
 def step_allowance_ms(p, cap_bests):
@@ -632,11 +618,10 @@ class Runner:
             say(f"EXPECT {name}: {parts[name]:.0f} s: " + "; ".join(
                 f"{plan_key(p)} {expected_run_s(host_gib(p), sum(self.step_counts(p)), p['predicted_ms']):.1f}"
                 + (" (fallback)" if "fallback_for" in p else "") for p in plans))
-        total_budget = 0
-        for i, (names, setup, setup_s, expected, budget) in enumerate(call_plan(parts), 1):
-            total_budget += budget + CALL_MARGIN_S
-            what = "build" if setup == "fresh" else "DeepSpeed's CPU Adam on the warm build"
-            say(f"EXPECT call {i}: PLAN_BUDGET_S={budget} --parts {names}: expected {expected:.0f} s ({what} "
+        calls = call_plan(parts)
+        total_budget = sum(budget + CALL_MARGIN_S for *_, budget in calls)
+        for i, (names, setup, setup_s, expected, budget) in enumerate(calls, 1):
+            say(f"EXPECT call {i}: PLAN_BUDGET_S={budget} --parts {names}: expected {expected:.0f} s ({setup} "
                 f"{setup_s:.0f}, " + ", ".join(f"{n} {parts[n]:.0f}" for n in names.split(",")) +
                 f"); timeout_s {budget + CALL_MARGIN_S}")
         say(f"EXPECT goals: {len(CALL_PLAN)} calls, {total_budget} s of device time at most "
