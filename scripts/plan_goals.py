@@ -104,12 +104,11 @@ DS_ENGINE_CONTINGENCY_S = 49.0
 GRID_PARTS = {"g128": (128, 128), "g40": (40, 128), "g512": (512, 128), "g16x512": (16, 512)}
 # Issue 40's goals: two back-to-back calls on one machine (plan.sh's header). The first (fresh: the build)
 # holds every goal but DeepSpeed's anchor, so a second call that finds no machine loses only the anchor; the
-# second (.ds carried: its CPU Adam compiled on the warm build) runs it. PLAN_BUDGET_S: CALL_FACTOR x the
-# expected seconds (+ DS_ENGINE_CONTINGENCY_S with DeepSpeed), up to 10 s, at most the call's limit less the
-# timeout's margin. GOALS_DEVICE_S: their share of a session's 1,800 s.
+# second (.ds carried: its CPU Adam compiled on the warm build) runs it. PLAN_BUDGET_S: CALL_FACTOR x expected
+# (+ DS_ENGINE_CONTINGENCY_S with DeepSpeed), up to 10 s, at most the call's limit less the timeout's margin.
 CALL_PLAN = (("calibrate,g128,g40,g512,g16x512,partial,delayed,summary", "fresh"), ("ds,summary", "ds_jit"))
 CALL_SETUP_S = {"fresh": BUILD_FRESH_S, "ds_jit": BUILD_WARM_S + DS_JIT_WAIT_S}
-CALL_FACTOR, CALL_LIMIT_S, CALL_MARGIN_S, GOALS_DEVICE_S = 1.2, 600, 30, 850
+CALL_FACTOR, CALL_LIMIT_S, CALL_MARGIN_S, GOALS_DEVICE_S = 1.2, 600, 30, 850  # the last: of a session's 1,800 s
 
 
 def call_budget_s(expected_s, contingency_s=0.0):
@@ -117,10 +116,10 @@ def call_budget_s(expected_s, contingency_s=0.0):
 
 
 def call_plan(parts):
-    """CALL_PLAN's calls as (parts, setup, its seconds, expected seconds, PLAN_BUDGET_S)."""
-    expected = [CALL_SETUP_S[setup] + sum(parts[n] for n in names.split(",")) for names, setup in CALL_PLAN]
-    return [(names, setup, CALL_SETUP_S[setup], e, call_budget_s(e, DS_ENGINE_CONTINGENCY_S * (
-        "ds" in names.split(",")))) for (names, setup), e in zip(CALL_PLAN, expected)]
+    """CALL_PLAN's calls as (parts, setup, expected seconds, PLAN_BUDGET_S)."""
+    calls = [(names, setup, CALL_SETUP_S[setup] + sum(parts[n] for n in names.split(","))) for names, setup in CALL_PLAN]
+    return [(names, setup, e, call_budget_s(e, DS_ENGINE_CONTINGENCY_S if "ds" in names.split(",") else 0.0))
+            for names, setup, e in calls]
 
 
 def partial_expected_s(ratio_sweep):
@@ -147,8 +146,9 @@ def run_timeout_s(host_gib, steps, allowed_step_ms):
 
 def host_gib(p):
     """The plan's planned host bytes (the planner's candidates carry them; a plan built here, by its ratio)."""
-    return p["host_gib"] if "host_gib" in p else \
-        0.0 if p["offload"] == "none" else FULL_OFFLOAD_HOST_GIB * p.get("offload_ratio", 1.0)
+    if "host_gib" in p:
+        return p["host_gib"]
+    return 0.0 if p["offload"] == "none" else FULL_OFFLOAD_HOST_GIB * p.get("offload_ratio", 1.0)
 
 
 def step_allowance_ms(p, cap_bests):
@@ -620,9 +620,9 @@ class Runner:
                 + (" (fallback)" if "fallback_for" in p else "") for p in plans))
         calls = call_plan(parts)
         total_budget = sum(budget + CALL_MARGIN_S for *_, budget in calls)
-        for i, (names, setup, setup_s, expected, budget) in enumerate(calls, 1):
+        for i, (names, setup, expected, budget) in enumerate(calls, 1):
             say(f"EXPECT call {i}: PLAN_BUDGET_S={budget} --parts {names}: expected {expected:.0f} s ({setup} "
-                f"{setup_s:.0f}, " + ", ".join(f"{n} {parts[n]:.0f}" for n in names.split(",")) +
+                f"{CALL_SETUP_S[setup]:.0f}, " + ", ".join(f"{n} {parts[n]:.0f}" for n in names.split(",")) +
                 f"); timeout_s {budget + CALL_MARGIN_S}")
         say(f"EXPECT goals: {len(CALL_PLAN)} calls, {total_budget} s of device time at most "
             f"({'fits' if total_budget <= GOALS_DEVICE_S else 'OVER'} {GOALS_DEVICE_S}); large alone: PLAN_BUDGET_S="
