@@ -129,11 +129,17 @@ ZT_HOST_DEVICE inline float uniform(uint64_t seed, uint64_t site_id, uint64_t in
 }
 
 // The attention probabilities' draw. P has L^2 elements a head (64 M at 8k tokens), so a Philox block serves
-// 8 of them, 16 bits each, half the rounds a score of the 24-bit draw above:
-//   half(e) = bits 16 (e % 2) .. + 15 of word (e % 8) / 2 of philox_block(seed, site_id, e / 8)
-//   keep(e) = half(e) >= attention_keep_threshold(p) = ceil(p 2^16)
+// 8 of them, 16 bits each, half the rounds a score of the 24-bit draw above; and its rows are numbered as if
+// padded to a multiple of 8 keys, so that every block lies in one row whatever L (a thread drawing 8 keys of
+// a row runs one block, never two):
+//   e(row, j) = row * attention_row_pitch(L) + j        row = (b N + h) L + i, the row of P[b, h, i, :]
+//   half(e)   = bits 16 (e % 2) .. + 15 of word (e % 8) / 2 of philox_block(seed, site_id, e / 8)
+//   keep(e)   = half(e) >= attention_keep_threshold(p) = ceil(p 2^16)
 // The drop probability is p rounded up to a multiple of 2^-16 (0.1 drops with probability 0.1000061); kept
 // values are scaled by 1 / (1 - p) as at every other site. p 2^16 is exact in f32, so CPU and GPU agree.
+ZT_HOST_DEVICE inline uint64_t attention_row_pitch(uint64_t length) {
+  return (length + 7) / 8 * 8;
+}
 ZT_HOST_DEVICE inline uint32_t attention_keep_threshold(float p) {
   return static_cast<uint32_t>(ceilf(p * 65536.0f));
 }

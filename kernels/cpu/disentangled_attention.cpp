@@ -118,21 +118,22 @@ uint64_t probs_offset(const Problem& pr, int64_t b, int64_t h) {
   return static_cast<uint64_t>((b * pr.heads + h) * pr.length * pr.length);
 }
 
-// factor[e] = keep(first_element + e) / (1 - p) for one head's [L, L] block: the dropout multiplier of P
-// (philox.h's attention draw: one Philox block serves eight consecutive elements).
-void attention_dropout_factors(float* factor, int64_t count, uint64_t first_element,
-                               const DisentangledAttentionConfig& config) {
+// factor[(i - first_row) L + j] = keep(b, h, i, j) / (1 - p) for rows [first_row, end_row) of head (b, h):
+// the dropout multiplier of P (philox.h's attention draw: rows padded to 8 keys, 8 keys a Philox block).
+void attention_dropout_factors(float* factor, const Problem& pr, int64_t b, int64_t h, int64_t first_row,
+                               int64_t end_row, const DisentangledAttentionConfig& config) {
   const float kept_scale = 1.0f / (1.0f - config.dropout_p);
   const uint32_t threshold = attention_keep_threshold(config.dropout_p);
-  uint64_t block = ~uint64_t{0};
-  PhiloxCounter words{};
-  for (int64_t e = 0; e < count; ++e) {
-    const uint64_t element = first_element + static_cast<uint64_t>(e);
-    if ((element >> 3) != block) {
-      block = element >> 3;
-      words = philox_block(config.seed, config.site_id, block);
+  const auto L = static_cast<uint64_t>(pr.length);
+  const uint64_t pitch = attention_row_pitch(L);
+  for (int64_t i = first_row; i < end_row; ++i) {
+    const uint64_t row_start =
+        ((static_cast<uint64_t>(b * pr.heads + h)) * L + static_cast<uint64_t>(i)) * pitch;
+    for (uint64_t j0 = 0; j0 < L; j0 += 8) {
+      const PhiloxCounter words = philox_block(config.seed, config.site_id, (row_start + j0) / 8);
+      for (uint64_t j = j0; j < std::min(L, j0 + 8); ++j)
+        *factor++ = half_of(words, static_cast<uint32_t>(j - j0)) >= threshold ? kept_scale : 0.0f;
     }
-    factor[e] = half_of(words, static_cast<uint32_t>(element & 7)) >= threshold ? kept_scale : 0.0f;
   }
 }
 
@@ -224,7 +225,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
       }
       HeadView ch = pr.head<HeadView>(context, b, h);
       if (dropout) {
-        attention_dropout_factors(dropped.data(), L * L, probs_offset(pr, b, h), config);
+        attention_dropout_factors(dropped.data(), pr, b, h, 0, L, config);
         Dense p_dropped(dropped.data(), L, L);
         p_dropped.array() *= ConstDense(p, L, L).array();
         ch.noalias() = p_dropped * vh;
@@ -285,7 +286,7 @@ void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Ten
       Dense grad(grad_scores.data(), L, L);
 
       if (dropout) {
-        attention_dropout_factors(dropout_factor.data(), L * L, probs_offset(pr, b, h), config);
+        attention_dropout_factors(dropout_factor.data(), pr, b, h, 0, L, config);
         ConstDense factor(dropout_factor.data(), L, L);
         Dense p_dropped(dropped.data(), L, L);
         p_dropped = factor.cwiseProduct(ConstDense(p, L, L));
@@ -423,8 +424,7 @@ void flash_disentangled_attention_forward(const Tensor& q, const Tensor& k, cons
         stats[2 * i] = row_max;
         stats[2 * i + 1] = 1.0f / sum;
         if (!factor.empty()) {
-          attention_dropout_factors(factor.data(), L, probs_offset(pr, b, h) + static_cast<uint64_t>(i * L),
-                                    config);
+          attention_dropout_factors(factor.data(), pr, b, h, i, i + 1, config);
           for (int64_t j = 0; j < L; ++j) probs[j] *= factor[j];
         }
         ch.row(i).noalias() = Eigen::Map<const Eigen::RowVectorXf>(probs.data(), L) * vh;
@@ -486,9 +486,7 @@ void flash_disentangled_attention_backward(const Tensor& q, const Tensor& k, con
       for (int64_t i = 0; i < L; ++i) {
         score_row(pr, config, qh, kh, pos, i, scores.data());
         const uint8_t* keep = key_keep[i] ? key_keep : pr.none_kept.data();
-        if (dropout)
-          attention_dropout_factors(factor.data(), L, probs_offset(pr, b, h) + static_cast<uint64_t>(i * L),
-                                    config);
+        if (dropout) attention_dropout_factors(factor.data(), pr, b, h, i, i + 1, config);
         // dP~ = dC_i V^T; D_i = dC_i . context_i = sum_j P~_ij dP~_ij.
         Eigen::Map<Eigen::RowVectorXf>(dp.data(), L).noalias() = dch.row(i) * vh.transpose();
         const float row_dot = dch.row(i).dot(ch.row(i));

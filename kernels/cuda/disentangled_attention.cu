@@ -68,27 +68,18 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
-// The dropout multiplier of P[e] (e = ((b*N + h)*L + i)*L + j): kept_scale or 0, as the CPU computes it
-// (philox.h's attention draw).
-__device__ __forceinline__ float dropout_factor(const AttentionShape& s, uint64_t element) {
-  return attention_keep(s.seed, s.site_id, element, attention_keep_threshold(s.dropout_p)) ? s.kept_scale
-                                                                                           : 0.0f;
-}
-
-// The multipliers of elements e .. e + 3: half of one Philox block when e starts a half (element e uses
-// half e % 8 of block e / 8, the CPU's grouping), so a thread covering 4 consecutive elements runs the 10
-// rounds once instead of four times; per-element blocks otherwise (a row of length L % 4 != 0 starts
-// mid-block).
-__device__ __forceinline__ void dropout_factors4(const AttentionShape& s, uint64_t e, float factor[4]) {
-  if ((e & 3) == 0) {
-    const PhiloxCounter block = philox_block(s.seed, s.site_id, e >> 3);
-    const uint32_t bits = attention_keep_bits(block, attention_keep_threshold(s.dropout_p)) >> (e & 4);
+// The dropout multipliers of P[row, j0 .. j0 + 3] (row = (b N + h) L + i, j0 % 4 == 0): half of the Philox
+// block of philox.h's attention draw (rows padded to 8 keys, so the four are in one block whatever L), as
+// the CPU computes them; a thread covering 4 consecutive keys runs the 10 rounds once. Keys past L (the
+// row's last group) get multipliers nobody reads.
+__device__ __forceinline__ void dropout_factors4(const AttentionShape& s, int64_t row, int j0,
+                                                 float factor[4]) {
+  const uint64_t e = static_cast<uint64_t>(row) * attention_row_pitch(static_cast<uint64_t>(s.length)) +
+                     static_cast<uint64_t>(j0);
+  const PhiloxCounter block = philox_block(s.seed, s.site_id, e >> 3);
+  const uint32_t bits = attention_keep_bits(block, attention_keep_threshold(s.dropout_p)) >> (e & 4);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) factor[q] = (bits >> q) & 1u ? s.kept_scale : 0.0f;
-  } else {
-#pragma unroll
-    for (int q = 0; q < 4; ++q) factor[q] = dropout_factor(s, e + q);
-  }
+  for (int q = 0; q < 4; ++q) factor[q] = (bits >> q) & 1u ? s.kept_scale : 0.0f;
 }
 
 constexpr float kMasked = -3.40282346638528859811704183484516925e+38f;  // finfo(f32).min
@@ -217,7 +208,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int j0 = 128 * c + 4 * lane;
       if (j0 >= L) break;
       float factor[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-      if (dropped != nullptr && s.dropout) dropout_factors4(s, static_cast<uint64_t>(row * L + j0), factor);
+      if (dropped != nullptr && s.dropout) dropout_factors4(s, row, j0, factor);
       if (vector_rows) {
         Pack4<T> prob, drop;
 #pragma unroll
@@ -272,7 +263,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   for (int c = 0; c < kChunks; ++c) {
     const int j0 = 128 * c + 4 * lane;
     float factor[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-    if (s.dropout && j0 < L) dropout_factors4(s, static_cast<uint64_t>(row * L + j0), factor);
+    if (s.dropout && j0 < L) dropout_factors4(s, row, j0, factor);
     float stored4[4], grad4[4];
     if (vector_rows && j0 < L) {
       const Pack4<T> pack = load4(p + j0);

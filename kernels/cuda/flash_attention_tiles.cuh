@@ -296,55 +296,34 @@ __device__ __forceinline__ void load_diagonals(int* diag, const FlashAttentionPa
 }
 
 // keep[ti][tj] = 1 where dropout keeps P[b, h, i0 + ti, j0 + tj] (the unfused path's draw, philox.h's
-// attention draw: element e = ((b*N + h)*L + i)*L + j is half e % 8 of Philox block e / 8).
-// Bytes k = 0..3 of a 32-bit word from a block's 8 keep bits: byte k = bit k of the bits.
+// attention draw: rows padded to 8 keys, key j of row r is half e % 8 of Philox block e / 8, e = r pitch +
+// j). Bytes k = 0..3 of a 32-bit word from a block's 8 keep bits: byte k = bit k of the bits.
 __device__ __forceinline__ uint32_t keep_bytes(uint32_t bits) {
   return (bits & 1u) | (bits & 2u) << 7 | (bits & 4u) << 14 | (bits & 8u) << 21;
 }
-// Where L % 8 == 0 every 8-key group starts a block: thread t's 4 groups (rows t / 8 + 16 n, keys 8 (t % 8)
-// ..) are blocks first + 2L n, drawn by philox_blocks, 4 independent chains round by round, and stored as
-// two 32-bit words of keep bytes. Any other L: four keys a thread from the one or two blocks they reach.
+// Every 8-key group of a row is a block: thread t's 4 groups (rows t / 8 + 16 n, keys 8 (t % 8) ..) are
+// blocks first + 2 pitch n, drawn by philox_blocks, 4 independent chains round by round, and stored as two
+// 32-bit words of keep bytes. A group past the sequence's end stores zeros; keys past L in the last group
+// get bits nobody reads.
 __device__ __forceinline__ void fill_keep_tile(uint8_t* keep, const FlashAttentionParams& p, int64_t bh,
                                                int i0, int j0) {
   const uint32_t threshold = attention_keep_threshold(p.dropout_p);
   constexpr int kGroups = kTile * (kTile / 8) / kThreads;
   static_assert(kThreads % (kTile / 8) == 0 && kGroups == 4 && kKeepPitch % 4 == 0);
-  if (p.length % 8 == 0) {
-    const int t = static_cast<int>(threadIdx.x), ti0 = t / (kTile / 8), tj = 8 * (t % (kTile / 8));
-    constexpr int kRowStep = kThreads / (kTile / 8);
-    const uint64_t first = ((static_cast<uint64_t>(bh) * p.length + i0 + ti0) * p.length + j0 + tj) >> 3;
-    PhiloxCounter blocks[kGroups];
-    philox_blocks<kGroups>(p.seed, p.site_id, first, static_cast<uint64_t>(kRowStep) * p.length / 8, blocks);
+  const uint64_t L = static_cast<uint64_t>(p.length), pitch = attention_row_pitch(L);
+  const int t = static_cast<int>(threadIdx.x), ti0 = t / (kTile / 8), tj = 8 * (t % (kTile / 8));
+  constexpr int kRowStep = kThreads / (kTile / 8);
+  const uint64_t first = ((static_cast<uint64_t>(bh) * L + i0 + ti0) * pitch + j0 + tj) >> 3;
+  PhiloxCounter blocks[kGroups];
+  philox_blocks<kGroups>(p.seed, p.site_id, first, kRowStep * pitch / 8, blocks);
 #pragma unroll
-    for (int n = 0; n < kGroups; ++n) {
-      const int ti = ti0 + kRowStep * n;
-      const bool valid = i0 + ti < p.length && j0 + tj < p.length;
-      const uint32_t bits = valid ? attention_keep_bits(blocks[n], threshold) : 0u;
-      uint32_t* out = reinterpret_cast<uint32_t*>(keep + ti * kKeepPitch + tj);
-      out[0] = keep_bytes(bits);
-      out[1] = keep_bytes(bits >> 4);
-    }
-    return;
-  }
-  for (int idx = static_cast<int>(threadIdx.x); idx < kTile * (kTile / 4); idx += kThreads) {
-    const int ti = idx / (kTile / 4), tj = 4 * (idx % (kTile / 4));
-    const int i = i0 + ti, j = j0 + tj;
-    uint32_t bits = 0;
-    if (i < p.length && j < p.length) {
-      const uint64_t e = (static_cast<uint64_t>(bh) * p.length + i) * p.length + j;
-      const PhiloxCounter first = philox_block(p.seed, p.site_id, e >> 3);
-      // The keys past the block's end (e % 8 > 4) from the next block.
-      const PhiloxCounter second = (e & 7) > 4 ? philox_block(p.seed, p.site_id, (e >> 3) + 1) : first;
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const uint64_t element = e + static_cast<uint64_t>(u);
-        const uint32_t half = (element >> 3) == (e >> 3)
-                                  ? half_of(first, static_cast<uint32_t>(element & 7))
-                                  : half_of(second, static_cast<uint32_t>(element & 7));
-        bits |= (half >= threshold ? 1u : 0u) << (8 * u);
-      }
-    }
-    *reinterpret_cast<uint32_t*>(keep + ti * kKeepPitch + tj) = bits;
+  for (int n = 0; n < kGroups; ++n) {
+    const int ti = ti0 + kRowStep * n;
+    const bool valid = i0 + ti < p.length && j0 + tj < p.length;
+    const uint32_t bits = valid ? attention_keep_bits(blocks[n], threshold) : 0u;
+    uint32_t* out = reinterpret_cast<uint32_t*>(keep + ti * kKeepPitch + tj);
+    out[0] = keep_bytes(bits);
+    out[1] = keep_bytes(bits >> 4);
   }
 }
 

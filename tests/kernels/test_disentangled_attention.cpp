@@ -121,7 +121,9 @@ void naive_attention(const Problem& pr, std::vector<float>& context, std::vector
           double p = 1.0 / kLength;  // a padded query row has every key masked: uniform, as in new HF
           if (query_real) p = pr.mask[b * kLength + j] ? std::exp(score[j] - max_kept) / sum : 0.0;
           probs[row + j] = static_cast<float>(p);
-          const uint64_t element = static_cast<uint64_t>(row + j);
+          const uint64_t element =
+              static_cast<uint64_t>((b * kHeads + h) * kLength + i) * attention_row_pitch(kLength) +
+              static_cast<uint64_t>(j);
           const bool keep =
               attention_keep(cfg.seed, cfg.site_id, element, attention_keep_threshold(cfg.dropout_p));
           const double dropped = keep ? p / (1.0 - cfg.dropout_p) : 0.0;

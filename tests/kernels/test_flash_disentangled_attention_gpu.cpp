@@ -317,7 +317,8 @@ TEST(FlashAttentionDropoutGpu, KeepsTheHostsEntries) {
           for (int64_t j = 0; j < L; ++j) {
             const bool real_query = p.mask[static_cast<size_t>(b * L + i)] != 0;
             if (real_query && p.mask[static_cast<size_t>(b * L + j)] == 0) continue;  // P = 0 there
-            const uint64_t e = static_cast<uint64_t>(((b * N + h) * L + i) * L + j);
+            const uint64_t e = static_cast<uint64_t>((b * N + h) * L + i) * attention_row_pitch(L) +
+                               static_cast<uint64_t>(j);
             const bool keep = attention_keep(p.config.seed, p.config.site_id, e,
                                              attention_keep_threshold(p.config.dropout_p));
             dropped += keep ? 0 : 1;

@@ -120,6 +120,14 @@ TEST(Philox, AttentionKeepUsesTheDocumentedHalf) {
   }
 }
 
+// Rows of P are numbered as if padded to a multiple of 8 keys: every 8-key group of a row is one block.
+TEST(Philox, AttentionRowsArePaddedToEightKeys) {
+  EXPECT_EQ(attention_row_pitch(1), 8u);
+  EXPECT_EQ(attention_row_pitch(8), 8u);
+  EXPECT_EQ(attention_row_pitch(11), 16u);
+  EXPECT_EQ(attention_row_pitch(2100), 2104u);
+}
+
 // The drop rate is p rounded up to 2^-16: within 5 sigma of p over 2^20 elements, and p = 0 keeps all.
 TEST(Philox, AttentionKeepDropsAtRateP) {
   const uint32_t keep_all = attention_keep_threshold(0.0f);
