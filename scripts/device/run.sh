@@ -220,6 +220,20 @@ else
 fi
 
 # --- one configure-and-build step for every tree -------------------------------------------------------------
+# A tree's sources by content (sha1, path), build folders and dot-folders left out. A carried tree keeps the
+# mtimes of this machine, and one from `git archive` its commit's: older than the objects of another tree built
+# in the same folder before, so Ninja would keep them. The files whose content differs from the last good
+# build's are touched before building, and the list is kept only once the build succeeds.
+source_hashes() {  # TREE
+  (cd "$1" && find . -path './build*' -prune -o -path './.*' -prune -o -type f -print0 | sort -z |
+    xargs -0 -r sha1sum)
+}
+touch_changed_sources() {  # TREE DIR
+  local list=$2/zt_source_hashes.txt
+  [[ -f $list ]] || return 0
+  source_hashes "$1" | awk 'NR == FNR { built[$2] = $1; next } built[$2] != $1 { print $2 }' "$list" - |
+    (cd "$1" && xargs -r -d '\n' touch)
+}
 build() {  # TREE: configure (Ninja, Release, liburing) and build the task's targets
   local tree=$1 log
   local dir
@@ -233,12 +247,20 @@ build() {  # TREE: configure (Ninja, Release, liburing) and build the task's tar
     echo "build: ${make[*]}"
     return 0
   fi
-  # A build folder another generator made cannot switch to Ninja: start it again.
-  if [[ -f $dir/CMakeCache.txt ]] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$dir/CMakeCache.txt"; then
-    rm -rf "$dir"
+  # A build folder another generator made cannot switch to Ninja, nor one configured for another source tree
+  # (a candidate under a new name) to this one: start it again.
+  local cache=$dir/CMakeCache.txt configured_for
+  if [[ -f $cache ]]; then
+    configured_for=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$cache")
+    if ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$cache" ||
+      [[ $(realpath -m "$configured_for") != $(realpath "$tree") ]]; then
+      rm -rf "$dir"
+    fi
   fi
+  touch_changed_sources "$tree" "$dir"
   log=$work/build_$(basename "$(realpath "$tree")").log
-  if ! { "${configure[@]}" >"$log" 2>&1 && "${make[@]}" >>"$log" 2>&1; }; then
+  if ! { "${configure[@]}" >"$log" 2>&1 && "${make[@]}" >>"$log" 2>&1 &&
+    source_hashes "$tree" >"$dir/zt_source_hashes.txt"; }; then
     say "build of $tree failed ($(elapsed)):"
     grep -B2 -A8 -E "error|Error" "$log" | head -60 | tee -a "$summary"
     pack

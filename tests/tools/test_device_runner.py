@@ -177,7 +177,8 @@ with tempfile.TemporaryDirectory() as tmp:
         (["profile", "8by128"], "is not BATCHxSEQ"),
         (["zero", "--np", "0"], "zero takes [--np N]"),
         (["disk", "--fast"], "disk takes [--deepspeed]"),
-        (["long", "--fast"], "long takes [--candidate DIR] [--with-compile]"),
+        (["long", "--fast"], "long takes [--candidate DIR [--candidate-only]] [--with-compile]"),
+        (["long", "--candidate-only"], "--candidate-only needs --candidate DIR"),
         (["long", "--candidate"], "--candidate needs a source tree"),
         (["long", "--candidate", os.path.join(tmp, "missing")], "--candidate: no source tree"),
         (["long", "--candidate", ROOT], "--candidate is this tree"),
@@ -215,11 +216,14 @@ with tempfile.TemporaryDirectory() as tmp:
           "summaries.py core-ab: a missing candidate result gives no ratio")
 
 
+# Each target a copy of its script that Ninja redoes only when the script is newer (as it does an object).
 FAKE_CMAKE = """cmake_minimum_required(VERSION 3.16)
 project(stand_in NONE)
 foreach(t bench_train_step test_stand_in_gpu)
-  add_custom_target(${t} ALL COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/bin
+  add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/bin/${t} DEPENDS ${CMAKE_SOURCE_DIR}/${t}.sh
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/bin
     COMMAND ${CMAKE_COMMAND} -E copy ${CMAKE_SOURCE_DIR}/${t}.sh ${CMAKE_BINARY_DIR}/bin/${t})
+  add_custom_target(${t} ALL DEPENDS ${CMAKE_BINARY_DIR}/bin/${t})
 endforeach()
 """
 # The step's time is the batch; the last loss moves with ZT_FUSED_ATTENTION (a variant that changes the bits).
@@ -336,6 +340,35 @@ if shutil.which("ninja") is not None and shutil.which("cmake") is not None:
         check("tests: done in an earlier call" in again and "cand_test_flash" not in again and
               re.search(r"goals_side: (100|9\d) s left, fewer than its budget of 150 s", again) is not None,
               "long --candidate, a second call: done parts skipped, a part over the budget left to the next call")
+        # Another candidate in the same build folder, its files older than the first one's objects (as
+        # `git archive` leaves them): rebuilt all the same. Then one at another path: configured again.
+        cand_bench = os.path.join(cand, "zt_bench.sh")
+        with open(cand_bench, "w") as f:
+            f.write(FAKE_ZT_BENCH.replace("BACKWARD_US", "500"))
+        os.utime(cand_bench, (1e9, 1e9))
+        shutil.rmtree(os.path.join(tree, ".long"))
+        before = len(open(os.path.join(out, "summary.txt")).read())
+        p = subprocess.run(["bash", runner, "long", "--candidate", "../cand"], capture_output=True, text=True,
+                           env=env, cwd=tree)
+        summary = open(os.path.join(out, "summary.txt")).read()[before:]
+        check("core 4x2048 attention_backward_flash: base 1000.0 us, candidate 500.0 us: 2.000x" in summary,
+              "long --candidate, a changed candidate with older files: rebuilt, its own figures")
+        shutil.copytree(cand, os.path.join(tmp, "cand2"))
+        shutil.rmtree(os.path.join(tree, ".long"))
+        before = len(open(os.path.join(out, "summary.txt")).read())
+        p = subprocess.run(["bash", runner, "long", "--candidate", "../cand2"], capture_output=True, text=True,
+                           env=env, cwd=tree)
+        summary = open(os.path.join(out, "summary.txt")).read()[before:]
+        check("built ../cand2" in summary and "candidate 500.0 us: 2.000x" in summary,
+              "long --candidate at another path: its build folder configured again, not refused by CMake")
+        shutil.rmtree(os.path.join(tree, ".long"))
+        before = len(open(os.path.join(out, "summary.txt")).read())
+        p = subprocess.run(["bash", runner, "long", "--candidate", "../cand2", "--candidate-only"],
+                           capture_output=True, text=True, env=env, cwd=tree)
+        summary = open(os.path.join(out, "summary.txt")).read()[before:]
+        check(p.returncode == 0 and "built . (bench_train_step zt_bench;" in summary and "candidate_tests: exit 0" in summary
+              and "candidate_ab: exit 0" in summary and "\ntests:" not in summary and "steps_16384" not in summary,
+              f"long --candidate-only: this tree's A/B targets, the candidate's parts alone ({summary[-400:]})")
         with open(os.path.join(cand, "CMakeLists.txt"), "a") as f:
             f.write("not_cmake(\n")  # a candidate that does not configure: the goals are measured all the same
         shutil.rmtree(os.path.join(tree, ".long"))

@@ -1,5 +1,5 @@
 # shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
-# long [--candidate DIR] [--with-compile]: the long-document issue's acceptance runs (xlarge, bf16, dropout 0.1)
+# long [--candidate DIR [--candidate-only]] [--with-compile]: the long-document issue's acceptance runs (xlarge, bf16, dropout 0.1)
 # in parts, most wanted first; a part starts only with its budget left of LONG_BUDGET_S (default 580, the build
 # included) and is marked done in .long/, so the same command on the warm machine runs the rest. Budgets are
 # from the H100 runs of 2026-12-06 (docs/bench/2026-12-06-h100-flash: each step's process 5-12 s, 1x16384
@@ -37,18 +37,20 @@
 #   call 2: run(command="LONG_BUDGET_S=400 scripts/device/run.sh long --with-compile", timeout_s=430,
 #               carry=[".device-deps", ".whl"])
 #   a kernel candidate (a branch): rm -rf .wt-NAME && mkdir .wt-NAME && git archive NAME | tar -x -C .wt-NAME,
-#   then `long --candidate .wt-NAME` with ".wt-NAME" in carry
+#   then `long --candidate .wt-NAME` with ".wt-NAME" in carry; with --candidate-only just its tests and its
+#   A/B against this tree (~70 s on a warm H100 after a first build, ~20 s of it the candidate's rebuild)
 #   scripts/device/run.sh --dry-run long [--candidate DIR]      # here: the plan, every part's budget
 #
 # The candidate builds into build-gpu-candidate/ at the top of this tree, not inside the carried folder (a
-# carried folder replaces its copy on the machine, which would drop its build between the calls). A fresh
-# machine for call 2 needs ".long" in carry too (its done markers and long.json) and rebuilds (~100-150 s).
+# carried folder replaces its copy on the machine, which would drop its build between the calls); another
+# candidate in its place rebuilds what differs (run.sh: by content, not mtime). A fresh machine for call 2
+# needs ".long" in carry too (its done markers and long.json) and rebuilds (~100-150 s).
 # Remove .long/ to start over.
 targets=(test_flash_disentangled_attention_gpu test_deberta_golden_gpu test_deberta_mixed_precision_gpu
   test_long_training_determinism_gpu bench_train_step zt_bench)
 candidate_targets=(test_flash_disentangled_attention_gpu bench_train_step zt_bench)
 long_dir=.long
-candidate="" with_compile=0
+candidate="" with_compile=0 candidate_only=0
 task_args() {
   while (($#)); do
     case $1 in
@@ -60,10 +62,13 @@ task_args() {
       shift
       ;;
     --with-compile) with_compile=1 ;;
-    *) refuse "long takes [--candidate DIR] [--with-compile] (got: $1)" ;;
+    --candidate-only) candidate_only=1 ;;
+    *) refuse "long takes [--candidate DIR [--candidate-only]] [--with-compile] (got: $1)" ;;
     esac
     shift
   done
+  ((candidate_only)) && [[ -z $candidate ]] && refuse "long: --candidate-only needs --candidate DIR"
+  ((candidate_only)) && targets=(bench_train_step zt_bench)  # this tree's side of the A/B
   if [[ -n $candidate ]]; then
     trees+=("$candidate")
     other_tree_targets=("${candidate_targets[@]}")
@@ -75,6 +80,7 @@ left() { echo $((${LONG_BUDGET_S:-580} - ($(date +%s) - start))); }
 # part NAME BUDGET_S: whether part NAME is to run now: not done in an earlier call and BUDGET_S seconds left.
 part_start=0
 part() {
+  ((candidate_only)) && [[ $1 != candidate_* ]] && return 1
   if ((dry_run)); then
     echo "part $1: budget $2 s"
     return 0
@@ -218,6 +224,7 @@ task_run() {
     torch_side compile 16x512,40x128
     finished compile $? "$(side_out compile 16x512,40x128)"
   fi
+  ((candidate_only)) && return "$status"  # no goal was measured: no verdicts
   if ((dry_run)); then
     x python3 scripts/bench_vs_torch.py --verdict-from $long_dir/long.json --long-goals
     return 0
