@@ -14,12 +14,13 @@
 #   disk [--deepspeed]          the disk tier: disk rates, the NVMe-offloaded step, the largest model
 #   validate [--xlarge]         golden fixtures and tokenizer parity regenerated here, compared with the committed
 #   flash [--quick]             the flash attention: its GPU tests, long-sequence steps, the core, determinism
-#   long [--candidate DIR] [--with-compile]
+#   long [--candidate DIR [--candidate-only]] [--with-compile]
 #                               long documents: GPU tests, 1x16384, steps and cores beside FlashDeBERTa/df (compile
 #                               opt-in); a candidate kernel tree tested and timed beside this one in the same call
 #   plan [--quick] [--parts L]  issue 40: calibration, plan grids vs --auto_plan per cap, partial, delayed, 6.2 B, DeepSpeed
 #   flashdiag                   the flash backward's time by part (scripts/device/patches/flashdiag.patch, applied
 #                               to this copy only), at 4x2048 and 1x8192
+#   flashncu [--candidate DIR]  Nsight Compute's full set on one flash backward launch at 4x2048 (by SASS line)
 #
 # The build: build-gpu/ (Ninja, Release, sm_90a), only the targets the task needs, liburing always (the disk
 # tier's io_uring backend): from .device-deps/ (scripts/device_deps.sh here; carry ".device-deps") or the

@@ -62,7 +62,8 @@ with tempfile.TemporaryDirectory() as tmp:
         check(r.returncode == 0, f"scripts/device/patches/{name} applies to this tree ({r.stdout.strip()[-200:]})")
 
     tasks = sorted(f[:-3] for f in os.listdir(TASKS) if f.endswith(".sh"))
-    check({"tests", "goals", "ab", "bench", "profile", "offload", "zero", "disk", "validate", "flash", "long"} <= set(tasks),
+    check({"tests", "goals", "ab", "bench", "profile", "offload", "zero", "disk", "validate", "flash", "long",
+     "flashncu"} <= set(tasks),
           f"the tasks are all there ({' '.join(tasks)})")
     rc, _, usage = run([], deps, out)
     check(rc == 2, f"no task: usage, exit 2 (rc {rc})")
@@ -179,6 +180,8 @@ with tempfile.TemporaryDirectory() as tmp:
         (["disk", "--fast"], "disk takes [--deepspeed]"),
         (["long", "--fast"], "long takes [--candidate DIR [--candidate-only]] [--with-compile]"),
         (["long", "--candidate-only"], "--candidate-only needs --candidate DIR"),
+        (["flashncu", "--candidate", ROOT], "flashncu: --candidate is this tree"),
+        (["flashncu", "--quick"], "flashncu takes [--candidate DIR]"),
         (["long", "--candidate"], "--candidate needs a source tree"),
         (["long", "--candidate", os.path.join(tmp, "missing")], "--candidate: no source tree"),
         (["long", "--candidate", ROOT], "--candidate is this tree"),

@@ -1,0 +1,72 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
+# flashncu [--candidate DIR]: Nsight Compute's full set on one launch of the flash attention's backward at
+# 4 x 2048 (xlarge, bf16, dropout 0.1; zt_bench --only attention_backward_flash), for issue 39: where its
+# issue slots and stalls go by SASS instruction, and the L2 traffic of its reductions. The launch profiled is
+# the fifth of the kernel (one validation call at small dims, then three warm-ups: the first at 4 x 2048;
+# the grid size in the summary says so). Outputs (per tree): ncu_<tree>_details.csv (every section),
+# ncu_<tree>_source.csv.gz (instructions executed, warp stall samples by SASS line), ncu_<tree>_raw.csv.gz
+# (every metric); the headline metrics in the summary. With --candidate the same for that tree (built beside
+# into build-gpu-candidate/, as long's candidate), so the two kernels' figures sit side by side.
+# ~120 s to build zt_bench on a fresh H100 (a candidate beside it), then ~60-120 s of replays a tree. One call:
+#   run(carry=[".device-deps"(, ".wt-NAME")], timeout_s=420): scripts/device/run.sh flashncu [--candidate .wt-NAME]
+targets=(zt_bench)
+ncu_candidate=""
+task_args() {
+  while (($#)); do
+    case $1 in
+    --candidate)
+      (($# >= 2)) || refuse "flashncu: --candidate needs a source tree"
+      [[ -f $2/CMakeLists.txt ]] || refuse "flashncu: --candidate: no source tree at '$2'"
+      [[ $(realpath "$2") != "$(realpath .)" ]] || refuse "flashncu: --candidate is this tree"
+      ncu_candidate=$2
+      shift
+      ;;
+    *) refuse "flashncu takes [--candidate DIR] (got: $1)" ;;
+    esac
+    shift
+  done
+  if [[ -n $ncu_candidate ]]; then
+    trees+=("$ncu_candidate")
+    other_tree_build=build-gpu-candidate
+  fi
+}
+# The headline rows of the details page: "section / metric: value unit".
+ncu_headline() {  # DETAILS_CSV
+  python3 -c '
+import csv, sys
+wanted = ("Duration", "Grid Size", "Registers Per Thread", "Achieved Occupancy", "Executed Ipc Active",
+          "Issue Slots Busy", "SM Busy", "Memory Throughput", "L2 Hit Rate", "Mem Busy", "Max Bandwidth",
+          "Warp Cycles Per Issued Instruction", "Executed Instructions", "Local Memory Spilling Requests")
+for row in csv.DictReader(open(sys.argv[1])):
+    if row.get("Metric Name") in wanted:
+        print(f"{row[\"Section Name\"]} / {row[\"Metric Name\"]}: {row[\"Metric Value\"]} {row[\"Metric Unit\"]}")
+' "$1"
+}
+task_run() {
+  if ! ((dry_run)) && ! command -v ncu >/dev/null; then
+    say "no ncu on this machine"
+    return 1
+  fi
+  local tree name status=0 rep
+  for tree in . ${ncu_candidate:+"$ncu_candidate"}; do
+    name=main
+    [[ $tree == . ]] || name=$(basename "$tree")
+    name=${name#.}  # .wt-NAME: no hidden files among the outputs
+    rep=$work/ncu_$name
+    x --timeout 300 --to "$work/ncu_${name}_run.txt" ncu --set full --import-source no \
+      -k regex:flash_attention_backward_kernel --launch-skip 4 --launch-count 1 -f -o "$rep" \
+      "$(bin_of "$tree")"/zt_bench --only attention_backward_flash --batch 4 --seq 2048 --reps 1
+    if ! ((dry_run)) && [[ ! -f $rep.ncu-rep ]]; then
+      say "$name: ncu wrote no report: $(grep -v '^\s*$' "$work/ncu_${name}_run.txt.err" | tail -2 | tr '\n' ' ')"
+      status=1
+      continue
+    fi
+    x --to "$work/ncu_${name}_details.csv" ncu --import "$rep.ncu-rep" --page details --csv
+    x --to "$work/ncu_${name}_source.csv" ncu --import "$rep.ncu-rep" --page source --csv --print-source sass
+    x --to "$work/ncu_${name}_raw.csv" ncu --import "$rep.ncu-rep" --page raw --csv
+    ((dry_run)) && continue
+    gzip -f "$work/ncu_${name}_source.csv" "$work/ncu_${name}_raw.csv"
+    ncu_headline "$work/ncu_${name}_details.csv" | while read -r line; do say "$name: $line"; done
+  done
+  return "$status"
+}
