@@ -5,7 +5,8 @@
 # the fifth of the kernel (one validation call at small dims, then three warm-ups: the first at 4 x 2048;
 # the grid size in the summary says so). Outputs (per tree): ncu_<tree>_details.csv (every section),
 # ncu_<tree>_source.csv.gz (instructions executed, warp stall samples by SASS line), ncu_<tree>_raw.csv.gz
-# (every metric); the headline metrics in the summary. With --candidate the same for that tree (built beside
+# (every metric); the headline metrics and the instructions and stall samples by opcode
+# (scripts/ncu_source_summary.py) in the summary. With --candidate the same for that tree (built beside
 # into build-gpu-candidate/, as long's candidate), so the two kernels' figures sit side by side.
 # ~120 s to build zt_bench on a fresh H100 (a candidate beside it), then ~60-120 s of replays a tree. One call:
 #   run(carry=[".device-deps"(, ".wt-NAME")], timeout_s=420): scripts/device/run.sh flashncu [--candidate .wt-NAME]
@@ -65,8 +66,10 @@ task_run() {
     x --to "$work/ncu_${name}_source.csv" ncu --import "$rep.ncu-rep" --page source --csv --print-source sass
     x --to "$work/ncu_${name}_raw.csv" ncu --import "$rep.ncu-rep" --page raw --csv
     ((dry_run)) && continue
-    gzip -f "$work/ncu_${name}_source.csv" "$work/ncu_${name}_raw.csv"
     ncu_headline "$work/ncu_${name}_details.csv" | while read -r line; do say "$name: $line"; done
+    python3 scripts/ncu_source_summary.py "$work/ncu_${name}_source.csv" >"$work/ncu_${name}_opcodes.txt" 2>&1
+    while read -r line; do say "$name: $line"; done <"$work/ncu_${name}_opcodes.txt"
+    gzip -f "$work/ncu_${name}_source.csv" "$work/ncu_${name}_raw.csv"
   done
   return "$status"
 }
