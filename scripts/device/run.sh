@@ -202,6 +202,15 @@ bin_of() {
   else echo "$1/$bin"; fi
 }
 task_args() { (($# == 0)) || refuse "$task takes no arguments (got: $*)"; }
+# candidate_tree DIR: a task's --candidate, another source tree built beside this one into
+# build-gpu-candidate/ (outside the carried folder, whose copy a later call replaces), checked here.
+candidate_tree() {
+  [[ -n ${1:-} ]] || refuse "$task: --candidate needs a source tree"
+  [[ -f $1/CMakeLists.txt ]] || refuse "$task: --candidate: no source tree at '$1'"
+  [[ $(realpath "$1") != "$(realpath .)" ]] || refuse "$task: --candidate is this tree"
+  trees+=("$1")
+  other_tree_build=build-gpu-candidate
+}
 # shellcheck source=/dev/null
 source "$device_dir/tasks/$task.sh"
 task_args "$@"

@@ -16,9 +16,7 @@ task_args() {
   while (($#)); do
     case $1 in
     --candidate)
-      (($# >= 2)) || refuse "flashncu: --candidate needs a source tree"
-      [[ -f $2/CMakeLists.txt ]] || refuse "flashncu: --candidate: no source tree at '$2'"
-      [[ $(realpath "$2") != "$(realpath .)" ]] || refuse "flashncu: --candidate is this tree"
+      candidate_tree "${2:-}"
       ncu_candidate=$2
       shift
       ;;
@@ -26,10 +24,6 @@ task_args() {
     esac
     shift
   done
-  if [[ -n $ncu_candidate ]]; then
-    trees+=("$ncu_candidate")
-    other_tree_build=build-gpu-candidate
-  fi
 }
 # The headline rows of the details page: "section / metric: value unit".
 ncu_headline() {  # DETAILS_CSV

@@ -55,9 +55,7 @@ task_args() {
   while (($#)); do
     case $1 in
     --candidate)
-      (($# >= 2)) || refuse "long: --candidate needs a source tree"
-      [[ -f $2/CMakeLists.txt ]] || refuse "long: --candidate: no source tree at '$2'"
-      [[ $(realpath "$2") != "$(realpath .)" ]] || refuse "long: --candidate is this tree"
+      candidate_tree "${2:-}"
       candidate=$2
       shift
       ;;
@@ -70,9 +68,7 @@ task_args() {
   ((candidate_only)) && [[ -z $candidate ]] && refuse "long: --candidate-only needs --candidate DIR"
   ((candidate_only)) && targets=(bench_train_step zt_bench)  # this tree's side of the A/B
   if [[ -n $candidate ]]; then
-    trees+=("$candidate")
     other_tree_targets=("${candidate_targets[@]}")
-    other_tree_build=build-gpu-candidate
     other_tree_optional=1  # a candidate that does not build must not cost the goals' measurements
   fi
 }
