@@ -233,15 +233,14 @@ fi
 # A tree's sources by content (sha1, path), build folders and dot-folders left out. A carried tree keeps the
 # mtimes of this machine, and one from `git archive` its commit's: older than the objects of another tree built
 # in the same folder before, so Ninja would keep them. The files whose content differs from the last good
-# build's are touched before building, and the list is kept only once the build succeeds.
+# build's are touched before building, and this build's list replaces it only once the build succeeds.
 source_hashes() {  # TREE
   (cd "$1" && find . -path './build*' -prune -o -path './.*' -prune -o -type f -print0 | sort -z |
     xargs -0 -r sha1sum)
 }
-touch_changed_sources() {  # TREE DIR
-  local list=$2/zt_source_hashes.txt
-  [[ -f $list ]] || return 0
-  source_hashes "$1" | awk 'NR == FNR { built[$2] = $1; next } built[$2] != $1 { print $2 }' "$list" - |
+touch_changed_sources() {  # TREE BUILT_LIST NEW_LIST
+  [[ -f $2 ]] || return 0
+  awk 'NR == FNR { built[$2] = $1; next } built[$2] != $1 { print $2 }' "$2" "$3" |
     (cd "$1" && xargs -r -d '\n' touch)
 }
 build() {  # TREE: configure (Ninja, Release, liburing) and build the task's targets
@@ -267,10 +266,11 @@ build() {  # TREE: configure (Ninja, Release, liburing) and build the task's tar
       rm -rf "$dir"
     fi
   fi
-  touch_changed_sources "$tree" "$dir"
   log=$work/build_$(basename "$(realpath "$tree")").log
+  source_hashes "$tree" >"${log%.log}_sources.txt"
+  touch_changed_sources "$tree" "$dir/zt_source_hashes.txt" "${log%.log}_sources.txt"
   if ! { "${configure[@]}" >"$log" 2>&1 && "${make[@]}" >>"$log" 2>&1 &&
-    source_hashes "$tree" >"$dir/zt_source_hashes.txt"; }; then
+    cp "${log%.log}_sources.txt" "$dir/zt_source_hashes.txt"; }; then
     say "build of $tree failed ($(elapsed)):"
     grep -B2 -A8 -E "error|Error" "$log" | head -60 | tee -a "$summary"
     pack

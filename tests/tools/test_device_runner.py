@@ -63,8 +63,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
     tasks = sorted(f[:-3] for f in os.listdir(TASKS) if f.endswith(".sh"))
     check({"tests", "goals", "ab", "bench", "profile", "offload", "zero", "disk", "validate", "flash", "long",
-     "flashncu"} <= set(tasks),
-          f"the tasks are all there ({' '.join(tasks)})")
+           "flashncu"} <= set(tasks), f"the tasks are all there ({' '.join(tasks)})")
     rc, _, usage = run([], deps, out)
     check(rc == 2, f"no task: usage, exit 2 (rc {rc})")
     for task in tasks:
