@@ -67,6 +67,39 @@ static_assert(3 * kGradChunkStride + kKeysPerWarp * kGradPitch <= 4 * kPositiona
 __device__ __forceinline__ int grad_row(int kj) {
   return (kj / kKeysPerWarp) * kGradChunkStride + (kj % kKeysPerWarp) * kGradPitch;
 }
+// A tile whose every bucket holds one distance ("linear": |i - j| up to about position_buckets / 2) makes
+// each G element its own run and the only addend of its (row, bucket) in Gc and Gp: a row is stored whole,
+// a warp a row at a time with its lanes along it (c(i - j) steps by one: one or two segments a store), not
+// a thread a row with a store or reduction an element. Thread t checks that the bucket steps by one from
+// diagonal i0 - j0 - 64 + t to the next: the tile's 127 diagonals and one past each end (a bucket at an end
+// may reach the next tile's distances). Diagonals past the sequence's ends repeat theirs: not linear.
+static_assert(kThreads == 2 * kTile);
+__device__ __forceinline__ bool one_distance_step(const FlashAttentionParams& p, int i0, int j0) {
+  const int L = p.length, d = i0 - j0 - kTile + static_cast<int>(threadIdx.x);
+  const auto bucket = [&](int diagonal) { return p.diagonal[min(max(diagonal, 1 - L), L - 1) + L - 1]; };
+  return bucket(d + 1) == bucket(d) + 1;
+}
+// Warp w stores Gc rows (queries) and Gp rows (keys) 16 w .. 16 w + 15 of the tile, keys and queries past L
+// left out. 0 + G: the bits a run's sum, 0 + its one value, has (-0 stored as +0).
+__device__ __forceinline__ void store_linear_tile_rows(const FlashAttentionParams& p, const float* grad,
+                                                       const int* diag, int64_t head_rows, int i0, int j0,
+                                                       int warp, int lane) {
+  const int L = p.length;
+#pragma unroll 4
+  for (int r = 0; r < kKeysPerWarp; ++r) {
+    const int row = warp * kKeysPerWarp + r;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int col = lane + 32 * half;
+      if (p.gc != nullptr && i0 + row < L && j0 + col < L)  // query i0 + row, key j0 + col
+        p.gc[(head_rows + i0 + row) * p.window_pitch + diag[row - col + kTile - 1]] =
+            0.0f + grad[grad_row(col) + row];
+      if (p.gp != nullptr && j0 + row < L && i0 + col < L)  // key j0 + row, query i0 + col
+        p.gp[(head_rows + j0 + row) * p.window_pitch + diag[col - row + kTile - 1]] =
+            0.0f + grad[grad_row(row) + col];
+    }
+  }
+}
 // Rows past L and absent terms read 0. 16 loads in flight a thread before their stores. Element k of the
 // thread (k < 32) is key kj0 + 4 (k / 2), query qi0 + 32 (k % 2), with kj0 = lane / 8, qi0 = 8 warp +
 // lane % 8 (a warp: C2P 8 rows of 4 adjacent table entries, P2C 4 rows of 8): every index is a per-thread
@@ -401,7 +434,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
         if (q == 0 && j < L) atomicAdd(p.gp + (head_rows + j) * p.window_pitch + c, sum);
       }
     }
-    __syncthreads();
+    const bool linear = __syncthreads_and(bucket_grads && !uniform && one_distance_step(p, i0, j0));
 
     // Q, dC, the statistics and the keep bits are read no more this tile: the next tile's now (the copies in
     // flight through dQ's part, the bucket sums and the wait for this tile's turn; the statistics' loads
@@ -427,7 +460,9 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
     // The first and last runs (and a uniform tile's one bucket) may be shared with the neighbouring key
     // tiles: added below, in key-tile order.
     EdgeRuns gc_edges;
-    if (bucket_grads && t < kTile) {
+    if (linear) {
+      store_linear_tile_rows(p, grad, sh.diag, head_rows, i0, j0, warp, lane);
+    } else if (bucket_grads && t < kTile) {
       if (p.gc != nullptr && i0 + t < L) {
         float* gc_row = p.gc + (head_rows + i0 + t) * p.window_pitch;
         if (uniform) {
