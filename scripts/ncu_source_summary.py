@@ -2,11 +2,13 @@
 """Where a kernel's instructions and stalls go, by SASS opcode, from Nsight Compute's source page.
 
   ncu --import r.ncu-rep --page source --csv --print-source sass > source.csv   (gzip it or not)
-  python3 scripts/ncu_source_summary.py source.csv[.gz] [--top 15]
+  python3 scripts/ncu_source_summary.py source.csv[.gz] [--top 15] [--by-barrier]
 
 Prints one line per opcode (the mnemonic without its predicate and modifiers: HMMA, LDS, RED, ...), the most
 executed first: warp-level instructions executed, their share, the warp stall samples on them and their
-share. The columns are found by name ("Instructions Executed", "Warp Stall Sampling (All Samples)" or the
+share. --by-barrier: the kernel's code cut after each barrier (BAR, and EXIT), in address order, one line a
+part with its stall samples (share), instructions executed, top three stall reasons (the stall_* columns) and
+top five opcodes: a fused kernel's phases are what lies between its __syncthreads. The columns are found by name ("Instructions Executed", "Warp Stall Sampling (All Samples)" or the
 nearest), so a newer ncu that renames a column fails with the names it has, not with wrong figures.
 """
 import argparse
@@ -74,10 +76,51 @@ def summarize(rows, top):
     return lines
 
 
+def by_barrier(rows):
+    """One line a part of the code between barriers: first and last row index (address order), stall samples
+    and their share, instructions executed (millions), top stall reasons and opcodes, the closing instruction."""
+    names = list(rows[0].keys()) if rows else []
+    source = find_column(names, "Source")
+    executed = find_column(names, "Instructions Executed", "inst_executed")
+    stalls = find_column(names, "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (All",
+                         "Stall Sampling")
+    if source is None or executed is None or stalls is None:
+        raise SystemExit(f"ncu_source_summary: no Source / Instructions Executed / stall sampling column among "
+                         f"{names}")
+    reasons = [n for n in names if n.startswith("stall_") and "Not Issued" not in n]
+    parts, current = [], []
+    for index, row in enumerate(rows):
+        current.append(index)
+        if opcode(row[source]) in ("BAR", "EXIT"):
+            parts.append(current)
+            current = []
+    if current:
+        parts.append(current)
+    total = sum(number(row[stalls]) for row in rows) or 1.0
+    lines = [f"{'rows':<11} {'samples':>9} {'share':>6} {'inst (M)':>9}  top stalls; top opcodes (M); closed by"]
+    for part in parts:
+        samples = sum(number(rows[i][stalls]) for i in part)
+        executed_sum = sum(number(rows[i][executed]) for i in part)
+        why = {r: sum(number(rows[i][r]) for i in part) for r in reasons}
+        ops = {}
+        for i in part:
+            op = opcode(rows[i][source])
+            if op:
+                ops[op] = ops.get(op, 0.0) + number(rows[i][executed])
+        top_why = ", ".join(f"{r[len('stall_'):]} {v:.0f}" for r, v in sorted(why.items(), key=lambda kv: -kv[1])[:3]
+                            if v > 0)
+        top_ops = ", ".join(f"{o} {v / 1e6:.1f}" for o, v in sorted(ops.items(), key=lambda kv: -kv[1])[:5])
+        closing = rows[part[-1]][source].strip()
+        lines.append(f"{part[0]:>5}-{part[-1]:<5} {samples:>9.0f} {100 * samples / total:>5.1f}% "
+                     f"{executed_sum / 1e6:>9.1f}  {top_why}; {top_ops}; {closing[:32]}")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("source_csv")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--by-barrier", action="store_true", help="the code between barriers, a line a part")
     args = ap.parse_args()
     with open_text(args.source_csv) as f:
         text = f.read()
@@ -85,7 +128,7 @@ def main():
     lines = text.splitlines(keepends=True)
     header = next((i for i, line in enumerate(lines) if "Source" in line and "Instructions Executed" in line), 0)
     rows = list(csv.DictReader(io.StringIO("".join(lines[header:]))))
-    print("\n".join(summarize(rows, args.top)))
+    print("\n".join(by_barrier(rows) if args.by_barrier else summarize(rows, args.top)))
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@
 # the fifth of the kernel (one validation call at small dims, then three warm-ups: the first at 4 x 2048;
 # the grid size in the summary says so). Outputs (per tree): ncu_<tree>_details.csv (every section),
 # ncu_<tree>_source.csv.gz (instructions executed, warp stall samples by SASS line), ncu_<tree>_raw.csv.gz
-# (every metric); the headline metrics and the instructions and stall samples by opcode
-# (scripts/ncu_source_summary.py) in the summary. With --candidate the same for that tree (built beside
-# into build-gpu-candidate/, as long's candidate), so the two kernels' figures sit side by side.
-# ~120 s to build zt_bench on a fresh H100 (a candidate beside it), then ~60-120 s of replays a tree. One call:
+# (every metric); the headline metrics, the instructions and stall samples by opcode and by the code between
+# barriers (scripts/ncu_source_summary.py [--by-barrier]) in the summary. With --candidate the same for that
+# tree (built beside into build-gpu-candidate/, as long's candidate), so the two kernels' figures sit side by
+# side. ~120 s to build zt_bench on a fresh H100 (a candidate beside it), then ~20 s of replays a tree
+# (2026-12-07: both trees in 39 s on a warm machine). One call:
 #   run(carry=[".device-deps"(, ".wt-NAME")], timeout_s=420): scripts/device/run.sh flashncu [--candidate .wt-NAME]
 targets=(zt_bench)
 ncu_candidate=""
@@ -34,7 +35,7 @@ wanted = ("Duration", "Grid Size", "Registers Per Thread", "Achieved Occupancy",
           "Warp Cycles Per Issued Instruction", "Executed Instructions", "Local Memory Spilling Requests")
 for row in csv.DictReader(open(sys.argv[1])):
     if row.get("Metric Name") in wanted:
-        print(f"{row[\"Section Name\"]} / {row[\"Metric Name\"]}: {row[\"Metric Value\"]} {row[\"Metric Unit\"]}")
+        print(" ".join((row["Section Name"], "/", row["Metric Name"] + ":", row["Metric Value"], row["Metric Unit"])))
 ' "$1"
 }
 task_run() {
@@ -63,6 +64,8 @@ task_run() {
     ncu_headline "$work/ncu_${name}_details.csv" | while read -r line; do say "$name: $line"; done
     python3 scripts/ncu_source_summary.py "$work/ncu_${name}_source.csv" >"$work/ncu_${name}_opcodes.txt" 2>&1
     while read -r line; do say "$name: $line"; done <"$work/ncu_${name}_opcodes.txt"
+    python3 scripts/ncu_source_summary.py --by-barrier "$work/ncu_${name}_source.csv" >"$work/ncu_${name}_phases.txt" 2>&1
+    while read -r line; do say "$name: $line"; done <"$work/ncu_${name}_phases.txt"
     gzip -f "$work/ncu_${name}_source.csv" "$work/ncu_${name}_raw.csv"
   done
   return "$status"
