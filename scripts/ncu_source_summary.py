@@ -51,7 +51,9 @@ def opcode(sass):
     return re.split(r"[.\s]", words[0])[0] if words else ""
 
 
-def summarize(rows, top):
+def page_columns(rows):
+    """The source page's SASS, instructions-executed and stall-samples columns by name; a page without one of
+    them stops the script with the names it has."""
     names = list(rows[0].keys()) if rows else []
     source = find_column(names, "Source")
     executed = find_column(names, "Instructions Executed", "inst_executed")
@@ -60,6 +62,11 @@ def summarize(rows, top):
     if source is None or executed is None or stalls is None:
         raise SystemExit(f"ncu_source_summary: no Source / Instructions Executed / stall sampling column among "
                          f"{names}")
+    return source, executed, stalls
+
+
+def summarize(rows, top):
+    source, executed, stalls = page_columns(rows)
     by_op = {}
     for row in rows:
         op = opcode(row[source])
@@ -79,15 +86,8 @@ def summarize(rows, top):
 def by_barrier(rows):
     """One line a part of the code between barriers: first and last row index (address order), stall samples
     and their share, instructions executed (millions), top stall reasons and opcodes, the closing instruction."""
-    names = list(rows[0].keys()) if rows else []
-    source = find_column(names, "Source")
-    executed = find_column(names, "Instructions Executed", "inst_executed")
-    stalls = find_column(names, "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (All",
-                         "Stall Sampling")
-    if source is None or executed is None or stalls is None:
-        raise SystemExit(f"ncu_source_summary: no Source / Instructions Executed / stall sampling column among "
-                         f"{names}")
-    reasons = [n for n in names if n.startswith("stall_") and "Not Issued" not in n]
+    source, executed, stalls = page_columns(rows)
+    reasons = [n for n in rows[0].keys() if n.startswith("stall_") and "Not Issued" not in n]
     parts, current = [], []
     for index, row in enumerate(rows):
         current.append(index)
