@@ -44,8 +44,9 @@
 # The candidate builds into build-gpu-candidate/ at the top of this tree, not inside the carried folder (a
 # carried folder replaces its copy on the machine, which would drop its build between the calls); another
 # candidate in its place rebuilds what differs (run.sh: by content, not mtime). A fresh machine for call 2
-# needs ".long" in carry too (its done markers and long.json) and rebuilds (~100-150 s).
-# Remove .long/ to start over.
+# needs ".long" in carry too (its done markers and long.json) and rebuilds (~100-150 s). A candidate's parts
+# are done per candidate (by its sources' content): the next candidate's run in the same call or on the same
+# machine. Remove .long/ to start over.
 targets=(test_flash_disentangled_attention_gpu test_deberta_golden_gpu test_deberta_mixed_precision_gpu
   test_long_training_determinism_gpu bench_train_step zt_bench)
 candidate_targets=(test_flash_disentangled_attention_gpu bench_train_step zt_bench)
@@ -74,14 +75,19 @@ task_args() {
 }
 left() { echo $((${LONG_BUDGET_S:-580} - ($(date +%s) - start))); }
 # part NAME BUDGET_S: whether part NAME is to run now: not done in an earlier call and BUDGET_S seconds left.
-part_start=0
+# A candidate's parts are done per candidate, by the content of its sources (another candidate, or the same
+# folder changed, runs them again; candidate_key is set in task_run).
+part_start=0 candidate_key=""
+marker() {  # NAME: the part's done marker
+  if [[ $1 == candidate_* ]]; then echo "$long_dir/$1-$candidate_key.done"; else echo "$long_dir/$1.done"; fi
+}
 part() {
   ((candidate_only)) && [[ $1 != candidate_* ]] && return 1
   if ((dry_run)); then
     echo "part $1: budget $2 s"
     return 0
   fi
-  [[ -f $long_dir/$1.done ]] && { say "$1: done in an earlier call (remove $long_dir/ to run it again)"; return 1; }
+  [[ -f $(marker "$1") ]] && { say "$1: done in an earlier call (remove $long_dir/ to run it again)"; return 1; }
   (($(left) >= $2)) || { say "$1: $(left) s left, fewer than its budget of $2 s: next call"; return 1; }
   say "$1: starts at $(elapsed), budget $2 s, $(left) s left"
   part_start=$(date +%s)
@@ -92,7 +98,7 @@ part() {
 finished() {
   ((dry_run)) && return 0
   local rc=${2:-0} why=""
-  ((rc == 0)) && touch "$long_dir/$1.done"
+  ((rc == 0)) && touch "$(marker "$1")"
   ((rc != 0)) && [[ -s ${3:-}.err ]] && why=": $(grep -v '^\s*$' "$3.err" | tail -1 | head -c 300)"
   say "$1: exit $rc, took $(($(date +%s) - part_start)) s$why"
 }
@@ -160,6 +166,7 @@ candidate_ab() {
 task_run() {
   local status=0 rc verdict
   ((dry_run)) || mkdir -p "$long_dir"
+  [[ -n $candidate ]] && ! ((dry_run)) && candidate_key=$(source_hashes "$candidate" | sha1sum | cut -c1-12)
   if [[ -n $candidate && " ${unbuilt_trees[*]} " == *" $candidate "* ]]; then
     say "candidate $candidate did not build (build log in the outputs): its parts left out"
     candidate="" status=1
