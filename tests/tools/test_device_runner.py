@@ -5,7 +5,7 @@ alternation of variants, and the refusals (unknown task or option, bad arguments
 build. Then the runner for real on a stand-in tree (a CMake project whose bench_train_step and test binary
 are shell scripts; needs ninja): the A/B's summary, its bitwise verdict, the archive in $OUT, and no timing
 after a failed GPU test; long --candidate on a stand-in pair of trees (the candidate built beside, its
-tests, cores and steps in turn, parts done and left across two calls).
+tests, cores and steps in turn, parts done and left across two calls, a changed candidate's parts run again).
 
   test_device_runner.py <repo root>          # exit 0 and "device runner: all checks passed"
 """
@@ -333,9 +333,12 @@ if shutil.which("ninja") is not None and shutil.which("cmake") is not None:
               "long --candidate, real run: the cores' ratios at 4x2048 and 1x8192")
         check("summary bs4 candidate: mean 4.25 ms over 2 (1.0000 of main)" in summary,
               "long --candidate, real run: the 4x2048 step of both, two rounds")
-        done = sorted(f[:-5] for f in os.listdir(os.path.join(tree, ".long")) if f.endswith(".done"))
-        check(done == ["candidate_ab", "candidate_tests", "steps_16384", "steps_checkpoint", "tests"],
-              f"long --candidate, real run: the parts that ran are done, the torch ones (no wheels) are not ({done})")
+        markers = sorted(f[:-5] for f in os.listdir(os.path.join(tree, ".long")) if f.endswith(".done"))
+        done = [re.sub(r"-[0-9a-f]{12}$", "", m) for m in markers]
+        check(done == ["candidate_ab", "candidate_tests", "steps_16384", "steps_checkpoint", "tests"] and
+              all(re.search(r"-[0-9a-f]{12}$", m) for m in markers if m.startswith("candidate")),
+              f"long --candidate, real run: the parts that ran are done, the candidate's by its sources' content, "
+              f"the torch ones (no wheels) are not ({markers})")
         p = subprocess.run(["bash", runner, "long", "--candidate", "../cand"], capture_output=True, text=True,
                            env=dict(env, LONG_BUDGET_S="100"), cwd=tree)
         again = open(os.path.join(out, "summary.txt")).read()[len(summary):]
@@ -343,18 +346,21 @@ if shutil.which("ninja") is not None and shutil.which("cmake") is not None:
               re.search(r"goals_side: (100|9\d) s left, fewer than its budget of 150 s", again) is not None,
               "long --candidate, a second call: done parts skipped, a part over the budget left to the next call")
         # Another candidate in the same build folder, its files older than the first one's objects (as
-        # `git archive` leaves them): rebuilt all the same. Then one at another path: configured again.
+        # `git archive` leaves them): rebuilt all the same, and its parts run though the first one's are done
+        # (this tree's stay done). Then one at another path: configured again.
         cand_bench = os.path.join(cand, "zt_bench.sh")
         with open(cand_bench, "w") as f:
             f.write(FAKE_ZT_BENCH.replace("BACKWARD_US", "500"))
         os.utime(cand_bench, (1e9, 1e9))
-        shutil.rmtree(os.path.join(tree, ".long"))
         before = len(open(os.path.join(out, "summary.txt")).read())
         p = subprocess.run(["bash", runner, "long", "--candidate", "../cand"], capture_output=True, text=True,
                            env=env, cwd=tree)
         summary = open(os.path.join(out, "summary.txt")).read()[before:]
-        check("core 4x2048 attention_backward_flash: base 1000.0 us, candidate 500.0 us: 2.000x" in summary,
-              "long --candidate, a changed candidate with older files: rebuilt, its own figures")
+        check("core 4x2048 attention_backward_flash: base 1000.0 us, candidate 500.0 us: 2.000x" in summary and
+              "cand_test_flash_disentangled_attention_gpu exit 0" in summary and
+              "tests: done in an earlier call" in summary,
+              f"long --candidate, a changed candidate with older files: rebuilt, its parts run again with its own "
+              f"figures, this tree's left done ({summary[-600:]})")
         shutil.copytree(cand, os.path.join(tmp, "cand2"))
         shutil.rmtree(os.path.join(tree, ".long"))
         before = len(open(os.path.join(out, "summary.txt")).read())
