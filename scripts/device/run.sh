@@ -202,12 +202,15 @@ bin_of() {
   else echo "$1/$bin"; fi
 }
 task_args() { (($# == 0)) || refuse "$task takes no arguments (got: $*)"; }
-# candidate_tree DIR: a task's --candidate, another source tree built beside this one into
+# candidate_tree DIR: a task's --candidate (then $candidate), another source tree built beside this one into
 # build-gpu-candidate/ (outside the carried folder, whose copy a later call replaces), checked here.
+candidate=""
 candidate_tree() {
   [[ -n ${1:-} ]] || refuse "$task: --candidate needs a source tree"
   [[ -f $1/CMakeLists.txt ]] || refuse "$task: --candidate: no source tree at '$1'"
   [[ $(realpath "$1") != "$(realpath .)" ]] || refuse "$task: --candidate is this tree"
+  # shellcheck disable=SC2034  # read by the task
+  candidate=$1
   trees+=("$1")
   other_tree_build=build-gpu-candidate
 }
@@ -238,6 +241,9 @@ source_hashes() {  # TREE
   (cd "$1" && find . -path './build*' -prune -o -path './.*' -prune -o -type f -print0 | sort -z |
     xargs -0 -r sha1sum)
 }
+sources_list() {  # TREE: where this call's build keeps the tree's source_hashes (among the outputs)
+  echo "$work/build_$(basename "$(realpath "$1")")_sources.txt"
+}
 touch_changed_sources() {  # TREE BUILT_LIST NEW_LIST
   [[ -f $2 ]] || return 0
   awk 'NR == FNR { built[$2] = $1; next } built[$2] != $1 { print $2 }' "$2" "$3" |
@@ -267,10 +273,12 @@ build() {  # TREE: configure (Ninja, Release, liburing) and build the task's tar
     fi
   fi
   log=$work/build_$(basename "$(realpath "$tree")").log
-  source_hashes "$tree" >"${log%.log}_sources.txt"
-  touch_changed_sources "$tree" "$dir/zt_source_hashes.txt" "${log%.log}_sources.txt"
+  local sources
+  sources=$(sources_list "$tree")
+  source_hashes "$tree" >"$sources"
+  touch_changed_sources "$tree" "$dir/zt_source_hashes.txt" "$sources"
   if ! { "${configure[@]}" >"$log" 2>&1 && "${make[@]}" >>"$log" 2>&1 &&
-    cp "${log%.log}_sources.txt" "$dir/zt_source_hashes.txt"; }; then
+    cp "$sources" "$dir/zt_source_hashes.txt"; }; then
     say "build of $tree failed ($(elapsed)):"
     grep -B2 -A8 -E "error|Error" "$log" | head -60 | tee -a "$summary"
     pack

@@ -12,13 +12,11 @@
 # (2026-12-07: both trees in 39 s on a warm machine). One call:
 #   run(carry=[".device-deps"(, ".wt-NAME")], timeout_s=420): scripts/device/run.sh flashncu [--candidate .wt-NAME]
 targets=(zt_bench)
-ncu_candidate=""
 task_args() {
   while (($#)); do
     case $1 in
     --candidate)
       candidate_tree "${2:-}"
-      ncu_candidate=$2
       shift
       ;;
     *) refuse "flashncu takes [--candidate DIR] (got: $1)" ;;
@@ -44,7 +42,7 @@ task_run() {
     return 1
   fi
   local tree name status=0 rep
-  for tree in . ${ncu_candidate:+"$ncu_candidate"}; do
+  for tree in . ${candidate:+"$candidate"}; do
     name=main
     [[ $tree == . ]] || name=$(basename "$tree")
     name=${name#.}  # .wt-NAME: no hidden files among the outputs

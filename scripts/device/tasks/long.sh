@@ -51,13 +51,12 @@ targets=(test_flash_disentangled_attention_gpu test_deberta_golden_gpu test_debe
   test_long_training_determinism_gpu bench_train_step zt_bench)
 candidate_targets=(test_flash_disentangled_attention_gpu bench_train_step zt_bench)
 long_dir=.long
-candidate="" with_compile=0 candidate_only=0
+with_compile=0 candidate_only=0
 task_args() {
   while (($#)); do
     case $1 in
     --candidate)
       candidate_tree "${2:-}"
-      candidate=$2
       shift
       ;;
     --with-compile) with_compile=1 ;;
@@ -166,7 +165,7 @@ candidate_ab() {
 task_run() {
   local status=0 rc verdict
   ((dry_run)) || mkdir -p "$long_dir"
-  [[ -n $candidate ]] && ! ((dry_run)) && candidate_key=$(source_hashes "$candidate" | sha1sum | cut -c1-12)
+  [[ -n $candidate ]] && ! ((dry_run)) && candidate_key=$(sha1sum <"$(sources_list "$candidate")" | cut -c1-12)
   if [[ -n $candidate && " ${unbuilt_trees[*]} " == *" $candidate "* ]]; then
     say "candidate $candidate did not build (build log in the outputs): its parts left out"
     candidate="" status=1
