@@ -1,6 +1,6 @@
 // Device building blocks of the flash disentangled-attention kernels (flash_disentangled_attention.cu):
-// tensor-core fragments, tile loads, the dropout keep tile, the positional-score staging and the bucket
-// scatter. Internal to kernels/cuda.
+// tensor-core fragments, tile loads, the positional-score staging and the bucket scatter (each kernel draws
+// its dropout keep bits in its own fragment layout). Internal to kernels/cuda.
 //
 // Tensor cores through mma.sync.m16n8k16 (PTX ISA, "Matrix fragments for mma.m16n8k16"): with g = lane / 4
 // and q = lane % 4 a thread holds
@@ -39,7 +39,6 @@ constexpr int kTile = kFlashTile;
 constexpr int kD = kFlashHeadSize;
 constexpr int kThreads = 128;   // 4 warps x 16 rows
 constexpr int kPitch = kD + 8;  // T elements per shared row
-constexpr int kKeepPitch = kTile + 4;
 constexpr int kGradPitch = kTile + 1;
 constexpr int kDiagonals = 2 * kTile - 1;  // i - j values one (query tile, key tile) pair reaches
 constexpr float kMasked = -3.40282346638528859811704183484516925e+38f;  // finfo(f32).min, as unfused
@@ -292,38 +291,6 @@ __device__ __forceinline__ void load_diagonals(int* diag, const FlashAttentionPa
   for (int t = static_cast<int>(threadIdx.x); t < kDiagonals; t += kThreads) {
     const int r = min(max(i0 - j0 - (kTile - 1) + t, 1 - p.length), p.length - 1);
     diag[t] = p.diagonal[r + p.length - 1];
-  }
-}
-
-// keep[ti][tj] = 1 where dropout keeps P[b, h, i0 + ti, j0 + tj] (the unfused path's draw, philox.h's
-// attention draw: rows padded to 8 keys, key j of row r is half e % 8 of Philox block e / 8, e = r pitch +
-// j). Bytes k = 0..3 of a 32-bit word from a block's 8 keep bits: byte k = bit k of the bits.
-__device__ __forceinline__ uint32_t keep_bytes(uint32_t bits) {
-  return (bits & 1u) | (bits & 2u) << 7 | (bits & 4u) << 14 | (bits & 8u) << 21;
-}
-// Every 8-key group of a row is a block: thread t's 4 groups (rows t / 8 + 16 n, keys 8 (t % 8) ..) are
-// blocks first + 2 pitch n, drawn by philox_blocks, 4 independent chains round by round, and stored as two
-// 32-bit words of keep bytes. A group past the sequence's end stores zeros; keys past L in the last group
-// get bits nobody reads.
-__device__ __forceinline__ void fill_keep_tile(uint8_t* keep, const FlashAttentionParams& p, int64_t bh,
-                                               int i0, int j0) {
-  const uint32_t threshold = attention_keep_threshold(p.dropout_p);
-  constexpr int kGroups = kTile * (kTile / 8) / kThreads;
-  static_assert(kThreads % (kTile / 8) == 0 && kGroups == 4 && kKeepPitch % 4 == 0);
-  const uint64_t L = static_cast<uint64_t>(p.length), pitch = attention_row_pitch(L);
-  const int t = static_cast<int>(threadIdx.x), ti0 = t / (kTile / 8), tj = 8 * (t % (kTile / 8));
-  constexpr int kRowStep = kThreads / (kTile / 8);
-  const uint64_t first = ((static_cast<uint64_t>(bh) * L + i0 + ti0) * pitch + j0 + tj) >> 3;
-  PhiloxCounter blocks[kGroups];
-  philox_blocks<kGroups>(p.seed, p.site_id, first, kRowStep * pitch / 8, blocks);
-#pragma unroll
-  for (int n = 0; n < kGroups; ++n) {
-    const int ti = ti0 + kRowStep * n;
-    const bool valid = i0 + ti < p.length && j0 + tj < p.length;
-    const uint32_t bits = valid ? attention_keep_bits(blocks[n], threshold) : 0u;
-    uint32_t* out = reinterpret_cast<uint32_t*>(keep + ti * kKeepPitch + tj);
-    out[0] = keep_bytes(bits);
-    out[1] = keep_bytes(bits >> 4);
   }
 }
 

@@ -38,15 +38,48 @@ __global__ void flash_row_dot_kernel(FlashAttentionParams p) {
 
 struct BackwardShared {
   int diag[kDiagonals + 1];
-  float query_term[kTile], key_term[kTile];                        // uniform tiles: C2P[i, c0], P2C[j, c0]
-  uint8_t other_keep[kTile];                                       // the looped-over query tile's mask
-  float other_max[kTile], other_inverse[kTile], other_dot[kTile];  // and its stats and D
-  alignas(4) uint8_t keep[kTile * kKeepPitch];                     // dropout bits [query][key]
+  float query_term[kTile], key_term[kTile];  // uniform tiles: C2P[i, c0], P2C[j, c0]
+  // The looped-over query tile's mask, bit t of word t / 32 = m_i of row i0 + t (0 past L), its stats and D.
+  alignas(8) uint32_t query_bits[kTile / 32];
+  float other_max[kTile], other_inverse[kTile], other_dot[kTile];
+  uint32_t keep_lanes[kThreads];  // dropout: thread t's keep bits (Note [keep lanes]), in its own slot
 };
 
-// The dropout factor of one element from its keep bit (1 without dropout).
-__device__ __forceinline__ float dropout_factor(const FlashAttentionParams& p, uint8_t kept) {
-  return p.dropout ? (kept ? p.kept_scale : 0.0f) : 1.0f;
+// Note [keep lanes]: bit 8 e + nt of thread (w, g, q)'s keep word (lane = 4 g + q) keeps its element
+// s[nt][e], P[i0 + 8 nt + 2 q + e % 2, j0 + local_key[e / 2]] (local_key[r] = 16 w + g + 8 r), by the
+// unfused path's draw (philox.h's attention draw: rows padded to 8 keys, key j of row r is half e % 8 of
+// Philox block e / 8, e = r pitch + j); elements past L get 0. A block is keys 8 m .. 8 m + 7 of one query:
+// its bit k (key 8 m + k) belongs to lane (g = k, q) of warp m / 2, so the 8 lanes of one q in a warp need
+// the same 32 blocks (queries 8 nt + 2 q + 0, 1 x key groups 2 w, 2 w + 1), and each draws 4 of them: lane
+// (g, q) those of nt = g, byte e of its word = block (query 8 g + 2 q + e % 2, key group 2 w + e / 2). The
+// 8 words are then transposed by 8 shuffles: the sender's word rotated left by its g', the receiver's copy
+// right by its g puts bit g of byte e (its key) at bit 8 e + g' (nt = g'), kept by the mask 0x01010101 << g'.
+// The thread stores its word in its own slot (only it reads it: no barrier) and later tests one bit an
+// element instead of a byte of a [query][key] tile.
+__device__ __forceinline__ void draw_keep_lanes(uint32_t* keep_lanes, const FlashAttentionParams& p,
+                                                int64_t bh, int i0, int j0) {
+  const uint32_t threshold = attention_keep_threshold(p.dropout_p);
+  const int t = static_cast<int>(threadIdx.x), warp = t / 32, lane = t % 32, g = lane / 4, q = lane % 4;
+  const uint64_t L = static_cast<uint64_t>(p.length), pitch = attention_row_pitch(L);
+  const int query = 8 * g + 2 * q, key_group = 2 * warp;  // byte e: query + e % 2, key group + e / 2
+  const uint64_t first = ((static_cast<uint64_t>(bh) * L + i0 + query) * pitch + j0) / 8 + key_group;
+  const uint64_t block[4] = {first, first + pitch / 8, first + 1, first + pitch / 8 + 1};
+  PhiloxCounter blocks[4];
+  philox_blocks(p.seed, p.site_id, block, blocks);
+  uint32_t drawn = 0;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const bool valid = i0 + query + e % 2 < p.length && j0 + 8 * (key_group + e / 2) < p.length;
+    drawn |= (valid ? attention_keep_bits(blocks[e], threshold) : 0u) << (8 * e);
+  }
+  const uint32_t sent = __funnelshift_l(drawn, drawn, g);
+  uint32_t word = 0;
+#pragma unroll
+  for (int source = 0; source < 8; ++source) {
+    const uint32_t theirs = __shfl_sync(0xffffffffu, sent, 4 * source + q);
+    word |= __funnelshift_r(theirs, theirs, g) & (0x01010101u << source);
+  }
+  keep_lanes[t] = word;
 }
 // A tile's positional terms by (key kj, query qi), one per score: C2P[i0 + qi, c] and P2C[j0 + kj, c] with
 // c = c(i, j) from the diagonal table, gathered once per tile so the score loop reads two words a score at
@@ -161,7 +194,8 @@ __device__ __forceinline__ QueryStats load_query_stats(const FlashAttentionParam
 __device__ __forceinline__ void store_query_stats(BackwardShared& sh, const QueryStats& row) {
   const int t = static_cast<int>(threadIdx.x);
   if (t >= kTile) return;
-  sh.other_keep[t] = row.kept;
+  const uint32_t kept = __ballot_sync(0xffffffffu, row.kept);  // warps 0 and 1, all lanes here
+  if (t % 32 == 0) sh.query_bits[t / 32] = kept;
   sh.other_max[t] = row.stats.x;
   sh.other_inverse[t] = row.stats.y;
   sh.other_dot[t] = row.dot;
@@ -255,8 +289,8 @@ __device__ __forceinline__ void store_release(int* address, int value) {
 //     when they fit beside the other ranks' (flash_backward_rotated_order).
 // Deterministic either way: every sum has a fixed order for a given (L, order).
 // 3 CTAs an SM (12 warps, 3 a scheduler, to hide the fixed-latency dependencies of the score and product
-// chains): at most 168 registers a thread (65536 / 384, in steps of 8) and 75.8 KB of shared memory a CTA
-// (3 x (75.8 + 1 reserved) KB <= 228 KB).
+// chains): at most 168 registers a thread (65536 / 384, in steps of 8) and 72.0 KB of shared memory a CTA
+// (3 x (72.0 + 1 reserved) KB <= 228 KB).
 constexpr int kBackwardCtasPerSm = 3;
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
@@ -296,12 +330,40 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
   load_tile(const_cast<T*>(v_fixed), static_cast<const T*>(p.v), p, b, h, j0);
 
   const int local_key[2] = {warp * 16 + g, warp * 16 + g + 8};
+  // A masked score's value: kMasked (finfo.min, as unfused) for a key < L, -inf for a key past L, so that
+  // P = exp(-inf - m_i) / l_i is +0 there without a bounds check (as it was), whatever m_i (a fully masked
+  // row has m_i = kMasked: exp(kMasked - m_i) = 1). A query past L is masked by its 0 bit in query_bits and
+  // has m_i = 1 / l_i = 0 (load_query_stats): exp(kMasked or -inf) * 0 = +0.
   bool key_kept[2];
+  float key_masked[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int j = j0 + local_key[r];
     key_kept[r] = j < L && p.keep[b * L + j] != 0;
+    key_masked[r] = j < L ? kMasked : -INFINITY;
   }
+  const float inverse_scale = p.inverse_scale;  // read once (not an LDC per score)
+  // m_i m_j of this thread's elements: bit 8 (nt % 4) + e % 2 of mask[e / 2][nt / 4] for s[nt][e] (query
+  // 8 nt + 2q + e % 2 = bit 2q + that of query_bits[nt / 4], key local_key[e / 2]); 0 past L, as key_kept
+  // and query_bits are.
+  auto element_masks = [&](uint32_t(&mask)[2][2]) {
+    const uint2 query = *reinterpret_cast<const uint2*>(sh.query_bits);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mask[r][0] = key_kept[r] ? query.x >> (2 * q) : 0u;
+      mask[r][1] = key_kept[r] ? query.y >> (2 * q) : 0u;
+    }
+  };
+  auto element_kept = [](const uint32_t(&mask)[2][2], int nt, int e) {
+    return ((mask[e / 2][nt / 4] >> (8 * (nt % 4) + e % 2)) & 1u) != 0;
+  };
+  // This thread's keep bits (Note [keep lanes]), all set without dropout; element (nt, e) is bit 8 e + nt.
+  // Its factor: 1 / (1 - p) or 0, 1 without dropout (the scale stays a constant-bank operand: a register
+  // held through the loop costs spills).
+  auto keep_word = [&] { return p.dropout ? sh.keep_lanes[threadIdx.x] : ~0u; };
+  auto dropout_factor = [&](uint32_t keep, int nt, int e) {
+    return ((keep >> (8 * e + nt)) & 1u) != 0 ? (p.dropout ? p.kept_scale : 1.0f) : 0.0f;
+  };
   float dk[8][4], dv[8][4];
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
@@ -314,7 +376,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
   const int first_i0 = query_tile_at(0) * kTile;
   prefetch_query_tiles(q_tile, dc_tile, p, b, h, first_i0);
   store_query_stats(sh, load_query_stats(p, b, bh, first_i0));
-  if (p.dropout) fill_keep_tile(sh.keep, p, bh, first_i0, j0);
+  if (p.dropout) draw_keep_lanes(sh.keep_lanes, p, bh, first_i0, j0);
 
   // No barrier at the top of a tile: the previous tile's last one (before the release) comes after every
   // read of its shared state.
@@ -339,10 +401,12 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
     // dV += P~^T dC, then dP~ and G = P (factor dP~ - D) / s, dK += G^T Q.
     float s[8][4];
     product_with_rows(k_fixed, warp * 16, q_tile, s);  // s[key][query] = K_j . Q_i
-    // P = exp(a - m_i) / l_i, 0 outside L x L; every score computed and then selected (no branch per
-    // element, so the shared-memory reads of all 32 overlap). The same sums as the stored path's:
+    // P = exp(a - m_i) / l_i, +0 outside L x L (key_masked); every score computed and then selected (no
+    // branch per element, so the shared-memory reads of all 32 overlap). The same sums as the stored path's:
     // ((S + C2P) + P2C) / s, an absent term skipped.
     auto probabilities = [&](auto terms) {
+      uint32_t mask[2][2];
+      element_masks(mask);
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -368,9 +432,8 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
               if (p.c2p != nullptr) a += u == 0 ? c2p_pair.x : c2p_pair.y;
               if (p.p2c != nullptr) a += u == 0 ? p2c_pair.x : p2c_pair.y;
             }
-            const float x = key_kept[r] && sh.other_keep[il] ? a * p.inverse_scale : kMasked;
-            const float prob = __expf(x - sh.other_max[il]) * sh.other_inverse[il];
-            s[nt][e] = i0 + il < L && j0 + kj < L ? prob : 0.0f;
+            const float x = element_kept(mask, nt, e) ? a * inverse_scale : key_masked[r];
+            s[nt][e] = __expf(x - sh.other_max[il]) * sh.other_inverse[il];
           }
         }
       }
@@ -383,28 +446,31 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
       probabilities(std::integral_constant<ScoreTerms, ScoreTerms::tiled>{});
     {
       float p_tilde[8][4];
+      const uint32_t keep = keep_word();
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e / 2, il = nt * 8 + 2 * q + (e & 1);
-          p_tilde[nt][e] = s[nt][e] * dropout_factor(p, sh.keep[il * kKeepPitch + local_key[r]]);
-        }
+        for (int e = 0; e < 4; ++e) p_tilde[nt][e] = s[nt][e] * dropout_factor(keep, nt, e);
       }
       accumulate_times_tile(p_tilde, dc_tile, dv);
     }
     // dp[key][query] = V_j . dC_i in two halves of 32 queries (16 registers fewer beside P, dK and dV).
     unrolled<2>([&](auto half) {
+      uint32_t mask[2][2];
+      element_masks(mask);
+      const uint32_t keep = keep_word();
       float dp[4][4];
       product_with_rows<T, 4 * half, 4>(v_fixed, warp * 16, dc_tile, dp);
 #pragma unroll
       for (int n = 0; n < 4; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int nt = 4 * half + n, r = e / 2, il = nt * 8 + 2 * q + (e & 1);
-          const bool valid = i0 + il < L && j0 + local_key[r] < L && key_kept[r] && sh.other_keep[il];
-          const float factor = dropout_factor(p, sh.keep[il * kKeepPitch + local_key[r]]);
-          s[nt][e] = valid ? s[nt][e] * (factor * dp[n][e] - sh.other_dot[il]) * p.inverse_scale : 0.0f;
+          const int nt = 4 * half + n, il = nt * 8 + 2 * q + (e & 1);
+          // m_i m_j: 0 past L (key_kept, query_bits), so no bounds check.
+          const float factor = dropout_factor(keep, nt, e);
+          s[nt][e] = element_kept(mask, nt, e)
+                         ? s[nt][e] * (factor * dp[n][e] - sh.other_dot[il]) * inverse_scale
+                         : 0.0f;
         }
       }
     });
@@ -442,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
     if (has_next) prefetch_query_tiles(q_tile, dc_tile, p, b, h, next_i0);
     if (has_next) {
       const QueryStats next_stats = load_query_stats(p, b, bh, next_i0);
-      if (p.dropout) fill_keep_tile(sh.keep, p, bh, next_i0, j0);
+      if (p.dropout) draw_keep_lanes(sh.keep_lanes, p, bh, next_i0, j0);
       store_query_stats(sh, next_stats);
     }
 
