@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "kernels/cuda/flash_attention_tiles.cuh"
@@ -133,37 +134,51 @@ __device__ __forceinline__ void store_linear_tile_rows(const FlashAttentionParam
     }
   }
 }
-// Rows past L and absent terms read 0. 16 loads in flight a thread before their stores. Element k of the
-// thread (k < 32) is key kj0 + 4 (k / 2), query qi0 + 32 (k % 2), with kj0 = lane / 8, qi0 = 8 warp +
-// lane % 8 (a warp: C2P 8 rows of 4 adjacent table entries, P2C 4 rows of 8): every index is a per-thread
-// base plus a constant (kj % 4 = kj0, so the swizzle is the base's), nothing for the compiler to keep.
+// Rows past L and absent terms read 0. Element k of the thread (k < 32) is key kj0 + 4 (k / 2), query
+// qi0 + 32 (k % 2), with kj0 = lane / 8, qi0 = 8 warp + lane % 8 (a warp: C2P 8 rows of 4 adjacent table
+// entries, P2C 4 rows of 8): every index is a per-thread base plus a constant (kj % 4 = kj0, so the swizzle
+// is the base's), nothing for the compiler to keep. An element's C2P and P2C terms share c, read once. Each
+// term's rows are addressed from the tile's first row (C2P: query i0, P2C: key j0), one 64-bit pointer a
+// term, by a 32-bit offset local row x window_pitch + c: the thread's first row times the pitch once, the
+// element's rows a constant multiple of the pitch past it (C2P 32 pitch, P2C steps of 4 pitch), so an
+// element costs an add and a load, not a 64-bit row product; a row past L is the local row compared with the
+// rows left. 16 loads in flight a thread before their stores.
 __device__ __forceinline__ void stage_positional_tiles(float* tiles, const FlashAttentionParams& p,
                                                        const int* diag, int64_t head_rows, int i0, int j0) {
-  constexpr int kPerThread = kTile * kTile / kThreads;
-  constexpr int kBatch = 16;
+  constexpr int kKeySteps = kTile * kTile / kThreads / 2;  // keys kj0 + 4 m, two queries each
+  constexpr int kStepsPerBatch = 4;                        // x 2 queries x 2 terms: 16 loads
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int kj0 = lane / 8, qi0 = 8 * warp + lane % 8;
   const int* diag_base = diag + qi0 - kj0 + kTile - 1;
   float* store_base = tiles + kj0 * kTile + (qi0 ^ (kj0 << 3));
+  // 32-bit offsets: local row < 64 and c < window <= window_pitch, so an offset is below 64 window_pitch,
+  // which the launcher keeps within int32.
+  const int pitch = p.window_pitch;
+  const bool has_c2p = p.c2p != nullptr, has_p2c = p.p2c != nullptr;
+  const float* c2p = has_c2p ? p.c2p + (head_rows + i0) * pitch : nullptr;
+  const float* p2c = has_p2c ? p.p2c + (head_rows + j0) * pitch : nullptr;
+  const int c2p_first = qi0 * pitch, p2c_first = kj0 * pitch;
+  // C2P row qi0 + 32 h is below L while 32 h < query_rows, P2C row kj0 + 4 m while 4 m < key_rows.
+  const int query_rows = p.length - i0 - qi0, key_rows = p.length - j0 - kj0;
 #pragma unroll
-  for (int term = 0; term < 2; ++term) {
-    const float* scores = term == 0 ? p.c2p : p.p2c;
-    if (scores == nullptr) continue;
+  for (int batch = 0; batch < kKeySteps; batch += kStepsPerBatch) {
+    float c2p_value[kStepsPerBatch][2], p2c_value[kStepsPerBatch][2];
 #pragma unroll
-    for (int batch = 0; batch < kPerThread; batch += kBatch) {
-      float value[kBatch];
+    for (int m = batch; m < batch + kStepsPerBatch; ++m) {
 #pragma unroll
-      for (int k = batch; k < batch + kBatch; ++k) {
-        const int qi = qi0 + 32 * (k % 2), kj = kj0 + 4 * (k / 2);
-        const int row = term == 0 ? i0 + qi : j0 + kj;
-        const int c = diag_base[32 * (k % 2) - 4 * (k / 2)];
-        value[k - batch] = row < p.length ? scores[(head_rows + row) * p.window_pitch + c] : 0.0f;
+      for (int h = 0; h < 2; ++h) {  // element k = 2 m + h: key kj0 + 4 m, query qi0 + 32 h
+        const int c = diag_base[32 * h - 4 * m];
+        c2p_value[m - batch][h] = has_c2p && 32 * h < query_rows ? c2p[c2p_first + 32 * h * pitch + c] : 0.0f;
+        p2c_value[m - batch][h] = has_p2c && 4 * m < key_rows ? p2c[p2c_first + 4 * m * pitch + c] : 0.0f;
       }
+    }
 #pragma unroll
-      for (int k = batch; k < batch + kBatch; ++k) {
-        const int m = k / 2;  // key kj0 + 4m: region m / 4, row kj0 + 4 (m % 4) of it
-        store_base[(m / 4) * kPositionalRegion + term * kKeysPerWarp * kTile + (m % 4) * 4 * kTile +
-                   32 * (k % 2)] = value[k - batch];
+    for (int m = batch; m < batch + kStepsPerBatch; ++m) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // key kj0 + 4m: region m / 4, row kj0 + 4 (m % 4) of it
+        float* out = store_base + (m / 4) * kPositionalRegion + (m % 4) * 4 * kTile + 32 * h;
+        if (has_c2p) out[0] = c2p_value[m - batch][h];
+        if (has_p2c) out[kKeysPerWarp * kTile] = p2c_value[m - batch][h];
       }
     }
   }
@@ -619,6 +634,10 @@ FlashBackwardOrder flash_backward_order() {
 }
 
 void launch_flash_attention_backward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
+  // stage_positional_tiles addresses a tile's rows by 32-bit offsets below 64 window_pitch.
+  ZT_CHECK(static_cast<int64_t>(params.window_pitch) * kTile <= std::numeric_limits<int32_t>::max(),
+           "flash_attention_backward: window_pitch ", params.window_pitch, " is over ",
+           std::numeric_limits<int32_t>::max() / kTile);
   cuda_detail::dispatch_half(dtype, "flash_attention_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t rows = static_cast<int64_t>(params.batch) * params.length * params.heads;
