@@ -380,45 +380,58 @@ __device__ __forceinline__ float uniform_score(const FlashAttentionParams& p, co
 // owns each out row and, within a tile, one thread each (row, bucket); the tiles are ordered by barriers
 // (and one thread's additions to one address by program order), so the order of the additions is fixed.
 // stride: the distance between the row's consecutive columns in grad_row.
-// *address += value (red.global.add.f32, atomicAdd's reduction) where condition holds, as one predicated
-// instruction rather than a branch around it (lanes that differ do not diverge). Volatile: these keep their
-// order with each other and with the barriers, which the fixed order of the additions relies on.
-__device__ __forceinline__ void add_where(bool condition, float* address, float value) {
-  asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %0, 0;\n @p red.global.add.f32 [%1], %2;\n}\n" ::"r"(
-                   static_cast<uint32_t>(condition)),
-               "l"(static_cast<uint64_t>(__cvta_generic_to_global(address))), "f"(value));
+// out[bucket] += value (red.global.add.f32, atomicAdd's reduction) where condition holds. ptxas makes a
+// predicated reduction a branch around it (BSSY / BRA / BSYNC) either way; the branch written in the PTX
+// keeps the address inside it, formed only where a lane adds, by one wide multiply-add (IMAD.WIDE: out's
+// 64-bit address + bucket * 4; mul.wide + add, as mad.wide by 4 becomes two LEAs) instead of 64-bit adds
+// and shifts each column. The label is local to the asm's { } scope (one per inlined copy). Volatile: these
+// keep their order with each other and with the barriers, which the fixed order of the additions relies on.
+// bucket >= 0 (zero-extended, as out + uint32_t(bucket) was).
+__device__ __forceinline__ void add_where(bool condition, float* out, int bucket, float value) {
+  asm volatile(
+      "{\n .reg .pred p;\n .reg .u64 a;\n setp.eq.u32 p, %0, 0;\n @p bra DONE;\n"
+      " mul.wide.u32 a, %1, 4;\n add.s64 a, a, %2;\n red.global.add.f32 [a], %3;\nDONE:\n}\n" ::"r"(
+          static_cast<uint32_t>(condition)),
+      "r"(bucket), "l"(static_cast<uint64_t>(__cvta_generic_to_global(out))), "f"(value));
 }
 
-// step(col) for the tile's first `columns` columns: a full tile's 64 unrolled by 8 (their shared-memory
-// reads overlap), a partial one (the sequence's end) rolled.
+// step(col) for the tile's first `columns` columns (1 to 64) in order: chunks of 16 unrolled (their
+// shared-memory reads overlap and take constant offsets from the chunk's first column's addresses; the
+// loop's count and branch once a chunk), the last columns < 16 of a partial tile (the sequence's end)
+// rolled. One copy of the steps for full and partial tiles.
 template <typename Step>
 __device__ __forceinline__ void for_each_column(int columns, Step&& step) {
-  if (columns == kTile) {
-#pragma unroll 8
-    for (int col = 0; col < kTile; ++col) step(col);
-  } else {
-    for (int col = 0; col < columns; ++col) step(col);
+  constexpr int kChunk = 16;
+  int first = 0;
+#pragma unroll 1
+  for (; first + kChunk <= columns; first += kChunk) {
+#pragma unroll
+    for (int u = 0; u < kChunk; ++u) step(first + u);
   }
+#pragma unroll 1
+  for (int col = first; col < columns; ++col) step(col);
 }
 
-// Each column a step without a branch (the addition predicated, the run selected): the lanes of a warp,
-// whose rows change bucket at different columns, do not diverge.
+// Each column a step without a branch in the C++ (the addition add_where's, the run selected): the lanes of
+// a warp, whose rows change bucket at different columns, rejoin at once. The run begins in column 0's bucket
+// at 0 (column 0's step then adds 0 + its value, as the first run's first addition always was), so no step
+// tests for "no run yet" (columns >= 1; buckets >= 0).
 __device__ __forceinline__ void scatter_bucket_row(float* out, const float* grad_row, int stride,
                                                    const int* diag, int local, bool by_query, int columns) {
+  // by query: i = local, j = col, t = i - j + 63; by key: j = local, i = col.
+  auto diagonal = [&](int col) { return by_query ? local - col + kTile - 1 : col - local + kTile - 1; };
   float run = 0.0f;
-  int bucket = -1;
+  int bucket = diag[diagonal(0)];
   auto step = [&](int col) {
-    // by query: i = local, j = col, t = i - j + 63; by key: j = local, i = col.
-    const int t = by_query ? local - col + kTile - 1 : col - local + kTile - 1;
-    const int c = diag[t];
+    const int c = diag[diagonal(col)];
     const float value = grad_row[col * stride];
     const bool changes = c != bucket;
-    add_where(changes && bucket >= 0, out + static_cast<uint32_t>(bucket), run);  // (-1 only where not added)
+    add_where(changes, out, bucket, run);
     run = (changes ? 0.0f : run) + value;
     bucket = c;
   };
   for_each_column(columns, step);
-  if (bucket >= 0) atomicAdd(out + bucket, run);
+  atomicAdd(out + bucket, run);
 }
 
 }  // namespace zt::kernels::gpu::flash_tiles

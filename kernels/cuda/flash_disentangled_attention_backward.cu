@@ -245,35 +245,32 @@ struct EdgeRuns {
   int first_bucket = -1, last_bucket = -1;
   float first_sum = 0.0f, last_sum = 0.0f;
 };
-// Each column a step without a branch (the addition predicated, the run and the first edge selected), so
-// the lanes of a warp, whose rows change bucket at different columns, do not diverge. The same sums: a run
-// starts at 0 + its first value and adds the rest in column order.
+// Each column a step without a branch in the C++ (the addition add_where's, the run and the first sum
+// selected), so the lanes of a warp, whose rows change bucket at different columns, rejoin at once. The same
+// sums: a run starts at 0 + its first value and adds the rest in column order (the first run begins in column
+// 0's bucket at 0, so no step tests for "no run yet"). The first run is told apart by its bucket, column 0's:
+// c is monotone along the row, so no later run has it (no per-column flag for "first edge taken").
 __device__ __forceinline__ EdgeRuns add_interior_runs(float* out, const float* grad_column, const int* diag,
                                                       int local, int columns) {
-  EdgeRuns edges;
-  float run = 0.0f;
-  int bucket = -1;
+  const int first = diag[local + kTile - 1];
+  float run = 0.0f, first_sum = 0.0f;
+  int bucket = first;
   auto step = [&](int col) {
     const int c = diag[local - col + kTile - 1];
     const float value = grad_column[grad_row(col)];
-    const bool changes = c != bucket;
-    const bool flush = changes && bucket >= 0;
-    const bool to_first = flush && edges.first_bucket < 0;
-    add_where(flush && !to_first, out + static_cast<uint32_t>(bucket), run);
-    edges.first_sum = to_first ? run : edges.first_sum;
-    edges.first_bucket = to_first ? bucket : edges.first_bucket;
+    const bool changes = c != bucket, in_first = bucket == first;
+    add_where(changes && !in_first, out, bucket, run);
+    first_sum = in_first ? run : first_sum;  // the first run's sum so far; final once it ends
     run = (changes ? 0.0f : run) + value;
     bucket = c;
   };
   for_each_column(columns, step);
-  if (bucket >= 0) {
-    if (edges.first_bucket < 0) {
-      edges.first_bucket = bucket;
-      edges.first_sum = run;
-    } else {
-      edges.last_bucket = bucket;
-      edges.last_sum = run;
-    }
+  EdgeRuns edges;
+  edges.first_bucket = first;
+  edges.first_sum = bucket == first ? run : first_sum;
+  if (bucket != first) {
+    edges.last_bucket = bucket;
+    edges.last_sum = run;
   }
   return edges;
 }
