@@ -38,7 +38,10 @@ __global__ void flash_row_dot_kernel(FlashAttentionParams p) {
 }
 
 struct BackwardShared {
+  // The tile's diagonals i0 - j0 - 63 + t (load_diagonals' table, t < 127) and one past its end (t = 127);
+  // diag_before the one before its start: one_distance_step's view.
   int diag[kDiagonals + 1];
+  int diag_before;
   float query_term[kTile], key_term[kTile];  // uniform tiles: C2P[i, c0], P2C[j, c0]
   // The looped-over query tile's mask, bit t of word t / 32 = m_i of row i0 + t (0 past L), its stats and D.
   alignas(8) uint32_t query_bits[kTile / 32];
@@ -108,10 +111,21 @@ __device__ __forceinline__ int grad_row(int kj) {
 // diagonal i0 - j0 - 64 + t to the next: the tile's 127 diagonals and one past each end (a bucket at an end
 // may reach the next tile's distances). Diagonals past the sequence's ends repeat theirs: not linear.
 static_assert(kThreads == 2 * kTile);
-__device__ __forceinline__ bool one_distance_step(const FlashAttentionParams& p, int i0, int j0) {
-  const int L = p.length, d = i0 - j0 - kTile + static_cast<int>(threadIdx.x);
-  const auto bucket = [&](int diagonal) { return p.diagonal[min(max(diagonal, 1 - L), L - 1) + L - 1]; };
-  return bucket(d + 1) == bucket(d) + 1;
+// The table's entries for the tile's 127 diagonals and one past each end, a thread each (thread t: diagonal
+// i0 - j0 - 63 + t, so thread 127 the one past the end; thread 0 also the one before the start), clamped to
+// the sequence's diagonals as load_diagonals does.
+__device__ __forceinline__ void load_diagonals_with_ends(BackwardShared& sh, const FlashAttentionParams& p,
+                                                         int i0, int j0) {
+  const int L = p.length, t = static_cast<int>(threadIdx.x), first = i0 - j0 - (kTile - 1);
+  const auto entry = [&](int diagonal) { return p.diagonal[min(max(diagonal, 1 - L), L - 1) + L - 1]; };
+  sh.diag[t] = entry(first + t);
+  if (t == 0) sh.diag_before = entry(first - 1);
+}
+// Thread t: whether the bucket steps by one from diagonal i0 - j0 - 64 + t to the next (both in shared
+// memory: diag_before, then diag[0 ..]).
+__device__ __forceinline__ bool one_distance_step(const BackwardShared& sh) {
+  const int t = static_cast<int>(threadIdx.x);
+  return sh.diag[t] == (t == 0 ? sh.diag_before : sh.diag[t - 1]) + 1;
 }
 // Warp w stores Gc rows (queries) and Gp rows (keys) 16 w .. 16 w + 15 of the tile, keys and queries past L
 // left out. 0 + G: the bits a run's sum, 0 + its one value, has (-0 stored as +0).
@@ -397,7 +411,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
     const bool has_next = step + 1 < tiles;
     const int next_i0 = has_next ? query_tile_at(step + 1) * kTile : 0;
     const int turn_wanted = adder(step);
-    if (positional) load_diagonals(sh.diag, p, i0, j0);
+    if (positional) load_diagonals_with_ends(sh, p, i0, j0);
     wait_all_copies();
     __syncthreads();
     const bool uniform = positional && sh.diag[0] == sh.diag[kDiagonals - 1];
@@ -512,7 +526,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardCtasPerSm)
         if (q == 0 && j < L) atomicAdd(p.gp + (head_rows + j) * p.window_pitch + c, sum);
       }
     }
-    const bool linear = __syncthreads_and(bucket_grads && !uniform && one_distance_step(p, i0, j0));
+    const bool linear = __syncthreads_and(bucket_grads && !uniform && one_distance_step(sh));
 
     // Q, dC, the statistics and the keep bits are read no more this tile: the next tile's now (the copies in
     // flight through dQ's part, the bucket sums and the wait for this tile's turn; the statistics' loads
