@@ -14,13 +14,14 @@
 #   disk [--deepspeed]          the disk tier: disk rates, the NVMe-offloaded step, the largest model
 #   validate [--xlarge]         golden fixtures and tokenizer parity regenerated here, compared with the committed
 #   flash [--quick]             the flash attention: its GPU tests, long-sequence steps, the core, determinism
-#   long [--candidate DIR [--candidate-only]] [--with-compile]
+#   long [--candidate DIR|FILE.patch [--candidate-only]] [--with-compile]
 #                               long documents: GPU tests, 1x16384, steps and cores beside FlashDeBERTa/df (compile
 #                               opt-in); a candidate kernel tree tested and timed beside this one in the same call
 #   plan [--quick] [--parts L]  issue 40: calibration, plan grids vs --auto_plan per cap, partial, delayed, 6.2 B, DeepSpeed
 #   flashdiag                   the flash backward's time by part (scripts/device/patches/flashdiag.patch, applied
 #                               to this copy only), at 4x2048 and 1x8192
-#   flashncu [--candidate DIR]  Nsight Compute's full set on one flash backward launch at 4x2048 (by SASS line)
+#   flashncu [--candidate DIR|FILE.patch]
+#                               Nsight Compute's full set on one flash backward launch at 4x2048 (by SASS line)
 #
 # The build: build-gpu/ (Ninja, Release, sm_90a), only the targets the task needs, liburing always (the disk
 # tier's io_uring backend): from .device-deps/ (scripts/device_deps.sh here; carry ".device-deps") or the
@@ -202,17 +203,40 @@ bin_of() {
   else echo "$1/$bin"; fi
 }
 task_args() { (($# == 0)) || refuse "$task takes no arguments (got: $*)"; }
-# candidate_tree DIR: a task's --candidate (then $candidate), another source tree built beside this one into
-# build-gpu-candidate/ (outside the carried folder, whose copy a later call replaces), checked here.
+# candidate_tree DIR|FILE.patch: a task's --candidate (then $candidate), another source tree built beside this
+# one into build-gpu-candidate/ (outside the carried folder, whose copy a later call replaces), checked here.
+# A patch (`git diff main BRANCH > NAME.patch`, in an ignored folder named in carry) becomes .candidates/NAME:
+# this tree's sources with it applied, made on the machine. Kilobytes a candidate instead of a ~14 MB tree
+# each, so several fit one call's 64 MiB of carry.
 candidate=""
 candidate_tree() {
-  [[ -n ${1:-} ]] || refuse "$task: --candidate needs a source tree"
-  [[ -f $1/CMakeLists.txt ]] || refuse "$task: --candidate: no source tree at '$1'"
-  [[ $(realpath "$1") != "$(realpath .)" ]] || refuse "$task: --candidate is this tree"
+  [[ -n ${1:-} ]] || refuse "$task: --candidate needs a source tree or a .patch"
+  local tree=$1
+  if [[ $1 == *.patch ]]; then
+    [[ -f $1 ]] || refuse "$task: --candidate: no patch at '$1'"
+    tree=.candidates/$(basename "$1" .patch)
+    if ((dry_run)); then
+      echo "candidate: $tree = this tree's sources + $1"
+    else
+      tree_from_patch "$1" "$tree" || refuse "$task: --candidate: $1 does not apply to this tree"
+    fi
+  else
+    [[ -f $1/CMakeLists.txt ]] || refuse "$task: --candidate: no source tree at '$1'"
+    [[ $(realpath "$1") != "$(realpath .)" ]] || refuse "$task: --candidate is this tree"
+  fi
   # shellcheck disable=SC2034  # read by the task
-  candidate=$1
-  trees+=("$1")
+  candidate=$tree
+  trees+=("$tree")
   other_tree_build=build-gpu-candidate
+}
+# tree_from_patch PATCH DIR: DIR (made afresh) = this tree's files but builds, outputs and carried folders,
+# with PATCH applied (patch -p1, as git diff writes it).
+tree_from_patch() {
+  rm -rf "$2" && mkdir -p "$2" || return 1
+  tar -cf - --exclude='./build*' --exclude='./.candidates' --exclude='./.wt-*' --exclude='./.long' \
+    --exclude='./.git' --exclude='./docs/bench' --exclude='./.whl' --exclude='./.device-deps' --exclude='./.plan' \
+    --exclude='./device-out' . | tar -xf - -C "$2" || return 1
+  patch -s -d "$2" -p1 --forward <"$1"
 }
 # shellcheck source=/dev/null
 source "$device_dir/tasks/$task.sh"

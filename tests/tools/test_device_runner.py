@@ -119,6 +119,16 @@ with tempfile.TemporaryDirectory() as tmp:
     check(rc == 0 and at(r"bench_vs_torch\.py .*--long-goals --impls compile --shapes 16x512,40x128") >
           at(r"bench_attention_vs_df\.py .*--shapes 40x128,16x512") > 0, "long --with-compile: compile last")
 
+    # long --candidate NAME.patch: the candidate is .candidates/NAME, made from this tree and the patch (on the
+    # machine; the dry run says so), built beside as a tree is.
+    patch_file = os.path.join(tmp, "fast.patch")
+    open(patch_file, "w").close()
+    rc, stdout, _ = run(["--dry-run", "long", "--candidate", patch_file, "--candidate-only"], deps, out)
+    configure = [l for l in build_lines(stdout) if l.startswith("cmake -S")]
+    check(rc == 0 and f"candidate: .candidates/fast = this tree's sources + {patch_file}" in stdout and
+          len(configure) == 2 and configure[1].startswith("cmake -S .candidates/fast -B build-gpu-candidate "),
+          f"long --candidate FILE.patch: planned as .candidates/fast, built beside ({configure})")
+
     # long --candidate: the candidate tree built into build-gpu-candidate/ with its own targets, its tests after
     # this tree's, its cores and 4x2048 step in turn with this tree's, after 1x16384.
     rc, stdout, _ = run(["--dry-run", "long", "--candidate", base, "--with-compile"], deps, out)
@@ -177,13 +187,14 @@ with tempfile.TemporaryDirectory() as tmp:
         (["profile", "8by128"], "is not BATCHxSEQ"),
         (["zero", "--np", "0"], "zero takes [--np N]"),
         (["disk", "--fast"], "disk takes [--deepspeed]"),
-        (["long", "--fast"], "long takes [--candidate DIR [--candidate-only]] [--with-compile]"),
+        (["long", "--fast"], "long takes [--candidate DIR|FILE.patch [--candidate-only]] [--with-compile]"),
         (["long", "--candidate-only"], "--candidate-only needs --candidate DIR"),
         (["flashncu", "--candidate", ROOT], "flashncu: --candidate is this tree"),
-        (["flashncu", "--quick"], "flashncu takes [--candidate DIR]"),
-        (["long", "--candidate"], "--candidate needs a source tree"),
+        (["flashncu", "--quick"], "flashncu takes [--candidate DIR|FILE.patch]"),
+        (["long", "--candidate"], "--candidate needs a source tree or a .patch"),
         (["long", "--candidate", os.path.join(tmp, "missing")], "--candidate: no source tree"),
         (["long", "--candidate", ROOT], "--candidate is this tree"),
+        (["long", "--candidate", os.path.join(tmp, "missing.patch")], "--candidate: no patch at"),
     ]:
         for dry in ([], ["--dry-run"]):
             rc, stdout, stderr = run([*dry, *args], deps, out)
@@ -388,6 +399,31 @@ if shutil.which("ninja") is not None and shutil.which("cmake") is not None:
         check(p.returncode == 1 and "build of ../cand failed" in summary and "its parts left out" in summary
               and "1x16384 losses finite and falling" in summary and "candidate_ab" not in summary,
               "long --candidate that does not build: its parts left out, the rest run")
+        # A candidate as a patch against this tree (git diff's a/ b/ form): .candidates/NAME made from this
+        # tree's files with it applied, then built and timed as a tree is; a patch that does not apply refused.
+        import difflib
+        with open(os.path.join(tree, "zt_bench.sh")) as f:
+            before_lines = f.read().splitlines(keepends=True)
+        after_lines = [l.replace("us=1000", "us=700") for l in before_lines]
+        with open(os.path.join(tmp, "faster.patch"), "w") as f:
+            f.writelines(difflib.unified_diff(before_lines, after_lines, "a/zt_bench.sh", "b/zt_bench.sh"))
+        shutil.rmtree(os.path.join(tree, ".long"))
+        before = len(open(os.path.join(out, "summary.txt")).read())
+        p = subprocess.run(["bash", runner, "long", "--candidate", "../faster.patch", "--candidate-only"],
+                           capture_output=True, text=True, env=env, cwd=tree)
+        summary = open(os.path.join(out, "summary.txt")).read()[before:]
+        made = os.path.join(tree, ".candidates", "faster")
+        check(p.returncode == 0 and "base 1000.0 us, candidate 700.0 us: 1.429x" in summary and
+              os.path.isfile(os.path.join(made, "CMakeLists.txt")) and not os.path.exists(os.path.join(made, ".long")),
+              f"long --candidate FILE.patch, real run: .candidates/faster from this tree and the patch, timed "
+              f"({p.stderr[-300:]} {summary[-300:]})")
+        with open(os.path.join(tmp, "stale.patch"), "w") as f:
+            f.writelines(difflib.unified_diff([l.replace("us=1000", "us=5") for l in before_lines], after_lines,
+                                              "a/zt_bench.sh", "b/zt_bench.sh"))
+        p = subprocess.run(["bash", runner, "long", "--candidate", "../stale.patch"], capture_output=True, text=True,
+                           env=env, cwd=tree)
+        check(p.returncode == 2 and "../stale.patch does not apply to this tree" in p.stderr,
+              f"long --candidate FILE.patch that does not apply: refused (rc {p.returncode}: {p.stderr[-300:]})")
 
 if failures:
     print(f"device runner: {len(failures)} checks failed")

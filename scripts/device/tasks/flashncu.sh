@@ -1,5 +1,5 @@
 # shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
-# flashncu [--candidate DIR]: Nsight Compute's full set on one launch of the flash attention's backward at
+# flashncu [--candidate DIR|FILE.patch]: Nsight Compute's full set on one launch of the flash attention's backward at
 # 4 x 2048 (xlarge, bf16, dropout 0.1; zt_bench --only attention_backward_flash), for issue 39: where its
 # issue slots and stalls go by SASS instruction, and the L2 traffic of its reductions. The launch profiled is
 # the fifth of the kernel (one validation call at small dims, then three warm-ups: the first at 4 x 2048;
@@ -19,7 +19,7 @@ task_args() {
       candidate_tree "${2:-}"
       shift
       ;;
-    *) refuse "flashncu takes [--candidate DIR] (got: $1)" ;;
+    *) refuse "flashncu takes [--candidate DIR|FILE.patch] (got: $1)" ;;
     esac
     shift
   done

@@ -1,10 +1,10 @@
 # shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
-# long [--candidate DIR [--candidate-only]] [--with-compile]: the long-document issue's acceptance runs (xlarge, bf16, dropout 0.1)
-# in parts, most wanted first; a part starts only with its budget left of LONG_BUDGET_S (default 580, the build
-# included) and is marked done in .long/, so the same command on the warm machine runs the rest. Budgets are
-# from the H100 runs of 2026-12-06 (docs/bench/2026-12-06-h100-flash: each step's process 5-12 s, 1x16384
-# 30 s, a zt_bench core 1-2 s) and the H200 torch runs (a torch eager/df process 23-43 s, 18-20 s of it start,
-# import and build; torch.compile 100-190 s a shape). Each part prints its budget and what it took.
+# long [--candidate DIR|FILE.patch [--candidate-only]] [--with-compile]: the long-document issue's acceptance runs
+# (xlarge, bf16, dropout 0.1) in parts, most wanted first; a part starts only with its budget left of LONG_BUDGET_S
+# (default 580, the build included) and is marked done in .long/, so the same command on the warm machine runs the
+# rest. Budgets are from the H100 runs of 2026-12-06 (docs/bench/2026-12-06-h100-flash: each step's process 5-12 s,
+# 1x16384 30 s, a zt_bench core 1-2 s) and the H200 torch runs (a torch eager/df process 23-43 s, 18-20 s of it
+# start, import and build; torch.compile 100-190 s a shape). Each part prints its budget and what it took.
 #
 #   part            budget  what
 #   tests             50 s  the flash attention's GPU tests, HF golden data past 512 tokens (f32; bf16/f16
@@ -36,10 +36,12 @@
 #   call 1: run(command="scripts/device/run.sh long", timeout_s=600, carry=[".device-deps", ".whl"])
 #   call 2: run(command="LONG_BUDGET_S=400 scripts/device/run.sh long --with-compile", timeout_s=430,
 #               carry=[".device-deps", ".whl"])
-#   a kernel candidate (a branch): rm -rf .wt-NAME && mkdir .wt-NAME && git archive NAME | tar -x -C .wt-NAME,
-#   then `long --candidate .wt-NAME` with ".wt-NAME" in carry; with --candidate-only just its tests and its
-#   A/B against this tree (~70 s on a warm H100 after a first build, ~20 s of it the candidate's rebuild)
-#   scripts/device/run.sh --dry-run long [--candidate DIR]      # here: the plan, every part's budget
+#   a kernel candidate (a branch): git diff main NAME > .plan/NAME.patch, then `long --candidate
+#   .plan/NAME.patch` with ".plan" in carry (run.sh makes .candidates/NAME from this tree and the patch; a
+#   whole tree, `git archive NAME | tar -x -C .wt-NAME`, works too, ~14 MB of carry each); with
+#   --candidate-only just its tests and its A/B against this tree (~70 s on a warm H100 after a first build,
+#   ~20 s of it the candidate's rebuild): several candidates in one call, each with OUT=$OUT/NAME
+#   scripts/device/run.sh --dry-run long [--candidate DIR|FILE.patch]    # here: the plan, every part's budget
 #
 # The candidate builds into build-gpu-candidate/ at the top of this tree, not inside the carried folder (a
 # carried folder replaces its copy on the machine, which would drop its build between the calls); another
@@ -61,7 +63,7 @@ task_args() {
       ;;
     --with-compile) with_compile=1 ;;
     --candidate-only) candidate_only=1 ;;
-    *) refuse "long takes [--candidate DIR [--candidate-only]] [--with-compile] (got: $1)" ;;
+    *) refuse "long takes [--candidate DIR|FILE.patch [--candidate-only]] [--with-compile] (got: $1)" ;;
     esac
     shift
   done
