@@ -284,14 +284,17 @@ __device__ __forceinline__ void prefetch_tile(T* tile, const T* x, const FlashAt
   }
 }
 
-// diag[t] = c(i,j) - window_begin for i - j = i0 - j0 - 63 + t. Where |i - j| >= L (no pair of the tile with
-// i, j < L) the nearest reachable diagonal's bucket: the table stays monotone, so diag[0] == diag[126] means
+// c(i,j) - window_begin for i - j = i0 - j0 - 63 + t. Where |i - j| >= L (no pair of the tile with i, j < L)
+// the nearest reachable diagonal's bucket: the table stays monotone, so diagonal_at(.., 0) == (.., 126) means
 // one bucket for every pair of the tile.
+__device__ __forceinline__ int diagonal_at(const FlashAttentionParams& p, int i0, int j0, int t) {
+  const int r = min(max(i0 - j0 - (kTile - 1) + t, 1 - p.length), p.length - 1);
+  return p.diagonal[r + p.length - 1];
+}
+// diag[t] = diagonal_at(p, i0, j0, t) for the tile's 127 diagonals.
 __device__ __forceinline__ void load_diagonals(int* diag, const FlashAttentionParams& p, int i0, int j0) {
-  for (int t = static_cast<int>(threadIdx.x); t < kDiagonals; t += kThreads) {
-    const int r = min(max(i0 - j0 - (kTile - 1) + t, 1 - p.length), p.length - 1);
-    diag[t] = p.diagonal[r + p.length - 1];
-  }
+  for (int t = static_cast<int>(threadIdx.x); t < kDiagonals; t += kThreads)
+    diag[t] = diagonal_at(p, i0, j0, t);
 }
 
 // The raw score a(i, j) (before the mask) from the content product s.

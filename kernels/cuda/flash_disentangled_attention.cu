@@ -114,11 +114,6 @@ struct TileCopier {
   }
 };
 
-__device__ __forceinline__ int diagonal_at(const FlashAttentionParams& p, int i0, int j0, int t) {
-  const int r = min(max(i0 - j0 - (kTile - 1) + t, 1 - p.length), p.length - 1);
-  return p.diagonal[r + p.length - 1];
-}
-
 // Lane l of warp w copies slice row l: C2P row 16 w + l (first bucket diag[16 w + l]) for l < 16, P2C row
 // 16 w + l - 16 (first bucket diag[63 - (16 w + l - 16)]) after.
 __device__ __forceinline__ int slice_row_diagonal_index(int warp, int lane) {

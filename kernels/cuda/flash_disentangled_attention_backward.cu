@@ -112,8 +112,9 @@ __device__ __forceinline__ int grad_row(int kj) {
 // may reach the next tile's distances). Diagonals past the sequence's ends repeat theirs: not linear.
 static_assert(kThreads == 2 * kTile);
 // The table's entries for the tile's 127 diagonals and one past each end, a thread each (thread t: diagonal
-// i0 - j0 - 63 + t, so thread 127 the one past the end; thread 0 also the one before the start), clamped to
-// the sequence's diagonals as load_diagonals does.
+// i0 - j0 - 63 + t, so thread 127 the one past the end; thread 0 also the one before the start):
+// diagonal_at's clamped lookup, written from the tile's first diagonal (the form measured on the GPU;
+// diagonal_at itself compiles to other SASS here).
 __device__ __forceinline__ void load_diagonals_with_ends(BackwardShared& sh, const FlashAttentionParams& p,
                                                          int i0, int j0) {
   const int L = p.length, t = static_cast<int>(threadIdx.x), first = i0 - j0 - (kTile - 1);
