@@ -1,16 +1,16 @@
 # shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
-# flashncu [--candidate DIR|FILE.patch]: Nsight Compute's full set on one launch of the flash attention's backward at
-# 4 x 2048 (xlarge, bf16, dropout 0.1; zt_bench --only attention_backward_flash), for issue 39: where its
-# issue slots and stalls go by SASS instruction, and the L2 traffic of its reductions. The launch profiled is
-# the fifth of the kernel (one validation call at small dims, then three warm-ups: the first at 4 x 2048;
-# the grid size in the summary says so). Outputs (per tree): ncu_<tree>_details.csv (every section),
-# ncu_<tree>_source.csv.gz (instructions executed, warp stall samples by SASS line), ncu_<tree>_raw.csv.gz
-# (every metric); the headline metrics, the instructions and stall samples by opcode and by the code between
-# barriers (scripts/ncu_source_summary.py [--by-barrier]) in the summary. With --candidate the same for that
-# tree (built beside into build-gpu-candidate/, as long's candidate), so the two kernels' figures sit side by
-# side. ~120 s to build zt_bench on a fresh H100 (a candidate beside it), then ~20 s of replays a tree
-# (2026-12-07: both trees in 39 s on a warm machine). One call:
-#   run(carry=[".device-deps"(, ".wt-NAME")], timeout_s=420): scripts/device/run.sh flashncu [--candidate .wt-NAME]
+# flashncu [--candidate DIR|FILE.patch]: Nsight Compute's full set on one launch of the flash attention's backward
+# at 4 x 2048 (xlarge, bf16, dropout 0.1; zt_bench --only attention_backward_flash), for issue 39: where its issue
+# slots and stalls go by SASS instruction, and the L2 traffic of its reductions. The launch profiled is the fifth
+# of the kernel (one validation call at small dims, then three warm-ups: the first at 4 x 2048; the grid size in
+# the summary says so). Outputs (per tree): ncu_<tree>_details.csv (every section), ncu_<tree>_source.csv.gz
+# (instructions executed, warp stall samples by SASS line), ncu_<tree>_raw.csv.gz (every metric); the headline
+# metrics, the instructions and stall samples by opcode and by the code between barriers
+# (scripts/ncu_source_summary.py [--by-barrier]) in the summary. With --candidate the same for that tree (built
+# beside into build-gpu-candidate/, as long's candidate), so the two kernels' figures sit side by side. ~120 s to
+# build zt_bench on a fresh H100 (a candidate beside it), then ~20 s of replays a tree (2026-12-07: both trees in
+# 39 s on a warm machine). One call:
+#   run(carry=[".device-deps"(, ".plan")], timeout_s=420): scripts/device/run.sh flashncu [--candidate .plan/NAME.patch]
 targets=(zt_bench)
 task_args() {
   while (($#)); do
