@@ -8,8 +8,9 @@ Prints one line per opcode (the mnemonic without its predicate and modifiers: HM
 executed first: warp-level instructions executed, their share, the warp stall samples on them and their
 share. --by-barrier: the kernel's code cut after each barrier (BAR, and EXIT), in address order, one line a
 part with its stall samples (share), instructions executed, top three stall reasons (the stall_* columns) and
-top five opcodes: a fused kernel's phases are what lies between its __syncthreads. The columns are found by name ("Instructions Executed", "Warp Stall Sampling (All Samples)" or the
-nearest), so a newer ncu that renames a column fails with the names it has, not with wrong figures.
+top five opcodes: a fused kernel's phases are what lies between its __syncthreads. The columns are found by
+name ("Instructions Executed", "Warp Stall Sampling (All Samples)" or the nearest), so a newer ncu that
+renames a column fails with the names it has, not with wrong figures.
 """
 import argparse
 import csv
@@ -65,15 +66,21 @@ def page_columns(rows):
     return source, executed, stalls
 
 
-def summarize(rows, top):
-    source, executed, stalls = page_columns(rows)
-    by_op = {}
+def by_opcode(rows, source, executed, stalls):
+    """{opcode: (instructions executed, stall samples)} summed over rows (rows without an opcode left out)."""
+    sums = {}
     for row in rows:
         op = opcode(row[source])
         if not op:
             continue
-        e, s = by_op.get(op, (0.0, 0.0))
-        by_op[op] = (e + number(row[executed]), s + number(row[stalls]))
+        e, s = sums.get(op, (0.0, 0.0))
+        sums[op] = (e + number(row[executed]), s + number(row[stalls]))
+    return sums
+
+
+def summarize(rows, top):
+    source, executed, stalls = page_columns(rows)
+    by_op = by_opcode(rows, source, executed, stalls)
     total_e = sum(e for e, _ in by_op.values()) or 1.0
     total_s = sum(s for _, s in by_op.values()) or 1.0
     lines = [f"{'opcode':<10} {'executed':>14} {'share':>7} {'stall samples':>14} {'share':>7}"]
@@ -102,11 +109,7 @@ def by_barrier(rows):
         samples = sum(number(rows[i][stalls]) for i in part)
         executed_sum = sum(number(rows[i][executed]) for i in part)
         why = {r: sum(number(rows[i][r]) for i in part) for r in reasons}
-        ops = {}
-        for i in part:
-            op = opcode(rows[i][source])
-            if op:
-                ops[op] = ops.get(op, 0.0) + number(rows[i][executed])
+        ops = {op: e for op, (e, _) in by_opcode([rows[i] for i in part], source, executed, stalls).items()}
         top_why = ", ".join(f"{r[len('stall_'):]} {v:.0f}" for r, v in sorted(why.items(), key=lambda kv: -kv[1])[:3]
                             if v > 0)
         top_ops = ", ".join(f"{o} {v / 1e6:.1f}" for o, v in sorted(ops.items(), key=lambda kv: -kv[1])[:5])
