@@ -23,12 +23,12 @@
 // keeps attention_probs in the model dtype; halves the saved probs for 16-bit T); dpos_key / dpos_query T
 // or f32; mask on the GPU. Scratch per call from the device allocator, with P = B*N*L*L and W = the table
 // rows reached (<= min(2S, 2L - 1)):
-//   forward  4*P for the f32 content scores (16-bit T only; f32 finishes them in probs) + P*sizeof(T) for
-//   P~ (dropout only) + 2 * 4*N*B*L*W for the C2P/P2C scores;
-//   backward 4*P for dP/G + P*sizeof(T) for P~ then G (none for f32 without dropout) + 2 * N*B*L*W*sizeof(T)
-//   for Gc/Gp. E.g. B = 32, N = 24, L = 128 (W = 255), bf16: probs 24 MiB (kept by the caller); forward
-//   scratch 48 (+ 24 with dropout) + 2 * 96 MiB; backward 48 + 24 + 2 * 48 MiB. The positional scratch
-//   dominates (W ~ 2L).
+//   forward  none where short_attention_forward_shape holds; else 4*P for the f32 content scores (16-bit T
+//   only; f32 finishes them in probs) + P*sizeof(T) for P~ (dropout only) + 2 * 4*N*B*L*W for the C2P/P2C
+//   scores; backward 4*P for dP/G + P*sizeof(T) for P~ then G (none for f32 without dropout) + 2 *
+//   N*B*L*W*sizeof(T) for Gc/Gp. E.g. B = 32, N = 24, L = 128 (W = 255), bf16: probs 24 MiB (kept by the
+//   caller); forward scratch 48 (+ 24 with dropout) + 2 * 96 MiB; backward 48 + 24 + 2 * 48 MiB. The
+//   positional scratch dominates (W ~ 2L).
 // Shapes (contiguous; mask i64, i32 or f32 with 1 = real token, 0 = padding):
 //   q, k, v             [B, L, D]     in
 //   pos_key, pos_query  [2S, D]       in  (pos_key needed only with c2p, pos_query only with p2c;
@@ -52,6 +52,25 @@ namespace zt::kernels {
 
 // The longest L the stored-probabilities CUDA path takes (its softmax holds a score row in registers).
 inline constexpr int64_t kStoredAttentionMaxLength = 1024;
+
+// Where the CUDA forward of the stored path is one kernel (kernels/cuda/short_disentangled_attention.cu:
+// context and P without the f32 score and positional scratch): 16-bit storage, heads of 64, L <= 128 (and
+// 16-byte aligned tensors with a bucketing that moves at most one table row a diagonal, as HF's and the
+// model's always are; gpu::short_attention_forward_applies checks every condition).
+inline constexpr int64_t kShortAttentionMaxLength = 128;
+inline bool short_attention_forward_shape(DType storage, int64_t head_size, int64_t length) {
+  return storage != DType::f32 && head_size == 64 && length <= kShortAttentionMaxLength;
+}
+
+// The k slices of the CUDA backward's table-gradient GEMMs over B*L rows (d(table_w) += Gx^T rows, summed
+// into f32 partials [N, slices, Wp, d] and then in order): the most slices (<= 16) that divide B*L into
+// pieces of >= 256 rows; 1 (one GEMM straight into the table's gradient) when none does.
+inline int64_t attention_table_grad_slices(int64_t rows) {
+  for (int64_t slices = 16; slices > 1; --slices) {
+    if (rows % slices == 0 && rows / slices >= 256) return slices;
+  }
+  return 1;
+}
 
 struct DisentangledAttentionConfig {
   int64_t num_heads = 1;

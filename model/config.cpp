@@ -24,6 +24,11 @@ int64_t DebertaConfig::att_span() const {
   return position_buckets > 0 ? position_buckets : resolved_max_relative_positions();
 }
 
+kernels::RelativePositionConfig DebertaConfig::relative_positions() const {
+  return kernels::RelativePositionConfig::from_model_config(position_buckets, max_relative_positions,
+                                                            max_position_embeddings);
+}
+
 float DebertaConfig::attention_scale() const {
   // HF: torch.sqrt(torch.tensor(query_layer.size(-1), dtype=torch.float) * scale_factor), i.e. in fp32.
   return std::sqrt(static_cast<float>(head_size()) * static_cast<float>(scale_factor()));

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/relative_position.h"
+
 namespace zt {
 
 // Member defaults are what HF uses when config.json omits a key: DebertaV2Config's declared defaults
@@ -92,6 +94,7 @@ struct DebertaConfig {
   int64_t head_size() const { return attention_head_size; }
   int64_t resolved_max_relative_positions() const;  // max_relative_positions < 1 ⇒ max_position_embeddings
   int64_t att_span() const;                         // position_buckets if > 0, else the resolved maximum
+  kernels::RelativePositionConfig relative_positions() const;    // the attention's bucketing
   int64_t rel_embedding_rows() const { return 2 * att_span(); }  // pos_ebd_size of the encoder table
   int64_t scale_factor() const { return 1 + (c2p ? 1 : 0) + (p2c ? 1 : 0); }
   float attention_scale() const;  // sqrt(head_size * scale_factor) in fp32, as HF computes it

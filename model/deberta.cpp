@@ -84,8 +84,7 @@ kernels::DisentangledAttentionConfig attention_config(const DebertaConfig& c, co
                                                       int layer) {
   kernels::DisentangledAttentionConfig attention;
   attention.num_heads = c.num_attention_heads;
-  attention.positions = kernels::RelativePositionConfig::from_model_config(
-      c.position_buckets, c.max_relative_positions, c.max_position_embeddings);
+  attention.positions = c.relative_positions();
   attention.c2p = c.c2p;
   attention.p2c = c.p2c;
   const kernels::DropoutSite site =

@@ -38,6 +38,8 @@ EXEMPT = {
         "a fused kernel's tile loop (its steps are device functions; what stays shares registers across it)",
     ("flash_disentangled_attention_backward.cu", "flash_attention_backward_kernel"):
         "a fused kernel's tile loop (its steps are device functions; what stays shares registers across it)",
+    ("short_disentangled_attention.cu", "short_attention_forward_kernel"):
+        "a fused kernel's tile loop (its steps are device functions; what stays shares registers across it)",
 }
 
 QUALIFIER_WORDS = {"const", "override", "final", "noexcept", "mutable", "volatile", "try"}

@@ -1,6 +1,12 @@
 // The attention paths' shared host side (attention_host.cuh).
 #include "kernels/cuda/attention_host.cuh"
 
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
 #include "kernels/cuda/launch_common.cuh"
 #include "kernels/relative_position.h"
 #include "runtime/check.h"
@@ -16,15 +22,6 @@ template <typename M>
 __global__ void mask_to_keep_kernel(const M* __restrict__ mask, uint8_t* __restrict__ keep, int64_t n) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e < n) keep[e] = mask[e] != M(0) ? 1 : 0;
-}
-
-// k slices for the table-gradient GEMMs: the most slices (<= 16) that divide B*L into pieces of >= 256 rows;
-// 1 (no split) when none does.
-int64_t split_k_slices(int64_t rows) {
-  for (int64_t slices = 16; slices > 1; --slices) {
-    if (rows % slices == 0 && rows / slices >= 256) return slices;
-  }
-  return 1;
 }
 
 // dtable[window_begin + r, h*d + k] += sum over slices c (in order) of partial[h, c, r, k] (r < W of the
@@ -205,7 +202,7 @@ void positional_grads(const void* bucket_grad, const Tensor& rows, const Tensor&
   // 91.5 ms bs-40 step (H200). So k is split into slices, the inner level of a two-level batch (outer:
   // heads), partial products go to f32 scratch [N, slices, W, d], and one kernel adds the slices in order
   // into dtable (deterministic).
-  const int64_t slices = split_k_slices(BL);
+  const int64_t slices = attention_table_grad_slices(BL);
   if (slices == 1) {
     GemmProblem into_table = head_gemm(s.window, d, BL, T, s);
     into_table.a = {bucket_grad, s.window_pitch, BL * s.window_pitch};
@@ -248,6 +245,26 @@ void check_table_grads(const AttentionShape& s, DType T, const Tensor& pos_key, 
   };
   if (s.c2p) check(dpos_key, pos_key, "dpos_key");
   if (s.p2c) check(dpos_query, pos_query, "dpos_query");
+}
+
+bool diagonals_reach_few_rows(const RelativePositionConfig& positions, int64_t length, int64_t diagonals,
+                              int64_t rows) {
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+  static std::mutex mutex;
+  static auto* cache = new std::map<Key, bool>;  // never destroyed, like the index-table cache
+  const std::lock_guard<std::mutex> lock(mutex);
+  const Key key{positions.position_buckets, positions.max_relative_positions, length, diagonals, rows};
+  if (const auto it = cache->find(key); it != cache->end()) return it->second;
+  const int64_t all = 2 * length - 1;
+  std::vector<int64_t> row(static_cast<size_t>(all));
+  for (int64_t t = 0; t < all; ++t) row[static_cast<size_t>(t)] = c2p_index(t - (length - 1), 0, positions);
+  bool covers = true;
+  for (int64_t t = 0; t < all && covers; ++t) {
+    const int64_t last = std::min(t + diagonals - 1, all - 1);
+    covers = row[static_cast<size_t>(last)] - row[static_cast<size_t>(t)] < rows;
+  }
+  cache->emplace(key, covers);
+  return covers;
 }
 
 }  // namespace zt::kernels::gpu::attention_host

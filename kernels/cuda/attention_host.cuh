@@ -51,6 +51,13 @@ void check_tensor(const Tensor& t, DType dtype, const Shape& shape, const char* 
 void check_table_grads(const AttentionShape& s, DType T, const Tensor& pos_key, const Tensor& pos_query,
                        const Tensor& dpos_key, const Tensor& dpos_query, const char* op);
 
+// Whether every `diagonals` consecutive diagonals i - j (of the 2L - 1, by the host's c2p_index) reach fewer
+// than `rows` table rows: the flash forward's staged slices (64, 64) and the short forward's table windows
+// (127, 128) then cover every tile. True when the bucketing moves by at most one row per unit of i - j, as
+// HF's log buckets and the unbucketed clamp do. Once per (bucketing, L, diagonals, rows), cached.
+bool diagonals_reach_few_rows(const RelativePositionConfig& positions, int64_t length, int64_t diagonals,
+                              int64_t rows);
+
 // The mask as bytes [n] (1 = kept), from i64, i32 or f32.
 DeviceBuffer make_keep(const Tensor& mask, int64_t n, cudaStream_t stream);
 void set_window(AttentionShape& s, int64_t window);

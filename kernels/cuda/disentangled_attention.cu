@@ -43,6 +43,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention_host.cuh"
+#include "kernels/cuda/flash_disentangled_attention.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/relative_position.cuh"
@@ -377,6 +378,38 @@ size_t probs_elements(const AttentionShape& s) {
 
 }  // namespace
 
+namespace {
+
+// Whether the forward runs as one kernel (short_disentangled_attention.cu): 16-bit storage, heads of 64,
+// L <= 128, its 16-byte copies aligned, and the table rows its windows hold enough.
+bool short_forward_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+                           const Tensor& pos_query, const Tensor& context, const Tensor& probs,
+                           const DisentangledAttentionConfig& config, const AttentionShape& s, DType T) {
+  using cuda_detail::is_aligned16;
+  if (!short_attention_forward_shape(T, s.head_size, s.length)) return false;
+  if (s.batch * s.heads > 65535 || !aligned_to(probs.data(), 4)) return false;
+  if (!is_aligned16(q.data()) || !is_aligned16(k.data()) || !is_aligned16(v.data()) ||
+      !is_aligned16(context.data()))
+    return false;
+  if (s.c2p && !is_aligned16(pos_key.data())) return false;
+  if (s.p2c && !is_aligned16(pos_query.data())) return false;
+  // A key tile's 127 diagonals within the 128 window rows its products cover, the CTA's 191 within its 192.
+  return !(s.c2p || s.p2c) ||
+         (diagonals_reach_few_rows(config.positions, s.length, 2 * kFlashTile - 1, 2 * kFlashTile) &&
+          diagonals_reach_few_rows(config.positions, s.length, 3 * kFlashTile - 1, 3 * kFlashTile));
+}
+
+}  // namespace
+
+bool short_attention_forward_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+                                     const Tensor& pos_query, const Tensor& attention_mask,
+                                     const DisentangledAttentionConfig& config, const Tensor& context,
+                                     const Tensor& probs) {
+  const Plan plan =
+      plan_attention(q, k, v, pos_key, pos_query, attention_mask, config, "short_attention_forward_applies");
+  return short_forward_applies(q, k, v, pos_key, pos_query, context, probs, config, plan.shape, plan.dtype);
+}
+
 void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
                                     const Tensor& pos_query, const Tensor& attention_mask,
                                     const DisentangledAttentionConfig& config, const Tensor& context,
@@ -397,6 +430,42 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     set_window(s, tables.window);
   }
 
+  StepProfile& prof = StepProfile::global();
+  if (short_forward_applies(q, k, v, pos_key, pos_query, context, probs, config, s, T)) {
+    FlashAttentionParams p;
+    p.q = q.data();
+    p.k = k.data();
+    p.v = v.data();
+    p.keep = keep.data_as<uint8_t>();
+    p.context = context.data();
+    p.probs = probs.data();
+    if (s.c2p || s.p2c) {
+      p.diagonal = tables.diagonal;
+      p.window_begin = static_cast<int>(tables.window_begin);
+    }
+    if (s.c2p) {
+      p.pos_key = pos_key.data();
+      p.table_rows = static_cast<int>(pos_key.dim(0));
+    }
+    if (s.p2c) {
+      p.pos_query = pos_query.data();
+      p.table_rows = static_cast<int>(pos_query.dim(0));
+    }
+    p.batch = static_cast<int>(s.batch);
+    p.length = static_cast<int>(L);
+    p.heads = static_cast<int>(s.heads);
+    p.features = static_cast<int>(s.features);
+    p.inverse_scale = s.inverse_scale;
+    p.dropout = s.dropout;
+    p.dropout_p = s.dropout_p;
+    p.kept_scale = s.kept_scale;
+    p.seed = s.seed;
+    p.site_id = s.site_id;
+    launch_short_attention_forward(p, T, stream);
+    prof.mark("attn.fwd.short");
+    return;
+  }
+
   // Content scores Q K^T in f32, one call batched over every (b, h): for f32 storage straight into probs
   // (finished in place by the softmax kernel), for 16-bit storage into an f32 scratch, so the scores are
   // never rounded to T (only P is, once).
@@ -414,7 +483,6 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     gemm(p, stream);
   }
   // Sub-segments of the model's attention segment (no-ops unless profiling, runtime/step_profile.h).
-  StepProfile& prof = StepProfile::global();
   prof.mark("attn.fwd.qk_gemm");
   // Positional scores over all B*L rows of a head: C2P = Q PK_w^T, P2C = K PQ_w^T, [N, B*L, W] f32.
   DeviceBuffer c2p_scores, p2c_scores;

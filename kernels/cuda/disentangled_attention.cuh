@@ -16,6 +16,13 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
                                     const DisentangledAttentionConfig& config, const Tensor& context,
                                     const Tensor& probs, cudaStream_t stream);
 
+// Whether disentangled_attention_forward runs these tensors as one kernel (short_disentangled_attention.cu:
+// 16-bit storage, heads of 64, L <= 128, 16-byte aligned, the tables' rows within each tile's window).
+bool short_attention_forward_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
+                                     const Tensor& pos_query, const Tensor& attention_mask,
+                                     const DisentangledAttentionConfig& config, const Tensor& context,
+                                     const Tensor& probs);
+
 void disentangled_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
                                      const Tensor& pos_query, const Tensor& attention_mask,
                                      const Tensor& probs, const Tensor& dcontext,

@@ -232,6 +232,45 @@ __device__ __forceinline__ void accumulate_transposed_times_tile(const float* bl
   });
 }
 
+// ---- dropout --------------------------------------------------------------------------------------------
+
+// Note [keep bits in registers]: bit 4 nt + e of the result keeps this thread's element s[nt][e], i.e.
+// P[i0 + 16 w + g + 8 (e / 2), j0 + 8 nt + 2 q + e % 2] (lane = 4 g + q), by the unfused path's draw
+// (philox.h's attention draw: rows padded to 8 keys, key j of row r is half e % 8 of Philox block e / 8, e =
+// r pitch + j). A block is the 8 keys 8 nt .. + 7 of one row, shared by the 4 lanes of a quad (lane q needs
+// halves 2 q, 2 q + 1): the quad's 16 blocks (2 rows x 8 nt) are drawn 4 a lane (lane q: nt = q and q + 4 of
+// both rows, round by round by philox_blocks), each lane's 4 x 8 keep bits are gathered by the quad (4
+// shuffles) and every lane picks its 2 bits of each block: one block per 8 elements. Keys past L get bits
+// nobody reads.
+__device__ __forceinline__ uint32_t draw_keep_bits(const FlashAttentionParams& p, uint32_t threshold,
+                                                   int64_t bh, int row0, int j0) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, q = lane % 4;
+  const uint64_t L = static_cast<uint64_t>(p.length), pitch = attention_row_pitch(L);
+  // Block n of this lane: row row0 + 8 (n % 2), key tile nt = q + 4 (n / 2).
+  const uint64_t row_block = ((static_cast<uint64_t>(bh) * L + static_cast<uint64_t>(row0)) * pitch + j0) / 8;
+  const uint64_t block[4] = {row_block + q, row_block + pitch + q, row_block + 4 + q,
+                             row_block + pitch + 4 + q};
+  PhiloxCounter blocks[4];
+  philox_blocks(p.seed, p.site_id, block, blocks);
+  // Byte n of drawn: block n's keep bits, bit k = key 8 nt + k.
+  uint32_t drawn = 0;
+#pragma unroll
+  for (int n = 0; n < 4; ++n) drawn |= attention_keep_bits(blocks[n], threshold) << (8 * n);
+  const int quad = lane & ~3;
+  uint32_t bits = 0;
+#pragma unroll
+  for (int source = 0; source < 4; ++source) {
+    // Lane `source` drew nt = source and source + 4; this lane's keys are bits 2 q, 2 q + 1 of each byte.
+    const uint32_t theirs = __shfl_sync(0xffffffffu, drawn, quad + source) >> (2 * q);
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      const int nt = source + 4 * (n / 2), r = n % 2;
+      bits |= ((theirs >> (8 * n)) & 3u) << (4 * nt + 2 * r);
+    }
+  }
+  return bits;
+}
+
 // ---- tiles ---------------------------------------------------------------------------------------------
 
 // Rows first .. first + 63 of head h of a [B, L, D] tensor (batch b) into a [64, kPitch] tile; rows >= L are

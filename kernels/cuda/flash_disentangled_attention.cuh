@@ -28,6 +28,7 @@
 
 #include <cstdint>
 
+#include "kernels/disentangled_attention.h"
 #include "runtime/dtype.h"
 
 namespace zt::kernels::gpu {
@@ -43,8 +44,13 @@ struct FlashAttentionParams {
   const float* p2c = nullptr;         // [N, B*L, window_pitch] f32, or nullptr without p2c
   const int32_t* diagonal = nullptr;  // [2L - 1]: c(i,j) - window_begin at i - j + L - 1
   const uint8_t* keep = nullptr;      // [B, L] m_j != 0
-  void* context = nullptr;            // [B, L, D] T: out (forward), in (backward)
-  float* stats = nullptr;             // [B, N, L, 2] f32 (row max, 1 / row sum): out (forward), in (backward)
+  // The short forward (L <= 128, launch_short_attention_forward) computes C2P / P2C itself from the tables:
+  const void* pos_key = nullptr;    // [table_rows, D] T (PK), or nullptr without c2p
+  const void* pos_query = nullptr;  // [table_rows, D] T (PQ), or nullptr without p2c
+  void* probs = nullptr;            // [B, N, L, L] T: P, out
+  int window_begin = 0, table_rows = 0;
+  void* context = nullptr;  // [B, L, D] T: out (forward), in (backward)
+  float* stats = nullptr;   // [B, N, L, 2] f32 (row max, 1 / row sum): out (forward), in (backward)
   // backward only
   const void* dcontext = nullptr;  // [B, L, D] T
   float* row_dot = nullptr;        // [B, N, L] f32 scratch: D_i
@@ -89,6 +95,11 @@ bool flash_backward_rotated_order(int tiles, int resident_ctas, int ranks_on_dev
 enum class FlashBackwardOrder : uint8_t { automatic, ascending };
 void set_flash_backward_order(FlashBackwardOrder order);
 FlashBackwardOrder flash_backward_order();
+
+// The stored path's forward in one kernel where L <= kShortAttentionMaxLength (disentangled_attention.cu
+// decides; short_disentangled_attention.cu): context and P as the unfused kernels compute them.
+static_assert(kShortAttentionMaxLength == 2 * kFlashTile, "the short forward holds two key tiles");
+void launch_short_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream);
 
 // dtype: bf16 or f16 (T of q, k, v, context and the gradients).
 void launch_flash_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream);

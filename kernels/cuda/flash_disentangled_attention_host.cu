@@ -3,10 +3,6 @@
 // path's positional GEMMs.
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <tuple>
-#include <vector>
 
 #include "kernels/cuda/attention_host.cuh"
 #include "kernels/cuda/disentangled_attention.cuh"
@@ -35,28 +31,6 @@ const char* flash_attention_unsupported(const Tensor& q, const DisentangledAtten
 }
 
 namespace {
-
-// Whether every 64 consecutive diagonals i - j reach at most 64 table rows (FlashAttentionParams::staged),
-// with the host's c2p_index; once per (bucketing, L), cached.
-bool flash_slices_cover_tiles(const RelativePositionConfig& positions, int64_t length) {
-  using Key = std::tuple<int64_t, int64_t, int64_t>;
-  static std::mutex mutex;
-  static auto* cache = new std::map<Key, bool>;  // never destroyed, like the index-table cache
-  const std::lock_guard<std::mutex> lock(mutex);
-  const Key key{positions.position_buckets, positions.max_relative_positions, length};
-  if (const auto it = cache->find(key); it != cache->end()) return it->second;
-  const int64_t diagonals = 2 * length - 1;
-  std::vector<int64_t> row(static_cast<size_t>(diagonals));
-  for (int64_t t = 0; t < diagonals; ++t)
-    row[static_cast<size_t>(t)] = c2p_index(t - (length - 1), 0, positions);
-  bool covers = true;
-  for (int64_t t = 0; t < diagonals && covers; ++t) {
-    const int64_t last = std::min(t + kFlashTile - 1, diagonals - 1);
-    covers = row[static_cast<size_t>(last)] - row[static_cast<size_t>(t)] < kFlashTile;
-  }
-  cache->emplace(key, covers);
-  return covers;
-}
 
 struct FlashRun {
   Plan plan;
@@ -99,7 +73,7 @@ FlashRun prepare_flash(const Tensor& q, const Tensor& k, const Tensor& v, const 
     p.c2p = run.c2p_scores.data_as<float>();
     p.p2c = run.p2c_scores.data_as<float>();
     p.window_pitch = static_cast<int>(s.window_pitch);
-    p.staged = flash_slices_cover_tiles(config.positions, s.length);
+    p.staged = diagonals_reach_few_rows(config.positions, s.length, kFlashTile, kFlashTile);
   }
   p.q = q.data();
   p.k = k.data();

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/disentangled_attention.cuh"
 #include "kernels/cuda/relative_position.cuh"
 #include "kernels/disentangled_attention.h"
 #include "tests/kernels/attention_gpu_cases.h"
@@ -82,6 +83,10 @@ TEST_P(DisentangledAttentionGpu, MatchesCpuReference) {
   auto gdv = to_device(std::vector<float>(n, 9.0f), features, c.dtype);
   auto gdpk = to_device(dpk_initial, table, DType::f32), gdpq = to_device(dpq_initial, table, DType::f32);
   Tensor pk_gpu = c.c2p ? gpk.tensor : Tensor(), pq_gpu = c.p2c ? gpq.tensor : Tensor();
+  // 16-bit heads of 64 at L <= 128 run the one-kernel forward; everything else the GEMMs and softmax kernel.
+  EXPECT_EQ(gpu::short_attention_forward_applies(gq.tensor, gk.tensor, gv.tensor, pk_gpu, pq_gpu,
+                                                 gmask.tensor, config, gcontext.tensor, gprobs.tensor),
+            c.dtype != DType::f32 && c.head_size == 64 && c.length <= 128);
   disentangled_attention_forward(gq.tensor, gk.tensor, gv.tensor, pk_gpu, pq_gpu, gmask.tensor, config,
                                  gcontext.tensor, gprobs.tensor);
   disentangled_attention_backward(gq.tensor, gk.tensor, gv.tensor, pk_gpu, pq_gpu, gmask.tensor,
@@ -139,7 +144,24 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"bf16_B2_L512_xlarge_buckets_dropout", DType::bf16, 2, 512, 2, 8, test::xlarge_buckets(), true,
              true, 0.1f},
         Case{"f16_L257_xlarge_buckets_dropout", DType::f16, 1, 257, 2, 8, test::xlarge_buckets(), true, true,
-             0.1f}),
+             0.1f},
+        // The one-kernel forward (heads of 64, L <= 128): two key tiles, one, a partial one, an odd L (P
+        // stored a key at a time), each positional term alone, none, clamped and log buckets.
+        Case{"bf16_B2_L128_d64_xlarge_buckets_dropout", DType::bf16, 2, 128, 3, 64, test::xlarge_buckets(),
+             true, true, 0.1f},
+        Case{"f16_B2_L100_d64_clamped", DType::f16, 2, 100, 2, 64, test::clamped_buckets(), true, true, 0.0f},
+        Case{"bf16_L37_d64_tiny_buckets_dropout", DType::bf16, 2, 37, 2, 64, test::tiny_buckets(), true, true,
+             0.1f},
+        Case{"bf16_L64_d64_c2p_only", DType::bf16, 2, 64, 2, 64, test::xlarge_buckets(), true, false, 0.0f},
+        Case{"f16_L77_d64_p2c_only_unbucketed_dropout", DType::f16, 2, 77, 2, 64, test::unbucketed(), false,
+             true, 0.1f},
+        Case{"bf16_L128_d64_content_only", DType::bf16, 2, 128, 2, 64, test::xlarge_buckets(), false, false,
+             0.0f},
+        // xlarge's buckets with a partial key tile in f16; p2c alone.
+        Case{"f16_B5_L100_d64_xlarge_buckets_dropout", DType::f16, 5, 100, 2, 64, test::xlarge_buckets(),
+             true, true, 0.1f},
+        Case{"bf16_B3_L128_d64_p2c_only_xlarge", DType::bf16, 3, 128, 2, 64, test::xlarge_buckets(), false,
+             true, 0.0f}),
     [](const auto& info) { return info.param.name; });
 
 // The backward's bucket gathers take their one-term path exactly where every bucket of the window holds one

@@ -121,6 +121,9 @@ TEST(MemoryEstimateHint, SaysWhenTheStateAloneExceedsTheCap) {
 // 0.26-0.84 GiB short; before the conv's, the 6.23 B model's was 0.13 GiB short.) The offload rows without
 // stream_gradients are the path with gradient accumulation (a device f32 gradient shard); the trainer streams
 // the gradients to the host at stages 2-3 without accumulation (zero_offload), which the session-3 rows are.
+// Since the stored path's forward became one kernel at L <= 128 (2026-12-07) the attention's per-call scratch
+// at seq 128 is its backward's, smaller: these rows hold every category but the scratch (total - scratch),
+// and EqualsTheH100PeakWithTheOneKernelForward the scratch.
 TEST(MemoryEstimate, EqualsTheH200PeaksIncludingTheAttentionScratch) {
   DebertaConfig model = deberta_v2_xlarge_config();
   model.hidden_dropout_prob = model.attention_probs_dropout_prob = 0.1;
@@ -156,8 +159,9 @@ TEST(MemoryEstimate, EqualsTheH200PeaksIncludingTheAttentionScratch) {
     const std::string row = str("stage ", m.stage, ", world ", m.world, ", batch ", m.batch);
     const double split_saving =
         m.stage == 0 && m.offload.optimizer == false ? split_master_saving_gib(model) : 0;
-    EXPECT_NEAR(static_cast<double>(e.scratch) / kGiB, m.scratch_gib, 0.0015) << row;
-    EXPECT_NEAR(static_cast<double>(e.total()) / kGiB, m.total_gib - split_saving, 0.0015) << row;
+    EXPECT_NEAR(static_cast<double>(e.total() - e.scratch) / kGiB, m.total_gib - m.scratch_gib - split_saving,
+                0.0015)
+        << row;
   }
 }
 
@@ -173,10 +177,24 @@ TEST(MemoryEstimate, EqualsTheH200PeaksWithTheGradientsOnTheActivations) {
   for (const auto& m : measured) {
     const MemoryEstimate e = estimate_memory(model, 0, 1, DType::bf16, m.batch, 128);
     EXPECT_EQ(e.state.gradients, 0u);
-    EXPECT_NEAR(static_cast<double>(e.scratch) / kGiB, m.scratch_gib, 0.0015) << "batch " << m.batch;
-    EXPECT_NEAR(static_cast<double>(e.total()) / kGiB, m.total_gib - split_master_saving_gib(model), 0.0015)
+    // Every category but the scratch (see EqualsTheH200PeaksIncludingTheAttentionScratch).
+    EXPECT_NEAR(static_cast<double>(e.total() - e.scratch) / kGiB,
+                m.total_gib - m.scratch_gib - split_master_saving_gib(model), 0.0015)
         << "batch " << m.batch;
   }
+}
+
+// The one-kernel forward at seq 128 (kernels/cuda/short_disentangled_attention.cu): the attention's scratch
+// is its backward's (dP in f32, G and P~ in T, Gc and Gp, a term's table window and f32 partials) beside the
+// GEMM workspace. Measured on one H100 (docs/bench/2026-12-07-h100-session26/call7_long.json, xlarge bf16
+// seq 128 dropout 0.1, stage 0, batch 40): scratch 0.292 GiB, peak 16.022; the model is 2 MiB short of the
+// scratch (0.290), not yet itemized, hence the wider tolerance here.
+TEST(MemoryEstimate, EqualsTheH100PeakWithTheOneKernelForward) {
+  DebertaConfig model = deberta_v2_xlarge_config();
+  model.hidden_dropout_prob = model.attention_probs_dropout_prob = 0.1;
+  const MemoryEstimate e = estimate_memory(model, 0, 1, DType::bf16, 40, 128);
+  EXPECT_NEAR(static_cast<double>(e.scratch) / kGiB, 0.292, 0.003);
+  EXPECT_NEAR(static_cast<double>(e.total()) / kGiB, 16.022, 0.003);
 }
 
 // The 6.23 B shape (hidden 4096, 64 heads, FFN 16384, 28 layers; ZeRO-3, both offloads streamed, batch 8):

@@ -190,7 +190,7 @@ with tempfile.TemporaryDirectory() as tmp:
         (["long", "--fast"], "long takes [--candidate DIR|FILE.patch [--candidate-only]] [--with-compile]"),
         (["long", "--candidate-only"], "--candidate-only needs --candidate DIR"),
         (["flashncu", "--candidate", ROOT], "flashncu: --candidate is this tree"),
-        (["flashncu", "--quick"], "flashncu takes [--candidate DIR|FILE.patch]"),
+        (["flashncu", "--quick"], "flashncu takes [--short] [--candidate DIR|FILE.patch]"),
         (["long", "--candidate"], "--candidate needs a source tree or a .patch"),
         (["long", "--candidate", os.path.join(tmp, "missing")], "--candidate: no source tree"),
         (["long", "--candidate", ROOT], "--candidate is this tree"),

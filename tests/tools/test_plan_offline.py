@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """scripts/plan_offline.py on session 19's recorded plan run (docs/bench/2026-12-06-h100-session19): with
-the figures that run calibrated, the planner picks today what that run's --auto_plan picked in every cell
+the figures that run calibrated, the planner picks today what that run's --auto_plan picked in every cell but one (see below)
 and the verdict is the run's (12 GiB x 512 at 1.078x: exit 1); with the 24-layer steps' per-layer growth
 (370 us + 300 ns a token) every cell's pick is its fastest (exit 0)."""
 import json
@@ -26,8 +26,13 @@ def main():
     table = json.loads((RUN / "call2_plan_goals_state.json").read_text())["table"]
     rc, picks, out = offline(bin_dir)
     assert len(picks) == 16, out
+    # Since the one-kernel attention forward (2026-12-07) the attention's scratch at seq 128 is its backward's,
+    # smaller: at 16 GiB the whole 512 fits one micro-batch with ZeRO-3, both offloads and checkpointing,
+    # predicted faster than that run's pick and not measured in it.
+    now = {"512x128@16": "s3 both 512x1 ckpt"}
     for cell, row in table.items():
-        assert picks[cell] == row["auto"], (cell, picks[cell], row["auto"], out)
+        assert picks[cell] == now.get(cell, row["auto"]), (cell, picks[cell], row["auto"], out)
+    assert "512x128@16   pick s3 both 512x1 ckpt" in out and "not measured" in out, out
     assert rc == 1 and "1.078x the fastest" in out, out
     rc, picks, out = offline(bin_dir, "--layer", "370", "300")
     assert rc == 0, out

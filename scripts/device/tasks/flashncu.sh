@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2034,SC2154  # sourced by scripts/device/run.sh, which sets the rest
-# flashncu [--candidate DIR|FILE.patch]: Nsight Compute's full set on one launch of the flash attention's backward
-# at 4 x 2048 (xlarge, bf16, dropout 0.1; zt_bench --only attention_backward_flash), for issue 39: where its issue
+# flashncu [--short] [--candidate DIR|FILE.patch]: Nsight Compute's full set on one launch of the flash attention's
+# backward at 4 x 2048 (xlarge, bf16, dropout 0.1; zt_bench --only attention_backward_flash) or, with --short, of
+# the stored path's one-kernel forward at 40 x 128 (--only attention_forward), for issue 39: where its issue
 # slots and stalls go by SASS instruction, and the L2 traffic of its reductions. The launch profiled is the fifth
 # of the kernel (one validation call at small dims, then three warm-ups: the first at 4 x 2048; the grid size in
 # the summary says so). Outputs (per tree): ncu_<tree>_details.csv (every section), ncu_<tree>_source.csv.gz
@@ -12,14 +13,19 @@
 # 39 s on a warm machine). One call:
 #   run(carry=[".device-deps"(, ".plan")], timeout_s=420): scripts/device/run.sh flashncu [--candidate .plan/NAME.patch]
 targets=(zt_bench)
+ncu_kernel=flash_attention_backward_kernel ncu_bench=(--only attention_backward_flash --batch 4 --seq 2048) ncu_skip=4
 task_args() {
   while (($#)); do
     case $1 in
+    --short)
+      # The validation call's heads of 16 do not run it: the 4th launch is the first timed one.
+      ncu_kernel=short_attention_forward_kernel ncu_bench=(--only attention_forward --batch 40 --seq 128) ncu_skip=3
+      ;;
     --candidate)
       candidate_tree "${2:-}"
       shift
       ;;
-    *) refuse "flashncu takes [--candidate DIR|FILE.patch] (got: $1)" ;;
+    *) refuse "flashncu takes [--short] [--candidate DIR|FILE.patch] (got: $1)" ;;
     esac
     shift
   done
@@ -48,8 +54,8 @@ task_run() {
     name=${name#.}  # .wt-NAME: no hidden files among the outputs
     rep=$work/ncu_$name
     x --timeout 300 --to "$work/ncu_${name}_run.txt" ncu --set full --import-source no \
-      -k regex:flash_attention_backward_kernel --launch-skip 4 --launch-count 1 -f -o "$rep" \
-      "$(bin_of "$tree")"/zt_bench --only attention_backward_flash --batch 4 --seq 2048 --reps 1
+      -k "regex:$ncu_kernel" --launch-skip "$ncu_skip" --launch-count 1 -f -o "$rep" \
+      "$(bin_of "$tree")"/zt_bench "${ncu_bench[@]}" --reps 1
     if ! ((dry_run)) && [[ ! -f $rep.ncu-rep ]]; then
       say "$name: ncu wrote no report: $(grep -v '^\s*$' "$work/ncu_${name}_run.txt.err" | tail -2 | tr '\n' ' ')"
       status=1

@@ -1,0 +1,378 @@
+// The stored path's forward at L <= 128 in one kernel: the content scores, the positional terms C2P / P2C,
+// the masks, the softmax, the dropout and P~ V, with P written for the stored backward
+// (disentangled_attention.cu). It replaces four GEMMs and the softmax kernel there, which wrote and read
+// back the f32 scores and the f32 [N, B*L, Wp] positional tables (~250 MB a layer at 40 x 128 for xlarge).
+//
+// One CTA of 4 warps per (b, h, tile of 64 query rows); each warp owns 16 rows and keeps all of their
+// scores (at most two key tiles of 64) in registers, so the softmax is exact, as the unfused kernel's:
+//   the CTA's diagonals i - j in [i0 - L + 1, i0 + 63] reach the table rows first .. first + 190 (c(i, j)
+//   is monotone in i - j and moves at most one row a diagonal: the launcher checks), loaded once as
+//   192-row windows of PK and PQ; key tile j0's 127 diagonals reach 128 of them, from base(j0) on, so
+//     S = Q_tile K_tile^T,  C2P_w = Q_tile PK_w^T,  P2C_w = K_tile PQ_w^T      (mma.sync, [64, 128] f32)
+//     a(i, j) = ((S + C2P_w[i, c(i,j) - first - base]) + P2C_w[j, c(i,j) - first - base]) / s,
+//     finfo.min unless m_i m_j (0 on a padded query row: uniform either way), -inf past L;
+//   P = T(exp(a - max_i) / sum_i) (exp in base 2), P~ = T(P keep(e) / (1 - p)), context = T(P~ V).
+// The unfused kernels' formulas and roundings (P and P~ rounded to T once, every product and sum in f32);
+// the order of the f32 sums differs (tensor-core products, a row's sum over a quad) and exp2.approx stands
+// for expf (a few ulp before P's rounding). keep(e) is the unfused path's Philox draw
+// (flash_tiles::draw_keep_bits): the same keep bits.
+//
+// Shared memory (107.5 KiB, two CTAs an SM): K of both key tiles; the PK and PQ windows, whose place V's
+// tiles take once the products are done (their copies in flight during the softmax); and one [64, 132] f32
+// buffer that first stages Q, then holds each warp's C2P_w rows and then, the same rows by key, P2C_w: a warp
+// reads only its own C2P rows, so only the P2C rows, which every warp reads, need a barrier. Nsight Compute
+// at 40 x 128 (H100): 187 us, issue slots 30 % busy at 12 % occupancy (registers: 200 a thread); the
+// Philox draw, the masks and the exponentials are half the instructions.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/flash_attention_tiles.cuh"
+#include "kernels/cuda/flash_disentangled_attention.cuh"
+#include "kernels/cuda/launch_common.cuh"
+#include "runtime/check.h"
+#include "runtime/cuda_check.h"
+
+namespace zt::kernels::gpu {
+namespace {
+
+using namespace flash_tiles;  // NOLINT(google-build-using-namespace): this file's building blocks
+
+constexpr int kKeyTiles = 2;
+constexpr int kWindowRows = 3 * kTile;   // table rows the CTA's 191 diagonals reach (192 with the row after)
+constexpr int kProductRows = 2 * kTile;  // window rows one key tile's products cover (its 127 diagonals)
+constexpr int kTermPitch = kProductRows + 4;  // floats a row of the positional-terms buffer
+constexpr size_t kKeyBytes = kKeyTiles * kTile * kPitch * sizeof(uint16_t);
+constexpr size_t kWindowBytes = kWindowRows * kPitch * sizeof(uint16_t);  // one table's
+constexpr size_t kTermBytes = kTile * kTermPitch * sizeof(float);
+constexpr size_t kShortSharedBytes = kKeyBytes + 2 * kWindowBytes + kTermBytes;
+static_assert(kTermBytes >= kTile * kPitch * sizeof(uint16_t), "Q is staged in the terms buffer");
+static_assert(kWindowBytes >= kKeyBytes, "V's tiles replace the PK window");
+
+__device__ __forceinline__ void wait_for_copies() {
+  asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The two values of a pack2 word, as f32 and as T (lo: the lower address).
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t word) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+  } else {
+    return __half22float2(*reinterpret_cast<const __half2*>(&word));
+  }
+}
+template <typename T>
+__device__ __forceinline__ T low_half(uint32_t word) {
+  const auto bits = static_cast<uint16_t>(word & 0xffffu);
+  return *reinterpret_cast<const T*>(&bits);
+}
+template <typename T>
+__device__ __forceinline__ T high_half(uint32_t word) {
+  const auto bits = static_cast<uint16_t>(word >> 16);
+  return *reinterpret_cast<const T*>(&bits);
+}
+
+// Rows first .. first + 191 of head h of a [table_rows, D] table into a [192, kPitch] window (rows past the
+// table zero) by cp.async.
+template <typename T>
+__device__ __forceinline__ void copy_window(T* window, const void* table, int table_rows, int features,
+                                            int64_t h, int first) {
+  const T* rows = static_cast<const T*>(table);
+  for (int chunk = static_cast<int>(threadIdx.x); chunk < kWindowRows * 8; chunk += kThreads) {
+    const int r = chunk / 8, c = chunk % 8, row = first + r;
+    const bool valid = row < table_rows;
+    copy_async16(window + r * kPitch + c * 8,
+                 valid ? rows + static_cast<int64_t>(row) * features + h * kD + c * 8 : rows, valid);
+  }
+}
+
+// terms[row0 + r][c] = (A W^T)[r][c] for this warp's 16 rows r and 128 rows c of a window W: A as fragments
+// (Q, in registers) or as rows row0 .. of a [64, kPitch] tile (K).
+__device__ __forceinline__ void store_rows(float* terms, int row0, const float part[8][4], int column0) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+  float* top = terms + (row0 + g) * kTermPitch + column0 + 2 * q;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    *reinterpret_cast<float2*>(top + nt * 8) = make_float2(part[nt][0], part[nt][1]);
+    *reinterpret_cast<float2*>(top + 8 * kTermPitch + nt * 8) = make_float2(part[nt][2], part[nt][3]);
+  }
+}
+template <typename T>
+__device__ __forceinline__ void query_window_product(const uint32_t qa[4][4], const T* window, float* terms,
+                                                     int row0) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float part[8][4];
+    product_with_rows(qa, window + half * kTile * kPitch, part);
+    store_rows(terms, row0, part, half * kTile);
+  }
+}
+template <typename T>
+__device__ __forceinline__ void key_window_product(const T* key_tile, const T* window, float* terms,
+                                                   int row0) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float part[8][4];
+    product_with_rows(key_tile, row0, window + half * kTile * kPitch, part);
+    store_rows(terms, row0, part, half * kTile);
+  }
+}
+
+template <typename T, bool kDropout>
+__global__ void __launch_bounds__(kThreads, 2) short_attention_forward_kernel(FlashAttentionParams p) {
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  T* keys = reinterpret_cast<T*>(dynamic_shared);  // K tile 0, K tile 1
+  T* pk_window = reinterpret_cast<T*>(dynamic_shared + kKeyBytes);
+  T* pq_window = pk_window + kWindowRows * kPitch;
+  T* values = pk_window;  // V tile 0, V tile 1, once the products are done
+  float* terms = reinterpret_cast<float*>(dynamic_shared + kKeyBytes + 2 * kWindowBytes);
+  // Per key tile: c(i, j) - first - base[kt] at i - j = i0 - j0 - 63 + t, in [0, 128).
+  __shared__ int tile_diagonal[kKeyTiles][kDiagonals];
+  __shared__ uint32_t key_words[kKeyTiles * 2];  // bit l of word w: key 32 w + l is < L and m_j != 0
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int L = p.length;
+  const int i0 = static_cast<int>(blockIdx.x) * kTile;
+  const int64_t bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const bool has_c2p = p.pos_key != nullptr, has_p2c = p.pos_query != nullptr;
+  const bool positional = has_c2p || has_p2c;
+  const int key_tiles = (L + kTile - 1) / kTile;
+  auto key_tile = [&](int t) { return keys + t * kTile * kPitch; };
+  auto value_tile = [&](int t) { return values + t * kTile * kPitch; };
+
+  // Everything but V in one group: Q (through the terms buffer), K of every key tile, and the table rows the
+  // CTA's diagonals i - j in [i0 - L + 1, i0 + 63] reach, from first = c(i0, L - 1) (window rows
+  // first .. first + 191: the launcher checks that 191 consecutive diagonals reach at most 192 rows). Key
+  // tile kt's products take the 128 window rows from base[kt] = min(c(i0, j0 + 63) - first, 64) on.
+  T* q_stage = reinterpret_cast<T*>(terms);
+  prefetch_tile(q_stage, static_cast<const T*>(p.q), p, b, h, i0);
+  for (int t = 0; t < key_tiles; ++t)
+    prefetch_tile(key_tile(t), static_cast<const T*>(p.k), p, b, h, t * kTile);
+  int first = 0, base[kKeyTiles] = {0, 0};
+  if (positional) {
+    first = p.diagonal[i0];  // i - j = i0 - (L - 1)
+#pragma unroll
+    for (int kt = 0; kt < kKeyTiles; ++kt) base[kt] = min(diagonal_at(p, i0, kt * kTile, 0) - first, kTile);
+    if (has_c2p) copy_window(pk_window, p.pos_key, p.table_rows, p.features, h, p.window_begin + first);
+    if (has_p2c) copy_window(pq_window, p.pos_query, p.table_rows, p.features, h, p.window_begin + first);
+  }
+  commit_async_copies();
+  {
+    static_assert(kThreads == kKeyTiles * kTile, "a thread a key for the key bits");
+    const int j = static_cast<int>(threadIdx.x);
+    const uint32_t bits = __ballot_sync(0xffffffffu, j < L && p.keep[b * L + j] != 0);
+    if (j % 32 == 0) key_words[j / 32] = bits;
+  }
+  if (positional) {
+    for (int t = static_cast<int>(threadIdx.x); t < kKeyTiles * kDiagonals; t += kThreads) {
+      const int kt = t / kDiagonals;
+      const int tile_base = kt == 0 ? base[0] : base[1];  // not base[kt]: a register, not the stack
+      tile_diagonal[kt][t % kDiagonals] = diagonal_at(p, i0, kt * kTile, t % kDiagonals) - first - tile_base;
+    }
+  }
+  wait_for_copies();
+  __syncthreads();
+  uint32_t qa[4][4];
+  load_a_fragments(q_stage, warp * 16, qa);
+
+  const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
+  bool row_kept[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + local_row[r];
+    row_kept[r] = i < L && p.keep[b * L + i] != 0;
+  }
+
+  float s[kKeyTiles][8][4];
+#pragma unroll
+  for (int kt = 0; kt < kKeyTiles; ++kt) {
+    if (kt < key_tiles) {
+      product_with_rows(qa, key_tile(kt), s[kt]);
+    } else {  // L <= 64: no keys here
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) s[kt][nt][0] = s[kt][nt][1] = s[kt][nt][2] = s[kt][nt][3] = -INFINITY;
+    }
+  }
+  if (positional) {
+    __syncthreads();  // every warp holds its Q fragments: the terms buffer is free
+#pragma unroll
+    for (int kt = 0; kt < kKeyTiles; ++kt) {
+      if (kt >= key_tiles) break;
+      // Element (r, nt, e): query local_row[r], key j0 + kj, diagonal t = local_row[r] - kj + 63.
+      auto add_terms = [&](bool by_key) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = e / 2, kj = nt * 8 + 2 * q + (e & 1);
+            const int c = tile_diagonal[kt][local_row[r] - kj + kTile - 1];
+            s[kt][nt][e] += terms[(by_key ? kj : local_row[r]) * kTermPitch + c];
+          }
+      };
+      if (has_c2p) {
+        query_window_product(qa, pk_window + base[kt] * kPitch, terms, warp * 16);
+        __syncwarp();
+        add_terms(false);
+        __syncwarp();  // this warp's C2P rows read before its P2C rows replace them
+      }
+      if (has_p2c) {
+        key_window_product(key_tile(kt), pq_window + base[kt] * kPitch, terms, warp * 16);
+        __syncthreads();
+        add_terms(true);
+      }
+      __syncthreads();  // every warp done with the terms (and, after the last tile, with the windows)
+    }
+  }
+  // V into the PK window's place, in flight while the softmax runs.
+  for (int t = 0; t < key_tiles; ++t)
+    prefetch_tile(value_tile(t), static_cast<const T*>(p.v), p, b, h, t * kTile);
+  commit_async_copies();
+
+  // a = ((S + C2P) + P2C) / s, finfo.min unless m_i m_j, -inf past L (no key there); a padded query row
+  // (every score finfo.min: uniform over the keys < L) takes 0 instead, so exp2's scaled scores stay finite.
+  // Then the softmax over the whole row, whose keys are spread over the 4 lanes of a quad, in base 2:
+  // exp(a - m) = 2^(a log2 e - m log2 e), one FFMA and one MUFU.EX2 (within a few ulp of expf; P is then
+  // rounded to T).
+  const float masked_score[2] = {row_kept[0] ? kMasked : 0.0f, row_kept[1] ? kMasked : 0.0f};
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int kt = 0; kt < kKeyTiles; ++kt) {
+    const uint32_t words[2] = {key_words[2 * kt] >> (2 * q), key_words[2 * kt + 1] >> (2 * q)};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = kt * kTile + nt * 8 + 2 * q + (e & 1);
+        const bool kept = row_kept[e / 2] && ((words[nt / 4] >> ((nt % 4) * 8 + (e & 1))) & 1u) != 0;
+        const float a = s[kt][nt][e] * p.inverse_scale;
+        s[kt][nt][e] = j >= L ? -INFINITY : (kept ? a : masked_score[e / 2]);
+        row_max[e / 2] = fmaxf(row_max[e / 2], s[kt][nt][e]);
+      }
+  }
+  float scaled_max[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
+    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+    scaled_max[r] = row_max[r] * kLog2e;  // finite: key i of a kept row i is kept
+  }
+#pragma unroll
+  for (int kt = 0; kt < kKeyTiles; ++kt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        // finfo.min log2 e and -inf give -inf: 0.
+        s[kt][nt][e] = exp2_approx(fmaf(s[kt][nt][e], kLog2e, -scaled_max[e / 2]));
+        row_sum[e / 2] += s[kt][nt][e];
+      }
+  float inverse[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+    inverse[r] = 1.0f / row_sum[r];
+  }
+
+  // P = T(x / sum), two neighbouring keys of a row as one word, stored; P~ = T(P keep / (1 - p)) kept as the
+  // A fragments of the product with V (dropped[kt][nt][r]: row g + 8 r, keys 8 nt + 2 q, + 1 of tile kt).
+  const uint32_t keep_threshold = attention_keep_threshold(p.dropout_p);
+  T* prob_row[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) prob_row[r] = static_cast<T*>(p.probs) + (bh * L + i0 + local_row[r]) * L;
+  const bool pairs = L % 2 == 0;  // a word per pair of keys (4-byte aligned)
+  uint32_t dropped[kKeyTiles][8][2];
+#pragma unroll
+  for (int kt = 0; kt < kKeyTiles; ++kt) {
+    if (kt >= key_tiles) break;
+    const int j0 = kt * kTile;
+    uint32_t keep = ~0u;
+    if constexpr (kDropout) keep = draw_keep_bits(p, keep_threshold, bh, i0 + local_row[0], j0);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int j = j0 + nt * 8 + 2 * q;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t prob = pack2<T>(s[kt][nt][2 * r] * inverse[r], s[kt][nt][2 * r + 1] * inverse[r]);
+        if constexpr (kDropout) {
+          const float2 value = unpack2<T>(prob);
+          const bool keep0 = ((keep >> (4 * nt + 2 * r)) & 1u) != 0,
+                     keep1 = ((keep >> (4 * nt + 2 * r + 1)) & 1u) != 0;
+          dropped[kt][nt][r] =
+              pack2<T>(keep0 ? value.x * p.kept_scale : 0.0f, keep1 ? value.y * p.kept_scale : 0.0f);
+        } else {
+          dropped[kt][nt][r] = prob;
+        }
+        if (i0 + local_row[r] >= L || j >= L) continue;
+        T* out = prob_row[r] + j;
+        if (pairs) {
+          *reinterpret_cast<uint32_t*>(out) = prob;
+        } else {
+          out[0] = low_half<T>(prob);
+          if (j + 1 < L) out[1] = high_half<T>(prob);
+        }
+      }
+    }
+  }
+
+  wait_for_copies();
+  __syncthreads();
+  float o[8][4];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+#pragma unroll
+  for (int kt = 0; kt < kKeyTiles; ++kt) {
+    if (kt >= key_tiles) break;
+    const uint32_t lane_address = key_chunk_address(value_tile(kt));
+    unrolled<4>([&](auto kc) {
+      const uint32_t a[4] = {dropped[kt][2 * kc][0], dropped[kt][2 * kc][1], dropped[kt][2 * kc + 1][0],
+                             dropped[kt][2 * kc + 1][1]};
+      accumulate_key_chunk<T, kc>(a, lane_address, o);
+    });
+  }
+  T* context = static_cast<T*>(p.context);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + local_row[r];
+    if (i >= L) continue;
+    T* out = context + (b * L + i) * p.features + h * kD;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+      *reinterpret_cast<uint32_t*>(out + nt * 8 + 2 * q) = pack2<T>(o[nt][2 * r], o[nt][2 * r + 1]);
+  }
+}
+
+}  // namespace
+
+void launch_short_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
+  ZT_CHECK(params.length >= 1 && params.length <= kShortAttentionMaxLength, "short_attention_forward: L ",
+           params.length, " is not in [1, ", kShortAttentionMaxLength, "]");
+  ZT_CHECK(!params.dropout || params.dropout_p < 1.0f, "short_attention_forward: dropout p ",
+           params.dropout_p, " is not < 1");
+  cuda_detail::dispatch_half(dtype, "short_attention_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const auto kernel =
+        params.dropout ? short_attention_forward_kernel<T, true> : short_attention_forward_kernel<T, false>;
+    ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kShortSharedBytes)));
+    ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared));
+    const dim3 grid(static_cast<unsigned>((params.length + kTile - 1) / kTile),
+                    static_cast<unsigned>(params.batch * params.heads));
+    kernel<<<grid, kThreads, kShortSharedBytes, stream>>>(params);
+    ZT_CUDA_CHECK_LAUNCH("short_attention_forward");
+  });
+}
+
+}  // namespace zt::kernels::gpu
