@@ -247,6 +247,19 @@ void check_table_grads(const AttentionShape& s, DType T, const Tensor& pos_key, 
   if (s.p2c) check(dpos_query, pos_query, "dpos_query");
 }
 
+void set_shape_and_dropout(FlashAttentionParams& p, const AttentionShape& s) {
+  p.batch = static_cast<int>(s.batch);
+  p.length = static_cast<int>(s.length);
+  p.heads = static_cast<int>(s.heads);
+  p.features = static_cast<int>(s.features);
+  p.inverse_scale = s.inverse_scale;
+  p.dropout = s.dropout;
+  p.dropout_p = s.dropout_p;
+  p.kept_scale = s.kept_scale;
+  p.seed = s.seed;
+  p.site_id = s.site_id;
+}
+
 bool diagonals_reach_few_rows(const RelativePositionConfig& positions, int64_t length, int64_t diagonals,
                               int64_t rows) {
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/flash_disentangled_attention.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/relative_position.cuh"
@@ -57,6 +58,10 @@ void check_table_grads(const AttentionShape& s, DType T, const Tensor& pos_key, 
 // HF's log buckets and the unbucketed clamp do. Once per (bucketing, L, diagonals, rows), cached.
 bool diagonals_reach_few_rows(const RelativePositionConfig& positions, int64_t length, int64_t diagonals,
                               int64_t rows);
+
+// The kernels' shape, scale and dropout fields of p from s (FlashAttentionParams: the flash and short
+// kernels).
+void set_shape_and_dropout(FlashAttentionParams& p, const AttentionShape& s);
 
 // The mask as bytes [n] (1 = kept), from i64, i32 or f32.
 DeviceBuffer make_keep(const Tensor& mask, int64_t n, cudaStream_t stream);

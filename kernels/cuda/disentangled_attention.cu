@@ -451,16 +451,7 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
       p.pos_query = pos_query.data();
       p.table_rows = static_cast<int>(pos_query.dim(0));
     }
-    p.batch = static_cast<int>(s.batch);
-    p.length = static_cast<int>(L);
-    p.heads = static_cast<int>(s.heads);
-    p.features = static_cast<int>(s.features);
-    p.inverse_scale = s.inverse_scale;
-    p.dropout = s.dropout;
-    p.dropout_p = s.dropout_p;
-    p.kept_scale = s.kept_scale;
-    p.seed = s.seed;
-    p.site_id = s.site_id;
+    set_shape_and_dropout(p, s);
     launch_short_attention_forward(p, T, stream);
     prof.mark("attn.fwd.short");
     return;

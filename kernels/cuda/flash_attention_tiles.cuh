@@ -271,6 +271,16 @@ __device__ __forceinline__ uint32_t draw_keep_bits(const FlashAttentionParams& p
   return bits;
 }
 
+// Whether this thread's two query rows i0 + local_row[r] (warp w: 16 w + g, + 8) are < L with m_i != 0.
+__device__ __forceinline__ void query_rows_kept(const uint8_t* keep, int64_t b, int L, int i0,
+                                                const int local_row[2], bool row_kept[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + local_row[r];
+    row_kept[r] = i < L && keep[b * L + i] != 0;
+  }
+}
+
 // ---- tiles ---------------------------------------------------------------------------------------------
 
 // Rows first .. first + 63 of head h of a [B, L, D] tensor (batch b) into a [64, kPitch] tile; rows >= L are

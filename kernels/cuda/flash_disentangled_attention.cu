@@ -211,11 +211,7 @@ __global__ void __launch_bounds__(kThreads, kStaged ? 3 : 2)
 
   const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
   bool row_kept[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = i0 + local_row[r];
-    row_kept[r] = i < L && p.keep[b * L + i] != 0;
-  }
+  query_rows_kept(p.keep, b, L, i0, local_row, row_kept);
   const bool warp_rows_kept = __all_sync(0xffffffffu, row_kept[0] && row_kept[1]);
   // A padded query row attends uniformly to every key < L (every score finfo.min in the unfused path): its
   // scores are taken as 0 here and its saved max is finfo.min, so the backward's exp(a - max) is 1 too.

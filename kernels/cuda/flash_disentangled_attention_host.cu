@@ -81,16 +81,7 @@ FlashRun prepare_flash(const Tensor& q, const Tensor& k, const Tensor& v, const 
   p.keep = run.keep.data_as<uint8_t>();
   p.context = context.data();
   p.stats = softmax_stats.data_as<float>();
-  p.batch = static_cast<int>(s.batch);
-  p.length = static_cast<int>(s.length);
-  p.heads = static_cast<int>(s.heads);
-  p.features = static_cast<int>(s.features);
-  p.inverse_scale = s.inverse_scale;
-  p.dropout = s.dropout;
-  p.dropout_p = s.dropout_p;
-  p.kept_scale = s.kept_scale;
-  p.seed = s.seed;
-  p.site_id = s.site_id;
+  set_shape_and_dropout(p, s);
   return run;
 }
 

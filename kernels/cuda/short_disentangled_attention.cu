@@ -188,11 +188,7 @@ __global__ void __launch_bounds__(kThreads, 2) short_attention_forward_kernel(Fl
 
   const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
   bool row_kept[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = i0 + local_row[r];
-    row_kept[r] = i < L && p.keep[b * L + i] != 0;
-  }
+  query_rows_kept(p.keep, b, L, i0, local_row, row_kept);
 
   float s[kKeyTiles][8][4];
 #pragma unroll
