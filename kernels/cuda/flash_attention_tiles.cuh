@@ -232,6 +232,18 @@ __device__ __forceinline__ void accumulate_transposed_times_tile(const float* bl
   });
 }
 
+// ---- exponentials --------------------------------------------------------------------------------------
+
+constexpr float kLog2e = 1.4426950408889634f;
+// exp(a - m) as 2^(a log2 e - m log2 e), one FFMA and one MUFU.EX2 (__expf is ex2.approx of (a - m) log2 e):
+// the backward's __expf(a - m) recomputes P from the saved (m, 1 / l) to within a few ulp of the exponent,
+// far inside the bf16/f16 tolerances the tests hold both directions to.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // ---- dropout --------------------------------------------------------------------------------------------
 
 // Note [keep bits in registers]: bit 4 nt + e of the result keeps this thread's element s[nt][e], i.e.

@@ -41,7 +41,6 @@ constexpr int kForwardSliceFloats = 2 * kTile * kForwardSlicePitch;  // C2P slic
 // CTAs (12 warps) share an SM.
 constexpr size_t kForwardKvBytes = 2 * 2 * kTile * kPitch * sizeof(uint16_t);
 constexpr size_t kForwardSliceBytes = kForwardSliceFloats * sizeof(float);
-constexpr float kLog2e = 1.4426950408889634f;
 
 // What one key tile's scores read besides K, V and the slices (one per buffer).
 struct ForwardTileInfo {
@@ -58,15 +57,6 @@ struct NextTileLoads {
   int first = 0, last = 0;  // diag[0], diag[126]: equal on a uniform tile
   bool key_kept = false;    // threads < 64: key j0 + threadIdx.x
 };
-
-// exp(a - m) as 2^(a log2 e - m log2 e), one FFMA and one MUFU.EX2 (__expf is ex2.approx of (a - m) log2 e):
-// the backward's __expf(a - m) recomputes P from the saved (m, 1 / l) to within a few ulp of the exponent,
-// far inside the bf16/f16 tolerances the tests hold both directions to.
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // cp.async of 4 or 16 bytes through L1 (zero-filled when !valid): the slice rows' neighbouring copies share
 // 32-byte sectors.

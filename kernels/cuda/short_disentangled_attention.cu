@@ -56,13 +56,6 @@ __device__ __forceinline__ void wait_for_copies() {
   asm volatile("cp.async.wait_group 0;\n" ::);
 }
 
-constexpr float kLog2e = 1.4426950408889634f;
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // The two values of a pack2 word, as f32 and as T (lo: the lower address).
 template <typename T>
 __device__ __forceinline__ float2 unpack2(uint32_t word) {
