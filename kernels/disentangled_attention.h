@@ -26,9 +26,10 @@
 //   forward  none where short_attention_forward_shape holds; else 4*P for the f32 content scores (16-bit T
 //   only; f32 finishes them in probs) + P*sizeof(T) for P~ (dropout only) + 2 * 4*N*B*L*W for the C2P/P2C
 //   scores; backward 4*P for dP/G + P*sizeof(T) for P~ then G (none for f32 without dropout) + 2 *
-//   N*B*L*W*sizeof(T) for Gc/Gp. E.g. B = 32, N = 24, L = 128 (W = 255), bf16: probs 24 MiB (kept by the
-//   caller); forward scratch 48 (+ 24 with dropout) + 2 * 96 MiB; backward 48 + 24 + 2 * 48 MiB. The
-//   positional scratch dominates (W ~ 2L).
+//   N*B*L*W*sizeof(T) for Gc/Gp (+ a term's table window and f32 partials while its table gradient runs).
+//   E.g. B = 32, N = 24, L = 128 (W = 255), bf16: probs 24 MiB (kept by the caller); no forward scratch (one
+//   kernel; the GEMM path's would be 48 (+ 24 with dropout) + 2 * 96 MiB); backward 48 + 24 + 2 * 48 MiB.
+//   The positional scratch dominates (W ~ 2L).
 // Shapes (contiguous; mask i64, i32 or f32 with 1 = real token, 0 = padding):
 //   q, k, v             [B, L, D]     in
 //   pos_key, pos_query  [2S, D]       in  (pos_key needed only with c2p, pos_query only with p2c;

@@ -376,10 +376,6 @@ size_t probs_elements(const AttentionShape& s) {
   return static_cast<size_t>(s.batch * s.heads * s.length * s.length);
 }
 
-}  // namespace
-
-namespace {
-
 // Whether the forward runs as one kernel (short_disentangled_attention.cu): 16-bit storage, heads of 64,
 // L <= 128, its 16-byte copies aligned, and the table rows its windows hold enough.
 bool short_forward_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
@@ -442,15 +438,10 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
     if (s.c2p || s.p2c) {
       p.diagonal = tables.diagonal;
       p.window_begin = static_cast<int>(tables.window_begin);
+      p.table_rows = static_cast<int>((s.c2p ? pos_key : pos_query).dim(0));  // both tables' [2S, D]
     }
-    if (s.c2p) {
-      p.pos_key = pos_key.data();
-      p.table_rows = static_cast<int>(pos_key.dim(0));
-    }
-    if (s.p2c) {
-      p.pos_query = pos_query.data();
-      p.table_rows = static_cast<int>(pos_query.dim(0));
-    }
+    if (s.c2p) p.pos_key = pos_key.data();
+    if (s.p2c) p.pos_query = pos_query.data();
     set_shape_and_dropout(p, s);
     launch_short_attention_forward(p, T, stream);
     prof.mark("attn.fwd.short");
