@@ -1,6 +1,6 @@
 // layernorm: the entry points of kernels/layernorm.h. Each checks its arguments once, for both backends, and
-// sends the call to one: CUDA tensors to kernels/cuda/layernorm.cu on the calling thread's current stream
-// (runtime/stream.h), host tensors to kernels/cpu/layernorm.cpp.
+// sends the call to one: CUDA tensors to kernels/cuda/layernorm.cu (the forwards) or layernorm_backward.cu on
+// the calling thread's current stream (runtime/stream.h), host tensors to kernels/cpu/layernorm.cpp.
 #include "kernels/layernorm.h"
 
 #include <cstdint>

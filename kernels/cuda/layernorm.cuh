@@ -8,7 +8,9 @@
 // The parameter gradients are reduced deterministically, without float atomics: rows are cut into a fixed
 // number of chunks that depends only on R, each chunk writes its per-column partial sums to a scratch
 // buffer [chunks, D], and a second kernel adds the chunks in order into dgamma and dbeta. The same inputs
-// give bit-identical gradients on every run (and on every GPU model).
+// give bit-identical gradients on every run (and on every GPU model). From one chunk per multiprocessor on
+// (LayerNormBackwardPath below), one kernel writes dx (and ds) and the chunks' partial sums over one read of
+// dy and x; elsewhere a partials kernel and the dx kernel each read them. Both give the same bits.
 //
 // Scratch: layernorm_backward takes 2 * chunks * D floats from the caching device allocator
 // (MemoryCategory::scratch) and returns them once the kernels are queued; reuse is ordered by `stream`
@@ -19,6 +21,8 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+
+#include <cstdint>
 
 #include "kernels/dropout.h"
 #include "kernels/grad_write.h"
@@ -37,22 +41,32 @@ void dropout_add_layernorm_forward(const Tensor& s, const Tensor& residual, cons
                                    const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                                    const Tensor& mean, const Tensor& rstd, cudaStream_t stream);
 
+// How the backwards below produce dx and the parameter-gradient partials: `automatic` takes the fused kernel
+// (one block per row chunk: dx, ds and the partials over one read of dy and x) where it can from 8192 rows on
+// (measured faster there, slower at 5120 and below), else the partials kernel and the dx kernel (Note [fused
+// LayerNorm backward] in layernorm_backward.cu). Tests pin either: the same bits. `fused` is an error where
+// the kernel cannot run (a row's sums beyond a block's shared memory, ~3500 columns; dx or ds off 16-byte
+// alignment while dy and x are on it).
+enum class LayerNormBackwardPath : uint8_t { automatic, fused, separate };
+
 // in: dy, x, gamma, mean, rstd; out: dx (overwritten; may alias dy); dgamma, dbeta (f32 [D]) accumulated or
 // written (`write`).
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                        GradWrite write, cudaStream_t stream);
+                        GradWrite write, cudaStream_t stream,
+                        LayerNormBackwardPath path = LayerNormBackwardPath::automatic);
 
 // The above, and ds = Drop'(dx) at `site` written by the same kernel (kernels/layernorm.h): bitwise equal to
 // layernorm_backward then dropout_backward(dx, ds, site) on the same stream. ds overlaps none of dy, x, dx.
 void layernorm_dropout_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                 const Tensor& rstd, const DropoutSite& site, const Tensor& dx,
                                 const Tensor& ds, const Tensor& dgamma, const Tensor& dbeta, GradWrite write,
-                                cudaStream_t stream);
+                                cudaStream_t stream,
+                                LayerNormBackwardPath path = LayerNormBackwardPath::automatic);
 
 // Whether the vector row kernels of dtype's rows [rows, dim] keep each row in registers
-// (kernels/cuda/layernorm.cu): what the launches above ask, before the alignment that decides the vector
-// path at all. Tests check which path their shapes take.
+// (kernels/cuda/layernorm_rows.cuh, row_registers): what the launches above ask, before the alignment that
+// decides the vector path at all. Tests check which path their shapes take.
 bool layernorm_keeps_rows_in_registers(DType dtype, int64_t dim, int64_t rows);
 
 }  // namespace zt::kernels::gpu

@@ -2,7 +2,8 @@
 // f32, on odd shapes, aligned and misaligned; the parameter-gradient reduction is checked for determinism.
 // The fused dropout + residual + LayerNorm forward, and the fused LayerNorm + dropout backward, are checked
 // bit for bit against the GPU kernels they replace run in turn, and against the CPU reference within the
-// dtype's tolerance.
+// dtype's tolerance; the backward's two paths (one fused kernel a row chunk, or the partials and dx kernels)
+// bit for bit against each other.
 #include <gtest/gtest.h>
 
 #include "tests/support/gpu.h"
@@ -21,6 +22,7 @@
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/layernorm.h"
+#include "runtime/stream.h"
 #include "tests/kernels/tensor_views.h"
 #include "tests/kernels/test_gpu_support.h"
 #include "tests/support/tolerance.h"
@@ -379,8 +381,114 @@ INSTANTIATE_TEST_SUITE_P(DtypesShapes, LayerNormDropoutBackwardGpu, ::testing::V
                                                                                         : "");
                          });
 
-// The row kernels holding a lane's slices in registers (kernels/cuda/layernorm.cu: rows of up to eight slices
-// a lane, up to one block of rows a multiprocessor) compute what the loops compute, bit for bit — the
+// The backward's fused kernel (one block a row chunk writes dx, ds and the chunk's parameter-gradient
+// partials over one read of dy and x: kernels/cuda/layernorm_backward.cu, Note [fused LayerNorm backward])
+// against the separate kernels (the partials kernel, then the dx kernel), each path pinned, bit for bit: dx
+// into its own buffer and over dy (as the model runs it), ds = Drop'(dx) at p 0.1 and at p 0, dgamma and
+// dbeta added onto random values and written over NaN, gamma in the activations' dtype and in f32. Shapes:
+// xlarge's [5120, 1536] (160 chunks of 32 rows), 77 rows (3 chunks of 26, the last 25), a width off the pack
+// (102, in bf16 and f32: the scalar partition), a view 1 element off 16-byte alignment (the scalar partition
+// at a pack-multiple width), 5 rows (one chunk, row lanes 5-7 idle) and 8193 rows of 64 (256 chunks of 33:
+// the last 7 empty).
+TEST(LayerNormGpuFusedBackward, BitwiseEqualToTheSeparateKernels) {
+  ZT_SKIP_WITHOUT_GPU();
+  struct BackwardShape {
+    int64_t rows, dim, offset;
+  };
+  struct Run {
+    bool drop;  // layernorm_dropout_backward (else layernorm_backward)
+    float p;
+    GradWrite write;
+    bool dx_over_dy;
+  };
+  constexpr Run kRuns[] = {{false, 0.0f, GradWrite::accumulate, false},
+                           {false, 0.0f, GradWrite::overwrite, true},
+                           {true, 0.1f, GradWrite::accumulate, true},
+                           {true, 0.1f, GradWrite::overwrite, false},
+                           {true, 0.0f, GradWrite::accumulate, true}};
+  for (const BackwardShape& bs :
+       {BackwardShape{5120, 1536, 0}, BackwardShape{77, 1536, 0}, BackwardShape{300, 102, 0},
+        BackwardShape{77, 1536, 1}, BackwardShape{5, 24, 0}, BackwardShape{8193, 64, 0}}) {
+    const Shape shape{bs.rows, bs.dim}, row_shape{bs.rows}, dim_shape{bs.dim};
+    for (const DType dtype : {DType::bf16, DType::f32}) {
+      const std::vector<float> x = round_through(dtype, random_floats(shape.numel(), 61));
+      const std::vector<float> dy = round_through(dtype, random_floats(shape.numel(), 62));
+      const std::vector<float> dgamma0 = random_floats(bs.dim, 63), dbeta0 = random_floats(bs.dim, 64);
+      const std::vector<float> nans(static_cast<size_t>(bs.dim), std::numeric_limits<float>::quiet_NaN());
+      std::vector<DType> param_dtypes{dtype};
+      if (dtype != DType::f32) param_dtypes.push_back(DType::f32);
+      for (const DType param_dtype : param_dtypes) {
+        DeviceArray gx(dtype, shape, bs.offset), gy(dtype, shape, bs.offset);
+        DeviceArray ggamma(param_dtype, dim_shape), gbeta(param_dtype, dim_shape);
+        DeviceArray gmean(DType::f32, row_shape), grstd(DType::f32, row_shape);
+        gx.upload(x);
+        ggamma.upload(round_through(param_dtype, random_floats(bs.dim, 65, 0.5f, 1.5f)));
+        gbeta.upload(round_through(param_dtype, random_floats(bs.dim, 66, -0.5f, 0.5f)));
+        layernorm_forward(gx.tensor(), ggamma.tensor(), gbeta.tensor(), kEps, gy.tensor(), gmean.tensor(),
+                          grstd.tensor());
+        for (const Run& run : kRuns) {
+          SCOPED_TRACE(testing::Message()
+                       << dtype_name(dtype) << " gamma " << dtype_name(param_dtype) << " [" << bs.rows << ", "
+                       << bs.dim << "] offset " << bs.offset << (run.drop ? " ds, p " : " no ds, p ") << run.p
+                       << (run.write == GradWrite::overwrite ? " overwrite" : " accumulate")
+                       << (run.dx_over_dy ? " dx over dy" : ""));
+          const DropoutSite site{run.p, 0x5eed1234abcdull, dropout_site_id(9, 4, 1)};
+          // dx, ds (when run.drop), dgamma, dbeta of one path.
+          auto backward = [&](gpu::LayerNormBackwardPath path) {
+            DeviceArray gdy(dtype, shape, bs.offset), gdx(dtype, shape, bs.offset),
+                gds(dtype, shape, bs.offset);
+            DeviceArray gdg(DType::f32, dim_shape), gdb(DType::f32, dim_shape);
+            gdy.upload(dy);
+            const bool overwrite = run.write == GradWrite::overwrite;  // over NaN: a read would keep it
+            gdg.upload(overwrite ? nans : dgamma0);
+            gdb.upload(overwrite ? nans : dbeta0);
+            const Tensor dx = run.dx_over_dy ? gdy.tensor() : gdx.tensor();
+            if (run.drop) {
+              gpu::layernorm_dropout_backward(gdy.tensor(), gx.tensor(), ggamma.tensor(), gmean.tensor(),
+                                              grstd.tensor(), site, dx, gds.tensor(), gdg.tensor(),
+                                              gdb.tensor(), run.write, current_stream(), path);
+            } else {
+              gpu::layernorm_backward(gdy.tensor(), gx.tensor(), ggamma.tensor(), gmean.tensor(),
+                                      grstd.tensor(), dx, gdg.tensor(), gdb.tensor(), run.write,
+                                      current_stream(), path);
+            }
+            std::vector<std::vector<float>> out;
+            out.push_back(run.dx_over_dy ? gdy.download() : gdx.download());
+            out.push_back(run.drop ? gds.download() : std::vector<float>{});
+            out.push_back(gdg.download());
+            out.push_back(gdb.download());
+            return out;
+          };
+          const auto fused = backward(gpu::LayerNormBackwardPath::fused);
+          const auto separate = backward(gpu::LayerNormBackwardPath::separate);
+          EXPECT_TRUE(bitwise_equal("dx", fused[0], separate[0]));
+          EXPECT_TRUE(bitwise_equal("ds", fused[1], separate[1]));
+          EXPECT_TRUE(bitwise_equal("dgamma", fused[2], separate[2]));
+          EXPECT_TRUE(bitwise_equal("dbeta", fused[3], separate[3]));
+        }
+      }
+    }
+  }
+}
+
+// The fused kernel takes the vector row partition only with vector stores: asked for with dy and x aligned
+// and ds one element off, it refuses before anything runs (and automatic takes the separate kernels).
+TEST(LayerNormGpuFusedBackward, RefusesScalarStoresUnderAVectorRow) {
+  ZT_SKIP_WITHOUT_GPU();
+  const Shape shape{64, 256}, row_shape{64}, dim_shape{256};
+  DeviceArray dy(DType::bf16, shape), x(DType::bf16, shape), ds(DType::bf16, shape, 1);
+  DeviceArray gamma(DType::bf16, dim_shape), mean(DType::f32, row_shape), rstd(DType::f32, row_shape);
+  DeviceArray dgamma(DType::f32, dim_shape), dbeta(DType::f32, dim_shape);
+  const DropoutSite site{0.1f, 7, dropout_site_id(1, 0, 0)};
+  EXPECT_THROW(gpu::layernorm_dropout_backward(dy.tensor(), x.tensor(), gamma.tensor(), mean.tensor(),
+                                               rstd.tensor(), site, dy.tensor(), ds.tensor(), dgamma.tensor(),
+                                               dbeta.tensor(), GradWrite::overwrite, current_stream(),
+                                               gpu::LayerNormBackwardPath::fused),
+               Error);
+}
+
+// The row kernels holding a lane's slices in registers (kernels/cuda/layernorm_rows.cuh: rows of up to eight
+// slices a lane, up to one block of rows a multiprocessor) compute what the loops compute, bit for bit — the
 // forward, the dropout + residual tail (p 0 and 0.1), the backward with and without Drop' (dx over dy as the
 // model runs it) — for rows of one slice a lane down to part of one (dim 8: lanes past the row hold nothing),
 // a partial last slice (264), xlarge's 1536, the widest a lane's eight slices hold (1024 in f32, 2048 in 16
