@@ -311,6 +311,11 @@ int run(int argc, char** argv) {
                          zt::optim::zero_offload(config), config.gradient_accumulation_steps));
   };
   std::vector<zt::optim::EpochRecord> epochs;
+  // The stop handlers from here to the exit, not only inside train() (which installs its own scope, nested
+  // in this one): a SIGINT / SIGTERM while the trainer is built makes train() stop after its first step with
+  // a checkpoint, and one after train() returned (the ranks' teardown, the summary) lets the finished run
+  // exit 0 instead of dying by the signal's default action.
+  const zt::ScopedStopSignals stop_signals("train_mrpc");
   try {
     auto make_trainer = [&]() {
       if (!launch.under_mpi) return std::make_unique<zt::optim::MrpcTrainer>(config, model_config);
