@@ -157,17 +157,33 @@ inline unsigned blocks_for(int64_t work_items, int threads = kThreadsPerBlock) {
   return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, kMaxBlocks));
 }
 
-// The current device's multiprocessor count, for launch choices that depend on how many blocks fill the GPU;
-// asked of the driver once per (thread, device), since such choices are made on every launch.
-inline int current_device_multiprocessors() {
-  thread_local int cached_device = -1, multiprocessors = 0;
+// The current device's figures that launch choices depend on (how many blocks fill the GPU, how much shared
+// memory a block may take: 227 KiB opted in on the H100, 228 KiB a multiprocessor, 1 KiB of it kept per
+// block by the system); asked of the driver once per (thread, device), since such choices are made on every
+// launch.
+struct DeviceLaunchLimits {
+  int multiprocessors = 0;
+  int shared_per_block_optin = 0, shared_per_multiprocessor = 0, shared_reserved_per_block = 0;
+};
+inline const DeviceLaunchLimits& current_device_limits() {
+  thread_local int cached_device = -1;
+  thread_local DeviceLaunchLimits limits;
   int device = 0;
   ZT_CUDA_CHECK(cudaGetDevice(&device));
   if (device != cached_device) {
-    ZT_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+    ZT_CUDA_CHECK(cudaDeviceGetAttribute(&limits.multiprocessors, cudaDevAttrMultiProcessorCount, device));
+    ZT_CUDA_CHECK(cudaDeviceGetAttribute(&limits.shared_per_block_optin,
+                                         cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    ZT_CUDA_CHECK(cudaDeviceGetAttribute(&limits.shared_per_multiprocessor,
+                                         cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    ZT_CUDA_CHECK(cudaDeviceGetAttribute(&limits.shared_reserved_per_block,
+                                         cudaDevAttrReservedSharedMemoryPerBlock, device));
     cached_device = device;
   }
-  return multiprocessors;
+  return limits;
+}
+inline int current_device_multiprocessors() {
+  return current_device_limits().multiprocessors;
 }
 
 __device__ __forceinline__ int64_t global_thread_index() {

@@ -392,29 +392,6 @@ ChunkPlan plan_chunks(int64_t rows) {
   return {chunks, (rows + chunks - 1) / chunks};
 }
 
-// The current device's shared memory: the most one block may opt in to (227 KiB on the H100), a
-// multiprocessor's (228 KiB) and what the system keeps of it per block (1 KiB); asked of the driver once per
-// (thread, device).
-struct SharedMemoryLimits {
-  int per_block_optin = 0, per_multiprocessor = 0, reserved_per_block = 0;
-};
-const SharedMemoryLimits& current_device_shared_memory() {
-  thread_local int cached_device = -1;
-  thread_local SharedMemoryLimits limits;
-  int device = 0;
-  ZT_CUDA_CHECK(cudaGetDevice(&device));
-  if (device != cached_device) {
-    ZT_CUDA_CHECK(
-        cudaDeviceGetAttribute(&limits.per_block_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    ZT_CUDA_CHECK(cudaDeviceGetAttribute(&limits.per_multiprocessor,
-                                         cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-    ZT_CUDA_CHECK(
-        cudaDeviceGetAttribute(&limits.reserved_per_block, cudaDevAttrReservedSharedMemoryPerBlock, device));
-    cached_device = device;
-  }
-  return limits;
-}
-
 // Whether the backward runs layernorm_backward_fused_kernel (Note [fused LayerNorm backward]): where it can
 // (a row's sums fit a block's shared memory; a vector row partition has vector stores) and, under
 // `automatic`, from kFusedMinRows rows on. `fused` where it cannot is an error, so that a test asking for it
@@ -424,7 +401,7 @@ bool takes_fused_backward(int64_t dim, int64_t rows, bool row_vector, bool out_v
                           LayerNormBackwardPath path, const char* op) {
   if (path == LayerNormBackwardPath::separate) return false;
   const bool fits =
-      fused_backward_shared_bytes(dim) <= static_cast<size_t>(current_device_shared_memory().per_block_optin);
+      fused_backward_shared_bytes(dim) <= static_cast<size_t>(current_device_limits().shared_per_block_optin);
   const bool can = fits && (out_vector || !row_vector);
   if (path == LayerNormBackwardPath::fused) {
     ZT_CHECK(can, op, ": the fused backward needs a row's sums within a block's shared memory (", dim,
@@ -476,19 +453,19 @@ void queue_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& g
       const auto kernel = row_vector ? layernorm_backward_fused_kernel<T, W, true>
                                      : layernorm_backward_fused_kernel<T, W, false>;
       const size_t bytes = fused_backward_shared_bytes(dim);
-      const SharedMemoryLimits& shared = current_device_shared_memory();
+      const DeviceLaunchLimits& limits = current_device_limits();
       // The opt-in limit rather than `bytes`: a rank on another thread launching a wider row between this
       // call and the launch below cannot leave the limit short.
-      ZT_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared.per_block_optin));
+      ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         limits.shared_per_block_optin));
       // Enough of the unified L1 as shared memory for two blocks an SM, the rest stays L1 for pass 2's
-      // re-read: no more are needed (at most 256 chunks, and automatic runs it from one chunk per SM), and at
-      // xlarge's width two take the whole 228 KiB anyway. A percentage of a multiprocessor's shared memory,
-      // which the driver rounds up to a configuration it has.
-      const size_t two_blocks = 2 * (bytes + static_cast<size_t>(shared.reserved_per_block));
+      // re-read: no more are resident anyway (__launch_bounds__), and at xlarge's width two take the whole
+      // 228 KiB. A percentage of a multiprocessor's shared memory, which the driver rounds up to a
+      // configuration it has.
+      const size_t two_blocks = 2 * (bytes + static_cast<size_t>(limits.shared_reserved_per_block));
+      const auto per_multiprocessor = static_cast<size_t>(limits.shared_per_multiprocessor);
       const int percent = static_cast<int>(
-          std::min<size_t>(100, (100 * two_blocks + static_cast<size_t>(shared.per_multiprocessor) - 1) /
-                                    static_cast<size_t>(shared.per_multiprocessor)));
+          std::min<size_t>(100, (100 * two_blocks + per_multiprocessor - 1) / per_multiprocessor));
       ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
       kernel<<<static_cast<unsigned>(plan.chunks), kThreadsPerBlock, bytes, stream>>>(
           typed<T>(dy), typed<T>(x), typed<W>(gamma), typed<float>(mean), typed<float>(rstd), rows, dim,
