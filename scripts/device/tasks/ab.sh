@@ -15,9 +15,12 @@
 # AB_SEQ (128), bf16, dropout 0.1, 20 steps, AB_COMMON extra flags) the variants run in turn AB_REPS rounds
 # (default 3); then one profiled step of each at AB_PROFILE_BATCH (default 8). ab.log holds one line per run
 # and the summary: mean step time per variant, its ratio to its reference, and whether its last loss is the
-# reference's bit for bit. Exit status 1 when a test or a run failed or a variant's last loss differs.
+# reference's bit for bit. AB_BENCH (substrings, e.g. "layernorm gelu"): after the rounds, `zt_bench --only`
+# each of them in every tree in turn at AB_BENCH_SHAPE (default "40 128": batch and seq), kernel against kernel.
+# Exit status 1 when a test or a run failed or a variant's last loss differs.
 targets=(bench_train_step)
 other_tree_targets=(bench_train_step)
+[[ -n ${AB_BENCH:-} ]] && targets+=(zt_bench) && other_tree_targets+=(zt_bench)
 task_args() {
   (($# >= 1)) || refuse "ab needs a base tree: ab <base-tree> [label|tree|env|flags ...]"
   local specs=("base|$1||") spec label tree env_words flag_words
@@ -50,6 +53,17 @@ task_run() {
   for i in "${!labels[@]}"; do
     if ((dry_run)); then variant_run "$i" --batch "$pbs" --steps 10 --profile; continue; fi
     variant_run "$i" --batch "$pbs" --steps 10 --profile >/dev/null 2>"$work/profile_bs${pbs}_${labels[$i]}.txt"
+  done
+  local kernels shape tree substring
+  read -r -a kernels <<<"${AB_BENCH:-}"
+  read -r -a shape <<<"${AB_BENCH_SHAPE:-40 128}"
+  for substring in "${kernels[@]}"; do
+    for tree in "${trees[@]}"; do
+      x --timeout 240 --to "$work/zt_bench_${substring}_$(basename "$tree").txt" "$(bin_of "$tree")/zt_bench" \
+        --only "$substring" --batch "${shape[0]}" --seq "${shape[1]}" || status=1
+      ((dry_run)) || say "zt_bench $substring $(basename "$tree"): $(grep -h 'median\|ceilings' \
+        "$work/zt_bench_${substring}_$(basename "$tree").txt"* | tr -s ' ' | tr '\n' ';' | cut -c1-900)"
+    done
   done
   return "$status"
 }
