@@ -514,6 +514,72 @@ void disentangled_attention_forward(const Tensor& q, const Tensor& k, const Tens
 
 namespace {
 
+// dV = P~^T dC for every (b, h) in one call (P~ the dropped probabilities, or P without dropout).
+void value_grad_product(const void* p_tilde, const Tensor& dcontext, const Tensor& dv,
+                        const AttentionShape& s, DType T, cudaStream_t stream) {
+  const int64_t L = s.length, d = s.head_size;
+  GemmProblem dv_gemm = block_gemm(L, d, L, T, s);
+  dv_gemm.a = score_blocks(p_tilde, s);
+  dv_gemm.transpose_a = true;
+  dv_gemm.b = head_blocks(dcontext.data(), T, s);
+  dv_gemm.c = head_blocks_out(dv.data(), T, s);
+  gemm(dv_gemm, stream);
+  StepProfile::global().mark("attn.bwd.dv_gemm");
+}
+
+// dQ = G K and dK = G^T Q from G (in T, or the f32 G for f32 storage), for every (b, h) in one call each.
+void score_grad_products(const Tensor& q, const Tensor& k, const void* g, const Tensor& dq, const Tensor& dk,
+                         const AttentionShape& s, DType T, cudaStream_t stream) {
+  const int64_t L = s.length, d = s.head_size;
+  GemmProblem dq_gemm = block_gemm(L, d, L, T, s);
+  dq_gemm.a = score_blocks(g, s);
+  dq_gemm.b = head_blocks(k.data(), T, s);
+  dq_gemm.c = head_blocks_out(dq.data(), T, s);
+  gemm(dq_gemm, stream);
+  GemmProblem dk_gemm = dq_gemm;
+  dk_gemm.transpose_a = true;
+  dk_gemm.b = head_blocks(q.data(), T, s);
+  dk_gemm.c = head_blocks_out(dk.data(), T, s);
+  gemm(dk_gemm, stream);
+  StepProfile::global().mark("attn.bwd.dq_dk_gemm");
+}
+
+// The bucket gathers' outputs Gc (c2p) and Gp (p2c), [N, B*L, window_pitch] in T (empty for an absent term).
+struct BucketGrads {
+  DeviceBuffer c2p, p2c;
+};
+BucketGrads bucket_grad_buffers(const AttentionShape& s, DType T) {
+  const size_t bytes = positional_elements(s) * dtype_size(T);
+  BucketGrads grads;
+  if (s.c2p) grads.c2p = scratch_buffer(bytes, "attention.c2p_grad");
+  if (s.p2c) grads.p2c = scratch_buffer(bytes, "attention.p2c_grad");
+  return grads;
+}
+
+// The positional terms over all B*L rows of a head, with Gx = Gc or Gp: d(rows) += Gx table_w and d(table_w)
+// += Gx^T rows.
+void positional_backward(const BucketGrads& grads, const Tensor& q, const Tensor& k, const Tensor& pos_key,
+                         const Tensor& pos_query, const Tensor& dq, const Tensor& dk, const Tensor& dpos_key,
+                         const Tensor& dpos_query, const RelativeIndexTables& tables, const AttentionShape& s,
+                         DType T, const char* op, cudaStream_t stream) {
+  if (s.c2p)
+    positional_grads(grads.c2p.data(), q, pos_key, dq, dpos_key, tables.window_begin, s, T, op, stream);
+  if (s.p2c)
+    positional_grads(grads.p2c.data(), k, pos_query, dk, dpos_query, tables.window_begin, s, T, op, stream);
+  StepProfile::global().mark("attn.bwd.positional_gemm");
+}
+
+// Whether the backward up to the GEMMs reading G and P~ runs as one kernel (short_disentangled_attention.cu):
+// the forward's shapes with L a multiple of 8, its 16-byte copies aligned (P's [L, L] blocks copied 16 bytes
+// at a time).
+bool short_backward_applies(const Tensor& v, const Tensor& dcontext, const Tensor& probs,
+                            const AttentionShape& s, DType T) {
+  using cuda_detail::is_aligned16;
+  return short_attention_forward_shape(T, s.head_size, s.length) && s.length % 8 == 0 &&
+         s.batch * s.heads <= 65535 && is_aligned16(v.data()) && is_aligned16(dcontext.data()) &&
+         is_aligned16(probs.data());
+}
+
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_key,
                         const Tensor& pos_query, const Tensor& attention_mask, const Tensor& probs,
                         const Tensor& dcontext, const DisentangledAttentionConfig& config, const Tensor& dq,
@@ -547,12 +613,54 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       !f32_storage && (s.c2p || s.p2c) && tables.one_distance_per_bucket && use_gather_block_kernel(s);
   // G in f32 is read only by the f32 GEMMs and the f32-staging bucket gathers.
   const bool g_f32_read = f32_storage || ((s.c2p || s.p2c) && !gathers_read_lowp);
+  StepProfile& prof = StepProfile::global();
+  // 16-bit heads of 64 at L <= 128: dP~, the softmax backward and, with one distance a bucket, the bucket
+  // gathers in one kernel (no f32 dP~ / G buffer); else it writes G in f32 for the gather kernels. Then the
+  // GEMMs: dV = P~^T dC, dQ = G K, dK = G^T Q and the positional terms.
+  if (short_backward_applies(v, dcontext, probs, s, T)) {
+    const bool positional = s.c2p || s.p2c;
+    const bool fused_gathers = positional && tables.one_distance_per_bucket;
+    DeviceBuffer lowp = scratch_buffer(probs_elements(s) * element, "attention.score_grad_lowp");
+    DeviceBuffer dropped;
+    if (s.dropout) dropped = scratch_buffer(probs_elements(s) * element, "attention.dropped_probs");
+    DeviceBuffer grad;
+    if (positional && !fused_gathers)
+      grad = scratch_buffer(probs_elements(s) * sizeof(float), "attention.score_grad");
+    const BucketGrads grads = bucket_grad_buffers(s, T);
+    FlashAttentionParams p;
+    p.v = v.data();
+    p.dcontext = dcontext.data();
+    p.keep = keep.data_as<uint8_t>();
+    p.probs = probs.data();
+    p.score_grad_lowp = lowp.data();
+    p.dropped_probs = dropped.data();
+    p.score_grad_f32 = grad.data_as<float>();
+    if (fused_gathers) {
+      p.gc_lowp = grads.c2p.data();
+      p.gp_lowp = grads.p2c.data();
+      p.rel_first = tables.rel_first;
+      p.window = static_cast<int>(s.window);
+      p.window_pitch = static_cast<int>(s.window_pitch);
+    }
+    set_shape_and_dropout(p, s);
+    launch_short_attention_backward(p, T, stream);
+    prof.mark("attn.bwd.short");
+    value_grad_product(s.dropout ? dropped.data() : probs.data(), dcontext, dv, s, T, stream);
+    score_grad_products(q, k, lowp.data(), dq, dk, s, T, stream);
+    if (positional && !fused_gathers) {
+      bucket_gathers(s, T, grad.data_as<float>(), nullptr, false, grads.c2p.data(), grads.p2c.data(), tables,
+                     op, stream);
+      prof.mark("attn.bwd.bucket_gather");
+    }
+    positional_backward(grads, q, k, pos_key, pos_query, dq, dk, dpos_key, dpos_query, tables, s, T, op,
+                        stream);
+    return;
+  }
   DeviceBuffer lowp, dropped;
   if (!f32_storage) lowp = scratch_buffer(probs_elements(s) * element, "attention.score_grad_lowp");
   if (s.dropout) dropped = scratch_buffer(probs_elements(s) * element, "attention.dropped_probs");
   const void* p_tilde = s.dropout ? dropped.data() : probs.data();
 
-  StepProfile& prof = StepProfile::global();
   DeviceBuffer grad = scratch_buffer(probs_elements(s) * sizeof(float), "attention.score_grad");
   {
     GemmProblem dp_gemm = block_gemm(L, L, d, T, s);
@@ -577,49 +685,16 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     });
   });
   prof.mark("attn.bwd.softmax");
-  {
-    // dV = P~^T dC, for every (b, h) in one call
-    GemmProblem dv_gemm = block_gemm(L, d, L, T, s);
-    dv_gemm.a = score_blocks(p_tilde, s);
-    dv_gemm.transpose_a = true;
-    dv_gemm.b = head_blocks(dcontext.data(), T, s);
-    dv_gemm.c = head_blocks_out(dv.data(), T, s);
-    gemm(dv_gemm, stream);
-  }
-  prof.mark("attn.bwd.dv_gemm");
-  const void* g_lowp = f32_storage ? grad.data() : lowp.data();
-
-  {
-    // dQ = G K,  dK = G^T Q, for every (b, h) in one call each
-    GemmProblem dq_gemm = block_gemm(L, d, L, T, s);
-    dq_gemm.a = score_blocks(g_lowp, s);
-    dq_gemm.b = head_blocks(k.data(), T, s);
-    dq_gemm.c = head_blocks_out(dq.data(), T, s);
-    gemm(dq_gemm, stream);
-    GemmProblem dk_gemm = dq_gemm;
-    dk_gemm.transpose_a = true;
-    dk_gemm.b = head_blocks(q.data(), T, s);
-    dk_gemm.c = head_blocks_out(dk.data(), T, s);
-    gemm(dk_gemm, stream);
-  }
-  prof.mark("attn.bwd.dq_dk_gemm");
-
-  // Positional terms over all B*L rows of a head: with Gx = Gc (c2p) or Gp (p2c) [N, B*L, W] in T,
-  //   d(rows) += Gx table_w   and   d(table_w) += Gx^T rows.
-  // Both bucket gathers come first: from one staged G per (b, h) where it fits in shared memory.
-  DeviceBuffer c2p_grad, p2c_grad;
-  if (s.c2p) c2p_grad = scratch_buffer(positional_elements(s) * element, "attention.c2p_grad");
-  if (s.p2c) p2c_grad = scratch_buffer(positional_elements(s) * element, "attention.p2c_grad");
-  if (s.c2p || s.p2c) {
-    bucket_gathers(s, T, grad.data_as<float>(), lowp.data(), gathers_read_lowp, c2p_grad.data(),
-                   p2c_grad.data(), tables, op, stream);
+  value_grad_product(p_tilde, dcontext, dv, s, T, stream);
+  score_grad_products(q, k, f32_storage ? grad.data() : lowp.data(), dq, dk, s, T, stream);
+  const BucketGrads grads = bucket_grad_buffers(s, T);
+  if (s.c2p || s.p2c) {  // both gathers from one staged G per (b, h) where it fits in shared memory
+    bucket_gathers(s, T, grad.data_as<float>(), lowp.data(), gathers_read_lowp, grads.c2p.data(),
+                   grads.p2c.data(), tables, op, stream);
   }
   prof.mark("attn.bwd.bucket_gather");
-  if (s.c2p)
-    positional_grads(c2p_grad.data(), q, pos_key, dq, dpos_key, tables.window_begin, s, T, op, stream);
-  if (s.p2c)
-    positional_grads(p2c_grad.data(), k, pos_query, dk, dpos_query, tables.window_begin, s, T, op, stream);
-  prof.mark("attn.bwd.positional_gemm");
+  positional_backward(grads, q, k, pos_key, pos_query, dq, dk, dpos_key, dpos_query, tables, s, T, op,
+                      stream);
 }
 
 }  // namespace

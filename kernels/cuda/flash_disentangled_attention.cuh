@@ -47,8 +47,18 @@ struct FlashAttentionParams {
   // The short forward (L <= 128, launch_short_attention_forward) computes C2P / P2C itself from the tables:
   const void* pos_key = nullptr;    // [table_rows, D] T (PK), or nullptr without c2p
   const void* pos_query = nullptr;  // [table_rows, D] T (PQ), or nullptr without p2c
-  void* probs = nullptr;            // [B, N, L, L] T: P, out
-  int window_begin = 0, table_rows = 0;
+  void* probs = nullptr;            // [B, N, L, L] T: P, out (short forward), in (short backward)
+  // The short backward (launch_short_attention_backward) writes G, the scores' gradient, in T [B, N, L, L]
+  // (score_grad_lowp), P~ in T (dropped_probs, with dropout) and either the bucket gathers Gc / Gp in T
+  // [N, B*L, window_pitch] (where rel_first is given: one distance a bucket; nullptr for an absent term) or G
+  // in f32 (score_grad_f32, for the gather kernels).
+  void* score_grad_lowp = nullptr;
+  void* dropped_probs = nullptr;
+  void* gc_lowp = nullptr;
+  void* gp_lowp = nullptr;
+  const int32_t* rel_first = nullptr;  // [window]: the one i - j of window row r
+  float* score_grad_f32 = nullptr;
+  int window_begin = 0, table_rows = 0, window = 0;
   void* context = nullptr;  // [B, L, D] T: out (forward), in (backward)
   float* stats = nullptr;   // [B, N, L, 2] f32 (row max, 1 / row sum): out (forward), in (backward)
   // backward only
@@ -100,6 +110,11 @@ FlashBackwardOrder flash_backward_order();
 // decides; short_disentangled_attention.cu): context and P as the unfused kernels compute them.
 static_assert(kShortAttentionMaxLength == 2 * kFlashTile, "the short forward holds two key tiles");
 void launch_short_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream);
+
+// The stored path's backward at L <= kShortAttentionMaxLength up to the GEMMs that read G and P~
+// (short_disentangled_attention.cu): dP~ = dC V^T, the softmax backward (G from the stored P), G and P~ in
+// T, and the bucket gathers (or G in f32 for them), one CTA per (b, h).
+void launch_short_attention_backward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream);
 
 // dtype: bf16 or f16 (T of q, k, v, context and the gradients).
 void launch_flash_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream);

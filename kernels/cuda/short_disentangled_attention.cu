@@ -342,6 +342,248 @@ __global__ void __launch_bounds__(kThreads, 2) short_attention_forward_kernel(Fl
   }
 }
 
+// ---- backward -------------------------------------------------------------------------------------------
+//
+// The stored backward at L <= 128 up to the GEMMs that read G and P~, one CTA of 8 warps per (b, h): all
+// L <= 128 query rows, 16 a warp, so every column of G is in the CTA for the bucket gathers. It replaces the
+// dP~ GEMM (an f32 [B, N, L, L] write and read), the softmax backward kernel and the gather kernel's re-read
+// of G (disentangled_attention.cu has the formulas):
+//   dP~ = dC V^T (mma.sync, f32),  dP_j = factor_j dP~_j,  D_i = sum over kept k of P_k dP_k,
+//   G_j = m_i m_j ? P_j (dP_j - D_i) / s : 0   (P the stored probabilities, in T),   P~_j = T(P_j factor_j),
+// with factor_j = keep_j / (1 - p) (1 without dropout); T(G) and P~ go to global memory for dV = P~^T dC,
+// dQ = T(G) K and dK = T(G)^T Q (the host's GEMMs), and, where every window row of the relative tables holds
+// one distance (rel_first; DeBERTa's at L <= 128), the bucket gathers Gc[(b, i), r] = T(G)[i, i - first_r],
+// Gp[(b, j), r] = T(G)[j + first_r, j] (0 outside the block), the values bucket_gather_block_kernel writes;
+// elsewhere G in f32 for the gather kernels. D_i is summed over a quad of lanes (another order than the row
+// kernel's) and dP~ in tensor-core order: within the tolerances, not the bits, of the unfused path.
+//
+// Shared memory (104 KiB with dropout, two CTAs an SM): V and dC as [128, kPitch] rows (rows past L zero),
+// P as [128, kScorePitch], which G replaces element by element (each thread overwrites only what it read),
+// and P~ as [128, kScorePitch].
+constexpr int kBackwardWarps = kKeyTiles * kTile / 16;
+constexpr int kBackwardThreads = kBackwardWarps * 32;
+constexpr int kScoreRows = kKeyTiles * kTile;
+constexpr int kScorePitch = kScoreRows + 8;  // T elements a P / G / P~ row (272 bytes: 16-byte rows)
+constexpr size_t kRowsBytes = kScoreRows * kPitch * sizeof(uint16_t);  // 128 rows of V or dC
+constexpr size_t kScoreBytes = kScoreRows * kScorePitch * sizeof(uint16_t);
+constexpr int kMaxWindow = 2 * kScoreRows - 1;  // table rows L <= 128 reaches
+// V, dC, P / G and, with dropout, P~ (so a CTA without dropout takes less).
+constexpr size_t short_backward_shared_bytes(bool dropout) {
+  return 2 * kRowsBytes + (dropout ? 2 : 1) * kScoreBytes;
+}
+
+// Rows 0 .. L - 1 of head h of a [B, L, D] tensor into a [128, kPitch] buffer (rows past L zero), by cp.async
+// with every thread of the CTA.
+template <typename T>
+__device__ __forceinline__ void copy_rows(T* rows, const void* x, const FlashAttentionParams& p, int64_t b,
+                                          int64_t h) {
+  const T* from = static_cast<const T*>(x);
+  for (int chunk = static_cast<int>(threadIdx.x); chunk < kScoreRows * 8; chunk += kBackwardThreads) {
+    const int r = chunk / 8, c = chunk % 8;
+    const bool valid = r < p.length;
+    copy_async16(rows + r * kPitch + c * 8,
+                 valid ? from + (b * p.length + r) * p.features + h * kD + c * 8 : from, valid);
+  }
+}
+
+// The [L, L] block bh of a [B, N, L, L] tensor in T between global memory and a [128, kScorePitch] buffer,
+// 16 bytes a thread a step (L % 8 == 0, the launcher checks): in by cp.async, out by plain stores.
+template <typename T>
+__device__ __forceinline__ void copy_scores_in(T* block, const void* x, int L, int64_t bh) {
+  const T* from = static_cast<const T*>(x) + bh * L * L;
+  const int chunks_per_row = L / 8;
+  for (int chunk = static_cast<int>(threadIdx.x); chunk < L * chunks_per_row; chunk += kBackwardThreads) {
+    const int i = chunk / chunks_per_row, c = chunk % chunks_per_row;
+    copy_async16(block + i * kScorePitch + c * 8, from + i * L + c * 8, true);
+  }
+}
+template <typename T>
+__device__ __forceinline__ void copy_scores_out(void* x, const T* block, int L, int64_t bh) {
+  T* to = static_cast<T*>(x) + bh * L * L;
+  const int chunks_per_row = L / 8;
+  for (int chunk = static_cast<int>(threadIdx.x); chunk < L * chunks_per_row; chunk += kBackwardThreads) {
+    const int i = chunk / chunks_per_row, c = chunk % chunks_per_row;
+    *reinterpret_cast<uint4*>(to + i * L + c * 8) =
+        *reinterpret_cast<const uint4*>(block + i * kScorePitch + c * 8);
+  }
+}
+
+// dP~ = dC V^T for this warp's 16 rows and key tile kt: dC's rows (the tile of 64 holding them) times V's.
+template <typename T>
+__device__ __forceinline__ void score_grad_tile(const T* dc_rows, const T* v_rows, int kt, float dp[8][4]) {
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  product_with_rows(dc_rows + (warp / 4) * kTile * kPitch, (warp % 4) * 16, v_rows + kt * kTile * kPitch, dp);
+}
+
+// The softmax backward of this warp's 16 rows from the stored P (in T, staged in `scores`), a key tile at a
+// time in two passes, dP~ computed in each (the same mma.sync, the same values: 32 registers for a tile
+// instead of 64 for a row): pass 1 draws the keep bits, writes P~ to `dropped` and sums D_i; pass 2 writes
+// T(G) over P in `scores` (both [128, kScorePitch]) and G in f32 to p.score_grad_f32 where it is given.
+template <typename T, bool kDropout>
+__device__ __forceinline__ void softmax_backward_from_stored(const FlashAttentionParams& p,
+                                                             const uint32_t* key_words,
+                                                             const int local_row[2], const bool row_kept[2],
+                                                             int key_tiles, const T* dc_rows, const T* v_rows,
+                                                             T* dropped, T* scores) {
+  const int q = static_cast<int>(threadIdx.x) % 4;
+  const int L = p.length;
+  const int64_t bh = blockIdx.x;
+  const uint32_t keep_threshold = attention_keep_threshold(p.dropout_p);
+  float weighted[2] = {0.0f, 0.0f};
+  // Per key tile (two scalars each, picked by kt: the loops stay rolled, no array in local memory), bit
+  // 4 nt + e: element (nt, e) kept by the dropout / a kept pair (m_i m_j, j < L).
+  uint32_t keep_of[kKeyTiles] = {~0u, ~0u}, kept_of[kKeyTiles] = {0u, 0u};
+  float dp[8][4];
+#pragma unroll 1
+  for (int kt = 0; kt < key_tiles; ++kt) {
+    const int j0 = kt * kTile;
+    const uint32_t keep = kDropout ? draw_keep_bits(p, keep_threshold, bh, local_row[0], j0) : ~0u;
+    uint32_t kept_bits = 0;
+    score_grad_tile(dc_rows, v_rows, kt, dp);
+    const uint32_t words[2] = {key_words[2 * kt] >> (2 * q), key_words[2 * kt + 1] >> (2 * q)};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = local_row[r], j = j0 + nt * 8 + 2 * q;
+        const float2 stored = unpack2<T>(*reinterpret_cast<const uint32_t*>(scores + i * kScorePitch + j));
+        float kept_drop[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int e = 2 * r + c;
+          const bool valid = j + c < L;
+          const float prob = c == 0 ? stored.x : stored.y;
+          const float factor = kDropout ? (((keep >> (4 * nt + e)) & 1u) != 0 ? p.kept_scale : 0.0f) : 1.0f;
+          const bool kept = valid && row_kept[r] && ((words[nt / 4] >> ((nt % 4) * 8 + c)) & 1u) != 0;
+          kept_drop[c] = valid ? prob * factor : 0.0f;
+          kept_bits |= static_cast<uint32_t>(kept) << (4 * nt + e);
+          if (kept) weighted[r] += prob * (dp[nt][e] * factor);  // masked keys drop out of the sum
+        }
+        if constexpr (kDropout)
+          *reinterpret_cast<uint32_t*>(dropped + i * kScorePitch + j) = pack2<T>(kept_drop[0], kept_drop[1]);
+      }
+    if (kt == 0) {
+      keep_of[0] = keep, kept_of[0] = kept_bits;
+    } else {
+      keep_of[1] = keep, kept_of[1] = kept_bits;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    weighted[r] += __shfl_xor_sync(0xffffffffu, weighted[r], 1);
+    weighted[r] += __shfl_xor_sync(0xffffffffu, weighted[r], 2);
+  }
+  // G = P (dP - D) / s on kept pairs (0 elsewhere, key tiles past L included), T(G) over P.
+#pragma unroll 1
+  for (int kt = 0; kt < kKeyTiles; ++kt) {
+    if (kt < key_tiles) score_grad_tile(dc_rows, v_rows, kt, dp);
+    const uint32_t keep = kt == 0 ? keep_of[0] : keep_of[1];
+    const uint32_t kept_bits = kt < key_tiles ? (kt == 0 ? kept_of[0] : kept_of[1]) : 0u;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = local_row[r], j = kt * kTile + nt * 8 + 2 * q;
+        uint32_t* slot = reinterpret_cast<uint32_t*>(scores + i * kScorePitch + j);
+        const float2 stored = unpack2<T>(*slot);
+        float value[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int e = 2 * r + c;
+          const bool kept = ((kept_bits >> (4 * nt + e)) & 1u) != 0;
+          const float factor = kDropout ? (((keep >> (4 * nt + e)) & 1u) != 0 ? p.kept_scale : 0.0f) : 1.0f;
+          const float prob = c == 0 ? stored.x : stored.y;
+          value[c] = kept ? prob * (dp[nt][e] * factor - weighted[r]) * p.inverse_scale : 0.0f;
+        }
+        *slot = pack2<T>(value[0], value[1]);
+        if (p.score_grad_f32 == nullptr || i >= L || j >= L) continue;
+        float* out = p.score_grad_f32 + (bh * L + i) * L + j;
+        if (j + 1 < L) {
+          *reinterpret_cast<float2*>(out) = make_float2(value[0], value[1]);
+        } else {
+          out[0] = value[0];
+        }
+      }
+  }
+}
+
+// The bucket gathers from T(G) in shared memory, a warp per position (query i for Gc, key j for Gp), lanes
+// along two window rows each (a 4-byte store); padding columns r >= W get zeros. 0.0f + turns -0 into +0 as
+// the gather kernels' sums do.
+template <typename T>
+__device__ __forceinline__ void write_bucket_gathers(const T* grad_rows, const int* first_of,
+                                                     const FlashAttentionParams& p, int64_t b, int64_t h) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int L = p.length;
+  const int64_t out_rows = (h * p.batch + b) * L;  // row (b, 0) of head h in [N, B*L, window_pitch]
+  T* gc = static_cast<T*>(p.gc_lowp);
+  T* gp = static_cast<T*>(p.gp_lowp);
+  for (int position = warp; position < L; position += kBackwardWarps) {
+    for (int r0 = 2 * lane; r0 < p.window_pitch; r0 += 64) {
+      float sum_c[2] = {0.0f, 0.0f}, sum_p[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int r = r0 + c;
+        if (r >= p.window) continue;
+        const int distance = first_of[r];
+        const int j = position - distance;  // Gc: key of query `position`
+        const int i = position + distance;  // Gp: query of key `position`
+        if (static_cast<unsigned>(j) < static_cast<unsigned>(L))
+          sum_c[c] = 0.0f + to_float(grad_rows[position * kScorePitch + j]);
+        if (static_cast<unsigned>(i) < static_cast<unsigned>(L))
+          sum_p[c] = 0.0f + to_float(grad_rows[i * kScorePitch + position]);
+      }
+      const int64_t at = (out_rows + position) * p.window_pitch + r0;
+      if (gc != nullptr) *reinterpret_cast<uint32_t*>(gc + at) = pack2<T>(sum_c[0], sum_c[1]);
+      if (gp != nullptr) *reinterpret_cast<uint32_t*>(gp + at) = pack2<T>(sum_p[0], sum_p[1]);
+    }
+  }
+}
+
+template <typename T, bool kDropout>
+__global__ void __launch_bounds__(kBackwardThreads, 2)
+    short_attention_backward_kernel(FlashAttentionParams p) {
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  T* v_rows = reinterpret_cast<T*>(dynamic_shared);
+  T* dc_rows = v_rows + kScoreRows * kPitch;
+  T* dropped = v_rows;                        // [128 rows i, kScorePitch]: P~, once dP~ is computed
+  T* scores = dc_rows + kScoreRows * kPitch;  // [128 rows i, kScorePitch]: P, then T(G)
+  __shared__ uint32_t key_words[kKeyTiles * 2];
+  __shared__ int first_of[kMaxWindow];  // the one i - j of window row r (gathers in this kernel)
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4;
+  const int L = p.length;
+  const int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
+  const int key_tiles = (L + kTile - 1) / kTile;
+  const bool gathers = p.rel_first != nullptr;
+
+  copy_rows(v_rows, p.v, p, b, h);
+  copy_rows(dc_rows, p.dcontext, p, b, h);
+  copy_scores_in(scores, p.probs, L, bh);
+  commit_async_copies();
+  if (threadIdx.x < kScoreRows) {
+    const int j = static_cast<int>(threadIdx.x);
+    const uint32_t bits = __ballot_sync(0xffffffffu, j < L && p.keep[b * L + j] != 0);
+    if (j % 32 == 0) key_words[j / 32] = bits;
+  }
+  if (gathers) {
+    for (int r = static_cast<int>(threadIdx.x); r < p.window; r += kBackwardThreads)
+      first_of[r] = p.rel_first[r];
+  }
+  wait_for_copies();
+  __syncthreads();
+
+  const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
+  bool row_kept[2];
+  query_rows_kept(p.keep, b, L, 0, local_row, row_kept);
+  softmax_backward_from_stored<T, kDropout>(p, key_words, local_row, row_kept, key_tiles, dc_rows, v_rows,
+                                            dropped, scores);
+  __syncthreads();  // T(G) and P~ staged
+  copy_scores_out(p.score_grad_lowp, scores, L, bh);
+  if constexpr (kDropout) copy_scores_out(p.dropped_probs, dropped, L, bh);
+  if (gathers) write_bucket_gathers<T>(scores, first_of, p, b, h);
+}
+
 }  // namespace
 
 void launch_short_attention_forward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
@@ -361,6 +603,29 @@ void launch_short_attention_forward(const FlashAttentionParams& params, DType dt
                     static_cast<unsigned>(params.batch * params.heads));
     kernel<<<grid, kThreads, kShortSharedBytes, stream>>>(params);
     ZT_CUDA_CHECK_LAUNCH("short_attention_forward");
+  });
+}
+
+void launch_short_attention_backward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream) {
+  ZT_CHECK(params.length >= 1 && params.length <= kShortAttentionMaxLength && params.length % 8 == 0,
+           "short_attention_backward: L ", params.length, " is not a multiple of 8 in [8, ",
+           kShortAttentionMaxLength, "]");
+  ZT_CHECK(params.rel_first == nullptr || (params.window <= kMaxWindow && params.window_pitch % 2 == 0),
+           "short_attention_backward: a window of ", params.window, " rows (pitch ", params.window_pitch,
+           ") for the gathers");
+  ZT_CHECK(params.score_grad_lowp != nullptr && (!params.dropout || params.dropped_probs != nullptr),
+           "short_attention_backward: no buffer for G or P~");
+  cuda_detail::dispatch_half(dtype, "short_attention_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const auto kernel =
+        params.dropout ? short_attention_backward_kernel<T, true> : short_attention_backward_kernel<T, false>;
+    const size_t shared = short_backward_shared_bytes(params.dropout);
+    ZT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+    ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared));
+    kernel<<<static_cast<unsigned>(params.batch * params.heads), kBackwardThreads, shared, stream>>>(params);
+    ZT_CUDA_CHECK_LAUNCH("short_attention_backward");
   });
 }
 

@@ -27,14 +27,15 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // per stream, kernels
 //   forward   none where the forward is one kernel (kernels::short_attention_forward_shape: 16-bit heads of
 //             64 at L <= 128); else C2P and P2C scores in f32 (2 x 4 N B L W8) + the content scores in f32
 //             when P is stored in a 16-bit T (4 P) + the dropped probabilities P~ in T (with dropout);
-//   backward  dP / G in f32 (4 P) + G in T (16-bit T) + P~ in T (with dropout; the softmax backward writes
-//             it beside G) + the bucket sums Gc, Gp in T (2 x N B L W8 T) + during a term's table gradient
-//             its padded table window (W8 x D T) and, B*L split into s > 1 slices, the f32 partials
-//             (N s W8 d 4); the larger where the forward is one kernel.
+//   backward  G in T (16-bit T) + P~ in T (with dropout; the softmax backward writes it beside G) + the
+//             bucket sums Gc, Gp in T (2 x N B L W8 T) + during a term's table gradient its padded table
+//             window (W8 x D T) and, B*L split into s > 1 slices, the f32 partials (N s W8 d 4), all live
+//             at once; + dP / G in f32 (4 P) unless the short backward (the forward's shapes, L % 8 == 0)
+//             writes Gc and Gp itself, which it does when every window row holds one distance (W = 2L - 1).
 // The flash path (DebertaForSequenceClassification::uses_flash_attention) keeps only the positional terms.
-// At xlarge, seq 128, bf16 with dropout: the backward's 6.6 MiB per sample (0.77 GiB at batch 128), nearly
-// all in proportion to the batch. The other per-call scratch is not live at the same time: the larger of the
-// two counts (conv1d_scratch_bytes; LayerNorm's partials are smaller than either).
+// At xlarge, seq 128, bf16 with dropout: the backward's G, P~, Gc and Gp, 4.5 MiB per sample (0.56 GiB at
+// batch 128), and the table gradient's few MiB. The other per-call scratch is not live at the same time: the
+// larger of the two counts (conv1d_scratch_bytes; LayerNorm's partials are smaller than either).
 size_t attention_scratch_bytes(const DebertaConfig& model, int64_t batch, int64_t length, DType compute,
                                const std::function<size_t(size_t)>& held) {
   if (!model.relative_attention) return 0;
@@ -58,16 +59,20 @@ size_t attention_scratch_bytes(const DebertaConfig& model, int64_t batch, int64_
                              ? 0
                              : 2 * held(positional * 4) + (low_precision ? held(probs * 4) : 0) +
                                    (dropout ? held(probs * t) : 0);
-  // Backward: G in T with 16-bit storage, P~ in T with dropout, both live at once, then Gc and Gp; beside
-  // them during a term's table gradient, the padded table window and (B*L split in slices) the f32 partials.
+  // Backward: G in f32 (unless the short backward gathers itself) and in T with 16-bit storage, P~ in T with
+  // dropout, Gc and Gp, all live to the end; beside them during a term's table gradient, the padded table
+  // window and (B*L split in slices) the f32 partials.
   const int64_t slices = kernels::attention_table_grad_slices(batch * length);
   const size_t table_grad =
       held(static_cast<size_t>(pitch * model.hidden_size) * t) +
       (slices > 1
            ? held(static_cast<size_t>(model.num_attention_heads * slices * pitch * model.head_size()) * 4)
            : 0);
-  const size_t backward = held(probs * 4) + (low_precision ? held(probs * t) : 0) +
-                          (dropout ? held(probs * t) : 0) + 2 * held(positional * t) + table_grad;
+  const bool short_gathers = kernels::short_attention_forward_shape(compute, model.head_size(), length) &&
+                             length % 8 == 0 && window == 2 * length - 1;
+  const size_t score_grads = (short_gathers ? 0 : held(probs * 4)) + (low_precision ? held(probs * t) : 0) +
+                             (dropout ? held(probs * t) : 0);
+  const size_t backward = score_grads + 2 * held(positional * t) + table_grad;
   return std::max(forward, backward);
 }
 

@@ -161,7 +161,18 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"f16_B5_L100_d64_xlarge_buckets_dropout", DType::f16, 5, 100, 2, 64, test::xlarge_buckets(),
              true, true, 0.1f},
         Case{"bf16_B3_L128_d64_p2c_only_xlarge", DType::bf16, 3, 128, 2, 64, test::xlarge_buckets(), false,
-             true, 0.0f}),
+             true, 0.0f},
+        // The one-kernel backward (L a multiple of 8): one key tile and a partial second one with one
+        // distance a bucket (its own gathers) in f16; buckets of several distances (G in f32 for the gather
+        // kernels) with dropout, clamped and log.
+        Case{"f16_B2_L120_d64_xlarge_buckets", DType::f16, 2, 120, 2, 64, test::xlarge_buckets(), true, true,
+             0.0f},
+        Case{"f16_B2_L40_d64_xlarge_buckets_dropout", DType::f16, 2, 40, 3, 64, test::xlarge_buckets(), true,
+             true, 0.1f},
+        Case{"bf16_B2_L96_d64_clamped_dropout", DType::bf16, 2, 96, 2, 64, test::clamped_buckets(), true,
+             true, 0.1f},
+        Case{"f16_L64_d64_tiny_buckets_dropout", DType::f16, 1, 64, 2, 64, test::tiny_buckets(), true, true,
+             0.1f}),
     [](const auto& info) { return info.param.name; });
 
 // The backward's bucket gathers take their one-term path exactly where every bucket of the window holds one
