@@ -546,8 +546,8 @@ __global__ void __launch_bounds__(kBackwardThreads, 2)
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   T* v_rows = reinterpret_cast<T*>(dynamic_shared);
   T* dc_rows = v_rows + kScoreRows * kPitch;
-  T* dropped = v_rows;                        // [128 rows i, kScorePitch]: P~, once dP~ is computed
-  T* scores = dc_rows + kScoreRows * kPitch;  // [128 rows i, kScorePitch]: P, then T(G)
+  T* scores = dc_rows + kScoreRows * kPitch;       // [128 rows i, kScorePitch]: P, then T(G)
+  T* dropped = scores + kScoreRows * kScorePitch;  // [128 rows i, kScorePitch]: P~ (with dropout)
   __shared__ uint32_t key_words[kKeyTiles * 2];
   __shared__ int first_of[kMaxWindow];  // the one i - j of window row r (gathers in this kernel)
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
