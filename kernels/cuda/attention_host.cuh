@@ -74,6 +74,15 @@ DeviceBuffer positional_scores(const Tensor& rows, const Tensor& table, int64_t 
 void positional_grads(const void* bucket_grad, const Tensor& rows, const Tensor& table, const Tensor& drows,
                       const Tensor& dtable, int64_t window_begin, const AttentionShape& s, DType T,
                       const char* op, cudaStream_t stream);
+// The same two products in one kernel over one read of Gx (attention_positional.cu): d(rows) += Gx table_w
+// in place and the table product of each of the `slices` slices of B*L rows into partial [N, slices, Wp, d]
+// f32 (for add_slice_partials). Where it applies: 16-bit T, heads of 64, Wp <= 256, B*L split into more
+// than one slice (attention_table_grad_slices) of whole 64-row tiles, 16-byte aligned operands.
+bool positional_grads_kernel_applies(const void* bucket_grad, const Tensor& rows, const Tensor& table,
+                                     const Tensor& drows, const AttentionShape& s, DType T);
+void positional_grads_kernel(const void* bucket_grad, const Tensor& rows, const Tensor& table,
+                             const Tensor& drows, float* partial, int64_t slices, int64_t window_begin,
+                             const AttentionShape& s, DType T, cudaStream_t stream);
 
 // The stored path's bucket gathers: Gc into gc (c2p) and Gp into gp (p2c), [N, B*L, window_pitch] in T,
 // from G in f32 [B, N, L, L] (grad) or, where read_lowp (one-distance tables and the block kernel), from G in

@@ -172,7 +172,20 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"bf16_B2_L96_d64_clamped_dropout", DType::bf16, 2, 96, 2, 64, test::clamped_buckets(), true,
              true, 0.1f},
         Case{"f16_L64_d64_tiny_buckets_dropout", DType::f16, 1, 64, 2, 64, test::tiny_buckets(), true, true,
-             0.1f}),
+             0.1f},
+        // The positional gradients' one kernel (attention_positional.cu: 16-bit heads of 64, window pitch
+        // <= 256, B*L in > 1 slices of whole 64-row tiles): 2 slices of 256 rows with the 256-row window
+        // (W = 255), 3 slices of 256 at a 128-row window (zero Gx columns from 128 on), 2 of 256 at the
+        // 32-row window of the clamped buckets; beside them the GEMMs where the slices are not whole tiles
+        // (B*L = 600: 2 slices of 300 rows).
+        Case{"bf16_B4_L128_d64_positional_kernel_dropout", DType::bf16, 4, 128, 2, 64, test::xlarge_buckets(),
+             true, true, 0.1f},
+        Case{"f16_B12_L64_d64_positional_kernel", DType::f16, 12, 64, 2, 64, test::xlarge_buckets(), true,
+             true, 0.0f},
+        Case{"bf16_B4_L128_d64_positional_kernel_clamped_c2p_only", DType::bf16, 4, 128, 2, 64,
+             test::clamped_buckets(), true, false, 0.0f},
+        Case{"bf16_B6_L100_d64_positional_gemms", DType::bf16, 6, 100, 2, 64, test::xlarge_buckets(), true,
+             true, 0.0f}),
     [](const auto& info) { return info.param.name; });
 
 // The backward's bucket gathers take their one-term path exactly where every bucket of the window holds one
