@@ -43,6 +43,36 @@ struct GeluBackwardOp {
   }
 };
 
+// A Pack128 stored as one 16-byte vector (st.global.wb, the default store policy): store128's copy of the
+// struct came out as 2-byte-pair stores in this kernel's SASS.
+template <typename T>
+__device__ __forceinline__ void store_pack(T* p, const Pack128<T>& pack) {
+  uint4 bits;
+  memcpy(&bits, &pack, sizeof(bits));
+  __stwb(reinterpret_cast<uint4*>(p), bits);
+}
+
+// y = gelu(x) with x and y 16-byte aligned (y may alias x: each thread reads its pack before writing it):
+// one Pack128 a thread per step, then the last n % pack elements one a thread; every element is
+// GeluForwardOp's expression, so the bits are launch_pointwise's. That kernel, which the unaligned case
+// still takes, checks every element of a pack against n and stores it through a struct copy: ~50
+// instructions an element (sm_90a SASS), which held [5120, 6144] bf16 at 61.7 us (zt_bench, H100) against
+// 51.7 here (126 MB: 2.4 TB/s).
+template <typename T>
+__global__ void gelu_forward_vector_kernel(const T* x, T* y, int64_t n) {
+  constexpr int kPack = Pack128<T>::kSize;
+  const int64_t packs = n / kPack;
+  for (int64_t p = global_thread_index(); p < packs; p += grid_thread_count()) {
+    const Pack128<T> xs = load128(x + p * kPack);
+    Pack128<T> ys;
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) ys.v[k] = from_float<T>(GeluForwardOp{}({}, 0, to_float(xs.v[k])));
+    store_pack(y + p * kPack, ys);
+  }
+  const int64_t i = packs * kPack + global_thread_index();
+  if (i < n) y[i] = from_float<T>(GeluForwardOp{}({}, 0, to_float(x[i])));
+}
+
 // y = gelu(x) and dx = dy * gelu'(x) for the Pack128 at element `first` of each tensor; returns dx's pack
 // (what was stored, for the column sums below). dy's pack is read before dx's is written.
 template <typename T>
@@ -116,7 +146,14 @@ void gelu_forward(const Tensor& x, const Tensor& y, cudaStream_t stream) {
   constexpr const char* op = "gelu_forward";
   dispatch_float_storage(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    launch_pointwise<T, 1>(GeluForwardOp{}, x.numel(), typed<T>(y), {typed<T>(x)}, stream, op);
+    const int64_t n = x.numel();
+    if (n > 0 && is_aligned16(x.data()) && is_aligned16(y.data())) {
+      gelu_forward_vector_kernel<T><<<cuda_detail::blocks_for(std::max<int64_t>(n / Pack128<T>::kSize, 1)),
+                                      kThreadsPerBlock, 0, stream>>>(typed<T>(x), typed<T>(y), n);
+      ZT_CUDA_CHECK_LAUNCH(op);
+    } else {
+      launch_pointwise<T, 1>(GeluForwardOp{}, n, typed<T>(y), {typed<T>(x)}, stream, op);
+    }
   });
 }
 
