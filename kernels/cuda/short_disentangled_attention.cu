@@ -2,6 +2,8 @@
 // the masks, the softmax, the dropout and P~ V, with P written for the stored backward
 // (disentangled_attention.cu). It replaces four GEMMs and the softmax kernel there, which wrote and read
 // back the f32 scores and the f32 [N, B*L, Wp] positional tables (~250 MB a layer at 40 x 128 for xlarge).
+// The backward's first part at the same lengths is below ("backward"): dP~, the softmax backward and the
+// bucket gathers in one kernel per (b, h).
 //
 // One CTA of 4 warps per (b, h, tile of 64 query rows); each warp owns 16 rows and keeps all of their
 // scores (at most two key tiles of 64) in registers, so the softmax is exact, as the unfused kernel's:

@@ -78,8 +78,10 @@ def check_grid(bin_dir, work):
 def check_checkpointing_twins(bin_dir, work):
     """Of one placement kind, the fastest plan with and without checkpointing are both measured where both are
     predicted within --twin-margin of the best: with call 2's figures at 12 GiB x b512 the full offload's
-    128x4 with checkpointing and 32x16 without (the H100 ran the second faster, 1001 against 1083 ms)."""
+    256x2 with checkpointing and 32x16 without, within 1.15 (since the short attention backward's smaller
+    scratch 256x2 fits, predicted 6-15 % faster than 32x16; at the default 1.06 only it is measured)."""
     r = runner(bin_dir, work, caps="12", figures=recorded_figures(work), per_cap=2)
+    r.args.twin_margin = 1.15
     keys = [pg.plan_key(p) for p in r.select_grid(512, 128)[1] if "fallback_for" not in p]
     full = [k for k in keys if k.startswith("s1 optimizer ") and " r0." not in k]
     assert any(k.endswith(" ckpt") for k in full) and any(not k.endswith(" ckpt") for k in full), keys
