@@ -29,7 +29,8 @@
 //             bytes each (Wp = window_pitch, W rounded up to 8); the padded table windows, Wp*D*sizeof(T)
 //   backward: dP/G in f32, 4*P bytes; P~ then G in T, P * sizeof(T) (skipped for f32 without dropout, which
 //             uses the f32 buffers directly; without dropout P~ is probs itself); Gc and Gp,
-//             N*B*L*Wp*sizeof(T) each
+//             N*B*L*Wp*sizeof(T) each. The short backward (L <= 128, short_disentangled_attention.cu) has
+//             no f32 dP/G where it gathers Gc and Gp itself (one distance a bucket)
 //   plus the mask as bytes [B, L]; the index tables (int32, 2L - 1 + 2W) are cached per length.
 //
 // The bucket gathers are in attention_bucket_gather.cu. The flash path (no [B, N, L, L] buffers) is
