@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention_host.cuh"
+#include "kernels/cuda/bucket_gather.cuh"
 #include "kernels/cuda/launch_common.cuh"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
@@ -81,15 +82,10 @@ __global__ void __launch_bounds__(kBlockThreads)
       float sum_c = 0.0f, sum_p = 0.0f;
       if constexpr (kOneDistance) {
         if (r < W) {
-          const int distance = first_of[r];   // the bucket's one i - j
-          const int j = position - distance;  // Gc: key of query `position`
-          const int i = position + distance;  // Gp: query of key `position`
-          if (gc_row != nullptr && static_cast<unsigned>(j) < static_cast<unsigned>(L)) {
-            sum_c = 0.0f + to_float(staged_grad[position * pitch + j]);
-          }
-          if (gp_row != nullptr && static_cast<unsigned>(i) < static_cast<unsigned>(L)) {
-            sum_p = 0.0f + to_float(staged_grad[i * pitch + position]);
-          }
+          const float2 sums = cuda_detail::one_distance_gathers(staged_grad, pitch, L, position, first_of[r],
+                                                                gc_row != nullptr, gp_row != nullptr);
+          sum_c = sums.x;
+          sum_p = sums.y;
         }
       } else if (r < W) {
         const int first = first_of[r], last = last_of[r];

@@ -334,10 +334,12 @@ __device__ __forceinline__ void commit_async_copies() {
 __device__ __forceinline__ void wait_all_but_newest_copies() {
   asm volatile("cp.async.wait_group 1;\n" ::);
 }
-template <typename T>
+// Rows first .. first + kRows - 1 of head h of a [B, L, D] tensor into a [kRows, kPitch] tile by cp.async, 16
+// bytes a thread a step over kCopyThreads threads; rows at or past L are zero-filled.
+template <typename T, int kRows = kTile, int kCopyThreads = kThreads>
 __device__ __forceinline__ void prefetch_tile(T* tile, const T* x, const FlashAttentionParams& p, int64_t b,
                                               int64_t h, int first) {
-  for (int chunk = static_cast<int>(threadIdx.x); chunk < kTile * 8; chunk += kThreads) {
+  for (int chunk = static_cast<int>(threadIdx.x); chunk < kRows * 8; chunk += kCopyThreads) {
     const int r = chunk / 8, c = chunk % 8;
     const bool valid = first + r < p.length;
     const T* source = valid ? x + (b * p.length + first + r) * p.features + h * kD + c * 8 : x;

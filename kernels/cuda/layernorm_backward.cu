@@ -68,10 +68,8 @@ __device__ __forceinline__ void dx_pack(const Pack128<T>& dys, const Pack128<T>&
 // dx (and ds) of one row from its means, by the 32 lanes of a warp over a row whose first element has flat
 // index row_start: Pack128 slices of the row in the vector partition (kVectorOut), single elements with one
 // Philox block each otherwise; dx_of per element either way, so the two agree bit for bit. Reads dy[j]
-// before writing dx[j] in the same thread, so dxr may alias dyr. These are layernorm_backward_dx_kernel's
-// output loops, statement for statement, for the fused kernel; the dx kernel keeps its own text, so that its
-// PTX stays the code that ran (scripts/ptx_unchanged.py: calling this from it renumbers PTX registers and
-// reschedules its SASS).
+// before writing dx[j] in the same thread, so dxr may alias dyr. The output loops of the dx kernel and the
+// fused one.
 template <typename T, typename W, bool kVectorOut>
 __device__ __forceinline__ void store_dx_row(const T* dyr, const T* xr, const W* gamma, float mu,
                                              float inv_std, float2 means, int64_t dim, int lane,
@@ -116,9 +114,6 @@ __global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const W* g
   static_assert(kVectorOut || !kRegisters, "the row in registers is the vector partition");
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  auto dropped = [&](const PhiloxCounter& bits, int64_t i, T v) {
-    return dropout ? from_float<T>(mask(bits, i, to_float(v))) : v;
-  };
   for (int64_t r = first_row; r < rows; r += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
     const T* dyr = dy + r * dim;
     const T* xr = x + r * dim;
@@ -158,29 +153,9 @@ __global__ void layernorm_backward_dx_kernel(const T* dy, const T* x, const W* g
       continue;
     }
     const float2 means = dx_row_means<T, W, kVector>(dyr, xr, gamma, mu, inv_std, dim, lane);
-    T* dxr = dx + r * dim;
-    T* dsr = ds != nullptr ? ds + r * dim : nullptr;
-    // The flat index of the row's first element: the mask counts over the whole tensor.
-    const int64_t row_start = r * dim;
-    if constexpr (kVectorOut) {
-      constexpr int kPack = Pack128<T>::kSize;
-      for (int64_t j0 = static_cast<int64_t>(lane) * kPack; j0 < dim; j0 += 32 * kPack) {
-        Pack128<T> dxs, dss;
-        dx_pack(load128(dyr + j0), load128(xr + j0), gamma, j0, row_start, mu, inv_std, means, mask, dropout,
-                dxs, dss);
-        store128(dxr + j0, dxs);
-        if (dsr != nullptr) store128(dsr + j0, dss);
-      }
-    } else {
-      for (int64_t j = lane; j < dim; j += 32) {
-        const int64_t i = row_start + j;
-        const PhiloxCounter bits = dropout ? mask.group(static_cast<uint64_t>(i) / 4) : PhiloxCounter{};
-        const T v =
-            from_float<T>(dx_of(to_float(dyr[j]), to_float(gamma[j]), to_float(xr[j]), mu, inv_std, means));
-        dxr[j] = v;
-        if (dsr != nullptr) dsr[j] = dropped(bits, i, v);
-      }
-    }
+    // The flat index of the row's first element (r * dim): the mask counts over the whole tensor.
+    store_dx_row<T, W, kVectorOut>(dyr, xr, gamma, mu, inv_std, means, dim, lane, r * dim, mask, dropout,
+                                   dx + r * dim, ds != nullptr ? ds + r * dim : nullptr);
   }
 }
 

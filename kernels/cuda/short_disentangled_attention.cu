@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/bucket_gather.cuh"
 #include "kernels/cuda/flash_attention_tiles.cuh"
 #include "kernels/cuda/flash_disentangled_attention.cuh"
 #include "kernels/cuda/launch_common.cuh"
@@ -375,17 +376,11 @@ constexpr size_t short_backward_shared_bytes(bool dropout) {
 }
 
 // Rows 0 .. L - 1 of head h of a [B, L, D] tensor into a [128, kPitch] buffer (rows past L zero), by cp.async
-// with every thread of the CTA.
+// with every thread of the 8-warp CTA.
 template <typename T>
 __device__ __forceinline__ void copy_rows(T* rows, const void* x, const FlashAttentionParams& p, int64_t b,
                                           int64_t h) {
-  const T* from = static_cast<const T*>(x);
-  for (int chunk = static_cast<int>(threadIdx.x); chunk < kScoreRows * 8; chunk += kBackwardThreads) {
-    const int r = chunk / 8, c = chunk % 8;
-    const bool valid = r < p.length;
-    copy_async16(rows + r * kPitch + c * 8,
-                 valid ? from + (b * p.length + r) * p.features + h * kD + c * 8 : from, valid);
-  }
+  prefetch_tile<T, kScoreRows, kBackwardThreads>(rows, static_cast<const T*>(x), p, b, h, 0);
 }
 
 // The [L, L] block bh of a [B, N, L, L] tensor in T between global memory and a [128, kScorePitch] buffer,
@@ -509,9 +504,9 @@ __device__ __forceinline__ void softmax_backward_from_stored(const FlashAttentio
   }
 }
 
-// The bucket gathers from T(G) in shared memory, a warp per position (query i for Gc, key j for Gp), lanes
-// along two window rows each (a 4-byte store); padding columns r >= W get zeros. 0.0f + turns -0 into +0 as
-// the gather kernels' sums do.
+// The bucket gathers from T(G) in shared memory (one_distance_gathers, as the stored path's block gather), a
+// warp per position (query i for Gc, key j for Gp), lanes along two window rows each (a 4-byte store);
+// padding columns r >= W get zeros.
 template <typename T>
 __device__ __forceinline__ void write_bucket_gathers(const T* grad_rows, const int* first_of,
                                                      const FlashAttentionParams& p, int64_t b, int64_t h) {
@@ -527,13 +522,10 @@ __device__ __forceinline__ void write_bucket_gathers(const T* grad_rows, const i
       for (int c = 0; c < 2; ++c) {
         const int r = r0 + c;
         if (r >= p.window) continue;
-        const int distance = first_of[r];
-        const int j = position - distance;  // Gc: key of query `position`
-        const int i = position + distance;  // Gp: query of key `position`
-        if (static_cast<unsigned>(j) < static_cast<unsigned>(L))
-          sum_c[c] = 0.0f + to_float(grad_rows[position * kScorePitch + j]);
-        if (static_cast<unsigned>(i) < static_cast<unsigned>(L))
-          sum_p[c] = 0.0f + to_float(grad_rows[i * kScorePitch + position]);
+        const float2 sums =
+            cuda_detail::one_distance_gathers(grad_rows, kScorePitch, L, position, first_of[r], true, true);
+        sum_c[c] = sums.x;
+        sum_p[c] = sums.y;
       }
       const int64_t at = (out_rows + position) * p.window_pitch + r0;
       if (gc != nullptr) *reinterpret_cast<uint32_t*>(gc + at) = pack2<T>(sum_c[0], sum_c[1]);
