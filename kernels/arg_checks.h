@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "runtime/check.h"
 #include "runtime/tensor.h"
@@ -46,6 +47,27 @@ inline void check_same_shape(const Tensor& got, const Tensor& like, const char* 
                              const char* like_name) {
   ZT_CHECK(got.shape() == like.shape(), op, ": ", got_name, " must have the shape of ", like_name, " ",
            like.shape().to_string(), ", got ", got.shape().to_string());
+}
+
+// The gradients a weight layer's backward (linear, conv1d) writes, each where defined: dx like x in the
+// storage dtype, not over dy (its GEMM reads dy while writing dx); dweight like the weight and dbias
+// [weight.dim(0)] in the f32 gradient buffers.
+inline void check_weight_layer_grads(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                     const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                     DType storage, DeviceKind device, const char* op) {
+  if (dx.defined()) {
+    check_arg(dx, storage, device, op, "dx");
+    check_same_shape(dx, x, op, "dx", "x");
+    ZT_CHECK(dx.data() != dy.data() || dx.numel() == 0, op, ": dx must not alias dy");
+  }
+  if (dweight.defined()) {
+    check_arg(dweight, DType::f32, device, op, "dweight");
+    check_same_shape(dweight, weight, op, "dweight", "weight");
+  }
+  if (dbias.defined()) {
+    check_arg(dbias, DType::f32, device, op, "dbias");
+    check_shape(dbias, Shape{weight.dim(0)}, (std::string(op) + ": dbias").c_str());
+  }
 }
 
 // Throws unless `loss` is an f32 tensor of one element on `device` (what the loss kernels write).

@@ -64,19 +64,7 @@ void conv1d_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   const ConvDtype t = check_conv_args(cuda, x, weight, op);
   check_arg(dy, t.storage, t.device, op, "dy");
   check_shape(dy, Shape{x.dim(0), x.dim(1), weight.dim(0)}, "conv1d_backward: dy");
-  if (dx.defined()) {
-    check_arg(dx, t.storage, t.device, op, "dx");
-    check_same_shape(dx, x, op, "dx", "x");
-    ZT_CHECK(dx.data() != dy.data() || dx.numel() == 0, op, ": dx must not alias dy");
-  }
-  if (dweight.defined()) {
-    check_arg(dweight, DType::f32, t.device, op, "dweight");
-    check_same_shape(dweight, weight, op, "dweight", "weight");
-  }
-  if (dbias.defined()) {
-    check_arg(dbias, DType::f32, t.device, op, "dbias");
-    check_shape(dbias, Shape{weight.dim(0)}, "conv1d_backward: dbias");
-  }
+  check_weight_layer_grads(dy, x, weight, dx, dweight, dbias, t.storage, t.device, op);
   if (cuda) {
 #ifdef ZT_WITH_CUDA
     return gpu::conv1d_backward(dy, x, weight, dx, dweight, dbias, accumulate_dx, current_stream());

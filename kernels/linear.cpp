@@ -74,19 +74,7 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   constexpr const char* op = "linear_backward";
   const bool cuda = runs_on_cuda(x, op);
   const LinearDtype t = check_linear_args(cuda, x, weight, dy, op, "dy");
-  if (dx.defined()) {
-    check_arg(dx, t.storage, t.device, op, "dx");
-    check_same_shape(dx, x, op, "dx", "x");
-    ZT_CHECK(dx.data() != dy.data() || dx.numel() == 0, op, ": dx must not alias dy");
-  }
-  if (dweight.defined()) {
-    check_arg(dweight, DType::f32, t.device, op, "dweight");
-    check_same_shape(dweight, weight, op, "dweight", "weight");
-  }
-  if (dbias.defined()) {
-    check_arg(dbias, DType::f32, t.device, op, "dbias");
-    check_shape(dbias, Shape{weight.dim(0)}, "linear_backward: dbias");
-  }
+  check_weight_layer_grads(dy, x, weight, dx, dweight, dbias, t.storage, t.device, op);
   if (cuda) {
 #ifdef ZT_WITH_CUDA
     return gpu::linear_backward(dy, x, weight, dx, dweight, dbias, accumulate_dx, write, current_stream());

@@ -126,5 +126,19 @@ TEST(Conv1d, RejectsBadShapes) {
   EXPECT_THROW(conv1d_forward(c.xt(), f32_view(w_in, {5, 4, 3}), c.bt(), c.yt()), Error);
 }
 
+// The backward's gradient checks are linear's (kernels/arg_checks.h): a dbias of the wrong length, a dweight
+// in another shape than the weight.
+TEST(Conv1d, BackwardRejectsBadGradients) {
+  ConvCase c(2, 4, 3, 5, 3);
+  std::vector<float> dw(5 * 3 * 3), db(5), db_bad(4), dw_bad(5 * 9);
+  EXPECT_NO_THROW(
+      conv1d_backward(c.rt(), c.xt(), c.wt(), Tensor(), f32_view(dw, {5, 3, 3}), f32_view(db, {5})));
+  EXPECT_THROW(
+      conv1d_backward(c.rt(), c.xt(), c.wt(), Tensor(), f32_view(dw, {5, 3, 3}), f32_view(db_bad, {4})),
+      Error);
+  EXPECT_THROW(conv1d_backward(c.rt(), c.xt(), c.wt(), Tensor(), f32_view(dw_bad, {5, 9}), f32_view(db, {5})),
+               Error);
+}
+
 }  // namespace
 }  // namespace zt::kernels

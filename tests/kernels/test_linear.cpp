@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "runtime/check.h"
@@ -115,6 +116,40 @@ TEST(Linear, RejectsMismatchedFeatures) {
   EXPECT_THROW(linear_forward(c.xt(), f32_view(w_bad, {7, 4}), c.bt(), c.yt()), Error);
   std::vector<float> y_rows(4 * 7);
   EXPECT_THROW(linear_forward(c.xt(), c.wt(), c.bt(), f32_view(y_rows, {4, 7})), Error);
+}
+
+// The backward's gradients (kernels/arg_checks.h check_weight_layer_grads): dx in x's shape and not over dy,
+// dweight in the weight's, dbias [out]; each message names the op and the argument.
+TEST(Linear, BackwardRejectsBadGradients) {
+  using C = LinearCase;
+  LinearCase c;
+  std::vector<float> dx(C::kRows * C::kIn), dw(C::kOut * C::kIn), db(C::kOut), dx_bad(dx), dw_bad(dw),
+      db_bad(C::kOut + 1);
+  const Tensor dxt = f32_view(dx, {C::kBatch, C::kSeq, C::kIn}), dwt = f32_view(dw, {C::kOut, C::kIn});
+  const Tensor dbt = f32_view(db, {C::kOut});
+  EXPECT_NO_THROW(linear_backward(c.rt(), c.xt(), c.wt(), dxt, dwt, dbt));
+  const auto message = [&](const Tensor& gx, const Tensor& gw, const Tensor& gb) {
+    try {
+      linear_backward(c.rt(), c.xt(), c.wt(), gx, gw, gb);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const auto names = [](const std::string& got, const std::string& what) {
+    return got.find(what) != std::string::npos
+               ? ::testing::AssertionSuccess()
+               : ::testing::AssertionFailure() << "'" << got << "' lacks " << what;
+  };
+  EXPECT_TRUE(names(message(f32_view(dx_bad, {C::kRows, C::kIn}), dwt, dbt), "linear_backward: dx"));
+  EXPECT_TRUE(names(message(dxt, f32_view(dw_bad, {C::kIn, C::kOut}), dbt), "linear_backward: dweight"));
+  EXPECT_TRUE(names(message(dxt, dwt, f32_view(db_bad, {C::kOut + 1})), "linear_backward: dbias"));
+  // dx over dy: same size when in == out, so a square layer.
+  std::vector<float> sq_x(C::kRows * C::kOut), sq_w(C::kOut * C::kOut), sq_dy(C::kRows * C::kOut);
+  const Tensor dy_sq = f32_view(sq_dy, {C::kRows, C::kOut});
+  EXPECT_THROW(linear_backward(dy_sq, f32_view(sq_x, {C::kRows, C::kOut}), f32_view(sq_w, {C::kOut, C::kOut}),
+                               dy_sq, Tensor(), Tensor()),
+               Error);
 }
 
 }  // namespace
