@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 #include "runtime/check.h"
 #include "runtime/tensor.h"
@@ -66,7 +65,9 @@ inline void check_weight_layer_grads(const Tensor& dy, const Tensor& x, const Te
   }
   if (dbias.defined()) {
     check_arg(dbias, DType::f32, device, op, "dbias");
-    check_shape(dbias, Shape{weight.dim(0)}, (std::string(op) + ": dbias").c_str());
+    // check_shape's message, built only on failure (this runs on every layer's backward).
+    ZT_CHECK(dbias.shape() == Shape{weight.dim(0)}, op, ": dbias: expected shape ",
+             Shape{weight.dim(0)}.to_string(), ", got ", dbias.shape().to_string());
   }
 }
 
