@@ -26,7 +26,9 @@
 //   forward  none where short_attention_forward_shape holds; else 4*P for the f32 content scores (16-bit T
 //   only; f32 finishes them in probs) + P*sizeof(T) for P~ (dropout only) + 2 * 4*N*B*L*W for the C2P/P2C
 //   scores; backward 4*P for dP/G + P*sizeof(T) for P~ then G (none for f32 without dropout) + 2 *
-//   N*B*L*W*sizeof(T) for Gc/Gp (+ a term's table window and f32 partials while its table gradient runs).
+//   N*B*L*W*sizeof(T) for Gc/Gp (+ a term's table window and f32 partials while its table gradient runs);
+//   the one-kernel backward at L <= 128 keeps G and P~ in shared memory and writes Gc/Gp itself (bands of
+//   L + 8 entries a row where positional_kernel_shape holds: gathers_band_width).
 //   E.g. B = 32, N = 24, L = 128 (W = 255), bf16: probs 24 MiB (kept by the caller); no forward scratch (one
 //   kernel; the GEMM path's would be 48 (+ 24 with dropout) + 2 * 96 MiB); backward 48 + 24 + 2 * 48 MiB.
 //   The positional scratch dominates (W ~ 2L).
@@ -71,6 +73,30 @@ inline int64_t attention_table_grad_slices(int64_t rows) {
     if (rows % slices == 0 && rows / slices >= 256) return slices;
   }
   return 1;
+}
+
+// Where the CUDA backward's positional terms run as one kernel a term (kernels/cuda/attention_positional.cu)
+// rather than GEMMs: 16-bit storage, heads of 64, a window pitch of at most 256 table rows and B*L rows in
+// more than one slice of a multiple of 64 rows (and 16-byte aligned tensors, which
+// gpu::positional_grads_kernel_applies checks with the rest).
+inline bool positional_kernel_shape(DType storage, int64_t head_size, int64_t window_pitch, int64_t rows) {
+  const int64_t slices = attention_table_grad_slices(rows);
+  return storage != DType::f32 && head_size == 64 && window_pitch <= 256 && slices > 1 &&
+         (rows / slices) % 64 == 0;
+}
+
+// The row width of the bucket gathers Gc / Gp where the short backward writes them as bands for that kernel:
+// with one distance a window row (W = 2L - 1, row r holding i - j = r - (L - 1)), the nonzero entries of
+// row p are the L rows r from p (Gc, query p) or from L - 1 - p (Gp, key p) on; a band is those rows from
+// the multiple of 8 at or below the first, L + 8 of them (L a multiple of 8), instead of the window pitch
+// 2L: 136 against 256 entries a row at L = 128, so about half the bytes written and read back.
+inline int64_t gathers_band_width(int64_t length) {
+  return length + 8;
+}
+// The first window row of position p's band (the kernels' device code calls it too): Gc's row for query p
+// is nonzero from window row p on, Gp's row for key p from L - 1 - p on.
+constexpr int64_t gathers_band_first(int64_t length, int64_t position, bool by_key) {
+  return (by_key ? length - 1 - position : position) / 8 * 8;
 }
 
 struct DisentangledAttentionConfig {

@@ -33,6 +33,21 @@ def ptx(nvcc: str, tree: Path, source: str, out: Path) -> str:
     return out.read_text()
 
 
+def renumber_registers(body: str) -> str:
+    """Virtual registers numbered by first use, a class at a time, and their declarations dropped: NVVM's
+    numbering moves when a kernel's parameter struct or a sibling instantiation changes, the code does not
+    (ptxas allocates from the same sequence: the SASS is the same)."""
+    numbers: dict = {}
+
+    def number(m: re.Match) -> str:
+        kind = m.group(1)
+        table = numbers.setdefault(kind, {})
+        return f"%{kind}{table.setdefault(m.group(2), len(table))}"
+
+    body = "\n".join(line for line in body.split("\n") if not line.lstrip().startswith(".reg "))
+    return re.sub(r"%(rd|rs|r|fd|f|p|h|hh)(\d+)\b", number, body)
+
+
 def kernels(text: str) -> dict:
     found = {}
     for m in re.finditer(r"\.entry (\S+?)\((.*?)\n\}\n", text, re.S):
@@ -41,7 +56,7 @@ def kernels(text: str) -> dict:
         body = ANON.sub("ANON", body)
         body = re.sub(r"\$L__BB\d+_", "$L__BB_", body)
         body = re.sub(r"_ZZ\w+?E(\d+)(\w+)", r"SHARED_\2", body)
-        found[ANON.sub("ANON", name)] = body
+        found[ANON.sub("ANON", name)] = renumber_registers(body)
     return found
 
 

@@ -225,9 +225,9 @@ DeviceBuffer positional_scores(const Tensor& rows, const Tensor& table, int64_t 
   return out;
 }
 
-// The positional terms of the backward, shared by every path: with Gx = Gc (c2p) or Gp (p2c) [N, B*L, Wp]
-// in T, d(rows) += Gx table_w and d(table_w) += Gx^T rows.
-void positional_grads(const void* bucket_grad, const Tensor& rows, const Tensor& table, const Tensor& drows,
+// The positional terms of the backward, shared by every path: with Gx = Gc (c2p) or Gp (p2c) in T,
+// d(rows) += Gx table_w and d(table_w) += Gx^T rows.
+void positional_grads(const BucketGrad& grad, const Tensor& rows, const Tensor& table, const Tensor& drows,
                       const Tensor& dtable, int64_t window_begin, const AttentionShape& s, DType T,
                       const char* op, cudaStream_t stream) {
   const int64_t table_row = window_begin, BL = s.batch * s.length, d = s.head_size;
@@ -240,23 +240,25 @@ void positional_grads(const void* bucket_grad, const Tensor& rows, const Tensor&
     return scratch_buffer(static_cast<size_t>(s.heads * slices * s.window_pitch * d) * sizeof(float),
                           "attention.table_grad_partials");
   };
-  if (positional_grads_kernel_applies(bucket_grad, rows, table, drows, s, T)) {
+  const bool kernel = positional_grads_kernel_applies(rows, table, drows, s, T);
+  ZT_CHECK(kernel || grad.band_width == 0, op, ": bucket gradients in bands need the positional kernel");
+  if (kernel) {
     const DeviceBuffer partial = partials();
-    positional_grads_kernel(bucket_grad, rows, table, drows, partial.data_as<float>(), slices, table_row, s,
-                            T, stream);
+    positional_grads_kernel(grad, rows, table, drows, partial.data_as<float>(), slices, table_row, s, T,
+                            stream);
     add_slice_partials(partial.data_as<float>(), dtable, slices, table_row, s, op, stream);
     return;
   }
   const DeviceBuffer window = padded_table_window(table, table_row, s, stream);
   GemmProblem into_rows = head_gemm(BL, d, s.window_pitch, T, s);
-  into_rows.a = {bucket_grad, s.window_pitch, BL * s.window_pitch};
+  into_rows.a = {grad.data, s.window_pitch, BL * s.window_pitch};
   into_rows.b = head_operand(window.data(), T, 0, s);
   into_rows.c = head_output(drows.data(), T, 0, s);
   into_rows.beta = 1.0f;
   gemm(into_rows, stream);
   if (slices == 1) {
     GemmProblem into_table = head_gemm(s.window, d, BL, T, s);
-    into_table.a = {bucket_grad, s.window_pitch, BL * s.window_pitch};
+    into_table.a = {grad.data, s.window_pitch, BL * s.window_pitch};
     into_table.transpose_a = true;
     into_table.b = head_operand(rows.data(), T, 0, s);
     into_table.c = head_output(dtable.data(), dtable.dtype(), table_row, s);
@@ -270,7 +272,7 @@ void positional_grads(const void* bucket_grad, const Tensor& rows, const Tensor&
   GemmProblem into_partials = head_gemm(s.window_pitch, d, slice_rows, T, s);
   into_partials.batch = slices;  // inner: k slices of one head
   into_partials.outer = s.heads;
-  into_partials.a = {bucket_grad, s.window_pitch, slice_rows * s.window_pitch, BL * s.window_pitch};
+  into_partials.a = {grad.data, s.window_pitch, slice_rows * s.window_pitch, BL * s.window_pitch};
   into_partials.transpose_a = true;
   into_partials.b = {rows.data(), s.features, slice_rows * s.features, s.head_size};
   into_partials.c = {partial.data(), DType::f32, d, s.window_pitch * d, slices * s.window_pitch * d};

@@ -70,17 +70,26 @@ size_t positional_elements(const AttentionShape& s);
 // Positional scores over all B*L rows of a head: rows table_w^T, [N, B*L, window_pitch] f32.
 DeviceBuffer positional_scores(const Tensor& rows, const Tensor& table, int64_t window_begin,
                                const AttentionShape& s, DType T, const char* name, cudaStream_t stream);
-// With Gx = Gc (c2p) or Gp (p2c) [N, B*L, Wp] in T: d(rows) += Gx table_w and d(table_w) += Gx^T rows.
-void positional_grads(const void* bucket_grad, const Tensor& rows, const Tensor& table, const Tensor& drows,
+// Gx = Gc (c2p) or Gp (p2c) in T: [N, B*L, Wp], or (band_width > 0, positional_grads_kernel only) its bands
+// [N, B*L, band_width] (kernels::gathers_band_width): row (b, p) holds window rows a .. a + band_width - 1,
+// a the multiple of 8 at or below p (Gc) or L - 1 - p (Gp: by_key), every other entry being zero.
+struct BucketGrad {
+  const void* data = nullptr;
+  int64_t band_width = 0;
+  bool by_key = false;
+};
+// d(rows) += Gx table_w and d(table_w) += Gx^T rows.
+void positional_grads(const BucketGrad& grad, const Tensor& rows, const Tensor& table, const Tensor& drows,
                       const Tensor& dtable, int64_t window_begin, const AttentionShape& s, DType T,
                       const char* op, cudaStream_t stream);
 // The same two products in one kernel over one read of Gx (attention_positional.cu): d(rows) += Gx table_w
 // in place and the table product of each of the `slices` slices of B*L rows into partial [N, slices, Wp, d]
-// f32 (for add_slice_partials). Where it applies: 16-bit T, heads of 64, Wp <= 256, B*L split into more
-// than one slice (attention_table_grad_slices) of whole 64-row tiles, 16-byte aligned operands.
-bool positional_grads_kernel_applies(const void* bucket_grad, const Tensor& rows, const Tensor& table,
-                                     const Tensor& drows, const AttentionShape& s, DType T);
-void positional_grads_kernel(const void* bucket_grad, const Tensor& rows, const Tensor& table,
+// f32 (for add_slice_partials). Where it applies: kernels::positional_kernel_shape (16-bit T, heads of 64,
+// Wp <= 256, B*L split into more than one slice of whole 64-row tiles), 16-byte aligned operands (Gx too:
+// a scratch buffer's alignment, checked at the launch) and the shared memory.
+bool positional_grads_kernel_applies(const Tensor& rows, const Tensor& table, const Tensor& drows,
+                                     const AttentionShape& s, DType T);
+void positional_grads_kernel(const BucketGrad& grad, const Tensor& rows, const Tensor& table,
                              const Tensor& drows, float* partial, int64_t slices, int64_t window_begin,
                              const AttentionShape& s, DType T, cudaStream_t stream);
 

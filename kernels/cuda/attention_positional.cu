@@ -78,6 +78,10 @@ struct PositionalGradArgs {
   void* drows;              // dX [B*L, D] in T
   float* partial;           // [N, slices, Wp, d] f32
   int64_t total_rows, features, window_begin, window, window_pitch, slice_rows;
+  // Bands (ZT_GATHER_BANDS; band_width > 0: the kBands kernel): row (b, p) of Gx holds window rows
+  // gathers_band_first(L, p, band_by_key) on, band_width of them (attention_host::BucketGrad).
+  int64_t band_width, length;
+  bool band_by_key;
 };
 
 // PK_w of head h into [256, kPitch]: table rows window_begin + r for r < W, zero rows after.
@@ -92,21 +96,40 @@ __device__ __forceinline__ void copy_window(T* window, const PositionalGradArgs&
   }
 }
 
-// Tile `tile` of the slice into a stage: Gx [64, 256] (zero columns from Wp on), X and dX [64, 64].
-template <typename T>
+// Tile `tile` of the slice into a stage: Gx [64, 256] (zero columns from Wp on; with kBands also outside a
+// row's band), X and dX [64, 64]. `first_position`: the sequence position of the slice's first row (kBands).
+template <typename T, bool kBands>
 __device__ __forceinline__ void copy_tile(unsigned char* stage, const T* grad, const T* x, const T* dx,
-                                          const PositionalGradArgs& a, int tile) {
+                                          const PositionalGradArgs& a, int tile, int first_position) {
   T* grad_tile = reinterpret_cast<T*>(stage);
   T* rows_tile = reinterpret_cast<T*>(stage + kGradTileBytes);
   T* drows_tile = reinterpret_cast<T*>(stage + kGradTileBytes + kRowsTileBytes);
   const int64_t row0 = static_cast<int64_t>(tile) * kRowTile;
   constexpr int kGradChunks = kWindowRows / 8;
-  for (int chunk = static_cast<int>(threadIdx.x); chunk < kRowTile * kGradChunks;
-       chunk += kPositionalThreads) {
-    const int r = chunk / kGradChunks, c = chunk % kGradChunks;
-    const bool valid = c * 8 < a.window_pitch;
-    copy_async16(grad_tile + r * kGradPitch + c * 8,
-                 valid ? grad + (row0 + r) * a.window_pitch + c * 8 : grad, valid);
+  if constexpr (!kBands) {
+    for (int chunk = static_cast<int>(threadIdx.x); chunk < kRowTile * kGradChunks;
+         chunk += kPositionalThreads) {
+      const int r = chunk / kGradChunks, c = chunk % kGradChunks;
+      const bool valid = c * 8 < a.window_pitch;
+      copy_async16(grad_tile + r * kGradPitch + c * 8,
+                   valid ? grad + (row0 + r) * a.window_pitch + c * 8 : grad, valid);
+    }
+  } else {
+    // A thread keeps its chunk column c and steps rows by 8; a row's position is the tile's first plus r,
+    // wrapped at L.
+    static_assert(kPositionalThreads % kGradChunks == 0, "a thread's chunk column is fixed");
+    constexpr int kRowStep = kPositionalThreads / kGradChunks;
+    const int L = static_cast<int>(a.length), band_chunks = static_cast<int>(a.band_width / 8);
+    const int c = static_cast<int>(threadIdx.x) % kGradChunks;
+    int r = static_cast<int>(threadIdx.x) / kGradChunks;
+    int position = static_cast<int>((first_position + row0) % L) + r;
+    for (; r < kRowTile; r += kRowStep, position += kRowStep) {
+      while (position >= L) position -= L;
+      const int k = c - static_cast<int>(gathers_band_first(L, position, a.band_by_key) / 8);
+      const bool valid = k >= 0 && k < band_chunks;
+      copy_async16(grad_tile + r * kGradPitch + c * 8,
+                   valid ? grad + (row0 + r) * a.band_width + k * 8 : grad, valid);
+    }
   }
   for (int chunk = static_cast<int>(threadIdx.x); chunk < kRowTile * 8; chunk += kPositionalThreads) {
     const int r = chunk / 8, c = chunk % 8;
@@ -158,7 +181,7 @@ __device__ __forceinline__ void rows_grad(uint32_t grad_address, uint32_t window
   });
 }
 
-template <typename T>
+template <typename T, bool kBands>
 __global__ void __launch_bounds__(kPositionalThreads, 1) positional_grads_kernel(PositionalGradArgs a) {
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   T* window = reinterpret_cast<T*>(dynamic_shared);
@@ -167,16 +190,18 @@ __global__ void __launch_bounds__(kPositionalThreads, 1) positional_grads_kernel
   const int g = lane / 4, q = lane % 4, m = lane / 8;
   const int64_t slice = blockIdx.x, h = blockIdx.y, first_row = slice * a.slice_rows;
   const int tiles = static_cast<int>(a.slice_rows / kRowTile);
-  const T* grad = static_cast<const T*>(a.bucket_grad) + (h * a.total_rows + first_row) * a.window_pitch;
+  const T* grad = static_cast<const T*>(a.bucket_grad) +
+                  (h * a.total_rows + first_row) * (kBands ? a.band_width : a.window_pitch);
+  const int first_position = kBands ? static_cast<int>(first_row % a.length) : 0;
   const T* x = static_cast<const T*>(a.rows) + first_row * a.features + h * kD;
   T* dx = static_cast<T*>(a.drows) + first_row * a.features + h * kD;
 
   // Groups: {PK_w, tile 0}, {tile 1}, then one a tile (empty past the last), so that before tile t's
   // barrier, "all but the newest group done" means tile t has landed.
   copy_window(window, a, h);
-  copy_tile(stage(0), grad, x, dx, a, 0);
+  copy_tile<T, kBands>(stage(0), grad, x, dx, a, 0, first_position);
   commit_async_copies();
-  if (tiles > 1) copy_tile(stage(1), grad, x, dx, a, 1);
+  if (tiles > 1) copy_tile<T, kBands>(stage(1), grad, x, dx, a, 1, first_position);
   commit_async_copies();
 
   // This lane's ldmatrix row addresses: Gx's relative to a stage, PK_w's.
@@ -198,7 +223,7 @@ __global__ void __launch_bounds__(kPositionalThreads, 1) positional_grads_kernel
   for (int t = 0; t < tiles; ++t) {
     wait_all_but_newest_copies();
     __syncthreads();  // tile t is in for every thread; stage (t + 2) % 3 (tile t - 1's) is free
-    if (t + 2 < tiles) copy_tile(stage(t + 2), grad, x, dx, a, t + 2);
+    if (t + 2 < tiles) copy_tile<T, kBands>(stage(t + 2), grad, x, dx, a, t + 2, first_position);
     commit_async_copies();
     unsigned char* current = stage(t);
     const uint32_t grad_base = shared_address(current);
@@ -240,19 +265,22 @@ __global__ void __launch_bounds__(kPositionalThreads, 1) positional_grads_kernel
 
 }  // namespace
 
-bool positional_grads_kernel_applies(const void* bucket_grad, const Tensor& rows, const Tensor& table,
-                                     const Tensor& drows, const AttentionShape& s, DType T) {
-  const int64_t total_rows = s.batch * s.length, slices = attention_table_grad_slices(total_rows);
-  return T != DType::f32 && s.head_size == kD && s.window_pitch <= kWindowRows && slices > 1 &&
-         (total_rows / slices) % kRowTile == 0 && aligned_to(bucket_grad, 16) &&
+bool positional_grads_kernel_applies(const Tensor& rows, const Tensor& table, const Tensor& drows,
+                                     const AttentionShape& s, DType T) {
+  return positional_kernel_shape(T, s.head_size, s.window_pitch, s.batch * s.length) &&
          aligned_to(rows.data(), 16) && aligned_to(table.data(), 16) && aligned_to(drows.data(), 16) &&
          static_cast<size_t>(cuda_detail::current_device_limits().shared_per_block_optin) >= kSharedBytes;
 }
 
-void positional_grads_kernel(const void* bucket_grad, const Tensor& rows, const Tensor& table,
+void positional_grads_kernel(const BucketGrad& grad, const Tensor& rows, const Tensor& table,
                              const Tensor& drows, float* partial, int64_t slices, int64_t window_begin,
                              const AttentionShape& s, DType T, cudaStream_t stream) {
-  const PositionalGradArgs args{bucket_grad,
+  ZT_CHECK(aligned_to(grad.data, 16) && grad.band_width % 8 == 0 &&
+               (grad.band_width == 0 || s.window == 2 * s.length - 1),
+           "attention_positional_grads: Gx must be 16-byte aligned, its bands (", grad.band_width,
+           " wide) a multiple of 8 over a window of one distance a row (", s.window, " rows at L ", s.length,
+           ")");
+  const PositionalGradArgs args{grad.data,
                                 rows.data(),
                                 table.data(),
                                 drows.data(),
@@ -262,14 +290,18 @@ void positional_grads_kernel(const void* bucket_grad, const Tensor& rows, const 
                                 window_begin,
                                 s.window,
                                 s.window_pitch,
-                                s.batch * s.length / slices};
+                                s.batch * s.length / slices,
+                                grad.band_width,
+                                s.length,
+                                grad.by_key};
   cuda_detail::dispatch_half(T, "attention_positional_grads", [&](auto tag) {
     using S = decltype(tag);
-    ZT_CUDA_CHECK(cudaFuncSetAttribute(positional_grads_kernel<S>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+    const auto kernel =
+        grad.band_width > 0 ? positional_grads_kernel<S, true> : positional_grads_kernel<S, false>;
+    ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(kSharedBytes)));
     const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(s.heads));
-    positional_grads_kernel<S><<<grid, kPositionalThreads, kSharedBytes, stream>>>(args);
+    kernel<<<grid, kPositionalThreads, kSharedBytes, stream>>>(args);
     ZT_CUDA_CHECK_LAUNCH("attention_positional_grads");
   });
 }

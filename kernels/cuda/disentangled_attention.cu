@@ -51,6 +51,7 @@
 #include "kernels/philox.h"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
+#include "runtime/env_switch.h"
 #include "runtime/step_profile.h"
 
 namespace zt::kernels::gpu {
@@ -545,13 +546,19 @@ void score_grad_products(const Tensor& q, const Tensor& k, const void* g, const 
   StepProfile::global().mark("attn.bwd.dq_dk_gemm");
 }
 
-// The bucket gathers' outputs Gc (c2p) and Gp (p2c), [N, B*L, window_pitch] in T (empty for an absent term).
+// The bucket gathers' outputs Gc (c2p) and Gp (p2c) in T (empty for an absent term): [N, B*L, window_pitch],
+// or [N, B*L, band_width] as bands (BucketGrad; band_width > 0).
 struct BucketGrads {
   DeviceBuffer c2p, p2c;
+  int64_t band_width = 0;
+  BucketGrad c2p_grad() const { return {c2p.data(), band_width, false}; }
+  BucketGrad p2c_grad() const { return {p2c.data(), band_width, true}; }
 };
-BucketGrads bucket_grad_buffers(const AttentionShape& s, DType T) {
-  const size_t bytes = positional_elements(s) * dtype_size(T);
+BucketGrads bucket_grad_buffers(const AttentionShape& s, DType T, int64_t band_width = 0) {
+  const size_t row = static_cast<size_t>(band_width > 0 ? band_width : s.window_pitch);
+  const size_t bytes = static_cast<size_t>(s.heads * s.batch * s.length) * row * dtype_size(T);
   BucketGrads grads;
+  grads.band_width = band_width;
   if (s.c2p) grads.c2p = scratch_buffer(bytes, "attention.c2p_grad");
   if (s.p2c) grads.p2c = scratch_buffer(bytes, "attention.p2c_grad");
   return grads;
@@ -564,9 +571,9 @@ void positional_backward(const BucketGrads& grads, const Tensor& q, const Tensor
                          const Tensor& dpos_query, const RelativeIndexTables& tables, const AttentionShape& s,
                          DType T, const char* op, cudaStream_t stream) {
   if (s.c2p)
-    positional_grads(grads.c2p.data(), q, pos_key, dq, dpos_key, tables.window_begin, s, T, op, stream);
+    positional_grads(grads.c2p_grad(), q, pos_key, dq, dpos_key, tables.window_begin, s, T, op, stream);
   if (s.p2c)
-    positional_grads(grads.p2c.data(), k, pos_query, dk, dpos_query, tables.window_begin, s, T, op, stream);
+    positional_grads(grads.p2c_grad(), k, pos_query, dk, dpos_query, tables.window_begin, s, T, op, stream);
   StepProfile::global().mark("attn.bwd.positional_gemm");
 }
 
@@ -621,13 +628,22 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   if (short_backward_applies(v, dcontext, probs, s, T)) {
     const bool positional = s.c2p || s.p2c;
     const bool fused_gathers = positional && tables.one_distance_per_bucket;
-    DeviceBuffer lowp = scratch_buffer(probs_elements(s) * element, "attention.score_grad_lowp");
-    DeviceBuffer dropped;
-    if (s.dropout) dropped = scratch_buffer(probs_elements(s) * element, "attention.dropped_probs");
+    // The unrun candidates (docs/DESIGN.md's rule; FlashAttentionParams says what each changes): the kernel's
+    // own dV, dQ, dK, and the gathers as bands where the positional kernel reads them.
+    const bool products = read_env_switch("ZT_SHORT_BACKWARD_PRODUCTS") &&
+                          cuda_detail::is_aligned16(q.data()) && cuda_detail::is_aligned16(k.data());
+    const bool banded = read_env_switch("ZT_GATHER_BANDS") && fused_gathers &&
+                        (!s.c2p || positional_grads_kernel_applies(q, pos_key, dq, s, T)) &&
+                        (!s.p2c || positional_grads_kernel_applies(k, pos_query, dk, s, T));
+    DeviceBuffer lowp, dropped;
+    if (!products) {
+      lowp = scratch_buffer(probs_elements(s) * element, "attention.score_grad_lowp");
+      if (s.dropout) dropped = scratch_buffer(probs_elements(s) * element, "attention.dropped_probs");
+    }
     DeviceBuffer grad;
     if (positional && !fused_gathers)
       grad = scratch_buffer(probs_elements(s) * sizeof(float), "attention.score_grad");
-    const BucketGrads grads = bucket_grad_buffers(s, T);
+    const BucketGrads grads = bucket_grad_buffers(s, T, banded ? gathers_band_width(s.length) : 0);
     FlashAttentionParams p;
     p.v = v.data();
     p.dcontext = dcontext.data();
@@ -636,18 +652,29 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     p.score_grad_lowp = lowp.data();
     p.dropped_probs = dropped.data();
     p.score_grad_f32 = grad.data_as<float>();
+    p.content_products = products;
+    if (products) {
+      p.q = q.data();
+      p.k = k.data();
+      p.dq = dq.data();
+      p.dk = dk.data();
+      p.dv = dv.data();
+    }
     if (fused_gathers) {
       p.gc_lowp = grads.c2p.data();
       p.gp_lowp = grads.p2c.data();
       p.rel_first = tables.rel_first;
       p.window = static_cast<int>(s.window);
       p.window_pitch = static_cast<int>(s.window_pitch);
+      p.gathers_band_width = static_cast<int>(grads.band_width);
     }
     set_shape_and_dropout(p, s);
     launch_short_attention_backward(p, T, stream);
     prof.mark("attn.bwd.short");
-    value_grad_product(s.dropout ? dropped.data() : probs.data(), dcontext, dv, s, T, stream);
-    score_grad_products(q, k, lowp.data(), dq, dk, s, T, stream);
+    if (!products) {
+      value_grad_product(s.dropout ? dropped.data() : probs.data(), dcontext, dv, s, T, stream);
+      score_grad_products(q, k, lowp.data(), dq, dk, s, T, stream);
+    }
     if (positional && !fused_gathers) {
       bucket_gathers(s, T, grad.data_as<float>(), nullptr, false, grads.c2p.data(), grads.p2c.data(), tables,
                      op, stream);

@@ -90,6 +90,13 @@ struct FlashAttentionParams {
   // then waits on t + 1, a later ticket: only when a head's n CTAs can all be resident (the launcher's
   // choice, flash_backward_rotated_order).
   bool rotated_order = false;
+  // The short backward's candidates, unrun (docs/DESIGN.md's rule for unrun GPU code;
+  // disentangled_attention.cu reads their switches): ZT_SHORT_BACKWARD_PRODUCTS: dV, dQ and dK taken in the
+  // kernel from G and P~ in shared memory instead of G and P~ written for the host's GEMMs (score_grad_lowp
+  // and dropped_probs unused); ZT_GATHER_BANDS: Gc / Gp as bands [N, B*L, gathers_band_width]
+  // (attention_host::BucketGrad) instead of [N, B*L, window_pitch].
+  bool content_products = false;
+  int gathers_band_width = 0;
 };
 
 // Whether the backward may visit the query tiles in rotated order: the rotation's waits reach later tickets,
@@ -113,7 +120,8 @@ void launch_short_attention_forward(const FlashAttentionParams& params, DType dt
 
 // The stored path's backward at L <= kShortAttentionMaxLength up to the GEMMs that read G and P~
 // (short_disentangled_attention.cu): dP~ = dC V^T, the softmax backward (G from the stored P), G and P~ in
-// T, and the bucket gathers (or G in f32 for them), one CTA per (b, h).
+// T, and the bucket gathers (or G in f32 for them), one CTA per (b, h); with content_products dV, dQ and dK
+// too, in place of G and P~.
 void launch_short_attention_backward(const FlashAttentionParams& params, DType dtype, cudaStream_t stream);
 
 // dtype: bf16 or f16 (T of q, k, v, context and the gradients).

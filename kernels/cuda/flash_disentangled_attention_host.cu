@@ -180,7 +180,7 @@ void flash_disentangled_attention_backward(const Tensor& q, const Tensor& k, con
       ZT_CUDA_CHECK_LAUNCH("attention_round_bucket_grad");
     });
     grad32 = DeviceBuffer();
-    positional_grads(grad.data(), rows, table, drows, dtable, run.tables.window_begin, s, T, op, stream);
+    positional_grads({grad.data()}, rows, table, drows, dtable, run.tables.window_begin, s, T, op, stream);
   };
   if (s.c2p) positional(c2p_grad32, q, pos_key, dq, dpos_key, "attention.c2p_grad");
   if (s.p2c) positional(p2c_grad32, k, pos_query, dk, dpos_query, "attention.p2c_grad");

@@ -36,6 +36,7 @@
 #include "kernels/cuda/flash_attention_tiles.cuh"
 #include "kernels/cuda/flash_disentangled_attention.cuh"
 #include "kernels/cuda/launch_common.cuh"
+#include "kernels/disentangled_attention.h"
 #include "runtime/check.h"
 #include "runtime/cuda_check.h"
 
@@ -405,6 +406,64 @@ __device__ __forceinline__ void copy_scores_out(void* x, const T* block, int L, 
   }
 }
 
+// ZT_SHORT_BACKWARD_PRODUCTS: rows L .. 127 of a [128, kScorePitch] score buffer zeroed, as the products over
+// all 128 query rows read them (against zero rows of dC / Q: uninitialized shared memory could hold a NaN
+// pattern).
+template <typename T>
+__device__ __forceinline__ void zero_rows_past(T* block, int L) {
+  for (int chunk = static_cast<int>(threadIdx.x); chunk < (kScoreRows - L) * (kScoreRows / 8);
+       chunk += kBackwardThreads) {
+    const int i = L + chunk / (kScoreRows / 8), c = chunk % (kScoreRows / 8);
+    *reinterpret_cast<uint4*>(block + i * kScorePitch + c * 8) = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Rows row0 .. row0 + 15 (this warp's) of head h of a [B, L, D] tensor (batch b) from a [16, 64] product in
+// C fragments, rounded to T; rows >= L are not written.
+template <typename T>
+__device__ __forceinline__ void store_head_rows(void* out, const FlashAttentionParams& p, int64_t b,
+                                                int64_t h, int row0, const float acc[8][4]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = row0 + g + 8 * r;
+    if (i >= p.length) continue;
+    T* row = static_cast<T*>(out) + (b * p.length + i) * p.features + h * kD;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+      *reinterpret_cast<uint32_t*>(row + nt * 8 + 2 * q) = pack2<T>(acc[nt][2 * r], acc[nt][2 * r + 1]);
+  }
+}
+
+// acc[16, 64] = A times a [128, kPitch] row buffer (V's, dC's, K's or Q's rows: the product's 128-deep k),
+// A being rows row0 .. row0 + 15 of a [128, kScorePitch] score buffer (G K: a query's G over the keys), or
+// with kTransposed its columns row0 .. (G^T Q and P~^T dC: a key's G / P~ over the queries). ldmatrix.x4
+// matrix m holds A's rows 8 (m % 2) .. and k 8 (m / 2) .. of a 16-deep chunk, stored as such, or with
+// .trans read from the buffer's rows k (lane (g, q) then receives buffer rows 2q, 2q + 1 of column g: A's
+// row g, k 2q, 2q + 1, the A fragment's layout).
+template <typename T, bool kTransposed>
+__device__ __forceinline__ void score_times_rows(const T* scores, int row0, const T* rows, float acc[8][4]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, m = lane / 8;
+  const uint32_t a_address =
+      kTransposed ? shared_address(scores + ((m / 2) * 8 + lane % 8) * kScorePitch + row0 + (m % 2) * 8)
+                  : shared_address(scores + (row0 + (m % 2) * 8 + lane % 8) * kScorePitch + (m / 2) * 8);
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  unrolled<kKeyTiles>([&](auto half) {
+    const uint32_t b_address = key_chunk_address(rows + half * kTile * kPitch);
+    unrolled<4>([&](auto kc) {
+      constexpr int chunk = 4 * half + kc;  // 16-deep chunk of the 128
+      uint32_t a[4];
+      if constexpr (kTransposed) {
+        load_matrices_transposed<static_cast<int>(sizeof(T)) * chunk * 16 * kScorePitch>(a, a_address);
+      } else {
+        load_matrices<static_cast<int>(sizeof(T)) * chunk * 16>(a, a_address);
+      }
+      accumulate_key_chunk<T, kc>(a, b_address, acc);
+    });
+  });
+}
+
 // dP~ = dC V^T for this warp's 16 rows and key tile kt: dC's rows (the tile of 64 holding them) times V's.
 template <typename T>
 __device__ __forceinline__ void score_grad_tile(const T* dc_rows, const T* v_rows, int kt, float dp[8][4]) {
@@ -506,35 +565,63 @@ __device__ __forceinline__ void softmax_backward_from_stored(const FlashAttentio
 
 // The bucket gathers from T(G) in shared memory (one_distance_gathers, as the stored path's block gather), a
 // warp per position (query i for Gc, key j for Gp), lanes along two window rows each (a 4-byte store);
-// padding columns r >= W get zeros.
-template <typename T>
+// padding columns r >= W get zeros. kBands (ZT_GATHER_BANDS): each term's row as its band
+// (attention_host::BucketGrad), the gathers_band_width rows from gathers_band_first on.
+template <typename T, bool kBands>
 __device__ __forceinline__ void write_bucket_gathers(const T* grad_rows, const int* first_of,
                                                      const FlashAttentionParams& p, int64_t b, int64_t h) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int L = p.length;
-  const int64_t out_rows = (h * p.batch + b) * L;  // row (b, 0) of head h in [N, B*L, window_pitch]
-  T* gc = static_cast<T*>(p.gc_lowp);
-  T* gp = static_cast<T*>(p.gp_lowp);
-  for (int position = warp; position < L; position += kBackwardWarps) {
-    for (int r0 = 2 * lane; r0 < p.window_pitch; r0 += 64) {
-      float sum_c[2] = {0.0f, 0.0f}, sum_p[2] = {0.0f, 0.0f};
+  if constexpr (!kBands) {
+    const int64_t out_rows = (h * p.batch + b) * L;  // row (b, 0) of head h in [N, B*L, window_pitch]
+    T* gc = static_cast<T*>(p.gc_lowp);
+    T* gp = static_cast<T*>(p.gp_lowp);
+    for (int position = warp; position < L; position += kBackwardWarps) {
+      for (int r0 = 2 * lane; r0 < p.window_pitch; r0 += 64) {
+        float sum_c[2] = {0.0f, 0.0f}, sum_p[2] = {0.0f, 0.0f};
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int r = r0 + c;
-        if (r >= p.window) continue;
-        const float2 sums =
-            cuda_detail::one_distance_gathers(grad_rows, kScorePitch, L, position, first_of[r], true, true);
-        sum_c[c] = sums.x;
-        sum_p[c] = sums.y;
+        for (int c = 0; c < 2; ++c) {
+          const int r = r0 + c;
+          if (r >= p.window) continue;
+          const float2 sums =
+              cuda_detail::one_distance_gathers(grad_rows, kScorePitch, L, position, first_of[r], true, true);
+          sum_c[c] = sums.x;
+          sum_p[c] = sums.y;
+        }
+        const int64_t at = (out_rows + position) * p.window_pitch + r0;
+        if (gc != nullptr) *reinterpret_cast<uint32_t*>(gc + at) = pack2<T>(sum_c[0], sum_c[1]);
+        if (gp != nullptr) *reinterpret_cast<uint32_t*>(gp + at) = pack2<T>(sum_p[0], sum_p[1]);
       }
-      const int64_t at = (out_rows + position) * p.window_pitch + r0;
-      if (gc != nullptr) *reinterpret_cast<uint32_t*>(gc + at) = pack2<T>(sum_c[0], sum_c[1]);
-      if (gp != nullptr) *reinterpret_cast<uint32_t*>(gp + at) = pack2<T>(sum_p[0], sum_p[1]);
+    }
+  } else {
+    const int width = p.gathers_band_width;
+    const int64_t out_rows = (h * p.batch + b) * L;  // row (b, 0) of head h in [N, B*L, width]
+    T* gc = static_cast<T*>(p.gc_lowp);
+    T* gp = static_cast<T*>(p.gp_lowp);
+    // One term's band: window rows first .. first + width - 1.
+    auto write_band = [&](T* out, int position, bool by_query) {
+      const int first = static_cast<int>(gathers_band_first(L, position, !by_query));
+      for (int t0 = 2 * lane; t0 < width; t0 += 64) {
+        float sums[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int r = first + t0 + c;
+          if (r >= p.window) continue;
+          const float2 both = cuda_detail::one_distance_gathers(grad_rows, kScorePitch, L, position,
+                                                                first_of[r], by_query, !by_query);
+          sums[c] = by_query ? both.x : both.y;
+        }
+        *reinterpret_cast<uint32_t*>(out + (out_rows + position) * width + t0) = pack2<T>(sums[0], sums[1]);
+      }
+    };
+    for (int position = warp; position < L; position += kBackwardWarps) {
+      if (gc != nullptr) write_band(gc, position, true);
+      if (gp != nullptr) write_band(gp, position, false);
     }
   }
 }
 
-template <typename T, bool kDropout>
+template <typename T, bool kDropout, bool kProducts, bool kBands>
 __global__ void __launch_bounds__(kBackwardThreads, 2)
     short_attention_backward_kernel(FlashAttentionParams p) {
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
@@ -554,6 +641,7 @@ __global__ void __launch_bounds__(kBackwardThreads, 2)
   copy_rows(v_rows, p.v, p, b, h);
   copy_rows(dc_rows, p.dcontext, p, b, h);
   copy_scores_in(scores, p.probs, L, bh);
+  if constexpr (kProducts) zero_rows_past(scores, L);
   commit_async_copies();
   if (threadIdx.x < kScoreRows) {
     const int j = static_cast<int>(threadIdx.x);
@@ -567,15 +655,56 @@ __global__ void __launch_bounds__(kBackwardThreads, 2)
   wait_for_copies();
   __syncthreads();
 
-  const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
-  bool row_kept[2];
-  query_rows_kept(p.keep, b, L, 0, local_row, row_kept);
-  softmax_backward_from_stored<T, kDropout>(p, key_words, local_row, row_kept, key_tiles, dc_rows, v_rows,
-                                            dropped, scores);
-  __syncthreads();  // T(G) and P~ staged
-  copy_scores_out(p.score_grad_lowp, scores, L, bh);
-  if constexpr (kDropout) copy_scores_out(p.dropped_probs, dropped, L, bh);
-  if (gathers) write_bucket_gathers<T>(scores, first_of, p, b, h);
+  if constexpr (!kProducts) {
+    const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
+    bool row_kept[2];
+    query_rows_kept(p.keep, b, L, 0, local_row, row_kept);
+    softmax_backward_from_stored<T, kDropout>(p, key_words, local_row, row_kept, key_tiles, dc_rows, v_rows,
+                                              dropped, scores);
+    __syncthreads();  // T(G) and P~ staged
+    copy_scores_out(p.score_grad_lowp, scores, L, bh);
+    if constexpr (kDropout) copy_scores_out(p.dropped_probs, dropped, L, bh);
+    if (gathers) write_bucket_gathers<T, kBands>(scores, first_of, p, b, h);
+  } else {
+    // dV, dQ and dK here (ZT_SHORT_BACKWARD_PRODUCTS): K and Q go into V's and dC's buffers once read.
+    const int row0 = warp * 16;  // this warp's queries (softmax backward, dQ) or keys (dK, dV)
+    float acc[8][4];
+    if constexpr (!kDropout) {  // dV = P^T dC from P before G replaces it
+      score_times_rows<T, true>(scores, row0, dc_rows, acc);
+      store_head_rows<T>(p.dv, p, b, h, row0, acc);
+      __syncthreads();
+    }
+    const int local_row[2] = {row0 + g, row0 + g + 8};
+    bool row_kept[2];
+    query_rows_kept(p.keep, b, L, 0, local_row, row_kept);
+    softmax_backward_from_stored<T, kDropout>(p, key_words, local_row, row_kept, key_tiles, dc_rows, v_rows,
+                                              dropped, scores);
+    __syncthreads();  // T(G) and P~ staged; V read for the last time
+    copy_rows(v_rows, p.k, p, b, h);
+    if constexpr (kDropout) {
+      commit_async_copies();
+      score_times_rows<T, true>(dropped, row0, dc_rows, acc);  // dV = P~^T dC
+      store_head_rows<T>(p.dv, p, b, h, row0, acc);
+    } else {
+      copy_rows(dc_rows, p.q, p, b, h);
+      commit_async_copies();
+    }
+    if (gathers) write_bucket_gathers<T, kBands>(scores, first_of, p, b, h);
+    wait_for_copies();
+    __syncthreads();  // K staged (and Q without dropout); with dropout every warp is past dV's reads of dC
+    if constexpr (kDropout) {
+      copy_rows(dc_rows, p.q, p, b, h);
+      commit_async_copies();
+    }
+    score_times_rows<T, false>(scores, row0, v_rows, acc);  // dQ = T(G) K
+    store_head_rows<T>(p.dq, p, b, h, row0, acc);
+    if constexpr (kDropout) {
+      wait_for_copies();
+      __syncthreads();
+    }
+    score_times_rows<T, true>(scores, row0, dc_rows, acc);  // dK = T(G)^T Q
+    store_head_rows<T>(p.dk, p, b, h, row0, acc);
+  }
 }
 
 }  // namespace
@@ -607,12 +736,32 @@ void launch_short_attention_backward(const FlashAttentionParams& params, DType d
   ZT_CHECK(params.rel_first == nullptr || (params.window <= kMaxWindow && params.window_pitch % 2 == 0),
            "short_attention_backward: a window of ", params.window, " rows (pitch ", params.window_pitch,
            ") for the gathers");
-  ZT_CHECK(params.score_grad_lowp != nullptr && (!params.dropout || params.dropped_probs != nullptr),
-           "short_attention_backward: no buffer for G or P~");
+  ZT_CHECK(params.content_products
+               ? params.q != nullptr && params.k != nullptr && params.dq != nullptr && params.dk != nullptr &&
+                     params.dv != nullptr
+               : params.score_grad_lowp != nullptr && (!params.dropout || params.dropped_probs != nullptr),
+           "short_attention_backward: no buffer for G or P~, or (taking the products) for Q, K, dQ, dK, dV");
+  ZT_CHECK(
+      params.gathers_band_width == 0 ||
+          (params.rel_first != nullptr && params.gathers_band_width == gathers_band_width(params.length) &&
+           params.window == 2 * params.length - 1),
+      "short_attention_backward: bands of ", params.gathers_band_width, " for a window of ", params.window,
+      " rows at L ", params.length);
   cuda_detail::dispatch_half(dtype, "short_attention_backward", [&](auto tag) {
     using T = decltype(tag);
+    const auto pick = [&](auto dropout, auto products, auto bands) {
+      return short_attention_backward_kernel<T, decltype(dropout)::value, decltype(products)::value,
+                                             decltype(bands)::value>;
+    };
+    using On = std::true_type;
+    using Off = std::false_type;
+    const bool bands = params.gathers_band_width > 0;
     const auto kernel =
-        params.dropout ? short_attention_backward_kernel<T, true> : short_attention_backward_kernel<T, false>;
+        params.content_products
+            ? (bands ? (params.dropout ? pick(On{}, On{}, On{}) : pick(Off{}, On{}, On{}))
+                     : (params.dropout ? pick(On{}, On{}, Off{}) : pick(Off{}, On{}, Off{})))
+            : (bands ? (params.dropout ? pick(On{}, Off{}, On{}) : pick(Off{}, Off{}, On{}))
+                     : (params.dropout ? pick(On{}, Off{}, Off{}) : pick(Off{}, Off{}, Off{})));
     const size_t shared = short_backward_shared_bytes(params.dropout);
     ZT_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));

@@ -12,6 +12,7 @@
 #include "model/deberta.h"
 #include "runtime/check.h"
 #include "runtime/device_allocator.h"
+#include "runtime/env_switch.h"
 #include "runtime/memory_size.h"
 
 namespace zt::optim {
@@ -68,11 +69,21 @@ size_t attention_scratch_bytes(const DebertaConfig& model, int64_t batch, int64_
       (slices > 1
            ? held(static_cast<size_t>(model.num_attention_heads * slices * pitch * model.head_size()) * 4)
            : 0);
-  const bool short_gathers = kernels::short_attention_forward_shape(compute, model.head_size(), length) &&
-                             length % 8 == 0 && window == 2 * length - 1;
-  const size_t score_grads = (short_gathers ? 0 : held(probs * 4)) + (low_precision ? held(probs * t) : 0) +
-                             (dropout ? held(probs * t) : 0);
-  const size_t backward = score_grads + 2 * held(positional * t) + table_grad;
+  const bool short_backward =
+      kernels::short_attention_forward_shape(compute, model.head_size(), length) && length % 8 == 0;
+  const bool short_gathers = short_backward && window == 2 * length - 1;
+  // The short backward's unrun candidates, switched as kernels/cuda/disentangled_attention.cu switches them:
+  // its own dV / dQ / dK (no G or P~ in T) and the gathers as bands of L + 8 entries a row.
+  const bool short_products = short_backward && read_env_switch("ZT_SHORT_BACKWARD_PRODUCTS");
+  const bool banded = short_gathers && read_env_switch("ZT_GATHER_BANDS") &&
+                      kernels::positional_kernel_shape(compute, model.head_size(), pitch, batch * length);
+  const size_t score_grads =
+      (short_gathers ? 0 : held(probs * 4)) +
+      (short_products ? 0 : (low_precision ? held(probs * t) : 0) + (dropout ? held(probs * t) : 0));
+  const auto gathers = banded ? static_cast<size_t>(model.num_attention_heads * batch * length *
+                                                    kernels::gathers_band_width(length))
+                              : positional;
+  const size_t backward = score_grads + 2 * held(gathers * t) + table_grad;
   return std::max(forward, backward);
 }
 

@@ -252,6 +252,43 @@ TEST(DisentangledAttentionScale, SharedScaleCountsPositionTerms) {
   EXPECT_FLOAT_EQ(disentangled_attention_scale(64, config), 8.0f);
 }
 
+// The CUDA backward's bucket gathers as bands (gathers_band_width, gathers_band_first): with xlarge's buckets
+// at the short backward's lengths every window row holds one distance, and every pair (i, j) lands in query
+// i's Gc band and key j's Gp band, inside the window pitch; the bands cover nothing past the L nonzero rows
+// but the alignment (the first nonzero row is the band's first plus at most 7).
+TEST(DisentangledAttentionBands, EveryPairLandsInItsQuerysAndItsKeysBand) {
+  const auto xlarge = RelativePositionConfig::from_model_config(256, -1, 512);
+  for (const int64_t L : {8, 16, 40, 64, 120, 128}) {
+    SCOPED_TRACE("L " + std::to_string(L));
+    const int64_t window_begin = c2p_index(0, L - 1, xlarge);
+    const int64_t window = c2p_index(L - 1, 0, xlarge) - window_begin + 1, pitch = (window + 7) / 8 * 8;
+    ASSERT_EQ(window, 2 * L - 1);  // one distance a row: the bands' premise
+    const int64_t width = gathers_band_width(L);
+    std::vector<int64_t> lowest_c(L, pitch), lowest_p(L, pitch), highest_c(L, -1), highest_p(L, -1);
+    for (int64_t i = 0; i < L; ++i) {
+      for (int64_t j = 0; j < L; ++j) {
+        const int64_t r = c2p_index(i, j, xlarge) - window_begin;
+        const int64_t c_first = gathers_band_first(L, i, false), p_first = gathers_band_first(L, j, true);
+        EXPECT_TRUE(r >= c_first && r < c_first + width) << "Gc row " << i << ", window row " << r;
+        EXPECT_TRUE(r >= p_first && r < p_first + width) << "Gp row " << j << ", window row " << r;
+        lowest_c[i] = std::min(lowest_c[i], r), highest_c[i] = std::max(highest_c[i], r);
+        lowest_p[j] = std::min(lowest_p[j], r), highest_p[j] = std::max(highest_p[j], r);
+      }
+    }
+    for (int64_t p = 0; p < L; ++p) {
+      for (const bool by_key : {false, true}) {
+        const int64_t first = gathers_band_first(L, p, by_key);
+        const int64_t lowest = by_key ? lowest_p[p] : lowest_c[p],
+                      highest = by_key ? highest_p[p] : highest_c[p];
+        EXPECT_EQ(first % 8, 0);
+        EXPECT_TRUE(lowest - first < 8 && highest - lowest == L - 1 && first + width <= pitch)
+            << (by_key ? "Gp" : "Gc") << " row " << p << ": band from " << first << ", rows " << lowest
+            << ".." << highest << ", pitch " << pitch;
+      }
+    }
+  }
+}
+
 TEST(DisentangledAttentionArguments, RejectsBadShapesAndMissingTables) {
   Problem pr({"", tiny_buckets(), true, true});
   auto f = Problem::features;

@@ -13,6 +13,7 @@
 #include <exception>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/disentangled_attention.cuh"
@@ -22,6 +23,7 @@
 #include "tests/kernels/gemm_gpu_test_util.h"
 #include "tests/support/finite_difference.h"
 #include "tests/support/gpu.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/tolerance.h"
 
 namespace zt::kernels {
@@ -38,9 +40,7 @@ using Case = test::AttentionCase;
 
 class DisentangledAttentionGpu : public ::testing::TestWithParam<Case> {};
 
-TEST_P(DisentangledAttentionGpu, MatchesCpuReference) {
-  ZT_SKIP_WITHOUT_GPU();
-  const Case c = GetParam();
+void check_against_cpu_reference(const Case& c) {
   const int64_t B = c.batch, L = c.length, N = c.heads, D = c.heads * c.head_size;
   const int64_t rows = 2 * c.positions.att_span();
   const DisentangledAttentionConfig config = test::attention_config(c, 7);
@@ -104,6 +104,24 @@ TEST_P(DisentangledAttentionGpu, MatchesCpuReference) {
   }
   if (c.p2c) {
     EXPECT_TRUE(all_close("dpos_query", to_host(gdpq.tensor), dpq_ref, tol));
+  }
+}
+
+TEST_P(DisentangledAttentionGpu, MatchesCpuReference) {
+  ZT_SKIP_WITHOUT_GPU();
+  check_against_cpu_reference(GetParam());
+}
+
+// The short backward's unrun candidates (kernels/cuda/flash_disentangled_attention.cuh,
+// FlashAttentionParams): its own dV / dQ / dK, the gathers as bands, each alone and both, against the same
+// reference (shapes where they do not apply take the default path).
+TEST_P(DisentangledAttentionGpu, MatchesCpuReferenceWithTheShortBackwardCandidates) {
+  ZT_SKIP_WITHOUT_GPU();
+  for (const auto& [products, bands] : {std::pair{"1", "0"}, std::pair{"0", "1"}, std::pair{"1", "1"}}) {
+    SCOPED_TRACE(std::string("ZT_SHORT_BACKWARD_PRODUCTS=") + products + " ZT_GATHER_BANDS=" + bands);
+    const test::ScopedEnv take_products("ZT_SHORT_BACKWARD_PRODUCTS", products);
+    const test::ScopedEnv take_bands("ZT_GATHER_BANDS", bands);
+    check_against_cpu_reference(GetParam());
   }
 }
 
@@ -185,6 +203,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"bf16_B4_L128_d64_positional_kernel_clamped_c2p_only", DType::bf16, 4, 128, 2, 64,
              test::clamped_buckets(), true, false, 0.0f},
         Case{"bf16_B6_L100_d64_positional_gemms", DType::bf16, 6, 100, 2, 64, test::xlarge_buckets(), true,
+             true, 0.0f},
+        // The short backward's gathers as bands for that kernel (one distance a window row) where a 64-row
+        // tile holds parts of two sequences: L 40 (5 slices of 256 rows) and L 120 (15 slices, W8 = 240).
+        Case{"bf16_B32_L40_d64_positional_bands_dropout", DType::bf16, 32, 40, 2, 64, test::xlarge_buckets(),
+             true, true, 0.1f},
+        Case{"f16_B32_L120_d64_positional_bands", DType::f16, 32, 120, 2, 64, test::xlarge_buckets(), true,
              true, 0.0f}),
     [](const auto& info) { return info.param.name; });
 

@@ -13,6 +13,7 @@
 #include "optim/zero/partition.h"
 #include "runtime/check.h"
 #include "runtime/device_allocator.h"
+#include "tests/support/scoped_env.h"
 
 namespace zt::optim {
 namespace {
@@ -195,6 +196,26 @@ TEST(MemoryEstimate, EqualsTheH100PeakWithTheShortAttentionKernels) {
   model.hidden_dropout_prob = model.attention_probs_dropout_prob = 0.1;
   const MemoryEstimate e = estimate_memory(model, 0, 1, DType::bf16, 40, 128);
   EXPECT_NEAR(static_cast<double>(e.total()) / kGiB, 15.96, 0.005);
+}
+
+// The short backward's unrun candidates (kernels/cuda/disentangled_attention.cu reads the same switches): its
+// own dV / dQ / dK drops G and P~ in T (2 x 2 B N L L bytes: 60 MiB at batch 40), after which the encoder
+// conv's backward scratch (~3.5 MB a sample) is the larger per-call scratch at every batch, so the gathers as
+// bands (Gc and Gp 3.1 -> 1.7 MB a sample) leave the peak where it is.
+TEST(MemoryEstimate, TheShortBackwardCandidatesDropTheirScratch) {
+  DebertaConfig model = deberta_v2_xlarge_config();
+  model.hidden_dropout_prob = model.attention_probs_dropout_prob = 0.1;
+  const auto total = [&](int64_t batch) {
+    return estimate_memory(model, 0, 1, DType::bf16, batch, 128).total();
+  };
+  const size_t base40 = total(40), base128 = total(128);
+  const test::ScopedEnv products("ZT_SHORT_BACKWARD_PRODUCTS", "1");
+  const size_t products40 = total(40), products128 = total(128);
+  EXPECT_LT(products40, base40);
+  EXPECT_LT(products128, base128);
+  const test::ScopedEnv bands("ZT_GATHER_BANDS", "1");
+  EXPECT_EQ(total(40), products40);
+  EXPECT_EQ(total(128), products128);
 }
 
 // The 6.23 B shape (hidden 4096, 64 heads, FFN 16384, 28 layers; ZeRO-3, both offloads streamed, batch 8):
