@@ -655,31 +655,25 @@ __global__ void __launch_bounds__(kBackwardThreads, 2)
   wait_for_copies();
   __syncthreads();
 
+  // ZT_SHORT_BACKWARD_PRODUCTS: dV, dQ and dK here, K and Q into V's and dC's buffers once read.
+  const int row0 = warp * 16;  // this warp's queries (softmax backward, dQ) or keys (dK, dV)
+  float acc[8][4];
+  if constexpr (kProducts && !kDropout) {  // dV = P^T dC from P before G replaces it
+    score_times_rows<T, true>(scores, row0, dc_rows, acc);
+    store_head_rows<T>(p.dv, p, b, h, row0, acc);
+    __syncthreads();
+  }
+  const int local_row[2] = {row0 + g, row0 + g + 8};
+  bool row_kept[2];
+  query_rows_kept(p.keep, b, L, 0, local_row, row_kept);
+  softmax_backward_from_stored<T, kDropout>(p, key_words, local_row, row_kept, key_tiles, dc_rows, v_rows,
+                                            dropped, scores);
+  __syncthreads();  // T(G) and P~ staged; V read for the last time
   if constexpr (!kProducts) {
-    const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
-    bool row_kept[2];
-    query_rows_kept(p.keep, b, L, 0, local_row, row_kept);
-    softmax_backward_from_stored<T, kDropout>(p, key_words, local_row, row_kept, key_tiles, dc_rows, v_rows,
-                                              dropped, scores);
-    __syncthreads();  // T(G) and P~ staged
     copy_scores_out(p.score_grad_lowp, scores, L, bh);
     if constexpr (kDropout) copy_scores_out(p.dropped_probs, dropped, L, bh);
     if (gathers) write_bucket_gathers<T, kBands>(scores, first_of, p, b, h);
   } else {
-    // dV, dQ and dK here (ZT_SHORT_BACKWARD_PRODUCTS): K and Q go into V's and dC's buffers once read.
-    const int row0 = warp * 16;  // this warp's queries (softmax backward, dQ) or keys (dK, dV)
-    float acc[8][4];
-    if constexpr (!kDropout) {  // dV = P^T dC from P before G replaces it
-      score_times_rows<T, true>(scores, row0, dc_rows, acc);
-      store_head_rows<T>(p.dv, p, b, h, row0, acc);
-      __syncthreads();
-    }
-    const int local_row[2] = {row0 + g, row0 + g + 8};
-    bool row_kept[2];
-    query_rows_kept(p.keep, b, L, 0, local_row, row_kept);
-    softmax_backward_from_stored<T, kDropout>(p, key_words, local_row, row_kept, key_tiles, dc_rows, v_rows,
-                                              dropped, scores);
-    __syncthreads();  // T(G) and P~ staged; V read for the last time
     copy_rows(v_rows, p.k, p, b, h);
     if constexpr (kDropout) {
       commit_async_copies();
